@@ -1,0 +1,27 @@
+# Helpers shared by every room.
+set(GEMMA_ROOT ${CMAKE_CURRENT_SOURCE_DIR})
+set(GEMMA_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+
+# gemma_library(NAME SOURCES a.cc b.cc DEPS x y)
+function(gemma_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  target_include_directories(${name} PUBLIC ${GEMMA_ROOT}/include ${GEMMA_ROOT}/src)
+  target_compile_options(${name} PRIVATE ${GEMMA_WARNINGS})
+  target_link_libraries(${name} PUBLIC ${A_DEPS})
+endfunction()
+
+# gemma_test(NAME SOURCES a_test.cc DEPS lib) -> a gtest binary registered with ctest.
+function(gemma_test name)
+  if(NOT GEMMA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  target_include_directories(${name} PRIVATE ${GEMMA_ROOT}/include ${GEMMA_ROOT}/src)
+  target_compile_options(${name} PRIVATE ${GEMMA_WARNINGS})
+  target_compile_definitions(${name} PRIVATE GEMMA_SOURCE_DIR="${GEMMA_ROOT}"
+                                             GEMMA_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900)
+endfunction()

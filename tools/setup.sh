@@ -4,12 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(build-essential cmake ninja-build pkg-config git nodejs npm
+pkgs=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev
       libvulkan-dev glslc glslang-tools mesa-vulkan-drivers vulkan-tools
       libre2-dev libpcre2-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# node/npm: the machine image ships Node.js with npm; Debian's packages only where it is absent.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -1,0 +1,395 @@
+#include "format/config.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/mapped_file.h"
+#include "gemma/error.h"
+
+namespace gemma {
+namespace {
+
+using json = nlohmann::json;
+
+class Reader {
+ public:
+  Reader(const json& j, std::string origin, std::string prefix)
+      : j_(j), origin_(std::move(origin)), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void Fail(ErrorCode code, const std::string& key, const std::string& what) const {
+    throw Error(code, origin_ + ": " + prefix_ + key + ": " + what);
+  }
+  bool Has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& Raw(const std::string& key) const { return j_[key]; }
+
+  int Int(const std::string& key, std::optional<int> def, int min_value = 0) const {
+    if (!Has(key)) {
+      if (def) return *def;
+      Fail(ErrorCode::kConfig, key, "missing");
+    }
+    const json& v = j_[key];
+    if (!v.is_number_integer()) Fail(ErrorCode::kConfig, key, "must be an integer, got " + v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (x < min_value || x > (1 << 30)) {
+      Fail(ErrorCode::kConfig, key, "value " + std::to_string(x) + " out of range");
+    }
+    return static_cast<int>(x);
+  }
+  double Num(const std::string& key, double def) const {
+    if (!Has(key)) return def;
+    const json& v = j_[key];
+    if (!v.is_number()) Fail(ErrorCode::kConfig, key, "must be a number, got " + v.dump());
+    return v.get<double>();
+  }
+  bool Bool(const std::string& key, bool def) const {
+    if (!Has(key)) return def;
+    const json& v = j_[key];
+    if (!v.is_boolean()) Fail(ErrorCode::kConfig, key, "must be true/false, got " + v.dump());
+    return v.get<bool>();
+  }
+  std::string Str(const std::string& key, const std::string& def) const {
+    if (!Has(key)) return def;
+    const json& v = j_[key];
+    if (!v.is_string()) Fail(ErrorCode::kConfig, key, "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+
+ private:
+  const json& j_;
+  std::string origin_;
+  std::string prefix_;
+};
+
+RopeParams ParseRope(const Reader& r, const json& j, const std::string& key) {
+  RopeParams p;
+  if (!j.is_object()) r.Fail(ErrorCode::kConfig, key, "must be an object");
+  Reader rr(j, "", "");
+  const std::string type = j.value("rope_type", std::string("default"));
+  if (type == "default") {
+    p.type = RopeParams::Type::kDefault;
+  } else if (type == "proportional") {
+    p.type = RopeParams::Type::kProportional;
+  } else {
+    r.Fail(ErrorCode::kUnsupported, key + ".rope_type", "'" + type + "' is not supported");
+  }
+  if (!j.contains("rope_theta") || !j["rope_theta"].is_number()) {
+    r.Fail(ErrorCode::kConfig, key + ".rope_theta", "missing or not a number");
+  }
+  p.theta = j["rope_theta"].get<double>();
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
+    p.partial_rotary_factor = j["partial_rotary_factor"].get<double>();
+  }
+  if (j.contains("factor") && !j["factor"].is_null()) p.factor = j["factor"].get<double>();
+  if (!(p.theta > 0) || !(p.partial_rotary_factor > 0 && p.partial_rotary_factor <= 1) ||
+      !(p.factor > 0)) {
+    r.Fail(ErrorCode::kConfig, key, "rope_theta, partial_rotary_factor or factor out of range");
+  }
+  return p;
+}
+
+TextConfig ParseText(const json& j, const std::string& origin, const std::string& prefix) {
+  Reader r(j, origin, prefix);
+  TextConfig c;
+  const std::string model_type = r.Str("model_type", "gemma4_text");
+  if (model_type != "gemma4_text") {
+    r.Fail(ErrorCode::kUnsupported, "model_type", "'" + model_type + "' is not gemma4_text");
+  }
+  c.vocab_size = r.Int("vocab_size", 262144, 1);
+  c.hidden_size = r.Int("hidden_size", std::nullopt, 1);
+  c.intermediate_size = r.Int("intermediate_size", std::nullopt, 1);
+  c.num_layers = r.Int("num_hidden_layers", std::nullopt, 1);
+  c.num_heads = r.Int("num_attention_heads", std::nullopt, 1);
+  c.num_kv_heads = r.Int("num_key_value_heads", std::nullopt, 1);
+  c.head_dim = r.Int("head_dim", 256, 2);
+  c.sliding_window = r.Int("sliding_window", 512, 1);
+  c.num_kv_shared_layers = r.Int("num_kv_shared_layers", 0, 0);
+  c.use_double_wide_mlp = r.Bool("use_double_wide_mlp", false);
+  c.hidden_size_per_layer_input = r.Int("hidden_size_per_layer_input", 256, 0);
+  c.vocab_size_per_layer_input = r.Int("vocab_size_per_layer_input", c.vocab_size, 0);
+  c.rms_norm_eps = static_cast<float>(r.Num("rms_norm_eps", 1e-6));
+  c.max_position_embeddings = r.Int("max_position_embeddings", 131072, 1);
+  c.tie_word_embeddings = r.Bool("tie_word_embeddings", true);
+  c.bos_token_id = r.Int("bos_token_id", 2, 0);
+  c.pad_token_id = r.Int("pad_token_id", 0, 0);
+  if (r.Has("eos_token_id")) {
+    const json& e = r.Raw("eos_token_id");
+    if (e.is_number_integer()) {
+      c.eos_token_ids.push_back(e.get<int>());
+    } else if (e.is_array()) {
+      for (const json& x : e) {
+        if (!x.is_number_integer()) r.Fail(ErrorCode::kConfig, "eos_token_id", "non-integer entry");
+        c.eos_token_ids.push_back(x.get<int>());
+      }
+    } else {
+      r.Fail(ErrorCode::kConfig, "eos_token_id", "must be an integer or a list");
+    }
+  } else {
+    c.eos_token_ids.push_back(1);
+  }
+  if (r.Has("final_logit_softcapping")) {
+    c.final_logit_softcapping = static_cast<float>(r.Num("final_logit_softcapping", 0));
+    if (!(*c.final_logit_softcapping > 0)) {
+      r.Fail(ErrorCode::kConfig, "final_logit_softcapping", "must be positive or null");
+    }
+  }
+  const std::string act = r.Str("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+    r.Fail(ErrorCode::kUnsupported, "hidden_activation", "'" + act + "' is not supported");
+  }
+  if (r.Bool("enable_moe_block", false)) {
+    r.Fail(ErrorCode::kUnsupported, "enable_moe_block", "MoE blocks are not supported");
+  }
+  if (r.Bool("attention_bias", false)) {
+    r.Fail(ErrorCode::kUnsupported, "attention_bias", "attention biases are not supported");
+  }
+  if (r.Bool("attention_k_eq_v", false)) {
+    r.Fail(ErrorCode::kUnsupported, "attention_k_eq_v", "k == v attention is not supported");
+  }
+  if (r.Has("use_bidirectional_attention")) {
+    r.Fail(ErrorCode::kUnsupported, "use_bidirectional_attention",
+           "bidirectional text attention is not supported");
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    r.Fail(ErrorCode::kConfig, "num_key_value_heads",
+           std::to_string(c.num_kv_heads) + " does not divide num_attention_heads " +
+               std::to_string(c.num_heads));
+  }
+  if (c.num_kv_shared_layers >= c.num_layers) {
+    r.Fail(ErrorCode::kConfig, "num_kv_shared_layers", "must be smaller than num_hidden_layers");
+  }
+
+  // layer_types; default as transformers: every 6th layer full, last layer forced full.
+  if (r.Has("layer_types")) {
+    const json& lt = r.Raw("layer_types");
+    if (!lt.is_array() || static_cast<int>(lt.size()) != c.num_layers) {
+      r.Fail(ErrorCode::kConfig, "layer_types",
+             "must be a list of num_hidden_layers (" + std::to_string(c.num_layers) + ") entries");
+    }
+    for (const json& t : lt) {
+      const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+      if (s == "sliding_attention") {
+        c.layer_types.push_back(LayerType::kSliding);
+      } else if (s == "full_attention") {
+        c.layer_types.push_back(LayerType::kFull);
+      } else {
+        r.Fail(ErrorCode::kUnsupported, "layer_types", "unknown layer type " + s);
+      }
+    }
+  } else {
+    for (int i = 0; i < c.num_layers; ++i) {
+      c.layer_types.push_back((i + 1) % 6 ? LayerType::kSliding : LayerType::kFull);
+    }
+  }
+  c.layer_types.back() = LayerType::kFull;  // transformers forces this (with a warning)
+
+  // Full-layer head dim: global_head_dim (hub configs) or per_layer_config (transformers-saved).
+  c.global_head_dim = r.Int("global_head_dim", 512, 2);
+  c.layer_head_dim.resize(c.num_layers);
+  for (int i = 0; i < c.num_layers; ++i) {
+    c.layer_head_dim[i] = c.layer_types[i] == LayerType::kFull ? c.global_head_dim : c.head_dim;
+  }
+  if (r.Has("per_layer_config")) {
+    const json& plc = r.Raw("per_layer_config");
+    if (!plc.is_object()) r.Fail(ErrorCode::kConfig, "per_layer_config", "must be an object");
+    bool first_full = true;
+    for (auto it = plc.begin(); it != plc.end(); ++it) {
+      int layer = -1;
+      try {
+        layer = std::stoi(it.key());
+      } catch (...) {
+      }
+      if (layer < 0 || layer >= c.num_layers) {
+        r.Fail(ErrorCode::kConfig, "per_layer_config." + it.key(), "not a layer index");
+      }
+      for (auto f = it.value().begin(); f != it.value().end(); ++f) {
+        if (f.key() == "head_dim") {
+          if (!f.value().is_number_integer() || f.value().get<int>() < 2) {
+            r.Fail(ErrorCode::kConfig, "per_layer_config." + it.key() + ".head_dim", "bad value");
+          }
+          c.layer_head_dim[layer] = f.value().get<int>();
+          if (c.layer_types[layer] == LayerType::kFull && first_full) {
+            c.global_head_dim = c.layer_head_dim[layer];
+            first_full = false;
+          }
+        } else {
+          r.Fail(ErrorCode::kUnsupported, "per_layer_config." + it.key() + "." + f.key(),
+                 "per-layer override not supported");
+        }
+      }
+    }
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    const int want = c.layer_types[i] == LayerType::kFull ? c.global_head_dim : c.head_dim;
+    if (c.layer_head_dim[i] != want) {
+      r.Fail(ErrorCode::kUnsupported, "per_layer_config",
+             "layers of one type must share a head dim (layer " + std::to_string(i) + ")");
+    }
+  }
+
+  // rope_parameters: {sliding_attention: {...}, full_attention: {...}}; defaults as transformers.
+  c.rope_sliding = {RopeParams::Type::kDefault, 10000.0, 1.0, 1.0};
+  c.rope_full = {RopeParams::Type::kProportional, 1000000.0, 0.25, 1.0};
+  if (r.Has("rope_parameters")) {
+    const json& rp = r.Raw("rope_parameters");
+    if (!rp.is_object()) r.Fail(ErrorCode::kConfig, "rope_parameters", "must be an object");
+    if (rp.contains("sliding_attention")) {
+      c.rope_sliding = ParseRope(r, rp["sliding_attention"], "rope_parameters.sliding_attention");
+    }
+    if (rp.contains("full_attention")) {
+      c.rope_full = ParseRope(r, rp["full_attention"], "rope_parameters.full_attention");
+    }
+  }
+  return c;
+}
+
+QuantConfig ParseQuant(const json& q, const std::string& origin) {
+  Reader r(q, origin, "quantization_config.");
+  QuantConfig qc;
+  const std::string method = r.Str("quant_method", "");
+  if (method != "gemma") {
+    r.Fail(ErrorCode::kUnsupported, "quant_method",
+           "unknown quant method '" + method + "' (only \"gemma\" mobile QAT is supported)");
+  }
+  qc.enabled = true;
+  qc.default_bits = r.Int("num_bits", 4, 1);
+  qc.quantize_embeddings = r.Bool("quantize_embeddings", false);
+  auto check_bits = [&](int b, const std::string& key) {
+    if (b != 2 && b != 4 && b != 8) r.Fail(ErrorCode::kUnsupported, key, "bits must be 2, 4 or 8");
+  };
+  check_bits(qc.default_bits, "num_bits");
+  if (r.Has("module_quant_configs")) {
+    const json& m = r.Raw("module_quant_configs");
+    if (!m.is_object()) r.Fail(ErrorCode::kConfig, "module_quant_configs", "must be an object");
+    // nlohmann::json's default object is sorted; declaration order matters, so re-read ordered.
+    const nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
+    for (auto it = om.begin(); it != om.end(); ++it) {
+      const std::string key = "module_quant_configs['" + it.key() + "']";
+      int bits = qc.default_bits;
+      if (it.value().is_number_integer()) {
+        bits = it.value().get<int>();
+      } else if (it.value().is_object()) {
+        for (auto f = it.value().begin(); f != it.value().end(); ++f) {
+          if (f.key() != "num_bits") r.Fail(ErrorCode::kUnsupported, key + "." + f.key(), "unknown option");
+          if (!f.value().is_number_integer()) r.Fail(ErrorCode::kConfig, key, "num_bits not an integer");
+          bits = f.value().get<int>();
+        }
+      } else {
+        r.Fail(ErrorCode::kConfig, key, "must be {num_bits: N} or N");
+      }
+      check_bits(bits, key);
+      try {
+        qc.rules.push_back({it.key(), std::regex(it.key(), std::regex::ECMAScript), bits});
+      } catch (const std::regex_error& e) {
+        r.Fail(ErrorCode::kConfig, key, std::string("invalid regex: ") + e.what());
+      }
+    }
+  }
+  if (r.Has("modules_to_not_convert")) {
+    const json& m = r.Raw("modules_to_not_convert");
+    if (!m.is_array()) r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "must be a list");
+    for (const json& x : m) {
+      if (!x.is_string()) r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "non-string entry");
+      qc.not_convert.push_back(x.get<std::string>());
+      try {
+        qc.not_convert_re.emplace_back(x.get<std::string>(), std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "invalid regex " + x.dump());
+      }
+    }
+  }
+  return qc;
+}
+
+}  // namespace
+
+std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embedding) const {
+  if (!enabled) return std::nullopt;
+  if (is_embedding && !quantize_embeddings) return std::nullopt;
+  for (size_t i = 0; i < not_convert.size(); ++i) {
+    const std::string& key = not_convert[i];
+    if (std::regex_search(module, not_convert_re[i], std::regex_constants::match_continuous)) {
+      return std::nullopt;
+    }
+    if (module.size() >= key.size() && module.compare(module.size() - key.size(), key.size(), key) == 0) {
+      return std::nullopt;
+    }
+  }
+  // Leftmost match wins; among rules matching at the same position, the first declared.
+  size_t best_pos = std::string::npos;
+  int bits = default_bits;
+  for (const Rule& rule : rules) {
+    std::smatch m;
+    if (std::regex_search(module, m, rule.re)) {
+      const size_t pos = static_cast<size_t>(m.position(0));
+      if (best_pos == std::string::npos || pos < best_pos) {
+        best_pos = pos;
+        bits = rule.bits;
+      }
+    }
+  }
+  return bits;
+}
+
+ModelConfig ParseModelConfig(const std::string& json_text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::kConfig, origin + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw Error(ErrorCode::kConfig, origin + ": not a JSON object");
+  ModelConfig mc;
+  mc.origin = origin;
+  const std::string model_type = j.value("model_type", std::string());
+  if (model_type == "gemma4") {
+    mc.multimodal_wrapper = true;
+    if (!j.contains("text_config") || !j["text_config"].is_object()) {
+      throw Error(ErrorCode::kConfig, origin + ": text_config: missing");
+    }
+    json text = j["text_config"];
+    if (!text.contains("model_type")) text["model_type"] = "gemma4_text";
+    mc.text = ParseText(text, origin, "text_config.");
+    if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()) {
+      mc.text.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+    }
+    if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+      mc.text.eos_token_ids.clear();
+      const json& e = j["eos_token_id"];
+      if (e.is_number_integer()) mc.text.eos_token_ids.push_back(e.get<int>());
+      if (e.is_array()) {
+        for (const json& x : e) {
+          if (x.is_number_integer()) mc.text.eos_token_ids.push_back(x.get<int>());
+        }
+      }
+    }
+    for (const char* key : {"image_token_id", "audio_token_id", "video_token_id"}) {
+      mc.placeholder_token_ids.push_back(
+          j.contains(key) && j[key].is_number_integer()
+              ? j[key].get<int>()
+              : (std::string(key) == "image_token_id"   ? 258880
+                 : std::string(key) == "audio_token_id" ? 258881
+                                                        : 258884));
+    }
+  } else if (model_type == "gemma4_text") {
+    mc.text = ParseText(j, origin, "");
+  } else {
+    throw Error(ErrorCode::kUnsupported,
+                origin + ": model_type: '" + model_type + "' is not gemma4 or gemma4_text");
+  }
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    mc.quant = ParseQuant(j["quantization_config"], origin);
+  } else if (mc.multimodal_wrapper && j["text_config"].contains("quantization_config")) {
+    mc.quant = ParseQuant(j["text_config"]["quantization_config"], origin);
+  }
+  return mc;
+}
+
+ModelConfig LoadModelConfig(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string file = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
+  return ParseModelConfig(ReadFileToString(file), file);
+}
+
+}  // namespace gemma

@@ -1,0 +1,84 @@
+// config.json of a Gemma 4 checkpoint: the top-level Gemma4Config (text_config inside) or a bare
+// Gemma4TextConfig, plus the mobile-QAT quantization_config. Parsing validates every value the engine
+// uses; unsupported features raise Error(kUnsupported), bad values Error(kConfig), naming the key.
+#pragma once
+
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace gemma {
+
+enum class LayerType { kSliding, kFull };
+
+struct RopeParams {
+  enum class Type { kDefault, kProportional } type = Type::kDefault;
+  double theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  double factor = 1.0;
+};
+
+// quantization_config with quant_method "gemma" (mobile QAT).
+struct QuantConfig {
+  bool enabled = false;
+  int default_bits = 4;
+  bool quantize_embeddings = false;
+  struct Rule {
+    std::string pattern;
+    std::regex re;
+    int bits;
+  };
+  std::vector<Rule> rules;                   // module_quant_configs, declaration order
+  std::vector<std::string> not_convert;      // modules_to_not_convert
+  std::vector<std::regex> not_convert_re;
+
+  // Bits for a module (HF module name, e.g. "model.layers.3.mlp.up_proj"), or nullopt when the
+  // module stays dense (quantization off, or listed in modules_to_not_convert). Semantics follow
+  // transformers: skip-list entries match as a regex at the start of the name or as a suffix; the
+  // override is the leftmost match of the joined alternation, first pattern winning ties.
+  std::optional<int> BitsFor(const std::string& module, bool is_embedding) const;
+};
+
+struct TextConfig {
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;          // sliding layers
+  int global_head_dim = 0;   // full layers (global_head_dim or per_layer_config)
+  std::vector<int> layer_head_dim;  // resolved per layer
+  std::vector<LayerType> layer_types;
+  int sliding_window = 0;
+  int num_kv_shared_layers = 0;
+  bool use_double_wide_mlp = false;
+  int hidden_size_per_layer_input = 0;  // 0 = no PLE
+  int vocab_size_per_layer_input = 0;
+  float rms_norm_eps = 1e-6f;
+  std::optional<float> final_logit_softcapping;
+  bool tie_word_embeddings = true;
+  int max_position_embeddings = 0;
+  RopeParams rope_sliding;
+  RopeParams rope_full;
+  int bos_token_id = 2;
+  int pad_token_id = 0;
+  std::vector<int> eos_token_ids;
+};
+
+struct ModelConfig {
+  TextConfig text;
+  QuantConfig quant;
+  bool multimodal_wrapper = false;  // top-level Gemma4Config (model_type "gemma4")
+  // Multimodal placeholder ids replaced by pad for the embedding lookups (gemma4 wrapper only).
+  std::vector<int> placeholder_token_ids;
+  std::string origin;  // path, for error messages
+};
+
+// Parses config.json text. `origin` names the file in errors.
+ModelConfig ParseModelConfig(const std::string& json_text, const std::string& origin);
+// Reads DIR/config.json (or the file itself when `path` is a .json file).
+ModelConfig LoadModelConfig(const std::string& path);
+
+}  // namespace gemma

@@ -1,0 +1,252 @@
+#include "format/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "gemma/error.h"
+
+namespace gemma {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Headers of real checkpoints are at most a few MB; 100 MB guards against garbage lengths.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+bool ParseDType(const std::string& s, DType* out) {
+  static const std::pair<const char*, DType> kNames[] = {
+      {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F64", DType::kF64},
+      {"I8", DType::kI8},   {"U8", DType::kU8},   {"I16", DType::kI16},   {"I32", DType::kI32},
+      {"I64", DType::kI64}, {"BOOL", DType::kBool}};
+  for (const auto& [name, t] : kNames) {
+    if (s == name) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+[[noreturn]] void Fail(const std::string& path, const std::string& what) {
+  throw Error(ErrorCode::kFormat, path + ": " + what);
+}
+
+}  // namespace
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kF64: return "F64";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kI16: return "I16";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+    case DType::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF64:
+    case DType::kI64: return 8;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16: return 2;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool: return 1;
+  }
+  return 0;
+}
+
+std::string TensorInfo::ShapeString() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : file_(std::make_unique<MappedFile>(path)) {
+  const uint8_t* base = file_->data();
+  const uint64_t size = file_->size();
+  if (size < 8) Fail(path, "file is " + std::to_string(size) + " bytes, too short for a header");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, base, 8);  // little-endian u64 (all supported hosts are little-endian)
+  if (header_len > kMaxHeaderBytes) {
+    Fail(path, "header length " + std::to_string(header_len) + " exceeds the 100 MB bound");
+  }
+  if (8 + header_len > size) {
+    Fail(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
+                   std::to_string(size) + "-byte file (truncated?)");
+  }
+  json header;
+  try {
+    header = json::parse(reinterpret_cast<const char*>(base + 8),
+                         reinterpret_cast<const char*>(base + 8 + header_len));
+  } catch (const json::exception& e) {
+    Fail(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) Fail(path, "header is not a JSON object");
+  const uint64_t data_start = 8 + header_len;
+  const uint64_t data_len = size - data_start;
+
+  struct Span {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) Fail(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto where = [&](const std::string& what) { Fail(path, "tensor '" + name + "': " + what); };
+    if (!v.is_object()) where("entry is not an object");
+    if (!v.contains("dtype") || !v["dtype"].is_string()) where("missing dtype");
+    if (!v.contains("shape") || !v["shape"].is_array()) where("missing shape");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2) {
+      where("missing data_offsets [begin, end]");
+    }
+    TensorInfo t;
+    t.name = name;
+    const std::string dtype = v["dtype"].get<std::string>();
+    if (!ParseDType(dtype, &t.dtype)) where("unsupported dtype '" + dtype + "'");
+    uint64_t numel = 1;
+    for (const json& d : v["shape"]) {
+      if (!d.is_number_unsigned()) where("shape has a non-integer or negative dimension");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > (1ull << 48) / dim) where("shape is absurdly large");
+      numel *= dim;
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const json& off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      where("data_offsets are not non-negative integers");
+    }
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e) where("data_offsets begin > end");
+    if (e > data_len) {
+      where("data_offsets end " + std::to_string(e) + " points past the end of the data (" +
+            std::to_string(data_len) + " bytes; truncated file?)");
+    }
+    const uint64_t expect = numel * DTypeSize(t.dtype);
+    if (e - b != expect) {
+      where("byte length " + std::to_string(e - b) + " does not match " + dtype + " x " +
+            t.ShapeString() + " = " + std::to_string(expect));
+    }
+    t.data = base + data_start + b;
+    t.nbytes = e - b;
+    t.file = &file_->path();
+    auto [pos, inserted] = tensors_.emplace(name, std::move(t));
+    spans.push_back({b, e, &pos->first});
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end) {
+      Fail(path, "tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name + "' overlap");
+    }
+  }
+}
+
+std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
+  auto src = std::unique_ptr<TensorSource>(new TensorSource());
+  src->origin_ = path;
+  std::vector<std::string> shard_paths;
+  std::map<std::string, std::string> weight_map;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path dir(path);
+    if (fs::exists(dir / "model.safetensors.index.json")) {
+      const std::string index_path = (dir / "model.safetensors.index.json").string();
+      json index;
+      try {
+        index = json::parse(ReadFileToString(index_path));
+      } catch (const json::exception& e) {
+        throw Error(ErrorCode::kFormat, index_path + ": not valid JSON: " + e.what());
+      }
+      if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+        throw Error(ErrorCode::kFormat, index_path + ": no weight_map object");
+      }
+      for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+        if (!it.value().is_string()) {
+          throw Error(ErrorCode::kFormat, index_path + ": weight_map['" + it.key() + "'] is not a string");
+        }
+        const std::string shard = it.value().get<std::string>();
+        if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
+          throw Error(ErrorCode::kFormat, index_path + ": shard name '" + shard + "' leaves the directory");
+        }
+        weight_map[it.key()] = (dir / shard).string();
+        if (std::find(shard_paths.begin(), shard_paths.end(), (dir / shard).string()) ==
+            shard_paths.end()) {
+          shard_paths.push_back((dir / shard).string());
+        }
+      }
+    } else if (fs::exists(dir / "model.safetensors")) {
+      shard_paths.push_back((dir / "model.safetensors").string());
+    } else {
+      throw Error(ErrorCode::kIo, path + ": no model.safetensors or model.safetensors.index.json");
+    }
+  } else {
+    shard_paths.push_back(path);
+  }
+  for (const std::string& p : shard_paths) {
+    src->files_.push_back(std::make_unique<SafetensorsFile>(p));
+  }
+  for (const auto& f : src->files_) {
+    for (const auto& [name, info] : f->tensors()) {
+      if (!weight_map.empty()) {
+        auto it = weight_map.find(name);
+        if (it == weight_map.end() || it->second != f->path()) continue;  // index is authoritative
+      }
+      if (!src->index_.emplace(name, &info).second) {
+        throw Error(ErrorCode::kFormat,
+                    f->path() + ": tensor '" + name + "' also appears in another shard");
+      }
+    }
+  }
+  for (const auto& [name, shard] : weight_map) {
+    if (!src->index_.count(name)) {
+      throw Error(ErrorCode::kMissingTensor,
+                  shard + ": tensor '" + name + "' is listed in the index but not in the shard");
+    }
+  }
+  return src;
+}
+
+const TensorInfo* TensorSource::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+const TensorInfo& TensorSource::Get(const std::string& name) const {
+  const TensorInfo* t = Find(name);
+  if (!t) throw Error(ErrorCode::kMissingTensor, origin_ + ": tensor '" + name + "' not found");
+  return *t;
+}
+
+size_t TensorSource::total_bytes() const {
+  size_t n = 0;
+  for (const auto& f : files_) n += f->file_size();
+  return n;
+}
+
+}  // namespace gemma

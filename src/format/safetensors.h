@@ -1,0 +1,77 @@
+// safetensors checkpoints: memory-mapped, validated, never copied.
+//
+// A checkpoint is one `*.safetensors` file or a shard set described by `model.safetensors.index.json`.
+// Every header is validated before any tensor is used: header size bound, JSON syntax, known dtypes,
+// dtype x shape == byte length, offsets inside the file, no overlapping tensors. Problems raise
+// gemma::Error naming the file (and tensor).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+
+namespace gemma {
+
+enum class DType { kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool };
+
+const char* DTypeName(DType t);
+size_t DTypeSize(DType t);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // inside the mapping
+  size_t nbytes = 0;
+  const std::string* file = nullptr;  // path of the shard holding it
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  std::string ShapeString() const;  // e.g. "[262144, 1536]"
+};
+
+// One validated safetensors file.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  const std::string& path() const { return file_->path(); }
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  size_t file_size() const { return file_->size(); }
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// All tensors of a checkpoint (one file or a shard set), by name.
+class TensorSource {
+ public:
+  // `path` is a directory (model.safetensors or model.safetensors.index.json inside) or a
+  // .safetensors file.
+  static std::unique_ptr<TensorSource> Open(const std::string& path);
+
+  const TensorInfo* Find(const std::string& name) const;
+  // Throws Error(kMissingTensor) naming the tensor and the checkpoint.
+  const TensorInfo& Get(const std::string& name) const;
+  const std::map<std::string, const TensorInfo*>& all() const { return index_; }
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  const std::string& origin() const { return origin_; }
+  size_t total_bytes() const;
+
+ private:
+  std::string origin_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorInfo*> index_;
+};
+
+}  // namespace gemma

@@ -1,0 +1,39 @@
+// Streaming safetensors writer: tensors are declared first, then their bytes are produced row block by
+// row block straight into the file, so multi-GB checkpoints never sit in memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+
+namespace gemma {
+
+class SafetensorsWriter {
+ public:
+  // fill(row_begin, row_end, dst): write rows [row_begin, row_end) of the tensor (row = first dim;
+  // a 0-d or 1-d tensor is one row) into dst.
+  using Fill = std::function<void(int64_t row_begin, int64_t row_end, uint8_t* dst)>;
+
+  void Add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill);
+  void AddBytes(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                std::vector<uint8_t> bytes);
+  void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // Writes the file (tensors in declaration order). Throws Error(kIo) on failure.
+  void Write(const std::string& path) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    Fill fill;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace gemma

@@ -1,0 +1,315 @@
+// Encoding and decoding. The semantics follow HF tokenizers for the configuration that
+// tokenizer_json.cc accepts; see tokenizer.h.
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "gemma/error.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace gemma {
+namespace {
+
+using tokenizer_internal::DecodeUtf8;
+
+constexpr uint32_t kNoMerge = UINT32_MAX;
+constexpr char kSpaceMark[] = "\xE2\x96\x81";  // U+2581 '▁'
+// Words up to this many symbols use the quadratic scan (cheaper than a heap when short).
+constexpr size_t kScanLimit = 48;
+
+// Applies BPE merges to `syms` in place: repeatedly merge the adjacent pair with the lowest rank,
+// leftmost first on equal ranks (HF Word::merge_all without dropout).
+void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>* syms_io) {
+  std::vector<int32_t>& syms = *syms_io;
+  size_t n = syms.size();
+  uint32_t rank[kScanLimit];
+  int32_t merged[kScanLimit];
+  auto lookup = [&](size_t i) {
+    const auto* m = merges.Find(syms[i], syms[i + 1]);
+    rank[i] = m ? m->rank : kNoMerge;
+    merged[i] = m ? m->id : -1;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) lookup(i);
+  while (n > 1) {
+    size_t best = 0;
+    uint32_t best_rank = kNoMerge;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      if (rank[i] < best_rank) {
+        best_rank = rank[i];
+        best = i;
+      }
+    }
+    if (best_rank == kNoMerge) break;
+    syms[best] = merged[best];
+    // Remove symbol best+1 and pair entry best+1.
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      syms[i] = syms[i + 1];
+      rank[i] = rank[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --n;
+    if (best > 0) lookup(best - 1);
+    if (best + 1 < n) lookup(best);
+  }
+  syms.resize(n);
+}
+
+// Same result as MergeShort for long words, in O(n log n): a linked list of symbols and a
+// min-heap of (rank, position) candidates, stale entries skipped on pop.
+void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>* syms_io) {
+  std::vector<int32_t>& syms = *syms_io;
+  const size_t n = syms.size();
+  thread_local std::vector<int32_t> prev, next;
+  thread_local std::vector<uint8_t> alive;
+  thread_local std::vector<uint64_t> heap;
+  prev.resize(n);
+  next.resize(n);
+  alive.assign(n, 1);
+  heap.clear();
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = static_cast<int32_t>(i) - 1;
+    next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+  }
+  auto push = [&](size_t pos) {
+    int32_t r = next[pos];
+    if (r < 0) return;
+    const auto* m = merges.Find(syms[pos], syms[r]);
+    if (!m) return;
+    heap.push_back((static_cast<uint64_t>(m->rank) << 32) | pos);
+    std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    uint64_t top = heap.back();
+    heap.pop_back();
+    size_t pos = static_cast<size_t>(top & 0xffffffffu);
+    uint32_t rank = static_cast<uint32_t>(top >> 32);
+    if (!alive[pos] || next[pos] < 0) continue;
+    int32_t r = next[pos];
+    const auto* m = merges.Find(syms[pos], syms[r]);
+    if (!m || m->rank != rank) continue;  // stale: a neighbour changed since the push
+    syms[pos] = m->id;
+    alive[r] = 0;
+    next[pos] = next[r];
+    if (next[r] >= 0) prev[next[r]] = static_cast<int32_t>(pos);
+    if (prev[pos] >= 0) push(static_cast<size_t>(prev[pos]));
+    push(pos);
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (alive[i]) syms[out++] = syms[i];
+  }
+  syms.resize(out);
+}
+
+}  // namespace
+
+size_t Tokenizer::Impl::MatchAdded(std::string_view text, size_t pos, int32_t* id) const {
+  size_t best = 0;
+  int32_t node = 0;
+  for (size_t i = pos; i < text.size(); ++i) {
+    const auto& kids = trie[node].kids;
+    uint8_t b = static_cast<uint8_t>(text[i]);
+    auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{-1}));
+    if (it == kids.end() || it->first != b) break;
+    node = it->second;
+    if (trie[node].token >= 0) {
+      best = i + 1 - pos;
+      *id = trie[node].token;
+    }
+  }
+  return best;
+}
+
+void Tokenizer::Impl::Encode(std::string_view text, bool match_special,
+                             std::vector<int32_t>* out) const {
+  size_t seg_start = 0;
+  size_t pos = 0;
+  const size_t n = text.size();
+  while (pos < n) {
+    if (!trie_first[static_cast<uint8_t>(text[pos])]) {
+      ++pos;
+      continue;
+    }
+    int32_t id = -1;
+    size_t len = MatchAdded(text, pos, &id);
+    if (len == 0) {
+      ++pos;
+      continue;
+    }
+    if (!match_special && (flags[id] & kFlagSpecial)) {
+      // HF skips the (leftmost-longest) match and resumes after it; the text stays in the span.
+      pos += len;
+      continue;
+    }
+    EncodeSegment(text.substr(seg_start, pos - seg_start), out);
+    out->push_back(id);
+    pos += len;
+    seg_start = pos;
+  }
+  EncodeSegment(text.substr(seg_start), out);
+}
+
+void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* out) const {
+  if (raw.empty()) return;
+  // Normalizer: ' ' -> '▁'.
+  thread_local std::string norm;
+  norm.clear();
+  norm.reserve(raw.size() * 3);
+  for (char c : raw) {
+    if (c == ' ') {
+      norm.append(kSpaceMark, 3);
+    } else {
+      norm.push_back(c);
+    }
+  }
+  if (ignore_merges || space_id < 0) {
+    EncodeWord(norm, out);
+    return;
+  }
+  // Cut before a '▁' whose predecessor is a vocab character that no piece joins to '▁'.
+  const auto* s = reinterpret_cast<const unsigned char*>(norm.data());
+  const size_t n = norm.size();
+  size_t word_start = 0;
+  for (size_t pos = 1; pos + 2 < n; ++pos) {
+    const void* hit = std::memchr(s + pos, 0xE2, n - pos);
+    if (!hit) break;
+    pos = static_cast<const unsigned char*>(hit) - s;
+    if (pos + 2 >= n || s[pos + 1] != 0x96 || s[pos + 2] != 0x81 || pos <= word_start) continue;
+    size_t start = pos - 1;
+    while (start > word_start && pos - start < 4 && (s[start] & 0xC0) == 0x80) --start;
+    uint32_t cp = 0;
+    if (DecodeUtf8(s + start, pos - start, &cp) != pos - start) continue;
+    if (cp == 0x2581 || char_ids[cp] < 0) continue;
+    if (std::binary_search(glue_before_space.begin(), glue_before_space.end(), cp)) continue;
+    EncodeWord(std::string_view(norm).substr(word_start, pos - word_start), out);
+    word_start = pos;
+  }
+  EncodeWord(std::string_view(norm).substr(word_start), out);
+}
+
+void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
+  if (word.empty()) return;
+  if (ignore_merges) {
+    int32_t id = vocab.Find(word, pieces);
+    if (id >= 0) {
+      out->push_back(id);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> syms;
+  syms.clear();
+  const auto* s = reinterpret_cast<const unsigned char*>(word.data());
+  const size_t n = word.size();
+  bool unk_pending = false;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp = s[i];
+    size_t len = cp < 0x80 ? 1 : DecodeUtf8(s + i, n - i, &cp);
+    int32_t id = -1;
+    if (len == 0) {
+      len = 1;  // a byte outside any well-formed sequence: a one-byte unknown "character"
+    } else {
+      id = char_ids[cp];
+    }
+    if (id >= 0) {
+      if (unk_pending) {
+        syms.push_back(unk_id);
+        unk_pending = false;
+      }
+      syms.push_back(id);
+    } else {
+      bool done = false;
+      if (byte_fallback) {
+        bool all = true;
+        for (size_t k = 0; k < len; ++k) all = all && byte_ids[s[i + k]] >= 0;
+        if (all) {
+          // As HF: a pending <unk> is not flushed here, it follows these bytes.
+          for (size_t k = 0; k < len; ++k) syms.push_back(byte_ids[s[i + k]]);
+          done = true;
+        }
+      }
+      if (!done && unk_id >= 0) {
+        if (unk_pending && !fuse_unk) syms.push_back(unk_id);
+        unk_pending = true;
+      }
+    }
+    i += len;
+  }
+  if (unk_pending) syms.push_back(unk_id);
+  if (syms.size() > 1) {
+    if (syms.size() <= kScanLimit) {
+      MergeShort(merges, &syms);
+    } else {
+      MergeLong(merges, &syms);
+    }
+  }
+  out->insert(out->end(), syms.begin(), syms.end());
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, SpecialText special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  impl_->Encode(text, special == SpecialText::kMatch, &out);
+  return out;
+}
+
+void Tokenizer::EncodeTo(std::string_view text, std::vector<int32_t>* out,
+                         SpecialText special) const {
+  impl_->Encode(text, special == SpecialText::kMatch, out);
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+  std::string out;
+  const int32_t n = impl_->vocab_size();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= n) {
+      throw Error(ErrorCode::kInvalidArgument, "Tokenizer::Decode: id " + std::to_string(id) +
+                                                   " is outside [0, " + std::to_string(n) + ")");
+    }
+    out += impl_->token_bytes[id];
+  }
+  return out;
+}
+
+int32_t Tokenizer::vocab_size() const { return impl_->vocab_size(); }
+
+const std::string& Tokenizer::TokenBytes(int32_t id) const {
+  assert(id >= 0 && id < impl_->vocab_size());
+  return impl_->token_bytes[id];
+}
+
+const std::string& Tokenizer::Piece(int32_t id) const {
+  assert(id >= 0 && id < impl_->vocab_size());
+  return impl_->pieces[id];
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < impl_->vocab_size() && (impl_->flags[id] & Impl::kFlagSpecial);
+}
+
+bool Tokenizer::IsAdded(int32_t id) const {
+  return id >= 0 && id < impl_->vocab_size() && (impl_->flags[id] & Impl::kFlagAdded);
+}
+
+std::optional<int32_t> Tokenizer::TokenId(std::string_view piece) const {
+  auto it = impl_->added_ids.find(std::string(piece));
+  if (it != impl_->added_ids.end()) return it->second;
+  int32_t id = impl_->vocab.Find(piece, impl_->pieces);
+  if (id >= 0) return id;
+  return std::nullopt;
+}
+
+std::optional<int32_t> Tokenizer::ByteToken(uint8_t b) const {
+  int32_t id = impl_->byte_ids[b];
+  if (id >= 0) return id;
+  return std::nullopt;
+}
+
+}  // namespace gemma

@@ -1,0 +1,97 @@
+// Loaded tokenizer state shared by Tokenizer copies. Internal to the tokenizer room.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/flat_tables.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gemma {
+
+struct Tokenizer::Impl {
+  // --- model (BPE) ---
+  std::vector<std::string> pieces;        // by id, vocab then added tokens beyond the vocab
+  int32_t model_vocab_size = 0;           // ids [0, model_vocab_size) are the BPE vocab
+  tokenizer_internal::StringIdMap vocab;  // piece -> id over the BPE vocab only
+  tokenizer_internal::MergeMap merges;
+  std::vector<int32_t> char_ids;      // code point -> id of the single-character piece, or -1
+  std::array<int32_t, 256> byte_ids;  // byte -> id of "<0xNN>", or -1
+  int32_t unk_id = -1;
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  bool ignore_merges = false;
+  int32_t space_id = -1;  // id of "▁", used for the split test below
+  // Code points c such that some piece contains c immediately followed by '▁' (U+2581). A BPE
+  // word may be cut before a '▁' whose predecessor is a vocab character not in this set: no
+  // token can span such a cut, so both halves merge independently (see EncodeSegment).
+  std::vector<uint32_t> glue_before_space;  // sorted
+
+  // --- added tokens ---
+  struct TrieNode {
+    int32_t token = -1;                             // id if a token ends here
+    std::vector<std::pair<uint8_t, int32_t>> kids;  // sorted by byte
+  };
+  std::vector<TrieNode> trie;                          // node 0 is the root
+  std::array<bool, 256> trie_first{};                  // bytes that start some added token
+  std::unordered_map<std::string, int32_t> added_ids;  // content -> id
+
+  // --- per id ---
+  std::vector<std::string> token_bytes;
+  std::vector<uint8_t> flags;  // kFlagSpecial | kFlagAdded
+  static constexpr uint8_t kFlagSpecial = 1;
+  static constexpr uint8_t kFlagAdded = 2;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(pieces.size()); }
+
+  // tokenizer.cc
+  void Encode(std::string_view text, bool match_special, std::vector<int32_t>* out) const;
+  void EncodeSegment(std::string_view raw, std::vector<int32_t>* out) const;
+  void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+  // Longest added token starting at text[pos]: returns its byte length (0 if none) and sets *id.
+  size_t MatchAdded(std::string_view text, size_t pos, int32_t* id) const;
+};
+
+namespace tokenizer_internal {
+
+// Length of the well-formed UTF-8 sequence at s[0..n), or 0 if s[0] does not start one
+// (Unicode table 3-7). Sets *cp to the code point.
+inline size_t DecodeUtf8(const unsigned char* s, size_t n, uint32_t* cp) {
+  unsigned char c = s[0];
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) {
+    if (n < 2 || (s[1] & 0xC0) != 0x80) return 0;
+    *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+    return 2;
+  }
+  if (c < 0xF0) {
+    if (n < 3) return 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+    if (s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80) return 0;
+    *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (n < 4) return 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    if (s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+    *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+    return 4;
+  }
+  return 0;
+}
+
+}  // namespace tokenizer_internal
+}  // namespace gemma

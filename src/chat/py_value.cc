@@ -1,0 +1,321 @@
+#include "chat/py_value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "gemma/error.h"
+
+namespace gemma::chat {
+namespace {
+
+// Decodes one UTF-8 code point at `pos` (lenient: an invalid byte is returned as itself).
+char32_t DecodeAt(std::string_view s, size_t pos, size_t* len) {
+  const auto b0 = static_cast<unsigned char>(s[pos]);
+  int n = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 1;
+  if (pos + n > s.size()) n = 1;
+  if (n == 1) {
+    *len = 1;
+    return b0;
+  }
+  char32_t cp = b0 & (0x7F >> n);
+  for (int i = 1; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(s[pos + i]);
+    if ((b & 0xC0) != 0x80) {
+      *len = 1;
+      return b0;
+    }
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  *len = n;
+  return cp;
+}
+
+// Python's str.isspace() set (Py_UNICODE_ISSPACE).
+bool IsPySpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+std::string PyStrRepr(std::string_view s) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = (has_single && !has_double) ? '"' : '\'';
+  std::string out(1, quote);
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == quote || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+std::string PyRepr(const Json& v) {
+  if (v.is_string()) return PyStrRepr(v.get_ref<const std::string&>());
+  if (v.is_array()) {
+    std::string out = "[";
+    bool first = true;
+    for (const auto& item : v) {
+      if (!first) out += ", ";
+      first = false;
+      out += PyRepr(item);
+    }
+    return out + "]";
+  }
+  if (v.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [key, item] : v.items()) {
+      if (!first) out += ", ";
+      first = false;
+      out += PyStrRepr(key) + ": " + PyRepr(item);
+    }
+    return out + "}";
+  }
+  return PyStr(&v);
+}
+
+}  // namespace
+
+bool PyTruthy(const Json* v) {
+  if (v == nullptr) return false;
+  switch (v->type()) {
+    case Json::value_t::null:
+    case Json::value_t::discarded:
+      return false;
+    case Json::value_t::boolean:
+      return v->get<bool>();
+    case Json::value_t::number_integer:
+      return v->get<std::int64_t>() != 0;
+    case Json::value_t::number_unsigned:
+      return v->get<std::uint64_t>() != 0;
+    case Json::value_t::number_float:
+      return v->get<double>() != 0.0;
+    case Json::value_t::string:
+      return !v->get_ref<const std::string&>().empty();
+    case Json::value_t::array:
+    case Json::value_t::object:
+    case Json::value_t::binary:
+      return !v->empty();
+  }
+  return false;
+}
+
+std::string PyFloatRepr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  // Shortest round-trip digits, then Python's layout: fixed for 1e-4 <= |x| < 1e16, else exponent.
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);  // e.g. "-1.2345e+17"
+  std::string sign;
+  if (!sci.empty() && sci[0] == '-') {
+    sign = "-";
+    sci.erase(0, 1);
+  }
+  const size_t e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  const int exp10 = std::atoi(sci.c_str() + e + 1);
+  std::string digits;
+  for (char c : mant) {
+    if (c != '.') digits += c;
+  }
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const int decpt = exp10 + 1;  // value = 0.DIGITS x 10^decpt
+  std::string out;
+  if (decpt <= -4 || decpt > 16) {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char ebuf[16];
+    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
+    out += ebuf;
+  } else if (decpt <= 0) {
+    out = "0." + std::string(-decpt, '0') + digits;
+  } else if (static_cast<size_t>(decpt) >= digits.size()) {
+    out = digits + std::string(decpt - digits.size(), '0') + ".0";
+  } else {
+    out = digits.substr(0, decpt) + "." + digits.substr(decpt);
+  }
+  return sign + out;
+}
+
+std::string PyStr(const Json* v) {
+  if (v == nullptr) return "";
+  switch (v->type()) {
+    case Json::value_t::null:
+    case Json::value_t::discarded:
+      return "None";
+    case Json::value_t::boolean:
+      return v->get<bool>() ? "True" : "False";
+    case Json::value_t::number_integer:
+      return std::to_string(v->get<std::int64_t>());
+    case Json::value_t::number_unsigned:
+      return std::to_string(v->get<std::uint64_t>());
+    case Json::value_t::number_float:
+      return PyFloatRepr(v->get<double>());
+    case Json::value_t::string:
+      return v->get<std::string>();
+    case Json::value_t::array:
+    case Json::value_t::object:
+      return PyRepr(*v);
+    case Json::value_t::binary:
+      return "<binary>";
+  }
+  return "";
+}
+
+std::string PyStrip(std::string_view s) {
+  size_t begin = 0;
+  while (begin < s.size()) {
+    size_t len;
+    if (!IsPySpace(DecodeAt(s, begin, &len))) break;
+    begin += len;
+  }
+  size_t end = begin;  // one past the last non-space code point
+  size_t pos = begin;
+  while (pos < s.size()) {
+    size_t len;
+    const bool space = IsPySpace(DecodeAt(s, pos, &len));
+    pos += len;
+    if (!space) end = pos;
+  }
+  return std::string(s.substr(begin, end - begin));
+}
+
+std::string PyUpper(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return out;
+}
+
+std::string PyLower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, const Json*>> DictSort(const Json& object) {
+  std::vector<std::pair<std::string, const Json*>> items;
+  for (const auto& [key, value] : object.items()) items.emplace_back(key, &value);
+  // Byte order of UTF-8 equals Python's code-point order.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const auto& a, const auto& b) { return PyLower(a.first) < PyLower(b.first); });
+  return items;
+}
+
+std::vector<Json> PyIterate(const Json* v, std::string_view where) {
+  std::vector<Json> out;
+  if (v == nullptr) return out;
+  if (v->is_array()) {
+    for (const auto& item : *v) out.push_back(item);
+  } else if (v->is_object()) {
+    for (const auto& [key, item] : v->items()) out.emplace_back(key);
+  } else if (v->is_string()) {
+    const auto& s = v->get_ref<const std::string&>();
+    for (size_t pos = 0; pos < s.size();) {
+      size_t len;
+      DecodeAt(s, pos, &len);
+      out.emplace_back(s.substr(pos, len));
+      pos += len;
+    }
+  } else {
+    throw Error(ErrorCode::kTemplate,
+                std::string(where) + ": a " + TypeName(v) + " is not iterable (the template loops over it)");
+  }
+  return out;
+}
+
+const Json* GetItem(const Json* v, std::string_view key) {
+  if (v == nullptr || !v->is_object()) return nullptr;
+  auto it = v->find(std::string(key));
+  return it == v->end() ? nullptr : &*it;
+}
+
+namespace {
+// Numeric view for Python equality (bools are ints in Python).
+bool AsNumber(const Json& v, double* out) {
+  if (v.is_boolean()) {
+    *out = v.get<bool>() ? 1.0 : 0.0;
+    return true;
+  }
+  if (v.is_number()) {
+    *out = v.get<double>();
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool PyEquals(const Json* a, const Json* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  double x, y;
+  if (AsNumber(*a, &x) && AsNumber(*b, &y)) {
+    if (a->is_number_float() || b->is_number_float()) return x == y;
+    if (a->is_boolean() || b->is_boolean()) return x == y;
+    return *a == *b;  // exact for big integers
+  }
+  if (a->type() != b->type()) return false;
+  if (a->is_array()) {
+    if (a->size() != b->size()) return false;
+    for (size_t i = 0; i < a->size(); ++i) {
+      if (!PyEquals(&(*a)[i], &(*b)[i])) return false;
+    }
+    return true;
+  }
+  if (a->is_object()) {
+    if (a->size() != b->size()) return false;
+    for (const auto& [key, value] : a->items()) {
+      const Json* other = GetItem(b, key);
+      if (other == nullptr || !PyEquals(&value, other)) return false;
+    }
+    return true;
+  }
+  return *a == *b;
+}
+
+std::string TypeName(const Json* v) {
+  if (v == nullptr) return "missing value";
+  switch (v->type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float:
+      return "number";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::object:
+      return "object";
+    default:
+      return "value";
+  }
+}
+
+}  // namespace gemma::chat

@@ -61,8 +61,14 @@ class StringIdMap {
     }
   }
   int32_t Find(std::string_view key, const std::vector<std::string>& keys) const {
+    return FindHashed(key, HashBytes(key), keys);
+  }
+  // For batched lookups: hash first, prefetch, then probe.
+  void Prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
+  }
+  int32_t FindHashed(std::string_view key, uint64_t h, const std::vector<std::string>& keys) const {
     if (slots_.empty()) return -1;
-    uint64_t h = HashBytes(key);
     uint32_t tag = static_cast<uint32_t>(h >> 32);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
@@ -96,6 +102,9 @@ class MergeMap {
   }
   static uint64_t Key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  void Prefetch(int32_t a, int32_t b) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[Mix64(Key(a, b)) & mask_]);
   }
   void Insert(int32_t a, int32_t b, Value v) {
     if ((size_ + 1) * 2 > slots_.size()) Grow();

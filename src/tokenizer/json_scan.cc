@@ -124,6 +124,21 @@ void JsonScanner::ReadString(std::string* out, std::string_view context) {
   }
 }
 
+std::string_view JsonScanner::ReadStringView(std::string* scratch, std::string_view context) {
+  SkipWhitespace();
+  if (p_ < end_ && *p_ == '"') {
+    const char* start = p_ + 1;
+    const char* q = start;
+    while (q < end_ && *q != '"' && *q != '\\' && static_cast<unsigned char>(*q) >= 0x20) ++q;
+    if (q < end_ && *q == '"') {
+      p_ = q + 1;
+      return std::string_view(start, static_cast<size_t>(q - start));
+    }
+  }
+  ReadString(scratch, context);
+  return *scratch;
+}
+
 int64_t JsonScanner::ReadInt(std::string_view context) {
   SkipWhitespace();
   bool neg = false;

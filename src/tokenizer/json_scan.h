@@ -38,6 +38,10 @@ class JsonScanner {
   // Parses a JSON string into `out` (replacing its contents), decoding escapes. Rejects raw
   // control characters, bad escapes and unpaired surrogates.
   void ReadString(std::string* out, std::string_view context);
+  // Like ReadString, but returns a view into the input when the string has no escapes (the
+  // common case) and decodes into `*scratch` otherwise. The view lives as long as the input or
+  // until `*scratch` changes.
+  std::string_view ReadStringView(std::string* scratch, std::string_view context);
   // Parses an integer (optional '-', digits; no fraction or exponent) that fits int64.
   int64_t ReadInt(std::string_view context);
   // Skips one JSON value of any kind and returns its text (validated structurally).

@@ -115,7 +115,10 @@ class Loader {
     if (!s_.has_merges) Fail(origin_, "missing field \"model.merges\"");
 
     CheckModelOptions();
-    ParseMerges();
+    if (!merges_parsed_) {
+      JsonScanner msc(s_.merges, origin_);
+      ParseMerges(msc);
+    }
     CheckNullable(s_.truncation, "truncation");
     CheckNullable(s_.padding, "padding");
     CheckNormalizer();
@@ -140,8 +143,14 @@ class Loader {
       if (key == "vocab") {
         ParseVocab(sc);
       } else if (key == "merges") {
+        if (s_.has_merges) Fail(origin_, "duplicate field \"model.merges\"");
         s_.has_merges = true;
-        s_.merges = sc.SkipValue("model.merges");
+        if (s_.has_vocab) {
+          ParseMerges(sc);  // the usual order: parse in place, no second pass
+          merges_parsed_ = true;
+        } else {
+          s_.merges = sc.SkipValue("model.merges");
+        }
       } else {
         s_.model_options.emplace_back(key, sc.SkipValue("model." + key));
       }
@@ -179,7 +188,7 @@ class Loader {
                           " and " + Quote(piece) + ")");
       }
       seen[id] = 1;
-      pieces[id] = piece;
+      pieces[id] = std::move(piece);
       ++count;
       max_id = std::max(max_id, id);
     }
@@ -204,55 +213,93 @@ class Loader {
     }
   }
 
-  void ParseMerges() {
+  void ParseMerges(JsonScanner& sc) {
     constexpr std::string_view kCtx = "model.merges";
-    JsonScanner sc(s_.merges, origin_);
     if (sc.Peek() != '[') sc.Fail(kCtx, "expected an array");
     sc.Expect('[', kCtx);
-    const auto& pieces = impl_->pieces;
-    auto& merges = impl_->merges;
     // Real files have about two merges per vocab entry; the table grows if there are more.
-    merges.Reserve(static_cast<size_t>(impl_->model_vocab_size) * 2);
-    std::string a, b, joined;
+    impl_->merges.Reserve(static_cast<size_t>(impl_->model_vocab_size) * 2);
+    // Merges are read in batches so that the three vocab probes of each (a, b, a+b) and the merge
+    // table insert can be prefetched together: the tables are far bigger than the caches.
+    constexpr size_t kBatch = 64;
+    struct Item {
+      uint32_t a, a_len, b_len;  // offsets into `arena`: a, then b right after it (= a+b)
+      uint64_t ha, hb, hj;
+      int32_t ia, ib, ij;
+    };
+    Item items[kBatch];
+    std::string arena;
+    std::string scratch;
     bool first = true;
     uint32_t rank = 0;
-    while (sc.NextElement(&first, kCtx)) {
-      char c = sc.Peek();
-      if (c == '[') {
-        sc.Expect('[', kCtx);
-        sc.ReadString(&a, kCtx);
-        sc.Expect(',', kCtx);
-        sc.ReadString(&b, kCtx);
-        if (sc.Peek() != ']') {
-          Fail(origin_, "model.merges[" + std::to_string(rank) + "]: expected a pair [a, b]");
+    bool more = true;
+    while (more) {
+      size_t count = 0;
+      arena.clear();
+      while (count < kBatch && (more = sc.NextElement(&first, kCtx))) {
+        Item& it = items[count++];
+        it.a = static_cast<uint32_t>(arena.size());
+        char c = sc.Peek();
+        if (c == '[') {
+          sc.Expect('[', kCtx);
+          std::string_view a = sc.ReadStringView(&scratch, kCtx);
+          arena.append(a);
+          sc.Expect(',', kCtx);
+          std::string_view b = sc.ReadStringView(&scratch, kCtx);
+          arena.append(b);
+          it.a_len = static_cast<uint32_t>(a.size());
+          it.b_len = static_cast<uint32_t>(b.size());
+          if (sc.Peek() != ']') {
+            Fail(origin_,
+                 "model.merges[" + std::to_string(rank + count - 1) + "]: expected a pair [a, b]");
+          }
+          sc.Expect(']', kCtx);
+        } else if (c == '"') {
+          std::string_view joined = sc.ReadStringView(&scratch, kCtx);
+          size_t sp = joined.find(' ');
+          if (sp == std::string::npos || joined.find(' ', sp + 1) != std::string::npos) {
+            Fail(origin_, "model.merges[" + std::to_string(rank + count - 1) +
+                              "]: " + Quote(joined) + " is not two pieces separated by one space");
+          }
+          arena.append(joined.substr(0, sp));
+          arena.append(joined.substr(sp + 1));
+          it.a_len = static_cast<uint32_t>(sp);
+          it.b_len = static_cast<uint32_t>(joined.size() - sp - 1);
+        } else {
+          Fail(origin_, "model.merges[" + std::to_string(rank + count - 1) +
+                            "]: expected [\"a\", \"b\"] or \"a b\"");
         }
-        sc.Expect(']', kCtx);
-      } else if (c == '"') {
-        sc.ReadString(&joined, kCtx);
-        size_t sp = joined.find(' ');
-        if (sp == std::string::npos || joined.find(' ', sp + 1) != std::string::npos) {
-          Fail(origin_, "model.merges[" + std::to_string(rank) + "]: " + Quote(joined) +
-                            " is not two pieces separated by one space");
+      }
+      const auto& vocab = impl_->vocab;
+      const auto& pieces = impl_->pieces;
+      std::string_view ar(arena);
+      for (size_t i = 0; i < count; ++i) {
+        Item& it = items[i];
+        it.ha = tokenizer_internal::HashBytes(ar.substr(it.a, it.a_len));
+        it.hb = tokenizer_internal::HashBytes(ar.substr(it.a + it.a_len, it.b_len));
+        it.hj = tokenizer_internal::HashBytes(ar.substr(it.a, it.a_len + it.b_len));
+        vocab.Prefetch(it.ha);
+        vocab.Prefetch(it.hb);
+        vocab.Prefetch(it.hj);
+      }
+      for (size_t i = 0; i < count; ++i) {
+        Item& it = items[i];
+        it.ia = vocab.FindHashed(ar.substr(it.a, it.a_len), it.ha, pieces);
+        it.ib = vocab.FindHashed(ar.substr(it.a + it.a_len, it.b_len), it.hb, pieces);
+        it.ij = vocab.FindHashed(ar.substr(it.a, it.a_len + it.b_len), it.hj, pieces);
+        if (it.ia < 0 || it.ib < 0 || it.ij < 0) {
+          std::string_view missing = it.ia < 0   ? ar.substr(it.a, it.a_len)
+                                     : it.ib < 0 ? ar.substr(it.a + it.a_len, it.b_len)
+                                                 : ar.substr(it.a, it.a_len + it.b_len);
+          Fail(origin_, "model.merges[" + std::to_string(rank + i) + "]: " + Quote(missing) +
+                            " is not in model.vocab");
         }
-        a.assign(joined, 0, sp);
-        b.assign(joined, sp + 1);
-      } else {
-        Fail(origin_,
-             "model.merges[" + std::to_string(rank) + "]: expected [\"a\", \"b\"] or \"a b\"");
+        impl_->merges.Prefetch(it.ia, it.ib);
       }
-      int32_t ia = impl_->vocab.Find(a, pieces);
-      int32_t ib = impl_->vocab.Find(b, pieces);
-      joined.assign(a);
-      joined.append(b);
-      int32_t ij = impl_->vocab.Find(joined, pieces);
-      if (ia < 0 || ib < 0 || ij < 0) {
-        const std::string& missing = ia < 0 ? a : ib < 0 ? b : joined;
-        Fail(origin_, "model.merges[" + std::to_string(rank) + "]: " + Quote(missing) +
-                          " is not in model.vocab");
+      for (size_t i = 0; i < count; ++i) {
+        if (rank == UINT32_MAX) Fail(origin_, "model.merges: too many merges");
+        impl_->merges.Insert(items[i].ia, items[i].ib, {rank++, items[i].ij});
       }
-      if (rank == UINT32_MAX) Fail(origin_, "model.merges: too many merges");
-      merges.Insert(ia, ib, {rank, ij});
-      ++rank;
     }
   }
 
@@ -521,6 +568,7 @@ class Loader {
   std::string_view origin_;
   std::shared_ptr<Tokenizer::Impl> impl_;
   Sections s_;
+  bool merges_parsed_ = false;
 };
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Compares the native renderer with chat-template goldens rendered by Hugging Face transformers
 // (tools/fixtures/chat_goldens.py on the GPU machine). Skips while the goldens are absent.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "chat/chat_template.h"
 #include "gemma/error.h"
@@ -39,7 +40,12 @@ TEST(ChatGoldenTest, MatchesTransformers) {
   ASSERT_GE(cases.size(), 150u);
   std::map<std::string, Json> rendered;
   for (const Json& r : ReadJsonl(rendered_path)) {
-    if (r.contains("id")) rendered[r["id"].get<std::string>()] = r;
+    if (r.contains("id")) {
+      rendered[r["id"].get<std::string>()] = r;
+    } else if (override_path == nullptr && r.value("backend", std::string()) != "transformers") {
+      // The header line. Only transformers renderings are goldens; a plain-jinja2 pre-check is not.
+      FAIL() << rendered_path << " was not rendered by transformers: " << r.dump();
+    }
   }
   int compared = 0;
   for (const Json& c : cases) {

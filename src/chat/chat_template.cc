@@ -41,13 +41,12 @@ void ValidateParts(const Json& parts, const std::string& where) {
     const auto& t = type->get_ref<const std::string&>();
     if (t == "text") {
       if (!IsString(GetItem(&part, "text"))) {
-        Fail(at + ".text", "a text part needs a string text, got a " +
-                               TypeName(GetItem(&part, "text")));
+        Fail(at + ".text",
+             "a text part needs a string text, got a " + TypeName(GetItem(&part, "text")));
       }
     } else if (!IsImage(t) && !IsAudio(t) && t != "video") {
-      Fail(at + ".type",
-           "unknown content part type '" + t +
-               "' (expected text, image, image_url, audio, input_audio or video)");
+      Fail(at + ".type", "unknown content part type '" + t +
+                             "' (expected text, image, image_url, audio, input_audio or video)");
     }
   }
 }
@@ -59,8 +58,8 @@ void ValidateMessage(const Json& m, size_t i) {
   if (!IsString(role)) Fail(where + ".role", "missing or non-string role");
   const auto& r = role->get_ref<const std::string&>();
   if (!IsKnownRole(r)) {
-    Fail(where + ".role", "unknown role '" + r +
-                              "' (expected system, developer, user, assistant, model or tool)");
+    Fail(where + ".role",
+         "unknown role '" + r + "' (expected system, developer, user, assistant, model or tool)");
   }
   const Json* content = GetItem(&m, "content");
   if (content != nullptr && !content->is_null() && !content->is_string()) {
@@ -69,8 +68,8 @@ void ValidateMessage(const Json& m, size_t i) {
     } else if (r != "tool" || content->is_object()) {
       // A tool result may be a bare number or boolean (rendered as `value:42`); objects make the
       // template iterate their keys as parts and fail.
-      Fail(where + ".content", "content must be a string, a list of content parts or null, got a " +
-                                   TypeName(content));
+      Fail(where + ".content",
+           "content must be a string, a list of content parts or null, got a " + TypeName(content));
     }
   }
   for (const char* key : {"reasoning", "reasoning_content"}) {
@@ -99,10 +98,11 @@ void ValidateMessage(const Json& m, size_t i) {
       const Json* args = GetItem(function, "arguments");
       if (args == nullptr || !(args->is_object() || args->is_null())) {
         // The template's own raise_exception message.
-        Fail(at + ".function.arguments",
-             "chat_template: tool_calls[].function.arguments must be a JSON object (mapping), not a "
-             "string. Deserialize arguments before passing to the template. (got a " +
-                 TypeName(args) + ")");
+        Fail(
+            at + ".function.arguments",
+            "chat_template: tool_calls[].function.arguments must be a JSON object (mapping), not a "
+            "string. Deserialize arguments before passing to the template. (got a " +
+                TypeName(args) + ")");
       }
     }
   }
@@ -154,7 +154,8 @@ std::string StripThinking(const std::string& text) {
   size_t pos = 0;
   while (true) {
     const size_t close = text.find(kClose, pos);
-    const std::string part = text.substr(pos, close == std::string::npos ? std::string::npos : close - pos);
+    const std::string part =
+        text.substr(pos, close == std::string::npos ? std::string::npos : close - pos);
     const size_t open = part.find(kOpen);
     result += open == std::string::npos ? part : part.substr(0, open);
     if (close == std::string::npos) break;
@@ -236,7 +237,8 @@ std::string RenderChatTemplate(const Json& messages, const Json& tools,
       const bool consumed = owner.has_value() && PyTruthy(Get(msg(*owner), "tool_calls")) &&
                             !PyTruthy(Get(msg(*owner), "tool_responses"));
       if (!consumed) {
-        Fail(At(first + idx), "tool response without a preceding assistant message with tool_calls");
+        Fail(At(first + idx),
+             "tool response without a preceding assistant message with tool_calls");
       }
     }
   }
@@ -350,8 +352,8 @@ std::string RenderChatTemplate(const Json& messages, const Json& tools,
         break;
       }
     }
-    const bool continues_into_next = role == "model" && next_non_tool_role == "assistant" &&
-                                     (!has_tool_calls || responded);
+    const bool continues_into_next =
+        role == "model" && next_non_tool_role == "assistant" && (!has_tool_calls || responded);
     if (prev_type == PrevType::kToolCall && !responded) {
       out += "<|tool_response>";
     } else if (continues_into_next) {

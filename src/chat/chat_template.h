@@ -1,21 +1,21 @@
 // Native renderer of the Gemma 4 canonical chat template, E2B/E4B ("compact") variant
 // (/work/shared/reference/gemma4_chat_template.e2b.jinja, published 2026-07-09).
 //
-// Input is what Hugging Face `apply_chat_template` takes: OpenAI/HF-shaped messages, HF function-schema
-// tools, and the template's keyword options. Output is the exact string transformers renders, checked
-// against transformers goldens in tests/goldens/chat/.
+// Input is what Hugging Face `apply_chat_template` takes: OpenAI/HF-shaped messages, HF
+// function-schema tools, and the template's keyword options. Output is the exact string
+// transformers renders, checked against transformers goldens in tests/goldens/chat/.
 //
-// Deliberate differences from the Jinja template (the template renders nonsense silently; we refuse):
-// unknown or missing roles, `role: tool` messages that no preceding tool call consumes, tools without a
-// `function` object or a function name, non-object `parameters`, content that is neither a string nor a
-// list of known content parts (or null), non-string `text`/`reasoning`/`name`, and `tool_responses`
-// entries without `response`. All of these throw gemma::Error(kTemplate) with what and where, as do the
-// inputs on which the template itself raises (string `arguments`, non-iterable schema types, ...).
+// Deliberate differences from the Jinja template (the template renders nonsense silently; we
+// refuse): unknown or missing roles, `role: tool` messages that no preceding tool call consumes,
+// tools without a `function` object or a function name, non-object `parameters`, content that is
+// neither a string nor a list of known content parts (or null), non-string
+// `text`/`reasoning`/`name`, and `tool_responses` entries without `response`. All of these throw
+// gemma::Error(kTemplate) with what and where, as do the inputs on which the template itself raises
+// (string `arguments`, non-iterable schema types, ...).
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "chat/py_value.h"
 
@@ -24,8 +24,8 @@ namespace gemma::chat {
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;
   bool enable_thinking = false;
-  // Keep the reasoning of earlier assistant turns that made tool calls (otherwise only turns after the
-  // last user message keep theirs).
+  // Keep the reasoning of earlier assistant turns that made tool calls (otherwise only turns after
+  // the last user message keep theirs).
   bool preserve_thinking = false;
   std::string bos_token = "<bos>";
 };

@@ -61,30 +61,34 @@ TEST(ChatTemplateTest, MultimodalPlaceholders) {
 }
 
 TEST(ChatTemplateTest, ToolDeclarationFromSpec) {
-  const char* tools = R"([{"type":"function","function":{"name":"lookup","description":"Lookup docs",
+  const char* tools =
+      R"([{"type":"function","function":{"name":"lookup","description":"Lookup docs",
       "parameters":{"type":"object","properties":{"query":{"type":"string","description":"Search query"},
       "limit":{"type":"integer"}},"required":["query"]}}}])";
-  EXPECT_EQ(Render(R"([{"role":"user","content":"x"}])", tools, false),
-            "<bos><|turn>system\n<|tool>declaration:lookup{description:<|\"|>Lookup docs<|\"|>,"
-            "parameters:{properties:{limit:{type:<|\"|>INTEGER<|\"|>},query:{description:<|\"|>Search "
-            "query<|\"|>,type:<|\"|>STRING<|\"|>}},required:[<|\"|>query<|\"|>],type:<|\"|>OBJECT<|\"|>}}"
-            "<tool|><turn|>\n<|turn>user\nx<turn|>\n");
+  EXPECT_EQ(
+      Render(R"([{"role":"user","content":"x"}])", tools, false),
+      "<bos><|turn>system\n<|tool>declaration:lookup{description:<|\"|>Lookup docs<|\"|>,"
+      "parameters:{properties:{limit:{type:<|\"|>INTEGER<|\"|>},query:{description:<|\"|>Search "
+      "query<|\"|>,type:<|\"|>STRING<|\"|>}},required:[<|\"|>query<|\"|>],type:<|\"|>OBJECT<|\"|>}}"
+      "<tool|><turn|>\n<|turn>user\nx<turn|>\n");
 }
 
 TEST(ChatTemplateTest, NestedSchemaMacros) {
-  // enum (format_argument with quoted strings), array items with nested properties, nullable, nested
-  // object with required, type lists, and the template's missing '}' when parameters has no type.
+  // enum (format_argument with quoted strings), array items with nested properties, nullable,
+  // nested object with required, type lists, and the template's missing '}' when parameters has no
+  // type.
   const char* tools = R"([{"type":"function","function":{"name":"f","parameters":{"properties":{
       "mode":{"type":"string","enum":["a","b"],"nullable":true},
       "xs":{"type":"array","items":{"type":"object","properties":{"n":{"type":"number"}},"required":["n"]}},
       "o":{"type":"object","properties":{"k":{"type":["string","null"]}},"required":["k"]}}}}}])";
-  EXPECT_EQ(Render("[]", tools, false),
-            "<bos><|turn>system\n<|tool>declaration:f{description:<|\"|><|\"|>,parameters:{properties:{"
-            "mode:{enum:[<|\"|>a<|\"|>,<|\"|>b<|\"|>],nullable:true,type:<|\"|>STRING<|\"|>},"
-            "o:{properties:{k:{type:[<|\"|>STRING<|\"|>,<|\"|>NULL<|\"|>]}},required:[<|\"|>k<|\"|>],"
-            "type:<|\"|>OBJECT<|\"|>},"
-            "xs:{items:{properties:{n:{type:<|\"|>NUMBER<|\"|>}},required:[<|\"|>n<|\"|>],"
-            "type:<|\"|>OBJECT<|\"|>},type:<|\"|>ARRAY<|\"|>}},}<tool|><turn|>\n");
+  EXPECT_EQ(
+      Render("[]", tools, false),
+      "<bos><|turn>system\n<|tool>declaration:f{description:<|\"|><|\"|>,parameters:{properties:{"
+      "mode:{enum:[<|\"|>a<|\"|>,<|\"|>b<|\"|>],nullable:true,type:<|\"|>STRING<|\"|>},"
+      "o:{properties:{k:{type:[<|\"|>STRING<|\"|>,<|\"|>NULL<|\"|>]}},required:[<|\"|>k<|\"|>],"
+      "type:<|\"|>OBJECT<|\"|>},"
+      "xs:{items:{properties:{n:{type:<|\"|>NUMBER<|\"|>}},required:[<|\"|>n<|\"|>],"
+      "type:<|\"|>OBJECT<|\"|>},type:<|\"|>ARRAY<|\"|>}},}<tool|><turn|>\n");
 }
 
 TEST(ChatTemplateTest, ToolCallResponseAndContinuedModelTurn) {
@@ -121,10 +125,11 @@ TEST(ChatTemplateTest, DictToolResponsesOnAssistantMessage) {
   const char* messages = R"([{"role":"user","content":"q"},
       {"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{"k":"v"}}}],
        "tool_responses":[{"name":"f","response":{"temp":21.5,"ok":true,"tags":["a"],"nested":{"Z":1}}}]}])";
-  EXPECT_EQ(Render(messages, "null", false),
-            "<bos><|turn>user\nq<turn|>\n<|turn>model\n<|tool_call>call:f{k:<|\"|>v<|\"|>}<tool_call|>"
-            "<|tool_response>response:f{nested:{Z:1},ok:true,tags:[<|\"|>a<|\"|>],temp:21.5}"
-            "<tool_response|>");
+  EXPECT_EQ(
+      Render(messages, "null", false),
+      "<bos><|turn>user\nq<turn|>\n<|turn>model\n<|tool_call>call:f{k:<|\"|>v<|\"|>}<tool_call|>"
+      "<|tool_response>response:f{nested:{Z:1},ok:true,tags:[<|\"|>a<|\"|>],temp:21.5}"
+      "<tool_response|>");
 }
 
 TEST(ChatTemplateTest, ReasoningGateAndStripThinking) {
@@ -158,7 +163,8 @@ TEST(ChatTemplateTest, Errors) {
   ExpectTemplateError(R"([{"role":"user","content":"x"}])",
                       R"([{"type":"function","function":{"description":"no name"}}])",
                       "tools[0].function.name");
-  ExpectTemplateError(R"([{"role":"user","content":"x"}])", R"([{"name":"f"}])", "tools[0].function");
+  ExpectTemplateError(R"([{"role":"user","content":"x"}])", R"([{"name":"f"}])",
+                      "tools[0].function");
   ExpectTemplateError(R"([{"role":"user","content":42}])", "null", "messages[0].content");
   ExpectTemplateError(R"([{"role":"user","content":[{"type":"text","text":1}]}])", "null",
                       "messages[0].content[0].text");

@@ -45,9 +45,10 @@ Json EditUserTurn(const Json& messages, size_t k, const Json& new_content) {
     out.push_back(std::move(edited));
     return out;
   }
-  throw Error(ErrorCode::kInvalidArgument,
-              "EditUserTurn: user turn " + std::to_string(k) + " does not exist (the conversation has " +
-                  std::to_string(users) + " user message" + (users == 1 ? "" : "s") + ")");
+  throw Error(ErrorCode::kInvalidArgument, "EditUserTurn: user turn " + std::to_string(k) +
+                                               " does not exist (the conversation has " +
+                                               std::to_string(users) + " user message" +
+                                               (users == 1 ? "" : "s") + ")");
 }
 
 }  // namespace gemma::chat

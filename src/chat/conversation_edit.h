@@ -1,4 +1,5 @@
-// Editing a conversation the way a chat UI does: change what the user said in turn k and regenerate.
+// Editing a conversation the way a chat UI does: change what the user said in turn k and
+// regenerate.
 #pragma once
 
 #include <cstddef>
@@ -12,11 +13,12 @@ namespace gemma::chat {
 //
 // `new_content` is a string or a list of content parts:
 //  - a list replaces the whole content;
-//  - a string replaces only the text: if the old content was a list of parts, its media parts (image,
-//    audio, video, ...) stay where they were and the text parts are replaced by one text part at the
-//    position of the first one (or appended when there was none).
-// Other message fields (name, ...) are kept. Throws gemma::Error(kInvalidArgument) when `messages` is
-// not a list, k is out of range, or `new_content` is neither a string nor a list.
+//  - a string replaces only the text: if the old content was a list of parts, its media parts
+//  (image,
+//    audio, video, ...) stay where they were and the text parts are replaced by one text part at
+//    the position of the first one (or appended when there was none).
+// Other message fields (name, ...) are kept. Throws gemma::Error(kInvalidArgument) when `messages`
+// is not a list, k is out of range, or `new_content` is neither a string nor a list.
 Json EditUserTurn(const Json& messages, size_t k, const Json& new_content);
 
 }  // namespace gemma::chat

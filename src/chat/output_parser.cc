@@ -17,8 +17,8 @@ constexpr std::string_view kCallClose = "<tool_call|>";
 constexpr std::string_view kThoughtLabel = "thought\n";
 // Special tokens that must never reach display text.
 constexpr std::array<std::string_view, 9> kTextMarkers = {
-    kChannelOpen,       kCallOpen,          kChannelClose, kCallClose, "<turn|>", "<|turn>",
-    "<|tool_response>", "<tool_response|>", "<|think|>"};
+    kChannelOpen, kCallOpen,          kChannelClose,      kCallClose, "<turn|>",
+    "<|turn>",    "<|tool_response>", "<tool_response|>", "<|think|>"};
 constexpr int kMaxDepth = 64;
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -60,7 +60,8 @@ class ArgumentParser {
     const size_t start = pos_;
     while (pos_ < s_.size() && s_[pos_] != ':') {
       const char c = s_[pos_];
-      if (c == '{' || c == '}' || c == '[' || c == ']' || c == ',') Fail("expected ':' after a key");
+      if (c == '{' || c == '}' || c == '[' || c == ']' || c == ',')
+        Fail("expected ':' after a key");
       ++pos_;
     }
     std::string_view key = s_.substr(start, pos_ - start);
@@ -274,7 +275,8 @@ void StreamingParser::Process(bool final, std::vector<StreamEvent>* events) {
         }
         return;
       }
-      if (best > 0) events->push_back(TextEvent(StreamEvent::Kind::kTextDelta, buffer_.substr(0, best)));
+      if (best > 0)
+        events->push_back(TextEvent(StreamEvent::Kind::kTextDelta, buffer_.substr(0, best)));
       buffer_.erase(0, best + marker.size());
       if (marker == kChannelOpen) {
         mode_ = Mode::kReasoning;
@@ -283,9 +285,9 @@ void StreamingParser::Process(bool final, std::vector<StreamEvent>* events) {
       } else if (marker == kCallOpen) {
         mode_ = Mode::kToolCall;
       } else {
-        events->push_back(MalformedEvent(std::string(marker),
-                                         "stray special token " + std::string(marker) +
-                                             " outside any block"));
+        events->push_back(
+            MalformedEvent(std::string(marker),
+                           "stray special token " + std::string(marker) + " outside any block"));
       }
       continue;
     }
@@ -305,7 +307,8 @@ void StreamingParser::Process(bool final, std::vector<StreamEvent>* events) {
       const size_t close = buffer_.find(kChannelClose);
       if (close != std::string::npos) {
         if (close > 0) {
-          events->push_back(TextEvent(StreamEvent::Kind::kReasoningDelta, buffer_.substr(0, close)));
+          events->push_back(
+              TextEvent(StreamEvent::Kind::kReasoningDelta, buffer_.substr(0, close)));
         }
         buffer_.erase(0, close + kChannelClose.size());
         block_raw_.clear();
@@ -320,7 +323,8 @@ void StreamingParser::Process(bool final, std::vector<StreamEvent>* events) {
         buffer_.erase(0, buffer_.size() - hold);
       }
       if (final) {
-        events->push_back(MalformedEvent(block_raw_, "unterminated reasoning block (no <channel|>)"));
+        events->push_back(
+            MalformedEvent(block_raw_, "unterminated reasoning block (no <channel|>)"));
         block_raw_.clear();
         mode_ = Mode::kText;
       }

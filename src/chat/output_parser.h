@@ -3,14 +3,15 @@
 // Syntax (gemma4-spec.md section 5):
 //   reasoning   <|channel>thought\n ... <channel|>      (the "thought\n" label is optional)
 //   tool call   <|tool_call>call:NAME{key:value,...}<tool_call|>
-// Tool-call values: <|"|>strings<|"|> (any content except the quote token and <tool_call|>), numbers
-// (ints, floats, negatives, exponents), true/false/null, nested {objects} with bare (or <|"|>-quoted)
-// keys, and [arrays]. Whitespace between tokens is tolerated.
+// Tool-call values: <|"|>strings<|"|> (any content except the quote token and <tool_call|>),
+// numbers (ints, floats, negatives, exponents), true/false/null, nested {objects} with bare (or
+// <|"|>-quoted) keys, and [arrays]. Whitespace between tokens is tolerated.
 //
 // Nothing is silently dropped: a block that does not parse, an unterminated block at the end of the
 // output, and a stray special token (`<channel|>`, `<tool_call|>`, `<turn|>`, `<|turn>`,
-// `<|tool_response>`, `<tool_response|>`, `<|think|>`) outside any block become MalformedBlock entries with
-// their raw text. Display text and reasoning are passed through byte for byte (not trimmed).
+// `<|tool_response>`, `<tool_response|>`, `<|think|>`) outside any block become MalformedBlock
+// entries with their raw text. Display text and reasoning are passed through byte for byte (not
+// trimmed).
 #pragma once
 
 #include <string>
@@ -40,7 +41,8 @@ struct ParsedOutput {
 };
 
 // Parses Gemma argument syntax `{key:value,...}` (the text between `call:NAME` and `<tool_call|>`)
-// into a JSON object. Throws gemma::Error(ErrorCode::kFormat) saying what is wrong and at which offset.
+// into a JSON object. Throws gemma::Error(ErrorCode::kFormat) saying what is wrong and at which
+// offset.
 Json ParseToolArguments(std::string_view text);
 
 // Parses a complete model output.
@@ -54,9 +56,9 @@ struct StreamEvent {
   MalformedBlock malformed;  // kMalformed
 };
 
-// Incremental parser for streamed output. Text that might be the start of special syntax (for example a
-// trailing "<|tool") is held back until it is resolved, so display deltas never contain partial markers.
-// Tool calls are reported whole, once their closing <tool_call|> arrived.
+// Incremental parser for streamed output. Text that might be the start of special syntax (for
+// example a trailing "<|tool") is held back until it is resolved, so display deltas never contain
+// partial markers. Tool calls are reported whole, once their closing <tool_call|> arrived.
 class StreamingParser {
  public:
   // Feeds the next piece of output; returns the events it completes.
@@ -69,8 +71,8 @@ class StreamingParser {
   void Process(bool final, std::vector<StreamEvent>* events);
 
   Mode mode_ = Mode::kText;
-  std::string buffer_;         // unconsumed input
-  std::string block_raw_;      // raw text of the current reasoning block, for error reports
+  std::string buffer_;           // unconsumed input
+  std::string block_raw_;        // raw text of the current reasoning block, for error reports
   bool header_pending_ = false;  // a reasoning block whose "thought\n" label is not yet resolved
   bool finished_ = false;
 };

@@ -45,8 +45,9 @@ TEST(ToolArgumentsTest, ToleratesWhitespaceAndQuotedKeys) {
 }
 
 TEST(ToolArgumentsTest, Malformed) {
-  for (const char* bad : {"{a:}", "{a:1", "{a:bare}", "{a:<|\"|>open}", "{:1}", "{a:1,}",
-                          "{a:[1,2}", "{a:1}x", "{a:12abc}", "{a:-}", "{a:1.}", "[1]", "{a:True}"}) {
+  for (const char* bad :
+       {"{a:}", "{a:1", "{a:bare}", "{a:<|\"|>open}", "{:1}", "{a:1,}", "{a:[1,2}", "{a:1}x",
+        "{a:12abc}", "{a:-}", "{a:1.}", "[1]", "{a:True}"}) {
     EXPECT_THROW(ParseToolArguments(bad), Error) << bad;
   }
   try {
@@ -81,7 +82,8 @@ TEST(ParseModelOutputTest, PlainTextAndUnlabelledChannel) {
 
 TEST(ParseModelOutputTest, SeveralToolCalls) {
   const ParsedOutput out = ParseModelOutput(
-      "<|tool_call>call:a{}<tool_call|><|tool_call>call:b{x:<|\"|>}<tool_call|><|\"|>}<tool_call|>");
+      "<|tool_call>call:a{}<tool_call|><|tool_call>call:b{x:<|\"|>}<tool_call|><|\"|>}<tool_call|"
+      ">");
   // The block ends at the first <tool_call|>, so the second call's string is cut: malformed.
   ASSERT_EQ(out.tool_calls.size(), 1u);
   EXPECT_EQ(out.tool_calls[0].name, "a");

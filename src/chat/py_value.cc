@@ -37,8 +37,8 @@ char32_t DecodeAt(std::string_view s, size_t pos, size_t* len) {
 // Python's str.isspace() set (Py_UNICODE_ISSPACE).
 bool IsPySpace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 std::string PyStrRepr(std::string_view s) {
@@ -221,8 +221,9 @@ std::vector<std::pair<std::string, const Json*>> DictSort(const Json& object) {
   std::vector<std::pair<std::string, const Json*>> items;
   for (const auto& [key, value] : object.items()) items.emplace_back(key, &value);
   // Byte order of UTF-8 equals Python's code-point order.
-  std::stable_sort(items.begin(), items.end(),
-                   [](const auto& a, const auto& b) { return PyLower(a.first) < PyLower(b.first); });
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+    return PyLower(a.first) < PyLower(b.first);
+  });
   return items;
 }
 
@@ -242,8 +243,8 @@ std::vector<Json> PyIterate(const Json* v, std::string_view where) {
       pos += len;
     }
   } else {
-    throw Error(ErrorCode::kTemplate,
-                std::string(where) + ": a " + TypeName(v) + " is not iterable (the template loops over it)");
+    throw Error(ErrorCode::kTemplate, std::string(where) + ": a " + TypeName(v) +
+                                          " is not iterable (the template loops over it)");
   }
   return out;
 }

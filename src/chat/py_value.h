@@ -1,17 +1,16 @@
 // Python/Jinja value semantics that the Gemma 4 chat template relies on.
 //
-// The template is rendered by transformers with Jinja2, on values produced by json.loads. To produce the
-// same bytes natively we need Python's view of those values: truthiness, str(), float repr, str.strip(),
-// Jinja's case-insensitive dictsort, iteration and subscripting with Undefined. A null `const Json*`
-// stands for Jinja's Undefined (a missing key).
+// The template is rendered by transformers with Jinja2, on values produced by json.loads. To
+// produce the same bytes natively we need Python's view of those values: truthiness, str(), float
+// repr, str.strip(), Jinja's case-insensitive dictsort, iteration and subscripting with Undefined.
+// A null `const Json*` stands for Jinja's Undefined (a missing key).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gemma::chat {
 
@@ -22,8 +21,8 @@ using Json = nlohmann::ordered_json;
 bool PyTruthy(const Json* value);
 inline bool PyTruthy(const Json& value) { return PyTruthy(&value); }
 
-// Python str(value) as Jinja's `{{ value }}` prints it: None -> "None", True -> "True", 1.0 -> "1.0",
-// lists/dicts as their repr. Undefined prints as "".
+// Python str(value) as Jinja's `{{ value }}` prints it: None -> "None", True -> "True", 1.0 ->
+// "1.0", lists/dicts as their repr. Undefined prints as "".
 std::string PyStr(const Json* value);
 inline std::string PyStr(const Json& value) { return PyStr(&value); }
 
@@ -41,7 +40,8 @@ std::string PyLower(std::string_view text);
 std::vector<std::pair<std::string, const Json*>> DictSort(const Json& object);
 
 // Jinja `for x in value`: list items, object keys, string code points; Undefined iterates as empty.
-// Anything else (None, numbers, booleans) is not iterable: throws gemma::Error(kTemplate) naming `where`.
+// Anything else (None, numbers, booleans) is not iterable: throws gemma::Error(kTemplate) naming
+// `where`.
 std::vector<Json> PyIterate(const Json* value, std::string_view where);
 
 // Jinja `value[key]` for a string key: the member of an object, otherwise Undefined (nullptr).

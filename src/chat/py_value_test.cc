@@ -51,7 +51,7 @@ TEST(PyValueTest, TruthinessMatchesPython) {
 TEST(PyValueTest, StripIsPythonStrip) {
   EXPECT_EQ(PyStrip("  a b \n\t"), "a b");
   EXPECT_EQ(PyStrip("\x1c\x1fx\x0b\x0c"), "x");
-  EXPECT_EQ(PyStrip("\xc2\xa0x\xe3\x80\x80"), "x");  // NBSP, ideographic space
+  EXPECT_EQ(PyStrip("\xc2\xa0x\xe3\x80\x80"), "x");      // NBSP, ideographic space
   EXPECT_EQ(PyStrip("\xe2\x80\x8bx"), "\xe2\x80\x8bx");  // zero-width space is not whitespace
   EXPECT_EQ(PyStrip(""), "");
   EXPECT_EQ(PyStrip(" \n "), "");
@@ -61,7 +61,8 @@ TEST(PyValueTest, DictSortIsCaseInsensitiveAndStable) {
   const Json obj = Json::parse(R"({"b":1,"a":3,"A":2,"_":4,"B2":5})");
   std::vector<std::string> keys;
   for (const auto& [k, v] : DictSort(obj)) keys.push_back(k);
-  // Python: sorted(items, key=lambda kv: kv[0].lower()) -> '_' (0x5f) < 'a' == 'A' (stable) < 'b' < 'b2'
+  // Python: sorted(items, key=lambda kv: kv[0].lower()) -> '_' (0x5f) < 'a' == 'A' (stable) < 'b' <
+  // 'b2'
   EXPECT_EQ(keys, (std::vector<std::string>{"_", "a", "A", "b", "B2"}));
 }
 

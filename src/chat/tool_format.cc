@@ -37,7 +37,8 @@ const Json& RequireMapping(const Json* value, const std::string& where) {
   return *value;
 }
 
-// The template's `format_parameters(properties, required, filter_keys)`; `required` is unused there.
+// The template's `format_parameters(properties, required, filter_keys)`; `required` is unused
+// there.
 std::string FormatParameters(const Json& properties, bool filter_keys, const std::string& where) {
   static constexpr std::array<std::string_view, 5> kStandardKeys = {
       "description", "type", "properties", "required", "nullable"};
@@ -97,7 +98,8 @@ std::string FormatParameters(const Json& properties, bool filter_keys, const std
               out += "type:" + FormatArgument(&upper, true);
             } else {
               Json upper = Json::array();
-              for (const Json& t : PyIterate(item_value, item_at)) upper.push_back(PyUpper(PyStr(t)));
+              for (const Json& t : PyIterate(item_value, item_at))
+                upper.push_back(PyUpper(PyStr(t)));
               out += "type:" + FormatArgument(&upper, true);
             }
           } else {
@@ -184,7 +186,8 @@ std::string FormatFunctionDeclaration(const Json& tool, std::string_view where_v
     }
     const Json* required = GetItem(params, "required");
     if (PyTruthy(required)) {
-      out += "required:" + QuotedList(required, false, where + ".function.parameters.required") + ",";
+      out +=
+          "required:" + QuotedList(required, false, where + ".function.parameters.required") + ",";
     }
     const Json* type = GetItem(params, "type");
     // The template closes `parameters:{` only when a type is present; we reproduce that.

@@ -1,7 +1,7 @@
 // Gemma 4's tool syntax, as the canonical chat template's macros write it: tool declarations
-// (`format_function_declaration` + `format_parameters`), argument values (`format_argument`) and tool
-// response blocks (`format_tool_response_block`). Keys are dictsort'ed, strings are wrapped in `<|"|>`,
-// schema types are upper-cased.
+// (`format_function_declaration` + `format_parameters`), argument values (`format_argument`) and
+// tool response blocks (`format_tool_response_block`). Keys are dictsort'ed, strings are wrapped in
+// `<|"|>`, schema types are upper-cased.
 #pragma once
 
 #include <string>
@@ -19,7 +19,8 @@ std::string FormatArgument(const Json* argument, bool escape_keys);
 // gemma::Error(kTemplate) naming `where` for schemas the template cannot render.
 std::string FormatFunctionDeclaration(const Json& tool, std::string_view where);
 
-// `format_tool_response_block(tool_name, response)`, including `<|tool_response>`/`<tool_response|>`.
+// `format_tool_response_block(tool_name, response)`, including
+// `<|tool_response>`/`<tool_response|>`.
 std::string FormatToolResponseBlock(std::string_view tool_name, const Json* response);
 
 }  // namespace gemma::chat

@@ -1,4 +1,205 @@
-// Placeholder; replaced by the transformers golden comparison.
+// The sampling chain against transformers' processors and warpers.
+//
+// Goldens: tests/goldens/sampling/sampling_goldens.json, made on the GPU machine by
+//   python3 tools/fixtures/sampling_goldens.py --out tests/goldens/sampling
+// (format and logits recipe documented in that script). GEMMA_SAMPLING_GOLDENS overrides the path.
 #include <gtest/gtest.h>
 
-TEST(SamplingGolden, Pending) { GTEST_SKIP() << "sampling goldens not generated yet"; }
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "decode/sampler.h"
+
+namespace gemma::decode {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+uint64_t Fmix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+float HexToFloat(const std::string& hex) {
+  const uint32_t bits = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The logits recipe of tools/fixtures/sampling_goldens.py, reimplemented.
+std::vector<float> RecipeLogits(const nlohmann::json& r) {
+  const size_t n = r.at("vocab").get<size_t>();
+  const uint64_t seed = r.at("seed").get<uint64_t>();
+  const std::string kind = r.at("kind").get<std::string>();
+  const int shift = r.at("shift").get<int>();
+  const int64_t levels = r.value("levels", int64_t{0});
+  const uint64_t neg_inf_mod = r.value("neg_inf_mod", uint64_t{0});
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t h = Fmix(seed * 0xD1B54A32D192ED03ULL + (i + 1) * 0x9E3779B97F4A7C15ULL);
+    const int64_t u = static_cast<int64_t>(h >> 40);
+    const int64_t q = kind == "uniform" ? u - (int64_t{1} << 23) : u % levels - levels / 2;
+    x[i] = static_cast<float>(std::ldexp(static_cast<double>(q), -shift));
+    if (neg_inf_mod > 0 && (h & 0xFFFF) % neg_inf_mod == 0) x[i] = -kInf;
+  }
+  if (r.contains("set")) {
+    for (const auto& s : r.at("set"))
+      x[s.at(0).get<size_t>()] = HexToFloat(s.at(1).get<std::string>());
+  }
+  return x;
+}
+
+std::string FloatsFnv(const std::vector<float>& x) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (float f : x) {
+    unsigned char b[4];
+    std::memcpy(b, &f, 4);  // little-endian hosts only, as the goldens
+    for (unsigned char c : b) h = (h ^ c) * 0x100000001B3ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+TEST(SamplingGolden, RecipeMatchesThePythonReference) {
+  // Hashes printed by `python3 tools/fixtures/sampling_goldens.py --self-test` (pure Python).
+  EXPECT_EQ(FloatsFnv(RecipeLogits(
+                nlohmann::json::parse(R"({"kind":"uniform","seed":1,"shift":21,"vocab":16})"))),
+            "7dd5676e5f383488");
+  EXPECT_EQ(
+      FloatsFnv(RecipeLogits(nlohmann::json::parse(
+          R"({"kind":"levels","levels":9,"neg_inf_mod":5,"seed":5,"shift":1,"vocab":1000})"))),
+      "a18fa3119794b575");
+  EXPECT_EQ(FloatsFnv(RecipeLogits(nlohmann::json::parse(
+                R"({"kind":"uniform","seed":9,"set":[[3,"41400000"]],"shift":22,"vocab":100})"))),
+            "c0d9e57b05054b58");
+  const auto first =
+      RecipeLogits(nlohmann::json::parse(R"({"kind":"uniform","seed":1,"shift":21,"vocab":4})"));
+  EXPECT_EQ(first[0], -2.591899871826172f);
+  EXPECT_EQ(first[3], -1.1214251518249512f);
+}
+
+SamplingOptions OptionsFrom(const nlohmann::json& j) {
+  SamplingOptions o;
+  o.seed = 0;
+  o.temperature = j.value("temperature", 1.0);
+  o.top_k = j.value("top_k", 0);
+  o.top_p = j.value("top_p", 1.0);
+  o.typical_p = j.value("typical_p", 1.0);
+  o.min_p = j.value("min_p", 0.0);
+  o.repetition_penalty = j.value("repetition_penalty", 1.0);
+  o.frequency_penalty = j.value("frequency_penalty", 0.0);
+  o.presence_penalty = j.value("presence_penalty", 0.0);
+  if (j.contains("logit_bias")) {
+    for (const auto& b : j.at("logit_bias")) {
+      o.logit_bias[b.at(0).get<int32_t>()] = HexToFloat(b.at(1).get<std::string>());
+    }
+  }
+  return o;
+}
+
+bool WithinOneUlp(float a, float b) {
+  return a == b || std::nextafter(a, kInf) == b || std::nextafter(a, -kInf) == b;
+}
+
+TEST(SamplingGolden, MatchesTransformers) {
+  std::string path = GEMMA_SOURCE_DIR "/tests/goldens/sampling/sampling_goldens.json";
+  if (const char* env = std::getenv("GEMMA_SAMPLING_GOLDENS")) path = env;
+  std::ifstream in(path);
+  if (!in) {
+    GTEST_SKIP() << "no sampling goldens at " << path
+                 << "; generate them on the GPU machine with: python3 "
+                    "tools/fixtures/sampling_goldens.py --out tests/goldens/sampling";
+  }
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc.at("format").get<int>(), 1);
+  int exact = 0, tie_swaps = 0, boundary = 0, max_ulp_cases = 0;
+  for (const auto& c : doc.at("cases")) {
+    const std::string name = c.at("name").get<std::string>();
+    SCOPED_TRACE(name);
+    const std::vector<float> logits = RecipeLogits(c.at("logits"));
+    ASSERT_EQ(FloatsFnv(logits), c.at("input_fnv").get<std::string>()) << "recipe mismatch";
+    const std::vector<int32_t> ids = c.at("input_ids").get<std::vector<int32_t>>();
+    const SamplingOptions options = OptionsFrom(c.at("options"));
+
+    Sampler sampler(options);
+    sampler.SetPrompt(ids);
+    const auto span = sampler.Process(logits);
+    const std::vector<float> out(span.begin(), span.end());
+
+    // Kept set.
+    const std::string bits = c.at("kept_bits").get<std::string>();
+    ASSERT_EQ(bits.size(), (logits.size() + 7) / 8 * 2);
+    std::vector<size_t> diff;
+    size_t n_kept = 0, golden_kept = 0, only_ours = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const int byte = std::stoi(bits.substr(i / 8 * 2, 2), nullptr, 16);
+      const bool golden = (byte >> (i % 8)) & 1;
+      const bool ours = out[i] != -kInf;
+      n_kept += ours;
+      golden_kept += golden;
+      if (golden != ours) {
+        diff.push_back(i);
+        only_ours += ours;
+      }
+    }
+    ASSERT_EQ(golden_kept, c.at("n_kept").get<size_t>());
+    if (!diff.empty()) {
+      // The logits entering the filters decide whether the differences are interchangeable ties.
+      SamplingOptions unfiltered = options;
+      unfiltered.top_k = 0;
+      unfiltered.top_p = 1.0;
+      unfiltered.typical_p = 1.0;
+      unfiltered.min_p = 0.0;
+      Sampler pre(unfiltered);
+      pre.SetPrompt(ids);
+      const auto scaled = pre.Process(logits);
+      bool same_value = true;
+      for (size_t i : diff) same_value &= scaled[i] == scaled[diff[0]];
+      // A swap: as many ids kept only by us as only by transformers, all with one value.
+      if (options.top_p < 1.0 && same_value && 2 * only_ours == diff.size()) {
+        ++tie_swaps;
+      } else if (!c.at("f64_agrees").get<bool>() && diff.size() <= 4) {
+        ++boundary;
+      } else {
+        ADD_FAILURE() << diff.size() << " ids differ from transformers, e.g. id " << diff[0]
+                      << " (golden kept " << c.at("n_kept") << ", ours " << n_kept << ")";
+        continue;
+      }
+    } else {
+      ++exact;
+    }
+
+    // Values at probe ids.
+    bool one_ulp = false;
+    for (const auto& p : c.at("probe")) {
+      const size_t id = p.at(0).get<size_t>();
+      if (std::find(diff.begin(), diff.end(), id) != diff.end()) continue;
+      const float golden = HexToFloat(p.at(1).get<std::string>());
+      if (golden == -kInf) {
+        EXPECT_EQ(out[id], -kInf) << "id " << id;
+      } else {
+        EXPECT_TRUE(WithinOneUlp(out[id], golden))
+            << "id " << id << ": ours " << out[id] << ", transformers " << golden;
+        one_ulp |= out[id] != golden;
+      }
+    }
+    max_ulp_cases += one_ulp;
+  }
+  std::printf(
+      "sampling goldens (%s): %d cases exact, %d with tie swaps at a top-p cut, %d within float32 "
+      "rounding of a cutoff; %d with 1-ulp value differences\n",
+      doc.value("transformers", std::string("?")).c_str(), exact, tie_swaps, boundary,
+      max_ulp_cases);
+}
+
+}  // namespace
+}  // namespace gemma::decode

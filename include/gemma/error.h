@@ -1,5 +1,5 @@
-// Typed errors for bad input. Every failure a user can cause (a file, a config, a request, a schema)
-// surfaces as gemma::Error with a code and a message that says what was wrong and where.
+// Typed errors for bad input. Every failure a user can cause (a file, a config, a request, a
+// schema) surfaces as gemma::Error with a code and a message that says what was wrong and where.
 #pragma once
 
 #include <stdexcept>

@@ -26,7 +26,7 @@ uint16_t F32ToF16(float f) {
   uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {                                                // subnormal half
+  if (abs < 0x38800000u) {                                               // subnormal half
     // Round to nearest even at 2^-24 granularity.
     float a;
     std::memcpy(&a, &abs, 4);

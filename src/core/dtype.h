@@ -1,5 +1,5 @@
-// Scalar conversions for checkpoint dtypes. bf16 -> f32 is exact; f32 -> bf16 rounds to nearest even
-// (as torch does), NaN stays NaN.
+// Scalar conversions for checkpoint dtypes. bf16 -> f32 is exact; f32 -> bf16 rounds to nearest
+// even (as torch does), NaN stays NaN.
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,8 @@ class Reader {
       Fail(ErrorCode::kConfig, key, "missing");
     }
     const json& v = j_[key];
-    if (!v.is_number_integer()) Fail(ErrorCode::kConfig, key, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer())
+      Fail(ErrorCode::kConfig, key, "must be an integer, got " + v.dump());
     const int64_t x = v.get<int64_t>();
     if (x < min_value || x > (1 << 30)) {
       Fail(ErrorCode::kConfig, key, "value " + std::to_string(x) + " out of range");
@@ -269,8 +270,10 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
         bits = it.value().get<int>();
       } else if (it.value().is_object()) {
         for (auto f = it.value().begin(); f != it.value().end(); ++f) {
-          if (f.key() != "num_bits") r.Fail(ErrorCode::kUnsupported, key + "." + f.key(), "unknown option");
-          if (!f.value().is_number_integer()) r.Fail(ErrorCode::kConfig, key, "num_bits not an integer");
+          if (f.key() != "num_bits")
+            r.Fail(ErrorCode::kUnsupported, key + "." + f.key(), "unknown option");
+          if (!f.value().is_number_integer())
+            r.Fail(ErrorCode::kConfig, key, "num_bits not an integer");
           bits = f.value().get<int>();
         }
       } else {
@@ -310,7 +313,8 @@ std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embed
     if (std::regex_search(module, not_convert_re[i], std::regex_constants::match_continuous)) {
       return std::nullopt;
     }
-    if (module.size() >= key.size() && module.compare(module.size() - key.size(), key.size(), key) == 0) {
+    if (module.size() >= key.size() &&
+        module.compare(module.size() - key.size(), key.size(), key) == 0) {
       return std::nullopt;
     }
   }
@@ -363,12 +367,11 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& or
       }
     }
     for (const char* key : {"image_token_id", "audio_token_id", "video_token_id"}) {
-      mc.placeholder_token_ids.push_back(
-          j.contains(key) && j[key].is_number_integer()
-              ? j[key].get<int>()
-              : (std::string(key) == "image_token_id"   ? 258880
-                 : std::string(key) == "audio_token_id" ? 258881
-                                                        : 258884));
+      mc.placeholder_token_ids.push_back(j.contains(key) && j[key].is_number_integer()
+                                             ? j[key].get<int>()
+                                             : (std::string(key) == "image_token_id"   ? 258880
+                                                : std::string(key) == "audio_token_id" ? 258881
+                                                                                       : 258884));
     }
   } else if (model_type == "gemma4_text") {
     mc.text = ParseText(j, origin, "");

@@ -1,6 +1,7 @@
 // config.json of a Gemma 4 checkpoint: the top-level Gemma4Config (text_config inside) or a bare
-// Gemma4TextConfig, plus the mobile-QAT quantization_config. Parsing validates every value the engine
-// uses; unsupported features raise Error(kUnsupported), bad values Error(kConfig), naming the key.
+// Gemma4TextConfig, plus the mobile-QAT quantization_config. Parsing validates every value the
+// engine uses; unsupported features raise Error(kUnsupported), bad values Error(kConfig), naming
+// the key.
 #pragma once
 
 #include <optional>
@@ -29,8 +30,8 @@ struct QuantConfig {
     std::regex re;
     int bits;
   };
-  std::vector<Rule> rules;                   // module_quant_configs, declaration order
-  std::vector<std::string> not_convert;      // modules_to_not_convert
+  std::vector<Rule> rules;               // module_quant_configs, declaration order
+  std::vector<std::string> not_convert;  // modules_to_not_convert
   std::vector<std::regex> not_convert_re;
 
   // Bits for a module (HF module name, e.g. "model.layers.3.mlp.up_proj"), or nullopt when the
@@ -47,8 +48,8 @@ struct TextConfig {
   int num_layers = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;          // sliding layers
-  int global_head_dim = 0;   // full layers (global_head_dim or per_layer_config)
+  int head_dim = 0;                 // sliding layers
+  int global_head_dim = 0;          // full layers (global_head_dim or per_layer_config)
   std::vector<int> layer_head_dim;  // resolved per layer
   std::vector<LayerType> layer_types;
   int sliding_window = 0;

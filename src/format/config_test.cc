@@ -81,8 +81,9 @@ TEST(Config, BadValuesAreTypedErrors) {
   EXPECT_EQ(CodeOf("{not json"), ErrorCode::kConfig);
   EXPECT_EQ(CodeOf(R"({"model_type":"llama"})"), ErrorCode::kUnsupported);
   EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text","hidden_size":8})"), ErrorCode::kConfig);
-  EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text",)" + base + R"(,"hidden_size_per_layer_input":"x"})"),
-            ErrorCode::kConfig);
+  EXPECT_EQ(
+      CodeOf(R"({"model_type":"gemma4_text",)" + base + R"(,"hidden_size_per_layer_input":"x"})"),
+      ErrorCode::kConfig);
   EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text",)" + base + R"(,"enable_moe_block":true})"),
             ErrorCode::kUnsupported);
   EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text",)" + base +
@@ -91,8 +92,9 @@ TEST(Config, BadValuesAreTypedErrors) {
   EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text",)" + base +
                    R"(,"quantization_config":{"quant_method":"gemma","num_bits":3}})"),
             ErrorCode::kUnsupported);
-  EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text",)" + base + R"(,"layer_types":["sliding_attention"]})"),
-            ErrorCode::kConfig);
+  EXPECT_EQ(
+      CodeOf(R"({"model_type":"gemma4_text",)" + base + R"(,"layer_types":["sliding_attention"]})"),
+      ErrorCode::kConfig);
   EXPECT_EQ(CodeOf(R"({"model_type":"gemma4_text","hidden_size":8,"intermediate_size":8,
       "num_hidden_layers":2,"num_attention_heads":3,"num_key_value_heads":2})"),
             ErrorCode::kConfig);
@@ -104,7 +106,8 @@ TEST(Config, BadValuesAreTypedErrors) {
                      "dir/config.json");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dir/config.json: num_kv_shared_layers"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("dir/config.json: num_kv_shared_layers"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -18,8 +18,8 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 bool ParseDType(const std::string& s, DType* out) {
   static const std::pair<const char*, DType> kNames[] = {
-      {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F64", DType::kF64},
-      {"I8", DType::kI8},   {"U8", DType::kU8},   {"I16", DType::kI16},   {"I32", DType::kI32},
+      {"F32", DType::kF32}, {"F16", DType::kF16},  {"BF16", DType::kBF16}, {"F64", DType::kF64},
+      {"I8", DType::kI8},   {"U8", DType::kU8},    {"I16", DType::kI16},   {"I32", DType::kI32},
       {"I64", DType::kI64}, {"BOOL", DType::kBool}};
   for (const auto& [name, t] : kNames) {
     if (s == name) {
@@ -38,16 +38,26 @@ bool ParseDType(const std::string& s, DType* out) {
 
 const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF64: return "F64";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kI16: return "I16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kBool: return "BOOL";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF64:
+      return "F64";
+    case DType::kI8:
+      return "I8";
+    case DType::kU8:
+      return "U8";
+    case DType::kI16:
+      return "I16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kBool:
+      return "BOOL";
   }
   return "?";
 }
@@ -55,15 +65,19 @@ const char* DTypeName(DType t) {
 size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF64:
-    case DType::kI64: return 8;
+    case DType::kI64:
+      return 8;
     case DType::kF32:
-    case DType::kI32: return 4;
+    case DType::kI32:
+      return 4;
     case DType::kF16:
     case DType::kBF16:
-    case DType::kI16: return 2;
+    case DType::kI16:
+      return 2;
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
@@ -188,11 +202,13 @@ std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
       }
       for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
         if (!it.value().is_string()) {
-          throw Error(ErrorCode::kFormat, index_path + ": weight_map['" + it.key() + "'] is not a string");
+          throw Error(ErrorCode::kFormat,
+                      index_path + ": weight_map['" + it.key() + "'] is not a string");
         }
         const std::string shard = it.value().get<std::string>();
         if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
-          throw Error(ErrorCode::kFormat, index_path + ": shard name '" + shard + "' leaves the directory");
+          throw Error(ErrorCode::kFormat,
+                      index_path + ": shard name '" + shard + "' leaves the directory");
         }
         weight_map[it.key()] = (dir / shard).string();
         if (std::find(shard_paths.begin(), shard_paths.end(), (dir / shard).string()) ==

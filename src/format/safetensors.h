@@ -1,9 +1,9 @@
 // safetensors checkpoints: memory-mapped, validated, never copied.
 //
-// A checkpoint is one `*.safetensors` file or a shard set described by `model.safetensors.index.json`.
-// Every header is validated before any tensor is used: header size bound, JSON syntax, known dtypes,
-// dtype x shape == byte length, offsets inside the file, no overlapping tensors. Problems raise
-// gemma::Error naming the file (and tensor).
+// A checkpoint is one `*.safetensors` file or a shard set described by
+// `model.safetensors.index.json`. Every header is validated before any tensor is used: header size
+// bound, JSON syntax, known dtypes, dtype x shape == byte length, offsets inside the file, no
+// overlapping tensors. Problems raise gemma::Error naming the file (and tensor).
 #pragma once
 
 #include <cstddef>

@@ -32,7 +32,8 @@ void SafetensorsWriter::Write(const std::string& path) const {
     uint64_t numel = 1;
     for (int64_t d : e.shape) numel *= static_cast<uint64_t>(d);
     const uint64_t n = numel * DTypeSize(e.dtype);
-    header[e.name] = {{"dtype", DTypeName(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
+    header[e.name] = {
+        {"dtype", DTypeName(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   std::string h = header.dump();
@@ -40,7 +41,8 @@ void SafetensorsWriter::Write(const std::string& path) const {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) throw Error(ErrorCode::kIo, path + ": cannot create");
   const uint64_t hl = h.size();
-  bool ok = std::fwrite(&hl, 8, 1, f.get()) == 1 && std::fwrite(h.data(), 1, h.size(), f.get()) == h.size();
+  bool ok = std::fwrite(&hl, 8, 1, f.get()) == 1 &&
+            std::fwrite(h.data(), 1, h.size(), f.get()) == h.size();
   std::vector<uint8_t> buf;
   for (const Entry& e : entries_) {
     if (!ok) break;
@@ -49,7 +51,8 @@ void SafetensorsWriter::Write(const std::string& path) const {
     for (int64_t d : e.shape) numel *= static_cast<uint64_t>(d);
     if (rows == 0 || numel == 0) continue;
     const size_t row_bytes = numel * DTypeSize(e.dtype) / static_cast<uint64_t>(rows);
-    const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((64u << 20) / std::max<size_t>(row_bytes, 1)));
+    const int64_t block =
+        std::max<int64_t>(1, static_cast<int64_t>((64u << 20) / std::max<size_t>(row_bytes, 1)));
     for (int64_t r = 0; r < rows && ok; r += block) {
       const int64_t end = std::min(rows, r + block);
       buf.resize(static_cast<size_t>(end - r) * row_bytes);
@@ -57,7 +60,8 @@ void SafetensorsWriter::Write(const std::string& path) const {
       ok = std::fwrite(buf.data(), 1, buf.size(), f.get()) == buf.size();
     }
   }
-  if (!ok || std::fflush(f.get()) != 0) throw Error(ErrorCode::kIo, path + ": write failed (disk full?)");
+  if (!ok || std::fflush(f.get()) != 0)
+    throw Error(ErrorCode::kIo, path + ": write failed (disk full?)");
 }
 
 }  // namespace gemma

@@ -1,5 +1,5 @@
-// Streaming safetensors writer: tensors are declared first, then their bytes are produced row block by
-// row block straight into the file, so multi-GB checkpoints never sit in memory.
+// Streaming safetensors writer: tensors are declared first, then their bytes are produced row block
+// by row block straight into the file, so multi-GB checkpoints never sit in memory.
 #pragma once
 
 #include <cstdint>

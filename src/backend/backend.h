@@ -1,0 +1,71 @@
+// The backend seam: a backend evaluates the whole model for a run of tokens, owning the K/V caches.
+//
+// Caches hold the evaluated tokens [0, cached()). Forward appends tokens at positions cached(),
+// cached()+1, ... and produces the requested outputs. Sliding-window layers keep rings of
+// window + slack entries, so a rewind (Truncate) of up to `slack` tokens is exact; a longer rewind
+// reports false and the caller re-prefills from a reset. KV-shared layers read their owner's cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gemma {
+
+class Model;
+
+enum class OutputMode {
+  kNone,    // only fill caches (prefill of a prefix)
+  kArgmax,  // token id with the largest logit (lowest id on ties)
+  kLogits,  // full f32 logits (after the final softcap)
+  kSelect,  // best id among `allowed` and its log-prob under the full softmax
+};
+
+struct ForwardRequest {
+  std::span<const int32_t> tokens;
+  OutputMode mode = OutputMode::kArgmax;
+  bool all_positions = false;  // outputs for every token, else only the last one
+  const std::vector<uint64_t>* allowed = nullptr;  // kSelect: bitmask over the vocabulary
+};
+
+struct ForwardResult {
+  std::vector<int32_t> ids;     // kArgmax / kSelect: one per output position
+  std::vector<float> logprobs;  // kSelect: one per output position
+  std::vector<float> logits;    // kLogits: [positions, vocab]
+};
+
+struct BackendCapabilities {
+  bool logits = true;
+  bool select = true;
+  int max_chunk = 0;  // largest prefill chunk evaluated at once (0 = any)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual BackendCapabilities capabilities() const = 0;
+  // Throws gemma::Error(kCapacity) if cached() + tokens would exceed capacity(); on any throw the
+  // caches are left unchanged as far as cached() is concerned (the caller truncates or resets).
+  virtual void Forward(const ForwardRequest& request, ForwardResult* result) = 0;
+  virtual int cached() const = 0;
+  virtual int capacity() const = 0;
+  // Keeps the first n tokens. Returns false when sliding caches cannot be restored exactly; the
+  // backend is then reset to 0 tokens.
+  virtual bool Truncate(int n) = 0;
+  virtual void Reset() = 0;
+  // Bytes of caches and working buffers this backend holds (weights are mapped, not counted).
+  virtual size_t resident_bytes() const = 0;
+};
+
+struct BackendOptions {
+  int capacity = 32768;  // max tokens in context
+  int slack = 0;         // extra sliding-ring entries (0 = one window)
+};
+
+std::unique_ptr<Backend> CreateCpuReferenceBackend(const Model& model,
+                                                   const BackendOptions& options);
+
+}  // namespace gemma

@@ -1,0 +1,314 @@
+// The CPU reference backend: the oracle every faster backend is checked against.
+// Straightforward loops over the reference kernels; prefill runs in chunks no longer than the
+// sliding rings' slack so a chunk never overwrites keys it still needs.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/backend.h"
+#include "backend/cpu/reference_ops.h"
+#include "gemma/error.h"
+#include "model/model.h"
+
+namespace gemma {
+namespace {
+
+class CpuReferenceBackend : public Backend {
+ public:
+  CpuReferenceBackend(const Model& model, const BackendOptions& options)
+      : model_(model), cfg_(model.text()) {
+    capacity_ = std::min(options.capacity, cfg_.max_position_embeddings);
+    if (capacity_ <= 0)
+      throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
+    const int window = cfg_.sliding_window;
+    slack_ = options.slack > 0 ? options.slack : window;
+    sliding_ring_ = std::min(capacity_, window + slack_);
+    slack_ = sliding_ring_ - std::min(window, sliding_ring_);
+    slots_.resize(model.num_caches());
+    for (const LayerPlan& p : model.layers()) {
+      if (p.cache_slot < 0) continue;
+      Slot& s = slots_[p.cache_slot];
+      s.width = p.num_kv_heads * p.head_dim;
+      s.ring = p.window > 0 ? sliding_ring_ : capacity_;
+      s.sliding = p.window > 0;
+    }
+    inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
+    inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
+  }
+
+  std::string name() const override { return "cpu-reference"; }
+  BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
+  int cached() const override { return cached_; }
+  int capacity() const override { return capacity_; }
+
+  void Reset() override {
+    cached_ = 0;
+    valid_from_ = 0;
+  }
+
+  bool Truncate(int n) override {
+    if (n < 0 || n > cached_)
+      throw Error(ErrorCode::kInvalidArgument, "truncate beyond cached tokens");
+    const int need = std::max(0, n - cfg_.sliding_window + 1);
+    if (valid_from_ > need && n > 0) {
+      Reset();
+      return false;
+    }
+    cached_ = n;
+    return true;
+  }
+
+  size_t resident_bytes() const override {
+    size_t b = 0;
+    for (const Slot& s : slots_) b += (s.k.capacity() + s.v.capacity()) * sizeof(float);
+    return b;
+  }
+
+  void Forward(const ForwardRequest& req, ForwardResult* out) override {
+    const int n = static_cast<int>(req.tokens.size());
+    if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
+    if (cached_ + n > capacity_) {
+      throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity_) +
+                                            " exceeded: " + std::to_string(cached_) + " cached + " +
+                                            std::to_string(n) + " new tokens");
+    }
+    for (int32_t t : req.tokens) {
+      if (t < 0 || t >= cfg_.vocab_size) {
+        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
+                                                     " outside the vocabulary [0, " +
+                                                     std::to_string(cfg_.vocab_size) + ")");
+      }
+    }
+    if (req.mode == OutputMode::kSelect &&
+        (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(cfg_.vocab_size))) {
+      throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
+    }
+    *out = ForwardResult();
+    const int chunk = std::max(1, slack_);
+    for (int begin = 0; begin < n; begin += chunk) {
+      const int m = std::min(chunk, n - begin);
+      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+    }
+  }
+
+ private:
+  struct Slot {
+    int width = 0;  // kv_heads * head_dim
+    int ring = 0;
+    bool sliding = false;
+    std::vector<float> k, v;
+    float* K(int pos) { return k.data() + static_cast<size_t>(pos % ring) * width; }
+    float* V(int pos) { return v.data() + static_cast<size_t>(pos % ring) * width; }
+    void Reserve(int positions) {
+      const size_t need = static_cast<size_t>(std::min(positions, ring)) * width;
+      if (k.size() < need) {
+        k.resize(need);
+        v.resize(need);
+      }
+    }
+  };
+
+  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
+                ForwardResult* out) {
+    const int m = static_cast<int>(tokens.size());
+    const int H = cfg_.hidden_size;
+    const int P = cfg_.hidden_size_per_layer_input;
+    const int L = cfg_.num_layers;
+    const int pos0 = cached_;
+    const float eps = cfg_.rms_norm_eps;
+    for (Slot& s : slots_) s.Reserve(pos0 + m);
+
+    std::vector<float> x(static_cast<size_t>(m) * H);
+    for (int t = 0; t < m; ++t)
+      ref::EmbeddingRow(model_.embed(), model_.EmbedId(tokens[t]), &x[t * H]);
+
+    std::vector<float> ple;
+    if (P > 0) {
+      const int LP = L * P;
+      ple.resize(static_cast<size_t>(m) * LP);
+      std::vector<float> tok(LP);
+      ref::LinearForward(model_.ple_model_proj(), x.data(), m, ple.data());
+      for (int t = 0; t < m; ++t) {
+        ref::EmbeddingRow(model_.ple_embed(), model_.EmbedId(tokens[t]), tok.data());
+        float* row = &ple[static_cast<size_t>(t) * LP];
+        for (int i = 0; i < LP; ++i) row[i] = row[i] * model_.ple_model_proj_scale();
+        for (int l = 0; l < L; ++l)
+          ref::RmsNorm(row + l * P, P, model_.ple_proj_norm(), eps, row + l * P);
+        for (int i = 0; i < LP; ++i) row[i] = (row[i] + tok[i]) * model_.ple_input_scale();
+      }
+    }
+
+    std::vector<float> a(static_cast<size_t>(m) * H), tmp(static_cast<size_t>(m) * H);
+    for (int l = 0; l < L; ++l) {
+      const LayerPlan& p = model_.layers()[l];
+      const LayerWeights& w = model_.layer_weights()[l];
+      const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+      const std::vector<float>& inv =
+          p.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
+      for (int t = 0; t < m; ++t) ref::RmsNorm(&x[t * H], H, w.input_norm, eps, &a[t * H]);
+
+      std::vector<float> q(static_cast<size_t>(m) * nh * hd);
+      ref::LinearForward(w.q, a.data(), m, q.data());
+      for (int t = 0; t < m; ++t) {
+        for (int h = 0; h < nh; ++h) {
+          float* qh = &q[(static_cast<size_t>(t) * nh + h) * hd];
+          ref::RmsNorm(qh, hd, w.q_norm, eps, qh);
+          ref::ApplyRope(qh, hd, inv, pos0 + t);
+        }
+      }
+      Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+      if (!p.kv_shared) {
+        std::vector<float> k(static_cast<size_t>(m) * nkv * hd), v(k.size());
+        ref::LinearForward(w.k, a.data(), m, k.data());
+        ref::LinearForward(w.v, a.data(), m, v.data());
+        for (int t = 0; t < m; ++t) {
+          for (int h = 0; h < nkv; ++h) {
+            float* kh = &k[(static_cast<size_t>(t) * nkv + h) * hd];
+            float* vh = &v[(static_cast<size_t>(t) * nkv + h) * hd];
+            ref::RmsNorm(kh, hd, w.k_norm, eps, kh);
+            ref::ApplyRope(kh, hd, inv, pos0 + t);
+            ref::RmsNorm(vh, hd, {}, eps, vh);
+          }
+          std::copy_n(&k[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.K(pos0 + t));
+          std::copy_n(&v[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.V(pos0 + t));
+        }
+      }
+
+      std::vector<float> attn(static_cast<size_t>(m) * nh * hd);
+      std::vector<double> scores;
+      const int group = nh / nkv;
+      for (int t = 0; t < m; ++t) {
+        const int pos = pos0 + t;
+        const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+        scores.resize(pos - first + 1);
+        for (int h = 0; h < nh; ++h) {
+          const float* qh = &q[(static_cast<size_t>(t) * nh + h) * hd];
+          const int kvh = h / group;
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int j = first; j <= pos; ++j) {
+            const float* kj = slot.K(j) + kvh * hd;
+            double s = 0;
+            for (int i = 0; i < hd; ++i) s += static_cast<double>(qh[i]) * kj[i];
+            scores[j - first] = s;
+            mx = std::max(mx, s);
+          }
+          double sum = 0;
+          for (double& s : scores) {
+            s = std::exp(s - mx);
+            sum += s;
+          }
+          float* oh = &attn[(static_cast<size_t>(t) * nh + h) * hd];
+          std::vector<double> acc(hd, 0.0);
+          for (int j = first; j <= pos; ++j) {
+            const double pj = scores[j - first] / sum;
+            const float* vj = slot.V(j) + kvh * hd;
+            for (int i = 0; i < hd; ++i) acc[i] += pj * vj[i];
+          }
+          for (int i = 0; i < hd; ++i) oh[i] = static_cast<float>(acc[i]);
+        }
+      }
+      ref::LinearForward(w.o, attn.data(), m, tmp.data());
+      for (int t = 0; t < m; ++t) {
+        ref::RmsNorm(&tmp[t * H], H, w.post_attn_norm, eps, &tmp[t * H]);
+        for (int i = 0; i < H; ++i) x[t * H + i] += tmp[t * H + i];
+        ref::RmsNorm(&x[t * H], H, w.pre_ffn_norm, eps, &a[t * H]);
+      }
+      const int I = p.intermediate;
+      std::vector<float> g(static_cast<size_t>(m) * I), u(g.size());
+      ref::LinearForward(w.gate, a.data(), m, g.data());
+      ref::LinearForward(w.up, a.data(), m, u.data());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = ref::GeluTanh(g[i]) * u[i];
+      ref::LinearForward(w.down, g.data(), m, tmp.data());
+      for (int t = 0; t < m; ++t) {
+        ref::RmsNorm(&tmp[t * H], H, w.post_ffn_norm, eps, &tmp[t * H]);
+        for (int i = 0; i < H; ++i) x[t * H + i] += tmp[t * H + i];
+      }
+      if (P > 0) {
+        std::vector<float> gp(static_cast<size_t>(m) * P);
+        ref::LinearForward(w.ple_gate, x.data(), m, gp.data());
+        for (int t = 0; t < m; ++t) {
+          const float* pl = &ple[(static_cast<size_t>(t) * L + l) * P];
+          for (int i = 0; i < P; ++i) gp[t * P + i] = ref::GeluTanh(gp[t * P + i]) * pl[i];
+        }
+        ref::LinearForward(w.ple_proj, gp.data(), m, tmp.data());
+        for (int t = 0; t < m; ++t) {
+          ref::RmsNorm(&tmp[t * H], H, w.post_ple_norm, eps, &tmp[t * H]);
+          for (int i = 0; i < H; ++i) x[t * H + i] += tmp[t * H + i];
+        }
+      }
+      for (float& v : x) v *= w.layer_scalar;
+    }
+
+    // This chunk's keys are in place: positions [pos0, pos0 + m) are now cached.
+    cached_ = pos0 + m;
+    valid_from_ = std::max(valid_from_, cached_ - sliding_ring_);
+
+    if (req.mode == OutputMode::kNone) return;
+    const int first_out = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
+    const int V = cfg_.vocab_size;
+    std::vector<float> hnorm(H), logits(V);
+    for (int t = first_out; t < m; ++t) {
+      ref::RmsNorm(&x[t * H], H, model_.final_norm(), eps, hnorm.data());
+      ref::LinearForward(model_.lm_head(), hnorm.data(), 1, logits.data());
+      if (cfg_.final_logit_softcapping) {
+        const float cap = *cfg_.final_logit_softcapping;
+        for (float& z : logits) z = std::tanh(z / cap) * cap;
+      }
+      Emit(logits, req, out);
+    }
+  }
+
+  void Emit(const std::vector<float>& logits, const ForwardRequest& req, ForwardResult* out) const {
+    const int V = static_cast<int>(logits.size());
+    switch (req.mode) {
+      case OutputMode::kLogits:
+        out->logits.insert(out->logits.end(), logits.begin(), logits.end());
+        break;
+      case OutputMode::kArgmax: {
+        int best = 0;
+        for (int i = 1; i < V; ++i) {
+          if (logits[i] > logits[best]) best = i;
+        }
+        out->ids.push_back(best);
+        break;
+      }
+      case OutputMode::kSelect: {
+        int best = -1;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int i = 0; i < V; ++i) {
+          mx = std::max(mx, static_cast<double>(logits[i]));
+          if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
+            if (best < 0 || logits[i] > logits[best]) best = i;
+          }
+        }
+        if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
+        double sum = 0;
+        for (float z : logits) sum += std::exp(static_cast<double>(z) - mx);
+        out->ids.push_back(best);
+        out->logprobs.push_back(static_cast<float>(logits[best] - mx - std::log(sum)));
+        break;
+      }
+      case OutputMode::kNone:
+        break;
+    }
+  }
+
+  const Model& model_;
+  const TextConfig& cfg_;
+  int capacity_ = 0;
+  int slack_ = 0;
+  int sliding_ring_ = 0;
+  int cached_ = 0;
+  int valid_from_ = 0;  // oldest position whose sliding-ring entry is intact
+  std::vector<Slot> slots_;
+  std::vector<float> inv_freq_sliding_, inv_freq_full_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuReferenceBackend(const Model& model,
+                                                   const BackendOptions& options) {
+  return std::make_unique<CpuReferenceBackend>(model, options);
+}
+
+}  // namespace gemma

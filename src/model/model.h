@@ -1,0 +1,130 @@
+// The Gemma 4 text decoder, planned from config and bound to checkpoint tensors.
+//
+// Nothing here is E2B-specific: layer types, head dims, KV-sharing owners, MLP widths, PLE and the
+// head all come from the config. Weights are views into the memory-mapped checkpoint (no copies),
+// except the small norm vectors and scalars, which are converted to f32 at bind time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/config.h"
+#include "format/safetensors.h"
+
+namespace gemma {
+
+// How a weight matrix is stored. Dense kinds compute y = x W^T in f32; quantized kinds hold packed
+// signed integers v (offset binary, LSB first for 2/4 bits) with a per-row f32 scale: W = v *
+// scale.
+enum class WeightKind { kF32, kBF16, kF16, kQ2, kQ4, kQ8 };
+
+const char* WeightKindName(WeightKind k);
+int WeightKindBits(WeightKind k);  // 2, 4, 8 for quantized kinds; 16/32 for dense
+inline bool IsQuantized(WeightKind k) {
+  return k == WeightKind::kQ2 || k == WeightKind::kQ4 || k == WeightKind::kQ8;
+}
+
+// A linear layer y = srq_out( srq_in(x) W^T ), W is [rows=out, cols=in].
+// SRQ (static range quantization, transformers' apply_srq): srq(z, s) = s == 0 ? z
+//   : clamp(round_half_even(z / s), -128, 127) * s, computed in f32.
+struct Linear {
+  std::string name;  // HF module name, for errors and reports
+  WeightKind kind = WeightKind::kF32;
+  int rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;              // stride between rows in `data`
+  const float* row_scale = nullptr;  // quantized kinds: [rows]
+  float in_scale = 0.0f;             // SRQ input scale, 0 = none
+  float out_scale = 0.0f;            // SRQ output scale, 0 = none
+};
+
+// An embedding table. Quantized tables have `scale_blocks` f32 scales per row (block = cols /
+// scale_blocks columns). Lookup: row(id) * embed_scale, all in f32.
+struct Embedding {
+  std::string name;
+  WeightKind kind = WeightKind::kF32;
+  int rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  const float* scale = nullptr;  // [rows, scale_blocks] for quantized kinds
+  int scale_blocks = 1;
+  float embed_scale = 1.0f;  // f32(sqrt(dim)) as the f32 reference applies it
+};
+
+struct LayerPlan {
+  int index = 0;
+  LayerType type = LayerType::kSliding;
+  int head_dim = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int intermediate = 0;
+  int window = 0;          // sliding window (keys incl. self), 0 for full attention
+  bool kv_shared = false;  // reads another layer's cache
+  int kv_layer = 0;        // layer whose K/V this layer attends to (itself when it owns a cache)
+  int cache_slot = -1;     // index among owned caches, -1 for shared layers
+  const RopeParams* rope = nullptr;
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
+  std::vector<float> q_norm, k_norm;  // k_norm empty on shared layers
+  Linear q, k, v, o;                  // k, v unused on shared layers
+  Linear gate, up, down;
+  std::vector<float> post_ple_norm;  // empty without PLE
+  Linear ple_gate, ple_proj;
+  float layer_scalar = 1.0f;
+};
+
+class Model {
+ public:
+  // Loads config.json and the checkpoint from a directory (or a .safetensors file with
+  // config.json beside it), validates every tensor against the config. Throws gemma::Error.
+  static std::unique_ptr<Model> Load(const std::string& path);
+  static std::unique_ptr<Model> FromSource(ModelConfig config,
+                                           std::unique_ptr<TensorSource> source);
+
+  const ModelConfig& config() const { return config_; }
+  const TextConfig& text() const { return config_.text; }
+  const std::vector<LayerPlan>& layers() const { return layers_; }
+  const std::vector<LayerWeights>& layer_weights() const { return weights_; }
+  int num_caches() const { return num_caches_; }
+  const Embedding& embed() const { return embed_; }
+  const Embedding& ple_embed() const { return ple_embed_; }  // rows == 0 without PLE
+  const Linear& ple_model_proj() const { return ple_model_proj_; }
+  const std::vector<float>& ple_proj_norm() const { return ple_proj_norm_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  const Linear& lm_head() const { return lm_head_; }
+  const TensorSource& source() const { return *source_; }
+  bool quantized() const { return config_.quant.enabled; }
+  // The token id used for embedding lookups (multimodal placeholders map to pad).
+  int32_t EmbedId(int32_t token) const;
+
+  float ple_model_proj_scale() const { return ple_model_proj_scale_; }  // f32(hidden^-0.5)
+  float ple_input_scale() const { return ple_input_scale_; }            // f32(2^-0.5)
+  // Bytes of weights read per decoded token (excludes the PLE table but its one row, and the
+  // unused K/V projections of shared layers).
+  size_t BytesPerToken() const;
+  // Load time in ms spent in Load (mapping, validation, binding).
+  double load_ms() const { return load_ms_; }
+
+ private:
+  void Plan();
+  void Bind();
+
+  ModelConfig config_;
+  std::unique_ptr<TensorSource> source_;
+  std::string prefix_;  // "model.language_model." or "model."
+  std::vector<LayerPlan> layers_;
+  std::vector<LayerWeights> weights_;
+  int num_caches_ = 0;
+  Embedding embed_, ple_embed_;
+  Linear ple_model_proj_;
+  std::vector<float> ple_proj_norm_, final_norm_;
+  Linear lm_head_;
+  float ple_model_proj_scale_ = 1.0f, ple_input_scale_ = 1.0f;
+  double load_ms_ = 0;
+};
+
+}  // namespace gemma

@@ -10,76 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "golden_util.h"
 #include "model/model.h"
 
 namespace gemma {
 namespace {
-
-namespace fs = std::filesystem;
-
-struct Golden {
-  std::string dir;
-  std::vector<std::vector<int32_t>> prompts, greedy;
-  std::vector<std::vector<float>> logits;  // [prompt][T * V]
-};
-
-Golden LoadGolden(const std::string& name) {
-  Golden g;
-  g.dir = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name;
-  std::ifstream f(g.dir + "/goldens.json");
-  nlohmann::json j = nlohmann::json::parse(f);
-  g.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
-  g.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
-  for (size_t i = 0; i < g.prompts.size(); ++i) {
-    std::ifstream lf(g.dir + "/logits_" + std::to_string(i) + ".f32",
-                     std::ios::binary | std::ios::ate);
-    const size_t bytes = static_cast<size_t>(lf.tellg());
-    lf.seekg(0);
-    std::vector<float> out(bytes / 4);
-    lf.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes));
-    g.logits.push_back(std::move(out));
-  }
-  return g;
-}
-
-double RelL2(const float* a, const float* b, int n) {
-  double num = 0, den = 0;
-  for (int i = 0; i < n; ++i) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-// With SRQ on the head's output, every logit is a multiple of the head's output quantum (before the
-// softcap). Where an exact value sits within f32 rounding noise of a rounding boundary,
-// transformers' float32 sums (order unknown) and our exact integer accumulation may round it
-// differently; once such a flip lands in a cached key or a residual, later positions carry a small
-// perturbation that moves some logits across the head's rounding boundaries. Such positions are
-// accepted only if every logit is within two head quanta of transformers' (about 2% of a typical
-// logit here) and at most half of them moved, and only after the first kExactPrefix positions of a
-// prompt, which must match to 1e-4 like the dense fixtures. The count of such positions is recorded
-// as a test property.
-constexpr size_t kExactPrefix = 8;
-
-bool IsSrqFlip(const Model& model, const float* ours, const float* ref, int V) {
-  const float q = model.lm_head().out_scale;
-  if (!(q > 0)) return false;
-  const float cap = model.text().final_logit_softcapping.value_or(0.0f);
-  auto uncap = [&](float l) {
-    return cap > 0 ? cap * std::atanh(static_cast<double>(l) / cap) : l;
-  };
-  int flipped = 0;
-  for (int v = 0; v < V; ++v) {
-    if (cap > 0 && (std::fabs(ours[v]) > 0.95f * cap || std::fabs(ref[v]) > 0.95f * cap))
-      return false;
-    const double d = (uncap(ours[v]) - uncap(ref[v])) / q;
-    const double k = std::nearbyint(d);
-    if (std::fabs(d - k) > 1e-2 || std::fabs(k) > 2) return false;
-    flipped += k != 0;
-  }
-  return flipped <= V / 2;
-}
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -149,16 +84,6 @@ TEST_P(ModelGolden, ChunkedPrefillAndRepeatRunsAreBitIdentical) {
           << "slack " << slack;
     }
   }
-}
-
-std::vector<std::string> Fixtures() {
-  std::vector<std::string> names;
-  for (const auto& e :
-       fs::directory_iterator(std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model")) {
-    if (fs::exists(e.path() / "goldens.json")) names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, ModelGolden, ::testing::ValuesIn(Fixtures()),

@@ -1,0 +1,253 @@
+// Constraint runtime: masks, stop ids, dead ends, UTF-8 across tokens, JSON, tool calls, thinking.
+// Expected values come from nlohmann's JSON parser and from structural facts (which ids exist),
+// never from the constraint's own output.
+#include "constrain/constraint.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "constrain/test_vocab.h"
+#include "gemma/error.h"
+
+namespace gemma::constrain {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using testing::Generate;
+using testing::SyntheticVocab;
+
+bool Bit(const uint64_t* m, int32_t id) { return (m[id >> 6] >> (id & 63)) & 1; }
+
+int32_t TokenOf(const Vocabulary& v, const std::string& bytes) {
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (!v.is_special(id) && v.bytes(id) == bytes) return id;
+  }
+  return -1;
+}
+
+TEST(VocabularyTest, TrieHoldsEveryNonSpecialToken) {
+  auto v = SyntheticVocab();
+  const TokenTrie& t = v->trie();
+  int non_special = 0;
+  for (int32_t id = 0; id < v->size(); ++id) non_special += !v->is_special(id) && !v->bytes(id).empty();
+  EXPECT_EQ(static_cast<int>(t.token_ids.size()), non_special);
+  // Rebuild each token's bytes from the DFS layout.
+  std::vector<uint8_t> path;
+  for (size_t i = 0; i < t.nodes(); ++i) {
+    path.resize(t.depth[i] - 1);
+    path.push_back(t.byte[i]);
+    for (uint32_t k = t.tok_begin[i]; k < t.tok_begin[i + 1]; ++k) {
+      EXPECT_EQ(std::string(path.begin(), path.end()), v->bytes(t.token_ids[k]));
+    }
+    EXPECT_GT(t.end[i], i);
+  }
+}
+
+std::shared_ptr<const Constraint> Compile(std::shared_ptr<const Vocabulary> v, ConstraintOptions o) {
+  return Constraint::Compile(std::move(v), o);
+}
+
+TEST(ConstraintTest, RegexMaskMatchesTokenByTokenAcceptance) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kRegex;
+  o.regex = "(abc|xyz)+[0-9]{2,3}";
+  auto c = Compile(v, o);
+  ConstraintState st(c);
+  const uint64_t* m = st.AllowedTokens();
+  // Every non-special token is allowed exactly when Accept() takes it.
+  for (int32_t id = 0; id < v->size(); ++id) {
+    ConstraintState copy(c);
+    bool ok = true;
+    try {
+      copy.Accept(id);
+    } catch (const Error&) {
+      ok = false;
+    }
+    EXPECT_EQ(Bit(m, id), ok) << "token " << id << " '" << v->bytes(id) << "'";
+  }
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "abc")));
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "ab")));
+  EXPECT_FALSE(Bit(m, TokenOf(*v, "12")));
+  EXPECT_FALSE(Bit(m, 1));  // <eos> not before a match
+}
+
+TEST(ConstraintTest, StopIdsOnlyInAcceptingStatesAndStopEnds) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kRegex;
+  o.regex = "ab(cd)?";
+  auto c = Compile(v, o);
+  ConstraintState st(c);
+  EXPECT_FALSE(st.CanStop());
+  EXPECT_THROW(st.Accept(1), Error);
+  st.Accept(TokenOf(*v, "ab"));
+  EXPECT_TRUE(st.CanStop());
+  const uint64_t* m = st.AllowedTokens();
+  EXPECT_TRUE(Bit(m, 1));
+  EXPECT_TRUE(Bit(m, 106));
+  EXPECT_TRUE(Bit(m, 50));
+  EXPECT_FALSE(Bit(m, 2));  // <bos> is special, never allowed
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "cd")));
+  st.Accept(TokenOf(*v, "cd"));
+  m = st.AllowedTokens();
+  size_t allowed = 0;
+  for (size_t w = 0; w < v->mask_words(); ++w) allowed += __builtin_popcountll(m[w]);
+  EXPECT_EQ(allowed, 3u);  // only the three stop ids
+  st.Accept(106);
+  EXPECT_TRUE(st.IsComplete());
+  EXPECT_THROW(st.AllowedTokens(), Error);
+  EXPECT_THROW(st.Accept(TokenOf(*v, "a")), Error);
+}
+
+TEST(ConstraintTest, DeadEndIsAnExplicitError) {
+  // A vocabulary without the byte 'b': after "a" nothing can continue "ab".
+  auto v = std::make_shared<Vocabulary>(
+      std::vector<std::string>{"<pad>", "<eos>", "a", "c"}, std::vector<bool>{true, true, false, false});
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kRegex;
+  o.regex = "ab";
+  o.stop_ids = {1};
+  o.ids = {0, 0, 0, 0, 0};
+  auto c = Compile(v, o);
+  ConstraintState st(c);
+  st.Accept(2);
+  EXPECT_TRUE(st.IsDeadEnd());
+  try {
+    st.AllowedTokens();
+    FAIL() << "expected a dead-end error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kConstraint);
+    EXPECT_NE(std::string(e.what()).find("dead end"), std::string::npos);
+  }
+}
+
+TEST(ConstraintTest, Utf8SplitAcrossTokens) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kRegex;
+  o.regex = "日本語+";
+  auto c = Compile(v, o);
+  ConstraintState st(c);
+  const uint64_t* m = st.AllowedTokens();
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "日本")));
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "\xe6\x97")));  // first two bytes of 日
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "\xe6")));
+  EXPECT_FALSE(Bit(m, TokenOf(*v, "\xa5")));
+  st.Accept(TokenOf(*v, "\xe6\x97"));
+  m = st.AllowedTokens();
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "\xa5")));  // completes 日 (E6 97 A5)
+  EXPECT_FALSE(Bit(m, TokenOf(*v, "日本")));
+  st.Accept(TokenOf(*v, "\xa5"));
+  for (const char* b : {"\xe6", "\x9c", "\xac"}) st.Accept(TokenOf(*v, b));  // 本, byte by byte
+  st.Accept(TokenOf(*v, "\xe8"));
+  EXPECT_FALSE(st.CanStop());
+  st.Accept(TokenOf(*v, "\xaa\x9e"));
+  EXPECT_TRUE(st.CanStop());
+}
+
+TEST(ConstraintTest, SpecialTokensAreNeverMatchedByText) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kRegex;
+  o.regex = "<\\|tool_call>|x";  // the text of a special token
+  auto c = Compile(v, o);
+  ConstraintState st(c);
+  const uint64_t* m = st.AllowedTokens();
+  EXPECT_FALSE(Bit(m, 48));
+  EXPECT_TRUE(Bit(m, TokenOf(*v, "<")));
+}
+
+TEST(ConstraintTest, GeneratedJsonParses) {
+  auto v = SyntheticVocab();
+  std::mt19937_64 rng(7);
+  for (Whitespace ws : {Whitespace::kNone, Whitespace::kCompact, Whitespace::kAny}) {
+    for (bool object_root : {false, true}) {
+      ConstraintOptions o;
+      o.kind = ConstraintKind::kJson;
+      o.whitespace = ws;
+      o.object_root = object_root;
+      o.max_depth = 4;
+      auto c = Compile(v, o);
+      for (int i = 0; i < 40; ++i) {
+        auto g = Generate(c, &rng, 60);
+        ASSERT_TRUE(g.complete);
+        Json j;
+        ASSERT_NO_THROW(j = Json::parse(g.text)) << g.text;
+        if (object_root) {
+          EXPECT_TRUE(j.is_object()) << g.text;
+        }
+        // Depth bound: containers nest at most 4 deep.
+        std::function<int(const Json&)> depth = [&](const Json& x) {
+          int d = 0;
+          if (x.is_structured()) {
+            for (const auto& e : x) d = std::max(d, depth(e));
+            return d + 1;
+          }
+          return 0;
+        };
+        EXPECT_LE(depth(j), 4) << g.text;
+        if (ws == Whitespace::kNone) {
+          EXPECT_EQ(j.dump(), Json::parse(g.text).dump());
+        }
+      }
+    }
+  }
+}
+
+TEST(ConstraintTest, JsonWhitespaceModes) {
+  auto v = SyntheticVocab();
+  auto accepts = [&](Whitespace ws, const std::string& text) {
+    ConstraintOptions o;
+    o.kind = ConstraintKind::kJson;
+    o.whitespace = ws;
+    ConstraintState st(Compile(v, o));
+    try {
+      st.AcceptBytes(text);
+    } catch (const Error&) {
+      return false;
+    }
+    return st.CanStop();
+  };
+  EXPECT_TRUE(accepts(Whitespace::kNone, R"({"a":[1,2.5e3,"x"],"b":{}})"));
+  EXPECT_FALSE(accepts(Whitespace::kNone, R"({"a": 1})"));
+  EXPECT_TRUE(accepts(Whitespace::kCompact, R"({"a": [1, 2], "b": null})"));
+  EXPECT_FALSE(accepts(Whitespace::kCompact, R"({"a":1})"));
+  EXPECT_TRUE(accepts(Whitespace::kAny, " {\n  \"a\" :\t[ 1 , 2 ] } "));
+  EXPECT_FALSE(accepts(Whitespace::kAny, R"({"a":01})"));
+  EXPECT_FALSE(accepts(Whitespace::kNone, R"({"a":1,})"));
+  EXPECT_FALSE(accepts(Whitespace::kNone, "\"\\ud800\""));  // lone surrogate escape
+}
+
+TEST(ConstraintTest, MaxDepthBoundsNesting) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kJson;
+  o.max_depth = 2;
+  ConstraintState ok(Compile(v, o));
+  EXPECT_NO_THROW(ok.AcceptBytes(R"([[1,"x"],{"a":true}])"));
+  EXPECT_TRUE(ok.CanStop());
+  ConstraintState bad(Compile(v, o));
+  EXPECT_THROW(bad.AcceptBytes("[[{}]]"), Error);
+}
+
+TEST(ConstraintTest, MaskLogits) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kRegex;
+  o.regex = "a";
+  ConstraintState st(Compile(v, o));
+  std::vector<float> logits(v->size(), 1.0f);
+  MaskLogits(st.AllowedTokens(), logits);
+  std::vector<int32_t> ids;
+  st.AllowedIds(&ids);
+  int finite = 0;
+  for (float x : logits) finite += std::isfinite(x);
+  EXPECT_EQ(finite, static_cast<int>(ids.size()));
+  EXPECT_EQ(ids, std::vector<int32_t>{TokenOf(*v, "a")});
+}
+
+}  // namespace
+}  // namespace gemma::constrain

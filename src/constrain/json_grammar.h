@@ -1,0 +1,76 @@
+// JSON grammars as NFA fragments: generic values (a pushdown rule, bounded by depth), and the JSON
+// Schema subset compiled to fragments, in two syntaxes: standard JSON and Gemma 4's tool-call
+// argument syntax (bare keys, strings between <|"|> tokens, no escapes, no whitespace).
+//
+// JSON Schema subset (anything else is rejected at compile time with the keyword and JSON pointer):
+//   boolean schemas; type (string or array); const; enum; anyOf; oneOf (branches must be provably
+//   disjoint); allOf with one member; properties, required, additionalProperties (false, true or a
+//   schema); items (schema), prefixItems / array-form items with additionalItems, minItems,
+//   maxItems; string pattern (treated as anchored), minLength, maxLength; integer and number
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (numeric); $ref to "#", "#/$defs/..",
+//   "#/definitions/..", any local JSON pointer, as long as references are not recursive.
+//   Annotations (title, description, default, examples, $comment, $schema, $id at the root,
+//   deprecated, readOnly, writeOnly, uniqueItems: false) are ignored.
+// Generation choices (sound, not complete): declared properties are emitted in schema order (JSON)
+// or sorted order (Gemma), no undeclared keys when `properties` is given; numbers with bounds have no
+// exponent and a fraction only when it is non-zero; strings under `pattern` use canonical escapes.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "constrain/automaton.h"
+#include "constrain/constraint.h"
+
+namespace gemma::constrain {
+
+enum class Syntax { kJson, kGemma };
+
+struct JsonGrammarConfig {
+  Syntax syntax = Syntax::kJson;
+  Whitespace whitespace = Whitespace::kNone;
+  int quote_symbol = -1;  // kGemma: symbol of <|"|>
+  int any_rule = 1;       // rule number of the generic value rule
+};
+
+class JsonGrammar {
+ public:
+  JsonGrammar(Nfa* nfa, JsonGrammarConfig config);
+
+  // Generic values. Nested containers are calls of the rule config.any_rule, whose body is
+  // AnyValueBody(Root::kContainer); scalars stay inline, so the depth bound (the pushdown stack
+  // limit) never leaves a dead end: at the limit only scalars and empty containers remain.
+  enum class Root { kAny, kObject, kContainer };
+  Fragment AnyValueBody(Root root);
+  // A generic value nested here: a scalar or a call of the container rule; sets used_any().
+  Fragment AnyValueCall();
+  Fragment Scalar();
+  bool used_any() const { return used_any_; }
+
+  // Compiles `schema` (resolving $ref against `root`). Throws on unsupported constructs.
+  Fragment Schema(const nlohmann::ordered_json& schema, const nlohmann::ordered_json& root);
+
+  Fragment Ws();  // optional whitespace (kAny only)
+
+ private:
+  friend class SchemaCompiler;
+  Fragment Open(char c);
+  Fragment Close(char c);
+  Fragment Sep(char c);
+  Fragment Quote();
+  Fragment StringChar();
+  Fragment AnyString();
+  Fragment Number();
+  Fragment Integer();
+  Fragment Key(const std::string& name);
+  Fragment AnyKey();
+  Fragment Value(const nlohmann::ordered_json& v);
+  Fragment StringBytes(const std::string& s);
+
+  Nfa* nfa_;
+  JsonGrammarConfig cfg_;
+  bool used_any_ = false;
+};
+
+}  // namespace gemma::constrain

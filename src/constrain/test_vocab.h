@@ -1,0 +1,47 @@
+// Vocabularies for tests and benchmarks (not part of gemma_constrain).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "constrain/vocabulary.h"
+
+namespace gemma::constrain::testing {
+
+// A small synthetic vocabulary laid out like Gemma 4's specials: 0 <pad>, 1 <eos>, 2 <bos>,
+// 48/49 tool call open/close, 50/51 tool response, 52 <|"|>, 100/101 channel, 105/106 turn; ids
+// 300..555 are the 256 single bytes; then multi-byte tokens, including UTF-8 characters and pieces
+// of them, JSON punctuation runs, words and digits.
+std::shared_ptr<Vocabulary> SyntheticVocab();
+
+// The real 262,144-entry Gemma 3 vocabulary from tokenizer.json (pieces with U+2581 -> ' ', <0xHH>
+// byte fallback -> the byte; special = the file's special added tokens plus the Gemma 4 control ids
+// 46..52, 98, 100, 101, 105, 106 marked special to stand in for Gemma 4's single-token specials).
+// Returns nullptr if the file is missing.
+std::shared_ptr<Vocabulary> LoadGemmaVocab(const std::string& tokenizer_json_path);
+
+// GEMMA_SOURCE_DIR-relative default path of the npm test asset.
+std::string DefaultGemmaTokenizerPath(const std::string& source_dir);
+
+}  // namespace gemma::constrain::testing
+
+#include <random>
+#include <vector>
+
+#include "constrain/constraint.h"
+
+namespace gemma::constrain::testing {
+
+struct Generated {
+  std::string text;  // bytes of all accepted tokens (special ones as their vocabulary text), no stop id
+  std::vector<int32_t> tokens;
+  bool complete = false;
+};
+
+// Samples a constrained output: uniform among allowed tokens for `budget` tokens (stopping with
+// probability stop_p whenever a stop id is allowed), then steers to the shortest completion with
+// single-byte and special tokens. mask_us, if given, receives the time of every AllowedTokens().
+Generated Generate(const std::shared_ptr<const Constraint>& c, std::mt19937_64* rng, int budget,
+                   double stop_p = 0.2, std::vector<double>* mask_us = nullptr);
+
+}  // namespace gemma::constrain::testing

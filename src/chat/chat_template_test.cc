@@ -155,6 +155,29 @@ TEST(ChatTemplateTest, PreserveThinkingKeepsToolCallReasoning) {
   EXPECT_EQ(Render(messages, "null", false).find("<|channel>"), std::string::npos);
 }
 
+TEST(ChatTemplateTest, UnorderedJsonOverloadAndOptions) {
+  ChatTemplateOptions o;
+  o.bos_token = "";
+  o.add_generation_prompt = true;
+  const nlohmann::json messages = nlohmann::json::parse(R"([{"role":"user","content":"Hi"}])");
+  EXPECT_EQ(RenderChatTemplate(messages, nlohmann::json(), o),
+            "<|turn>user\nHi<turn|>\n<|turn>model\n");
+}
+
+TEST(ChatTemplateTest, ToolMessageNameResolution) {
+  // No id match: the tool message's name; empty name: "unknown"; a number result renders bare.
+  const char* messages = R"([{"role":"user","content":"q"},
+      {"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":{}}}]},
+      {"role":"tool","tool_call_id":"zz","name":"g","content":7},
+      {"role":"tool","tool_call_id":"zz","name":"","content":null},
+      {"role":"tool","tool_call_id":"a","name":"ignored","content":"s"}])";
+  EXPECT_EQ(Render(messages, "null", false),
+            "<bos><|turn>user\nq<turn|>\n<|turn>model\n<|tool_call>call:f{}<tool_call|>"
+            "<|tool_response>response:g{value:7}<tool_response|>"
+            "<|tool_response>response:unknown{value:null}<tool_response|>"
+            "<|tool_response>response:f{value:<|\"|>s<|\"|>}<tool_response|>");
+}
+
 TEST(ChatTemplateTest, Errors) {
   ExpectTemplateError(R"([{"role":"narrator","content":"x"}])", "null", "messages[0].role");
   ExpectTemplateError(R"([{"content":"x"}])", "null", "messages[0].role");

@@ -157,7 +157,8 @@ void Tokenizer::Impl::Encode(std::string_view text, bool match_special,
   EncodeSegment(text.substr(seg_start), out);
 }
 
-void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* out) const {
+void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* out, bool cuts,
+                                    bool force_heap) const {
   if (raw.empty()) return;
   // Normalizer: ' ' -> '▁'.
   thread_local std::string norm;
@@ -170,8 +171,8 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
       norm.push_back(c);
     }
   }
-  if (ignore_merges || space_id < 0) {
-    EncodeWord(norm, out);
+  if (ignore_merges || space_id < 0 || !cuts) {
+    EncodeWord(norm, out, force_heap);
     return;
   }
   // Cut before a '▁' whose predecessor is a vocab character that no piece joins to '▁'.
@@ -189,13 +190,14 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
     if (DecodeUtf8(s + start, pos - start, &cp) != pos - start) continue;
     if (cp == 0x2581 || char_ids[cp] < 0) continue;
     if (std::binary_search(glue_before_space.begin(), glue_before_space.end(), cp)) continue;
-    EncodeWord(std::string_view(norm).substr(word_start, pos - word_start), out);
+    EncodeWord(std::string_view(norm).substr(word_start, pos - word_start), out, force_heap);
     word_start = pos;
   }
-  EncodeWord(std::string_view(norm).substr(word_start), out);
+  EncodeWord(std::string_view(norm).substr(word_start), out, force_heap);
 }
 
-void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
+void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* out,
+                                 bool force_heap) const {
   if (word.empty()) return;
   if (ignore_merges) {
     int32_t id = vocab.Find(word, pieces);
@@ -244,7 +246,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* ou
   }
   if (unk_pending) syms.push_back(unk_id);
   if (syms.size() > 1) {
-    if (syms.size() <= kScanLimit) {
+    if (syms.size() <= kScanLimit && !force_heap) {
       MergeShort(merges, &syms);
     } else {
       MergeLong(merges, &syms);

@@ -41,6 +41,10 @@
 
 namespace gemma {
 
+namespace tokenizer_internal {
+struct Access;  // tokenizer_impl.h: the room's own code and tests reach the loaded tables
+}
+
 class Tokenizer {
  public:
   // How text that spells a special token (added_tokens with special=true) is encoded.
@@ -89,6 +93,7 @@ class Tokenizer {
   struct Impl;
 
  private:
+  friend struct tokenizer_internal::Access;
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

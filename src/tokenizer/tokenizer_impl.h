@@ -50,13 +50,19 @@ struct Tokenizer::Impl {
 
   // tokenizer.cc
   void Encode(std::string_view text, bool match_special, std::vector<int32_t>* out) const;
-  void EncodeSegment(std::string_view raw, std::vector<int32_t>* out) const;
-  void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+  // `cuts` and `force_heap` exist for the equivalence tests (cut words vs one word, scan vs heap).
+  void EncodeSegment(std::string_view raw, std::vector<int32_t>* out, bool cuts = true,
+                     bool force_heap = false) const;
+  void EncodeWord(std::string_view word, std::vector<int32_t>* out, bool force_heap = false) const;
   // Longest added token starting at text[pos]: returns its byte length (0 if none) and sets *id.
   size_t MatchAdded(std::string_view text, size_t pos, int32_t* id) const;
 };
 
 namespace tokenizer_internal {
+
+struct Access {
+  static const Tokenizer::Impl& Of(const Tokenizer& t) { return *t.impl_; }
+};
 
 // Length of the well-formed UTF-8 sequence at s[0..n), or 0 if s[0] does not start one
 // (Unicode table 3-7). Sets *cp to the code point.

@@ -374,6 +374,30 @@ std::string RenderChatTemplate(const Json& messages, const Json& tools,
   return out;
 }
 
+Json DeserializeToolCallArguments(const Json& messages) {
+  Json out = messages;
+  if (!out.is_array()) return out;
+  for (size_t i = 0; i < out.size(); ++i) {
+    Json& m = out[i];
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    Json& calls = m["tool_calls"];
+    for (size_t c = 0; c < calls.size(); ++c) {
+      Json& call = calls[c];
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      Json& function = call["function"];
+      if (!function.contains("arguments") || !function["arguments"].is_string()) continue;
+      const std::string where = At(i) + ".tool_calls[" + std::to_string(c) + "].function.arguments";
+      Json parsed = Json::parse(function["arguments"].get<std::string>(), nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object()) {
+        Fail(where, "a string argument must hold a JSON object");
+      }
+      function["arguments"] = std::move(parsed);
+    }
+  }
+  return out;
+}
+
 std::string RenderChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
                                const ChatTemplateOptions& options) {
   return RenderChatTemplate(Json::parse(messages.dump()), Json::parse(tools.dump()), options);

@@ -39,4 +39,10 @@ std::string RenderChatTemplate(const Json& messages, const Json& tools,
 std::string RenderChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
                                const ChatTemplateOptions& options);
 
+// OpenAI-style clients send `tool_calls[].function.arguments` as a JSON string; the template
+// refuses strings (it needs a mapping). Returns a copy of `messages` with every string `arguments`
+// parsed into an object. Throws gemma::Error(kTemplate) naming the message and call when a string
+// is not a JSON object.
+Json DeserializeToolCallArguments(const Json& messages);
+
 }  // namespace gemma::chat

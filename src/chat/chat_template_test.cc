@@ -178,6 +178,29 @@ TEST(ChatTemplateTest, ToolMessageNameResolution) {
             "<|tool_response>response:f{value:<|\"|>s<|\"|>}<tool_response|>");
 }
 
+TEST(ChatTemplateTest, DeserializeToolCallArgumentsParsesOpenAiStrings) {
+  const Json messages = Json::parse(R"([{"role":"user","content":"q"},
+      {"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"b\": [1, 2.5], \"a\": \"x\"}"}}]}])");
+  const Json fixed = DeserializeToolCallArguments(messages);
+  EXPECT_EQ(fixed[1]["tool_calls"][0]["function"]["arguments"],
+            Json::parse(R"({"b":[1,2.5],"a":"x"})"));
+  EXPECT_EQ(fixed[0], messages[0]);
+  ChatTemplateOptions o;
+  EXPECT_EQ(
+      RenderChatTemplate(fixed, Json(), o),
+      "<bos><|turn>user\nq<turn|>\n<|turn>model\n<|tool_call>call:f{a:<|\"|>x<|\"|>,b:[1,2.5]}"
+      "<tool_call|><|tool_response>");
+  try {
+    DeserializeToolCallArguments(Json::parse(
+        R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}])"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTemplate);
+    EXPECT_NE(std::string(e.what()).find("messages[0].tool_calls[0].function.arguments"),
+              std::string::npos);
+  }
+}
+
 TEST(ChatTemplateTest, Errors) {
   ExpectTemplateError(R"([{"role":"narrator","content":"x"}])", "null", "messages[0].role");
   ExpectTemplateError(R"([{"content":"x"}])", "null", "messages[0].role");

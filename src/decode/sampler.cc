@@ -20,25 +20,52 @@ uint64_t SeedFrom(const SamplingOptions& options) {
   return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
 }
 
-// Visits order[0, n) (filled with 0..n-1) in ascending `less` order, stopping when visit returns
-// false. Sorts only what it visits: chunks are selected with nth_element and then sorted, so a
-// cutoff reached after m elements costs O(n + m log m) rather than a full sort.
-template <typename Less, typename Visit>
-void VisitInOrder(std::vector<int32_t>& order, size_t n, Less less, Visit visit) {
-  order.resize(n);
-  std::iota(order.begin(), order.end(), 0);
+// Ranks candidates by (key, pos) ascending, a strict total order since positions are distinct.
+bool RankedLess(const Ranked& a, const Ranked& b) {
+  return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+}
+
+// Finds the first element, in RankedLess order, at which the running sum of prob reaches `mass`;
+// returns its pos, or the greatest element's if the total stays below `mass`. Quickselect on mass:
+// each round partitions around a median-of-three pivot and keeps only the side holding the cut, so
+// it costs O(n) expected instead of a sort; ranges of <= 64 are sorted and scanned. Running sums
+// are therefore added up in a different order than a plain scan would, which moves results only
+// for cuts within double rounding (~1e-16) of `mass`. Reorders `ranked`.
+int32_t FirstReachingMass(std::vector<Ranked>& ranked, double mass) {
   size_t lo = 0;
-  size_t chunk = 64;
-  while (lo < n) {
-    const size_t hi = std::min(n, lo + chunk);
-    if (hi < n) std::nth_element(order.begin() + lo, order.begin() + hi, order.end(), less);
-    std::sort(order.begin() + lo, order.begin() + hi, less);
-    for (size_t i = lo; i < hi; ++i) {
-      if (!visit(order[i])) return;
+  size_t hi = ranked.size();
+  double acc = 0.0;  // mass of everything ordered before ranked[lo]
+  while (hi - lo > 64) {
+    Ranked a = ranked[lo], b = ranked[lo + (hi - lo) / 2], c = ranked[hi - 1];
+    if (RankedLess(b, a)) std::swap(a, b);
+    if (RankedLess(c, b)) std::swap(b, c);
+    if (RankedLess(b, a)) std::swap(a, b);
+    const Ranked pivot = b;
+    auto first = ranked.begin() + lo;
+    auto last = ranked.begin() + hi;
+    auto mid = std::partition(first, last, [&](const Ranked& x) { return RankedLess(x, pivot); });
+    double left = 0.0;
+    for (auto it = first; it != mid; ++it) left += it->prob;
+    if (acc + left >= mass) {
+      hi = static_cast<size_t>(mid - ranked.begin());
+      continue;
     }
-    lo = hi;
-    chunk *= 4;
+    acc += left;
+    std::iter_swap(mid,
+                   std::find_if(mid, last, [&](const Ranked& x) { return x.pos == pivot.pos; }));
+    acc += pivot.prob;
+    if (acc >= mass) return pivot.pos;
+    lo = static_cast<size_t>(mid - ranked.begin()) + 1;
   }
+  std::sort(ranked.begin() + lo, ranked.begin() + hi, RankedLess);
+  for (size_t i = lo; i < hi; ++i) {
+    acc += ranked[i].prob;
+    if (acc >= mass) return ranked[i].pos;
+  }
+  // Not reached. If an earlier round found the cut inside [0, hi) but these sums, taken in another
+  // order, round just below `mass`, the cut is the greatest element there; if hi == n, the greatest
+  // element overall (so everything is kept).
+  return hi > 0 ? ranked[hi - 1].pos : -1;
 }
 
 }  // namespace
@@ -123,13 +150,21 @@ void Sampler::ApplyPenalties() {
 double Sampler::CandidateWeights() {
   float max = kNegInf;
   for (int32_t id : candidates_) max = std::max(max, work_[id]);
-  weights_.resize(candidates_.size());
   double sum = 0.0;
+  if (weights_valid_ && max == weights_max_) {
+    // Filters since the last call only dropped candidates (KeepMarked compacted weights_ along)
+    // and kept the maximum, so every exp(l - max) is unchanged.
+    for (double w : weights_) sum += w;
+    return sum;
+  }
+  weights_.resize(candidates_.size());
   const double m = max;
   for (size_t i = 0; i < candidates_.size(); ++i) {
     weights_[i] = std::exp(static_cast<double>(work_[candidates_[i]]) - m);
     sum += weights_[i];
   }
+  weights_valid_ = true;
+  weights_max_ = max;
   return sum;
 }
 
@@ -137,12 +172,14 @@ void Sampler::KeepMarked() {
   size_t j = 0;
   for (size_t i = 0; i < candidates_.size(); ++i) {
     if (keep_[i]) {
+      if (weights_valid_) weights_[j] = weights_[i];
       candidates_[j++] = candidates_[i];
     } else {
       work_[candidates_[i]] = kNegInf;
     }
   }
   candidates_.resize(j);
+  if (weights_valid_) weights_.resize(j);
 }
 
 void Sampler::TopK(int32_t k) {
@@ -166,26 +203,15 @@ void Sampler::TypicalP(double mass) {
   double entropy = 0.0;
   for (size_t i = 0; i < n; ++i) {
     const double logp = (static_cast<double>(work_[candidates_[i]]) - max) - log_sum;
-    keys_[i] = logp;  // temporarily
+    keys_[i] = logp;
     const double p = weights_[i] / sum;
     if (p > 0.0) entropy -= p * logp;
   }
   for (size_t i = 0; i < n; ++i) keys_[i] = std::fabs(-keys_[i] - entropy);
-  double cutoff = std::numeric_limits<double>::infinity();
-  double acc = 0.0;
-  VisitInOrder(
-      order_, n,
-      [this](int32_t a, int32_t b) {
-        return keys_[a] < keys_[b] || (keys_[a] == keys_[b] && a < b);
-      },
-      [&](int32_t pos) {
-        acc += weights_[pos] / sum;
-        if (acc >= mass) {
-          cutoff = keys_[pos];
-          return false;
-        }
-        return true;
-      });
+  ranked_.resize(n);
+  for (size_t i = 0; i < n; ++i) ranked_[i] = {keys_[i], weights_[i], static_cast<int32_t>(i)};
+  const int32_t cut = FirstReachingMass(ranked_, mass * sum);
+  const double cutoff = keys_[cut];
   keep_.resize(n);
   for (size_t i = 0; i < n; ++i) keep_[i] = keys_[i] <= cutoff;
   KeepMarked();
@@ -194,23 +220,21 @@ void Sampler::TypicalP(double mass) {
 void Sampler::TopP(double p) {
   const size_t n = candidates_.size();
   const double sum = CandidateWeights();
-  keep_.assign(n, 0);
-  double above = 0.0;  // probability mass of the ranks already visited
-  bool first = true;
-  VisitInOrder(
-      order_, n,
-      [this](int32_t a, int32_t b) {
-        const float xa = work_[candidates_[a]];
-        const float xb = work_[candidates_[b]];
-        return xa > xb || (xa == xb && a < b);
-      },
-      [&](int32_t pos) {
-        if (!first && !(above < p)) return false;
-        first = false;
-        keep_[pos] = 1;
-        above += weights_[pos] / sum;
-        return true;
-      });
+  // Rank by logit descending, ties by ascending id (candidate positions ascend with ids). Rank r is
+  // kept iff the mass before it is < p, i.e. up to and including the first rank whose running sum
+  // reaches p (rank 0 always: with p = 0 it is that rank).
+  ranked_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    ranked_[i] = {-static_cast<double>(work_[candidates_[i]]), weights_[i],
+                  static_cast<int32_t>(i)};
+  }
+  const int32_t cut = FirstReachingMass(ranked_, p * sum);
+  const Ranked last = {-static_cast<double>(work_[candidates_[cut]]), 0.0, cut};
+  keep_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Ranked r = {-static_cast<double>(work_[candidates_[i]]), 0.0, static_cast<int32_t>(i)};
+    keep_[i] = !RankedLess(last, r);
+  }
   KeepMarked();
 }
 
@@ -232,7 +256,7 @@ void Sampler::RunChain(std::span<const float> logits, const std::vector<uint64_t
     candidates_.reserve(n);
     weights_.reserve(n);
     keys_.reserve(n);
-    order_.reserve(n);
+    ranked_.reserve(n);
     keep_.reserve(n);
     scratch_.reserve(n);
   }
@@ -242,6 +266,7 @@ void Sampler::RunChain(std::span<const float> logits, const std::vector<uint64_t
     distinct_.reserve(n);
   }
   work_.resize(n);
+  weights_valid_ = false;
 
   // 1. Copy, check, mask.
   auto bad_logit = [](size_t i, float x) {
@@ -366,9 +391,15 @@ SampleResult Sampler::Sample(std::span<const float> logits, const std::vector<ui
   SampleResult result;
   result.num_candidates = static_cast<int32_t>(candidates_.size());
   if (greedy_) {
+    // Ascending ids and a strict > keep the lowest id among equal maxima.
     int32_t best = candidates_[0];
+    float best_value = work_[best];
     for (int32_t id : candidates_) {
-      if (work_[id] > work_[best]) best = id;
+      const float v = work_[id];
+      if (v > best_value) {
+        best_value = v;
+        best = id;
+      }
     }
     result.token = best;
   } else {

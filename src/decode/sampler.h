@@ -57,6 +57,13 @@ struct TokenLogprob {
   double logprob = 0.0;
 };
 
+// A candidate as ranked by top-p (key = -logit) or typical-p (key = |-log p - H|).
+struct Ranked {
+  double key;
+  double prob;  // unnormalized weight
+  int32_t pos;  // index into the candidate list
+};
+
 struct SampleResult {
   int32_t token = -1;
   // Filled when options.logprobs; from options.logprob_source's distribution.
@@ -103,7 +110,8 @@ class Sampler {
   void TypicalP(double mass);
   void TopP(double p);
   void MinP(double min_p);
-  // Softmax weights exp(l - max) of the candidates into weights_; returns their sum.
+  // Softmax weights exp(l - max) of the candidates into weights_ (reused while valid); returns
+  // their sum, accumulated in candidate (ascending id) order.
   double CandidateWeights();
   void KeepMarked();  // compacts candidates_ by keep_, setting the dropped ones to -inf
   void FillLogprobs(std::span<const float> dist, SampleResult& result) const;
@@ -123,10 +131,12 @@ class Sampler {
   // Per-call work buffers.
   std::vector<float> work_;          // processed logits, full vocab
   std::vector<int32_t> candidates_;  // ids with finite work_, ascending
-  std::vector<double> weights_;      // per candidate
-  std::vector<double> keys_;         // per candidate (typical-p)
-  std::vector<int32_t> order_;       // candidate positions
-  std::vector<uint8_t> keep_;        // per candidate
+  std::vector<double> weights_;      // per candidate: exp(l - weights_max_) while weights_valid_
+  bool weights_valid_ = false;
+  float weights_max_ = 0.0f;
+  std::vector<double> keys_;    // per candidate (typical-p)
+  std::vector<Ranked> ranked_;  // candidates ranked by a filter's key
+  std::vector<uint8_t> keep_;   // per candidate
   std::vector<float> scratch_;
   bool greedy_ = false;
 };

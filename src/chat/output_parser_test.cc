@@ -212,5 +212,28 @@ TEST(StreamingParserTest, ByteByByteEqualsWholeParse) {
   EXPECT_EQ(c.malformed[0].raw, "<|tool_call>call:bad{x}<tool_call|>");
 }
 
+TEST(StreamingParserTest, EveryTwoAndThreeWaySplitGivesTheSameResult) {
+  const std::string raw =
+      "<|channel>thought\nA<b<channel|>T1<|tool_call>call:f{s:<|\"|>x}y<|\"|>,n:-1}<tool_call|>T2<"
+      "turn|>";
+  for (size_t i = 0; i <= raw.size(); ++i) {
+    for (size_t j = i; j <= raw.size(); j += 3) {
+      StreamingParser p;
+      Collected c;
+      c.Add(p.Push(raw.substr(0, i)));
+      c.Add(p.Push(raw.substr(i, j - i)));
+      c.Add(p.Push(raw.substr(j)));
+      c.Add(p.Finish());
+      SCOPED_TRACE(std::to_string(i) + "," + std::to_string(j));
+      EXPECT_EQ(c.reasoning, "A<b");
+      EXPECT_EQ(c.text, "T1T2");
+      ASSERT_EQ(c.calls.size(), 1u);
+      EXPECT_EQ(c.calls[0].arguments, Json::parse(R"({"s":"x}y","n":-1})"));
+      ASSERT_EQ(c.malformed.size(), 1u);
+      EXPECT_EQ(c.malformed[0].raw, "<turn|>");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gemma::chat

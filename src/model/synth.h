@@ -1,0 +1,33 @@
+// Deterministic random-weight Gemma 4 checkpoints with real shapes and formats, for benchmarks, the
+// offline demo and loader tests. Not a trained model: the weights are noise scaled so activations
+// stay finite and argmax is well defined.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gemma {
+
+struct SynthPreset {
+  std::string name;
+  std::string description;
+};
+
+// Presets: "e2b-bf16" (exact E2B text shapes, bf16, tied head, Gemma4ForConditionalGeneration
+// names), "e2b-qat" (the published mobile-QAT layout: int2/int4/int8 packed, per-layer PLE scales,
+// SRQ scales, separate int2 lm_head), "tiny" and "tiny-qat" (E2B structure scaled down, real
+// 262,144 vocabulary so the demo can use the Gemma tokenizer).
+std::vector<SynthPreset> SynthPresets();
+
+struct SynthOptions {
+  std::string preset = "tiny";
+  std::string out_dir;
+  uint64_t seed = 1;
+};
+
+// Writes out_dir/config.json and out_dir/model.safetensors. Throws Error(kInvalidArgument) for an
+// unknown preset, Error(kIo) on write failures.
+void Synthesize(const SynthOptions& options);
+
+}  // namespace gemma

@@ -1,0 +1,13 @@
+// gemma-engine subcommands. Each Add*Command registers one subcommand on the app; main() runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace gemma::cli {
+
+void AddRunCommand(CLI::App& app);
+void AddInspectCommand(CLI::App& app);
+void AddSynthCommand(CLI::App& app);
+void AddDemoCommand(CLI::App& app);
+
+}  // namespace gemma::cli

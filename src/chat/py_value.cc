@@ -41,12 +41,42 @@ bool IsPySpace(char32_t c) {
          c == 0x205F || c == 0x3000;
 }
 
+// Non-ASCII code points that Python's str.isprintable() rejects (so repr() escapes them): C1
+// controls, separators other than ' ', common format characters. Unassigned code points are not
+// tracked.
+bool IsPyNonPrintable(char32_t c) {
+  return (c >= 0x80 && c <= 0xA0) || c == 0xAD || c == 0x1680 || (c >= 0x2000 && c <= 0x200F) ||
+         (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x2064) ||
+         (c >= 0x2066 && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
+         (c >= 0xD800 && c <= 0xF8FF) || (c >= 0xFFF9 && c <= 0xFFFB);
+}
+
 std::string PyStrRepr(std::string_view s) {
   const bool has_single = s.find('\'') != std::string_view::npos;
   const bool has_double = s.find('"') != std::string_view::npos;
   const char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
-  for (char ch : s) {
+  for (size_t pos = 0; pos < s.size();) {
+    size_t len;
+    const char32_t cp = DecodeAt(s, pos, &len);
+    if (cp >= 0x80 && len > 1) {
+      if (IsPyNonPrintable(cp)) {
+        char buf[16];
+        if (cp < 0x100) {
+          std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(cp));
+        } else if (cp < 0x10000) {
+          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+        } else {
+          std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
+        }
+        out += buf;
+      } else {
+        out.append(s.substr(pos, len));
+      }
+      pos += len;
+      continue;
+    }
+    const char ch = s[pos++];
     const auto c = static_cast<unsigned char>(ch);
     if (ch == quote || ch == '\\') {
       out += '\\';

@@ -33,6 +33,9 @@ TEST(PyValueTest, StrMatchesPython) {
   EXPECT_EQ(PyStr(nullptr), "");  // Jinja Undefined prints as empty
   EXPECT_EQ(PyStr(Json::parse(R"([1, "a", "b'c", null, 1.5, {"k": true}])")),
             R"([1, 'a', "b'c", None, 1.5, {'k': True}])");
+  // Python: repr(['\xa0x\u2028\u00e9\U0001F600\xad', 'a\nb\\']) (non-printables escaped)
+  EXPECT_EQ(PyStr(Json::array({"\xc2\xa0x\xe2\x80\xa8\xc3\xa9\xf0\x9f\x98\x80\xc2\xad", "a\nb\\"})),
+            "['\\xa0x\\u2028\xc3\xa9\xf0\x9f\x98\x80\\xad', 'a\\nb\\\\']");
 }
 
 TEST(PyValueTest, TruthinessMatchesPython) {

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -199,6 +201,105 @@ TEST(Sampler, TopPTiesKeepTheCountAndPreferLowerIds) {
   EXPECT_EQ(Survivors(o, {0, 0, 0, 0}), (Ids{0, 1}));
   o.top_p = 0.0;
   EXPECT_EQ(Survivors(o, {1, 7, 7, 7}), (Ids{1}));
+}
+
+TEST(Sampler, TopPCutOnAGroupOfEqualTokens) {
+  // 3484 equal tokens at top_p 0.5: in exact arithmetic rank r is kept iff r / 3484 < 0.5, i.e.
+  // 1742 tokens; double rounding may admit one more. Either way the lowest ids.
+  SamplingOptions o = Opts();
+  o.top_p = 0.5;
+  const Ids kept = Survivors(o, std::vector<float>(3484, 1.0f));
+  ASSERT_TRUE(kept.size() == 1742 || kept.size() == 1743) << kept.size();
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(kept[i], static_cast<int32_t>(i));
+}
+
+// The documented top-p and typical-p rules written out naively (full sort, sequential sums), to
+// check the quickselect implementation on larger random vocabularies.
+Ids NaiveTopP(const std::vector<float>& l, double p) {
+  std::vector<int32_t> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  double z = 0;
+  for (float x : l) z += std::exp(static_cast<double>(x) - l[ids[0]]);
+  Ids kept;
+  double above = 0;
+  for (int32_t id : ids) {
+    if (!kept.empty() && !(above < p)) break;
+    kept.push_back(id);
+    above += std::exp(static_cast<double>(l[id]) - l[ids[0]]) / z;
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+Ids NaiveTypical(const std::vector<float>& l, double mass) {
+  const double m = *std::max_element(l.begin(), l.end());
+  double z = 0;
+  for (float x : l) z += std::exp(x - m);
+  std::vector<double> p(l.size()), s(l.size());
+  double h = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    p[i] = std::exp(l[i] - m) / z;
+    h -= p[i] * std::log(p[i]);
+  }
+  for (size_t i = 0; i < l.size(); ++i) s[i] = std::fabs(-std::log(p[i]) - h);
+  std::vector<int32_t> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return s[a] < s[b] || (s[a] == s[b] && a < b); });
+  double cum = 0, cut = s[ids.back()];
+  for (int32_t id : ids) {
+    cum += p[id];
+    if (cum >= mass) {
+      cut = s[id];
+      break;
+    }
+  }
+  Ids kept;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (s[i] <= cut) kept.push_back(static_cast<int32_t>(i));
+  }
+  return kept;
+}
+
+TEST(Sampler, MassFiltersMatchANaiveFullSort) {
+  uint64_t x = 99;
+  for (int trial = 0; trial < 40; ++trial) {
+    const size_t n = 50 + trial * 97;
+    std::vector<float> l(n);
+    const float scale = 0.5f + static_cast<float>(trial % 5) * 2.0f;  // flat to peaked
+    for (auto& v : l) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      v = scale * (static_cast<float>(x >> 40) * 0x1.0p-24f - 0.5f);
+    }
+    for (double p : {0.1, 0.5, 0.9, 0.99}) {
+      SamplingOptions o = Opts();
+      o.top_p = p;
+      EXPECT_EQ(Survivors(o, l), NaiveTopP(l, p)) << "top_p " << p << " n " << n;
+      SamplingOptions t = Opts();
+      t.typical_p = p;
+      EXPECT_EQ(Survivors(t, l), NaiveTypical(l, p)) << "typical_p " << p << " n " << n;
+    }
+  }
+}
+
+TEST(Sampler, NegInfBiasBansAToken) {
+  SamplingOptions o = Opts();
+  o.temperature = 0;
+  o.logit_bias[1] = -kInf;
+  EXPECT_EQ(Sampler(o).Sample(std::vector<float>{0, 5, 1}).token, 2);
+}
+
+TEST(Sampler, HistoryIdsBeyondTheVocabAreIgnored) {
+  SamplingOptions o = Opts();
+  o.presence_penalty = 1;
+  Sampler s(o);
+  const int32_t prompt[] = {1, 500000};
+  s.SetPrompt(prompt);
+  auto out = s.Process(std::vector<float>{0, 0, 0});
+  EXPECT_EQ(out[1], -1.0f);
+  EXPECT_EQ(out[0], 0.0f);
 }
 
 TEST(Sampler, MinPScalesByTopProbability) {

@@ -46,12 +46,17 @@ StopEvent StopMatcher::PushText(std::string_view text, std::string* out) {
   held_.append(text);
   const std::string_view buf = held_;
 
-  // Earliest complete match.
-  size_t best_pos = std::string_view::npos;
+  // The match that completes first; among those ending together, the one starting first (the
+  // longer). This does not depend on how the text was split into pushes.
+  size_t best_end = std::string_view::npos;
+  size_t best_pos = 0;
   int32_t best = -1;
   for (size_t i = 0; i < stop_strings_.size(); ++i) {
     const size_t pos = buf.find(stop_strings_[i]);
-    if (pos < best_pos) {
+    if (pos == std::string_view::npos) continue;
+    const size_t end = pos + stop_strings_[i].size();
+    if (end < best_end || (end == best_end && pos < best_pos)) {
+      best_end = end;
       best_pos = pos;
       best = static_cast<int32_t>(i);
     }

@@ -2,8 +2,10 @@
 //
 // The matcher holds back the longest suffix of the not-yet-emitted text that is a proper prefix of
 // some stop string, so a stop string never leaks into emitted text even when it spans tokens. When
-// the buffered text contains a stop string, the match that starts earliest wins (ties: the one
-// listed first), the text before it is emitted and everything from it on is dropped. A stop id ends
+// the text contains a stop string, the match that ends first wins (among matches ending together,
+// the one that starts first), the text before it is emitted and everything from it on is dropped.
+// So the result is the same however the text is split into pushes, as if fed byte by byte. A stop
+// id ends
 // the stream too: held text is released (it can no longer become a stop string) and the stop
 // token's own text is dropped. After a stop, pushes emit nothing and report the same stop.
 #pragma once

@@ -60,7 +60,7 @@ TEST(StopMatcher, SelfOverlappingStopString) {
   EXPECT_EQ(out, "a");
 }
 
-TEST(StopMatcher, EarliestStartWinsAmongSeveral) {
+TEST(StopMatcher, FirstToCompleteWinsAmongSeveral) {
   {
     StopMatcher m({}, {"abcd", "bc"});
     auto [out, ev] = Feed(m, {"ab", "c"});
@@ -68,16 +68,22 @@ TEST(StopMatcher, EarliestStartWinsAmongSeveral) {
     EXPECT_EQ(ev.index, 1);  // "bc" completes first; "abcd" never gets the chance
   }
   {
-    StopMatcher m({}, {"cd", "bcde"});
+    StopMatcher m({}, {"abcd", "bc"});  // the same in one push
     auto [out, ev] = Feed(m, {"abcde"});
     EXPECT_EQ(out, "a");
     EXPECT_EQ(ev.index, 1);
   }
   {
-    StopMatcher m({}, {"xyz", "yz"});  // same end, different starts
+    StopMatcher m({}, {"cd", "bcde"});
+    auto [out, ev] = Feed(m, {"abcdef"});
+    EXPECT_EQ(out, "ab");
+    EXPECT_EQ(ev.index, 0);
+  }
+  {
+    StopMatcher m({}, {"yz", "xyz"});  // same end: the longer one, starting first
     auto [out, ev] = Feed(m, {"0x", "y", "z"});
     EXPECT_EQ(out, "0");
-    EXPECT_EQ(ev.index, 0);
+    EXPECT_EQ(ev.index, 1);
   }
   {
     // Hold-back takes the longest candidate among several stop strings.
@@ -87,6 +93,45 @@ TEST(StopMatcher, EarliestStartWinsAmongSeveral) {
     EXPECT_EQ(out, "z");
     m.PushText("x", &out);
     EXPECT_EQ(out, "zabx");
+  }
+}
+
+TEST(StopMatcher, SplittingDoesNotChangeTheResult) {
+  // Random texts over a small alphabet, split at random: the output is the text before the
+  // first-completing stop string (found directly on the whole text), or the whole text.
+  const std::vector<std::string> stops = {"aba", "bb", "abab", "ca"};
+  uint64_t x = 12345;
+  auto next = [&] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<uint32_t>(x >> 33);
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    const int len = 1 + next() % 12;
+    for (int i = 0; i < len; ++i) text += "abc"[next() % 3];
+    size_t cut = text.size();
+    int32_t which = -1;
+    for (size_t e = 1; e <= text.size() && which < 0; ++e) {  // first end position with a match
+      for (size_t i = 0; i < stops.size(); ++i) {
+        const std::string& s = stops[i];
+        if (s.size() <= e && text.compare(e - s.size(), s.size(), s) == 0 &&
+            (which < 0 || e - s.size() < cut)) {
+          cut = e - s.size();
+          which = static_cast<int32_t>(i);
+        }
+      }
+    }
+    std::vector<std::string> pieces;
+    for (size_t i = 0; i < text.size();) {
+      const size_t n = 1 + next() % 4;
+      pieces.push_back(text.substr(i, n));
+      i += n;
+    }
+    StopMatcher m({}, stops);
+    auto [out, ev] = Feed(m, pieces);
+    if (!ev.stopped()) m.Finish(&out);
+    ASSERT_EQ(out, text.substr(0, cut)) << text;
+    ASSERT_EQ(ev.index, which) << text;
   }
 }
 

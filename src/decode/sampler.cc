@@ -314,7 +314,13 @@ void Sampler::RunChain(std::span<const float> logits, const std::vector<uint64_t
 
   candidates_.clear();
   for (size_t i = 0; i < n; ++i) {
-    if (work_[i] != kNegInf) candidates_.push_back(static_cast<int32_t>(i));
+    const float x = work_[i];
+    if (x == kNegInf) continue;
+    if (!(x < kPosInf)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "Sampler: logit " + std::to_string(i) + " overflows after logit_bias/penalties");
+    }
+    candidates_.push_back(static_cast<int32_t>(i));
   }
   if (candidates_.empty()) {
     if (allowed != nullptr) {

@@ -1,39 +1,41 @@
-// The sampling chain over one full f32 logits vector (vocab up to 262,144), one Sampler per
+// The sampling chain over one full f32 logits vector (vocab up to 262,144); one Sampler per
 // request.
 //
 // Steps, in this order (each is skipped at its "off" value, see sampling_options.h):
-//  1. Allowed-token bitmask (optional): bit (i % 64) of word i / 64 set = token i allowed; the rest
-//     become -inf. No allowed token -> gemma::Error(kConstraint).
-//  2. Logit bias: logit += float(bias), in f32 (transformers' SequenceBiasLogitsProcessor, length
-//  1).
+//  1. Allowed-token bitmask (optional): bit (i % 64) of word i / 64 set = token i allowed; the
+//     rest become -inf. No allowed token -> gemma::Error(kConstraint).
+//  2. Logit bias: logit += float(bias), in f32 (transformers' SequenceBiasLogitsProcessor with
+//     length-1 sequences).
 //  3. Repetition penalty p, once per distinct token in the penalty window (transformers'
 //     RepetitionPenaltyLogitsProcessor): logit < 0 ? logit * float(p) : logit / float(p), in f32.
 //  4. Frequency/presence (OpenAI): logit = float(double(logit) - (count * frequency +
 //     (count > 0) * presence)), count = occurrences in the penalty window.
-//     The window is the last `penalty_window` tokens of SetPrompt() + Accept()ed tokens (or of the
+//     The window is the last `penalty_window` tokens of SetPrompt() + Accept()ed tokens (of the
 //     Accept()ed tokens only with PenaltyScope::kGeneratedOnly); default: all of them.
 //  -- temperature == 0: the token is the argmax of these logits, lowest id on ties; stop here.
-//  5. Temperature T: logit / float(T), in f32 (skipped when T == 1).
+//  5. Temperature T: logit / float(T), in f32 (skipped when T == 1; a T so small that a logit
+//     overflows is kInvalidArgument).
 //  6. Top-k: keep tokens whose logit >= the k-th largest logit, so ties at the cut all survive
-//     (TopKLogitsWarper).
+//     (TopKLogitsWarper). Found with nth_element: O(vocab).
 //  7. Typical-p (TypicalLogitsWarper): with p = softmax over survivors and H its entropy, rank
-//     survivors by s = |-log p - H| ascending; j = first rank where the cumulative p >= typical_p;
-//     keep every token with s <= s_j (so ties with s_j survive; at least one token survives).
-//  8. Top-p (TopPLogitsWarper): rank survivors by logit descending, ties by ascending id; keep rank
-//     r iff the mass of ranks < r is < top_p, and always rank 0. transformers sorts with an
+//     survivors by s = |-log p - H| ascending; j = first rank where the cumulative p reaches
+//     typical_p; keep every token with s <= s_j (ties with s_j survive; so does at least one).
+//  8. Top-p (TopPLogitsWarper): rank survivors by logit descending, ties by ascending id; keep
+//     rank r iff the mass of ranks < r is < top_p, and always rank 0. transformers sorts with an
 //     unstable sort, so which of several tokens tied at the cut survive is unspecified there; the
 //     count matches, and here the lower ids win.
+//     Typical-p and top-p find their cut by quickselect on mass, O(vocab) expected, no full sort.
 //  9. Min-p (MinPLogitsWarper): keep tokens with p >= min_p * p_max, computed as
 //     exp(logit - max) >= min_p.
-// 10. Draw: w_i = exp(double(l_i) - double(max)) over survivors in ascending id order, W = their
-// sum
-//     (accumulated in that order), u = rng.NextDouble() (rng.h), target = u * W; the token is the
-//     first survivor whose running sum exceeds target (the last survivor with w > 0 if rounding
-//     leaves none). Exactly one draw per sampled token; greedy consumes none.
+// 10. Draw: w_i = exp(double(l_i) - double(max)) over the survivors in ascending id order, W =
+//     their sum accumulated in that order, u = rng.NextDouble() (rng.h), target = u * W; the token
+//     is the first survivor whose running sum exceeds target (the last survivor with w > 0 if
+//     rounding leaves none). Exactly one draw per sampled token; greedy consumes none.
 // Filtered tokens are -inf. Softmaxes for filters are computed in double from the f32 logits
-// (transformers uses f32), so a token sitting within ~1e-7 relative of a cutoff may be decided
-// differently there; goldens flag such cases. Draws depend on std::exp, so a draw landing within
-// an ulp of a boundary could differ between libms; the u stream itself is platform-independent.
+// (transformers uses f32), so a token within ~1e-7 relative of a cutoff may be decided
+// differently there; the goldens flag such cases. Draws depend on std::exp, so a draw landing
+// within an ulp of a bucket boundary could differ between libms; the u stream itself is
+// platform-independent.
 //
 // Buffers are owned by the Sampler and reused: after the first Sample() at a given vocab size, the
 // steady state allocates nothing (history growth is amortized).
@@ -57,7 +59,7 @@ struct TokenLogprob {
   double logprob = 0.0;
 };
 
-// A candidate as ranked by top-p (key = -logit) or typical-p (key = |-log p - H|).
+// Internal: a candidate as ranked by top-p (key = -logit) or typical-p (key = |-log p - H|).
 struct Ranked {
   double key;
   double prob;  // unnormalized weight
@@ -93,8 +95,9 @@ class Sampler {
 
   // Runs the chain and draws. `allowed` (may be null) is the constrained-decoding bitmask; it must
   // hold at least ceil(vocab / 64) words. Errors: kInvalidArgument (empty logits, short bitmask,
-  // logit_bias id >= vocab, nothing finite after bias/penalties), kConstraint (bitmask allows no
-  // token, or only tokens at -inf), kInternal (NaN or +inf logit).
+  // logit_bias id >= vocab, nothing finite or an overflow after bias/penalties/temperature),
+  // kConstraint (the bitmask allows no token, or only tokens at -inf), kInternal (a NaN or +inf
+  // logit from the model).
   SampleResult Sample(std::span<const float> logits,
                       const std::vector<uint64_t>* allowed = nullptr);
 

@@ -406,6 +406,15 @@ TEST(Sampler, ErrorsOnBadInput) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("logit_bias"), std::string::npos);
   }
+  SamplingOptions over = Opts();
+  over.repetition_penalty = 1e-30;
+  Sampler ov(over);
+  const int32_t prompt[] = {0};
+  ov.SetPrompt(prompt);
+  EXPECT_THROW(ov.Sample(std::vector<float>{1e30f, 0}), Error);  // 1e30 / 1e-30 overflows
+  SamplingOptions tiny = Opts();
+  tiny.temperature = 1e-40;
+  EXPECT_THROW(Sampler(tiny).Sample(std::vector<float>{1, 0}), Error);
   SamplingOptions bad = Opts();
   bad.top_p = 2;
   EXPECT_THROW(Sampler{bad}, Error);

@@ -84,6 +84,7 @@ Fragment Nfa::Concat(std::span<const Fragment> parts) {
 }
 
 Fragment Nfa::Alt(std::span<const Fragment> alts) {
+  if (alts.empty()) return {AddState(), AddState()};  // the empty language
   if (alts.size() == 1) return alts[0];
   uint32_t s = AddState(), e = AddState();
   for (const Fragment& f : alts) {
@@ -427,6 +428,7 @@ Dfa Intersect(const Dfa& a, const Dfa& b) {
 }
 
 Fragment EmbedDfa(Nfa* nfa, const Dfa& dfa) {
+  if (dfa.Empty()) return {nfa->AddState(), nfa->AddState()};  // no path: the empty language
   uint32_t base = static_cast<uint32_t>(nfa->size());
   for (uint32_t s = 0; s < dfa.size(); ++s) nfa->AddState();
   uint32_t end = nfa->AddState();
@@ -448,7 +450,6 @@ Fragment EmbedDfa(Nfa* nfa, const Dfa& dfa) {
       for (auto [lo, hi] : ranges[c]) nfa->AddEdge(base + s, lo, hi, base + t);
     }
   }
-  if (dfa.Empty()) return {nfa->AddState(), end};  // no path to end: the empty language
   return {base, end};
 }
 

@@ -76,42 +76,14 @@ std::string ToolName(const Json& tool, Json* params) {
   return (*fn)["name"].get<std::string>();
 }
 
-}  // namespace
-
-struct MaskCache {
-  std::mutex mu;
-  std::vector<std::unique_ptr<std::vector<uint64_t>>> by_state;  // empty stack
-  std::unordered_map<std::string, std::unique_ptr<std::vector<uint64_t>>> by_stack;
-  size_t count = 0;
-  std::vector<Frame> arena;  // walk scratch, guarded by mu
-};
-
-Constraint::Constraint() = default;
-Constraint::~Constraint() = default;
-
-std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Vocabulary> vocab,
-                                                      const ConstraintOptions& options) {
-  if (!vocab) throw Error(ErrorCode::kInvalidArgument, "no vocabulary");
-  std::shared_ptr<Constraint> c(new Constraint());
-  c->vocab_ = vocab;
-  c->options_ = options;
-  const auto& ids = options.ids;
-  c->special_symbol_ids_ = {ids.quote, ids.tool_call_open, ids.tool_call_close, ids.channel_open,
-                            ids.channel_close};
-  for (int32_t id : c->special_symbol_ids_) {
-    if (id < 0 || id >= vocab->size()) {
-      throw Error(ErrorCode::kInvalidArgument, "special token id " + std::to_string(id) +
-                                                   " outside the vocabulary");
-    }
-  }
-  if (options.max_depth < 1) throw Error(ErrorCode::kInvalidArgument, "max_depth < 1");
-
+Program BuildProgram(const ConstraintOptions& options, int inline_levels) {
   Nfa nfa;
   JsonGrammarConfig jc;
   jc.syntax = options.kind == ConstraintKind::kToolCalls ? Syntax::kGemma : Syntax::kJson;
   jc.whitespace = options.whitespace;
   jc.quote_symbol = kSpecialBase + kQuote;
   jc.any_rule = 1;
+  jc.inline_levels = inline_levels;
   JsonGrammar g(&nfa, jc);
   Fragment body;
   int max_frames = options.max_depth;
@@ -179,7 +151,49 @@ std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Voca
   }
   std::vector<Fragment> rules{body};
   if (g.used_any()) rules.push_back(g.AnyValueBody(JsonGrammar::Root::kContainer));
-  c->program_ = std::make_unique<Program>(Program::Build(nfa, rules, std::max(0, max_frames), kMaxStates));
+  return Program::Build(nfa, rules, std::max(0, max_frames), kMaxStates);
+}
+
+}  // namespace
+
+struct MaskCache {
+  std::mutex mu;
+  std::vector<std::unique_ptr<std::vector<uint64_t>>> by_state;  // empty stack
+  std::unordered_map<std::string, std::unique_ptr<std::vector<uint64_t>>> by_stack;
+  size_t count = 0;
+  std::vector<Frame> arena;  // walk scratch, guarded by mu
+};
+
+Constraint::Constraint() = default;
+Constraint::~Constraint() = default;
+
+std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Vocabulary> vocab,
+                                                      const ConstraintOptions& options) {
+  if (!vocab) throw Error(ErrorCode::kInvalidArgument, "no vocabulary");
+  std::shared_ptr<Constraint> c(new Constraint());
+  c->vocab_ = vocab;
+  c->options_ = options;
+  const auto& ids = options.ids;
+  c->special_symbol_ids_ = {ids.quote, ids.tool_call_open, ids.tool_call_close, ids.channel_open,
+                            ids.channel_close};
+  for (int32_t id : c->special_symbol_ids_) {
+    if (id < 0 || id >= vocab->size()) {
+      throw Error(ErrorCode::kInvalidArgument, "special token id " + std::to_string(id) +
+                                                   " outside the vocabulary");
+    }
+  }
+  if (options.max_depth < 1) throw Error(ErrorCode::kInvalidArgument, "max_depth < 1");
+
+  // An ambiguity between a generic value and a schema alternative is resolved by expanding the
+  // generic value inline one more level (at most 3).
+  for (int inline_levels = 0;; ++inline_levels) {
+    try {
+      c->program_ = std::make_unique<Program>(BuildProgram(options, inline_levels));
+      break;
+    } catch (const Error& e) {
+      if (inline_levels >= 3 || std::string(e.what()).find("ambiguous") == std::string::npos) throw;
+    }
+  }
   c->cache_ = std::make_unique<MaskCache>();
   c->cache_->by_state.resize(c->program_->num_states());
   return c;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <set>
@@ -63,6 +64,11 @@ const std::set<std::string>& Supported() {
 }
 
 bool IsAnnotation(const std::string& k) { return Annotations().count(k) > 0; }
+
+bool NonNegInt(const Json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>() >= 0 || v.is_number_unsigned();
+  return v.is_number_float() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>();
+}
 
 // Canonical decimal integers in [lo, hi] (nullopt = unbounded) as fragments.
 class IntRanges {
@@ -147,7 +153,8 @@ class IntRanges {
 
 }  // namespace
 
-JsonGrammar::JsonGrammar(Nfa* nfa, JsonGrammarConfig config) : nfa_(nfa), cfg_(config) {}
+JsonGrammar::JsonGrammar(Nfa* nfa, JsonGrammarConfig config)
+    : nfa_(nfa), cfg_(config), inline_left_(config.inline_levels) {}
 
 Fragment JsonGrammar::Ws() {
   if (cfg_.syntax == Syntax::kJson && cfg_.whitespace == Whitespace::kAny) {
@@ -278,6 +285,13 @@ Fragment JsonGrammar::Scalar() {
 }
 
 Fragment JsonGrammar::AnyValueCall() {
+  if (inline_left_ > 0) {
+    --inline_left_;
+    Fragment alts[] = {Scalar(), AnyValueBody(Root::kContainer)};
+    Fragment f = nfa_->Alt(alts);
+    ++inline_left_;
+    return f;
+  }
   used_any_ = true;
   Fragment alts[] = {Scalar(), nfa_->Symbol(kCallBase + cfg_.any_rule)};
   return nfa_->Alt(alts);
@@ -544,13 +558,106 @@ class SchemaCompiler {
         dfas.push_back(Determinize(tmp, f, kMaxBranchStates));
         for (size_t j = 0; j + 1 < dfas.size(); ++j) {
           if (!Intersect(dfas[j], dfas.back()).Empty()) {
-            Unsupported("oneOf", ptr, "has branches that can produce the same value");
+            Unsupported("oneOf", ptr.substr(0, ptr.rfind('/')),
+                        "has branches that can produce the same value");
           }
         }
       }
       alts.push_back(Compile(list[i], sub));
     }
     if (alts.empty()) Unsatisfiable(ptr, "every branch is false");
+    return nfa_->Alt(alts);
+  }
+
+  struct Bound {
+    double v;
+    bool strict;
+  };
+
+  // Plain decimal digits of |d|: integer part and fraction digits without trailing zeros.
+  static std::pair<int64_t, std::string> Decimal(double d) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.12f", std::fabs(d));
+    std::string t = buf;
+    size_t dot = t.find('.');
+    std::string frac = t.substr(dot + 1);
+    while (!frac.empty() && frac.back() == '0') frac.pop_back();
+    return {std::stoll(t.substr(0, dot)), frac};
+  }
+
+  // Fraction digit strings F (non-empty) with 0.F >= 0.L (or >), and/or 0.F <= 0.H (or <).
+  std::optional<Fragment> Fraction(const std::optional<std::pair<std::string, bool>>& at_least,
+                    const std::optional<std::pair<std::string, bool>>& at_most) {
+    Nfa tmp;
+    auto digits = [&] { return tmp.Star(tmp.Range('0', '9')); };
+    Dfa d = Determinize(tmp, tmp.Plus(tmp.Range('0', '9')), kMaxBranchStates);
+    if (at_least) {
+      const auto& [l, strict] = *at_least;
+      std::vector<Fragment> alts;
+      for (size_t k = 0; k < l.size(); ++k) {
+        if (l[k] == '9') continue;
+        Fragment parts[] = {tmp.Literal(l.substr(0, k)), tmp.Range(l[k] + 1, '9'), digits()};
+        alts.push_back(tmp.Concat(parts));
+      }
+      if (strict) {
+        Fragment parts[] = {tmp.Literal(l), digits(), tmp.Range('1', '9')};
+        alts.push_back(tmp.Concat(parts));
+      } else {
+        alts.push_back(tmp.Concat(tmp.Literal(l), digits()));
+      }
+      d = Intersect(d, Determinize(tmp, tmp.Alt(alts), kMaxBranchStates));
+    }
+    if (at_most) {
+      const auto& [h, strict] = *at_most;
+      std::vector<Fragment> alts;
+      for (size_t k = 0; k < h.size(); ++k) {
+        if (h[k] != '0') {
+          Fragment parts[] = {tmp.Literal(h.substr(0, k)), tmp.Range('0', h[k] - 1), digits()};
+          alts.push_back(tmp.Concat(parts));
+        }
+      }
+      // A prefix of H followed by zeros (H itself only when not strict).
+      for (size_t j = 0; j <= h.size(); ++j) {
+        if (j == h.size() && strict) break;
+        alts.push_back(tmp.Concat(tmp.Literal(h.substr(0, j)), tmp.Star(tmp.Literal("0"))));
+      }
+      if (alts.empty()) return std::nullopt;
+      d = Intersect(d, Determinize(tmp, tmp.Alt(alts), kMaxBranchStates));
+    }
+    if (d.Empty()) return std::nullopt;
+    return EmbedDfa(nfa_, d);
+  }
+
+  // "I.F" strings (I canonical non-negative integer) whose value lies within [mlo, mhi].
+  std::optional<Fragment> Magnitudes(const std::optional<Bound>& mlo, const std::optional<Bound>& mhi) {
+    if (mlo && mhi && (mlo->v > mhi->v || (mlo->v == mhi->v && (mlo->strict || mhi->strict)))) {
+      return std::nullopt;
+    }
+    std::optional<std::pair<int64_t, std::string>> l, h;
+    if (mlo) l = Decimal(mlo->v);
+    if (mhi) h = Decimal(mhi->v);
+    IntRanges ir(nfa_);
+    std::vector<Fragment> alts;
+    auto with_fraction = [&](Fragment i, std::optional<Fragment> f) {
+      if (!f) return;
+      Fragment parts[] = {i, nfa_->Literal("."), *f};
+      alts.push_back(nfa_->Concat(parts));
+    };
+    // Integer parts strictly between the bounds' integer parts: any fraction.
+    std::optional<int64_t> a = l ? std::optional<int64_t>(l->first + 1) : std::optional<int64_t>(0);
+    std::optional<int64_t> b;
+    if (h) b = h->first - 1;
+    if (auto i = ir.Range(a, b)) with_fraction(*i, Fraction(std::nullopt, std::nullopt));
+    if (l) {
+      auto i = ir.Range(l->first, l->first);
+      std::optional<std::pair<std::string, bool>> most;
+      if (h && h->first == l->first) most = std::make_pair(h->second, mhi->strict);
+      if (!h || h->first >= l->first) with_fraction(*i, Fraction(std::make_pair(l->second, mlo->strict), most));
+    }
+    if (h && (!l || h->first != l->first) && (!l || h->first > l->first)) {
+      with_fraction(*ir.Range(h->first, h->first), Fraction(std::nullopt, std::make_pair(h->second, mhi->strict)));
+    }
+    if (alts.empty()) return std::nullopt;
     return nfa_->Alt(alts);
   }
 
@@ -587,43 +694,32 @@ class SchemaCompiler {
     std::vector<Fragment> alts;
     if (auto f = ir.Range(lo, hi)) alts.push_back(*f);
     if (!integer) {
-      // Values strictly between consecutive integers: "I.f" and "-I.f" with a non-zero fraction.
-      auto bound = [&](const char* inc, const char* exc, bool lower) -> std::optional<double> {
-        std::optional<double> r;
+      // Decimals "I.F" and "-I.F" (F non-empty digits) inside the bounds, exactly.
+      auto bound = [&](const char* inc, const char* exc, bool lower) -> std::optional<Bound> {
+        std::optional<Bound> r;
         for (const char* k : {inc, exc}) {
           if (!s.contains(k)) continue;
           double d = s[k].get<double>();
-          if (!r || (lower ? d > *r : d < *r)) r = d;
+          bool strict = k == exc;
+          if (!r || (lower ? (d > r->v || (d == r->v && strict)) : (d < r->v || (d == r->v && strict)))) {
+            r = Bound{d, strict};
+          }
         }
         return r;
       };
-      std::optional<double> dlo = bound("minimum", "exclusiveMinimum", true);
-      std::optional<double> dhi = bound("maximum", "exclusiveMaximum", false);
-      auto frac = [&]() { return CompileRegex("\\.[0-9]*[1-9]", nfa_); };
-      // Non-negative integer part I: I >= lo and I + 1 <= hi.
-      {
-        std::optional<int64_t> a = dlo ? std::optional<int64_t>(std::max<int64_t>(
-                                             0, static_cast<int64_t>(std::ceil(*dlo))))
-                                       : std::optional<int64_t>(0);
-        std::optional<int64_t> b;
-        if (dhi) b = static_cast<int64_t>(std::floor(*dhi)) - 1;
-        if (!b || *b >= *a) {
-          if (auto f = ir.Range(a, b)) alts.push_back(nfa_->Concat(*f, frac()));
-        }
+      std::optional<Bound> lo_b = bound("minimum", "exclusiveMinimum", true);
+      std::optional<Bound> hi_b = bound("maximum", "exclusiveMaximum", false);
+      // Non-negative values: magnitude in [lo, hi] where a negative lo imposes nothing.
+      if (!hi_b || hi_b->v >= 0) {
+        std::optional<Bound> mlo = (lo_b && lo_b->v >= 0) ? lo_b : std::nullopt;
+        if (auto f = Magnitudes(mlo, hi_b)) alts.push_back(*f);
       }
-      // Negative "-I.f" in (-(I+1), -I): I >= -hi and I + 1 <= -lo.
-      {
-        std::optional<int64_t> a = dhi ? std::optional<int64_t>(std::max<int64_t>(
-                                             0, static_cast<int64_t>(std::ceil(-*dhi))))
-                                       : std::optional<int64_t>(0);
-        std::optional<int64_t> b;
-        if (dlo) b = static_cast<int64_t>(std::floor(-*dlo)) - 1;
-        if (!b || *b >= *a) {
-          if (auto f = ir.Range(a, b)) {
-            Fragment parts[] = {nfa_->Literal("-"), *f, frac()};
-            alts.push_back(nfa_->Concat(parts));
-          }
-        }
+      // Negative values -m: m in [-hi, -lo]; a positive hi imposes nothing (hi == 0 strict: m > 0).
+      if (!lo_b || lo_b->v < 0 || (lo_b->v == 0 && !lo_b->strict)) {
+        std::optional<Bound> mlo, mhi;
+        if (hi_b && hi_b->v <= 0) mlo = Bound{-hi_b->v, hi_b->strict};
+        if (lo_b) mhi = Bound{-lo_b->v, lo_b->strict};
+        if (auto f = Magnitudes(mlo, mhi)) alts.push_back(nfa_->Concat(nfa_->Literal("-"), *f));
       }
     }
     if (alts.empty()) return std::nullopt;
@@ -633,12 +729,12 @@ class SchemaCompiler {
   std::optional<Fragment> String(const Json& s, const std::string& ptr) {
     int min = 0, max = -1;
     if (s.contains("minLength")) {
-      if (!s["minLength"].is_number_unsigned()) Unsupported("minLength", ptr, "must be a non-negative integer");
-      min = static_cast<int>(std::min<uint64_t>(s["minLength"].get<uint64_t>(), 1u << 30));
+      if (!NonNegInt(s["minLength"])) Unsupported("minLength", ptr, "must be a non-negative integer");
+      min = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["minLength"].get<double>()), 1u << 30));
     }
     if (s.contains("maxLength")) {
-      if (!s["maxLength"].is_number_unsigned()) Unsupported("maxLength", ptr, "must be a non-negative integer");
-      max = static_cast<int>(std::min<uint64_t>(s["maxLength"].get<uint64_t>(), 1u << 30));
+      if (!NonNegInt(s["maxLength"])) Unsupported("maxLength", ptr, "must be a non-negative integer");
+      max = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["maxLength"].get<double>()), 1u << 30));
     }
     if (min > kMaxStringLength) Unsupported("minLength", ptr, "above 1024 is not supported");
     if (max > kMaxStringLength) max = kMaxStringLength;  // shorter strings stay valid
@@ -787,12 +883,12 @@ class SchemaCompiler {
     if (!rest.is_boolean() && !rest.is_object()) Unsupported("items", ptr, "must be a schema");
     int min = 0, max = -1;
     if (s.contains("minItems")) {
-      if (!s["minItems"].is_number_unsigned()) Unsupported("minItems", ptr, "must be a non-negative integer");
-      min = static_cast<int>(std::min<uint64_t>(s["minItems"].get<uint64_t>(), 1u << 20));
+      if (!NonNegInt(s["minItems"])) Unsupported("minItems", ptr, "must be a non-negative integer");
+      min = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["minItems"].get<double>()), 1u << 20));
     }
     if (s.contains("maxItems")) {
-      if (!s["maxItems"].is_number_unsigned()) Unsupported("maxItems", ptr, "must be a non-negative integer");
-      max = static_cast<int>(std::min<uint64_t>(s["maxItems"].get<uint64_t>(), 1u << 20));
+      if (!NonNegInt(s["maxItems"])) Unsupported("maxItems", ptr, "must be a non-negative integer");
+      max = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["maxItems"].get<double>()), 1u << 20));
     }
     const int k = static_cast<int>(prefix.size());
     if (rest.is_boolean() && !rest.get<bool>()) max = max < 0 ? k : std::min(max, k);

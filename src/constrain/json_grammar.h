@@ -32,6 +32,9 @@ struct JsonGrammarConfig {
   Whitespace whitespace = Whitespace::kNone;
   int quote_symbol = -1;  // kGemma: symbol of <|"|>
   int any_rule = 1;       // rule number of the generic value rule
+  // Generic values expanded inline this many container levels before becoming calls; raised when
+  // a schema alternative competes with a generic value on the same character (anyOf [{..}, {}]).
+  int inline_levels = 0;
 };
 
 class JsonGrammar {
@@ -71,6 +74,7 @@ class JsonGrammar {
   Nfa* nfa_;
   JsonGrammarConfig cfg_;
   bool used_any_ = false;
+  int inline_left_ = 0;
 };
 
 }  // namespace gemma::constrain

@@ -106,6 +106,24 @@ SamplingOptions OptionsFrom(const nlohmann::json& j) {
   return o;
 }
 
+// Our top log-probs against torch.log_softmax + topk's. Positions may hold different ids only
+// where the golden value ties with another listed value or sits last (ties with unlisted ones).
+void ExpectTopLogprobs(const SampleResult& r, const nlohmann::json& golden, const char* which) {
+  SCOPED_TRACE(which);
+  ASSERT_EQ(r.num_top, static_cast<int32_t>(golden.size()));
+  for (int32_t j = 0; j < r.num_top; ++j) {
+    const int32_t id = golden[j].at(0).get<int32_t>();
+    const double value = golden[j].at(1).get<double>();
+    EXPECT_NEAR(r.top[j].logprob, value, 2e-5 + 2e-6 * std::fabs(value)) << "rank " << j;
+    if (r.top[j].token != id) {
+      bool tie = j + 1 == r.num_top;
+      for (const auto& g : golden)
+        tie |= g.at(0).get<int32_t>() != id && g.at(1).get<double>() == value;
+      EXPECT_TRUE(tie) << "rank " << j << ": ours id " << r.top[j].token << ", torch " << id;
+    }
+  }
+}
+
 bool WithinOneUlp(float a, float b) {
   return a == b || std::nextafter(a, kInf) == b || std::nextafter(a, -kInf) == b;
 }
@@ -201,6 +219,21 @@ TEST(SamplingGolden, MatchesTransformers) {
       }
     }
     max_ulp_cases += one_ulp;
+
+    // Log-probs of the raw and of the processed distribution.
+    if (c.contains("raw_top") && diff.empty()) {
+      for (const LogprobSource source : {LogprobSource::kRaw, LogprobSource::kFinal}) {
+        SamplingOptions lp = options;
+        lp.logprobs = true;
+        lp.top_logprobs = 5;
+        lp.logprob_source = source;
+        Sampler ls(lp);
+        ls.SetPrompt(ids);
+        const SampleResult r = ls.Sample(logits);
+        ExpectTopLogprobs(r, c.at(source == LogprobSource::kRaw ? "raw_top" : "final_top"),
+                          source == LogprobSource::kRaw ? "raw" : "final");
+      }
+    }
   }
   std::printf(
       "sampling goldens (transformers %s): %d cases exact, %d with tie swaps at a top-p cut, %d "

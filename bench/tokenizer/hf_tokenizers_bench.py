@@ -10,7 +10,7 @@ GPU machine (python3 with tokenizers 0.23), from the checkout root, in the same 
 Prints one JSON object: load time (Tokenizer.from_file), encode MB/s one string at a time
 (encode(s, add_special_tokens=False)), encode_batch MB/s with one thread, decode MB/s.
 Single-threaded: TOKENIZERS_PARALLELISM=false and RAYON_NUM_THREADS=1 are set before the import.
-HF keeps a per-word cache (BPE words < 256 bytes) across calls; the first pass over the corpus is
+HF keeps a per-word cache (short BPE words) across calls; the first pass over the corpus is
 reported separately from the median of the later, cache-warm passes. Our encoder has no such cache.
 """
 import os

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -53,7 +54,15 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// CPU time of this thread: less sensitive than wall time to other processes on a shared machine.
+double ThreadCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -75,11 +84,13 @@ int main(int argc, char** argv) {
     size_t corpus_bytes = 0;
     for (const auto& s : corpus) corpus_bytes += s.size();
 
-    std::vector<double> load_ms;
+    std::vector<double> load_ms, load_cpu_ms;
     gemma::Tokenizer tok = gemma::Tokenizer::FromFile(args.tokenizer);
     for (int i = 0; i < args.loads; ++i) {
       gemma::Timer t;
+      double c0 = ThreadCpuMs();
       gemma::Tokenizer again = gemma::Tokenizer::FromFile(args.tokenizer);
+      load_cpu_ms.push_back(ThreadCpuMs() - c0);
       load_ms.push_back(t.Ms());
     }
 
@@ -87,16 +98,37 @@ int main(int argc, char** argv) {
     std::vector<int32_t> ids;
     size_t tokens = 0;
     for (const auto& s : corpus) tokens += tok.Encode(s).size();  // warm-up pass
-    std::vector<double> pass_mbs;
+    std::vector<double> pass_mbs, pass_cpu_mbs;
     gemma::Timer total;
     while (total.Ms() < args.seconds * 1000 || pass_mbs.size() < 3) {
       gemma::Timer t;
+      double c0 = ThreadCpuMs();
       for (const auto& s : corpus) {
         ids.clear();
         tok.EncodeTo(s, &ids);
       }
+      pass_cpu_mbs.push_back(corpus_bytes / 1e6 / ((ThreadCpuMs() - c0) / 1e3));
       pass_mbs.push_back(corpus_bytes / 1e6 / (t.Ms() / 1e3));
     }
+
+    // The same split over short strings (< 10 KB) and the long ones (50-100 KB, whole BPE words).
+    auto subset_cpu_mbs = [&](bool long_ones) {
+      std::vector<double> v;
+      size_t bytes = 0;
+      for (const auto& s : corpus) bytes += (s.size() >= 10000) == long_ones ? s.size() : 0;
+      for (int pass = 0; pass < 5; ++pass) {
+        double c0 = ThreadCpuMs();
+        for (const auto& s : corpus) {
+          if ((s.size() >= 10000) != long_ones) continue;
+          ids.clear();
+          tok.EncodeTo(s, &ids);
+        }
+        v.push_back(bytes / 1e6 / ((ThreadCpuMs() - c0) / 1e3));
+      }
+      return Median(v);
+    };
+    double short_mbs = subset_cpu_mbs(false);
+    double long_mbs = subset_cpu_mbs(true);
 
     std::vector<std::vector<int32_t>> encoded;
     for (const auto& s : corpus) encoded.push_back(tok.Encode(s));
@@ -117,9 +149,13 @@ int main(int argc, char** argv) {
         {"corpus_bytes", corpus_bytes},
         {"corpus_tokens", tokens},
         {"load_ms_median", Median(load_ms)},
-        {"load_ms_min", *std::min_element(load_ms.begin(), load_ms.end())},
+        {"load_ms_min", load_ms.empty() ? 0 : *std::min_element(load_ms.begin(), load_ms.end())},
+        {"load_cpu_ms_median", Median(load_cpu_ms)},
         {"encode_mb_per_s_median", Median(pass_mbs)},
+        {"encode_mb_per_cpu_s_median", Median(pass_cpu_mbs)},
         {"encode_passes", pass_mbs.size()},
+        {"encode_short_strings_mb_per_cpu_s", short_mbs},
+        {"encode_long_strings_mb_per_cpu_s", long_mbs},
         {"decode_mb_per_s_median", Median(dec_mbs)},
         {"threads", 1},
     };

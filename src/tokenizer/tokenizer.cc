@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <string>
 #include <vector>
@@ -61,45 +62,61 @@ void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>
 }
 
 // Same result as MergeShort for long words, in O(n log n): a linked list of symbols and a
-// min-heap of (rank, position) candidates, stale entries skipped on pop.
+// min-heap of (rank, position) candidates. A candidate remembers the stamp of its left symbol;
+// every merge bumps the stamps of the two pairs it changes, so a stale candidate is recognized
+// without probing the merge table again (HF re-probes and compares the merged id; the outcome is
+// the same because a changed pair always concatenates to a longer string).
 void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>* syms_io) {
   std::vector<int32_t>& syms = *syms_io;
   const size_t n = syms.size();
+  struct Candidate {
+    uint64_t key;  // rank << 32 | position: the heap's order (lowest rank, then leftmost)
+    uint32_t stamp;
+    int32_t merged;
+    bool operator>(const Candidate& o) const { return key > o.key; }
+  };
   thread_local std::vector<int32_t> prev, next;
+  thread_local std::vector<uint32_t> stamp;
   thread_local std::vector<uint8_t> alive;
-  thread_local std::vector<uint64_t> heap;
+  thread_local std::vector<Candidate> heap;
   prev.resize(n);
   next.resize(n);
+  stamp.assign(n, 0);
   alive.assign(n, 1);
   heap.clear();
   for (size_t i = 0; i < n; ++i) {
     prev[i] = static_cast<int32_t>(i) - 1;
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
   }
-  auto push = [&](size_t pos) {
+  auto candidate = [&](size_t pos) {
     int32_t r = next[pos];
-    if (r < 0) return;
+    if (r < 0) return false;
     const auto* m = merges.Find(syms[pos], syms[r]);
-    if (!m) return;
-    heap.push_back((static_cast<uint64_t>(m->rank) << 32) | pos);
-    std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    if (!m) return false;
+    heap.push_back({(static_cast<uint64_t>(m->rank) << 32) | pos, stamp[pos], m->id});
+    return true;
   };
-  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  for (size_t i = 0; i + 1 < n; ++i) candidate(i);
+  std::make_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+  auto push = [&](size_t pos) {
+    if (candidate(pos)) std::push_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+  };
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-    uint64_t top = heap.back();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+    Candidate top = heap.back();
     heap.pop_back();
-    size_t pos = static_cast<size_t>(top & 0xffffffffu);
-    uint32_t rank = static_cast<uint32_t>(top >> 32);
-    if (!alive[pos] || next[pos] < 0) continue;
+    size_t pos = static_cast<size_t>(top.key & 0xffffffffu);
+    if (!alive[pos] || stamp[pos] != top.stamp) continue;  // stale
     int32_t r = next[pos];
-    const auto* m = merges.Find(syms[pos], syms[r]);
-    if (!m || m->rank != rank) continue;  // stale: a neighbour changed since the push
-    syms[pos] = m->id;
+    syms[pos] = top.merged;
     alive[r] = 0;
     next[pos] = next[r];
     if (next[r] >= 0) prev[next[r]] = static_cast<int32_t>(pos);
-    if (prev[pos] >= 0) push(static_cast<size_t>(prev[pos]));
+    ++stamp[pos];
+    if (prev[pos] >= 0) {
+      ++stamp[prev[pos]];
+      push(static_cast<size_t>(prev[pos]));
+    }
     push(pos);
   }
   size_t out = 0;
@@ -107,6 +124,52 @@ void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>*
     if (alive[i]) syms[out++] = syms[i];
   }
   syms.resize(out);
+}
+
+// Per-thread, direct-mapped cache of short BPE words (word bytes -> ids). Words repeat a lot in
+// real text and a hit costs one hash and one copy instead of a dozen merge-table probes. Being
+// per thread it needs no locks; entries are tagged with the owning tokenizer.
+class WordCache {
+ public:
+  static constexpr size_t kMaxKey = 31;
+  static constexpr size_t kMaxIds = 15;
+
+  // Returns true and appends the cached ids on a hit.
+  bool Lookup(uint64_t owner, std::string_view word, uint64_t hash,
+              std::vector<int32_t>* out) const {
+    const Entry& e = entries_[hash & (kEntries - 1)];
+    if (e.owner != owner || e.key_len != word.size() ||
+        std::memcmp(e.key, word.data(), word.size()) != 0) {
+      return false;
+    }
+    out->insert(out->end(), e.ids, e.ids + e.n_ids);
+    return true;
+  }
+  void Store(uint64_t owner, std::string_view word, uint64_t hash, const int32_t* ids, size_t n) {
+    if (n > kMaxIds) return;
+    Entry& e = entries_[hash & (kEntries - 1)];
+    e.owner = owner;
+    e.key_len = static_cast<uint8_t>(word.size());
+    std::memcpy(e.key, word.data(), word.size());
+    e.n_ids = static_cast<uint8_t>(n);
+    std::memcpy(e.ids, ids, n * sizeof(int32_t));
+  }
+
+ private:
+  static constexpr size_t kEntries = 4096;
+  struct Entry {
+    uint64_t owner = 0;
+    uint8_t key_len = 0;
+    char key[kMaxKey];
+    uint8_t n_ids = 0;
+    int32_t ids[kMaxIds];
+  };
+  Entry entries_[kEntries];
+};
+
+WordCache& ThreadWordCache() {
+  thread_local std::unique_ptr<WordCache> cache = std::make_unique<WordCache>();
+  return *cache;
 }
 
 }  // namespace
@@ -206,6 +269,12 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* ou
       return;
     }
   }
+  const bool cacheable = word.size() <= WordCache::kMaxKey && !force_heap;
+  uint64_t hash = 0;
+  if (cacheable) {
+    hash = tokenizer_internal::HashBytes(word);
+    if (ThreadWordCache().Lookup(cache_owner, word, hash, out)) return;
+  }
   thread_local std::vector<int32_t> syms;
   syms.clear();
   const auto* s = reinterpret_cast<const unsigned char*>(word.data());
@@ -253,6 +322,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* ou
     }
   }
   out->insert(out->end(), syms.begin(), syms.end());
+  if (cacheable) ThreadWordCache().Store(cache_owner, word, hash, syms.data(), syms.size());
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, SpecialText special) const {

@@ -46,6 +46,9 @@ struct Tokenizer::Impl {
   static constexpr uint8_t kFlagSpecial = 1;
   static constexpr uint8_t kFlagAdded = 2;
 
+  // Distinguishes loaded tokenizers in the per-thread word cache (tokenizer.cc).
+  uint64_t cache_owner = 0;
+
   int32_t vocab_size() const { return static_cast<int32_t>(pieces.size()); }
 
   // tokenizer.cc

@@ -2,6 +2,7 @@
 // configuration members through nlohmann::json. Everything HF would interpret differently from
 // what tokenizer.cc implements is rejected here, naming the field.
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -127,6 +128,8 @@ class Loader {
     BuildModelTables();
     LoadAddedTokens();
     BuildTokenBytes();
+    static std::atomic<uint64_t> next_owner{1};
+    impl_->cache_owner = next_owner.fetch_add(1);
     return impl_;
   }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <new>
 #include <numeric>
 #include <set>
@@ -526,6 +527,33 @@ TEST(Sampler, LogprobsFromRawOrFinalDistribution) {
   EXPECT_NEAR(r.logprob, 0.0, 1e-12);
   EXPECT_EQ(r.num_top, 1);  // filtered tokens are not alternatives
   EXPECT_EQ(r.num_candidates, 1);
+}
+
+TEST(Sampler, GreedyFinalLogprobsComeFromTheBiasedLogits) {
+  SamplingOptions o = Opts();
+  o.temperature = 0;
+  o.logit_bias[1] = std::log(3.0f);  // p = .25 / .75 after the bias
+  o.logprobs = true;
+  o.top_logprobs = 2;
+  o.logprob_source = LogprobSource::kFinal;
+  const SampleResult r = Sampler(o).Sample(std::vector<float>{0, 0});
+  EXPECT_EQ(r.token, 1);
+  EXPECT_NEAR(r.logprob, std::log(0.75), 1e-6);
+  ASSERT_EQ(r.num_top, 2);
+  EXPECT_NEAR(r.top[1].logprob, std::log(0.25), 1e-6);
+  o.logprob_source = LogprobSource::kRaw;
+  EXPECT_NEAR(Sampler(o).Sample(std::vector<float>{0, 0}).logprob, std::log(0.5), 1e-6);
+}
+
+TEST(Sampler, ResolvedConfigReportsTheSeedInUse) {
+  SamplingOptions o;
+  o.top_k = 7;
+  Sampler s(o);
+  std::map<std::string, std::string> kv;
+  for (const auto& [k, v] : s.ResolvedConfig()) kv[k] = v;
+  EXPECT_EQ(kv["seed"], std::to_string(s.seed()));
+  EXPECT_EQ(kv["seed_source"], "\"random\"");
+  EXPECT_EQ(kv["top_k"], "7");
 }
 
 TEST(Sampler, FullVocabSteadyStateAllocatesNothing) {

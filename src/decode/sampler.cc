@@ -77,6 +77,14 @@ std::vector<std::pair<std::string, std::string>> Sampler::ResolvedConfig() const
   return decode::ResolvedConfig(options_, seed_);
 }
 
+bool Sampler::IsPlainGreedy() const {
+  const bool penalties = options_.penalty_window != 0 &&
+                         (options_.repetition_penalty != 1.0 || options_.frequency_penalty != 0.0 ||
+                          options_.presence_penalty != 0.0);
+  return options_.temperature == 0.0 && options_.logit_bias.empty() && !penalties &&
+         !options_.logprobs;
+}
+
 void Sampler::Count(int32_t token, int delta) {
   const size_t t = static_cast<size_t>(token);
   if (t >= counts_.size()) {

@@ -87,6 +87,11 @@ class Sampler {
   uint64_t seed() const { return seed_; }
   std::vector<std::pair<std::string, std::string>> ResolvedConfig() const;
 
+  // True when, without a bitmask, the token is just the argmax of the raw logits (lowest id on
+  // ties): temperature 0, no logit_bias, no active penalty, no log-probs. The runtime may then ask
+  // the backend for argmax only and skip the full-logits readback.
+  bool IsPlainGreedy() const;
+
   // Replaces the penalty history with the prompt (counted only with kPromptAndGenerated).
   void SetPrompt(std::span<const int32_t> prompt);
   // Appends a token to the history. Sample() does not call this: the caller accepts the token it

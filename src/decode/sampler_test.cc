@@ -67,6 +67,20 @@ TEST(Sampler, GreedyTakesArgmaxLowestIdOnTies) {
   EXPECT_EQ(s.Sample(std::vector<float>{-kInf, -5, -4, -4}).token, 2);
 }
 
+TEST(Sampler, PlainGreedyIsReported) {
+  SamplingOptions o = Opts();
+  EXPECT_FALSE(Sampler(o).IsPlainGreedy());
+  o.temperature = 0;
+  o.top_p = 0.5;  // ignored by greedy
+  EXPECT_TRUE(Sampler(o).IsPlainGreedy());
+  o.presence_penalty = 0.5;
+  EXPECT_FALSE(Sampler(o).IsPlainGreedy());
+  o.penalty_window = 0;  // penalties see no tokens
+  EXPECT_TRUE(Sampler(o).IsPlainGreedy());
+  o.logit_bias[3] = 1;
+  EXPECT_FALSE(Sampler(o).IsPlainGreedy());
+}
+
 TEST(Sampler, GreedyHonoursBiasAndPenalties) {
   SamplingOptions o = Opts();
   o.temperature = 0;

@@ -231,20 +231,111 @@ std::string PyStrip(std::string_view s) {
   return std::string(s.substr(begin, end - begin));
 }
 
-std::string PyUpper(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+namespace {
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Simple (one-to-one) case mappings of Python's str.lower() for Basic Latin, Latin-1, Latin
+// Extended-A, Greek and Cyrillic. Other scripts are left unchanged.
+char32_t LowerCp(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 0x20;
+  if (c < 0x80) return c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
+  if ((c >= 0x100 && c <= 0x137 && c != 0x130) || (c >= 0x14A && c <= 0x177)) {
+    return (c % 2 == 0) ? c + 1 : c;
+  }
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 1) ? c + 1 : c;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 0x20;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 0x25;
+  if (c == 0x38C) return 0x3CC;
+  if (c == 0x38E || c == 0x38F) return c + 0x3F;
+  if (c >= 0x410 && c <= 0x42F) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+  return c;
+}
+
+// The inverse of LowerCp, plus the one-to-one uppercase-only mappings (final sigma, micro, y with
+// diaeresis). Returns 0 for "ß", which upper-cases to two letters.
+char32_t UpperCp(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 0x20;
+  if (c < 0x80) return c;
+  if (c == 0xDF) return 0;
+  if (c == 0xB5) return 0x39C;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 0x20;
+  if ((c >= 0x101 && c <= 0x137 && c != 0x131) || (c >= 0x14B && c <= 0x177)) {
+    return (c % 2 == 1) ? c - 1 : c;
+  }
+  if (c == 0x131) return 'I';
+  if ((c >= 0x13A && c <= 0x148) || (c >= 0x17A && c <= 0x17E)) return (c % 2 == 0) ? c - 1 : c;
+  if (c == 0x17F) return 'S';
+  if (c == 0x3C2) return 0x3A3;
+  if (c >= 0x3B1 && c <= 0x3CB) return c - 0x20;
+  if (c == 0x3AC) return 0x386;
+  if (c >= 0x3AD && c <= 0x3AF) return c - 0x25;
+  if (c == 0x3CC) return 0x38C;
+  if (c == 0x3CD || c == 0x3CE) return c - 0x3F;
+  if (c >= 0x430 && c <= 0x44F) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+  return c;
+}
+
+template <typename Map>
+std::string MapCase(std::string_view text, Map map) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    size_t len;
+    const char32_t cp = DecodeAt(text, pos, &len);
+    if (len == 1 && cp >= 0x80) {
+      out += text[pos];  // invalid UTF-8 byte: keep
+    } else {
+      map(cp, &out);
+    }
+    pos += len;
   }
   return out;
 }
 
+}  // namespace
+
+std::string PyUpper(std::string_view text) {
+  return MapCase(text, [](char32_t cp, std::string* out) {
+    const char32_t up = UpperCp(cp);
+    if (up == 0) {
+      *out += "SS";
+    } else {
+      AppendUtf8(up, out);
+    }
+  });
+}
+
 std::string PyLower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
+  return MapCase(text, [](char32_t cp, std::string* out) {
+    if (cp == 0x130) {
+      *out += "i\xcc\x87";  // "İ".lower() is "i" + combining dot above
+    } else {
+      AppendUtf8(LowerCp(cp), out);
+    }
+  });
 }
 
 std::vector<std::pair<std::string, const Json*>> DictSort(const Json& object) {

@@ -32,7 +32,8 @@ std::string PyFloatRepr(double value);
 // Python str.strip() with no arguments (Unicode whitespace), i.e. Jinja's `| trim`.
 std::string PyStrip(std::string_view text);
 
-// Jinja's `| upper` / case folding for dictsort. ASCII only: non-ASCII letters are left unchanged.
+// Python str.upper()/str.lower() (Jinja's `| upper`, dictsort's case folding) for Basic Latin,
+// Latin-1, Latin Extended-A, Greek and Cyrillic ("ß" upper-cases to "SS"); other scripts unchanged.
 std::string PyUpper(std::string_view text);
 std::string PyLower(std::string_view text);
 

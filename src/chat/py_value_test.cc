@@ -69,6 +69,20 @@ TEST(PyValueTest, DictSortIsCaseInsensitiveAndStable) {
   EXPECT_EQ(keys, (std::vector<std::string>{"_", "a", "A", "b", "B2"}));
 }
 
+TEST(PyValueTest, CaseMappingFollowsPython) {
+  // Python: "Straße Été ΣΟΦΊΑ Яблоко İ".lower() / .upper()
+  EXPECT_EQ(PyLower("Stra\xc3\x9f"
+                    "e \xc3\x89t\xc3\xa9 \xce\xa3\xce\x9f\xce\xa6\xce\x8a\xce\x91 "
+                    "\xd0\xaf\xd0\xb1\xd0\xbb\xd0\xbe\xd0\xba\xd0\xbe \xc4\xb0"),
+            "stra\xc3\x9f"
+            "e \xc3\xa9t\xc3\xa9 \xcf\x83\xce\xbf\xcf\x86\xce\xaf\xce\xb1 "
+            "\xd1\x8f\xd0\xb1\xd0\xbb\xd0\xbe\xd0\xba\xd0\xbe i\xcc\x87");
+  EXPECT_EQ(PyUpper("stra\xc3\x9f"
+                    "e \xc3\xa9t\xc3\xa9 \xcf\x83\xce\xbf\xcf\x86\xce\xaf\xce\xb1\xcf\x82"),
+            "STRASSE \xc3\x89T\xc3\x89 \xce\xa3\xce\x9f\xce\xa6\xce\x8a\xce\x91\xce\xa3");
+  EXPECT_EQ(PyUpper("string"), "STRING");
+}
+
 TEST(PyValueTest, IterateFollowsJinja) {
   EXPECT_EQ(PyIterate(nullptr, "x").size(), 0u);
   const Json obj = Json::parse(R"({"x":1,"y":2})");

@@ -37,6 +37,16 @@
 // within an ulp of a bucket boundary could differ between libms; the u stream itself is
 // platform-independent.
 //
+// Use, per request:
+//   Sampler sampler(options);                 // validates; seed from options or random
+//   sampler.SetPrompt(prompt_ids);
+//   StopMatcher stops(options);
+//   loop: SampleResult r = sampler.Sample(logits, constraint ? &mask : nullptr);
+//         sampler.Accept(r.token);
+//         if (stops.Push(r.token, detokenized_text, &emitted).stopped()) break;
+//   at max tokens / EOS: stops.Finish(&emitted);
+// When IsPlainGreedy(), the backend's argmax (lowest id on ties) gives the same token.
+//
 // Buffers are owned by the Sampler and reused: after the first Sample() at a given vocab size, the
 // steady state allocates nothing (history growth is amortized).
 #pragma once

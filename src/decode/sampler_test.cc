@@ -389,6 +389,15 @@ TEST(Sampler, BitmaskIsAppliedFirstAndChecked) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kConstraint);
   }
+  std::vector<float> dead = logits;
+  dead[2] = -kInf;
+  dead[65] = -kInf;
+  try {
+    s.Sample(dead, &mask);  // allowed ids exist, but all at -inf
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kConstraint);
+  }
   std::vector<uint64_t> short_mask(1, ~0ULL);
   try {
     s.Sample(logits, &short_mask);

@@ -201,29 +201,58 @@ TEST(ChatTemplateTest, DeserializeToolCallArgumentsParsesOpenAiStrings) {
   }
 }
 
-TEST(ChatTemplateTest, Errors) {
+TEST(ChatTemplateErrorTest, UnknownRole) {
   ExpectTemplateError(R"([{"role":"narrator","content":"x"}])", "null", "messages[0].role");
   ExpectTemplateError(R"([{"content":"x"}])", "null", "messages[0].role");
+}
+
+TEST(ChatTemplateErrorTest, ToolResponseWithoutPrecedingCall) {
   ExpectTemplateError(R"([{"role":"user","content":"x"},{"role":"tool","content":"r"}])", "null",
                       "messages[1]");
+  ExpectTemplateError(
+      R"([{"role":"user","content":"x"},{"role":"assistant","content":"a"},{"role":"tool","content":"r"}])",
+      "null", "messages[2]");
+}
+
+TEST(ChatTemplateErrorTest, MalformedToolSchema) {
   ExpectTemplateError(R"([{"role":"user","content":"x"}])",
                       R"([{"type":"function","function":{"description":"no name"}}])",
                       "tools[0].function.name");
   ExpectTemplateError(R"([{"role":"user","content":"x"}])", R"([{"name":"f"}])",
                       "tools[0].function");
-  ExpectTemplateError(R"([{"role":"user","content":42}])", "null", "messages[0].content");
-  ExpectTemplateError(R"([{"role":"user","content":[{"type":"text","text":1}]}])", "null",
-                      "messages[0].content[0].text");
-  ExpectTemplateError(R"([{"role":"user","content":["just a string"]}])", "null",
-                      "messages[0].content[0]");
-  ExpectTemplateError(
-      R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\":1}"}}]}])",
-      "null", "Deserialize arguments");
+  ExpectTemplateError(R"([{"role":"user","content":"x"}])",
+                      R"([{"type":"function","function":{"name":"f","parameters":"p"}}])",
+                      "tools[0].function.parameters");
   ExpectTemplateError(R"([{"role":"user","content":"x"}])",
                       R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
                           "properties":{"p":{"type":null}}}}}])",
                       "tools[0].function.parameters.properties.p.type");
+  ExpectTemplateError(
+      R"([{"role":"user","content":"x"}])",
+      R"([{"type":"function","function":{"name":"f","parameters":{"properties":[1]}}}])",
+      "tools[0].function.parameters.properties");
+}
+
+TEST(ChatTemplateErrorTest, WrongContentTypes) {
+  ExpectTemplateError(R"([{"role":"user","content":42}])", "null", "messages[0].content");
+  ExpectTemplateError(R"([{"role":"user","content":{"text":"x"}}])", "null", "messages[0].content");
+  ExpectTemplateError(R"([{"role":"user","content":[{"type":"text","text":1}]}])", "null",
+                      "messages[0].content[0].text");
+  ExpectTemplateError(R"([{"role":"user","content":["just a string"]}])", "null",
+                      "messages[0].content[0]");
+  ExpectTemplateError(R"([{"role":"user","content":[{"type":"file"}]}])", "null",
+                      "messages[0].content[0].type");
+  ExpectTemplateError(R"([{"role":"assistant","content":"a","reasoning":7}])", "null",
+                      "messages[0].reasoning");
   ExpectTemplateError(R"({"role":"user"})", "null", "messages");
+}
+
+TEST(ChatTemplateErrorTest, StringToolCallArgumentsRaiseLikeTheTemplate) {
+  ExpectTemplateError(
+      R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\":1}"}}]}])",
+      "null", "Deserialize arguments");
+  ExpectTemplateError(R"([{"role":"assistant","tool_calls":[{"function":{"name":"f"}}]}])", "null",
+                      "messages[0].tool_calls[0].function.arguments");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "chat/chat_template.h"
 #include "gemma/error.h"
 
 namespace gemma::chat {
@@ -119,6 +120,26 @@ TEST(ParseModelOutputTest, MalformedBlocksAreReportedNotDropped) {
   EXPECT_EQ(out.text, "end");
   ASSERT_EQ(out.malformed.size(), 1u);
   EXPECT_EQ(out.malformed[0].raw, "<turn|>");
+}
+
+TEST(ParseModelOutputTest, TemplateRenderedCallsRoundTrip) {
+  // A call as the canonical template writes it (rendered by jinja2 from the args_types case):
+  // parsing it and rendering the parsed call again must give the same bytes, so history re-renders
+  // exactly.
+  const std::string call =
+      "<|tool_call>call:t{b:true,f:false,i:-12,l:[1,<|\"|>a<|\"|>,null,[true]],n:null,o:{alpha:[{k:"
+      "1}],"
+      "Key:{inner:<|\"|>v<|\"|>}},s:<|\"|>str \n<|\"|>,x:1.0,y:2.5e-07,z:1e+16}<tool_call|>";
+  const ParsedOutput out = ParseModelOutput(call);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  ASSERT_TRUE(out.malformed.empty());
+  Json messages = Json::array();
+  messages.push_back(Json{{"role", "user"}, {"content", "q"}});
+  Json function = {{"name", out.tool_calls[0].name}, {"arguments", out.tool_calls[0].arguments}};
+  messages.push_back(
+      Json{{"role", "assistant"}, {"tool_calls", Json::array({Json{{"function", function}}})}});
+  const std::string rendered = RenderChatTemplate(messages, Json(), ChatTemplateOptions());
+  EXPECT_EQ(rendered, "<bos><|turn>user\nq<turn|>\n<|turn>model\n" + call + "<|tool_response>");
 }
 
 // Collects stream events into one string per kind.

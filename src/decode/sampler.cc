@@ -12,6 +12,8 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
+// History ids index dense per-token counters; this bounds them (vocabularies are ~2^18).
+constexpr int32_t kMaxTokenId = 1 << 24;
 
 uint64_t SeedFrom(const SamplingOptions& options) {
   ValidateSamplingOptions(options);
@@ -120,9 +122,9 @@ void Sampler::SetPrompt(std::span<const int32_t> prompt) {
 }
 
 void Sampler::Accept(int32_t token) {
-  if (token < 0) {
+  if (token < 0 || token >= kMaxTokenId) {
     throw Error(ErrorCode::kInvalidArgument,
-                "Sampler::Accept: negative token id " + std::to_string(token));
+                "Sampler: token id " + std::to_string(token) + " out of range [0, 2^24)");
   }
   history_.push_back(token);
   const int32_t window = options_.penalty_window;

@@ -102,7 +102,8 @@ class Sampler {
   // the backend for argmax only and skip the full-logits readback.
   bool IsPlainGreedy() const;
 
-  // Replaces the penalty history with the prompt (counted only with kPromptAndGenerated).
+  // Replaces the penalty history with the prompt (counted only with kPromptAndGenerated). Ids must
+  // be in [0, 2^24) (kInvalidArgument otherwise); ids >= the vocab are kept but never penalize.
   void SetPrompt(std::span<const int32_t> prompt);
   // Appends a token to the history. Sample() does not call this: the caller accepts the token it
   // actually emits (sampled or forced).

@@ -443,6 +443,7 @@ TEST(Sampler, ErrorsOnBadInput) {
   bad.top_p = 2;
   EXPECT_THROW(Sampler{bad}, Error);
   EXPECT_THROW(s.Accept(-1), Error);
+  EXPECT_THROW(s.Accept(1 << 24), Error);
 }
 
 TEST(Sampler, NegInfTokensAreNeverDrawn) {

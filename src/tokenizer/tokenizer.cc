@@ -23,6 +23,8 @@ constexpr uint32_t kNoMerge = UINT32_MAX;
 constexpr char kSpaceMark[] = "\xE2\x96\x81";  // U+2581 '▁'
 // Words up to this many symbols use the quadratic scan (cheaper than a heap when short).
 constexpr size_t kScanLimit = 48;
+// Per-thread scratch buffers above this many bytes are released after use.
+constexpr size_t kKeepBuffer = size_t{4} << 20;
 
 // Applies BPE merges to `syms` in place: repeatedly merge the adjacent pair with the lowest rank,
 // leftmost first on equal ranks (HF Word::merge_all without dropout).
@@ -124,6 +126,13 @@ void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>*
     if (alive[i]) syms[out++] = syms[i];
   }
   syms.resize(out);
+  if (n * sizeof(Candidate) > kKeepBuffer) {
+    std::vector<int32_t>().swap(prev);
+    std::vector<int32_t>().swap(next);
+    std::vector<uint32_t>().swap(stamp);
+    std::vector<uint8_t>().swap(alive);
+    std::vector<Candidate>().swap(heap);
+  }
 }
 
 // Per-thread, direct-mapped cache of short BPE words (word bytes -> ids). Words repeat a lot in
@@ -236,6 +245,7 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
   }
   if (ignore_merges || space_id < 0 || !cuts) {
     EncodeWord(norm, out, force_heap);
+    if (norm.capacity() > kKeepBuffer) std::string().swap(norm);
     return;
   }
   // Cut before a '▁' whose predecessor is a vocab character that no piece joins to '▁'.
@@ -257,6 +267,7 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
     word_start = pos;
   }
   EncodeWord(std::string_view(norm).substr(word_start), out, force_heap);
+  if (norm.capacity() > kKeepBuffer) std::string().swap(norm);  // don't pin a huge input's copy
 }
 
 void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* out,
@@ -323,6 +334,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* ou
   }
   out->insert(out->end(), syms.begin(), syms.end());
   if (cacheable) ThreadWordCache().Store(cache_owner, word, hash, syms.data(), syms.size());
+  if (syms.capacity() * sizeof(int32_t) > kKeepBuffer) std::vector<int32_t>().swap(syms);
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, SpecialText special) const {

@@ -10,7 +10,7 @@
 //                  end_of_word_suffix null or "", unk_token, fuse_unk, byte_fallback,
 //                  ignore_merges, vocab {piece: id} with dense ids 0..N-1, merges as
 //                  [["a","b"],...] or ["a b",...]}
-//   decoder        null, or Sequence[Replace "▁"->" ", ByteFallback, Fuse]
+//   decoder        Sequence[Replace "▁"->" ", ByteFallback, Fuse]
 //   added_tokens   any count; lstrip, rstrip, single_word false; normalized false; ids as HF
 //                  assigns them (the vocab id of the content, else the next id after the vocab)
 //   truncation, padding null; post_processor is ignored (Encode never adds <bos>).

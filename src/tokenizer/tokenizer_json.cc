@@ -536,21 +536,19 @@ class Loader {
     for (size_t id = 0; id < im.pieces.size(); ++id) {
       const std::string& p = im.pieces[id];
       std::string& out = im.token_bytes[id];
-      // HF ByteFallback decoder: a 6-byte token "<0x" + 2 hex digits + ">" is that byte.
+      // HF ByteFallback decoder: a 6-byte token "<0x" + XX + ">" where XX parses as a u8 in base
+      // 16 (Rust from_str_radix, which also takes "+X") is that byte.
       if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
-        int v = 0;
-        bool ok = true;
-        for (int k = 3; k < 5; ++k) {
-          char c = p[k];
-          int d = (c >= '0' && c <= '9')   ? c - '0'
-                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                           : -1;
-          if (d < 0) ok = false;
-          v = v * 16 + d;
-        }
-        if (ok) {
-          out.assign(1, static_cast<char>(v));
+        auto hex = [](char c) {
+          return (c >= '0' && c <= '9')   ? c - '0'
+                 : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                 : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                          : -1;
+        };
+        int hi = p[3] == '+' ? 0 : hex(p[3]);
+        int lo = hex(p[4]);
+        if (hi >= 0 && lo >= 0) {
+          out.assign(1, static_cast<char>(hi * 16 + lo));
           continue;
         }
       }

@@ -193,8 +193,13 @@ TEST(SamplingGolden, MatchesTransformers) {
         // A cut whose mass lands exactly on a group of equal probabilities (e.g. 1742 of 3484
         // equal tokens at top_p 0.5): rounding decides whether one more token of the group counts.
         ++tie_boundary;
-      } else if (!c.at("f64_agrees").get<bool>() && diff.size() <= 4) {
+      } else if (!c.at("f64_agrees").get<bool>() &&
+                 diff.size() <= std::max<size_t>(4, golden_kept / 10000)) {
+        // transformers' float32 and an exact float64 evaluation disagree here (the script checks),
+        // so the cut sits within float32 rounding: a few ids next to it may go either way.
         ++boundary;
+        std::printf("  %s: %zu ids differ at a cut within float32 rounding\n", name.c_str(),
+                    diff.size());
       } else {
         ADD_FAILURE() << diff.size() << " ids differ from transformers, e.g. id " << diff[0]
                       << " (golden kept " << c.at("n_kept") << ", ours " << n_kept << ")";

@@ -223,6 +223,21 @@ TEST(SamplingGolden, MatchesTransformers) {
         one_ulp |= out[id] != golden;
       }
     }
+    // Every survivor's value, when the goldens list them (ids ascending, by the golden bitmap).
+    if (c.contains("kept_values") && c.at("kept_values").is_string()) {
+      const std::string values = c.at("kept_values").get<std::string>();
+      ASSERT_EQ(values.size(), golden_kept * 8);
+      size_t k = 0;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        const int byte = std::stoi(bits.substr(i / 8 * 2, 2), nullptr, 16);
+        if (!((byte >> (i % 8)) & 1)) continue;
+        const float golden = HexToFloat(values.substr(8 * k++, 8));
+        if (std::find(diff.begin(), diff.end(), i) != diff.end()) continue;
+        EXPECT_TRUE(WithinOneUlp(out[i], golden))
+            << "id " << i << ": ours " << out[i] << ", transformers " << golden;
+        one_ulp |= out[i] != golden;
+      }
+    }
     max_ulp_cases += one_ulp;
 
     // Log-probs of the raw and of the processed distribution.

@@ -49,7 +49,23 @@ class StringIdMap {
   }
   // Returns the id already stored for `key`, or stores `id` and returns -1.
   int32_t Insert(std::string_view key, int32_t id, const std::vector<std::string>& keys) {
-    uint64_t h = HashBytes(key);
+    return InsertHashed(key, HashBytes(key), id, keys);
+  }
+  int32_t Find(std::string_view key, const std::vector<std::string>& keys) const {
+    return FindHashed(key, HashBytes(key), keys);
+  }
+  // For batched lookups: hash first, prefetch the slot, then (once it is cached) prefetch the
+  // key it points at, then probe.
+  void Prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
+  }
+  void PrefetchKey(uint64_t h, const std::vector<std::string>& keys) const {
+    if (slots_.empty()) return;
+    const Slot& s = slots_[h & mask_];
+    if (s.id >= 0 && s.tag == static_cast<uint32_t>(h >> 32)) __builtin_prefetch(&keys[s.id]);
+  }
+  int32_t InsertHashed(std::string_view key, uint64_t h, int32_t id,
+                       const std::vector<std::string>& keys) {
     uint32_t tag = static_cast<uint32_t>(h >> 32);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
@@ -59,13 +75,6 @@ class StringIdMap {
       }
       if (s.tag == tag && keys[s.id] == key) return s.id;
     }
-  }
-  int32_t Find(std::string_view key, const std::vector<std::string>& keys) const {
-    return FindHashed(key, HashBytes(key), keys);
-  }
-  // For batched lookups: hash first, prefetch, then probe.
-  void Prefetch(uint64_t h) const {
-    if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
   }
   int32_t FindHashed(std::string_view key, uint64_t h, const std::vector<std::string>& keys) const {
     if (slots_.empty()) return -1;

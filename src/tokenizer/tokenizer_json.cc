@@ -204,14 +204,22 @@ class Loader {
     }
     impl_->model_vocab_size = static_cast<int32_t>(count);
     impl_->vocab.Reserve(static_cast<size_t>(count));
+    // Hash everything first so the inserts can prefetch their slots a few entries ahead.
+    std::vector<uint64_t> hashes(static_cast<size_t>(count));
     for (int32_t id = 0; id < impl_->model_vocab_size; ++id) {
       const std::string& p = pieces[id];
-      if (!ValidUtf8(p))
+      if (!ValidUtf8(p)) {
         Fail(origin_, "model.vocab: piece of id " + std::to_string(id) + " is not valid UTF-8");
-      int32_t prev = impl_->vocab.Insert(p, id, pieces);
+      }
+      hashes[id] = tokenizer_internal::HashBytes(p);
+    }
+    constexpr int32_t kAhead = 16;
+    for (int32_t id = 0; id < impl_->model_vocab_size; ++id) {
+      if (id + kAhead < impl_->model_vocab_size) impl_->vocab.Prefetch(hashes[id + kAhead]);
+      int32_t prev = impl_->vocab.InsertHashed(pieces[id], hashes[id], id, pieces);
       if (prev >= 0) {
-        Fail(origin_, "model.vocab: duplicate piece " + Quote(p) + " (ids " + std::to_string(prev) +
-                          " and " + std::to_string(id) + ")");
+        Fail(origin_, "model.vocab: duplicate piece " + Quote(pieces[id]) + " (ids " +
+                          std::to_string(prev) + " and " + std::to_string(id) + ")");
       }
     }
   }
@@ -284,6 +292,11 @@ class Loader {
         vocab.Prefetch(it.ha);
         vocab.Prefetch(it.hb);
         vocab.Prefetch(it.hj);
+      }
+      for (size_t i = 0; i < count; ++i) {
+        vocab.PrefetchKey(items[i].ha, pieces);
+        vocab.PrefetchKey(items[i].hb, pieces);
+        vocab.PrefetchKey(items[i].hj, pieces);
       }
       for (size_t i = 0; i < count; ++i) {
         Item& it = items[i];

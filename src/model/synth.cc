@@ -56,6 +56,12 @@ struct Rng {
   float Uniform() { return static_cast<float>(Next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
 };
 
+// rms of integers uniform over [-m, m], m = 2^(b-1) - 1: sqrt(m (m + 1) / 3).
+float PackedRms(int bits) {
+  const float m = static_cast<float>((1 << (bits - 1)) - 1);
+  return std::sqrt(m * (m + 1) / 3.0f);
+}
+
 class Builder {
  public:
   Builder(uint64_t seed, bool qat) : seed_(seed), qat_(qat) {}
@@ -79,18 +85,36 @@ class Builder {
     w_.AddBytes(name, DType::kF32, std::move(shape), std::move(b));
   }
 
-  // Packed random integers: all byte values equally likely = uniform over the bit range.
+  // Packed random integers, symmetric: v uniform in [-m, m] with m = 2^(b-1) - 1 (the format's most
+  // negative value is left out, or every row would have mean -0.5 and the network a common-mode
+  // drift that saturates the SRQ'd head).
   void Packed(const std::string& name, int64_t rows, int64_t cols, int bits) {
     const int64_t pc = bits == 8 ? cols : (cols * bits + 7) / 8;
     const uint64_t key = Hash(name, seed_);
+    const int m = (1 << (bits - 1)) - 1;
     w_.Add(name, bits == 8 ? DType::kI8 : DType::kU8, {rows, pc},
            [=](int64_t b, int64_t e, uint8_t* dst) {
              for (int64_t r = b; r < e; ++r) {
                Rng rng(key + static_cast<uint64_t>(r));
                uint8_t* row = dst + (r - b) * pc;
-               for (int64_t c = 0; c < pc; c += 8) {
-                 const uint64_t x = rng.Next();
-                 std::memcpy(row + c, &x, static_cast<size_t>(std::min<int64_t>(8, pc - c)));
+               std::memset(row, 0, static_cast<size_t>(pc));
+               uint64_t bitsrc = 0;
+               int left = 0;
+               for (int64_t c = 0; c < cols; ++c) {
+                 if (left == 0) {
+                   bitsrc = rng.Next();
+                   left = 8;
+                 }
+                 const int v = static_cast<int>((bitsrc & 0xff) % (2 * m + 1)) - m;
+                 bitsrc >>= 8;
+                 --left;
+                 if (bits == 8) {
+                   row[c] = static_cast<uint8_t>(static_cast<int8_t>(v));
+                 } else {
+                   const int per = 8 / bits;
+                   const uint8_t u = static_cast<uint8_t>(v + (1 << (bits - 1)));
+                   row[c / per] |= static_cast<uint8_t>(u << (bits * (c % per)));
+                 }
                }
              }
            });
@@ -117,8 +141,7 @@ class Builder {
       return;
     }
     Packed(module + ".weight", out, in, bits);
-    // Uniform ints over [-2^(b-1), 2^(b-1)) have rms ~ 2^(b-1)/sqrt(3); scale to the dense gain.
-    const float rms = static_cast<float>(1 << (bits - 1)) / std::sqrt(3.0f);
+    const float rms = PackedRms(bits);
     Scales(module + ".weight_scale", out, 1, amp / std::sqrt(3.0f) / rms);
     F32Scalar(module + ".input_activation_scale", {}, in_scale);
     F32Scalar(module + ".output_activation_scale", {}, out_scale);
@@ -131,7 +154,7 @@ class Builder {
       return;
     }
     Packed(module + ".embedding_quantized", rows, cols, bits);
-    const float rms = static_cast<float>(1 << (bits - 1)) / std::sqrt(3.0f);
+    const float rms = PackedRms(bits);
     Scales(module + ".embedding_scale", rows, blocks, rms_target / rms);
   }
 

@@ -117,6 +117,9 @@ class CpuReferenceBackend : public Backend {
     const int pos0 = cached_;
     const float eps = cfg_.rms_norm_eps;
     for (Slot& s : slots_) s.Reserve(pos0 + m);
+    // Writing this chunk's keys overwrites ring entries of positions < pos0 + m - ring; account for
+    // it before writing, so an exception mid-chunk cannot leave a stale claim of intact entries.
+    valid_from_ = std::max(valid_from_, pos0 + m - sliding_ring_);
 
     std::vector<float> x(static_cast<size_t>(m) * H);
     for (int t = 0; t < m; ++t)
@@ -241,7 +244,6 @@ class CpuReferenceBackend : public Backend {
 
     // This chunk's keys are in place: positions [pos0, pos0 + m) are now cached.
     cached_ = pos0 + m;
-    valid_from_ = std::max(valid_from_, cached_ - sliding_ring_);
 
     if (req.mode == OutputMode::kNone) return;
     const int first_out = req.all_positions ? 0 : (last_chunk ? m - 1 : m);

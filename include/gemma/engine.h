@@ -1,0 +1,180 @@
+// gemma-engine public API: Engine (a loaded model, shared, read-only) and Session (one
+// conversation's caches and evaluated tokens).
+//
+//   auto engine = gemma::Engine::Load({.model_path = "/models/gemma-4-e2b"});
+//   auto session = engine->NewSession();
+//   gemma::GenerateOptions opt;  opt.max_new_tokens = 128;  opt.temperature = 0.7;  opt.seed = 42;
+//   gemma::Result r = session->Generate(gemma::Input::Messages(messages), opt,
+//       [](const gemma::TokenEvent& ev) { std::cout << ev.delta << std::flush; });
+//
+// Every failure a caller can cause is a gemma::Error (error.h). A failed or cancelled Generate
+// leaves the session usable: its caches keep only fully evaluated prompt tokens, never a
+// half-finished state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gemma/error.h"
+
+namespace gemma {
+
+struct EngineOptions {
+  std::string model_path;  // checkpoint directory (config.json + safetensors) or .safetensors file
+  std::string tokenizer_path;  // tokenizer.json; empty: <model dir>/tokenizer.json when present
+  // "cpu" (fastest CPU backend built in), "cpu-ref" (the reference oracle), "vulkan", or "auto"
+  // (vulkan when a device exists, else cpu).
+  std::string backend = "cpu";
+  int context_capacity = 32768;  // tokens; clamped to the model's max_position_embeddings
+  int threads = 0;               // CPU threads, 0 = all cores
+};
+
+// What to generate from: exactly one of text, token ids or messages.
+struct Input {
+  std::optional<std::string> text;  // raw text; <bos> is prepended unless add_bos=false
+  std::optional<std::vector<int32_t>> token_ids;  // used as given
+  std::optional<nlohmann::json> messages;  // chat messages (OpenAI/HF shape), rendered with the
+                                           // Gemma 4 canonical template
+  nlohmann::json tools = nlohmann::json::array();  // function declarations (with messages)
+  bool enable_thinking = false;                    // reasoning channel (with messages)
+  bool add_bos = true;                             // with text
+
+  static Input Text(std::string t) {
+    Input i;
+    i.text = std::move(t);
+    return i;
+  }
+  static Input Ids(std::vector<int32_t> ids) {
+    Input i;
+    i.token_ids = std::move(ids);
+    return i;
+  }
+  static Input Messages(nlohmann::json m, nlohmann::json tools = nlohmann::json::array(),
+                        bool enable_thinking = false) {
+    Input i;
+    i.messages = std::move(m);
+    i.tools = std::move(tools);
+    i.enable_thinking = enable_thinking;
+    return i;
+  }
+};
+
+enum class PrefillStrategy { kAuto, kSequential, kChunked };
+
+// Decoding options. The sampling chain, in order: logit bias -> repetition / frequency / presence
+// penalties -> temperature -> top-k -> typical-p -> top-p -> min-p -> draw (see docs/decoding.md).
+struct GenerateOptions {
+  int max_new_tokens = 256;
+  double temperature = 0.0;  // 0 = exact greedy
+  int top_k = 0;             // 0 = off
+  double top_p = 1.0;
+  double min_p = 0.0;
+  double typical_p = 1.0;
+  double repetition_penalty = 1.0;  // transformers semantics
+  double frequency_penalty = 0.0;   // OpenAI semantics
+  double presence_penalty = 0.0;
+  int penalty_window = -1;      // tokens looked at by the penalties; -1 = all
+  bool penalize_prompt = true;  // penalties see the prompt too (transformers), else only output
+  std::map<int32_t, float> logit_bias;    // id -> bias (-inf bans)
+  std::optional<uint64_t> seed;           // absent: random, reported in Result::resolved_config
+  std::vector<int32_t> stop_ids;          // in addition to the model's EOS ids (unless ignore_eos)
+  std::vector<std::string> stop_strings;  // never appear in the returned text
+  bool ignore_eos = false;
+  bool logprobs = false;
+  int top_logprobs = 0;            // alternatives per token (<= 20), needs logprobs
+  bool reuse_prompt_cache = true;  // exact prefix reuse of the session's caches
+  PrefillStrategy prefill = PrefillStrategy::kAuto;
+  int prefill_chunk = 256;  // tokens per chunk for kChunked (kAuto picks)
+};
+
+struct TokenEvent {
+  int32_t id;
+  int index;               // 0-based among generated tokens
+  std::string_view delta;  // newly completed raw text (complete UTF-8; may be empty)
+  std::string_view text;   // raw text so far
+};
+// Called once per generated token, on the generating thread. A callback that blocks applies
+// backpressure (generation waits); one that throws fails the request with ErrorCode::kCallback.
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+enum class StopReason { kEos, kStopId, kStopString, kLength, kCancelled, kConstraintComplete };
+const char* StopReasonName(StopReason r);
+
+struct ToolCall {
+  std::string name;
+  nlohmann::json arguments;
+};
+
+struct TokenLogprob {
+  int32_t id;
+  double logprob;
+  std::vector<std::pair<int32_t, double>> top;  // alternatives, most likely first
+};
+
+struct Telemetry {
+  std::string backend;
+  double load_ms = 0;  // engine load (model mapping and validation)
+  int prompt_tokens = 0;
+  int reused_tokens = 0;  // prompt tokens served from the cache
+  double ttft_ms = 0;     // request start -> first token emitted
+  double prefill_ms = 0;
+  std::vector<double> token_ms;              // per generated token, decode step + sampling
+  double itl_median_ms = 0, itl_p95_ms = 0;  // inter-token latency
+  double tpot_ms = 0;                        // mean time per output token after the first
+  double total_ms = 0;
+  double decode_tok_s = 0;    // (tokens - 1) / decode time
+  double overall_tok_s = 0;   // tokens / total time
+  size_t resident_bytes = 0;  // process RSS at the end
+};
+
+struct Result {
+  std::string text;       // display text: reasoning, tool-call blocks and stop strings removed
+  std::string raw_text;   // everything generated, special tokens included
+  std::string reasoning;  // the reasoning channel's content
+  std::vector<ToolCall> tool_calls;
+  std::vector<std::string> parse_errors;  // malformed tool-call / channel blocks, verbatim
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // when requested
+  StopReason stop_reason = StopReason::kLength;
+  nlohmann::json resolved_config;  // every decoding option as used, incl. the seed
+  Telemetry telemetry;
+};
+
+class Session;
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  static std::shared_ptr<Engine> Load(const EngineOptions& options);
+  virtual ~Engine() = default;
+  virtual std::unique_ptr<Session> NewSession() = 0;
+  virtual bool has_tokenizer() const = 0;
+  virtual int context_capacity() const = 0;
+  virtual std::string backend_name() const = 0;
+  virtual double load_ms() const = 0;
+  virtual int vocab_size() const = 0;
+  // Text <-> ids with the engine's tokenizer (Error(kTokenizer) without one).
+  virtual std::vector<int32_t> Tokenize(std::string_view text) const = 0;
+  virtual std::string Detokenize(const std::vector<int32_t>& ids) const = 0;
+  // The prompt a request would evaluate (template rendered and tokenized), without running it.
+  virtual std::vector<int32_t> PromptTokens(const Input& input) const = 0;
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual Result Generate(const Input& input, const GenerateOptions& options,
+                          const TokenCallback& on_token = {}, std::stop_token stop = {}) = 0;
+  virtual void Reset() = 0;
+  // Tokens whose K/V are in the caches, oldest first.
+  virtual const std::vector<int32_t>& evaluated() const = 0;
+};
+
+}  // namespace gemma

@@ -1,0 +1,587 @@
+#include "backend/cpu/fast/cpu_fast_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/fast/fast_ops.h"
+#include "backend/cpu/reference_ops.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "gemma/error.h"
+
+namespace gemma {
+namespace {
+
+// GELU of an SRQ output: the input takes only the 256 values k * s, so a table of the reference's
+// GeluTanh is exact.
+struct GeluTable {
+  float scale = 0;  // 0: no table (dense or no output SRQ)
+  std::array<float, 256> value{};
+  void Init(const Linear& lin) {
+    scale = IsQuantized(lin.kind) && lin.out_scale > 0 ? lin.out_scale : 0;
+    if (scale > 0)
+      for (int k = -128; k < 128; ++k) value[k + 128] = ref::GeluTanh(static_cast<float>(k) * scale);
+  }
+  float operator()(float x) const {
+    if (scale == 0) return ref::GeluTanh(x);
+    const int k = static_cast<int>(std::nearbyint(x / scale));
+    return value[std::clamp(k, -128, 127) + 128];
+  }
+};
+
+template <class T>
+void Grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+class CpuFastBackend : public Backend {
+ public:
+  CpuFastBackend(const Model& model, const BackendOptions& options, int threads)
+      : model_(model), cfg_(model.text()), pool_(threads) {
+    capacity_ = std::min(options.capacity, cfg_.max_position_embeddings);
+    if (capacity_ <= 0)
+      throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
+    const int window = cfg_.sliding_window;
+    slack_ = options.slack > 0 ? options.slack : window;
+    sliding_ring_ = std::min(capacity_, window + slack_);
+    slack_ = sliding_ring_ - std::min(window, sliding_ring_);
+    slots_.resize(model.num_caches());
+    for (const LayerPlan& p : model.layers()) {
+      max_hd_ = std::max(max_hd_, p.head_dim);
+      max_inter_ = std::max(max_inter_, p.intermediate);
+      if (p.cache_slot < 0) continue;
+      Slot& s = slots_[p.cache_slot];
+      s.width = p.num_kv_heads * p.head_dim;
+      s.ring = p.window > 0 ? sliding_ring_ : capacity_;
+    }
+    inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
+    inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
+    gelu_.resize(cfg_.num_layers);
+    gelu_ple_.resize(cfg_.num_layers);
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+      gelu_[l].Init(model.layer_weights()[l].gate);
+      if (cfg_.hidden_size_per_layer_input > 0) gelu_ple_[l].Init(model.layer_weights()[l].ple_gate);
+    }
+    const Linear& head = model.lm_head();
+    if (cfg_.final_logit_softcapping && IsQuantized(head.kind) && head.out_scale > 0) {
+      cap_table_.resize(256);
+      for (int k = -128; k < 128; ++k)
+        cap_table_[k + 128] = Softcap(static_cast<float>(k) * head.out_scale);
+    }
+    scores_.resize(pool_.size());
+    acc_.resize(pool_.size());
+    for (auto& a : acc_) a.resize(max_hd_);
+  }
+
+  std::string name() const override { return "cpu-fast"; }
+  BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
+  int cached() const override { return cached_; }
+  int capacity() const override { return capacity_; }
+
+  void Reset() override {
+    cached_ = 0;
+    valid_from_ = 0;
+  }
+
+  bool Truncate(int n) override {
+    if (n < 0 || n > cached_)
+      throw Error(ErrorCode::kInvalidArgument, "truncate beyond cached tokens");
+    const int need = std::max(0, n - cfg_.sliding_window + 1);
+    if (valid_from_ > need && n > 0) {
+      Reset();
+      return false;
+    }
+    cached_ = n;
+    return true;
+  }
+
+  size_t resident_bytes() const override {
+    size_t b = 0;
+    for (const Slot& s : slots_) b += (s.k.capacity() + s.v.capacity()) * sizeof(float);
+    for (const auto* v : {&x_, &a_, &tmp_, &q_, &k_, &v_, &attn_, &g_, &u_, &ple_, &gp_, &logits_,
+                          &hnorm_, &rope_cos_, &rope_sin_})
+      b += v->capacity() * sizeof(float);
+    b += qa_.capacity() + qsum_.capacity() * 4;
+    for (const auto& s : scores_) b += s.capacity() * sizeof(double);
+    return b;
+  }
+
+  void Forward(const ForwardRequest& req, ForwardResult* out) override {
+    const int n = static_cast<int>(req.tokens.size());
+    if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
+    if (cached_ + n > capacity_) {
+      throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity_) +
+                                            " exceeded: " + std::to_string(cached_) + " cached + " +
+                                            std::to_string(n) + " new tokens");
+    }
+    for (int32_t t : req.tokens) {
+      if (t < 0 || t >= cfg_.vocab_size) {
+        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
+                                                     " outside the vocabulary [0, " +
+                                                     std::to_string(cfg_.vocab_size) + ")");
+      }
+    }
+    if (req.mode == OutputMode::kSelect &&
+        (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(cfg_.vocab_size))) {
+      throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
+    }
+    out->ids.clear();
+    out->logprobs.clear();
+    out->logits.clear();
+    const int chunk = std::max(1, slack_);
+    for (int begin = 0; begin < n; begin += chunk) {
+      const int m = std::min(chunk, n - begin);
+      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+    }
+  }
+
+ private:
+  struct Slot {
+    int width = 0;  // kv_heads * head_dim
+    int ring = 0;
+    std::vector<float> k, v;
+    float* K(int pos) { return k.data() + static_cast<size_t>(pos % ring) * width; }
+    float* V(int pos) { return v.data() + static_cast<size_t>(pos % ring) * width; }
+    void Reserve(int positions) {
+      const size_t need = static_cast<size_t>(std::min(positions, ring)) * width;
+      if (k.size() < need) {
+        // Grow in steps so decoding does not reallocate every token.
+        const size_t step = static_cast<size_t>(256) * width;
+        const size_t want = std::min(static_cast<size_t>(ring) * width, (need + step - 1) / step * step);
+        k.resize(std::max(need, want));
+        v.resize(std::max(need, want));
+      }
+    }
+  };
+
+  float Softcap(float z) const {
+    const float cap = *cfg_.final_logit_softcapping;
+    return std::tanh(z / cap) * cap;
+  }
+
+  void EnsureScratch(int m) {
+    const int H = cfg_.hidden_size;
+    const size_t M = static_cast<size_t>(m);
+    const size_t qw = static_cast<size_t>(cfg_.num_heads) * max_hd_;
+    const size_t kvw = static_cast<size_t>(cfg_.num_kv_heads) * max_hd_;
+    Grow(x_, M * H);
+    Grow(a_, M * H);
+    Grow(tmp_, M * H);
+    Grow(q_, M * qw);
+    Grow(k_, M * kvw);
+    Grow(v_, M * kvw);
+    Grow(attn_, M * qw);
+    Grow(g_, M * max_inter_);
+    Grow(u_, M * max_inter_);
+    const int P = cfg_.hidden_size_per_layer_input;
+    Grow(ple_, M * cfg_.num_layers * P);
+    Grow(ple_tok_, static_cast<size_t>(cfg_.num_layers) * P);
+    Grow(gp_, M * P);
+    const int widest = std::max({H, static_cast<int>(qw), max_inter_, P});
+    Grow(qa_, M * (fast::PaddedCols(WeightKind::kQ2, widest) + 256));
+    Grow(qsum_, M);
+    Grow(rope_cos_, M * (cfg_.head_dim / 2 + cfg_.global_head_dim / 2));
+    Grow(rope_sin_, M * (cfg_.head_dim / 2 + cfg_.global_head_dim / 2));
+    Grow(hnorm_, static_cast<size_t>(H));
+    Grow(logits_, static_cast<size_t>(cfg_.vocab_size));
+  }
+
+  // Rows per task: enough tasks to balance the pool, whole register tiles, not too small.
+  int RowTile(int rows, int n) const {
+    const int tasks = pool_.size() * (n > 1 ? 4 : 8);
+    int tile = (rows + tasks - 1) / tasks;
+    tile = std::max(tile, 16);
+    return (tile + 3) / 4 * 4;
+  }
+
+  // y[n, lin.rows] = lin(x[n, lin.cols]).
+  void RunLinear(const Linear& lin, const float* x, int n, float* y) {
+    const int rows = lin.rows, cols = lin.cols;
+    const int tile = RowTile(rows, n);
+    const int tasks = (rows + tile - 1) / tile;
+    if (IsQuantized(lin.kind) && lin.in_scale > 0) {
+      const int pc = fast::PaddedCols(lin.kind, cols);
+      int8_t* qa = qa_.data();
+      int32_t* qs = qsum_.data();
+      auto quant = [&](int t, int) {
+        qs[t] = fast::QuantizeActs(lin.kind, x + static_cast<size_t>(t) * cols, cols, lin.in_scale,
+                                   qa + static_cast<size_t>(t) * pc);
+      };
+      if (n >= 4) {
+        pool_.Run(n, quant);
+      } else {
+        for (int t = 0; t < n; ++t) quant(t, 0);
+      }
+      pool_.Run(tasks, [&](int task, int) {
+        const int r0 = task * tile, r1 = std::min(rows, r0 + tile);
+        fast::QuantLinearRows(lin, qa, pc, qs, n, r0, r1, y, rows);
+      });
+    } else if (IsQuantized(lin.kind)) {
+      ref::LinearForward(lin, x, n, y);  // QAT without input SRQ: not in Gemma checkpoints
+    } else {
+      pool_.Run(tasks, [&](int task, int) {
+        const int r0 = task * tile, r1 = std::min(rows, r0 + tile);
+        fast::DenseLinearRows(lin, x, cols, n, r0, r1, y, rows);
+      });
+    }
+  }
+
+  // Runs fn(t) for each token, on the pool when there are several.
+  template <class Fn>
+  void ForTokens(int m, const Fn& fn) {
+    if (m >= 4) {
+      pool_.Run(m, [&](int t, int) { fn(t); });
+    } else {
+      for (int t = 0; t < m; ++t) fn(t);
+    }
+  }
+
+  void EmbeddingRow(const Embedding& e, int32_t id, float* out) const {
+    const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
+    if (IsQuantized(e.kind)) {
+      const float* s = e.scale + static_cast<size_t>(id) * e.scale_blocks;
+      const int block = e.cols / e.scale_blocks;
+      for (int i = 0; i < e.cols; ++i) {
+        int v;
+        if (e.kind == WeightKind::kQ8) {
+          v = static_cast<int8_t>(row[i]);
+        } else if (e.kind == WeightKind::kQ4) {
+          v = ((i & 1) ? (row[i >> 1] >> 4) : (row[i >> 1] & 0xF)) - 8;
+        } else {
+          v = ((row[i >> 2] >> (2 * (i & 3))) & 3) - 2;
+        }
+        const float w = static_cast<float>(v) * s[i / block];
+        out[i] = w * e.embed_scale;
+      }
+    } else {
+      for (int i = 0; i < e.cols; ++i) {
+        float f;
+        uint16_t h;
+        if (e.kind == WeightKind::kF32) {
+          std::memcpy(&f, row + 4 * i, 4);
+        } else {
+          std::memcpy(&h, row + 2 * i, 2);
+          f = e.kind == WeightKind::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+        }
+        out[i] = f * e.embed_scale;
+      }
+    }
+  }
+
+  // The reference's ApplyRope with cos/sin precomputed for the position.
+  static void Rope(float* x, int head_dim, const float* c, const float* s) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      x[i] = a * c[i] + (-b) * s[i];
+      x[i + half] = b * c[i] + a * s[i];
+    }
+  }
+
+  void Attention(const LayerPlan& p, Slot& slot, int m, int pos0) {
+    const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+    const int group = nh / nkv;
+    const int need = p.window > 0 ? std::min(p.window, pos0 + m) : pos0 + m;
+    for (auto& s : scores_) Grow(s, static_cast<size_t>(need));
+    pool_.Run(m * nh, [&](int task, int thread) {
+      const int t = task / nh, h = task % nh;
+      const int pos = pos0 + t;
+      const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+      const float* qh = &q_[(static_cast<size_t>(t) * nh + h) * hd];
+      const int kvh = h / group;
+      double* sc = scores_[thread].data();
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int j = first; j <= pos; ++j) {
+        const double s = fast::DotF64(qh, slot.K(j) + kvh * hd, hd);
+        sc[j - first] = s;
+        mx = std::max(mx, s);
+      }
+      double sum = 0;
+      for (int j = 0; j <= pos - first; ++j) {
+        sc[j] = std::exp(sc[j] - mx);
+        sum += sc[j];
+      }
+      double* acc = acc_[thread].data();
+      std::fill(acc, acc + hd, 0.0);
+      for (int j = first; j <= pos; ++j)
+        fast::AxpyF64(sc[j - first] / sum, slot.V(j) + kvh * hd, acc, hd);
+      float* oh = &attn_[(static_cast<size_t>(t) * nh + h) * hd];
+      for (int i = 0; i < hd; ++i) oh[i] = static_cast<float>(acc[i]);
+    });
+  }
+
+  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
+                ForwardResult* out) {
+    const int m = static_cast<int>(tokens.size());
+    const int H = cfg_.hidden_size;
+    const int P = cfg_.hidden_size_per_layer_input;
+    const int L = cfg_.num_layers;
+    const int pos0 = cached_;
+    const float eps = cfg_.rms_norm_eps;
+    for (Slot& s : slots_) s.Reserve(pos0 + m);
+    EnsureScratch(m);
+    float* x = x_.data();
+    float* a = a_.data();
+    float* tmp = tmp_.data();
+
+    ForTokens(m, [&](int t) {
+      EmbeddingRow(model_.embed(), model_.EmbedId(tokens[t]), x + static_cast<size_t>(t) * H);
+    });
+
+    // RoPE tables for this chunk's positions: sliding then full, half a head each.
+    const int hs = cfg_.head_dim / 2, hf = cfg_.global_head_dim / 2;
+    for (int t = 0; t < m; ++t) {
+      float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf)];
+      float* sn = &rope_sin_[static_cast<size_t>(t) * (hs + hf)];
+      const float pos = static_cast<float>(pos0 + t);
+      for (int i = 0; i < hs; ++i) {
+        const float f = pos * inv_freq_sliding_[i];
+        cs[i] = std::cos(f);
+        sn[i] = std::sin(f);
+      }
+      for (int i = 0; i < hf; ++i) {
+        const float f = pos * inv_freq_full_[i];
+        cs[hs + i] = std::cos(f);
+        sn[hs + i] = std::sin(f);
+      }
+    }
+
+    if (P > 0) {
+      const int LP = L * P;
+      RunLinear(model_.ple_model_proj(), x, m, ple_.data());
+      const float proj_scale = model_.ple_model_proj_scale();
+      const float in_scale = model_.ple_input_scale();
+      const float* norm = model_.ple_proj_norm().data();
+      for (int t = 0; t < m; ++t) {
+        EmbeddingRow(model_.ple_embed(), model_.EmbedId(tokens[t]), ple_tok_.data());
+        float* row = &ple_[static_cast<size_t>(t) * LP];
+        fast::ScaleF32(proj_scale, LP, row);
+        for (int l = 0; l < L; ++l) fast::RmsNorm(row + l * P, P, norm, eps, row + l * P);
+        fast::AddF32(ple_tok_.data(), LP, row);
+        fast::ScaleF32(in_scale, LP, row);
+      }
+    }
+
+    for (int l = 0; l < L; ++l) {
+      const LayerPlan& p = model_.layers()[l];
+      const LayerWeights& w = model_.layer_weights()[l];
+      const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+      const int rope_off = p.type == LayerType::kSliding ? 0 : hs;
+      ForTokens(m, [&](int t) {
+        fast::RmsNorm(x + static_cast<size_t>(t) * H, H, w.input_norm.data(), eps,
+                      a + static_cast<size_t>(t) * H);
+      });
+
+      RunLinear(w.q, a, m, q_.data());
+      ForTokens(m, [&](int t) {
+        const float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf) + rope_off];
+        const float* sn = &rope_sin_[static_cast<size_t>(t) * (hs + hf) + rope_off];
+        for (int h = 0; h < nh; ++h) {
+          float* qh = &q_[(static_cast<size_t>(t) * nh + h) * hd];
+          fast::RmsNorm(qh, hd, w.q_norm.data(), eps, qh);
+          Rope(qh, hd, cs, sn);
+        }
+      });
+      Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+      if (!p.kv_shared) {
+        RunLinear(w.k, a, m, k_.data());
+        RunLinear(w.v, a, m, v_.data());
+        ForTokens(m, [&](int t) {
+          const float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf) + rope_off];
+          const float* sn = &rope_sin_[static_cast<size_t>(t) * (hs + hf) + rope_off];
+          for (int h = 0; h < nkv; ++h) {
+            float* kh = &k_[(static_cast<size_t>(t) * nkv + h) * hd];
+            float* vh = &v_[(static_cast<size_t>(t) * nkv + h) * hd];
+            fast::RmsNorm(kh, hd, w.k_norm.data(), eps, kh);
+            Rope(kh, hd, cs, sn);
+            fast::RmsNorm(vh, hd, nullptr, eps, vh);
+          }
+          std::copy_n(&k_[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.K(pos0 + t));
+          std::copy_n(&v_[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.V(pos0 + t));
+        });
+      }
+
+      Attention(p, slot, m, pos0);
+      RunLinear(w.o, attn_.data(), m, tmp);
+      ForTokens(m, [&](int t) {
+        float* tt = tmp + static_cast<size_t>(t) * H;
+        float* xt = x + static_cast<size_t>(t) * H;
+        fast::RmsNorm(tt, H, w.post_attn_norm.data(), eps, tt);
+        fast::AddF32(tt, H, xt);
+        fast::RmsNorm(xt, H, w.pre_ffn_norm.data(), eps, a + static_cast<size_t>(t) * H);
+      });
+      const int I = p.intermediate;
+      float* g = g_.data();
+      float* u = u_.data();
+      RunLinear(w.gate, a, m, g);
+      RunLinear(w.up, a, m, u);
+      const GeluTable& gelu = gelu_[l];
+      ForTokens(m, [&](int t) {
+        float* gt = g + static_cast<size_t>(t) * I;
+        const float* ut = u + static_cast<size_t>(t) * I;
+        for (int i = 0; i < I; ++i) gt[i] = gelu(gt[i]) * ut[i];
+      });
+      RunLinear(w.down, g, m, tmp);
+      ForTokens(m, [&](int t) {
+        float* tt = tmp + static_cast<size_t>(t) * H;
+        fast::RmsNorm(tt, H, w.post_ffn_norm.data(), eps, tt);
+        fast::AddF32(tt, H, x + static_cast<size_t>(t) * H);
+      });
+      if (P > 0) {
+        float* gp = gp_.data();
+        RunLinear(w.ple_gate, x, m, gp);
+        const GeluTable& gelu_ple = gelu_ple_[l];
+        for (int t = 0; t < m; ++t) {
+          const float* pl = &ple_[(static_cast<size_t>(t) * L + l) * P];
+          float* gt = gp + static_cast<size_t>(t) * P;
+          for (int i = 0; i < P; ++i) gt[i] = gelu_ple(gt[i]) * pl[i];
+        }
+        RunLinear(w.ple_proj, gp, m, tmp);
+        ForTokens(m, [&](int t) {
+          float* tt = tmp + static_cast<size_t>(t) * H;
+          fast::RmsNorm(tt, H, w.post_ple_norm.data(), eps, tt);
+          fast::AddF32(tt, H, x + static_cast<size_t>(t) * H);
+        });
+      }
+      fast::ScaleF32(w.layer_scalar, m * H, x);
+    }
+
+    cached_ = pos0 + m;
+    valid_from_ = std::max(valid_from_, cached_ - sliding_ring_);
+
+    if (req.mode == OutputMode::kNone) return;
+    const int first_out = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
+    for (int t = first_out; t < m; ++t) {
+      fast::RmsNorm(x + static_cast<size_t>(t) * H, H, model_.final_norm().data(), eps,
+                    hnorm_.data());
+      RunLinear(model_.lm_head(), hnorm_.data(), 1, logits_.data());
+      Emit(req, out);
+    }
+  }
+
+  // Softcaps logits_ in place (exactly as the reference).
+  void CapAll() {
+    if (!cfg_.final_logit_softcapping) return;
+    const int V = cfg_.vocab_size;
+    float* z = logits_.data();
+    if (!cap_table_.empty()) {
+      const float s = model_.lm_head().out_scale;
+      for (int i = 0; i < V; ++i) {
+        const int k = std::clamp(static_cast<int>(std::nearbyint(z[i] / s)), -128, 127);
+        z[i] = cap_table_[k + 128];
+      }
+      return;
+    }
+    pool_.Run(pool_.size() * 4, [&](int task, int) {
+      const int chunk = (V + pool_.size() * 4 - 1) / (pool_.size() * 4);
+      const int end = std::min(V, (task + 1) * chunk);
+      for (int i = task * chunk; i < end; ++i) z[i] = Softcap(z[i]);
+    });
+  }
+
+  // Lowest id with the largest softcapped logit, computing the softcap for few candidates only:
+  // tanh is monotone, so the ids whose capped value equals the maximum are exactly those whose raw
+  // logit is at least the smallest raw value that caps to the maximum.
+  int ArgmaxCapped() const {
+    const int V = cfg_.vocab_size;
+    const float* z = logits_.data();
+    int best = 0;
+    for (int i = 1; i < V; ++i) {
+      if (z[i] > z[best]) best = i;
+    }
+    if (!cfg_.final_logit_softcapping) return best;
+    const float zmax = z[best];
+    const float cmax = Softcap(zmax);
+    // Smallest float f <= zmax with Softcap(f) == cmax, by bisection on [lo, zmax].
+    float lo = zmax;
+    for (float step = 1.0f; Softcap(lo) == cmax && std::isfinite(lo); step *= 2) lo = zmax - step;
+    if (!std::isfinite(lo)) return 0;  // everything caps to the maximum
+    float hi = zmax;  // Softcap(lo) < cmax == Softcap(hi)
+    for (int it = 0; it < 200; ++it) {
+      const float mid = lo + (hi - lo) / 2;
+      if (mid <= lo || mid >= hi) break;
+      if (Softcap(mid) == cmax) {
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    for (int i = 0; i < best; ++i) {
+      if (z[i] >= hi && Softcap(z[i]) == cmax) return i;
+    }
+    return best;
+  }
+
+  void Emit(const ForwardRequest& req, ForwardResult* out) {
+    const int V = cfg_.vocab_size;
+    switch (req.mode) {
+      case OutputMode::kArgmax:
+        if (!cap_table_.empty()) {
+          CapAll();
+          int best = 0;
+          for (int i = 1; i < V; ++i) {
+            if (logits_[i] > logits_[best]) best = i;
+          }
+          out->ids.push_back(best);
+        } else {
+          out->ids.push_back(ArgmaxCapped());
+        }
+        break;
+      case OutputMode::kLogits:
+        CapAll();
+        out->logits.insert(out->logits.end(), logits_.begin(), logits_.begin() + V);
+        break;
+      case OutputMode::kSelect: {
+        CapAll();
+        int best = -1;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int i = 0; i < V; ++i) {
+          mx = std::max(mx, static_cast<double>(logits_[i]));
+          if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
+            if (best < 0 || logits_[i] > logits_[best]) best = i;
+          }
+        }
+        if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
+        double sum = 0;
+        for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits_[i]) - mx);
+        out->ids.push_back(best);
+        out->logprobs.push_back(static_cast<float>(logits_[best] - mx - std::log(sum)));
+        break;
+      }
+      case OutputMode::kNone:
+        break;
+    }
+  }
+
+  const Model& model_;
+  const TextConfig& cfg_;
+  mutable ThreadPool pool_;
+  int capacity_ = 0;
+  int slack_ = 0;
+  int sliding_ring_ = 0;
+  int cached_ = 0;
+  int valid_from_ = 0;
+  int max_hd_ = 0, max_inter_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<float> inv_freq_sliding_, inv_freq_full_;
+  std::vector<GeluTable> gelu_, gelu_ple_;
+  std::vector<float> cap_table_;
+  // Scratch, grown on demand and reused.
+  std::vector<float> x_, a_, tmp_, q_, k_, v_, attn_, g_, u_, ple_, ple_tok_, gp_, logits_, hnorm_;
+  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<int8_t> qa_;
+  std::vector<int32_t> qsum_;
+  std::vector<std::vector<double>> scores_, acc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuFastBackend(const Model& model, const BackendOptions& options,
+                                              int threads) {
+  return std::make_unique<CpuFastBackend>(model, options, threads);
+}
+
+}  // namespace gemma

@@ -1,0 +1,24 @@
+// The fast CPU backend: the reference backend's algorithm with Highway SIMD kernels, integer dot
+// products for QAT weights, a thread pool, and buffers reused across calls (no allocation per
+// decoded token once the caches have grown).
+//
+// Numerics: QAT linears are bit-identical to the reference (exact integer accumulation, same
+// epilogue); GELU of SRQ outputs comes from per-layer tables of the reference's GeluTanh, RoPE from
+// per-position tables of the reference's formula. Dense linears, norms and attention accumulate in
+// f64 in a different order than the reference, so f32 results can differ from it in rare last-bit
+// cases; where such a value feeds an SRQ quantization the rounding can flip (tests/golden_util.h:
+// IsSrqFlip). Tested against the reference and the transformers goldens in cpu_fast_backend_test.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace gemma {
+
+// threads: worker threads including the caller; 0 = one per hardware thread.
+std::unique_ptr<Backend> CreateCpuFastBackend(const Model& model, const BackendOptions& options,
+                                              int threads = 0);
+
+}  // namespace gemma

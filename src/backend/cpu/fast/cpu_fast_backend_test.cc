@@ -1,0 +1,140 @@
+// The fast CPU backend against the reference backend (the oracle) and the transformers goldens.
+#include "backend/cpu/fast/cpu_fast_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/backend.h"
+#include "gemma/error.h"
+#include "golden_util.h"
+#include "model/model.h"
+
+namespace gemma {
+namespace {
+
+class FastGolden : public ::testing::TestWithParam<std::string> {};
+
+std::vector<int32_t> FullSequence(const Golden& g, size_t i) {
+  std::vector<int32_t> seq = g.prompts[i];
+  seq.insert(seq.end(), g.greedy[i].begin(), g.greedy[i].end() - 1);
+  return seq;
+}
+
+TEST_P(FastGolden, LogitsMatchReferenceBackendAndTransformers) {
+  const Golden g = LoadGolden(GetParam());
+  auto model = Model::Load(g.dir);
+  const int V = model->text().vocab_size;
+  for (size_t i = 0; i < g.prompts.size(); ++i) {
+    const std::vector<int32_t> seq = FullSequence(g, i);
+    ForwardResult want, got;
+    CreateCpuReferenceBackend(*model, {.capacity = 1024})
+        ->Forward({.tokens = seq, .mode = OutputMode::kLogits, .all_positions = true}, &want);
+    CreateCpuFastBackend(*model, {.capacity = 1024}, 2)
+        ->Forward({.tokens = seq, .mode = OutputMode::kLogits, .all_positions = true}, &got);
+    ASSERT_EQ(got.logits.size(), seq.size() * V);
+    int flips = 0;
+    for (size_t t = 0; t < seq.size(); ++t) {
+      const float* ours = &got.logits[t * V];
+      const double e = RelL2(ours, &want.logits[t * V], V);
+      if (e > 1e-4) {
+        if (IsSrqFlip(*model, ours, &want.logits[t * V], V)) {
+          ++flips;
+        } else {
+          ADD_FAILURE() << GetParam() << " prompt " << i << " position " << t
+                        << ": rel L2 vs reference " << e;
+        }
+      }
+      // And against transformers, with the golden test's criterion.
+      const float* tf = &g.logits[i][t * V];
+      const double et = RelL2(ours, tf, V);
+      if (et > 1e-4 && !(t >= kExactPrefix && IsSrqFlip(*model, ours, tf, V))) {
+        ADD_FAILURE() << GetParam() << " prompt " << i << " position " << t
+                      << ": rel L2 vs transformers " << et;
+      }
+    }
+    RecordProperty("srq_flips_vs_reference_prompt" + std::to_string(i), flips);
+  }
+}
+
+TEST_P(FastGolden, GreedyDecodeMatchesTransformers) {
+  const Golden g = LoadGolden(GetParam());
+  auto model = Model::Load(g.dir);
+  for (size_t i = 0; i < g.prompts.size(); ++i) {
+    auto backend = CreateCpuFastBackend(*model, {.capacity = 1024}, 2);
+    ForwardResult r;
+    backend->Forward({.tokens = g.prompts[i], .mode = OutputMode::kArgmax}, &r);
+    std::vector<int32_t> got = {r.ids.back()};
+    while (got.size() < g.greedy[i].size()) {
+      const int32_t tok = got.back();
+      backend->Forward({.tokens = std::span<const int32_t>(&tok, 1), .mode = OutputMode::kArgmax},
+                       &r);
+      got.push_back(r.ids.back());
+    }
+    EXPECT_EQ(got, g.greedy[i]) << GetParam() << " prompt " << i;
+  }
+}
+
+TEST_P(FastGolden, ChunkingThreadsAndRepeatRunsAreBitIdentical) {
+  const Golden g = LoadGolden(GetParam());
+  auto model = Model::Load(g.dir);
+  const std::vector<int32_t> seq = FullSequence(g, g.prompts.size() - 1);
+  std::vector<float> first;
+  for (auto [slack, threads] : {std::pair{0, 2}, {1, 1}, {3, 2}, {0, 3}, {0, 2}}) {
+    auto backend = CreateCpuFastBackend(*model, {.capacity = 1024, .slack = slack}, threads);
+    ForwardResult r;
+    backend->Forward({.tokens = seq, .mode = OutputMode::kLogits, .all_positions = true}, &r);
+    if (first.empty()) {
+      first = r.logits;
+    } else {
+      ASSERT_EQ(r.logits.size(), first.size());
+      EXPECT_EQ(0, std::memcmp(r.logits.data(), first.data(), first.size() * 4))
+          << "slack " << slack << " threads " << threads;
+    }
+  }
+  // Token-by-token decode gives the same logits as one prefill.
+  auto backend = CreateCpuFastBackend(*model, {.capacity = 1024}, 2);
+  const int V = model->text().vocab_size;
+  for (size_t t = 0; t < seq.size(); ++t) {
+    ForwardResult r;
+    backend->Forward({.tokens = std::span<const int32_t>(&seq[t], 1), .mode = OutputMode::kLogits},
+                     &r);
+    ASSERT_EQ(0, std::memcmp(r.logits.data(), &first[t * V], V * 4)) << "position " << t;
+  }
+}
+
+TEST_P(FastGolden, ArgmaxSelectAndTruncateMatchReference) {
+  const Golden g = LoadGolden(GetParam());
+  auto model = Model::Load(g.dir);
+  const int V = model->text().vocab_size;
+  const std::vector<int32_t> seq = FullSequence(g, 0);
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 64, .slack = 4});
+  auto fast = CreateCpuFastBackend(*model, {.capacity = 64, .slack = 4}, 2);
+  std::vector<uint64_t> allowed((V + 63) / 64, 0);
+  for (int v = 3; v < V; v += 7) allowed[v >> 6] |= uint64_t{1} << (v & 63);
+  ForwardResult a, b;
+  ref->Forward({.tokens = seq, .mode = OutputMode::kArgmax, .all_positions = true}, &a);
+  fast->Forward({.tokens = seq, .mode = OutputMode::kArgmax, .all_positions = true}, &b);
+  EXPECT_EQ(a.ids, b.ids);
+  for (int n : {static_cast<int>(seq.size()) - 2, 1}) {
+    EXPECT_EQ(ref->Truncate(n), fast->Truncate(n)) << n;
+    EXPECT_EQ(ref->cached(), fast->cached());
+  }
+  ref->Reset();
+  fast->Reset();
+  ref->Forward({.tokens = seq, .mode = OutputMode::kSelect, .allowed = &allowed}, &a);
+  fast->Forward({.tokens = seq, .mode = OutputMode::kSelect, .allowed = &allowed}, &b);
+  EXPECT_EQ(a.ids, b.ids);
+  ASSERT_EQ(b.logprobs.size(), 1u);
+  EXPECT_NEAR(a.logprobs[0], b.logprobs[0], 1e-5);
+  const std::vector<int32_t> too_long(64, 1);
+  EXPECT_THROW(fast->Forward({.tokens = too_long}, &b), Error);
+  EXPECT_EQ(fast->cached(), static_cast<int>(seq.size()));
+  EXPECT_GT(fast->resident_bytes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, FastGolden, ::testing::ValuesIn(Fixtures()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace gemma

@@ -1,0 +1,545 @@
+// Highway kernels; this file is compiled once per SIMD target (foreach_target.h) and the best one
+// for the running CPU is picked on first call. Layouts and exactness: fast_ops.h.
+#include "backend/cpu/fast/fast_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/reference_ops.h"
+#include "core/dtype.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/fast/fast_ops.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#if HWY_TARGET == HWY_AVX3_DL
+#include <immintrin.h>
+#endif
+
+#ifndef GEMMA_FAST_OPS_VNNI_ATTR
+#define GEMMA_FAST_OPS_VNNI_ATTR
+// Highway 1.0's AVX3_DL target string lacks avx512vnni (it names avxvnni); these kernels add it.
+#define GEMMA_VNNI __attribute__((target("avx512vnni")))
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace gemma::fast {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kRows = 4;    // rows per register tile
+constexpr int kTokens = 4;  // tokens per register tile (prefill)
+
+template <WeightKind K>
+constexpr int Groups() {
+  return K == WeightKind::kQ2 ? 4 : K == WeightKind::kQ4 ? 2 : 1;
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+// u8 codes of group g of 64 packed bytes; int8 weights become v + 128.
+template <WeightKind K, int G>
+HWY_INLINE __m512i Unpack(__m512i p) {
+  if constexpr (K == WeightKind::kQ8) {
+    return _mm512_xor_si512(p, _mm512_set1_epi8(static_cast<char>(0x80)));
+  } else if constexpr (K == WeightKind::kQ4) {
+    const __m512i m = _mm512_set1_epi8(0x0F);
+    return G == 0 ? _mm512_and_si512(p, m) : _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+  } else {
+    const __m512i m = _mm512_set1_epi8(0x03);
+    return _mm512_and_si512(_mm512_srli_epi16(p, 2 * G), m);
+  }
+}
+
+template <WeightKind K>
+constexpr int Offset() {
+  return K == WeightKind::kQ2 ? 2 : K == WeightKind::kQ4 ? 8 : 128;
+}
+
+template <WeightKind K, int G, int T>
+GEMMA_VNNI HWY_INLINE void TileGroup(const __m512i* p, const int8_t* const* q, size_t qoff,
+                          __m512i (&acc)[kRows][T]) {
+  __m512i u[kRows];
+  for (int r = 0; r < kRows; ++r) u[r] = Unpack<K, G>(p[r]);
+  for (int t = 0; t < T; ++t) {
+    const __m512i qv = _mm512_loadu_si512(q[t] + qoff + 64 * G);
+    for (int r = 0; r < kRows; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], u[r], qv);
+  }
+}
+
+// raw[r][t] = sum over full blocks of u * q.
+template <WeightKind K, int T>
+GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const* q,
+                                  int32_t (&raw)[kRows][kTokens]) {
+  constexpr int BE = 64 * Groups<K>();
+  __m512i acc[kRows][T];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_si512();
+  for (int b = 0; b < blocks; ++b) {
+    __m512i p[kRows];
+    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
+    const size_t qoff = static_cast<size_t>(b) * BE;
+    TileGroup<K, 0, T>(p, q, qoff, acc);
+    if constexpr (Groups<K>() > 1) TileGroup<K, 1, T>(p, q, qoff, acc);
+    if constexpr (Groups<K>() > 2) {
+      TileGroup<K, 2, T>(p, q, qoff, acc);
+      TileGroup<K, 3, T>(p, q, qoff, acc);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < T; ++t) raw[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
+}
+
+#else  // portable path: widen to i16, pairwise multiply-add into i32.
+
+template <WeightKind K>
+constexpr int Offset() {
+  return K == WeightKind::kQ2 ? 2 : K == WeightKind::kQ4 ? 8 : 0;
+}
+
+using D16 = hn::ScalableTag<int16_t>;
+using D32 = hn::RepartitionToWide<D16>;
+using V16 = hn::Vec<D16>;
+using V32 = hn::Vec<D32>;
+
+template <WeightKind K>
+HWY_INLINE V16 LoadPacked(const uint8_t* p) {
+  const D16 d16;
+  if constexpr (K == WeightKind::kQ8) {
+    const hn::Rebind<int8_t, D16> di8;
+    return hn::PromoteTo(d16, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p)));
+  } else {
+    const hn::Rebind<uint8_t, D16> du8;
+    return hn::BitCast(d16, hn::PromoteTo(hn::Rebind<uint16_t, D16>(), hn::LoadU(du8, p)));
+  }
+}
+
+template <WeightKind K, int G>
+HWY_INLINE V16 Unpack(V16 p) {
+  const D16 d16;
+  if constexpr (K == WeightKind::kQ8) {
+    return p;
+  } else if constexpr (K == WeightKind::kQ4) {
+    return G == 0 ? hn::And(p, hn::Set(d16, 15)) : hn::ShiftRight<4>(p);
+  } else {
+    return hn::And(hn::ShiftRight<2 * G>(p), hn::Set(d16, 3));
+  }
+}
+
+template <WeightKind K, int G, int T>
+HWY_INLINE void TileGroup(const V16* p, const int8_t* const* q, size_t qoff, V32 (&acc)[kRows][T],
+                          V32 (&acc2)[kRows][T]) {
+  const D16 d16;
+  const D32 d32;
+  const hn::Rebind<int8_t, D16> di8;
+  V16 u[kRows];
+  for (int r = 0; r < kRows; ++r) u[r] = Unpack<K, G>(p[r]);
+  for (int t = 0; t < T; ++t) {
+    const V16 qv = hn::PromoteTo(d16, hn::LoadU(di8, q[t] + qoff + 64 * G));
+    for (int r = 0; r < kRows; ++r)
+      acc[r][t] = hn::ReorderWidenMulAccumulate(d32, u[r], qv, acc[r][t], acc2[r][t]);
+  }
+}
+
+template <WeightKind K, int T>
+HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const* q,
+                       int32_t (&raw)[kRows][kTokens]) {
+  constexpr int BE = 64 * Groups<K>();
+  const D16 d16;
+  const D32 d32;
+  const int N = static_cast<int>(hn::Lanes(d16));
+  V32 acc[kRows][T], acc2[kRows][T];
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = hn::Zero(d32);
+      acc2[r][t] = hn::Zero(d32);
+    }
+  }
+  for (int b = 0; b < blocks; ++b) {
+    for (int o = 0; o < 64; o += N) {
+      V16 p[kRows];
+      for (int r = 0; r < kRows; ++r) p[r] = LoadPacked<K>(w[r] + 64 * b + o);
+      const size_t qoff = static_cast<size_t>(b) * BE + o;
+      TileGroup<K, 0, T>(p, q, qoff, acc, acc2);
+      if constexpr (Groups<K>() > 1) TileGroup<K, 1, T>(p, q, qoff, acc, acc2);
+      if constexpr (Groups<K>() > 2) {
+        TileGroup<K, 2, T>(p, q, qoff, acc, acc2);
+        TileGroup<K, 3, T>(p, q, qoff, acc, acc2);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < T; ++t) {
+      raw[r][t] = hn::GetLane(hn::SumOfLanes(d32, hn::Add(acc[r][t], acc2[r][t])));
+    }
+  }
+}
+
+#endif
+
+// Position of element j (within its block) in the permuted activation block.
+template <WeightKind K>
+HWY_INLINE int PermInBlock(int j) {
+  if constexpr (K == WeightKind::kQ4) return (j & 1) * 64 + (j >> 1);
+  if constexpr (K == WeightKind::kQ2) return (j & 3) * 64 + (j >> 2);
+  return j;
+}
+
+// sum over elements [from, cols) of (v + offset) * q, from the packed row (scalar tail).
+template <WeightKind K>
+int32_t TailDot(const uint8_t* row, int from, int cols, const int8_t* q) {
+  constexpr int BE = 64 * Groups<K>();
+  int32_t s = 0;
+  for (int i = from; i < cols; ++i) {
+    int v;
+    if constexpr (K == WeightKind::kQ8) {
+      v = static_cast<int8_t>(row[i]);
+    } else if constexpr (K == WeightKind::kQ4) {
+      v = ((i & 1) ? (row[i >> 1] >> 4) : (row[i >> 1] & 0xF)) - 8;
+    } else {
+      v = ((row[i >> 2] >> (2 * (i & 3))) & 3) - 2;
+    }
+    s += (v + Offset<K>()) * q[(i / BE) * BE + PermInBlock<K>(i % BE)];
+  }
+  return s;
+}
+
+template <WeightKind K>
+void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum, int n,
+                int r0, int r1, float* y, size_t y_stride) {
+  constexpr int BE = 64 * Groups<K>();
+  const int blocks = static_cast<int>(lin.row_bytes / 64);
+  const bool tail = blocks * BE < lin.cols;
+  const double in_scale = lin.in_scale;
+  for (int r = r0; r < r1; r += kRows) {
+    const int rr = std::min(kRows, r1 - r);
+    const uint8_t* w[kRows];
+    for (int i = 0; i < kRows; ++i)
+      w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+    for (int t = 0; t < n;) {
+      int32_t raw[kRows][kTokens];
+      const int8_t* qt[kTokens];
+      int tt;
+      if (n - t >= kTokens) {
+        tt = kTokens;
+        for (int i = 0; i < kTokens; ++i) qt[i] = q + (t + i) * q_stride;
+        Tile<K, kTokens>(w, blocks, qt, raw);
+      } else {
+        tt = 1;
+        qt[0] = q + t * q_stride;
+        Tile<K, 1>(w, blocks, qt, raw);
+      }
+      for (int i = 0; i < rr; ++i) {
+        const double s = lin.row_scale[r + i];
+        for (int j = 0; j < tt; ++j) {
+          int32_t dot = raw[i][j] - Offset<K>() * q_sum[t + j];
+          if (tail) dot += TailDot<K>(w[i], blocks * BE, lin.cols, qt[j]);
+          float out = static_cast<float>(static_cast<double>(dot) * in_scale * s);
+          if (lin.out_scale > 0) out = ref::Srq(out, lin.out_scale);
+          y[(t + j) * y_stride + r + i] = out;
+        }
+      }
+      t += tt;
+    }
+  }
+}
+
+void QuantLinearRows(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum,
+                     int n, int r0, int r1, float* y, size_t y_stride) {
+  switch (lin.kind) {
+    case WeightKind::kQ2:
+      return QuantRowsK<WeightKind::kQ2>(lin, q, q_stride, q_sum, n, r0, r1, y, y_stride);
+    case WeightKind::kQ4:
+      return QuantRowsK<WeightKind::kQ4>(lin, q, q_stride, q_sum, n, r0, r1, y, y_stride);
+    case WeightKind::kQ8:
+      return QuantRowsK<WeightKind::kQ8>(lin, q, q_stride, q_sum, n, r0, r1, y, y_stride);
+    default:
+      return;
+  }
+}
+
+// ---------------------------------------------------------------- activation quantization
+
+template <WeightKind K>
+int32_t QuantizeK(const float* x, int cols, float s, int8_t* q) {
+  constexpr int BE = 64 * Groups<K>();
+  const int padded = (cols + BE - 1) / BE * BE;
+  std::memset(q, 0, static_cast<size_t>(padded));
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  const auto lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
+  HWY_ALIGN float tmp[hn::MaxLanes(df)];
+  int32_t sum = 0;
+  int i = 0;
+  for (; i + N <= cols; i += N) {
+    // z / s rounded half to even (Round), clamped: as ref::QuantizeSrq.
+    const auto r = hn::Min(hi, hn::Max(lo, hn::Round(hn::Div(hn::LoadU(df, x + i), vs))));
+    hn::Store(r, df, tmp);
+    for (int l = 0; l < N; ++l) {
+      const int e = i + l;
+      const int v = static_cast<int>(tmp[l]);
+      q[(e / BE) * BE + PermInBlock<K>(e % BE)] = static_cast<int8_t>(v);
+      sum += v;
+    }
+  }
+  for (; i < cols; ++i) {
+    const int v = ref::QuantizeSrq(x[i], s);
+    q[(i / BE) * BE + PermInBlock<K>(i % BE)] = static_cast<int8_t>(v);
+    sum += v;
+  }
+  return sum;
+}
+
+int32_t QuantizeActs(WeightKind kind, const float* x, int cols, float s, int8_t* q) {
+  switch (kind) {
+    case WeightKind::kQ2:
+      return QuantizeK<WeightKind::kQ2>(x, cols, s, q);
+    case WeightKind::kQ4:
+      return QuantizeK<WeightKind::kQ4>(x, cols, s, q);
+    default:
+      return QuantizeK<WeightKind::kQ8>(x, cols, s, q);
+  }
+}
+
+// ---------------------------------------------------------------- dense (f64 accumulation)
+
+using DF64 = hn::ScalableTag<double>;
+using DF32H = hn::Rebind<float, DF64>;  // as many f32 lanes as f64 lanes
+
+template <WeightKind K>
+HWY_INLINE hn::Vec<DF64> LoadAsF64(const uint8_t* row, int i) {
+  const DF64 d64;
+  const DF32H df;
+  if constexpr (K == WeightKind::kF32) {
+    return hn::PromoteTo(d64, hn::LoadU(df, reinterpret_cast<const float*>(row) + i));
+  } else if constexpr (K == WeightKind::kBF16) {
+    const hn::Rebind<hwy::bfloat16_t, DF32H> dbf;
+    return hn::PromoteTo(
+        d64, hn::PromoteTo(df, hn::LoadU(dbf, reinterpret_cast<const hwy::bfloat16_t*>(row) + i)));
+  } else {
+    const hn::Rebind<hwy::float16_t, DF32H> dh;
+    return hn::PromoteTo(
+        d64, hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i)));
+  }
+}
+
+template <WeightKind K>
+HWY_INLINE float ScalarWeight(const uint8_t* row, int i) {
+  if constexpr (K == WeightKind::kF32) {
+    float f;
+    std::memcpy(&f, row + 4 * i, 4);
+    return f;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * i, 2);
+    return K == WeightKind::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+  }
+}
+
+template <WeightKind K, int T>
+HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* const* x,
+                            double (&out)[kRows][kTokens]) {
+  const DF64 d64;
+  const DF32H df;
+  const int N = static_cast<int>(hn::Lanes(d64));
+  hn::Vec<DF64> acc[kRows][T];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(d64);
+  int i = 0;
+  for (; i + N <= cols; i += N) {
+    hn::Vec<DF64> wv[kRows];
+    for (int r = 0; r < kRows; ++r) wv[r] = LoadAsF64<K>(w[r], i);
+    for (int t = 0; t < T; ++t) {
+      const auto xv = hn::PromoteTo(d64, hn::LoadU(df, x[t] + i));
+      for (int r = 0; r < kRows; ++r) acc[r][t] = hn::MulAdd(wv[r], xv, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < T; ++t) {
+      double s = hn::GetLane(hn::SumOfLanes(d64, acc[r][t]));
+      for (int j = i; j < cols; ++j) s += static_cast<double>(ScalarWeight<K>(w[r], j)) * x[t][j];
+      out[r][t] = s;
+    }
+  }
+}
+
+template <WeightKind K>
+void DenseRowsK(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1, float* y,
+                size_t y_stride) {
+  for (int r = r0; r < r1; r += kRows) {
+    const int rr = std::min(kRows, r1 - r);
+    const uint8_t* w[kRows];
+    for (int i = 0; i < kRows; ++i)
+      w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+    for (int t = 0; t < n;) {
+      double out[kRows][kTokens];
+      const float* xt[kTokens];
+      int tt;
+      if (n - t >= kTokens) {
+        tt = kTokens;
+        for (int i = 0; i < kTokens; ++i) xt[i] = x + (t + i) * x_stride;
+        DenseTile<K, kTokens>(w, lin.cols, xt, out);
+      } else {
+        tt = 1;
+        xt[0] = x + t * x_stride;
+        DenseTile<K, 1>(w, lin.cols, xt, out);
+      }
+      for (int i = 0; i < rr; ++i)
+        for (int j = 0; j < tt; ++j) y[(t + j) * y_stride + r + i] = static_cast<float>(out[i][j]);
+      t += tt;
+    }
+  }
+}
+
+void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                     float* y, size_t y_stride) {
+  switch (lin.kind) {
+    case WeightKind::kF32:
+      return DenseRowsK<WeightKind::kF32>(lin, x, x_stride, n, r0, r1, y, y_stride);
+    case WeightKind::kBF16:
+      return DenseRowsK<WeightKind::kBF16>(lin, x, x_stride, n, r0, r1, y, y_stride);
+    case WeightKind::kF16:
+      return DenseRowsK<WeightKind::kF16>(lin, x, x_stride, n, r0, r1, y, y_stride);
+    default:
+      return;
+  }
+}
+
+// ---------------------------------------------------------------- vector helpers
+
+double DotF64(const float* a, const float* b, int n) {
+  const DF64 d64;
+  const DF32H df;
+  const int N = static_cast<int>(hn::Lanes(d64));
+  auto acc0 = hn::Zero(d64), acc1 = hn::Zero(d64);
+  int i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    acc0 = hn::MulAdd(hn::PromoteTo(d64, hn::LoadU(df, a + i)),
+                      hn::PromoteTo(d64, hn::LoadU(df, b + i)), acc0);
+    acc1 = hn::MulAdd(hn::PromoteTo(d64, hn::LoadU(df, a + i + N)),
+                      hn::PromoteTo(d64, hn::LoadU(df, b + i + N)), acc1);
+  }
+  double s = hn::GetLane(hn::SumOfLanes(d64, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+void AxpyF64(double p, const float* v, double* acc, int n) {
+  const DF64 d64;
+  const DF32H df;
+  const int N = static_cast<int>(hn::Lanes(d64));
+  const auto vp = hn::Set(d64, p);
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::MulAdd(vp, hn::PromoteTo(d64, hn::LoadU(df, v + i)), hn::LoadU(d64, acc + i)),
+               d64, acc + i);
+  }
+  for (; i < n; ++i) acc[i] += p * v[i];
+}
+
+void RmsNorm(const float* x, int n, const float* w, float eps, float* y) {
+  const double ss = DotF64(x, x, n);
+  const float ms = static_cast<float>(ss / n) + eps;
+  const float r = std::pow(ms, -0.5f);
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const auto vr = hn::Set(df, r);
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::Mul(hn::LoadU(df, x + i), vr);
+    if (w) v = hn::Mul(v, hn::LoadU(df, w + i));
+    hn::StoreU(v, df, y + i);
+  }
+  for (; i < n; ++i) {
+    const float v = x[i] * r;
+    y[i] = w ? v * w[i] : v;
+  }
+}
+
+void MulF32(const float* a, const float* b, int n, float* y) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, y + i);
+  for (; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+void AddF32(const float* y, int n, float* x) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, x + i);
+  for (; i < n; ++i) x[i] += y[i];
+}
+
+void ScaleF32(float s, int n, float* x) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  int i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), vs), df, x + i);
+  for (; i < n; ++i) x[i] *= s;
+}
+
+int64_t Target() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace gemma::fast
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gemma::fast {
+
+HWY_EXPORT(QuantLinearRows);
+HWY_EXPORT(QuantizeActs);
+HWY_EXPORT(DenseLinearRows);
+HWY_EXPORT(DotF64);
+HWY_EXPORT(AxpyF64);
+HWY_EXPORT(RmsNorm);
+HWY_EXPORT(MulF32);
+HWY_EXPORT(AddF32);
+HWY_EXPORT(ScaleF32);
+HWY_EXPORT(Target);
+
+int BlockElems(WeightKind kind) {
+  return kind == WeightKind::kQ2 ? 256 : kind == WeightKind::kQ4 ? 128 : 64;
+}
+int PaddedCols(WeightKind kind, int cols) {
+  const int b = BlockElems(kind);
+  return (cols + b - 1) / b * b;
+}
+int CodeOffset(WeightKind kind) {
+  return kind == WeightKind::kQ2 ? 2 : kind == WeightKind::kQ4 ? 8 : 128;
+}
+
+int32_t QuantizeActs(WeightKind kind, const float* x, int cols, float s, int8_t* q) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeActs)(kind, x, cols, s, q);
+}
+void QuantLinearRows(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum,
+                     int n, int r0, int r1, float* y, size_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(QuantLinearRows)(lin, q, q_stride, q_sum, n, r0, r1, y, y_stride);
+}
+void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                     float* y, size_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(DenseLinearRows)(lin, x, x_stride, n, r0, r1, y, y_stride);
+}
+double DotF64(const float* a, const float* b, int n) {
+  return HWY_DYNAMIC_DISPATCH(DotF64)(a, b, n);
+}
+void AxpyF64(double p, const float* v, double* acc, int n) {
+  HWY_DYNAMIC_DISPATCH(AxpyF64)(p, v, acc, n);
+}
+void RmsNorm(const float* x, int n, const float* w, float eps, float* y) {
+  HWY_DYNAMIC_DISPATCH(RmsNorm)(x, n, w, eps, y);
+}
+void MulF32(const float* a, const float* b, int n, float* y) {
+  HWY_DYNAMIC_DISPATCH(MulF32)(a, b, n, y);
+}
+void AddF32(const float* y, int n, float* x) { HWY_DYNAMIC_DISPATCH(AddF32)(y, n, x); }
+void ScaleF32(float s, int n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleF32)(s, n, x); }
+const char* TargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()); }
+
+}  // namespace gemma::fast
+#endif  // HWY_ONCE

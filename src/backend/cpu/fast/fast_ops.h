@@ -1,0 +1,68 @@
+// SIMD kernels of the fast CPU backend (Highway, runtime dispatch: AVX-512 VNNI, AVX-512, AVX2,
+// SSE4, NEON, scalar).
+//
+// Quantized (QAT) linears. Activations are SRQ-quantized to int8 exactly as the reference
+// (divide, round half to even, clamp [-128, 127]) and stored per token in a block-permuted order
+// that matches how packed weights unpack: weights are read as their unsigned offset-binary codes u
+// (u = v + 2 for int2, v + 8 for int4, v + 128 for int8), so
+//   sum_i v_i q_i = sum_i u_i q_i - offset * sum_i q_i,
+// an exact integer dot product of u8 x s8 (vpdpbusd on VNNI). A block is 64 packed bytes:
+//   int8: 64 elements, identity order;
+//   int4: 128 elements; low nibbles are elements 0, 2, ..., 126, high nibbles 1, 3, ..., 127, so
+//         the permuted block is [q0 q2 ... q126 | q1 q3 ... q127];
+//   int2: 256 elements; bits 2k..2k+1 of byte j are element 4j + k, so the permuted block is
+//         [q(4j) | q(4j+1) | q(4j+2) | q(4j+3)] for j = 0..63.
+// Rows whose byte length is not a multiple of 64 finish with a scalar tail (tiny models only).
+// The epilogue is the reference's: f32(double(dot) * in_scale * row_scale), then SRQ of the
+// output. Results are bit-identical to ref::LinearForward.
+//
+// Dense (f32/bf16/f16) linears and attention dot products accumulate in f64 like the reference, so
+// their f32 results differ from it only when an f64 sum lands within an f64 rounding of an f32
+// rounding boundary.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/model.h"
+
+namespace gemma::fast {
+
+// Activation elements per 64-byte weight block (64 int8, 128 int4, 256 int2).
+int BlockElems(WeightKind kind);
+// Length of a permuted activation row for `cols` inputs: whole blocks, zero padded.
+int PaddedCols(WeightKind kind, int cols);
+// Offset between stored codes and signed values.
+int CodeOffset(WeightKind kind);
+
+// SRQ-quantizes x[0, cols) with scale s > 0 into q[0, PaddedCols) in the permuted order of `kind`,
+// zero padded. Returns sum of q.
+int32_t QuantizeActs(WeightKind kind, const float* x, int cols, float s, int8_t* q);
+
+// Rows [r0, r1) of a quantized linear with an SRQ input scale, for n tokens whose permuted
+// activations are q + t * q_stride (sums in q_sum[t]): y[t * y_stride + r], with the reference's
+// epilogue (scales, output SRQ).
+void QuantLinearRows(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum,
+                     int n, int r0, int r1, float* y, size_t y_stride);
+
+// Rows [r0, r1) of a dense linear: y[t * y_stride + r] = f32(sum_i f64(w[r][i]) * x[t][i]).
+void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                     float* y, size_t y_stride);
+
+// sum_i f64(a_i) * b_i.
+double DotF64(const float* a, const float* b, int n);
+// acc[i] += p * f64(v[i]).
+void AxpyF64(double p, const float* v, double* acc, int n);
+// The reference RMSNorm (f64 sum of squares, f32 scaling): y = x * (mean(x^2) + eps)^-0.5 [* w].
+void RmsNorm(const float* x, int n, const float* w, float eps, float* y);
+// y[i] = a[i] * b[i] (f32).
+void MulF32(const float* a, const float* b, int n, float* y);
+// x[i] += y[i] (f32).
+void AddF32(const float* y, int n, float* x);
+// x[i] *= s (f32).
+void ScaleF32(float s, int n, float* x);
+
+// Name of the SIMD target chosen at runtime, e.g. "AVX3_DL".
+const char* TargetName();
+
+}  // namespace gemma::fast

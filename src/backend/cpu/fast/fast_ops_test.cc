@@ -1,0 +1,214 @@
+// Kernels against the reference ops: quantized linears must be bit-identical to
+// ref::LinearForward (exact integer accumulation, same epilogue), dense ones equal to f32 rounding.
+#include "backend/cpu/fast/fast_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/reference_ops.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace gemma {
+namespace {
+
+struct TestLinear {
+  Linear lin;
+  std::vector<uint8_t> data;
+  std::vector<float> scales;
+};
+
+TestLinear MakeLinear(WeightKind kind, int rows, int cols, float in_scale, float out_scale,
+                      uint32_t seed) {
+  std::mt19937 rng(seed);
+  TestLinear t;
+  Linear& l = t.lin;
+  l.name = "test";
+  l.kind = kind;
+  l.rows = rows;
+  l.cols = cols;
+  l.in_scale = in_scale;
+  l.out_scale = out_scale;
+  switch (kind) {
+    case WeightKind::kQ2:
+      l.row_bytes = (cols + 3) / 4;
+      break;
+    case WeightKind::kQ4:
+      l.row_bytes = (cols + 1) / 2;
+      break;
+    case WeightKind::kQ8:
+      l.row_bytes = cols;
+      break;
+    case WeightKind::kF32:
+      l.row_bytes = 4 * cols;
+      break;
+    default:
+      l.row_bytes = 2 * cols;
+  }
+  t.data.resize(l.row_bytes * rows);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  if (IsQuantized(kind)) {
+    for (uint8_t& b : t.data) b = static_cast<uint8_t>(rng());
+    t.scales.resize(rows);
+    for (float& s : t.scales) s = 0.01f + 0.02f * (rng() % 1000) / 1000.0f;
+    l.row_scale = t.scales.data();
+  } else {
+    for (int i = 0; i < rows * cols; ++i) {
+      const float f = nd(rng);
+      if (kind == WeightKind::kF32) {
+        std::memcpy(&t.data[4 * i], &f, 4);
+      } else {
+        const uint16_t h = kind == WeightKind::kBF16 ? F32ToBf16(f) : F32ToF16(f);
+        std::memcpy(&t.data[2 * i], &h, 2);
+      }
+    }
+  }
+  l.data = t.data.data();
+  return t;
+}
+
+std::vector<float> RandomActs(int n, int cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n) * cols);
+  for (float& v : x) v = nd(rng);
+  // A few exact rounding ties and values beyond the clamp range.
+  if (x.size() > 4) {
+    x[0] = 0.05f * 2.5f;
+    x[1] = -0.05f * 3.5f;
+    x[2] = 100.0f;
+    x[3] = -100.0f;
+  }
+  return x;
+}
+
+std::vector<float> FastLinear(const Linear& lin, const std::vector<float>& x, int n) {
+  std::vector<float> y(static_cast<size_t>(n) * lin.rows);
+  if (IsQuantized(lin.kind)) {
+    const int pc = fast::PaddedCols(lin.kind, lin.cols);
+    std::vector<int8_t> q(static_cast<size_t>(n) * pc);
+    std::vector<int32_t> sums(n);
+    for (int t = 0; t < n; ++t)
+      sums[t] = fast::QuantizeActs(lin.kind, &x[static_cast<size_t>(t) * lin.cols], lin.cols,
+                                   lin.in_scale, &q[static_cast<size_t>(t) * pc]);
+    // Two row ranges, to exercise partial register tiles at range ends.
+    const int mid = lin.rows / 3;
+    fast::QuantLinearRows(lin, q.data(), pc, sums.data(), n, 0, mid, y.data(), lin.rows);
+    fast::QuantLinearRows(lin, q.data(), pc, sums.data(), n, mid, lin.rows, y.data(), lin.rows);
+  } else {
+    fast::DenseLinearRows(lin, x.data(), lin.cols, n, 0, lin.rows, y.data(), lin.rows);
+  }
+  return y;
+}
+
+TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {
+  uint32_t seed = 1;
+  for (WeightKind kind : {WeightKind::kQ2, WeightKind::kQ4, WeightKind::kQ8}) {
+    for (int cols : {16, 64, 96, 130, 256, 300, 1536}) {
+      for (int n : {1, 3, 4, 9}) {
+        for (float out_scale : {0.0f, 0.05f}) {
+          const TestLinear t = MakeLinear(kind, 23, cols, 0.05f, out_scale, ++seed);
+          const std::vector<float> x = RandomActs(n, cols, ++seed);
+          std::vector<float> want(static_cast<size_t>(n) * t.lin.rows);
+          ref::LinearForward(t.lin, x.data(), n, want.data());
+          const std::vector<float> got = FastLinear(t.lin, x, n);
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+              << WeightKindName(kind) << " cols " << cols << " n " << n << " out " << out_scale;
+        }
+      }
+    }
+  }
+}
+
+TEST(FastOps, QuantizeMatchesReferenceSrq) {
+  const std::vector<float> x = RandomActs(1, 300, 7);
+  for (WeightKind kind : {WeightKind::kQ2, WeightKind::kQ4, WeightKind::kQ8}) {
+    std::vector<int8_t> q(fast::PaddedCols(kind, 300), 99);
+    const int32_t sum = fast::QuantizeActs(kind, x.data(), 300, 0.05f, q.data());
+    int32_t want_sum = 0;
+    std::vector<int> seen(q.size(), 0);
+    const int be = fast::BlockElems(kind);
+    for (int i = 0; i < 300; ++i) {
+      const int8_t want = ref::QuantizeSrq(x[i], 0.05f);
+      want_sum += want;
+      const int j = i % be;
+      const int perm = kind == WeightKind::kQ4   ? (j & 1) * 64 + (j >> 1)
+                       : kind == WeightKind::kQ2 ? (j & 3) * 64 + (j >> 2)
+                                                 : j;
+      const int at = i / be * be + perm;
+      EXPECT_EQ(q[at], want) << i;
+      seen[at] = 1;
+    }
+    for (size_t i = 0; i < q.size(); ++i) {
+      if (!seen[i]) EXPECT_EQ(q[i], 0) << "padding " << i;
+    }
+    EXPECT_EQ(sum, want_sum);
+  }
+}
+
+TEST(FastOps, DenseLinearsMatchReferenceToF32Rounding) {
+  uint32_t seed = 100;
+  for (WeightKind kind : {WeightKind::kF32, WeightKind::kBF16, WeightKind::kF16}) {
+    for (int cols : {16, 48, 97, 1536}) {
+      for (int n : {1, 5}) {
+        const TestLinear t = MakeLinear(kind, 13, cols, 0, 0, ++seed);
+        const std::vector<float> x = RandomActs(n, cols, ++seed);
+        std::vector<float> want(static_cast<size_t>(n) * t.lin.rows);
+        ref::LinearForward(t.lin, x.data(), n, want.data());
+        const std::vector<float> got = FastLinear(t.lin, x, n);
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_NEAR(got[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-30f) << i;
+      }
+    }
+  }
+}
+
+TEST(FastOps, RmsNormMatchesReference) {
+  const std::vector<float> x = RandomActs(1, 1537, 3);
+  std::vector<float> w(1537);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.001f * i;
+  std::vector<float> want(1537), got(1537);
+  ref::RmsNorm(x.data(), 1537, w, 1e-6f, want.data());
+  fast::RmsNorm(x.data(), 1537, w.data(), 1e-6f, got.data());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+  ref::RmsNorm(x.data(), 1537, {}, 1e-6f, want.data());
+  fast::RmsNorm(x.data(), 1537, nullptr, 1e-6f, got.data());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+}
+
+TEST(FastOps, DotAndAxpy) {
+  const std::vector<float> a = RandomActs(1, 67, 4), b = RandomActs(1, 67, 5);
+  double want = 0;
+  for (int i = 0; i < 67; ++i) want += static_cast<double>(a[i]) * b[i];
+  EXPECT_NEAR(fast::DotF64(a.data(), b.data(), 67), want, 1e-12);
+  std::vector<double> acc(67, 1.0);
+  fast::AxpyF64(0.5, a.data(), acc.data(), 67);
+  for (int i = 0; i < 67; ++i) EXPECT_NEAR(acc[i], 1.0 + 0.5 * a[i], 1e-15);
+  EXPECT_NE(std::string(fast::TargetName()), "");
+}
+
+TEST(ThreadPool, RunsEveryTaskOnceAcrossThreads) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int rep = 0; rep < 200; ++rep) {
+      const int tasks = 1 + rep % 37;
+      std::vector<std::atomic<int>> hits(tasks);
+      std::atomic<int> bad_thread{0};
+      pool.Run(tasks, [&](int task, int thread) {
+        hits[task].fetch_add(1);
+        if (thread < 0 || thread >= pool.size()) bad_thread.fetch_add(1);
+      });
+      for (int t = 0; t < tasks; ++t) ASSERT_EQ(hits[t].load(), 1);
+      ASSERT_EQ(bad_thread.load(), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gemma

@@ -1,0 +1,96 @@
+#version 450
+// Causal (optionally sliding) attention over the ring caches, split over the keys:
+// workgroup (head, token, split) computes, for its share of keys j in [first, pos],
+//   m = max_j s_j, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) V_j,   s_j = q . K_j (scale 1)
+// with an online softmax over blocks of WG keys; attn_combine.comp merges the splits.
+// Scores, weights and sums are double, as in the CPU reference. K/V rows live at (j % ring);
+// KV-shared layers bind their owner's caches.
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_basic : enable
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer KC { float kc[]; };
+layout(std430, binding = 2) readonly buffer VC { float vc[]; };
+layout(std430, binding = 3) writeonly buffer PO { double po[]; };   // [t][h][split][hd]
+layout(std430, binding = 4) writeonly buffer PML { dvec2 pml[]; };  // [t][h][split]
+
+layout(push_constant) uniform P {
+  uint nh, nkv, hd, ring, window, splits;
+  uint q_stride;
+} p;
+
+const uint WG = gl_WorkGroupSize.x;
+shared float qs[512];
+shared double sc[WG];
+shared double red[64];
+
+double BlockMax(double v) {
+  double s = subgroupMax(v);
+  if (subgroupElect()) red[gl_SubgroupID] = s;
+  barrier();
+  double tot = red[0];
+  for (uint i = 1; i < gl_NumSubgroups; ++i) tot = max(tot, red[i]);
+  barrier();
+  return tot;
+}
+double BlockSum(double v) {
+  double s = subgroupAdd(v);
+  if (subgroupElect()) red[gl_SubgroupID] = s;
+  barrier();
+  double tot = 0.0LF;
+  for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red[i];
+  barrier();
+  return tot;
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, sp = gl_WorkGroupID.z;
+  const uint hd = p.hd;
+  const uint pos = step.pos0 + t;
+  const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
+  const uint nkeys = pos + 1 - first;
+  const uint per = (nkeys + p.splits - 1) / p.splits;
+  const uint jb = first + sp * per;
+  const uint je = min(pos + 1, jb + per);
+  const uint kvh = h / (p.nh / p.nkv);
+  const uint width = p.nkv * hd;
+  for (uint i = tid; i < hd; i += WG) qs[i] = q[t * p.q_stride + h * hd + i];
+  barrier();
+  const double kNegInf = -1.0LF / 0.0LF;
+  double m = kNegInf;
+  double l = 0.0LF;
+  double acc0 = 0.0LF, acc1 = 0.0LF;  // dims tid and tid + WG (hd <= 2 WG)
+  for (uint b = jb; b < je; b += WG) {
+    const uint j = b + tid;
+    double s = kNegInf;
+    if (j < je) {
+      const uint kb = (j % p.ring) * width + kvh * hd;
+      s = 0.0LF;
+      for (uint i = 0; i < hd; ++i) s = fma(double(qs[i]), double(kc[kb + i]), s);
+    }
+    const double bm = BlockMax(s);
+    const double mn = max(m, bm);
+    const double pj = j < je ? ExpD(s - mn) : 0.0LF;
+    sc[tid] = pj;
+    const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
+    l = l * corr + BlockSum(pj);
+    m = mn;
+    acc0 *= corr;
+    acc1 *= corr;
+    const uint nb = min(WG, je - b);
+    for (uint jj = 0; jj < nb; ++jj) {
+      const uint vb = ((b + jj) % p.ring) * width + kvh * hd;
+      const double w = sc[jj];
+      if (tid < hd) acc0 = fma(w, double(vc[vb + tid]), acc0);
+      if (tid + WG < hd) acc1 = fma(w, double(vc[vb + tid + WG]), acc1);
+    }
+    barrier();
+  }
+  const uint ob = ((t * p.nh + h) * p.splits + sp);
+  if (tid < hd) po[ob * hd + tid] = acc0;
+  if (tid + WG < hd) po[ob * hd + tid + WG] = acc1;
+  if (tid == 0) pml[ob] = dvec2(m, l);
+}

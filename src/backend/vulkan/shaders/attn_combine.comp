@@ -1,0 +1,37 @@
+#version 450
+// Merges the key splits of attention.comp (double): o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 3) readonly buffer PO { double po[]; };
+layout(std430, binding = 4) readonly buffer PML { dvec2 pml[]; };
+layout(std430, binding = 5) writeonly buffer O { float o[]; };
+
+layout(push_constant) uniform P {
+  uint nh, hd, splits, o_stride;
+} p;
+
+const uint WG = gl_WorkGroupSize.x;
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
+  const uint base = (t * p.nh + h) * p.splits;
+  double mx = -1.0LF / 0.0LF;
+  for (uint s = 0; s < p.splits; ++s) {
+    if (pml[base + s].y > 0.0LF) mx = max(mx, pml[base + s].x);
+  }
+  double l = 0.0LF;
+  for (uint s = 0; s < p.splits; ++s) {
+    const dvec2 ml = pml[base + s];
+    if (ml.y > 0.0LF) l += ml.y * ExpD(ml.x - mx);
+  }
+  for (uint i = tid; i < p.hd; i += WG) {
+    double acc = 0.0LF;
+    for (uint s = 0; s < p.splits; ++s) {
+      const dvec2 ml = pml[base + s];
+      if (ml.y > 0.0LF) acc += po[(base + s) * p.hd + i] * ExpD(ml.x - mx);
+    }
+    o[t * p.o_stride + h * p.hd + i] = float(acc / l);
+  }
+}

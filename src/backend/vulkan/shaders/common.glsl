@@ -1,0 +1,83 @@
+// Shared declarations for every kernel: the one descriptor-set layout (12 storage buffers) and
+// the exact helpers of the numerics contract (see reference_ops.h).
+#extension GL_EXT_control_flow_attributes : enable
+
+// f32 quotient z / s rounded as IEEE division does: the approximate quotient is corrected with its
+// exact residual (fma), so SRQ rounding boundaries match the CPU reference.
+float ExactDiv(float z, float s) {
+  precise float q0 = z / s;
+  precise float r = fma(-q0, s, z);
+  precise float q = fma(r, 1.0 / s, q0);
+  return q;
+}
+
+// transformers' apply_srq as an int: clamp(round_half_even(z / s), -128, 127).
+int QuantizeSrq(float z, float s) {
+  return int(clamp(roundEven(ExactDiv(z, s)), -128.0, 127.0));
+}
+
+float Srq(float z, float s) { return float(QuantizeSrq(z, s)) * s; }
+
+// (a * b) * c in double, rounded once (the reference's int64 accumulator times scales in double).
+float Mul3(float a, float b, float c) { return float(double(a) * double(b) * double(c)); }
+
+// exp in double precision (GLSL has no double exp): Cody-Waite reduction by ln 2 and a
+// degree-13 Taylor polynomial; accurate to a few ulp of double.
+double ExpD(double x) {
+  if (x < -745.0LF) return 0.0LF;
+  if (x > 709.0LF) return 1.0LF / 0.0LF;
+  const double k = roundEven(x * 1.4426950408889634LF);
+  const double r = (x - k * 0.693147180369123816490LF) - k * 1.90821492927058770002e-10LF;
+  double p = 1.0LF / 6227020800.0LF;
+  p = fma(p, r, 1.0LF / 479001600.0LF);
+  p = fma(p, r, 1.0LF / 39916800.0LF);
+  p = fma(p, r, 1.0LF / 3628800.0LF);
+  p = fma(p, r, 1.0LF / 362880.0LF);
+  p = fma(p, r, 1.0LF / 40320.0LF);
+  p = fma(p, r, 1.0LF / 5040.0LF);
+  p = fma(p, r, 1.0LF / 720.0LF);
+  p = fma(p, r, 1.0LF / 120.0LF);
+  p = fma(p, r, 1.0LF / 24.0LF);
+  p = fma(p, r, 1.0LF / 6.0LF);
+  p = fma(p, r, 0.5LF);
+  p = fma(p, r, 1.0LF);
+  p = fma(p, r, 1.0LF);
+  return ldexp(p, int(k));
+}
+
+// tanh rounded to f32 from a double evaluation (matches the C library's tanhf to the ulp).
+float TanhF(float x) {
+  if (abs(x) > 20.0) return sign(x);
+  const double e = ExpD(2.0LF * double(x));
+  if (abs(x) < 1e-4) {
+    const double d = double(x);
+    return float(d - d * d * d / 3.0LF);
+  }
+  return float((e - 1.0LF) / (e + 1.0LF));
+}
+
+float TanhClamped(float x) { return TanhF(x); }
+
+// torch's gelu(approximate="tanh") in f32, operation by operation like the reference.
+float GeluTanh(float x) {
+  const float kBeta = 0.7978845608028654;
+  const float kKappa = 0.044715;
+  precise float x3 = kKappa * x * x * x;
+  precise float inner = kBeta * (x + x3);
+  precise float g = 0.5 * x * (1.0 + TanhF(inner));
+  return g;
+}
+
+// RMSNorm's factor pow(float(ss / n) + eps, -0.5f) with ss summed in double, as the reference.
+float RmsFactor(double ss, uint n, float eps) {
+  precise float ms = float(ss / double(n)) + eps;
+  return float(1.0LF / sqrt(double(ms)));
+}
+
+// Per-step values written by the host before each submission (copied with the step's inputs).
+layout(std430, set = 0, binding = 11) readonly buffer StepBuf {
+  uint pos0;  // position of the chunk's first token
+  uint m;     // tokens in the chunk
+  uint row0;  // first output row (head)
+  uint pad;
+} step;

@@ -1,0 +1,155 @@
+#version 450
+// y[t][r] = epilogue(srq_out(srq_in(x[t]) . W[r])) for one token per workgroup row (grid.y = token).
+// Layout: W rows are `wstride` u32 words (row bytes padded with encoded zeros), row scales f32.
+// Kinds: 0 f32, 1 bf16, 2 f16, 3 int2, 4 int4, 5 int8 (offset binary, LSB first).
+// Exactness: with an SRQ input scale, x is quantized to int8 (IEEE division, half-even, clamp) and
+// the dot product is an exact int32 sum, scaled once; dense kinds accumulate in f32.
+// Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux.
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_basic : enable
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint KIND = 0;
+layout(constant_id = 2) const uint EPI = 0;
+layout(constant_id = 3) const uint LANES = 32;  // invocations per row
+layout(constant_id = 4) const uint XWORDS = 4;  // shared words for the quantized input (>= cols/4)
+
+layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
+layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
+layout(std430, binding = 2) readonly buffer X { float x[]; };
+layout(std430, binding = 3) buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer W1 { uint w1[]; };
+layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
+layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
+
+layout(push_constant) uniform P {
+  uint rows;      // rows in this part
+  uint cols;
+  uint wstride;   // u32 words per row
+  uint x_stride;  // floats per token in x
+  uint y_stride;
+  uint y_off;     // first output column (row_base of a split part)
+  float in_s0, out_s0, in_s1, out_s1;
+  float cap;
+  uint aux_stride, aux_off;
+  uint x_row0;    // first token row of x and y (head rows)
+} p;
+
+const uint DUAL = (EPI == 1) ? 2 : 1;
+const uint WG = gl_WorkGroupSize.x;
+const uint ROWS_PER_WG = WG / LANES;
+shared uint xq[DUAL][XWORDS];
+shared int red_i[DUAL][WG];
+shared float red_f[DUAL][WG];
+
+uint ElemsPerWord() {
+  return KIND == 0 ? 1 : KIND == 1 || KIND == 2 ? 2 : KIND == 3 ? 16 : KIND == 4 ? 8 : 4;
+}
+
+int QElem(uint w, uint k) {
+  if (KIND == 3) return int((w >> (2 * k)) & 3u) - 2;
+  if (KIND == 4) return int((w >> (4 * k)) & 15u) - 8;
+  return bitfieldExtract(int(w), int(8 * k), 8);
+}
+
+float DElem(uint w, uint k) {
+  if (KIND == 0) return uintBitsToFloat(w);
+  uint h = (w >> (16 * k)) & 0xFFFFu;
+  if (KIND == 1) return uintBitsToFloat(h << 16);
+  return unpackHalf2x16(h).x;
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint lane = tid % LANES;
+  const uint rloc = tid / LANES;
+  const uint row = gl_WorkGroupID.x * ROWS_PER_WG + rloc;
+  const uint t = gl_WorkGroupID.y + p.x_row0;
+  const uint xb = t * p.x_stride;
+  const bool quant = KIND >= 3;
+  float in_s[2] = float[2](p.in_s0, p.in_s1);
+  bool int_path[2] = bool[2](quant && p.in_s0 > 0.0, quant && p.in_s1 > 0.0);
+
+  if (int_path[0] || (DUAL == 2 && int_path[1])) {
+    const uint nw = (p.cols + 3) / 4;
+    for (uint d = 0; d < DUAL; ++d) {
+      if (!int_path[d]) continue;
+      for (uint i = tid; i < nw; i += WG) {
+        uint packed = 0;
+        for (uint k = 0; k < 4; ++k) {
+          uint c = 4 * i + k;
+          int q = c < p.cols ? QuantizeSrq(x[xb + c], in_s[d]) : 0;
+          packed |= (uint(q) & 0xFFu) << (8 * k);
+        }
+        xq[d][i] = packed;
+      }
+    }
+    barrier();
+  }
+
+  int acc_i[2] = int[2](0, 0);
+  float acc_f[2] = float[2](0.0, 0.0);
+  if (row < p.rows) {
+    const uint epw = ElemsPerWord();
+    for (uint d = 0; d < DUAL; ++d) {
+      const uint base = row * p.wstride;
+      for (uint j = lane; j < p.wstride; j += LANES) {
+        const uint w = d == 0 ? w0[base + j] : w1[base + j];
+        const uint c0 = j * epw;
+        if (int_path[d]) {
+          int a = 0;
+          [[unroll]] for (uint k = 0; k < epw; ++k) {
+            const uint c = c0 + k;
+            const int xv = bitfieldExtract(int(xq[d][c >> 2]), int(8 * (c & 3)), 8);
+            a += QElem(w, k) * xv;
+          }
+          acc_i[d] += a;
+        } else {
+          [[unroll]] for (uint k = 0; k < epw; ++k) {
+            const uint c = c0 + k;
+            const float xv = c < p.cols ? x[xb + c] : 0.0;
+            const float wv = quant ? float(QElem(w, k)) : DElem(w, k);
+            acc_f[d] = fma(wv, xv, acc_f[d]);
+          }
+        }
+      }
+    }
+  }
+  // Reduce each row's LANES partials: subgroups first, then shared memory.
+  for (uint d = 0; d < DUAL; ++d) {
+    int si = subgroupAdd(acc_i[d]);
+    float sf = subgroupAdd(acc_f[d]);
+    if (subgroupElect()) {
+      red_i[d][gl_SubgroupID] = si;
+      red_f[d][gl_SubgroupID] = sf;
+    }
+  }
+  barrier();
+  if (lane != 0 || row >= p.rows) return;
+  const uint per_row = LANES / gl_SubgroupSize;
+  float v[2];
+  float out_s[2] = float[2](p.out_s0, p.out_s1);
+  for (uint d = 0; d < DUAL; ++d) {
+    int ti = 0;
+    float tf = 0.0;
+    for (uint k = 0; k < per_row; ++k) {
+      ti += red_i[d][rloc * per_row + k];
+      tf += red_f[d][rloc * per_row + k];
+    }
+    const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
+    float r;
+    if (int_path[d]) {
+      r = float(double(ti) * double(in_s[d]) * double(rs));
+    } else {
+      r = quant ? tf * rs : tf;
+    }
+    if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
+    v[d] = r;
+  }
+  float outv = v[0];
+  if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
+  if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
+  if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+  y[t * p.y_stride + p.y_off + row] = outv;
+}

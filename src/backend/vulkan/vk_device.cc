@@ -1,0 +1,450 @@
+#include "backend/vulkan/vk_device.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "gemma/error.h"
+
+namespace gemma::vk {
+namespace {
+
+const char* ResultName(VkResult r) {
+  switch (r) {
+    case VK_ERROR_DEVICE_LOST:
+      return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+      return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED:
+      return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_FEATURE_NOT_PRESENT:
+      return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_TIMEOUT:
+      return "VK_TIMEOUT";
+    default:
+      return "VkResult error";
+  }
+}
+
+void Check(VkResult r, const char* what) {
+  if (r != VK_SUCCESS) {
+    throw Error(ErrorCode::kDevice, std::string("vulkan: ") + what + " failed: " + ResultName(r) +
+                                        " (" + std::to_string(static_cast<int>(r)) + ")");
+  }
+}
+
+int TypeRank(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+Device::Device(const DeviceOptions& options) {
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "gemma-engine";
+  app.apiVersion = VK_API_VERSION_1_1;
+  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ici.pApplicationInfo = &app;
+  VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
+  if (r != VK_SUCCESS) {
+    throw Error(ErrorCode::kDevice,
+                std::string("vulkan: no Vulkan driver (vkCreateInstance: ") + ResultName(r) + ")");
+  }
+  uint32_t n = 0;
+  vkEnumeratePhysicalDevices(instance_, &n, nullptr);
+  std::vector<VkPhysicalDevice> devs(n);
+  vkEnumeratePhysicalDevices(instance_, &n, devs.data());
+  // Usable: Vulkan 1.1, a compute queue, subgroup arithmetic in compute shaders.
+  std::vector<int> usable;
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < n; ++i) {
+    VkPhysicalDeviceSubgroupProperties sg{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    p2.pNext = &sg;
+    vkGetPhysicalDeviceProperties2(devs[i], &p2);
+    names.push_back(p2.properties.deviceName);
+    const bool ok = p2.properties.apiVersion >= VK_API_VERSION_1_1 &&
+                    (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                    (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                    sg.subgroupSize >= 4 && sg.subgroupSize <= 128;
+    if (ok) usable.push_back(static_cast<int>(i));
+  }
+  int pick = -1;
+  const char* env = std::getenv("GEMMA_VULKAN_DEVICE");
+  if (env && *env) {
+    char* end = nullptr;
+    const long idx = std::strtol(env, &end, 10);
+    for (int i : usable) {
+      if ((*end == 0 && i == idx) || (*end != 0 && names[i].find(env) != std::string::npos)) {
+        pick = i;
+        break;
+      }
+    }
+    if (pick < 0) {
+      throw Error(ErrorCode::kDevice,
+                  std::string("vulkan: GEMMA_VULKAN_DEVICE=") + env + " matches no usable device");
+    }
+  } else if (options.index >= 0) {
+    if (std::find(usable.begin(), usable.end(), options.index) == usable.end())
+      throw Error(ErrorCode::kDevice, "vulkan: device index " + std::to_string(options.index) +
+                                          " is not a usable device");
+    pick = options.index;
+  } else {
+    int best_rank = -1;
+    for (int i : usable) {
+      VkPhysicalDeviceProperties p;
+      vkGetPhysicalDeviceProperties(devs[i], &p);
+      if (TypeRank(p.deviceType) > best_rank) {
+        best_rank = TypeRank(p.deviceType);
+        pick = i;
+      }
+    }
+  }
+  if (pick < 0) {
+    vkDestroyInstance(instance_, nullptr);
+    instance_ = VK_NULL_HANDLE;
+    throw Error(ErrorCode::kDevice,
+                "vulkan: no usable Vulkan device (need Vulkan 1.1 compute "
+                "with subgroup arithmetic)");
+  }
+  phys_ = devs[pick];
+  VkPhysicalDeviceSubgroupProperties sg{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceMaintenance3Properties m3{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  sg.pNext = &m3;
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  p2.pNext = &sg;
+  vkGetPhysicalDeviceProperties2(phys_, &p2);
+  name_ = p2.properties.deviceName;
+  subgroup_size_ = sg.subgroupSize;
+  max_range_ = p2.properties.limits.maxStorageBufferRange;
+  align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
+  max_alloc_ = m3.maxMemoryAllocationSize;
+  cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  ts_period_ = p2.properties.limits.timestampPeriod;
+  vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
+
+  uint32_t nq = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> qf(nq);
+  vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, qf.data());
+  family_ = UINT32_MAX;
+  for (uint32_t i = 0; i < nq; ++i) {
+    if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      // Prefer a compute queue that also does graphics (the universal queue has timestamps).
+      if (family_ == UINT32_MAX || (qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) family_ = i;
+      if (qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT) break;
+    }
+  }
+  const float prio = 1.0f;
+  VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qci.queueFamilyIndex = family_;
+  qci.queueCount = 1;
+  qci.pQueuePriorities = &prio;
+  VkPhysicalDeviceFeatures have{};
+  vkGetPhysicalDeviceFeatures(phys_, &have);
+  if (!have.shaderFloat64) {
+    throw Error(ErrorCode::kDevice,
+                "vulkan: " + name_ + " lacks shaderFloat64 (the exact reductions need it)");
+  }
+  VkPhysicalDeviceFeatures want{};
+  want.shaderFloat64 = VK_TRUE;
+  VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  dci.pEnabledFeatures = &want;
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qci;
+  Check(vkCreateDevice(phys_, &dci, nullptr, &dev_), "vkCreateDevice");
+  vkGetDeviceQueue(dev_, family_, 0, &queue_);
+
+  VkCommandPoolCreateInfo cpi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  cpi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  cpi.queueFamilyIndex = family_;
+  Check(vkCreateCommandPool(dev_, &cpi, nullptr, &cmd_pool_), "vkCreateCommandPool");
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  Check(vkCreateFence(dev_, &fci, nullptr, &fence_), "vkCreateFence");
+
+  std::array<VkDescriptorSetLayoutBinding, kBindings> b{};
+  for (int i = 0; i < kBindings; ++i) {
+    b[i].binding = i;
+    b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    b[i].descriptorCount = 1;
+    b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  dl.bindingCount = kBindings;
+  dl.pBindings = b.data();
+  Check(vkCreateDescriptorSetLayout(dev_, &dl, nullptr, &set_layout_), "descriptor set layout");
+  VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
+  VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  pl.setLayoutCount = 1;
+  pl.pSetLayouts = &set_layout_;
+  pl.pushConstantRangeCount = 1;
+  pl.pPushConstantRanges = &pc;
+  Check(vkCreatePipelineLayout(dev_, &pl, nullptr, &layout_), "pipeline layout");
+  const uint32_t kMaxSets = 8192;
+  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSets * kBindings};
+  VkDescriptorPoolCreateInfo dp{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  dp.maxSets = kMaxSets;
+  dp.poolSizeCount = 1;
+  dp.pPoolSizes = &ps;
+  Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &desc_pool_), "descriptor pool");
+
+  staging_bytes_ = 64u << 20;
+  staging_ = MakeChunk(Pool::kHost, staging_bytes_);
+  upload_cmd_ = AllocCommandBuffer();
+  dummy_handle_ = Reserve(Pool::kDevice, 256);
+}
+
+Device::~Device() {
+  if (dev_) {
+    vkDeviceWaitIdle(dev_);
+    for (auto& [k, p] : pipelines_) vkDestroyPipeline(dev_, p, nullptr);
+    for (auto& [k, m] : modules_) vkDestroyShaderModule(dev_, m, nullptr);
+    if (desc_pool_) vkDestroyDescriptorPool(dev_, desc_pool_, nullptr);
+    if (layout_) vkDestroyPipelineLayout(dev_, layout_, nullptr);
+    if (set_layout_) vkDestroyDescriptorSetLayout(dev_, set_layout_, nullptr);
+    chunks_.push_back(staging_);
+    for (Chunk& c : chunks_) {
+      if (c.buf) vkDestroyBuffer(dev_, c.buf, nullptr);
+      if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
+    }
+    if (fence_) vkDestroyFence(dev_, fence_, nullptr);
+    if (cmd_pool_) vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
+    vkDestroyDevice(dev_, nullptr);
+  }
+  if (instance_) vkDestroyInstance(instance_, nullptr);
+}
+
+uint32_t Device::FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want,
+                                VkMemoryPropertyFlags prefer) {
+  int best = -1;
+  for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i) {
+    const VkMemoryPropertyFlags f = mem_props_.memoryTypes[i].propertyFlags;
+    if (!(bits & (1u << i)) || (f & want) != want) continue;
+    if (best < 0 || ((f & prefer) == prefer &&
+                     (mem_props_.memoryTypes[best].propertyFlags & prefer) != prefer)) {
+      best = static_cast<int>(i);
+    }
+  }
+  if (best < 0) throw Error(ErrorCode::kDevice, "vulkan: no suitable memory type");
+  return static_cast<uint32_t>(best);
+}
+
+Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
+  Chunk c;
+  VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bci.size = bytes;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  Check(vkCreateBuffer(dev_, &bci, nullptr, &c.buf), "vkCreateBuffer");
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(dev_, c.buf, &req);
+  VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  ai.allocationSize = req.size;
+  ai.memoryTypeIndex =
+      pool == Pool::kDevice
+          ? FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0)
+          : FindMemoryType(
+                req.memoryTypeBits,
+                VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  VkResult r = vkAllocateMemory(dev_, &ai, nullptr, &c.mem);
+  if (r != VK_SUCCESS) {
+    vkDestroyBuffer(dev_, c.buf, nullptr);
+    Check(r, ("vkAllocateMemory of " + std::to_string(bytes >> 20) + " MiB").c_str());
+  }
+  Check(vkBindBufferMemory(dev_, c.buf, c.mem, 0), "vkBindBufferMemory");
+  if (pool == Pool::kHost) {
+    void* p = nullptr;
+    Check(vkMapMemory(dev_, c.mem, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
+    c.mapped = static_cast<uint8_t*>(p);
+  }
+  return c;
+}
+
+int Device::Reserve(Pool pool, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 4);
+  if (bytes > max_range_) {
+    throw Error(ErrorCode::kInternal, "vulkan: buffer of " + std::to_string(bytes) +
+                                          " bytes exceeds maxStorageBufferRange");
+  }
+  reservations_.push_back({pool, bytes, {}});
+  return static_cast<int>(reservations_.size()) - 1;
+}
+
+void Device::Commit() {
+  const VkDeviceSize cap =
+      std::min<VkDeviceSize>(max_alloc_ ? max_alloc_ : (1ull << 30), 1ull << 30);
+  for (Pool pool : {Pool::kDevice, Pool::kHost}) {
+    // Pack reservations in order into chunks of at most `cap` bytes.
+    size_t i = 0;
+    while (i < reservations_.size()) {
+      size_t total = 0, j = i;
+      std::vector<size_t> members;
+      for (; j < reservations_.size(); ++j) {
+        Reservation& rs = reservations_[j];
+        if (rs.pool != pool || rs.range.buf) continue;
+        const size_t at = (total + align_ - 1) / align_ * align_;
+        if (!members.empty() && at + rs.bytes > cap) break;
+        members.push_back(j);
+        total = at + rs.bytes;
+      }
+      if (members.empty()) break;
+      Chunk c = MakeChunk(pool, total);
+      chunks_.push_back(c);
+      committed_[static_cast<int>(pool)] += total;
+      size_t off = 0;
+      for (size_t m : members) {
+        off = (off + align_ - 1) / align_ * align_;
+        Reservation& rs = reservations_[m];
+        rs.range = {c.buf, off, rs.bytes, c.mapped ? c.mapped + off : nullptr};
+        off += rs.bytes;
+      }
+      i = members.back() + 1;
+    }
+  }
+  dummy_ = Get(dummy_handle_);
+}
+
+BufRange Device::Get(int handle) const {
+  const BufRange& r = reservations_.at(handle).range;
+  if (!r.buf) throw Error(ErrorCode::kInternal, "vulkan: buffer used before Commit()");
+  return r;
+}
+
+void Device::Upload(const BufRange& dst, size_t dst_off, const void* src, size_t bytes) {
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  while (bytes > 0) {
+    const size_t n = std::min(bytes, staging_bytes_);
+    std::memcpy(staging_.mapped, s, n);
+    vkResetCommandBuffer(upload_cmd_, 0);
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    Check(vkBeginCommandBuffer(upload_cmd_, &bi), "vkBeginCommandBuffer");
+    VkBufferCopy cp{0, dst.offset + dst_off, n};
+    vkCmdCopyBuffer(upload_cmd_, staging_.buf, dst.buf, 1, &cp);
+    Check(vkEndCommandBuffer(upload_cmd_), "vkEndCommandBuffer");
+    Submit(upload_cmd_);
+    s += n;
+    dst_off += n;
+    bytes -= n;
+  }
+}
+
+void Device::Fill(const BufRange& dst, uint32_t value) {
+  vkResetCommandBuffer(upload_cmd_, 0);
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  Check(vkBeginCommandBuffer(upload_cmd_, &bi), "vkBeginCommandBuffer");
+  vkCmdFillBuffer(upload_cmd_, dst.buf, dst.offset, (dst.size + 3) / 4 * 4, value);
+  Check(vkEndCommandBuffer(upload_cmd_), "vkEndCommandBuffer");
+  Submit(upload_cmd_);
+}
+
+VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spec) {
+  auto key = std::make_pair(std::string(shader), spec);
+  auto it = pipelines_.find(key);
+  if (it != pipelines_.end()) return it->second;
+  VkShaderModule& mod = modules_[shader];
+  if (!mod) {
+    std::span<const uint32_t> code = SpirvModule(shader);
+    if (code.empty()) throw Error(ErrorCode::kInternal, std::string("no SPIR-V for ") + shader);
+    VkShaderModuleCreateInfo sci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    sci.codeSize = code.size() * 4;
+    sci.pCode = code.data();
+    Check(vkCreateShaderModule(dev_, &sci, nullptr, &mod), "vkCreateShaderModule");
+  }
+  std::vector<VkSpecializationMapEntry> entries(spec.size());
+  for (size_t i = 0; i < spec.size(); ++i)
+    entries[i] = {static_cast<uint32_t>(i), static_cast<uint32_t>(4 * i), 4};
+  VkSpecializationInfo si{static_cast<uint32_t>(entries.size()), entries.data(), spec.size() * 4,
+                          spec.data()};
+  VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  ci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  ci.stage.module = mod;
+  ci.stage.pName = "main";
+  ci.stage.pSpecializationInfo = &si;
+  ci.layout = layout_;
+  VkPipeline p;
+  Check(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
+        (std::string("vkCreateComputePipelines ") + shader).c_str());
+  pipelines_[key] = p;
+  return p;
+}
+
+VkDescriptorSet Device::Set(const std::array<BufRange, kBindings>& bindings) {
+  auto it = sets_.find(bindings);
+  if (it != sets_.end()) return it->second;
+  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  ai.descriptorPool = desc_pool_;
+  ai.descriptorSetCount = 1;
+  ai.pSetLayouts = &set_layout_;
+  VkDescriptorSet set;
+  Check(vkAllocateDescriptorSets(dev_, &ai, &set), "vkAllocateDescriptorSets");
+  std::array<VkDescriptorBufferInfo, kBindings> info;
+  std::array<VkWriteDescriptorSet, kBindings> w{};
+  for (int i = 0; i < kBindings; ++i) {
+    const BufRange& b = bindings[i].buf ? bindings[i] : dummy_;
+    info[i] = {b.buf, b.offset, b.size};
+    w[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    w[i].dstSet = set;
+    w[i].dstBinding = i;
+    w[i].descriptorCount = 1;
+    w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    w[i].pBufferInfo = &info[i];
+  }
+  vkUpdateDescriptorSets(dev_, kBindings, w.data(), 0, nullptr);
+  sets_[bindings] = set;
+  return set;
+}
+
+VkCommandBuffer Device::AllocCommandBuffer() {
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = cmd_pool_;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VkCommandBuffer cb;
+  Check(vkAllocateCommandBuffers(dev_, &ai, &cb), "vkAllocateCommandBuffers");
+  return cb;
+}
+
+void Device::Submit(VkCommandBuffer cmd) {
+  if (fail_next_submit_) {
+    fail_next_submit_ = false;
+    Check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit (simulated)");
+  }
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd;
+  Check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  Check(vkWaitForFences(dev_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  Check(vkResetFences(dev_, 1, &fence_), "vkResetFences");
+}
+
+void Device::Barrier(VkCommandBuffer cmd) {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask =
+      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                       &mb, 0, nullptr, 0, nullptr);
+}
+
+}  // namespace gemma::vk

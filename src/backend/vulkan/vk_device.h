@@ -1,0 +1,128 @@
+// A Vulkan compute device for the Gemma backend: instance and device selection, pooled memory,
+// pipelines from the embedded SPIR-V, cached descriptor sets and synchronous submission.
+//
+// Memory: callers Reserve() every buffer first, then Commit() packs the reservations into a few
+// large allocations per pool (device-local for weights, caches and activations; host-visible for
+// staging and readback); each buffer is a sub-range bound at its own offset. A single reservation
+// must fit maxStorageBufferRange (callers split larger tensors).
+// Every pipeline shares one layout: 12 storage buffers in set 0 and 128 bytes of push constants.
+// Errors (including VK_ERROR_DEVICE_LOST) throw gemma::Error(kDevice); a Device that threw from
+// Submit() must be discarded.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace gemma::vk {
+
+std::span<const uint32_t> SpirvModule(const char* name);  // embedded, generated at build time
+
+constexpr int kBindings = 12;
+
+struct BufRange {
+  VkBuffer buf = VK_NULL_HANDLE;
+  VkDeviceSize offset = 0, size = 0;
+  uint8_t* mapped = nullptr;  // host pool only
+  bool operator<(const BufRange& o) const {
+    return std::tie(buf, offset, size) < std::tie(o.buf, o.offset, o.size);
+  }
+};
+
+struct DeviceOptions {
+  // Physical device: index into vkEnumeratePhysicalDevices, or -1 to pick by type (discrete >
+  // integrated > virtual > CPU). The environment variable GEMMA_VULKAN_DEVICE (an index or a
+  // substring of the device name) overrides both.
+  int index = -1;
+};
+
+enum class Pool { kDevice, kHost };
+
+class Device {
+ public:
+  explicit Device(const DeviceOptions& options);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint32_t subgroup_size() const { return subgroup_size_; }
+  VkDeviceSize max_range() const { return max_range_; }
+  bool is_cpu() const { return cpu_; }
+  float timestamp_period_ns() const { return ts_period_; }
+  size_t committed_bytes(Pool pool) const { return committed_[static_cast<int>(pool)]; }
+
+  int Reserve(Pool pool, size_t bytes);
+  void Commit();
+  BufRange Get(int handle) const;
+
+  // Synchronous copy into a device buffer through the staging buffer.
+  void Upload(const BufRange& dst, size_t dst_off, const void* src, size_t bytes);
+  void Fill(const BufRange& dst, uint32_t value);
+
+  // local size = spec[0]; further entries are constant_id 1, 2, ...
+  VkPipeline Pipeline(const char* shader, const std::vector<uint32_t>& spec);
+  VkDescriptorSet Set(const std::array<BufRange, kBindings>& bindings);
+  VkPipelineLayout layout() const { return layout_; }
+
+  VkCommandBuffer AllocCommandBuffer();
+  void Submit(VkCommandBuffer cmd);   // waits for completion
+  void Barrier(VkCommandBuffer cmd);  // compute/transfer writes -> compute/transfer reads
+  BufRange dummy() const { return dummy_; }
+
+  // Test hook: the next Submit() fails as if the device were lost.
+  void FailNextSubmit() { fail_next_submit_ = true; }
+
+ private:
+  struct Chunk {
+    VkDeviceMemory mem = VK_NULL_HANDLE;
+    VkBuffer buf = VK_NULL_HANDLE;
+    uint8_t* mapped = nullptr;
+  };
+  struct Reservation {
+    Pool pool;
+    size_t bytes;
+    BufRange range;
+  };
+  uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
+  Chunk MakeChunk(Pool pool, size_t bytes);
+
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkPhysicalDevice phys_ = VK_NULL_HANDLE;
+  VkDevice dev_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t family_ = 0;
+  VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
+  VkPhysicalDeviceMemoryProperties mem_props_{};
+  std::string name_;
+  uint32_t subgroup_size_ = 32;
+  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
+  bool cpu_ = false;
+  float ts_period_ = 1;
+  bool fail_next_submit_ = false;
+
+  std::vector<Chunk> chunks_;
+  std::vector<Reservation> reservations_;
+  size_t committed_[2] = {0, 0};
+  Chunk staging_;
+  size_t staging_bytes_ = 0;
+  BufRange dummy_;
+  int dummy_handle_ = -1;
+  VkCommandBuffer upload_cmd_ = VK_NULL_HANDLE;
+  std::map<std::string, VkShaderModule> modules_;
+  std::map<std::pair<std::string, std::vector<uint32_t>>, VkPipeline> pipelines_;
+  std::map<std::array<BufRange, kBindings>, VkDescriptorSet> sets_;
+};
+
+}  // namespace gemma::vk

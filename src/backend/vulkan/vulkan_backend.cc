@@ -1,0 +1,869 @@
+#include "backend/vulkan/vulkan_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "backend/cpu/reference_ops.h"
+#include "backend/vulkan/vk_device.h"
+#include "gemma/error.h"
+#include "model/model.h"
+
+namespace gemma {
+namespace {
+
+using vk::BufRange;
+using vk::Device;
+using vk::Pool;
+
+constexpr uint32_t kWG = 256;
+constexpr uint32_t kVocabBlock = 4096;
+
+uint32_t KindCode(WeightKind k) {
+  switch (k) {
+    case WeightKind::kF32:
+      return 0;
+    case WeightKind::kBF16:
+      return 1;
+    case WeightKind::kF16:
+      return 2;
+    case WeightKind::kQ2:
+      return 3;
+    case WeightKind::kQ4:
+      return 4;
+    case WeightKind::kQ8:
+      return 5;
+  }
+  return 0;
+}
+uint32_t ElemsPerWord(WeightKind k) {
+  switch (k) {
+    case WeightKind::kF32:
+      return 1;
+    case WeightKind::kBF16:
+    case WeightKind::kF16:
+      return 2;
+    case WeightKind::kQ2:
+      return 16;
+    case WeightKind::kQ4:
+      return 8;
+    case WeightKind::kQ8:
+      return 4;
+  }
+  return 1;
+}
+uint8_t ZeroByte(WeightKind k) {
+  return k == WeightKind::kQ4 ? 0x88 : k == WeightKind::kQ2 ? 0xAA : 0;
+}
+
+struct LinPush {
+  uint32_t rows, cols, wstride, x_stride, y_stride, y_off;
+  float in_s0, out_s0, in_s1, out_s1, cap;
+  uint32_t aux_stride, aux_off, x_row0;
+};
+struct NormPush {
+  uint32_t n, has_t, has_a, has_wa;
+  float scale, eps;
+  uint32_t h_stride, t_stride, a_stride, h_row0;
+};
+struct RopePush {
+  uint32_t nh, nkv, hd, ring, rot;
+  float eps;
+  uint32_t q_stride, kv_stride;
+};
+struct AttnPush {
+  uint32_t nh, nkv, hd, ring, window, splits, q_stride;
+};
+struct CombinePush {
+  uint32_t nh, hd, splits, o_stride;
+};
+struct PlePush {
+  uint32_t pdim, stride;
+  float proj_scale, input_scale, eps;
+};
+struct ReducePush {
+  uint32_t vocab, block, nblocks, use_mask;
+};
+
+// A device buffer reserved before Commit and resolved after.
+struct Buf {
+  int handle = -1;
+  BufRange r;
+};
+
+struct DevLinear {
+  const Linear* src = nullptr;
+  int rows = 0, cols = 0;
+  uint32_t wstride = 0;
+  struct Part {
+    int row0 = 0, rows = 0;
+    Buf w, s;
+  };
+  std::vector<Part> parts;
+};
+
+struct DevLayer {
+  DevLinear q, k, v, o, gate, up, down, ple_gate, ple_proj;
+  Buf input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm, q_norm, k_norm, post_ple_norm;
+};
+
+struct CacheSlot {
+  Buf k, v;
+  int ring = 0, width = 0;
+};
+
+class VulkanBackend : public Backend {
+ public:
+  VulkanBackend(const Model& model, const BackendOptions& options, const VulkanOptions& vopt)
+      : model_(model), cfg_(model.text()), vopt_(vopt) {
+    capacity_ = std::min(options.capacity, cfg_.max_position_embeddings);
+    if (capacity_ <= 0)
+      throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
+    const int window = cfg_.sliding_window;
+    slack_ = options.slack > 0 ? options.slack : window;
+    sliding_ring_ = std::min(capacity_, window + slack_);
+    slack_ = sliding_ring_ - std::min(window, sliding_ring_);
+    chunk_ = std::min(std::max(1, slack_), 512);
+    Build();
+  }
+
+  std::string name() const override { return "vulkan"; }
+  BackendCapabilities capabilities() const override { return {true, true, chunk_}; }
+  int cached() const override { return cached_; }
+  int capacity() const override { return capacity_; }
+
+  void Reset() override {
+    cached_ = 0;
+    valid_from_ = 0;
+    history_.clear();
+  }
+
+  bool Truncate(int n) override {
+    if (n < 0 || n > cached_)
+      throw Error(ErrorCode::kInvalidArgument, "truncate beyond cached tokens");
+    const int need = std::max(0, n - cfg_.sliding_window + 1);
+    if (valid_from_ > need && n > 0) {
+      Reset();
+      return false;
+    }
+    cached_ = n;
+    history_.resize(n);
+    return true;
+  }
+
+  size_t resident_bytes() const override {
+    if (!dev_) return 0;
+    return dev_->committed_bytes(Pool::kDevice) - weight_bytes_ +
+           dev_->committed_bytes(Pool::kHost);
+  }
+
+  void Forward(const ForwardRequest& req, ForwardResult* out) override {
+    const int n = static_cast<int>(req.tokens.size());
+    if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
+    if (cached_ + n > capacity_) {
+      throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity_) +
+                                            " exceeded: " + std::to_string(cached_) + " cached + " +
+                                            std::to_string(n) + " new tokens");
+    }
+    for (int32_t t : req.tokens) {
+      if (t < 0 || t >= cfg_.vocab_size) {
+        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
+                                                     " outside the vocabulary [0, " +
+                                                     std::to_string(cfg_.vocab_size) + ")");
+      }
+    }
+    if (req.mode == OutputMode::kSelect &&
+        (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(cfg_.vocab_size))) {
+      throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
+    }
+    if (broken_) Rebuild();
+    *out = ForwardResult();
+    const int entry = cached_, entry_valid = valid_from_;
+    try {
+      for (int begin = 0; begin < n; begin += chunk_) {
+        const int m = std::min(chunk_, n - begin);
+        RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+      }
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kDevice) {
+        broken_ = true;
+        cached_ = entry;
+        valid_from_ = entry_valid;
+        history_.resize(entry);
+      }
+      throw;
+    }
+  }
+
+  void GetStats(VulkanStats* s) const {
+    s->device = dev_ ? dev_->name() : "";
+    s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
+    s->weight_bytes = weight_bytes_;
+    s->dispatches_per_token = decode_dispatches_;
+    s->barriers_per_token = decode_barriers_;
+    s->rebuilds = rebuilds_;
+  }
+  void FailNextSubmit() {
+    if (dev_) dev_->FailNextSubmit();
+  }
+
+ private:
+  // ---- building device state ----
+  Buf Reserve(Pool pool, size_t bytes) { return {dev_->Reserve(pool, bytes), {}}; }
+  void Resolve(Buf& b) { b.r = dev_->Get(b.handle); }
+
+  DevLinear PlanLinear(const Linear& lin) {
+    DevLinear d;
+    d.src = &lin;
+    if (!lin.data) return d;
+    if (IsQuantized(lin.kind) && !lin.row_scale)
+      throw Error(ErrorCode::kUnsupported,
+                  "vulkan: quantized linear without row scales: " + lin.name);
+    d.rows = lin.rows;
+    d.cols = lin.cols;
+    d.wstride = static_cast<uint32_t>((lin.row_bytes + 3) / 4);
+    const size_t row_b = d.wstride * 4u;
+    const int per_part = static_cast<int>(
+        std::min<size_t>(lin.rows, std::max<size_t>(1, dev_->max_range() / row_b)));
+    for (int r0 = 0; r0 < lin.rows; r0 += per_part) {
+      DevLinear::Part p;
+      p.row0 = r0;
+      p.rows = std::min(per_part, lin.rows - r0);
+      p.w = Reserve(Pool::kDevice, row_b * p.rows);
+      weight_bytes_ += row_b * p.rows;
+      if (IsQuantized(lin.kind)) {
+        p.s = Reserve(Pool::kDevice, 4u * p.rows);
+        weight_bytes_ += 4u * p.rows;
+      }
+      d.parts.push_back(p);
+    }
+    return d;
+  }
+
+  void UploadLinear(DevLinear& d) {
+    const Linear& lin = *d.src;
+    for (DevLinear::Part& p : d.parts) {
+      Resolve(p.w);
+      const size_t row_b = d.wstride * 4u;
+      std::vector<uint8_t> buf(row_b * p.rows, ZeroByte(lin.kind));
+      for (int r = 0; r < p.rows; ++r) {
+        std::memcpy(&buf[row_b * r], lin.data + (p.row0 + r) * lin.row_bytes, lin.row_bytes);
+      }
+      dev_->Upload(p.w.r, 0, buf.data(), buf.size());
+      if (p.s.handle >= 0) {
+        Resolve(p.s);
+        dev_->Upload(p.s.r, 0, lin.row_scale + p.row0, 4u * p.rows);
+      }
+    }
+  }
+
+  Buf PlanVec(const std::vector<float>& v) {
+    if (v.empty()) return {};
+    Buf b = Reserve(Pool::kDevice, 4 * v.size());
+    weight_bytes_ += 4 * v.size();
+    return b;
+  }
+  void UploadVec(Buf& b, const std::vector<float>& v) {
+    if (b.handle < 0) return;
+    Resolve(b);
+    dev_->Upload(b.r, 0, v.data(), 4 * v.size());
+  }
+
+  static int RotatedCount(const std::vector<float>& inv) {
+    int rot = 0;
+    for (int i = 0; i < static_cast<int>(inv.size()); ++i) {
+      if (inv[i] != 0.0f) rot = i + 1;
+    }
+    return std::max(rot, 1);
+  }
+  std::vector<float> RopeTable(const std::vector<float>& inv, int rot) {
+    // cos/sin exactly as the reference: f = float(pos) * inv_freq (f32), std::cos/std::sin.
+    std::vector<float> t(static_cast<size_t>(capacity_) * rot * 2);
+    for (int pos = 0; pos < capacity_; ++pos) {
+      for (int k = 0; k < rot; ++k) {
+        const float f = static_cast<float>(pos) * inv[k];
+        t[(static_cast<size_t>(pos) * rot + k) * 2] = std::cos(f);
+        t[(static_cast<size_t>(pos) * rot + k) * 2 + 1] = std::sin(f);
+      }
+    }
+    return t;
+  }
+
+  void Build() {
+    dev_.reset();
+    decode_cmd_.fill(VK_NULL_HANDLE);
+    prefill_cmd_ = VK_NULL_HANDLE;
+    weight_bytes_ = 0;
+    vk::DeviceOptions dopt;
+    dopt.index = vopt_.device_index;
+    dev_ = std::make_unique<Device>(dopt);
+    lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
+    splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits : (dev_->is_cpu() ? 2 : 16);
+
+    const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
+    const int V = cfg_.vocab_size, C = chunk_;
+    int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
+    for (const LayerPlan& p : model_.layers()) {
+      qw = std::max(qw, p.num_heads * p.head_dim);
+      kvw = std::max(kvw, p.num_kv_heads * p.head_dim);
+      imax = std::max(imax, p.intermediate);
+      hdmax = std::max(hdmax, p.head_dim);
+      nh = std::max(nh, p.num_heads);
+    }
+    if (hdmax > 512) throw Error(ErrorCode::kUnsupported, "vulkan: head_dim above 512");
+
+    // Weights.
+    layers_.assign(L, {});
+    for (int l = 0; l < L; ++l) {
+      const LayerWeights& w = model_.layer_weights()[l];
+      const LayerPlan& p = model_.layers()[l];
+      DevLayer& d = layers_[l];
+      d.q = PlanLinear(w.q);
+      if (!p.kv_shared) {
+        d.k = PlanLinear(w.k);
+        d.v = PlanLinear(w.v);
+      }
+      d.o = PlanLinear(w.o);
+      d.gate = PlanLinear(w.gate);
+      d.up = PlanLinear(w.up);
+      d.down = PlanLinear(w.down);
+      if (P > 0) {
+        d.ple_gate = PlanLinear(w.ple_gate);
+        d.ple_proj = PlanLinear(w.ple_proj);
+        d.post_ple_norm = PlanVec(w.post_ple_norm);
+      }
+      d.input_norm = PlanVec(w.input_norm);
+      d.post_attn_norm = PlanVec(w.post_attn_norm);
+      d.pre_ffn_norm = PlanVec(w.pre_ffn_norm);
+      d.post_ffn_norm = PlanVec(w.post_ffn_norm);
+      d.q_norm = PlanVec(w.q_norm);
+      d.k_norm = PlanVec(w.k_norm);
+    }
+    if (P > 0) {
+      ple_proj_ = PlanLinear(model_.ple_model_proj());
+      ple_norm_ = PlanVec(model_.ple_proj_norm());
+    }
+    final_norm_ = PlanVec(model_.final_norm());
+    lm_head_ = PlanLinear(model_.lm_head());
+
+    // RoPE tables.
+    inv_s_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
+    inv_f_ = ref::RopeInvFreq(cfg_.rope_full,
+                              cfg_.global_head_dim > 0 ? cfg_.global_head_dim : cfg_.head_dim);
+    rot_s_ = RotatedCount(inv_s_);
+    rot_f_ = RotatedCount(inv_f_);
+    rope_s_ = Reserve(Pool::kDevice, size_t(capacity_) * rot_s_ * 8);
+    rope_f_ = Reserve(Pool::kDevice, size_t(capacity_) * rot_f_ * 8);
+
+    // Caches.
+    slots_.assign(model_.num_caches(), {});
+    for (const LayerPlan& p : model_.layers()) {
+      if (p.cache_slot < 0) continue;
+      CacheSlot& s = slots_[p.cache_slot];
+      s.width = p.num_kv_heads * p.head_dim;
+      s.ring = p.window > 0 ? sliding_ring_ : capacity_;
+      const size_t bytes = size_t(s.ring) * s.width * 4;
+      if (bytes > dev_->max_range()) {
+        throw Error(ErrorCode::kCapacity,
+                    "vulkan: a K/V cache of " + std::to_string(bytes >> 20) +
+                        " MiB exceeds the device's storage-buffer range; lower the capacity");
+      }
+      s.k = Reserve(Pool::kDevice, bytes);
+      s.v = Reserve(Pool::kDevice, bytes);
+    }
+
+    // Activations.
+    head_rows_ = static_cast<int>(
+        std::clamp<size_t>(std::min<size_t>(64u << 20, dev_->max_range()) / (size_t(V) * 4), 1, C));
+    const int S = std::max(splits_, 1);
+    auto F = [&](size_t floats) { return Reserve(Pool::kDevice, floats * 4); };
+    h_ = F(size_t(C) * H);
+    a_ = F(size_t(C) * H);
+    t_ = F(size_t(C) * H);
+    q_ = F(size_t(C) * qw);
+    kt_ = F(size_t(C) * kvw);
+    vt_ = F(size_t(C) * kvw);
+    attn_ = F(size_t(C) * qw);
+    g_ = F(size_t(C) * imax);
+    po_ = F(size_t(std::max(C, S)) * nh * hdmax * 2);  // doubles
+    pml_ = F(size_t(std::max(C, S)) * nh * 4);
+    if (P > 0) {
+      ple_ = F(size_t(C) * L * P);
+      tok_ = F(size_t(C) * L * P);
+      gp_ = F(size_t(C) * P);
+    }
+    hn_ = F(size_t(head_rows_) * H);
+    logits_ = F(size_t(head_rows_) * V);
+    nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
+    part_ = F(size_t(head_rows_) * nblocks_ * 4);
+    res_ = F(size_t(head_rows_) * 2);
+    mask_ = F((V + 31) / 32);
+    step_ = F(4);
+    // Host: inputs of a step and the readback.
+    in_x0_off_ = 256;
+    in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
+    in_mask_off_ = in_tok_off_ + (size_t(C) * L * P * 4 + 255) / 256 * 256;
+    in_host_ = Reserve(Pool::kHost, in_mask_off_ + size_t((V + 31) / 32) * 4);
+    out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
+
+    dev_->Commit();
+
+    for (int l = 0; l < L; ++l) {
+      const LayerWeights& w = model_.layer_weights()[l];
+      DevLayer& d = layers_[l];
+      for (DevLinear* lin :
+           {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj}) {
+        if (lin->src) UploadLinear(*lin);
+      }
+      UploadVec(d.input_norm, w.input_norm);
+      UploadVec(d.post_attn_norm, w.post_attn_norm);
+      UploadVec(d.pre_ffn_norm, w.pre_ffn_norm);
+      UploadVec(d.post_ffn_norm, w.post_ffn_norm);
+      UploadVec(d.q_norm, w.q_norm);
+      UploadVec(d.k_norm, w.k_norm);
+      UploadVec(d.post_ple_norm, w.post_ple_norm);
+    }
+    if (P > 0) {
+      UploadLinear(ple_proj_);
+      UploadVec(ple_norm_, model_.ple_proj_norm());
+    }
+    UploadVec(final_norm_, model_.final_norm());
+    UploadLinear(lm_head_);
+    Resolve(rope_s_);
+    Resolve(rope_f_);
+    {
+      std::vector<float> t = RopeTable(inv_s_, rot_s_);
+      dev_->Upload(rope_s_.r, 0, t.data(), t.size() * 4);
+      t = RopeTable(inv_f_, rot_f_);
+      dev_->Upload(rope_f_.r, 0, t.data(), t.size() * 4);
+    }
+    for (CacheSlot& s : slots_) {
+      Resolve(s.k);
+      Resolve(s.v);
+    }
+    for (Buf* b :
+         {&h_,   &a_,  &t_,  &q_,      &kt_,   &vt_,  &attn_, &g_,    &po_,      &pml_,     &ple_,
+          &tok_, &gp_, &hn_, &logits_, &part_, &res_, &mask_, &step_, &in_host_, &out_host_}) {
+      if (b->handle >= 0) Resolve(*b);
+    }
+    prefill_cmd_ = dev_->AllocCommandBuffer();
+    head_cmd_ = dev_->AllocCommandBuffer();
+    // Pre-record the decode step once to count its work.
+    DecodeCommand(OutputMode::kArgmax);
+  }
+
+  void Rebuild() {
+    std::vector<int32_t> replay = history_;
+    Reset();
+    Build();
+    ++rebuilds_;
+    broken_ = false;
+    ForwardResult ignored;
+    if (!replay.empty()) {
+      try {
+        Forward({.tokens = replay, .mode = OutputMode::kNone}, &ignored);
+      } catch (...) {
+        history_ = replay;
+        cached_ = static_cast<int>(replay.size());
+        broken_ = true;
+        throw;
+      }
+    }
+  }
+
+  // ---- recording ----
+  struct Rec {
+    VkCommandBuffer cmd;
+    int dispatches = 0, barriers = 0;
+  };
+
+  void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
+                const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1) {
+    if (gx == 0 || gy == 0 || gz == 0) return;
+    spec.insert(spec.begin(), kWG);
+    VkPipeline pipe = dev_->Pipeline(shader, spec);
+    std::array<BufRange, vk::kBindings> bb = b;
+    bb[11] = step_.r;
+    VkDescriptorSet set = dev_->Set(bb);
+    vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
+                            nullptr);
+    vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       static_cast<uint32_t>(push_bytes), push);
+    vkCmdDispatch(rc.cmd, gx, gy, gz);
+    ++rc.dispatches;
+  }
+  void Barrier(Rec& rc) {
+    dev_->Barrier(rc.cmd);
+    ++rc.barriers;
+  }
+
+  // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
+  void LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
+                int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
+                const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0,
+                int x_row0 = 0) {
+    const Linear& lin = *d.src;
+    const uint32_t epw = ElemsPerWord(lin.kind);
+    const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
+    const uint32_t rows_per_wg = kWG / lanes_;
+    for (size_t i = 0; i < d.parts.size(); ++i) {
+      const DevLinear::Part& p = d.parts[i];
+      LinPush pc{};
+      pc.rows = p.rows;
+      pc.cols = d.cols;
+      pc.wstride = d.wstride;
+      pc.x_stride = x_stride;
+      pc.y_stride = y_stride;
+      pc.y_off = y_off + p.row0;
+      pc.in_s0 = lin.in_scale;
+      pc.out_s0 = lin.out_scale;
+      pc.cap = cfg_.final_logit_softcapping.value_or(0.0f);
+      pc.aux_stride = aux_stride;
+      pc.aux_off = aux_off + p.row0;
+      pc.x_row0 = x_row0;
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = p.w.r;
+      b[1] = p.s.handle >= 0 ? p.s.r : BufRange{};
+      b[2] = x;
+      b[3] = y;
+      if (second) {
+        const DevLinear::Part& p2 = second->parts[i];
+        pc.in_s1 = second->src->in_scale;
+        pc.out_s1 = second->src->out_scale;
+        b[4] = p2.w.r;
+        b[5] = p2.s.handle >= 0 ? p2.s.r : BufRange{};
+      }
+      if (aux) b[6] = *aux;
+      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes_, xwords}, b, &pc, sizeof(pc),
+               (p.rows + rows_per_wg - 1) / rows_per_wg, m);
+    }
+  }
+
+  void NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float scale, const Buf* wa, bool has_a,
+              const BufRange& a, int h_row0 = 0) {
+    const int H = cfg_.hidden_size;
+    NormPush pc{};
+    pc.n = H;
+    pc.has_t = t != nullptr;
+    pc.has_a = has_a;
+    pc.has_wa = wa && wa->handle >= 0;
+    pc.scale = scale;
+    pc.eps = cfg_.rms_norm_eps;
+    pc.h_stride = pc.t_stride = pc.a_stride = H;
+    pc.h_row0 = h_row0;
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = h_.r;
+    if (t) b[1] = t->r;
+    if (wt) b[2] = wt->r;
+    if (has_a) b[3] = a;
+    if (pc.has_wa) b[4] = wa->r;
+    Dispatch(rc, "resnorm", {}, b, &pc, sizeof(pc), m);
+  }
+
+  // Records the model body for m tokens (inputs already in h_/tok_), then the head for rows
+  // [out_first, out_first + out_count) when out_count > 0.
+  void RecordBody(Rec& rc, int m, int splits) {
+    const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
+    const int LP = L * P;
+    if (P > 0) {
+      LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
+    }
+    NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
+    Barrier(rc);
+    if (P > 0) {
+      PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
+                 model_.ple_input_scale(), cfg_.rms_norm_eps};
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = ple_.r;
+      b[1] = tok_.r;
+      b[2] = ple_norm_.r;
+      Dispatch(rc, "ple", {}, b, &pc, sizeof(pc), L, m);
+      // No barrier: the ple rows are first read after several barriers below.
+    }
+    for (int l = 0; l < L; ++l) {
+      const LayerPlan& p = model_.layers()[l];
+      const LayerWeights& w = model_.layer_weights()[l];
+      DevLayer& d = layers_[l];
+      const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+      const int qw = nh * hd, kvw = nkv * hd;
+      LinearOp(rc, d.q, a_.r, H, q_.r, qw, 0, m);
+      if (!p.kv_shared) {
+        LinearOp(rc, d.k, a_.r, H, kt_.r, kvw, 0, m);
+        LinearOp(rc, d.v, a_.r, H, vt_.r, kvw, 0, m);
+      }
+      Barrier(rc);
+      CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+      const bool sliding = p.type == LayerType::kSliding;
+      {
+        RopePush pc{static_cast<uint32_t>(nh),
+                    static_cast<uint32_t>(nkv),
+                    static_cast<uint32_t>(hd),
+                    static_cast<uint32_t>(slot.ring),
+                    static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                    cfg_.rms_norm_eps,
+                    static_cast<uint32_t>(qw),
+                    static_cast<uint32_t>(kvw)};
+        std::array<BufRange, vk::kBindings> b{};
+        b[0] = q_.r;
+        b[1] = kt_.r;
+        b[2] = vt_.r;
+        b[3] = d.q_norm.r;
+        if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
+        b[5] = slot.k.r;
+        b[6] = slot.v.r;
+        b[7] = sliding ? rope_s_.r : rope_f_.r;
+        Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), m);
+      }
+      Barrier(rc);
+      {
+        AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
+                    static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
+                    static_cast<uint32_t>(p.window), static_cast<uint32_t>(splits),
+                    static_cast<uint32_t>(qw)};
+        std::array<BufRange, vk::kBindings> b{};
+        b[0] = q_.r;
+        b[1] = slot.k.r;
+        b[2] = slot.v.r;
+        b[3] = po_.r;
+        b[4] = pml_.r;
+        Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
+        Barrier(rc);
+        CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
+                       static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
+        b[5] = attn_.r;
+        Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
+        Barrier(rc);
+      }
+      LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
+      Barrier(rc);
+      NormOp(rc, m, &t_, &d.post_attn_norm, 1.0f, &d.pre_ffn_norm, true, a_.r);
+      Barrier(rc);
+      LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up);
+      Barrier(rc);
+      LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
+      Barrier(rc);
+      const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
+      if (P > 0) {
+        NormOp(rc, m, &t_, &d.post_ffn_norm, 1.0f, nullptr, false, {});
+        Barrier(rc);
+        LinearOp(rc, d.ple_gate, h_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P);
+        Barrier(rc);
+        LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+        Barrier(rc);
+        NormOp(rc, m, &t_, &d.post_ple_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
+      } else {
+        NormOp(rc, m, &t_, &d.post_ffn_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
+      }
+      Barrier(rc);
+    }
+  }
+
+  void RecordHead(Rec& rc, int out_first, int count, OutputMode mode) {
+    const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+    NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
+    Barrier(rc);
+    LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
+    Barrier(rc);
+    if (mode == OutputMode::kLogits) {
+      VkBufferCopy cp{logits_.r.offset, out_host_.r.offset, size_t(count) * V * 4};
+      vkCmdCopyBuffer(rc.cmd, logits_.r.buf, out_host_.r.buf, 1, &cp);
+      return;
+    }
+    ReducePush pc{static_cast<uint32_t>(V), kVocabBlock, static_cast<uint32_t>(nblocks_),
+                  mode == OutputMode::kSelect ? 1u : 0u};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = logits_.r;
+    b[1] = mask_.r;
+    b[2] = part_.r;
+    b[3] = res_.r;
+    Dispatch(rc, "logits_reduce", {0}, b, &pc, sizeof(pc), nblocks_, count);
+    Barrier(rc);
+    Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
+    Barrier(rc);
+    VkBufferCopy cp{res_.r.offset, out_host_.r.offset, size_t(count) * 8};
+    vkCmdCopyBuffer(rc.cmd, res_.r.buf, out_host_.r.buf, 1, &cp);
+  }
+
+  void RecordInputs(Rec& rc, int m, OutputMode mode) {
+    const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    const VkBuffer src = in_host_.r.buf;
+    const VkDeviceSize base = in_host_.r.offset;
+    VkBufferCopy cp{base, step_.r.offset, 16};
+    vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
+    cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
+    vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
+    if (LP > 0) {
+      cp = {base + in_tok_off_, tok_.r.offset, size_t(m) * LP * 4};
+      vkCmdCopyBuffer(rc.cmd, src, tok_.r.buf, 1, &cp);
+    }
+    if (mode == OutputMode::kSelect) {
+      cp = {base + in_mask_off_, mask_.r.offset, mask_.r.size};
+      vkCmdCopyBuffer(rc.cmd, src, mask_.r.buf, 1, &cp);
+    }
+    Barrier(rc);
+  }
+
+  void Begin(VkCommandBuffer cmd, bool reusable) {
+    vkResetCommandBuffer(cmd, 0);
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = reusable ? 0 : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    if (vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
+      throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
+  }
+  void End(VkCommandBuffer cmd) {
+    if (vkEndCommandBuffer(cmd) != VK_SUCCESS)
+      throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
+  }
+
+  // The pre-recorded command buffer of one decoded token for an output mode.
+  VkCommandBuffer DecodeCommand(OutputMode mode) {
+    VkCommandBuffer& cb = decode_cmd_[static_cast<int>(mode)];
+    if (cb) return cb;
+    cb = dev_->AllocCommandBuffer();
+    Begin(cb, true);
+    Rec rc{cb};
+    RecordInputs(rc, 1, mode);
+    RecordBody(rc, 1, splits_);
+    if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
+    End(cb);
+    if (mode == OutputMode::kArgmax) {
+      decode_dispatches_ = rc.dispatches;
+      decode_barriers_ = rc.barriers;
+    }
+    return cb;
+  }
+
+  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
+                ForwardResult* out) {
+    const int m = static_cast<int>(tokens.size());
+    const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    const int V = cfg_.vocab_size;
+    const int pos0 = cached_;
+    uint8_t* in = in_host_.r.mapped;
+    const uint32_t step[4] = {static_cast<uint32_t>(pos0), static_cast<uint32_t>(m), 0, 0};
+    std::memcpy(in, step, sizeof(step));
+    for (int t = 0; t < m; ++t) {
+      const int32_t id = model_.EmbedId(tokens[t]);
+      ref::EmbeddingRow(model_.embed(), id,
+                        reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
+      if (LP > 0) {
+        ref::EmbeddingRow(model_.ple_embed(), id,
+                          reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
+      }
+    }
+    if (req.mode == OutputMode::kSelect) {
+      std::memcpy(in + in_mask_off_, req.allowed->data(), size_t((V + 31) / 32) * 4);
+    }
+    int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
+    int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
+    const bool inline_head = count <= head_rows_;
+    if (m == 1) {
+      dev_->Submit(DecodeCommand(count > 0 ? req.mode : OutputMode::kNone));
+    } else {
+      Begin(prefill_cmd_, false);
+      Rec rc{prefill_cmd_};
+      RecordInputs(rc, m, req.mode);
+      RecordBody(rc, m, 1);
+      if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
+      End(prefill_cmd_);
+      dev_->Submit(prefill_cmd_);
+    }
+    cached_ = pos0 + m;
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    valid_from_ = std::max(valid_from_, cached_ - sliding_ring_);
+    if (count == 0) return;
+    if (inline_head) {
+      ReadHead(count, req.mode, out);
+      return;
+    }
+    for (int g = 0; g < count; g += head_rows_) {
+      const int n = std::min(head_rows_, count - g);
+      Begin(head_cmd_, false);
+      Rec rc{head_cmd_};
+      RecordHead(rc, out_first + g, n, req.mode);
+      End(head_cmd_);
+      dev_->Submit(head_cmd_);
+      ReadHead(n, req.mode, out);
+    }
+  }
+
+  void ReadHead(int count, OutputMode mode, ForwardResult* out) {
+    const int V = cfg_.vocab_size;
+    const uint8_t* o = out_host_.r.mapped;
+    if (mode == OutputMode::kLogits) {
+      const float* f = reinterpret_cast<const float*>(o);
+      out->logits.insert(out->logits.end(), f, f + size_t(count) * V);
+      return;
+    }
+    for (int i = 0; i < count; ++i) {
+      uint32_t r[2];
+      std::memcpy(r, o + 8 * i, 8);
+      if (r[0] == 0xFFFFFFFFu) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
+      out->ids.push_back(static_cast<int32_t>(r[0]));
+      if (mode == OutputMode::kSelect) {
+        float lp;
+        std::memcpy(&lp, &r[1], 4);
+        out->logprobs.push_back(lp);
+      }
+    }
+  }
+
+  const Model& model_;
+  const TextConfig& cfg_;
+  VulkanOptions vopt_;
+  int capacity_ = 0, slack_ = 0, sliding_ring_ = 0, chunk_ = 1;
+  int cached_ = 0, valid_from_ = 0;
+  std::vector<int32_t> history_;  // committed tokens, replayed after a device rebuild
+  bool broken_ = false;
+  int rebuilds_ = 0;
+
+  std::unique_ptr<Device> dev_;
+  uint32_t lanes_ = 32;
+  int splits_ = 1;
+  size_t weight_bytes_ = 0;
+  std::vector<DevLayer> layers_;
+  DevLinear ple_proj_, lm_head_;
+  Buf ple_norm_, final_norm_;
+  std::vector<float> inv_s_, inv_f_;
+  int rot_s_ = 1, rot_f_ = 1;
+  Buf rope_s_, rope_f_;
+  std::vector<CacheSlot> slots_;
+  Buf h_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
+      mask_, step_, in_host_, out_host_;
+  size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
+  int head_rows_ = 1, nblocks_ = 1;
+  std::array<VkCommandBuffer, 4> decode_cmd_{};
+  VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
+  int decode_dispatches_ = 0, decode_barriers_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
+                                             const VulkanOptions& vulkan) {
+  return std::make_unique<VulkanBackend>(model, options, vulkan);
+}
+
+std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options) {
+  return CreateVulkanBackend(model, options, VulkanOptions());
+}
+
+bool GetVulkanStats(const Backend& backend, VulkanStats* stats) {
+  const auto* vb = dynamic_cast<const VulkanBackend*>(&backend);
+  if (!vb) return false;
+  vb->GetStats(stats);
+  return true;
+}
+
+bool SimulateVulkanDeviceLoss(Backend& backend) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return false;
+  vb->FailNextSubmit();
+  return true;
+}
+
+}  // namespace gemma

@@ -1,0 +1,46 @@
+// The Vulkan backend: resident GPU execution of the Gemma 4 text decoder.
+//
+// Weights (except the token-embedding and PLE tables, which stay host-side: only the gathered
+// rows of a step are uploaded), K/V caches and activations live in device memory. A decoded token
+// is one pre-recorded command buffer, one submission and one small readback (8 bytes for argmax
+// and select). Numerics follow the CPU reference (reference_ops.h): QAT linears quantize their
+// input with SRQ and accumulate exactly in integers; dense linears accumulate in f32.
+//
+// Failures: any Vulkan error, VK_ERROR_DEVICE_LOST included, fails the request in flight with
+// gemma::Error(kDevice) and leaves cached() as it was before the request; the next Forward
+// rebuilds the device state and replays the committed tokens, so the conversation is kept.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace gemma {
+
+struct VulkanOptions {
+  // Physical device index (-1: discrete > integrated > virtual > CPU). The environment variable
+  // GEMMA_VULKAN_DEVICE (index or name substring) overrides it.
+  int device_index = -1;
+  // Key splits of decode attention (0: chosen from the device).
+  int decode_splits = 0;
+};
+
+// Throws gemma::Error(kDevice) when no usable Vulkan device exists.
+std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options);
+std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
+                                             const VulkanOptions& vulkan);
+
+// Diagnostics and test hooks for a backend made by CreateVulkanBackend (nullptr otherwise).
+struct VulkanStats {
+  std::string device;
+  size_t device_bytes = 0;       // resident device memory (weights, caches, activations)
+  size_t weight_bytes = 0;       // of which weights
+  int dispatches_per_token = 0;  // in the decode command buffer
+  int barriers_per_token = 0;
+  int rebuilds = 0;  // device-state rebuilds after failures
+};
+bool GetVulkanStats(const Backend& backend, VulkanStats* stats);
+// Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
+bool SimulateVulkanDeviceLoss(Backend& backend);
+
+}  // namespace gemma

@@ -64,74 +64,70 @@ void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>
 }
 
 // Same result as MergeShort for long words, in O(n log n): a linked list of symbols and a
-// min-heap of (rank, position) candidates. A candidate remembers the stamp of its left symbol;
-// every merge bumps the stamps of the two pairs it changes, so a stale candidate is recognized
-// without probing the merge table again (HF re-probes and compares the merged id; the outcome is
-// the same because a changed pair always concatenates to a longer string).
+// min-heap of (rank << 32 | position) candidates. Each position has at most one live candidate,
+// whose rank and merged id are kept beside the symbol; a popped entry is stale when the position
+// is gone or its current candidate has another rank. (A changed pair never gets its old rank
+// back: ranks identify pairs and a changed pair concatenates to a longer string. HF re-probes the
+// merge table and compares the merged id instead; the outcome is the same.)
 void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>* syms_io) {
   std::vector<int32_t>& syms = *syms_io;
   const size_t n = syms.size();
-  struct Candidate {
-    uint64_t key;  // rank << 32 | position: the heap's order (lowest rank, then leftmost)
-    uint32_t stamp;
-    int32_t merged;
-    bool operator>(const Candidate& o) const { return key > o.key; }
-  };
-  thread_local std::vector<int32_t> prev, next;
-  thread_local std::vector<uint32_t> stamp;
-  thread_local std::vector<uint8_t> alive;
-  thread_local std::vector<Candidate> heap;
+  thread_local std::vector<int32_t> prev, next, merged;
+  thread_local std::vector<uint32_t> cand_rank;
+  thread_local std::vector<uint64_t> heap;
   prev.resize(n);
   next.resize(n);
-  stamp.assign(n, 0);
-  alive.assign(n, 1);
+  merged.resize(n);
+  cand_rank.assign(n, kNoMerge);
   heap.clear();
   for (size_t i = 0; i < n; ++i) {
     prev[i] = static_cast<int32_t>(i) - 1;
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
   }
+  // Sets the candidate of `pos` from its current pair; returns whether there is one.
   auto candidate = [&](size_t pos) {
     int32_t r = next[pos];
-    if (r < 0) return false;
-    const auto* m = merges.Find(syms[pos], syms[r]);
-    if (!m) return false;
-    heap.push_back({(static_cast<uint64_t>(m->rank) << 32) | pos, stamp[pos], m->id});
+    const auto* m = r < 0 ? nullptr : merges.Find(syms[pos], syms[r]);
+    if (!m) {
+      cand_rank[pos] = kNoMerge;
+      return false;
+    }
+    cand_rank[pos] = m->rank;
+    merged[pos] = m->id;
+    heap.push_back((static_cast<uint64_t>(m->rank) << 32) | pos);
     return true;
   };
   for (size_t i = 0; i + 1 < n; ++i) candidate(i);
-  std::make_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+  std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
   auto push = [&](size_t pos) {
-    if (candidate(pos)) std::push_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+    if (candidate(pos)) std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
   };
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<Candidate>());
-    Candidate top = heap.back();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    uint64_t top = heap.back();
     heap.pop_back();
-    size_t pos = static_cast<size_t>(top.key & 0xffffffffu);
-    if (!alive[pos] || stamp[pos] != top.stamp) continue;  // stale
+    size_t pos = static_cast<size_t>(top & 0xffffffffu);
+    if (cand_rank[pos] != static_cast<uint32_t>(top >> 32)) continue;  // stale
     int32_t r = next[pos];
-    syms[pos] = top.merged;
-    alive[r] = 0;
+    syms[pos] = merged[pos];
+    cand_rank[r] = kNoMerge;  // r is gone
+    syms[r] = -1;
     next[pos] = next[r];
     if (next[r] >= 0) prev[next[r]] = static_cast<int32_t>(pos);
-    ++stamp[pos];
-    if (prev[pos] >= 0) {
-      ++stamp[prev[pos]];
-      push(static_cast<size_t>(prev[pos]));
-    }
+    if (prev[pos] >= 0) push(static_cast<size_t>(prev[pos]));
     push(pos);
   }
   size_t out = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (alive[i]) syms[out++] = syms[i];
+    if (syms[i] >= 0) syms[out++] = syms[i];
   }
   syms.resize(out);
-  if (n * sizeof(Candidate) > kKeepBuffer) {
+  if (n * sizeof(uint64_t) > kKeepBuffer) {
     std::vector<int32_t>().swap(prev);
     std::vector<int32_t>().swap(next);
-    std::vector<uint32_t>().swap(stamp);
-    std::vector<uint8_t>().swap(alive);
-    std::vector<Candidate>().swap(heap);
+    std::vector<int32_t>().swap(merged);
+    std::vector<uint32_t>().swap(cand_rank);
+    std::vector<uint64_t>().swap(heap);
   }
 }
 

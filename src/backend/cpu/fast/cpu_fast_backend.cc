@@ -23,7 +23,8 @@ struct GeluTable {
   void Init(const Linear& lin) {
     scale = IsQuantized(lin.kind) && lin.out_scale > 0 ? lin.out_scale : 0;
     if (scale > 0)
-      for (int k = -128; k < 128; ++k) value[k + 128] = ref::GeluTanh(static_cast<float>(k) * scale);
+      for (int k = -128; k < 128; ++k)
+        value[k + 128] = ref::GeluTanh(static_cast<float>(k) * scale);
   }
   float operator()(float x) const {
     if (scale == 0) return ref::GeluTanh(x);
@@ -31,6 +32,9 @@ struct GeluTable {
     return value[std::clamp(k, -128, 127) + 128];
   }
 };
+
+// Multiply-adds below which a job runs on the calling thread.
+constexpr int64_t kMinParallelWork = 1 << 16;
 
 template <class T>
 void Grow(std::vector<T>& v, size_t n) {
@@ -63,7 +67,8 @@ class CpuFastBackend : public Backend {
     gelu_ple_.resize(cfg_.num_layers);
     for (int l = 0; l < cfg_.num_layers; ++l) {
       gelu_[l].Init(model.layer_weights()[l].gate);
-      if (cfg_.hidden_size_per_layer_input > 0) gelu_ple_[l].Init(model.layer_weights()[l].ple_gate);
+      if (cfg_.hidden_size_per_layer_input > 0)
+        gelu_ple_[l].Init(model.layer_weights()[l].ple_gate);
     }
     const Linear& head = model.lm_head();
     if (cfg_.final_logit_softcapping && IsQuantized(head.kind) && head.out_scale > 0) {
@@ -150,7 +155,8 @@ class CpuFastBackend : public Backend {
       if (k.size() < need) {
         // Grow in steps so decoding does not reallocate every token.
         const size_t step = static_cast<size_t>(256) * width;
-        const size_t want = std::min(static_cast<size_t>(ring) * width, (need + step - 1) / step * step);
+        const size_t want =
+            std::min(static_cast<size_t>(ring) * width, (need + step - 1) / step * step);
         k.resize(std::max(need, want));
         v.resize(std::max(need, want));
       }
@@ -189,8 +195,10 @@ class CpuFastBackend : public Backend {
     Grow(logits_, static_cast<size_t>(cfg_.vocab_size));
   }
 
-  // Rows per task: enough tasks to balance the pool, whole register tiles, not too small.
-  int RowTile(int rows, int n) const {
+  // Rows per task: enough tasks to balance the pool, whole register tiles, not too small; one task
+  // for work too small to amortize a hand-off.
+  int RowTile(int rows, int cols, int n) const {
+    if (static_cast<int64_t>(rows) * cols * n < kMinParallelWork) return rows;
     const int tasks = pool_.size() * (n > 1 ? 4 : 8);
     int tile = (rows + tasks - 1) / tasks;
     tile = std::max(tile, 16);
@@ -200,7 +208,7 @@ class CpuFastBackend : public Backend {
   // y[n, lin.rows] = lin(x[n, lin.cols]).
   void RunLinear(const Linear& lin, const float* x, int n, float* y) {
     const int rows = lin.rows, cols = lin.cols;
-    const int tile = RowTile(rows, n);
+    const int tile = RowTile(rows, cols, n);
     const int tasks = (rows + tile - 1) / tile;
     if (IsQuantized(lin.kind) && lin.in_scale > 0) {
       const int pc = fast::PaddedCols(lin.kind, cols);
@@ -210,7 +218,7 @@ class CpuFastBackend : public Backend {
         qs[t] = fast::QuantizeActs(lin.kind, x + static_cast<size_t>(t) * cols, cols, lin.in_scale,
                                    qa + static_cast<size_t>(t) * pc);
       };
-      if (n >= 4) {
+      if (n >= 4 && static_cast<int64_t>(n) * cols >= kMinParallelWork / 16) {
         pool_.Run(n, quant);
       } else {
         for (int t = 0; t < n; ++t) quant(t, 0);
@@ -232,7 +240,7 @@ class CpuFastBackend : public Backend {
   // Runs fn(t) for each token, on the pool when there are several.
   template <class Fn>
   void ForTokens(int m, const Fn& fn) {
-    if (m >= 4) {
+    if (m >= 4 && static_cast<int64_t>(m) * cfg_.hidden_size >= kMinParallelWork / 16) {
       pool_.Run(m, [&](int t, int) { fn(t); });
     } else {
       for (int t = 0; t < m; ++t) fn(t);
@@ -286,7 +294,7 @@ class CpuFastBackend : public Backend {
     const int group = nh / nkv;
     const int need = p.window > 0 ? std::min(p.window, pos0 + m) : pos0 + m;
     for (auto& s : scores_) Grow(s, static_cast<size_t>(need));
-    pool_.Run(m * nh, [&](int task, int thread) {
+    auto head = [&](int task, int thread) {
       const int t = task / nh, h = task % nh;
       const int pos = pos0 + t;
       const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
@@ -310,7 +318,12 @@ class CpuFastBackend : public Backend {
         fast::AxpyF64(sc[j - first] / sum, slot.V(j) + kvh * hd, acc, hd);
       float* oh = &attn_[(static_cast<size_t>(t) * nh + h) * hd];
       for (int i = 0; i < hd; ++i) oh[i] = static_cast<float>(acc[i]);
-    });
+    };
+    if (static_cast<int64_t>(m) * nh * need * hd < kMinParallelWork) {
+      for (int task = 0; task < m * nh; ++task) head(task, 0);
+    } else {
+      pool_.Run(m * nh, head);
+    }
   }
 
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
@@ -499,7 +512,7 @@ class CpuFastBackend : public Backend {
     float lo = zmax;
     for (float step = 1.0f; Softcap(lo) == cmax && std::isfinite(lo); step *= 2) lo = zmax - step;
     if (!std::isfinite(lo)) return 0;  // everything caps to the maximum
-    float hi = zmax;  // Softcap(lo) < cmax == Softcap(hi)
+    float hi = zmax;                   // Softcap(lo) < cmax == Softcap(hi)
     for (int it = 0; it < 200; ++it) {
       const float mid = lo + (hi - lo) / 2;
       if (mid <= lo || mid >= hi) break;

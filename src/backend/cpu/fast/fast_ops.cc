@@ -59,7 +59,7 @@ constexpr int Offset() {
 
 template <WeightKind K, int G, int T>
 GEMMA_VNNI HWY_INLINE void TileGroup(const __m512i* p, const int8_t* const* q, size_t qoff,
-                          __m512i (&acc)[kRows][T]) {
+                                     __m512i (&acc)[kRows][T]) {
   __m512i u[kRows];
   for (int r = 0; r < kRows; ++r) u[r] = Unpack<K, G>(p[r]);
   for (int t = 0; t < T; ++t) {
@@ -462,7 +462,8 @@ void MulF32(const float* a, const float* b, int n, float* y) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
   int i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, y + i);
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Mul(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, y + i);
   for (; i < n; ++i) y[i] = a[i] * b[i];
 }
 
@@ -470,7 +471,8 @@ void AddF32(const float* y, int n, float* x) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
   int i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, x + i);
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Add(hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, x + i);
   for (; i < n; ++i) x[i] += y[i];
 }
 

@@ -69,7 +69,7 @@ inline bool IsSrqFlip(const Model& model, const float* ours, const float* ref, i
   };
   int flipped = 0;
   for (int v = 0; v < V; ++v) {
-    if (cap > 0 && (std::fabs(ours[v]) > 0.95f * cap || std::fabs(ref[v]) > 0.95f * cap))
+    if (cap > 0 && (std::fabs(ours[v]) > 0.9999f * cap || std::fabs(ref[v]) > 0.9999f * cap))
       return false;
     const double d = (uncap(ours[v]) - uncap(ref[v])) / q;
     const double k = std::nearbyint(d);

@@ -162,4 +162,47 @@ class MergeMap {
   size_t size_ = 0;
 };
 
+// Set of (code point, code point) pairs; grows as needed.
+class PairSet {
+ public:
+  void Insert(uint32_t a, uint32_t b) {
+    if ((size_ + 1) * 2 > slots_.size()) Grow();
+    uint64_t k = Key(a, b);
+    for (size_t i = Mix64(k) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i] == k) return;
+      if (slots_[i] == kEmpty) {
+        slots_[i] = k;
+        ++size_;
+        return;
+      }
+    }
+  }
+  bool Contains(uint32_t a, uint32_t b) const {
+    if (slots_.empty()) return false;
+    uint64_t k = Key(a, b);
+    for (size_t i = Mix64(k) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i] == k) return true;
+      if (slots_[i] == kEmpty) return false;
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  static uint64_t Key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+  void Grow() {
+    std::vector<uint64_t> old = std::move(slots_);
+    size_t cap = old.empty() ? 1024 : old.size() * 2;
+    slots_.assign(cap, kEmpty);
+    mask_ = cap - 1;
+    size_ = 0;
+    for (uint64_t k : old) {
+      if (k != kEmpty) Insert(static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k));
+    }
+  }
+  std::vector<uint64_t> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
 }  // namespace gemma::tokenizer_internal

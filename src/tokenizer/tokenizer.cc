@@ -239,28 +239,35 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
       norm.push_back(c);
     }
   }
-  if (ignore_merges || space_id < 0 || !cuts) {
+  if (ignore_merges || !cuts) {
     EncodeWord(norm, out, force_heap);
     if (norm.capacity() > kKeepBuffer) std::string().swap(norm);
     return;
   }
-  // Cut before a '▁' whose predecessor is a vocab character that no piece joins to '▁'.
+  // Cut between adjacent vocab characters that are not adjacent in any vocab piece: no token
+  // can span such a boundary, so merging the parts separately gives the same ids as merging the
+  // whole span (HF), in far less time for long spans, and the parts are cacheable words.
   const auto* s = reinterpret_cast<const unsigned char*>(norm.data());
   const size_t n = norm.size();
   size_t word_start = 0;
-  for (size_t pos = 1; pos + 2 < n; ++pos) {
-    const void* hit = std::memchr(s + pos, 0xE2, n - pos);
-    if (!hit) break;
-    pos = static_cast<const unsigned char*>(hit) - s;
-    if (pos + 2 >= n || s[pos + 1] != 0x96 || s[pos + 2] != 0x81 || pos <= word_start) continue;
-    size_t start = pos - 1;
-    while (start > word_start && pos - start < 4 && (s[start] & 0xC0) == 0x80) --start;
-    uint32_t cp = 0;
-    if (DecodeUtf8(s + start, pos - start, &cp) != pos - start) continue;
-    if (cp == 0x2581 || char_ids[cp] < 0) continue;
-    if (std::binary_search(glue_before_space.begin(), glue_before_space.end(), cp)) continue;
-    EncodeWord(std::string_view(norm).substr(word_start, pos - word_start), out, force_heap);
-    word_start = pos;
+  uint32_t prev = 0;
+  bool prev_known = false;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp = s[i];
+    size_t len = cp < 0x80 ? 1 : DecodeUtf8(s + i, n - i, &cp);
+    bool known = false;
+    if (len == 0) {
+      len = 1;  // invalid byte: byte fallback, never cut next to it
+    } else {
+      known = char_ids[cp] >= 0;
+    }
+    if (known && prev_known && !PairInPiece(prev, cp)) {
+      EncodeWord(std::string_view(norm).substr(word_start, i - word_start), out, force_heap);
+      word_start = i;
+    }
+    prev = cp;
+    prev_known = known;
+    i += len;
   }
   EncodeWord(std::string_view(norm).substr(word_start), out, force_heap);
   if (norm.capacity() > kKeepBuffer) std::string().swap(norm);  // don't pin a huge input's copy

@@ -28,9 +28,9 @@
 // tokens in the vocab (as in Gemma's), Decode(Encode(s)) == s for any byte string s that contains
 // no '▁' (U+2581), which decodes to ' ' as in HF.
 //
-// Speed (same results as plain BPE over the whole span, tested): a span is cut before a '▁'
-// where no vocab token can straddle the cut, and short words are memoized in a per-thread cache
-// (about 420 KB per encoding thread).
+// Speed (same results as plain BPE over the whole span, tested): a span is cut between two
+// characters that are never adjacent inside any vocab piece (no token can straddle the cut), and
+// short words are memoized in a per-thread cache (about 420 KB per encoding thread).
 //
 // Thread safety: a Tokenizer is immutable after loading; Encode/Decode may be called from any
 // number of threads. Copies share the loaded tables (cheap to copy).

@@ -25,11 +25,16 @@ struct Tokenizer::Impl {
   bool byte_fallback = false;
   bool fuse_unk = false;
   bool ignore_merges = false;
-  int32_t space_id = -1;  // id of "▁", used for the split test below
-  // Code points c such that some piece contains c immediately followed by '▁' (U+2581). A BPE
-  // word may be cut before a '▁' whose predecessor is a vocab character not in this set: no
-  // token can span such a cut, so both halves merge independently (see EncodeSegment).
-  std::vector<uint32_t> glue_before_space;  // sorted
+  // Pairs of code points that occur next to each other inside some vocab piece. Between two
+  // adjacent vocab characters that form no such pair, no token can ever span, so the BPE word
+  // can be cut there and both parts merged independently (EncodeSegment). ASCII pairs are in a
+  // bitmap, the rest in the hash set.
+  std::array<uint64_t, 128 * 128 / 64> ascii_pairs{};
+  tokenizer_internal::PairSet pairs;
+  bool PairInPiece(uint32_t a, uint32_t b) const {
+    if ((a | b) < 128) return (ascii_pairs[(a * 128 + b) >> 6] >> ((a * 128 + b) & 63)) & 1;
+    return pairs.Contains(a, b);
+  }
 
   // --- added tokens ---
   struct TrieNode {

@@ -428,28 +428,29 @@ class Loader {
       char name[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
       im.byte_ids[b] = im.vocab.Find(std::string_view(name, 6), im.pieces);
     }
-    std::vector<uint32_t> glue;
     for (int32_t id = 0; id < im.model_vocab_size; ++id) {
       const std::string& p = im.pieces[id];
       const auto* s = reinterpret_cast<const unsigned char*>(p.data());
-      uint32_t cp = 0;
-      size_t len = p.empty() ? 0 : DecodeUtf8(s, p.size(), &cp);
-      if (len != 0 && len == p.size()) im.char_ids[cp] = id;
-      // Record every character directly followed by '▁' (other than '▁' itself).
-      for (size_t pos = p.find(kSpaceMark, 1); pos != std::string::npos;
-           pos = p.find(kSpaceMark, pos + 1)) {
-        size_t start = pos - 1;
-        while (start > 0 && (s[start] & 0xC0) == 0x80) --start;
-        uint32_t prev = 0;
-        if (DecodeUtf8(s + start, pos - start, &prev) == pos - start && prev != 0x2581) {
-          glue.push_back(prev);
+      const size_t n = p.size();
+      uint32_t prev = 0;
+      size_t chars = 0;
+      for (size_t i = 0; i < n;) {
+        uint32_t cp = s[i];
+        size_t len = cp < 0x80 ? 1 : DecodeUtf8(s + i, n - i, &cp);
+        if (len == 0) len = 1;  // not reached: pieces were checked to be valid UTF-8
+        if (chars > 0) {
+          if ((prev | cp) < 128) {
+            im.ascii_pairs[(prev * 128 + cp) >> 6] |= uint64_t{1} << ((prev * 128 + cp) & 63);
+          } else {
+            im.pairs.Insert(prev, cp);
+          }
         }
+        prev = cp;
+        ++chars;
+        i += len;
       }
+      if (chars == 1) im.char_ids[prev] = id;
     }
-    std::sort(glue.begin(), glue.end());
-    glue.erase(std::unique(glue.begin(), glue.end()), glue.end());
-    im.glue_before_space = std::move(glue);
-    im.space_id = im.char_ids[0x2581];
   }
 
   void LoadAddedTokens() {

@@ -67,8 +67,7 @@ std::string Quote(std::string_view s) {
 
 // The parts of tokenizer.json as found by the top-level scan.
 struct Sections {
-  std::string_view model_type, added_tokens, normalizer, pre_tokenizer, decoder, truncation,
-      padding;
+  std::string_view added_tokens, normalizer, pre_tokenizer, decoder, truncation, padding;
   bool has_model = false;
   bool has_vocab = false;
   bool has_merges = false;

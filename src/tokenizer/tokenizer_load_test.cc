@@ -62,6 +62,17 @@ TEST(TokenizerLoad, ValidBaselineLoads) {
   EXPECT_EQ(tok.Piece(8), "▁a");
 }
 
+TEST(TokenizerLoad, MergesBeforeVocabAndStringMerges) {
+  Parts p;
+  std::string json = p.Json();
+  // Move "merges" ahead of "vocab" and use the "a b" string form.
+  json.replace(json.find(R"(,"vocab":)"), std::string::npos,
+               R"(,"merges":["a b","b c","▁ a"],"vocab":)" + p.vocab + "}}");
+  Tokenizer tok = Tokenizer::FromJson(json);
+  EXPECT_EQ(tok.Encode("abc"), (std::vector<int32_t>{5, 4}));
+  EXPECT_EQ(tok.Encode(" a"), (std::vector<int32_t>{8}));
+}
+
 TEST(TokenizerLoad, TruncatedJson) {
   std::string json = Parts().Json();
   for (size_t cut : {size_t{0}, size_t{1}, json.size() / 3, json.size() / 2, json.size() - 1}) {

@@ -1,5 +1,6 @@
 #include "constrain/constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -162,6 +163,9 @@ struct MaskCache {
   std::unordered_map<std::string, std::unique_ptr<std::vector<uint64_t>>> by_stack;
   size_t count = 0;
   std::vector<Frame> arena;  // walk scratch, guarded by mu
+  std::vector<int8_t> text_state;  // per state: -1 unknown, else Program::TextLoop's answer
+  std::vector<std::unique_ptr<std::vector<uint64_t>>> class_walk;  // per Constraint::walk_class_
+  std::vector<std::array<uint64_t, 2>> text_ascii;
 };
 
 Constraint::Constraint() = default;
@@ -196,6 +200,12 @@ std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Voca
   }
   c->cache_ = std::make_unique<MaskCache>();
   c->cache_->by_state.resize(c->program_->num_states());
+  c->cache_->text_state.assign(c->program_->num_states(), -1);
+  c->walk_class_ = c->program_->WalkClasses(vocab->trie().max_depth);
+  if (!c->walk_class_.empty()) {
+    c->cache_->class_walk.resize(*std::max_element(c->walk_class_.begin(), c->walk_class_.end()) + 1);
+  }
+  c->cache_->text_ascii.resize(c->program_->num_states());
   return c;
 }
 
@@ -208,13 +218,24 @@ size_t Constraint::cached_masks() const {
 
 size_t Constraint::MemoryBytes() const {
   std::lock_guard<std::mutex> lock(cache_->mu);
-  return sizeof(*this) + program_->MemoryBytes() +
-         cache_->count * (vocab_->mask_words() * 8 + 64) + cache_->by_state.capacity() * 8;
+  size_t walks = 0;
+  for (const auto& w : cache_->class_walk) walks += w ? 1 : 0;
+  return sizeof(*this) + program_->MemoryBytes() + walk_class_.capacity() * 4 +
+         (cache_->count + walks) * (vocab_->mask_words() * 8 + 72) + cache_->by_state.capacity() * 8 +
+         cache_->class_walk.capacity() * 8 + cache_->text_state.capacity() * 17;
 }
 
 namespace {
 
 inline void SetBit(uint64_t* m, int32_t id) { m[id >> 6] |= uint64_t{1} << (id & 63); }
+
+// Tokens sharing bytes with an allowed token are allowed; the padding word is cleared.
+void FinishWalk(const TokenTrie& t, uint64_t* mask) {
+  for (auto [first, other] : t.duplicates) {
+    if ((mask[first >> 6] >> (first & 63)) & 1) SetBit(mask, other);
+  }
+  mask[t.none >> 6] = 0;
+}
 
 void WalkTrie(const Program& p, const TokenTrie& t, uint32_t top, const std::vector<uint32_t>& stack,
               std::vector<Frame>* arena, uint64_t* mask) {
@@ -222,8 +243,7 @@ void WalkTrie(const Program& p, const TokenTrie& t, uint32_t top, const std::vec
   const uint8_t* bytes = t.byte.data();
   const uint16_t* depth = t.depth.data();
   const uint32_t* end = t.end.data();
-  const uint32_t* tok = t.tok_begin.data();
-  const int32_t* ids = t.token_ids.data();
+  const int32_t* tok = t.token.data();
   if (!p.has_calls() && stack.empty()) {
     // Plain DFA: one table lookup per visited node.
     std::vector<uint32_t> st(t.max_depth + 1);
@@ -238,9 +258,10 @@ void WalkTrie(const Program& p, const TokenTrie& t, uint32_t top, const std::vec
         continue;
       }
       st[depth[i]] = s;
-      for (uint32_t k = tok[i]; k < tok[i + 1]; ++k) SetBit(mask, ids[k]);
+      SetBit(mask, tok[i]);  // `none` lands in the padding word
       ++i;
     }
+    FinishWalk(t, mask);
     return;
   }
   arena->clear();
@@ -270,9 +291,10 @@ void WalkTrie(const Program& p, const TokenTrie& t, uint32_t top, const std::vec
       }
       st[depth[i]] = {s, as.fp, as.n};
     }
-    for (uint32_t k = tok[i]; k < tok[i + 1]; ++k) SetBit(mask, ids[k]);
+    SetBit(mask, tok[i]);
     ++i;
   }
+  FinishWalk(t, mask);
 }
 
 }  // namespace
@@ -299,9 +321,32 @@ const uint64_t* ConstraintState::AllowedTokens() {
     if (it != cache.by_stack.end()) hit = it->second.get();
   }
   if (!hit) {
-    auto m = std::make_unique<std::vector<uint64_t>>(v.mask_words(), 0);
+    auto m = std::make_unique<std::vector<uint64_t>>(v.mask_words() + 1, 0);
     {
-      WalkTrie(p, v.trie(), top_, stack_, &cache.arena, m->data());
+      auto walk = [&](uint64_t* out) {
+        int8_t& text = cache.text_state[top_];
+        if (text < 0) text = static_cast<int8_t>(p.TextLoop(top_, &cache.text_ascii[top_]));
+        if (text > 0) {
+          // Text-like state: every complete token over the looping bytes stays here.
+          const TextSplit& split = v.Text(cache.text_ascii[top_], text == 2);
+          std::memcpy(out, split.inside.data(), split.inside.size() * 8);
+          WalkTrie(p, split.residual, top_, stack_, &cache.arena, out);
+        } else {
+          WalkTrie(p, v.trie(), top_, stack_, &cache.arena, out);
+        }
+      };
+      const auto& wc = c_->walk_class_;
+      if (stack_.empty() && !wc.empty()) {
+        // States that no token can tell apart share one walk (counted repetitions).
+        auto& w = cache.class_walk[wc[top_]];
+        if (!w) {
+          w = std::make_unique<std::vector<uint64_t>>(v.mask_words() + 1, 0);
+          walk(w->data());
+        }
+        std::memcpy(m->data(), w->data(), v.mask_words() * 8);
+      } else {
+        walk(m->data());
+      }
       for (int k = 0; k < kNumSpecial; ++k) {
         uint32_t s = top_;
         std::vector<uint32_t> stk = stack_;
@@ -327,7 +372,7 @@ const uint64_t* ConstraintState::AllowedTokens() {
     }
   }
   bool any = false;
-  for (size_t w = 0; w < hit->size() && !any; ++w) any = (*hit)[w] != 0;
+  for (size_t w = 0; w < v.mask_words() && !any; ++w) any = (*hit)[w] != 0;
   if (!any) {
     throw Error(ErrorCode::kConstraint,
                 "dead end, no token of the vocabulary can continue the output (state " +

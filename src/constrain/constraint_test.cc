@@ -32,17 +32,20 @@ TEST(VocabularyTest, TrieHoldsEveryNonSpecialToken) {
   const TokenTrie& t = v->trie();
   int non_special = 0;
   for (int32_t id = 0; id < v->size(); ++id) non_special += !v->is_special(id) && !v->bytes(id).empty();
-  EXPECT_EQ(static_cast<int>(t.token_ids.size()), non_special);
+  EXPECT_EQ(static_cast<int>(t.num_tokens), non_special);
   // Rebuild each token's bytes from the DFS layout.
   std::vector<uint8_t> path;
+  int found = static_cast<int>(t.duplicates.size());
   for (size_t i = 0; i < t.nodes(); ++i) {
     path.resize(t.depth[i] - 1);
     path.push_back(t.byte[i]);
-    for (uint32_t k = t.tok_begin[i]; k < t.tok_begin[i + 1]; ++k) {
-      EXPECT_EQ(std::string(path.begin(), path.end()), v->bytes(t.token_ids[k]));
+    if (t.token[i] != t.none) {
+      EXPECT_EQ(std::string(path.begin(), path.end()), v->bytes(t.token[i]));
+      ++found;
     }
     EXPECT_GT(t.end[i], i);
   }
+  EXPECT_EQ(found, non_special);
 }
 
 std::shared_ptr<const Constraint> Compile(std::shared_ptr<const Vocabulary> v, ConstraintOptions o) {
@@ -72,6 +75,49 @@ TEST(ConstraintTest, RegexMaskMatchesTokenByTokenAcceptance) {
   EXPECT_TRUE(Bit(m, TokenOf(*v, "ab")));
   EXPECT_FALSE(Bit(m, TokenOf(*v, "12")));
   EXPECT_FALSE(Bit(m, 1));  // <eos> not before a match
+}
+
+// The trie walks (full and text-split) agree with stepping every token on its own, at every
+// position of sampled outputs of several constraint kinds.
+TEST(ConstraintTest, MasksAgreeWithPerTokenAcceptanceAlongGenerations) {
+  auto v = SyntheticVocab();
+  std::vector<ConstraintOptions> opts(5);
+  opts[0].kind = ConstraintKind::kJson;
+  opts[1].kind = ConstraintKind::kJsonSchema;
+  opts[1].schema = Json::parse(R"({"type":"object","properties":{"s":{"type":"string"},"t":{"type":"string","pattern":"^[a-z]+$"},"n":{"type":"array","items":{}}},"required":["s","t","n"]})");
+  opts[2].kind = ConstraintKind::kToolCalls;
+  opts[2].tools = Json::parse(R"([{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}}}}])");
+  opts[2].thinking = true;
+  opts[3].kind = ConstraintKind::kRegex;
+  opts[3].regex = "[^\\n]*\\n(.|\\n){0,8}";
+  opts[4].kind = ConstraintKind::kJson;
+  opts[4].whitespace = Whitespace::kAny;
+  std::mt19937_64 rng(21);
+  int checked = 0;
+  for (const auto& o : opts) {
+    auto c = Compile(v, o);
+    for (int g = 0; g < 4; ++g) {
+      auto gen = Generate(c, &rng, 25);
+      ConstraintState st(c);
+      for (int32_t t : gen.tokens) {
+        const uint64_t* m = st.AllowedTokens();
+        for (int32_t id = 0; id < v->size(); ++id) {
+          if (v->is_special(id)) continue;
+          ConstraintState copy = st;
+          bool ok = true;
+          try {
+            copy.Accept(id);
+          } catch (const Error&) {
+            ok = false;
+          }
+          ASSERT_EQ(Bit(m, id), ok) << "token '" << v->bytes(id) << "' after " << checked;
+        }
+        ++checked;
+        st.Accept(t);
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
 }
 
 TEST(ConstraintTest, StopIdsOnlyInAcceptingStatesAndStopEnds) {

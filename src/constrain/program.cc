@@ -2,11 +2,21 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <string>
 
 #include "gemma/error.h"
 
 namespace gemma::constrain {
+namespace {
+struct SigHash {
+  size_t operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+}  // namespace
 
 Program Program::Build(const Nfa& nfa, std::span<const Fragment> rules, int max_frames,
                        size_t max_states) {
@@ -107,6 +117,83 @@ Program Program::Build(const Nfa& nfa, std::span<const Fragment> rules, int max_
   }
   for (int sym = 0; sym < kNumSymbols; ++sym) p.cls_[sym] = static_cast<uint16_t>(remap[cls[sym]]);
   return p;
+}
+
+int Program::TextLoop(uint32_t s, std::array<uint64_t, 2>* ascii) const {
+  *ascii = {0, 0};
+  int count = 0;
+  for (int b = 0; b < 0x80; ++b) {
+    if (Next(s, b) == s) {
+      (*ascii)[b >> 6] |= uint64_t{1} << (b & 63);
+      ++count;
+    }
+  }
+  if (count < 64) return 0;
+  // Lead byte ranges and the range of their first continuation byte (RFC 3629).
+  struct Lead {
+    int lo, hi, n, first_lo, first_hi;
+  };
+  const Lead leads[] = {{0xC2, 0xDF, 1, 0x80, 0xBF}, {0xE0, 0xE0, 2, 0xA0, 0xBF},
+                        {0xE1, 0xEC, 2, 0x80, 0xBF}, {0xED, 0xED, 2, 0x80, 0x9F},
+                        {0xEE, 0xEF, 2, 0x80, 0xBF}, {0xF0, 0xF0, 3, 0x90, 0xBF},
+                        {0xF1, 0xF3, 3, 0x80, 0xBF}, {0xF4, 0xF4, 3, 0x80, 0x8F}};
+  // Continuations: visit one byte per symbol class (transitions depend only on the class).
+  auto loops = [&](auto&& self, uint32_t t, int left, int lo, int hi) -> bool {
+    if (t == kDead) return false;
+    if (left == 0) return t == s;
+    std::vector<uint8_t> seen(num_classes_, 0);
+    for (int b = lo; b <= hi; ++b) {
+      if (seen[cls_[b]]) continue;
+      seen[cls_[b]] = 1;
+      if (!self(self, Next(t, b), left - 1, 0x80, 0xBF)) return false;
+    }
+    return true;
+  };
+  for (const Lead& l : leads) {
+    std::vector<uint8_t> seen(num_classes_, 0);
+    for (int b = l.lo; b <= l.hi; ++b) {
+      if (seen[cls_[b]]) continue;
+      seen[cls_[b]] = 1;
+      if (!loops(loops, Next(s, b), l.n, l.first_lo, l.first_hi)) return count >= 90 ? 1 : 0;
+    }
+  }
+  return 2;
+}
+
+std::vector<uint32_t> Program::WalkClasses(int horizon) const {
+  const uint32_t n = num_states();
+  if (has_calls_ || n > 20000) return {};
+  // Byte classes only: special symbols never occur inside tokens.
+  std::vector<int> byte_classes;
+  {
+    std::vector<uint8_t> seen(num_classes_, 0);
+    for (int b = 0; b < 256; ++b) {
+      if (!seen[cls_[b]]) {
+        seen[cls_[b]] = 1;
+        byte_classes.push_back(cls_[b]);
+      }
+    }
+  }
+  std::vector<uint32_t> block(n, 0), nb(n);
+  uint32_t count = 1;
+  std::vector<uint32_t> sig(byte_classes.size() + 1);
+  for (int round = 0; round < horizon; ++round) {
+    std::unordered_map<std::vector<uint32_t>, uint32_t, SigHash> ids;
+    ids.reserve(count * 2);
+    for (uint32_t s = 0; s < n; ++s) {
+      sig[0] = block[s];
+      for (size_t k = 0; k < byte_classes.size(); ++k) {
+        uint32_t t = next_[static_cast<size_t>(s) * num_classes_ + byte_classes[k]];
+        sig[k + 1] = t == kDead ? kDead : block[t];
+      }
+      nb[s] = ids.emplace(sig, static_cast<uint32_t>(ids.size())).first->second;
+    }
+    block.swap(nb);
+    if (ids.size() == count) break;
+    count = static_cast<uint32_t>(ids.size());
+  }
+  if (count == n) return {};  // nothing shared: per-state caching already covers it
+  return block;
 }
 
 std::vector<uint32_t> Program::Distances() const {

@@ -68,6 +68,16 @@ class Program {
     }
   }
 
+  // How s loops over text (*ascii receives the ASCII bytes that lead from s straight back to s):
+  // 2 = at least 64 of them and every valid multi-byte UTF-8 character do (string content, free
+  // text); 1 = no UTF-8 loop but at least 90 ASCII bytes ([^<]*); 0 = otherwise. Only then is the
+  // residual trie of Vocabulary::Text much smaller than the full one.
+  int TextLoop(uint32_t s, std::array<uint64_t, 2>* ascii) const;
+
+  // Classes of states that no byte string of length <= horizon can tell apart by liveness: the
+  // trie walk of such states is identical. Empty for programs with calls or too many states.
+  std::vector<uint32_t> WalkClasses(int horizon) const;
+
   // Per state: the fewest symbols that finish its rule (a call counts its rule's shortest value).
   // Used to steer generators to completion in tests and benchmarks.
   std::vector<uint32_t> Distances() const;

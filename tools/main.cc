@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "bench_command.h"
 #include "commands.h"
 #include "gemma/error.h"
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   gemma::cli::AddInspectCommand(app);
   gemma::cli::AddSynthCommand(app);
   gemma::cli::AddDemoCommand(app);
+  gemma::cli::AddBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -360,7 +360,7 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
       throw Error(ErrorCode::kInvalidArgument, "Tokenizer::Decode: id " + std::to_string(id) +
                                                    " is outside [0, " + std::to_string(n) + ")");
     }
-    out += impl_->token_bytes[id];
+    out += impl_->Bytes(id);
   }
   return out;
 }
@@ -369,7 +369,7 @@ int32_t Tokenizer::vocab_size() const { return impl_->vocab_size(); }
 
 const std::string& Tokenizer::TokenBytes(int32_t id) const {
   assert(id >= 0 && id < impl_->vocab_size());
-  return impl_->token_bytes[id];
+  return impl_->Bytes(id);
 }
 
 const std::string& Tokenizer::Piece(int32_t id) const {

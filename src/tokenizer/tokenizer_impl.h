@@ -46,7 +46,14 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> added_ids;  // content -> id
 
   // --- per id ---
-  std::vector<std::string> token_bytes;
+  // Decoded bytes of an id: pieces[id] itself unless bytes_index[id] >= 0, then
+  // changed_bytes[bytes_index[id]] (byte tokens, pieces with '▁').
+  std::vector<int32_t> bytes_index;
+  std::vector<std::string> changed_bytes;
+  const std::string& Bytes(int32_t id) const {
+    int32_t k = bytes_index[id];
+    return k < 0 ? pieces[id] : changed_bytes[k];
+  }
   std::vector<uint8_t> flags;  // kFlagSpecial | kFlagAdded
   static constexpr uint8_t kFlagSpecial = 1;
   static constexpr uint8_t kFlagAdded = 2;

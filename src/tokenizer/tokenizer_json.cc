@@ -545,10 +545,14 @@ class Loader {
   void BuildTokenBytes() {
     auto& im = *impl_;
     if (im.flags.size() != im.pieces.size()) im.flags.resize(im.pieces.size(), 0);
-    im.token_bytes.resize(im.pieces.size());
+    im.bytes_index.assign(im.pieces.size(), -1);
+    std::string out;
     for (size_t id = 0; id < im.pieces.size(); ++id) {
       const std::string& p = im.pieces[id];
-      std::string& out = im.token_bytes[id];
+      auto keep = [&](std::string bytes) {
+        im.bytes_index[id] = static_cast<int32_t>(im.changed_bytes.size());
+        im.changed_bytes.push_back(std::move(bytes));
+      };
       // HF ByteFallback decoder: a 6-byte token "<0x" + XX + ">" where XX parses as a u8 in base
       // 16 (Rust from_str_radix, which also takes "+X") is that byte.
       if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
@@ -561,20 +565,22 @@ class Loader {
         int hi = p[3] == '+' ? 0 : hex(p[3]);
         int lo = hex(p[4]);
         if (hi >= 0 && lo >= 0) {
-          out.assign(1, static_cast<char>(hi * 16 + lo));
+          keep(std::string(1, static_cast<char>(hi * 16 + lo)));
           continue;
         }
       }
       // Replace decoder: every '▁' becomes ' '.
+      size_t pos = p.find(kSpaceMark);
+      if (pos == std::string::npos) continue;
       out.clear();
       size_t from = 0;
-      for (size_t pos = p.find(kSpaceMark); pos != std::string::npos;
-           pos = p.find(kSpaceMark, from)) {
+      for (; pos != std::string::npos; pos = p.find(kSpaceMark, from)) {
         out.append(p, from, pos - from);
         out.push_back(' ');
         from = pos + kSpaceMark.size();
       }
       out.append(p, from);
+      keep(out);
     }
   }
 

@@ -485,6 +485,27 @@ void ScaleF32(float s, int n, float* x) {
   for (; i < n; ++i) x[i] *= s;
 }
 
+uint64_t XorReduce(const uint8_t* p, size_t bytes) {
+  const hn::ScalableTag<uint64_t> d;
+  const size_t N = hn::Lanes(d);
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  const size_t words = bytes / 8;
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 4 * N <= words; i += 4 * N) {
+    a0 = hn::Xor(a0, hn::LoadU(d, w + i));
+    a1 = hn::Xor(a1, hn::LoadU(d, w + i + N));
+    a2 = hn::Xor(a2, hn::LoadU(d, w + i + 2 * N));
+    a3 = hn::Xor(a3, hn::LoadU(d, w + i + 3 * N));
+  }
+  HWY_ALIGN uint64_t lanes[hn::MaxLanes(d)];
+  hn::Store(hn::Xor(hn::Xor(a0, a1), hn::Xor(a2, a3)), d, lanes);
+  uint64_t x = 0;
+  for (size_t l = 0; l < N; ++l) x ^= lanes[l];
+  for (; i < words; ++i) x ^= w[i];
+  return x;
+}
+
 int64_t Target() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE
@@ -504,6 +525,7 @@ HWY_EXPORT(MulF32);
 HWY_EXPORT(AddF32);
 HWY_EXPORT(ScaleF32);
 HWY_EXPORT(Target);
+HWY_EXPORT(XorReduce);
 
 int BlockElems(WeightKind kind) {
   return kind == WeightKind::kQ2 ? 256 : kind == WeightKind::kQ4 ? 128 : 64;
@@ -541,6 +563,9 @@ void MulF32(const float* a, const float* b, int n, float* y) {
 }
 void AddF32(const float* y, int n, float* x) { HWY_DYNAMIC_DISPATCH(AddF32)(y, n, x); }
 void ScaleF32(float s, int n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleF32)(s, n, x); }
+uint64_t XorReduce(const uint8_t* p, size_t bytes) {
+  return HWY_DYNAMIC_DISPATCH(XorReduce)(p, bytes);
+}
 const char* TargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()); }
 
 }  // namespace gemma::fast

@@ -62,6 +62,10 @@ void AddF32(const float* y, int n, float* x);
 // x[i] *= s (f32).
 void ScaleF32(float s, int n, float* x);
 
+// XOR of all 8-byte words in [p, p + bytes) (bytes a multiple of 8): a streaming read at full SIMD
+// width, for memory-bandwidth measurement.
+uint64_t XorReduce(const uint8_t* p, size_t bytes);
+
 // Name of the SIMD target chosen at runtime, e.g. "AVX3_DL".
 const char* TargetName();
 

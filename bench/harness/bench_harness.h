@@ -1,0 +1,108 @@
+// The benchmark harness behind `gemma-engine bench`: workloads, cold and warm runs per backend,
+// median/p95 statistics, a check of every row's tokens against the CPU reference backend, the
+// machine's memory bandwidth measured in the same run, and reports (JSON, Markdown, CSV, HTML).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace gemma::bench {
+
+enum class WorkloadKind {
+  kGenerate,   // prefill `prompt` tokens, then greedy-decode `gen` tokens
+  kMultiTurn,  // generate, then append `turn2` new tokens to the cached context (prefix reuse)
+               // and generate again; TTFT and prefill are the second turn's
+  kSelect,     // as kGenerate, but decoding picks among an allowed-id mask (constrained decoding's
+               // backend path: OutputMode::kSelect)
+};
+
+struct Workload {
+  WorkloadKind kind = WorkloadKind::kGenerate;
+  int prompt = 0;
+  int gen = 0;
+  int turn2 = 0;
+  std::string Name() const;
+};
+
+// Parses "pp128+tg32", "mt128+32+tg16" (multi-turn: first prompt, second-turn tokens),
+// "sel64+tg16".
+Workload ParseWorkload(const std::string& spec);
+
+struct BenchOptions {
+  std::string model;
+  std::vector<std::string> backends = {"cpu-fast"};  // cpu-fast, cpu-reference
+  std::vector<Workload> workloads;
+  bool cold = true;
+  bool warm = true;
+  int warmup = 1;
+  int reps = 3;
+  int threads = 0;  // cpu-fast threads (0 = hardware)
+  int capacity = 4096;
+  int verify_max_tokens = 1 << 30;  // skip the reference check for longer workloads
+  uint64_t seed = 1;
+  size_t bandwidth_bytes = size_t{1} << 30;
+};
+
+struct Bandwidth {
+  double read_gbps = 0;  // best of several passes, all threads streaming reads
+  double copy_gbps = 0;  // memcpy, bytes read + written per second
+  int threads = 0;
+};
+
+// Streams `bytes` (split across `threads`) several times; returns the best rates.
+Bandwidth MeasureBandwidth(int threads, size_t bytes);
+
+struct Row {
+  std::string backend, workload, mode;  // mode: "cold" or "warm"
+  int prompt = 0, gen = 0, prefill_tokens = 0;
+  int reps = 0;
+  double load_ms = 0;
+  double ttft_ms = 0, ttft_p95_ms = 0;  // median over reps (cold: one run)
+  double prefill_tok_s = 0;
+  double itl_ms = 0, itl_p95_ms = 0;  // inter-token latency over all decode steps of all reps
+  double decode_tok_s = 0;            // 1000 / median per-rep mean ITL
+  double floor_ratio = 0;             // bandwidth floor per token / median decode time per token
+  size_t resident_bytes = 0, peak_rss_bytes = 0;
+  std::vector<double> itl_series_ms;  // per decode step, from the median rep
+  std::vector<int32_t> tokens;        // generated ids (last rep)
+  std::optional<bool> matched;        // vs cpu-reference; nullopt: not verified
+  std::string note;
+};
+
+struct Report {
+  std::string model, date, cpu, simd_target, command;
+  int hardware_threads = 0, threads = 0;
+  size_t bytes_per_token = 0;
+  Bandwidth bandwidth;
+  double floor_ms = 0;  // bytes_per_token / read bandwidth
+  BenchOptions options;
+  std::vector<Row> rows;
+};
+
+using Log = std::function<void(const std::string&)>;
+
+std::unique_ptr<Backend> MakeBackend(const std::string& name, const Model& model,
+                                     const BackendOptions& options, int threads);
+
+// Deterministic prompt ids in [3, vocab) (no special tokens below 3).
+std::vector<int32_t> PromptIds(int n, int vocab, uint64_t seed);
+
+Report RunBench(const BenchOptions& options, const Log& log);
+
+std::string ToJson(const Report& report);
+std::string ToMarkdown(const Report& report);
+std::string ToCsv(const Report& report);
+std::string ToHtml(const Report& report);
+
+// Median and nearest-rank 95th percentile (0 for empty input).
+double Median(std::vector<double> v);
+double P95(std::vector<double> v);
+
+}  // namespace gemma::bench

@@ -1,6 +1,8 @@
 #include "constrain/test_vocab.h"
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -84,8 +86,27 @@ std::shared_ptr<Vocabulary> LoadGemmaVocab(const std::string& path) {
 
 namespace gemma::constrain::testing {
 
+namespace {
+double ThreadCpuUs() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+double CpuClockCostUs() {
+  static const double cost = [] {
+    double best = 1e9;
+    for (int i = 0; i < 1000; ++i) {
+      double a = ThreadCpuUs(), b = ThreadCpuUs();
+      best = std::min(best, b - a);
+    }
+    return best;
+  }();
+  return cost;
+}
+}  // namespace
+
 Generated Generate(const std::shared_ptr<const Constraint>& c, std::mt19937_64* rng, int budget,
-                   double stop_p, std::vector<double>* mask_us) {
+                   double stop_p, std::vector<double>* mask_us, std::vector<double>* mask_cpu_us) {
   const Vocabulary& v = c->vocab();
   std::vector<int32_t> byte_token(256, -1);
   for (int32_t id = 0; id < v.size(); ++id) {
@@ -107,12 +128,12 @@ Generated Generate(const std::shared_ptr<const Constraint>& c, std::mt19937_64* 
   ConstraintState st(c);
   std::uniform_real_distribution<double> unif(0, 1);
   for (int step = 0; step < budget + 100000; ++step) {
+    const double c0 = mask_cpu_us ? ThreadCpuUs() : 0;
     auto t0 = std::chrono::steady_clock::now();
     const uint64_t* m = st.AllowedTokens();
-    if (mask_us) {
-      mask_us->push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
+    auto t1 = std::chrono::steady_clock::now();
+    if (mask_cpu_us) mask_cpu_us->push_back(std::max(0.0, ThreadCpuUs() - c0 - CpuClockCostUs()));
+    if (mask_us) mask_us->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     const size_t words = v.mask_words();
     int32_t pick = -1;
     if (st.CanStop() && (step >= budget || unif(*rng) < stop_p)) {

@@ -40,8 +40,10 @@ struct Generated {
 
 // Samples a constrained output: uniform among allowed tokens for `budget` tokens (stopping with
 // probability stop_p whenever a stop id is allowed), then steers to the shortest completion with
-// single-byte and special tokens. mask_us, if given, receives the time of every AllowedTokens().
+// single-byte and special tokens. mask_us, if given, receives the wall time of every
+// AllowedTokens(); mask_cpu_us its thread CPU time (minus the clock's own cost).
 Generated Generate(const std::shared_ptr<const Constraint>& c, std::mt19937_64* rng, int budget,
-                   double stop_p = 0.2, std::vector<double>* mask_us = nullptr);
+                   double stop_p = 0.2, std::vector<double>* mask_us = nullptr,
+                   std::vector<double>* mask_cpu_us = nullptr);
 
 }  // namespace gemma::constrain::testing

@@ -9,5 +9,6 @@ void AddRunCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
+void AddChatCommand(CLI::App& app);
 
 }  // namespace gemma::cli

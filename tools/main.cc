@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gemma-engine: Gemma 4 E2B inference engine"};
   app.require_subcommand(1);
   gemma::cli::AddRunCommand(app);
+  gemma::cli::AddChatCommand(app);
   gemma::cli::AddInspectCommand(app);
   gemma::cli::AddSynthCommand(app);
   gemma::cli::AddDemoCommand(app);

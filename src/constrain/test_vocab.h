@@ -20,6 +20,9 @@ std::shared_ptr<Vocabulary> SyntheticVocab();
 // Returns nullptr if the file is missing.
 std::shared_ptr<Vocabulary> LoadGemmaVocab(const std::string& tokenizer_json_path);
 
+// LoadGemmaVocab once per process (tests in several files share it).
+std::shared_ptr<Vocabulary> CachedGemmaVocab(const std::string& tokenizer_json_path);
+
 // GEMMA_SOURCE_DIR-relative default path of the npm test asset.
 std::string DefaultGemmaTokenizerPath(const std::string& source_dir);
 

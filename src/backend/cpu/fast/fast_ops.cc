@@ -99,6 +99,51 @@ GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int
     for (int t = 0; t < T; ++t) raw[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
 }
 
+// Decode (one token): an accumulator per (row, group) so no dpbusd waits on another's result.
+template <WeightKind K>
+GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const int8_t* q,
+                                   int32_t (&raw)[kRows][kTokens]) {
+  constexpr int G = Groups<K>();
+  constexpr int BE = 64 * G;
+  __m512i acc[kRows][G];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_si512();
+  for (int b = 0; b < blocks; ++b) {
+    __m512i p[kRows];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
+    const int8_t* qb = q + static_cast<size_t>(b) * BE;
+    const __m512i q0 = _mm512_loadu_si512(qb);
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r)
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], Unpack<K, 0>(p[r]), q0);
+    if constexpr (G > 1) {
+      const __m512i q1 = _mm512_loadu_si512(qb + 64);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r)
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], Unpack<K, 1>(p[r]), q1);
+    }
+    if constexpr (G > 2) {
+      const __m512i q2 = _mm512_loadu_si512(qb + 128);
+      const __m512i q3 = _mm512_loadu_si512(qb + 192);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], Unpack<K, 2>(p[r]), q2);
+        acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], Unpack<K, 3>(p[r]), q3);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+    __m512i sum = acc[r][0];
+#pragma GCC unroll 16
+    for (int g = 1; g < G; ++g) sum = _mm512_add_epi32(sum, acc[r][g]);
+    raw[r][0] = _mm512_reduce_add_epi32(sum);
+  }
+}
+
 #else  // portable path: widen to i16, pairwise multiply-add into i32.
 
 template <WeightKind K>
@@ -221,6 +266,36 @@ int32_t TailDot(const uint8_t* row, int from, int cols, const int8_t* q) {
   return s;
 }
 
+// y[i] = srq_out(f32(f64(dot[i]) * in_scale * f64(row_scale[i]))) for i in [0, count): the
+// reference epilogue, vectorized (same IEEE operations in the same order).
+void Epilogue(const int32_t* dot, const float* row_scale, double in_scale, float out_scale,
+              int count, float* y) {
+  const hn::ScalableTag<double> d64;
+  const hn::Rebind<float, decltype(d64)> df;
+  const hn::Rebind<int32_t, decltype(d64)> di;
+  const int N = static_cast<int>(hn::Lanes(d64));
+  const auto vin = hn::Set(d64, in_scale);
+  const auto vout = hn::Set(df, out_scale);
+  const auto lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
+  int i = 0;
+  for (; i + N <= count; i += N) {
+    const auto prod = hn::Mul(hn::Mul(hn::PromoteTo(d64, hn::LoadU(di, dot + i)), vin),
+                              hn::PromoteTo(d64, hn::LoadU(df, row_scale + i)));
+    auto v = hn::DemoteTo(df, prod);
+    if (out_scale > 0) {
+      // CopySign keeps nearbyint's -0 for small negatives (some targets' Round returns +0).
+      const auto z = hn::Div(v, vout);
+      v = hn::Mul(hn::Min(hi, hn::Max(lo, hn::CopySign(hn::Round(z), z))), vout);
+    }
+    hn::StoreU(v, df, y + i);
+  }
+  for (; i < count; ++i) {
+    float out = static_cast<float>(static_cast<double>(dot[i]) * in_scale * row_scale[i]);
+    if (out_scale > 0) out = ref::Srq(out, out_scale);
+    y[i] = out;
+  }
+}
+
 template <WeightKind K>
 void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum, int n,
                 int r0, int r1, float* y, size_t y_stride) {
@@ -228,6 +303,34 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
   const int blocks = static_cast<int>(lin.row_bytes / 64);
   const bool tail = blocks * BE < lin.cols;
   const double in_scale = lin.in_scale;
+  if (n == 1) {
+    // Decode: integer dots for a run of rows, then the vectorized epilogue.
+    constexpr int kRun = 256;
+    int32_t dots[kRun];
+    for (int run = r0; run < r1; run += kRun) {
+      const int end = std::min(r1, run + kRun);
+      for (int r = run; r < end; r += kRows) {
+        const int rr = std::min(kRows, end - r);
+        const uint8_t* w[kRows];
+        for (int i = 0; i < kRows; ++i)
+          w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+        int32_t raw[kRows][kTokens];
+#if HWY_TARGET == HWY_AVX3_DL
+        Tile1<K>(w, blocks, q, raw);
+#else
+        const int8_t* qt[kTokens] = {q};
+        Tile<K, 1>(w, blocks, qt, raw);
+#endif
+        for (int i = 0; i < rr; ++i) {
+          int32_t dot = raw[i][0] - Offset<K>() * q_sum[0];
+          if (tail) dot += TailDot<K>(w[i], blocks * BE, lin.cols, q);
+          dots[r - run + i] = dot;
+        }
+      }
+      Epilogue(dots, lin.row_scale + run, in_scale, lin.out_scale, end - run, y + run);
+    }
+    return;
+  }
   for (int r = r0; r < r1; r += kRows) {
     const int rr = std::min(kRows, r1 - r);
     const uint8_t* w[kRows];

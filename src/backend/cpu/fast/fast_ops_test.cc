@@ -135,8 +135,13 @@ TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {
             std::vector<float> want(static_cast<size_t>(n) * t.lin.rows);
             ref::LinearForward(t.lin, x.data(), n, want.data());
             const std::vector<float> got = FastLinear(t.lin, x, n);
-            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
-                << WeightKindName(kind) << " cols " << cols << " n " << n << " out " << out_scale;
+            for (size_t i = 0; i < want.size(); ++i) {
+              uint32_t a, b;
+              std::memcpy(&a, &got[i], 4);
+              std::memcpy(&b, &want[i], 4);
+              ASSERT_EQ(a, b) << WeightKindName(kind) << " cols " << cols << " n " << n << " out "
+                              << out_scale << " at " << i << ": " << got[i] << " vs " << want[i];
+            }
           }
         }
       }

@@ -63,99 +63,115 @@ void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>
   syms.resize(n);
 }
 
-// A 4-ary min-heap of uint64 keys: half the depth of a binary heap, and the four children of a
-// node share a cache line, which makes pops on long words about twice as fast.
-class QuadHeap {
+// Candidate merges of a long word, popped lowest rank first and leftmost first among equal ranks.
+// One bucket of positions per active rank, plus a min-heap of the active ranks. Long words that
+// survive the cuts are mostly runs ("xxxx...", long whitespace), where thousands of candidates
+// share a rank and arrive in position order: then a pop is O(1) instead of a sift through a
+// heap of all candidates. A bucket that receives a position out of order is sorted (its
+// unpopped part) before its next pop.
+class RankBuckets {
  public:
-  explicit QuadHeap(std::vector<uint64_t>* v) : v_(*v) {}
-  void Build() {
-    if (v_.size() < 2) return;
-    for (size_t i = (v_.size() - 2) / 4 + 1; i-- > 0;) SiftDown(i);
-  }
-  void Push(uint64_t key) {
-    v_.push_back(key);
-    size_t i = v_.size() - 1;
-    while (i > 0) {
-      size_t parent = (i - 1) / 4;
-      if (v_[parent] <= key) break;
-      v_[i] = v_[parent];
-      i = parent;
+  void Push(uint32_t rank, uint32_t pos) {
+    if (rank >= bucket_of_.size()) bucket_of_.resize(rank + size_t{1}, -1);
+    int32_t& b = bucket_of_[rank];
+    if (b < 0) {
+      if (free_.empty()) {
+        b = static_cast<int32_t>(buckets_.size());
+        buckets_.emplace_back();
+      } else {
+        b = free_.back();
+        free_.pop_back();
+      }
+      ranks_.push_back(rank);
+      std::push_heap(ranks_.begin(), ranks_.end(), std::greater<uint32_t>());
     }
-    v_[i] = key;
+    Bucket& k = buckets_[b];
+    if (k.head == k.pos.size()) {
+      k.pos.clear();
+      k.head = 0;
+      k.sorted = true;
+    } else if (pos < k.pos.back()) {
+      k.sorted = false;
+    }
+    k.pos.push_back(pos);
   }
-  uint64_t Pop() {
-    uint64_t top = v_[0];
-    v_[0] = v_.back();
-    v_.pop_back();
-    if (!v_.empty()) SiftDown(0);
-    return top;
+  // Returns false when empty.
+  bool Pop(uint32_t* rank, uint32_t* pos) {
+    while (!ranks_.empty()) {
+      uint32_t r = ranks_.front();
+      int32_t b = bucket_of_[r];
+      Bucket& k = buckets_[b];
+      if (k.head == k.pos.size()) {
+        std::pop_heap(ranks_.begin(), ranks_.end(), std::greater<uint32_t>());
+        ranks_.pop_back();
+        bucket_of_[r] = -1;
+        free_.push_back(b);
+        continue;
+      }
+      if (!k.sorted) {
+        std::sort(k.pos.begin() + static_cast<std::ptrdiff_t>(k.head), k.pos.end());
+        k.sorted = true;
+      }
+      *rank = r;
+      *pos = k.pos[k.head++];
+      return true;
+    }
+    return false;
   }
-  bool empty() const { return v_.empty(); }
+  // Drops large buffers after a huge word.
+  void Trim() {
+    for (Bucket& k : buckets_) {
+      if (k.pos.capacity() * sizeof(uint32_t) > kKeepBuffer) std::vector<uint32_t>().swap(k.pos);
+    }
+  }
 
  private:
-  void SiftDown(size_t i) {
-    const size_t n = v_.size();
-    uint64_t key = v_[i];
-    while (true) {
-      size_t first = 4 * i + 1;
-      if (first >= n) break;
-      size_t best = first;
-      size_t last = std::min(first + 4, n);
-      for (size_t c = first + 1; c < last; ++c) {
-        if (v_[c] < v_[best]) best = c;
-      }
-      if (v_[best] >= key) break;
-      v_[i] = v_[best];
-      i = best;
-    }
-    v_[i] = key;
-  }
-  std::vector<uint64_t>& v_;
+  struct Bucket {
+    std::vector<uint32_t> pos;
+    size_t head = 0;
+    bool sorted = true;
+  };
+  std::vector<int32_t> bucket_of_;  // rank -> bucket, -1 if none; all -1 between words
+  std::vector<Bucket> buckets_;
+  std::vector<int32_t> free_;
+  std::vector<uint32_t> ranks_;  // min-heap of ranks that have a bucket
 };
 
-// Same result as MergeShort for long words, in O(n log n): a linked list of symbols and a
-// min-heap of (rank << 32 | position) candidates. Each position has at most one live candidate,
-// whose rank and merged id are kept beside the symbol; a popped entry is stale when the position
-// is gone or its current candidate has another rank. (A changed pair never gets its old rank
-// back: ranks identify pairs and a changed pair concatenates to a longer string. HF re-probes the
-// merge table and compares the merged id instead; the outcome is the same.)
+// Same result as MergeShort for long words: a linked list of symbols and the RankBuckets queue.
+// Each position has at most one live candidate, whose rank and merged id are kept beside the
+// symbol; a popped entry is stale when the position is gone or its current candidate has another
+// rank. (A changed pair never gets its old rank back: ranks identify pairs and a changed pair
+// concatenates to a longer string. HF re-probes the merge table and compares the merged id
+// instead; the outcome is the same.)
 void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>* syms_io) {
   std::vector<int32_t>& syms = *syms_io;
   const size_t n = syms.size();
   assert(n < (size_t{1} << 31));  // positions are kept in 32 bits (a single span under 2 GiB)
   thread_local std::vector<int32_t> prev, next, merged;
   thread_local std::vector<uint32_t> cand_rank;
-  thread_local std::vector<uint64_t> heap;
+  thread_local RankBuckets queue;
   prev.resize(n);
   next.resize(n);
   merged.resize(n);
   cand_rank.assign(n, kNoMerge);
-  heap.clear();
   for (size_t i = 0; i < n; ++i) {
     prev[i] = static_cast<int32_t>(i) - 1;
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
   }
-  // Sets the candidate of `pos` from its current pair; returns whether there is one.
-  auto candidate = [&](size_t pos) {
+  // Sets the candidate of `pos` from its current pair and queues it.
+  auto push = [&](size_t pos) {
     int32_t r = next[pos];
     const auto* m = r < 0 ? nullptr : merges.Find(syms[pos], syms[r]);
     cand_rank[pos] = m ? m->rank : kNoMerge;
-    if (m) merged[pos] = m->id;
-    return m != nullptr;
+    if (!m) return;
+    merged[pos] = m->id;
+    queue.Push(m->rank, static_cast<uint32_t>(pos));
   };
-  auto key = [&](size_t pos) { return (static_cast<uint64_t>(cand_rank[pos]) << 32) | pos; };
-  for (size_t i = 0; i + 1 < n; ++i) {
-    if (candidate(i)) heap.push_back(key(i));
-  }
-  QuadHeap queue(&heap);
-  queue.Build();
-  auto push = [&](size_t pos) {
-    if (candidate(pos)) queue.Push(key(pos));
-  };
-  while (!queue.empty()) {
-    uint64_t top = queue.Pop();
-    size_t pos = static_cast<size_t>(top & 0xffffffffu);
-    if (cand_rank[pos] != static_cast<uint32_t>(top >> 32)) continue;  // stale
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  uint32_t rank, p;
+  while (queue.Pop(&rank, &p)) {
+    size_t pos = p;
+    if (cand_rank[pos] != rank) continue;  // stale
     int32_t r = next[pos];
     syms[pos] = merged[pos];
     cand_rank[r] = kNoMerge;  // r is gone
@@ -175,7 +191,7 @@ void MergeLong(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>*
     std::vector<int32_t>().swap(next);
     std::vector<int32_t>().swap(merged);
     std::vector<uint32_t>().swap(cand_rank);
-    std::vector<uint64_t>().swap(heap);
+    queue.Trim();
   }
 }
 

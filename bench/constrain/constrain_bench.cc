@@ -49,8 +49,8 @@ Stats Summarize(std::vector<double> v) {
 
 void Print(const std::string& name, const std::vector<double>& v) {
   Stats s = Summarize(v);
-  std::printf("| %-40s | %7zu | %9.2f | %9.2f | %9.2f | %9.2f | %10.2f |\n", name.c_str(), s.n, s.mean,
-              s.p50, s.p90, s.p99, s.max);
+  std::printf("| %-40s | %7zu | %9.2f | %9.2f | %9.2f | %9.2f | %10.2f |\n", name.c_str(), s.n,
+              s.mean, s.p50, s.p90, s.p99, s.max);
 }
 
 double CpuMs() {
@@ -87,10 +87,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot read %s (run tools/setup.sh)\n", path.c_str());
     return 1;
   }
-  std::printf("vocabulary: %d tokens, trie %zu nodes, longest token %d bytes, %.1f MiB; "
-              "tokenizer.json parse + trie + text splits: %.0f ms wall, %.0f ms CPU\n",
-              vocab->size(), vocab->trie().nodes(), vocab->trie().max_depth,
-              vocab->MemoryBytes() / 1048576.0, t.Ms(), CpuMs() - c0);
+  std::printf(
+      "vocabulary: %d tokens, trie %zu nodes, longest token %d bytes, %.1f MiB; "
+      "tokenizer.json parse + trie + text splits: %.0f ms wall, %.0f ms CPU\n",
+      vocab->size(), vocab->trie().nodes(), vocab->trie().max_depth,
+      vocab->MemoryBytes() / 1048576.0, t.Ms(), CpuMs() - c0);
 
   struct Item {
     std::string label;
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
   }
   std::printf("constraints: %zu schemas (incl. json, tools), %zu regexes; %d failed to compile\n\n",
               schema_compile.cpu.size(), regex_compile.cpu.size(), failed);
-  std::printf("| %-40s | %7s | %9s | %9s | %9s | %9s | %10s |\n", "series", "n", "mean", "p50", "p90",
-              "p99", "max");
+  std::printf("| %-40s | %7s | %9s | %9s | %9s | %9s | %10s |\n", "series", "n", "mean", "p50",
+              "p90", "p99", "max");
   std::printf("|%s|---:|---:|---:|---:|---:|---:|\n", std::string(42, '-').c_str());
   Print("schema compile, ms CPU", schema_compile.cpu);
   Print("schema compile, ms wall", schema_compile.wall);

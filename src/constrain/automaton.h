@@ -1,10 +1,10 @@
 // Finite automata over an extended byte alphabet: Thompson NFA fragments, subset construction,
-// trimming, minimization and products. Every constraint (regex, JSON, schema, tool calls) is built as
-// NFA fragments and compiled to deterministic tables here.
+// trimming, minimization and products. Every constraint (regex, JSON, schema, tool calls) is built
+// as NFA fragments and compiled to deterministic tables here.
 //
 // Alphabet ("symbols"): 0..255 are bytes; kSpecialBase + k is the k-th special token of a grammar
-// (a single token id such as <|"|>, never its text); kCallBase + r means "a complete value of rule r"
-// and becomes a push of the pushdown runtime (see program.h).
+// (a single token id such as <|"|>, never its text); kCallBase + r means "a complete value of rule
+// r" and becomes a push of the pushdown runtime (see program.h).
 #pragma once
 
 #include <array>
@@ -69,7 +69,7 @@ struct Dfa {
   static constexpr uint32_t kDead = 0xffffffffu;
   int num_classes = 0;
   std::array<uint16_t, kNumSymbols> cls{};  // symbol -> class
-  std::vector<uint32_t> next;              // state * num_classes + class
+  std::vector<uint32_t> next;               // state * num_classes + class
   std::vector<uint8_t> accept;
 
   uint32_t size() const { return static_cast<uint32_t>(accept.size()); }

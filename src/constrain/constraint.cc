@@ -19,7 +19,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr size_t kMaxStates = 1 << 20;
-constexpr size_t kMaxCachedMasks = 4096;  // 128 MiB at a 262k vocabulary; beyond: computed, not kept
+constexpr size_t kMaxCachedMasks =
+    4096;  // 128 MiB at a 262k vocabulary; beyond: computed, not kept
 
 // Special-symbol numbering inside grammars.
 enum SpecialSymbol { kQuote = 0, kToolOpen, kToolClose, kChannelOpen, kChannelClose, kNumSpecial };
@@ -93,7 +94,10 @@ Program BuildProgram(const ConstraintOptions& options, int inline_levels) {
       body = CompileRegex(options.regex, &nfa);
       break;
     case ConstraintKind::kJson: {
-      Fragment parts[] = {g.Ws(), g.AnyValueBody(options.object_root ? JsonGrammar::Root::kObject : JsonGrammar::Root::kAny), g.Ws()};
+      Fragment parts[] = {g.Ws(),
+                          g.AnyValueBody(options.object_root ? JsonGrammar::Root::kObject
+                                                             : JsonGrammar::Root::kAny),
+                          g.Ws()};
       body = nfa.Concat(parts);
       max_frames = options.max_depth - 1;
       break;
@@ -105,7 +109,8 @@ Program BuildProgram(const ConstraintOptions& options, int inline_levels) {
     }
     case ConstraintKind::kToolCalls: {
       if (!options.tools.is_array() || options.tools.empty()) {
-        throw Error(ErrorCode::kConstraint, "tool-call constraint: tools must be a non-empty array");
+        throw Error(ErrorCode::kConstraint,
+                    "tool-call constraint: tools must be a non-empty array");
       }
       std::vector<Fragment> calls;
       for (size_t i = 0; i < options.tools.size(); ++i) {
@@ -119,8 +124,8 @@ Program BuildProgram(const ConstraintOptions& options, int inline_levels) {
           args = nfa.Literal("{}");
         } else {
           if (!params.is_object() || (params.contains("type") && params["type"] != "object")) {
-            throw Error(ErrorCode::kConstraint,
-                        "tool-call constraint: parameters of '" + name + "' must be an object schema");
+            throw Error(ErrorCode::kConstraint, "tool-call constraint: parameters of '" + name +
+                                                    "' must be an object schema");
           }
           Json p = params;
           if (!p.contains("type")) p["type"] = "object";
@@ -162,7 +167,7 @@ struct MaskCache {
   std::vector<std::unique_ptr<std::vector<uint64_t>>> by_state;  // empty stack
   std::unordered_map<std::string, std::unique_ptr<std::vector<uint64_t>>> by_stack;
   size_t count = 0;
-  std::vector<Frame> arena;  // walk scratch, guarded by mu
+  std::vector<Frame> arena;        // walk scratch, guarded by mu
   std::vector<int8_t> text_state;  // per state: -1 unknown, else Program::TextLoop's answer
   std::vector<std::unique_ptr<std::vector<uint64_t>>> class_walk;  // per Constraint::walk_class_
   std::vector<std::array<uint64_t, 2>> text_ascii;
@@ -182,8 +187,8 @@ std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Voca
                             ids.channel_close};
   for (int32_t id : c->special_symbol_ids_) {
     if (id < 0 || id >= vocab->size()) {
-      throw Error(ErrorCode::kInvalidArgument, "special token id " + std::to_string(id) +
-                                                   " outside the vocabulary");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "special token id " + std::to_string(id) + " outside the vocabulary");
     }
   }
   if (options.max_depth < 1) throw Error(ErrorCode::kInvalidArgument, "max_depth < 1");
@@ -203,7 +208,8 @@ std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Voca
   c->cache_->text_state.assign(c->program_->num_states(), -1);
   c->walk_class_ = c->program_->WalkClasses(vocab->trie().max_depth);
   if (!c->walk_class_.empty()) {
-    c->cache_->class_walk.resize(*std::max_element(c->walk_class_.begin(), c->walk_class_.end()) + 1);
+    c->cache_->class_walk.resize(*std::max_element(c->walk_class_.begin(), c->walk_class_.end()) +
+                                 1);
   }
   c->cache_->text_ascii.resize(c->program_->num_states());
   return c;
@@ -221,8 +227,9 @@ size_t Constraint::MemoryBytes() const {
   size_t walks = 0;
   for (const auto& w : cache_->class_walk) walks += w ? 1 : 0;
   return sizeof(*this) + program_->MemoryBytes() + walk_class_.capacity() * 4 +
-         (cache_->count + walks) * (vocab_->mask_words() * 8 + 72) + cache_->by_state.capacity() * 8 +
-         cache_->class_walk.capacity() * 8 + cache_->text_state.capacity() * 17;
+         (cache_->count + walks) * (vocab_->mask_words() * 8 + 72) +
+         cache_->by_state.capacity() * 8 + cache_->class_walk.capacity() * 8 +
+         cache_->text_state.capacity() * 17;
 }
 
 namespace {
@@ -237,8 +244,8 @@ void FinishWalk(const TokenTrie& t, uint64_t* mask) {
   mask[t.none >> 6] = 0;
 }
 
-void WalkTrie(const Program& p, const TokenTrie& t, uint32_t top, const std::vector<uint32_t>& stack,
-              std::vector<Frame>* arena, uint64_t* mask) {
+void WalkTrie(const Program& p, const TokenTrie& t, uint32_t top,
+              const std::vector<uint32_t>& stack, std::vector<Frame>* arena, uint64_t* mask) {
   const size_t n = t.nodes();
   const uint8_t* bytes = t.byte.data();
   const uint16_t* depth = t.depth.data();

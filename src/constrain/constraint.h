@@ -1,5 +1,5 @@
-// Constrained decoding: compile a regex / JSON / JSON Schema / Gemma 4 tool-call constraint once per
-// request configuration, then walk it token by token.
+// Constrained decoding: compile a regex / JSON / JSON Schema / Gemma 4 tool-call constraint once
+// per request configuration, then walk it token by token.
 //
 // How the engine uses it:
 //
@@ -7,30 +7,30 @@
 //   constrain::ConstraintOptions opt;
 //   opt.kind = constrain::ConstraintKind::kJsonSchema;
 //   opt.schema = nlohmann::ordered_json::parse(request_schema);
-//   auto c = constrain::Constraint::Compile(vocab, opt);   // throws Error(kConstraint/kUnsupported)
-//   constrain::ConstraintState st(c);                       // per generation
-//   loop:
-//     const uint64_t* mask = st.AllowedTokens();   // bit i set = token i allowed; throws on dead end
-//     constrain::MaskLogits(mask, logits);          // before penalties' top-k/top-p/min-p filtering
+//   auto c = constrain::Constraint::Compile(vocab, opt);   // throws
+//   Error(kConstraint/kUnsupported) constrain::ConstraintState st(c);                       // per
+//   generation loop:
+//     const uint64_t* mask = st.AllowedTokens();   // bit i set = token i allowed; throws on dead
+//     end constrain::MaskLogits(mask, logits);          // before penalties' top-k/top-p/min-p
+//     filtering
 //     ... sample id ...
-//     st.Accept(id);                                // throws Error(kConstraint) if id was not allowed
-//     if (st.IsComplete()) break;                   // a stop id was accepted
+//     st.Accept(id);                                // throws Error(kConstraint) if id was not
+//     allowed if (st.IsComplete()) break;                   // a stop id was accepted
 //
 // Masks: bit i of word i/64. Stop ids (opt.stop_ids) are allowed only where the constraint can stop
 // (CanStop()); special tokens are allowed only where the grammar names them through opt.ids;
-// every other special token is never allowed. Masks are cached in the Constraint per automaton state
-// (plus pushdown stack), so a Constraint shared across generations gets faster with use; it is
-// thread-safe (the cache is locked), ConstraintState is not.
+// every other special token is never allowed. Masks are cached in the Constraint per automaton
+// state (plus pushdown stack), so a Constraint shared across generations gets faster with use; it
+// is thread-safe (the cache is locked), ConstraintState is not.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "constrain/vocabulary.h"
 
@@ -49,7 +49,8 @@ enum class Whitespace {
   kAny,      // any JSON whitespace between tokens, and around the root value
 };
 
-// Gemma 4 special-token ids used by the tool-call grammar and the thinking prefix (never their text).
+// Gemma 4 special-token ids used by the tool-call grammar and the thinking prefix (never their
+// text).
 struct SpecialIds {
   int32_t tool_call_open = 48;   // <|tool_call>
   int32_t tool_call_close = 49;  // <tool_call|>
@@ -61,7 +62,8 @@ struct SpecialIds {
 struct ConstraintOptions {
   ConstraintKind kind = ConstraintKind::kJson;
   std::string regex;
-  nlohmann::ordered_json schema;  // kJsonSchema (ordered: JSON output keeps the declared property order)
+  nlohmann::ordered_json
+      schema;  // kJsonSchema (ordered: JSON output keeps the declared property order)
   // kToolCalls: [{"type":"function","function":{"name":..,"parameters":{..}}}] or [{"name":..,
   // "parameters":..}]. Arguments follow each tool's parameters schema (same subset as kJsonSchema)
   // in Gemma syntax: bare keys in sorted order, strings as <|"|>text<|"|>, no whitespace.
@@ -109,7 +111,7 @@ class Constraint {
   std::unique_ptr<MaskCache> cache_;
   ConstraintOptions options_;
   std::vector<int32_t> special_symbol_ids_;  // symbol k -> token id
-  std::vector<uint32_t> walk_class_;  // Program::WalkClasses, empty when not computed
+  std::vector<uint32_t> walk_class_;         // Program::WalkClasses, empty when not computed
   mutable std::once_flag distances_once_;
   mutable std::vector<uint32_t> distances_;
 };

@@ -31,7 +31,8 @@ TEST(VocabularyTest, TrieHoldsEveryNonSpecialToken) {
   auto v = SyntheticVocab();
   const TokenTrie& t = v->trie();
   int non_special = 0;
-  for (int32_t id = 0; id < v->size(); ++id) non_special += !v->is_special(id) && !v->bytes(id).empty();
+  for (int32_t id = 0; id < v->size(); ++id)
+    non_special += !v->is_special(id) && !v->bytes(id).empty();
   EXPECT_EQ(static_cast<int>(t.num_tokens), non_special);
   // Rebuild each token's bytes from the DFS layout.
   std::vector<uint8_t> path;
@@ -48,7 +49,8 @@ TEST(VocabularyTest, TrieHoldsEveryNonSpecialToken) {
   EXPECT_EQ(found, non_special);
 }
 
-std::shared_ptr<const Constraint> Compile(std::shared_ptr<const Vocabulary> v, ConstraintOptions o) {
+std::shared_ptr<const Constraint> Compile(std::shared_ptr<const Vocabulary> v,
+                                          ConstraintOptions o) {
   return Constraint::Compile(std::move(v), o);
 }
 
@@ -84,9 +86,11 @@ TEST(ConstraintTest, MasksAgreeWithPerTokenAcceptanceAlongGenerations) {
   std::vector<ConstraintOptions> opts(5);
   opts[0].kind = ConstraintKind::kJson;
   opts[1].kind = ConstraintKind::kJsonSchema;
-  opts[1].schema = Json::parse(R"({"type":"object","properties":{"s":{"type":"string"},"t":{"type":"string","pattern":"^[a-z]+$"},"n":{"type":"array","items":{}}},"required":["s","t","n"]})");
+  opts[1].schema = Json::parse(
+      R"({"type":"object","properties":{"s":{"type":"string"},"t":{"type":"string","pattern":"^[a-z]+$"},"n":{"type":"array","items":{}}},"required":["s","t","n"]})");
   opts[2].kind = ConstraintKind::kToolCalls;
-  opts[2].tools = Json::parse(R"([{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}}}}])");
+  opts[2].tools = Json::parse(
+      R"([{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}}}}])");
   opts[2].thinking = true;
   opts[3].kind = ConstraintKind::kRegex;
   opts[3].regex = "[^\\n]*\\n(.|\\n){0,8}";
@@ -150,8 +154,8 @@ TEST(ConstraintTest, StopIdsOnlyInAcceptingStatesAndStopEnds) {
 
 TEST(ConstraintTest, DeadEndIsAnExplicitError) {
   // A vocabulary without the byte 'b': after "a" nothing can continue "ab".
-  auto v = std::make_shared<Vocabulary>(
-      std::vector<std::string>{"<pad>", "<eos>", "a", "c"}, std::vector<bool>{true, true, false, false});
+  auto v = std::make_shared<Vocabulary>(std::vector<std::string>{"<pad>", "<eos>", "a", "c"},
+                                        std::vector<bool>{true, true, false, false});
   ConstraintOptions o;
   o.kind = ConstraintKind::kRegex;
   o.regex = "ab";

@@ -17,7 +17,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kMaxListCopies = 256;   // array positions emitted one by one
+constexpr int kMaxListCopies = 256;  // array positions emitted one by one
 constexpr int kMaxStringLength = 1024;
 constexpr size_t kMaxBranchStates = 20000;
 
@@ -47,19 +47,36 @@ std::string EscapePointer(const std::string& s) {
 }
 
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> k = {"title",      "description", "default",  "examples",
-                                          "$comment",   "$schema",     "deprecated", "readOnly",
-                                          "writeOnly",  "$defs",       "definitions", "$id"};
+  static const std::set<std::string> k = {"title",     "description", "default",     "examples",
+                                          "$comment",  "$schema",     "deprecated",  "readOnly",
+                                          "writeOnly", "$defs",       "definitions", "$id"};
   return k;
 }
 
 const std::set<std::string>& Supported() {
-  static const std::set<std::string> k = {
-      "type",    "const",      "enum",       "anyOf",         "oneOf",     "allOf",
-      "$ref",    "properties", "required",   "additionalProperties",     "items",
-      "prefixItems", "additionalItems", "minItems", "maxItems",  "uniqueItems",
-      "pattern", "minLength",  "maxLength",  "minimum",       "maximum",   "exclusiveMinimum",
-      "exclusiveMaximum"};
+  static const std::set<std::string> k = {"type",
+                                          "const",
+                                          "enum",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "uniqueItems",
+                                          "pattern",
+                                          "minLength",
+                                          "maxLength",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum"};
   return k;
 }
 
@@ -67,7 +84,8 @@ bool IsAnnotation(const std::string& k) { return Annotations().count(k) > 0; }
 
 bool NonNegInt(const Json& v) {
   if (v.is_number_integer()) return v.get<int64_t>() >= 0 || v.is_number_unsigned();
-  return v.is_number_float() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>();
+  return v.is_number_float() && v.get<double>() >= 0 &&
+         std::floor(v.get<double>()) == v.get<double>();
 }
 
 // Canonical decimal integers in [lo, hi] (nullopt = unbounded) as fragments.
@@ -140,11 +158,14 @@ class IntRanges {
       return nfa_->Concat(nfa_->Range(lo[0], hi[0]), AnyDigits(static_cast<int>(n)));
     }
     std::vector<Fragment> alts;
-    alts.push_back(nfa_->Concat(nfa_->Literal(lo.substr(0, 1)), SameLen(rest_lo, std::string(n, '9'))));
+    alts.push_back(
+        nfa_->Concat(nfa_->Literal(lo.substr(0, 1)), SameLen(rest_lo, std::string(n, '9'))));
     if (hi[0] - lo[0] >= 2) {
-      alts.push_back(nfa_->Concat(nfa_->Range(lo[0] + 1, hi[0] - 1), AnyDigits(static_cast<int>(n))));
+      alts.push_back(
+          nfa_->Concat(nfa_->Range(lo[0] + 1, hi[0] - 1), AnyDigits(static_cast<int>(n))));
     }
-    alts.push_back(nfa_->Concat(nfa_->Literal(hi.substr(0, 1)), SameLen(std::string(n, '0'), rest_hi)));
+    alts.push_back(
+        nfa_->Concat(nfa_->Literal(hi.substr(0, 1)), SameLen(std::string(n, '0'), rest_hi)));
     return nfa_->Alt(alts);
   }
 
@@ -299,8 +320,9 @@ Fragment JsonGrammar::AnyValueCall() {
 
 namespace {
 
-// open item (sep item)* close with the item count in [min, max] (max < 0: unbounded). make(i) builds
-// the item at position i; positions >= loop_from (when unbounded) share one looping fragment.
+// open item (sep item)* close with the item count in [min, max] (max < 0: unbounded). make(i)
+// builds the item at position i; positions >= loop_from (when unbounded) share one looping
+// fragment.
 Fragment List(JsonGrammar* g, Nfa* nfa, const std::function<Fragment(char)>& open,
               const std::function<Fragment(char)>& close, const std::function<Fragment(char)>& sep,
               char o, char c, int min, int max, int loop_from,
@@ -366,7 +388,8 @@ class SchemaCompiler {
       Unsatisfiable(ptr, "the schema is false");
     }
     if (!s.is_object()) {
-      throw Error(ErrorCode::kConstraint, "JSON Schema at '#" + ptr + "' must be an object or a boolean");
+      throw Error(ErrorCode::kConstraint,
+                  "JSON Schema at '#" + ptr + "' must be an object or a boolean");
     }
     std::vector<std::string> active;  // non-annotation keywords
     for (auto it = s.begin(); it != s.end(); ++it) {
@@ -395,7 +418,8 @@ class SchemaCompiler {
     if (s.contains("allOf")) {
       only("allOf", {});
       const Json& a = s["allOf"];
-      if (!a.is_array() || a.size() != 1) Unsupported("allOf", ptr, "is only supported with one member");
+      if (!a.is_array() || a.size() != 1)
+        Unsupported("allOf", ptr, "is only supported with one member");
       return Compile(a[0], ptr + "/allOf/0");
     }
     if (s.contains("anyOf") || s.contains("oneOf")) {
@@ -418,7 +442,7 @@ class SchemaCompiler {
         Unsupported("type", ptr, "must be a string or an array of strings");
       }
       for (const auto& x : *types) {
-        static const std::set<std::string> kTypes = {"null", "boolean", "object", "array",
+        static const std::set<std::string> kTypes = {"null",   "boolean", "object", "array",
                                                      "number", "integer", "string"};
         if (!kTypes.count(x)) Unsupported("type", ptr, "has unknown type '" + x + "'");
       }
@@ -445,13 +469,15 @@ class SchemaCompiler {
       // The types that the present keywords constrain; no keyword at all: any value.
       types.emplace();
       for (const auto& k : active) {
-        if (k == "properties" || k == "required" || k == "additionalProperties") types->insert("object");
+        if (k == "properties" || k == "required" || k == "additionalProperties")
+          types->insert("object");
         if (k == "items" || k == "prefixItems" || k == "additionalItems" || k == "minItems" ||
             k == "maxItems") {
           types->insert("array");
         }
         if (k == "pattern" || k == "minLength" || k == "maxLength") types->insert("string");
-        if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+        if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" ||
+            k == "exclusiveMaximum") {
           types->insert("number");
         }
       }
@@ -480,25 +506,33 @@ class SchemaCompiler {
  private:
   static bool TypeMatches(const Json& v, const std::set<std::string>& types) {
     switch (v.type()) {
-      case Json::value_t::null: return types.count("null");
-      case Json::value_t::boolean: return types.count("boolean");
-      case Json::value_t::string: return types.count("string");
-      case Json::value_t::array: return types.count("array");
-      case Json::value_t::object: return types.count("object");
+      case Json::value_t::null:
+        return types.count("null");
+      case Json::value_t::boolean:
+        return types.count("boolean");
+      case Json::value_t::string:
+        return types.count("string");
+      case Json::value_t::array:
+        return types.count("array");
+      case Json::value_t::object:
+        return types.count("object");
       case Json::value_t::number_integer:
-      case Json::value_t::number_unsigned: return types.count("integer") || types.count("number");
+      case Json::value_t::number_unsigned:
+        return types.count("integer") || types.count("number");
       case Json::value_t::number_float: {
         double d = v.get<double>();
         return types.count("number") || (types.count("integer") && std::floor(d) == d);
       }
-      default: return false;
+      default:
+        return false;
     }
   }
 
   Fragment Ref(const Json& ref, const std::string& ptr) {
     if (!ref.is_string()) Unsupported("$ref", ptr, "must be a string");
     std::string r = ref.get<std::string>();
-    if (r.empty() || r[0] != '#') Unsupported("$ref", ptr, "to '" + r + "' (only local '#...' references)");
+    if (r.empty() || r[0] != '#')
+      Unsupported("$ref", ptr, "to '" + r + "' (only local '#...' references)");
     if (std::find(ref_stack_.begin(), ref_stack_.end(), r) != ref_stack_.end()) {
       Unsupported("$ref", ptr, "is recursive ('" + r + "')");
     }
@@ -587,7 +621,7 @@ class SchemaCompiler {
 
   // Fraction digit strings F (non-empty) with 0.F >= 0.L (or >), and/or 0.F <= 0.H (or <).
   std::optional<Fragment> Fraction(const std::optional<std::pair<std::string, bool>>& at_least,
-                    const std::optional<std::pair<std::string, bool>>& at_most) {
+                                   const std::optional<std::pair<std::string, bool>>& at_most) {
     Nfa tmp;
     auto digits = [&] { return tmp.Star(tmp.Range('0', '9')); };
     Dfa d = Determinize(tmp, tmp.Plus(tmp.Range('0', '9')), kMaxBranchStates);
@@ -629,7 +663,8 @@ class SchemaCompiler {
   }
 
   // "I.F" strings (I canonical non-negative integer) whose value lies within [mlo, mhi].
-  std::optional<Fragment> Magnitudes(const std::optional<Bound>& mlo, const std::optional<Bound>& mhi) {
+  std::optional<Fragment> Magnitudes(const std::optional<Bound>& mlo,
+                                     const std::optional<Bound>& mhi) {
     if (mlo && mhi && (mlo->v > mhi->v || (mlo->v == mhi->v && (mlo->strict || mhi->strict)))) {
       return std::nullopt;
     }
@@ -652,10 +687,12 @@ class SchemaCompiler {
       auto i = ir.Range(l->first, l->first);
       std::optional<std::pair<std::string, bool>> most;
       if (h && h->first == l->first) most = std::make_pair(h->second, mhi->strict);
-      if (!h || h->first >= l->first) with_fraction(*i, Fraction(std::make_pair(l->second, mlo->strict), most));
+      if (!h || h->first >= l->first)
+        with_fraction(*i, Fraction(std::make_pair(l->second, mlo->strict), most));
     }
     if (h && (!l || h->first != l->first) && (!l || h->first > l->first)) {
-      with_fraction(*ir.Range(h->first, h->first), Fraction(std::nullopt, std::make_pair(h->second, mhi->strict)));
+      with_fraction(*ir.Range(h->first, h->first),
+                    Fraction(std::nullopt, std::make_pair(h->second, mhi->strict)));
     }
     if (alts.empty()) return std::nullopt;
     return nfa_->Alt(alts);
@@ -667,15 +704,18 @@ class SchemaCompiler {
     auto take = [&](const char* k, bool exclusive) {
       if (!s.contains(k)) return;
       const Json& v = s[k];
-      if (!v.is_number()) Unsupported(k, ptr, "must be a number (draft-04 boolean form unsupported)");
+      if (!v.is_number())
+        Unsupported(k, ptr, "must be a number (draft-04 boolean form unsupported)");
       double d = v.get<double>();
       if (std::fabs(d) > 1e15) Unsupported(k, ptr, "beyond +-1e15 is not supported");
       int64_t x;
       if (lower) {
-        x = exclusive ? static_cast<int64_t>(std::floor(d)) + 1 : static_cast<int64_t>(std::ceil(d));
+        x = exclusive ? static_cast<int64_t>(std::floor(d)) + 1
+                      : static_cast<int64_t>(std::ceil(d));
         if (!b || x > *b) b = x;
       } else {
-        x = exclusive ? static_cast<int64_t>(std::ceil(d)) - 1 : static_cast<int64_t>(std::floor(d));
+        x = exclusive ? static_cast<int64_t>(std::ceil(d)) - 1
+                      : static_cast<int64_t>(std::floor(d));
         if (!b || x < *b) b = x;
       }
     };
@@ -686,8 +726,8 @@ class SchemaCompiler {
   }
 
   std::optional<Fragment> Numeric(const Json& s, const std::string& ptr, bool integer) {
-    bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-                   s.contains("exclusiveMaximum");
+    bool bounded = s.contains("minimum") || s.contains("maximum") ||
+                   s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
     if (!bounded) return integer ? g_->Integer() : g_->Number();
     std::optional<int64_t> lo = IntBound(s, ptr, "", true), hi = IntBound(s, ptr, "", false);
     IntRanges ir(nfa_);
@@ -701,7 +741,8 @@ class SchemaCompiler {
           if (!s.contains(k)) continue;
           double d = s[k].get<double>();
           bool strict = k == exc;
-          if (!r || (lower ? (d > r->v || (d == r->v && strict)) : (d < r->v || (d == r->v && strict)))) {
+          if (!r ||
+              (lower ? (d > r->v || (d == r->v && strict)) : (d < r->v || (d == r->v && strict)))) {
             r = Bound{d, strict};
           }
         }
@@ -729,12 +770,16 @@ class SchemaCompiler {
   std::optional<Fragment> String(const Json& s, const std::string& ptr) {
     int min = 0, max = -1;
     if (s.contains("minLength")) {
-      if (!NonNegInt(s["minLength"])) Unsupported("minLength", ptr, "must be a non-negative integer");
-      min = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["minLength"].get<double>()), 1u << 30));
+      if (!NonNegInt(s["minLength"]))
+        Unsupported("minLength", ptr, "must be a non-negative integer");
+      min = static_cast<int>(
+          std::min<uint64_t>(static_cast<uint64_t>(s["minLength"].get<double>()), 1u << 30));
     }
     if (s.contains("maxLength")) {
-      if (!NonNegInt(s["maxLength"])) Unsupported("maxLength", ptr, "must be a non-negative integer");
-      max = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["maxLength"].get<double>()), 1u << 30));
+      if (!NonNegInt(s["maxLength"]))
+        Unsupported("maxLength", ptr, "must be a non-negative integer");
+      max = static_cast<int>(
+          std::min<uint64_t>(static_cast<uint64_t>(s["maxLength"].get<double>()), 1u << 30));
     }
     if (min > kMaxStringLength) Unsupported("minLength", ptr, "above 1024 is not supported");
     if (max > kMaxStringLength) max = kMaxStringLength;  // shorter strings stay valid
@@ -748,7 +793,8 @@ class SchemaCompiler {
         parts.push_back(nfa->Star(g->StringChar()));
       } else if (max > min) {
         Fragment tail = nfa->Optional(g->StringChar());
-        for (int i = min + 1; i < max; ++i) tail = nfa->Optional(nfa->Concat(g->StringChar(), tail));
+        for (int i = min + 1; i < max; ++i)
+          tail = nfa->Optional(nfa->Concat(g->StringChar(), tail));
         parts.push_back(tail);
       }
       return nfa->Concat(parts);
@@ -767,7 +813,8 @@ class SchemaCompiler {
           JsonGrammar tg(&tmp, g_->cfg_);
           Fragment fp = CompileRegex(pat, &tmp, enc);
           Fragment fl = lengths(&tg, &tmp);
-          Dfa d = Intersect(Determinize(tmp, fp, kMaxBranchStates), Determinize(tmp, fl, kMaxBranchStates));
+          Dfa d = Intersect(Determinize(tmp, fp, kMaxBranchStates),
+                            Determinize(tmp, fl, kMaxBranchStates));
           if (d.Empty()) return std::nullopt;
           content = EmbedDfa(nfa_, d);
         }
@@ -783,7 +830,8 @@ class SchemaCompiler {
     Json props = s.contains("properties") ? s["properties"] : Json::object();
     if (!props.is_object()) Unsupported("properties", ptr, "must be an object");
     Json addl = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
-    if (!addl.is_boolean() && !addl.is_object()) Unsupported("additionalProperties", ptr, "must be a schema");
+    if (!addl.is_boolean() && !addl.is_object())
+      Unsupported("additionalProperties", ptr, "must be a schema");
     const bool addl_false = addl.is_boolean() && !addl.get<bool>();
     std::set<std::string> required;
     if (s.contains("required")) {
@@ -826,7 +874,8 @@ class SchemaCompiler {
       auto close = [this](char c) { return g_->Close(c); };
       auto sep = [this](char c) { return g_->Sep(c); };
       return List(g_, nfa_, open, close, sep, '{', '}', 0, -1, 0, [&](int) {
-        Fragment parts[] = {g_->AnyKey(), g_->Sep(':'), Compile(addl, ptr + "/additionalProperties")};
+        Fragment parts[] = {g_->AnyKey(), g_->Sep(':'),
+                            Compile(addl, ptr + "/additionalProperties")};
         return nfa_->Concat(parts);
       });
     }
@@ -884,11 +933,13 @@ class SchemaCompiler {
     int min = 0, max = -1;
     if (s.contains("minItems")) {
       if (!NonNegInt(s["minItems"])) Unsupported("minItems", ptr, "must be a non-negative integer");
-      min = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["minItems"].get<double>()), 1u << 20));
+      min = static_cast<int>(
+          std::min<uint64_t>(static_cast<uint64_t>(s["minItems"].get<double>()), 1u << 20));
     }
     if (s.contains("maxItems")) {
       if (!NonNegInt(s["maxItems"])) Unsupported("maxItems", ptr, "must be a non-negative integer");
-      max = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s["maxItems"].get<double>()), 1u << 20));
+      max = static_cast<int>(
+          std::min<uint64_t>(static_cast<uint64_t>(s["maxItems"].get<double>()), 1u << 20));
     }
     const int k = static_cast<int>(prefix.size());
     if (rest.is_boolean() && !rest.get<bool>()) max = max < 0 ? k : std::min(max, k);

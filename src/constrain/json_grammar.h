@@ -12,13 +12,13 @@
 //   Annotations (title, description, default, examples, $comment, $schema, $id at the root,
 //   deprecated, readOnly, writeOnly, uniqueItems: false) are ignored.
 // Generation choices (sound, not complete): declared properties are emitted in schema order (JSON)
-// or sorted order (Gemma), no undeclared keys when `properties` is given; numbers with bounds have no
-// exponent and a fraction only when it is non-zero; strings under `pattern` use canonical escapes.
+// or sorted order (Gemma), no undeclared keys when `properties` is given; numbers with bounds have
+// no exponent and a fraction only when it is non-zero; strings under `pattern` use canonical
+// escapes.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "constrain/automaton.h"
 #include "constrain/constraint.h"

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 
 #include "gemma/error.h"
 
@@ -27,8 +27,8 @@ Program Program::Build(const Nfa& nfa, std::span<const Fragment> rules, int max_
   for (size_t r = 0; r < rules.size(); ++r) {
     dfas.push_back(Determinize(nfa, rules[r], cls, nc, max_states));
     if (dfas.back().Empty()) {
-      throw Error(ErrorCode::kConstraint, r == 0 ? "the constraint admits no output"
-                                                 : "a nested rule admits no output");
+      throw Error(ErrorCode::kConstraint,
+                  r == 0 ? "the constraint admits no output" : "a nested rule admits no output");
     }
     total += dfas.back().size();
     if (total > max_states) throw Error(ErrorCode::kConstraint, "automaton too large");
@@ -83,7 +83,8 @@ Program Program::Build(const Nfa& nfa, std::span<const Fragment> rules, int max_
   for (size_t r = 1; r < rules.size(); ++r) {
     uint32_t st = p.rule_start_[r];
     if (p.accept_[st]) throw Error(ErrorCode::kInternal, "a nested rule accepts the empty string");
-    if (p.call_rule_[st] != 0) throw Error(ErrorCode::kInternal, "a nested rule starts with a call");
+    if (p.call_rule_[st] != 0)
+      throw Error(ErrorCode::kInternal, "a nested rule starts with a call");
     for (int sym = 0; sym < kCallBase; ++sym) {
       p.first_[r][sym] = table[static_cast<size_t>(st) * nc + cls[sym]] != kDead;
     }
@@ -112,7 +113,8 @@ Program Program::Build(const Nfa& nfa, std::span<const Fragment> rules, int max_
   p.next_.assign(static_cast<size_t>(n) * p.num_classes_, kDead);
   for (uint32_t s = 0; s < n; ++s) {
     for (int c = 0; c < nc; ++c) {
-      p.next_[static_cast<size_t>(s) * p.num_classes_ + remap[c]] = table[static_cast<size_t>(s) * nc + c];
+      p.next_[static_cast<size_t>(s) * p.num_classes_ + remap[c]] =
+          table[static_cast<size_t>(s) * nc + c];
     }
   }
   for (int sym = 0; sym < kNumSymbols; ++sym) p.cls_[sym] = static_cast<uint16_t>(remap[cls[sym]]);

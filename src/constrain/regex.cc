@@ -68,9 +68,8 @@ class Parser {
 
  private:
   [[noreturn]] void Fail(const std::string& what) const {
-    throw Error(ErrorCode::kConstraint,
-                "regex: " + what + " at offset " + std::to_string(pos_) + " in /" + std::string(p_) +
-                    "/");
+    throw Error(ErrorCode::kConstraint, "regex: " + what + " at offset " + std::to_string(pos_) +
+                                            " in /" + std::string(p_) + "/");
   }
 
   bool EscapedAt(size_t i) const {
@@ -160,7 +159,8 @@ class Parser {
         break;
       }
       if (!AtEnd() && Peek() == '?') ++pos_;  // lazy: same language
-      if (!AtEnd() && (Peek() == '*' || Peek() == '+' || Peek() == '?')) Fail("bad repetition operator");
+      if (!AtEnd() && (Peek() == '*' || Peek() == '+' || Peek() == '?'))
+        Fail("bad repetition operator");
       auto r = std::make_unique<Node>();
       r->kind = Node::kRepeat;
       r->min = mn;
@@ -195,19 +195,32 @@ class Parser {
     char c = Peek();
     ++pos_;
     switch (c) {
-      case 'd': return Digit();
-      case 'D': return Negate(Digit());
-      case 'w': return Word();
-      case 'W': return Negate(Word());
-      case 's': return Space();
-      case 'S': return Negate(Space());
-      case 'n': return {{'\n', '\n'}};
-      case 'r': return {{'\r', '\r'}};
-      case 't': return {{'\t', '\t'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
-      case 'a': return {{7, 7}};
-      case '0': return {{0, 0}};
+      case 'd':
+        return Digit();
+      case 'D':
+        return Negate(Digit());
+      case 'w':
+        return Word();
+      case 'W':
+        return Negate(Word());
+      case 's':
+        return Space();
+      case 'S':
+        return Negate(Space());
+      case 'n':
+        return {{'\n', '\n'}};
+      case 'r':
+        return {{'\r', '\r'}};
+      case 't':
+        return {{'\t', '\t'}};
+      case 'f':
+        return {{'\f', '\f'}};
+      case 'v':
+        return {{'\v', '\v'}};
+      case 'a':
+        return {{7, 7}};
+      case '0':
+        return {{0, 0}};
       case 'x': {
         uint32_t v;
         if (!AtEnd() && Peek() == '{') {
@@ -268,7 +281,8 @@ class Parser {
         ++pos_;
         break;
       }
-      if (Peek() == '[' && pos_ + 1 < end_ && p_[pos_ + 1] == ':') Fail("POSIX classes are not supported");
+      if (Peek() == '[' && pos_ + 1 < end_ && p_[pos_ + 1] == ':')
+        Fail("POSIX classes are not supported");
       first = false;
       Ranges lo_set;
       if (Peek() == '\\') {
@@ -356,13 +370,20 @@ bool NeedsJsonEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\';
 
 std::string JsonEscape(uint32_t cp) {
   switch (cp) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    case '\b': return "\\b";
-    case '\f': return "\\f";
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
     default: {
       static const char* hex = "0123456789abcdef";
       return std::string("\\u00") + hex[cp >> 4] + hex[cp & 15];

@@ -1,14 +1,14 @@
 // Regular expressions: an RE2-compatible subset, always full-match, compiled to byte automata.
 //
-// Supported: literals (UTF-8), `.` (any code point but \n), classes `[a-z]`, `[^...]` with ranges and
-// escapes, `\d \w \s \D \W \S`, escapes `\n \r \t \f \v \0 \xHH \x{H..} \uHHHH` and escaped
+// Supported: literals (UTF-8), `.` (any code point but \n), classes `[a-z]`, `[^...]` with ranges
+// and escapes, `\d \w \s \D \W \S`, escapes `\n \r \t \f \v \0 \xHH \x{H..} \uHHHH` and escaped
 // punctuation, alternation `|`, groups `(...)`, `(?:...)`, `(?P<name>...)`, `(?<name>...)`,
 // repetition `* + ? {n} {n,} {n,m}` (lazy `?` suffixes accepted; they do not change the language),
 // and `^` / `$` as the first / last character (no-ops: matching is always anchored at both ends).
 // Counted repetition is limited to 1000 (as in RE2).
-// Rejected with Error(kConstraint): lookaround `(?=` `(?!` `(?<=` `(?<!`, backreferences `\1` `\k<..>`,
-// word boundaries `\b \B`, other anchors, inline flags `(?i)`, and malformed patterns; the message
-// names the construct and its byte offset.
+// Rejected with Error(kConstraint): lookaround `(?=` `(?!` `(?<=` `(?<!`, backreferences `\1`
+// `\k<..>`, word boundaries `\b \B`, other anchors, inline flags `(?i)`, and malformed patterns;
+// the message names the construct and its byte offset.
 #pragma once
 
 #include <string_view>
@@ -23,7 +23,8 @@ enum class CharEncoding {
 };
 
 // Adds the language of `pattern` to `nfa` and returns its fragment.
-Fragment CompileRegex(std::string_view pattern, Nfa* nfa, CharEncoding encoding = CharEncoding::kRaw);
+Fragment CompileRegex(std::string_view pattern, Nfa* nfa,
+                      CharEncoding encoding = CharEncoding::kRaw);
 
 // Convenience: a minimized DFA for the pattern.
 Dfa RegexToDfa(std::string_view pattern, size_t max_states = 200000);

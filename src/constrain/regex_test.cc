@@ -2,6 +2,8 @@
 // them must get the same full-match verdict from RE2 as from the DFA; and token-level generation
 // through the Gemma-like vocabulary must produce RE2 matches, with stop ids allowed exactly where
 // RE2 says the prefix already matches.
+#include "constrain/regex.h"
+
 #include <gtest/gtest.h>
 #include <re2/re2.h>
 
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "constrain/constraint.h"
-#include "constrain/regex.h"
 #include "constrain/test_corpus.h"
 #include "constrain/test_vocab.h"
 #include "gemma/error.h"
@@ -173,11 +174,11 @@ TEST(RegexOracleTest, DfaAgreesWithRe2) {
 
 TEST(RegexOracleTest, RejectsUnsupportedConstructsWithClearErrors) {
   const std::pair<const char*, const char*> cases[] = {
-      {"a(?=b)", "lookahead"},     {"a(?!b)", "lookahead"},        {"(?<=a)b", "lookbehind"},
-      {"(?<!a)b", "lookbehind"},   {"(a)\\1", "backreference"},    {"\\k<x>", "backreference"},
-      {"a\\bb", "word boundar"},   {"(?i)abc", "inline flags"},    {"a^b", "^ is only"},
-      {"a$b", "$ is only"},        {"(ab", "missing ')'"},         {"ab)", "unbalanced"},
-      {"[ab", "missing ']'"},      {"*a", "missing argument"},     {"a{2,1}", "bad repetition range"},
+      {"a(?=b)", "lookahead"},   {"a(?!b)", "lookahead"},     {"(?<=a)b", "lookbehind"},
+      {"(?<!a)b", "lookbehind"}, {"(a)\\1", "backreference"}, {"\\k<x>", "backreference"},
+      {"a\\bb", "word boundar"}, {"(?i)abc", "inline flags"}, {"a^b", "^ is only"},
+      {"a$b", "$ is only"},      {"(ab", "missing ')'"},      {"ab)", "unbalanced"},
+      {"[ab", "missing ']'"},    {"*a", "missing argument"},  {"a{2,1}", "bad repetition range"},
       {"a{1001}", "above 1000"},
   };
   for (auto [pattern, what] : cases) {

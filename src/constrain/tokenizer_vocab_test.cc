@@ -52,7 +52,8 @@ TEST(TokenizerVocabTest, EngineStyleVocabularyAcceptsRealTokenizations) {
         if (t["data"].is_number_float()) continue;  // our numbers stop at 2 exponent digits
         ConstraintState st(c);
         for (int32_t id : tok.Encode(text, Tokenizer::SpecialText::kAsText)) {
-          ASSERT_TRUE(st.IsAllowed(id)) << text << " token " << id << " '" << tok.TokenBytes(id) << "'";
+          ASSERT_TRUE(st.IsAllowed(id))
+              << text << " token " << id << " '" << tok.TokenBytes(id) << "'";
           st.Accept(id);
         }
         EXPECT_TRUE(st.CanStop()) << text;

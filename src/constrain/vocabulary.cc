@@ -27,7 +27,8 @@ TokenTrie BuildTrie(const std::vector<std::string>& bytes, std::vector<int32_t> 
   const std::string* prev = nullptr;
   for (int32_t id : ids) {
     const std::string& s = bytes[id];
-    if (s.size() > 0xFFFF) throw Error(ErrorCode::kInvalidArgument, "token longer than 65535 bytes");
+    if (s.size() > 0xFFFF)
+      throw Error(ErrorCode::kInvalidArgument, "token longer than 65535 bytes");
     size_t lcp = 0;
     if (prev) {
       while (lcp < s.size() && lcp < prev->size() && s[lcp] == (*prev)[lcp]) ++lcp;

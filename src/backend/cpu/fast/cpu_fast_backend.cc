@@ -15,6 +15,12 @@
 namespace gemma {
 namespace {
 
+// The integer k of an SRQ output x = k * s (x / s is within an ulp of k: round to nearest).
+inline int Level(float x, float s) {
+  const float r = x / s;
+  return std::clamp(static_cast<int>(r + (r >= 0 ? 0.5f : -0.5f)), -128, 127);
+}
+
 // GELU of an SRQ output: the input takes only the 256 values k * s, so a table of the reference's
 // GeluTanh is exact.
 struct GeluTable {
@@ -28,8 +34,7 @@ struct GeluTable {
   }
   float operator()(float x) const {
     if (scale == 0) return ref::GeluTanh(x);
-    const int k = static_cast<int>(std::nearbyint(x / scale));
-    return value[std::clamp(k, -128, 127) + 128];
+    return value[Level(x, scale) + 128];
   }
 };
 
@@ -483,8 +488,7 @@ class CpuFastBackend : public Backend {
     if (!cap_table_.empty()) {
       const float s = model_.lm_head().out_scale;
       for (int i = 0; i < V; ++i) {
-        const int k = std::clamp(static_cast<int>(std::nearbyint(z[i] / s)), -128, 127);
-        z[i] = cap_table_[k + 128];
+        z[i] = cap_table_[Level(z[i], s) + 128];
       }
       return;
     }

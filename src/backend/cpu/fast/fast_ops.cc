@@ -331,33 +331,38 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
     }
     return;
   }
-  for (int r = r0; r < r1; r += kRows) {
-    const int rr = std::min(kRows, r1 - r);
-    const uint8_t* w[kRows];
-    for (int i = 0; i < kRows; ++i)
-      w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+  // Several tokens: runs of rows (their weights stay in L1/L2) times tiles of tokens, integer dots
+  // into a buffer, then the vectorized epilogue per token.
+  constexpr int kRun = 64;
+  int32_t dots[kTokens][kRun];
+  for (int run = r0; run < r1; run += kRun) {
+    const int end = std::min(r1, run + kRun);
     for (int t = 0; t < n;) {
-      int32_t raw[kRows][kTokens];
+      const int tt = n - t >= kTokens ? kTokens : 1;
       const int8_t* qt[kTokens];
-      int tt;
-      if (n - t >= kTokens) {
-        tt = kTokens;
-        for (int i = 0; i < kTokens; ++i) qt[i] = q + (t + i) * q_stride;
-        Tile<K, kTokens>(w, blocks, qt, raw);
-      } else {
-        tt = 1;
-        qt[0] = q + t * q_stride;
-        Tile<K, 1>(w, blocks, qt, raw);
-      }
-      for (int i = 0; i < rr; ++i) {
-        const double s = lin.row_scale[r + i];
-        for (int j = 0; j < tt; ++j) {
-          int32_t dot = raw[i][j] - Offset<K>() * q_sum[t + j];
-          if (tail) dot += TailDot<K>(w[i], blocks * BE, lin.cols, qt[j]);
-          float out = static_cast<float>(static_cast<double>(dot) * in_scale * s);
-          if (lin.out_scale > 0) out = ref::Srq(out, lin.out_scale);
-          y[(t + j) * y_stride + r + i] = out;
+      for (int j = 0; j < kTokens; ++j) qt[j] = q + (t + std::min(j, tt - 1)) * q_stride;
+      for (int r = run; r < end; r += kRows) {
+        const int rr = std::min(kRows, end - r);
+        const uint8_t* w[kRows];
+        for (int i = 0; i < kRows; ++i)
+          w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+        int32_t raw[kRows][kTokens];
+        if (tt == kTokens) {
+          Tile<K, kTokens>(w, blocks, qt, raw);
+        } else {
+          Tile<K, 1>(w, blocks, qt, raw);
         }
+        for (int i = 0; i < rr; ++i) {
+          for (int j = 0; j < tt; ++j) {
+            int32_t dot = raw[i][j] - Offset<K>() * q_sum[t + j];
+            if (tail) dot += TailDot<K>(w[i], blocks * BE, lin.cols, qt[j]);
+            dots[j][r - run + i] = dot;
+          }
+        }
+      }
+      for (int j = 0; j < tt; ++j) {
+        Epilogue(dots[j], lin.row_scale + run, in_scale, lin.out_scale, end - run,
+                 y + (t + j) * y_stride + run);
       }
       t += tt;
     }

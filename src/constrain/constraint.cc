@@ -19,8 +19,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr size_t kMaxStates = 1 << 20;
-constexpr size_t kMaxCachedMasks =
-    4096;  // 128 MiB at a 262k vocabulary; beyond: computed, not kept
+// Per constraint: 32 MiB of masks at a 262k vocabulary; beyond, masks are computed, not kept.
+constexpr size_t kMaxCachedMasks = 1024;
 
 // Special-symbol numbering inside grammars.
 enum SpecialSymbol { kQuote = 0, kToolOpen, kToolClose, kChannelOpen, kChannelClose, kNumSpecial };
@@ -366,6 +366,14 @@ const uint64_t* ConstraintState::AllowedTokens() {
         }
       }
     }
+    // Checked once, when computed: a cached mask is never empty.
+    bool any = false;
+    for (size_t w = 0; w < v.mask_words() && !any; ++w) any = (*m)[w] != 0;
+    if (!any) {
+      throw Error(ErrorCode::kConstraint,
+                  "dead end, no token of the vocabulary can continue the output (state " +
+                      std::to_string(top_) + ", depth " + std::to_string(stack_.size()) + ")");
+    }
     hit = m.get();
     if (cache.count < kMaxCachedMasks) {
       ++cache.count;
@@ -377,13 +385,6 @@ const uint64_t* ConstraintState::AllowedTokens() {
     } else {
       overflow_ = std::move(m);
     }
-  }
-  bool any = false;
-  for (size_t w = 0; w < v.mask_words() && !any; ++w) any = (*hit)[w] != 0;
-  if (!any) {
-    throw Error(ErrorCode::kConstraint,
-                "dead end, no token of the vocabulary can continue the output (state " +
-                    std::to_string(top_) + ", depth " + std::to_string(stack_.size()) + ")");
   }
   mask_ = hit->data();
   return mask_;

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <queue>
 #include <string>
 #include <vector>
 

@@ -20,7 +20,7 @@ using tokenizer_internal::DecodeUtf8;
 
 constexpr uint32_t kNoMerge = UINT32_MAX;
 constexpr char kSpaceMark[] = "\xE2\x96\x81";  // U+2581 '▁'
-// Words up to this many symbols use the quadratic scan (cheaper than a heap when short).
+// Words up to this many symbols use the quadratic scan (cheaper than the queue when short).
 constexpr size_t kScanLimit = 48;
 // Per-thread scratch buffers above this many bytes are released after use.
 constexpr size_t kKeepBuffer = size_t{4} << 20;
@@ -50,8 +50,8 @@ void MergeShort(const tokenizer_internal::MergeMap& merges, std::vector<int32_t>
     if (best_rank == kNoMerge) break;
     syms[best] = merged[best];
     // Remove symbol best+1 and pair entry best+1.
-    for (size_t i = best + 1; i + 1 < n; ++i) {
-      syms[i] = syms[i + 1];
+    for (size_t i = best + 1; i + 1 < n; ++i) syms[i] = syms[i + 1];
+    for (size_t i = best + 1; i + 2 < n; ++i) {
       rank[i] = rank[i + 1];
       merged[i] = merged[i + 1];
     }

@@ -45,7 +45,21 @@ std::string NowUtc() {
   return buf;
 }
 
+double ProcessCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+std::string LoadAvg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
 struct Measurement {
+  double decode_cpu_ms = 0, decode_wall_ms = 0;
   double ttft_ms = 0;
   int prefill_tokens = 0;
   std::vector<double> itl_ms;
@@ -78,6 +92,8 @@ void Generate(Backend& b, std::span<const int32_t> input, int gen, OutputMode mo
   m->prefill_tokens = static_cast<int>(input.size());
   int32_t next = r.ids.back();
   m->tokens.push_back(next);
+  const double cpu0 = ProcessCpuMs();
+  Timer wall;
   for (int i = 1; i < gen; ++i) {
     t.Reset();
     b.Forward({.tokens = std::span<const int32_t>(&next, 1), .mode = mode, .allowed = allowed}, &r);
@@ -85,6 +101,8 @@ void Generate(Backend& b, std::span<const int32_t> input, int gen, OutputMode mo
     next = r.ids.back();
     m->tokens.push_back(next);
   }
+  m->decode_cpu_ms += ProcessCpuMs() - cpu0;
+  m->decode_wall_ms += wall.Ms();
 }
 
 Measurement RunWorkload(Backend& b, const Workload& w, int vocab, uint64_t seed,
@@ -110,8 +128,8 @@ int TotalTokens(const Workload& w) {
 }
 
 Row MakeRow(const std::string& backend, const Workload& w, const std::string& mode,
-            const std::vector<Measurement>& runs, double load_ms, const Backend& b,
-            double floor_ms) {
+            const std::vector<Measurement>& runs, double load_ms, const Backend& b, double floor_ms,
+            int threads) {
   Row row;
   row.backend = backend;
   row.workload = w.Name();
@@ -144,6 +162,12 @@ Row MakeRow(const std::string& backend, const Workload& w, const std::string& mo
     row.itl_series_ms = runs[pick].itl_ms;
     row.tokens = runs.back().tokens;
   }
+  double cpu = 0, wall = 0;
+  for (const Measurement& m : runs) {
+    cpu += m.decode_cpu_ms;
+    wall += m.decode_wall_ms;
+  }
+  row.cpu_share = wall > 0 ? cpu / (wall * threads) : 0;
   row.resident_bytes = b.resident_bytes();
   row.peak_rss_bytes = PeakRssBytes();
   return row;
@@ -311,6 +335,7 @@ Report RunBench(const BenchOptions& o, const Log& log) {
   rep.simd_target = fast::TargetName();
   rep.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
   rep.threads = o.threads > 0 ? o.threads : rep.hardware_threads;
+  rep.loadavg_start = LoadAvg();
 
   log("measuring memory bandwidth (" + std::to_string(o.bandwidth_bytes >> 20) + " MiB, " +
       std::to_string(rep.threads) + " threads)");
@@ -354,7 +379,8 @@ Report RunBench(const BenchOptions& o, const Log& log) {
         auto m = Model::Load(o.model);
         auto b = MakeBackend(name, *m, bo, o.threads);
         std::vector<Measurement> runs = {RunWorkload(*b, w, vocab, o.seed, allowed)};
-        Row row = MakeRow(name, w, "cold", runs, m->load_ms(), *b, rep.floor_ms);
+        Row row = MakeRow(name, w, "cold", runs, m->load_ms(), *b, rep.floor_ms,
+                          name == "cpu-fast" ? rep.threads : 1);
         verify(row, w);
         rep.rows.push_back(std::move(row));
       }
@@ -371,16 +397,19 @@ Report RunBench(const BenchOptions& o, const Log& log) {
           b->Reset();
           runs.push_back(RunWorkload(*b, w, vocab, o.seed, allowed));
         }
-        Row row = MakeRow(name, w, "warm", runs, model->load_ms(), *b, rep.floor_ms);
+        Row row = MakeRow(name, w, "warm", runs, model->load_ms(), *b, rep.floor_ms,
+                          name == "cpu-fast" ? rep.threads : 1);
         verify(row, w);
         log("  ttft " + Fmt("%.1f", row.ttft_ms) + " ms, prefill " +
             Fmt("%.1f", row.prefill_tok_s) + " tok/s, decode " + Fmt("%.2f", row.decode_tok_s) +
             " tok/s (ITL " + Fmt("%.1f", row.itl_ms) + " ms, floor ratio " +
-            Fmt("%.2f", row.floor_ratio) + "), match " + MatchText(row));
+            Fmt("%.2f", row.floor_ratio) + ", cpu share " + Fmt("%.2f", row.cpu_share) +
+            "), match " + MatchText(row));
         rep.rows.push_back(std::move(row));
       }
     }
   }
+  rep.loadavg_end = LoadAvg();
   return rep;
 }
 
@@ -394,7 +423,9 @@ std::string ToJson(const Report& r) {
                   {"hardware_threads", r.hardware_threads},
                   {"threads", r.threads},
                   {"read_bandwidth_gbps", r.bandwidth.read_gbps},
-                  {"copy_bandwidth_gbps", r.bandwidth.copy_gbps}};
+                  {"copy_bandwidth_gbps", r.bandwidth.copy_gbps},
+                  {"loadavg_start", r.loadavg_start},
+                  {"loadavg_end", r.loadavg_end}};
   j["bytes_per_token"] = r.bytes_per_token;
   j["floor_ms_per_token"] = r.floor_ms;
   j["options"] = {{"backends", r.options.backends}, {"warmup", r.options.warmup},
@@ -418,6 +449,7 @@ std::string ToJson(const Report& r) {
                           {"itl_p95_ms", w.itl_p95_ms},
                           {"decode_tok_s", w.decode_tok_s},
                           {"floor_ratio", w.floor_ratio},
+                          {"cpu_share", w.cpu_share},
                           {"resident_bytes", w.resident_bytes},
                           {"peak_rss_bytes", w.peak_rss_bytes},
                           {"itl_series_ms", w.itl_series_ms},
@@ -436,15 +468,17 @@ std::string ToMarkdown(const Report& r) {
   if (!r.command.empty()) o << "- command: `" << r.command << "`\n";
   o << "- machine: " << r.cpu << ", " << r.hardware_threads << " hardware threads, " << r.threads
     << " used, SIMD " << r.simd_target << "\n";
+  o << "- load average (1/5/15 min) at start: " << r.loadavg_start << ", at end: " << r.loadavg_end
+    << " (other work on the machine; compare with cpu share)\n";
   o << "- memory bandwidth (same run): read " << Fmt("%.2f", r.bandwidth.read_gbps)
     << " GB/s, memcpy " << Fmt("%.2f", r.bandwidth.copy_gbps) << " GB/s\n";
   o << "- weights read per token: " << Fmt("%.1f", r.bytes_per_token / 1048576.0)
     << " MiB; bandwidth floor " << Fmt("%.2f", r.floor_ms)
     << " ms/token (floor ratio = floor / measured decode time per token)\n\n";
   o << "| backend | workload | mode | reps | TTFT ms (p95) | prefill tok/s | ITL ms median (p95) | "
-       "decode tok/s | floor ratio | prefill/decode per-token speedup | resident MiB | matched "
-       "reference |\n";
-  o << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "decode tok/s | floor ratio | prefill/decode per-token speedup | cpu share | resident MiB | "
+       "matched reference |\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& w : r.rows) {
     const double speedup =
         w.decode_tok_s > 0 && w.prefill_tok_s > 0 ? w.prefill_tok_s / w.decode_tok_s : 0;
@@ -453,7 +487,8 @@ std::string ToMarkdown(const Report& r) {
       << Fmt("%.1f", w.prefill_tok_s) << " | " << Fmt("%.2f", w.itl_ms) << " ("
       << Fmt("%.2f", w.itl_p95_ms) << ") | " << Fmt("%.2f", w.decode_tok_s) << " | "
       << Fmt("%.2f", w.floor_ratio) << " | " << Fmt("%.1f", speedup) << "x | "
-      << Fmt("%.1f", w.resident_bytes / 1048576.0) << " | " << MatchText(w) << " |\n";
+      << Fmt("%.2f", w.cpu_share) << " | " << Fmt("%.1f", w.resident_bytes / 1048576.0) << " | "
+      << MatchText(w) << " |\n";
   }
   // Summary per backend over warm rows; rows that did not match the reference are never included.
   std::map<std::string, std::vector<double>> dec, pre;
@@ -480,7 +515,7 @@ std::string ToCsv(const Report& r) {
   std::ostringstream o;
   o << "backend,workload,mode,reps,prompt_tokens,generated_tokens,load_ms,ttft_ms,ttft_p95_ms,"
        "prefill_tok_s,itl_median_ms,itl_p95_ms,decode_tok_s,floor_ratio,floor_ms,read_gbps,"
-       "resident_bytes,peak_rss_bytes,matched_reference\n";
+       "cpu_share,resident_bytes,peak_rss_bytes,matched_reference\n";
   for (const Row& w : r.rows) {
     o << w.backend << "," << w.workload << "," << w.mode << "," << w.reps << "," << w.prompt << ","
       << w.gen << "," << Fmt("%.3f", w.load_ms) << "," << Fmt("%.3f", w.ttft_ms) << ","
@@ -488,7 +523,7 @@ std::string ToCsv(const Report& r) {
       << Fmt("%.4f", w.itl_ms) << "," << Fmt("%.4f", w.itl_p95_ms) << ","
       << Fmt("%.4f", w.decode_tok_s) << "," << Fmt("%.4f", w.floor_ratio) << ","
       << Fmt("%.4f", r.floor_ms) << "," << Fmt("%.3f", r.bandwidth.read_gbps) << ","
-      << w.resident_bytes << "," << w.peak_rss_bytes << ","
+      << Fmt("%.3f", w.cpu_share) << "," << w.resident_bytes << "," << w.peak_rss_bytes << ","
       << (w.matched ? (*w.matched ? "true" : "false") : "") << "\n";
   }
   return o.str();

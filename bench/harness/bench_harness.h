@@ -69,6 +69,9 @@ struct Row {
   double itl_ms = 0, itl_p95_ms = 0;  // inter-token latency over all decode steps of all reps
   double decode_tok_s = 0;            // 1000 / median per-rep mean ITL
   double floor_ratio = 0;             // bandwidth floor per token / median decode time per token
+  // Process CPU time / (wall time x threads) over the measured decode steps: near 1 when this
+  // process had its cores; well below 1 when other work on the machine took them.
+  double cpu_share = 0;
   size_t resident_bytes = 0, peak_rss_bytes = 0;
   std::vector<double> itl_series_ms;  // per decode step, from the median rep
   std::vector<int32_t> tokens;        // generated ids (last rep)
@@ -78,6 +81,7 @@ struct Row {
 
 struct Report {
   std::string model, date, cpu, simd_target, command;
+  std::string loadavg_start, loadavg_end;  // /proc/loadavg: other load on the machine
   int hardware_threads = 0, threads = 0;
   size_t bytes_per_token = 0;
   Bandwidth bandwidth;

@@ -114,7 +114,7 @@ class CpuFastBackend : public Backend {
     for (const auto* v : {&x_, &a_, &tmp_, &q_, &k_, &v_, &attn_, &g_, &u_, &ple_, &gp_, &logits_,
                           &hnorm_, &rope_cos_, &rope_sin_})
       b += v->capacity() * sizeof(float);
-    b += qa_.capacity() + qsum_.capacity() * 4;
+    for (int i = 0; i < kMaxJobs; ++i) b += qa_[i].capacity() + qsum_[i].capacity() * 4;
     for (const auto& s : scores_) b += s.capacity() * sizeof(double);
     return b;
   }
@@ -192,8 +192,10 @@ class CpuFastBackend : public Backend {
     Grow(ple_tok_, static_cast<size_t>(cfg_.num_layers) * P);
     Grow(gp_, M * P);
     const int widest = std::max({H, static_cast<int>(qw), max_inter_, P});
-    Grow(qa_, M * (fast::PaddedCols(WeightKind::kQ2, widest) + 256));
-    Grow(qsum_, M);
+    for (int i = 0; i < kMaxJobs; ++i) {
+      Grow(qa_[i], M * (fast::PaddedCols(WeightKind::kQ2, widest) + 256));
+      Grow(qsum_[i], M);
+    }
     Grow(rope_cos_, M * (cfg_.head_dim / 2 + cfg_.global_head_dim / 2));
     Grow(rope_sin_, M * (cfg_.head_dim / 2 + cfg_.global_head_dim / 2));
     Grow(hnorm_, static_cast<size_t>(H));
@@ -210,36 +212,73 @@ class CpuFastBackend : public Backend {
     return (tile + 3) / 4 * 4;
   }
 
+  struct LinearJob {
+    const Linear* lin;
+    const float* x;  // [n, lin->cols]
+    float* y;        // [n, lin->rows]
+  };
+
+  // Evaluates up to kMaxJobs linears over the same n tokens in one pool job (q/k/v, gate/up share
+  // a hand-off): each job's input is SRQ-quantized (once per distinct input and scale), then the
+  // row tiles of all jobs are spread over the pool.
+  static constexpr int kMaxJobs = 3;
+  void RunLinears(std::initializer_list<LinearJob> list, int n) {
+    const LinearJob* jobs = list.begin();
+    const int count = static_cast<int>(list.size());
+    int tile[kMaxJobs], first_task[kMaxJobs + 1] = {0}, pc[kMaxJobs], slot[kMaxJobs];
+    int slots = 0;
+    for (int j = 0; j < count; ++j) {
+      const Linear& lin = *jobs[j].lin;
+      if (IsQuantized(lin.kind) && !(lin.in_scale > 0)) {
+        ref::LinearForward(lin, jobs[j].x, n, jobs[j].y);  // QAT without input SRQ: not in Gemma
+        tile[j] = lin.rows;
+        first_task[j + 1] = first_task[j];
+        continue;
+      }
+      tile[j] = RowTile(lin.rows, lin.cols, n);
+      first_task[j + 1] = first_task[j] + (lin.rows + tile[j] - 1) / tile[j];
+      slot[j] = -1;
+      if (!IsQuantized(lin.kind)) continue;
+      pc[j] = fast::PaddedCols(lin.kind, lin.cols);
+      for (int i = 0; i < j; ++i) {
+        const Linear& o = *jobs[i].lin;
+        if (IsQuantized(o.kind) && o.in_scale == lin.in_scale && jobs[i].x == jobs[j].x &&
+            fast::BlockElems(o.kind) == fast::BlockElems(lin.kind) && o.cols == lin.cols) {
+          slot[j] = slot[i];
+        }
+      }
+      if (slot[j] < 0) {
+        slot[j] = slots++;
+        int8_t* qa = qa_[slot[j]].data();
+        int32_t* qs = qsum_[slot[j]].data();
+        auto quant = [&](int t, int) {
+          qs[t] = fast::QuantizeActs(lin.kind, jobs[j].x + static_cast<size_t>(t) * lin.cols,
+                                     lin.cols, lin.in_scale, qa + static_cast<size_t>(t) * pc[j]);
+        };
+        if (n >= 4 && static_cast<int64_t>(n) * lin.cols >= kMinParallelWork / 16) {
+          pool_.Run(n, quant);
+        } else {
+          for (int t = 0; t < n; ++t) quant(t, 0);
+        }
+      }
+    }
+    pool_.Run(first_task[count], [&](int task, int) {
+      int j = 0;
+      while (task >= first_task[j + 1]) ++j;
+      const Linear& lin = *jobs[j].lin;
+      const int r0 = (task - first_task[j]) * tile[j], r1 = std::min(lin.rows, r0 + tile[j]);
+      if (IsQuantized(lin.kind)) {
+        fast::QuantLinearRows(lin, qa_[slot[j]].data(), pc[j], qsum_[slot[j]].data(), n, r0, r1,
+                              jobs[j].y, lin.rows);
+      } else {
+        fast::DenseLinearRows(lin, jobs[j].x, lin.cols, n, r0, r1, jobs[j].y, lin.rows);
+      }
+    });
+  }
+
   // y[n, lin.rows] = lin(x[n, lin.cols]).
   void RunLinear(const Linear& lin, const float* x, int n, float* y) {
-    const int rows = lin.rows, cols = lin.cols;
-    const int tile = RowTile(rows, cols, n);
-    const int tasks = (rows + tile - 1) / tile;
-    if (IsQuantized(lin.kind) && lin.in_scale > 0) {
-      const int pc = fast::PaddedCols(lin.kind, cols);
-      int8_t* qa = qa_.data();
-      int32_t* qs = qsum_.data();
-      auto quant = [&](int t, int) {
-        qs[t] = fast::QuantizeActs(lin.kind, x + static_cast<size_t>(t) * cols, cols, lin.in_scale,
-                                   qa + static_cast<size_t>(t) * pc);
-      };
-      if (n >= 4 && static_cast<int64_t>(n) * cols >= kMinParallelWork / 16) {
-        pool_.Run(n, quant);
-      } else {
-        for (int t = 0; t < n; ++t) quant(t, 0);
-      }
-      pool_.Run(tasks, [&](int task, int) {
-        const int r0 = task * tile, r1 = std::min(rows, r0 + tile);
-        fast::QuantLinearRows(lin, qa, pc, qs, n, r0, r1, y, rows);
-      });
-    } else if (IsQuantized(lin.kind)) {
-      ref::LinearForward(lin, x, n, y);  // QAT without input SRQ: not in Gemma checkpoints
-    } else {
-      pool_.Run(tasks, [&](int task, int) {
-        const int r0 = task * tile, r1 = std::min(rows, r0 + tile);
-        fast::DenseLinearRows(lin, x, cols, n, r0, r1, y, rows);
-      });
-    }
+    RunLinears({{&lin, x, y}}, n);
   }
 
   // Runs fn(t) for each token, on the pool when there are several.
@@ -393,7 +432,11 @@ class CpuFastBackend : public Backend {
                       a + static_cast<size_t>(t) * H);
       });
 
-      RunLinear(w.q, a, m, q_.data());
+      if (p.kv_shared) {
+        RunLinear(w.q, a, m, q_.data());
+      } else {
+        RunLinears({{&w.q, a, q_.data()}, {&w.k, a, k_.data()}, {&w.v, a, v_.data()}}, m);
+      }
       ForTokens(m, [&](int t) {
         const float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf) + rope_off];
         const float* sn = &rope_sin_[static_cast<size_t>(t) * (hs + hf) + rope_off];
@@ -405,8 +448,6 @@ class CpuFastBackend : public Backend {
       });
       Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
       if (!p.kv_shared) {
-        RunLinear(w.k, a, m, k_.data());
-        RunLinear(w.v, a, m, v_.data());
         ForTokens(m, [&](int t) {
           const float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf) + rope_off];
           const float* sn = &rope_sin_[static_cast<size_t>(t) * (hs + hf) + rope_off];
@@ -434,8 +475,7 @@ class CpuFastBackend : public Backend {
       const int I = p.intermediate;
       float* g = g_.data();
       float* u = u_.data();
-      RunLinear(w.gate, a, m, g);
-      RunLinear(w.up, a, m, u);
+      RunLinears({{&w.gate, a, g}, {&w.up, a, u}}, m);
       const GeluTable& gelu = gelu_[l];
       ForTokens(m, [&](int t) {
         float* gt = g + static_cast<size_t>(t) * I;
@@ -589,8 +629,8 @@ class CpuFastBackend : public Backend {
   // Scratch, grown on demand and reused.
   std::vector<float> x_, a_, tmp_, q_, k_, v_, attn_, g_, u_, ple_, ple_tok_, gp_, logits_, hnorm_;
   std::vector<float> rope_cos_, rope_sin_;
-  std::vector<int8_t> qa_;
-  std::vector<int32_t> qsum_;
+  std::vector<int8_t> qa_[kMaxJobs];  // quantized activations, one buffer per job slot
+  std::vector<int32_t> qsum_[kMaxJobs];
   std::vector<std::vector<double>> scores_, acc_;
 };
 

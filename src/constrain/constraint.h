@@ -1,27 +1,31 @@
 // Constrained decoding: compile a regex / JSON / JSON Schema / Gemma 4 tool-call constraint once
 // per request configuration, then walk it token by token.
 //
-// How the engine uses it:
+// How the engine uses it (once per tokenizer, then per request, then per generated token):
 //
-//   auto vocab = std::make_shared<constrain::Vocabulary>(bytes, special);   // once per tokenizer
+//   // bytes[id] = tokenizer.TokenBytes(id); special[id] = tokenizer.IsSpecial(id)
+//   auto vocab = std::make_shared<constrain::Vocabulary>(bytes, special);
+//
 //   constrain::ConstraintOptions opt;
 //   opt.kind = constrain::ConstraintKind::kJsonSchema;
 //   opt.schema = nlohmann::ordered_json::parse(request_schema);
-//   auto c = constrain::Constraint::Compile(vocab, opt);   // throws
-//   Error(kConstraint/kUnsupported) constrain::ConstraintState st(c);                       // per
-//   generation loop:
-//     const uint64_t* mask = st.AllowedTokens();   // bit i set = token i allowed; throws on dead
-//     end constrain::MaskLogits(mask, logits);          // before penalties' top-k/top-p/min-p
-//     filtering
-//     ... sample id ...
-//     st.Accept(id);                                // throws Error(kConstraint) if id was not
-//     allowed if (st.IsComplete()) break;                   // a stop id was accepted
+//   auto c = constrain::Constraint::Compile(vocab, opt);  // Error(kConstraint / kUnsupported)
 //
-// Masks: bit i of word i/64. Stop ids (opt.stop_ids) are allowed only where the constraint can stop
-// (CanStop()); special tokens are allowed only where the grammar names them through opt.ids;
-// every other special token is never allowed. Masks are cached in the Constraint per automaton
-// state (plus pushdown stack), so a Constraint shared across generations gets faster with use; it
-// is thread-safe (the cache is locked), ConstraintState is not.
+//   constrain::ConstraintState st(c);  // one per generation
+//   for (;;) {
+//     const uint64_t* mask = st.AllowedTokens();  // Error(kConstraint) at a dead end
+//     constrain::MaskLogits(mask, logits);         // first, before top-k / top-p / min-p
+//     int32_t id = sample(logits);                 // or backend select(allowed ids): AllowedIds()
+//     st.Accept(id);                               // Error(kConstraint) if id was not allowed
+//     if (st.IsComplete()) break;                  // a stop id was accepted
+//   }
+//
+// Masks: bit i of word i / 64, vocab().mask_words() words. Stop ids (options.stop_ids) are allowed
+// only where the output can end (CanStop()); the special tokens named in options.ids only where
+// the grammar places them; every other special token never. Masks are cached in the Constraint per
+// automaton state (plus pushdown stack), so a Constraint reused across requests gets faster; the
+// Constraint is thread-safe (its cache is locked), a ConstraintState is not.
+// Regex syntax: regex.h. JSON Schema subset and generation choices: json_grammar.h.
 #pragma once
 
 #include <cstdint>

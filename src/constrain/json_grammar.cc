@@ -47,9 +47,10 @@ std::string EscapePointer(const std::string& s) {
 }
 
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> k = {"title",     "description", "default",     "examples",
-                                          "$comment",  "$schema",     "deprecated",  "readOnly",
-                                          "writeOnly", "$defs",       "definitions", "$id"};
+  static const std::set<std::string> k = {
+      "title",      "description",   "default",          "examples",       "$comment",    "$schema",
+      "deprecated", "readOnly",      "writeOnly",        "$defs",          "definitions", "$id",
+      "example",    "discriminator", "contentMediaType", "contentEncoding"};
   return k;
 }
 
@@ -416,16 +417,38 @@ class SchemaCompiler {
       return Ref(s["$ref"], ptr);
     }
     if (s.contains("allOf")) {
-      only("allOf", {});
+      // A conjunction: merged into one schema where the members constrain different keywords.
       const Json& a = s["allOf"];
-      if (!a.is_array() || a.size() != 1)
-        Unsupported("allOf", ptr, "is only supported with one member");
-      return Compile(a[0], ptr + "/allOf/0");
+      if (!a.is_array() || a.empty()) Unsupported("allOf", ptr, "must be a non-empty array");
+      Json merged = s;
+      merged.erase("allOf");
+      for (size_t i = 0; i < a.size(); ++i) {
+        auto m = Merge(merged, a[i]);
+        if (!m)
+          Unsupported("allOf", ptr, "has members that constrain the same keyword differently");
+        merged = std::move(*m);
+      }
+      return Compile(merged, ptr);
     }
     if (s.contains("anyOf") || s.contains("oneOf")) {
+      if (s.contains("anyOf") && s.contains("oneOf")) Unsupported("oneOf", ptr, "next to anyOf");
       const std::string k = s.contains("anyOf") ? "anyOf" : "oneOf";
-      only(k, {});
-      return Alternatives(s[k], ptr + "/" + k, k == "oneOf");
+      Json siblings = s;
+      siblings.erase(k);
+      bool constrained = false;
+      for (auto it = siblings.begin(); it != siblings.end(); ++it)
+        constrained |= !IsAnnotation(it.key());
+      if (!constrained) return Alternatives(s[k], ptr + "/" + k, k == "oneOf");
+      // Siblings hold in every branch: distribute them (exact where they merge).
+      if (!s[k].is_array()) Unsupported(k, ptr, "must be an array");
+      Json branches = Json::array();
+      for (const auto& b : s[k]) {
+        auto m = Merge(siblings, b);
+        if (!m)
+          Unsupported(k, ptr, "with sibling keywords that its branches constrain differently");
+        branches.push_back(std::move(*m));
+      }
+      return Alternatives(branches, ptr + "/" + k, k == "oneOf");
     }
     std::optional<std::set<std::string>> types;
     if (s.contains("type")) {
@@ -528,19 +551,13 @@ class SchemaCompiler {
     }
   }
 
-  Fragment Ref(const Json& ref, const std::string& ptr) {
-    if (!ref.is_string()) Unsupported("$ref", ptr, "must be a string");
-    std::string r = ref.get<std::string>();
-    if (r.empty() || r[0] != '#')
-      Unsupported("$ref", ptr, "to '" + r + "' (only local '#...' references)");
-    if (std::find(ref_stack_.begin(), ref_stack_.end(), r) != ref_stack_.end()) {
-      Unsupported("$ref", ptr, "is recursive ('" + r + "')");
-    }
-    // Decode the JSON pointer.
+  // The schema at a local reference "#/a/b", or nullptr.
+  const Json* Resolve(const std::string& r) {
+    if (r.empty() || r[0] != '#') return nullptr;
     const Json* cur = &root_;
-    std::string p = r.substr(1), target;
+    std::string p = r.substr(1);
+    if (!p.empty() && p[0] != '/') return nullptr;
     size_t i = 0;
-    if (!p.empty() && p[0] != '/') Unsupported("$ref", ptr, "to an anchor ('" + r + "')");
     while (i < p.size()) {
       size_t j = p.find('/', i + 1);
       std::string tok = p.substr(i + 1, j == std::string::npos ? std::string::npos : j - i - 1);
@@ -549,7 +566,8 @@ class SchemaCompiler {
         if (tok[k] == '~' && k + 1 < tok.size()) {
           dec += tok[k + 1] == '1' ? '/' : '~';
           ++k;
-        } else if (tok[k] == '%' && k + 2 < tok.size()) {
+        } else if (tok[k] == '%' && k + 2 < tok.size() && isxdigit(tok[k + 1]) &&
+                   isxdigit(tok[k + 2])) {
           dec += static_cast<char>(std::stoi(tok.substr(k + 1, 2), nullptr, 16));
           k += 2;
         } else {
@@ -558,15 +576,31 @@ class SchemaCompiler {
       }
       if (cur->is_object() && cur->contains(dec)) {
         cur = &(*cur)[dec];
-      } else if (cur->is_array() && !dec.empty() &&
+      } else if (cur->is_array() && !dec.empty() && dec.size() < 9 &&
                  std::all_of(dec.begin(), dec.end(), [](char c) { return isdigit(c); }) &&
                  std::stoul(dec) < cur->size()) {
         cur = &(*cur)[std::stoul(dec)];
       } else {
-        Unsupported("$ref", ptr, "points to a missing location ('" + r + "')");
+        return nullptr;
       }
       i = j == std::string::npos ? p.size() : j;
     }
+    return cur;
+  }
+
+  Fragment Ref(const Json& ref, const std::string& ptr) {
+    if (!ref.is_string()) Unsupported("$ref", ptr, "must be a string");
+    std::string r = ref.get<std::string>();
+    if (r.empty() || r[0] != '#') {
+      Unsupported("$ref", ptr, "to '" + r + "' (only local '#...' references)");
+    }
+    if (std::find(ref_stack_.begin(), ref_stack_.end(), r) != ref_stack_.end()) {
+      Unsupported("$ref", ptr, "is recursive ('" + r + "')");
+    }
+    if (r.size() > 1 && r[1] != '/') Unsupported("$ref", ptr, "to an anchor ('" + r + "')");
+    const Json* cur = Resolve(r);
+    if (!cur) Unsupported("$ref", ptr, "points to a missing location ('" + r + "')");
+    const std::string p = r.substr(1);
     ref_stack_.push_back(r);
     Fragment f = Compile(*cur, p);
     ref_stack_.pop_back();
@@ -601,6 +635,115 @@ class SchemaCompiler {
     }
     if (alts.empty()) Unsatisfiable(ptr, "every branch is false");
     return nfa_->Alt(alts);
+  }
+
+  // The conjunction of two schemas as one schema, where that is exact: keywords on one side only,
+  // equal values, unions of `required`, intersections of `type`/`enum`, the tighter of two bounds,
+  // and `properties` merged per key when neither side has additionalProperties. nullopt otherwise.
+  std::optional<Json> Merge(const Json& a0, const Json& b0, int depth = 0) {
+    if (depth > 16) return std::nullopt;
+    auto resolve = [&](const Json& x) -> std::optional<Json> {
+      if (x.is_object() && x.size() == 1 && x.contains("$ref") && x["$ref"].is_string()) {
+        const std::string r = x["$ref"].get<std::string>();
+        if (std::find(ref_stack_.begin(), ref_stack_.end(), r) != ref_stack_.end())
+          return std::nullopt;
+        const Json* t = Resolve(r);
+        if (!t) return std::nullopt;
+        return *t;
+      }
+      return x;
+    };
+    auto ra = resolve(a0), rb = resolve(b0);
+    if (!ra || !rb) return std::nullopt;
+    const Json& a = *ra;
+    const Json& b = *rb;
+    if (a.is_boolean()) return a.get<bool>() ? b : a;
+    if (b.is_boolean()) return b.get<bool>() ? a : b;
+    if (!a.is_object() || !b.is_object()) return std::nullopt;
+    if (a.contains("$ref") || b.contains("$ref")) return std::nullopt;
+    static const std::vector<std::set<std::string>> groups = {
+        {"properties", "additionalProperties", "patternProperties", "required"},
+        {"items", "prefixItems", "additionalItems"}};
+    auto has_any = [](const Json& x, const std::set<std::string>& g) {
+      for (const auto& k : g) {
+        if (x.contains(k)) return true;
+      }
+      return false;
+    };
+    if (has_any(a, groups[1]) && has_any(b, groups[1]) &&
+        (a.contains("items") != b.contains("items") ||
+         a.value("items", Json()) != b.value("items", Json()) || a.contains("prefixItems") ||
+         b.contains("prefixItems") || a.contains("additionalItems") ||
+         b.contains("additionalItems"))) {
+      return std::nullopt;
+    }
+    if ((a.contains("additionalProperties") &&
+         (b.contains("properties") || b.contains("additionalProperties") ||
+          b.contains("required"))) ||
+        (b.contains("additionalProperties") &&
+         (a.contains("properties") || a.contains("required")))) {
+      return std::nullopt;
+    }
+    Json out = a;
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      const std::string& k = it.key();
+      const Json& v = *it;
+      if (!out.contains(k)) {
+        out[k] = v;
+        continue;
+      }
+      Json& o = out[k];
+      if (o == v || IsAnnotation(k)) continue;
+      if (k == "required") {
+        for (const auto& r : v) {
+          if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
+        }
+      } else if (k == "type") {
+        auto as_set = [](const Json& t) {
+          std::set<std::string> r;
+          if (t.is_string()) r.insert(t.get<std::string>());
+          if (t.is_array()) {
+            for (const auto& x : t) r.insert(x.get<std::string>());
+          }
+          return r;
+        };
+        std::set<std::string> x = as_set(o), y = as_set(v), both;
+        for (const auto& t : x) {
+          if (y.count(t) || (t == "number" && y.count("integer")))
+            both.insert(t == "number" && y.count("integer") ? "integer" : t);
+        }
+        for (const auto& t : y) {
+          if (t == "number" && x.count("integer")) both.insert("integer");
+        }
+        if (both.empty()) return std::nullopt;
+        o = Json(std::vector<std::string>(both.begin(), both.end()));
+      } else if (k == "enum") {
+        Json keep = Json::array();
+        for (const auto& x : o) {
+          if (std::find(v.begin(), v.end(), x) != v.end()) keep.push_back(x);
+        }
+        o = keep;
+      } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
+        if (!o.is_number() || !v.is_number()) return std::nullopt;
+        if (v.get<double>() > o.get<double>()) o = v;
+      } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
+        if (!o.is_number() || !v.is_number()) return std::nullopt;
+        if (v.get<double>() < o.get<double>()) o = v;
+      } else if (k == "properties" && o.is_object() && v.is_object()) {
+        for (auto p = v.begin(); p != v.end(); ++p) {
+          if (!o.contains(p.key())) {
+            o[p.key()] = *p;
+          } else {
+            auto m = Merge(o[p.key()], *p, depth + 1);
+            if (!m) return std::nullopt;
+            o[p.key()] = std::move(*m);
+          }
+        }
+      } else {
+        return std::nullopt;
+      }
+    }
+    return out;
   }
 
   struct Bound {

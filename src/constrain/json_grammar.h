@@ -4,17 +4,21 @@
 //
 // JSON Schema subset (anything else is rejected at compile time with the keyword and JSON pointer):
 //   boolean schemas; type (string or array); const; enum; anyOf; oneOf (branches must be provably
-//   disjoint); allOf with one member; properties, required, additionalProperties (false, true or a
-//   schema); items (schema), prefixItems / array-form items with additionalItems, minItems,
-//   maxItems; string pattern (treated as anchored), minLength, maxLength; integer and number
-//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (numeric); $ref to "#", "#/$defs/..",
-//   "#/definitions/..", any local JSON pointer, as long as references are not recursive.
-//   Annotations (title, description, default, examples, $comment, $schema, $id at the root,
-//   deprecated, readOnly, writeOnly, uniqueItems: false) are ignored.
-// Generation choices (sound, not complete): declared properties are emitted in schema order (JSON)
-// or sorted order (Gemma), no undeclared keys when `properties` is given; numbers with bounds have
-// no exponent and a fraction only when it is non-zero; strings under `pattern` use canonical
-// escapes.
+//   disjoint: their serializations may not intersect); allOf, and anyOf/oneOf next to other
+//   keywords, where the schemas merge exactly (keywords on one side only, equal values, unions of
+//   required, intersections of type/enum, the tighter bound, properties merged per key without
+//   additionalProperties); properties, required, additionalProperties (false, true or a schema);
+//   items (schema), prefixItems / array-form items with additionalItems, minItems, maxItems;
+//   string pattern (RE2-style syntax of regex.h, treated as anchored), minLength, maxLength;
+//   integer and number minimum, maximum, exclusiveMinimum, exclusiveMaximum (numeric form, |x| <=
+//   1e15); $ref to any local JSON pointer ("#", "#/$defs/..", "#/definitions/..") as long as
+//   references are not recursive. Annotations are ignored: title, description, default, examples,
+//   example, $comment, $schema, $id (root only), deprecated, readOnly, writeOnly, discriminator,
+//   contentMediaType, contentEncoding, uniqueItems: false.
+// Generation choices (sound, not complete): declared properties in schema order (JSON) or sorted
+// order (Gemma), no undeclared keys when `properties` is given; integers of at most 18 digits,
+// number exponents of at most 2 digits, no exponent under bounds; strings under `pattern` use
+// canonical escapes; maxLength above 1024 generates at most 1024 characters.
 #pragma once
 
 #include <nlohmann/json.hpp>

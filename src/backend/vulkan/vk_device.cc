@@ -1,6 +1,7 @@
 #include "backend/vulkan/vk_device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -81,7 +82,8 @@ Device::Device(const DeviceOptions& options) {
     const bool ok = p2.properties.apiVersion >= VK_API_VERSION_1_1 &&
                     (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                     (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
-                    sg.subgroupSize >= 4 && sg.subgroupSize <= 128;
+                    (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
+                    sg.subgroupSize >= 8 && sg.subgroupSize <= 128;
     if (ok) usable.push_back(static_cast<int>(i));
   }
   int pick = -1;
@@ -204,6 +206,12 @@ Device::Device(const DeviceOptions& options) {
   dp.pPoolSizes = &ps;
   Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &desc_pool_), "descriptor pool");
 
+  if (qf[family_].timestampValidBits > 0 && ts_period_ > 0) {
+    VkQueryPoolCreateInfo qp{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qp.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qp.queryCount = kMaxTimestamps;
+    if (vkCreateQueryPool(dev_, &qp, nullptr, &ts_pool_) != VK_SUCCESS) ts_pool_ = VK_NULL_HANDLE;
+  }
   staging_bytes_ = 64u << 20;
   staging_ = MakeChunk(Pool::kHost, staging_bytes_);
   upload_cmd_ = AllocCommandBuffer();
@@ -224,6 +232,7 @@ Device::~Device() {
       if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
     }
     if (fence_) vkDestroyFence(dev_, fence_, nullptr);
+    if (ts_pool_) vkDestroyQueryPool(dev_, ts_pool_, nullptr);
     if (cmd_pool_) vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
     vkDestroyDevice(dev_, nullptr);
   }
@@ -435,6 +444,58 @@ void Device::Submit(VkCommandBuffer cmd) {
   Check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
   Check(vkWaitForFences(dev_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   Check(vkResetFences(dev_, 1, &fence_), "vkResetFences");
+}
+
+void Device::ResetTimestamps(VkCommandBuffer cmd, uint32_t n) {
+  vkCmdResetQueryPool(cmd, ts_pool_, 0, n);
+}
+
+void Device::WriteTimestamp(VkCommandBuffer cmd, uint32_t i) {
+  vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, ts_pool_, i);
+}
+
+std::vector<double> Device::ReadTimestamps(uint32_t n) {
+  std::vector<uint64_t> raw(n);
+  Check(vkGetQueryPoolResults(dev_, ts_pool_, 0, n, n * 8, raw.data(), 8,
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+        "vkGetQueryPoolResults");
+  std::vector<double> ns(n);
+  for (uint32_t i = 0; i < n; ++i) ns[i] = static_cast<double>(raw[i]) * ts_period_;
+  return ns;
+}
+
+double Device::CopyBandwidth(size_t bytes, int iters) {
+  Chunk a = MakeChunk(Pool::kDevice, bytes), b = MakeChunk(Pool::kDevice, bytes);
+  VkCommandBuffer cmd = AllocCommandBuffer();
+  std::vector<double> secs;
+  for (int i = 0; i < iters + 1; ++i) {
+    vkResetCommandBuffer(cmd, 0);
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    Check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    VkBufferCopy cp{0, 0, bytes};
+    if (ts_pool_) {
+      ResetTimestamps(cmd, 2);
+      WriteTimestamp(cmd, 0);
+    }
+    vkCmdCopyBuffer(cmd, a.buf, b.buf, 1, &cp);
+    if (ts_pool_) WriteTimestamp(cmd, 1);
+    Check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+    const auto t0 = std::chrono::steady_clock::now();
+    Submit(cmd);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (ts_pool_) {
+      const std::vector<double> ts = ReadTimestamps(2);
+      s = (ts[1] - ts[0]) * 1e-9;
+    }
+    if (i > 0) secs.push_back(s);  // first run warms up
+  }
+  vkFreeCommandBuffers(dev_, cmd_pool_, 1, &cmd);
+  for (Chunk* c : {&a, &b}) {
+    vkDestroyBuffer(dev_, c->buf, nullptr);
+    vkFreeMemory(dev_, c->mem, nullptr);
+  }
+  std::sort(secs.begin(), secs.end());
+  return 2.0 * static_cast<double>(bytes) / secs[secs.size() / 2];
 }
 
 void Device::Barrier(VkCommandBuffer cmd) {

@@ -77,6 +77,17 @@ class Device {
   void Barrier(VkCommandBuffer cmd);  // compute/transfer writes -> compute/transfer reads
   BufRange dummy() const { return dummy_; }
 
+  // Bytes moved per second (read + write) by a device-to-device copy of `bytes`, median of
+  // `iters` timed submissions; buffers are temporary.
+  double CopyBandwidth(size_t bytes, int iters);
+
+  // GPU timestamps (for profiling): write slot i after all prior work; read slots [0, n) in ns.
+  bool has_timestamps() const { return ts_pool_ != VK_NULL_HANDLE; }
+  void ResetTimestamps(VkCommandBuffer cmd, uint32_t n);
+  void WriteTimestamp(VkCommandBuffer cmd, uint32_t i);
+  std::vector<double> ReadTimestamps(uint32_t n);
+  static constexpr uint32_t kMaxTimestamps = 4096;
+
   // Test hook: the next Submit() fails as if the device were lost.
   void FailNextSubmit() { fail_next_submit_ = true; }
 
@@ -101,6 +112,7 @@ class Device {
   uint32_t family_ = 0;
   VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
+  VkQueryPool ts_pool_ = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;

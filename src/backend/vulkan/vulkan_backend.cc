@@ -61,7 +61,7 @@ uint8_t ZeroByte(WeightKind k) {
 struct LinPush {
   uint32_t rows, cols, wstride, x_stride, y_stride, y_off;
   float in_s0, out_s0, in_s1, out_s1, cap;
-  uint32_t aux_stride, aux_off, x_row0;
+  uint32_t aux_stride, aux_off, x_row0, ntok;
 };
 struct NormPush {
   uint32_t n, has_t, has_a, has_wa;
@@ -205,6 +205,7 @@ class VulkanBackend : public Backend {
     s->barriers_per_token = decode_barriers_;
     s->rebuilds = rebuilds_;
   }
+  double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
   void FailNextSubmit() {
     if (dev_) dev_->FailNextSubmit();
   }
@@ -223,7 +224,7 @@ class VulkanBackend : public Backend {
                   "vulkan: quantized linear without row scales: " + lin.name);
     d.rows = lin.rows;
     d.cols = lin.cols;
-    d.wstride = static_cast<uint32_t>((lin.row_bytes + 3) / 4);
+    d.wstride = static_cast<uint32_t>((lin.row_bytes + 15) / 16 * 4);  // rows of whole uvec4
     const size_t row_b = d.wstride * 4u;
     const int per_part = static_cast<int>(
         std::min<size_t>(lin.rows, std::max<size_t>(1, dev_->max_range() / row_b)));
@@ -477,6 +478,7 @@ class VulkanBackend : public Backend {
   struct Rec {
     VkCommandBuffer cmd;
     int dispatches = 0, barriers = 0;
+    std::vector<std::string>* labels = nullptr;  // profiling: a timestamp after every dispatch
   };
 
   void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
@@ -495,6 +497,17 @@ class VulkanBackend : public Backend {
                        static_cast<uint32_t>(push_bytes), push);
     vkCmdDispatch(rc.cmd, gx, gy, gz);
     ++rc.dispatches;
+    if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
+      std::string label = shader;
+      if (label == "linear") {
+        static const char* kKinds[] = {"f32", "bf16", "f16", "q2", "q4", "q8"};
+        label += std::string(" ") + kKinds[spec[1]] + " epi" + std::to_string(spec[2]) + " " +
+                 std::to_string(gy * kWG / spec[3]) + "x" +
+                 std::to_string(push_bytes ? static_cast<const LinPush*>(push)->cols : 0);
+      }
+      rc.labels->push_back(label);
+      dev_->WriteTimestamp(rc.cmd, static_cast<uint32_t>(rc.labels->size()));
+    }
   }
   void Barrier(Rec& rc) {
     dev_->Barrier(rc.cmd);
@@ -509,7 +522,20 @@ class VulkanBackend : public Backend {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
-    const uint32_t rows_per_wg = kWG / lanes_;
+    // Invocations per row: enough that each loads one or two 16-byte vectors (more workgroups in
+    // flight for long rows), at least one subgroup.
+    const uint32_t nvec = d.wstride / 4;
+    const uint32_t vec = nvec >= lanes_ ? 4 : 1;
+    uint32_t lanes = lanes_;
+    while (vec == 4 && lanes < kWG && nvec >= 3 * lanes) lanes *= 2;
+    const uint32_t rows_per_wg = kWG / lanes;
+    // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
+    uint32_t tok = 1;
+    const uint32_t dual = second ? 2 : 1;
+    const uint32_t max_tok =
+        std::getenv("GEMMA_VK_TOK") ? std::atoi(std::getenv("GEMMA_VK_TOK")) : 4;
+    while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
+      tok *= 2;
     for (size_t i = 0; i < d.parts.size(); ++i) {
       const DevLinear::Part& p = d.parts[i];
       LinPush pc{};
@@ -525,6 +551,7 @@ class VulkanBackend : public Backend {
       pc.aux_stride = aux_stride;
       pc.aux_off = aux_off + p.row0;
       pc.x_row0 = x_row0;
+      pc.ntok = m;
       std::array<BufRange, vk::kBindings> b{};
       b[0] = p.w.r;
       b[1] = p.s.handle >= 0 ? p.s.r : BufRange{};
@@ -538,8 +565,8 @@ class VulkanBackend : public Backend {
         b[5] = p2.s.handle >= 0 ? p2.s.r : BufRange{};
       }
       if (aux) b[6] = *aux;
-      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes_, xwords}, b, &pc, sizeof(pc),
-               (p.rows + rows_per_wg - 1) / rows_per_wg, m);
+      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes, xwords, tok, vec}, b, &pc, sizeof(pc),
+               (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
     }
   }
 
@@ -737,6 +764,46 @@ class VulkanBackend : public Backend {
     return cb;
   }
 
+  // Public to the free functions of vulkan_backend.h.
+ public:
+  std::vector<std::pair<std::string, double>> Profile(int32_t token) {
+    std::vector<std::pair<std::string, double>> out;
+    if (!dev_->has_timestamps() || cached_ >= capacity_) return out;
+    const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    uint8_t* in = in_host_.r.mapped;
+    const uint32_t step[4] = {static_cast<uint32_t>(cached_), 1, 0, 0};
+    std::memcpy(in, step, sizeof(step));
+    ref::EmbeddingRow(model_.embed(), model_.EmbedId(token),
+                      reinterpret_cast<float*>(in + in_x0_off_));
+    if (LP > 0)
+      ref::EmbeddingRow(model_.ple_embed(), model_.EmbedId(token),
+                        reinterpret_cast<float*>(in + in_tok_off_));
+    std::vector<std::string> labels;
+    VkCommandBuffer cb = head_cmd_;
+    Begin(cb, false);
+    dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
+    dev_->WriteTimestamp(cb, 0);
+    Rec rc{cb};
+    RecordInputs(rc, 1, OutputMode::kArgmax);
+    rc.labels = &labels;
+    RecordBody(rc, 1, splits_);
+    RecordHead(rc, 0, 1, OutputMode::kArgmax);
+    End(cb);
+    dev_->Submit(cb);
+    const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));
+    for (size_t i = 0; i < labels.size(); ++i) {
+      auto it =
+          std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == labels[i]; });
+      const double d = ts[i + 1] - ts[i];
+      if (it == out.end())
+        out.emplace_back(labels[i], d);
+      else
+        it->second += d;
+    }
+    return out;
+  }
+
+ private:
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
                 ForwardResult* out) {
     const int m = static_cast<int>(tokens.size());
@@ -857,6 +924,17 @@ bool GetVulkanStats(const Backend& backend, VulkanStats* stats) {
   if (!vb) return false;
   vb->GetStats(stats);
   return true;
+}
+
+double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->CopyBandwidth(bytes) : 0.0;
+}
+
+std::vector<std::pair<std::string, double>> ProfileVulkanDecode(Backend& backend, int32_t token) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->Profile(token);
 }
 
 bool SimulateVulkanDeviceLoss(Backend& backend) {

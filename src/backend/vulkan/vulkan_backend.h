@@ -12,6 +12,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -40,6 +43,11 @@ struct VulkanStats {
   int rebuilds = 0;  // device-state rebuilds after failures
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);
+// Device-to-device copy bandwidth (bytes read + written per second) on the backend's device.
+double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
+// GPU time per kernel label (ns, summed over the step) of one decode step at the current position,
+// from timestamps after every dispatch; the caches are not advanced. Empty without timestamps.
+std::vector<std::pair<std::string, double>> ProfileVulkanDecode(Backend& backend, int32_t token);
 // Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
 bool SimulateVulkanDeviceLoss(Backend& backend);
 

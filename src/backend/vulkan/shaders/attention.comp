@@ -5,7 +5,7 @@
 // with an online softmax over blocks of WG keys; attn_combine.comp merges the splits.
 // Scores, weights and sums are double, as in the CPU reference. K/V rows live at (j % ring);
 // KV-shared layers bind their owner's caches.
-#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
 #extension GL_KHR_shader_subgroup_basic : enable
 #include "common.glsl"
 
@@ -22,28 +22,10 @@ layout(push_constant) uniform P {
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
+const uint TPK = 8;          // invocations per key (a clustered dot product)
+const uint KPB = WG / TPK;   // keys per block
 shared float qs[512];
-shared double sc[WG];
-shared double red[64];
-
-double BlockMax(double v) {
-  double s = subgroupMax(v);
-  if (subgroupElect()) red[gl_SubgroupID] = s;
-  barrier();
-  double tot = red[0];
-  for (uint i = 1; i < gl_NumSubgroups; ++i) tot = max(tot, red[i]);
-  barrier();
-  return tot;
-}
-double BlockSum(double v) {
-  double s = subgroupAdd(v);
-  if (subgroupElect()) red[gl_SubgroupID] = s;
-  barrier();
-  double tot = 0.0LF;
-  for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red[i];
-  barrier();
-  return tot;
-}
+shared double sc[KPB];
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -63,24 +45,34 @@ void main() {
   double m = kNegInf;
   double l = 0.0LF;
   double acc0 = 0.0LF, acc1 = 0.0LF;  // dims tid and tid + WG (hd <= 2 WG)
-  for (uint b = jb; b < je; b += WG) {
-    const uint j = b + tid;
-    double s = kNegInf;
+  const uint kl = tid / TPK, part = tid % TPK;
+  for (uint b = jb; b < je; b += KPB) {
+    // Scores: TPK invocations per key, strided dims, summed by shuffles in a fixed order.
+    const uint j = b + kl;
+    double s = 0.0LF;
     if (j < je) {
       const uint kb = (j % p.ring) * width + kvh * hd;
-      s = 0.0LF;
-      for (uint i = 0; i < hd; ++i) s = fma(double(qs[i]), double(kc[kb + i]), s);
+      for (uint i = part; i < hd; i += TPK) s = fma(double(qs[i]), double(kc[kb + i]), s);
     }
-    const double bm = BlockMax(s);
+    s += subgroupShuffleXor(s, 1);
+    s += subgroupShuffleXor(s, 2);
+    s += subgroupShuffleXor(s, 4);
+    if (part == 0) sc[kl] = j < je ? s : kNegInf;
+    barrier();
+    const uint nb = min(KPB, je - b);
+    double bm = kNegInf;
+    for (uint jj = 0; jj < nb; ++jj) bm = max(bm, sc[jj]);
     const double mn = max(m, bm);
-    const double pj = j < je ? ExpD(s - mn) : 0.0LF;
-    sc[tid] = pj;
+    barrier();
+    if (tid < nb) sc[tid] = ExpD(sc[tid] - mn);
+    barrier();
+    double bs = 0.0LF;
+    for (uint jj = 0; jj < nb; ++jj) bs += sc[jj];
     const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
-    l = l * corr + BlockSum(pj);
+    l = l * corr + bs;
     m = mn;
     acc0 *= corr;
     acc1 *= corr;
-    const uint nb = min(WG, je - b);
     for (uint jj = 0; jj < nb; ++jj) {
       const uint vb = ((b + jj) % p.ring) * width + kvh * hd;
       const double w = sc[jj];

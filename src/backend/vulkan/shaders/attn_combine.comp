@@ -12,6 +12,7 @@ layout(push_constant) uniform P {
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
+shared double wgt[256];
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -21,17 +22,16 @@ void main() {
   for (uint s = 0; s < p.splits; ++s) {
     if (pml[base + s].y > 0.0LF) mx = max(mx, pml[base + s].x);
   }
-  double l = 0.0LF;
-  for (uint s = 0; s < p.splits; ++s) {
+  for (uint s = tid; s < p.splits; s += WG) {
     const dvec2 ml = pml[base + s];
-    if (ml.y > 0.0LF) l += ml.y * ExpD(ml.x - mx);
+    wgt[s] = ml.y > 0.0LF ? ExpD(ml.x - mx) : 0.0LF;
   }
+  barrier();
+  double l = 0.0LF;
+  for (uint s = 0; s < p.splits; ++s) l += pml[base + s].y * wgt[s];
   for (uint i = tid; i < p.hd; i += WG) {
     double acc = 0.0LF;
-    for (uint s = 0; s < p.splits; ++s) {
-      const dvec2 ml = pml[base + s];
-      if (ml.y > 0.0LF) acc += po[(base + s) * p.hd + i] * ExpD(ml.x - mx);
-    }
+    for (uint s = 0; s < p.splits; ++s) acc += po[(base + s) * p.hd + i] * wgt[s];
     o[t * p.o_stride + h * p.hd + i] = float(acc / l);
   }
 }

@@ -1,9 +1,11 @@
 #version 450
-// y[t][r] = epilogue(srq_out(srq_in(x[t]) . W[r])) for one token per workgroup row (grid.y = token).
+// y[t][r] = epilogue(srq_out(srq_in(x[t]) . W[r])) for TOK tokens x ROWS_PER_WG rows per
+// workgroup: grid.x = token group (fastest, so the groups sharing a row block run together and
+// read its weights from cache), grid.y = row block; LANES invocations share a row.
 // Layout: W rows are `wstride` u32 words (row bytes padded with encoded zeros), row scales f32.
 // Kinds: 0 f32, 1 bf16, 2 f16, 3 int2, 4 int4, 5 int8 (offset binary, LSB first).
 // Exactness: with an SRQ input scale, x is quantized to int8 (IEEE division, half-even, clamp) and
-// the dot product is an exact int32 sum, scaled once; dense kinds accumulate in f32.
+// the dot product is an exact int32 sum, scaled once in double; dense kinds accumulate in f32.
 // Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux.
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -13,35 +15,39 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint KIND = 0;
 layout(constant_id = 2) const uint EPI = 0;
 layout(constant_id = 3) const uint LANES = 32;  // invocations per row
-layout(constant_id = 4) const uint XWORDS = 4;  // shared words for the quantized input (>= cols/4)
+layout(constant_id = 4) const uint XWORDS = 4;  // shared words per token (>= padded cols / 4)
+layout(constant_id = 5) const uint TOK = 1;     // tokens per workgroup
+layout(constant_id = 6) const uint VEC = 4;     // u32 words per weight load (4 for wide rows)
 
-layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
+layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) buffer Y { float y[]; };
-layout(std430, binding = 4) readonly buffer W1 { uint w1[]; };
+layout(std430, binding = 4) readonly buffer W1 { uvec4 w1[]; };
 layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
   uint cols;
-  uint wstride;   // u32 words per row
+  uint wstride;   // u32 words per row (a multiple of 4)
   uint x_stride;  // floats per token in x
   uint y_stride;
   uint y_off;     // first output column (row_base of a split part)
   float in_s0, out_s0, in_s1, out_s1;
   float cap;
   uint aux_stride, aux_off;
-  uint x_row0;    // first token row of x and y (head rows)
+  uint x_row0;    // first token row of x (head rows)
+  uint ntok;      // token rows
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
 const uint WG = gl_WorkGroupSize.x;
 const uint ROWS_PER_WG = WG / LANES;
-shared uint xq[DUAL][XWORDS];
-shared int red_i[DUAL][WG];
-shared float red_f[DUAL][WG];
+const uint MAX_SG = WG / 4;
+shared uint xq[DUAL * TOK * XWORDS];
+shared int red_i[DUAL * TOK * MAX_SG];
+shared float red_f[DUAL * TOK * MAX_SG];
 
 uint ElemsPerWord() {
   return KIND == 0 ? 1 : KIND == 1 || KIND == 2 ? 2 : KIND == 3 ? 16 : KIND == 4 ? 8 : 4;
@@ -60,82 +66,124 @@ float DElem(uint w, uint k) {
   return unpackHalf2x16(h).x;
 }
 
+int acc_i[2 * TOK];
+float acc_f[2 * TOK];
+bool int_path[2];
+
+// Adds word j (of row-local index) of weight set d to the token accumulators.
+void Accumulate(uint w, uint j, uint d, uint tg) {
+  const uint epw = ElemsPerWord();
+  const uint c0 = j * epw;
+  const bool quant = KIND >= 3;
+  if (int_path[d]) {
+    [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+      int a = 0;
+      const uint xo = (d * TOK + tt) * XWORDS;
+      [[unroll]] for (uint k = 0; k < epw; ++k) {
+        const uint c = c0 + k;
+        const int xv = bitfieldExtract(int(xq[xo + (c >> 2)]), int(8 * (c & 3)), 8);
+        a += QElem(w, k) * xv;
+      }
+      acc_i[d * TOK + tt] += a;
+    }
+  } else {
+    [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+      const uint t = tg + tt;
+      if (t >= p.ntok) break;
+      const uint xb = (t + p.x_row0) * p.x_stride;
+      float a = acc_f[d * TOK + tt];
+      [[unroll]] for (uint k = 0; k < epw; ++k) {
+        const uint c = c0 + k;
+        const float xv = c < p.cols ? x[xb + c] : 0.0;
+        const float wv = quant ? float(QElem(w, k)) : DElem(w, k);
+        a = fma(wv, xv, a);
+      }
+      acc_f[d * TOK + tt] = a;
+    }
+  }
+}
+
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
   const uint rloc = tid / LANES;
-  const uint row = gl_WorkGroupID.x * ROWS_PER_WG + rloc;
-  const uint t = gl_WorkGroupID.y + p.x_row0;
-  const uint xb = t * p.x_stride;
+  const uint row = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
+  const uint tg = gl_WorkGroupID.x * TOK;  // first token (relative to x_row0)
   const bool quant = KIND >= 3;
   float in_s[2] = float[2](p.in_s0, p.in_s1);
-  bool int_path[2] = bool[2](quant && p.in_s0 > 0.0, quant && p.in_s1 > 0.0);
+  int_path[0] = quant && p.in_s0 > 0.0;
+  int_path[1] = quant && p.in_s1 > 0.0;
+  [[unroll]] for (uint i = 0; i < 2 * TOK; ++i) {
+    acc_i[i] = 0;
+    acc_f[i] = 0.0;
+  }
 
   if (int_path[0] || (DUAL == 2 && int_path[1])) {
     const uint nw = (p.cols + 3) / 4;
     for (uint d = 0; d < DUAL; ++d) {
       if (!int_path[d]) continue;
-      for (uint i = tid; i < nw; i += WG) {
-        uint packed = 0;
-        for (uint k = 0; k < 4; ++k) {
-          uint c = 4 * i + k;
-          int q = c < p.cols ? QuantizeSrq(x[xb + c], in_s[d]) : 0;
-          packed |= (uint(q) & 0xFFu) << (8 * k);
+      for (uint tt = 0; tt < TOK; ++tt) {
+        const uint t = tg + tt;
+        const uint xb = (t + p.x_row0) * p.x_stride;
+        for (uint i = tid; i < nw; i += WG) {
+          uint packed = 0;
+          if (t < p.ntok) {
+            for (uint k = 0; k < 4; ++k) {
+              const uint c = 4 * i + k;
+              const int q = c < p.cols ? QuantizeSrq(x[xb + c], in_s[d]) : 0;
+              packed |= (uint(q) & 0xFFu) << (8 * k);
+            }
+          }
+          xq[(d * TOK + tt) * XWORDS + i] = packed;
         }
-        xq[d][i] = packed;
       }
     }
     barrier();
   }
 
-  int acc_i[2] = int[2](0, 0);
-  float acc_f[2] = float[2](0.0, 0.0);
   if (row < p.rows) {
-    const uint epw = ElemsPerWord();
     for (uint d = 0; d < DUAL; ++d) {
-      const uint base = row * p.wstride;
-      for (uint j = lane; j < p.wstride; j += LANES) {
-        const uint w = d == 0 ? w0[base + j] : w1[base + j];
-        const uint c0 = j * epw;
-        if (int_path[d]) {
-          int a = 0;
-          [[unroll]] for (uint k = 0; k < epw; ++k) {
-            const uint c = c0 + k;
-            const int xv = bitfieldExtract(int(xq[d][c >> 2]), int(8 * (c & 3)), 8);
-            a += QElem(w, k) * xv;
-          }
-          acc_i[d] += a;
-        } else {
-          [[unroll]] for (uint k = 0; k < epw; ++k) {
-            const uint c = c0 + k;
-            const float xv = c < p.cols ? x[xb + c] : 0.0;
-            const float wv = quant ? float(QElem(w, k)) : DElem(w, k);
-            acc_f[d] = fma(wv, xv, acc_f[d]);
-          }
+      if (VEC == 4) {
+        const uint base = row * (p.wstride / 4);
+        for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
+          const uvec4 w4 = d == 0 ? w0[base + j4] : w1[base + j4];
+          [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
+        }
+      } else {
+        const uint base = row * p.wstride;
+        for (uint j = lane; j < p.wstride; j += LANES) {
+          const uint w = d == 0 ? w0[(base + j) >> 2][(base + j) & 3] : w1[(base + j) >> 2][(base + j) & 3];
+          Accumulate(w, j, d, tg);
         }
       }
     }
   }
   // Reduce each row's LANES partials: subgroups first, then shared memory.
-  for (uint d = 0; d < DUAL; ++d) {
-    int si = subgroupAdd(acc_i[d]);
-    float sf = subgroupAdd(acc_f[d]);
+  const uint nsg = WG / gl_SubgroupSize;
+  for (uint i = 0; i < DUAL * TOK; ++i) {
+    const int si = subgroupAdd(acc_i[i]);
+    const float sf = subgroupAdd(acc_f[i]);
     if (subgroupElect()) {
-      red_i[d][gl_SubgroupID] = si;
-      red_f[d][gl_SubgroupID] = sf;
+      red_i[i * nsg + gl_SubgroupID] = si;
+      red_f[i * nsg + gl_SubgroupID] = sf;
     }
   }
   barrier();
-  if (lane != 0 || row >= p.rows) return;
+  if (row >= p.rows) return;
+  // Lanes 0..TOK-1 of the row finish one token each.
+  const uint tt = lane;
+  const uint t = tg + tt;
+  if (tt >= TOK || t >= p.ntok) return;
   const uint per_row = LANES / gl_SubgroupSize;
   float v[2];
   float out_s[2] = float[2](p.out_s0, p.out_s1);
   for (uint d = 0; d < DUAL; ++d) {
     int ti = 0;
     float tf = 0.0;
+    const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
     for (uint k = 0; k < per_row; ++k) {
-      ti += red_i[d][rloc * per_row + k];
-      tf += red_f[d][rloc * per_row + k];
+      ti += red_i[rb + k];
+      tf += red_f[rb + k];
     }
     const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
     float r;

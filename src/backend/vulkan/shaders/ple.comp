@@ -16,7 +16,7 @@ layout(push_constant) uniform P {
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
-shared double red[64];
+shared double red[128];
 
 double BlockSum(double v) {
   double s = subgroupAdd(v);

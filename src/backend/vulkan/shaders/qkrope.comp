@@ -26,7 +26,7 @@ layout(push_constant) uniform P {
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
-shared double red[64];
+shared double red[128];
 shared float xs[512];
 
 double BlockSum(double v) {

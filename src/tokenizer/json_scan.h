@@ -53,6 +53,7 @@ class JsonScanner {
   bool NextElement(bool* first, std::string_view context);
 
   size_t offset() const { return static_cast<size_t>(p_ - begin_); }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
   bool AtEnd() {
     SkipWhitespace();
     return p_ >= end_;

@@ -181,6 +181,12 @@ class Loader {
         Fail(origin_, "model.vocab: id " + std::to_string(id) + " of " + Quote(piece) +
                           " is out of range [0, " + std::to_string(kMaxVocab) + ")");
       }
+      // Each further entry takes at least 4 bytes ("":0,), so an id beyond what the rest of the
+      // text can fill is out of range for sure; failing now keeps a bogus id from growing memory.
+      if (id >= count + static_cast<int64_t>(sc.remaining() / 4) + 1) {
+        Fail(origin_, "model.vocab: id " + std::to_string(id) + " of " + Quote(piece) +
+                          " is out of range: the vocab cannot have that many entries");
+      }
       if (static_cast<size_t>(id) >= pieces.size()) {
         pieces.resize(static_cast<size_t>(id) + 1);
         seen.resize(static_cast<size_t>(id) + 1, 0);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,44 @@ TEST(TokenizerLoad, IdOutOfRange) {
   Parts p;
   p.vocab = R"({"<unk>":0,"<bos>":1,"a":2,"b":3,"c":4,"ab":5,"bc":6,"▁":7,"▁a":8,"<0x63>":99})";
   ExpectError(p.Json(), "model.vocab: id 99 of \"<0x63>\" is out of range");
+}
+
+TEST(TokenizerLoad, HugeIdFailsWithoutAllocating) {
+  Parts p;
+  p.vocab = R"({"<unk>":0,"<bos>":16000000,"a":2})";
+  ExpectError(p.Json(), "model.vocab: id 16000000");
+}
+
+TEST(TokenizerLoad, RandomCorruptionsGiveTypedErrors) {
+  // Flip, delete or insert bytes of a valid file: loading either succeeds or throws
+  // gemma::Error(kTokenizer); nothing else escapes and nothing crashes.
+  const std::string base = Parts().Json();
+  std::mt19937 rng(12345);
+  int errors = 0;
+  for (int n = 0; n < 3000; ++n) {
+    std::string json = base;
+    for (int k = 0, edits = 1 + rng() % 3; k < edits; ++k) {
+      size_t at = rng() % json.size();
+      switch (rng() % 3) {
+        case 0:
+          json[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          json.erase(at, 1);
+          break;
+        default:
+          json.insert(at, 1, "{}[]\",:0a\x80"[rng() % 11]);
+      }
+    }
+    try {
+      Tokenizer tok = Tokenizer::FromJson(json, "fuzz.json");
+      tok.Encode("a b <bos> c\xff");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kTokenizer) << e.what();
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 1000);
 }
 
 TEST(TokenizerLoad, NegativeId) {

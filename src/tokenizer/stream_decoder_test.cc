@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,51 @@ TEST_F(StreamDecoderTest, OutputIsAlwaysCompleteUtf8) {
     EXPECT_FALSE(lead >= 0x80 && lead < 0xC0) << "chunk starts mid-character";
   }
   EXPECT_EQ(d.Flush(), "");
+}
+
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < s.size()) {
+    unsigned char c = p[i];
+    size_t len = c < 0x80                 ? 1
+                 : c >= 0xC2 && c <= 0xDF ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+    }
+    if (len == 3 && ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] > 0x9F))) {
+      return false;
+    }
+    if (len == 4 && ((c == 0xF0 && p[i + 1] < 0x90) || (c == 0xF4 && p[i + 1] > 0x8F))) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+TEST_F(StreamDecoderTest, RandomIdsGiveValidUtf8) {
+  // Any id sequence (byte tokens mixed with text tokens) streams out as valid UTF-8, and each
+  // chunk is valid on its own.
+  std::mt19937 rng(99);
+  for (int n = 0; n < 200; ++n) {
+    StreamDecoder d(tok());
+    std::string all;
+    for (int k = 0; k < 40; ++k) {
+      int32_t id = rng() % 3 ? B(static_cast<uint8_t>(rng() % 256))
+                             : static_cast<int32_t>(rng() % tok().vocab_size());
+      std::string chunk = d.Push(id);
+      ASSERT_TRUE(ValidUtf8(chunk)) << n << ":" << k;
+      all += chunk;
+    }
+    std::string tail = d.Flush();
+    ASSERT_TRUE(ValidUtf8(tail));
+    EXPECT_TRUE(ValidUtf8(all + tail));
+  }
 }
 
 TEST_F(StreamDecoderTest, BadIdThrows) {

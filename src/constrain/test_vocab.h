@@ -1,9 +1,13 @@
-// Vocabularies for tests and benchmarks (not part of gemma_constrain).
+// Vocabularies and a constrained sampler for tests and benchmarks (gemma_constrain_testutil, not
+// part of gemma_constrain).
 #pragma once
 
 #include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "constrain/constraint.h"
 #include "constrain/vocabulary.h"
 
 namespace gemma::constrain::testing {
@@ -14,10 +18,10 @@ namespace gemma::constrain::testing {
 // of them, JSON punctuation runs, words and digits.
 std::shared_ptr<Vocabulary> SyntheticVocab();
 
-// The real 262,144-entry Gemma 3 vocabulary from tokenizer.json (pieces with U+2581 -> ' ', <0xHH>
-// byte fallback -> the byte; special = the file's special added tokens plus the Gemma 4 control ids
-// 46..52, 98, 100, 101, 105, 106 marked special to stand in for Gemma 4's single-token specials).
-// Returns nullptr if the file is missing.
+// The real Gemma 3 vocabulary from tokenizer.json (262,144 BPE pieces plus added tokens; pieces
+// with U+2581 -> ' ', <0xHH> byte fallback -> the byte, added tokens -> their content; special =
+// the file's special added tokens plus the Gemma 4 control ids 46..52, 98, 100, 101, 105, 106,
+// which stand in for Gemma 4's single-token specials). Returns nullptr if the file is missing.
 std::shared_ptr<Vocabulary> LoadGemmaVocab(const std::string& tokenizer_json_path);
 
 // LoadGemmaVocab once per process (tests in several files share it).
@@ -26,18 +30,8 @@ std::shared_ptr<Vocabulary> CachedGemmaVocab(const std::string& tokenizer_json_p
 // GEMMA_SOURCE_DIR-relative default path of the npm test asset.
 std::string DefaultGemmaTokenizerPath(const std::string& source_dir);
 
-}  // namespace gemma::constrain::testing
-
-#include <random>
-#include <vector>
-
-#include "constrain/constraint.h"
-
-namespace gemma::constrain::testing {
-
 struct Generated {
-  std::string
-      text;  // bytes of all accepted tokens (special ones as their vocabulary text), no stop id
+  std::string text;  // bytes of the accepted tokens (specials as their vocabulary text), no stop id
   std::vector<int32_t> tokens;
   bool complete = false;
 };

@@ -139,6 +139,19 @@ std::string_view JsonScanner::ReadStringView(std::string* scratch, std::string_v
   return *scratch;
 }
 
+bool JsonScanner::ReadBool(std::string_view context) {
+  char c = Peek();
+  if (c == 't') {
+    SkipLiteral("true", context);
+    return true;
+  }
+  if (c == 'f') {
+    SkipLiteral("false", context);
+    return false;
+  }
+  Fail(context, "expected true or false");
+}
+
 int64_t JsonScanner::ReadInt(std::string_view context) {
   SkipWhitespace();
   bool neg = false;

@@ -42,6 +42,8 @@ class JsonScanner {
   // common case) and decodes into `*scratch` otherwise. The view lives as long as the input or
   // until `*scratch` changes.
   std::string_view ReadStringView(std::string* scratch, std::string_view context);
+  // Parses true or false.
+  bool ReadBool(std::string_view context);
   // Parses an integer (optional '-', digits; no fraction or exponent) that fits int64.
   int64_t ReadInt(std::string_view context);
   // Skips one JSON value of any kind and returns its text (validated structurally).

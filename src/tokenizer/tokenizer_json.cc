@@ -462,40 +462,54 @@ class Loader {
     auto& im = *impl_;
     im.trie.assign(1, {});
     if (s_.added_tokens.empty()) return;
-    json arr = ParseSmall(s_.added_tokens, origin_, "added_tokens");
-    if (!arr.is_array()) Fail(origin_, "added_tokens must be an array");
+    // Hand-parsed: a DOM parse of the ~6,400 entries costs more than the rest of this function.
+    JsonScanner sc(s_.added_tokens, origin_);
+    if (sc.Peek() != '[') Fail(origin_, "added_tokens must be an array");
+    sc.Expect('[', "added_tokens");
     int64_t max_added = -1;
     std::vector<std::pair<int32_t, bool>> entries;  // id, special
-    for (size_t i = 0; i < arr.size(); ++i) {
-      const json& t = arr[i];
+    std::string key, content;
+    bool first = true;
+    for (size_t i = 0; sc.NextElement(&first, "added_tokens"); ++i) {
       std::string where = "added_tokens[" + std::to_string(i) + "]";
-      if (!t.is_object()) Fail(origin_, where + " must be an object");
-      if (!t.contains("id") || !t["id"].is_number_integer()) {
-        Fail(origin_, where + ".id missing or not an integer");
-      }
-      if (!t.contains("content") || !t["content"].is_string()) {
-        Fail(origin_, where + ".content missing or not a string");
-      }
-      int64_t id = t["id"].get<int64_t>();
-      std::string content = t["content"].get<std::string>();
-      where += " " + Quote(content);
-      auto flag = [&](const char* f, bool dflt) {
-        if (!t.contains(f)) return dflt;
-        if (!t[f].is_boolean()) Fail(origin_, where + "." + f + " must be a boolean");
-        return t[f].get<bool>();
-      };
-      for (const auto& [k, v] : t.items()) {
-        static const char* kKnown[] = {"id",     "content",    "single_word", "lstrip",
-                                       "rstrip", "normalized", "special"};
-        if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
-          Fail(origin_, where + ": unsupported field " + Quote(k));
+      if (sc.Peek() != '{') Fail(origin_, where + " must be an object");
+      sc.Expect('{', where);
+      bool has_id = false, has_content = false;
+      int64_t id = -1;
+      // single_word, lstrip, rstrip, normalized, special; normalized defaults to !special (HF).
+      static const char* kFlags[] = {"single_word", "lstrip", "rstrip", "normalized", "special"};
+      bool flag[5] = {false, false, false, false, false};
+      bool has_normalized = false;
+      bool mfirst = true;
+      while (sc.NextMember(&mfirst, where)) {
+        sc.ReadString(&key, where);
+        sc.Expect(':', where);
+        if (key == "id") {
+          if (sc.Peek() == '"') Fail(origin_, where + ".id missing or not an integer");
+          id = sc.ReadInt(where + ".id");
+          has_id = true;
+        } else if (key == "content") {
+          if (sc.Peek() != '"') Fail(origin_, where + ".content missing or not a string");
+          sc.ReadString(&content, where + ".content");
+          has_content = true;
+        } else {
+          size_t f = std::find(std::begin(kFlags), std::end(kFlags), key) - std::begin(kFlags);
+          if (f == std::size(kFlags)) Fail(origin_, where + ": unsupported field " + Quote(key));
+          if (sc.Peek() != 't' && sc.Peek() != 'f') {
+            Fail(origin_, where + "." + key + " must be a boolean");
+          }
+          flag[f] = sc.ReadBool(where);
+          if (f == 3) has_normalized = true;
         }
       }
-      bool special = flag("special", false);
-      for (const char* f : {"single_word", "lstrip", "rstrip"}) {
-        if (flag(f, false)) Fail(origin_, where + "." + f + "=true is not supported");
+      if (!has_id) Fail(origin_, where + ".id missing or not an integer");
+      if (!has_content) Fail(origin_, where + ".content missing or not a string");
+      where += " " + Quote(content);
+      bool special = flag[4];
+      for (size_t f = 0; f < 3; ++f) {
+        if (flag[f]) Fail(origin_, where + "." + kFlags[f] + "=true is not supported");
       }
-      if (flag("normalized", !special)) {
+      if (has_normalized ? flag[3] : !special) {
         Fail(origin_, where + ".normalized=true is not supported");
       }
       if (content.empty()) Fail(origin_, where + ": empty content");

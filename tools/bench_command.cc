@@ -58,6 +58,9 @@ void AddBenchCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--verify-max-tokens", o->bench.verify_max_tokens,
                   "Skip the reference check (row marked unverified) for longer workloads");
+  cmd->add_option("--reference-cache", o->bench.reference_cache,
+                  "JSON file caching the reference backend's tokens per workload (reruns skip the "
+                  "slow reference runs; keyed by checkpoint path, size, mtime and seed)");
   cmd->add_option("--bandwidth-mib", o->bandwidth_mib, "Buffer streamed by the bandwidth probe")
       ->check(CLI::Range(16, 1 << 16));
   cmd->add_option("--seed", o->bench.seed, "Prompt ids seed");

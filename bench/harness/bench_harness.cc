@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -59,6 +60,7 @@ std::string LoadAvg() {
 }
 
 struct Measurement {
+  std::vector<float> prompt_logits;  // last prompt position's logits (check runs only)
   double decode_cpu_ms = 0, decode_wall_ms = 0;
   double ttft_ms = 0;
   int prefill_tokens = 0;
@@ -84,12 +86,20 @@ std::vector<uint64_t> AllowedMask(int vocab) {
 // Greedy generation of `gen` tokens after feeding `input`; appends to m. TTFT and prefill are the
 // latest turn's.
 void Generate(Backend& b, std::span<const int32_t> input, int gen, OutputMode mode,
-              const std::vector<uint64_t>* allowed, Measurement* m) {
+              const std::vector<uint64_t>* allowed, Measurement* m, bool want_logits = false) {
   ForwardResult r;
   Timer t;
-  b.Forward({.tokens = input, .mode = mode, .allowed = allowed}, &r);
+  want_logits = want_logits && mode == OutputMode::kArgmax;
+  b.Forward({.tokens = input, .mode = want_logits ? OutputMode::kLogits : mode, .allowed = allowed},
+            &r);
   m->ttft_ms = t.Ms();
   m->prefill_tokens = static_cast<int>(input.size());
+  if (want_logits) {
+    // The argmax contract: lowest id among the largest logits.
+    m->prompt_logits = r.logits;
+    r.ids = {static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) -
+                                  r.logits.begin())};
+  }
   int32_t next = r.ids.back();
   m->tokens.push_back(next);
   const double cpu0 = ProcessCpuMs();
@@ -105,13 +115,14 @@ void Generate(Backend& b, std::span<const int32_t> input, int gen, OutputMode mo
   m->decode_wall_ms += wall.Ms();
 }
 
+// check: also return the last prompt position's logits (untimed check runs).
 Measurement RunWorkload(Backend& b, const Workload& w, int vocab, uint64_t seed,
-                        const std::vector<uint64_t>& allowed) {
+                        const std::vector<uint64_t>& allowed, bool check = false) {
   Measurement m;
   const std::vector<int32_t> prompt = PromptIds(w.prompt, vocab, seed);
   const bool select = w.kind == WorkloadKind::kSelect;
   const OutputMode mode = select ? OutputMode::kSelect : OutputMode::kArgmax;
-  Generate(b, prompt, w.gen, mode, select ? &allowed : nullptr, &m);
+  Generate(b, prompt, w.gen, mode, select ? &allowed : nullptr, &m, check);
   if (w.kind == WorkloadKind::kMultiTurn) {
     // Second turn: the last generated token (not yet evaluated) plus the new user tokens; the
     // cached first turn is reused as the prefix.
@@ -191,7 +202,9 @@ std::string Escape(const std::string& s) {
 
 std::string MatchText(const Row& r) {
   if (!r.matched) return "unverified";
-  return *r.matched ? "yes" : "NO (flagged)";
+  std::string s = *r.matched ? "yes" : "NO (flagged)";
+  if (r.logits_rel_l2) s += " (logits rel L2 " + Fmt("%.1e", *r.logits_rel_l2) + ")";
+  return s;
 }
 
 }  // namespace
@@ -353,21 +366,73 @@ Report RunBench(const BenchOptions& o, const Log& log) {
 
   // Reference tokens per workload (the oracle every row is checked against).
   std::map<std::string, std::vector<int32_t>> expected;
+  std::map<std::string, std::vector<float>> expected_logits;  // last prompt position
+  nlohmann::json cache = nlohmann::json::object();
+  std::string cache_key;
+  if (!o.reference_cache.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path weights =
+        fs::is_directory(o.model, ec) ? fs::path(o.model) / "model.safetensors" : fs::path(o.model);
+    const auto size = fs::file_size(weights, ec);
+    const auto mtime = fs::last_write_time(weights, ec).time_since_epoch().count();
+    cache_key = fs::absolute(o.model, ec).string() + "|" + std::to_string(size) + "|" +
+                std::to_string(mtime) + "|seed " + std::to_string(o.seed);
+    std::ifstream f(o.reference_cache);
+    if (f) cache = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (!cache.is_object()) cache = nlohmann::json::object();
+  }
   for (const Workload& w : o.workloads) {
     if (TotalTokens(w) > o.verify_max_tokens) {
       log("reference check skipped for " + w.Name() + " (over --verify-max-tokens)");
       continue;
     }
+    if (!cache_key.empty() && cache.contains(cache_key) && cache[cache_key].contains(w.Name())) {
+      expected[w.Name()] = cache[cache_key][w.Name()].get<std::vector<int32_t>>();
+      if (cache[cache_key].contains(w.Name() + " logits")) {
+        expected_logits[w.Name()] =
+            cache[cache_key][w.Name() + " logits"].get<std::vector<float>>();
+      }
+      log("reference tokens for " + w.Name() + " from " + o.reference_cache);
+      continue;
+    }
     log("reference run: " + w.Name());
     auto ref = CreateCpuReferenceBackend(*model, bo);
     Timer t;
-    expected[w.Name()] = RunWorkload(*ref, w, vocab, o.seed, allowed).tokens;
+    Measurement m = RunWorkload(*ref, w, vocab, o.seed, allowed, /*check=*/true);
+    expected[w.Name()] = m.tokens;
+    expected_logits[w.Name()] = m.prompt_logits;
     log("  done in " + Fmt("%.1f", t.Ms() / 1000) + " s");
+    if (!cache_key.empty()) {
+      cache[cache_key][w.Name()] = expected[w.Name()];
+      cache[cache_key][w.Name() + " logits"] = m.prompt_logits;
+      std::ofstream f(o.reference_cache);
+      f << cache.dump(1) << "\n";
+    }
   }
-  auto verify = [&](Row& row, const Workload& w) {
+  // A row matches when its tokens equal the reference's and, where both exist, the logits of the
+  // last prompt position (from an untimed check run of the same backend) are within 1e-4 relative
+  // L2 of the reference's: tokens alone say little on random-weight checkpoints.
+  auto verify = [&](Row& row, const Workload& w, const std::vector<float>& logits) {
     auto it = expected.find(w.Name());
-    if (it != expected.end()) row.matched = row.tokens == it->second;
-    if (row.matched && !*row.matched) row.note = "tokens differ from cpu-reference";
+    if (it == expected.end()) return;
+    row.matched = row.tokens == it->second;
+    if (!*row.matched) row.note = "tokens differ from cpu-reference";
+    auto lt = expected_logits.find(w.Name());
+    if (lt != expected_logits.end() && !lt->second.empty() && logits.size() == lt->second.size()) {
+      double num = 0, den = 0;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        const double d = static_cast<double>(logits[i]) - lt->second[i];
+        num += d * d;
+        den += static_cast<double>(lt->second[i]) * lt->second[i];
+      }
+      row.logits_rel_l2 = std::sqrt(num / std::max(den, 1e-30));
+      if (*row.logits_rel_l2 > 1e-4) {
+        row.matched = false;
+        row.note += (row.note.empty() ? "" : "; ") + std::string("prompt logits rel L2 ") +
+                    Fmt("%.2e", *row.logits_rel_l2) + " vs cpu-reference";
+      }
+    }
   };
 
   for (const std::string& name : o.backends) {
@@ -381,13 +446,17 @@ Report RunBench(const BenchOptions& o, const Log& log) {
         std::vector<Measurement> runs = {RunWorkload(*b, w, vocab, o.seed, allowed)};
         Row row = MakeRow(name, w, "cold", runs, m->load_ms(), *b, rep.floor_ms,
                           name == "cpu-fast" ? rep.threads : 1);
-        verify(row, w);
+        b->Reset();
+        verify(row, w, RunWorkload(*b, w, vocab, o.seed, allowed, /*check=*/true).prompt_logits);
         rep.rows.push_back(std::move(row));
       }
       if (o.warm) {
         log(name + " " + w.Name() + " warm (" + std::to_string(o.warmup) + " warm-up, " +
             std::to_string(o.reps) + " reps)");
         auto b = MakeBackend(name, *model, bo, o.threads);
+        // Untimed check run (logits of the last prompt position), then the warm-up runs.
+        const std::vector<float> check =
+            RunWorkload(*b, w, vocab, o.seed, allowed, /*check=*/true).prompt_logits;
         for (int i = 0; i < o.warmup; ++i) {
           b->Reset();
           RunWorkload(*b, w, vocab, o.seed, allowed);
@@ -399,7 +468,7 @@ Report RunBench(const BenchOptions& o, const Log& log) {
         }
         Row row = MakeRow(name, w, "warm", runs, model->load_ms(), *b, rep.floor_ms,
                           name == "cpu-fast" ? rep.threads : 1);
-        verify(row, w);
+        verify(row, w, check);
         log("  ttft " + Fmt("%.1f", row.ttft_ms) + " ms, prefill " +
             Fmt("%.1f", row.prefill_tok_s) + " tok/s, decode " + Fmt("%.2f", row.decode_tok_s) +
             " tok/s (ITL " + Fmt("%.1f", row.itl_ms) + " ms, floor ratio " +
@@ -456,6 +525,8 @@ std::string ToJson(const Report& r) {
                           {"tokens", w.tokens},
                           {"note", w.note}};
     row["matched_reference"] = w.matched ? nlohmann::json(*w.matched) : nlohmann::json(nullptr);
+    row["prompt_logits_rel_l2"] =
+        w.logits_rel_l2 ? nlohmann::json(*w.logits_rel_l2) : nlohmann::json(nullptr);
     j["rows"].push_back(row);
   }
   return j.dump(1) + "\n";
@@ -515,7 +586,7 @@ std::string ToCsv(const Report& r) {
   std::ostringstream o;
   o << "backend,workload,mode,reps,prompt_tokens,generated_tokens,load_ms,ttft_ms,ttft_p95_ms,"
        "prefill_tok_s,itl_median_ms,itl_p95_ms,decode_tok_s,floor_ratio,floor_ms,read_gbps,"
-       "cpu_share,resident_bytes,peak_rss_bytes,matched_reference\n";
+       "cpu_share,resident_bytes,peak_rss_bytes,matched_reference,prompt_logits_rel_l2\n";
   for (const Row& w : r.rows) {
     o << w.backend << "," << w.workload << "," << w.mode << "," << w.reps << "," << w.prompt << ","
       << w.gen << "," << Fmt("%.3f", w.load_ms) << "," << Fmt("%.3f", w.ttft_ms) << ","
@@ -524,7 +595,8 @@ std::string ToCsv(const Report& r) {
       << Fmt("%.4f", w.decode_tok_s) << "," << Fmt("%.4f", w.floor_ratio) << ","
       << Fmt("%.4f", r.floor_ms) << "," << Fmt("%.3f", r.bandwidth.read_gbps) << ","
       << Fmt("%.3f", w.cpu_share) << "," << w.resident_bytes << "," << w.peak_rss_bytes << ","
-      << (w.matched ? (*w.matched ? "true" : "false") : "") << "\n";
+      << (w.matched ? (*w.matched ? "true" : "false") : "") << ","
+      << (w.logits_rel_l2 ? Fmt("%.3e", *w.logits_rel_l2) : "") << "\n";
   }
   return o.str();
 }

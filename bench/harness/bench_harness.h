@@ -47,6 +47,10 @@ struct BenchOptions {
   int capacity = 4096;
   int verify_max_tokens = 1 << 30;  // skip the reference check for longer workloads
   uint64_t seed = 1;
+  // Reference tokens per workload are read from / written to this JSON file when set, keyed by the
+  // checkpoint's path, size and modification time and the prompt seed (the reference backend is
+  // deterministic), so reruns skip the slow reference runs.
+  std::string reference_cache;
   size_t bandwidth_bytes = size_t{1} << 30;
 };
 
@@ -73,9 +77,10 @@ struct Row {
   // process had its cores; well below 1 when other work on the machine took them.
   double cpu_share = 0;
   size_t resident_bytes = 0, peak_rss_bytes = 0;
-  std::vector<double> itl_series_ms;  // per decode step, from the median rep
-  std::vector<int32_t> tokens;        // generated ids (last rep)
-  std::optional<bool> matched;        // vs cpu-reference; nullopt: not verified
+  std::vector<double> itl_series_ms;    // per decode step, from the median rep
+  std::vector<int32_t> tokens;          // generated ids (last rep)
+  std::optional<bool> matched;          // vs cpu-reference; nullopt: not verified
+  std::optional<double> logits_rel_l2;  // last prompt position's logits vs cpu-reference
   std::string note;
 };
 

@@ -48,6 +48,10 @@ TEST(BenchHarness, RunsWorkloadsChecksReferenceAndWritesReports) {
     EXPECT_TRUE(*row.matched) << row.backend << " " << row.workload;
     EXPECT_GT(row.ttft_ms, 0);
     EXPECT_EQ(row.reps, row.mode == "warm" ? 2 : 1);
+    if (row.workload != "sel4+tg3") {
+      ASSERT_TRUE(row.logits_rel_l2.has_value()) << row.backend << " " << row.workload;
+      EXPECT_LE(*row.logits_rel_l2, 1e-4);
+    }
   }
   EXPECT_EQ(r.rows[0].tokens.size(), 4u);
   EXPECT_EQ(r.rows[2].tokens.size(), 6u);  // two turns of 3

@@ -110,6 +110,18 @@ Fragment Nfa::Plus(Fragment f) {
   return {f.start, e};
 }
 
+Fragment Nfa::UpTo(int n, const std::function<Fragment()>& make) {
+  uint32_t start = AddState(), end = AddState(), cur = start;
+  AddEpsilon(cur, end);
+  for (int i = 0; i < n; ++i) {
+    Fragment f = make();
+    AddEpsilon(cur, f.start);
+    cur = f.end;
+    AddEpsilon(cur, end);
+  }
+  return {start, end};
+}
+
 Fragment Nfa::Optional(Fragment f) {
   uint32_t s = AddState(), e = AddState();
   AddEpsilon(s, f.start);
@@ -342,44 +354,138 @@ Dfa Trim(const Dfa& dfa) {
   return out;
 }
 
-// Moore partition refinement; the start state's block is renumbered to 0.
+// Hopcroft's partition refinement, O(k n log n). A sink state stands for the missing transitions;
+// the start state's block is renumbered to 0.
 Dfa Minimize(const Dfa& dfa) {
   const uint32_t n = dfa.size();
   if (n == 0) return dfa;
   const int nc = dfa.num_classes;
-  std::vector<uint32_t> block(n);
-  for (uint32_t s = 0; s < n; ++s) block[s] = dfa.accept[s];
-  uint32_t num_blocks = 0;
-  std::vector<uint32_t> sig(nc + 1);
-  for (;;) {
-    std::unordered_map<std::vector<uint32_t>, uint32_t, VecHash> ids;
-    std::vector<uint32_t> nb(n);
-    // Start state first so that it gets block 0.
-    for (uint32_t s = 0; s < n; ++s) {
-      sig[0] = block[s];
-      for (int c = 0; c < nc; ++c) {
-        uint32_t t = dfa.next[s * nc + c];
-        sig[c + 1] = t == Dfa::kDead ? Dfa::kDead : block[t];
-      }
-      auto it = ids.emplace(sig, static_cast<uint32_t>(ids.size())).first;
-      nb[s] = it->second;
+  const uint32_t m = n + 1;  // + sink
+  const uint32_t sink = n;
+  auto target = [&](uint32_t s, int c) -> uint32_t {
+    if (s == sink) return sink;
+    uint32_t t = dfa.next[static_cast<size_t>(s) * nc + c];
+    return t == Dfa::kDead ? sink : t;
+  };
+  // Inverse transitions in CSR form per class: preds of t under c.
+  std::vector<uint32_t> inv_begin(static_cast<size_t>(nc) * m + 1, 0), inv;
+  for (uint32_t s = 0; s < m; ++s) {
+    for (int c = 0; c < nc; ++c) ++inv_begin[static_cast<size_t>(c) * m + target(s, c) + 1];
+  }
+  for (size_t i = 1; i < inv_begin.size(); ++i) inv_begin[i] += inv_begin[i - 1];
+  inv.resize(inv_begin.back());
+  {
+    std::vector<uint32_t> fill(inv_begin.begin(), inv_begin.end() - 1);
+    for (uint32_t s = 0; s < m; ++s) {
+      for (int c = 0; c < nc; ++c) inv[fill[static_cast<size_t>(c) * m + target(s, c)]++] = s;
     }
-    uint32_t count = static_cast<uint32_t>(ids.size());
-    block.swap(nb);
-    if (count == num_blocks) break;
-    num_blocks = count;
+  }
+  // Blocks are ranges of `elems`.
+  std::vector<uint32_t> elems(m), loc(m), block(m);
+  std::vector<uint32_t> first, last, marked;
+  {
+    uint32_t k = 0;
+    for (int acc = 1; acc >= 0; --acc) {
+      uint32_t b = static_cast<uint32_t>(first.size());
+      first.push_back(k);
+      for (uint32_t s = 0; s < m; ++s) {
+        bool a = s != sink && dfa.accept[s];
+        if (a == static_cast<bool>(acc)) {
+          elems[k] = s;
+          loc[s] = k++;
+          block[s] = b;
+        }
+      }
+      last.push_back(k);
+      marked.push_back(0);
+      if (last.back() == first.back()) {  // empty block: drop it
+        first.pop_back();
+        last.pop_back();
+        marked.pop_back();
+      }
+    }
+  }
+  std::vector<std::pair<uint32_t, int>> work;
+  std::vector<uint8_t> in_work;  // block * nc + c
+  auto add_work = [&](uint32_t b, int c) {
+    if (in_work.size() < (static_cast<size_t>(b) + 1) * nc) in_work.resize((b + 1) * nc, 0);
+    if (!in_work[static_cast<size_t>(b) * nc + c]) {
+      in_work[static_cast<size_t>(b) * nc + c] = 1;
+      work.push_back({b, c});
+    }
+  };
+  for (uint32_t b = 0; b < first.size(); ++b) {
+    for (int c = 0; c < nc; ++c) add_work(b, c);
+  }
+  std::vector<uint32_t> preds, touched;
+  while (!work.empty()) {
+    auto [b, c] = work.back();
+    work.pop_back();
+    in_work[static_cast<size_t>(b) * nc + c] = 0;
+    preds.clear();
+    for (uint32_t i = first[b]; i < last[b]; ++i) {
+      uint32_t t = elems[i];
+      for (uint32_t k = inv_begin[static_cast<size_t>(c) * m + t];
+           k < inv_begin[static_cast<size_t>(c) * m + t + 1]; ++k) {
+        preds.push_back(inv[k]);
+      }
+    }
+    touched.clear();
+    for (uint32_t s : preds) {
+      uint32_t d = block[s];
+      uint32_t pos = first[d] + marked[d];
+      if (loc[s] < pos) continue;  // already marked
+      if (marked[d] == 0) touched.push_back(d);
+      // Swap s to the marked front of its block.
+      uint32_t other = elems[pos];
+      std::swap(elems[pos], elems[loc[s]]);
+      loc[other] = loc[s];
+      loc[s] = pos;
+      ++marked[d];
+    }
+    for (uint32_t d : touched) {
+      const uint32_t size = last[d] - first[d], mk = marked[d];
+      marked[d] = 0;
+      if (mk == size) continue;
+      // The marked prefix becomes a new block.
+      uint32_t nb = static_cast<uint32_t>(first.size());
+      first.push_back(first[d]);
+      last.push_back(first[d] + mk);
+      marked.push_back(0);
+      first[d] += mk;
+      for (uint32_t i = first[nb]; i < last[nb]; ++i) block[elems[i]] = nb;
+      const bool nb_smaller = mk <= size - mk;
+      for (int a = 0; a < nc; ++a) {
+        if (in_work.size() > static_cast<size_t>(d) * nc + a &&
+            in_work[static_cast<size_t>(d) * nc + a]) {
+          add_work(nb, a);
+        } else {
+          add_work(nb_smaller ? nb : d, a);
+        }
+      }
+    }
+  }
+  // Renumber: start state's block first, the sink's block dropped.
+  const uint32_t dead_block = block[sink];
+  std::vector<uint32_t> id(first.size(), Dfa::kDead);
+  uint32_t count = 0;
+  id[block[0]] = count++;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (block[s] != dead_block && id[block[s]] == Dfa::kDead) id[block[s]] = count++;
   }
   Dfa out;
   out.cls = dfa.cls;
   out.num_classes = nc;
-  out.accept.assign(num_blocks, 0);
-  out.next.assign(static_cast<size_t>(num_blocks) * nc, Dfa::kDead);
+  out.accept.assign(count, 0);
+  out.next.assign(static_cast<size_t>(count) * nc, Dfa::kDead);
   for (uint32_t s = 0; s < n; ++s) {
-    uint32_t b = block[s];
+    if (block[s] == dead_block) continue;
+    uint32_t b = id[block[s]];
     out.accept[b] = dfa.accept[s];
     for (int c = 0; c < nc; ++c) {
-      uint32_t t = dfa.next[s * nc + c];
-      out.next[b * nc + c] = t == Dfa::kDead ? Dfa::kDead : block[t];
+      uint32_t t = target(s, c);
+      out.next[static_cast<size_t>(b) * nc + c] =
+          block[t] == dead_block ? Dfa::kDead : id[block[t]];
     }
   }
   return out;

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,9 @@ class Nfa {
   Fragment Star(Fragment f);
   Fragment Plus(Fragment f);
   Fragment Optional(Fragment f);
+  // Zero to n copies of make(): every junction has one epsilon edge to the exit, so closures stay
+  // O(1) and subset construction stays linear in n (nested optionals would make it quadratic).
+  Fragment UpTo(int n, const std::function<Fragment()>& make);
   // All UTF-8 encodings of code points in [lo, hi] (surrogates excluded).
   Fragment CodePoints(uint32_t lo, uint32_t hi);
   Fragment CodePointSet(std::span<const std::pair<uint32_t, uint32_t>> ranges);

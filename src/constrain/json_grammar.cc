@@ -19,7 +19,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr int kMaxListCopies = 256;  // array positions emitted one by one
 constexpr int kMaxStringLength = 1024;
-constexpr size_t kMaxBranchStates = 20000;
+constexpr size_t kMaxBranchStates = 200000;
 
 [[noreturn]] void Unsupported(const std::string& keyword, const std::string& ptr,
                               const std::string& why = "is not supported") {
@@ -935,10 +935,7 @@ class SchemaCompiler {
       if (max < 0) {
         parts.push_back(nfa->Star(g->StringChar()));
       } else if (max > min) {
-        Fragment tail = nfa->Optional(g->StringChar());
-        for (int i = min + 1; i < max; ++i)
-          tail = nfa->Optional(nfa->Concat(g->StringChar(), tail));
-        parts.push_back(tail);
+        parts.push_back(nfa->UpTo(max - min, [&] { return g->StringChar(); }));
       }
       return nfa->Concat(parts);
     };

@@ -164,7 +164,8 @@ int Program::TextLoop(uint32_t s, std::array<uint64_t, 2>* ascii) const {
 
 std::vector<uint32_t> Program::WalkClasses(int horizon) const {
   const uint32_t n = num_states();
-  if (has_calls_ || n > 20000) return {};
+  if (has_calls_ || static_cast<size_t>(n) * num_classes_ * horizon > 4000000)
+    return {};  // cost cap
   // Byte classes only: special symbols never occur inside tokens.
   std::vector<int> byte_classes;
   {

@@ -433,12 +433,7 @@ Fragment Emit(const Node& n, Nfa* nfa, CharEncoding enc) {
       if (n.max < 0) {
         parts.push_back(nfa->Star(Emit(*n.kids[0], nfa, enc)));
       } else if (n.max > n.min) {
-        // Nested optionals x(x(x)?)? keep the NFA linear.
-        Fragment tail = nfa->Optional(Emit(*n.kids[0], nfa, enc));
-        for (int i = n.min + 1; i < n.max; ++i) {
-          tail = nfa->Optional(nfa->Concat(Emit(*n.kids[0], nfa, enc), tail));
-        }
-        parts.push_back(tail);
+        parts.push_back(nfa->UpTo(n.max - n.min, [&] { return Emit(*n.kids[0], nfa, enc); }));
       }
       return nfa->Concat(parts);
     }

@@ -197,6 +197,10 @@ TEST(RegexOracleTest, MinimizedDfaIsSmall) {
   EXPECT_EQ(RegexToDfa("(a|b)*abb").size(), 4u);
   EXPECT_EQ(RegexToDfa("(a|b)*").size(), 1u);
   EXPECT_EQ(RegexToDfa("a{5}").size(), 6u);
+  EXPECT_EQ(RegexToDfa("a{1000}").size(), 1001u);
+  EXPECT_EQ(RegexToDfa("[a-z]{0,500}").size(), 501u);
+  EXPECT_EQ(RegexToDfa("(ab|cd){3}").size(), 10u);
+  EXPECT_EQ(RegexToDfa("(a|ab)(c|bcd)(d*)").size(), RegexToDfa("(a|ab)(c|bcd)d*").size());
 }
 
 TEST(RegexOracleTest, TokenLevelGenerationMatchesRe2) {

@@ -20,6 +20,7 @@ using vk::Pool;
 
 constexpr uint32_t kWG = 256;
 constexpr uint32_t kVocabBlock = 4096;
+constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
 
 uint32_t KindCode(WeightKind k) {
   switch (k) {
@@ -62,6 +63,8 @@ struct LinPush {
   uint32_t rows, cols, wstride, x_stride, y_stride, y_off;
   float in_s0, out_s0, in_s1, out_s1, cap;
   uint32_t aux_stride, aux_off, x_row0, ntok;
+  uint32_t n, has_a, has_wa;  // residual-norm tail
+  float scale, eps;
 };
 struct NormPush {
   uint32_t n, has_t, has_a, has_wa;
@@ -85,6 +88,15 @@ struct PlePush {
 };
 struct ReducePush {
   uint32_t vocab, block, nblocks, use_mask;
+};
+
+// A residual norm applied by the last workgroup of a one-token linear (linear.comp TAIL):
+// h = (h + rmsnorm(y) * wt) * scale; a = rmsnorm(h) * wa when wa_or_none is given (has_a).
+struct Tail {
+  const BufRange* wt = nullptr;
+  float scale = 1.0f;
+  bool has_a = false;
+  const BufRange* wa = nullptr;  // may be null with has_a (no weight)
 };
 
 // A device buffer reserved before Commit and resolved after.
@@ -402,6 +414,7 @@ class VulkanBackend : public Backend {
     res_ = F(size_t(head_rows_) * 2);
     mask_ = F((V + 31) / 32);
     step_ = F(4);
+    counter_ = F(64);
     // Host: inputs of a step and the readback.
     in_x0_off_ = 256;
     in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
@@ -444,11 +457,12 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b :
-         {&h_,   &a_,  &t_,  &q_,      &kt_,   &vt_,  &attn_, &g_,    &po_,      &pml_,     &ple_,
-          &tok_, &gp_, &hn_, &logits_, &part_, &res_, &mask_, &step_, &in_host_, &out_host_}) {
+    for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,     &attn_,   &g_,
+                   &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,     &logits_, &part_,
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_}) {
       if (b->handle >= 0) Resolve(*b);
     }
+    dev_->Fill(counter_.r, 0);
     prefill_cmd_ = dev_->AllocCommandBuffer();
     head_cmd_ = dev_->AllocCommandBuffer();
     // Pre-record the decode step once to count its work.
@@ -483,9 +497,10 @@ class VulkanBackend : public Backend {
 
   void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
-                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1) {
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, bool local_size_constant = true) {
     if (gx == 0 || gy == 0 || gz == 0) return;
-    spec.insert(spec.begin(), kWG);
+    // Constant 0 is the local size; shaders with a fixed size ignore it.
+    spec.insert(spec.begin(), local_size_constant ? kWG : 0u);
     VkPipeline pipe = dev_->Pipeline(shader, spec);
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
@@ -517,8 +532,8 @@ class VulkanBackend : public Backend {
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
   void LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
-                const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0,
-                int x_row0 = 0) {
+                const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
+                const Tail* tail = nullptr) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -532,8 +547,7 @@ class VulkanBackend : public Backend {
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
     uint32_t tok = 1;
     const uint32_t dual = second ? 2 : 1;
-    const uint32_t max_tok =
-        std::getenv("GEMMA_VK_TOK") ? std::atoi(std::getenv("GEMMA_VK_TOK")) : 4;
+    const uint32_t max_tok = 4;  // chunks of 8+ tokens take the tiled kernel
     while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
       tok *= 2;
     for (size_t i = 0; i < d.parts.size(); ++i) {
@@ -565,8 +579,28 @@ class VulkanBackend : public Backend {
         b[5] = p2.s.handle >= 0 ? p2.s.r : BufRange{};
       }
       if (aux) b[6] = *aux;
-      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes, xwords, tok, vec}, b, &pc, sizeof(pc),
-               (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
+      uint32_t use_tail = 0;
+      if (tail) {
+        use_tail = 1;
+        pc.n = d.rows;
+        pc.has_a = tail->has_a;
+        pc.has_wa = tail->wa != nullptr;
+        pc.scale = tail->scale;
+        pc.eps = cfg_.rms_norm_eps;
+        b[6] = counter_.r;
+        b[7] = h_.r;
+        b[8] = *tail->wt;
+        if (tail->wa) b[9] = *tail->wa;
+        b[10] = a_.r;
+      }
+      if (m >= kMatmulMinTokens) {
+        // The tiled kernel has a fixed 256-invocation workgroup (no local-size constant).
+        Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
+                 (p.rows + 63) / 64, 1, /*local_size_constant=*/false);
+        continue;
+      }
+      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail}, b, &pc,
+               sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
     }
   }
 
@@ -665,24 +699,51 @@ class VulkanBackend : public Backend {
         Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
         Barrier(rc);
       }
-      LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
-      Barrier(rc);
-      NormOp(rc, m, &t_, &d.post_attn_norm, 1.0f, &d.pre_ffn_norm, true, a_.r);
+      // One-token steps fold each residual norm into the linear before it (TAIL).
+      const bool fuse = m == 1 && d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
+                        (P == 0 || d.ple_proj.parts.size() == 1);
+      if (fuse) {
+        const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
+        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
+      } else {
+        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
+        Barrier(rc);
+        NormOp(rc, m, &t_, &d.post_attn_norm, 1.0f, &d.pre_ffn_norm, true, a_.r);
+      }
       Barrier(rc);
       LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up);
       Barrier(rc);
-      LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
-      Barrier(rc);
       const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
+      const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
       if (P > 0) {
-        NormOp(rc, m, &t_, &d.post_ffn_norm, 1.0f, nullptr, false, {});
+        if (fuse) {
+          const Tail tl{&d.post_ffn_norm.r, 1.0f, false, nullptr};
+          LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
+                   &tl);
+        } else {
+          LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
+          Barrier(rc);
+          NormOp(rc, m, &t_, &d.post_ffn_norm, 1.0f, nullptr, false, {});
+        }
         Barrier(rc);
         LinearOp(rc, d.ple_gate, h_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P);
         Barrier(rc);
-        LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
-        Barrier(rc);
-        NormOp(rc, m, &t_, &d.post_ple_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
+        if (fuse) {
+          const Tail tl{&d.post_ple_norm.r, w.layer_scalar, next_norm != nullptr, next_w};
+          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
+        } else {
+          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+          Barrier(rc);
+          NormOp(rc, m, &t_, &d.post_ple_norm, w.layer_scalar, next_norm, next_norm != nullptr,
+                 a_.r);
+        }
+      } else if (fuse) {
+        const Tail tl{&d.post_ffn_norm.r, w.layer_scalar, next_norm != nullptr, next_w};
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
+                 &tl);
       } else {
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
+        Barrier(rc);
         NormOp(rc, m, &t_, &d.post_ffn_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
       }
       Barrier(rc);
@@ -900,7 +961,7 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf h_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
-      mask_, step_, in_host_, out_host_;
+      mask_, step_, in_host_, out_host_, counter_;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
   int head_rows_ = 1, nblocks_ = 1;
   std::array<VkCommandBuffer, 4> decode_cmd_{};

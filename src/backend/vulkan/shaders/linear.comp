@@ -18,14 +18,23 @@ layout(constant_id = 3) const uint LANES = 32;  // invocations per row
 layout(constant_id = 4) const uint XWORDS = 4;  // shared words per token (>= padded cols / 4)
 layout(constant_id = 5) const uint TOK = 1;     // tokens per workgroup
 layout(constant_id = 6) const uint VEC = 4;     // u32 words per weight load (4 for wide rows)
+// TAIL 1 (one token, one dispatch): the last workgroup to finish applies the residual norm
+//   h = (h + rmsnorm(y) * wt) * scale;  a = rmsnorm(h) * wa  (as resnorm.comp)
+// to the whole output, saving a dispatch and a barrier per use.
+layout(constant_id = 7) const uint TAIL = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
 layout(std430, binding = 2) readonly buffer X { float x[]; };
-layout(std430, binding = 3) buffer Y { float y[]; };
+layout(std430, binding = 3) coherent buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer W1 { uvec4 w1[]; };
 layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
+layout(std430, binding = 6) coherent buffer Counter { uint done_wgs; };  // TAIL (no EPI 3)
+layout(std430, binding = 7) buffer Hres { float hres[]; };
+layout(std430, binding = 8) readonly buffer WT { float wt[]; };
+layout(std430, binding = 9) readonly buffer WA { float wa[]; };
+layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -39,6 +48,8 @@ layout(push_constant) uniform P {
   uint aux_stride, aux_off;
   uint x_row0;    // first token row of x (head rows)
   uint ntok;      // token rows
+  uint n, has_a, has_wa;  // TAIL: vector length (= rows), flags
+  float scale, eps;
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -48,6 +59,49 @@ const uint MAX_SG = WG / 4;
 shared uint xq[DUAL * TOK * XWORDS];
 shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
+shared double red_d[128];
+shared bool last_wg;
+
+double BlockSumD(double v) {
+  double s = subgroupAdd(v);
+  if (subgroupElect()) red_d[gl_SubgroupID] = s;
+  barrier();
+  double tot = 0.0LF;
+  for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[i];
+  barrier();
+  return tot;
+}
+
+void ResidualNormTail() {
+  const uint tid = gl_LocalInvocationID.x;
+  memoryBarrierBuffer();
+  barrier();
+  if (tid == 0) {
+    last_wg = atomicAdd(done_wgs, 1u) == gl_NumWorkGroups.x * gl_NumWorkGroups.y - 1;
+  }
+  barrier();
+  if (!last_wg) return;
+  memoryBarrierBuffer();
+  double ss = 0.0LF;
+  for (uint i = tid; i < p.n; i += WG) ss = fma(double(y[i]), double(y[i]), ss);
+  const float r = RmsFactor(BlockSumD(ss), p.n, p.eps);
+  for (uint i = tid; i < p.n; i += WG) {
+    precise float v = (y[i] * r) * wt[i];
+    precise float o = (hres[i] + v) * p.scale;
+    hres[i] = o;
+  }
+  if (p.has_a != 0) {
+    double ss2 = 0.0LF;
+    for (uint i = tid; i < p.n; i += WG) ss2 = fma(double(hres[i]), double(hres[i]), ss2);
+    const float r2 = RmsFactor(BlockSumD(ss2), p.n, p.eps);
+    for (uint i = tid; i < p.n; i += WG) {
+      precise float v = hres[i] * r2;
+      precise float o = p.has_wa != 0 ? v * wa[i] : v;
+      anorm[i] = o;
+    }
+  }
+  if (tid == 0) done_wgs = 0;
+}
 
 uint ElemsPerWord() {
   return KIND == 0 ? 1 : KIND == 1 || KIND == 2 ? 2 : KIND == 3 ? 16 : KIND == 4 ? 8 : 4;
@@ -169,35 +223,36 @@ void main() {
     }
   }
   barrier();
-  if (row >= p.rows) return;
   // Lanes 0..TOK-1 of the row finish one token each.
   const uint tt = lane;
   const uint t = tg + tt;
-  if (tt >= TOK || t >= p.ntok) return;
-  const uint per_row = LANES / gl_SubgroupSize;
-  float v[2];
-  float out_s[2] = float[2](p.out_s0, p.out_s1);
-  for (uint d = 0; d < DUAL; ++d) {
-    int ti = 0;
-    float tf = 0.0;
-    const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
-    for (uint k = 0; k < per_row; ++k) {
-      ti += red_i[rb + k];
-      tf += red_f[rb + k];
+  if (row < p.rows && tt < TOK && t < p.ntok) {
+    const uint per_row = LANES / gl_SubgroupSize;
+    float v[2];
+    float out_s[2] = float[2](p.out_s0, p.out_s1);
+    for (uint d = 0; d < DUAL; ++d) {
+      int ti = 0;
+      float tf = 0.0;
+      const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
+      for (uint k = 0; k < per_row; ++k) {
+        ti += red_i[rb + k];
+        tf += red_f[rb + k];
+      }
+      const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
+      float r;
+      if (int_path[d]) {
+        r = float(double(ti) * double(in_s[d]) * double(rs));
+      } else {
+        r = quant ? tf * rs : tf;
+      }
+      if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
+      v[d] = r;
     }
-    const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
-    float r;
-    if (int_path[d]) {
-      r = float(double(ti) * double(in_s[d]) * double(rs));
-    } else {
-      r = quant ? tf * rs : tf;
-    }
-    if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
-    v[d] = r;
+    float outv = v[0];
+    if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
+    if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
+    if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+    y[t * p.y_stride + p.y_off + row] = outv;
   }
-  float outv = v[0];
-  if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
-  if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-  if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
-  y[t * p.y_stride + p.y_off + row] = outv;
+  if (TAIL == 1) ResidualNormTail();
 }

@@ -5,6 +5,8 @@
 #include "constrain/regex.h"
 
 #include <gtest/gtest.h>
+
+#if GEMMA_HAVE_RE2
 #include <re2/re2.h>
 
 #include <random>
@@ -251,3 +253,11 @@ TEST(RegexOracleTest, RealGemmaVocabularyOutputsMatchRe2) {
 
 }  // namespace
 }  // namespace gemma::constrain
+
+#else  // !GEMMA_HAVE_RE2
+
+TEST(RegexOracleTest, Re2Missing) {
+  GTEST_SKIP() << "RE2 (libre2-dev) not found: run tools/setup.sh";
+}
+
+#endif

@@ -69,6 +69,21 @@ struct Input {
 
 enum class PrefillStrategy { kAuto, kSequential, kChunked };
 
+// Constrained decoding: the output must match a regex, be JSON, follow a JSON Schema (subset), or
+// be Gemma 4 native tool calls for the request's tools. Masks apply before every other filter; EOS
+// and stop ids are allowed only where the output is complete. An unsupported regex or schema is an
+// Error(kConstraint / kUnsupported) at request time naming the construct and its JSON pointer.
+struct OutputConstraint {
+  enum class Kind { kNone, kRegex, kJson, kJsonSchema, kToolCalls };
+  Kind kind = Kind::kNone;
+  std::string regex;                // kRegex: full match, RE2-like subset (docs/constraints.md)
+  std::string schema_json;          // kJsonSchema: the schema text (property order is kept)
+  bool object_root = false;         // kJson: the root must be an object
+  std::string whitespace = "none";  // none | compact | any
+  int max_depth = 20;               // nesting allowed in unconstrained JSON
+  bool require_tool_call = false;   // kToolCalls: the answer must be tool calls (else text first)
+};
+
 // Decoding options. The sampling chain, in order: logit bias -> repetition / frequency / presence
 // penalties -> temperature -> top-k -> typical-p -> top-p -> min-p -> draw (see docs/decoding.md).
 struct GenerateOptions {
@@ -93,6 +108,7 @@ struct GenerateOptions {
   bool reuse_prompt_cache = true;  // exact prefix reuse of the session's caches
   PrefillStrategy prefill = PrefillStrategy::kAuto;
   int prefill_chunk = 256;  // tokens per chunk for kChunked (kAuto picks)
+  OutputConstraint constraint;  // kToolCalls uses Input::tools; thinking follows the input
 };
 
 struct TokenEvent {

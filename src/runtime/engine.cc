@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 
 #include "backend/backend.h"
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
+#include "constrain/constraint.h"
+#include "constrain/vocabulary.h"
 #include "core/timer.h"
 #include "decode/sampler.h"
 #include "decode/stop_matcher.h"
@@ -66,7 +69,8 @@ decode::SamplingOptions ToSampling(const GenerateOptions& o) {
 // True when the token can come straight from the backend's argmax output (no logits needed).
 bool PureGreedy(const GenerateOptions& o) {
   return o.temperature == 0 && o.repetition_penalty == 1.0 && o.frequency_penalty == 0 &&
-         o.presence_penalty == 0 && o.logit_bias.empty() && !o.logprobs;
+         o.presence_penalty == 0 && o.logit_bias.empty() && !o.logprobs &&
+         o.constraint.kind == OutputConstraint::Kind::kNone;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -157,6 +161,72 @@ class EngineImpl : public Engine {
   }
   const Model& model() const { return *model_; }
 
+  // The token -> bytes table for constraints, built once on first use. Ids the tokenizer does not
+  // have are special (never allowed).
+  std::shared_ptr<const constrain::Vocabulary> vocabulary() const {
+    std::call_once(vocab_once_, [&] {
+      const Tokenizer& t = tokenizer();
+      const int n = model_->text().vocab_size;
+      std::vector<std::string> bytes(n);
+      std::vector<bool> special(n, true);
+      for (int i = 0; i < std::min(n, t.vocab_size()); ++i) {
+        bytes[i] = t.TokenBytes(i);
+        special[i] = t.IsSpecial(i);
+      }
+      vocab_ = std::make_shared<const constrain::Vocabulary>(std::move(bytes), std::move(special));
+    });
+    return vocab_;
+  }
+
+  std::shared_ptr<const constrain::Constraint> CompileConstraint(
+      const OutputConstraint& oc, const Input& input, const std::vector<int>& stop_ids) const {
+    constrain::ConstraintOptions co;
+    switch (oc.kind) {
+      case OutputConstraint::Kind::kNone:
+        return nullptr;
+      case OutputConstraint::Kind::kRegex:
+        co.kind = constrain::ConstraintKind::kRegex;
+        break;
+      case OutputConstraint::Kind::kJson:
+        co.kind = constrain::ConstraintKind::kJson;
+        break;
+      case OutputConstraint::Kind::kJsonSchema:
+        co.kind = constrain::ConstraintKind::kJsonSchema;
+        break;
+      case OutputConstraint::Kind::kToolCalls:
+        co.kind = constrain::ConstraintKind::kToolCalls;
+        break;
+    }
+    co.regex = oc.regex;
+    if (oc.kind == OutputConstraint::Kind::kJsonSchema) {
+      try {
+        co.schema = nlohmann::ordered_json::parse(oc.schema_json);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(ErrorCode::kConstraint, std::string("schema is not valid JSON: ") + e.what());
+      }
+    }
+    if (oc.kind == OutputConstraint::Kind::kToolCalls) {
+      if (!input.tools.is_array() || input.tools.empty()) {
+        throw Error(ErrorCode::kConstraint, "tool-call constraint needs the request's tools");
+      }
+      co.tools = nlohmann::ordered_json::parse(input.tools.dump());
+    }
+    co.require_tool_call = oc.require_tool_call;
+    co.thinking = input.messages.has_value() && input.enable_thinking;
+    co.object_root = oc.object_root;
+    if (oc.whitespace == "none")
+      co.whitespace = constrain::Whitespace::kNone;
+    else if (oc.whitespace == "compact")
+      co.whitespace = constrain::Whitespace::kCompact;
+    else if (oc.whitespace == "any")
+      co.whitespace = constrain::Whitespace::kAny;
+    else
+      throw Error(ErrorCode::kInvalidArgument, "constraint whitespace: none, compact or any");
+    co.max_depth = oc.max_depth;
+    co.stop_ids.assign(stop_ids.begin(), stop_ids.end());
+    return constrain::Constraint::Compile(vocabulary(), co);
+  }
+
   std::vector<int32_t> Tokenize(std::string_view text) const override {
     return tokenizer().Encode(text);
   }
@@ -202,6 +272,8 @@ class EngineImpl : public Engine {
   EngineOptions options_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const constrain::Vocabulary> vocab_;
   std::unique_ptr<Backend> probe_;
   std::string backend_name_;
   int capacity_ = 0;
@@ -243,6 +315,14 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
                     std::to_string(capacity));
   }
   const Tokenizer* tok = engine_->has_tokenizer() ? &engine_->tokenizer() : nullptr;
+  std::vector<int> eos = model.text().eos_token_ids;
+  // A constraint may always end with an EOS or stop id, even with ignore_eos.
+  std::vector<int> all_stops = eos;
+  all_stops.insert(all_stops.end(), options.stop_ids.begin(), options.stop_ids.end());
+  if (options.ignore_eos) eos.clear();
+  std::optional<constrain::ConstraintState> cstate;
+  if (auto c = engine_->CompileConstraint(options.constraint, input, all_stops)) cstate.emplace(c);
+  std::vector<uint64_t> allowed;
 
   Result result;
   Telemetry& tel = result.telemetry;
@@ -288,8 +368,6 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
   tel.prefill_ms = prefill.Ms();
   sampler.SetPrompt(prompt);
 
-  std::vector<int> eos = model.text().eos_token_ids;
-  if (options.ignore_eos) eos.clear();
   decode::StopMatcher* sm = &stops;
   std::optional<StreamDecoder> stream;
   if (tok) stream.emplace(*tok);
@@ -301,7 +379,8 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
     if (greedy_ids) {
       token = fr.ids.back();
     } else {
-      const decode::SampleResult s = sampler.Sample(fr.logits);
+      if (cstate) cstate->AllowedTokens(&allowed);  // throws Error(kConstraint) at a dead end
+      const decode::SampleResult s = sampler.Sample(fr.logits, cstate ? &allowed : nullptr);
       token = s.token;
       if (options.logprobs) {
         TokenLogprob lp{token, s.logprob, {}};
@@ -310,8 +389,14 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
       }
     }
     sampler.Accept(token);
+    if (cstate) cstate->Accept(token);
     if (stop.stop_requested())
       throw Error(ErrorCode::kCancelled, "cancelled before emitting a token");
+    if (cstate && cstate->IsComplete()) {
+      result.stop_reason = StopReason::kConstraintComplete;
+      tel.token_ms.push_back(step.Ms());
+      break;
+    }
     if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
       result.stop_reason = StopReason::kEos;
       tel.token_ms.push_back(step.Ms());

@@ -2,11 +2,15 @@
 // cancellation, prefix reuse, capacity, callback failures.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <regex>
 #include <stop_token>
 
 #include "../../tests/golden_util.h"
 #include "backend/backend.h"
 #include "gemma/engine.h"
+#include "model/synth.h"
+#include "tokenizer/test_support.h"
 
 namespace gemma {
 namespace {
@@ -179,6 +183,120 @@ TEST(Session, BadOptionsAreTypedErrorsAndLoseNothing) {
   EXPECT_THROW(session->Generate(Input::Ids({1, 99999}), Greedy(2)), Error);
   EXPECT_THROW(session->Generate(Input::Text("hi"), Greedy(2)), Error);  // no tokenizer
   EXPECT_EQ(session->evaluated(), before);
+}
+
+}  // namespace
+}  // namespace gemma
+
+// Constrained generation on the tiny synthetic model with the Gemma 4 test tokenizer: whatever the
+// (random) model prefers, the output must match the constraint.
+namespace gemma {
+namespace {
+
+class ConstrainedSession : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!testing::HaveGemma3Tokenizer()) return;
+    dir_ = (std::filesystem::temp_directory_path() / "gemma_runtime_tiny").string();
+    if (!std::filesystem::exists(dir_ + "/model.safetensors")) {
+      Synthesize({.preset = "tiny", .out_dir = dir_, .seed = 5});
+    }
+    std::filesystem::copy_file(testing::Gemma4TestTokenizerPath(), dir_ + "/tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    engine_ = Engine::Load({.model_path = dir_, .backend = "cpu-ref", .context_capacity = 1024});
+  }
+  void SetUp() override {
+    if (!engine_) GTEST_SKIP() << testing::kNoTokenizer;
+  }
+  static inline std::string dir_;
+  static inline std::shared_ptr<Engine> engine_;
+};
+
+TEST_F(ConstrainedSession, RegexOutputFullyMatches) {
+  GenerateOptions o;
+  o.max_new_tokens = 40;
+  o.temperature = 1.0;
+  o.seed = 3;
+  o.constraint.kind = OutputConstraint::Kind::kRegex;
+  o.constraint.regex = "(yes|no), [0-9]{2,4} (apples|pears)";
+  const nlohmann::json msgs = {{{"role", "user"}, {"content", "Answer."}}};
+  for (uint64_t seed : {1, 2, 3}) {
+    o.seed = seed;
+    Result r = engine_->NewSession()->Generate(Input::Messages(msgs), o);
+    EXPECT_TRUE(std::regex_match(r.text, std::regex("(yes|no), [0-9]{2,4} (apples|pears)")))
+        << r.text << " | raw: " << r.raw_text << " | tokens: " << r.tokens.size();
+    EXPECT_EQ(r.stop_reason, StopReason::kConstraintComplete);
+  }
+}
+
+TEST_F(ConstrainedSession, JsonSchemaOutputParsesAndHasTheRequiredShape) {
+  GenerateOptions o;
+  o.max_new_tokens = 120;
+  o.temperature = 0.0;
+  o.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  o.constraint.schema_json =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
+      "age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","age"],
+      "additionalProperties":false})";
+  const nlohmann::json msgs = {{{"role", "user"}, {"content", "Who?"}}};
+  Result r = engine_->NewSession()->Generate(Input::Messages(msgs), o);
+  ASSERT_EQ(r.stop_reason, StopReason::kConstraintComplete) << r.text;
+  const nlohmann::json j = nlohmann::json::parse(r.text);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_TRUE(j["name"].is_string());
+  size_t code_points = 0;  // maxLength counts characters, not bytes
+  for (unsigned char ch : j["name"].get<std::string>()) code_points += (ch & 0xC0) != 0x80;
+  EXPECT_LE(code_points, 8u) << r.text;
+  EXPECT_TRUE(j["age"].is_number_integer());
+  EXPECT_EQ(j.size(), 2u);
+}
+
+TEST_F(ConstrainedSession, ToolCallConstraintYieldsAParsedCall) {
+  GenerateOptions o;
+  o.max_new_tokens = 80;
+  o.constraint.kind = OutputConstraint::Kind::kToolCalls;
+  o.constraint.require_tool_call = true;
+  const nlohmann::json tools = nlohmann::json::parse(R"([{"type":"function","function":{
+      "name":"get_weather","description":"Weather for a city",
+      "parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":12},
+      "days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}}}])");
+  const nlohmann::json msgs = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+  Result r = engine_->NewSession()->Generate(Input::Messages(msgs, tools), o);
+  ASSERT_EQ(r.tool_calls.size(), 1u) << r.raw_text;
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_TRUE(r.tool_calls[0].arguments["city"].is_string());
+  EXPECT_TRUE(r.tool_calls[0].arguments["days"].is_number_integer());
+  EXPECT_TRUE(r.parse_errors.empty());
+}
+
+TEST_F(ConstrainedSession, BadSchemaIsATypedErrorAtRequestTime) {
+  GenerateOptions o;
+  o.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  o.constraint.schema_json = R"({"type":"object","patternProperties":{"x":{}}})";
+  auto session = engine_->NewSession();
+  try {
+    session->Generate(Input::Text("hi"), o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == ErrorCode::kConstraint || e.code() == ErrorCode::kUnsupported)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("patternProperties"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(session->evaluated().empty());
+}
+
+TEST_F(ConstrainedSession, StopStringNeverLeaksIntoStreamedText) {
+  GenerateOptions o;
+  o.max_new_tokens = 60;
+  o.constraint.kind = OutputConstraint::Kind::kRegex;
+  o.constraint.regex = "abc STOP def";
+  o.stop_strings = {"STOP"};
+  std::string streamed;
+  Result r = engine_->NewSession()->Generate(Input::Text("x"), o,
+                                             [&](const TokenEvent& ev) { streamed += ev.delta; });
+  EXPECT_EQ(r.stop_reason, StopReason::kStopString);
+  EXPECT_EQ(r.text, "abc ");
+  EXPECT_EQ(streamed, "abc ");
 }
 
 }  // namespace

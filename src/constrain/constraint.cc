@@ -191,6 +191,24 @@ std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Voca
                   "special token id " + std::to_string(id) + " outside the vocabulary");
     }
   }
+  // The grammar matches these ids as single symbols: they must be special tokens, or their text
+  // would match too.
+  std::vector<int32_t> used;
+  if (options.kind == ConstraintKind::kToolCalls) {
+    used = {ids.quote, ids.tool_call_open, ids.tool_call_close};
+  }
+  if (options.thinking) {
+    used.push_back(ids.channel_open);
+    used.push_back(ids.channel_close);
+  }
+  for (int32_t id : used) {
+    if (!vocab->is_special(id)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "token id " + std::to_string(id) +
+                      " is used as a special token (ConstraintOptions::ids) but the vocabulary "
+                      "marks it as text");
+    }
+  }
   if (options.max_depth < 1) throw Error(ErrorCode::kInvalidArgument, "max_depth < 1");
 
   // An ambiguity between a generic value and a schema alternative is resolved by expanding the

@@ -289,7 +289,7 @@ void Tokenizer::Impl::Encode(std::string_view text, bool match_special,
 }
 
 void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* out, bool cuts,
-                                    bool force_heap) const {
+                                    bool force_long) const {
   if (raw.empty()) return;
   // Normalizer: ' ' -> '▁'.
   thread_local std::string norm;
@@ -303,7 +303,7 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
     }
   }
   if (ignore_merges || !cuts) {
-    EncodeWord(norm, out, force_heap);
+    EncodeWord(norm, out, force_long);
     if (norm.capacity() > kKeepBuffer) std::string().swap(norm);
     return;
   }
@@ -325,19 +325,19 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
       known = char_ids[cp] >= 0;
     }
     if (known && prev_known && !PairInPiece(prev, cp)) {
-      EncodeWord(std::string_view(norm).substr(word_start, i - word_start), out, force_heap);
+      EncodeWord(std::string_view(norm).substr(word_start, i - word_start), out, force_long);
       word_start = i;
     }
     prev = cp;
     prev_known = known;
     i += len;
   }
-  EncodeWord(std::string_view(norm).substr(word_start), out, force_heap);
+  EncodeWord(std::string_view(norm).substr(word_start), out, force_long);
   if (norm.capacity() > kKeepBuffer) std::string().swap(norm);  // don't pin a huge input's copy
 }
 
 void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* out,
-                                 bool force_heap) const {
+                                 bool force_long) const {
   if (word.empty()) return;
   if (ignore_merges) {
     int32_t id = vocab.Find(word, pieces);
@@ -346,7 +346,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* ou
       return;
     }
   }
-  const bool cacheable = word.size() <= WordCache::kMaxKey && !force_heap;
+  const bool cacheable = word.size() <= WordCache::kMaxKey && !force_long;
   uint64_t hash = 0;
   if (cacheable) {
     hash = tokenizer_internal::HashBytes(word);
@@ -392,7 +392,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* ou
   }
   if (unk_pending) syms.push_back(unk_id);
   if (syms.size() > 1) {
-    if (syms.size() <= kScanLimit && !force_heap) {
+    if (syms.size() <= kScanLimit && !force_long) {
       MergeShort(merges, &syms);
     } else {
       MergeLong(merges, &syms);

@@ -65,10 +65,11 @@ struct Tokenizer::Impl {
 
   // tokenizer.cc
   void Encode(std::string_view text, bool match_special, std::vector<int32_t>* out) const;
-  // `cuts` and `force_heap` exist for the equivalence tests (cut words vs one word, scan vs heap).
+  // `cuts` and `force_long` exist for the equivalence tests (cut words vs one word, short scan vs
+  // the long-word queue).
   void EncodeSegment(std::string_view raw, std::vector<int32_t>* out, bool cuts = true,
-                     bool force_heap = false) const;
-  void EncodeWord(std::string_view word, std::vector<int32_t>* out, bool force_heap = false) const;
+                     bool force_long = false) const;
+  void EncodeWord(std::string_view word, std::vector<int32_t>* out, bool force_long = false) const;
   // Longest added token starting at text[pos]: returns its byte length (0 if none) and sets *id.
   size_t MatchAdded(std::string_view text, size_t pos, int32_t* id) const;
 };

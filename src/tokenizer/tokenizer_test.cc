@@ -197,19 +197,19 @@ TEST_F(Gemma3Test, InvalidUtf8BytesBecomeByteTokens) {
 
 TEST_F(Gemma3Test, WordCutsMatchWholeSegmentBpe) {
   // The encoder cuts a span where no token can straddle; the result must equal BPE over the whole
-  // span as one word (HF), both with the short scan and with the heap. (Spans here are whole
+  // span as one word (HF), both with the short scan and with the long-word queue. (Spans are whole
   // strings, newlines included, a superset of what Encode passes.)
   const auto& impl = tokenizer_internal::Access::Of(tok());
   int checked = 0;
   for (const auto& s : Strings()) {
     std::vector<int32_t> fast;
     std::vector<int32_t> whole;
-    std::vector<int32_t> heap;
+    std::vector<int32_t> queued;
     impl.EncodeSegment(s.text, &fast);
     impl.EncodeSegment(s.text, &whole, /*cuts=*/false);
-    impl.EncodeSegment(s.text, &heap, /*cuts=*/true, /*force_heap=*/true);
+    impl.EncodeSegment(s.text, &queued, /*cuts=*/true, /*force_long=*/true);
     ASSERT_EQ(fast, whole) << "string #" << s.index;
-    ASSERT_EQ(fast, heap) << "string #" << s.index;
+    ASSERT_EQ(fast, queued) << "string #" << s.index;
     ++checked;
   }
   EXPECT_GT(checked, 2000);

@@ -57,6 +57,9 @@ struct BenchOptions {
 struct Bandwidth {
   double read_gbps = 0;  // best of several passes, all threads streaming reads
   double copy_gbps = 0;  // memcpy, bytes read + written per second
+  // Streaming reads per thread CPU time, summed over threads: what the threads reach while they
+  // run; above read_gbps when other work on the machine preempts them.
+  double read_gbps_cpu = 0;
   int threads = 0;
 };
 
@@ -90,7 +93,8 @@ struct Report {
   int hardware_threads = 0, threads = 0;
   size_t bytes_per_token = 0;
   Bandwidth bandwidth;
-  double floor_ms = 0;  // bytes_per_token / read bandwidth
+  double floor_ms = 0;      // bytes_per_token / read bandwidth
+  double floor_cpu_ms = 0;  // bytes_per_token / read_gbps_cpu
   BenchOptions options;
   std::vector<Row> rows;
 };

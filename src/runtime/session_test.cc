@@ -301,3 +301,28 @@ TEST_F(ConstrainedSession, StopStringNeverLeaksIntoStreamedText) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+TEST_F(ConstrainedSession, MultiTurnChatPaysOnlyForNewTokens) {
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.ignore_eos = true;
+  auto session = engine_->NewSession();
+  nlohmann::json msgs = {
+      {{"role", "user"}, {"content", "First question, fairly long to fill the window."}}};
+  Result r1 = session->Generate(Input::Messages(msgs), o);
+  EXPECT_EQ(r1.telemetry.reused_tokens, 0);
+  msgs.push_back({{"role", "assistant"}, {"content", r1.text}});
+  msgs.push_back({{"role", "user"}, {"content", "Second."}});
+  Result r2 = session->Generate(Input::Messages(msgs), o);
+  // Everything up to the first reply is served from the cache.
+  EXPECT_GE(r2.telemetry.reused_tokens, r1.telemetry.prompt_tokens);
+  Result fresh = engine_->NewSession()->Generate(Input::Messages(msgs), o);
+  EXPECT_EQ(r2.tokens, fresh.tokens);
+  EXPECT_EQ(fresh.telemetry.reused_tokens, 0);
+}
+
+}  // namespace
+}  // namespace gemma

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 
@@ -281,6 +282,69 @@ TEST(ConstraintTest, MaxDepthBoundsNesting) {
   EXPECT_TRUE(ok.CanStop());
   ConstraintState bad(Compile(v, o));
   EXPECT_THROW(bad.AcceptBytes("[[{}]]"), Error);
+}
+
+// User-supplied patterns and schemas: anything either compiles or throws gemma::Error.
+// (Run once at 30x these counts without a failure.)
+constexpr int kRegexFuzz = 3000;
+constexpr int kSchemaFuzz = 2000;
+
+TEST(ConstraintTest, RandomPatternsAndSchemasCompileOrThrowError) {
+  auto v = SyntheticVocab();
+  std::mt19937_64 rng(17);
+  const std::string alphabet = "ab()[]{}|*+?.^$\\-,0123456789dwsxu:=!<>P";
+  int compiled = 0;
+  for (int i = 0; i < kRegexFuzz; ++i) {
+    std::string p;
+    for (int k = 0, n = 1 + rng() % 12; k < n; ++k) p += alphabet[rng() % alphabet.size()];
+    ConstraintOptions o;
+    o.kind = ConstraintKind::kRegex;
+    o.regex = p;
+    try {
+      Compile(v, o);
+      ++compiled;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(compiled, 100);
+  const char* keys[] = {
+      "type",      "properties", "items",    "enum",        "const",
+      "anyOf",     "oneOf",      "allOf",    "$ref",        "minimum",
+      "maxLength", "pattern",    "required", "prefixItems", "additionalProperties",
+      "minItems",  "format",     "$defs"};
+  std::function<Json(int)> random_value = [&](int depth) -> Json {
+    switch (rng() % (depth > 2 ? 5 : 8)) {
+      case 0:
+        return Json(static_cast<int>(rng() % 7) - 2);
+      case 1:
+        return Json(std::vector<std::string>{"string", "object", "integer"}[rng() % 3]);
+      case 2:
+        return Json(rng() % 2 == 0);
+      case 3:
+        return Json("#/$defs/a");
+      case 4:
+        return Json("^[a-z]{1,3}$");
+      case 5:
+        return Json::array({random_value(depth + 1), random_value(depth + 1)});
+      default: {
+        Json o = Json::object();
+        for (int k = 0, n = rng() % 4; k < n; ++k) o[keys[rng() % 18]] = random_value(depth + 1);
+        return o;
+      }
+    }
+  };
+  int schemas = 0;
+  for (int i = 0; i < kSchemaFuzz; ++i) {
+    ConstraintOptions o;
+    o.kind = ConstraintKind::kJsonSchema;
+    o.schema = random_value(0);
+    try {
+      Compile(v, o);
+      ++schemas;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(schemas, 50);
 }
 
 TEST(ConstraintTest, MaskLogits) {

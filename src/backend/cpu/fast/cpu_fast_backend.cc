@@ -81,7 +81,8 @@ class CpuFastBackend : public Backend {
       for (int k = -128; k < 128; ++k)
         cap_table_[k + 128] = Softcap(static_cast<float>(k) * head.out_scale);
     }
-    scores_.resize(pool_.size());
+    // Attention scores for up to capacity keys per thread, sized once (decode never allocates).
+    scores_.assign(pool_.size(), std::vector<double>(capacity_));
     acc_.resize(pool_.size());
     for (auto& a : acc_) a.resize(max_hd_);
   }
@@ -229,16 +230,10 @@ class CpuFastBackend : public Backend {
     int slots = 0;
     for (int j = 0; j < count; ++j) {
       const Linear& lin = *jobs[j].lin;
-      if (IsQuantized(lin.kind) && !(lin.in_scale > 0)) {
-        ref::LinearForward(lin, jobs[j].x, n, jobs[j].y);  // QAT without input SRQ: not in Gemma
-        tile[j] = lin.rows;
-        first_task[j + 1] = first_task[j];
-        continue;
-      }
       tile[j] = RowTile(lin.rows, lin.cols, n);
       first_task[j + 1] = first_task[j] + (lin.rows + tile[j] - 1) / tile[j];
       slot[j] = -1;
-      if (!IsQuantized(lin.kind)) continue;
+      if (!IsQuantized(lin.kind) || !(lin.in_scale > 0)) continue;
       pc[j] = fast::PaddedCols(lin.kind, lin.cols);
       for (int i = 0; i < j; ++i) {
         const Linear& o = *jobs[i].lin;
@@ -267,7 +262,10 @@ class CpuFastBackend : public Backend {
       while (task >= first_task[j + 1]) ++j;
       const Linear& lin = *jobs[j].lin;
       const int r0 = (task - first_task[j]) * tile[j], r1 = std::min(lin.rows, r0 + tile[j]);
-      if (IsQuantized(lin.kind)) {
+      if (IsQuantized(lin.kind) && !(lin.in_scale > 0)) {
+        // QAT weights without input SRQ (not in published checkpoints): f32 inputs.
+        fast::QuantFloatLinearRows(lin, jobs[j].x, lin.cols, n, r0, r1, jobs[j].y, lin.rows);
+      } else if (IsQuantized(lin.kind)) {
         fast::QuantLinearRows(lin, qa_[slot[j]].data(), pc[j], qsum_[slot[j]].data(), n, r0, r1,
                               jobs[j].y, lin.rows);
       } else {
@@ -336,8 +334,7 @@ class CpuFastBackend : public Backend {
   void Attention(const LayerPlan& p, Slot& slot, int m, int pos0) {
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int group = nh / nkv;
-    const int need = p.window > 0 ? std::min(p.window, pos0 + m) : pos0 + m;
-    for (auto& s : scores_) Grow(s, static_cast<size_t>(need));
+    const int need = p.window > 0 ? std::min(p.window, pos0 + m) : pos0 + m;  // keys per query
     auto head = [&](int task, int thread) {
       const int t = task / nh, h = task % nh;
       const int pos = pos0 + t;

@@ -3,12 +3,25 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "backend/backend.h"
 #include "gemma/error.h"
 #include "golden_util.h"
 #include "model/model.h"
+
+// Counts heap allocations (all threads) so the test can assert that decoding allocates nothing.
+static std::atomic<long> g_allocations{0};
+void* operator new(size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace gemma {
 namespace {
@@ -131,6 +144,25 @@ TEST_P(FastGolden, ArgmaxSelectAndTruncateMatchReference) {
   EXPECT_THROW(fast->Forward({.tokens = too_long}, &b), Error);
   EXPECT_EQ(fast->cached(), static_cast<int>(seq.size()));
   EXPECT_GT(fast->resident_bytes(), 0u);
+}
+
+TEST(CpuFast, DecodeStepsDoNotAllocate) {
+  const Golden g = LoadGolden("tiny_qat");
+  auto model = Model::Load(g.dir);
+  auto backend = CreateCpuFastBackend(*model, {.capacity = 64}, 2);
+  ForwardResult r;
+  backend->Forward({.tokens = g.prompts[0], .mode = OutputMode::kArgmax}, &r);
+  int32_t next = r.ids.back();
+  for (int i = 0; i < 3; ++i) {  // warm-up: buffers reach their decode sizes
+    backend->Forward({.tokens = std::span<const int32_t>(&next, 1)}, &r);
+    next = r.ids.back();
+  }
+  const long before = g_allocations.load();
+  for (int i = 0; i < 20; ++i) {
+    backend->Forward({.tokens = std::span<const int32_t>(&next, 1)}, &r);
+    next = r.ids.back();
+  }
+  EXPECT_EQ(g_allocations.load() - before, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, FastGolden, ::testing::ValuesIn(Fixtures()),

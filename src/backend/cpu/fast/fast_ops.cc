@@ -677,6 +677,32 @@ int CodeOffset(WeightKind kind) {
   return kind == WeightKind::kQ2 ? 2 : kind == WeightKind::kQ4 ? 8 : 128;
 }
 
+void QuantFloatLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                          float* y, size_t y_stride) {
+  constexpr int kChunk = 4096;  // decode the row's integers a chunk at a time (multiple of 4)
+  int8_t v[kChunk];
+  const int bits = WeightKindBits(lin.kind);
+  for (int r = r0; r < r1; ++r) {
+    const uint8_t* row = lin.data + static_cast<size_t>(r) * lin.row_bytes;
+    const double s = lin.row_scale[r];
+    for (int t = 0; t < n; ++t) {
+      const float* xt = x + t * x_stride;
+      double a = 0;
+      for (int c0 = 0; c0 < lin.cols; c0 += kChunk) {
+        const int len = std::min(kChunk, lin.cols - c0);
+        if (c0 > 0 || t == 0) ref::DecodeRowInt(lin.kind, row + c0 * bits / 8, len, v);
+        for (int i = 0; i < len; ++i) a += static_cast<double>(v[i]) * xt[c0 + i];
+      }
+      y[t * y_stride + r] = static_cast<float>(a * s);
+      if (lin.cols > kChunk && t + 1 < n) ref::DecodeRowInt(lin.kind, row, kChunk, v);
+    }
+    if (lin.out_scale > 0) {
+      for (int t = 0; t < n; ++t)
+        y[t * y_stride + r] = ref::Srq(y[t * y_stride + r], lin.out_scale);
+    }
+  }
+}
+
 int32_t QuantizeActs(WeightKind kind, const float* x, int cols, float s, int8_t* q) {
   return HWY_DYNAMIC_DISPATCH(QuantizeActs)(kind, x, cols, s, q);
 }

@@ -45,6 +45,11 @@ int32_t QuantizeActs(WeightKind kind, const float* x, int cols, float s, int8_t*
 void QuantLinearRows(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum,
                      int n, int r0, int r1, float* y, size_t y_stride);
 
+// Rows [r0, r1) of a quantized linear without an SRQ input scale (f32 inputs): the reference's
+// f64 loop in the reference's order (bit-identical), without its allocations.
+void QuantFloatLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                          float* y, size_t y_stride);
+
 // Rows [r0, r1) of a dense linear: y[t * y_stride + r] = f32(sum_i f64(w[r][i]) * x[t][i]).
 void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
                      float* y, size_t y_stride);

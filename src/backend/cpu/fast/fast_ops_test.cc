@@ -90,7 +90,9 @@ std::vector<float> RandomActs(int n, int cols, uint32_t seed) {
 
 std::vector<float> FastLinear(const Linear& lin, const std::vector<float>& x, int n) {
   std::vector<float> y(static_cast<size_t>(n) * lin.rows);
-  if (IsQuantized(lin.kind)) {
+  if (IsQuantized(lin.kind) && !(lin.in_scale > 0)) {
+    fast::QuantFloatLinearRows(lin, x.data(), lin.cols, n, 0, lin.rows, y.data(), lin.rows);
+  } else if (IsQuantized(lin.kind)) {
     const int pc = fast::PaddedCols(lin.kind, lin.cols);
     std::vector<int8_t> q(static_cast<size_t>(n) * pc);
     std::vector<int32_t> sums(n);
@@ -129,8 +131,9 @@ TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {
     for (WeightKind kind : {WeightKind::kQ2, WeightKind::kQ4, WeightKind::kQ8}) {
       for (int cols : {16, 64, 96, 130, 256, 300, 1536}) {
         for (int n : {1, 3, 4, 9}) {
-          for (float out_scale : {0.0f, 0.05f}) {
-            const TestLinear t = MakeLinear(kind, 23, cols, 0.05f, out_scale, ++seed);
+          for (auto [in_scale, out_scale] :
+               {std::pair{0.05f, 0.0f}, {0.05f, 0.05f}, {0.0f, 0.05f}}) {
+            const TestLinear t = MakeLinear(kind, 23, cols, in_scale, out_scale, ++seed);
             const std::vector<float> x = RandomActs(n, cols, ++seed);
             std::vector<float> want(static_cast<size_t>(n) * t.lin.rows);
             ref::LinearForward(t.lin, x.data(), n, want.data());

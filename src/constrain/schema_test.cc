@@ -80,7 +80,7 @@ TEST(SchemaTest, GeneratedOutputsValidateUnderAjv) {
     for (int k = 0; k < 3; ++k) {
       auto g = testing::Generate(c, &rng, 40);
       ASSERT_TRUE(g.complete) << schemas[i].dump();
-      EXPECT_NO_THROW((void)Json::parse(g.text)) << schemas[i].dump() << "\n" << g.text;
+      EXPECT_TRUE(Json::accept(g.text)) << schemas[i].dump() << "\n" << g.text;
       outs.push_back(g.text);
     }
     cases.push_back({schemas[i], outs});
@@ -109,7 +109,7 @@ TEST(SchemaTest, RealGemmaVocabularyOutputsValidateUnderAjv) {
     for (int k = 0; k < 2; ++k) {
       auto g = testing::Generate(c, &rng, 24);
       ASSERT_TRUE(g.complete) << schema.dump();
-      EXPECT_NO_THROW((void)Json::parse(g.text)) << g.text;
+      EXPECT_TRUE(Json::accept(g.text)) << g.text;
       outs.push_back(g.text);
     }
     cases.push_back({schema, outs});

@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
       copy_mb = std::stoi(v);
     else if (k == "--runs")
       runs = std::stoi(v);
+    else if (k == "--splits")
+      splits = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -94,6 +96,20 @@ int main(int argc, char** argv) {
       if (i > 0) pre.push_back(Now() - s);
     }
     const double prefill_s = Percentile(pre, 0.5);
+    {
+      // Per-kernel GPU time of one prefill chunk on top of the prompt.
+      const int chunk = std::min(vk->capabilities().max_chunk, prompt_len);
+      vk->Reset();
+      auto pp = gemma::ProfileVulkanStep(*vk, std::span<const int32_t>(prompt.data(), chunk));
+      std::sort(pp.begin(), pp.end(), [](auto& a, auto& b) { return a.second > b.second; });
+      double tot = 0;
+      for (auto& [k, ns] : pp) tot += ns;
+      std::printf("\n| kernel (prefill chunk of %d at 0) | GPU us | share |\n|---|---|---|\n",
+                  chunk);
+      for (auto& [k, ns] : pp)
+        std::printf("| %s | %.1f | %.1f%% |\n", k.c_str(), ns / 1e3, 100 * ns / tot);
+      std::printf("| total (timestamped) | %.1f | |\n", tot / 1e3);
+    }
 
     // Decode at a fixed context: ctx - 1 cached tokens, one greedy step, rewind, repeat.
     vk->Reset();
@@ -120,7 +136,7 @@ int main(int argc, char** argv) {
     }
     const double run_med = Percentile(run, 0.5);
     // Per-kernel GPU time of one decode step (timestamps after every dispatch).
-    auto prof = gemma::ProfileVulkanDecode(*vk, r.ids.back());
+    auto prof = gemma::ProfileVulkanStep(*vk, std::span<const int32_t>(&r.ids.back(), 1));
     std::sort(prof.begin(), prof.end(), [](auto& a, auto& b) { return a.second > b.second; });
     double prof_total = 0;
     for (auto& [k, ns] : prof) prof_total += ns;

@@ -65,6 +65,7 @@ struct LinPush {
   uint32_t aux_stride, aux_off, x_row0, ntok;
   uint32_t n, has_a, has_wa;  // residual-norm tail
   float scale, eps;
+  float next_in_s;  // XQ 2
 };
 struct NormPush {
   uint32_t n, has_t, has_a, has_wa;
@@ -415,6 +416,8 @@ class VulkanBackend : public Backend {
     mask_ = F((V + 31) / 32);
     step_ = F(4);
     counter_ = F(64);
+    xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
+    xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     // Host: inputs of a step and the readback.
     in_x0_off_ = 256;
     in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
@@ -457,9 +460,9 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,     &attn_,   &g_,
-                   &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,     &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_}) {
+    for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
+                   &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -533,7 +536,8 @@ class VulkanBackend : public Backend {
   void LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
-                const Tail* tail = nullptr) {
+                const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
+                float next_in_s = 0.0f) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -593,14 +597,19 @@ class VulkanBackend : public Backend {
         if (tail->wa) b[9] = *tail->wa;
         b[10] = a_.r;
       }
+      if (xq_mode == 1) b[5] = *xq;
+      if (xq_mode == 2) {
+        b[6] = *xq;
+        pc.next_in_s = next_in_s;
+      }
       if (m >= kMatmulMinTokens) {
         // The tiled kernel has a fixed 256-invocation workgroup (no local-size constant).
         Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
                  (p.rows + 63) / 64, 1, /*local_size_constant=*/false);
         continue;
       }
-      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail}, b, &pc,
-               sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
+      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xq_mode},
+               b, &pc, sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
     }
   }
 
@@ -711,7 +720,16 @@ class VulkanBackend : public Backend {
         NormOp(rc, m, &t_, &d.post_attn_norm, 1.0f, &d.pre_ffn_norm, true, a_.r);
       }
       Barrier(rc);
-      LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up);
+      // One-token steps: gate/up also write the down projection's quantized input (XQ).
+      const bool xq = fuse && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
+                      d.gate.parts.size() == 1;
+      const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
+      if (xq) {
+        LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
+                 nullptr, 2, &xq_l, d.down.src->in_scale);
+      } else {
+        LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up);
+      }
       Barrier(rc);
       const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
       const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
@@ -719,7 +737,7 @@ class VulkanBackend : public Backend {
         if (fuse) {
           const Tail tl{&d.post_ffn_norm.r, 1.0f, false, nullptr};
           LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                   &tl);
+                   &tl, xq ? 1 : 0, &xq_l);
         } else {
           LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
           Barrier(rc);
@@ -739,8 +757,8 @@ class VulkanBackend : public Backend {
         }
       } else if (fuse) {
         const Tail tl{&d.post_ffn_norm.r, w.layer_scalar, next_norm != nullptr, next_w};
-        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                 &tl);
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl,
+                 xq ? 1 : 0, &xq_l);
       } else {
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
         Barrier(rc);
@@ -792,12 +810,14 @@ class VulkanBackend : public Backend {
       cp = {base + in_mask_off_, mask_.r.offset, mask_.r.size};
       vkCmdCopyBuffer(rc.cmd, src, mask_.r.buf, 1, &cp);
     }
+    if (m == 1) vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     Barrier(rc);
   }
 
   void Begin(VkCommandBuffer cmd, bool reusable) {
     vkResetCommandBuffer(cmd, 0);
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     bi.flags = reusable ? 0 : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     if (vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
       throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
@@ -827,28 +847,21 @@ class VulkanBackend : public Backend {
 
   // Public to the free functions of vulkan_backend.h.
  public:
-  std::vector<std::pair<std::string, double>> Profile(int32_t token) {
+  std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens) {
     std::vector<std::pair<std::string, double>> out;
-    if (!dev_->has_timestamps() || cached_ >= capacity_) return out;
-    const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
-    uint8_t* in = in_host_.r.mapped;
-    const uint32_t step[4] = {static_cast<uint32_t>(cached_), 1, 0, 0};
-    std::memcpy(in, step, sizeof(step));
-    ref::EmbeddingRow(model_.embed(), model_.EmbedId(token),
-                      reinterpret_cast<float*>(in + in_x0_off_));
-    if (LP > 0)
-      ref::EmbeddingRow(model_.ple_embed(), model_.EmbedId(token),
-                        reinterpret_cast<float*>(in + in_tok_off_));
+    const int m = static_cast<int>(tokens.size());
+    if (!dev_->has_timestamps() || m == 0 || m > chunk_ || cached_ + m > capacity_) return out;
+    FillInputs(tokens, OutputMode::kArgmax, nullptr);
     std::vector<std::string> labels;
     VkCommandBuffer cb = head_cmd_;
     Begin(cb, false);
     dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
     dev_->WriteTimestamp(cb, 0);
     Rec rc{cb};
-    RecordInputs(rc, 1, OutputMode::kArgmax);
+    RecordInputs(rc, m, OutputMode::kArgmax);
     rc.labels = &labels;
-    RecordBody(rc, 1, splits_);
-    RecordHead(rc, 0, 1, OutputMode::kArgmax);
+    RecordBody(rc, m, m == 1 ? splits_ : 1);
+    RecordHead(rc, m - 1, 1, OutputMode::kArgmax);
     End(cb);
     dev_->Submit(cb);
     const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));
@@ -865,14 +878,15 @@ class VulkanBackend : public Backend {
   }
 
  private:
-  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
-                ForwardResult* out) {
+  // Writes a step's inputs into the host staging buffer: step values, embedding rows, PLE rows
+  // and (select) the allowed mask.
+  void FillInputs(std::span<const int32_t> tokens, OutputMode mode,
+                  const std::vector<uint64_t>* allowed) {
     const int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     const int V = cfg_.vocab_size;
-    const int pos0 = cached_;
     uint8_t* in = in_host_.r.mapped;
-    const uint32_t step[4] = {static_cast<uint32_t>(pos0), static_cast<uint32_t>(m), 0, 0};
+    const uint32_t step[4] = {static_cast<uint32_t>(cached_), static_cast<uint32_t>(m), 0, 0};
     std::memcpy(in, step, sizeof(step));
     for (int t = 0; t < m; ++t) {
       const int32_t id = model_.EmbedId(tokens[t]);
@@ -883,9 +897,16 @@ class VulkanBackend : public Backend {
                           reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
       }
     }
-    if (req.mode == OutputMode::kSelect) {
-      std::memcpy(in + in_mask_off_, req.allowed->data(), size_t((V + 31) / 32) * 4);
+    if (mode == OutputMode::kSelect) {
+      std::memcpy(in + in_mask_off_, allowed->data(), size_t((V + 31) / 32) * 4);
     }
+  }
+
+  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
+                ForwardResult* out) {
+    const int m = static_cast<int>(tokens.size());
+    const int pos0 = cached_;
+    FillInputs(tokens, req.mode, req.allowed);
     int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
     const bool inline_head = count <= head_rows_;
@@ -961,7 +982,8 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf h_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
-      mask_, step_, in_host_, out_host_, counter_;
+      mask_, step_, in_host_, out_host_, counter_, xq_;
+  size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
   int head_rows_ = 1, nblocks_ = 1;
   std::array<VkCommandBuffer, 4> decode_cmd_{};
@@ -992,10 +1014,11 @@ double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
   return vb ? vb->CopyBandwidth(bytes) : 0.0;
 }
 
-std::vector<std::pair<std::string, double>> ProfileVulkanDecode(Backend& backend, int32_t token) {
+std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
+                                                              std::span<const int32_t> tokens) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   if (!vb) return {};
-  return vb->Profile(token);
+  return vb->Profile(tokens);
 }
 
 bool SimulateVulkanDeviceLoss(Backend& backend) {

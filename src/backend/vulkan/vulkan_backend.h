@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,9 +46,11 @@ struct VulkanStats {
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);
 // Device-to-device copy bandwidth (bytes read + written per second) on the backend's device.
 double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
-// GPU time per kernel label (ns, summed over the step) of one decode step at the current position,
-// from timestamps after every dispatch; the caches are not advanced. Empty without timestamps.
-std::vector<std::pair<std::string, double>> ProfileVulkanDecode(Backend& backend, int32_t token);
+// GPU time per kernel label (ns, summed over the step) of one step over `tokens` (at most
+// capabilities().max_chunk) at the current position, from timestamps after every dispatch; the
+// caches are not advanced. Empty without timestamps.
+std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
+                                                              std::span<const int32_t> tokens);
 // Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
 bool SimulateVulkanDeviceLoss(Backend& backend);
 

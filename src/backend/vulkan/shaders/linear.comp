@@ -22,6 +22,10 @@ layout(constant_id = 6) const uint VEC = 4;     // u32 words per weight load (4 
 //   h = (h + rmsnorm(y) * wt) * scale;  a = rmsnorm(h) * wa  (as resnorm.comp)
 // to the whole output, saving a dispatch and a barrier per use.
 layout(constant_id = 7) const uint TAIL = 0;
+// XQ 1: read the input already SRQ-quantized (packed int8 words at binding 5) instead of
+// quantizing it in the prologue; XQ 2 (gate/up, one token): also write the output quantized with
+// `next_in_s` into binding 6 (zeroed before the step) for the next linear's XQ 1.
+layout(constant_id = 8) const uint XQ = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -29,6 +33,8 @@ layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) coherent buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer W1 { uvec4 w1[]; };
 layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
+layout(std430, binding = 5) readonly buffer XQin { uint xq_in[]; };     // XQ 1 (not dual)
+layout(std430, binding = 6) buffer XQout { uint xq_out[]; };           // XQ 2 (EPI 1)
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 layout(std430, binding = 6) coherent buffer Counter { uint done_wgs; };  // TAIL (no EPI 3)
 layout(std430, binding = 7) buffer Hres { float hres[]; };
@@ -50,6 +56,7 @@ layout(push_constant) uniform P {
   uint ntok;      // token rows
   uint n, has_a, has_wa;  // TAIL: vector length (= rows), flags
   float scale, eps;
+  float next_in_s;        // XQ 2
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -135,7 +142,8 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
       const uint xo = (d * TOK + tt) * XWORDS;
       [[unroll]] for (uint k = 0; k < epw; ++k) {
         const uint c = c0 + k;
-        const int xv = bitfieldExtract(int(xq[xo + (c >> 2)]), int(8 * (c & 3)), 8);
+        const uint xw = XQ == 1 ? xq_in[(tg + tt) * XWORDS + (c >> 2)] : xq[xo + (c >> 2)];
+        const int xv = bitfieldExtract(int(xw), int(8 * (c & 3)), 8);
         a += QElem(w, k) * xv;
       }
       acc_i[d * TOK + tt] += a;
@@ -172,7 +180,7 @@ void main() {
     acc_f[i] = 0.0;
   }
 
-  if (int_path[0] || (DUAL == 2 && int_path[1])) {
+  if (XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
     const uint nw = (p.cols + 3) / 4;
     for (uint d = 0; d < DUAL; ++d) {
       if (!int_path[d]) continue;
@@ -253,6 +261,10 @@ void main() {
     if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
     if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
     y[t * p.y_stride + p.y_off + row] = outv;
+    if (XQ == 2) {
+      const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
+      atomicOr(xq_out[row >> 2], q << (8 * (row & 3)));
+    }
   }
   if (TAIL == 1) ResidualNormTail();
 }

@@ -45,7 +45,8 @@ void AddBenchCommand(CLI::App& app) {
       "measure memory bandwidth; writes OUT.json, OUT.md, OUT.csv, OUT.html");
   cmd->add_option("--model", o->bench.model, "Checkpoint directory or .safetensors file")
       ->required();
-  cmd->add_option("--backends", o->backends, "Comma-separated: cpu-fast, cpu-reference");
+  cmd->add_option("--backends", o->backends,
+                  "Comma-separated: cpu-fast, cpu-reference, vulkan (when built)");
   cmd->add_option("--workloads", o->workloads,
                   "Comma-separated: ppN+tgM (prompt N, generate M), mtN+K+tgM (two turns, K new "
                   "tokens reuse the cached prefix), selN+tgM (decode through an allowed-id mask)");

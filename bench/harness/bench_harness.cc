@@ -16,6 +16,9 @@
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "core/timer.h"
+#if GEMMA_BENCH_VULKAN
+#include "backend/vulkan/vulkan_backend.h"
+#endif
 #include "gemma/error.h"
 
 namespace gemma::bench {
@@ -332,19 +335,31 @@ Bandwidth MeasureBandwidth(int threads, size_t bytes) {
   return bw;
 }
 
+std::string AvailableBackends() {
+#if GEMMA_BENCH_VULKAN
+  return "cpu-fast, cpu-reference, vulkan";
+#else
+  return "cpu-fast, cpu-reference";
+#endif
+}
+
 std::unique_ptr<Backend> MakeBackend(const std::string& name, const Model& model,
                                      const BackendOptions& options, int threads) {
   if (name == "cpu-fast") return CreateCpuFastBackend(model, options, threads);
   if (name == "cpu-reference") return CreateCpuReferenceBackend(model, options);
+#if GEMMA_BENCH_VULKAN
+  if (name == "vulkan") return CreateVulkanBackend(model, options);
+#endif
   throw Error(ErrorCode::kInvalidArgument,
-              "unknown backend '" + name + "' (available: cpu-fast, cpu-reference)");
+              "unknown backend '" + name + "' (available: " + AvailableBackends() + ")");
 }
 
 Report RunBench(const BenchOptions& o, const Log& log) {
   for (const std::string& b : o.backends) {
-    if (b != "cpu-fast" && b != "cpu-reference") {
+    const std::string all = ", " + AvailableBackends() + ",";
+    if (b.empty() || all.find(", " + b + ",") == std::string::npos) {
       throw Error(ErrorCode::kInvalidArgument,
-                  "unknown backend '" + b + "' (available: cpu-fast, cpu-reference)");
+                  "unknown backend '" + b + "' (available: " + AvailableBackends() + ")");
     }
   }
   if (o.workloads.empty()) throw Error(ErrorCode::kInvalidArgument, "bench: no workloads");
@@ -445,6 +460,18 @@ Report RunBench(const BenchOptions& o, const Log& log) {
   };
 
   for (const std::string& name : o.backends) {
+    try {
+      MakeBackend(name, *model, bo, o.threads);
+    } catch (const Error& e) {
+      // A backend that cannot run here (no device, model too large for it) is reported, not fatal.
+      log(name + " unavailable: " + e.what());
+      Row row;
+      row.backend = name;
+      row.mode = "n/a";
+      row.note = std::string("unavailable: ") + e.what();
+      rep.rows.push_back(std::move(row));
+      continue;
+    }
     for (const Workload& w : o.workloads) {
       if (o.cold) {
         // Cold: a fresh Model::Load (mmap, validation) and backend, first request; the OS page
@@ -574,7 +601,7 @@ std::string ToMarkdown(const Report& r) {
       << Fmt("%.2f", w.itl_p95_ms) << ") | " << Fmt("%.2f", w.decode_tok_s) << " | "
       << Fmt("%.2f", w.floor_ratio) << " | " << Fmt("%.1f", speedup) << "x | "
       << Fmt("%.2f", w.cpu_share) << " | " << Fmt("%.1f", w.resident_bytes / 1048576.0) << " | "
-      << MatchText(w) << " |\n";
+      << MatchText(w) << (w.note.empty() ? "" : " — " + w.note) << " |\n";
   }
   // Summary per backend over warm rows; rows that did not match the reference are never included.
   std::map<std::string, std::vector<double>> dec, pre;

@@ -37,7 +37,7 @@ Workload ParseWorkload(const std::string& spec);
 
 struct BenchOptions {
   std::string model;
-  std::vector<std::string> backends = {"cpu-fast"};  // cpu-fast, cpu-reference
+  std::vector<std::string> backends = {"cpu-fast"};  // see AvailableBackends()
   std::vector<Workload> workloads;
   bool cold = true;
   bool warm = true;
@@ -101,6 +101,8 @@ struct Report {
 
 using Log = std::function<void(const std::string&)>;
 
+// "cpu-fast, cpu-reference[, vulkan]": the backends this build can benchmark.
+std::string AvailableBackends();
 std::unique_ptr<Backend> MakeBackend(const std::string& name, const Model& model,
                                      const BackendOptions& options, int threads);
 

@@ -847,6 +847,35 @@ class VulkanBackend : public Backend {
 
   // Public to the free functions of vulkan_backend.h.
  public:
+  // Runs one linear (epilogue 0 store, 1 gelu(lin) * second, 2 softcap) over n tokens on this
+  // backend's device, through the kernel a step of n tokens would use. Buffers are added per call.
+  std::vector<float> RunLinear(const Linear& lin, const Linear* second, const float* x, int n,
+                               uint32_t epi) {
+    DevLinear d = PlanLinear(lin), d2;
+    if (second) d2 = PlanLinear(*second);
+    Buf xb = Reserve(Pool::kDevice, size_t(n) * lin.cols * 4);
+    Buf yb = Reserve(Pool::kDevice, size_t(n) * lin.rows * 4);
+    Buf host = Reserve(Pool::kHost, size_t(n) * lin.rows * 4);
+    dev_->Commit();
+    UploadLinear(d);
+    if (second) UploadLinear(d2);
+    Resolve(xb);
+    Resolve(yb);
+    Resolve(host);
+    dev_->Upload(xb.r, 0, x, size_t(n) * lin.cols * 4);
+    VkCommandBuffer cb = head_cmd_;
+    Begin(cb, false);
+    Rec rc{cb};
+    LinearOp(rc, d, xb.r, lin.cols, yb.r, lin.rows, 0, n, epi, second ? &d2 : nullptr);
+    Barrier(rc);
+    VkBufferCopy cp{yb.r.offset, host.r.offset, size_t(n) * lin.rows * 4};
+    vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
+    End(cb);
+    dev_->Submit(cb);
+    const float* f = reinterpret_cast<const float*>(host.r.mapped);
+    return std::vector<float>(f, f + size_t(n) * lin.rows);
+  }
+
   std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens) {
     std::vector<std::pair<std::string, double>> out;
     const int m = static_cast<int>(tokens.size());
@@ -1019,6 +1048,13 @@ std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   if (!vb) return {};
   return vb->Profile(tokens);
+}
+
+std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
+                                       const float* x, int n, int epilogue) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->RunLinear(lin, second, x, n, static_cast<uint32_t>(epilogue));
 }
 
 bool SimulateVulkanDeviceLoss(Backend& backend) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/model.h"
 
 namespace gemma {
 
@@ -51,6 +52,11 @@ double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
 // caches are not advanced. Empty without timestamps.
 std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
                                                               std::span<const int32_t> tokens);
+// Kernel test hook: y[n][lin.rows] from one linear over x[n][lin.cols] on the backend's device,
+// through the kernel an n-token step uses (one-token matvec, multi-token matvec, or the tiled
+// kernel from 8 tokens). epilogue 0: store; 1: gelu_tanh(lin) * second (gate/up); 2: softcap.
+std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
+                                       const float* x, int n, int epilogue);
 // Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
 bool SimulateVulkanDeviceLoss(Backend& backend);
 

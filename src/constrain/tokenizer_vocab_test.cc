@@ -8,6 +8,7 @@
 
 #include "constrain/constraint.h"
 #include "constrain/test_vocab.h"
+#include "tokenizer/test_support.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gemma::constrain {
@@ -62,6 +63,46 @@ TEST(TokenizerVocabTest, EngineStyleVocabularyAcceptsRealTokenizations) {
     }
   }
   EXPECT_GT(docs, 200);
+}
+
+// With the tokenizer room's Gemma 4 test tokenizer (real Gemma 4 special ids), a reasoning channel
+// and a native tool call, tokenized from text, pass the tool-call constraint token by token.
+TEST(TokenizerVocabTest, Gemma4ToolCallTokenizedFromTextIsAccepted) {
+  if (!gemma::testing::HaveGemma3Tokenizer()) GTEST_SKIP() << gemma::testing::kNoTokenizer;
+  const Tokenizer& tok = gemma::testing::Gemma4TestTokenizer();
+  std::vector<std::string> bytes(tok.vocab_size());
+  std::vector<bool> special(tok.vocab_size());
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    bytes[id] = tok.TokenBytes(id);
+    special[id] = tok.IsSpecial(id);
+  }
+  auto vocab = std::make_shared<Vocabulary>(bytes, special);
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kToolCalls;
+  o.require_tool_call = true;
+  o.thinking = true;
+  o.tools = Json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{
+      "type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":1}},
+      "required":["city"]}}}])");
+  auto c = Constraint::Compile(vocab, o);
+  auto run = [&](const std::string& text) {
+    ConstraintState st(c);
+    for (int32_t id : tok.Encode(text)) {
+      if (!st.IsAllowed(id)) return false;
+      st.Accept(id);
+    }
+    return st.CanStop() && st.IsAllowed(50);  // <|tool_response> ends the turn's generation
+  };
+  EXPECT_TRUE(
+      run("<|channel>thought\nThe user wants weather.<channel|>"
+          "<|tool_call>call:get_weather{city:<|\"|>Paris \"centre\"<|\"|>,days:3}<tool_call|>"));
+  EXPECT_TRUE(
+      run("<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>"
+          "<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>,days:1}<tool_call|>"));
+  EXPECT_FALSE(run("<|tool_call>call:get_time{}<tool_call|>"));                   // undeclared
+  EXPECT_FALSE(run("<|tool_call>call:get_weather{days:3}<tool_call|>"));          // city missing
+  EXPECT_FALSE(run("<|tool_call>call:get_weather{city:\"Paris\"}<tool_call|>"));  // JSON quotes
+  EXPECT_FALSE(run("Sure!"));                                                     // call required
 }
 
 }  // namespace

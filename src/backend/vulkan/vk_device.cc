@@ -56,6 +56,17 @@ int TypeRank(VkPhysicalDeviceType t) {
 }  // namespace
 
 Device::Device(const DeviceOptions& options) {
+  try {
+    Init(options);
+  } catch (...) {
+    // The destructor does not run for a throwing constructor: release what Init created.
+    if (dev_) vkDestroyDevice(dev_, nullptr);
+    if (instance_) vkDestroyInstance(instance_, nullptr);
+    throw;
+  }
+}
+
+void Device::Init(const DeviceOptions& options) {
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "gemma-engine";
   app.apiVersion = VK_API_VERSION_1_1;

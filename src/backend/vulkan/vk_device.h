@@ -102,6 +102,7 @@ class Device {
     size_t bytes;
     BufRange range;
   };
+  void Init(const DeviceOptions& options);
   uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
   Chunk MakeChunk(Pool pool, size_t bytes);
 

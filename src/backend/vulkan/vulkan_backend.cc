@@ -228,6 +228,13 @@ class VulkanBackend : public Backend {
   Buf Reserve(Pool pool, size_t bytes) { return {dev_->Reserve(pool, bytes), {}}; }
   void Resolve(Buf& b) { b.r = dev_->Get(b.handle); }
 
+  // Largest weight buffer bound at once: the device's storage-buffer range (or a smaller test
+  // limit); longer matrices are split by rows into several dispatches.
+  size_t WeightPartLimit() const {
+    const size_t dev = dev_->max_range();
+    return vopt_.max_weight_part_bytes > 0 ? std::min(dev, vopt_.max_weight_part_bytes) : dev;
+  }
+
   DevLinear PlanLinear(const Linear& lin) {
     DevLinear d;
     d.src = &lin;
@@ -240,7 +247,7 @@ class VulkanBackend : public Backend {
     d.wstride = static_cast<uint32_t>((lin.row_bytes + 15) / 16 * 4);  // rows of whole uvec4
     const size_t row_b = d.wstride * 4u;
     const int per_part = static_cast<int>(
-        std::min<size_t>(lin.rows, std::max<size_t>(1, dev_->max_range() / row_b)));
+        std::min<size_t>(lin.rows, std::max<size_t>(1, WeightPartLimit() / row_b)));
     for (int r0 = 0; r0 < lin.rows; r0 += per_part) {
       DevLinear::Part p;
       p.row0 = r0;

@@ -11,6 +11,7 @@
 // rebuilds the device state and replays the committed tokens, so the conversation is kept.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +29,9 @@ struct VulkanOptions {
   int device_index = -1;
   // Key splits of decode attention (0: chosen from the device).
   int decode_splits = 0;
+  // Weight matrices larger than the device's maxStorageBufferRange are split by rows; a non-zero
+  // value lowers that limit (tests exercise the split on small models with it).
+  size_t max_weight_part_bytes = 0;
 };
 
 // Throws gemma::Error(kDevice) when no usable Vulkan device exists.

@@ -716,8 +716,8 @@ class VulkanBackend : public Backend {
         Barrier(rc);
       }
       // One-token steps fold each residual norm into the linear before it (TAIL).
-      const bool fuse = m == 1 && d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
-                        (P == 0 || d.ple_proj.parts.size() == 1);
+      const bool fuse = m == 1 && H <= 8 * static_cast<int>(kWG) && d.o.parts.size() == 1 &&
+                        d.down.parts.size() == 1 && (P == 0 || d.ple_proj.parts.size() == 1);
       if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);

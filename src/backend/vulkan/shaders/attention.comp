@@ -52,7 +52,18 @@ void main() {
     double s = 0.0LF;
     if (j < je) {
       const uint kb = (j % p.ring) * width + kvh * hd;
-      for (uint i = part; i < hd; i += TPK) s = fma(double(qs[i]), double(kc[kb + i]), s);
+      // Eight independent loads before their FMAs (the loop is latency-bound otherwise).
+      for (uint i0 = part; i0 < hd; i0 += 8 * TPK) {
+        float kv[8];
+        [[unroll]] for (uint u = 0; u < 8; ++u) {
+          const uint i = i0 + u * TPK;
+          kv[u] = i < hd ? kc[kb + i] : 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 8; ++u) {
+          const uint i = i0 + u * TPK;
+          if (i < hd) s = fma(double(qs[i]), double(kv[u]), s);
+        }
+      }
     }
     s += subgroupShuffleXor(s, 1);
     s += subgroupShuffleXor(s, 2);
@@ -73,11 +84,21 @@ void main() {
     m = mn;
     acc0 *= corr;
     acc1 *= corr;
-    for (uint jj = 0; jj < nb; ++jj) {
-      const uint vb = ((b + jj) % p.ring) * width + kvh * hd;
-      const double w = sc[jj];
-      if (tid < hd) acc0 = fma(w, double(vc[vb + tid]), acc0);
-      if (tid + WG < hd) acc1 = fma(w, double(vc[vb + tid + WG]), acc1);
+    for (uint j0 = 0; j0 < nb; j0 += 8) {
+      float v0[8], v1[8];
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint vb = ((b + j0 + u) % p.ring) * width + kvh * hd;
+        const bool ok = j0 + u < nb;
+        v0[u] = ok && tid < hd ? vc[vb + tid] : 0.0;
+        v1[u] = ok && tid + WG < hd ? vc[vb + tid + WG] : 0.0;
+      }
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        if (j0 + u < nb) {
+          const double w = sc[j0 + u];
+          acc0 = fma(w, double(v0[u]), acc0);
+          acc1 = fma(w, double(v1[u]), acc1);
+        }
+      }
     }
     barrier();
   }

@@ -31,7 +31,13 @@ void main() {
   for (uint s = 0; s < p.splits; ++s) l += pml[base + s].y * wgt[s];
   for (uint i = tid; i < p.hd; i += WG) {
     double acc = 0.0LF;
-    for (uint s = 0; s < p.splits; ++s) acc += po[(base + s) * p.hd + i] * wgt[s];
+    for (uint s0 = 0; s0 < p.splits; s0 += 8) {
+      double v[8];
+      [[unroll]] for (uint u = 0; u < 8; ++u)
+        v[u] = s0 + u < p.splits ? po[(base + s0 + u) * p.hd + i] : 0.0LF;
+      [[unroll]] for (uint u = 0; u < 8; ++u)
+        if (s0 + u < p.splits) acc += v[u] * wgt[s0 + u];
+    }
     o[t * p.o_stride + h * p.hd + i] = float(acc / l);
   }
 }

@@ -80,6 +80,8 @@ double BlockSumD(double v) {
 }
 
 void ResidualNormTail() {
+  // Values held in registers (n <= 8 WG; the host checks), loaded before use: the tail runs in one
+  // workgroup, so its cost is latency, not bandwidth.
   const uint tid = gl_LocalInvocationID.x;
   memoryBarrierBuffer();
   barrier();
@@ -89,22 +91,35 @@ void ResidualNormTail() {
   barrier();
   if (!last_wg) return;
   memoryBarrierBuffer();
+  float yv[8], hv[8];
+  [[unroll]] for (uint u = 0; u < 8; ++u) {
+    const uint i = tid + u * WG;
+    yv[u] = i < p.n ? y[i] : 0.0;
+    hv[u] = i < p.n ? hres[i] : 0.0;
+  }
   double ss = 0.0LF;
-  for (uint i = tid; i < p.n; i += WG) ss = fma(double(y[i]), double(y[i]), ss);
+  [[unroll]] for (uint u = 0; u < 8; ++u) ss = fma(double(yv[u]), double(yv[u]), ss);
   const float r = RmsFactor(BlockSumD(ss), p.n, p.eps);
-  for (uint i = tid; i < p.n; i += WG) {
-    precise float v = (y[i] * r) * wt[i];
-    precise float o = (hres[i] + v) * p.scale;
-    hres[i] = o;
+  double ss2 = 0.0LF;
+  [[unroll]] for (uint u = 0; u < 8; ++u) {
+    const uint i = tid + u * WG;
+    if (i < p.n) {
+      precise float v = (yv[u] * r) * wt[i];
+      precise float o = (hv[u] + v) * p.scale;
+      hv[u] = o;
+      hres[i] = o;
+      ss2 = fma(double(o), double(o), ss2);
+    }
   }
   if (p.has_a != 0) {
-    double ss2 = 0.0LF;
-    for (uint i = tid; i < p.n; i += WG) ss2 = fma(double(hres[i]), double(hres[i]), ss2);
     const float r2 = RmsFactor(BlockSumD(ss2), p.n, p.eps);
-    for (uint i = tid; i < p.n; i += WG) {
-      precise float v = hres[i] * r2;
-      precise float o = p.has_wa != 0 ? v * wa[i] : v;
-      anorm[i] = o;
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = tid + u * WG;
+      if (i < p.n) {
+        precise float v = hv[u] * r2;
+        precise float o = p.has_wa != 0 ? v * wa[i] : v;
+        anorm[i] = o;
+      }
     }
   }
   if (tid == 0) done_wgs = 0;

@@ -33,7 +33,9 @@ TEST(TokenizerVocabTest, EngineStyleVocabularyAcceptsRealTokenizations) {
   ASSERT_TRUE(ref);
   ASSERT_EQ(ref->size(), vocab->size());
   for (int32_t id = 0; id < vocab->size(); ++id) {
-    if (!vocab->is_special(id)) EXPECT_EQ(vocab->bytes(id), ref->bytes(id)) << id;
+    if (!vocab->is_special(id)) {
+      EXPECT_EQ(vocab->bytes(id), ref->bytes(id)) << id;
+    }
   }
   // Every valid document of the JSON-Schema-Test-Suite, tokenized for real, passes kJson.
   ConstraintOptions o;

@@ -170,6 +170,7 @@ struct MaskCache {
   std::vector<Frame> arena;        // walk scratch, guarded by mu
   std::vector<int8_t> text_state;  // per state: -1 unknown, else Program::TextLoop's answer
   std::vector<std::unique_ptr<std::vector<uint64_t>>> class_walk;  // per Constraint::walk_class_
+  std::vector<const uint64_t*> short_rep;  // per walk_class_short_: a cached mask of the class
   std::vector<std::array<uint64_t, 2>> text_ascii;
 };
 
@@ -225,6 +226,15 @@ std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Voca
   c->cache_->by_state.resize(c->program_->num_states());
   c->cache_->text_state.assign(c->program_->num_states(), -1);
   c->walk_class_ = c->program_->WalkClasses(vocab->trie().max_depth);
+  c->walk_class_short_ = c->program_->WalkClasses(Vocabulary::kShortToken);
+  for (int32_t id : options.stop_ids) {
+    // A stop id that is text could leak from a representative's mask: no sharing then.
+    if (id >= 0 && id < vocab->size() && !vocab->is_special(id)) c->walk_class_short_.clear();
+  }
+  if (!c->walk_class_short_.empty()) {
+    c->cache_->short_rep.resize(
+        *std::max_element(c->walk_class_short_.begin(), c->walk_class_short_.end()) + 1, nullptr);
+  }
   if (!c->walk_class_.empty()) {
     c->cache_->class_walk.resize(*std::max_element(c->walk_class_.begin(), c->walk_class_.end()) +
                                  1);
@@ -360,16 +370,27 @@ const uint64_t* ConstraintState::AllowedTokens() {
           WalkTrie(p, v.trie(), top_, stack_, &cache.arena, out);
         }
       };
+      // States that no short token can tell apart: a cached mask of one of them, cut to the short
+      // tokens (which drops its special and stop bits too), plus a walk of the long tokens.
+      auto short_then_long = [&](uint64_t* out) -> bool {
+        const auto& ws = c_->walk_class_short_;
+        if (!stack_.empty() || ws.empty() || !cache.short_rep[ws[top_]]) return false;
+        const uint64_t* rep = cache.short_rep[ws[top_]];
+        const uint64_t* keep = v.short_mask().data();
+        for (size_t w = 0; w < v.mask_words(); ++w) out[w] = rep[w] & keep[w];
+        WalkTrie(p, v.long_trie(), top_, stack_, &cache.arena, out);
+        return true;
+      };
       const auto& wc = c_->walk_class_;
       if (stack_.empty() && !wc.empty()) {
         // States that no token can tell apart share one walk (counted repetitions).
         auto& w = cache.class_walk[wc[top_]];
         if (!w) {
           w = std::make_unique<std::vector<uint64_t>>(v.mask_words() + 1, 0);
-          walk(w->data());
+          if (!short_then_long(w->data())) walk(w->data());
         }
         std::memcpy(m->data(), w->data(), v.mask_words() * 8);
-      } else {
+      } else if (!short_then_long(m->data())) {
         walk(m->data());
       }
       for (int k = 0; k < kNumSpecial; ++k) {
@@ -396,6 +417,9 @@ const uint64_t* ConstraintState::AllowedTokens() {
     if (cache.count < kMaxCachedMasks) {
       ++cache.count;
       if (stack_.empty()) {
+        if (!c_->walk_class_short_.empty() && !cache.short_rep[c_->walk_class_short_[top_]]) {
+          cache.short_rep[c_->walk_class_short_[top_]] = m->data();
+        }
         cache.by_state[top_] = std::move(m);
       } else {
         cache.by_stack.emplace(std::move(key), std::move(m));

@@ -115,7 +115,8 @@ class Constraint {
   std::unique_ptr<MaskCache> cache_;
   ConstraintOptions options_;
   std::vector<int32_t> special_symbol_ids_;  // symbol k -> token id
-  std::vector<uint32_t> walk_class_;         // Program::WalkClasses, empty when not computed
+  std::vector<uint32_t> walk_class_;         // Program::WalkClasses(longest token), may be empty
+  std::vector<uint32_t> walk_class_short_;   // Program::WalkClasses(Vocabulary::kShortToken)
   mutable std::once_flag distances_once_;
   mutable std::vector<uint32_t> distances_;
 };

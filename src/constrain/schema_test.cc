@@ -152,6 +152,29 @@ TEST(SchemaTest, RealGemmaVocabularyMasksAgreeWithPerTokenAcceptance) {
     }
     EXPECT_GT(allowed, 0);
   }
+  // A counted repetition: deep in the count, states share the short-token part of their masks.
+  ConstraintOptions r;
+  r.kind = ConstraintKind::kRegex;
+  r.regex = "[^\\n]{1,40}\\.";
+  auto rc = Constraint::Compile(v, r);
+  ConstraintState rs(rc);
+  for (int step = 0; step < 40; ++step) {
+    const uint64_t* m = rs.AllowedTokens();
+    if (step == 8 || step == 20 || step == 37) {
+      for (int32_t id = 0; id < v->size(); ++id) {
+        if (v->is_special(id)) continue;
+        ConstraintState copy = rs;
+        bool ok = true;
+        try {
+          copy.Accept(id);
+        } catch (const Error&) {
+          ok = false;
+        }
+        ASSERT_EQ(((m[id >> 6] >> (id & 63)) & 1) != 0, ok) << "step " << step << " token " << id;
+      }
+    }
+    rs.AcceptBytes("x");
+  }
 }
 
 TEST(SchemaTest, JsonSchemaTestSuiteInsideTheSubset) {

@@ -108,6 +108,16 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<bool> i
   for (size_t i = 0; i < bytes_.size(); ++i) {
     if (!special_[i] && !bytes_[i].empty()) ids.push_back(static_cast<int32_t>(i));
   }
+  short_mask_.assign(mask_words(), 0);
+  std::vector<int32_t> long_ids;
+  for (int32_t id : ids) {
+    if (bytes_[id].size() > static_cast<size_t>(kShortToken)) {
+      long_ids.push_back(id);
+    } else {
+      short_mask_[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  }
+  long_trie_ = BuildTrie(bytes_, std::move(long_ids));
   trie_ = BuildTrie(bytes_, std::move(ids));
   // The two text sets every JSON / tool-call grammar meets: JSON string content (printable ASCII
   // but '"' and '\\', plus DEL) and raw text (all of ASCII), both with UTF-8 characters.
@@ -146,8 +156,13 @@ const TextSplit& Vocabulary::Text(const std::array<uint64_t, 2>& ascii, bool wit
 }
 
 size_t Vocabulary::MemoryBytes() const {
-  size_t b = trie_.MemoryBytes() + special_.size() / 8;
+  size_t b = trie_.MemoryBytes() + long_trie_.MemoryBytes() + short_mask_.capacity() * 8 +
+             special_.size() / 8;
   for (const auto& s : bytes_) b += sizeof(std::string) + (s.size() > 15 ? s.capacity() : 0);
+  std::lock_guard<std::mutex> lock(text_mu_);
+  for (const auto& [key, split] : text_) {
+    b += split->inside.capacity() * 8 + split->residual.MemoryBytes();
+  }
   return b;
 }
 

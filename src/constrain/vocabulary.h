@@ -52,6 +52,11 @@ class Vocabulary {
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   bool is_special(int32_t id) const { return special_[id]; }
   const TokenTrie& trie() const { return trie_; }
+  // Tokens of at most kShortToken bytes (a bitmask) and the trie of the longer ones: states that
+  // differ only on longer strings share the short part of their masks.
+  static constexpr int kShortToken = 16;
+  const std::vector<uint64_t>& short_mask() const { return short_mask_; }
+  const TokenTrie& long_trie() const { return long_trie_; }
   // Words of a mask for this vocabulary: ceil(size / 64). Masks held by the constraint carry one
   // more (padding) word for TokenTrie::none.
   size_t mask_words() const { return (bytes_.size() + 63) / 64; }
@@ -66,6 +71,8 @@ class Vocabulary {
   std::vector<std::string> bytes_;
   std::vector<bool> special_;
   TokenTrie trie_;
+  std::vector<uint64_t> short_mask_;
+  TokenTrie long_trie_;
   mutable std::mutex text_mu_;
   mutable std::map<std::array<uint64_t, 3>, std::unique_ptr<TextSplit>> text_;
 };

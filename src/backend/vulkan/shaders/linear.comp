@@ -219,7 +219,7 @@ void main() {
   }
 
   if (row < p.rows) {
-    for (uint d = 0; d < DUAL; ++d) {
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
       if (VEC == 4) {
         const uint base = row * (p.wstride / 4);
         for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
@@ -237,7 +237,7 @@ void main() {
   }
   // Reduce each row's LANES partials: subgroups first, then shared memory.
   const uint nsg = WG / gl_SubgroupSize;
-  for (uint i = 0; i < DUAL * TOK; ++i) {
+  [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
     const int si = subgroupAdd(acc_i[i]);
     const float sf = subgroupAdd(acc_f[i]);
     if (subgroupElect()) {
@@ -253,7 +253,7 @@ void main() {
     const uint per_row = LANES / gl_SubgroupSize;
     float v[2];
     float out_s[2] = float[2](p.out_s0, p.out_s1);
-    for (uint d = 0; d < DUAL; ++d) {
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
       int ti = 0;
       float tf = 0.0;
       const uint rb = (d * TOK + tt) * nsg + rloc * per_row;

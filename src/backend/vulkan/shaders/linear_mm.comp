@@ -59,9 +59,9 @@ void main() {
 
   float acc[DUAL][4][4];
   int acci[DUAL][4][4];
-  for (uint d = 0; d < DUAL; ++d)
-    for (uint i = 0; i < 4; ++i)
-      for (uint j = 0; j < 4; ++j) {
+  [[unroll]] for (uint d = 0; d < DUAL; ++d)
+    [[unroll]] for (uint i = 0; i < 4; ++i)
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
         acc[d][i][j] = 0.0;
         acci[d][i][j] = 0;
       }
@@ -96,17 +96,17 @@ void main() {
       }
     }
     barrier();
-    for (uint d = 0; d < DUAL; ++d) {
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
       for (uint k = 0; k < BK; ++k) {
         float a[4], b[4];
-        for (uint i = 0; i < 4; ++i) a[i] = ws[d][k][tr + 16 * i];
-        for (uint j = 0; j < 4; ++j) b[j] = xs[d][k][tc + 16 * j];
-        for (uint i = 0; i < 4; ++i)
-          for (uint j = 0; j < 4; ++j) acc[d][i][j] = fma(a[i], b[j], acc[d][i][j]);
+        [[unroll]] for (uint i = 0; i < 4; ++i) a[i] = ws[d][k][tr + 16 * i];
+        [[unroll]] for (uint j = 0; j < 4; ++j) b[j] = xs[d][k][tc + 16 * j];
+        [[unroll]] for (uint i = 0; i < 4; ++i)
+          [[unroll]] for (uint j = 0; j < 4; ++j) acc[d][i][j] = fma(a[i], b[j], acc[d][i][j]);
       }
       if (int_path[d] && ((kt & 3) == 3 || kt + 1 == ktiles)) {
-        for (uint i = 0; i < 4; ++i)
-          for (uint j = 0; j < 4; ++j) {
+        [[unroll]] for (uint i = 0; i < 4; ++i)
+          [[unroll]] for (uint j = 0; j < 4; ++j) {
             acci[d][i][j] += int(acc[d][i][j]);
             acc[d][i][j] = 0.0;
           }
@@ -116,14 +116,14 @@ void main() {
   }
 
   float out_s[2] = float[2](p.out_s0, p.out_s1);
-  for (uint i = 0; i < 4; ++i) {
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
     const uint row = r0 + tr + 16 * i;
     if (row >= p.rows) continue;
-    for (uint j = 0; j < 4; ++j) {
+    [[unroll]] for (uint j = 0; j < 4; ++j) {
       const uint t = t0 + tc + 16 * j;
       if (t >= p.ntok) continue;
       float v[2];
-      for (uint d = 0; d < DUAL; ++d) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
         float r;
         if (int_path[d]) {

@@ -20,6 +20,8 @@ struct CommonOpts {
   GenerateOptions gen;
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
+  std::string regex, schema_file, whitespace = "none";
+  bool json = false, json_object = false, tool_calls = false, require_tool_call = false;
 };
 
 void AddCommon(CLI::App* cmd, CommonOpts& o) {
@@ -50,6 +52,21 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--top-logprobs", g.top_logprobs, "alternatives per token (needs --logprobs)");
   cmd->add_option("--prefill", o.prefill, "auto | sequential | chunked");
   cmd->add_option("--prefill-chunk", g.prefill_chunk, "tokens per prefill chunk (chunked)");
+  auto* re = cmd->add_option("--constrain-regex", o.regex, "output must fully match this regex");
+  auto* js = cmd->add_flag("--constrain-json", o.json, "output must be a JSON value");
+  auto* jo =
+      cmd->add_flag("--constrain-json-object", o.json_object, "output must be a JSON object");
+  auto* sc = cmd->add_option("--constrain-schema", o.schema_file,
+                             "output must follow this JSON Schema file");
+  auto* tc = cmd->add_flag("--constrain-tools", o.tool_calls,
+                           "output: Gemma tool calls for the request's tools");
+  for (auto* a : {re, js, jo, sc, tc}) {
+    for (auto* b : {re, js, jo, sc, tc}) {
+      if (a != b) a->excludes(b);
+    }
+  }
+  cmd->add_flag("--require-tool-call", o.require_tool_call, "with --constrain-tools: no free text");
+  cmd->add_option("--constrain-whitespace", o.whitespace, "JSON whitespace: none | compact | any");
 }
 
 GenerateOptions Resolve(const CommonOpts& o) {
@@ -63,6 +80,23 @@ GenerateOptions Resolve(const CommonOpts& o) {
     } catch (const std::exception&) {
       throw Error(ErrorCode::kInvalidArgument, "--logit-bias: cannot parse '" + b + "'");
     }
+  }
+  OutputConstraint& c = g.constraint;
+  c.whitespace = o.whitespace;
+  c.require_tool_call = o.require_tool_call;
+  if (!o.regex.empty()) {
+    c.kind = OutputConstraint::Kind::kRegex;
+    c.regex = o.regex;
+  } else if (o.json || o.json_object) {
+    c.kind = OutputConstraint::Kind::kJson;
+    c.object_root = o.json_object;
+  } else if (!o.schema_file.empty()) {
+    c.kind = OutputConstraint::Kind::kJsonSchema;
+    std::ifstream f(o.schema_file);
+    if (!f) throw Error(ErrorCode::kIo, o.schema_file + ": cannot open");
+    c.schema_json.assign(std::istreambuf_iterator<char>(f), {});
+  } else if (o.tool_calls) {
+    c.kind = OutputConstraint::Kind::kToolCalls;
   }
   if (o.prefill == "auto")
     g.prefill = PrefillStrategy::kAuto;

@@ -460,6 +460,21 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
   result.resolved_config["reuse_prompt_cache"] = options.reuse_prompt_cache;
   result.resolved_config["ignore_eos"] = options.ignore_eos;
   result.resolved_config["backend"] = tel.backend;
+  {
+    const OutputConstraint& oc = options.constraint;
+    static const char* kKinds[] = {"none", "regex", "json", "json_schema", "tool_calls"};
+    nlohmann::json cj = {{"kind", kKinds[static_cast<int>(oc.kind)]}};
+    if (oc.kind == OutputConstraint::Kind::kRegex) cj["regex"] = oc.regex;
+    if (oc.kind == OutputConstraint::Kind::kJson) cj["object_root"] = oc.object_root;
+    if (oc.kind == OutputConstraint::Kind::kJsonSchema) cj["schema"] = oc.schema_json;
+    if (oc.kind == OutputConstraint::Kind::kToolCalls)
+      cj["require_tool_call"] = oc.require_tool_call;
+    if (oc.kind != OutputConstraint::Kind::kNone) {
+      cj["whitespace"] = oc.whitespace;
+      cj["max_depth"] = oc.max_depth;
+    }
+    result.resolved_config["constraint"] = cj;
+  }
 
   tel.total_ms = total.Ms();
   const size_t n = tel.token_ms.size();

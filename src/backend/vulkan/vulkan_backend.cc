@@ -139,6 +139,7 @@ class VulkanBackend : public Backend {
     sliding_ring_ = std::min(capacity_, window + slack_);
     slack_ = sliding_ring_ - std::min(window, sliding_ring_);
     chunk_ = std::min(std::max(1, slack_), 512);
+    history_.reserve(capacity_);  // no per-token allocations on the decode path
     Build();
   }
 

@@ -6,6 +6,15 @@
 // and select). Numerics follow the CPU reference (reference_ops.h): QAT linears quantize their
 // input with SRQ and accumulate exactly in integers; dense linears accumulate in f32.
 //
+// Layout of a step: the host writes the step values (first position, token count), the gathered
+// embedding/PLE rows and (select) the allowed mask into a mapped staging buffer; the command buffer
+// copies them to device memory first, so the one-token command buffer is recorded once per output
+// mode and reused for every decoded token (per-token values are read from that copied block, not
+// push constants, for that reason). Shapes are specialization constants; per-linear scalars are
+// push constants recorded with each dispatch. Steps of 8+ tokens use a tiled matrix kernel.
+// Requirements: Vulkan 1.1 compute with subgroup arithmetic and shuffle (subgroups of 8+) and
+// shaderFloat64 (the reductions the CPU reference does in double are done in double).
+//
 // Failures: any Vulkan error, VK_ERROR_DEVICE_LOST included, fails the request in flight with
 // gemma::Error(kDevice) and leaves cached() as it was before the request; the next Forward
 // rebuilds the device state and replays the committed tokens, so the conversation is kept.

@@ -708,13 +708,23 @@ class VulkanBackend : public Backend {
         b[2] = slot.v.r;
         b[3] = po_.r;
         b[4] = pml_.r;
-        Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
-        Barrier(rc);
-        CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
-                       static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
-        b[5] = attn_.r;
-        Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
-        Barrier(rc);
+        if (m >= kMatmulMinTokens) {
+          // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
+          // same with the token count in place of the splits.
+          AttnPush tp = pc;
+          tp.splits = static_cast<uint32_t>(m);
+          b[5] = attn_.r;
+          Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
+          Barrier(rc);
+        } else {
+          Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
+          Barrier(rc);
+          CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
+                         static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
+          b[5] = attn_.r;
+          Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
+          Barrier(rc);
+        }
       }
       // One-token steps fold each residual norm into the linear before it (TAIL).
       const bool fuse = m == 1 && H <= 8 * static_cast<int>(kWG) && d.o.parts.size() == 1 &&

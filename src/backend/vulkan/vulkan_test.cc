@@ -275,3 +275,34 @@ TEST(VulkanBackend, WeightsSplitByRowsGiveTheSameLogits) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// Prefill chunks of 20 tokens: the tiled attention (three query tiles, the last one partial, the
+// sliding window crossing tiles) and the tiled linears, against the CPU reference.
+TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
+  auto model = LoadFixture("tiny_dense_bf16");
+  const int V = model->text().vocab_size;
+  std::unique_ptr<Backend> vk;
+  try {
+    vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kDevice) throw;
+    GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  }
+  ASSERT_EQ(vk->capabilities().max_chunk, 20);
+  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = 20});
+  std::vector<int32_t> prompt(45);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 2) % V);
+  ForwardResult a, b;
+  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &a);
+  vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &b);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    EXPECT_LT(RelL2(&b.logits[t * V], &a.logits[t * V], V), 1e-4) << "position " << t;
+  }
+}
+
+}  // namespace
+}  // namespace gemma

@@ -179,6 +179,33 @@ void Device::Init(const DeviceOptions& options) {
   want.shaderFloat64 = VK_TRUE;
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.pEnabledFeatures = &want;
+  // Optional: packed 4x8-bit integer dot products (the matvec kernels' int8/int4/int2 inner loop).
+  uint32_t next = 0;
+  vkEnumerateDeviceExtensionProperties(phys_, nullptr, &next, nullptr);
+  std::vector<VkExtensionProperties> exts(next);
+  vkEnumerateDeviceExtensionProperties(phys_, nullptr, &next, exts.data());
+  const char* kDotExt = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+  for (const VkExtensionProperties& e : exts) {
+    if (std::strcmp(e.extensionName, kDotExt) != 0) continue;
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &dot;
+    vkGetPhysicalDeviceFeatures2(phys_, &f2);
+    VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR dp{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
+    VkPhysicalDeviceProperties2 pp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    pp.pNext = &dp;
+    vkGetPhysicalDeviceProperties2(phys_, &pp);
+    int_dot_ = dot.shaderIntegerDotProduct == VK_TRUE;
+    int_dot_accelerated_ = dp.integerDotProduct4x8BitPackedSignedAccelerated == VK_TRUE;
+  }
+  if (int_dot_) {
+    dot.pNext = nullptr;
+    dci.pNext = &dot;
+    dci.enabledExtensionCount = 1;
+    dci.ppEnabledExtensionNames = &kDotExt;
+  }
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   Check(vkCreateDevice(phys_, &dci, nullptr, &dev_), "vkCreateDevice");

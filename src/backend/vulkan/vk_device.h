@@ -56,6 +56,10 @@ class Device {
   uint32_t subgroup_size() const { return subgroup_size_; }
   VkDeviceSize max_range() const { return max_range_; }
   bool is_cpu() const { return cpu_; }
+  // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
+  // accelerated: the device reports the signed packed form as faster than emulation.
+  bool int_dot() const { return int_dot_; }
+  bool int_dot_accelerated() const { return int_dot_accelerated_; }
   float timestamp_period_ns() const { return ts_period_; }
   size_t committed_bytes(Pool pool) const { return committed_[static_cast<int>(pool)]; }
 
@@ -120,6 +124,7 @@ class Device {
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::string name_;
   uint32_t subgroup_size_ = 32;
+  bool int_dot_ = false, int_dot_accelerated_ = false;
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   float ts_period_ = 1;

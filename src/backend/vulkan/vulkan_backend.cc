@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -21,6 +22,11 @@ using vk::Pool;
 constexpr uint32_t kWG = 256;
 constexpr uint32_t kVocabBlock = 4096;
 constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
 
 uint32_t KindCode(WeightKind k) {
   switch (k) {
@@ -218,8 +224,54 @@ class VulkanBackend : public Backend {
     s->dispatches_per_token = decode_dispatches_;
     s->barriers_per_token = decode_barriers_;
     s->rebuilds = rebuilds_;
+    s->kernels = std::string("prefill linears ") + (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") +
+                 ", matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
+                 (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
+                 (xq_shared_ ? ", quantized input in shared" : ", quantized input global") +
+                 ", lanes_k " + std::to_string(lanes_k_);
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
+  // Bytes per second a compute shader reads from every resident weight buffer (the decode's
+  // traffic), median of `iters` timed passes; 0 without timestamps.
+  double WeightReadBandwidth(int iters) {
+    if (!dev_->has_timestamps()) return 0.0;
+    std::vector<BufRange> parts;
+    auto add = [&](const DevLinear& d) {
+      for (const DevLinear::Part& p : d.parts)
+        if (p.w.handle >= 0) parts.push_back(p.w.r);
+    };
+    for (const DevLayer& l : layers_)
+      for (const DevLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate,
+                                 &l.ple_proj})
+        add(*d);
+    add(ple_proj_);
+    add(lm_head_);
+    double bytes = 0;
+    for (const BufRange& r : parts) bytes += static_cast<double>(r.size / 16 * 16);
+    VkCommandBuffer cb = head_cmd_;
+    std::vector<double> secs;
+    for (int it = 0; it < iters + 1; ++it) {
+      Begin(cb, false);
+      dev_->ResetTimestamps(cb, 2);
+      dev_->WriteTimestamp(cb, 0);
+      Rec rc{cb};
+      for (const BufRange& r : parts) {
+        std::array<BufRange, vk::kBindings> b{};
+        b[0] = r;
+        b[3] = counter_.r;
+        const uint32_t n = static_cast<uint32_t>(r.size / 16);
+        const uint32_t wgs = std::min<uint32_t>(2048, (n + 255) / 256);
+        Dispatch(rc, "readbw", {}, b, &n, sizeof(n), wgs, 1, 1, false);
+      }
+      dev_->WriteTimestamp(cb, 1);
+      End(cb);
+      dev_->Submit(cb);
+      const std::vector<double> ts = dev_->ReadTimestamps(2);
+      if (it > 0) secs.push_back((ts[1] - ts[0]) * 1e-9);
+    }
+    std::sort(secs.begin(), secs.end());
+    return bytes / secs[secs.size() / 2];
+  }
   void FailNextSubmit() {
     if (dev_) dev_->FailNextSubmit();
   }
@@ -322,6 +374,11 @@ class VulkanBackend : public Backend {
     dopt.index = vopt_.device_index;
     dev_ = std::make_unique<Device>(dopt);
     lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
+    // Kernel-variant knobs for comparison runs (the defaults are the measured best).
+    mm_kernel_ = EnvInt("GEMMA_VULKAN_MM", 2);
+    lanes_k_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_LANES_K", 3)));
+    xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
+    int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits : (dev_->is_cpu() ? 2 : 16);
 
     const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
@@ -525,7 +582,7 @@ class VulkanBackend : public Backend {
     ++rc.dispatches;
     if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
       std::string label = shader;
-      if (label == "linear") {
+      if (label == "linear" || label == "linear_dp") {
         static const char* kKinds[] = {"f32", "bf16", "f16", "q2", "q4", "q8"};
         label += std::string(" ") + kKinds[spec[1]] + " epi" + std::to_string(spec[2]) + " " +
                  std::to_string(gy * kWG / spec[3]) + "x" +
@@ -538,6 +595,15 @@ class VulkanBackend : public Backend {
   void Barrier(Rec& rc) {
     dev_->Barrier(rc.cmd);
     ++rc.barriers;
+  }
+
+  // The register-tiled prefill kernel sums int2/int4 products in f32 without flushing, exact while
+  // max|w| * 128 * cols < 2^24; GEMMA_VULKAN_MM=1 selects the 64x64 kernel (comparison runs).
+  bool UseRegisterTiled(const Linear& lin) const {
+    if (mm_kernel_ == 1) return false;
+    if (lin.kind == WeightKind::kQ2) return static_cast<int64_t>(lin.cols) * 2 * 128 < (1 << 24);
+    if (lin.kind == WeightKind::kQ4) return static_cast<int64_t>(lin.cols) * 8 * 128 < (1 << 24);
+    return true;
   }
 
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
@@ -554,7 +620,7 @@ class VulkanBackend : public Backend {
     const uint32_t nvec = d.wstride / 4;
     const uint32_t vec = nvec >= lanes_ ? 4 : 1;
     uint32_t lanes = lanes_;
-    while (vec == 4 && lanes < kWG && nvec >= 3 * lanes) lanes *= 2;
+    while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
     const uint32_t rows_per_wg = kWG / lanes;
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
     uint32_t tok = 1;
@@ -605,18 +671,30 @@ class VulkanBackend : public Backend {
         if (tail->wa) b[9] = *tail->wa;
         b[10] = a_.r;
       }
+      uint32_t xqm = xq_mode;
       if (xq_mode == 1) b[5] = *xq;
+      // Mode 3: as 1, but the workgroup copies the quantized input to shared memory first.
+      if (xq_mode == 1 && xq_shared_ && xwords * 4 * tok <= 16384) xqm = 3;
       if (xq_mode == 2) {
         b[6] = *xq;
         pc.next_in_s = next_in_s;
       }
       if (m >= kMatmulMinTokens) {
-        // The tiled kernel has a fixed 256-invocation workgroup (no local-size constant).
-        Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
-                 (p.rows + 63) / 64, 1, /*local_size_constant=*/false);
+        // The tiled kernels have a fixed 256-invocation workgroup (no local-size constant).
+        if (UseRegisterTiled(lin)) {
+          const uint32_t bn = second ? 64 : 128;
+          Dispatch(rc, "linear_mm2", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc),
+                   (m + bn - 1) / bn, (p.rows + 127) / 128, 1, /*local_size_constant=*/false);
+        } else {
+          Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
+                   (p.rows + 63) / 64, 1, /*local_size_constant=*/false);
+        }
         continue;
       }
-      Dispatch(rc, "linear", {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xq_mode},
+      // Packed dot products for the SRQ integer path (not with XQ 1: its input stays unpermuted).
+      const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
+      Dispatch(rc, dp ? "linear_dp" : "linear",
+               {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm},
                b, &pc, sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
     }
   }
@@ -1019,6 +1097,10 @@ class VulkanBackend : public Backend {
 
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
+  int mm_kernel_ = 2;       // prefill linears: 2 register-tiled (linear_mm2), 1 linear_mm
+  uint32_t lanes_k_ = 3;    // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
+  bool xq_shared_ = true;   // matvecs stage a pre-quantized input in shared memory
+  bool int_dot_ = false;    // matvecs use packed integer dot products (linear_dp)
   int splits_ = 1;
   size_t weight_bytes_ = 0;
   std::vector<DevLayer> layers_;
@@ -1059,6 +1141,11 @@ bool GetVulkanStats(const Backend& backend, VulkanStats* stats) {
 double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   return vb ? vb->CopyBandwidth(bytes) : 0.0;
+}
+
+double MeasureVulkanWeightReadBandwidth(Backend& backend) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->WeightReadBandwidth(5) : 0.0;
 }
 
 std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,

@@ -56,10 +56,14 @@ struct VulkanStats {
   int dispatches_per_token = 0;  // in the decode command buffer
   int barriers_per_token = 0;
   int rebuilds = 0;  // device-state rebuilds after failures
+  std::string kernels;  // the kernel variants in use (environment knobs GEMMA_VULKAN_MM/DP/...)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);
 // Device-to-device copy bandwidth (bytes read + written per second) on the backend's device.
 double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
+// Bytes per second a compute shader reads from all resident weight buffers at once (a pass over
+// the decode's weight traffic, timed with GPU timestamps; 0 without timestamps).
+double MeasureVulkanWeightReadBandwidth(Backend& backend);
 // GPU time per kernel label (ns, summed over the step) of one step over `tokens` (at most
 // capabilities().max_chunk) at the current position, from timestamps after every dispatch; the
 // caches are not advanced. Empty without timestamps.

@@ -9,6 +9,19 @@
 // Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux.
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_basic : enable
+// DP4A 1 (the linear_dp module, for devices with VK_KHR_shader_integer_dot_product): the SRQ
+// integer path multiplies packed int8 lanes with OpSDot. Weight words are split into 4-byte lane
+// groups by masks (int2: crumbs k, k+4, k+8, k+12; int4: even / odd nibbles; int8: as stored) and
+// the shared quantized input is stored permuted to match (PermCol), so the dot product sums the
+// same integer products as the scalar path: bit-identical int32 results.
+#ifndef DP4A
+#define DP4A 0
+#endif
+#if DP4A
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int SDot4(int a, int b, spirv_literal int fmt);
+#endif
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -24,7 +37,8 @@ layout(constant_id = 6) const uint VEC = 4;     // u32 words per weight load (4 
 layout(constant_id = 7) const uint TAIL = 0;
 // XQ 1: read the input already SRQ-quantized (packed int8 words at binding 5) instead of
 // quantizing it in the prologue; XQ 2 (gate/up, one token): also write the output quantized with
-// `next_in_s` into binding 6 (zeroed before the step) for the next linear's XQ 1.
+// `next_in_s` into binding 6 (zeroed before the step) for the next linear's XQ 1; XQ 3: as XQ 1,
+// copied into shared memory first (the inner loop reads shared instead of global memory).
 layout(constant_id = 8) const uint XQ = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
@@ -33,7 +47,7 @@ layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) coherent buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer W1 { uvec4 w1[]; };
 layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
-layout(std430, binding = 5) readonly buffer XQin { uint xq_in[]; };     // XQ 1 (not dual)
+layout(std430, binding = 5) readonly buffer XQin { uint xq_in[]; };     // XQ 1, 3 (not dual)
 layout(std430, binding = 6) buffer XQout { uint xq_out[]; };           // XQ 2 (EPI 1)
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 layout(std430, binding = 6) coherent buffer Counter { uint done_wgs; };  // TAIL (no EPI 3)
@@ -142,6 +156,13 @@ float DElem(uint w, uint k) {
   return unpackHalf2x16(h).x;
 }
 
+// Column of byte b of shared input word i (DP4A layout: the lanes of Accumulate's masks).
+uint PermCol(uint i, uint b) {
+  if (DP4A == 0 || KIND == 5) return 4 * i + b;
+  if (KIND == 4) return 8 * (i >> 1) + (i & 1) + 2 * b;
+  return 16 * (i >> 2) + (i & 3) + 4 * b;
+}
+
 int acc_i[2 * TOK];
 float acc_f[2 * TOK];
 bool int_path[2];
@@ -151,6 +172,29 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   const uint epw = ElemsPerWord();
   const uint c0 = j * epw;
   const bool quant = KIND >= 3;
+#if DP4A
+  if (XQ != 1 && int_path[d]) {
+    [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+      const uint xo = (d * TOK + tt) * XWORDS;
+      int a = acc_i[d * TOK + tt];
+      if (KIND == 5) {
+        a += SDot4(int(w), int(xq[xo + j]), 0);
+      } else if (KIND == 4) {
+        const uint lo = ((w & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+        const uint hi = (((w >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+        a += SDot4(int(lo), int(xq[xo + 2 * j]), 0);
+        a += SDot4(int(hi), int(xq[xo + 2 * j + 1]), 0);
+      } else {
+        [[unroll]] for (uint k = 0; k < 4; ++k) {
+          const uint g = (((w >> (2 * k)) & 0x03030303u) + 0x7E7E7E7Eu) ^ 0x80808080u;
+          a += SDot4(int(g), int(xq[xo + 4 * j + k]), 0);
+        }
+      }
+      acc_i[d * TOK + tt] = a;
+    }
+    return;
+  }
+#endif
   if (int_path[d]) {
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
       int a = 0;
@@ -195,8 +239,26 @@ void main() {
     acc_f[i] = 0.0;
   }
 
-  if (XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
-    const uint nw = (p.cols + 3) / 4;
+  if (XQ == 3) {
+    // The input arrives quantized (binding 5); stage it in shared memory for the inner loop.
+    for (uint i = tid; i < TOK * XWORDS; i += WG) {
+      const uint tt = i / XWORDS;
+      uint v = 0;
+      if (tg + tt < p.ntok) {
+        if (DP4A == 0) {
+          v = xq_in[tg * XWORDS + i];
+        } else {
+          [[unroll]] for (uint b = 0; b < 4; ++b) {
+            const uint c = PermCol(i - tt * XWORDS, b);
+            v |= ((xq_in[(tg + tt) * XWORDS + (c >> 2)] >> (8 * (c & 3))) & 0xFFu) << (8 * b);
+          }
+        }
+      }
+      xq[i] = v;
+    }
+    barrier();
+  } else if (XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
+    const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row
     for (uint d = 0; d < DUAL; ++d) {
       if (!int_path[d]) continue;
       for (uint tt = 0; tt < TOK; ++tt) {
@@ -206,7 +268,7 @@ void main() {
           uint packed = 0;
           if (t < p.ntok) {
             for (uint k = 0; k < 4; ++k) {
-              const uint c = 4 * i + k;
+              const uint c = PermCol(i, k);
               const int q = c < p.cols ? QuantizeSrq(x[xb + c], in_s[d]) : 0;
               packed |= (uint(q) & 0xFFu) << (8 * k);
             }

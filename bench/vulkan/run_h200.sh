@@ -1,0 +1,21 @@
+#!/bin/bash
+# One H200 session of the Vulkan backend (run from the repo root with build-vulkan and .gl carried):
+# loader, the Vulkan tests, the synthetic E2B checkpoint, then vulkan_bench once per kernel variant
+# (environment knobs of the backend). Outputs go to $OUT. Usage: bash bench/vulkan/run_h200.sh TAG:ENV...
+for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+# The tests find their fixtures through the compiled-in source dir.
+[ -e /work/main ] || { mkdir -p /work; ln -sfn "$PWD" /work/main; }
+B=build-vulkan/src/backend/vulkan
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/tests.txt 2>&1
+( timeout 120 $B/vulkan_test && timeout 120 $B/vulkan_golden_test ) 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
+t0=$(date +%s)
+$B/vulkan_bench --synth /tmp/e2b --ctx 8 --prompt 8 --steps 1 --runs 1 > /dev/null 2>&1
+echo "synth e2b-qat + warm: $(( $(date +%s) - t0 )) s" >> $OUT/tests.txt
+for v in "$@"; do
+  tag=${v%%:*}; envs=${v#*:}
+  echo "variant $tag: $envs" > $OUT/bench_$tag.txt
+  env $envs timeout 150 $B/vulkan_bench --synth /tmp/e2b --ctx 512 --prompt 1024 --steps 32 \
+      --runs 2 --copy-mb 512 --capacity 2048 >> $OUT/bench_$tag.txt 2>&1
+  tail -1 $OUT/bench_$tag.txt
+done

@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -15,7 +16,11 @@ namespace {
 // Spin this long for the next job before sleeping: a decode step's jobs arrive microseconds apart.
 constexpr auto kSpin = std::chrono::microseconds(100);
 
-uint32_t EpochOf(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+constexpr int kBits = 20;  // task count and index fields
+constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
+uint32_t EpochOf(uint64_t w) { return static_cast<uint32_t>(w >> (2 * kBits)); }
+int TasksOf(uint64_t w) { return static_cast<int>((w >> kBits) & kMask); }
+int IndexOf(uint64_t w) { return static_cast<int>(w & kMask); }
 
 }  // namespace
 
@@ -27,38 +32,41 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
-  word_.fetch_add(uint64_t{1} << 32, std::memory_order_acq_rel);
+  word_.fetch_add(uint64_t{1} << (2 * kBits), std::memory_order_acq_rel);
   word_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-// Claims tasks of job `epoch` until none is left or a newer job started. A claim succeeds only
-// while the word still carries this epoch, and the job cannot finish (so fn_/call_ cannot change)
-// before a claimed task is done.
+// Claims tasks of job `epoch` until none is left or a newer job started. The count and the index
+// come from the same word as the epoch, and a claim (CAS) succeeds only on that word, so a claimed
+// task always belongs to the job whose fn_/call_ are current: the job cannot finish, and the next
+// one cannot be set up, before a claimed task is done.
 void ThreadPool::Drain(uint32_t epoch, int thread) {
   uint64_t w = word_.load(std::memory_order_acquire);
   for (;;) {
-    if (EpochOf(w) != epoch || static_cast<int>(static_cast<uint32_t>(w)) >= tasks_) return;
+    if (EpochOf(w) != epoch || IndexOf(w) >= TasksOf(w)) return;
     if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
       continue;
     }
-    call_(fn_, static_cast<int>(static_cast<uint32_t>(w)), thread);
+    call_(fn_, IndexOf(w), thread);
     done_.fetch_add(1, std::memory_order_acq_rel);
     w = word_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::RunErased(int tasks, const void* fn, Call call) {
+  if (static_cast<uint64_t>(tasks) > kMask) std::abort();  // documented limit
   fn_ = fn;
   call_ = call;
-  tasks_ = tasks;
   done_.store(0, std::memory_order_relaxed);
-  const uint32_t epoch = EpochOf(word_.load(std::memory_order_relaxed)) + 1;
-  word_.store(static_cast<uint64_t>(epoch) << 32, std::memory_order_release);
+  const uint32_t epoch = (EpochOf(word_.load(std::memory_order_relaxed)) + 1) & 0xFFFFFF;
+  word_.store(
+      (static_cast<uint64_t>(epoch) << (2 * kBits)) | (static_cast<uint64_t>(tasks) << kBits),
+      std::memory_order_release);
   word_.notify_all();
   Drain(epoch, 0);
-  for (int spins = 0; done_.load(std::memory_order_acquire) != tasks; ++spins) {
+  for (int spins = 0; done_.load(std::memory_order_acquire) < tasks; ++spins) {
     if (spins < 4096) {
       GEMMA_PAUSE();
     } else {

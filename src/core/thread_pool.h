@@ -1,11 +1,12 @@
 // A fixed pool of worker threads for data-parallel loops (matrix rows, attention heads, tokens).
 //
-// Run() hands out task indices [0, tasks) through one atomic word (job epoch << 32 | next index),
-// so a worker that wakes late for a finished job claims nothing; the calling thread works too and
-// Run() returns when every task is done, not when every worker has looked. A pool of size N has
-// N - 1 workers. Workers spin briefly after each job (a decode step issues hundreds of short jobs
-// back to back), then sleep on an atomic wait; waiters yield so an oversubscribed machine still
-// makes progress. Run() never allocates.
+// Run() hands out task indices [0, tasks) through one atomic word holding the job's epoch, its task
+// count and the next index, so a claim is checked against the job it was read from: a worker that
+// wakes late for a finished job claims nothing, even while the next job is being set up; the
+// calling thread works too and Run() returns when every task is done, not when every worker has
+// looked. A pool of size N has N - 1 workers. Workers spin briefly after each job (a decode step
+// issues hundreds of short jobs back to back), then sleep on an atomic wait; waiters yield so an
+// oversubscribed machine still makes progress. Run() never allocates.
 #pragma once
 
 #include <atomic>
@@ -28,7 +29,7 @@ class ThreadPool {
 
   // Calls fn(task, thread) for every task in [0, tasks) and returns when all are done; `thread` is
   // in [0, size()) and unique among concurrently running calls (index per-thread scratch with it).
-  // Not reentrant: fn must not call Run on the same pool.
+  // Not reentrant: fn must not call Run on the same pool. tasks < 2^20.
   template <class Fn>
   void Run(int tasks, const Fn& fn) {
     if (tasks <= 0) return;
@@ -51,8 +52,7 @@ class ThreadPool {
   // Job state, written before the job's epoch is published in word_.
   const void* fn_ = nullptr;
   Call call_ = nullptr;
-  int tasks_ = 0;
-  std::atomic<uint64_t> word_{0};  // epoch << 32 | next task index
+  std::atomic<uint64_t> word_{0};  // epoch << 40 | tasks << 20 | next task index
   std::atomic<int> done_{0};       // tasks finished in the current job
   std::atomic<bool> stop_{false};
 };

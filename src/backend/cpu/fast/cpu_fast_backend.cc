@@ -82,9 +82,10 @@ class CpuFastBackend : public Backend {
         cap_table_[k + 128] = Softcap(static_cast<float>(k) * head.out_scale);
     }
     // Attention scores for up to capacity keys per thread, sized once (decode never allocates).
-    scores_.assign(pool_.size(), std::vector<double>(capacity_));
-    acc_.resize(pool_.size());
-    for (auto& a : acc_) a.resize(max_hd_);
+    const int group = cfg_.num_heads / std::max(1, cfg_.num_kv_heads);
+    scores_.assign(pool_.size(), std::vector<double>(static_cast<size_t>(group) * capacity_));
+    acc_.assign(pool_.size(), std::vector<double>(static_cast<size_t>(group) * max_hd_));
+    qd_.assign(pool_.size(), std::vector<double>(static_cast<size_t>(group) * max_hd_));
   }
 
   std::string name() const override { return "cpu-fast"; }
@@ -362,9 +363,63 @@ class CpuFastBackend : public Backend {
     };
     if (static_cast<int64_t>(m) * nh * need * hd < kMinParallelWork) {
       for (int task = 0; task < m * nh; ++task) head(task, 0);
+    } else if (m < 2 * pool_.size()) {
+      pool_.Run(m * nh, head);  // decode: heads in parallel
     } else {
-      pool_.Run(m * nh, head);
+      // Prefill: one task per (token, kv head); the heads sharing a kv head read each key and
+      // value once (f32 -> f64 conversion amortized over the group).
+      pool_.Run(m * nkv, [&](int task, int thread) { TokenGroup(p, slot, pos0, task, thread); });
     }
+  }
+
+  void TokenGroup(const LayerPlan& p, Slot& slot, int pos0, int task, int thread) {
+    const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+    const int group = nh / nkv;
+    const int t = task / nkv, kvh = task % nkv;
+    const int pos = pos0 + t;
+    const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+    const int nk = pos - first + 1;
+    const size_t ld = static_cast<size_t>(capacity_);
+    double* qd = qd_[thread].data();
+    const float* q = &q_[(static_cast<size_t>(t) * nh + kvh * group) * hd];
+    for (int i = 0; i < group * hd; ++i) qd[i] = q[i];
+    double* sc = scores_[thread].data();  // [group][ld]
+    // Keys first..pos occupy ring slots in at most two contiguous runs.
+    int seg_begin[2], seg_len[2], segs = 0;
+    for (int j = first; j <= pos;) {
+      const int slot_j = j % slot.ring;
+      const int len = std::min(pos - j + 1, slot.ring - slot_j);
+      seg_begin[segs] = j;
+      seg_len[segs++] = len;
+      j += len;
+    }
+    double* acc = acc_[thread].data();
+    std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0);
+    for (int h0 = 0; h0 < group; h0 += 8) {
+      const int nq = std::min(8, group - h0);
+      for (int s = 0; s < segs; ++s) {
+        fast::QueryKeyDotsF64(qd + h0 * hd, nq, hd, slot.K(seg_begin[s]) + kvh * hd, slot.width,
+                              seg_len[s], sc + h0 * ld + (seg_begin[s] - first), ld);
+      }
+      for (int h = h0; h < h0 + nq; ++h) {
+        double* sh = sc + h * ld;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < nk; ++j) mx = std::max(mx, sh[j]);
+        double sum = 0;
+        for (int j = 0; j < nk; ++j) {
+          sh[j] = std::exp(sh[j] - mx);
+          sum += sh[j];
+        }
+        for (int j = 0; j < nk; ++j) sh[j] = sh[j] / sum;
+      }
+      for (int s = 0; s < segs; ++s) {
+        fast::WeightedValuesF64(sc + h0 * ld + (seg_begin[s] - first), ld, nq,
+                                slot.V(seg_begin[s]) + kvh * hd, slot.width, seg_len[s], hd,
+                                acc + h0 * hd);
+      }
+    }
+    float* o = &attn_[(static_cast<size_t>(t) * nh + kvh * group) * hd];
+    for (int i = 0; i < group * hd; ++i) o[i] = static_cast<float>(acc[i]);
   }
 
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
@@ -628,7 +683,7 @@ class CpuFastBackend : public Backend {
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<int8_t> qa_[kMaxJobs];  // quantized activations, one buffer per job slot
   std::vector<int32_t> qsum_[kMaxJobs];
-  std::vector<std::vector<double>> scores_, acc_;
+  std::vector<std::vector<double>> scores_, acc_, qd_;  // per thread
 };
 
 }  // namespace

@@ -578,6 +578,104 @@ void AxpyF64(double p, const float* v, double* acc, int n) {
   for (; i < n; ++i) acc[i] += p * v[i];
 }
 
+template <int NQ>
+void QueryKeyDotsN(const double* q, int hd, const float* k, size_t k_stride, int nk, double* out,
+                   size_t ld) {
+  const DF64 d64;
+  const DF32H df;
+  const int N = static_cast<int>(hn::Lanes(d64));
+  const int full = hd / N * N;
+  for (int j = 0; j < nk; ++j) {
+    const float* kj = k + j * k_stride;
+    hn::Vec<DF64> acc[NQ];
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) acc[h] = hn::Zero(d64);
+    for (int i = 0; i < full; i += N) {
+      const auto kv = hn::PromoteTo(d64, hn::LoadU(df, kj + i));
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) acc[h] = hn::MulAdd(hn::LoadU(d64, q + h * hd + i), kv, acc[h]);
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) {
+      double s = hn::GetLane(hn::SumOfLanes(d64, acc[h]));
+      for (int i = full; i < hd; ++i) s += q[h * hd + i] * static_cast<double>(kj[i]);
+      out[h * ld + j] = s;
+    }
+  }
+}
+
+void QueryKeyDotsF64(const double* q, int nq, int hd, const float* k, size_t k_stride, int nk,
+                     double* out, size_t ld) {
+  switch (nq) {
+    case 1:
+      return QueryKeyDotsN<1>(q, hd, k, k_stride, nk, out, ld);
+    case 2:
+      return QueryKeyDotsN<2>(q, hd, k, k_stride, nk, out, ld);
+    case 3:
+      return QueryKeyDotsN<3>(q, hd, k, k_stride, nk, out, ld);
+    case 4:
+      return QueryKeyDotsN<4>(q, hd, k, k_stride, nk, out, ld);
+    case 5:
+      return QueryKeyDotsN<5>(q, hd, k, k_stride, nk, out, ld);
+    case 6:
+      return QueryKeyDotsN<6>(q, hd, k, k_stride, nk, out, ld);
+    case 7:
+      return QueryKeyDotsN<7>(q, hd, k, k_stride, nk, out, ld);
+    default:
+      return QueryKeyDotsN<8>(q, hd, k, k_stride, nk, out, ld);
+  }
+}
+
+template <int NQ>
+void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride, int nk, int hd,
+                     double* acc) {
+  const DF64 d64;
+  const DF32H df;
+  const int N = static_cast<int>(hn::Lanes(d64));
+  const int full = hd / N * N;
+  for (int i = 0; i < full; i += N) {
+    hn::Vec<DF64> a[NQ];
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) a[h] = hn::LoadU(d64, acc + h * hd + i);
+    for (int j = 0; j < nk; ++j) {
+      const auto vv = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i));
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) a[h] = hn::MulAdd(hn::Set(d64, p[h * ld + j]), vv, a[h]);
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) hn::StoreU(a[h], d64, acc + h * hd + i);
+  }
+  for (int i = full; i < hd; ++i) {
+    for (int h = 0; h < NQ; ++h) {
+      double a = acc[h * hd + i];
+      for (int j = 0; j < nk; ++j) a += p[h * ld + j] * static_cast<double>(v[j * v_stride + i]);
+      acc[h * hd + i] = a;
+    }
+  }
+}
+
+void WeightedValuesF64(const double* p, size_t ld, int nq, const float* v, size_t v_stride, int nk,
+                       int hd, double* acc) {
+  switch (nq) {
+    case 1:
+      return WeightedValuesN<1>(p, ld, v, v_stride, nk, hd, acc);
+    case 2:
+      return WeightedValuesN<2>(p, ld, v, v_stride, nk, hd, acc);
+    case 3:
+      return WeightedValuesN<3>(p, ld, v, v_stride, nk, hd, acc);
+    case 4:
+      return WeightedValuesN<4>(p, ld, v, v_stride, nk, hd, acc);
+    case 5:
+      return WeightedValuesN<5>(p, ld, v, v_stride, nk, hd, acc);
+    case 6:
+      return WeightedValuesN<6>(p, ld, v, v_stride, nk, hd, acc);
+    case 7:
+      return WeightedValuesN<7>(p, ld, v, v_stride, nk, hd, acc);
+    default:
+      return WeightedValuesN<8>(p, ld, v, v_stride, nk, hd, acc);
+  }
+}
+
 void RmsNorm(const float* x, int n, const float* w, float eps, float* y) {
   const double ss = DotF64(x, x, n);
   const float ms = static_cast<float>(ss / n) + eps;
@@ -660,6 +758,8 @@ HWY_EXPORT(DenseLinearRows);
 HWY_EXPORT(DotF64);
 HWY_EXPORT(AxpyF64);
 HWY_EXPORT(RmsNorm);
+HWY_EXPORT(QueryKeyDotsF64);
+HWY_EXPORT(WeightedValuesF64);
 HWY_EXPORT(MulF32);
 HWY_EXPORT(AddF32);
 HWY_EXPORT(ScaleF32);
@@ -719,6 +819,14 @@ double DotF64(const float* a, const float* b, int n) {
 }
 void AxpyF64(double p, const float* v, double* acc, int n) {
   HWY_DYNAMIC_DISPATCH(AxpyF64)(p, v, acc, n);
+}
+void QueryKeyDotsF64(const double* q, int nq, int hd, const float* k, size_t k_stride, int nk,
+                     double* out, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(QueryKeyDotsF64)(q, nq, hd, k, k_stride, nk, out, ld);
+}
+void WeightedValuesF64(const double* p, size_t ld, int nq, const float* v, size_t v_stride, int nk,
+                       int hd, double* acc) {
+  HWY_DYNAMIC_DISPATCH(WeightedValuesF64)(p, ld, nq, v, v_stride, nk, hd, acc);
 }
 void RmsNorm(const float* x, int n, const float* w, float eps, float* y) {
   HWY_DYNAMIC_DISPATCH(RmsNorm)(x, n, w, eps, y);

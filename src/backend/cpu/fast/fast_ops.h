@@ -58,6 +58,14 @@ void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, 
 double DotF64(const float* a, const float* b, int n);
 // acc[i] += p * f64(v[i]).
 void AxpyF64(double p, const float* v, double* acc, int n);
+// Attention for a group of query heads sharing one key/value head (MQA/GQA), f64 like the
+// reference. q: nq <= 8 heads of hd doubles, contiguous; keys/values j at base + j * stride.
+// out[h * ld + j] = sum_i q[h][i] * f64(k_j[i]).
+void QueryKeyDotsF64(const double* q, int nq, int hd, const float* k, size_t k_stride, int nk,
+                     double* out, size_t ld);
+// acc[h * hd + i] += p[h * ld + j] * f64(v_j[i]), j ascending (the reference's order per i).
+void WeightedValuesF64(const double* p, size_t ld, int nq, const float* v, size_t v_stride, int nk,
+                       int hd, double* acc);
 // The reference RMSNorm (f64 sum of squares, f32 scaling): y = x * (mean(x^2) + eps)^-0.5 [* w].
 void RmsNorm(const float* x, int n, const float* w, float eps, float* y);
 // y[i] = a[i] * b[i] (f32).

@@ -230,6 +230,33 @@ TEST(FastOps, DotAndAxpy) {
   EXPECT_NE(std::string(fast::TargetName()), "");
 }
 
+TEST(FastOps, GroupedAttentionKernelsMatchScalarF64) {
+  for (int hd : {24, 64, 256}) {
+    for (int nq : {1, 3, 8}) {
+      const int nk = 11, stride = hd + 5;
+      const std::vector<float> k = RandomActs(1, nk * stride, hd + nq),
+                               v = RandomActs(1, nk * stride, hd * nq);
+      const std::vector<float> qf = RandomActs(1, nq * hd, 9);
+      std::vector<double> q(qf.begin(), qf.end());
+      const size_t ld = 16;
+      std::vector<double> dots(nq * ld, -1.0);
+      fast::QueryKeyDotsF64(q.data(), nq, hd, k.data(), stride, nk, dots.data(), ld);
+      std::vector<double> acc(nq * hd, 0.5), want_acc(nq * hd, 0.5);
+      fast::WeightedValuesF64(dots.data(), ld, nq, v.data(), stride, nk, hd, acc.data());
+      for (int h = 0; h < nq; ++h) {
+        for (int j = 0; j < nk; ++j) {
+          double want = 0;
+          for (int i = 0; i < hd; ++i) want += q[h * hd + i] * k[j * stride + i];
+          EXPECT_NEAR(dots[h * ld + j], want, 1e-12 * (1 + std::fabs(want))) << hd << " " << nq;
+          for (int i = 0; i < hd; ++i) want_acc[h * hd + i] += dots[h * ld + j] * v[j * stride + i];
+        }
+      }
+      for (size_t i = 0; i < acc.size(); ++i)
+        EXPECT_NEAR(acc[i], want_acc[i], 1e-12 * (1 + std::fabs(want_acc[i]))) << hd << " " << nq;
+    }
+  }
+}
+
 TEST(ThreadPool, RunsEveryTaskOnceAcrossThreads) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);

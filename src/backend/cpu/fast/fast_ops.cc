@@ -100,12 +100,28 @@ GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int
     for (int t = 0; t < T; ++t) raw[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
 }
 
-// Decode (one token): an accumulator per (row, group) so no dpbusd waits on another's result.
+// Group g of packed bytes masked in place: its codes times 4^g (int2) or 16^g (int4).
+template <WeightKind K, int G>
+HWY_INLINE __m512i MaskInPlace(__m512i p) {
+  if constexpr (K == WeightKind::kQ8) {
+    return _mm512_xor_si512(p, _mm512_set1_epi8(static_cast<char>(0x80)));
+  } else if constexpr (K == WeightKind::kQ4) {
+    return _mm512_and_si512(p, _mm512_set1_epi8(static_cast<char>(0x0F << (4 * G))));
+  } else {
+    return _mm512_and_si512(p, _mm512_set1_epi8(static_cast<char>(0x03 << (2 * G))));
+  }
+}
+
+// Decode (one token): an accumulator per (row, group), so no dpbusd waits on another's result, and
+// the codes are only masked, not shifted: group g accumulates (code << bits*g) * q, a multiple of
+// 2^(bits*g) that an exact arithmetic shift brings back at the end (|sum| < 2^31: at most 2^7 x 2^7
+// x 2^14 for the widest rows).
 template <WeightKind K>
 GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const int8_t* q,
                                    int32_t (&raw)[kRows][kTokens], size_t ahead) {
   constexpr int G = Groups<K>();
   constexpr int BE = 64 * G;
+  constexpr int kShift = K == WeightKind::kQ4 ? 4 : 2;
   __m512i acc[kRows][G];
 #pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
@@ -124,20 +140,20 @@ GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const in
     const __m512i q0 = _mm512_loadu_si512(qb);
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r)
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], Unpack<K, 0>(p[r]), q0);
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], MaskInPlace<K, 0>(p[r]), q0);
     if constexpr (G > 1) {
       const __m512i q1 = _mm512_loadu_si512(qb + 64);
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r)
-        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], Unpack<K, 1>(p[r]), q1);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], MaskInPlace<K, 1>(p[r]), q1);
     }
     if constexpr (G > 2) {
       const __m512i q2 = _mm512_loadu_si512(qb + 128);
       const __m512i q3 = _mm512_loadu_si512(qb + 192);
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
-        acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], Unpack<K, 2>(p[r]), q2);
-        acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], Unpack<K, 3>(p[r]), q3);
+        acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], MaskInPlace<K, 2>(p[r]), q2);
+        acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], MaskInPlace<K, 3>(p[r]), q3);
       }
     }
   }
@@ -145,7 +161,8 @@ GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const in
   for (int r = 0; r < kRows; ++r) {
     __m512i sum = acc[r][0];
 #pragma GCC unroll 16
-    for (int g = 1; g < G; ++g) sum = _mm512_add_epi32(sum, acc[r][g]);
+    for (int g = 1; g < G; ++g)
+      sum = _mm512_add_epi32(sum, _mm512_srai_epi32(acc[r][g], kShift * g));
     raw[r][0] = _mm512_reduce_add_epi32(sum);
   }
 }

@@ -1,5 +1,7 @@
 #include "model/synth.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -310,10 +312,19 @@ void Synthesize(const SynthOptions& options) {
   if (s.qat) b.Linear("lm_head", s.vocab, H, 2, kIn, 0.25f);
   b.writer().SetMetadata("format", "pt");
   b.writer().SetMetadata("synthetic", "gemma-engine synth " + options.preset);
-  b.writer().Write((fs::path(options.out_dir) / "model.safetensors").string());
-  std::ofstream cfg(fs::path(options.out_dir) / "config.json");
-  cfg << Config(s).dump(2) << "\n";
-  if (!cfg) throw Error(ErrorCode::kIo, options.out_dir + "/config.json: write failed");
+  // Write-then-rename: a reader (another process) never maps a half-written checkpoint.
+  const fs::path out(options.out_dir);
+  const std::string tmp_suffix = ".tmp." + std::to_string(::getpid());
+  b.writer().Write((out / ("model.safetensors" + tmp_suffix)).string());
+  {
+    std::ofstream cfg(out / ("config.json" + tmp_suffix));
+    cfg << Config(s).dump(2) << "\n";
+    if (!cfg) throw Error(ErrorCode::kIo, options.out_dir + "/config.json: write failed");
+  }
+  fs::rename(out / ("config.json" + tmp_suffix), out / "config.json", ec);
+  if (!ec) fs::rename(out / ("model.safetensors" + tmp_suffix), out / "model.safetensors", ec);
+  if (ec)
+    throw Error(ErrorCode::kIo, options.out_dir + ": cannot rename into place: " + ec.message());
 }
 
 }  // namespace gemma

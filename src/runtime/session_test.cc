@@ -1,6 +1,7 @@
 // Session behaviour on the transformers fixtures (tests/goldens/model): greedy parity, seeds,
 // cancellation, prefix reuse, capacity, callback failures.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <regex>
@@ -197,13 +198,20 @@ class ConstrainedSession : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!testing::HaveGemma3Tokenizer()) return;
-    dir_ = (std::filesystem::temp_directory_path() / "gemma_runtime_tiny").string();
+    // One directory per test process: ctest runs these tests as parallel processes.
+    dir_ = (std::filesystem::temp_directory_path() /
+            ("gemma_runtime_tiny_" + std::to_string(::getpid())))
+               .string();
     if (!std::filesystem::exists(dir_ + "/model.safetensors")) {
       Synthesize({.preset = "tiny", .out_dir = dir_, .seed = 5});
     }
     std::filesystem::copy_file(testing::Gemma4TestTokenizerPath(), dir_ + "/tokenizer.json",
                                std::filesystem::copy_options::overwrite_existing);
     engine_ = Engine::Load({.model_path = dir_, .backend = "cpu-ref", .context_capacity = 1024});
+  }
+  static void TearDownTestSuite() {
+    engine_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   void SetUp() override {
     if (!engine_) GTEST_SKIP() << testing::kNoTokenizer;

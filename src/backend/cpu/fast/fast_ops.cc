@@ -360,36 +360,42 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
   // into a buffer, then the vectorized epilogue per token.
   constexpr int kRun = 64;
   int32_t dots[kTokens][kRun];
-  for (int run = r0; run < r1; run += kRun) {
-    const int end = std::min(r1, run + kRun);
-    for (int t = 0; t < n;) {
-      const int tt = n - t >= kTokens ? kTokens : 1;
-      const int8_t* qt[kTokens];
-      for (int j = 0; j < kTokens; ++j) qt[j] = q + (t + std::min(j, tt - 1)) * q_stride;
-      for (int r = run; r < end; r += kRows) {
-        const int rr = std::min(kRows, end - r);
-        const uint8_t* w[kRows];
-        for (int i = 0; i < kRows; ++i)
-          w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
-        int32_t raw[kRows][kTokens];
-        if (tt == kTokens) {
-          Tile<K, kTokens>(w, blocks, qt, raw);
-        } else {
-          Tile<K, 1>(w, blocks, qt, raw);
-        }
-        for (int i = 0; i < rr; ++i) {
-          for (int j = 0; j < tt; ++j) {
-            int32_t dot = raw[i][j] - Offset<K>() * q_sum[t + j];
-            if (tail) dot += TailDot<K>(w[i], blocks * BE, lin.cols, qt[j]);
-            dots[j][r - run + i] = dot;
+  // Tokens in blocks whose activations stay in L2 (~256 KiB) while the rows stream past them.
+  const int pc = (blocks + (tail ? 1 : 0)) * BE;
+  const int tb = std::max(kTokens, (256 * 1024 / std::max(1, pc)) / kTokens * kTokens);
+  for (int t0 = 0; t0 < n; t0 += tb) {
+    const int t1 = std::min(n, t0 + tb);
+    for (int run = r0; run < r1; run += kRun) {
+      const int end = std::min(r1, run + kRun);
+      for (int t = t0; t < t1;) {
+        const int tt = t1 - t >= kTokens ? kTokens : 1;
+        const int8_t* qt[kTokens];
+        for (int j = 0; j < kTokens; ++j) qt[j] = q + (t + std::min(j, tt - 1)) * q_stride;
+        for (int r = run; r < end; r += kRows) {
+          const int rr = std::min(kRows, end - r);
+          const uint8_t* w[kRows];
+          for (int i = 0; i < kRows; ++i)
+            w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+          int32_t raw[kRows][kTokens];
+          if (tt == kTokens) {
+            Tile<K, kTokens>(w, blocks, qt, raw);
+          } else {
+            Tile<K, 1>(w, blocks, qt, raw);
+          }
+          for (int i = 0; i < rr; ++i) {
+            for (int j = 0; j < tt; ++j) {
+              int32_t dot = raw[i][j] - Offset<K>() * q_sum[t + j];
+              if (tail) dot += TailDot<K>(w[i], blocks * BE, lin.cols, qt[j]);
+              dots[j][r - run + i] = dot;
+            }
           }
         }
+        for (int j = 0; j < tt; ++j) {
+          Epilogue(dots[j], lin.row_scale + run, in_scale, lin.out_scale, end - run,
+                   y + (t + j) * y_stride + run);
+        }
+        t += tt;
       }
-      for (int j = 0; j < tt; ++j) {
-        Epilogue(dots[j], lin.row_scale + run, in_scale, lin.out_scale, end - run,
-                 y + (t + j) * y_stride + run);
-      }
-      t += tt;
     }
   }
 }

@@ -228,7 +228,9 @@ class VulkanBackend : public Backend {
                  ", matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
                  (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
                  (xq_shared_ ? ", quantized input in shared" : ", quantized input global") +
-                 ", lanes_k " + std::to_string(lanes_k_);
+                 ", lanes_k " + std::to_string(lanes_k_) + ", decode splits " +
+                 std::to_string(splits_) + ", prefill attention " +
+                 (attn_tiled_ ? "tiled" : "per query") + (fuse_tails_ ? ", norm tails" : "");
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
   // Bytes per second a compute shader reads from every resident weight buffer (the decode's
@@ -376,10 +378,15 @@ class VulkanBackend : public Backend {
     lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
     // Kernel-variant knobs for comparison runs (the defaults are the measured best).
     mm_kernel_ = EnvInt("GEMMA_VULKAN_MM", 2);
-    lanes_k_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_LANES_K", 3)));
+    lanes_k_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_LANES_K", 6)));
+    // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
+    // the per-query kernel: off unless asked for.
+    attn_tiled_ = EnvInt("GEMMA_VULKAN_ATTN_TILED", 0) != 0;
+    fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
-    splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits : (dev_->is_cpu() ? 2 : 16);
+    splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
+                                      : EnvInt("GEMMA_VULKAN_SPLITS", dev_->is_cpu() ? 2 : 16);
 
     const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
     const int V = cfg_.vocab_size, C = chunk_;
@@ -683,7 +690,8 @@ class VulkanBackend : public Backend {
         // The tiled kernels have a fixed 256-invocation workgroup (no local-size constant).
         if (UseRegisterTiled(lin)) {
           const uint32_t bn = second ? 64 : 128;
-          Dispatch(rc, "linear_mm2", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc),
+          Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
+                   sizeof(pc),
                    (m + bn - 1) / bn, (p.rows + 127) / 128, 1, /*local_size_constant=*/false);
         } else {
           Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
@@ -786,7 +794,7 @@ class VulkanBackend : public Backend {
         b[2] = slot.v.r;
         b[3] = po_.r;
         b[4] = pml_.r;
-        if (m >= kMatmulMinTokens) {
+        if (m >= kMatmulMinTokens && attn_tiled_) {
           // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
           // same with the token count in place of the splits.
           AttnPush tp = pc;
@@ -805,7 +813,8 @@ class VulkanBackend : public Backend {
         }
       }
       // One-token steps fold each residual norm into the linear before it (TAIL).
-      const bool fuse = m == 1 && H <= 8 * static_cast<int>(kWG) && d.o.parts.size() == 1 &&
+      const bool fuse = m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
+                        d.o.parts.size() == 1 &&
                         d.down.parts.size() == 1 && (P == 0 || d.ple_proj.parts.size() == 1);
       if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
@@ -1098,7 +1107,9 @@ class VulkanBackend : public Backend {
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
   int mm_kernel_ = 2;       // prefill linears: 2 register-tiled (linear_mm2), 1 linear_mm
-  uint32_t lanes_k_ = 3;    // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
+  uint32_t lanes_k_ = 6;    // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
+  bool attn_tiled_ = false;  // prefill attention through attention_tiled
+  bool fuse_tails_ = true;   // one-token steps fold residual norms into the preceding linear
   bool xq_shared_ = true;   // matvecs stage a pre-quantized input in shared memory
   bool int_dot_ = false;    // matvecs use packed integer dot products (linear_dp)
   int splits_ = 1;

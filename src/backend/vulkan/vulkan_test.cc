@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "backend/cpu/reference_ops.h"
@@ -280,14 +281,20 @@ namespace gemma {
 namespace {
 
 // Prefill chunks of 20 tokens: the tiled attention (three query tiles, the last one partial, the
-// sliding window crossing tiles) and the tiled linears, against the CPU reference.
+// sliding window crossing tiles; opt-in through GEMMA_VULKAN_ATTN_TILED) and the per-query one, and
+// the tiled linears, against the CPU reference.
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
+  for (const char* tiled : {"1", "0"}) {
+  SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled);
   auto model = LoadFixture("tiny_dense_bf16");
   const int V = model->text().vocab_size;
   std::unique_ptr<Backend> vk;
+  setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
   try {
     vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});
+    unsetenv("GEMMA_VULKAN_ATTN_TILED");
   } catch (const Error& e) {
+    unsetenv("GEMMA_VULKAN_ATTN_TILED");
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   }
@@ -301,6 +308,7 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   ASSERT_EQ(a.logits.size(), b.logits.size());
   for (size_t t = 0; t < prompt.size(); ++t) {
     EXPECT_LT(RelL2(&b.logits[t * V], &a.logits[t * V], V), 1e-4) << "position " << t;
+  }
   }
 }
 

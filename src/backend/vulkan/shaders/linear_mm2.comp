@@ -31,7 +31,13 @@ layout(push_constant) uniform P {
   uint aux_stride, aux_off, x_row0, ntok;
 } p;
 
-const uint DUAL = (EPI == 1) ? 2 : 1;
+// DUAL (1, or 2 for the fused gate/up pair, EPI 1) is a compile-time constant, not derived from the
+// EPI specialization constant, so glslc unrolls every register-tile loop and the accumulators stay
+// in registers (spec-constant loop bounds left them as indexed arrays: 2x slower than linear_mm).
+#ifndef MM_DUAL
+#define MM_DUAL 1
+#endif
+const uint DUAL = MM_DUAL;
 const uint TN = 8 / DUAL;        // tokens per invocation
 const uint BM = 128, BN = 16 * TN, BK = 16;
 const uint WLD = BM / 4;         // vec4 per K row of weights
@@ -74,8 +80,8 @@ void main() {
   const uint epw = ElemsPerWord();
   const uint wpr = BK / epw;  // words per row per K tile
 
-  float acc[2][8][8];
-  int acci[2][8][8];
+  float acc[DUAL][8][TN];
+  int acci[DUAL][8][TN];
   [[unroll]] for (uint d = 0; d < DUAL; ++d)
     [[unroll]] for (uint i = 0; i < 8; ++i)
       [[unroll]] for (uint j = 0; j < TN; ++j) {
@@ -115,17 +121,17 @@ void main() {
     }
     barrier();
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      for (uint k = 0; k < BK; ++k) {
+      [[unroll]] for (uint k = 0; k < BK; ++k) {
         const uint wb = (d * BK + k) * WLD, xb = (d * BK + k) * XLD;
         const vec4 a0 = ws[wb + tr], a1 = ws[wb + 16 + tr];
         const vec4 b0 = xs[xb + tc];
         float a[8] = float[8](a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w);
-        float b[8];
+        float b[TN];
         b[0] = b0.x; b[1] = b0.y; b[2] = b0.z; b[3] = b0.w;
-        if (TN == 8) {
-          const vec4 b1 = xs[xb + 16 + tc];
-          b[TN - 4] = b1.x; b[TN - 3] = b1.y; b[TN - 2] = b1.z; b[TN - 1] = b1.w;
-        }
+#if MM_DUAL == 1
+        const vec4 b1 = xs[xb + 16 + tc];
+        b[4] = b1.x; b[5] = b1.y; b[6] = b1.z; b[7] = b1.w;
+#endif
         [[unroll]] for (uint i = 0; i < 8; ++i)
           [[unroll]] for (uint j = 0; j < TN; ++j) acc[d][i][j] = fma(a[i], b[j], acc[d][i][j]);
       }

@@ -75,7 +75,8 @@ struct Row {
   double prefill_tok_s = 0;
   double itl_ms = 0, itl_p95_ms = 0;  // inter-token latency over all decode steps of all reps
   double decode_tok_s = 0;            // 1000 / median per-rep mean ITL
-  double floor_ratio = 0;             // bandwidth floor per token / median decode time per token
+  double decode_ms_per_token = 0;     // median over reps of the mean inter-token latency
+  double floor_ratio = 0;             // bandwidth floor per token / decode_ms_per_token
   // Process CPU time / (wall time x threads) over the measured decode steps: near 1 when this
   // process had its cores; well below 1 when other work on the machine took them.
   double cpu_share = 0;
@@ -92,9 +93,10 @@ struct Report {
   std::string loadavg_start, loadavg_end;  // /proc/loadavg: other load on the machine
   int hardware_threads = 0, threads = 0;
   size_t bytes_per_token = 0;
-  Bandwidth bandwidth;
-  double floor_ms = 0;      // bytes_per_token / read bandwidth
-  double floor_cpu_ms = 0;  // bytes_per_token / read_gbps_cpu
+  Bandwidth bandwidth;  // the best of all probes in the run (the strictest floor)
+  std::vector<double> bandwidth_probes_gbps;  // read GB/s: at the start and before each warm row
+  double floor_ms = 0;                        // bytes_per_token / read bandwidth
+  double floor_cpu_ms = 0;                    // bytes_per_token / read_gbps_cpu
   BenchOptions options;
   std::vector<Row> rows;
 };

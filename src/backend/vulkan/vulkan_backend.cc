@@ -377,7 +377,9 @@ class VulkanBackend : public Backend {
     dev_ = std::make_unique<Device>(dopt);
     lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
     // Kernel-variant knobs for comparison runs (the defaults are the measured best).
-    mm_kernel_ = EnvInt("GEMMA_VULKAN_MM", 2);
+    // linear_mm2 is opt-in: its spec-constant build ran 2x slower than linear_mm on the H200 and
+    // its unrolled build has not completed a run there (bench/NOTES.md, Vulkan, 2026-11-29 v5).
+    mm_kernel_ = EnvInt("GEMMA_VULKAN_MM", 1);
     lanes_k_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_LANES_K", 6)));
     // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
     // the per-query kernel: off unless asked for.
@@ -1106,7 +1108,7 @@ class VulkanBackend : public Backend {
 
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
-  int mm_kernel_ = 2;       // prefill linears: 2 register-tiled (linear_mm2), 1 linear_mm
+  int mm_kernel_ = 1;       // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)
   uint32_t lanes_k_ = 6;    // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
   bool attn_tiled_ = false;  // prefill attention through attention_tiled
   bool fuse_tails_ = true;   // one-token steps fold residual norms into the preceding linear

@@ -146,31 +146,40 @@ void main() {
     barrier();
   }
 
+  // Epilogue: one non-unrolled loop over the invocation's 8 x TN outputs (its GELU / tanh code once,
+  // not 8 x TN times); each accumulator is picked by a constant-index select chain so the arrays
+  // are never indexed dynamically and stay in registers.
   float out_s[2] = float[2](p.out_s0, p.out_s1);
-  [[unroll]] for (uint i = 0; i < 8; ++i) {
+  [[dont_unroll]] for (uint e = 0; e < 8 * TN; ++e) {
+    const uint i = e / TN, j = e % TN;
     const uint row = r0 + (i < 4 ? 4 * tr + i : 64 + 4 * tr + (i - 4));
-    if (row >= p.rows) continue;
-    [[unroll]] for (uint j = 0; j < TN; ++j) {
-      const uint t = t0 + (j < 4 ? 4 * tc + j : 64 + 4 * tc + (j - 4));
-      if (t >= p.ntok) continue;
-      float v[2];
-      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
-        float r;
-        if (int_path[d]) {
-          const int ti = KIND == 5 ? acci[d][i][j] : int(acc[d][i][j]);
-          r = float(double(ti) * double(in_s[d]) * double(rs));
-        } else {
-          r = quant ? acc[d][i][j] * rs : acc[d][i][j];
+    const uint t = t0 + (j < 4 ? 4 * tc + j : 64 + 4 * tc + (j - 4));
+    if (row >= p.rows || t >= p.ntok) continue;
+    float v[2];
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+      float fa = 0.0;
+      int ia = 0;
+      [[unroll]] for (uint q = 0; q < 8 * TN; ++q) {
+        if (q == e) {
+          fa = acc[d][q / TN][q % TN];
+          ia = acci[d][q / TN][q % TN];
         }
-        if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
-        v[d] = r;
       }
-      float outv = v[0];
-      if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
-      if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-      if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
-      y[t * p.y_stride + p.y_off + row] = outv;
+      const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
+      float r;
+      if (int_path[d]) {
+        const int ti = KIND == 5 ? ia : int(fa);
+        r = float(double(ti) * double(in_s[d]) * double(rs));
+      } else {
+        r = quant ? fa * rs : fa;
+      }
+      if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
+      v[d] = r;
     }
+    float outv = v[0];
+    if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
+    if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
+    if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+    y[t * p.y_stride + p.y_off + row] = outv;
   }
 }

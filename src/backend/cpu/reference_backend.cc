@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/cache_window.h"
 #include "backend/cpu/reference_ops.h"
 #include "gemma/error.h"
 #include "model/model.h"
@@ -24,6 +25,7 @@ class CpuReferenceBackend : public Backend {
     slack_ = options.slack > 0 ? options.slack : window;
     sliding_ring_ = std::min(capacity_, window + slack_);
     slack_ = sliding_ring_ - std::min(window, sliding_ring_);
+    window_ = CacheWindow(window, sliding_ring_);
     slots_.resize(model.num_caches());
     for (const LayerPlan& p : model.layers()) {
       if (p.cache_slot < 0) continue;
@@ -38,25 +40,12 @@ class CpuReferenceBackend : public Backend {
 
   std::string name() const override { return "cpu-reference"; }
   BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
-  int cached() const override { return cached_; }
+  int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
-  void Reset() override {
-    cached_ = 0;
-    valid_from_ = 0;
-  }
+  void Reset() override { window_.Reset(); }
 
-  bool Truncate(int n) override {
-    if (n < 0 || n > cached_)
-      throw Error(ErrorCode::kInvalidArgument, "truncate beyond cached tokens");
-    const int need = std::max(0, n - cfg_.sliding_window + 1);
-    if (valid_from_ > need && n > 0) {
-      Reset();
-      return false;
-    }
-    cached_ = n;
-    return true;
-  }
+  bool Truncate(int n) override { return window_.Truncate(n); }
 
   size_t resident_bytes() const override {
     size_t b = 0;
@@ -66,23 +55,7 @@ class CpuReferenceBackend : public Backend {
 
   void Forward(const ForwardRequest& req, ForwardResult* out) override {
     const int n = static_cast<int>(req.tokens.size());
-    if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
-    if (cached_ + n > capacity_) {
-      throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity_) +
-                                            " exceeded: " + std::to_string(cached_) + " cached + " +
-                                            std::to_string(n) + " new tokens");
-    }
-    for (int32_t t : req.tokens) {
-      if (t < 0 || t >= cfg_.vocab_size) {
-        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
-                                                     " outside the vocabulary [0, " +
-                                                     std::to_string(cfg_.vocab_size) + ")");
-      }
-    }
-    if (req.mode == OutputMode::kSelect &&
-        (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(cfg_.vocab_size))) {
-      throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
-    }
+    ValidateForward(req, window_.cached(), capacity_, cfg_.vocab_size);
     *out = ForwardResult();
     const int chunk = std::max(1, slack_);
     for (int begin = 0; begin < n; begin += chunk) {
@@ -114,12 +87,10 @@ class CpuReferenceBackend : public Backend {
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
     const int L = cfg_.num_layers;
-    const int pos0 = cached_;
+    const int pos0 = window_.cached();
     const float eps = cfg_.rms_norm_eps;
     for (Slot& s : slots_) s.Reserve(pos0 + m);
-    // Writing this chunk's keys overwrites ring entries of positions < pos0 + m - ring; account for
-    // it before writing, so an exception mid-chunk cannot leave a stale claim of intact entries.
-    valid_from_ = std::max(valid_from_, pos0 + m - sliding_ring_);
+    window_.BeginWrite(pos0, m);
 
     std::vector<float> x(static_cast<size_t>(m) * H);
     for (int t = 0; t < m; ++t)
@@ -243,7 +214,7 @@ class CpuReferenceBackend : public Backend {
     }
 
     // This chunk's keys are in place: positions [pos0, pos0 + m) are now cached.
-    cached_ = pos0 + m;
+    window_.Commit(pos0 + m);
 
     if (req.mode == OutputMode::kNone) return;
     const int first_out = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
@@ -300,8 +271,7 @@ class CpuReferenceBackend : public Backend {
   int capacity_ = 0;
   int slack_ = 0;
   int sliding_ring_ = 0;
-  int cached_ = 0;
-  int valid_from_ = 0;  // oldest position whose sliding-ring entry is intact
+  CacheWindow window_;
   std::vector<Slot> slots_;
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
 };

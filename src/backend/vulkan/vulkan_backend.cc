@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cache_window.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/vulkan/vk_device.h"
 #include "gemma/error.h"
@@ -144,6 +145,7 @@ class VulkanBackend : public Backend {
     slack_ = options.slack > 0 ? options.slack : window;
     sliding_ring_ = std::min(capacity_, window + slack_);
     slack_ = sliding_ring_ - std::min(window, sliding_ring_);
+    window_ = CacheWindow(window, sliding_ring_);
     chunk_ = std::min(std::max(1, slack_), 512);
     history_.reserve(capacity_);  // no per-token allocations on the decode path
     Build();
@@ -151,24 +153,19 @@ class VulkanBackend : public Backend {
 
   std::string name() const override { return "vulkan"; }
   BackendCapabilities capabilities() const override { return {true, true, chunk_}; }
-  int cached() const override { return cached_; }
+  int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
   void Reset() override {
-    cached_ = 0;
-    valid_from_ = 0;
+    window_.Reset();
     history_.clear();
   }
 
   bool Truncate(int n) override {
-    if (n < 0 || n > cached_)
-      throw Error(ErrorCode::kInvalidArgument, "truncate beyond cached tokens");
-    const int need = std::max(0, n - cfg_.sliding_window + 1);
-    if (valid_from_ > need && n > 0) {
-      Reset();
+    if (!window_.Truncate(n)) {
+      history_.clear();
       return false;
     }
-    cached_ = n;
     history_.resize(n);
     return true;
   }
@@ -181,26 +178,10 @@ class VulkanBackend : public Backend {
 
   void Forward(const ForwardRequest& req, ForwardResult* out) override {
     const int n = static_cast<int>(req.tokens.size());
-    if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
-    if (cached_ + n > capacity_) {
-      throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity_) +
-                                            " exceeded: " + std::to_string(cached_) + " cached + " +
-                                            std::to_string(n) + " new tokens");
-    }
-    for (int32_t t : req.tokens) {
-      if (t < 0 || t >= cfg_.vocab_size) {
-        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
-                                                     " outside the vocabulary [0, " +
-                                                     std::to_string(cfg_.vocab_size) + ")");
-      }
-    }
-    if (req.mode == OutputMode::kSelect &&
-        (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(cfg_.vocab_size))) {
-      throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
-    }
+    ValidateForward(req, window_.cached(), capacity_, cfg_.vocab_size);
     if (broken_) Rebuild();
     *out = ForwardResult();
-    const int entry = cached_, entry_valid = valid_from_;
+    const CacheWindow entry = window_;
     try {
       for (int begin = 0; begin < n; begin += chunk_) {
         const int m = std::min(chunk_, n - begin);
@@ -209,9 +190,8 @@ class VulkanBackend : public Backend {
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kDevice) {
         broken_ = true;
-        cached_ = entry;
-        valid_from_ = entry_valid;
-        history_.resize(entry);
+        window_ = entry;
+        history_.resize(entry.cached());
       }
       throw;
     }
@@ -243,8 +223,8 @@ class VulkanBackend : public Backend {
         if (p.w.handle >= 0) parts.push_back(p.w.r);
     };
     for (const DevLayer& l : layers_)
-      for (const DevLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate,
-                                 &l.ple_proj})
+      for (const DevLinear* d :
+           {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
         add(*d);
     add(ple_proj_);
     add(lm_head_);
@@ -558,7 +538,7 @@ class VulkanBackend : public Backend {
         Forward({.tokens = replay, .mode = OutputMode::kNone}, &ignored);
       } catch (...) {
         history_ = replay;
-        cached_ = static_cast<int>(replay.size());
+        window_.Commit(static_cast<int>(replay.size()));
         broken_ = true;
         throw;
       }
@@ -693,8 +673,8 @@ class VulkanBackend : public Backend {
         if (UseRegisterTiled(lin)) {
           const uint32_t bn = second ? 64 : 128;
           Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
-                   sizeof(pc),
-                   (m + bn - 1) / bn, (p.rows + 127) / 128, 1, /*local_size_constant=*/false);
+                   sizeof(pc), (m + bn - 1) / bn, (p.rows + 127) / 128, 1,
+                   /*local_size_constant=*/false);
         } else {
           Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
                    (p.rows + 63) / 64, 1, /*local_size_constant=*/false);
@@ -704,8 +684,8 @@ class VulkanBackend : public Backend {
       // Packed dot products for the SRQ integer path (not with XQ 1: its input stays unpermuted).
       const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
       Dispatch(rc, dp ? "linear_dp" : "linear",
-               {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm},
-               b, &pc, sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
+               {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm}, b, &pc,
+               sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
     }
   }
 
@@ -816,8 +796,8 @@ class VulkanBackend : public Backend {
       }
       // One-token steps fold each residual norm into the linear before it (TAIL).
       const bool fuse = m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
-                        d.o.parts.size() == 1 &&
-                        d.down.parts.size() == 1 && (P == 0 || d.ple_proj.parts.size() == 1);
+                        d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
+                        (P == 0 || d.ple_proj.parts.size() == 1);
       if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
@@ -986,7 +966,8 @@ class VulkanBackend : public Backend {
   std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens) {
     std::vector<std::pair<std::string, double>> out;
     const int m = static_cast<int>(tokens.size());
-    if (!dev_->has_timestamps() || m == 0 || m > chunk_ || cached_ + m > capacity_) return out;
+    if (!dev_->has_timestamps() || m == 0 || m > chunk_ || window_.cached() + m > capacity_)
+      return out;
     FillInputs(tokens, OutputMode::kArgmax, nullptr);
     std::vector<std::string> labels;
     VkCommandBuffer cb = head_cmd_;
@@ -1022,7 +1003,8 @@ class VulkanBackend : public Backend {
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     const int V = cfg_.vocab_size;
     uint8_t* in = in_host_.r.mapped;
-    const uint32_t step[4] = {static_cast<uint32_t>(cached_), static_cast<uint32_t>(m), 0, 0};
+    const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), static_cast<uint32_t>(m), 0,
+                              0};
     std::memcpy(in, step, sizeof(step));
     for (int t = 0; t < m; ++t) {
       const int32_t id = model_.EmbedId(tokens[t]);
@@ -1041,7 +1023,8 @@ class VulkanBackend : public Backend {
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
                 ForwardResult* out) {
     const int m = static_cast<int>(tokens.size());
-    const int pos0 = cached_;
+    const int pos0 = window_.cached();
+    window_.BeginWrite(pos0, m);
     FillInputs(tokens, req.mode, req.allowed);
     int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
@@ -1057,9 +1040,8 @@ class VulkanBackend : public Backend {
       End(prefill_cmd_);
       dev_->Submit(prefill_cmd_);
     }
-    cached_ = pos0 + m;
+    window_.Commit(pos0 + m);
     history_.insert(history_.end(), tokens.begin(), tokens.end());
-    valid_from_ = std::max(valid_from_, cached_ - sliding_ring_);
     if (count == 0) return;
     if (inline_head) {
       ReadHead(count, req.mode, out);
@@ -1101,19 +1083,19 @@ class VulkanBackend : public Backend {
   const TextConfig& cfg_;
   VulkanOptions vopt_;
   int capacity_ = 0, slack_ = 0, sliding_ring_ = 0, chunk_ = 1;
-  int cached_ = 0, valid_from_ = 0;
+  CacheWindow window_;
   std::vector<int32_t> history_;  // committed tokens, replayed after a device rebuild
   bool broken_ = false;
   int rebuilds_ = 0;
 
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
-  int mm_kernel_ = 1;       // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)
-  uint32_t lanes_k_ = 6;    // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
+  int mm_kernel_ = 1;        // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)
+  uint32_t lanes_k_ = 6;     // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
   bool attn_tiled_ = false;  // prefill attention through attention_tiled
   bool fuse_tails_ = true;   // one-token steps fold residual norms into the preceding linear
-  bool xq_shared_ = true;   // matvecs stage a pre-quantized input in shared memory
-  bool int_dot_ = false;    // matvecs use packed integer dot products (linear_dp)
+  bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
+  bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   int splits_ = 1;
   size_t weight_bytes_ = 0;
   std::vector<DevLayer> layers_;

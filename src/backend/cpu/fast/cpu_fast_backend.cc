@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cache_window.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "backend/cpu/reference_ops.h"
 #include "core/dtype.h"
@@ -57,6 +58,7 @@ class CpuFastBackend : public Backend {
     slack_ = options.slack > 0 ? options.slack : window;
     sliding_ring_ = std::min(capacity_, window + slack_);
     slack_ = sliding_ring_ - std::min(window, sliding_ring_);
+    window_ = CacheWindow(window, sliding_ring_);
     slots_.resize(model.num_caches());
     for (const LayerPlan& p : model.layers()) {
       max_hd_ = std::max(max_hd_, p.head_dim);
@@ -90,25 +92,12 @@ class CpuFastBackend : public Backend {
 
   std::string name() const override { return "cpu-fast"; }
   BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
-  int cached() const override { return cached_; }
+  int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
-  void Reset() override {
-    cached_ = 0;
-    valid_from_ = 0;
-  }
+  void Reset() override { window_.Reset(); }
 
-  bool Truncate(int n) override {
-    if (n < 0 || n > cached_)
-      throw Error(ErrorCode::kInvalidArgument, "truncate beyond cached tokens");
-    const int need = std::max(0, n - cfg_.sliding_window + 1);
-    if (valid_from_ > need && n > 0) {
-      Reset();
-      return false;
-    }
-    cached_ = n;
-    return true;
-  }
+  bool Truncate(int n) override { return window_.Truncate(n); }
 
   size_t resident_bytes() const override {
     size_t b = 0;
@@ -123,23 +112,7 @@ class CpuFastBackend : public Backend {
 
   void Forward(const ForwardRequest& req, ForwardResult* out) override {
     const int n = static_cast<int>(req.tokens.size());
-    if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
-    if (cached_ + n > capacity_) {
-      throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity_) +
-                                            " exceeded: " + std::to_string(cached_) + " cached + " +
-                                            std::to_string(n) + " new tokens");
-    }
-    for (int32_t t : req.tokens) {
-      if (t < 0 || t >= cfg_.vocab_size) {
-        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
-                                                     " outside the vocabulary [0, " +
-                                                     std::to_string(cfg_.vocab_size) + ")");
-      }
-    }
-    if (req.mode == OutputMode::kSelect &&
-        (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(cfg_.vocab_size))) {
-      throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
-    }
+    ValidateForward(req, window_.cached(), capacity_, cfg_.vocab_size);
     out->ids.clear();
     out->logprobs.clear();
     out->logits.clear();
@@ -428,7 +401,8 @@ class CpuFastBackend : public Backend {
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
     const int L = cfg_.num_layers;
-    const int pos0 = cached_;
+    const int pos0 = window_.cached();
+    window_.BeginWrite(pos0, m);
     const float eps = cfg_.rms_norm_eps;
     for (Slot& s : slots_) s.Reserve(pos0 + m);
     EnsureScratch(m);
@@ -559,8 +533,7 @@ class CpuFastBackend : public Backend {
       fast::ScaleF32(w.layer_scalar, m * H, x);
     }
 
-    cached_ = pos0 + m;
-    valid_from_ = std::max(valid_from_, cached_ - sliding_ring_);
+    window_.Commit(pos0 + m);
 
     if (req.mode == OutputMode::kNone) return;
     const int first_out = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
@@ -671,8 +644,7 @@ class CpuFastBackend : public Backend {
   int capacity_ = 0;
   int slack_ = 0;
   int sliding_ring_ = 0;
-  int cached_ = 0;
-  int valid_from_ = 0;
+  CacheWindow window_;
   int max_hd_ = 0, max_inter_ = 0;
   std::vector<Slot> slots_;
   std::vector<float> inv_freq_sliding_, inv_freq_full_;

@@ -1,0 +1,44 @@
+#include "backend/cache_window.h"
+
+#include <string>
+
+#include "gemma/error.h"
+
+namespace gemma {
+
+bool CacheWindow::Truncate(int n) {
+  if (n < 0 || n > cached_) {
+    throw Error(ErrorCode::kInvalidArgument, "truncate to " + std::to_string(n) + " beyond the " +
+                                                 std::to_string(cached_) + " cached tokens");
+  }
+  const int need = std::max(0, n - window_ + 1);
+  if (n > 0 && valid_from_ > need) {
+    Reset();
+    return false;
+  }
+  cached_ = n;
+  return true;
+}
+
+void ValidateForward(const ForwardRequest& req, int cached, int capacity, int vocab_size) {
+  const int n = static_cast<int>(req.tokens.size());
+  if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");
+  if (cached + n > capacity) {
+    throw Error(ErrorCode::kCapacity, "context capacity " + std::to_string(capacity) +
+                                          " exceeded: " + std::to_string(cached) + " cached + " +
+                                          std::to_string(n) + " new tokens");
+  }
+  for (int32_t t : req.tokens) {
+    if (t < 0 || t >= vocab_size) {
+      throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) +
+                                                   " outside the vocabulary [0, " +
+                                                   std::to_string(vocab_size) + ")");
+    }
+  }
+  if (req.mode == OutputMode::kSelect &&
+      (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(vocab_size))) {
+    throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
+  }
+}
+
+}  // namespace gemma

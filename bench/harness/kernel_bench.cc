@@ -1,13 +1,23 @@
 // kernel_bench: single-thread throughput of the fast CPU kernels on a checkpoint's real weights
 // (QAT int2/int4/int8 matvec and matmul, dense), in thread CPU time so other load on the machine
 // matters less. Usage: kernel_bench MODEL_DIR [tokens...]   (default tokens: 1 64)
+//        kernel_bench MODEL_DIR decode [reps]: every linear once in decode order (one token, weights
+//        streamed from DRAM as in a decode step), time and GB/s per weight kind.
+//        kernel_bench MODEL_DIR decode REPS SPLIT: each linear in SPLIT row ranges (one thread: one
+//        after the other; then on a pool of 2 threads, wall time, and the same split streamed by
+//        XorReduce on 2 threads: the two-core read ceiling).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/fast/fast_ops.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
 
 namespace {
@@ -16,6 +26,110 @@ double ThreadCpuS() {
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// One token through every linear in model order; per-kind thread CPU time (best total of reps).
+int DecodeOrder(const gemma::Model& m, int reps, int split) {
+  using namespace gemma;
+  std::vector<const Linear*> lins = {&m.ple_model_proj()};
+  for (const LayerWeights& w : m.layer_weights()) {
+    for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate,
+                            &w.ple_proj})
+      if (l->data) lins.push_back(l);
+  }
+  lins.push_back(&m.lm_head());
+  size_t widest = 0, tallest = 0;
+  for (const Linear* l : lins) {
+    widest = std::max<size_t>(widest, l->cols + 256);
+    tallest = std::max<size_t>(tallest, l->rows);
+  }
+  std::vector<float> x(widest), y(tallest);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 0.01f;
+  std::vector<int8_t> q(widest);
+  std::map<std::string, double> best_t, bytes;
+  double best_total = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::map<std::string, double> t;
+    double total = 0;
+    for (const Linear* l : lins) {
+      const double c0 = ThreadCpuS();
+      if (IsQuantized(l->kind)) {
+        const float s = l->in_scale > 0 ? l->in_scale : 0.01f;
+        int32_t sum = fast::QuantizeActs(l->kind, x.data(), l->cols, s, q.data());
+        // Row ranges as the backend's decode tasks (split per linear, whole 4-row tiles).
+        const int tile = std::max(16, (l->rows + split - 1) / split + 3) / 4 * 4;
+        for (int r0 = 0; r0 < l->rows; r0 += tile)
+          fast::QuantLinearRows(*l, q.data(), 0, &sum, 1, r0, std::min(l->rows, r0 + tile), y.data(),
+                                l->rows);
+      } else {
+        fast::DenseLinearRows(*l, x.data(), l->cols, 1, 0, l->rows, y.data(), l->rows);
+      }
+      const double dt = ThreadCpuS() - c0;
+      const std::string k = l == &m.lm_head() ? "lm_head" : WeightKindName(l->kind);
+      t[k] += dt;
+      total += dt;
+      if (rep == 0) bytes[k] += static_cast<double>(l->row_bytes) * l->rows;
+    }
+    if (total < best_total) {
+      best_total = total;
+      best_t = t;
+    }
+  }
+  {
+    // One thread's streaming read ceiling over the same bytes (the weights themselves).
+    double best = 1e30;
+    uint64_t sink = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      const double c0 = ThreadCpuS();
+      for (const Linear* l : lins) sink ^= fast::XorReduce(l->data, l->row_bytes * l->rows / 64 * 64);
+      best = std::min(best, ThreadCpuS() - c0);
+    }
+    double b = 0;
+    for (const Linear* l : lins) b += static_cast<double>(l->row_bytes) * l->rows;
+    std::printf("stream   %8.3f ms  %7.1f MB  %6.1f GB/s  (XorReduce of the same weights%s)\n",
+                best * 1e3, b / 1e6, b / best / 1e9, sink == 1 ? " " : "");
+  }
+  {
+    // The same linears on a pool of 2 threads, 8 row ranges per thread (as the backend's decode),
+    // wall time: kernel scaling and hand-offs without the rest of a decode step.
+    ThreadPool pool(2);
+    for (const bool xr : {false, true}) {
+    double best = 1e30, b = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const Linear* l : lins) {
+        if (rep == 0) b += static_cast<double>(l->row_bytes) * l->rows;
+        const bool quant = IsQuantized(l->kind);
+        const float s = l->in_scale > 0 ? l->in_scale : 0.01f;
+        int32_t sum = quant ? fast::QuantizeActs(l->kind, x.data(), l->cols, s, q.data()) : 0;
+        const int tile = std::max(16, (l->rows + split - 1) / split + 3) / 4 * 4;
+        pool.Run((l->rows + tile - 1) / tile, [&](int task, int) {
+          const int r0 = task * tile, r1 = std::min(l->rows, r0 + tile);
+          if (xr) {
+            sum ^= static_cast<int>(fast::XorReduce(l->data + r0 * l->row_bytes, (r1 - r0) * l->row_bytes / 64 * 64));
+          } else if (quant) {
+            fast::QuantLinearRows(*l, q.data(), 0, &sum, 1, r0, r1, y.data(), l->rows);
+          } else {
+            fast::DenseLinearRows(*l, x.data(), l->cols, 1, r0, r1, y.data(), l->rows);
+          }
+        });
+      }
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::printf("%s %8.3f ms  %7.1f MB  %6.1f GB/s  (wall, pool of 2, %d tasks per linear%s)\n",
+                xr ? "stream2 " : "2thread ", best * 1e3, b / 1e6, b / best / 1e9, split,
+                xr ? ", XorReduce" : "");
+    }
+  }
+  double all_bytes = 0;
+  for (const auto& [k, v] : best_t) {
+    all_bytes += bytes[k];
+    std::printf("decode %-8s %8.3f ms  %7.1f MB  %6.1f GB/s\n", k.c_str(), v * 1e3, bytes[k] / 1e6,
+                bytes[k] / v / 1e9);
+  }
+  std::printf("decode total    %8.3f ms  %7.1f MB  %6.1f GB/s  (SIMD target %s)\n", best_total * 1e3,
+              all_bytes / 1e6, all_bytes / best_total / 1e9, fast::TargetName());
+  return 0;
 }
 
 }  // namespace
@@ -27,12 +141,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto m = Model::Load(argv[1]);
+  if (argc >= 3 && std::strcmp(argv[2], "decode") == 0) return DecodeOrder(*m, argc >= 4 ? std::atoi(argv[3]) : 5, argc >= 5 ? std::atoi(argv[4]) : 1);
   std::vector<int> ns;
   for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
   if (ns.empty()) ns = {1, 64};
   const auto& lw = m->layer_weights();
   std::vector<const Linear*> lins = {&m->lm_head(), &lw.back().down, &lw.front().gate,
-                                     &lw.front().ple_gate, &m->ple_model_proj()};
+                                     &lw.back().gate, &lw.front().q, &lw.front().ple_gate, &m->ple_model_proj()};
   std::printf("SIMD target %s\n", fast::TargetName());
   for (int n : ns) {
     for (const Linear* l : lins) {

@@ -510,7 +510,11 @@ class CpuFastBackend : public Backend {
       ForTokens(m, [&](int t) {
         float* gt = g + static_cast<size_t>(t) * I;
         const float* ut = u + static_cast<size_t>(t) * I;
-        for (int i = 0; i < I; ++i) gt[i] = gelu(gt[i]) * ut[i];
+        if (gelu.scale > 0) {
+          fast::TableLookupMul(gt, I, gelu.scale, gelu.value.data(), ut, gt);
+        } else {
+          for (int i = 0; i < I; ++i) gt[i] = gelu(gt[i]) * ut[i];
+        }
       });
       RunLinear(w.down, g, m, tmp);
       ForTokens(m, [&](int t) {
@@ -525,7 +529,11 @@ class CpuFastBackend : public Backend {
         for (int t = 0; t < m; ++t) {
           const float* pl = &ple_[(static_cast<size_t>(t) * L + l) * P];
           float* gt = gp + static_cast<size_t>(t) * P;
-          for (int i = 0; i < P; ++i) gt[i] = gelu_ple(gt[i]) * pl[i];
+          if (gelu_ple.scale > 0) {
+            fast::TableLookupMul(gt, P, gelu_ple.scale, gelu_ple.value.data(), pl, gt);
+          } else {
+            for (int i = 0; i < P; ++i) gt[i] = gelu_ple(gt[i]) * pl[i];
+          }
         }
         RunLinear(w.ple_proj, gp, m, tmp);
         ForTokens(m, [&](int t) {
@@ -556,9 +564,7 @@ class CpuFastBackend : public Backend {
     float* z = logits_.data();
     if (!cap_table_.empty()) {
       const float s = model_.lm_head().out_scale;
-      for (int i = 0; i < V; ++i) {
-        z[i] = cap_table_[Level(z[i], s) + 128];
-      }
+      fast::TableLookupMul(z, V, s, cap_table_.data(), nullptr, z);
       return;
     }
     pool_.Run(pool_.size() * 4, [&](int task, int) {
@@ -606,10 +612,21 @@ class CpuFastBackend : public Backend {
     switch (req.mode) {
       case OutputMode::kArgmax:
         if (!cap_table_.empty()) {
-          CapAll();
-          int best = 0;
-          for (int i = 1; i < V; ++i) {
-            if (logits_[i] > logits_[best]) best = i;
+          // Softcap by table and argmax in one pass, in chunks on the pool; chunks merge in order
+          // (a later chunk wins only with a strictly larger value: the lowest index of the max).
+          std::array<int, 64> arg{};
+          const int used = std::min<int>(pool_.size() * 2, arg.size());
+          const int clen = (V + used - 1) / used;
+          pool_.Run(used, [&](int c, int) {
+            const int b = c * clen, e = std::min(V, b + clen);
+            arg[c] = b < e ? b + fast::TableLookupArgmax(logits_.data() + b, e - b,
+                                                         model_.lm_head().out_scale,
+                                                         cap_table_.data())
+                           : -1;
+          });
+          int best = arg[0];
+          for (int c = 1; c < used; ++c) {
+            if (arg[c] >= 0 && logits_[arg[c]] > logits_[best]) best = arg[c];
           }
           out->ids.push_back(best);
         } else {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/reference_ops.h"
 #include "core/dtype.h"
@@ -748,6 +749,62 @@ void ScaleF32(float s, int n, float* x) {
   for (; i < n; ++i) x[i] *= s;
 }
 
+// Table index of SRQ outputs as the backend's scalar Level: r = x / s, r + (r >= 0 ? 0.5 : -0.5),
+// truncated, clamped to [-128, 127], plus 128. |r| <= 128.5 for SRQ outputs, so the truncating
+// conversion never saturates.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> LevelIndex(DF df, hn::Vec<DF> x, hn::Vec<DF> vs) {
+  const hn::RebindToSigned<DF> di;
+  const auto r = hn::Div(x, vs);
+  const auto half = hn::IfThenElse(hn::Ge(r, hn::Zero(df)), hn::Set(df, 0.5f), hn::Set(df, -0.5f));
+  const auto k = hn::ConvertTo(di, hn::Add(r, half));
+  return hn::Add(hn::Min(hn::Max(k, hn::Set(di, -128)), hn::Set(di, 127)), hn::Set(di, 128));
+}
+
+HWY_INLINE int ScalarLevelIndex(float x, float s) {
+  const float r = x / s;
+  return std::clamp(static_cast<int>(r + (r >= 0 ? 0.5f : -0.5f)), -128, 127) + 128;
+}
+
+void TableLookupMul(const float* x, int n, float s, const float* table, const float* m, float* y) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::GatherIndex(df, table, LevelIndex(df, hn::LoadU(df, x + i), vs));
+    if (m) v = hn::Mul(v, hn::LoadU(df, m + i));
+    hn::StoreU(v, df, y + i);
+  }
+  for (; i < n; ++i) {
+    const float v = table[ScalarLevelIndex(x[i], s)];
+    y[i] = m ? v * m[i] : v;
+  }
+}
+
+int TableLookupArgmax(float* x, int n, float s, const float* table) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  auto vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::GatherIndex(df, table, LevelIndex(df, hn::LoadU(df, x + i), vs));
+    hn::StoreU(v, df, x + i);
+    vmax = hn::Max(vmax, v);
+  }
+  float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (int j = i; j < n; ++j) {
+    x[j] = table[ScalarLevelIndex(x[j], s)];
+    mx = std::max(mx, x[j]);
+  }
+  // Table values are finite: the first element equal to the maximum is the lowest argmax.
+  for (int j = 0; j < n; ++j) {
+    if (x[j] == mx) return j;
+  }
+  return 0;
+}
+
 uint64_t XorReduce(const uint8_t* p, size_t bytes) {
   const hn::ScalableTag<uint64_t> d;
   const size_t N = hn::Lanes(d);
@@ -791,6 +848,8 @@ HWY_EXPORT(AddF32);
 HWY_EXPORT(ScaleF32);
 HWY_EXPORT(Target);
 HWY_EXPORT(XorReduce);
+HWY_EXPORT(TableLookupMul);
+HWY_EXPORT(TableLookupArgmax);
 
 int BlockElems(WeightKind kind) {
   return kind == WeightKind::kQ2 ? 256 : kind == WeightKind::kQ4 ? 128 : 64;
@@ -864,6 +923,12 @@ void AddF32(const float* y, int n, float* x) { HWY_DYNAMIC_DISPATCH(AddF32)(y, n
 void ScaleF32(float s, int n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleF32)(s, n, x); }
 uint64_t XorReduce(const uint8_t* p, size_t bytes) {
   return HWY_DYNAMIC_DISPATCH(XorReduce)(p, bytes);
+}
+void TableLookupMul(const float* x, int n, float s, const float* table, const float* m, float* y) {
+  HWY_DYNAMIC_DISPATCH(TableLookupMul)(x, n, s, table, m, y);
+}
+int TableLookupArgmax(float* x, int n, float s, const float* table) {
+  return HWY_DYNAMIC_DISPATCH(TableLookupArgmax)(x, n, s, table);
 }
 const char* TargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()); }
 

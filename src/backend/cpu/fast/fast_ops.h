@@ -75,6 +75,14 @@ void AddF32(const float* y, int n, float* x);
 // x[i] *= s (f32).
 void ScaleF32(float s, int n, float* x);
 
+// Lookup of SRQ outputs in a 256-entry table of a function of them: x = k * s, k in [-128, 127]
+// found as the backend's Level (k = clamp(trunc(x / s + (x / s >= 0 ? 0.5 : -0.5)))), all in f32,
+// so results equal the scalar lookup bit for bit.
+// y[i] = table[k(x[i]) + 128] * m[i] (GELU of a gate times up); m = nullptr: no multiply.
+void TableLookupMul(const float* x, int n, float s, const float* table, const float* m, float* y);
+// x[i] = table[k(x[i]) + 128] in place; returns the lowest index of the largest result.
+int TableLookupArgmax(float* x, int n, float s, const float* table);
+
 // XOR of all 8-byte words in [p, p + bytes) (bytes a multiple of 8): a streaming read at full SIMD
 // width, for memory-bandwidth measurement.
 uint64_t XorReduce(const uint8_t* p, size_t bytes);

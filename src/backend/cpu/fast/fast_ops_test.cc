@@ -219,6 +219,39 @@ TEST(FastOps, RmsNormMatchesReference) {
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
 }
 
+// SRQ-output table lookups (GELU x up, softcap + argmax) equal the scalar Level lookup on every
+// target, including values exactly halfway between levels and the clamped ends.
+TEST(FastOps, TableLookupsMatchScalar) {
+  ForEachTarget([] {
+    const float s = 0.0371f;
+    std::vector<float> table(256);
+    for (int k = 0; k < 256; ++k) table[k] = std::tanh((k - 128) * s * 0.7f) * (1.0f + k % 5);
+    const int n = 1037;
+    std::vector<float> x(n), m(n);
+    for (int i = 0; i < n; ++i) {
+      const int k = (i * 37) % 300 - 150;  // beyond [-128, 127] too (clamped)
+      x[i] = (i % 3 == 0 ? k + 0.5f : k) * s;
+      m[i] = 0.25f + 0.001f * i;
+    }
+    auto level = [&](float v) {
+      const float r = v / s;
+      return std::clamp(static_cast<int>(r + (r >= 0 ? 0.5f : -0.5f)), -128, 127) + 128;
+    };
+    std::vector<float> want(n), got(n);
+    for (int i = 0; i < n; ++i) want[i] = table[level(x[i])] * m[i];
+    fast::TableLookupMul(x.data(), n, s, table.data(), m.data(), got.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * 4));
+    int best = 0;
+    for (int i = 0; i < n; ++i) {
+      want[i] = table[level(x[i])];
+      if (want[i] > want[best]) best = i;
+    }
+    got = x;
+    EXPECT_EQ(best, fast::TableLookupArgmax(got.data(), n, s, table.data()));
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * 4));
+  });
+}
+
 TEST(FastOps, DotAndAxpy) {
   const std::vector<float> a = RandomActs(1, 67, 4), b = RandomActs(1, 67, 5);
   double want = 0;

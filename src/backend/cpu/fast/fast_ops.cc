@@ -420,8 +420,65 @@ void QuantLinearRows(const Linear& lin, const int8_t* q, size_t q_stride, const 
 
 // ---------------------------------------------------------------- activation quantization
 
+#if HWY_TARGET == HWY_AVX3_DL
+// QuantizeK for int4/int2 with the block permutation done by byte shuffles (vpermt2b) instead of
+// a scalar scatter: a block is quantized in natural order into a 64-byte-aligned buffer (same
+// divide, round half to even and clamp as the portable path), then int4 takes its even and odd
+// bytes, int2 bytes 4j+k of each 128-byte half.
+template <WeightKind K>
+HWY_INLINE int32_t QuantizePermuted(const float* x, int cols, float s, int8_t* q) {
+  constexpr int G = Groups<K>();
+  constexpr int BE = 64 * G;
+  const int padded = (cols + BE - 1) / BE * BE;
+  alignas(64) int8_t nat[BE];
+  alignas(64) uint8_t idx[G][64];
+  for (int k = 0; k < G; ++k)
+    for (int j = 0; j < 64; ++j) idx[k][j] = static_cast<uint8_t>((G * j + k) & 127);
+  const __m512 vs = _mm512_set1_ps(s);
+  const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+  __m512i vsum = _mm512_setzero_si512();
+  for (int blk = 0; blk < padded; blk += BE) {
+    for (int j = 0; j < BE; j += 16) {
+      const int e = blk + j;
+      __m512 v = _mm512_setzero_ps();
+      if (e + 16 <= cols) {
+        v = _mm512_loadu_ps(x + e);
+      } else if (e < cols) {
+        v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (cols - e)) - 1), x + e);
+      }
+      const __m512 r = _mm512_min_ps(
+          hi, _mm512_max_ps(lo, _mm512_roundscale_ps(_mm512_div_ps(v, vs),
+                                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+      const __m512i iv = _mm512_cvtps_epi32(r);
+      vsum = _mm512_add_epi32(vsum, iv);
+      _mm_store_si128(reinterpret_cast<__m128i*>(nat + j), _mm512_cvtepi32_epi8(iv));
+    }
+    if constexpr (K == WeightKind::kQ4) {
+      const __m512i a = _mm512_load_si512(nat), b = _mm512_load_si512(nat + 64);
+      _mm512_storeu_si512(q + blk, _mm512_permutex2var_epi8(a, _mm512_load_si512(idx[0]), b));
+      _mm512_storeu_si512(q + blk + 64,
+                          _mm512_permutex2var_epi8(a, _mm512_load_si512(idx[1]), b));
+    } else {
+      const __m512i v0 = _mm512_load_si512(nat), v1 = _mm512_load_si512(nat + 64);
+      const __m512i v2 = _mm512_load_si512(nat + 128), v3 = _mm512_load_si512(nat + 192);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i ik = _mm512_load_si512(idx[k]);
+        const __m512i a = _mm512_permutex2var_epi8(v0, ik, v1);  // bytes 0..31: j = 0..31
+        const __m512i b = _mm512_permutex2var_epi8(v2, ik, v3);  // bytes 0..31: j = 32..63
+        _mm512_storeu_si512(q + blk + 64 * k,
+                            _mm512_inserti64x4(a, _mm512_castsi512_si256(b), 1));
+      }
+    }
+  }
+  return _mm512_reduce_add_epi32(vsum);
+}
+#endif
+
 template <WeightKind K>
 int32_t QuantizeK(const float* x, int cols, float s, int8_t* q) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (K != WeightKind::kQ8) return QuantizePermuted<K>(x, cols, s, q);
+#endif
   constexpr int BE = 64 * Groups<K>();
   const int padded = (cols + BE - 1) / BE * BE;
   std::memset(q, 0, static_cast<size_t>(padded));

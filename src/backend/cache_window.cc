@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "format/config.h"
 #include "gemma/error.h"
 
 namespace gemma {
@@ -18,6 +19,18 @@ bool CacheWindow::Truncate(int n) {
   }
   cached_ = n;
   return true;
+}
+
+CacheGeometry PlanCacheGeometry(const TextConfig& config, const BackendOptions& options) {
+  CacheGeometry g;
+  g.capacity = std::min(options.capacity, config.max_position_embeddings);
+  if (g.capacity <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
+  const int window = config.sliding_window;
+  const int slack = options.slack > 0 ? options.slack : window;
+  g.ring = std::min(g.capacity, window + slack);
+  g.slack = g.ring - std::min(window, g.ring);
+  return g;
 }
 
 void ValidateForward(const ForwardRequest& req, int cached, int capacity, int vocab_size) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -38,6 +40,38 @@ class CacheWindow {
   int ring_ = 0;
   int cached_ = 0;
   int valid_from_ = 0;  // oldest position whose sliding-ring entry is intact
+};
+
+struct TextConfig;
+
+// The cache sizes a backend derives from the config and its options: capacity clamped to the
+// model's max_position_embeddings (Error(kInvalidArgument) if not positive), slack defaulting to
+// one window, and the sliding ring = window + slack (at most capacity; slack shrinks to fit).
+struct CacheGeometry {
+  int capacity = 0;
+  int slack = 0;
+  int ring = 0;
+};
+CacheGeometry PlanCacheGeometry(const TextConfig& config, const BackendOptions& options);
+
+// One owner layer's K and V on the CPU: `ring` positions of `width` floats (kv_heads x head_dim),
+// position p at p % ring. Storage grows with use, in steps, so decoding does not reallocate per
+// token.
+struct CpuKvSlot {
+  int width = 0;
+  int ring = 0;
+  std::vector<float> k, v;
+  float* K(int pos) { return k.data() + static_cast<size_t>(pos % ring) * width; }
+  float* V(int pos) { return v.data() + static_cast<size_t>(pos % ring) * width; }
+  void Reserve(int positions) {
+    const size_t need = static_cast<size_t>(std::min(positions, ring)) * width;
+    if (k.size() >= need) return;
+    const size_t step = static_cast<size_t>(256) * width;
+    const size_t want =
+        std::min(static_cast<size_t>(ring) * width, (need + step - 1) / step * step);
+    k.resize(std::max(need, want));
+    v.resize(std::max(need, want));
+  }
 };
 
 // Typed errors for a request a backend cannot take: no tokens, capacity exceeded (checked before

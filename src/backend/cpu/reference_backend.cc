@@ -18,21 +18,17 @@ class CpuReferenceBackend : public Backend {
  public:
   CpuReferenceBackend(const Model& model, const BackendOptions& options)
       : model_(model), cfg_(model.text()) {
-    capacity_ = std::min(options.capacity, cfg_.max_position_embeddings);
-    if (capacity_ <= 0)
-      throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
-    const int window = cfg_.sliding_window;
-    slack_ = options.slack > 0 ? options.slack : window;
-    sliding_ring_ = std::min(capacity_, window + slack_);
-    slack_ = sliding_ring_ - std::min(window, sliding_ring_);
-    window_ = CacheWindow(window, sliding_ring_);
+    const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
+    capacity_ = geo.capacity;
+    slack_ = geo.slack;
+    sliding_ring_ = geo.ring;
+    window_ = CacheWindow(cfg_.sliding_window, sliding_ring_);
     slots_.resize(model.num_caches());
     for (const LayerPlan& p : model.layers()) {
       if (p.cache_slot < 0) continue;
       Slot& s = slots_[p.cache_slot];
       s.width = p.num_kv_heads * p.head_dim;
       s.ring = p.window > 0 ? sliding_ring_ : capacity_;
-      s.sliding = p.window > 0;
     }
     inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
     inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
@@ -65,21 +61,7 @@ class CpuReferenceBackend : public Backend {
   }
 
  private:
-  struct Slot {
-    int width = 0;  // kv_heads * head_dim
-    int ring = 0;
-    bool sliding = false;
-    std::vector<float> k, v;
-    float* K(int pos) { return k.data() + static_cast<size_t>(pos % ring) * width; }
-    float* V(int pos) { return v.data() + static_cast<size_t>(pos % ring) * width; }
-    void Reserve(int positions) {
-      const size_t need = static_cast<size_t>(std::min(positions, ring)) * width;
-      if (k.size() < need) {
-        k.resize(need);
-        v.resize(need);
-      }
-    }
-  };
+  using Slot = CpuKvSlot;
 
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
                 ForwardResult* out) {

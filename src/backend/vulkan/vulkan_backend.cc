@@ -138,14 +138,11 @@ class VulkanBackend : public Backend {
  public:
   VulkanBackend(const Model& model, const BackendOptions& options, const VulkanOptions& vopt)
       : model_(model), cfg_(model.text()), vopt_(vopt) {
-    capacity_ = std::min(options.capacity, cfg_.max_position_embeddings);
-    if (capacity_ <= 0)
-      throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
-    const int window = cfg_.sliding_window;
-    slack_ = options.slack > 0 ? options.slack : window;
-    sliding_ring_ = std::min(capacity_, window + slack_);
-    slack_ = sliding_ring_ - std::min(window, sliding_ring_);
-    window_ = CacheWindow(window, sliding_ring_);
+    const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
+    capacity_ = geo.capacity;
+    slack_ = geo.slack;
+    sliding_ring_ = geo.ring;
+    window_ = CacheWindow(cfg_.sliding_window, sliding_ring_);
     chunk_ = std::min(std::max(1, slack_), 512);
     history_.reserve(capacity_);  // no per-token allocations on the decode path
     Build();

@@ -51,14 +51,11 @@ class CpuFastBackend : public Backend {
  public:
   CpuFastBackend(const Model& model, const BackendOptions& options, int threads)
       : model_(model), cfg_(model.text()), pool_(threads) {
-    capacity_ = std::min(options.capacity, cfg_.max_position_embeddings);
-    if (capacity_ <= 0)
-      throw Error(ErrorCode::kInvalidArgument, "backend capacity must be positive");
-    const int window = cfg_.sliding_window;
-    slack_ = options.slack > 0 ? options.slack : window;
-    sliding_ring_ = std::min(capacity_, window + slack_);
-    slack_ = sliding_ring_ - std::min(window, sliding_ring_);
-    window_ = CacheWindow(window, sliding_ring_);
+    const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
+    capacity_ = geo.capacity;
+    slack_ = geo.slack;
+    sliding_ring_ = geo.ring;
+    window_ = CacheWindow(cfg_.sliding_window, sliding_ring_);
     slots_.resize(model.num_caches());
     for (const LayerPlan& p : model.layers()) {
       max_hd_ = std::max(max_hd_, p.head_dim);
@@ -124,24 +121,7 @@ class CpuFastBackend : public Backend {
   }
 
  private:
-  struct Slot {
-    int width = 0;  // kv_heads * head_dim
-    int ring = 0;
-    std::vector<float> k, v;
-    float* K(int pos) { return k.data() + static_cast<size_t>(pos % ring) * width; }
-    float* V(int pos) { return v.data() + static_cast<size_t>(pos % ring) * width; }
-    void Reserve(int positions) {
-      const size_t need = static_cast<size_t>(std::min(positions, ring)) * width;
-      if (k.size() < need) {
-        // Grow in steps so decoding does not reallocate every token.
-        const size_t step = static_cast<size_t>(256) * width;
-        const size_t want =
-            std::min(static_cast<size_t>(ring) * width, (need + step - 1) / step * step);
-        k.resize(std::max(need, want));
-        v.resize(std::max(need, want));
-      }
-    }
-  };
+  using Slot = CpuKvSlot;
 
   float Softcap(float z) const {
     const float cap = *cfg_.final_logit_softcapping;
@@ -180,9 +160,10 @@ class CpuFastBackend : public Backend {
   // Rows per task: enough tasks to balance the pool, whole register tiles, not too small; one task
   // for work too small to amortize a hand-off.
   // Decode: two row ranges per thread. Each task streams its rows with a software prefetch that
-  // restarts cold at the task's start, so few long ranges beat many short ones (kernel_bench decode:
-  // 17.9 vs 19.2 ms for all linears on 2 threads with 4 vs 16 tasks; decode ITL ~22.9 vs ~24.2 ms);
-  // two per thread beat one and three (and keep some balancing when a thread is preempted).
+  // restarts cold at the task's start, so few long ranges beat many short ones (kernel_bench
+  // decode: 17.9 vs 19.2 ms for all linears on 2 threads with 4 vs 16 tasks; decode ITL ~22.9 vs
+  // ~24.2 ms); two per thread beat one and three (and keep some balancing when a thread is
+  // preempted).
   int RowTile(int rows, int cols, int n) const {
     if (static_cast<int64_t>(rows) * cols * n < kMinParallelWork) return rows;
     const int tasks = pool_.size() * (n > 1 ? 4 : 2);
@@ -619,10 +600,10 @@ class CpuFastBackend : public Backend {
           const int clen = (V + used - 1) / used;
           pool_.Run(used, [&](int c, int) {
             const int b = c * clen, e = std::min(V, b + clen);
-            arg[c] = b < e ? b + fast::TableLookupArgmax(logits_.data() + b, e - b,
-                                                         model_.lm_head().out_scale,
-                                                         cap_table_.data())
-                           : -1;
+            arg[c] =
+                b < e ? b + fast::TableLookupArgmax(logits_.data() + b, e - b,
+                                                    model_.lm_head().out_scale, cap_table_.data())
+                      : -1;
           });
           int best = arg[0];
           for (int c = 1; c < used; ++c) {

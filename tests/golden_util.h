@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/model.h"
 
 namespace gemma {
@@ -77,6 +78,19 @@ inline bool IsSrqFlip(const Model& model, const float* ours, const float* ref, i
     flipped += k != 0;
   }
   return flipped <= V / 2;
+}
+
+// Greedy decoding through a backend: prefill `prompt`, then feed each argmax back, n tokens in all.
+inline std::vector<int32_t> GreedyDecode(Backend& b, const std::vector<int32_t>& prompt, size_t n) {
+  ForwardResult r;
+  b.Forward({.tokens = prompt, .mode = OutputMode::kArgmax}, &r);
+  std::vector<int32_t> got = {r.ids.back()};
+  while (got.size() < n) {
+    const int32_t tok = got.back();
+    b.Forward({.tokens = std::span<const int32_t>(&tok, 1), .mode = OutputMode::kArgmax}, &r);
+    got.push_back(r.ids.back());
+  }
+  return got;
 }
 
 // Names of the fixture directories that hold goldens.

@@ -54,16 +54,8 @@ TEST_P(ModelGolden, GreedyDecodeMatchesTransformers) {
   auto model = Model::Load(g.dir);
   for (size_t i = 0; i < g.prompts.size(); ++i) {
     auto backend = CreateCpuReferenceBackend(*model, {.capacity = 1024});
-    ForwardResult r;
-    backend->Forward({.tokens = g.prompts[i], .mode = OutputMode::kArgmax}, &r);
-    std::vector<int32_t> got = {r.ids.back()};
-    while (got.size() < g.greedy[i].size()) {
-      const int32_t tok = got.back();
-      backend->Forward({.tokens = std::span<const int32_t>(&tok, 1), .mode = OutputMode::kArgmax},
-                       &r);
-      got.push_back(r.ids.back());
-    }
-    EXPECT_EQ(got, g.greedy[i]) << GetParam() << " prompt " << i;
+    EXPECT_EQ(GreedyDecode(*backend, g.prompts[i], g.greedy[i].size()), g.greedy[i])
+        << GetParam() << " prompt " << i;
   }
 }
 

@@ -33,18 +33,6 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt) {
   if (!var) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine"; \
   static_assert(true)
 
-std::vector<int32_t> Greedy(Backend& b, const std::vector<int32_t>& prompt, size_t n) {
-  ForwardResult r;
-  b.Forward({.tokens = prompt, .mode = OutputMode::kArgmax}, &r);
-  std::vector<int32_t> got = {r.ids.back()};
-  while (got.size() < n) {
-    const int32_t tok = got.back();
-    b.Forward({.tokens = std::span<const int32_t>(&tok, 1), .mode = OutputMode::kArgmax}, &r);
-    got.push_back(r.ids.back());
-  }
-  return got;
-}
-
 class VulkanGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VulkanGolden, GreedyDecodeMatchesCpuAndTransformers) {
@@ -54,8 +42,8 @@ TEST_P(VulkanGolden, GreedyDecodeMatchesCpuAndTransformers) {
   for (size_t i = 0; i < g.prompts.size(); ++i) {
     auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 256});
     vk->Reset();
-    const auto ours = Greedy(*vk, g.prompts[i], g.greedy[i].size());
-    EXPECT_EQ(ours, Greedy(*cpu, g.prompts[i], g.greedy[i].size()))
+    const auto ours = GreedyDecode(*vk, g.prompts[i], g.greedy[i].size());
+    EXPECT_EQ(ours, GreedyDecode(*cpu, g.prompts[i], g.greedy[i].size()))
         << GetParam() << " prompt " << i;
     EXPECT_EQ(ours, g.greedy[i]) << GetParam() << " prompt " << i;
   }

@@ -62,6 +62,13 @@ constexpr int Offset() {
   return K == WeightKind::kQ2 ? 2 : K == WeightKind::kQ4 ? 8 : 128;
 }
 
+// acc += u (u8) x q (s8), 4 products per i32 lane. An asm statement with a read-write accumulator:
+// with the intrinsic, GCC copied every accumulator through another register and spilled some to
+// the stack on each iteration of the tile loops.
+HWY_INLINE void Dpbusd(__m512i& acc, __m512i u, __m512i q) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(q));
+}
+
 template <WeightKind K, int G, int T>
 GEMMA_VNNI HWY_INLINE void TileGroup(const __m512i* p, const int8_t* const* q, size_t qoff,
                                      __m512i (&acc)[kRows][T]) {
@@ -72,7 +79,7 @@ GEMMA_VNNI HWY_INLINE void TileGroup(const __m512i* p, const int8_t* const* q, s
   for (int t = 0; t < T; ++t) {
     const __m512i qv = _mm512_loadu_si512(q[t] + qoff + 64 * G);
 #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], u[r], qv);
+    for (int r = 0; r < kRows; ++r) Dpbusd(acc[r][t], u[r], qv);
   }
 }
 
@@ -144,20 +151,20 @@ GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const in
     const __m512i q0 = _mm512_loadu_si512(qb);
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r)
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], MaskInPlace<K, 0>(p[r]), q0);
+      Dpbusd(acc[r][0], MaskInPlace<K, 0>(p[r]), q0);
     if constexpr (G > 1) {
       const __m512i q1 = _mm512_loadu_si512(qb + 64);
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r)
-        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], MaskInPlace<K, 1>(p[r]), q1);
+        Dpbusd(acc[r][1], MaskInPlace<K, 1>(p[r]), q1);
     }
     if constexpr (G > 2) {
       const __m512i q2 = _mm512_loadu_si512(qb + 128);
       const __m512i q3 = _mm512_loadu_si512(qb + 192);
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
-        acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], MaskInPlace<K, 2>(p[r]), q2);
-        acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], MaskInPlace<K, 3>(p[r]), q3);
+        Dpbusd(acc[r][2], MaskInPlace<K, 2>(p[r]), q2);
+        Dpbusd(acc[r][3], MaskInPlace<K, 3>(p[r]), q3);
       }
     }
   }

@@ -111,6 +111,54 @@ GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int
     for (int t = 0; t < T; ++t) raw[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
 }
 
+// Per 128-bit block: [sum a, sum b, sum c, sum d] over that block's four lanes of each input.
+HWY_INLINE __m512i Hadd4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+// Prefill, 4 rows x 4 tokens: as Tile<K, 4>, but the 16 sums come back in one vector, lane 4t + r
+// (a transposed reduction: ~45 shuffles and adds instead of 16 horizontal sums of ~8 each; rows of
+// 1536 inputs are only 6-12 blocks long, so the reduction was a large part of a call). With
+// ahead > 0 it also prefetches the bytes `ahead` past each block read (the next run of rows).
+template <WeightKind K>
+GEMMA_VNNI HWY_NOINLINE __m512i Tile44(const uint8_t* const* w, int blocks, const int8_t* const* q,
+                                       size_t ahead) {
+  constexpr int BE = 64 * Groups<K>();
+  __m512i acc[kRows][kTokens];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm512_setzero_si512();
+  for (int b = 0; b < blocks; ++b) {
+    __m512i p[kRows];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
+    if (ahead) {
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w[r] + 64 * b + ahead), _MM_HINT_T0);
+    }
+    const size_t qoff = static_cast<size_t>(b) * BE;
+    TileGroup<K, 0, kTokens>(p, q, qoff, acc);
+    if constexpr (Groups<K>() > 1) TileGroup<K, 1, kTokens>(p, q, qoff, acc);
+    if constexpr (Groups<K>() > 2) {
+      TileGroup<K, 2, kTokens>(p, q, qoff, acc);
+      TileGroup<K, 3, kTokens>(p, q, qoff, acc);
+    }
+  }
+  __m512i v[kTokens];
+#pragma GCC unroll 16
+  for (int t = 0; t < kTokens; ++t) v[t] = Hadd4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+  const __m512i v01 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], 0x44),
+                                       _mm512_shuffle_i32x4(v[0], v[1], 0xEE));
+  const __m512i v23 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2], v[3], 0x44),
+                                       _mm512_shuffle_i32x4(v[2], v[3], 0xEE));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(v01, v23, 0x88),
+                          _mm512_shuffle_i32x4(v01, v23, 0xDD));
+}
+
 // Group g of packed bytes masked in place: its codes times 4^g (int2) or 16^g (int4).
 template <WeightKind K, int G>
 HWY_INLINE __m512i MaskInPlace(__m512i p) {
@@ -387,6 +435,29 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
           const uint8_t* w[kRows];
           for (int i = 0; i < kRows; ++i)
             w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+#if HWY_TARGET == HWY_AVX3_DL
+          if (tt == kTokens && rr == kRows && !tail) {
+            // The next run's rows are fetched during the first token tile of this one.
+            const size_t ahead =
+                t == t0 && end < r1 ? static_cast<size_t>(end - run) * lin.row_bytes : 0;
+            const __m512i sums = Tile44<K>(w, blocks, qt, ahead);
+            const __m512i qs = _mm512_permutexvar_epi32(
+                _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                _mm512_castsi128_si512(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum + t))));
+            const __m512i d =
+                _mm512_sub_epi32(sums, _mm512_mullo_epi32(qs, _mm512_set1_epi32(Offset<K>())));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[0][r - run]),
+                             _mm512_castsi512_si128(d));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[1][r - run]),
+                             _mm512_extracti32x4_epi32(d, 1));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[2][r - run]),
+                             _mm512_extracti32x4_epi32(d, 2));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[3][r - run]),
+                             _mm512_extracti32x4_epi32(d, 3));
+            continue;
+          }
+#endif
           int32_t raw[kRows][kTokens];
           if (tt == kTokens) {
             Tile<K, kTokens>(w, blocks, qt, raw);

@@ -13,6 +13,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/fast/fast_ops.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -462,7 +463,13 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
           if (tt == kTokens) {
             Tile<K, kTokens>(w, blocks, qt, raw);
           } else {
+#if HWY_TARGET == HWY_AVX3_DL
+            // A leftover token: the decode tile (codes masked in place, no shifts) is ~1.7x
+            // faster per token than Tile<K, 1> (its prefetch of the same bytes is harmless).
+            Tile1<K>(w, blocks, qt[0], raw, 0);
+#else
             Tile<K, 1>(w, blocks, qt, raw);
+#endif
           }
           for (int i = 0; i < rr; ++i) {
             for (int j = 0; j < tt; ++j) {
@@ -634,7 +641,8 @@ HWY_INLINE float ScalarWeight(const uint8_t* row, int i) {
 
 template <WeightKind K, int T>
 HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* const* x,
-                            double (&out)[kRows][kTokens]) {
+                            double (&out)[kRows][kTokens], size_t ahead) {
+  constexpr int kElemBytes = K == WeightKind::kF32 ? 4 : 2;
   const DF64 d64;
   const DF32H df;
   const int N = static_cast<int>(hn::Lanes(d64));
@@ -645,6 +653,11 @@ HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* cons
     for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(d64);
   int i = 0;
   for (; i + N <= cols; i += N) {
+    if ((i * kElemBytes) % 64 < N * kElemBytes) {
+      // Once per cache line: the same line of the rows `ahead` bytes further (as Tile1).
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) hwy::Prefetch(w[r] + static_cast<size_t>(i) * kElemBytes + ahead);
+    }
     hn::Vec<DF64> wv[kRows];
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) wv[r] = LoadAsF64<K>(w[r], i);
@@ -669,6 +682,10 @@ HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* cons
 template <WeightKind K>
 void DenseRowsK(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1, float* y,
                 size_t y_stride) {
+  // Prefetch distance in whole 4-row groups, as the quantized decode tile (bf16
+  // per_layer_model_projection, one token, kernel_bench decode: 2.1-2.2 -> 0.9 ms single-threaded).
+  const size_t group = kRows * lin.row_bytes;
+  const size_t ahead = std::max<size_t>(1, kPrefetchBytes / group) * group;
   for (int r = r0; r < r1; r += kRows) {
     const int rr = std::min(kRows, r1 - r);
     const uint8_t* w[kRows];
@@ -681,11 +698,11 @@ void DenseRowsK(const Linear& lin, const float* x, size_t x_stride, int n, int r
       if (n - t >= kTokens) {
         tt = kTokens;
         for (int i = 0; i < kTokens; ++i) xt[i] = x + (t + i) * x_stride;
-        DenseTile<K, kTokens>(w, lin.cols, xt, out);
+        DenseTile<K, kTokens>(w, lin.cols, xt, out, ahead);
       } else {
         tt = 1;
         xt[0] = x + t * x_stride;
-        DenseTile<K, 1>(w, lin.cols, xt, out);
+        DenseTile<K, 1>(w, lin.cols, xt, out, ahead);
       }
       for (int i = 0; i < rr; ++i)
         for (int j = 0; j < tt; ++j) y[(t + j) * y_stride + r + i] = static_cast<float>(out[i][j]);

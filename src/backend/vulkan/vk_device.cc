@@ -200,12 +200,69 @@ void Device::Init(const DeviceOptions& options) {
     int_dot_ = dot.shaderIntegerDotProduct == VK_TRUE;
     int_dot_accelerated_ = dp.integerDotProduct4x8BitPackedSignedAccelerated == VK_TRUE;
   }
+  std::vector<const char*> enable;
+  void* chain = nullptr;
   if (int_dot_) {
-    dot.pNext = nullptr;
-    dci.pNext = &dot;
-    dci.enabledExtensionCount = 1;
-    dci.ppEnabledExtensionNames = &kDotExt;
+    dot.pNext = chain;
+    chain = &dot;
+    enable.push_back(kDotExt);
   }
+  // Optional: matrix units for the prefill linears (VK_NV_cooperative_matrix with 16x16x16
+  // f16 x f16 -> f32 at subgroup scope, f16 arithmetic, the Vulkan memory model the extension's
+  // SPIR-V declares, 32-wide subgroups and 36 KiB of shared memory).
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV cm{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  VkPhysicalDeviceShaderFloat16Int8FeaturesKHR f16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES_KHR};
+  VkPhysicalDeviceVulkanMemoryModelFeaturesKHR mm{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+  auto has_ext = [&](const char* name) {
+    for (const VkExtensionProperties& e : exts)
+      if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+  };
+  if (has_ext(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) &&
+      has_ext(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME) &&
+      has_ext(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME) && subgroup_size_ == 32 &&
+      p2.properties.limits.maxComputeSharedMemorySize >= 36 * 1024) {
+    cm.pNext = &f16;
+    f16.pNext = &mm;
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &cm;
+    vkGetPhysicalDeviceFeatures2(phys_, &f2);
+    bool shape = false;
+    auto props_fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+        vkGetInstanceProcAddr(instance_, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+    if (props_fn) {
+      uint32_t n = 0;
+      props_fn(phys_, &n, nullptr);
+      std::vector<VkCooperativeMatrixPropertiesNV> props(
+          n, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+      props_fn(phys_, &n, props.data());
+      for (const VkCooperativeMatrixPropertiesNV& q : props) {
+        shape |= q.MSize == 16 && q.NSize == 16 && q.KSize == 16 &&
+                 q.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                 q.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                 q.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                 q.DType == VK_COMPONENT_TYPE_FLOAT32_NV && q.scope == VK_SCOPE_SUBGROUP_NV;
+      }
+    }
+    coop_matrix_ = shape && cm.cooperativeMatrix && f16.shaderFloat16 && mm.vulkanMemoryModel;
+  }
+  if (coop_matrix_) {
+    cm.cooperativeMatrixRobustBufferAccess = VK_FALSE;
+    mm.vulkanMemoryModelDeviceScope = VK_FALSE;
+    mm.vulkanMemoryModelAvailabilityVisibilityChains = VK_FALSE;
+    f16.shaderInt8 = VK_FALSE;
+    mm.pNext = chain;
+    chain = &cm;
+    enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    enable.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
+    enable.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
+  }
+  dci.pNext = chain;
+  dci.enabledExtensionCount = static_cast<uint32_t>(enable.size());
+  dci.ppEnabledExtensionNames = enable.data();
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   Check(vkCreateDevice(phys_, &dci, nullptr, &dev_), "vkCreateDevice");

@@ -60,6 +60,9 @@ class Device {
   // accelerated: the device reports the signed packed form as faster than emulation.
   bool int_dot() const { return int_dot_; }
   bool int_dot_accelerated() const { return int_dot_accelerated_; }
+  // VK_NV_cooperative_matrix (16x16x16 f16 -> f32, subgroup scope) with f16 arithmetic and the
+  // Vulkan memory model enabled: linear_cm.comp can run.
+  bool coop_matrix() const { return coop_matrix_; }
   float timestamp_period_ns() const { return ts_period_; }
   size_t committed_bytes(Pool pool) const { return committed_[static_cast<int>(pool)]; }
 
@@ -124,7 +127,7 @@ class Device {
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::string name_;
   uint32_t subgroup_size_ = 32;
-  bool int_dot_ = false, int_dot_accelerated_ = false;
+  bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false;
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   float ts_period_ = 1;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "backend/cache_window.h"
 #include "backend/cpu/reference_ops.h"
@@ -73,6 +75,11 @@ struct LinPush {
   uint32_t n, has_a, has_wa;  // residual-norm tail
   float scale, eps;
   float next_in_s;  // XQ 2
+  uint32_t xq_ld;   // linear_cm: uvec4 per token row of the quantized inputs
+};
+struct QuantPush {
+  uint32_t cols, x_stride, x_row0, ld;
+  float in_s;
 };
 struct NormPush {
   uint32_t n, has_t, has_a, has_wa;
@@ -201,13 +208,14 @@ class VulkanBackend : public Backend {
     s->dispatches_per_token = decode_dispatches_;
     s->barriers_per_token = decode_barriers_;
     s->rebuilds = rebuilds_;
-    s->kernels = std::string("prefill linears ") + (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") +
+    s->kernels = std::string("prefill linears ") + (coop_ ? "linear_cm (matrix units) + " : "") +
+                 (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") +
                  ", matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
                  (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
                  (xq_shared_ ? ", quantized input in shared" : ", quantized input global") +
                  ", lanes_k " + std::to_string(lanes_k_) + ", decode splits " +
                  std::to_string(splits_) + ", prefill attention " +
-                 (attn_tiled_ ? "tiled" : "per query") + (fuse_tails_ ? ", norm tails" : "");
+                 (attn_tiled_ ? "tiled" : attn_pf_ ? "subgroup per query" : "per query") + (fuse_tails_ ? ", norm tails" : "");
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
   // Bytes per second a compute shader reads from every resident weight buffer (the decode's
@@ -361,9 +369,16 @@ class VulkanBackend : public Backend {
     // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
     // the per-query kernel: off unless asked for.
     attn_tiled_ = EnvInt("GEMMA_VULKAN_ATTN_TILED", 0) != 0;
+    // Subgroup-per-query prefill attention (needs 32-wide subgroups).
+    // Opt-in: 35 ms per 512-token chunk on the H200 against 28 ms for the per-query kernel.
+    attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_ && EnvInt("GEMMA_VULKAN_ATTN_PF", 0) != 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
+    fill_threads_ = std::clamp(
+        EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
+        1, 8);
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
+    coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
                                       : EnvInt("GEMMA_VULKAN_SPLITS", dev_->is_cpu() ? 2 : 16);
 
@@ -469,6 +484,15 @@ class VulkanBackend : public Backend {
     counter_ = F(64);
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
+    xqc_ = {};
+    if (coop_) {
+      // Quantized inputs of the matrix-unit linears: kCoopSlots rotating slots of C tokens x the
+      // widest input (padded to 64 columns) in f16.
+      int max_cols = std::max({H, qw, imax, P});
+      coop_ld_max_ = static_cast<uint32_t>((max_cols + 63) / 64 * 8);
+      coop_slot_bytes_ = size_t(C) * coop_ld_max_ * 16;
+      xqc_ = Reserve(Pool::kDevice, coop_slot_bytes_ * kCoopSlots);
+    }
     // Host: inputs of a step and the readback.
     in_x0_off_ = 256;
     in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
@@ -513,7 +537,7 @@ class VulkanBackend : public Backend {
     }
     for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_}) {
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -592,6 +616,21 @@ class VulkanBackend : public Backend {
     return true;
   }
 
+  // Matrix units (linear_cm) take the SRQ integer path of int2/int4/int8 weights; int2/int4 sum in
+  // f32 without flushing, exact while max|w| * 128 * cols < 2^24 (int8 flushes every 512 columns).
+  bool UseCoop(const Linear& lin, const Linear* second) const {
+    if (!coop_) return false;
+    for (const Linear* l : {&lin, second}) {
+      if (!l) continue;
+      if (l->kind != WeightKind::kQ2 && l->kind != WeightKind::kQ4 && l->kind != WeightKind::kQ8)
+        return false;
+      if (!(l->in_scale > 0) || l->kind != lin.kind) return false;
+      const int64_t maxw = l->kind == WeightKind::kQ2 ? 2 : l->kind == WeightKind::kQ4 ? 8 : 0;
+      if (static_cast<int64_t>(l->cols) * maxw * 128 >= (1 << 24)) return false;
+    }
+    return true;
+  }
+
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
   void LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
@@ -667,7 +706,33 @@ class VulkanBackend : public Backend {
       }
       if (m >= kMatmulMinTokens) {
         // The tiled kernels have a fixed 256-invocation workgroup (no local-size constant).
-        if (UseRegisterTiled(lin)) {
+        if (UseCoop(lin, second ? second->src : nullptr)) {
+          // Inputs quantized once per weight set into rotating slots (a slot is rewritten only
+          // after at least one more barrier, so no reader of its previous contents is in flight).
+          const uint32_t ld = (d.cols + 63) / 64 * 8;
+          pc.xq_ld = ld;
+          if (i == 0) {
+            for (int set = 0; set < (second ? 2 : 1); ++set) {
+              const float in_s = set == 0 ? lin.in_scale : second->src->in_scale;
+              coop_slot_[set] = coop_next_;
+              coop_next_ = (coop_next_ + 1) % kCoopSlots;
+              QuantPush qp{static_cast<uint32_t>(d.cols), static_cast<uint32_t>(x_stride),
+                           static_cast<uint32_t>(x_row0), ld, in_s};
+              std::array<BufRange, vk::kBindings> qb{};
+              qb[2] = x;
+              qb[3] = CoopSlot(coop_slot_[set]);
+              Dispatch(rc, "srq_quant", {}, qb, &qp, sizeof(qp), (ld + 255) / 256, m, 1,
+                       /*local_size_constant=*/false);
+            }
+            Barrier(rc);
+          }
+          b[7] = CoopSlot(coop_slot_[0]);
+          b[8] = second ? CoopSlot(coop_slot_[1]) : b[7];
+          const uint32_t bn = second ? 64 : 128;
+          Dispatch(rc, second ? "linear_cmd" : "linear_cm", {KindCode(lin.kind), epi}, b, &pc,
+                   sizeof(pc), (m + bn - 1) / bn, (p.rows + 63) / 64, 1,
+                   /*local_size_constant=*/false);
+        } else if (UseRegisterTiled(lin)) {
           const uint32_t bn = second ? 64 : 128;
           Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
                    sizeof(pc), (m + bn - 1) / bn, (p.rows + 127) / 128, 1,
@@ -773,7 +838,12 @@ class VulkanBackend : public Backend {
         b[2] = slot.v.r;
         b[3] = po_.r;
         b[4] = pml_.r;
-        if (m >= kMatmulMinTokens && attn_tiled_) {
+        if (m >= kMatmulMinTokens && attn_pf_) {
+          // Prefill: a subgroup per (token, head), no splits to merge.
+          b[5] = attn_.r;
+          Dispatch(rc, "attention_pf", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, 1, false);
+          Barrier(rc);
+        } else if (m >= kMatmulMinTokens && attn_tiled_) {
           // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
           // same with the token count in place of the splits.
           AttnPush tp = pc;
@@ -940,7 +1010,16 @@ class VulkanBackend : public Backend {
     Buf xb = Reserve(Pool::kDevice, size_t(n) * lin.cols * 4);
     Buf yb = Reserve(Pool::kDevice, size_t(n) * lin.rows * 4);
     Buf host = Reserve(Pool::kHost, size_t(n) * lin.rows * 4);
+    // linear_cm's quantized-input slots are sized for a chunk; a test may pass more tokens.
+    Buf slots = coop_ ? Reserve(Pool::kDevice, size_t(n) * coop_ld_max_ * 16 * kCoopSlots) : Buf{};
     dev_->Commit();
+    const Buf saved_slots = xqc_;
+    const size_t saved_bytes = coop_slot_bytes_;
+    if (coop_) {
+      Resolve(slots);
+      xqc_ = slots;
+      coop_slot_bytes_ = size_t(n) * coop_ld_max_ * 16;
+    }
     UploadLinear(d);
     if (second) UploadLinear(d2);
     Resolve(xb);
@@ -955,6 +1034,8 @@ class VulkanBackend : public Backend {
     VkBufferCopy cp{yb.r.offset, host.r.offset, size_t(n) * lin.rows * 4};
     vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
     End(cb);
+    xqc_ = saved_slots;
+    coop_slot_bytes_ = saved_bytes;
     dev_->Submit(cb);
     const float* f = reinterpret_cast<const float*>(host.r.mapped);
     return std::vector<float>(f, f + size_t(n) * lin.rows);
@@ -1003,14 +1084,29 @@ class VulkanBackend : public Backend {
     const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), static_cast<uint32_t>(m), 0,
                               0};
     std::memcpy(in, step, sizeof(step));
-    for (int t = 0; t < m; ++t) {
-      const int32_t id = model_.EmbedId(tokens[t]);
-      ref::EmbeddingRow(model_.embed(), id,
-                        reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
-      if (LP > 0) {
-        ref::EmbeddingRow(model_.ple_embed(), id,
-                          reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
+    auto rows = [&](int t0, int t1) {
+      for (int t = t0; t < t1; ++t) {
+        const int32_t id = model_.EmbedId(tokens[t]);
+        ref::EmbeddingRow(model_.embed(), id,
+                          reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
+        if (LP > 0) {
+          ref::EmbeddingRow(model_.ple_embed(), id,
+                            reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
+        }
       }
+    };
+    // Prompt chunks: the rows (about 10,500 dequantized floats per token on E2B) on several host
+    // threads while the GPU waits for them; one-token steps stay on the caller.
+    const int threads = m >= 64 ? fill_threads_ : 1;
+    if (threads == 1) {
+      rows(0, m);
+    } else {
+      std::vector<std::thread> pool;
+      const int per = (m + threads - 1) / threads;
+      for (int i = 1; i < threads; ++i)
+        pool.emplace_back(rows, std::min(m, i * per), std::min(m, (i + 1) * per));
+      rows(0, std::min(m, per));
+      for (std::thread& th : pool) th.join();
     }
     if (mode == OutputMode::kSelect) {
       std::memcpy(in + in_mask_off_, allowed->data(), size_t((V + 31) / 32) * 4);
@@ -1093,6 +1189,17 @@ class VulkanBackend : public Backend {
   bool fuse_tails_ = true;   // one-token steps fold residual norms into the preceding linear
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
+  bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
+  int fill_threads_ = 1;     // host threads gathering a prompt chunk's embedding / PLE rows
+  bool attn_pf_ = false;     // prefill attention: attention_pf (a subgroup per query and head)
+  static constexpr int kCoopSlots = 4;
+  Buf xqc_;                  // linear_cm's quantized inputs, kCoopSlots slots
+  size_t coop_slot_bytes_ = 0;
+  uint32_t coop_ld_max_ = 0;
+  int coop_next_ = 0, coop_slot_[2] = {0, 0};
+  BufRange CoopSlot(int i) const {
+    return BufRange{xqc_.r.buf, xqc_.r.offset + coop_slot_bytes_ * i, coop_slot_bytes_, nullptr};
+  }
   int splits_ = 1;
   size_t weight_bytes_ = 0;
   std::vector<DevLayer> layers_;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <functional>
 
@@ -203,7 +204,7 @@ TEST(VulkanKernels, LinearMatchesReferenceForEveryKindAndTokenCount) {
     const Linear& lin = c.pick(*model);
     // Inputs spanning a few hundred SRQ steps, so quantization rounds and clamps.
     const float scale = lin.in_scale > 0 ? 200 * lin.in_scale : 1.0f;
-    for (int n : {1, 3, 8, 70}) {
+    for (int n : {1, 3, 8, 70, 200}) {
       const auto x = RandomInput(n, lin.cols, 7u * n + lin.rows, scale);
       std::vector<float> want(size_t(n) * lin.rows);
       ref::LinearForward(lin, x.data(), n, want.data());
@@ -228,7 +229,7 @@ TEST(VulkanKernels, GateUpEpilogueMatchesReference) {
   if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   for (int layer : {0, 5}) {  // int4 and int2 MLPs
     const LayerWeights& w = model->layer_weights()[layer];
-    for (int n : {1, 3, 9}) {
+    for (int n : {1, 3, 9, 70, 200}) {
       const auto x = RandomInput(n, w.gate.cols, 11u + n, 150 * w.gate.in_scale);
       std::vector<float> g(size_t(n) * w.gate.rows), u(g.size());
       ref::LinearForward(w.gate, x.data(), n, g.data());
@@ -281,20 +282,26 @@ namespace gemma {
 namespace {
 
 // Prefill chunks of 20 tokens: the tiled attention (three query tiles, the last one partial, the
-// sliding window crossing tiles; opt-in through GEMMA_VULKAN_ATTN_TILED) and the per-query one, and
-// the tiled linears, against the CPU reference.
+// sliding window crossing tiles; opt-in through GEMMA_VULKAN_ATTN_TILED), the subgroup-per-query one
+// (opt-in through GEMMA_VULKAN_ATTN_PF, 32-wide subgroups only) and the per-query one, and the tiled
+// linears, against the CPU reference.
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
-  for (const char* tiled : {"1", "0"}) {
-  SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled);
+  for (const char* knob : {"GEMMA_VULKAN_ATTN_TILED", "GEMMA_VULKAN_ATTN_PF", "none"}) {
+  SCOPED_TRACE(std::string("knob ") + knob);
+  const char* tiled = std::strcmp(knob, "GEMMA_VULKAN_ATTN_TILED") == 0 ? "1" : "0";
+  const char* pf = std::strcmp(knob, "GEMMA_VULKAN_ATTN_PF") == 0 ? "1" : "0";
   auto model = LoadFixture("tiny_dense_bf16");
   const int V = model->text().vocab_size;
   std::unique_ptr<Backend> vk;
   setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
+  setenv("GEMMA_VULKAN_ATTN_PF", pf, 1);
   try {
     vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});
     unsetenv("GEMMA_VULKAN_ATTN_TILED");
+    unsetenv("GEMMA_VULKAN_ATTN_PF");
   } catch (const Error& e) {
     unsetenv("GEMMA_VULKAN_ATTN_TILED");
+    unsetenv("GEMMA_VULKAN_ATTN_PF");
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   }

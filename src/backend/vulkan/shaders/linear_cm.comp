@@ -1,0 +1,249 @@
+#version 450
+// Prefill linears on matrix units (GL_NV_cooperative_matrix, 16x16x16 f16 -> f32), for the SRQ
+// integer path of int2 / int4 / int8 weights. A workgroup of 8 subgroups computes BM = 64 rows x BN
+// tokens (128, or 64 for the fused gate/up pair) over K tiles of 64 columns staged in shared memory
+// as f16: weights decoded from their packed codes with the 0x6400 exponent trick (1024 + code is an
+// exact f16, minus 1024 + offset); inputs come SRQ-quantized (int8 values as f16) from srq_quant.comp.
+// The next K tile's global words are loaded into registers before the current tile's products.
+// Exactness: every product is an integer (|w x| <= 2^14) and the matrix unit sums in f32; as long as
+// every partial sum stays below 2^24 no bit is lost (integers below 2^24 are exact in f32, and the
+// units align addends to the largest exponent). The host uses this kernel for int2/int4 only when
+// max|w| * 128 * cols < 2^24; int8 weights move the f32 sums into int32 every 8 K tiles (512
+// columns: |sum| <= 2^23). The result is the int32 dot product of linear.comp bit for bit, and the
+// epilogues are linear.comp's (0 store, 1 gelu(gate) * up, 2 softcap, 3 gelu * aux).
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+layout(constant_id = 1) const uint KIND = 4;
+layout(constant_id = 2) const uint EPI = 0;
+
+layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
+layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
+layout(std430, binding = 2) readonly buffer X { float x[]; };
+layout(std430, binding = 3) buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer W1 { uint w1[]; };
+layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
+layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
+layout(std430, binding = 7) readonly buffer XQ0 { uvec4 xq0[]; };
+layout(std430, binding = 8) readonly buffer XQ1 { uvec4 xq1[]; };
+
+layout(push_constant) uniform P {
+  uint rows, cols, wstride, x_stride, y_stride, y_off;
+  float in_s0, out_s0, in_s1, out_s1;
+  float cap;
+  uint aux_stride, aux_off, x_row0, ntok;
+  uint n, has_a, has_wa;
+  float scale, eps, next_in_s;
+  uint xq_ld;  // uvec4 per token row of xq0 / xq1
+} p;
+
+#ifndef MM_DUAL
+#define MM_DUAL 1
+#endif
+const uint DUAL = MM_DUAL;
+const uint BM = 64, BK = 64;
+const uint BN = DUAL == 1 ? 128 : 64;
+const uint SG_N = DUAL == 1 ? 2 : 1;  // 16-token tiles per subgroup (8 subgroups: 2 in M x 4 in N)
+const uint LD = BK / 8 + 1;           // uvec4 (8 halves) per staged row, padded against conflicts
+const uint A_SIZE = DUAL * BM * LD;   // weights [d][row][k]
+const uint B_SIZE = DUAL * BN * LD;   // inputs [d][token][k] (column-major K x N), per input scale
+const uint FLUSH = 8;                 // int8: K tiles per f32 partial sum
+shared uvec4 sm[A_SIZE + B_SIZE];
+
+#define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+uint ElemsPerWord() { return KIND == 3 ? 16 : KIND == 4 ? 8 : 4; }
+
+// Two codes as f16 (1024 + c0, 1024 + c1), minus the format's offset: exact small integers.
+uint PairToHalf(uint lo, uint hi, float16_t bias) {
+  const f16vec2 v = unpackFloat2x16(lo | (hi << 16) | 0x64006400u) - f16vec2(bias);
+  return packFloat2x16(v);
+}
+
+// 8 consecutive weights (starting at code j of word w, or of the word pair w / w2 for int8).
+uvec4 Decode8(uint w, uint w2, uint j) {
+  uvec4 r;
+  if (KIND == 4) {  // nibbles, offset binary (code - 8)
+    [[unroll]] for (uint i = 0; i < 4; ++i)
+      r[i] = PairToHalf((w >> (8 * i)) & 15u, (w >> (8 * i + 4)) & 15u, float16_t(1032.0));
+  } else if (KIND == 3) {  // crumbs, offset binary (code - 2), codes j .. j + 7
+    const uint s = w >> (2 * j);
+    [[unroll]] for (uint i = 0; i < 4; ++i)
+      r[i] = PairToHalf((s >> (4 * i)) & 3u, (s >> (4 * i + 2)) & 3u, float16_t(1026.0));
+  } else {  // int8 two's complement: (b ^ 0x80) = b + 128
+    const uint a = w ^ 0x80808080u, b = w2 ^ 0x80808080u;
+    r[0] = PairToHalf(a & 255u, (a >> 8) & 255u, float16_t(1152.0));
+    r[1] = PairToHalf((a >> 16) & 255u, a >> 24, float16_t(1152.0));
+    r[2] = PairToHalf(b & 255u, (b >> 8) & 255u, float16_t(1152.0));
+    r[3] = PairToHalf((b >> 16) & 255u, b >> 24, float16_t(1152.0));
+  }
+  return r;
+}
+
+uint LoadW(uint d, uint row, uint wi) {
+  if (row >= p.rows || wi >= p.wstride) return KIND == 5 ? 0u : KIND == 4 ? 0x88888888u : 0xAAAAAAAAu;
+  return d == 0 ? w0[row * p.wstride + wi] : w1[row * p.wstride + wi];
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint sg = gl_SubgroupID;
+  const uint sg_m = sg % 2, sg_n = sg / 2;
+  const uint t0 = gl_WorkGroupID.x * BN, r0 = gl_WorkGroupID.y * BM;
+  const float in_s[2] = float[2](p.in_s0, p.in_s1);
+  const uint epw = ElemsPerWord();
+
+  F32M acc[DUAL][2][SG_N];
+  [[unroll]] for (uint d = 0; d < DUAL; ++d)
+    [[unroll]] for (uint i = 0; i < 2; ++i)
+      [[unroll]] for (uint j = 0; j < SG_N; ++j) acc[d][i][j] = F32M(0.0);
+  // int8: exact running sums per element of the accumulators (16x16 / 32 = 8 per invocation).
+  int tot[DUAL][2][SG_N][8];
+  if (KIND == 5) {
+    [[unroll]] for (uint d = 0; d < DUAL; ++d)
+      [[unroll]] for (uint i = 0; i < 2; ++i)
+        [[unroll]] for (uint j = 0; j < SG_N; ++j)
+          [[unroll]] for (uint e = 0; e < 8; ++e) tot[d][i][j][e] = 0;
+  }
+
+  const uint ktiles = (p.cols + BK - 1) / BK;
+  // Registers for one K tile: per weight set two groups of 8 codes (int8: two words each) and
+  // BN / 32 input vectors.
+  uint wr[DUAL][2][2];
+  uvec4 xr[DUAL][BN / 32];
+  // Loads K tile kt into the registers.
+#define LOAD_TILE(kt)                                                                  \
+  {                                                                                    \
+    const uint k0_ = (kt) * BK;                                                        \
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {                                       \
+      [[unroll]] for (uint u = 0; u < 2; ++u) {                                        \
+        const uint i = tid + 256 * u;                                                  \
+        const uint row = r0 + i / 8, c = k0_ + 8 * (i % 8);                            \
+        wr[d][u][0] = LoadW(d, row, KIND == 4 ? c / 8 : KIND == 3 ? c / 16 : c / 4);   \
+        wr[d][u][1] = KIND == 5 ? LoadW(d, row, c / 4 + 1) : 0u;                       \
+      }                                                                                \
+      [[unroll]] for (uint u = 0; u < BN / 32; ++u) {                                  \
+        const uint i = tid + 256 * u;                                                  \
+        const uint t = t0 + i / 8;                                                     \
+        const uint xi = t * p.xq_ld + k0_ / 8 + i % 8;                                 \
+        xr[d][u] = t < p.ntok ? (d == 0 ? xq0[xi] : xq1[xi]) : uvec4(0);               \
+      }                                                                                \
+    }                                                                                  \
+  }
+  LOAD_TILE(0);
+  for (uint kt = 0; kt < ktiles; ++kt) {
+    const uint k0 = kt * BK;
+    // Registers -> shared: weights decoded (columns past the end zeroed), inputs as loaded.
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+      [[unroll]] for (uint u = 0; u < 2; ++u) {
+        const uint i = tid + 256 * u;
+        const uint rr = i / 8, g = i % 8;
+        const uint c = k0 + 8 * g;  // first column of the group
+        uvec4 h = uvec4(0);
+        if (c < p.cols) {
+          h = Decode8(wr[d][u][0], wr[d][u][1], KIND == 3 ? c % 16 : 0u);
+          if (c + 8 > p.cols) {
+            [[unroll]] for (uint q = 0; q < 4; ++q) {
+              if (c + 2 * q >= p.cols) h[q] = 0u;
+              else if (c + 2 * q + 1 >= p.cols) h[q] &= 0xFFFFu;
+            }
+          }
+        }
+        sm[(d * BM + rr) * LD + g] = h;
+      }
+      [[unroll]] for (uint u = 0; u < BN / 32; ++u) {
+        const uint i = tid + 256 * u;
+        sm[A_SIZE + (d * BN + i / 8) * LD + i % 8] = xr[d][u];
+      }
+    }
+    barrier();
+    if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
+    [[unroll]] for (uint ks = 0; ks < BK / 16; ++ks) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        F16M b[SG_N];
+        [[unroll]] for (uint j = 0; j < SG_N; ++j)
+          coopMatLoadNV(b[j], sm, A_SIZE + (d * BN + sg_n * SG_N * 16 + 16 * j) * LD + 2 * ks, LD,
+                        true);
+        [[unroll]] for (uint i = 0; i < 2; ++i) {
+          F16M a;
+          coopMatLoadNV(a, sm, (d * BM + sg_m * 32 + 16 * i) * LD + 2 * ks, LD, false);
+          [[unroll]] for (uint j = 0; j < SG_N; ++j) acc[d][i][j] = coopMatMulAddNV(a, b[j], acc[d][i][j]);
+        }
+      }
+    }
+    if (KIND == 5 && ((kt % FLUSH) == FLUSH - 1 || kt + 1 == ktiles)) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d)
+        [[unroll]] for (uint i = 0; i < 2; ++i)
+          [[unroll]] for (uint j = 0; j < SG_N; ++j) {
+            [[unroll]] for (uint e = 0; e < 8; ++e) {
+              if (e < acc[d][i][j].length()) tot[d][i][j][e] += int(acc[d][i][j][e]);
+            }
+            acc[d][i][j] = F32M(0.0);
+          }
+    }
+    barrier();
+  }
+
+  // Epilogue, one 16 x 16 tile at a time through the subgroup's scratch (column-major: lanes take
+  // consecutive rows). int8 tiles go through scratch as two exact f32 halves (sum >> 12, sum & 4095).
+  const uint lane = gl_SubgroupInvocationID;
+  const uint scratch = sg * 2 * 64;  // 2 x 256 floats per subgroup
+  const float out_s[2] = float[2](p.out_s0, p.out_s1);
+  [[unroll]] for (uint i = 0; i < 2; ++i) {
+    [[unroll]] for (uint j = 0; j < SG_N; ++j) {
+      int vi[DUAL][8];
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        if (KIND == 5) {
+          F32M hi = acc[d][i][j], lo = acc[d][i][j];
+          [[unroll]] for (uint e = 0; e < 8; ++e) {
+            if (e < hi.length()) {
+              hi[e] = float(tot[d][i][j][e] >> 12);
+              lo[e] = float(tot[d][i][j][e] & 4095);
+            }
+          }
+          coopMatStoreNV(hi, sm, scratch, 4, true);
+          coopMatStoreNV(lo, sm, scratch + 64, 4, true);
+        } else {
+          coopMatStoreNV(acc[d][i][j], sm, scratch, 4, true);
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        [[unroll]] for (uint e = 0; e < 8; ++e) {
+          const uint f = lane + 32 * e;  // float index: token (f / 16) x 16 + row (f % 16)
+          const float v0 = uintBitsToFloat(sm[scratch + f / 4][f % 4]);
+          if (KIND == 5) {
+            const float v1 = uintBitsToFloat(sm[scratch + 64 + f / 4][f % 4]);
+            vi[d][e] = int(v0) * 4096 + int(v1);
+          } else {
+            vi[d][e] = int(v0);
+          }
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+      }
+      [[unroll]] for (uint e = 0; e < 8; ++e) {
+        const uint f = lane + 32 * e;
+        const uint row = r0 + sg_m * 32 + 16 * i + f % 16;
+        const uint t = t0 + sg_n * SG_N * 16 + 16 * j + f / 16;
+        if (row >= p.rows || t >= p.ntok) continue;
+        float v[2];
+        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+          const float rs = d == 0 ? s0[row] : s1[row];
+          float r = float(double(vi[d][e]) * double(in_s[d]) * double(rs));
+          if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
+          v[d] = r;
+        }
+        float outv = v[0];
+        if (EPI == 1) outv = GeluTanh(v[0]) * v[DUAL - 1];
+        if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
+        if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+        y[t * p.y_stride + p.y_off + row] = outv;
+      }
+    }
+  }
+}

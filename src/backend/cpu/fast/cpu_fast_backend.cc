@@ -103,6 +103,7 @@ class CpuFastBackend : public Backend {
                           &hnorm_, &rope_cos_, &rope_sin_})
       b += v->capacity() * sizeof(float);
     for (int i = 0; i < kMaxJobs; ++i) b += qa_[i].capacity() + qsum_[i].capacity() * 4;
+    b += levels_.capacity();
     for (const auto& s : scores_) b += s.capacity() * sizeof(double);
     return b;
   }
@@ -155,6 +156,7 @@ class CpuFastBackend : public Backend {
     Grow(rope_sin_, M * (cfg_.head_dim / 2 + cfg_.global_head_dim / 2));
     Grow(hnorm_, static_cast<size_t>(H));
     Grow(logits_, static_cast<size_t>(cfg_.vocab_size));
+    Grow(levels_, static_cast<size_t>(cfg_.vocab_size));
   }
 
   // Rows per task: enough tasks to balance the pool, whole register tiles, not too small; one task
@@ -588,6 +590,49 @@ class CpuFastBackend : public Backend {
     return best;
   }
 
+  // kSelect with a softcap table: the reference's result (lowest allowed id with the largest
+  // capped logit, log-softmax in f64 summed in id order) with the capped logits' levels kept, so
+  // the 262,144 exps are 256 (every capped logit is a table value) and the capping, maximum and
+  // allowed argmax run in chunks on the pool; only the f64 sum stays sequential.
+  void SelectByLevels(const ForwardRequest& req, ForwardResult* out) {
+    const int V = cfg_.vocab_size;
+    float* z = logits_.data();
+    uint8_t* lev = levels_.data();
+    const std::vector<uint64_t>& allowed = *req.allowed;
+    std::array<int, 64> arg{};
+    std::array<float, 64> cmax{};
+    const int used = std::min<int>(pool_.size() * 2, arg.size());
+    const int clen = (V + used - 1) / used / 64 * 64 + 64;  // whole mask words per chunk
+    pool_.Run(used, [&](int c, int) {
+      const int b = std::min(V, c * clen), e = std::min(V, b + clen);
+      fast::TableLookupLevels(z + b, e - b, model_.lm_head().out_scale, cap_table_.data(),
+                              lev + b);
+      float mx = -std::numeric_limits<float>::infinity();
+      int best = -1;
+      for (int i = b; i < e; ++i) {
+        mx = std::max(mx, z[i]);
+        if ((allowed[i >> 6] >> (i & 63)) & 1) {
+          if (best < 0 || z[i] > z[best]) best = i;
+        }
+      }
+      cmax[c] = mx;
+      arg[c] = best;
+    });
+    int best = -1;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int c = 0; c < used; ++c) {
+      mx = std::max(mx, static_cast<double>(cmax[c]));
+      if (arg[c] >= 0 && (best < 0 || z[arg[c]] > z[best])) best = arg[c];
+    }
+    if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
+    std::array<double, 256> e{};
+    for (int k = 0; k < 256; ++k) e[k] = std::exp(static_cast<double>(cap_table_[k]) - mx);
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += e[lev[i]];
+    out->ids.push_back(best);
+    out->logprobs.push_back(static_cast<float>(z[best] - mx - std::log(sum)));
+  }
+
   void Emit(const ForwardRequest& req, ForwardResult* out) {
     const int V = cfg_.vocab_size;
     switch (req.mode) {
@@ -619,6 +664,10 @@ class CpuFastBackend : public Backend {
         out->logits.insert(out->logits.end(), logits_.begin(), logits_.begin() + V);
         break;
       case OutputMode::kSelect: {
+        if (!cap_table_.empty()) {
+          SelectByLevels(req, out);
+          break;
+        }
         CapAll();
         int best = -1;
         double mx = -std::numeric_limits<double>::infinity();
@@ -655,6 +704,7 @@ class CpuFastBackend : public Backend {
   // Scratch, grown on demand and reused.
   std::vector<float> x_, a_, tmp_, q_, k_, v_, attn_, g_, u_, ple_, ple_tok_, gp_, logits_, hnorm_;
   std::vector<float> rope_cos_, rope_sin_;
+  std::vector<uint8_t> levels_;  // kSelect: table index of each capped logit
   std::vector<int8_t> qa_[kMaxJobs];  // quantized activations, one buffer per job slot
   std::vector<int32_t> qsum_[kMaxJobs];
   std::vector<std::vector<double>> scores_, acc_, qd_;  // per thread

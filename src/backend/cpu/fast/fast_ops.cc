@@ -934,6 +934,24 @@ void TableLookupMul(const float* x, int n, float s, const float* table, const fl
   }
 }
 
+void TableLookupLevels(float* x, int n, float s, const float* table, uint8_t* level) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    const auto k = LevelIndex(df, hn::LoadU(df, x + i), vs);
+    hn::StoreU(hn::GatherIndex(df, table, k), df, x + i);
+    hn::StoreU(hn::DemoteTo(du8, k), du8, level + i);
+  }
+  for (; i < n; ++i) {
+    const int k = ScalarLevelIndex(x[i], s);
+    x[i] = table[k];
+    level[i] = static_cast<uint8_t>(k);
+  }
+}
+
 int TableLookupArgmax(float* x, int n, float s, const float* table) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
@@ -1001,6 +1019,7 @@ HWY_EXPORT(ScaleF32);
 HWY_EXPORT(Target);
 HWY_EXPORT(XorReduce);
 HWY_EXPORT(TableLookupMul);
+HWY_EXPORT(TableLookupLevels);
 HWY_EXPORT(TableLookupArgmax);
 
 int BlockElems(WeightKind kind) {
@@ -1078,6 +1097,9 @@ uint64_t XorReduce(const uint8_t* p, size_t bytes) {
 }
 void TableLookupMul(const float* x, int n, float s, const float* table, const float* m, float* y) {
   HWY_DYNAMIC_DISPATCH(TableLookupMul)(x, n, s, table, m, y);
+}
+void TableLookupLevels(float* x, int n, float s, const float* table, uint8_t* level) {
+  HWY_DYNAMIC_DISPATCH(TableLookupLevels)(x, n, s, table, level);
 }
 int TableLookupArgmax(float* x, int n, float s, const float* table) {
   return HWY_DYNAMIC_DISPATCH(TableLookupArgmax)(x, n, s, table);

@@ -80,6 +80,8 @@ void ScaleF32(float s, int n, float* x);
 // so results equal the scalar lookup bit for bit.
 // y[i] = table[k(x[i]) + 128] * m[i] (GELU of a gate times up); m = nullptr: no multiply.
 void TableLookupMul(const float* x, int n, float s, const float* table, const float* m, float* y);
+// x[i] = table[k(x[i]) + 128] in place and level[i] = k(x[i]) + 128.
+void TableLookupLevels(float* x, int n, float s, const float* table, uint8_t* level);
 // x[i] = table[k(x[i]) + 128] in place; returns the lowest index of the largest result.
 int TableLookupArgmax(float* x, int n, float s, const float* table);
 

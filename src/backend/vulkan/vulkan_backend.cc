@@ -215,7 +215,10 @@ class VulkanBackend : public Backend {
                  (xq_shared_ ? ", quantized input in shared" : ", quantized input global") +
                  ", lanes_k " + std::to_string(lanes_k_) + ", decode splits " +
                  std::to_string(splits_) + ", prefill attention " +
-                 (attn_tiled_ ? "tiled" : attn_pf_ ? "subgroup per query" : "per query") + (fuse_tails_ ? ", norm tails" : "");
+                 (attn_tiled_        ? "tiled"
+                  : attn_pf_ == 2 ? "subgroup per query, f32 dots"
+                  : attn_pf_ == 1 ? "subgroup per query"
+                                  : "per query") + (fuse_tails_ ? ", norm tails" : "");
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
   // Bytes per second a compute shader reads from every resident weight buffer (the decode's
@@ -370,8 +373,10 @@ class VulkanBackend : public Backend {
     // the per-query kernel: off unless asked for.
     attn_tiled_ = EnvInt("GEMMA_VULKAN_ATTN_TILED", 0) != 0;
     // Subgroup-per-query prefill attention (needs 32-wide subgroups).
-    // Opt-in: 35 ms per 512-token chunk on the H200 against 28 ms for the per-query kernel.
-    attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_ && EnvInt("GEMMA_VULKAN_ATTN_PF", 0) != 0;
+    // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products.
+    attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_
+                   ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 2), 0, 2)
+                   : 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
     fill_threads_ = std::clamp(
         EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
@@ -841,7 +846,8 @@ class VulkanBackend : public Backend {
         if (m >= kMatmulMinTokens && attn_pf_) {
           // Prefill: a subgroup per (token, head), no splits to merge.
           b[5] = attn_.r;
-          Dispatch(rc, "attention_pf", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, 1, false);
+          Dispatch(rc, attn_pf_ == 2 ? "attention_pf32" : "attention_pf", {}, b, &pc, sizeof(pc),
+                   (nh + 3) / 4, m, 1, false);
           Barrier(rc);
         } else if (m >= kMatmulMinTokens && attn_tiled_) {
           // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
@@ -1191,7 +1197,7 @@ class VulkanBackend : public Backend {
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   int fill_threads_ = 1;     // host threads gathering a prompt chunk's embedding / PLE rows
-  bool attn_pf_ = false;     // prefill attention: attention_pf (a subgroup per query and head)
+  int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots
   static constexpr int kCoopSlots = 4;
   Buf xqc_;                  // linear_cm's quantized inputs, kCoopSlots slots
   size_t coop_slot_bytes_ = 0;

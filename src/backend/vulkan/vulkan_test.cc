@@ -5,6 +5,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <functional>
+#include <utility>
 
 #include "backend/cpu/reference_ops.h"
 #include "backend/vulkan/vulkan_backend.h"
@@ -283,13 +284,13 @@ namespace {
 
 // Prefill chunks of 20 tokens: the tiled attention (three query tiles, the last one partial, the
 // sliding window crossing tiles; opt-in through GEMMA_VULKAN_ATTN_TILED), the subgroup-per-query one
-// (opt-in through GEMMA_VULKAN_ATTN_PF, 32-wide subgroups only) and the per-query one, and the tiled
+// (GEMMA_VULKAN_ATTN_PF 1 double, 2 f32 dot products; 32-wide subgroups only) and the per-query one
+// (GEMMA_VULKAN_ATTN_PF=0), and the tiled
 // linears, against the CPU reference.
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
-  for (const char* knob : {"GEMMA_VULKAN_ATTN_TILED", "GEMMA_VULKAN_ATTN_PF", "none"}) {
-  SCOPED_TRACE(std::string("knob ") + knob);
-  const char* tiled = std::strcmp(knob, "GEMMA_VULKAN_ATTN_TILED") == 0 ? "1" : "0";
-  const char* pf = std::strcmp(knob, "GEMMA_VULKAN_ATTN_PF") == 0 ? "1" : "0";
+  const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"}, {"0", "0"}};
+  for (const auto& [tiled, pf] : knobs) {
+  SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf);
   auto model = LoadFixture("tiny_dense_bf16");
   const int V = model->text().vocab_size;
   std::unique_ptr<Backend> vk;

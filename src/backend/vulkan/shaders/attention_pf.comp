@@ -6,6 +6,11 @@
 // lane k keeps key k's score, the block's max / exp / sum are one subgroup operation each (online
 // softmax in double across blocks), then the V rows are weighted. The result is attn_combine's for
 // one split: o = float(sum_j e^(s_j - m) V_j / sum_j e^(s_j - m)). Needs 32-wide subgroups.
+// Built twice: with doubles as above (attention_pf), and with -DPF_F32=1 (attention_pf32), where
+// the O(hd) work (dot products, their subgroup sums, the weighted V sums) is f32 FMAs as in
+// transformers' eager attention, and only the per-block softmax (max, exp, sum) stays double.
+// (Staging each K/V block in shared memory for the 8 heads of a KV head measured slower: 41 ms
+// per 512-token chunk against 32 ms; the double conversions and FMAs bound it, not L2.)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -22,8 +27,24 @@ layout(push_constant) uniform P {
   uint q_stride;  // also the output's row stride
 } p;
 
+#ifndef PF_F32
+#define PF_F32 0
+#endif
+#if PF_F32
+#define REAL float
+#define TOREAL(x) (x)
+#else
+#define REAL double
+#define TOREAL(x) double(x)
+#endif
 const uint HPW = 4;   // heads (subgroups) per workgroup
 const uint MAXD = 16; // dims per lane (hd <= 512)
+
+// Ring slot of key b + k (k < 32) given rb = b % ring.
+uint RingSlot(uint rb, uint k) {
+  const uint r = rb + k;
+  return p.ring >= 32 ? (r >= p.ring ? r - p.ring : r) : r % p.ring;
+}
 
 void main() {
   const uint lane = gl_SubgroupInvocationID;
@@ -34,33 +55,34 @@ void main() {
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
   const uint kvh = h / (p.nh / p.nkv);
   const uint width = p.nkv * hd;
-  double qv[MAXD];  // converted once
-  double acc[MAXD];
+  REAL qv[MAXD];  // converted once
+  REAL acc[MAXD];
   [[unroll]] for (uint i = 0; i < MAXD; ++i) {
     const uint d = lane + 32 * i;
-    qv[i] = i < nd && d < hd ? double(q[t * p.q_stride + h * hd + d]) : 0.0LF;
-    acc[i] = 0.0LF;
+    qv[i] = i < nd && d < hd ? TOREAL(q[t * p.q_stride + h * hd + d]) : REAL(0);
+    acc[i] = REAL(0);
   }
   const double kNegInf = -1.0LF / 0.0LF;
   double m = kNegInf, l = 0.0LF;
   for (uint b = first; b <= pos; b += 32) {
     const uint nb = min(32u, pos + 1 - b);
+    const uint rb = b % p.ring;  // ring slot of key b (one division per block, not per key)
     double mine = kNegInf;
     // Scores, four keys at a time (independent loads and reductions).
     for (uint k0 = 0; k0 < nb; k0 += 4) {
-      double s[4];
+      REAL s[4];
       [[unroll]] for (uint u = 0; u < 4; ++u) {
-        s[u] = 0.0LF;
+        s[u] = REAL(0);
         if (k0 + u < nb) {
-          const uint kb = ((b + k0 + u) % p.ring) * width + kvh * hd;
+          const uint kb = RingSlot(rb, k0 + u) * width + kvh * hd;
           [[unroll]] for (uint i = 0; i < MAXD; ++i) {
             const uint d = lane + 32 * i;
-            if (i < nd && d < hd) s[u] = fma(qv[i], double(kc[kb + d]), s[u]);
+            if (i < nd && d < hd) s[u] = fma(qv[i], TOREAL(kc[kb + d]), s[u]);
           }
         }
       }
       [[unroll]] for (uint u = 0; u < 4; ++u) {
-        const double su = subgroupAdd(s[u]);
+        const double su = double(subgroupAdd(s[u]));
         if (lane == k0 + u) mine = su;
       }
     }
@@ -69,15 +91,15 @@ void main() {
     const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
     l = l * corr + subgroupAdd(pj);
     m = mn;
-    [[unroll]] for (uint i = 0; i < MAXD; ++i) acc[i] *= corr;
+    [[unroll]] for (uint i = 0; i < MAXD; ++i) acc[i] *= REAL(corr);
     for (uint k0 = 0; k0 < nb; k0 += 4) {
       [[unroll]] for (uint u = 0; u < 4; ++u) {
-        const double w = subgroupShuffle(pj, k0 + u);
+        const REAL w = REAL(subgroupShuffle(pj, k0 + u));
         if (k0 + u < nb) {
-          const uint vb = ((b + k0 + u) % p.ring) * width + kvh * hd;
+          const uint vb = RingSlot(rb, k0 + u) * width + kvh * hd;
           [[unroll]] for (uint i = 0; i < MAXD; ++i) {
             const uint d = lane + 32 * i;
-            if (i < nd && d < hd) acc[i] = fma(w, double(vc[vb + d]), acc[i]);
+            if (i < nd && d < hd) acc[i] = fma(w, TOREAL(vc[vb + d]), acc[i]);
           }
         }
       }
@@ -85,6 +107,6 @@ void main() {
   }
   [[unroll]] for (uint i = 0; i < MAXD; ++i) {
     const uint d = lane + 32 * i;
-    if (i < nd && d < hd) o[t * p.q_stride + h * hd + d] = float(acc[i] / l);
+    if (i < nd && d < hd) o[t * p.q_stride + h * hd + d] = float(double(acc[i]) / l);
   }
 }

@@ -764,7 +764,40 @@ void QueryKeyDotsN(const double* q, int hd, const float* k, size_t k_stride, int
   const DF32H df;
   const int N = static_cast<int>(hn::Lanes(d64));
   const int full = hd / N * N;
-  for (int j = 0; j < nk; ++j) {
+  // KJ keys per pass (each query load feeds KJ FMAs); every (head, key) sum keeps its lanes, order
+  // and reduction, so results do not depend on KJ.
+  constexpr int KJ = NQ <= 4 ? 4 : 2;
+  int j = 0;
+  for (; j + KJ <= nk; j += KJ) {
+    hn::Vec<DF64> acc[KJ][NQ];
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KJ; ++kk)
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) acc[kk][h] = hn::Zero(d64);
+    for (int i = 0; i < full; i += N) {
+      hn::Vec<DF64> kv[KJ];
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KJ; ++kk)
+        kv[kk] = hn::PromoteTo(d64, hn::LoadU(df, k + (j + kk) * k_stride + i));
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) {
+        const auto qv = hn::LoadU(d64, q + h * hd + i);
+#pragma GCC unroll 16
+        for (int kk = 0; kk < KJ; ++kk) acc[kk][h] = hn::MulAdd(qv, kv[kk], acc[kk][h]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KJ; ++kk) {
+      const float* kj = k + (j + kk) * k_stride;
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) {
+        double s = hn::GetLane(hn::SumOfLanes(d64, acc[kk][h]));
+        for (int i = full; i < hd; ++i) s += q[h * hd + i] * static_cast<double>(kj[i]);
+        out[h * ld + j + kk] = s;
+      }
+    }
+  }
+  for (; j < nk; ++j) {
     const float* kj = k + j * k_stride;
     hn::Vec<DF64> acc[NQ];
 #pragma GCC unroll 16
@@ -812,7 +845,33 @@ void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride
   const DF32H df;
   const int N = static_cast<int>(hn::Lanes(d64));
   const int full = hd / N * N;
-  for (int i = 0; i < full; i += N) {
+  int i = 0;
+  // Two vectors of dimensions per pass over the keys (each broadcast weight feeds two FMAs); every
+  // accumulator still sums over keys in ascending order.
+  for (; i + 2 * N <= full; i += 2 * N) {
+    hn::Vec<DF64> a[NQ], b[NQ];
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) {
+      a[h] = hn::LoadU(d64, acc + h * hd + i);
+      b[h] = hn::LoadU(d64, acc + h * hd + i + N);
+    }
+    for (int j = 0; j < nk; ++j) {
+      const auto va = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i));
+      const auto vb = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i + N));
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) {
+        const auto ph = hn::Set(d64, p[h * ld + j]);
+        a[h] = hn::MulAdd(ph, va, a[h]);
+        b[h] = hn::MulAdd(ph, vb, b[h]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) {
+      hn::StoreU(a[h], d64, acc + h * hd + i);
+      hn::StoreU(b[h], d64, acc + h * hd + i + N);
+    }
+  }
+  for (; i < full; i += N) {
     hn::Vec<DF64> a[NQ];
 #pragma GCC unroll 16
     for (int h = 0; h < NQ; ++h) a[h] = hn::LoadU(d64, acc + h * hd + i);
@@ -824,7 +883,7 @@ void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride
 #pragma GCC unroll 16
     for (int h = 0; h < NQ; ++h) hn::StoreU(a[h], d64, acc + h * hd + i);
   }
-  for (int i = full; i < hd; ++i) {
+  for (i = full; i < hd; ++i) {
     for (int h = 0; h < NQ; ++h) {
       double a = acc[h * hd + i];
       for (int j = 0; j < nk; ++j) a += p[h * ld + j] * static_cast<double>(v[j * v_stride + i]);

@@ -8,6 +8,7 @@
 
 #include "backend/cache_window.h"
 #include "backend/cpu/fast/fast_ops.h"
+#include "backend/cpu/fast/weight_copy.h"
 #include "backend/cpu/reference_ops.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -50,7 +51,7 @@ void Grow(std::vector<T>& v, size_t n) {
 class CpuFastBackend : public Backend {
  public:
   CpuFastBackend(const Model& model, const BackendOptions& options, int threads)
-      : model_(model), cfg_(model.text()), pool_(threads) {
+      : model_(model), cfg_(model.text()), pool_(threads), weights_(model) {
     const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
     capacity_ = geo.capacity;
     slack_ = geo.slack;
@@ -105,6 +106,7 @@ class CpuFastBackend : public Backend {
     for (int i = 0; i < kMaxJobs; ++i) b += qa_[i].capacity() + qsum_[i].capacity() * 4;
     b += levels_.capacity();
     for (const auto& s : scores_) b += s.capacity() * sizeof(double);
+    b += weights_.bytes();
     return b;
   }
 
@@ -421,7 +423,7 @@ class CpuFastBackend : public Backend {
 
     if (P > 0) {
       const int LP = L * P;
-      RunLinear(model_.ple_model_proj(), x, m, ple_.data());
+      RunLinear(weights_.ple_model_proj(), x, m, ple_.data());
       const float proj_scale = model_.ple_model_proj_scale();
       const float in_scale = model_.ple_input_scale();
       const float* norm = model_.ple_proj_norm().data();
@@ -437,7 +439,8 @@ class CpuFastBackend : public Backend {
 
     for (int l = 0; l < L; ++l) {
       const LayerPlan& p = model_.layers()[l];
-      const LayerWeights& w = model_.layer_weights()[l];
+      const LayerWeights& w = model_.layer_weights()[l];  // norms, scalar
+      const fast::LayerLinears& lw = weights_.layers()[l];
       const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
       const int rope_off = p.type == LayerType::kSliding ? 0 : hs;
       ForTokens(m, [&](int t) {
@@ -446,9 +449,9 @@ class CpuFastBackend : public Backend {
       });
 
       if (p.kv_shared) {
-        RunLinear(w.q, a, m, q_.data());
+        RunLinear(lw.q, a, m, q_.data());
       } else {
-        RunLinears({{&w.q, a, q_.data()}, {&w.k, a, k_.data()}, {&w.v, a, v_.data()}}, m);
+        RunLinears({{&lw.q, a, q_.data()}, {&lw.k, a, k_.data()}, {&lw.v, a, v_.data()}}, m);
       }
       ForTokens(m, [&](int t) {
         const float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf) + rope_off];
@@ -477,7 +480,7 @@ class CpuFastBackend : public Backend {
       }
 
       Attention(p, slot, m, pos0);
-      RunLinear(w.o, attn_.data(), m, tmp);
+      RunLinear(lw.o, attn_.data(), m, tmp);
       ForTokens(m, [&](int t) {
         float* tt = tmp + static_cast<size_t>(t) * H;
         float* xt = x + static_cast<size_t>(t) * H;
@@ -488,7 +491,7 @@ class CpuFastBackend : public Backend {
       const int I = p.intermediate;
       float* g = g_.data();
       float* u = u_.data();
-      RunLinears({{&w.gate, a, g}, {&w.up, a, u}}, m);
+      RunLinears({{&lw.gate, a, g}, {&lw.up, a, u}}, m);
       const GeluTable& gelu = gelu_[l];
       ForTokens(m, [&](int t) {
         float* gt = g + static_cast<size_t>(t) * I;
@@ -499,7 +502,7 @@ class CpuFastBackend : public Backend {
           for (int i = 0; i < I; ++i) gt[i] = gelu(gt[i]) * ut[i];
         }
       });
-      RunLinear(w.down, g, m, tmp);
+      RunLinear(lw.down, g, m, tmp);
       ForTokens(m, [&](int t) {
         float* tt = tmp + static_cast<size_t>(t) * H;
         fast::RmsNorm(tt, H, w.post_ffn_norm.data(), eps, tt);
@@ -507,7 +510,7 @@ class CpuFastBackend : public Backend {
       });
       if (P > 0) {
         float* gp = gp_.data();
-        RunLinear(w.ple_gate, x, m, gp);
+        RunLinear(lw.ple_gate, x, m, gp);
         const GeluTable& gelu_ple = gelu_ple_[l];
         for (int t = 0; t < m; ++t) {
           const float* pl = &ple_[(static_cast<size_t>(t) * L + l) * P];
@@ -518,7 +521,7 @@ class CpuFastBackend : public Backend {
             for (int i = 0; i < P; ++i) gt[i] = gelu_ple(gt[i]) * pl[i];
           }
         }
-        RunLinear(w.ple_proj, gp, m, tmp);
+        RunLinear(lw.ple_proj, gp, m, tmp);
         ForTokens(m, [&](int t) {
           float* tt = tmp + static_cast<size_t>(t) * H;
           fast::RmsNorm(tt, H, w.post_ple_norm.data(), eps, tt);
@@ -535,7 +538,7 @@ class CpuFastBackend : public Backend {
     for (int t = first_out; t < m; ++t) {
       fast::RmsNorm(x + static_cast<size_t>(t) * H, H, model_.final_norm().data(), eps,
                     hnorm_.data());
-      RunLinear(model_.lm_head(), hnorm_.data(), 1, logits_.data());
+      RunLinear(weights_.lm_head(), hnorm_.data(), 1, logits_.data());
       Emit(req, out);
     }
   }
@@ -692,6 +695,7 @@ class CpuFastBackend : public Backend {
   const Model& model_;
   const TextConfig& cfg_;
   mutable ThreadPool pool_;
+  fast::WeightCopy weights_;  // the linears, copied into huge pages
   int capacity_ = 0;
   int slack_ = 0;
   int sliding_ring_ = 0;

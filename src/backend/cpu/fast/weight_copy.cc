@@ -1,0 +1,92 @@
+#include "backend/cpu/fast/weight_copy.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <string>
+
+#include "gemma/error.h"
+
+namespace gemma::fast {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+// Dense linears are copied only when small (E2B QAT: the 27.5 MB bf16 per_layer_model_projection);
+// a dense checkpoint's weights would double the process's memory for a compute-bound path.
+constexpr size_t kMaxDenseCopy = size_t{64} << 20;
+
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+bool Copied(const Linear& lin) {
+  if (!lin.data) return false;
+  return IsQuantized(lin.kind) || lin.row_bytes * lin.rows <= kMaxDenseCopy;
+}
+
+size_t CopyBytes(const Linear& lin) {
+  if (!Copied(lin)) return 0;
+  size_t b = Align64(lin.row_bytes * lin.rows);
+  if (IsQuantized(lin.kind) && lin.row_scale) b += Align64(sizeof(float) * lin.rows);
+  return b;
+}
+
+template <class Fn>
+void ForEachLinear(const Model& model, Fn&& fn) {
+  for (const LayerWeights& w : model.layer_weights()) {
+    for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate,
+                            &w.ple_proj})
+      fn(*l);
+  }
+  fn(model.lm_head());
+  fn(model.ple_model_proj());
+}
+
+}  // namespace
+
+WeightCopy::WeightCopy(const Model& model) {
+  ForEachLinear(model, [&](const Linear& l) { size_ += CopyBytes(l); });
+  if (size_ > 0) {
+    mapped_ = (size_ + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
+    void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      throw Error(ErrorCode::kIo, "cpu-fast: cannot allocate " + std::to_string(size_ >> 20) +
+                                      " MiB for the weight copy");
+    }
+    base_ = static_cast<uint8_t*>(p);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(base_);
+    data_ = base_ + ((a + kHugePage - 1) / kHugePage * kHugePage - a);
+#ifdef MADV_HUGEPAGE
+    ::madvise(data_, mapped_ - (data_ - base_), MADV_HUGEPAGE);  // advice only: may be refused
+#endif
+  }
+  size_t offset = 0;
+  layers_.reserve(model.layer_weights().size());
+  for (const LayerWeights& w : model.layer_weights()) {
+    layers_.push_back({Copy(w.q, &offset), Copy(w.k, &offset), Copy(w.v, &offset),
+                       Copy(w.o, &offset), Copy(w.gate, &offset), Copy(w.up, &offset),
+                       Copy(w.down, &offset), Copy(w.ple_gate, &offset),
+                       Copy(w.ple_proj, &offset)});
+  }
+  lm_head_ = Copy(model.lm_head(), &offset);
+  ple_model_proj_ = Copy(model.ple_model_proj(), &offset);
+}
+
+WeightCopy::~WeightCopy() {
+  if (base_) ::munmap(base_, mapped_);
+}
+
+Linear WeightCopy::Copy(const Linear& lin, size_t* offset) {
+  Linear c = lin;
+  if (!Copied(lin)) return c;
+  const size_t bytes = lin.row_bytes * lin.rows;
+  std::memcpy(data_ + *offset, lin.data, bytes);
+  c.data = data_ + *offset;
+  *offset += Align64(bytes);
+  if (IsQuantized(lin.kind) && lin.row_scale) {
+    std::memcpy(data_ + *offset, lin.row_scale, sizeof(float) * lin.rows);
+    c.row_scale = reinterpret_cast<const float*>(data_ + *offset);
+    *offset += Align64(sizeof(float) * lin.rows);
+  }
+  return c;
+}
+
+}  // namespace gemma::fast

@@ -66,6 +66,8 @@ class CpuFastBackend : public Backend {
       s.width = p.num_kv_heads * p.head_dim;
       s.ring = p.window > 0 ? sliding_ring_ : capacity_;
     }
+    shared_tail_ = static_cast<int>(model.layers().size());
+    while (shared_tail_ > 0 && model.layers()[shared_tail_ - 1].kv_shared) --shared_tail_;
     inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
     inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
     gelu_.resize(cfg_.num_layers);
@@ -386,11 +388,17 @@ class CpuFastBackend : public Backend {
 
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
                 ForwardResult* out) {
-    const int m = static_cast<int>(tokens.size());
+    int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
     const int L = cfg_.num_layers;
-    const int pos0 = window_.cached();
+    int pos0 = window_.cached();
+    const int end = pos0 + m;
+    // Positions whose logits this chunk returns: [first_out, m).
+    int first_out = req.mode == OutputMode::kNone ? m
+                    : req.all_positions           ? 0
+                    : last_chunk                  ? m - 1
+                                                  : m;
     window_.BeginWrite(pos0, m);
     const float eps = cfg_.rms_norm_eps;
     for (Slot& s : slots_) s.Reserve(pos0 + m);
@@ -438,6 +446,24 @@ class CpuFastBackend : public Backend {
     }
 
     for (int l = 0; l < L; ++l) {
+      if (l == shared_tail_ && first_out > 0) {
+        // From here on every layer reads another layer's cache and writes none, so a position's
+        // hidden state only feeds its own logits: positions without output stop here (their
+        // cache entries are all written). The rest move to the front of the scratch rows.
+        if (first_out == m) break;
+        const int keep = m - first_out;
+        const size_t rw = static_cast<size_t>(hs + hf);
+        std::memmove(x, x + static_cast<size_t>(first_out) * H, sizeof(float) * keep * H);
+        std::memmove(rope_cos_.data(), rope_cos_.data() + first_out * rw, sizeof(float) * keep * rw);
+        std::memmove(rope_sin_.data(), rope_sin_.data() + first_out * rw, sizeof(float) * keep * rw);
+        if (P > 0) {
+          const size_t lp = static_cast<size_t>(L) * P;
+          std::memmove(ple_.data(), ple_.data() + first_out * lp, sizeof(float) * keep * lp);
+        }
+        pos0 += first_out;
+        m = keep;
+        first_out = 0;
+      }
       const LayerPlan& p = model_.layers()[l];
       const LayerWeights& w = model_.layer_weights()[l];  // norms, scalar
       const fast::LayerLinears& lw = weights_.layers()[l];
@@ -531,10 +557,9 @@ class CpuFastBackend : public Backend {
       fast::ScaleF32(w.layer_scalar, m * H, x);
     }
 
-    window_.Commit(pos0 + m);
+    window_.Commit(end);
 
     if (req.mode == OutputMode::kNone) return;
-    const int first_out = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
     for (int t = first_out; t < m; ++t) {
       fast::RmsNorm(x + static_cast<size_t>(t) * H, H, model_.final_norm().data(), eps,
                     hnorm_.data());
@@ -701,6 +726,7 @@ class CpuFastBackend : public Backend {
   int sliding_ring_ = 0;
   CacheWindow window_;
   int max_hd_ = 0, max_inter_ = 0;
+  int shared_tail_ = 0;  // first layer of the trailing run of cache-sharing layers (L: none)
   std::vector<Slot> slots_;
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
   std::vector<GeluTable> gelu_, gelu_ple_;

@@ -106,6 +106,19 @@ TEST_P(FastGolden, ChunkingThreadsAndRepeatRunsAreBitIdentical) {
                      &r);
     ASSERT_EQ(0, std::memcmp(r.logits.data(), &first[t * V], V * 4)) << "position " << t;
   }
+  // A prefill that returns only the last position's logits (the other positions stop before the
+  // trailing cache-sharing layers; in chunks of 3, the earlier chunks skip them entirely), then a
+  // decode step: the same logits as the all-positions run.
+  for (int slack : {0, 3}) {
+    auto b = CreateCpuFastBackend(*model, {.capacity = 1024, .slack = slack}, 2);
+    const size_t n = seq.size() - 1;
+    ForwardResult r;
+    b->Forward({.tokens = std::span<const int32_t>(seq.data(), n), .mode = OutputMode::kLogits},
+               &r);
+    ASSERT_EQ(0, std::memcmp(r.logits.data(), &first[(n - 1) * V], V * 4)) << "slack " << slack;
+    b->Forward({.tokens = std::span<const int32_t>(&seq[n], 1), .mode = OutputMode::kLogits}, &r);
+    ASSERT_EQ(0, std::memcmp(r.logits.data(), &first[n * V], V * 4)) << "slack " << slack;
+  }
 }
 
 TEST_P(FastGolden, ArgmaxSelectAndTruncateMatchReference) {

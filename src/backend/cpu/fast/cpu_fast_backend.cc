@@ -300,45 +300,26 @@ class CpuFastBackend : public Backend {
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int group = nh / nkv;
     const int need = p.window > 0 ? std::min(p.window, pos0 + m) : pos0 + m;  // keys per query
-    auto head = [&](int task, int thread) {
-      const int t = task / nh, h = task % nh;
-      const int pos = pos0 + t;
-      const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
-      const float* qh = &q_[(static_cast<size_t>(t) * nh + h) * hd];
-      const int kvh = h / group;
-      double* sc = scores_[thread].data();
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int j = first; j <= pos; ++j) {
-        const double s = fast::DotF64(qh, slot.K(j) + kvh * hd, hd);
-        sc[j - first] = s;
-        mx = std::max(mx, s);
-      }
-      double sum = 0;
-      for (int j = 0; j <= pos - first; ++j) {
-        sc[j] = std::exp(sc[j] - mx);
-        sum += sc[j];
-      }
-      double* acc = acc_[thread].data();
-      std::fill(acc, acc + hd, 0.0);
-      for (int j = first; j <= pos; ++j)
-        fast::AxpyF64(sc[j - first] / sum, slot.V(j) + kvh * hd, acc, hd);
-      float* oh = &attn_[(static_cast<size_t>(t) * nh + h) * hd];
-      for (int i = 0; i < hd; ++i) oh[i] = static_cast<float>(acc[i]);
-    };
     if (static_cast<int64_t>(m) * nh * need * hd < kMinParallelWork) {
-      for (int task = 0; task < m * nh; ++task) head(task, 0);
-    } else if (m < 2 * pool_.size()) {
-      pool_.Run(m * nh, head);  // decode: heads in parallel
+      for (int task = 0; task < m * nkv; ++task) TokenGroup(p, slot, pos0, task, 0, 1, 0);
     } else {
-      // Prefill: one task per (token, kv head); the heads sharing a kv head read each key and
-      // value once (f32 -> f64 conversion amortized over the group).
-      pool_.Run(m * nkv, [&](int task, int thread) { TokenGroup(p, slot, pos0, task, thread); });
+      // One task per (token, kv head, part of its query heads); the heads of a task read each key
+      // and value once (f32 -> f64 conversion amortized over them). Prefill: the whole group per
+      // task; decode: the group split over the pool (E2B: 8 query heads, 1 kv head).
+      const int parts = m < 2 * pool_.size() ? std::min(group, pool_.size()) : 1;
+      pool_.Run(m * nkv * parts, [&](int task, int thread) {
+        TokenGroup(p, slot, pos0, task / parts, task % parts, parts, thread);
+      });
     }
   }
 
-  void TokenGroup(const LayerPlan& p, Slot& slot, int pos0, int task, int thread) {
+  // Query heads [part * group / parts, (part + 1) * group / parts) of kv head task % nkv for
+  // token task / nkv.
+  void TokenGroup(const LayerPlan& p, Slot& slot, int pos0, int task, int part, int parts,
+                  int thread) {
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int group = nh / nkv;
+    const int hb = part * group / parts, he = (part + 1) * group / parts;
     const int t = task / nkv, kvh = task % nkv;
     const int pos = pos0 + t;
     const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
@@ -346,7 +327,7 @@ class CpuFastBackend : public Backend {
     const size_t ld = static_cast<size_t>(capacity_);
     double* qd = qd_[thread].data();
     const float* q = &q_[(static_cast<size_t>(t) * nh + kvh * group) * hd];
-    for (int i = 0; i < group * hd; ++i) qd[i] = q[i];
+    for (int i = hb * hd; i < he * hd; ++i) qd[i] = q[i];
     double* sc = scores_[thread].data();  // [group][ld]
     // Keys first..pos occupy ring slots in at most two contiguous runs.
     int seg_begin[2], seg_len[2], segs = 0;
@@ -358,9 +339,9 @@ class CpuFastBackend : public Backend {
       j += len;
     }
     double* acc = acc_[thread].data();
-    std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0);
-    for (int h0 = 0; h0 < group; h0 += 8) {
-      const int nq = std::min(8, group - h0);
+    std::fill(acc + static_cast<size_t>(hb) * hd, acc + static_cast<size_t>(he) * hd, 0.0);
+    for (int h0 = hb; h0 < he; h0 += 8) {
+      const int nq = std::min(8, he - h0);
       for (int s = 0; s < segs; ++s) {
         fast::QueryKeyDotsF64(qd + h0 * hd, nq, hd, slot.K(seg_begin[s]) + kvh * hd, slot.width,
                               seg_len[s], sc + h0 * ld + (seg_begin[s] - first), ld);
@@ -383,7 +364,7 @@ class CpuFastBackend : public Backend {
       }
     }
     float* o = &attn_[(static_cast<size_t>(t) * nh + kvh * group) * hd];
-    for (int i = 0; i < group * hd; ++i) o[i] = static_cast<float>(acc[i]);
+    for (int i = hb * hd; i < he * hd; ++i) o[i] = static_cast<float>(acc[i]);
   }
 
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,

@@ -846,30 +846,31 @@ void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride
   const int N = static_cast<int>(hn::Lanes(d64));
   const int full = hd / N * N;
   int i = 0;
-  // Two vectors of dimensions per pass over the keys (each broadcast weight feeds two FMAs); every
+  // DV vectors of dimensions per pass over the keys (each broadcast weight feeds DV FMAs); every
   // accumulator still sums over keys in ascending order.
-  for (; i + 2 * N <= full; i += 2 * N) {
-    hn::Vec<DF64> a[NQ], b[NQ];
+  constexpr int DV = NQ <= 4 ? 4 : 2;
+  for (; i + DV * N <= full; i += DV * N) {
+    hn::Vec<DF64> a[NQ][DV];
 #pragma GCC unroll 16
-    for (int h = 0; h < NQ; ++h) {
-      a[h] = hn::LoadU(d64, acc + h * hd + i);
-      b[h] = hn::LoadU(d64, acc + h * hd + i + N);
-    }
+    for (int h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (int d = 0; d < DV; ++d) a[h][d] = hn::LoadU(d64, acc + h * hd + i + d * N);
     for (int j = 0; j < nk; ++j) {
-      const auto va = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i));
-      const auto vb = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i + N));
+      hn::Vec<DF64> vv[DV];
+#pragma GCC unroll 16
+      for (int d = 0; d < DV; ++d)
+        vv[d] = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i + d * N));
 #pragma GCC unroll 16
       for (int h = 0; h < NQ; ++h) {
         const auto ph = hn::Set(d64, p[h * ld + j]);
-        a[h] = hn::MulAdd(ph, va, a[h]);
-        b[h] = hn::MulAdd(ph, vb, b[h]);
+#pragma GCC unroll 16
+        for (int d = 0; d < DV; ++d) a[h][d] = hn::MulAdd(ph, vv[d], a[h][d]);
       }
     }
 #pragma GCC unroll 16
-    for (int h = 0; h < NQ; ++h) {
-      hn::StoreU(a[h], d64, acc + h * hd + i);
-      hn::StoreU(b[h], d64, acc + h * hd + i + N);
-    }
+    for (int h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (int d = 0; d < DV; ++d) hn::StoreU(a[h][d], d64, acc + h * hd + i + d * N);
   }
   for (; i < full; i += N) {
     hn::Vec<DF64> a[NQ];

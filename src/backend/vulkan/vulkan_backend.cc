@@ -76,6 +76,7 @@ struct LinPush {
   float scale, eps;
   float next_in_s;  // XQ 2
   uint32_t xq_ld;   // linear_cm: uvec4 per token row of the quantized inputs
+  uint32_t kper;    // linear_cm split K: K tiles per split (0: no split)
 };
 struct QuantPush {
   uint32_t cols, x_stride, x_row0, ld;
@@ -216,6 +217,8 @@ class VulkanBackend : public Backend {
                  ", lanes_k " + std::to_string(lanes_k_) + ", decode splits " +
                  std::to_string(splits_) + ", prefill attention " +
                  (attn_tiled_        ? "tiled"
+                  : attn_pf_ == 4 ? "2 queries per subgroup, f32 dots"
+                  : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
                   : attn_pf_ == 2 ? "subgroup per query, f32 dots"
                   : attn_pf_ == 1 ? "subgroup per query"
                                   : "per query") + (fuse_tails_ ? ", norm tails" : "");
@@ -373,9 +376,11 @@ class VulkanBackend : public Backend {
     // the per-query kernel: off unless asked for.
     attn_tiled_ = EnvInt("GEMMA_VULKAN_ATTN_TILED", 0) != 0;
     // Subgroup-per-query prefill attention (needs 32-wide subgroups).
-    // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products.
+    // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products,
+    // 3 / 4: four (hd <= 256) / two queries per subgroup sharing each K/V load (f32 dots,
+    // hd % 4 == 0); 4 measured fastest on the H200 (bench/NOTES.md).
     attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_
-                   ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 2), 0, 2)
+                   ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 4), 0, 4)
                    : 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
     fill_threads_ = std::clamp(
@@ -384,6 +389,11 @@ class VulkanBackend : public Backend {
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
+    // 0 off, 1 where the output tiles are few, 2 every K tile its own split (tests).
+    coop_splitk_ = std::clamp(EnvInt("GEMMA_VULKAN_CM_SPLITK", 1), 0, 2);
+    // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
+    // slower on the H200: 7,292 against 8,091 tok/s prefill).
+    coop_bm_ = EnvInt("GEMMA_VULKAN_CM_BM", 64) == 128 ? 128 : 64;
     splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
                                       : EnvInt("GEMMA_VULKAN_SPLITS", dev_->is_cpu() ? 2 : 16);
 
@@ -490,6 +500,7 @@ class VulkanBackend : public Backend {
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     xqc_ = {};
+    partc_ = {};
     if (coop_) {
       // Quantized inputs of the matrix-unit linears: kCoopSlots rotating slots of C tokens x the
       // widest input (padded to 64 columns) in f16.
@@ -497,6 +508,8 @@ class VulkanBackend : public Backend {
       coop_ld_max_ = static_cast<uint32_t>((max_cols + 63) / 64 * 8);
       coop_slot_bytes_ = size_t(C) * coop_ld_max_ * 16;
       xqc_ = Reserve(Pool::kDevice, coop_slot_bytes_ * kCoopSlots);
+      coop_part_bytes_ = (size_t(C) * std::max({H, qw, P, kvw}) * 4 + 255) / 256 * 256;
+      partc_ = Reserve(Pool::kDevice, coop_part_bytes_ * kCoopSlots);
     }
     // Host: inputs of a step and the readback.
     in_x0_off_ = 256;
@@ -542,7 +555,7 @@ class VulkanBackend : public Backend {
     }
     for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_}) {
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_, &partc_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -716,7 +729,31 @@ class VulkanBackend : public Backend {
           // after at least one more barrier, so no reader of its previous contents is in flight).
           const uint32_t ld = (d.cols + 63) / 64 * 8;
           pc.xq_ld = ld;
+          // Split K where the output tiles alone would leave the GPU mostly idle (few rows, long
+          // rows): the splits add exact int32 partial sums atomically, linear_cm_epi finishes.
+          uint32_t splits = 1;
+          const uint32_t ktiles = (d.cols + 63) / 64;
+          const uint32_t bm = second ? 64 : coop_bm_;
+          const uint32_t tiles = ((m + 127) / 128) * ((p.rows + bm - 1) / bm);
+          if (!second && coop_splitk_ && d.parts.size() == 1 &&
+              size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
+              (tiles < kCoopTargetTiles || coop_splitk_ == 2)) {
+            splits = coop_splitk_ == 2 ? ktiles
+                                       : std::min((kCoopTargetTiles + tiles - 1) / tiles, ktiles / 4);
+            if (splits > 1) {
+              pc.kper = (ktiles + splits - 1) / splits;
+              splits = (ktiles + pc.kper - 1) / pc.kper;
+            }
+            if (splits <= 1) {
+              splits = 1;
+              pc.kper = 0;
+            }
+          }
           if (i == 0) {
+            if (splits > 1) {
+              const BufRange part = CoopPart(coop_next_);
+              vkCmdFillBuffer(rc.cmd, part.buf, part.offset, size_t(m) * p.rows * 4, 0);
+            }
             for (int set = 0; set < (second ? 2 : 1); ++set) {
               const float in_s = set == 0 ? lin.in_scale : second->src->in_scale;
               coop_slot_[set] = coop_next_;
@@ -733,10 +770,16 @@ class VulkanBackend : public Backend {
           }
           b[7] = CoopSlot(coop_slot_[0]);
           b[8] = second ? CoopSlot(coop_slot_[1]) : b[7];
+          b[9] = CoopPart(coop_slot_[0]);
           const uint32_t bn = second ? 64 : 128;
-          Dispatch(rc, second ? "linear_cmd" : "linear_cm", {KindCode(lin.kind), epi}, b, &pc,
-                   sizeof(pc), (m + bn - 1) / bn, (p.rows + 63) / 64, 1,
-                   /*local_size_constant=*/false);
+          Dispatch(rc, second ? "linear_cmd" : bm == 128 ? "linear_cm128" : "linear_cm",
+                   {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
+                   (p.rows + bm - 1) / bm, splits, /*local_size_constant=*/false);
+          if (splits > 1) {
+            Barrier(rc);
+            Dispatch(rc, "linear_cm_epi", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc),
+                     (p.rows + 255) / 256, m, 1, /*local_size_constant=*/false);
+          }
         } else if (UseRegisterTiled(lin)) {
           const uint32_t bn = second ? 64 : 128;
           Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
@@ -846,8 +889,19 @@ class VulkanBackend : public Backend {
         if (m >= kMatmulMinTokens && attn_pf_) {
           // Prefill: a subgroup per (token, head), no splits to merge.
           b[5] = attn_.r;
-          Dispatch(rc, attn_pf_ == 2 ? "attention_pf32" : "attention_pf", {}, b, &pc, sizeof(pc),
-                   (nh + 3) / 4, m, 1, false);
+          if (attn_pf_ >= 3 && hd % 4 == 0 && hd <= 512) {
+            // 3: four queries per subgroup where hd <= 256, else two; 4: two everywhere.
+            const bool narrow = hd <= 256;
+            const int qps = attn_pf_ == 3 && narrow ? 4 : 2;
+            const char* kernel = qps == 4 ? "attention_pfq4v2"
+                                 : narrow ? "attention_pfq2v2"
+                                          : "attention_pfq2v4";
+            Dispatch(rc, kernel, {}, b, &pc, sizeof(pc), (nh + 3) / 4, (m + qps - 1) / qps, 1,
+                     false);
+          } else {
+            Dispatch(rc, attn_pf_ == 1 ? "attention_pf" : "attention_pf32", {}, b, &pc,
+                     sizeof(pc), (nh + 3) / 4, m, 1, false);
+          }
           Barrier(rc);
         } else if (m >= kMatmulMinTokens && attn_tiled_) {
           // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
@@ -1017,14 +1071,19 @@ class VulkanBackend : public Backend {
     Buf yb = Reserve(Pool::kDevice, size_t(n) * lin.rows * 4);
     Buf host = Reserve(Pool::kHost, size_t(n) * lin.rows * 4);
     // linear_cm's quantized-input slots are sized for a chunk; a test may pass more tokens.
+    const size_t part_bytes = (size_t(n) * lin.rows * 4 + 255) / 256 * 256;
     Buf slots = coop_ ? Reserve(Pool::kDevice, size_t(n) * coop_ld_max_ * 16 * kCoopSlots) : Buf{};
+    Buf parts = coop_ ? Reserve(Pool::kDevice, part_bytes * kCoopSlots) : Buf{};
     dev_->Commit();
-    const Buf saved_slots = xqc_;
-    const size_t saved_bytes = coop_slot_bytes_;
+    const Buf saved_slots = xqc_, saved_parts = partc_;
+    const size_t saved_bytes = coop_slot_bytes_, saved_part_bytes = coop_part_bytes_;
     if (coop_) {
       Resolve(slots);
+      Resolve(parts);
       xqc_ = slots;
+      partc_ = parts;
       coop_slot_bytes_ = size_t(n) * coop_ld_max_ * 16;
+      coop_part_bytes_ = part_bytes;
     }
     UploadLinear(d);
     if (second) UploadLinear(d2);
@@ -1041,7 +1100,9 @@ class VulkanBackend : public Backend {
     vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
     End(cb);
     xqc_ = saved_slots;
+    partc_ = saved_parts;
     coop_slot_bytes_ = saved_bytes;
+    coop_part_bytes_ = saved_part_bytes;
     dev_->Submit(cb);
     const float* f = reinterpret_cast<const float*>(host.r.mapped);
     return std::vector<float>(f, f + size_t(n) * lin.rows);
@@ -1205,6 +1266,15 @@ class VulkanBackend : public Backend {
   int coop_next_ = 0, coop_slot_[2] = {0, 0};
   BufRange CoopSlot(int i) const {
     return BufRange{xqc_.r.buf, xqc_.r.offset + coop_slot_bytes_ * i, coop_slot_bytes_, nullptr};
+  }
+  // Split-K partial sums, one region per quantized-input slot (the same rotation keeps them apart).
+  static constexpr uint32_t kCoopTargetTiles = 264;  // output tiles wanted in flight (2 per SM)
+  int coop_splitk_ = 0;
+  uint32_t coop_bm_ = 64;
+  Buf partc_;
+  size_t coop_part_bytes_ = 0;
+  BufRange CoopPart(int i) const {
+    return BufRange{partc_.r.buf, partc_.r.offset + coop_part_bytes_ * i, coop_part_bytes_, nullptr};
   }
   int splits_ = 1;
   size_t weight_bytes_ = 0;

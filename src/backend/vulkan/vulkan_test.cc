@@ -5,6 +5,8 @@
 #include <cstring>
 #include <cstdlib>
 #include <functional>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "backend/cpu/reference_ops.h"
@@ -198,9 +200,29 @@ TEST(VulkanKernels, LinearMatchesReferenceForEveryKindAndTokenCount) {
       {"tiny_dense_bf16", "bf16",
        [](const Model& m) -> const Linear& { return m.layer_weights()[0].down; }},
   };
+  // GEMMA_VULKAN_CM_SPLITK=2: where matrix units run the prefill linears (not on lavapipe), every
+  // K tile is its own split (exact int32 partial sums added atomically); GEMMA_VULKAN_CM_BM: 128- or
+  // 64-row tiles.
+  // One backend per fixture and setting (the NVIDIA driver refuses new instances after a few
+  // dozen in one process).
+  const std::pair<const char*, const char*> settings[] = {{"1", "128"}, {"2", "128"}, {"2", "64"}};
+  for (const auto& [splitk, bm] : settings) {
+  SCOPED_TRACE(std::string("GEMMA_VULKAN_CM_SPLITK=") + splitk + " GEMMA_VULKAN_CM_BM=" + bm);
+  std::string loaded;
+  std::unique_ptr<Backend> vk;
+  std::unique_ptr<Model> model;
   for (const LinearCase& c : cases) {
-    auto model = LoadFixture(c.fixture);
-    auto vk = MakeVulkan(*model);
+    if (std::strcmp(splitk, "2") == 0 && std::strcmp(c.fixture, "tiny_qat") != 0) continue;
+    if (loaded != c.fixture) {
+      vk.reset();
+      model = LoadFixture(c.fixture);
+      setenv("GEMMA_VULKAN_CM_SPLITK", splitk, 1);
+      setenv("GEMMA_VULKAN_CM_BM", bm, 1);
+      vk = MakeVulkan(*model);
+      unsetenv("GEMMA_VULKAN_CM_SPLITK");
+      unsetenv("GEMMA_VULKAN_CM_BM");
+      loaded = c.fixture;
+    }
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     const Linear& lin = c.pick(*model);
     // Inputs spanning a few hundred SRQ steps, so quantization rounds and clamps.
@@ -221,6 +243,7 @@ TEST(VulkanKernels, LinearMatchesReferenceForEveryKindAndTokenCount) {
             << c.what << " n=" << n;
       }
     }
+  }
   }
 }
 
@@ -284,11 +307,13 @@ namespace {
 
 // Prefill chunks of 20 tokens: the tiled attention (three query tiles, the last one partial, the
 // sliding window crossing tiles; opt-in through GEMMA_VULKAN_ATTN_TILED), the subgroup-per-query one
-// (GEMMA_VULKAN_ATTN_PF 1 double, 2 f32 dot products; 32-wide subgroups only) and the per-query one
+// (GEMMA_VULKAN_ATTN_PF 1 double, 2 f32 dot products, 3 / 4 with four / two queries per subgroup;
+// 32-wide subgroups only) and the per-query one
 // (GEMMA_VULKAN_ATTN_PF=0), and the tiled
 // linears, against the CPU reference.
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
-  const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"}, {"0", "0"}};
+  const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
+                                                       {"0", "3"}, {"0", "4"}, {"0", "0"}};
   for (const auto& [tiled, pf] : knobs) {
   SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf);
   auto model = LoadFixture("tiny_dense_bf16");
@@ -304,7 +329,7 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
     unsetenv("GEMMA_VULKAN_ATTN_TILED");
     unsetenv("GEMMA_VULKAN_ATTN_PF");
     if (e.code() != ErrorCode::kDevice) throw;
-    GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine (" << e.what() << ")";
   }
   ASSERT_EQ(vk->capabilities().max_chunk, 20);
   auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = 20});

@@ -1,7 +1,8 @@
 #version 450
 // Prefill linears on matrix units (GL_NV_cooperative_matrix, 16x16x16 f16 -> f32), for the SRQ
-// integer path of int2 / int4 / int8 weights. A workgroup of 8 subgroups computes BM = 64 rows x BN
-// tokens (128, or 64 for the fused gate/up pair) over K tiles of 64 columns staged in shared memory
+// integer path of int2 / int4 / int8 weights. A workgroup of 8 subgroups computes BM rows (64, or 128
+// in the linear_cm128 build) x BN tokens (128, or 64 for the fused gate/up pair), each subgroup 32
+// rows x BN / (8 / (BM / 32)) tokens, over K tiles of 64 columns staged in shared memory
 // as f16: weights decoded from their packed codes with the 0x6400 exponent trick (1024 + code is an
 // exact f16, minus 1024 + offset); inputs come SRQ-quantized (int8 values as f16) from srq_quant.comp.
 // The next K tile's global words are loaded into registers before the current tile's products.
@@ -30,6 +31,7 @@ layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 layout(std430, binding = 7) readonly buffer XQ0 { uvec4 xq0[]; };
 layout(std430, binding = 8) readonly buffer XQ1 { uvec4 xq1[]; };
+layout(std430, binding = 9) buffer Part { int part[]; };  // split K: int32 sums [t][row]
 
 layout(push_constant) uniform P {
   uint rows, cols, wstride, x_stride, y_stride, y_off;
@@ -39,15 +41,20 @@ layout(push_constant) uniform P {
   uint n, has_a, has_wa;
   float scale, eps, next_in_s;
   uint xq_ld;  // uvec4 per token row of xq0 / xq1
+  uint kper;   // split K: K tiles per workgroup along z, sums added into part[] (0: no split)
 } p;
 
 #ifndef MM_DUAL
 #define MM_DUAL 1
 #endif
 const uint DUAL = MM_DUAL;
-const uint BM = 64, BK = 64;
+#ifndef MM_BM
+#define MM_BM 64
+#endif
+const uint BM = MM_BM, BK = 64;  // BM 64 or 128 rows (each subgroup 32 rows)
+const uint SGM = BM / 32;        // subgroups along M (of 8)
 const uint BN = DUAL == 1 ? 128 : 64;
-const uint SG_N = DUAL == 1 ? 2 : 1;  // 16-token tiles per subgroup (8 subgroups: 2 in M x 4 in N)
+const uint SG_N = BN / (8 / SGM) / 16;  // 16-token tiles per subgroup
 const uint LD = BK / 8 + 1;           // uvec4 (8 halves) per staged row, padded against conflicts
 const uint A_SIZE = DUAL * BM * LD;   // weights [d][row][k]
 const uint B_SIZE = DUAL * BN * LD;   // inputs [d][token][k] (column-major K x N), per input scale
@@ -93,7 +100,7 @@ uint LoadW(uint d, uint row, uint wi) {
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint sg = gl_SubgroupID;
-  const uint sg_m = sg % 2, sg_n = sg / 2;
+  const uint sg_m = sg % SGM, sg_n = sg / SGM;
   const uint t0 = gl_WorkGroupID.x * BN, r0 = gl_WorkGroupID.y * BM;
   const float in_s[2] = float[2](p.in_s0, p.in_s1);
   const uint epw = ElemsPerWord();
@@ -111,17 +118,19 @@ void main() {
           [[unroll]] for (uint e = 0; e < 8; ++e) tot[d][i][j][e] = 0;
   }
 
-  const uint ktiles = (p.cols + BK - 1) / BK;
+  const uint ktiles_all = (p.cols + BK - 1) / BK;
+  const uint kbeg = p.kper > 0 ? gl_WorkGroupID.z * p.kper : 0;
+  const uint ktiles = p.kper > 0 ? min(ktiles_all, kbeg + p.kper) : ktiles_all;  // end tile
   // Registers for one K tile: per weight set two groups of 8 codes (int8: two words each) and
   // BN / 32 input vectors.
-  uint wr[DUAL][2][2];
+  uint wr[DUAL][BM / 32][2];
   uvec4 xr[DUAL][BN / 32];
   // Loads K tile kt into the registers.
 #define LOAD_TILE(kt)                                                                  \
   {                                                                                    \
     const uint k0_ = (kt) * BK;                                                        \
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {                                       \
-      [[unroll]] for (uint u = 0; u < 2; ++u) {                                        \
+      [[unroll]] for (uint u = 0; u < BM / 32; ++u) {                                  \
         const uint i = tid + 256 * u;                                                  \
         const uint row = r0 + i / 8, c = k0_ + 8 * (i % 8);                            \
         wr[d][u][0] = LoadW(d, row, KIND == 4 ? c / 8 : KIND == 3 ? c / 16 : c / 4);   \
@@ -135,12 +144,12 @@ void main() {
       }                                                                                \
     }                                                                                  \
   }
-  LOAD_TILE(0);
-  for (uint kt = 0; kt < ktiles; ++kt) {
+  LOAD_TILE(kbeg);
+  for (uint kt = kbeg; kt < ktiles; ++kt) {
     const uint k0 = kt * BK;
     // Registers -> shared: weights decoded (columns past the end zeroed), inputs as loaded.
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      [[unroll]] for (uint u = 0; u < 2; ++u) {
+      [[unroll]] for (uint u = 0; u < BM / 32; ++u) {
         const uint i = tid + 256 * u;
         const uint rr = i / 8, g = i % 8;
         const uint c = k0 + 8 * g;  // first column of the group
@@ -231,6 +240,10 @@ void main() {
         const uint row = r0 + sg_m * 32 + 16 * i + f % 16;
         const uint t = t0 + sg_n * SG_N * 16 + 16 * j + f / 16;
         if (row >= p.rows || t >= p.ntok) continue;
+        if (p.kper > 0) {  // split K: exact integer partial sums; linear_cm_epi finishes
+          atomicAdd(part[t * p.rows + row], vi[0][e]);
+          continue;
+        }
         float v[2];
         [[unroll]] for (uint d = 0; d < DUAL; ++d) {
           const float rs = d == 0 ? s0[row] : s1[row];

@@ -151,7 +151,8 @@ class VulkanBackend : public Backend {
     slack_ = geo.slack;
     sliding_ring_ = geo.ring;
     window_ = CacheWindow(cfg_.sliding_window, sliding_ring_);
-    chunk_ = std::min(std::max(1, slack_), 512);
+    // Tokens per prompt chunk: up to the slack, at most 512 (GEMMA_VULKAN_MAX_CHUNK to compare).
+    chunk_ = std::min(std::max(1, slack_), std::max(8, EnvInt("GEMMA_VULKAN_MAX_CHUNK", 512)));
     history_.reserve(capacity_);  // no per-token allocations on the decode path
     Build();
   }
@@ -390,6 +391,8 @@ class VulkanBackend : public Backend {
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // 0 off, 1 where the output tiles are few, 2 every K tile its own split (tests).
+    // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
+    attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     coop_splitk_ = std::clamp(EnvInt("GEMMA_VULKAN_CM_SPLITK", 1), 0, 2);
     // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
@@ -912,7 +915,11 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
           Barrier(rc);
         } else {
-          Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
+          if (attn_dec_ && hd <= 512) {
+            Dispatch(rc, "attention_dec", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, splits, false);
+          } else {
+            Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
+          }
           Barrier(rc);
           CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
                          static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
@@ -1270,6 +1277,7 @@ class VulkanBackend : public Backend {
   // Split-K partial sums, one region per quantized-input slot (the same rotation keeps them apart).
   static constexpr uint32_t kCoopTargetTiles = 264;  // output tiles wanted in flight (2 per SM)
   int coop_splitk_ = 0;
+  bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   uint32_t coop_bm_ = 64;
   Buf partc_;
   size_t coop_part_bytes_ = 0;

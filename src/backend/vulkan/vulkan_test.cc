@@ -311,6 +311,35 @@ namespace {
 // 32-wide subgroups only) and the per-query one
 // (GEMMA_VULKAN_ATTN_PF=0), and the tiled
 // linears, against the CPU reference.
+// One-token steps past the sliding window (ring wrap, several key splits): the split attention
+// (attention.comp) and the opt-in subgroup-per-split one (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups
+// only; elsewhere the knob has no effect), logits against the CPU reference at every step.
+TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
+  for (const char* dec : {"1", "0"}) {
+    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_DEC=") + dec);
+    auto model = LoadFixture("tiny_dense_bf16");
+    const int V = model->text().vocab_size;
+    setenv("GEMMA_VULKAN_ATTN_DEC", dec, 1);
+    auto vk = MakeVulkan(*model, {.capacity = 128, .slack = 8});
+    unsetenv("GEMMA_VULKAN_ATTN_DEC");
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = 8});
+    std::vector<int32_t> tokens(60);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
+    ForwardResult a, b;
+    const std::span<const int32_t> prompt(tokens.data(), 8);
+    cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
+    vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
+    for (size_t t = 8; t < tokens.size(); ++t) {
+      const std::span<const int32_t> one(&tokens[t], 1);
+      cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
+      vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+    }
+  }
+}
+
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

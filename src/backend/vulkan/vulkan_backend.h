@@ -11,7 +11,11 @@
 // copies them to device memory first, so the one-token command buffer is recorded once per output
 // mode and reused for every decoded token (per-token values are read from that copied block, not
 // push constants, for that reason). Shapes are specialization constants; per-linear scalars are
-// push constants recorded with each dispatch. Steps of 8+ tokens use a tiled matrix kernel.
+// push constants recorded with each dispatch. Steps of 8+ tokens use tiled matrix kernels: on
+// matrix units (VK_NV_cooperative_matrix, f16 operands holding exact small integers, so the SRQ
+// integer sums are still exact) where the device offers them, a portable f32 tile elsewhere; their
+// attention computes dot products and weighted sums in f32 (softmax in double), as transformers
+// does, where one-token steps and the CPU reference use double (docs/vulkan.md).
 // Requirements: Vulkan 1.1 compute with subgroup arithmetic and shuffle (subgroups of 8+) and
 // shaderFloat64 (the reductions the CPU reference does in double are done in double).
 //

@@ -1,6 +1,7 @@
 // kernel_bench: single-thread throughput of the fast CPU kernels on a checkpoint's real weights
-// (QAT int2/int4/int8 matvec and matmul, dense), in thread CPU time so other load on the machine
-// matters less. Usage: kernel_bench MODEL_DIR [tokens...]   (default tokens: 1 64)
+// (QAT int2/int4/int8 matvec and matmul, dense; read from the backend's huge-page copy), in thread
+// CPU time so other load on the machine matters less.
+// Usage: kernel_bench MODEL_DIR [tokens...]   (default tokens: 1 64)
 //        kernel_bench MODEL_DIR decode [reps]: every linear once in decode order (one token, weights
 //        streamed from DRAM as in a decode step), time and GB/s per weight kind.
 //        kernel_bench MODEL_DIR decode REPS SPLIT: each linear in SPLIT row ranges (one thread: one
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/fast/fast_ops.h"
+#include "backend/cpu/fast/weight_copy.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 
@@ -29,10 +31,12 @@ double ThreadCpuS() {
 }
 
 // One token through every linear in model order; per-kind thread CPU time (best total of reps).
-int DecodeOrder(const gemma::Model& m, int reps, int split) {
+// The linears are read from the backend's huge-page copy (fast::WeightCopy), as the backend does.
+int DecodeOrder(const gemma::Model& model, int reps, int split) {
   using namespace gemma;
+  const fast::WeightCopy m(model);
   std::vector<const Linear*> lins = {&m.ple_model_proj()};
-  for (const LayerWeights& w : m.layer_weights()) {
+  for (const fast::LayerLinears& w : m.layers()) {
     for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate,
                             &w.ple_proj})
       if (l->data) lins.push_back(l);
@@ -145,9 +149,10 @@ int main(int argc, char** argv) {
   std::vector<int> ns;
   for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
   if (ns.empty()) ns = {1, 64};
-  const auto& lw = m->layer_weights();
-  std::vector<const Linear*> lins = {&m->lm_head(), &lw.back().down, &lw.front().gate,
-                                     &lw.back().gate, &lw.front().q, &lw.front().ple_gate, &m->ple_model_proj()};
+  const fast::WeightCopy copy(*m);  // as the backend reads them
+  const auto& lw = copy.layers();
+  std::vector<const Linear*> lins = {&copy.lm_head(), &lw.back().down, &lw.front().gate,
+                                     &lw.back().gate, &lw.front().q, &lw.front().ple_gate, &copy.ple_model_proj()};
   std::printf("SIMD target %s\n", fast::TargetName());
   for (int n : ns) {
     for (const Linear* l : lins) {

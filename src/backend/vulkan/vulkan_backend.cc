@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -376,7 +377,6 @@ class VulkanBackend : public Backend {
     // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
     // the per-query kernel: off unless asked for.
     attn_tiled_ = EnvInt("GEMMA_VULKAN_ATTN_TILED", 0) != 0;
-    // Subgroup-per-query prefill attention (needs 32-wide subgroups).
     // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products,
     // 3 / 4: four (hd <= 256) / two queries per subgroup sharing each K/V load (f32 dots,
     // hd % 4 == 0); 4 measured fastest on the H200 (bench/NOTES.md).
@@ -390,9 +390,9 @@ class VulkanBackend : public Backend {
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
-    // 0 off, 1 where the output tiles are few, 2 every K tile its own split (tests).
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
+    // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
     coop_splitk_ = std::clamp(EnvInt("GEMMA_VULKAN_CM_SPLITK", 1), 0, 2);
     // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
@@ -1177,9 +1177,16 @@ class VulkanBackend : public Backend {
     } else {
       std::vector<std::thread> pool;
       const int per = (m + threads - 1) / threads;
-      for (int i = 1; i < threads; ++i)
-        pool.emplace_back(rows, std::min(m, i * per), std::min(m, (i + 1) * per));
+      int inline_from = m;  // ranges no thread could be started for run here
+      for (int i = 1; i < threads && inline_from == m; ++i) {
+        try {
+          pool.emplace_back(rows, std::min(m, i * per), std::min(m, (i + 1) * per));
+        } catch (const std::system_error&) {
+          inline_from = std::min(m, i * per);
+        }
+      }
       rows(0, std::min(m, per));
+      rows(inline_from, m);
       for (std::thread& th : pool) th.join();
     }
     if (mode == OutputMode::kSelect) {

@@ -311,6 +311,29 @@ namespace {
 // 32-wide subgroups only) and the per-query one
 // (GEMMA_VULKAN_ATTN_PF=0), and the tiled
 // linears, against the CPU reference.
+// A 100-token chunk: its embedding rows are gathered on several host threads (64+ tokens), then
+// the chunk's logits at every position against the CPU reference (a dense fixture: with SRQ, f32
+// rounding differences in attention can move a quantization step, see tests/golden_util.h).
+TEST(VulkanKernels, LongPromptChunkMatchesReference) {
+  auto model = LoadFixture("tiny_dense_bf16");
+  const int V = model->text().vocab_size;
+  setenv("GEMMA_VULKAN_FILL_THREADS", "3", 1);
+  auto vk = MakeVulkan(*model, {.capacity = 256, .slack = 128});
+  unsetenv("GEMMA_VULKAN_FILL_THREADS");
+  if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  ASSERT_GE(vk->capabilities().max_chunk, 100);
+  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 256, .slack = 128});
+  std::vector<int32_t> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 101 + 7) % V);
+  ForwardResult a, b;
+  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &a);
+  vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &b);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    EXPECT_LT(RelL2(&b.logits[t * V], &a.logits[t * V], V), 1e-4) << "position " << t;
+  }
+}
+
 // One-token steps past the sliding window (ring wrap, several key splits): the split attention
 // (attention.comp) and the opt-in subgroup-per-split one (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups
 // only; elsewhere the knob has no effect), logits against the CPU reference at every step.

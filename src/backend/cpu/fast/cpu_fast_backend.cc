@@ -435,8 +435,10 @@ class CpuFastBackend : public Backend {
         const int keep = m - first_out;
         const size_t rw = static_cast<size_t>(hs + hf);
         std::memmove(x, x + static_cast<size_t>(first_out) * H, sizeof(float) * keep * H);
-        std::memmove(rope_cos_.data(), rope_cos_.data() + first_out * rw, sizeof(float) * keep * rw);
-        std::memmove(rope_sin_.data(), rope_sin_.data() + first_out * rw, sizeof(float) * keep * rw);
+        std::memmove(rope_cos_.data(), rope_cos_.data() + first_out * rw,
+                     sizeof(float) * keep * rw);
+        std::memmove(rope_sin_.data(), rope_sin_.data() + first_out * rw,
+                     sizeof(float) * keep * rw);
         if (P > 0) {
           const size_t lp = static_cast<size_t>(L) * P;
           std::memmove(ple_.data(), ple_.data() + first_out * lp, sizeof(float) * keep * lp);
@@ -614,8 +616,7 @@ class CpuFastBackend : public Backend {
     const int clen = (V + used - 1) / used / 64 * 64 + 64;  // whole mask words per chunk
     pool_.Run(used, [&](int c, int) {
       const int b = std::min(V, c * clen), e = std::min(V, b + clen);
-      fast::TableLookupLevels(z + b, e - b, model_.lm_head().out_scale, cap_table_.data(),
-                              lev + b);
+      fast::TableLookupLevels(z + b, e - b, model_.lm_head().out_scale, cap_table_.data(), lev + b);
       float mx = -std::numeric_limits<float>::infinity();
       int best = -1;
       for (int i = b; i < e; ++i) {
@@ -715,7 +716,7 @@ class CpuFastBackend : public Backend {
   // Scratch, grown on demand and reused.
   std::vector<float> x_, a_, tmp_, q_, k_, v_, attn_, g_, u_, ple_, ple_tok_, gp_, logits_, hnorm_;
   std::vector<float> rope_cos_, rope_sin_;
-  std::vector<uint8_t> levels_;  // kSelect: table index of each capped logit
+  std::vector<uint8_t> levels_;       // kSelect: table index of each capped logit
   std::vector<int8_t> qa_[kMaxJobs];  // quantized activations, one buffer per job slot
   std::vector<int32_t> qsum_[kMaxJobs];
   std::vector<std::vector<double>> scores_, acc_, qd_;  // per thread

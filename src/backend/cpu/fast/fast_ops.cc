@@ -12,8 +12,8 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/fast/fast_ops.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -199,13 +199,11 @@ GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const in
     const int8_t* qb = q + static_cast<size_t>(b) * BE;
     const __m512i q0 = _mm512_loadu_si512(qb);
 #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
-      Dpbusd(acc[r][0], MaskInPlace<K, 0>(p[r]), q0);
+    for (int r = 0; r < kRows; ++r) Dpbusd(acc[r][0], MaskInPlace<K, 0>(p[r]), q0);
     if constexpr (G > 1) {
       const __m512i q1 = _mm512_loadu_si512(qb + 64);
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r)
-        Dpbusd(acc[r][1], MaskInPlace<K, 1>(p[r]), q1);
+      for (int r = 0; r < kRows; ++r) Dpbusd(acc[r][1], MaskInPlace<K, 1>(p[r]), q1);
     }
     if constexpr (G > 2) {
       const __m512i q2 = _mm512_loadu_si512(qb + 128);
@@ -656,7 +654,8 @@ HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* cons
     if ((i * kElemBytes) % 64 < N * kElemBytes) {
       // Once per cache line: the same line of the rows `ahead` bytes further (as Tile1).
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) hwy::Prefetch(w[r] + static_cast<size_t>(i) * kElemBytes + ahead);
+      for (int r = 0; r < kRows; ++r)
+        hwy::Prefetch(w[r] + static_cast<size_t>(i) * kElemBytes + ahead);
     }
     hn::Vec<DF64> wv[kRows];
 #pragma GCC unroll 16

@@ -32,8 +32,8 @@ size_t CopyBytes(const Linear& lin) {
 template <class Fn>
 void ForEachLinear(const Model& model, Fn&& fn) {
   for (const LayerWeights& w : model.layer_weights()) {
-    for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate,
-                            &w.ple_proj})
+    for (const Linear* l :
+         {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate, &w.ple_proj})
       fn(*l);
   }
   fn(model.lm_head());

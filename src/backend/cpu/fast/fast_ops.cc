@@ -743,19 +743,6 @@ double DotF64(const float* a, const float* b, int n) {
   return s;
 }
 
-void AxpyF64(double p, const float* v, double* acc, int n) {
-  const DF64 d64;
-  const DF32H df;
-  const int N = static_cast<int>(hn::Lanes(d64));
-  const auto vp = hn::Set(d64, p);
-  int i = 0;
-  for (; i + N <= n; i += N) {
-    hn::StoreU(hn::MulAdd(vp, hn::PromoteTo(d64, hn::LoadU(df, v + i)), hn::LoadU(d64, acc + i)),
-               d64, acc + i);
-  }
-  for (; i < n; ++i) acc[i] += p * v[i];
-}
-
 template <int NQ>
 void QueryKeyDotsN(const double* q, int hd, const float* k, size_t k_stride, int nk, double* out,
                    size_t ld) {
@@ -1068,7 +1055,6 @@ HWY_EXPORT(QuantLinearRows);
 HWY_EXPORT(QuantizeActs);
 HWY_EXPORT(DenseLinearRows);
 HWY_EXPORT(DotF64);
-HWY_EXPORT(AxpyF64);
 HWY_EXPORT(RmsNorm);
 HWY_EXPORT(QueryKeyDotsF64);
 HWY_EXPORT(WeightedValuesF64);
@@ -1131,9 +1117,6 @@ void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, 
 }
 double DotF64(const float* a, const float* b, int n) {
   return HWY_DYNAMIC_DISPATCH(DotF64)(a, b, n);
-}
-void AxpyF64(double p, const float* v, double* acc, int n) {
-  HWY_DYNAMIC_DISPATCH(AxpyF64)(p, v, acc, n);
 }
 void QueryKeyDotsF64(const double* q, int nq, int hd, const float* k, size_t k_stride, int nk,
                      double* out, size_t ld) {

@@ -56,8 +56,6 @@ void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, 
 
 // sum_i f64(a_i) * b_i.
 double DotF64(const float* a, const float* b, int n);
-// acc[i] += p * f64(v[i]).
-void AxpyF64(double p, const float* v, double* acc, int n);
 // Attention for a group of query heads sharing one key/value head (MQA/GQA), f64 like the
 // reference. q: nq <= 8 heads of hd doubles, contiguous; keys/values j at base + j * stride.
 // out[h * ld + j] = sum_i q[h][i] * f64(k_j[i]).

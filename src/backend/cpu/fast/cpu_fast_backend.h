@@ -8,6 +8,11 @@
 // f64 in a different order than the reference, so f32 results can differ from it in rare last-bit
 // cases; where such a value feeds an SRQ quantization the rounding can flip (tests/golden_util.h:
 // IsSrqFlip). Tested against the reference and the transformers goldens in cpu_fast_backend_test.
+//
+// Memory: the backend reads its own copy of the linears, in transparent huge pages
+// (weight_copy.h: 758 MiB for E2B QAT, counted in resident_bytes), not the mapped checkpoint.
+// Work: positions whose logits a request does not return skip the trailing layers that only read
+// other layers' caches (E2B: layers 15-34); the returned logits and the caches are unchanged.
 #pragma once
 
 #include <memory>

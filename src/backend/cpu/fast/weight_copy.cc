@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,26 @@ constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kMaxDenseCopy = size_t{64} << 20;
 
 size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// After copying: asks the kernel to reclaim the source's whole pages, so the process does not keep
+// both copies resident (file pages are read back from the checkpoint if anything touches them
+// again; anonymous pages are kept or swapped, never lost). Advice only.
+void ReleaseSource(const void* p, size_t bytes) {
+#if defined(MADV_PAGEOUT) || defined(MADV_COLD)
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lo = (a + kPage - 1) / kPage * kPage, hi = (a + bytes) / kPage * kPage;
+  if (hi <= lo) return;
+#ifdef MADV_PAGEOUT
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT);
+#else
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_COLD);
+#endif
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 bool Copied(const Linear& lin) {
   if (!lin.data) return false;
@@ -79,6 +100,7 @@ Linear WeightCopy::Copy(const Linear& lin, size_t* offset) {
   if (!Copied(lin)) return c;
   const size_t bytes = lin.row_bytes * lin.rows;
   std::memcpy(data_ + *offset, lin.data, bytes);
+  ReleaseSource(lin.data, bytes);
   c.data = data_ + *offset;
   *offset += Align64(bytes);
   if (IsQuantized(lin.kind) && lin.row_scale) {

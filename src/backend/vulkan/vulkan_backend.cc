@@ -393,6 +393,8 @@ class VulkanBackend : public Backend {
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
+    // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
+    skip_tail_ = EnvInt("GEMMA_VULKAN_SKIP_TAIL", 1) != 0;
     coop_splitk_ = std::clamp(EnvInt("GEMMA_VULKAN_CM_SPLITK", 1), 0, 2);
     // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
@@ -825,9 +827,13 @@ class VulkanBackend : public Backend {
 
   // Records the model body for m tokens (inputs already in h_/tok_), then the head for rows
   // [out_first, out_first + out_count) when out_count > 0.
-  void RecordBody(Rec& rc, int m, int splits) {
+  // Layers [l_begin, l_end) (all by default); l_begin == 0 also records the step's prologue (PLE
+  // projection, first input norm, PLE rows).
+  void RecordBody(Rec& rc, int m, int splits, int l_begin = 0, int l_end = -1) {
     const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
     const int LP = L * P;
+    if (l_end < 0) l_end = L;
+    if (l_begin == 0) {
     if (P > 0) {
       LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
     }
@@ -843,7 +849,8 @@ class VulkanBackend : public Backend {
       Dispatch(rc, "ple", {}, b, &pc, sizeof(pc), L, m);
       // No barrier: the ple rows are first read after several barriers below.
     }
-    for (int l = 0; l < L; ++l) {
+    }
+    for (int l = l_begin; l < l_end; ++l) {
       const LayerPlan& p = model_.layers()[l];
       const LayerWeights& w = model_.layer_weights()[l];
       DevLayer& d = layers_[l];
@@ -1129,8 +1136,12 @@ class VulkanBackend : public Backend {
     Rec rc{cb};
     RecordInputs(rc, m, OutputMode::kArgmax);
     rc.labels = &labels;
-    RecordBody(rc, m, m == 1 ? splits_ : 1);
-    RecordHead(rc, m - 1, 1, OutputMode::kArgmax);
+    if (m == 1) {
+      RecordBody(rc, 1, splits_);
+      RecordHead(rc, 0, 1, OutputMode::kArgmax);
+    } else {
+      RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
+    }
     End(cb);
     dev_->Submit(cb);
     const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));
@@ -1194,6 +1205,48 @@ class VulkanBackend : public Backend {
     }
   }
 
+  // First layer after the last one that writes a K/V cache (the trailing KV-shared layers), or L.
+  // Those layers feed only the logits of their own position, so a prompt chunk runs them for the
+  // one position whose logits are returned, or not at all.
+  int TailFrom() const {
+    int last_owner = -1;
+    for (int l = 0; l < cfg_.num_layers; ++l)
+      if (!model_.layers()[l].kv_shared) last_owner = l;
+    return last_owner + 1;
+  }
+
+  // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
+  // with one output row (the last) or none, the layers from TailFrom() run for that row alone
+  // (moved to row 0, the step's position and count rewritten on the device) or are skipped.
+  // Returns the row the head reads from (out_first, or 0 after the move).
+  int RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int count) {
+    const int L = cfg_.num_layers, H = cfg_.hidden_size;
+    const int LP = L * cfg_.hidden_size_per_layer_input;
+    const int lc = TailFrom();
+    if (!skip_tail_ || lc >= L || count > 1 || (count == 1 && out_first != m - 1)) {
+      RecordBody(rc, m, 1);
+      return out_first;
+    }
+    RecordBody(rc, m, 1, 0, lc);  // ends with a barrier
+    if (count == 0) return out_first;
+    // Row m - 1 of the residual stream, its normed input to layer lc and its PLE rows -> row 0.
+    const VkDeviceSize row = size_t(m - 1) * H * 4;
+    VkBufferCopy cp{h_.r.offset + row, h_.r.offset, size_t(H) * 4};
+    vkCmdCopyBuffer(rc.cmd, h_.r.buf, h_.r.buf, 1, &cp);
+    cp = {a_.r.offset + row, a_.r.offset, size_t(H) * 4};
+    vkCmdCopyBuffer(rc.cmd, a_.r.buf, a_.r.buf, 1, &cp);
+    if (LP > 0) {
+      cp = {ple_.r.offset + size_t(m - 1) * LP * 4, ple_.r.offset, size_t(LP) * 4};
+      vkCmdCopyBuffer(rc.cmd, ple_.r.buf, ple_.r.buf, 1, &cp);
+    }
+    const uint32_t step[4] = {static_cast<uint32_t>(pos0 + m - 1), 1u, 0u, 0u};
+    vkCmdUpdateBuffer(rc.cmd, step_.r.buf, step_.r.offset, sizeof(step), step);
+    vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);  // as a one-token step
+    Barrier(rc);
+    RecordBody(rc, 1, splits_, lc, L);
+    return 0;
+  }
+
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
                 ForwardResult* out) {
     const int m = static_cast<int>(tokens.size());
@@ -1209,7 +1262,7 @@ class VulkanBackend : public Backend {
       Begin(prefill_cmd_, false);
       Rec rc{prefill_cmd_};
       RecordInputs(rc, m, req.mode);
-      RecordBody(rc, m, 1);
+      out_first = RecordPromptStep(rc, m, pos0, out_first, count);
       if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
       End(prefill_cmd_);
       dev_->Submit(prefill_cmd_);
@@ -1284,6 +1337,7 @@ class VulkanBackend : public Backend {
   // Split-K partial sums, one region per quantized-input slot (the same rotation keeps them apart).
   static constexpr uint32_t kCoopTargetTiles = 264;  // output tiles wanted in flight (2 per SM)
   int coop_splitk_ = 0;
+  bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   uint32_t coop_bm_ = 64;
   Buf partc_;

@@ -334,6 +334,42 @@ TEST(VulkanKernels, LongPromptChunkMatchesReference) {
   }
 }
 
+// A prompt whose last position's logits are returned runs the trailing KV-shared layers for that
+// position only (GEMMA_VULKAN_SKIP_TAIL, on by default); chunks without output skip them. Logits
+// and the next decode steps against the CPU reference, and against the same backend without the
+// skip, for fixtures with trailing shared layers, in one chunk and in chunks of 7.
+TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
+  for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16"}) {
+    for (int slack : {64, 7}) {
+      SCOPED_TRACE(std::string(fixture) + " slack " + std::to_string(slack));
+      auto model = LoadFixture(fixture);
+      const int V = model->text().vocab_size;
+      setenv("GEMMA_VULKAN_SKIP_TAIL", "0", 1);
+      auto full = MakeVulkan(*model, {.capacity = 128, .slack = slack});
+      unsetenv("GEMMA_VULKAN_SKIP_TAIL");
+      auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
+      if (!vk || !full) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+      auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
+      std::vector<int32_t> tokens(40);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 3) % V);
+      const std::span<const int32_t> prompt(tokens.data(), 33);
+      ForwardResult a, b, c;
+      cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
+      vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
+      full->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &c);
+      ASSERT_EQ(b.logits.size(), size_t(V));
+      EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4);
+      EXPECT_LT(RelL2(b.logits.data(), c.logits.data(), V), 1e-4);
+      for (size_t t = 33; t < tokens.size(); ++t) {
+        const std::span<const int32_t> one(&tokens[t], 1);
+        cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
+        vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
+        EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+      }
+    }
+  }
+}
+
 // One-token steps past the sliding window (ring wrap, several key splits): the split attention
 // (attention.comp) and the opt-in subgroup-per-split one (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups
 // only; elsewhere the knob has no effect), logits against the CPU reference at every step.

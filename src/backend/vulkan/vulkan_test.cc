@@ -311,27 +311,35 @@ namespace {
 // 32-wide subgroups only) and the per-query one
 // (GEMMA_VULKAN_ATTN_PF=0), and the tiled
 // linears, against the CPU reference.
+// Every position's logits of an n-token prompt (ids (i * mul + add) % V) on `vk` against the CPU
+// reference backend with the same options (rel L2 < 1e-4: dense fixtures).
+void ExpectPromptLogitsMatchReference(const Model& model, Backend& vk, const BackendOptions& opt,
+                                      int n, int mul, int add) {
+  const int V = model.text().vocab_size;
+  auto cpu = CreateCpuReferenceBackend(model, opt);
+  std::vector<int32_t> prompt(n);
+  for (int i = 0; i < n; ++i) prompt[i] = static_cast<int32_t>((i * mul + add) % V);
+  ForwardResult a, b;
+  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &a);
+  vk.Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &b);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (int t = 0; t < n; ++t) {
+    EXPECT_LT(RelL2(&b.logits[size_t(t) * V], &a.logits[size_t(t) * V], V), 1e-4)
+        << "position " << t;
+  }
+}
+
 // A 100-token chunk: its embedding rows are gathered on several host threads (64+ tokens), then
 // the chunk's logits at every position against the CPU reference (a dense fixture: with SRQ, f32
 // rounding differences in attention can move a quantization step, see tests/golden_util.h).
 TEST(VulkanKernels, LongPromptChunkMatchesReference) {
   auto model = LoadFixture("tiny_dense_bf16");
-  const int V = model->text().vocab_size;
   setenv("GEMMA_VULKAN_FILL_THREADS", "3", 1);
   auto vk = MakeVulkan(*model, {.capacity = 256, .slack = 128});
   unsetenv("GEMMA_VULKAN_FILL_THREADS");
   if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   ASSERT_GE(vk->capabilities().max_chunk, 100);
-  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 256, .slack = 128});
-  std::vector<int32_t> prompt(100);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 101 + 7) % V);
-  ForwardResult a, b;
-  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &a);
-  vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &b);
-  ASSERT_EQ(a.logits.size(), b.logits.size());
-  for (size_t t = 0; t < prompt.size(); ++t) {
-    EXPECT_LT(RelL2(&b.logits[t * V], &a.logits[t * V], V), 1e-4) << "position " << t;
-  }
+  ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 256, .slack = 128}, 100, 101, 7);
 }
 
 // A prompt whose last position's logits are returned runs the trailing KV-shared layers for that
@@ -405,7 +413,6 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   for (const auto& [tiled, pf] : knobs) {
   SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf);
   auto model = LoadFixture("tiny_dense_bf16");
-  const int V = model->text().vocab_size;
   std::unique_ptr<Backend> vk;
   setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
   setenv("GEMMA_VULKAN_ATTN_PF", pf, 1);
@@ -420,16 +427,7 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine (" << e.what() << ")";
   }
   ASSERT_EQ(vk->capabilities().max_chunk, 20);
-  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = 20});
-  std::vector<int32_t> prompt(45);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 2) % V);
-  ForwardResult a, b;
-  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &a);
-  vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &b);
-  ASSERT_EQ(a.logits.size(), b.logits.size());
-  for (size_t t = 0; t < prompt.size(); ++t) {
-    EXPECT_LT(RelL2(&b.logits[t * V], &a.logits[t * V], V), 1e-4) << "position " << t;
-  }
+  ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 128, .slack = 20}, 45, 37, 2);
   }
 }
 

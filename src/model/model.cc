@@ -177,6 +177,8 @@ void Model::Plan() {
       p.cache_slot = num_caches_++;
     }
   }
+  shared_tail_ = c.num_layers;
+  while (shared_tail_ > 0 && layers_[shared_tail_ - 1].kv_shared) --shared_tail_;
 }
 
 void Model::Bind() {

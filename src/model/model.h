@@ -90,6 +90,9 @@ class Model {
   const std::vector<LayerPlan>& layers() const { return layers_; }
   const std::vector<LayerWeights>& layer_weights() const { return weights_; }
   int num_caches() const { return num_caches_; }
+  // First layer of the trailing run of KV-shared layers (num_layers when there is none). Those
+  // layers write no cache, so a position's hidden state there feeds only its own logits.
+  int shared_tail() const { return shared_tail_; }
   const Embedding& embed() const { return embed_; }
   const Embedding& ple_embed() const { return ple_embed_; }  // rows == 0 without PLE
   const Linear& ple_model_proj() const { return ple_model_proj_; }
@@ -119,6 +122,7 @@ class Model {
   std::vector<LayerPlan> layers_;
   std::vector<LayerWeights> weights_;
   int num_caches_ = 0;
+  int shared_tail_ = 0;
   Embedding embed_, ple_embed_;
   Linear ple_model_proj_;
   std::vector<float> ple_proj_norm_, final_norm_;

@@ -6,13 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "backend/cache_window.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/vulkan/vk_device.h"
+#include "core/thread_pool.h"
 #include "gemma/error.h"
 #include "model/model.h"
 
@@ -384,9 +384,11 @@ class VulkanBackend : public Backend {
                    ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 4), 0, 4)
                    : 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
-    fill_threads_ = std::clamp(
+    const int fill_threads = std::clamp(
         EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
         1, 8);
+    if (!fill_pool_ || fill_pool_->size() != fill_threads)
+      fill_pool_ = fill_threads > 1 ? std::make_unique<ThreadPool>(fill_threads) : nullptr;
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -1182,47 +1184,29 @@ class VulkanBackend : public Backend {
     };
     // Prompt chunks: the rows (about 10,500 dequantized floats per token on E2B) on several host
     // threads while the GPU waits for them; one-token steps stay on the caller.
-    const int threads = m >= 64 ? fill_threads_ : 1;
-    if (threads == 1) {
+    if (m < 64 || !fill_pool_) {
       rows(0, m);
     } else {
-      std::vector<std::thread> pool;
-      const int per = (m + threads - 1) / threads;
-      int inline_from = m;  // ranges no thread could be started for run here
-      for (int i = 1; i < threads && inline_from == m; ++i) {
-        try {
-          pool.emplace_back(rows, std::min(m, i * per), std::min(m, (i + 1) * per));
-        } catch (const std::system_error&) {
-          inline_from = std::min(m, i * per);
-        }
-      }
-      rows(0, std::min(m, per));
-      rows(inline_from, m);
-      for (std::thread& th : pool) th.join();
+      const int tasks = fill_pool_->size();
+      const int per = (m + tasks - 1) / tasks;
+      fill_pool_->Run(tasks, [&](int task, int) {
+        rows(std::min(m, task * per), std::min(m, (task + 1) * per));
+      });
     }
     if (mode == OutputMode::kSelect) {
       std::memcpy(in + in_mask_off_, allowed->data(), size_t((V + 31) / 32) * 4);
     }
   }
 
-  // First layer after the last one that writes a K/V cache (the trailing KV-shared layers), or L.
-  // Those layers feed only the logits of their own position, so a prompt chunk runs them for the
-  // one position whose logits are returned, or not at all.
-  int TailFrom() const {
-    int last_owner = -1;
-    for (int l = 0; l < cfg_.num_layers; ++l)
-      if (!model_.layers()[l].kv_shared) last_owner = l;
-    return last_owner + 1;
-  }
-
   // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
-  // with one output row (the last) or none, the layers from TailFrom() run for that row alone
+  // with one output row (the last) or none, the layers from Model::shared_tail() (they feed only
+  // their own position's logits) run for that row alone
   // (moved to row 0, the step's position and count rewritten on the device) or are skipped.
   // Returns the row the head reads from (out_first, or 0 after the move).
   int RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int count) {
     const int L = cfg_.num_layers, H = cfg_.hidden_size;
     const int LP = L * cfg_.hidden_size_per_layer_input;
-    const int lc = TailFrom();
+    const int lc = model_.shared_tail();
     if (!skip_tail_ || lc >= L || count > 1 || (count == 1 && out_first != m - 1)) {
       RecordBody(rc, m, 1);
       return out_first;
@@ -1324,7 +1308,7 @@ class VulkanBackend : public Backend {
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
-  int fill_threads_ = 1;     // host threads gathering a prompt chunk's embedding / PLE rows
+  std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots
   static constexpr int kCoopSlots = 4;
   Buf xqc_;                  // linear_cm's quantized inputs, kCoopSlots slots

@@ -66,8 +66,6 @@ class CpuFastBackend : public Backend {
       s.width = p.num_kv_heads * p.head_dim;
       s.ring = p.window > 0 ? sliding_ring_ : capacity_;
     }
-    shared_tail_ = static_cast<int>(model.layers().size());
-    while (shared_tail_ > 0 && model.layers()[shared_tail_ - 1].kv_shared) --shared_tail_;
     inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
     inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
     gelu_.resize(cfg_.num_layers);
@@ -427,7 +425,7 @@ class CpuFastBackend : public Backend {
     }
 
     for (int l = 0; l < L; ++l) {
-      if (l == shared_tail_ && first_out > 0) {
+      if (l == model_.shared_tail() && first_out > 0) {
         // From here on every layer reads another layer's cache and writes none, so a position's
         // hidden state only feeds its own logits: positions without output stop here (their
         // cache entries are all written). The rest move to the front of the scratch rows.
@@ -708,7 +706,6 @@ class CpuFastBackend : public Backend {
   int sliding_ring_ = 0;
   CacheWindow window_;
   int max_hd_ = 0, max_inter_ = 0;
-  int shared_tail_ = 0;  // first layer of the trailing run of cache-sharing layers (L: none)
   std::vector<Slot> slots_;
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
   std::vector<GeluTable> gelu_, gelu_ple_;

@@ -150,6 +150,30 @@ void Device::Init(const DeviceOptions& options) {
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   ts_period_ = p2.properties.limits.timestampPeriod;
+  {
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(phys_, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> ex(ne);
+    vkEnumerateDeviceExtensionProperties(phys_, nullptr, &ne, ex.data());
+    for (const VkExtensionProperties& e : ex) {
+      if (std::strcmp(e.extensionName, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME) == 0) {
+        VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+        VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        q.pNext = &sm;
+        vkGetPhysicalDeviceProperties2(phys_, &q);
+        compute_units_ = sm.shaderSMCount;
+      } else if (std::strcmp(e.extensionName, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME) == 0) {
+        VkPhysicalDeviceShaderCorePropertiesAMD cp{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+        VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        q.pNext = &cp;
+        vkGetPhysicalDeviceProperties2(phys_, &q);
+        compute_units_ = cp.shaderEngineCount * cp.shaderArraysPerEngineCount *
+                         cp.computeUnitsPerShaderArray;
+      }
+    }
+  }
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
 
   uint32_t nq = 0;
@@ -351,6 +375,7 @@ uint32_t Device::FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want,
 
 Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
   Chunk c;
+  c.size = bytes;
   VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   bci.size = bytes;
   bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -393,8 +418,10 @@ int Device::Reserve(Pool pool, size_t bytes) {
 }
 
 void Device::Commit() {
-  const VkDeviceSize cap =
-      std::min<VkDeviceSize>(max_alloc_ ? max_alloc_ : (1ull << 30), 1ull << 30);
+  // Chunks as large as one binding can address (the resident decode kernel binds a whole chunk),
+  // at most 4 GiB.
+  const VkDeviceSize cap = std::min<VkDeviceSize>(
+      {max_alloc_ ? max_alloc_ : (1ull << 30), max_range_, 4ull << 30});
   for (Pool pool : {Pool::kDevice, Pool::kHost}) {
     // Pack reservations in order into chunks of at most `cap` bytes.
     size_t i = 0;
@@ -430,6 +457,12 @@ BufRange Device::Get(int handle) const {
   const BufRange& r = reservations_.at(handle).range;
   if (!r.buf) throw Error(ErrorCode::kInternal, "vulkan: buffer used before Commit()");
   return r;
+}
+
+BufRange Device::Whole(VkBuffer buf) const {
+  for (const Chunk& c : chunks_)
+    if (c.buf == buf) return {c.buf, 0, c.size, c.mapped};
+  return {};
 }
 
 void Device::Upload(const BufRange& dst, size_t dst_off, const void* src, size_t bytes) {

@@ -64,11 +64,16 @@ class Device {
   // Vulkan memory model enabled: linear_cm.comp can run.
   bool coop_matrix() const { return coop_matrix_; }
   float timestamp_period_ns() const { return ts_period_; }
+  // Streaming multiprocessors (VK_NV_shader_sm_builtins) or compute units (VK_AMD_shader_core_
+  // properties); 0 where the device does not say. Sizes the resident decode kernel's grid.
+  uint32_t compute_units() const { return compute_units_; }
   size_t committed_bytes(Pool pool) const { return committed_[static_cast<int>(pool)]; }
 
   int Reserve(Pool pool, size_t bytes);
   void Commit();
   BufRange Get(int handle) const;
+  // The whole buffer (allocation chunk) a committed range lives in.
+  BufRange Whole(VkBuffer buf) const;
 
   // Synchronous copy into a device buffer through the staging buffer.
   void Upload(const BufRange& dst, size_t dst_off, const void* src, size_t bytes);
@@ -103,6 +108,7 @@ class Device {
     VkDeviceMemory mem = VK_NULL_HANDLE;
     VkBuffer buf = VK_NULL_HANDLE;
     uint8_t* mapped = nullptr;
+    VkDeviceSize size = 0;
   };
   struct Reservation {
     Pool pool;
@@ -131,6 +137,7 @@ class Device {
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   float ts_period_ = 1;
+  uint32_t compute_units_ = 0;
   bool fail_next_submit_ = false;
 
   std::vector<Chunk> chunks_;

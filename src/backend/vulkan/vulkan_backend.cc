@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -106,6 +107,18 @@ struct PlePush {
 struct ReducePush {
   uint32_t vocab, block, nblocks, use_mask;
 };
+struct ResidentPush {
+  uint32_t nops, grid, spin_limit;
+};
+// resident.comp: words per recorded operation and the kernels it runs.
+constexpr size_t kOpWords = 64;
+int ResidentKernel(const char* shader) {
+  static const char* kNames[] = {"linear",       "linear_dp", "qkrope", "attention",
+                                 "attn_combine", "resnorm",   "ple",    "logits_reduce"};
+  for (int i = 0; i < 8; ++i)
+    if (std::strcmp(shader, kNames[i]) == 0) return i;
+  return -1;
+}
 
 // A residual norm applied by the last workgroup of a one-token linear (linear.comp TAIL):
 // h = (h + rmsnorm(y) * wt) * scale; a = rmsnorm(h) * wa when wa_or_none is given (has_a).
@@ -208,9 +221,12 @@ class VulkanBackend : public Backend {
     s->device = dev_ ? dev_->name() : "";
     s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
     s->weight_bytes = weight_bytes_;
-    s->dispatches_per_token = decode_dispatches_;
-    s->barriers_per_token = decode_barriers_;
+    s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;
+    s->barriers_per_token = resident_ ? resident_phases_ : decode_barriers_;
     s->rebuilds = rebuilds_;
+    s->resident_workgroups = resident_ ? resident_wgs_ : 0;
+    s->resident_ops = resident_ ? resident_ops_ : 0;
+    s->resident_fallbacks = resident_fallbacks_;
     s->kernels = std::string("prefill linears ") + (coop_ ? "linear_cm (matrix units) + " : "") +
                  (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") +
                  ", matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
@@ -223,7 +239,13 @@ class VulkanBackend : public Backend {
                   : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
                   : attn_pf_ == 2 ? "subgroup per query, f32 dots"
                   : attn_pf_ == 1 ? "subgroup per query"
-                                  : "per query") + (fuse_tails_ ? ", norm tails" : "");
+                                  : "per query") + (fuse_tails_ ? ", norm tails" : "") +
+                 (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) +
+                                  " workgroups, " + std::to_string(resident_ops_) +
+                                  " operations, " + std::to_string(resident_phases_) +
+                                  " grid barriers)"
+                            : ", decode as dispatches" +
+                                  (resident_note_.empty() ? "" : " (" + resident_note_ + ")"));
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
   // Bytes per second a compute shader reads from every resident weight buffer (the decode's
@@ -401,6 +423,26 @@ class VulkanBackend : public Backend {
     // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
     coop_bm_ = EnvInt("GEMMA_VULKAN_CM_BM", 64) == 128 ? 128 : 64;
+    // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
+    // on the H200 it measured no faster than the dispatch path (bench/NOTES.md). Workgroups: the
+    // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 4 per compute unit). Not on CPU devices:
+    // lavapipe runs a workgroup's invocations as coroutines on one thread and computed wrong
+    // values once a workgroup spun at a grid barrier (bench/NOTES.md).
+    resident_note_.clear();
+    resident_wgs_ = vopt_.resident_workgroups >= 0 ? vopt_.resident_workgroups
+                                                   : EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0);
+    if (resident_wgs_ < 0) resident_wgs_ = 4 * static_cast<int>(dev_->compute_units());
+    if (resident_wgs_ > 0 && dev_->is_cpu()) {
+      resident_note_ = "resident decode not on CPU devices";
+      resident_wgs_ = 0;
+    }
+    if (resident_wgs_ > 0 && attn_dec_) resident_note_ = "resident decode not with attention_dec";
+    resident_ = resident_wgs_ > 0 && !attn_dec_;
+    // Polls of a grid barrier before the step gives up (seconds).
+    resident_spin_ =
+        static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_RESIDENT_SPIN", 1 << 22)));
+    resident_cmd_.fill(VK_NULL_HANDLE);
+    ops_buf_.fill(Buf{});
     splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
                                       : EnvInt("GEMMA_VULKAN_SPLITS", dev_->is_cpu() ? 2 : 16);
 
@@ -504,6 +546,7 @@ class VulkanBackend : public Backend {
     mask_ = F((V + 31) / 32);
     step_ = F(4);
     counter_ = F(64);
+    grid_ = F(64);
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     xqc_ = {};
@@ -524,6 +567,7 @@ class VulkanBackend : public Backend {
     in_mask_off_ = in_tok_off_ + (size_t(C) * L * P * 4 + 255) / 256 * 256;
     in_host_ = Reserve(Pool::kHost, in_mask_off_ + size_t((V + 31) / 32) * 4);
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
+    flag_host_ = Reserve(Pool::kHost, 64);
 
     dev_->Commit();
 
@@ -562,7 +606,8 @@ class VulkanBackend : public Backend {
     }
     for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_, &partc_}) {
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_, &partc_,
+                   &grid_, &flag_host_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -570,6 +615,7 @@ class VulkanBackend : public Backend {
     head_cmd_ = dev_->AllocCommandBuffer();
     // Pre-record the decode step once to count its work.
     DecodeCommand(OutputMode::kArgmax);
+    if (resident_) ResidentCommand(OutputMode::kArgmax);
   }
 
   void Rebuild() {
@@ -596,7 +642,48 @@ class VulkanBackend : public Backend {
     VkCommandBuffer cmd;
     int dispatches = 0, barriers = 0;
     std::vector<std::string>* labels = nullptr;  // profiling: a timestamp after every dispatch
+    // Capture (resident decode): dispatches become operation records of resident.comp and
+    // barriers set the previous record's grid-barrier flag; every binding must lie in `pool`.
+    std::vector<uint32_t>* ops = nullptr;
+    VkBuffer pool = VK_NULL_HANDLE;
+    bool capture_ok = true;
+    uint32_t xq_max = 1;  // shared words the captured linears' quantized inputs need
   };
+
+  void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
+                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
+                 uint32_t gx, uint32_t gy, uint32_t gz, bool local_size_constant) {
+    const int kernel = ResidentKernel(shader);
+    const bool lin = kernel == 0 || kernel == 1;
+    // Linears: one token (token groups of one, a single token group).
+    if (kernel < 0 || !local_size_constant || spec.size() > 11 || push_bytes > 32 * 4 ||
+        (lin && (gx != 1 || spec.size() < 9 || spec[5] != 1))) {
+      rc.capture_ok = false;
+      resident_note_ = std::string("cannot capture ") + shader;
+      return;
+    }
+    std::vector<uint32_t> op(kOpWords, 0);
+    op[0] = static_cast<uint32_t>(kernel);
+    op[1] = gx;
+    op[2] = gy;
+    op[3] = gz;
+    for (size_t i = 0; i < spec.size(); ++i) op[5 + i] = spec[i];
+    for (int i = 0; i < 11; ++i) {
+      if (!b[i].buf) continue;
+      if (b[i].buf != rc.pool || b[i].offset % 16 != 0) {
+        rc.capture_ok = false;
+        resident_note_ = std::string(shader) + " binding " + std::to_string(i) +
+                         " outside the device pool's first buffer";
+        return;
+      }
+      op[16 + i] = static_cast<uint32_t>(b[i].offset / 4);
+    }
+    std::memcpy(&op[32], push, push_bytes);
+    if (lin) rc.xq_max = std::max(rc.xq_max, spec[4] * (spec[2] == 1 ? 2u : 1u));
+    rc.ops->insert(rc.ops->end(), op.begin(), op.end());
+    ++rc.dispatches;
+  }
+
 
   void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
@@ -604,6 +691,10 @@ class VulkanBackend : public Backend {
     if (gx == 0 || gy == 0 || gz == 0) return;
     // Constant 0 is the local size; shaders with a fixed size ignore it.
     spec.insert(spec.begin(), local_size_constant ? kWG : 0u);
+    if (rc.ops) {
+      CaptureOp(rc, shader, spec, b, push, push_bytes, gx, gy, gz, local_size_constant);
+      return;
+    }
     VkPipeline pipe = dev_->Pipeline(shader, spec);
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
@@ -628,8 +719,12 @@ class VulkanBackend : public Backend {
     }
   }
   void Barrier(Rec& rc) {
-    dev_->Barrier(rc.cmd);
     ++rc.barriers;
+    if (rc.ops) {
+      if (!rc.ops->empty()) (*rc.ops)[rc.ops->size() - kOpWords + 4] |= 1u;
+      return;
+    }
+    dev_->Barrier(rc.cmd);
   }
 
   // The register-tiled prefill kernel sums int2/int4 products in f32 without flushing, exact while
@@ -998,15 +1093,15 @@ class VulkanBackend : public Backend {
     }
   }
 
-  void RecordHead(Rec& rc, int out_first, int count, OutputMode mode) {
+  // The head; copy_out false leaves the readback copy to RecordHeadCopy (resident capture).
+  void RecordHead(Rec& rc, int out_first, int count, OutputMode mode, bool copy_out = true) {
     const int H = cfg_.hidden_size, V = cfg_.vocab_size;
     NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
     Barrier(rc);
     LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
     Barrier(rc);
     if (mode == OutputMode::kLogits) {
-      VkBufferCopy cp{logits_.r.offset, out_host_.r.offset, size_t(count) * V * 4};
-      vkCmdCopyBuffer(rc.cmd, logits_.r.buf, out_host_.r.buf, 1, &cp);
+      if (copy_out) RecordHeadCopy(rc, count, mode);
       return;
     }
     ReducePush pc{static_cast<uint32_t>(V), kVocabBlock, static_cast<uint32_t>(nblocks_),
@@ -1020,8 +1115,16 @@ class VulkanBackend : public Backend {
     Barrier(rc);
     Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
     Barrier(rc);
-    VkBufferCopy cp{res_.r.offset, out_host_.r.offset, size_t(count) * 8};
-    vkCmdCopyBuffer(rc.cmd, res_.r.buf, out_host_.r.buf, 1, &cp);
+    if (copy_out) RecordHeadCopy(rc, count, mode);
+  }
+  void RecordHeadCopy(Rec& rc, int count, OutputMode mode) {
+    if (mode == OutputMode::kLogits) {
+      VkBufferCopy cp{logits_.r.offset, out_host_.r.offset, size_t(count) * cfg_.vocab_size * 4};
+      vkCmdCopyBuffer(rc.cmd, logits_.r.buf, out_host_.r.buf, 1, &cp);
+    } else {
+      VkBufferCopy cp{res_.r.offset, out_host_.r.offset, size_t(count) * 8};
+      vkCmdCopyBuffer(rc.cmd, res_.r.buf, out_host_.r.buf, 1, &cp);
+    }
   }
 
   void RecordInputs(Rec& rc, int m, OutputMode mode) {
@@ -1073,6 +1176,78 @@ class VulkanBackend : public Backend {
       decode_barriers_ = rc.barriers;
     }
     return cb;
+  }
+
+  // The resident decode step for an output mode: the one-token body and head captured as
+  // resident.comp operations (uploaded once), run by one dispatch of resident_wgs_ workgroups.
+  // Returns VK_NULL_HANDLE (and turns the resident path off) where the step cannot be captured.
+  VkCommandBuffer ResidentCommand(OutputMode mode) {
+    const int mi = static_cast<int>(mode);
+    VkCommandBuffer& cb = resident_cmd_[mi];
+    if (cb) return cb;
+    std::vector<uint32_t> ops;
+    Rec cap{VK_NULL_HANDLE};
+    cap.ops = &ops;
+    cap.pool = h_.r.buf;
+    RecordBody(cap, 1, splits_);
+    if (mode != OutputMode::kNone) RecordHead(cap, 0, 1, mode, /*copy_out=*/false);
+    const BufRange whole = dev_->Whole(cap.pool);
+    if (!cap.capture_ok || ops.empty() || !whole.buf || whole.size > dev_->max_range() ||
+        grid_.r.buf != cap.pool) {
+      if (resident_note_.empty()) resident_note_ = "the device pool is not one bindable buffer";
+      resident_ = false;
+      return VK_NULL_HANDLE;
+    }
+    Buf& ob = ops_buf_[mi];
+    ob = Reserve(Pool::kDevice, ops.size() * 4);
+    dev_->Commit();
+    Resolve(ob);
+    dev_->Upload(ob.r, 0, ops.data(), ops.size() * 4);
+    cb = dev_->AllocCommandBuffer();
+    Begin(cb, true);
+    Rec rc{cb};
+    RecordInputs(rc, 1, mode);
+    vkCmdFillBuffer(cb, grid_.r.buf, grid_.r.offset, 8, 0);
+    Barrier(rc);
+    const ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
+                          static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = whole;
+    b[1] = ob.r;
+    Dispatch(rc, int_dot_ ? "resident_dp" : "resident", {cap.xq_max}, b, &pc, sizeof(pc),
+             static_cast<uint32_t>(resident_wgs_), 1, 1, /*local_size_constant=*/false);
+    Barrier(rc);
+    if (mode != OutputMode::kNone) RecordHeadCopy(rc, 1, mode);
+    VkBufferCopy cp{grid_.r.offset, flag_host_.r.offset, 8};
+    vkCmdCopyBuffer(cb, grid_.r.buf, flag_host_.r.buf, 1, &cp);
+    End(cb);
+    if (mode == OutputMode::kArgmax) {
+      resident_ops_ = static_cast<int>(ops.size() / kOpWords);
+      resident_phases_ = cap.barriers;
+    }
+    return cb;
+  }
+
+  // One decoded token: the resident step where it is on, else (or after a resident step whose grid
+  // barrier timed out: the step is redone, the path turned off) the dispatch path.
+  void SubmitDecode(OutputMode mode) {
+    if (resident_) {
+      VkCommandBuffer cb = ResidentCommand(mode);
+      if (cb) {
+        dev_->Submit(cb);
+        uint32_t flags[2];
+        std::memcpy(flags, flag_host_.r.mapped, sizeof(flags));
+        if (flags[1] == 0) return;
+        resident_ = false;
+        ++resident_fallbacks_;
+        std::fprintf(stderr,
+                     "gemma: vulkan: resident decode with %d workgroups timed out at a grid "
+                     "barrier (not all resident?); decoding with dispatches\n",
+                     resident_wgs_);
+        dev_->Fill(counter_.r, 0);  // tail counters a cut-short step may have left
+      }
+    }
+    dev_->Submit(DecodeCommand(mode));
   }
 
   // Public to the free functions of vulkan_backend.h.
@@ -1241,7 +1416,7 @@ class VulkanBackend : public Backend {
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
     const bool inline_head = count <= head_rows_;
     if (m == 1) {
-      dev_->Submit(DecodeCommand(count > 0 ? req.mode : OutputMode::kNone));
+      SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
     } else {
       Begin(prefill_cmd_, false);
       Rec rc{prefill_cmd_};
@@ -1346,6 +1521,15 @@ class VulkanBackend : public Backend {
   std::array<VkCommandBuffer, 4> decode_cmd_{};
   VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
   int decode_dispatches_ = 0, decode_barriers_ = 0;
+  // Resident decode (resident.comp).
+  int resident_wgs_ = 0;
+  uint32_t resident_spin_ = 1u << 22;
+  bool resident_ = false;
+  std::array<VkCommandBuffer, 4> resident_cmd_{};
+  std::array<Buf, 4> ops_buf_{};
+  Buf grid_, flag_host_;  // {arrivals, error} and its host copy
+  int resident_ops_ = 0, resident_phases_ = 0, resident_fallbacks_ = 0;
+  std::string resident_note_;  // why the resident path is off (where it was asked for)
 };
 
 }  // namespace

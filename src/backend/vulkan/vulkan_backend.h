@@ -45,6 +45,12 @@ struct VulkanOptions {
   // Weight matrices larger than the device's maxStorageBufferRange are split by rows; a non-zero
   // value lowers that limit (tests exercise the split on small models with it).
   size_t max_weight_part_bytes = 0;
+  // Resident decode (opt-in): one dispatch per token of this many persistent workgroups running
+  // the whole step with grid barriers (they must all be resident at once; a grid barrier that
+  // times out redoes the step with dispatches and turns the path off). -1: the environment
+  // variable GEMMA_VULKAN_RESIDENT_WGS (unset: off; -1: 4 per compute unit), 0 off. Not on CPU
+  // devices.
+  int resident_workgroups = -1;
 };
 
 // Throws gemma::Error(kDevice) when no usable Vulkan device exists.
@@ -60,6 +66,11 @@ struct VulkanStats {
   int dispatches_per_token = 0;  // in the decode command buffer
   int barriers_per_token = 0;
   int rebuilds = 0;  // device-state rebuilds after failures
+  // Resident decode: workgroups (0: decode runs as dispatches), operations and grid barriers per
+  // token, and steps that fell back to the dispatch path (a grid barrier timed out).
+  int resident_workgroups = 0;
+  int resident_ops = 0;
+  int resident_fallbacks = 0;
   std::string kernels;  // the kernel variants in use (environment knobs GEMMA_VULKAN_MM/DP/...)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);

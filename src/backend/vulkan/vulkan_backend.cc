@@ -108,7 +108,7 @@ struct ReducePush {
   uint32_t vocab, block, nblocks, use_mask;
 };
 struct ResidentPush {
-  uint32_t nops, grid, spin_limit;
+  uint32_t nops, grid, spin_limit, warp_rows;
 };
 // resident.comp: words per recorded operation and the kernels it runs.
 constexpr size_t kOpWords = 64;
@@ -1210,7 +1210,8 @@ class VulkanBackend : public Backend {
     vkCmdFillBuffer(cb, grid_.r.buf, grid_.r.offset, 8, 0);
     Barrier(rc);
     const ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
-                          static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_};
+                          static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_,
+                          static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_RESIDENT_ROWS", 1) != 0)};
     std::array<BufRange, vk::kBindings> b{};
     b[0] = whole;
     b[1] = ob.r;

@@ -40,6 +40,7 @@ layout(push_constant) uniform Push {
   uint nops;
   uint grid;        // word offset of {arrivals, error}
   uint spin_limit;  // polls per grid barrier before giving up
+  uint warp_rows;   // SRQ linears: rows spread over subgroups (LinearWarpRows)
 } pc;
 
 // Operation record (64 words): kernel, grid x/y/z, flags (bit 0: grid barrier after), spec
@@ -155,8 +156,7 @@ void Accumulate(uint w, uint j, uint d, inout int acc_i, inout float acc_f) {
 }
 
 // Operation-level setup and the quantized input (the same for every row block of one token).
-void LinearSetup() {
-  const uint tid = gl_LocalInvocationID.x;
+void LinearParams() {
   KIND = SP(1);
   EPI = SP(2);
   LANES = SP(3);
@@ -171,6 +171,11 @@ void LinearSetup() {
   in_s1 = PF(8);
   int_path0 = quant && in_s0 > 0.0;
   int_path1 = quant && in_s1 > 0.0;
+}
+
+// The quantized input in shared memory (the same for every row of one token).
+void LinearStage() {
+  const uint tid = gl_LocalInvocationID.x;
   const uint cols = PU(1);
   const uint xb = B[2] + PU(13) * PU(3);
   if (XQM == 3) {
@@ -322,6 +327,62 @@ void LinearItem(uint vy, uint nvirt) {
     }
   }
   if (TAIL == 1) ResidualNormTail(nvirt);
+}
+
+// Rows spread over subgroups (SRQ integer path, the sums do not depend on the order): subgroup w
+// of the grid takes rows w, w + W, ... (W subgroups in all), two at a time so their weight loads
+// are in flight together; no workgroup barriers. Same epilogue as LinearItem.
+bool WarpMode() { return pc.warp_rows != 0 && int_path0 && (DUAL == 1 || int_path1); }
+
+void RowEpilogue(uint row, int ti0, int ti1) {
+  const float s_out0 = PF(7), s_out1 = PF(9);
+  float v0 = float(double(ti0) * double(in_s0) * double(mf[B[1] + row]));
+  if (s_out0 > 0.0) v0 = Srq(v0, s_out0);
+  float outv = v0;
+  if (DUAL == 2) {
+    float v1 = float(double(ti1) * double(in_s1) * double(mf[B[5] + row]));
+    if (s_out1 > 0.0) v1 = Srq(v1, s_out1);
+    outv = GeluTanh(v0) * v1;
+  }
+  const float cap = PF(10);
+  if (EPI == 2 && cap > 0.0) outv = TanhClamped(ExactDiv(v0, cap)) * cap;
+  if (EPI == 3) outv = GeluTanh(v0) * mf[B[6] + PU(12) + row];
+  mf[B[3] + PU(5) + row] = outv;
+  if (XQM == 2) {
+    const uint q = uint(QuantizeSrq(outv, PF(20))) & 0xFFu;
+    atomicOr(mu[B[6] + (row >> 2)], q << (8 * (row & 3)));
+  }
+}
+
+void LinearWarpRows(uint G) {
+  const uint SG = gl_SubgroupSize, lane = gl_SubgroupInvocationID;
+  const uint W = G * gl_NumSubgroups;
+  const uint rows = PU(0), nvec = PU(2) / 4;
+  float dummy_f = 0.0;
+  for (uint r0 = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; r0 < rows; r0 += 2 * W) {
+    const uint r1 = r0 + W;
+    const bool has1 = r1 < rows;
+    int a00 = 0, a01 = 0, a10 = 0, a11 = 0;  // [row][weight set]
+    for (uint d = 0; d < DUAL; ++d) {
+      const uint wb = (d == 0 ? B[0] : B[4]) / 4;
+      int s0 = 0, s1 = 0;
+      for (uint j4 = lane; j4 < nvec; j4 += SG) {
+        const uvec4 w0 = mw[wb + r0 * nvec + j4];
+        const uvec4 w1 = has1 ? mw[wb + r1 * nvec + j4] : uvec4(0);
+        [[unroll]] for (uint q4 = 0; q4 < 4; ++q4) {
+          Accumulate(w0[q4], 4 * j4 + q4, d, s0, dummy_f);
+          if (has1) Accumulate(w1[q4], 4 * j4 + q4, d, s1, dummy_f);
+        }
+      }
+      s0 = subgroupAdd(s0);
+      s1 = subgroupAdd(s1);
+      if (d == 0) { a00 = s0; a10 = s1; } else { a01 = s0; a11 = s1; }
+    }
+    if (subgroupElect()) {
+      RowEpilogue(r0, a00, a01);
+      if (has1) RowEpilogue(r1, a10, a11);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- qkrope.comp
@@ -633,7 +694,17 @@ void main() {
     const uint n = gx * gy * gz;
     [[unroll]] for (uint i = 0; i < 12; ++i) B[i] = ops[ob + 16 + i];
     const bool lin = kernel == K_LINEAR || kernel == K_LINEAR_DP;
-    if (lin && wg < n) LinearSetup();
+    if (lin) LinearParams();
+    if (lin && WarpMode()) {
+      // Every workgroup takes part (the tail counts all G).
+      if (wg * gl_NumSubgroups < PU(0)) LinearStage();
+      LinearWarpRows(G);
+      barrier();
+      if (TAIL == 1) ResidualNormTail(G);
+      if ((ops[ob + 4] & 1u) != 0) GridBarrier(++phase * G);
+      continue;
+    }
+    if (lin && wg < n) LinearStage();
     for (uint v = wg; v < n; v += G) {
       const uint vx = v % gx, vy = (v / gx) % gy, vz = v / (gx * gy);
       if (lin) LinearItem(vy, n);

@@ -284,6 +284,21 @@ void Device::Init(const DeviceOptions& options) {
     enable.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
     enable.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
   }
+  // Optional: a device-wide clock in shaders (the resident decode's phase profile).
+  VkPhysicalDeviceShaderClockFeaturesKHR clk{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+  if (has_ext(VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &clk;
+    vkGetPhysicalDeviceFeatures2(phys_, &f2);
+    device_clock_ = clk.shaderDeviceClock == VK_TRUE;
+    if (device_clock_) {
+      clk.shaderSubgroupClock = VK_FALSE;
+      clk.pNext = chain;
+      chain = &clk;
+      enable.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+    }
+  }
   dci.pNext = chain;
   dci.enabledExtensionCount = static_cast<uint32_t>(enable.size());
   dci.ppEnabledExtensionNames = enable.data();

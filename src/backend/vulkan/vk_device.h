@@ -63,6 +63,8 @@ class Device {
   // VK_NV_cooperative_matrix (16x16x16 f16 -> f32, subgroup scope) with f16 arithmetic and the
   // Vulkan memory model enabled: linear_cm.comp can run.
   bool coop_matrix() const { return coop_matrix_; }
+  // VK_KHR_shader_clock with shaderDeviceClock enabled (profiling builds of resident.comp).
+  bool device_clock() const { return device_clock_; }
   float timestamp_period_ns() const { return ts_period_; }
   // Streaming multiprocessors (VK_NV_shader_sm_builtins) or compute units (VK_AMD_shader_core_
   // properties); 0 where the device does not say. Sizes the resident decode kernel's grid.
@@ -133,7 +135,7 @@ class Device {
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::string name_;
   uint32_t subgroup_size_ = 32;
-  bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false;
+  bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   float ts_period_ = 1;

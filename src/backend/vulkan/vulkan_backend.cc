@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -108,7 +109,7 @@ struct ReducePush {
   uint32_t vocab, block, nblocks, use_mask;
 };
 struct ResidentPush {
-  uint32_t nops, grid, spin_limit, warp_rows;
+  uint32_t nops, grid, spin_limit, warp_rows, prof;
 };
 // resident.comp: words per recorded operation and the kernels it runs.
 constexpr size_t kOpWords = 64;
@@ -424,20 +425,25 @@ class VulkanBackend : public Backend {
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
     coop_bm_ = EnvInt("GEMMA_VULKAN_CM_BM", 64) == 128 ? 128 : 64;
     // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
-    // on the H200 it measured no faster than the dispatch path (bench/NOTES.md). Workgroups: the
-    // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 4 per compute unit). Not on CPU devices:
+    // on the H200 it measured slower than the dispatch path (bench/NOTES.md). Workgroups: the
+    // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident). Not on CPU devices:
     // lavapipe runs a workgroup's invocations as coroutines on one thread and computed wrong
     // values once a workgroup spun at a grid barrier (bench/NOTES.md).
     resident_note_.clear();
     resident_wgs_ = vopt_.resident_workgroups >= 0 ? vopt_.resident_workgroups
                                                    : EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0);
-    if (resident_wgs_ < 0) resident_wgs_ = 4 * static_cast<int>(dev_->compute_units());
+    if (resident_wgs_ < 0) resident_wgs_ = 2 * static_cast<int>(dev_->compute_units());
     if (resident_wgs_ > 0 && dev_->is_cpu()) {
       resident_note_ = "resident decode not on CPU devices";
       resident_wgs_ = 0;
     }
     if (resident_wgs_ > 0 && attn_dec_) resident_note_ = "resident decode not with attention_dec";
     resident_ = resident_wgs_ > 0 && !attn_dec_;
+    resident_profile_ = resident_ && int_dot_ && dev_->device_clock() &&
+                        EnvInt("GEMMA_VULKAN_RESIDENT_PROFILE", 0) != 0;
+    prof_sum_.clear();
+    prof_total_ = 0;
+    prof_steps_ = 0;
     // Polls of a grid barrier before the step gives up (seconds).
     resident_spin_ =
         static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_RESIDENT_SPIN", 1 << 22)));
@@ -547,6 +553,7 @@ class VulkanBackend : public Backend {
     step_ = F(4);
     counter_ = F(64);
     grid_ = F(64);
+    prof_ = F(2 * 4096);
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     xqc_ = {};
@@ -568,6 +575,7 @@ class VulkanBackend : public Backend {
     in_host_ = Reserve(Pool::kHost, in_mask_off_ + size_t((V + 31) / 32) * 4);
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
     flag_host_ = Reserve(Pool::kHost, 64);
+    prof_host_ = Reserve(Pool::kHost, 8 * 4096);
 
     dev_->Commit();
 
@@ -607,7 +615,7 @@ class VulkanBackend : public Backend {
     for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
                    &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_, &partc_,
-                   &grid_, &flag_host_}) {
+                   &grid_, &flag_host_, &prof_, &prof_host_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -648,6 +656,8 @@ class VulkanBackend : public Backend {
     VkBuffer pool = VK_NULL_HANDLE;
     bool capture_ok = true;
     uint32_t xq_max = 1;  // shared words the captured linears' quantized inputs need
+    std::vector<std::string>* phase_labels = nullptr;  // a label per grid barrier (profiling)
+    std::string pending;
   };
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
@@ -682,8 +692,26 @@ class VulkanBackend : public Backend {
     if (lin) rc.xq_max = std::max(rc.xq_max, spec[4] * (spec[2] == 1 ? 2u : 1u));
     rc.ops->insert(rc.ops->end(), op.begin(), op.end());
     ++rc.dispatches;
+    if (rc.phase_labels) {
+      const std::string l = Label(shader, spec, gy, push, push_bytes);
+      if (rc.pending.empty()) rc.pending = l;
+      else if (rc.pending.find(" + ") == std::string::npos) rc.pending += " + more";
+    }
   }
 
+
+  // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
+  static std::string Label(const char* shader, const std::vector<uint32_t>& spec, uint32_t gy,
+                           const void* push, size_t push_bytes) {
+    std::string label = shader;
+    if (label == "linear" || label == "linear_dp") {
+      static const char* kKinds[] = {"f32", "bf16", "f16", "q2", "q4", "q8"};
+      label += std::string(" ") + kKinds[spec[1]] + " epi" + std::to_string(spec[2]) + " " +
+               std::to_string(gy * kWG / spec[3]) + "x" +
+               std::to_string(push_bytes ? static_cast<const LinPush*>(push)->cols : 0);
+    }
+    return label;
+  }
 
   void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
@@ -707,14 +735,7 @@ class VulkanBackend : public Backend {
     vkCmdDispatch(rc.cmd, gx, gy, gz);
     ++rc.dispatches;
     if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
-      std::string label = shader;
-      if (label == "linear" || label == "linear_dp") {
-        static const char* kKinds[] = {"f32", "bf16", "f16", "q2", "q4", "q8"};
-        label += std::string(" ") + kKinds[spec[1]] + " epi" + std::to_string(spec[2]) + " " +
-                 std::to_string(gy * kWG / spec[3]) + "x" +
-                 std::to_string(push_bytes ? static_cast<const LinPush*>(push)->cols : 0);
-      }
-      rc.labels->push_back(label);
+      rc.labels->push_back(Label(shader, spec, gy, push, push_bytes));
       dev_->WriteTimestamp(rc.cmd, static_cast<uint32_t>(rc.labels->size()));
     }
   }
@@ -722,6 +743,8 @@ class VulkanBackend : public Backend {
     ++rc.barriers;
     if (rc.ops) {
       if (!rc.ops->empty()) (*rc.ops)[rc.ops->size() - kOpWords + 4] |= 1u;
+      if (rc.phase_labels) rc.phase_labels->push_back(rc.pending);
+      rc.pending.clear();
       return;
     }
     dev_->Barrier(rc.cmd);
@@ -1189,6 +1212,8 @@ class VulkanBackend : public Backend {
     Rec cap{VK_NULL_HANDLE};
     cap.ops = &ops;
     cap.pool = h_.r.buf;
+    std::vector<std::string> labels;
+    cap.phase_labels = &labels;
     RecordBody(cap, 1, splits_);
     if (mode != OutputMode::kNone) RecordHead(cap, 0, 1, mode, /*copy_out=*/false);
     const BufRange whole = dev_->Whole(cap.pool);
@@ -1209,24 +1234,52 @@ class VulkanBackend : public Backend {
     RecordInputs(rc, 1, mode);
     vkCmdFillBuffer(cb, grid_.r.buf, grid_.r.offset, 8, 0);
     Barrier(rc);
-    const ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
+    ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
                           static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_,
-                          static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_RESIDENT_ROWS", 1) != 0)};
+                          static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_RESIDENT_ROWS", 1) != 0), 0};
     std::array<BufRange, vk::kBindings> b{};
     b[0] = whole;
     b[1] = ob.r;
-    Dispatch(rc, int_dot_ ? "resident_dp" : "resident", {cap.xq_max}, b, &pc, sizeof(pc),
+    const bool prof = resident_profile_ && mode == OutputMode::kArgmax;
+    if (prof) {
+      pc.prof = static_cast<uint32_t>(prof_.r.offset / 4);
+      phase_labels_ = labels;
+    }
+    Dispatch(rc, prof ? "resident_dp_prof" : int_dot_ ? "resident_dp" : "resident", {cap.xq_max}, b, &pc, sizeof(pc),
              static_cast<uint32_t>(resident_wgs_), 1, 1, /*local_size_constant=*/false);
     Barrier(rc);
     if (mode != OutputMode::kNone) RecordHeadCopy(rc, 1, mode);
     VkBufferCopy cp{grid_.r.offset, flag_host_.r.offset, 8};
     vkCmdCopyBuffer(cb, grid_.r.buf, flag_host_.r.buf, 1, &cp);
+    if (prof) {
+      cp = {prof_.r.offset, prof_host_.r.offset, std::min<size_t>(prof_.r.size, prof_host_.r.size)};
+      vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
+    }
     End(cb);
     if (mode == OutputMode::kArgmax) {
       resident_ops_ = static_cast<int>(ops.size() / kOpWords);
       resident_phases_ = cap.barriers;
     }
     return cb;
+  }
+
+  // GEMMA_VULKAN_RESIDENT_PROFILE=1: the device clock after every grid barrier of argmax steps,
+  // summed per phase label; printed to stderr after 16 steps (clock units of the device: ns on
+  // NVIDIA).
+  void AccumulateProfile() {
+    const uint32_t* t = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
+    const size_t n = std::min(phase_labels_.size(), prof_host_.r.size / 8 - 1);
+    auto at = [&](size_t i) { return uint64_t(t[2 * i]) | (uint64_t(t[2 * i + 1]) << 32); };
+    for (size_t i = 0; i < n; ++i) prof_sum_[phase_labels_[i]] += double(at(i + 1) - at(i));
+    prof_total_ += double(at(n) - at(0));
+    if (++prof_steps_ != 16) return;
+    std::vector<std::pair<double, std::string>> rows;
+    for (const auto& [k, v] : prof_sum_) rows.emplace_back(v, k);
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "\n| resident phase (first operation), %d argmax steps | us per token | share |\n|---|---|---|\n", prof_steps_);
+    for (const auto& [v, k] : rows)
+      std::fprintf(stderr, "| %s | %.1f | %.1f%% |\n", k.c_str(), v / prof_steps_ / 1e3, 100 * v / prof_total_);
+    std::fprintf(stderr, "| total (%zu grid barriers) | %.1f | |\n", n, prof_total_ / prof_steps_ / 1e3);
   }
 
   // One decoded token: the resident step where it is on, else (or after a resident step whose grid
@@ -1238,7 +1291,10 @@ class VulkanBackend : public Backend {
         dev_->Submit(cb);
         uint32_t flags[2];
         std::memcpy(flags, flag_host_.r.mapped, sizeof(flags));
-        if (flags[1] == 0) return;
+        if (flags[1] == 0) {
+          if (resident_profile_ && mode == OutputMode::kArgmax) AccumulateProfile();
+          return;
+        }
         resident_ = false;
         ++resident_fallbacks_;
         std::fprintf(stderr,
@@ -1531,6 +1587,12 @@ class VulkanBackend : public Backend {
   Buf grid_, flag_host_;  // {arrivals, error} and its host copy
   int resident_ops_ = 0, resident_phases_ = 0, resident_fallbacks_ = 0;
   std::string resident_note_;  // why the resident path is off (where it was asked for)
+  bool resident_profile_ = false;
+  Buf prof_, prof_host_;
+  std::vector<std::string> phase_labels_;
+  std::map<std::string, double> prof_sum_;
+  double prof_total_ = 0;
+  int prof_steps_ = 0;
 };
 
 }  // namespace

@@ -48,7 +48,7 @@ struct VulkanOptions {
   // Resident decode (opt-in): one dispatch per token of this many persistent workgroups running
   // the whole step with grid barriers (they must all be resident at once; a grid barrier that
   // times out redoes the step with dispatches and turns the path off). -1: the environment
-  // variable GEMMA_VULKAN_RESIDENT_WGS (unset: off; -1: 4 per compute unit), 0 off. Not on CPU
+  // variable GEMMA_VULKAN_RESIDENT_WGS (unset: off; -1: 2 per compute unit), 0 off. Not on CPU
   // devices.
   int resident_workgroups = -1;
 };

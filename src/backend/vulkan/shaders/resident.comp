@@ -24,6 +24,12 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int SDot4(int a, int b, spirv_literal int fmt);
 #endif
 
+#ifndef PROFILE
+#define PROFILE 0
+#endif
+#if PROFILE
+#extension GL_EXT_shader_realtime_clock : require
+#endif
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -41,6 +47,7 @@ layout(push_constant) uniform Push {
   uint grid;        // word offset of {arrivals, error}
   uint spin_limit;  // polls per grid barrier before giving up
   uint warp_rows;   // SRQ linears: rows spread over subgroups (LinearWarpRows)
+  uint prof;        // PROFILE: word offset of the device clock after each grid barrier
 } pc;
 
 // Operation record (64 words): kernel, grid x/y/z, flags (bit 0: grid barrier after), spec
@@ -687,6 +694,13 @@ void GridBarrier(uint target) {
 void main() {
   const uint G = gl_NumWorkGroups.x, wg = gl_WorkGroupID.x;
   uint phase = 0;
+#if PROFILE
+  if (wg == 0 && gl_LocalInvocationID.x == 0) {
+    const uvec2 t = clockRealtime2x32EXT();
+    mu[pc.prof] = t.x;
+    mu[pc.prof + 1] = t.y;
+  }
+#endif
   for (uint o = 0; o < pc.nops; ++o) {
     ob = o * OP_WORDS;
     const uint kernel = ops[ob];
@@ -701,7 +715,16 @@ void main() {
       LinearWarpRows(G);
       barrier();
       if (TAIL == 1) ResidualNormTail(G);
-      if ((ops[ob + 4] & 1u) != 0) GridBarrier(++phase * G);
+      if ((ops[ob + 4] & 1u) != 0) {
+        GridBarrier(++phase * G);
+#if PROFILE
+        if (wg == 0 && gl_LocalInvocationID.x == 0) {
+          const uvec2 t = clockRealtime2x32EXT();
+          mu[pc.prof + 2 * phase] = t.x;
+          mu[pc.prof + 2 * phase + 1] = t.y;
+        }
+#endif
+      }
       continue;
     }
     if (lin && wg < n) LinearStage();
@@ -716,6 +739,15 @@ void main() {
       else if (kernel == K_LOGITS) LogitsReduce(vx, vy);
       barrier();
     }
-    if ((ops[ob + 4] & 1u) != 0) GridBarrier(++phase * G);
+    if ((ops[ob + 4] & 1u) != 0) {
+      GridBarrier(++phase * G);
+#if PROFILE
+      if (wg == 0 && gl_LocalInvocationID.x == 0) {
+        const uvec2 t = clockRealtime2x32EXT();
+        mu[pc.prof + 2 * phase] = t.x;
+        mu[pc.prof + 2 * phase + 1] = t.y;
+      }
+#endif
+    }
   }
 }

@@ -426,9 +426,9 @@ class VulkanBackend : public Backend {
     coop_bm_ = EnvInt("GEMMA_VULKAN_CM_BM", 64) == 128 ? 128 : 64;
     // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
     // on the H200 it measured slower than the dispatch path (bench/NOTES.md). Workgroups: the
-    // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident). Not on CPU devices:
-    // lavapipe runs a workgroup's invocations as coroutines on one thread and computed wrong
-    // values once a workgroup spun at a grid barrier (bench/NOTES.md).
+    // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident).
+    // Not on CPU devices: lavapipe computed wrong values once a workgroup spun at a grid barrier
+    // (bench/NOTES.md).
     resident_note_.clear();
     resident_wgs_ = vopt_.resident_workgroups >= 0 ? vopt_.resident_workgroups
                                                    : EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0);
@@ -1235,8 +1235,8 @@ class VulkanBackend : public Backend {
     vkCmdFillBuffer(cb, grid_.r.buf, grid_.r.offset, 8, 0);
     Barrier(rc);
     ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
-                          static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_,
-                          static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_RESIDENT_ROWS", 1) != 0), 0};
+                    static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_,
+                    static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_RESIDENT_ROWS", 1) != 0), 0};
     std::array<BufRange, vk::kBindings> b{};
     b[0] = whole;
     b[1] = ob.r;
@@ -1245,14 +1245,16 @@ class VulkanBackend : public Backend {
       pc.prof = static_cast<uint32_t>(prof_.r.offset / 4);
       phase_labels_ = labels;
     }
-    Dispatch(rc, prof ? "resident_dp_prof" : int_dot_ ? "resident_dp" : "resident", {cap.xq_max}, b, &pc, sizeof(pc),
-             static_cast<uint32_t>(resident_wgs_), 1, 1, /*local_size_constant=*/false);
+    const char* shader = prof ? "resident_dp_prof" : int_dot_ ? "resident_dp" : "resident";
+    Dispatch(rc, shader, {cap.xq_max}, b, &pc, sizeof(pc), static_cast<uint32_t>(resident_wgs_),
+             1, 1, /*local_size_constant=*/false);
     Barrier(rc);
     if (mode != OutputMode::kNone) RecordHeadCopy(rc, 1, mode);
     VkBufferCopy cp{grid_.r.offset, flag_host_.r.offset, 8};
     vkCmdCopyBuffer(cb, grid_.r.buf, flag_host_.r.buf, 1, &cp);
     if (prof) {
-      cp = {prof_.r.offset, prof_host_.r.offset, std::min<size_t>(prof_.r.size, prof_host_.r.size)};
+      cp = {prof_.r.offset, prof_host_.r.offset,
+            std::min<size_t>(prof_.r.size, prof_host_.r.size)};
       vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
     }
     End(cb);
@@ -1276,10 +1278,16 @@ class VulkanBackend : public Backend {
     std::vector<std::pair<double, std::string>> rows;
     for (const auto& [k, v] : prof_sum_) rows.emplace_back(v, k);
     std::sort(rows.rbegin(), rows.rend());
-    std::fprintf(stderr, "\n| resident phase (first operation), %d argmax steps | us per token | share |\n|---|---|---|\n", prof_steps_);
-    for (const auto& [v, k] : rows)
-      std::fprintf(stderr, "| %s | %.1f | %.1f%% |\n", k.c_str(), v / prof_steps_ / 1e3, 100 * v / prof_total_);
-    std::fprintf(stderr, "| total (%zu grid barriers) | %.1f | |\n", n, prof_total_ / prof_steps_ / 1e3);
+    std::fprintf(stderr,
+                 "\n| resident phase (first operation), %d argmax steps | us per token | share |\n"
+                 "|---|---|---|\n",
+                 prof_steps_);
+    for (const auto& [v, k] : rows) {
+      std::fprintf(stderr, "| %s | %.1f | %.1f%% |\n", k.c_str(), v / prof_steps_ / 1e3,
+                   100 * v / prof_total_);
+    }
+    std::fprintf(stderr, "| total (%zu grid barriers) | %.1f | |\n", n,
+                 prof_total_ / prof_steps_ / 1e3);
   }
 
   // One decoded token: the resident step where it is on, else (or after a resident step whose grid

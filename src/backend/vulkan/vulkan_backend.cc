@@ -130,6 +130,19 @@ struct Tail {
   const BufRange* wa = nullptr;  // may be null with has_a (no weight)
 };
 
+// A residual norm applied by every workgroup of the next one-token linear to its input
+// (linear.comp PRO, GEMMA_VULKAN_CNORM=1): x is the previous linear's raw output t;
+// h' = (h_in + rmsnorm(t) * wt) * scale, input rmsnorm(h') * wa (mode 1) or h' (mode 2);
+// workgroup 0 writes h' to h_out when given.
+struct Pro {
+  uint32_t mode = 1;
+  const BufRange* h_in = nullptr;
+  const BufRange* wt = nullptr;
+  const BufRange* wa = nullptr;
+  const BufRange* h_out = nullptr;
+  float scale = 1.0f;
+};
+
 // A device buffer reserved before Commit and resolved after.
 struct Buf {
   int handle = -1;
@@ -407,6 +420,9 @@ class VulkanBackend : public Backend {
                    ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 4), 0, 4)
                    : 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
+    // Opt-in, not yet measured on a GPU: residual norms in the next linear's prologue (linear.comp
+    // PRO) instead of the last workgroup's tail (fewer serialized stages per layer).
+    cnorm_ = EnvInt("GEMMA_VULKAN_CNORM", 0) != 0;
     const int fill_threads = std::clamp(
         EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
         1, 8);
@@ -438,7 +454,8 @@ class VulkanBackend : public Backend {
       resident_wgs_ = 0;
     }
     if (resident_wgs_ > 0 && attn_dec_) resident_note_ = "resident decode not with attention_dec";
-    resident_ = resident_wgs_ > 0 && !attn_dec_;
+    if (resident_wgs_ > 0 && cnorm_) resident_note_ = "resident decode not with GEMMA_VULKAN_CNORM";
+    resident_ = resident_wgs_ > 0 && !attn_dec_ && !cnorm_;
     resident_profile_ = resident_ && int_dot_ && dev_->device_clock() &&
                         EnvInt("GEMMA_VULKAN_RESIDENT_PROFILE", 0) != 0;
     prof_sum_.clear();
@@ -530,6 +547,7 @@ class VulkanBackend : public Backend {
     const int S = std::max(splits_, 1);
     auto F = [&](size_t floats) { return Reserve(Pool::kDevice, floats * 4); };
     h_ = F(size_t(C) * H);
+    h2_ = F(H);
     a_ = F(size_t(C) * H);
     t_ = F(size_t(C) * H);
     q_ = F(size_t(C) * qw);
@@ -612,7 +630,7 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b : {&h_,   &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
+    for (Buf* b : {&h_, &h2_, &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
                    &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_, &partc_,
                    &grid_, &flag_host_, &prof_, &prof_host_}) {
@@ -667,7 +685,7 @@ class VulkanBackend : public Backend {
     const bool lin = kernel == 0 || kernel == 1;
     // Linears: one token (token groups of one, a single token group).
     if (kernel < 0 || !local_size_constant || spec.size() > 11 || push_bytes > 32 * 4 ||
-        (lin && (gx != 1 || spec.size() < 9 || spec[5] != 1))) {
+        (lin && (gx != 1 || spec.size() != 9 || spec[5] != 1))) {
       rc.capture_ok = false;
       resident_note_ = std::string("cannot capture ") + shader;
       return;
@@ -779,7 +797,7 @@ class VulkanBackend : public Backend {
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
                 const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
-                float next_in_s = 0.0f) {
+                float next_in_s = 0.0f, const Pro* pro = nullptr) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -918,9 +936,24 @@ class VulkanBackend : public Backend {
       }
       // Packed dot products for the SRQ integer path (not with XQ 1: its input stays unpermuted).
       const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
-      Dispatch(rc, dp ? "linear_dp" : "linear",
-               {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm}, b, &pc,
-               sizeof(pc), (m + tok - 1) / tok, (p.rows + rows_per_wg - 1) / rows_per_wg);
+      std::vector<uint32_t> spec = {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm};
+      if (pro) {
+        if (m != 1 || tail || xqm == 1 || xqm == 3)
+          throw Error(ErrorCode::kInternal, "vulkan: input norm prologue on a wrong linear");
+        spec.push_back(pro->mode);
+        spec.push_back(static_cast<uint32_t>(d.cols));
+        pc.n = static_cast<uint32_t>(d.cols);
+        pc.scale = pro->scale;
+        pc.eps = cfg_.rms_norm_eps;
+        pc.has_a = pro->h_out && i == 0;
+        pc.has_wa = pro->wa != nullptr;
+        b[7] = *pro->h_in;
+        b[8] = *pro->wt;
+        if (pro->wa) b[9] = *pro->wa;
+        if (pro->h_out) b[10] = *pro->h_out;
+      }
+      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok,
+               (p.rows + rows_per_wg - 1) / rows_per_wg);
     }
   }
 
@@ -970,16 +1003,38 @@ class VulkanBackend : public Backend {
       // No barrier: the ple rows are first read after several barriers below.
     }
     }
+    // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
+    // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
+    const bool cn = m == 1 && cnorm_;
+    BufRange hcur = h_.r, hnext = h2_.r;
+    const BufRange* pend_wt = nullptr;  // the norm the next linear applies
+    float pend_scale = 1.0f;
     for (int l = l_begin; l < l_end; ++l) {
       const LayerPlan& p = model_.layers()[l];
       const LayerWeights& w = model_.layer_weights()[l];
       DevLayer& d = layers_[l];
       const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
       const int qw = nh * hd, kvw = nkv * hd;
-      LinearOp(rc, d.q, a_.r, H, q_.r, qw, 0, m);
-      if (!p.kv_shared) {
-        LinearOp(rc, d.k, a_.r, H, kt_.r, kvw, 0, m);
-        LinearOp(rc, d.v, a_.r, H, vt_.r, kvw, 0, m);
+      if (cn && pend_wt) {
+        const BufRange* wa = d.input_norm.handle >= 0 ? &d.input_norm.r : nullptr;
+        const Pro pq{1, &hcur, pend_wt, wa, &hnext, pend_scale};
+        const Pro pkv{1, &hcur, pend_wt, wa, nullptr, pend_scale};
+        LinearOp(rc, d.q, t_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
+                 nullptr, 0.0f, &pq);
+        if (!p.kv_shared) {
+          LinearOp(rc, d.k, t_.r, H, kt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
+                   nullptr, 0.0f, &pkv);
+          LinearOp(rc, d.v, t_.r, H, vt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
+                   nullptr, 0.0f, &pkv);
+        }
+        std::swap(hcur, hnext);
+        pend_wt = nullptr;
+      } else {
+        LinearOp(rc, d.q, a_.r, H, q_.r, qw, 0, m);
+        if (!p.kv_shared) {
+          LinearOp(rc, d.k, a_.r, H, kt_.r, kvw, 0, m);
+          LinearOp(rc, d.v, a_.r, H, vt_.r, kvw, 0, m);
+        }
       }
       Barrier(rc);
       CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
@@ -1056,10 +1111,12 @@ class VulkanBackend : public Backend {
         }
       }
       // One-token steps fold each residual norm into the linear before it (TAIL).
-      const bool fuse = m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
+      const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
-      if (fuse) {
+      if (cn) {
+        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
+      } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
       } else {
@@ -1069,10 +1126,16 @@ class VulkanBackend : public Backend {
       }
       Barrier(rc);
       // One-token steps: gate/up also write the down projection's quantized input (XQ).
-      const bool xq = fuse && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
+      const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
                       d.gate.parts.size() == 1;
       const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
-      if (xq) {
+      if (cn) {
+        const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
+        const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
+        LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
+                 nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg);
+        std::swap(hcur, hnext);
+      } else if (xq) {
         LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
                  nullptr, 2, &xq_l, d.down.src->in_scale);
       } else {
@@ -1081,7 +1144,22 @@ class VulkanBackend : public Backend {
       Barrier(rc);
       const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
       const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
-      if (P > 0) {
+      if (cn) {
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
+                 nullptr, xq ? 1 : 0, &xq_l);
+        Barrier(rc);
+        pend_wt = &d.post_ffn_norm.r;
+        pend_scale = w.layer_scalar;
+        if (P > 0) {
+          const Pro pp{2, &hcur, pend_wt, nullptr, &hnext, 1.0f};
+          LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P, 0,
+                   nullptr, 0, nullptr, 0.0f, &pp);
+          std::swap(hcur, hnext);
+          Barrier(rc);
+          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+          pend_wt = &d.post_ple_norm.r;
+        }
+      } else if (P > 0) {
         if (fuse) {
           const Tail tl{&d.post_ffn_norm.r, 1.0f, false, nullptr};
           LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
@@ -1113,6 +1191,26 @@ class VulkanBackend : public Backend {
         NormOp(rc, m, &t_, &d.post_ffn_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
       }
       Barrier(rc);
+    }
+    if (cn && pend_wt) {
+      // The last layer's norm, on the current residual buffer, which then goes back to h_.
+      NormPush pc{};
+      pc.n = H;
+      pc.has_t = 1;
+      pc.scale = pend_scale;
+      pc.eps = cfg_.rms_norm_eps;
+      pc.h_stride = pc.t_stride = pc.a_stride = H;
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = hcur;
+      b[1] = t_.r;
+      b[2] = *pend_wt;
+      Dispatch(rc, "resnorm", {}, b, &pc, sizeof(pc), 1);
+      Barrier(rc);
+      if (hcur.offset != h_.r.offset || hcur.buf != h_.r.buf) {
+        VkBufferCopy cp{hcur.offset, h_.r.offset, size_t(H) * 4};
+        vkCmdCopyBuffer(rc.cmd, hcur.buf, h_.r.buf, 1, &cp);
+        Barrier(rc);
+      }
     }
   }
 
@@ -1545,6 +1643,7 @@ class VulkanBackend : public Backend {
   uint32_t lanes_k_ = 6;     // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
   bool attn_tiled_ = false;  // prefill attention through attention_tiled
   bool fuse_tails_ = true;   // one-token steps fold residual norms into the preceding linear
+  bool cnorm_ = false;       // one-token steps apply residual norms in the next linear (Pro)
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
@@ -1578,7 +1677,7 @@ class VulkanBackend : public Backend {
   int rot_s_ = 1, rot_f_ = 1;
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
-  Buf h_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
+  Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, xq_;
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;

@@ -522,6 +522,48 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
   EXPECT_EQ(res->cached(), disp->cached());
 }
 
+// One-token steps with the residual norms applied in the next linear's prologue
+// (GEMMA_VULKAN_CNORM=1, linear.comp PRO; the residual stream alternates between two buffers)
+// against the default tails and the CPU reference: logits of every decoded position, with weights
+// whole and split by rows (several dispatches per linear, one writes the residual), and the
+// prompt's trailing-layer pass (which ends on a one-token body).
+TEST(VulkanKernels, ConsumerSideNormsMatchTails) {
+  for (const char* fixture : {"tiny_qat", "tiny_dense_bf16", "tiny_e4b_like_f16"}) {
+    for (size_t part : {size_t(0), size_t(1024)}) {
+      SCOPED_TRACE(std::string(fixture) + " part " + std::to_string(part));
+      auto model = LoadFixture(fixture);
+      const int V = model->text().vocab_size;
+      const BackendOptions opt{.capacity = 96, .slack = 16};
+      std::unique_ptr<Backend> tails, cnorm;
+      try {
+        tails = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
+        setenv("GEMMA_VULKAN_CNORM", "1", 1);
+        cnorm = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
+        unsetenv("GEMMA_VULKAN_CNORM");
+      } catch (const Error& e) {
+        unsetenv("GEMMA_VULKAN_CNORM");
+        if (e.code() != ErrorCode::kDevice) throw;
+        GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+      }
+      auto cpu = CreateCpuReferenceBackend(*model, opt);
+      std::vector<int32_t> tokens(part ? 30 : 50);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % V);
+      const std::span<const int32_t> prompt(tokens.data(), 12);
+      ForwardResult a, b, c;
+      for (size_t t = 12; t <= tokens.size(); ++t) {
+        const std::span<const int32_t> in =
+            t == 12 ? prompt : std::span<const int32_t>(&tokens[t - 1], 1);
+        tails->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
+        cnorm->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
+        cpu->Forward({.tokens = in, .mode = OutputMode::kLogits}, &c);
+        ASSERT_EQ(b.logits.size(), size_t(V));
+        EXPECT_LT(RelL2(b.logits.data(), c.logits.data(), V), 1e-4) << "position " << t;
+        EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+      }
+    }
+  }
+}
+
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

@@ -40,6 +40,12 @@ layout(constant_id = 7) const uint TAIL = 0;
 // `next_in_s` into binding 6 (zeroed before the step) for the next linear's XQ 1; XQ 3: as XQ 1,
 // copied into shared memory first (the inner loop reads shared instead of global memory).
 layout(constant_id = 8) const uint XQ = 0;
+// PRO (one token, consumer-side residual norm, instead of the producer's TAIL): the input is
+//   h' = (h + rmsnorm(t) * wt) * scale;  x = rmsnorm(h') * wa (PRO 1) or x = h' (PRO 2)
+// computed by every workgroup into shared memory from t (binding 2), h (7), wt (8), wa (9);
+// workgroup 0 writes h' to binding 10 when has_a is set. n = the input length (<= PRO_N).
+layout(constant_id = 9) const uint PRO = 0;
+layout(constant_id = 10) const uint PRO_N = 1;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -82,6 +88,7 @@ shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
 shared double red_d[128];
 shared bool last_wg;
+shared float xs[PRO_N];
 
 double BlockSumD(double v) {
   double s = subgroupAdd(v);
@@ -215,7 +222,7 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
       float a = acc_f[d * TOK + tt];
       [[unroll]] for (uint k = 0; k < epw; ++k) {
         const uint c = c0 + k;
-        const float xv = c < p.cols ? x[xb + c] : 0.0;
+        const float xv = c < p.cols ? (PRO != 0 ? xs[c] : x[xb + c]) : 0.0;
         const float wv = quant ? float(QElem(w, k)) : DElem(w, k);
         a = fma(wv, xv, a);
       }
@@ -239,6 +246,30 @@ void main() {
     acc_f[i] = 0.0;
   }
 
+  if (PRO != 0) {
+    // h' and the normed input from the residual stream and the previous linear's raw output.
+    double ss = 0.0LF;
+    for (uint i = tid; i < p.n; i += WG) ss = fma(double(x[i]), double(x[i]), ss);
+    const float r = RmsFactor(BlockSumD(ss), p.n, p.eps);
+    const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
+    double ss2 = 0.0LF;
+    for (uint i = tid; i < p.n; i += WG) {
+      precise float v = (x[i] * r) * wt[i];
+      precise float o = (hres[i] + v) * p.scale;
+      xs[i] = o;
+      if (write_h) anorm[i] = o;
+      ss2 = fma(double(o), double(o), ss2);
+    }
+    if (PRO == 1) {
+      const float r2 = RmsFactor(BlockSumD(ss2), p.n, p.eps);
+      for (uint i = tid; i < p.n; i += WG) {
+        precise float v = xs[i] * r2;
+        precise float o = p.has_wa != 0 ? v * wa[i] : v;
+        xs[i] = o;
+      }
+    }
+    barrier();
+  }
   if (XQ == 3) {
     // The input arrives quantized (binding 5); stage it in shared memory for the inner loop.
     for (uint i = tid; i < TOK * XWORDS; i += WG) {
@@ -269,7 +300,7 @@ void main() {
           if (t < p.ntok) {
             for (uint k = 0; k < 4; ++k) {
               const uint c = PermCol(i, k);
-              const int q = c < p.cols ? QuantizeSrq(x[xb + c], in_s[d]) : 0;
+              const int q = c >= p.cols ? 0 : QuantizeSrq(PRO != 0 ? xs[c] : x[xb + c], in_s[d]);
               packed |= (uint(q) & 0xFFu) << (8 * k);
             }
           }

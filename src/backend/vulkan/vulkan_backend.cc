@@ -97,6 +97,8 @@ struct RopePush {
 };
 struct AttnPush {
   uint32_t nh, nkv, hd, ring, window, splits, q_stride;
+  uint32_t rot = 0, kv_stride = 0, has_kn = 0, kv_new = 0;  // attention_rope
+  float eps = 0.0f;
 };
 struct CombinePush {
   uint32_t nh, hd, splits, o_stride;
@@ -423,6 +425,9 @@ class VulkanBackend : public Backend {
     // Opt-in, not yet measured on a GPU: residual norms in the next linear's prologue (linear.comp
     // PRO) instead of the last workgroup's tail (fewer serialized stages per layer).
     cnorm_ = EnvInt("GEMMA_VULKAN_CNORM", 0) != 0;
+    // Opt-in, not yet measured on a GPU: q/k norm + RoPE in the decode attention (one dispatch and
+    // one barrier fewer per layer).
+    fuse_rope_ = EnvInt("GEMMA_VULKAN_FUSE_ROPE", 0) != 0;
     const int fill_threads = std::clamp(
         EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
         1, 8);
@@ -454,8 +459,9 @@ class VulkanBackend : public Backend {
       resident_wgs_ = 0;
     }
     if (resident_wgs_ > 0 && attn_dec_) resident_note_ = "resident decode not with attention_dec";
-    if (resident_wgs_ > 0 && cnorm_) resident_note_ = "resident decode not with GEMMA_VULKAN_CNORM";
-    resident_ = resident_wgs_ > 0 && !attn_dec_ && !cnorm_;
+    if (resident_wgs_ > 0 && (cnorm_ || fuse_rope_))
+      resident_note_ = "resident decode not with GEMMA_VULKAN_CNORM or GEMMA_VULKAN_FUSE_ROPE";
+    resident_ = resident_wgs_ > 0 && !attn_dec_ && !cnorm_ && !fuse_rope_;
     resident_profile_ = resident_ && int_dot_ && dev_->device_clock() &&
                         EnvInt("GEMMA_VULKAN_RESIDENT_PROFILE", 0) != 0;
     prof_sum_.clear();
@@ -1039,7 +1045,9 @@ class VulkanBackend : public Backend {
       Barrier(rc);
       CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
       const bool sliding = p.type == LayerType::kSliding;
-      {
+      // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
+      const bool fuse_rope = m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
+      if (!fuse_rope) {
         RopePush pc{static_cast<uint32_t>(nh),
                     static_cast<uint32_t>(nkv),
                     static_cast<uint32_t>(hd),
@@ -1058,8 +1066,8 @@ class VulkanBackend : public Backend {
         b[6] = slot.v.r;
         b[7] = sliding ? rope_s_.r : rope_f_.r;
         Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), m);
+        Barrier(rc);
       }
-      Barrier(rc);
       {
         AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
                     static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
@@ -1097,7 +1105,19 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
           Barrier(rc);
         } else {
-          if (attn_dec_ && hd <= 512) {
+          if (fuse_rope) {
+            pc.rot = static_cast<uint32_t>(sliding ? rot_s_ : rot_f_);
+            pc.kv_stride = static_cast<uint32_t>(kvw);
+            pc.has_kn = d.k_norm.handle >= 0;
+            pc.kv_new = !p.kv_shared;
+            pc.eps = cfg_.rms_norm_eps;
+            b[5] = kt_.r;
+            b[6] = vt_.r;
+            b[7] = d.q_norm.r;
+            if (d.k_norm.handle >= 0) b[8] = d.k_norm.r;
+            b[9] = sliding ? rope_s_.r : rope_f_.r;
+            Dispatch(rc, "attention_rope", {}, b, &pc, sizeof(pc), nh, m, splits);
+          } else if (attn_dec_ && hd <= 512) {
             Dispatch(rc, "attention_dec", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, splits, false);
           } else {
             Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
@@ -1644,6 +1664,7 @@ class VulkanBackend : public Backend {
   bool attn_tiled_ = false;  // prefill attention through attention_tiled
   bool fuse_tails_ = true;   // one-token steps fold residual norms into the preceding linear
   bool cnorm_ = false;       // one-token steps apply residual norms in the next linear (Pro)
+  bool fuse_rope_ = false;   // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)

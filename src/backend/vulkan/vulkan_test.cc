@@ -522,26 +522,32 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
   EXPECT_EQ(res->cached(), disp->cached());
 }
 
-// One-token steps with the residual norms applied in the next linear's prologue
-// (GEMMA_VULKAN_CNORM=1, linear.comp PRO; the residual stream alternates between two buffers)
-// against the default tails and the CPU reference: logits of every decoded position, with weights
-// whole and split by rows (several dispatches per linear, one writes the residual), and the
-// prompt's trailing-layer pass (which ends on a one-token body).
-TEST(VulkanKernels, ConsumerSideNormsMatchTails) {
+// One-token-step fusions against the default step and the CPU reference: the residual norms
+// applied in the next linear's prologue (GEMMA_VULKAN_CNORM=1, linear.comp PRO; the residual
+// stream alternates between two buffers), q/k norm + RoPE inside the decode attention
+// (GEMMA_VULKAN_FUSE_ROPE=1, attention_rope: the split holding the new position writes its K/V
+// rows), and both. Logits of every decoded position past the sliding window (two key splits on
+// lavapipe), with weights whole and split by rows (several dispatches per linear, one writes the
+// residual), and the prompt's trailing-layer pass (which ends on a one-token body).
+TEST(VulkanKernels, OneTokenFusionsMatchDefaultStep) {
+  const std::vector<std::vector<const char*>> knobs = {
+      {"GEMMA_VULKAN_CNORM"}, {"GEMMA_VULKAN_FUSE_ROPE"}, {"GEMMA_VULKAN_CNORM", "GEMMA_VULKAN_FUSE_ROPE"}};
+  for (const auto& env : knobs)
   for (const char* fixture : {"tiny_qat", "tiny_dense_bf16", "tiny_e4b_like_f16"}) {
     for (size_t part : {size_t(0), size_t(1024)}) {
-      SCOPED_TRACE(std::string(fixture) + " part " + std::to_string(part));
+      SCOPED_TRACE(std::string(fixture) + " part " + std::to_string(part) + " " + env[0] +
+                   (env.size() > 1 ? std::string(" + ") + env[1] : ""));
       auto model = LoadFixture(fixture);
       const int V = model->text().vocab_size;
       const BackendOptions opt{.capacity = 96, .slack = 16};
       std::unique_ptr<Backend> tails, cnorm;
       try {
         tails = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
-        setenv("GEMMA_VULKAN_CNORM", "1", 1);
+        for (const char* e : env) setenv(e, "1", 1);
         cnorm = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
-        unsetenv("GEMMA_VULKAN_CNORM");
+        for (const char* e : env) unsetenv(e);
       } catch (const Error& e) {
-        unsetenv("GEMMA_VULKAN_CNORM");
+        for (const char* v : env) unsetenv(v);
         if (e.code() != ErrorCode::kDevice) throw;
         GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
       }

@@ -7,18 +7,39 @@
 // KV-shared layers bind their owner's caches.
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+// ROPE 1 (attention_rope, one-token steps, GEMMA_VULKAN_FUSE_ROPE=1): qkrope.comp's work done here
+// instead of a dispatch before: binding 0 holds the raw q; every workgroup normalizes and rotates
+// its head's q into shared memory; the workgroups whose split holds the new position first write
+// that position's normalized, rotated K and normalized V rows (raw at bindings 5, 6) into the
+// caches (all query heads of a K/V head write the same values). Same arithmetic as qkrope.comp.
+#ifndef ROPE
+#define ROPE 0
+#endif
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
+#if ROPE
+layout(std430, binding = 1) coherent buffer KC { float kc[]; };
+layout(std430, binding = 2) coherent buffer VC { float vc[]; };
+layout(std430, binding = 5) readonly buffer KT { float kt[]; };
+layout(std430, binding = 6) readonly buffer VT { float vt[]; };
+layout(std430, binding = 7) readonly buffer QN { float qn[]; };
+layout(std430, binding = 8) readonly buffer KN { float kn[]; };
+layout(std430, binding = 9) readonly buffer Rope { vec2 rope[]; };
+#else
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
+#endif
 layout(std430, binding = 3) writeonly buffer PO { double po[]; };   // [t][h][split][hd]
 layout(std430, binding = 4) writeonly buffer PML { dvec2 pml[]; };  // [t][h][split]
 
 layout(push_constant) uniform P {
   uint nh, nkv, hd, ring, window, splits;
   uint q_stride;
+  uint rot, kv_stride, has_kn, kv_new;  // ROPE; kv_new 0: a KV-shared layer (no new K/V)
+  float eps;
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -26,6 +47,61 @@ const uint TPK = 8;          // invocations per key (a clustered dot product)
 const uint KPB = WG / TPK;   // keys per block
 shared float qs[512];
 shared double sc[KPB];
+#if ROPE
+shared double red[128];
+shared float xs[512];
+
+double BlockSum(double v) {
+  double s = subgroupAdd(v);
+  if (subgroupElect()) red[gl_SubgroupID] = s;
+  barrier();
+  double tot = 0.0LF;
+  for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red[i];
+  barrier();
+  return tot;
+}
+
+// qkrope.comp for one head slot of kind 0 (q -> qs), 1 (k -> K cache row) or 2 (v -> V row).
+void NormRope(uint kind, uint head, uint pos) {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint hd = p.hd;
+  double ss = 0.0LF;
+  for (uint i = tid; i < hd; i += WG) {
+    const float v = kind == 0 ? q[head * hd + i] : kind == 1 ? kt[head * hd + i] : vt[head * hd + i];
+    xs[i] = v;
+    ss = fma(double(v), double(v), ss);
+  }
+  const float r = RmsFactor(BlockSum(ss), hd, p.eps);
+  barrier();
+  for (uint i = tid; i < hd; i += WG) {
+    precise float v = xs[i] * r;
+    if (kind == 0) v = v * qn[i];
+    if (kind == 1 && p.has_kn != 0) v = v * kn[i];
+    xs[i] = v;
+  }
+  barrier();
+  const uint half_d = hd / 2;
+  const uint crow = (pos % p.ring) * (p.nkv * hd) + head * hd;
+  for (uint i = tid; i < hd; i += WG) {
+    precise float o = xs[i];
+    if (kind != 2) {
+      const uint k = i < half_d ? i : i - half_d;
+      if (k < p.rot) {
+        const vec2 cs = rope[pos * p.rot + k];
+        if (i < half_d) {
+          o = xs[i] * cs.x + (-xs[i + half_d]) * cs.y;
+        } else {
+          o = xs[i] * cs.x + xs[i - half_d] * cs.y;
+        }
+      }
+    }
+    if (kind == 0) qs[i] = o;
+    else if (kind == 1) kc[crow + i] = o;
+    else vc[crow + i] = o;
+  }
+  barrier();
+}
+#endif
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -39,8 +115,19 @@ void main() {
   const uint je = min(pos + 1, jb + per);
   const uint kvh = h / (p.nh / p.nkv);
   const uint width = p.nkv * hd;
+#if ROPE
+  // One token (t = 0): this head's q; the new K/V row where this split reads it.
+  NormRope(0, h, pos);
+  if (p.kv_new != 0 && je == pos + 1 && jb < je) {
+    NormRope(1, kvh, pos);
+    NormRope(2, kvh, pos);
+    memoryBarrierBuffer();
+    barrier();
+  }
+#else
   for (uint i = tid; i < hd; i += WG) qs[i] = q[t * p.q_stride + h * hd + i];
   barrier();
+#endif
   const double kNegInf = -1.0LF / 0.0LF;
   double m = kNegInf;
   double l = 0.0LF;

@@ -150,30 +150,6 @@ void Device::Init(const DeviceOptions& options) {
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   ts_period_ = p2.properties.limits.timestampPeriod;
-  {
-    uint32_t ne = 0;
-    vkEnumerateDeviceExtensionProperties(phys_, nullptr, &ne, nullptr);
-    std::vector<VkExtensionProperties> ex(ne);
-    vkEnumerateDeviceExtensionProperties(phys_, nullptr, &ne, ex.data());
-    for (const VkExtensionProperties& e : ex) {
-      if (std::strcmp(e.extensionName, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME) == 0) {
-        VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
-            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
-        VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-        q.pNext = &sm;
-        vkGetPhysicalDeviceProperties2(phys_, &q);
-        compute_units_ = sm.shaderSMCount;
-      } else if (std::strcmp(e.extensionName, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME) == 0) {
-        VkPhysicalDeviceShaderCorePropertiesAMD cp{
-            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
-        VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-        q.pNext = &cp;
-        vkGetPhysicalDeviceProperties2(phys_, &q);
-        compute_units_ = cp.shaderEngineCount * cp.shaderArraysPerEngineCount *
-                         cp.computeUnitsPerShaderArray;
-      }
-    }
-  }
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
 
   uint32_t nq = 0;
@@ -245,6 +221,23 @@ void Device::Init(const DeviceOptions& options) {
       if (std::strcmp(e.extensionName, name) == 0) return true;
     return false;
   };
+  // Compute units (sizes the resident decode's grid).
+  if (has_ext(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    q.pNext = &sm;
+    vkGetPhysicalDeviceProperties2(phys_, &q);
+    compute_units_ = sm.shaderSMCount;
+  } else if (has_ext(VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME)) {
+    VkPhysicalDeviceShaderCorePropertiesAMD cp{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    q.pNext = &cp;
+    vkGetPhysicalDeviceProperties2(phys_, &q);
+    compute_units_ =
+        cp.shaderEngineCount * cp.shaderArraysPerEngineCount * cp.computeUnitsPerShaderArray;
+  }
   if (has_ext(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) &&
       has_ext(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME) &&
       has_ext(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME) && subgroup_size_ == 32 &&

@@ -963,8 +963,9 @@ class VulkanBackend : public Backend {
     }
   }
 
+  // The residual stream is h_ unless `h` is given.
   void NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float scale, const Buf* wa, bool has_a,
-              const BufRange& a, int h_row0 = 0) {
+              const BufRange& a, int h_row0 = 0, const BufRange* h = nullptr) {
     const int H = cfg_.hidden_size;
     NormPush pc{};
     pc.n = H;
@@ -976,7 +977,7 @@ class VulkanBackend : public Backend {
     pc.h_stride = pc.t_stride = pc.a_stride = H;
     pc.h_row0 = h_row0;
     std::array<BufRange, vk::kBindings> b{};
-    b[0] = h_.r;
+    b[0] = h ? *h : h_.r;
     if (t) b[1] = t->r;
     if (wt) b[2] = wt->r;
     if (has_a) b[3] = a;
@@ -1013,7 +1014,7 @@ class VulkanBackend : public Backend {
     // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
     const bool cn = m == 1 && cnorm_;
     BufRange hcur = h_.r, hnext = h2_.r;
-    const BufRange* pend_wt = nullptr;  // the norm the next linear applies
+    const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
     for (int l = l_begin; l < l_end; ++l) {
       const LayerPlan& p = model_.layers()[l];
@@ -1023,8 +1024,8 @@ class VulkanBackend : public Backend {
       const int qw = nh * hd, kvw = nkv * hd;
       if (cn && pend_wt) {
         const BufRange* wa = d.input_norm.handle >= 0 ? &d.input_norm.r : nullptr;
-        const Pro pq{1, &hcur, pend_wt, wa, &hnext, pend_scale};
-        const Pro pkv{1, &hcur, pend_wt, wa, nullptr, pend_scale};
+        const Pro pq{1, &hcur, &pend_wt->r, wa, &hnext, pend_scale};
+        const Pro pkv{1, &hcur, &pend_wt->r, wa, nullptr, pend_scale};
         LinearOp(rc, d.q, t_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
                  nullptr, 0.0f, &pq);
         if (!p.kv_shared) {
@@ -1168,16 +1169,16 @@ class VulkanBackend : public Backend {
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
                  nullptr, xq ? 1 : 0, &xq_l);
         Barrier(rc);
-        pend_wt = &d.post_ffn_norm.r;
+        pend_wt = &d.post_ffn_norm;
         pend_scale = w.layer_scalar;
         if (P > 0) {
-          const Pro pp{2, &hcur, pend_wt, nullptr, &hnext, 1.0f};
+          const Pro pp{2, &hcur, &pend_wt->r, nullptr, &hnext, 1.0f};
           LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P, 0,
                    nullptr, 0, nullptr, 0.0f, &pp);
           std::swap(hcur, hnext);
           Barrier(rc);
           LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
-          pend_wt = &d.post_ple_norm.r;
+          pend_wt = &d.post_ple_norm;
         }
       } else if (P > 0) {
         if (fuse) {
@@ -1214,17 +1215,7 @@ class VulkanBackend : public Backend {
     }
     if (cn && pend_wt) {
       // The last layer's norm, on the current residual buffer, which then goes back to h_.
-      NormPush pc{};
-      pc.n = H;
-      pc.has_t = 1;
-      pc.scale = pend_scale;
-      pc.eps = cfg_.rms_norm_eps;
-      pc.h_stride = pc.t_stride = pc.a_stride = H;
-      std::array<BufRange, vk::kBindings> b{};
-      b[0] = hcur;
-      b[1] = t_.r;
-      b[2] = *pend_wt;
-      Dispatch(rc, "resnorm", {}, b, &pc, sizeof(pc), 1);
+      NormOp(rc, 1, &t_, pend_wt, pend_scale, nullptr, false, {}, 0, &hcur);
       Barrier(rc);
       if (hcur.offset != h_.r.offset || hcur.buf != h_.r.buf) {
         VkBufferCopy cp{hcur.offset, h_.r.offset, size_t(H) * 4};

@@ -61,44 +61,23 @@ double BlockSum(double v) {
   return tot;
 }
 
-// qkrope.comp for one head slot of kind 0 (q -> qs), 1 (k -> K cache row) or 2 (v -> V row).
+// qkrope.comp's work for one head: kind 0 (q -> qs), 1 (k -> K cache row), 2 (v -> V row).
+uint nr_head, nr_crow;
+#define NR_LOAD(kind, i)                                                     \
+  ((kind) == 0 ? q[nr_head * p.hd + (i)] : (kind) == 1 ? kt[nr_head * p.hd + (i)] \
+                                                       : vt[nr_head * p.hd + (i)])
+#define NR_WEIGHT(kind, i, v) \
+  ((kind) == 0 ? (v) * qn[i] : (kind) == 1 && p.has_kn != 0 ? (v) * kn[i] : (v))
+#define NR_STORE(kind, i, o)                  \
+  if ((kind) == 0) qs[i] = (o);               \
+  else if ((kind) == 1) kc[nr_crow + (i)] = (o); \
+  else vc[nr_crow + (i)] = (o)
+#include "norm_rope.glsl"
+
 void NormRope(uint kind, uint head, uint pos) {
-  const uint tid = gl_LocalInvocationID.x;
-  const uint hd = p.hd;
-  double ss = 0.0LF;
-  for (uint i = tid; i < hd; i += WG) {
-    const float v = kind == 0 ? q[head * hd + i] : kind == 1 ? kt[head * hd + i] : vt[head * hd + i];
-    xs[i] = v;
-    ss = fma(double(v), double(v), ss);
-  }
-  const float r = RmsFactor(BlockSum(ss), hd, p.eps);
-  barrier();
-  for (uint i = tid; i < hd; i += WG) {
-    precise float v = xs[i] * r;
-    if (kind == 0) v = v * qn[i];
-    if (kind == 1 && p.has_kn != 0) v = v * kn[i];
-    xs[i] = v;
-  }
-  barrier();
-  const uint half_d = hd / 2;
-  const uint crow = (pos % p.ring) * (p.nkv * hd) + head * hd;
-  for (uint i = tid; i < hd; i += WG) {
-    precise float o = xs[i];
-    if (kind != 2) {
-      const uint k = i < half_d ? i : i - half_d;
-      if (k < p.rot) {
-        const vec2 cs = rope[pos * p.rot + k];
-        if (i < half_d) {
-          o = xs[i] * cs.x + (-xs[i + half_d]) * cs.y;
-        } else {
-          o = xs[i] * cs.x + xs[i - half_d] * cs.y;
-        }
-      }
-    }
-    if (kind == 0) qs[i] = o;
-    else if (kind == 1) kc[crow + i] = o;
-    else vc[crow + i] = o;
-  }
+  nr_head = head;
+  nr_crow = (pos % p.ring) * (p.nkv * p.hd) + head * p.hd;
+  NormRopeHead(kind, p.hd, p.rot, p.eps, pos);
   barrier();
 }
 #endif

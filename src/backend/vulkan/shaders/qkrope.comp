@@ -39,51 +39,26 @@ double BlockSum(double v) {
   return tot;
 }
 
+uint t_, head_, crow_;  // the workgroup's token, head and cache row offset (for the macros)
+#define NR_LOAD(kind, i)                                                        \
+  ((kind) == 0   ? q[t_ * p.q_stride + head_ * p.hd + (i)]                      \
+   : (kind) == 1 ? kt[t_ * p.kv_stride + head_ * p.hd + (i)]                    \
+                 : vt[t_ * p.kv_stride + head_ * p.hd + (i)])
+#define NR_WEIGHT(kind, i, v) ((kind) == 0 ? (v) * qn[i] : (kind) == 1 ? (v) * kn[i] : (v))
+#define NR_STORE(kind, i, o)                                              \
+  if ((kind) == 0) q[t_ * p.q_stride + head_ * p.hd + (i)] = (o);          \
+  else if ((kind) == 1) kc[crow_ + (i)] = (o);                            \
+  else vc[crow_ + (i)] = (o)
+#include "norm_rope.glsl"
+
 void main() {
-  const uint tid = gl_LocalInvocationID.x;
   const uint slot = gl_WorkGroupID.x;
-  const uint t = gl_WorkGroupID.y;
-  const uint pos = step.pos0 + t;
-  const uint hd = p.hd;
+  t_ = gl_WorkGroupID.y;
+  const uint pos = step.pos0 + t_;
   uint kind;  // 0 q, 1 k, 2 v
-  uint head;
-  if (slot < p.nh) { kind = 0; head = slot; }
-  else if (slot < p.nh + p.nkv) { kind = 1; head = slot - p.nh; }
-  else { kind = 2; head = slot - p.nh - p.nkv; }
-  double ss = 0.0LF;
-  for (uint i = tid; i < hd; i += WG) {
-    float v = kind == 0 ? q[t * p.q_stride + head * hd + i]
-            : kind == 1 ? kt[t * p.kv_stride + head * hd + i]
-                        : vt[t * p.kv_stride + head * hd + i];
-    xs[i] = v;
-    ss = fma(double(v), double(v), ss);
-  }
-  const float r = RmsFactor(BlockSum(ss), hd, p.eps);
-  barrier();
-  for (uint i = tid; i < hd; i += WG) {
-    precise float v = xs[i] * r;
-    if (kind == 0) v = v * qn[i];
-    if (kind == 1) v = v * kn[i];
-    xs[i] = v;
-  }
-  barrier();
-  const uint half_d = hd / 2;
-  const uint crow = (pos % p.ring) * (p.nkv * hd) + head * hd;
-  for (uint i = tid; i < hd; i += WG) {
-    precise float o = xs[i];
-    if (kind != 2) {
-      const uint k = i < half_d ? i : i - half_d;
-      if (k < p.rot) {
-        const vec2 cs = rope[pos * p.rot + k];
-        if (i < half_d) {
-          o = xs[i] * cs.x + (-xs[i + half_d]) * cs.y;
-        } else {
-          o = xs[i] * cs.x + xs[i - half_d] * cs.y;
-        }
-      }
-    }
-    if (kind == 0) q[t * p.q_stride + head * hd + i] = o;
-    else if (kind == 1) kc[crow + i] = o;
-    else vc[crow + i] = o;
-  }
+  if (slot < p.nh) { kind = 0; head_ = slot; }
+  else if (slot < p.nh + p.nkv) { kind = 1; head_ = slot - p.nh; }
+  else { kind = 2; head_ = slot - p.nh - p.nkv; }
+  crow_ = (pos % p.ring) * (p.nkv * p.hd) + head_ * p.hd;
+  NormRopeHead(kind, p.hd, p.rot, p.eps, pos);
 }

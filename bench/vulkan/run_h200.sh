@@ -8,7 +8,11 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -e /work/main ] || { mkdir -p /work; ln -sfn "$PWD" /work/main; }
 B=build-vulkan/src/backend/vulkan
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/tests.txt 2>&1
-( timeout 120 $B/vulkan_test && timeout 120 $B/vulkan_golden_test ) 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
+# One process per test: the NVIDIA driver refuses vkCreateInstance after ~30 instances per process.
+for t in $($B/vulkan_test --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+  timeout 300 $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s/^/$t: /" >> $OUT/tests.txt
+done
+timeout 120 $B/vulkan_golden_test 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
 t0=$(date +%s)
 $B/vulkan_bench --synth /tmp/e2b --ctx 8 --prompt 8 --steps 1 --runs 1 > /dev/null 2>&1
 echo "synth e2b-qat + warm: $(( $(date +%s) - t0 )) s" >> $OUT/tests.txt

@@ -434,6 +434,11 @@ class VulkanBackend : public Backend {
     if (!fill_pool_ || fill_pool_->size() != fill_threads)
       fill_pool_ = fill_threads > 1 ? std::make_unique<ThreadPool>(fill_threads) : nullptr;
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
+    // One-token linears with a capped grid (each workgroup loops over row blocks): N workgroups,
+    // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
+    mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", 0);
+    if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
+    mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -731,7 +736,7 @@ class VulkanBackend : public Backend {
     if (label == "linear" || label == "linear_dp") {
       static const char* kKinds[] = {"f32", "bf16", "f16", "q2", "q4", "q8"};
       label += std::string(" ") + kKinds[spec[1]] + " epi" + std::to_string(spec[2]) + " " +
-               std::to_string(gy * kWG / spec[3]) + "x" +
+               std::to_string(push_bytes ? static_cast<const LinPush*>(push)->rows : gy) + "x" +
                std::to_string(push_bytes ? static_cast<const LinPush*>(push)->cols : 0);
     }
     return label;
@@ -958,8 +963,13 @@ class VulkanBackend : public Backend {
         if (pro->wa) b[9] = *pro->wa;
         if (pro->h_out) b[10] = *pro->h_out;
       }
-      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok,
-               (p.rows + rows_per_wg - 1) / rows_per_wg);
+      // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
+      // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
+      // resident kernel takes the blocks as virtual workgroups.
+      uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
+      if (m == 1 && !rc.ops && mv_wgs_ > 0 && static_cast<uint32_t>(p.rows) <= mv_max_rows_)
+        gy = std::min<uint32_t>(gy, static_cast<uint32_t>(mv_wgs_));
+      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
   }
 
@@ -1657,6 +1667,8 @@ class VulkanBackend : public Backend {
   bool cnorm_ = false;       // one-token steps apply residual norms in the next linear (Pro)
   bool fuse_rope_ = false;   // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
+  int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
+  uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

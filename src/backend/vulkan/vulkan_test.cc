@@ -530,24 +530,30 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
 // lavapipe), with weights whole and split by rows (several dispatches per linear, one writes the
 // residual), and the prompt's trailing-layer pass (which ends on a one-token body).
 TEST(VulkanKernels, OneTokenFusionsMatchDefaultStep) {
-  const std::vector<std::vector<const char*>> knobs = {
-      {"GEMMA_VULKAN_CNORM"}, {"GEMMA_VULKAN_FUSE_ROPE"}, {"GEMMA_VULKAN_CNORM", "GEMMA_VULKAN_FUSE_ROPE"}};
+  // MV_WGS 3: one-token linears on three workgroups, each looping over many row blocks.
+  using Knobs = std::vector<std::pair<const char*, const char*>>;
+  const std::vector<Knobs> knobs = {{{"GEMMA_VULKAN_CNORM", "1"}},
+                                    {{"GEMMA_VULKAN_FUSE_ROPE", "1"}},
+                                    {{"GEMMA_VULKAN_CNORM", "1"}, {"GEMMA_VULKAN_FUSE_ROPE", "1"}},
+                                    {{"GEMMA_VULKAN_MV_WGS", "3"}},
+                                    {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}}};
   for (const auto& env : knobs)
   for (const char* fixture : {"tiny_qat", "tiny_dense_bf16", "tiny_e4b_like_f16"}) {
     for (size_t part : {size_t(0), size_t(1024)}) {
-      SCOPED_TRACE(std::string(fixture) + " part " + std::to_string(part) + " " + env[0] +
-                   (env.size() > 1 ? std::string(" + ") + env[1] : ""));
+      std::string trace = std::string(fixture) + " part " + std::to_string(part);
+      for (const auto& [k, v] : env) trace += std::string(" ") + k + "=" + v;
+      SCOPED_TRACE(trace);
       auto model = LoadFixture(fixture);
       const int V = model->text().vocab_size;
       const BackendOptions opt{.capacity = 96, .slack = 16};
       std::unique_ptr<Backend> tails, cnorm;
       try {
         tails = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
-        for (const char* e : env) setenv(e, "1", 1);
+        for (const auto& [k, v] : env) setenv(k, v, 1);
         cnorm = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
-        for (const char* e : env) unsetenv(e);
+        for (const auto& [k, v] : env) unsetenv(k);
       } catch (const Error& e) {
-        for (const char* v : env) unsetenv(v);
+        for (const auto& [k, v] : env) unsetenv(k);
         if (e.code() != ErrorCode::kDevice) throw;
         GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
       }

@@ -235,16 +235,11 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
   const uint rloc = tid / LANES;
-  const uint row = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
   const uint tg = gl_WorkGroupID.x * TOK;  // first token (relative to x_row0)
   const bool quant = KIND >= 3;
   float in_s[2] = float[2](p.in_s0, p.in_s1);
   int_path[0] = quant && p.in_s0 > 0.0;
   int_path[1] = quant && p.in_s1 > 0.0;
-  [[unroll]] for (uint i = 0; i < 2 * TOK; ++i) {
-    acc_i[i] = 0;
-    acc_f[i] = 0.0;
-  }
 
   if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
@@ -311,68 +306,79 @@ void main() {
     barrier();
   }
 
-  if (row < p.rows) {
-    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      if (VEC == 4) {
-        const uint base = row * (p.wstride / 4);
-        for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-          const uvec4 w4 = d == 0 ? w0[base + j4] : w1[base + j4];
-          [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
+  // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
+  // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
+  const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
+  for (uint blk = gl_WorkGroupID.y; blk < nblk; blk += gl_NumWorkGroups.y) {
+    const uint row = blk * ROWS_PER_WG + rloc;
+    [[unroll]] for (uint i = 0; i < 2 * TOK; ++i) {
+      acc_i[i] = 0;
+      acc_f[i] = 0.0;
+    }
+    if (row < p.rows) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        if (VEC == 4) {
+          const uint base = row * (p.wstride / 4);
+          for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
+            const uvec4 w4 = d == 0 ? w0[base + j4] : w1[base + j4];
+            [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
+          }
+        } else {
+          const uint base = row * p.wstride;
+          for (uint j = lane; j < p.wstride; j += LANES) {
+            const uint w = d == 0 ? w0[(base + j) >> 2][(base + j) & 3] : w1[(base + j) >> 2][(base + j) & 3];
+            Accumulate(w, j, d, tg);
+          }
         }
-      } else {
-        const uint base = row * p.wstride;
-        for (uint j = lane; j < p.wstride; j += LANES) {
-          const uint w = d == 0 ? w0[(base + j) >> 2][(base + j) & 3] : w1[(base + j) >> 2][(base + j) & 3];
-          Accumulate(w, j, d, tg);
+      }
+    }
+    // Reduce each row's LANES partials: subgroups first, then shared memory.
+    const uint nsg = WG / gl_SubgroupSize;
+    [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
+      const int si = subgroupAdd(acc_i[i]);
+      const float sf = subgroupAdd(acc_f[i]);
+      if (subgroupElect()) {
+        red_i[i * nsg + gl_SubgroupID] = si;
+        red_f[i * nsg + gl_SubgroupID] = sf;
+      }
+    }
+    barrier();
+    // Lanes 0..TOK-1 of the row finish one token each.
+    const uint tt = lane;
+    const uint t = tg + tt;
+    if (row < p.rows && tt < TOK && t < p.ntok) {
+      const uint per_row = LANES / gl_SubgroupSize;
+      float v[2];
+      float out_s[2] = float[2](p.out_s0, p.out_s1);
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        int ti = 0;
+        float tf = 0.0;
+        const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
+        for (uint k = 0; k < per_row; ++k) {
+          ti += red_i[rb + k];
+          tf += red_f[rb + k];
         }
+        const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
+        float r;
+        if (int_path[d]) {
+          r = float(double(ti) * double(in_s[d]) * double(rs));
+        } else {
+          r = quant ? tf * rs : tf;
+        }
+        if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
+        v[d] = r;
+      }
+      float outv = v[0];
+      if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
+      if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
+      if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+      y[t * p.y_stride + p.y_off + row] = outv;
+      if (XQ == 2) {
+        const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
+        atomicOr(xq_out[row >> 2], q << (8 * (row & 3)));
       }
     }
-  }
-  // Reduce each row's LANES partials: subgroups first, then shared memory.
-  const uint nsg = WG / gl_SubgroupSize;
-  [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
-    const int si = subgroupAdd(acc_i[i]);
-    const float sf = subgroupAdd(acc_f[i]);
-    if (subgroupElect()) {
-      red_i[i * nsg + gl_SubgroupID] = si;
-      red_f[i * nsg + gl_SubgroupID] = sf;
-    }
-  }
-  barrier();
-  // Lanes 0..TOK-1 of the row finish one token each.
-  const uint tt = lane;
-  const uint t = tg + tt;
-  if (row < p.rows && tt < TOK && t < p.ntok) {
-    const uint per_row = LANES / gl_SubgroupSize;
-    float v[2];
-    float out_s[2] = float[2](p.out_s0, p.out_s1);
-    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      int ti = 0;
-      float tf = 0.0;
-      const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
-      for (uint k = 0; k < per_row; ++k) {
-        ti += red_i[rb + k];
-        tf += red_f[rb + k];
-      }
-      const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
-      float r;
-      if (int_path[d]) {
-        r = float(double(ti) * double(in_s[d]) * double(rs));
-      } else {
-        r = quant ? tf * rs : tf;
-      }
-      if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
-      v[d] = r;
-    }
-    float outv = v[0];
-    if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
-    if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-    if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
-    y[t * p.y_stride + p.y_off + row] = outv;
-    if (XQ == 2) {
-      const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
-      atomicOr(xq_out[row >> 2], q << (8 * (row & 3)));
-    }
+    barrier();  // red_i / red_f are reused by the next block
   }
   if (TAIL == 1) ResidualNormTail();
 }

@@ -19,7 +19,11 @@ echo "synth e2b-qat + warm: $(( $(date +%s) - t0 )) s" >> $OUT/tests.txt
 for v in "$@"; do
   tag=${v%%:*}; envs=${v#*:}
   echo "variant $tag: $envs" > $OUT/bench_$tag.txt
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv,noheader -lms 100 > /tmp/clk_$tag.txt 2>&1 &
+  smi=$!
   env $envs timeout 150 $B/vulkan_bench --synth /tmp/e2b --ctx 512 --prompt 1024 --steps 32 \
       --runs 2 --copy-mb 512 --capacity 2048 >> $OUT/bench_$tag.txt 2>&1
+  kill $smi 2>/dev/null
+  echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt
   tail -1 $OUT/bench_$tag.txt
 done

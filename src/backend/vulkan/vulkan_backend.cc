@@ -438,6 +438,7 @@ class VulkanBackend : public Backend {
     // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
     mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", 0);
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
+    mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -962,6 +963,12 @@ class VulkanBackend : public Backend {
         b[8] = *pro->wt;
         if (pro->wa) b[9] = *pro->wa;
         if (pro->h_out) b[10] = *pro->h_out;
+      }
+      // Weights into registers ahead of use (not captured: the resident kernel has no NPRE).
+      const uint32_t npre = (nvec + lanes - 1) / lanes;
+      if (m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre <= 4) {
+        if (!pro) spec.insert(spec.end(), {0u, 1u});
+        spec.push_back(npre);
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1667,6 +1674,7 @@ class VulkanBackend : public Backend {
   bool cnorm_ = false;       // one-token steps apply residual norms in the next linear (Pro)
   bool fuse_rope_ = false;   // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
+  bool mv_prefetch_ = false;  // one-token linears: weights into registers ahead of use (NPRE)
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

@@ -46,6 +46,10 @@ layout(constant_id = 8) const uint XQ = 0;
 // workgroup 0 writes h' to binding 10 when has_a is set. n = the input length (<= PRO_N).
 layout(constant_id = 9) const uint PRO = 0;
 layout(constant_id = 10) const uint PRO_N = 1;
+// NPRE > 0 (one token, VEC 4, every row at most NPRE vectors per lane): a row block's weights are
+// loaded into registers before they are needed: the first block's before the input prologue, the
+// next block's before the current one is multiplied (the loads' latency overlaps the prologue).
+layout(constant_id = 11) const uint NPRE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -170,6 +174,21 @@ uint PermCol(uint i, uint b) {
   return 16 * (i >> 2) + (i & 3) + 4 * b;
 }
 
+const uint NPRE_ARR = NPRE > 0 ? NPRE : 1;
+uvec4 wnext[2][NPRE_ARR];
+
+// This lane's vectors of `row` (zero past the row or the matrix) into wnext.
+void PrefetchRow(uint row, uint lane) {
+  [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+    [[unroll]] for (uint i = 0; i < NPRE; ++i) {
+      const uint j4 = lane + i * LANES;
+      const uint idx = row * (p.wstride / 4) + j4;
+      const bool ok = row < p.rows && j4 < p.wstride / 4;
+      wnext[d][i] = ok ? (d == 0 ? w0[idx] : w1[idx]) : uvec4(0);
+    }
+  }
+}
+
 int acc_i[2 * TOK];
 float acc_f[2 * TOK];
 bool int_path[2];
@@ -240,6 +259,8 @@ void main() {
   float in_s[2] = float[2](p.in_s0, p.in_s1);
   int_path[0] = quant && p.in_s0 > 0.0;
   int_path[1] = quant && p.in_s1 > 0.0;
+
+  if (NPRE > 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
 
   if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
@@ -315,7 +336,20 @@ void main() {
       acc_i[i] = 0;
       acc_f[i] = 0.0;
     }
-    if (row < p.rows) {
+    if (NPRE > 0) {
+      uvec4 wcur[2][NPRE_ARR] = wnext;
+      PrefetchRow((blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc, lane);
+      if (row < p.rows) {
+        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+          [[unroll]] for (uint i = 0; i < NPRE; ++i) {
+            const uint j4 = lane + i * LANES;
+            if (j4 < p.wstride / 4) {
+              [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(wcur[d][i][q4], 4 * j4 + q4, d, tg);
+            }
+          }
+        }
+      }
+    } else if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);

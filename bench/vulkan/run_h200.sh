@@ -25,5 +25,5 @@ for v in "$@"; do
       --runs 2 --copy-mb 512 --capacity 2048 >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null
   echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt
-  tail -1 $OUT/bench_$tag.txt
+  echo "$tag $(grep '^{' $OUT/bench_$tag.txt | tail -1)"; tail -1 $OUT/bench_$tag.txt
 done

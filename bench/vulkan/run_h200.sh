@@ -10,7 +10,7 @@ B=build-vulkan/src/backend/vulkan
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/tests.txt 2>&1
 # One process per test: the NVIDIA driver refuses vkCreateInstance after ~30 instances per process.
 for t in $($B/vulkan_test --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
-  timeout 300 $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s/^/$t: /" >> $OUT/tests.txt
+  timeout 300 $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s|^|$t: |" >> $OUT/tests.txt
 done
 timeout 120 $B/vulkan_golden_test 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
 t0=$(date +%s)

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
     gemma::GetVulkanStats(*vk, &st);
     const double bw = gemma::MeasureVulkanCopyBandwidth(*vk, size_t(copy_mb) << 20);
     const double rbw = gemma::MeasureVulkanWeightReadBandwidth(*vk);
+    const gemma::VulkanDispatchCost dc = gemma::MeasureVulkanDispatchCost(*vk);
 
     std::vector<int32_t> prompt(std::max(prompt_len, ctx));
     for (size_t i = 0; i < prompt.size(); ++i)
@@ -175,6 +176,11 @@ int main(int argc, char** argv) {
                 st.barriers_per_token);
     std::printf("| device copy bandwidth (read+write) | %.0f GB/s |\n", bw / 1e9);
     std::printf("| compute read of all weights | %.0f GB/s |\n", rbw / 1e9);
+    std::printf("| empty dispatches (320 in a row): 1 workgroup + barrier / %u workgroups + barrier / "
+                "1 workgroup, no barrier | %.2f / %.2f / %.2f us each |\n",
+                dc.wide, dc.dependent_us, dc.dependent_wide_us, dc.independent_us);
+    std::printf("| barriers per token x empty dependent dispatch | %.3f ms |\n",
+                st.barriers_per_token * dc.dependent_us * 1e-3);
     std::printf("| bytes per token / floor | %.1f MB / %.3f ms |\n", bpt / 1e6, floor_s * 1e3);
     std::printf("| prefill %d tokens | %.1f ms = %.0f tok/s |\n", prompt_len, prefill_s * 1e3,
                 prompt_len / prefill_s);
@@ -186,10 +192,12 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"device\":\"%s\",\"prefill_tok_s\":%.1f,\"decode_ms\":%.4f,\"decode_p95_ms\":%.4f,"
         "\"decode_tok_s\":%.1f,\"floor_ms\":%.4f,\"ratio\":%.3f,\"copy_gbs\":%.1f,\"read_gbs\":%.1f,"
-        "\"dispatches\":%d,\"barriers\":%d,\"device_mib\":%.1f,\"weights_mib\":%.1f}\n",
+        "\"dispatches\":%d,\"barriers\":%d,\"device_mib\":%.1f,\"weights_mib\":%.1f,"
+        "\"empty_dispatch_us\":%.2f,\"empty_dispatch_wide_us\":%.2f}\n",
         st.device.c_str(), prompt_len / prefill_s, med * 1e3, p95 * 1e3, 1.0 / med, floor_s * 1e3,
         med / floor_s, bw / 1e9, rbw / 1e9, st.dispatches_per_token, st.barriers_per_token,
-        st.device_bytes / 1048576.0, st.weight_bytes / 1048576.0);
+        st.device_bytes / 1048576.0, st.weight_bytes / 1048576.0, dc.dependent_us,
+        dc.dependent_wide_us);
   } catch (const gemma::Error& e) {
     std::fprintf(stderr, "vulkan_bench: %s\n", e.what());
     return 1;

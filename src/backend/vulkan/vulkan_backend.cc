@@ -26,6 +26,7 @@ using vk::Device;
 using vk::Pool;
 
 constexpr uint32_t kWG = 256;
+constexpr int kCombineCounters = 256;  // (token, head) arrival counters of the merging attention
 constexpr uint32_t kVocabBlock = 4096;
 constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
 
@@ -305,6 +306,41 @@ class VulkanBackend : public Backend {
     std::sort(secs.begin(), secs.end());
     return bytes / secs[secs.size() / 2];
   }
+  // Empty dispatches (readbw with n = 0): timestamps around `n` of them, median of 5 passes.
+  VulkanDispatchCost DispatchCost(int n) {
+    VulkanDispatchCost c;
+    if (!dev_->has_timestamps() || n <= 0) return c;
+    c.wide = std::max<uint32_t>(256, 4 * dev_->compute_units());
+    auto time = [&](uint32_t wgs, bool barriers) {
+      std::vector<double> us;
+      for (int it = 0; it < 6; ++it) {
+        VkCommandBuffer cb = head_cmd_;
+        Begin(cb, false);
+        dev_->ResetTimestamps(cb, 2);
+        dev_->WriteTimestamp(cb, 0);
+        Rec rc{cb};
+        for (int i = 0; i < n; ++i) {
+          std::array<BufRange, vk::kBindings> b{};
+          b[0] = counter_.r;
+          b[3] = counter_.r;
+          const uint32_t zero = 0;
+          Dispatch(rc, "readbw", {}, b, &zero, sizeof(zero), wgs, 1, 1, false);
+          if (barriers) Barrier(rc);
+        }
+        dev_->WriteTimestamp(cb, 1);
+        End(cb);
+        dev_->Submit(cb);
+        const std::vector<double> ts = dev_->ReadTimestamps(2);
+        if (it > 0) us.push_back((ts[1] - ts[0]) * 1e-3 / n);
+      }
+      std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    c.dependent_us = time(1, true);
+    c.dependent_wide_us = time(c.wide, true);
+    c.independent_us = time(1, false);
+    return c;
+  }
   void FailNextSubmit() {
     if (dev_) dev_->FailNextSubmit();
   }
@@ -438,6 +474,7 @@ class VulkanBackend : public Backend {
     // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
     mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", 0);
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
+    attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
     mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
@@ -582,6 +619,7 @@ class VulkanBackend : public Backend {
     mask_ = F((V + 31) / 32);
     step_ = F(4);
     counter_ = F(64);
+    hcount_ = F(kCombineCounters);
     grid_ = F(64);
     prof_ = F(2 * 4096);
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
@@ -644,11 +682,12 @@ class VulkanBackend : public Backend {
     }
     for (Buf* b : {&h_, &h2_, &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &xq_, &xqc_, &partc_,
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &hcount_, &xq_, &xqc_, &partc_,
                    &grid_, &flag_host_, &prof_, &prof_host_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
+    dev_->Fill(hcount_.r, 0);
     prefill_cmd_ = dev_->AllocCommandBuffer();
     head_cmd_ = dev_->AllocCommandBuffer();
     // Pre-record the decode step once to count its work.
@@ -1123,6 +1162,9 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
           Barrier(rc);
         } else {
+          // GEMMA_VULKAN_ATTN_COMBINE=1 (not captured: the resident kernel merges separately).
+          const bool merge = !fuse_rope && !(attn_dec_ && hd <= 512) && attn_combine_ &&
+                             !rc.ops && m * nh <= kCombineCounters;
           if (fuse_rope) {
             pc.rot = static_cast<uint32_t>(sliding ? rot_s_ : rot_f_);
             pc.kv_stride = static_cast<uint32_t>(kvw);
@@ -1137,15 +1179,22 @@ class VulkanBackend : public Backend {
             Dispatch(rc, "attention_rope", {}, b, &pc, sizeof(pc), nh, m, splits);
           } else if (attn_dec_ && hd <= 512) {
             Dispatch(rc, "attention_dec", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, splits, false);
+          } else if (merge) {
+            // The last split workgroup of each head merges the splits (no combine dispatch).
+            b[5] = attn_.r;
+            b[6] = hcount_.r;
+            Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
           } else {
             Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
           }
           Barrier(rc);
-          CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
-                         static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
-          b[5] = attn_.r;
-          Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
-          Barrier(rc);
+          if (!merge) {
+            CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
+                           static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
+            b[5] = attn_.r;
+            Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
+            Barrier(rc);
+          }
         }
       }
       // One-token steps fold each residual norm into the linear before it (TAIL).
@@ -1436,6 +1485,7 @@ class VulkanBackend : public Backend {
                      "barrier (not all resident?); decoding with dispatches\n",
                      resident_wgs_);
         dev_->Fill(counter_.r, 0);  // tail counters a cut-short step may have left
+        dev_->Fill(hcount_.r, 0);
       }
     }
     dev_->Submit(DecodeCommand(mode));
@@ -1674,6 +1724,7 @@ class VulkanBackend : public Backend {
   bool cnorm_ = false;       // one-token steps apply residual norms in the next linear (Pro)
   bool fuse_rope_ = false;   // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
+  bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
   bool mv_prefetch_ = false;  // one-token linears: weights into registers ahead of use (NPRE)
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
@@ -1710,7 +1761,7 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
-      mask_, step_, in_host_, out_host_, counter_, xq_;
+      mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
   int head_rows_ = 1, nblocks_ = 1;
@@ -1755,6 +1806,11 @@ bool GetVulkanStats(const Backend& backend, VulkanStats* stats) {
 double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   return vb ? vb->CopyBandwidth(bytes) : 0.0;
+}
+
+VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->DispatchCost(n) : VulkanDispatchCost{};
 }
 
 double MeasureVulkanWeightReadBandwidth(Backend& backend) {

@@ -79,6 +79,14 @@ double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
 // Bytes per second a compute shader reads from all resident weight buffers at once (a pass over
 // the decode's weight traffic, timed with GPU timestamps; 0 without timestamps).
 double MeasureVulkanWeightReadBandwidth(Backend& backend);
+// GPU time (us, timestamps) per dispatch of an empty kernel in a command buffer of `n` of them:
+// one workgroup each with a pipeline barrier between (what a dependent step pays per phase), the
+// same with `wide` workgroups, and one workgroup without barriers. Zeros without timestamps.
+struct VulkanDispatchCost {
+  double dependent_us = 0, dependent_wide_us = 0, independent_us = 0;
+  uint32_t wide = 0;
+};
+VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n = 320);
 // GPU time per kernel label (ns, summed over the step) of one step over `tokens` (at most
 // capabilities().max_chunk) at the current position, from timestamps after every dispatch; the
 // caches are not advanced. Empty without timestamps.

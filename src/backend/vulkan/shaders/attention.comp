@@ -2,7 +2,8 @@
 // Causal (optionally sliding) attention over the ring caches, split over the keys:
 // workgroup (head, token, split) computes, for its share of keys j in [first, pos],
 //   m = max_j s_j, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) V_j,   s_j = q . K_j (scale 1)
-// with an online softmax over blocks of WG keys; attn_combine.comp merges the splits.
+// with an online softmax over blocks of WG keys; attn_combine.comp merges the splits (or, COMBINE
+// 1, the last split workgroup of each head).
 // Scores, weights and sums are double, as in the CPU reference. K/V rows live at (j % ring);
 // KV-shared layers bind their owner's caches.
 #extension GL_KHR_shader_subgroup_shuffle : enable
@@ -32,8 +33,16 @@ layout(std430, binding = 9) readonly buffer Rope { vec2 rope[]; };
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
 #endif
-layout(std430, binding = 3) writeonly buffer PO { double po[]; };   // [t][h][split][hd]
-layout(std430, binding = 4) writeonly buffer PML { dvec2 pml[]; };  // [t][h][split]
+layout(std430, binding = 3) coherent buffer PO { double po[]; };   // [t][h][split][hd]
+layout(std430, binding = 4) coherent buffer PML { dvec2 pml[]; };  // [t][h][split]
+// COMBINE 1 (not with ROPE): the last split workgroup of each (token, head) to finish merges the
+// splits (attn_combine.comp's arithmetic) into binding 5, counting arrivals in binding 6 (zero
+// between steps; the merging workgroup resets its counter), instead of a dispatch after.
+layout(constant_id = 1) const uint COMBINE = 0;
+#if !ROPE
+layout(std430, binding = 5) writeonly buffer O { float o[]; };
+layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };
+#endif
 
 layout(push_constant) uniform P {
   uint nh, nkv, hd, ring, window, splits;
@@ -45,8 +54,14 @@ layout(push_constant) uniform P {
 const uint WG = gl_WorkGroupSize.x;
 const uint TPK = 8;          // invocations per key (a clustered dot product)
 const uint KPB = WG / TPK;   // keys per block
+const uint DPI = 512 / TPK;  // dims per invocation in a score (head dims <= 512)
 shared float qs[512];
 shared double sc[KPB];
+shared double sgmax[32];
+shared bool last_split;
+#if !ROPE
+#include "combine.glsl"
+#endif
 #if ROPE
 shared double red[128];
 shared float xs[512];
@@ -118,27 +133,30 @@ void main() {
     double s = 0.0LF;
     if (j < je) {
       const uint kb = (j % p.ring) * width + kvh * hd;
-      // Eight independent loads before their FMAs (the loop is latency-bound otherwise).
-      for (uint i0 = part; i0 < hd; i0 += 8 * TPK) {
-        float kv[8];
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = i0 + u * TPK;
-          kv[u] = i < hd ? kc[kb + i] : 0.0;
-        }
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = i0 + u * TPK;
-          if (i < hd) s = fma(double(qs[i]), double(kv[u]), s);
-        }
+      // Every load of the key row's share before the FMAs (one memory round trip, not one per
+      // eight dims); the FMAs in ascending dims as before.
+      float kv[DPI];
+      [[unroll]] for (uint u = 0; u < DPI; ++u) {
+        const uint i = part + u * TPK;
+        kv[u] = i < hd ? kc[kb + i] : 0.0;
+      }
+      [[unroll]] for (uint u = 0; u < DPI; ++u) {
+        const uint i = part + u * TPK;
+        if (i < hd) s = fma(double(qs[i]), double(kv[u]), s);
       }
     }
     s += subgroupShuffleXor(s, 1);
     s += subgroupShuffleXor(s, 2);
     s += subgroupShuffleXor(s, 4);
-    if (part == 0) sc[kl] = j < je ? s : kNegInf;
+    const double sv = j < je ? s : kNegInf;
+    if (part == 0) sc[kl] = sv;
+    // The block's maximum: per subgroup, then over subgroups (max is exact in any order).
+    const double sgm = subgroupMax(sv);
+    if (subgroupElect()) sgmax[gl_SubgroupID] = sgm;
     barrier();
     const uint nb = min(KPB, je - b);
     double bm = kNegInf;
-    for (uint jj = 0; jj < nb; ++jj) bm = max(bm, sc[jj]);
+    for (uint g = 0; g < gl_NumSubgroups; ++g) bm = max(bm, sgmax[g]);
     const double mn = max(m, bm);
     barrier();
     if (tid < nb) sc[tid] = ExpD(sc[tid] - mn);
@@ -150,17 +168,18 @@ void main() {
     m = mn;
     acc0 *= corr;
     acc1 *= corr;
-    for (uint j0 = 0; j0 < nb; j0 += 8) {
-      float v0[8], v1[8];
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        const uint vb = ((b + j0 + u) % p.ring) * width + kvh * hd;
-        const bool ok = j0 + u < nb;
+    {
+      // The block's V rows loaded at once (one round trip), then summed in key order.
+      float v0[KPB], v1[KPB];
+      [[unroll]] for (uint u = 0; u < KPB; ++u) {
+        const uint vb = ((b + u) % p.ring) * width + kvh * hd;
+        const bool ok = u < nb;
         v0[u] = ok && tid < hd ? vc[vb + tid] : 0.0;
         v1[u] = ok && tid + WG < hd ? vc[vb + tid + WG] : 0.0;
       }
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        if (j0 + u < nb) {
-          const double w = sc[j0 + u];
+      [[unroll]] for (uint u = 0; u < KPB; ++u) {
+        if (u < nb) {
+          const double w = sc[u];
           acc0 = fma(w, double(v0[u]), acc0);
           acc1 = fma(w, double(v1[u]), acc1);
         }
@@ -172,4 +191,17 @@ void main() {
   if (tid < hd) po[ob * hd + tid] = acc0;
   if (tid + WG < hd) po[ob * hd + tid + WG] = acc1;
   if (tid == 0) pml[ob] = dvec2(m, l);
+#if !ROPE
+  if (COMBINE != 0) {
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0) last_split = atomicAdd(cnt[t * p.nh + h], 1u) == p.splits - 1;
+    barrier();
+    if (last_split) {
+      memoryBarrierBuffer();
+      CombineHead((t * p.nh + h) * p.splits, p.splits, hd, t * p.q_stride + h * hd);
+      if (tid == 0) cnt[t * p.nh + h] = 0;
+    }
+  }
+#endif
 }

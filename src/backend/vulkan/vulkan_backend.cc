@@ -989,7 +989,7 @@ class VulkanBackend : public Backend {
       const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
       std::vector<uint32_t> spec = {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm};
       if (pro) {
-        if (m != 1 || tail || xqm == 1 || xqm == 3)
+        if (m != 1 || tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(kWG))
           throw Error(ErrorCode::kInternal, "vulkan: input norm prologue on a wrong linear");
         spec.push_back(pro->mode);
         spec.push_back(static_cast<uint32_t>(d.cols));
@@ -1068,7 +1068,7 @@ class VulkanBackend : public Backend {
     }
     // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
     // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-    const bool cn = m == 1 && cnorm_;
+    const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG);  // PRO holds 8 per lane
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;

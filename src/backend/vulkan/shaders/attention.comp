@@ -54,10 +54,8 @@ layout(push_constant) uniform P {
 const uint WG = gl_WorkGroupSize.x;
 const uint TPK = 8;          // invocations per key (a clustered dot product)
 const uint KPB = WG / TPK;   // keys per block
-const uint DPI = 512 / TPK;  // dims per invocation in a score (head dims <= 512)
 shared float qs[512];
 shared double sc[KPB];
-shared double sgmax[32];
 shared bool last_split;
 #if !ROPE
 #include "combine.glsl"
@@ -133,30 +131,29 @@ void main() {
     double s = 0.0LF;
     if (j < je) {
       const uint kb = (j % p.ring) * width + kvh * hd;
-      // Every load of the key row's share before the FMAs (one memory round trip, not one per
-      // eight dims); the FMAs in ascending dims as before.
-      float kv[DPI];
-      [[unroll]] for (uint u = 0; u < DPI; ++u) {
-        const uint i = part + u * TPK;
-        kv[u] = i < hd ? kc[kb + i] : 0.0;
-      }
-      [[unroll]] for (uint u = 0; u < DPI; ++u) {
-        const uint i = part + u * TPK;
-        if (i < hd) s = fma(double(qs[i]), double(kv[u]), s);
+      // Eight independent loads before their FMAs (the loop is latency-bound otherwise). All of
+      // a row's loads at once (and a block's V rows at once, the maximum by subgroups) measured
+      // slower on the H200 (bench/NOTES.md, fifth session).
+      for (uint i0 = part; i0 < hd; i0 += 8 * TPK) {
+        float kv[8];
+        [[unroll]] for (uint u = 0; u < 8; ++u) {
+          const uint i = i0 + u * TPK;
+          kv[u] = i < hd ? kc[kb + i] : 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 8; ++u) {
+          const uint i = i0 + u * TPK;
+          if (i < hd) s = fma(double(qs[i]), double(kv[u]), s);
+        }
       }
     }
     s += subgroupShuffleXor(s, 1);
     s += subgroupShuffleXor(s, 2);
     s += subgroupShuffleXor(s, 4);
-    const double sv = j < je ? s : kNegInf;
-    if (part == 0) sc[kl] = sv;
-    // The block's maximum: per subgroup, then over subgroups (max is exact in any order).
-    const double sgm = subgroupMax(sv);
-    if (subgroupElect()) sgmax[gl_SubgroupID] = sgm;
+    if (part == 0) sc[kl] = j < je ? s : kNegInf;
     barrier();
     const uint nb = min(KPB, je - b);
     double bm = kNegInf;
-    for (uint g = 0; g < gl_NumSubgroups; ++g) bm = max(bm, sgmax[g]);
+    for (uint jj = 0; jj < nb; ++jj) bm = max(bm, sc[jj]);
     const double mn = max(m, bm);
     barrier();
     if (tid < nb) sc[tid] = ExpD(sc[tid] - mn);
@@ -168,18 +165,17 @@ void main() {
     m = mn;
     acc0 *= corr;
     acc1 *= corr;
-    {
-      // The block's V rows loaded at once (one round trip), then summed in key order.
-      float v0[KPB], v1[KPB];
-      [[unroll]] for (uint u = 0; u < KPB; ++u) {
-        const uint vb = ((b + u) % p.ring) * width + kvh * hd;
-        const bool ok = u < nb;
+    for (uint j0 = 0; j0 < nb; j0 += 8) {
+      float v0[8], v1[8];
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint vb = ((b + j0 + u) % p.ring) * width + kvh * hd;
+        const bool ok = j0 + u < nb;
         v0[u] = ok && tid < hd ? vc[vb + tid] : 0.0;
         v1[u] = ok && tid + WG < hd ? vc[vb + tid + WG] : 0.0;
       }
-      [[unroll]] for (uint u = 0; u < KPB; ++u) {
-        if (u < nb) {
-          const double w = sc[u];
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        if (j0 + u < nb) {
+          const double w = sc[j0 + u];
           acc0 = fma(w, double(v0[u]), acc0);
           acc1 = fma(w, double(v1[u]), acc1);
         }

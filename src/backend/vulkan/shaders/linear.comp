@@ -264,24 +264,45 @@ void main() {
 
   if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
+    // Every operand is loaded into registers first (n <= 8 WG; the host checks): one memory round
+    // trip instead of one per pass. Sums in the same order as a loop over i.
+    float tv[8], hv[8], wtv[8], wav[8];
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = tid + u * WG;
+      const bool ok = i < p.n;
+      tv[u] = ok ? x[i] : 0.0;
+      hv[u] = ok ? hres[i] : 0.0;
+      wtv[u] = ok ? wt[i] : 0.0;
+      wav[u] = ok && PRO == 1 && p.has_wa != 0 ? wa[i] : 0.0;
+    }
     double ss = 0.0LF;
-    for (uint i = tid; i < p.n; i += WG) ss = fma(double(x[i]), double(x[i]), ss);
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
+    }
     const float r = RmsFactor(BlockSumD(ss), p.n, p.eps);
     const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
     double ss2 = 0.0LF;
-    for (uint i = tid; i < p.n; i += WG) {
-      precise float v = (x[i] * r) * wt[i];
-      precise float o = (hres[i] + v) * p.scale;
-      xs[i] = o;
-      if (write_h) anorm[i] = o;
-      ss2 = fma(double(o), double(o), ss2);
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = tid + u * WG;
+      if (i < p.n) {
+        precise float v = (tv[u] * r) * wtv[u];
+        precise float o = (hv[u] + v) * p.scale;
+        hv[u] = o;
+        if (write_h) anorm[i] = o;
+        ss2 = fma(double(o), double(o), ss2);
+      }
     }
-    if (PRO == 1) {
-      const float r2 = RmsFactor(BlockSumD(ss2), p.n, p.eps);
-      for (uint i = tid; i < p.n; i += WG) {
-        precise float v = xs[i] * r2;
-        precise float o = p.has_wa != 0 ? v * wa[i] : v;
-        xs[i] = o;
+    const float r2 = PRO == 1 ? RmsFactor(BlockSumD(ss2), p.n, p.eps) : 1.0;
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = tid + u * WG;
+      if (i < p.n) {
+        if (PRO == 1) {
+          precise float v = hv[u] * r2;
+          precise float o = p.has_wa != 0 ? v * wav[u] : v;
+          xs[i] = o;
+        } else {
+          xs[i] = hv[u];
+        }
       }
     }
     barrier();

@@ -458,9 +458,14 @@ class VulkanBackend : public Backend {
                    ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 4), 0, 4)
                    : 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
-    // Opt-in, not yet measured on a GPU: residual norms in the next linear's prologue (linear.comp
-    // PRO) instead of the last workgroup's tail (fewer serialized stages per layer).
-    cnorm_ = EnvInt("GEMMA_VULKAN_CNORM", 0) != 0;
+    // Residual norms in the next linear's prologue (linear.comp PRO) instead of the last
+    // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
+    // H200 (bench/NOTES.md, fifth session). Off by default where resident decode is asked for
+    // (the resident kernel runs the tails).
+    const bool resident_asked = vopt_.resident_workgroups > 0 ||
+                                (vopt_.resident_workgroups < 0 &&
+                                 EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0) != 0);
+    cnorm_ = EnvInt("GEMMA_VULKAN_CNORM", resident_asked ? 0 : 1) != 0;
     // Opt-in, not yet measured on a GPU: q/k norm + RoPE in the decode attention (one dispatch and
     // one barrier fewer per layer).
     fuse_rope_ = EnvInt("GEMMA_VULKAN_FUSE_ROPE", 0) != 0;
@@ -472,7 +477,8 @@ class VulkanBackend : public Backend {
     xq_shared_ = EnvInt("GEMMA_VULKAN_XQ_SHARED", 1) != 0;
     // One-token linears with a capped grid (each workgroup loops over row blocks): N workgroups,
     // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
-    mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", 0);
+    // -4 measured best on the H200 with the consumer norms (-3: 3.25, -6: 3.41, -8: 3.38 ms).
+    mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", -4);
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
     mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;

@@ -426,12 +426,16 @@ TEST(VulkanResident, DecodeMatchesDispatchPath) {
         const int V = model->text().vocab_size;
         const BackendOptions opt{.capacity = 96, .slack = 8};
         std::unique_ptr<Backend> disp, res;
+        // The dispatch path with the norm tails (as the resident kernel runs them).
+        setenv("GEMMA_VULKAN_CNORM", "0", 1);
         try {
           disp = CreateVulkanBackend(*model, opt,
                                      {.max_weight_part_bytes = part, .resident_workgroups = 0});
           res = CreateVulkanBackend(*model, opt,
                                     {.max_weight_part_bytes = part, .resident_workgroups = wgs});
+          unsetenv("GEMMA_VULKAN_CNORM");
         } catch (const Error& e) {
+          unsetenv("GEMMA_VULKAN_CNORM");
           if (e.code() != ErrorCode::kDevice) throw;
           GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
         }
@@ -491,12 +495,15 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
   const BackendOptions opt{.capacity = 64};
   std::unique_ptr<Backend> disp, res;
   setenv("GEMMA_VULKAN_RESIDENT_SPIN", "20000", 1);
+  setenv("GEMMA_VULKAN_CNORM", "0", 1);  // the dispatch path the fallback runs
   try {
     disp = CreateVulkanBackend(*model, opt, {.resident_workgroups = 0});
     res = CreateVulkanBackend(*model, opt, {.resident_workgroups = 16384});
     unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
+    unsetenv("GEMMA_VULKAN_CNORM");
   } catch (const Error& e) {
     unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
+    unsetenv("GEMMA_VULKAN_CNORM");
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   }
@@ -559,7 +566,11 @@ TEST_P(OneTokenVariants, MatchDefaultStep) {
       const BackendOptions opt{.capacity = 96, .slack = 16};
       std::unique_ptr<Backend> tails, cnorm;
       try {
+        setenv("GEMMA_VULKAN_CNORM", "0", 1);  // the baseline: norm tails, a workgroup per block
+        setenv("GEMMA_VULKAN_MV_WGS", "0", 1);
         tails = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
+        unsetenv("GEMMA_VULKAN_CNORM");
+        unsetenv("GEMMA_VULKAN_MV_WGS");
         for (const auto& [k, v] : env) setenv(k, v, 1);
         cnorm = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
         for (const auto& [k, v] : env) unsetenv(k);

@@ -153,6 +153,27 @@ int main(int argc, char** argv) {
     for (auto& [k, ns] : prof)
       std::printf("| %s | %.1f | %.1f%% |\n", k.c_str(), ns / 1e3, 100 * ns / prof_total);
     std::printf("| total (timestamped) | %.1f | |\n", prof_total / 1e3);
+    // Kernel probes: GEMMA_BENCH_PROBES="label#nth;..." ('+' for a space in a label), e.g.
+    // "linear_dp+q2+epi1+12288x1536#0;attention#3": per-stage device-clock times of that dispatch.
+    if (const char* pe = std::getenv("GEMMA_BENCH_PROBES")) {
+      std::string all = pe;
+      std::replace(all.begin(), all.end(), '+', ' ');
+      size_t a = 0;
+      while (a < all.size()) {
+        size_t e = all.find(';', a);
+        if (e == std::string::npos) e = all.size();
+        std::string item = all.substr(a, e - a);
+        a = e + 1;
+        int nth = 0;
+        if (const size_t h = item.rfind('#'); h != std::string::npos) {
+          nth = std::atoi(item.c_str() + h + 1);
+          item.resize(h);
+        }
+        std::printf("\n%s", gemma::ProbeVulkanKernel(
+                                 *vk, std::span<const int32_t>(&r.ids.back(), 1), item, nth)
+                                 .c_str());
+      }
+    }
 
     // The stats again after decoding: a resident decode whose grid barrier timed out has fallen
     // back to dispatches (and says so).

@@ -256,7 +256,10 @@ class VulkanBackend : public Backend {
                   : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
                   : attn_pf_ == 2 ? "subgroup per query, f32 dots"
                   : attn_pf_ == 1 ? "subgroup per query"
-                                  : "per query") + (fuse_tails_ ? ", norm tails" : "") +
+                                  : "per query") +
+                 (cnorm_ ? ", norms in the consumer's prologue" : fuse_tails_ ? ", norm tails" : "") +
+                 (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
+                 (attn_combine_ ? ", splits merged by the last workgroup" : "") +
                  (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) +
                                   " workgroups, " + std::to_string(resident_ops_) +
                                   " operations, " + std::to_string(resident_phases_) +
@@ -627,7 +630,7 @@ class VulkanBackend : public Backend {
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
     grid_ = F(64);
-    prof_ = F(2 * 4096);
+    prof_ = F(2 * 8 * 4096);  // resident phase clocks; kernel probes (8 per workgroup)
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     xqc_ = {};
@@ -649,7 +652,7 @@ class VulkanBackend : public Backend {
     in_host_ = Reserve(Pool::kHost, in_mask_off_ + size_t((V + 31) / 32) * 4);
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
     flag_host_ = Reserve(Pool::kHost, 64);
-    prof_host_ = Reserve(Pool::kHost, 8 * 4096);
+    prof_host_ = Reserve(Pool::kHost, 8 * 8 * 4096);
 
     dev_->Commit();
 
@@ -733,6 +736,11 @@ class VulkanBackend : public Backend {
     uint32_t xq_max = 1;  // shared words the captured linears' quantized inputs need
     std::vector<std::string>* phase_labels = nullptr;  // a label per grid barrier (profiling)
     std::string pending;
+    // Kernel probe: the `probe_nth` dispatch labelled `probe_label` runs the kernel's PROBE
+    // variant, writing device-clock probes into prof_ (probe_wgs: its workgroup count).
+    const std::string* probe_label = nullptr;
+    int probe_nth = 0, probe_seen = 0;
+    uint32_t probe_wgs = 0;
   };
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
@@ -798,9 +806,18 @@ class VulkanBackend : public Backend {
       CaptureOp(rc, shader, spec, b, push, push_bytes, gx, gy, gz, local_size_constant);
       return;
     }
-    VkPipeline pipe = dev_->Pipeline(shader, spec);
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
+    std::string probe_shader;
+    if (rc.probe_label && (std::strcmp(shader, "linear_dp") == 0 ||
+                           std::strcmp(shader, "attention") == 0) &&
+        Label(shader, spec, gy, push, push_bytes) == *rc.probe_label &&
+        rc.probe_seen++ == rc.probe_nth) {
+      probe_shader = std::string(shader) + "_probe";
+      bb[shader[0] == 'l' ? 11 : 10] = prof_.r;
+      rc.probe_wgs = gx * gy * gz;
+    }
+    VkPipeline pipe = dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
     VkDescriptorSet set = dev_->Set(bb);
     vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
@@ -1546,6 +1563,75 @@ class VulkanBackend : public Backend {
     return std::vector<float>(f, f + size_t(n) * lin.rows);
   }
 
+  // One step over `tokens` with the `nth` dispatch labelled `label` (linear_dp or attention) run
+  // as its PROBE variant: per-stage device-clock times of its workgroups, as a markdown table.
+  std::string ProbeKernel(std::span<const int32_t> tokens, const std::string& label, int nth) {
+    const int m = static_cast<int>(tokens.size());
+    if (!dev_->device_clock()) return "probe: the device has no shader device clock\n";
+    if (m == 0 || m > chunk_ || window_.cached() + m > capacity_) return "probe: bad step\n";
+    FillInputs(tokens, OutputMode::kArgmax, nullptr);
+    VkCommandBuffer cb = head_cmd_;
+    Begin(cb, false);
+    vkCmdFillBuffer(cb, prof_.r.buf, prof_.r.offset, prof_.r.size, 0);
+    dev_->Barrier(cb);
+    Rec rc{cb};
+    RecordInputs(rc, m, OutputMode::kArgmax);
+    rc.probe_label = &label;
+    rc.probe_nth = nth;
+    if (m == 1) {
+      RecordBody(rc, 1, splits_);
+      RecordHead(rc, 0, 1, OutputMode::kArgmax);
+    } else {
+      RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
+    }
+    dev_->Barrier(cb);
+    const VkBufferCopy cp{prof_.r.offset, prof_host_.r.offset,
+                          std::min<size_t>(prof_.r.size, prof_host_.r.size)};
+    vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
+    End(cb);
+    dev_->Submit(cb);
+    if (!rc.probe_wgs) return "probe: no dispatch labelled '" + label + "'\n";
+    const uint32_t* raw = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
+    const uint32_t n = std::min<uint32_t>(rc.probe_wgs, 4096);
+    auto at = [&](uint32_t w, int k) {
+      return static_cast<double>(uint64_t(raw[(w * 8 + k) * 2]) |
+                                 (uint64_t(raw[(w * 8 + k) * 2 + 1]) << 32));
+    };
+    double t0 = 1e300, s1 = 0, e1 = 0;
+    int last = 0;  // the last probe point any workgroup wrote
+    for (uint32_t w = 0; w < n; ++w)
+      for (int k = 0; k < 8; ++k)
+        if (at(w, k) > 0) last = std::max(last, k);
+    for (uint32_t w = 0; w < n; ++w) {
+      t0 = std::min(t0, at(w, 0));
+      s1 = std::max(s1, at(w, 0));
+      e1 = std::max(e1, at(w, last));
+    }
+    char buf[256];
+    std::string out = "| probe: " + label + " #" + std::to_string(nth) + " | " +
+                      std::to_string(rc.probe_wgs) + " workgroups |\n|---|---|\n";
+    std::snprintf(buf, sizeof(buf),
+                  "| first start to last end | %.2f us |\n| first start to last start | %.2f us |\n",
+                  (e1 - t0) * 1e-3, (s1 - t0) * 1e-3);
+    out += buf;
+    for (int k = 0; k < last; ++k) {
+      double sum = 0, mx = 0;
+      int cnt = 0;
+      for (uint32_t w = 0; w < n; ++w) {
+        if (at(w, k) <= 0 || at(w, k + 1) <= 0) continue;
+        const double d = at(w, k + 1) - at(w, k);
+        sum += d;
+        mx = std::max(mx, d);
+        ++cnt;
+      }
+      if (cnt == 0) continue;
+      std::snprintf(buf, sizeof(buf), "| probe %d -> %d: mean / max over %d workgroups | %.2f / %.2f us |\n",
+                    k, k + 1, cnt, sum / cnt * 1e-3, mx * 1e-3);
+      out += buf;
+    }
+    return out;
+  }
+
   std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens) {
     std::vector<std::pair<std::string, double>> out;
     const int m = static_cast<int>(tokens.size());
@@ -1822,6 +1908,13 @@ VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n) {
 double MeasureVulkanWeightReadBandwidth(Backend& backend) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   return vb ? vb->WeightReadBandwidth(5) : 0.0;
+}
+
+std::string ProbeVulkanKernel(Backend& backend, std::span<const int32_t> tokens,
+                              const std::string& label, int nth) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->ProbeKernel(tokens, label, nth);
 }
 
 std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,

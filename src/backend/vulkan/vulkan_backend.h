@@ -92,6 +92,11 @@ VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n = 320);
 // caches are not advanced. Empty without timestamps.
 std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
                                                               std::span<const int32_t> tokens);
+// One step over `tokens` (caches not advanced) with the `nth` dispatch labelled `label` (a
+// "linear_dp ..." label of ProfileVulkanStep, or "attention") run as its probe variant: per-stage
+// device-clock times of its workgroups as a markdown table (or a line saying why not).
+std::string ProbeVulkanKernel(Backend& backend, std::span<const int32_t> tokens,
+                              const std::string& label, int nth = 0);
 // Kernel test hook: y[n][lin.rows] from one linear over x[n][lin.cols] on the backend's device,
 // through the kernel an n-token step uses (one-token matvec, multi-token matvec, or the tiled
 // kernel from 8 tokens). epilogue 0: store; 1: gelu_tanh(lin) * second (gate/up); 2: softcap.

@@ -18,6 +18,8 @@
 #define ROPE 0
 #endif
 #include "common.glsl"
+#define PROBE_BINDING 10
+#include "probe.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
@@ -96,6 +98,7 @@ void NormRope(uint kind, uint head, uint pos) {
 #endif
 
 void main() {
+  Probe(0);
   const uint tid = gl_LocalInvocationID.x;
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, sp = gl_WorkGroupID.z;
   const uint hd = p.hd;
@@ -120,6 +123,7 @@ void main() {
   for (uint i = tid; i < hd; i += WG) qs[i] = q[t * p.q_stride + h * hd + i];
   barrier();
 #endif
+  Probe(1);  // q staged
   const double kNegInf = -1.0LF / 0.0LF;
   double m = kNegInf;
   double l = 0.0LF;
@@ -151,6 +155,7 @@ void main() {
     s += subgroupShuffleXor(s, 4);
     if (part == 0) sc[kl] = j < je ? s : kNegInf;
     barrier();
+    if (b == jb) Probe(2);  // first block's scores
     const uint nb = min(KPB, je - b);
     double bm = kNegInf;
     for (uint jj = 0; jj < nb; ++jj) bm = max(bm, sc[jj]);
@@ -160,6 +165,7 @@ void main() {
     barrier();
     double bs = 0.0LF;
     for (uint jj = 0; jj < nb; ++jj) bs += sc[jj];
+    if (b == jb) Probe(3);  // first block's weights and sum
     const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
     l = l * corr + bs;
     m = mn;
@@ -182,11 +188,14 @@ void main() {
       }
     }
     barrier();
+    if (b == jb) Probe(4);  // first block's V sums
   }
+  Probe(5);  // every block
   const uint ob = ((t * p.nh + h) * p.splits + sp);
   if (tid < hd) po[ob * hd + tid] = acc0;
   if (tid + WG < hd) po[ob * hd + tid + WG] = acc1;
   if (tid == 0) pml[ob] = dvec2(m, l);
+  Probe(6);
 #if !ROPE
   if (COMBINE != 0) {
     memoryBarrierBuffer();
@@ -200,4 +209,5 @@ void main() {
     }
   }
 #endif
+  Probe(7);
 }

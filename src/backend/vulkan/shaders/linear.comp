@@ -23,6 +23,8 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int SDot4(int a, int b, spirv_literal int fmt);
 #endif
 #include "common.glsl"
+#define PROBE_BINDING 11  // the step buffer's binding (linears do not read it)
+#include "probe.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint KIND = 0;
@@ -260,6 +262,7 @@ void main() {
   int_path[0] = quant && p.in_s0 > 0.0;
   int_path[1] = quant && p.in_s1 > 0.0;
 
+  Probe(0);
   if (NPRE > 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
 
   if (PRO != 0) {
@@ -307,6 +310,7 @@ void main() {
     }
     barrier();
   }
+  Probe(1);  // after the consumer-norm prologue
   if (XQ == 3) {
     // The input arrives quantized (binding 5); stage it in shared memory for the inner loop.
     for (uint i = tid; i < TOK * XWORDS; i += WG) {
@@ -348,6 +352,7 @@ void main() {
     barrier();
   }
 
+  Probe(2);  // after the input is quantized / staged
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
@@ -387,6 +392,7 @@ void main() {
         }
       }
     }
+    if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
     // Reduce each row's LANES partials: subgroups first, then shared memory.
     const uint nsg = WG / gl_SubgroupSize;
     [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
@@ -398,6 +404,7 @@ void main() {
       }
     }
     barrier();
+    if (blk == gl_WorkGroupID.y) Probe(4);  // first block reduced
     // Lanes 0..TOK-1 of the row finish one token each.
     const uint tt = lane;
     const uint t = tg + tt;
@@ -434,6 +441,9 @@ void main() {
       }
     }
     barrier();  // red_i / red_f are reused by the next block
+    if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
   }
+  Probe(6);  // every block done
   if (TAIL == 1) ResidualNormTail();
+  Probe(7);
 }

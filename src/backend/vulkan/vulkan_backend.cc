@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -485,6 +486,9 @@ class VulkanBackend : public Backend {
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
     mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;
+    mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 32), 4, 256));
+    mv_lanes_min_ = std::bit_floor(mv_lanes_min_);
+    mv_lanes_vec_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES_VEC", 3), 1, 64));
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -809,11 +813,13 @@ class VulkanBackend : public Backend {
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
     std::string probe_shader;
+    // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue).
+    const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label && (std::strcmp(shader, "linear_dp") == 0 ||
-                           std::strcmp(shader, "attention") == 0) &&
-        Label(shader, spec, gy, push, push_bytes) == *rc.probe_label &&
+                           (!fine && std::strcmp(shader, "attention") == 0)) &&
+        Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0) &&
         rc.probe_seen++ == rc.probe_nth) {
-      probe_shader = std::string(shader) + "_probe";
+      probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
       bb[shader[0] == 'l' ? 11 : 10] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
     }
@@ -878,9 +884,25 @@ class VulkanBackend : public Backend {
     // Invocations per row: enough that each loads one or two 16-byte vectors (more workgroups in
     // flight for long rows), at least one subgroup.
     const uint32_t nvec = d.wstride / 4;
-    const uint32_t vec = nvec >= lanes_ ? 4 : 1;
+    uint32_t vec = nvec >= lanes_ ? 4 : 1;
     uint32_t lanes = lanes_;
     while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
+    // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
+    // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
+    // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
+    bool cluster = false;
+    if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->subgroup_size() && IsQuantized(lin.kind) && lin.in_scale > 0 &&
+        (!second || second->src->in_scale > 0)) {
+      // Clusters lie within one subgroup (the shader sums them by xor shuffles).
+      const uint32_t sg = dev_->subgroup_size();
+      uint32_t l = mv_lanes_min_;
+      while (l < sg && l * mv_lanes_vec_ < nvec) l *= 2;
+      if (l < sg) {
+        lanes = l;
+        vec = 4;
+        cluster = true;
+      }
+    }
     const uint32_t rows_per_wg = kWG / lanes;
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
     uint32_t tok = 1;
@@ -1027,10 +1049,13 @@ class VulkanBackend : public Backend {
         if (pro->h_out) b[10] = *pro->h_out;
       }
       // Weights into registers ahead of use (not captured: the resident kernel has no NPRE).
-      const uint32_t npre = (nvec + lanes - 1) / lanes;
-      if (m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre <= 4) {
+      const uint32_t npre_n = (nvec + lanes - 1) / lanes;
+      const uint32_t npre =
+          m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre_n <= 4 ? npre_n : 0;
+      if (npre || cluster) {
         if (!pro) spec.insert(spec.end(), {0u, 1u});
         spec.push_back(npre);
+        if (cluster) spec.push_back(1u);
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1817,7 +1842,9 @@ class VulkanBackend : public Backend {
   bool fuse_rope_ = false;   // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
-  bool mv_prefetch_ = false;  // one-token linears: weights into registers ahead of use (NPRE)
+  bool mv_prefetch_ = false;
+  uint32_t mv_lanes_min_ = 32;  // one-token integer matvecs: fewest lanes per row (CLUSTER below 32)
+  uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane  // one-token linears: weights into registers ahead of use (NPRE)
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

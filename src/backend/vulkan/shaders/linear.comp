@@ -9,6 +9,7 @@
 // Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux.
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
 // DP4A 1 (the linear_dp module, for devices with VK_KHR_shader_integer_dot_product): the SRQ
 // integer path multiplies packed int8 lanes with OpSDot. Weight words are split into 4-byte lane
 // groups by masks (int2: crumbs k, k+4, k+8, k+12; int4: even / odd nibbles; int8: as stored) and
@@ -52,6 +53,10 @@ layout(constant_id = 10) const uint PRO_N = 1;
 // loaded into registers before they are needed: the first block's before the input prologue, the
 // next block's before the current one is multiplied (the loads' latency overlaps the prologue).
 layout(constant_id = 11) const uint NPRE = 0;
+// CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
+// subgroup, so several rows share a subgroup; each row's partials are summed by xor shuffles
+// within its aligned cluster of LANES invocations (4 <= LANES < subgroup size).
+layout(constant_id = 12) const uint CLUSTER = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -269,6 +274,7 @@ void main() {
     // h' and the normed input from the residual stream and the previous linear's raw output.
     // Every operand is loaded into registers first (n <= 8 WG; the host checks): one memory round
     // trip instead of one per pass. Sums in the same order as a loop over i.
+    Probe2(0);
     float tv[8], hv[8], wtv[8], wav[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
@@ -282,7 +288,11 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
     }
-    const float r = RmsFactor(BlockSumD(ss), p.n, p.eps);
+    Probe2(1);  // operands loaded, this invocation's sum of squares
+    const double ss_all = BlockSumD(ss);
+    Probe2(2);
+    const float r = RmsFactor(ss_all, p.n, p.eps);
+    Probe2(3);
     const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
     double ss2 = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -295,7 +305,9 @@ void main() {
         ss2 = fma(double(o), double(o), ss2);
       }
     }
+    Probe2(4);  // h' and its sum of squares
     const float r2 = PRO == 1 ? RmsFactor(BlockSumD(ss2), p.n, p.eps) : 1.0;
+    Probe2(5);
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
@@ -309,6 +321,7 @@ void main() {
       }
     }
     barrier();
+    Probe2(6);
   }
   Probe(1);  // after the consumer-norm prologue
   if (XQ == 3) {
@@ -353,6 +366,7 @@ void main() {
   }
 
   Probe(2);  // after the input is quantized / staged
+  Probe2(7);
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
@@ -393,14 +407,28 @@ void main() {
       }
     }
     if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
-    // Reduce each row's LANES partials: subgroups first, then shared memory.
-    const uint nsg = WG / gl_SubgroupSize;
+    // Reduce each row's LANES partials: subgroups first, then shared memory (CLUSTER: within the
+    // row's cluster, one shared slot per row).
+    const uint nsg = CLUSTER != 0 ? ROWS_PER_WG : WG / gl_SubgroupSize;
     [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
-      const int si = subgroupAdd(acc_i[i]);
-      const float sf = subgroupAdd(acc_f[i]);
-      if (subgroupElect()) {
-        red_i[i * nsg + gl_SubgroupID] = si;
-        red_f[i * nsg + gl_SubgroupID] = sf;
+      if (CLUSTER != 0) {
+        int si = acc_i[i];
+        float sf = acc_f[i];  // (zero on the integer path)
+        [[unroll]] for (uint off = LANES / 2; off > 0; off /= 2) {
+          si += subgroupShuffleXor(si, off);
+          sf += subgroupShuffleXor(sf, off);
+        }
+        if (lane == 0) {
+          red_i[i * nsg + rloc] = si;
+          red_f[i * nsg + rloc] = sf;
+        }
+      } else {
+        const int si = subgroupAdd(acc_i[i]);
+        const float sf = subgroupAdd(acc_f[i]);
+        if (subgroupElect()) {
+          red_i[i * nsg + gl_SubgroupID] = si;
+          red_f[i * nsg + gl_SubgroupID] = sf;
+        }
       }
     }
     barrier();
@@ -409,7 +437,7 @@ void main() {
     const uint tt = lane;
     const uint t = tg + tt;
     if (row < p.rows && tt < TOK && t < p.ntok) {
-      const uint per_row = LANES / gl_SubgroupSize;
+      const uint per_row = CLUSTER != 0 ? 1 : LANES / gl_SubgroupSize;
       float v[2];
       float out_s[2] = float[2](p.out_s0, p.out_s1);
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {

@@ -1,4 +1,4 @@
-// PROBE 1 (kernel probes, ProbeVulkanKernel): invocation 0 of every workgroup writes the device
+// PROBE 1 or 2 (kernel probes, ProbeVulkanKernel): invocation 0 of every workgroup writes the device
 // clock at up to 8 points, Probe(k), into probe[(workgroup index) * 8 + k] (workgroups past 4095
 // write nothing). The includer defines PROBE_BINDING, a binding the kernel otherwise leaves free.
 #ifndef PROBE
@@ -7,11 +7,21 @@
 #if PROBE
 #extension GL_EXT_shader_realtime_clock : require
 layout(std430, binding = PROBE_BINDING) buffer ProbeBuf { uvec2 probe[]; };
-void Probe(uint k) {
+void ProbeAt(uint k) {
   const uint wg = gl_WorkGroupID.x +
                   gl_NumWorkGroups.x * (gl_WorkGroupID.y + gl_NumWorkGroups.y * gl_WorkGroupID.z);
   if (gl_LocalInvocationID.x == 0 && wg < 4096u) probe[wg * 8u + k] = clockRealtime2x32EXT();
 }
-#else
-void Probe(uint k) {}
 #endif
+// Probe(k): the kernel's stage boundaries (PROBE 1); Probe2(k): a finer set inside one stage
+// (PROBE 2, where the kernel has one).
+void Probe(uint k) {
+#if PROBE == 1
+  ProbeAt(k);
+#endif
+}
+void Probe2(uint k) {
+#if PROBE == 2
+  ProbeAt(k);
+#endif
+}

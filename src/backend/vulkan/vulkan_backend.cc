@@ -470,8 +470,8 @@ class VulkanBackend : public Backend {
                                 (vopt_.resident_workgroups < 0 &&
                                  EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0) != 0);
     cnorm_ = EnvInt("GEMMA_VULKAN_CNORM", resident_asked ? 0 : 1) != 0;
-    // Opt-in, not yet measured on a GPU: q/k norm + RoPE in the decode attention (one dispatch and
-    // one barrier fewer per layer).
+    // Opt-in: q/k norm + RoPE in the decode attention (one dispatch and one barrier fewer per
+    // layer); measured slower on the H200 (3.83 against 3.67 ms per token).
     fuse_rope_ = EnvInt("GEMMA_VULKAN_FUSE_ROPE", 0) != 0;
     const int fill_threads = std::clamp(
         EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
@@ -484,9 +484,14 @@ class VulkanBackend : public Backend {
     // -4 measured best on the H200 with the consumer norms (-3: 3.25, -6: 3.41, -8: 3.38 ms).
     mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", -4);
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
+    // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
+    // per layer); measured slower on the H200 (3.97 against 3.68 ms per token).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
+    // Opt-in: one-token weights into registers ahead of use; no gain measured on the H200.
     mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;
-    mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 32), 4, 256));
+    // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
+    // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
+    mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
     mv_lanes_min_ = std::bit_floor(mv_lanes_min_);
     mv_lanes_vec_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES_VEC", 3), 1, 64));
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
@@ -1843,7 +1848,7 @@ class VulkanBackend : public Backend {
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
   bool mv_prefetch_ = false;
-  uint32_t mv_lanes_min_ = 32;  // one-token integer matvecs: fewest lanes per row (CLUSTER below 32)
+  uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER below 32)
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane  // one-token linears: weights into registers ahead of use (NPRE)
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows

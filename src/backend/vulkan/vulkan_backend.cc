@@ -260,6 +260,9 @@ class VulkanBackend : public Backend {
                                   : "per query") +
                  (cnorm_ ? ", norms in the consumer's prologue" : fuse_tails_ ? ", norm tails" : "") +
                  (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
+                 (mv_lanes_min_ < dev_->subgroup_size()
+                      ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
+                      : "") +
                  (attn_combine_ ? ", splits merged by the last workgroup" : "") +
                  (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) +
                                   " workgroups, " + std::to_string(resident_ops_) +

@@ -4,17 +4,28 @@
 
 // f32 quotient z / s rounded as IEEE division does: the approximate quotient is corrected with its
 // exact residual (fma), so SRQ rounding boundaries match the CPU reference.
-float ExactDiv(float z, float s) {
+// ExactDivR takes the reciprocal `rs` = 1.0 / s (SrqReciprocal) from the caller, for loops that
+// divide by one scale: the same operations, the division 1.0 / s done once.
+float ExactDivR(float z, float s, float rs) {
   precise float q0 = z / s;
   precise float r = fma(-q0, s, z);
-  precise float q = fma(r, 1.0 / s, q0);
+  precise float q = fma(r, rs, q0);
   return q;
 }
 
-// transformers' apply_srq as an int: clamp(round_half_even(z / s), -128, 127).
-int QuantizeSrq(float z, float s) {
-  return int(clamp(roundEven(ExactDiv(z, s)), -128.0, 127.0));
+float SrqReciprocal(float s) {
+  precise float rs = 1.0 / s;
+  return rs;
 }
+
+float ExactDiv(float z, float s) { return ExactDivR(z, s, SrqReciprocal(s)); }
+
+// transformers' apply_srq as an int: clamp(round_half_even(z / s), -128, 127).
+int QuantizeSrqR(float z, float s, float rs) {
+  return int(clamp(roundEven(ExactDivR(z, s, rs)), -128.0, 127.0));
+}
+
+int QuantizeSrq(float z, float s) { return QuantizeSrqR(z, s, SrqReciprocal(s)); }
 
 float Srq(float z, float s) { return float(QuantizeSrq(z, s)) * s; }
 

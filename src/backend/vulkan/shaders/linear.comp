@@ -101,14 +101,23 @@ shared double red_d[128];
 shared bool last_wg;
 shared float xs[PRO_N];
 
-double BlockSumD(double v) {
+shared float rms_bc[2];
+
+// RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the
+// factor (a double division and square root) evaluated by one invocation and broadcast through
+// shared memory, instead of by every invocation of every workgroup (the probes put ~0.9 us on the
+// redundant evaluation with 4 workgroups per SM). Slot: 0 or 1 (two factors in flight).
+float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   double s = subgroupAdd(v);
   if (subgroupElect()) red_d[gl_SubgroupID] = s;
   barrier();
-  double tot = 0.0LF;
-  for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[i];
+  if (gl_LocalInvocationID.x == 0) {
+    double tot = 0.0LF;
+    for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[i];
+    rms_bc[slot] = RmsFactor(tot, n, eps);
+  }
   barrier();
-  return tot;
+  return rms_bc[slot];
 }
 
 void ResidualNormTail() {
@@ -131,7 +140,7 @@ void ResidualNormTail() {
   }
   double ss = 0.0LF;
   [[unroll]] for (uint u = 0; u < 8; ++u) ss = fma(double(yv[u]), double(yv[u]), ss);
-  const float r = RmsFactor(BlockSumD(ss), p.n, p.eps);
+  const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
   double ss2 = 0.0LF;
   [[unroll]] for (uint u = 0; u < 8; ++u) {
     const uint i = tid + u * WG;
@@ -144,7 +153,7 @@ void ResidualNormTail() {
     }
   }
   if (p.has_a != 0) {
-    const float r2 = RmsFactor(BlockSumD(ss2), p.n, p.eps);
+    const float r2 = BlockRmsFactor(ss2, p.n, p.eps, 1);
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
@@ -289,10 +298,8 @@ void main() {
       if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
     }
     Probe2(1);  // operands loaded, this invocation's sum of squares
-    const double ss_all = BlockSumD(ss);
+    const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
-    const float r = RmsFactor(ss_all, p.n, p.eps);
-    Probe2(3);
     const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
     double ss2 = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -305,9 +312,9 @@ void main() {
         ss2 = fma(double(o), double(o), ss2);
       }
     }
-    Probe2(4);  // h' and its sum of squares
-    const float r2 = PRO == 1 ? RmsFactor(BlockSumD(ss2), p.n, p.eps) : 1.0;
-    Probe2(5);
+    Probe2(3);  // h' and its sum of squares
+    const float r2 = PRO == 1 ? BlockRmsFactor(ss2, p.n, p.eps, 1) : 1.0;
+    Probe2(4);
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
@@ -321,7 +328,7 @@ void main() {
       }
     }
     barrier();
-    Probe2(6);
+    Probe2(5);
   }
   Probe(1);  // after the consumer-norm prologue
   if (XQ == 3) {
@@ -346,6 +353,7 @@ void main() {
     const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row
     for (uint d = 0; d < DUAL; ++d) {
       if (!int_path[d]) continue;
+      const float rs = SrqReciprocal(in_s[d]);
       for (uint tt = 0; tt < TOK; ++tt) {
         const uint t = tg + tt;
         const uint xb = (t + p.x_row0) * p.x_stride;
@@ -354,7 +362,8 @@ void main() {
           if (t < p.ntok) {
             for (uint k = 0; k < 4; ++k) {
               const uint c = PermCol(i, k);
-              const int q = c >= p.cols ? 0 : QuantizeSrq(PRO != 0 ? xs[c] : x[xb + c], in_s[d]);
+              const int q =
+                  c >= p.cols ? 0 : QuantizeSrqR(PRO != 0 ? xs[c] : x[xb + c], in_s[d], rs);
               packed |= (uint(q) & 0xFFu) << (8 * k);
             }
           }
@@ -366,7 +375,7 @@ void main() {
   }
 
   Probe(2);  // after the input is quantized / staged
-  Probe2(7);
+  Probe2(6);
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;

@@ -490,6 +490,9 @@ class VulkanBackend : public Backend {
     // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
     // per layer); measured slower on the H200 (3.97 against 3.68 ms per token).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
+    // Opt-in, not yet measured on a GPU: the down projection's quantized input written in its
+    // packed-dot order by gate/up (staging 3.4 us per layer in the probes, four gathers a word).
+    xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 0) != 0;
     // Opt-in: one-token weights into registers ahead of use; no gain measured on the H200.
     mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
@@ -885,7 +888,7 @@ class VulkanBackend : public Backend {
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
                 const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
-                float next_in_s = 0.0f, const Pro* pro = nullptr) {
+                float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -965,6 +968,9 @@ class VulkanBackend : public Backend {
       if (xq_mode == 1) b[5] = *xq;
       // Mode 3: as 1, but the workgroup copies the quantized input to shared memory first.
       if (xq_mode == 1 && xq_shared_ && xwords * 4 * tok <= 16384) xqm = 3;
+      // The producer wrote this input in the packed-dot order (XqPerm): plain copies.
+      const uint32_t perm = m == 1 && !rc.ops ? xq_perm : 0;
+      if (xqm == 3 && perm) xqm = 4;
       if (xq_mode == 2) {
         b[6] = *xq;
         pc.next_in_s = next_in_s;
@@ -1060,10 +1066,12 @@ class VulkanBackend : public Backend {
       const uint32_t npre_n = (nvec + lanes - 1) / lanes;
       const uint32_t npre =
           m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre_n <= 4 ? npre_n : 0;
-      if (npre || cluster) {
+      const uint32_t perm_out = xqm == 2 ? perm : 0;
+      if (npre || cluster || perm_out) {
         if (!pro) spec.insert(spec.end(), {0u, 1u});
         spec.push_back(npre);
-        if (cluster) spec.push_back(1u);
+        spec.push_back(cluster ? 1u : 0u);
+        if (perm_out) spec.push_back(perm_out);
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1073,6 +1081,17 @@ class VulkanBackend : public Backend {
         gy = std::min<uint32_t>(gy, static_cast<uint32_t>(mv_wgs_));
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
+  }
+
+  // GEMMA_VULKAN_XQ_PERM=1: the kind code in whose packed-dot order gate/up writes the down
+  // projection's quantized input (one-token steps, where the down projection stages it in shared
+  // memory and multiplies with packed dot products); 0: natural order. Both ends ask this.
+  uint32_t XqPerm(const DevLinear& down) const {
+    if (!xq_perm_ || !int_dot_ || !xq_shared_) return 0;
+    const WeightKind k = down.src->kind;
+    if (k != WeightKind::kQ2 && k != WeightKind::kQ4) return 0;
+    const uint32_t xwords = std::max<uint32_t>(1, down.wstride * ElemsPerWord(k) / 4);
+    return xwords * 4 <= 16384 ? KindCode(k) : 0;
   }
 
   // The residual stream is h_ unless `h` is given.
@@ -1276,11 +1295,12 @@ class VulkanBackend : public Backend {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
         const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
         LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
-                 nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg);
+                 nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg,
+                 XqPerm(d.down));
         std::swap(hcur, hnext);
       } else if (xq) {
         LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
-                 nullptr, 2, &xq_l, d.down.src->in_scale);
+                 nullptr, 2, &xq_l, d.down.src->in_scale, nullptr, XqPerm(d.down));
       } else {
         LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up);
       }
@@ -1289,7 +1309,7 @@ class VulkanBackend : public Backend {
       const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
       if (cn) {
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                 nullptr, xq ? 1 : 0, &xq_l);
+                 nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
         Barrier(rc);
         pend_wt = &d.post_ffn_norm;
         pend_scale = w.layer_scalar;
@@ -1306,7 +1326,7 @@ class VulkanBackend : public Backend {
         if (fuse) {
           const Tail tl{&d.post_ffn_norm.r, 1.0f, false, nullptr};
           LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                   &tl, xq ? 1 : 0, &xq_l);
+                   &tl, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
         } else {
           LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
           Barrier(rc);
@@ -1327,7 +1347,7 @@ class VulkanBackend : public Backend {
       } else if (fuse) {
         const Tail tl{&d.post_ffn_norm.r, w.layer_scalar, next_norm != nullptr, next_w};
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl,
-                 xq ? 1 : 0, &xq_l);
+                 xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
       } else {
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
         Barrier(rc);
@@ -1849,6 +1869,7 @@ class VulkanBackend : public Backend {
   bool cnorm_ = false;       // one-token steps apply residual norms in the next linear (Pro)
   bool fuse_rope_ = false;   // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
+  bool xq_perm_ = false;  // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
   bool mv_prefetch_ = false;
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER below 32)

@@ -57,6 +57,10 @@ layout(constant_id = 11) const uint NPRE = 0;
 // subgroup, so several rows share a subgroup; each row's partials are summed by xor shuffles
 // within its aligned cluster of LANES invocations (4 <= LANES < subgroup size).
 layout(constant_id = 12) const uint CLUSTER = 0;
+// PERM k (XQ 2 with DP4A consumers, GEMMA_VULKAN_XQ_PERM=1): the quantized output is written in
+// the packed-dot order of a kind-k consumer (PermCol's inverse), so the consumer (XQ 4) stages it
+// with plain word copies instead of four byte gathers per word. 0: natural order.
+layout(constant_id = 13) const uint PERM = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -331,13 +335,14 @@ void main() {
     Probe2(5);
   }
   Probe(1);  // after the consumer-norm prologue
-  if (XQ == 3) {
-    // The input arrives quantized (binding 5); stage it in shared memory for the inner loop.
+  if (XQ == 3 || XQ == 4) {
+    // The input arrives quantized (binding 5); stage it in shared memory for the inner loop (XQ 4:
+    // already in this kernel's order).
     for (uint i = tid; i < TOK * XWORDS; i += WG) {
       const uint tt = i / XWORDS;
       uint v = 0;
       if (tg + tt < p.ntok) {
-        if (DP4A == 0) {
+        if (DP4A == 0 || XQ == 4) {
           v = xq_in[tg * XWORDS + i];
         } else {
           [[unroll]] for (uint b = 0; b < 4; ++b) {
@@ -474,7 +479,15 @@ void main() {
       y[t * p.y_stride + p.y_off + row] = outv;
       if (XQ == 2) {
         const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
-        atomicOr(xq_out[row >> 2], q << (8 * (row & 3)));
+        uint w = row >> 2, b = row & 3;  // the consumer's column `row`: word w, byte b
+        if (PERM == 4) {
+          w = 2 * (row >> 3) + (row & 1);
+          b = (row & 7) >> 1;
+        } else if (PERM == 3) {
+          w = 4 * (row >> 4) + (row & 3);
+          b = (row & 15) >> 2;
+        }
+        atomicOr(xq_out[w], q << (8 * b));
       }
     }
     barrier();  // red_i / red_f are reused by the next block

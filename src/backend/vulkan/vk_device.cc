@@ -221,6 +221,17 @@ void Device::Init(const DeviceOptions& options) {
       if (std::strcmp(e.extensionName, name) == 0) return true;
     return false;
   };
+  // The smallest subgroup a pipeline may get (drivers that pick the width per pipeline report the
+  // largest as subgroupSize); kernels that keep several rows in one subgroup stay within it.
+  min_subgroup_size_ = subgroup_size_;
+  if (has_ext(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sc{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    q.pNext = &sc;
+    vkGetPhysicalDeviceProperties2(phys_, &q);
+    if (sc.minSubgroupSize > 0) min_subgroup_size_ = std::min(subgroup_size_, sc.minSubgroupSize);
+  }
   // Compute units (sizes the resident decode's grid).
   if (has_ext(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
     VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{

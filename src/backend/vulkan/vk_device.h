@@ -54,6 +54,7 @@ class Device {
 
   const std::string& name() const { return name_; }
   uint32_t subgroup_size() const { return subgroup_size_; }
+  uint32_t min_subgroup_size() const { return min_subgroup_size_; }
   VkDeviceSize max_range() const { return max_range_; }
   bool is_cpu() const { return cpu_; }
   // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
@@ -134,7 +135,7 @@ class Device {
   VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::string name_;
-  uint32_t subgroup_size_ = 32;
+  uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;

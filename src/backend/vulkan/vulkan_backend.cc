@@ -260,7 +260,7 @@ class VulkanBackend : public Backend {
                                   : "per query") +
                  (cnorm_ ? ", norms in the consumer's prologue" : fuse_tails_ ? ", norm tails" : "") +
                  (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
-                 (mv_lanes_min_ < dev_->subgroup_size()
+                 (mv_lanes_min_ < dev_->min_subgroup_size()
                       ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
                       : "") +
                  (attn_combine_ ? ", splits merged by the last workgroup" : "") +
@@ -902,10 +902,11 @@ class VulkanBackend : public Backend {
     // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
     // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
     bool cluster = false;
-    if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->subgroup_size() && IsQuantized(lin.kind) && lin.in_scale > 0 &&
+    if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->min_subgroup_size() && IsQuantized(lin.kind) && lin.in_scale > 0 &&
         (!second || second->src->in_scale > 0)) {
-      // Clusters lie within one subgroup (the shader sums them by xor shuffles).
-      const uint32_t sg = dev_->subgroup_size();
+      // Clusters lie within one subgroup (the shader sums them by xor shuffles), of the smallest
+      // width the driver may pick.
+      const uint32_t sg = dev_->min_subgroup_size();
       uint32_t l = mv_lanes_min_;
       while (l < sg && l * mv_lanes_vec_ < nvec) l *= 2;
       if (l < sg) {

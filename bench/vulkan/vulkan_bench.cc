@@ -197,8 +197,8 @@ int main(int argc, char** argv) {
                 st.barriers_per_token);
     std::printf("| device copy bandwidth (read+write) | %.0f GB/s |\n", bw / 1e9);
     std::printf("| compute read of all weights | %.0f GB/s |\n", rbw / 1e9);
-    std::printf("| empty dispatches (320 in a row): 1 workgroup + barrier / %u workgroups + barrier / "
-                "1 workgroup, no barrier | %.2f / %.2f / %.2f us each |\n",
+    std::printf("| empty dispatches (320 in a row): 1 workgroup + barrier / %u workgroups + "
+                "barrier / 1 workgroup, no barrier | %.2f / %.2f / %.2f us each |\n",
                 dc.wide, dc.dependent_us, dc.dependent_wide_us, dc.independent_us);
     std::printf("| barriers per token x empty dependent dispatch | %.3f ms |\n",
                 st.barriers_per_token * dc.dependent_us * 1e-3);

@@ -258,7 +258,9 @@ class VulkanBackend : public Backend {
                   : attn_pf_ == 2 ? "subgroup per query, f32 dots"
                   : attn_pf_ == 1 ? "subgroup per query"
                                   : "per query") +
-                 (cnorm_ ? ", norms in the consumer's prologue" : fuse_tails_ ? ", norm tails" : "") +
+                 (cnorm_        ? ", norms in the consumer's prologue"
+                  : fuse_tails_ ? ", norm tails"
+                                : "") +
                  (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
                  (mv_lanes_min_ < dev_->min_subgroup_size()
                       ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
@@ -499,7 +501,8 @@ class VulkanBackend : public Backend {
     // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
     mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
     mv_lanes_min_ = std::bit_floor(mv_lanes_min_);
-    mv_lanes_vec_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES_VEC", 3), 1, 64));
+    mv_lanes_vec_ =
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES_VEC", 3), 1, 64));
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -706,8 +709,8 @@ class VulkanBackend : public Backend {
     }
     for (Buf* b : {&h_, &h2_, &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
                    &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &hcount_, &xq_, &xqc_, &partc_,
-                   &grid_, &flag_host_, &prof_, &prof_host_}) {
+                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &hcount_, &xq_,
+                   &xqc_, &partc_, &grid_, &flag_host_, &prof_, &prof_host_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -902,8 +905,8 @@ class VulkanBackend : public Backend {
     // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
     // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
     bool cluster = false;
-    if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->min_subgroup_size() && IsQuantized(lin.kind) && lin.in_scale > 0 &&
-        (!second || second->src->in_scale > 0)) {
+    if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->min_subgroup_size() &&
+        IsQuantized(lin.kind) && lin.in_scale > 0 && (!second || second->src->in_scale > 0)) {
       // Clusters lie within one subgroup (the shader sums them by xor shuffles), of the smallest
       // width the driver may pick.
       const uint32_t sg = dev_->min_subgroup_size();
@@ -1665,7 +1668,8 @@ class VulkanBackend : public Backend {
     std::string out = "| probe: " + label + " #" + std::to_string(nth) + " | " +
                       std::to_string(rc.probe_wgs) + " workgroups |\n|---|---|\n";
     std::snprintf(buf, sizeof(buf),
-                  "| first start to last end | %.2f us |\n| first start to last start | %.2f us |\n",
+                  "| first start to last end | %.2f us |\n"
+                  "| first start to last start | %.2f us |\n",
                   (e1 - t0) * 1e-3, (s1 - t0) * 1e-3);
     out += buf;
     for (int k = 0; k < last; ++k) {
@@ -1679,8 +1683,9 @@ class VulkanBackend : public Backend {
         ++cnt;
       }
       if (cnt == 0) continue;
-      std::snprintf(buf, sizeof(buf), "| probe %d -> %d: mean / max over %d workgroups | %.2f / %.2f us |\n",
-                    k, k + 1, cnt, sum / cnt * 1e-3, mx * 1e-3);
+      std::snprintf(buf, sizeof(buf),
+                    "| probe %d -> %d: mean / max over %d workgroups | %.2f / %.2f us |\n", k,
+                    k + 1, cnt, sum / cnt * 1e-3, mx * 1e-3);
       out += buf;
     }
     return out;
@@ -1872,9 +1877,9 @@ class VulkanBackend : public Backend {
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool xq_perm_ = false;  // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
-  bool mv_prefetch_ = false;
-  uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER below 32)
-  uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane  // one-token linears: weights into registers ahead of use (NPRE)
+  bool mv_prefetch_ = false;    // one-token linears: weights into registers ahead of use (NPRE)
+  uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
+  uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

@@ -551,12 +551,15 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}},
     {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_LANES", "4"}},
-    {{"GEMMA_VULKAN_MV_LANES", "8"}, {"GEMMA_VULKAN_MV_LANES_VEC", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
+    {{"GEMMA_VULKAN_MV_LANES", "8"},
+     {"GEMMA_VULKAN_MV_LANES_VEC", "1"},
+     {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_XQ_PERM", "1"}},
     {{"GEMMA_VULKAN_XQ_PERM", "1"}, {"GEMMA_VULKAN_CNORM", "0"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
-INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants, ::testing::Range(size_t(0), kOneTokenKnobs.size()));
+INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,
+                         ::testing::Range(size_t(0), kOneTokenKnobs.size()));
 
 TEST_P(OneTokenVariants, MatchDefaultStep) {
   const Knobs& env = kOneTokenKnobs[GetParam()];

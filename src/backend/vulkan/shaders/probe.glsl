@@ -1,6 +1,7 @@
-// PROBE 1 or 2 (kernel probes, ProbeVulkanKernel): invocation 0 of every workgroup writes the device
-// clock at up to 8 points, Probe(k), into probe[(workgroup index) * 8 + k] (workgroups past 4095
-// write nothing). The includer defines PROBE_BINDING, a binding the kernel otherwise leaves free.
+// PROBE 1 or 2 (kernel probes, ProbeVulkanKernel): invocation 0 of every workgroup writes the
+// device clock at up to 8 points, Probe(k), into probe[(workgroup index) * 8 + k] (workgroups past
+// 4095 write nothing). The includer defines PROBE_BINDING, a binding the kernel otherwise leaves
+// free.
 #ifndef PROBE
 #define PROBE 0
 #endif

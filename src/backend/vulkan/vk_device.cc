@@ -221,31 +221,30 @@ void Device::Init(const DeviceOptions& options) {
       if (std::strcmp(e.extensionName, name) == 0) return true;
     return false;
   };
+  // An extension's property struct (sType set by the caller), filled by the device.
+  auto props = [&](auto st) {
+    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    q.pNext = &st;
+    vkGetPhysicalDeviceProperties2(phys_, &q);
+    st.pNext = nullptr;
+    return st;
+  };
   // The smallest subgroup a pipeline may get (drivers that pick the width per pipeline report the
   // largest as subgroupSize); kernels that keep several rows in one subgroup stay within it.
   min_subgroup_size_ = subgroup_size_;
   if (has_ext(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
-    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sc{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
-    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-    q.pNext = &sc;
-    vkGetPhysicalDeviceProperties2(phys_, &q);
+    const auto sc = props(VkPhysicalDeviceSubgroupSizeControlPropertiesEXT{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT});
     if (sc.minSubgroupSize > 0) min_subgroup_size_ = std::min(subgroup_size_, sc.minSubgroupSize);
   }
   // Compute units (sizes the resident decode's grid).
   if (has_ext(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
-    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
-    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-    q.pNext = &sm;
-    vkGetPhysicalDeviceProperties2(phys_, &q);
-    compute_units_ = sm.shaderSMCount;
+    compute_units_ = props(VkPhysicalDeviceShaderSMBuiltinsPropertiesNV{
+                               VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV})
+                         .shaderSMCount;
   } else if (has_ext(VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME)) {
-    VkPhysicalDeviceShaderCorePropertiesAMD cp{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
-    VkPhysicalDeviceProperties2 q{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-    q.pNext = &cp;
-    vkGetPhysicalDeviceProperties2(phys_, &q);
+    const auto cp = props(VkPhysicalDeviceShaderCorePropertiesAMD{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD});
     compute_units_ =
         cp.shaderEngineCount * cp.shaderArraysPerEngineCount * cp.computeUnitsPerShaderArray;
   }

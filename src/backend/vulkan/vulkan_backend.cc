@@ -1654,16 +1654,25 @@ class VulkanBackend : public Backend {
       return static_cast<double>(uint64_t(raw[(w * 8 + k) * 2]) |
                                  (uint64_t(raw[(w * 8 + k) * 2 + 1]) << 32));
     };
+    // Per workgroup: its first and last written points (a kernel may skip some, e.g. the
+    // prologue points of a linear without a prologue).
     double t0 = 1e300, s1 = 0, e1 = 0;
-    int last = 0;  // the last probe point any workgroup wrote
-    for (uint32_t w = 0; w < n; ++w)
-      for (int k = 0; k < 8; ++k)
-        if (at(w, k) > 0) last = std::max(last, k);
+    int first = 8, last = -1;
     for (uint32_t w = 0; w < n; ++w) {
-      t0 = std::min(t0, at(w, 0));
-      s1 = std::max(s1, at(w, 0));
-      e1 = std::max(e1, at(w, last));
+      double ws = 0, we = 0;
+      for (int k = 0; k < 8; ++k) {
+        if (at(w, k) <= 0) continue;
+        if (ws == 0) ws = at(w, k);
+        we = at(w, k);
+        first = std::min(first, k);
+        last = std::max(last, k);
+      }
+      if (ws == 0) continue;
+      t0 = std::min(t0, ws);
+      s1 = std::max(s1, ws);
+      e1 = std::max(e1, we);
     }
+    if (last < 0) return "probe: '" + label + "' wrote no points\n";
     char buf[256];
     std::string out = "| probe: " + label + " #" + std::to_string(nth) + " | " +
                       std::to_string(rc.probe_wgs) + " workgroups |\n|---|---|\n";
@@ -1672,7 +1681,7 @@ class VulkanBackend : public Backend {
                   "| first start to last start | %.2f us |\n",
                   (e1 - t0) * 1e-3, (s1 - t0) * 1e-3);
     out += buf;
-    for (int k = 0; k < last; ++k) {
+    for (int k = first; k < last; ++k) {
       double sum = 0, mx = 0;
       int cnt = 0;
       for (uint32_t w = 0; w < n; ++w) {

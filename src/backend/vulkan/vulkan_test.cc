@@ -62,6 +62,63 @@ TEST(VulkanBackend, ReportsDeviceAndDecodeWork) {
   EXPECT_EQ(vk->name(), "vulkan");
 }
 
+// The measuring tools: a per-kernel profile, a kernel probe and the empty-dispatch cost, none of
+// which may disturb the conversation (the next tokens equal the CPU reference's).
+TEST(VulkanBackend, ProfilesAndProbesLeaveTheConversationIntact) {
+  auto model = LoadFixture("tiny_qat");
+  VULKAN_OR_SKIP(vk, *model);
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 128});
+  const std::vector<int32_t> prompt = {2, 17, 93, 5, 211, 48, 7, 300, 12};
+  const auto want = Decode(*ref, prompt, 6);
+  ForwardResult r;
+  vk->Forward({.tokens = prompt}, &r);
+  ASSERT_EQ(r.ids.back(), want[0]);
+  const int cached = vk->cached();
+  const int32_t next = r.ids.back();
+  const auto prof = ProfileVulkanStep(*vk, std::span<const int32_t>(&next, 1));
+  const VulkanDispatchCost dc = MeasureVulkanDispatchCost(*vk, 16);
+  if (!prof.empty()) {
+    EXPECT_GT(dc.dependent_us, 0.0);
+    EXPECT_GT(dc.dependent_wide_us, 0.0);
+    std::string label;
+    for (const auto& [k, ns] : prof) {
+      EXPECT_GE(ns, 0.0) << k;
+      if (label.empty() && k.rfind("linear_dp ", 0) == 0) label = k;
+    }
+    if (!label.empty()) {
+      const std::string t = ProbeVulkanKernel(*vk, std::span<const int32_t>(&next, 1), label);
+      if (t.find("no shader device clock") == std::string::npos) {
+        EXPECT_NE(t.find("| probe: " + label + " #0 |"), std::string::npos) << t;
+        EXPECT_NE(t.find("probe 0 -> 1: mean / max"), std::string::npos) << t;
+        // The finer set: a linear without a norm prologue writes only its last point.
+        const std::string t2 =
+            ProbeVulkanKernel(*vk, std::span<const int32_t>(&next, 1), "2:" + label);
+        EXPECT_NE(t2.find("| probe: 2:" + label + " #0 |"), std::string::npos) << t2;
+        // Spans are measured between written points (a probe run takes well under a second).
+        for (const std::string& out : {t, t2}) {
+          const std::string key = "| first start to last end | ";
+          const size_t at = out.find(key);
+          ASSERT_NE(at, std::string::npos) << out;
+          const double span_us = std::stod(out.substr(at + key.size()));
+          EXPECT_GE(span_us, 0.0) << out;
+          EXPECT_LT(span_us, 1e6) << out;
+        }
+      }
+      EXPECT_NE(ProbeVulkanKernel(*vk, std::span<const int32_t>(&next, 1), "no such kernel")
+                    .find("no dispatch labelled"),
+                std::string::npos);
+    }
+  }
+  EXPECT_EQ(vk->cached(), cached);
+  std::vector<int32_t> got = {next};
+  while (got.size() < want.size()) {
+    const int32_t t = got.back();
+    vk->Forward({.tokens = std::span<const int32_t>(&t, 1)}, &r);
+    got.push_back(r.ids.back());
+  }
+  EXPECT_EQ(got, want);
+}
+
 TEST(VulkanBackend, DeviceLossFailsTheRequestAndKeepsTheConversation) {
   auto model = LoadFixture("tiny_qat");
   VULKAN_OR_SKIP(vk, *model);

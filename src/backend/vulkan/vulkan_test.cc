@@ -94,14 +94,14 @@ TEST(VulkanBackend, ProfilesAndProbesLeaveTheConversationIntact) {
         const std::string t2 =
             ProbeVulkanKernel(*vk, std::span<const int32_t>(&next, 1), "2:" + label);
         EXPECT_NE(t2.find("| probe: 2:" + label + " #0 |"), std::string::npos) << t2;
-        // Spans are measured between written points (a probe run takes well under a second).
+        // Spans are measured between written points (one small dispatch: well under 50 ms).
         for (const std::string& out : {t, t2}) {
           const std::string key = "| first start to last end | ";
           const size_t at = out.find(key);
           ASSERT_NE(at, std::string::npos) << out;
           const double span_us = std::stod(out.substr(at + key.size()));
           EXPECT_GE(span_us, 0.0) << out;
-          EXPECT_LT(span_us, 1e6) << out;
+          EXPECT_LT(span_us, 5e4) << out;
         }
       }
       EXPECT_NE(ProbeVulkanKernel(*vk, std::span<const int32_t>(&next, 1), "no such kernel")

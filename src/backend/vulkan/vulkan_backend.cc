@@ -827,10 +827,11 @@ class VulkanBackend : public Backend {
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
     std::string probe_shader;
-    // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue).
+    // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue;
+    // attention_probe2: the first key block's V loop, round by round).
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
-    if (rc.probe_label && (std::strcmp(shader, "linear_dp") == 0 ||
-                           (!fine && std::strcmp(shader, "attention") == 0)) &&
+    if (rc.probe_label &&
+        (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0) &&
         rc.probe_seen++ == rc.probe_nth) {
       probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
@@ -1681,20 +1682,27 @@ class VulkanBackend : public Backend {
                   "| first start to last start | %.2f us |\n",
                   (e1 - t0) * 1e-3, (s1 - t0) * 1e-3);
     out += buf;
-    for (int k = first; k < last; ++k) {
-      double sum = 0, mx = 0;
-      int cnt = 0;
-      for (uint32_t w = 0; w < n; ++w) {
-        if (at(w, k) <= 0 || at(w, k + 1) <= 0) continue;
-        const double d = at(w, k + 1) - at(w, k);
-        sum += d;
-        mx = std::max(mx, d);
-        ++cnt;
+    // Stages: from each written point to the workgroup's next written point.
+    std::map<std::pair<int, int>, std::array<double, 3>> stages;  // sum, max, count
+    for (uint32_t w = 0; w < n; ++w) {
+      int prev = -1;
+      for (int k = first; k <= last; ++k) {
+        if (at(w, k) <= 0) continue;
+        if (prev >= 0) {
+          std::array<double, 3>& st = stages[{prev, k}];
+          const double d = at(w, k) - at(w, prev);
+          st[0] += d;
+          st[1] = std::max(st[1], d);
+          st[2] += 1;
+        }
+        prev = k;
       }
-      if (cnt == 0) continue;
+    }
+    for (const auto& [ks, st] : stages) {
       std::snprintf(buf, sizeof(buf),
-                    "| probe %d -> %d: mean / max over %d workgroups | %.2f / %.2f us |\n", k,
-                    k + 1, cnt, sum / cnt * 1e-3, mx * 1e-3);
+                    "| probe %d -> %d: mean / max over %d workgroups | %.2f / %.2f us |\n",
+                    ks.first, ks.second, static_cast<int>(st[2]), st[0] / st[2] * 1e-3,
+                    st[1] * 1e-3);
       out += buf;
     }
     return out;

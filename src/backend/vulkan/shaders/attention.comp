@@ -171,6 +171,7 @@ void main() {
     m = mn;
     acc0 *= corr;
     acc1 *= corr;
+    if (b == jb) Probe2(0);  // PROBE 2: the first block's V loop, round by round
     for (uint j0 = 0; j0 < nb; j0 += 8) {
       float v0[8], v1[8];
       [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -186,8 +187,10 @@ void main() {
           acc1 = fma(w, double(v1[u]), acc1);
         }
       }
+      if (b == jb && j0 < 48) Probe2(1 + j0 / 8);
     }
     barrier();
+    if (b == jb) Probe2(7);
     if (b == jb) Probe(4);  // first block's V sums
   }
   Probe(5);  // every block

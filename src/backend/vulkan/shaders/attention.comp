@@ -2,8 +2,8 @@
 // Causal (optionally sliding) attention over the ring caches, split over the keys:
 // workgroup (head, token, split) computes, for its share of keys j in [first, pos],
 //   m = max_j s_j, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) V_j,   s_j = q . K_j (scale 1)
-// with an online softmax over blocks of WG keys; attn_combine.comp merges the splits (or, COMBINE
-// 1, the last split workgroup of each head).
+// (attn_split.glsl); attn_combine.comp merges the splits (or, COMBINE 1, the last split workgroup
+// of each head).
 // Scores, weights and sums are double, as in the CPU reference. K/V rows live at (j % ring);
 // KV-shared layers bind their owner's caches.
 #extension GL_KHR_shader_subgroup_shuffle : enable
@@ -54,11 +54,13 @@ layout(push_constant) uniform P {
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
-const uint TPK = 8;          // invocations per key (a clustered dot product)
-const uint KPB = WG / TPK;   // keys per block
 shared float qs[512];
-shared double sc[KPB];
 shared bool last_split;
+#define ATT_QS(i) qs[i]
+#define ATT_K(i) kc[i]
+#define ATT_V(i) vc[i]
+#define ATT_PROBES
+#include "attn_split.glsl"
 #if !ROPE
 #include "combine.glsl"
 #endif
@@ -124,75 +126,8 @@ void main() {
   barrier();
 #endif
   Probe(1);  // q staged
-  const double kNegInf = -1.0LF / 0.0LF;
-  double m = kNegInf;
-  double l = 0.0LF;
-  double acc0 = 0.0LF, acc1 = 0.0LF;  // dims tid and tid + WG (hd <= 2 WG)
-  const uint kl = tid / TPK, part = tid % TPK;
-  for (uint b = jb; b < je; b += KPB) {
-    // Scores: TPK invocations per key, strided dims, summed by shuffles in a fixed order.
-    const uint j = b + kl;
-    double s = 0.0LF;
-    if (j < je) {
-      const uint kb = (j % p.ring) * width + kvh * hd;
-      // Eight independent loads before their FMAs (the loop is latency-bound otherwise). All of
-      // a row's loads at once (and a block's V rows at once, the maximum by subgroups) measured
-      // slower on the H200 (bench/NOTES.md, fifth session).
-      for (uint i0 = part; i0 < hd; i0 += 8 * TPK) {
-        float kv[8];
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = i0 + u * TPK;
-          kv[u] = i < hd ? kc[kb + i] : 0.0;
-        }
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = i0 + u * TPK;
-          if (i < hd) s = fma(double(qs[i]), double(kv[u]), s);
-        }
-      }
-    }
-    s += subgroupShuffleXor(s, 1);
-    s += subgroupShuffleXor(s, 2);
-    s += subgroupShuffleXor(s, 4);
-    if (part == 0) sc[kl] = j < je ? s : kNegInf;
-    barrier();
-    if (b == jb) Probe(2);  // first block's scores
-    const uint nb = min(KPB, je - b);
-    double bm = kNegInf;
-    for (uint jj = 0; jj < nb; ++jj) bm = max(bm, sc[jj]);
-    const double mn = max(m, bm);
-    barrier();
-    if (tid < nb) sc[tid] = ExpD(sc[tid] - mn);
-    barrier();
-    double bs = 0.0LF;
-    for (uint jj = 0; jj < nb; ++jj) bs += sc[jj];
-    if (b == jb) Probe(3);  // first block's weights and sum
-    const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
-    l = l * corr + bs;
-    m = mn;
-    acc0 *= corr;
-    acc1 *= corr;
-    if (b == jb) Probe2(0);  // PROBE 2: the first block's V loop, round by round
-    for (uint j0 = 0; j0 < nb; j0 += 8) {
-      float v0[8], v1[8];
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        const uint vb = ((b + j0 + u) % p.ring) * width + kvh * hd;
-        const bool ok = j0 + u < nb;
-        v0[u] = ok && tid < hd ? vc[vb + tid] : 0.0;
-        v1[u] = ok && tid + WG < hd ? vc[vb + tid + WG] : 0.0;
-      }
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        if (j0 + u < nb) {
-          const double w = sc[j0 + u];
-          acc0 = fma(w, double(v0[u]), acc0);
-          acc1 = fma(w, double(v1[u]), acc1);
-        }
-      }
-      if (b == jb && j0 < 48) Probe2(1 + j0 / 8);
-    }
-    barrier();
-    if (b == jb) Probe2(7);
-    if (b == jb) Probe(4);  // first block's V sums
-  }
+  double m, l, acc0, acc1;
+  AttnSplit(kvh * hd, kvh * hd, jb, je, p.ring, width, hd, m, l, acc0, acc1);
   Probe(5);  // every block
   const uint ob = ((t * p.nh + h) * p.splits + sp);
   if (tid < hd) po[ob * hd + tid] = acc0;

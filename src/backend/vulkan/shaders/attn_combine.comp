@@ -1,5 +1,7 @@
 #version 450
 // Merges the key splits of attention.comp (double): o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_basic : enable
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;

@@ -70,7 +70,6 @@ shared int red_i[2 * (WG / 4)];
 shared float red_f[2 * (WG / 4)];
 shared bool last_wg;
 shared float xs[512];
-shared double dsh[256];
 shared vec4 sh4[WG];
 
 double BlockSumD(double v) {
@@ -445,8 +444,11 @@ void QkRope(uint slot, uint t) {
 
 // ---------------------------------------------------------------- attention.comp
 // push: nh nkv hd ring window splits q_stride; bindings q kc vc po(double) pml(dvec2)
-const uint TPK = 8;
-const uint KPB = WG / TPK;
+// The block loop is attention.comp's (attn_split.glsl, the same source).
+#define ATT_QS(i) xs[i]
+#define ATT_K(i) mf[i]
+#define ATT_V(i) mf[i]
+#include "attn_split.glsl"
 void Attention(uint h, uint t, uint sp) {
   const uint tid = gl_LocalInvocationID.x;
   const uint nh = PU(0), nkv = PU(1), hd = PU(2), ring = PU(3), window = PU(4), splits = PU(5);
@@ -461,65 +463,8 @@ void Attention(uint h, uint t, uint sp) {
   const uint width = nkv * hd;
   for (uint i = tid; i < hd; i += WG) xs[i] = mf[B[0] + t * q_stride + h * hd + i];
   barrier();
-  const double kNegInf = -1.0LF / 0.0LF;
-  double m = kNegInf;
-  double l = 0.0LF;
-  double acc0 = 0.0LF, acc1 = 0.0LF;
-  const uint kl = tid / TPK, part = tid % TPK;
-  for (uint b = jb; b < je; b += KPB) {
-    const uint j = b + kl;
-    double s = 0.0LF;
-    if (j < je) {
-      const uint kb = B[1] + (j % ring) * width + kvh * hd;
-      for (uint i0 = part; i0 < hd; i0 += 8 * TPK) {
-        float kv[8];
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = i0 + u * TPK;
-          kv[u] = i < hd ? mf[kb + i] : 0.0;
-        }
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = i0 + u * TPK;
-          if (i < hd) s = fma(double(xs[i]), double(kv[u]), s);
-        }
-      }
-    }
-    s += subgroupShuffleXor(s, 1);
-    s += subgroupShuffleXor(s, 2);
-    s += subgroupShuffleXor(s, 4);
-    if (part == 0) dsh[kl] = j < je ? s : kNegInf;
-    barrier();
-    const uint nb = min(KPB, je - b);
-    double bm = kNegInf;
-    for (uint jj = 0; jj < nb; ++jj) bm = max(bm, dsh[jj]);
-    const double mn = max(m, bm);
-    barrier();
-    if (tid < nb) dsh[tid] = ExpD(dsh[tid] - mn);
-    barrier();
-    double bs = 0.0LF;
-    for (uint jj = 0; jj < nb; ++jj) bs += dsh[jj];
-    const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
-    l = l * corr + bs;
-    m = mn;
-    acc0 *= corr;
-    acc1 *= corr;
-    for (uint j0 = 0; j0 < nb; j0 += 8) {
-      float v0[8], v1[8];
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        const uint vb = B[2] + ((b + j0 + u) % ring) * width + kvh * hd;
-        const bool ok = j0 + u < nb;
-        v0[u] = ok && tid < hd ? mf[vb + tid] : 0.0;
-        v1[u] = ok && tid + WG < hd ? mf[vb + tid + WG] : 0.0;
-      }
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        if (j0 + u < nb) {
-          const double w = dsh[j0 + u];
-          acc0 = fma(w, double(v0[u]), acc0);
-          acc1 = fma(w, double(v1[u]), acc1);
-        }
-      }
-    }
-    barrier();
-  }
+  double m, l, acc0, acc1;
+  AttnSplit(B[1] + kvh * hd, B[2] + kvh * hd, jb, je, ring, width, hd, m, l, acc0, acc1);
   const uint obase = ((t * nh + h) * splits + sp);
   const uint po = B[3] / 2, pml = B[4] / 2;  // double indices
   if (tid < hd) md[po + obase * hd + tid] = acc0;
@@ -531,34 +476,18 @@ void Attention(uint h, uint t, uint sp) {
 }
 
 // ---------------------------------------------------------------- attn_combine.comp
-// push: nh hd splits o_stride; bindings 3 po, 4 pml, 5 o
+// push: nh hd splits o_stride; bindings 3 po, 4 pml, 5 o (combine.glsl, the same source)
+uint cmb_po, cmb_pml, cmb_o;  // double, double and float indices
+#define CMB_ML(i) dvec2(md[cmb_pml + 2 * (i)], md[cmb_pml + 2 * (i) + 1])
+#define CMB_PO(i) md[cmb_po + (i)]
+#define CMB_STORE(i, v) mf[cmb_o + (i)] = (v)
+#include "combine.glsl"
 void Combine(uint h, uint t) {
-  const uint tid = gl_LocalInvocationID.x;
   const uint nh = PU(0), hd = PU(1), splits = PU(2), o_stride = PU(3);
-  const uint po = B[3] / 2, pml = B[4] / 2;
-  const uint base = (t * nh + h) * splits;
-  double mx = -1.0LF / 0.0LF;
-  for (uint s = 0; s < splits; ++s) {
-    if (md[pml + 2 * (base + s) + 1] > 0.0LF) mx = max(mx, md[pml + 2 * (base + s)]);
-  }
-  for (uint s = tid; s < splits; s += WG) {
-    const dvec2 ml = dvec2(md[pml + 2 * (base + s)], md[pml + 2 * (base + s) + 1]);
-    dsh[s] = ml.y > 0.0LF ? ExpD(ml.x - mx) : 0.0LF;
-  }
-  barrier();
-  double l = 0.0LF;
-  for (uint s = 0; s < splits; ++s) l += md[pml + 2 * (base + s) + 1] * dsh[s];
-  for (uint i = tid; i < hd; i += WG) {
-    double acc = 0.0LF;
-    for (uint s0 = 0; s0 < splits; s0 += 8) {
-      double v[8];
-      [[unroll]] for (uint u = 0; u < 8; ++u)
-        v[u] = s0 + u < splits ? md[po + (base + s0 + u) * hd + i] : 0.0LF;
-      [[unroll]] for (uint u = 0; u < 8; ++u)
-        if (s0 + u < splits) acc += v[u] * dsh[s0 + u];
-    }
-    mf[B[5] + t * o_stride + h * hd + i] = float(acc / l);
-  }
+  cmb_po = B[3] / 2;
+  cmb_pml = B[4] / 2;
+  cmb_o = B[5];
+  CombineHead((t * nh + h) * splits, splits, hd, t * o_stride + h * hd);
 }
 
 // ---------------------------------------------------------------- resnorm.comp

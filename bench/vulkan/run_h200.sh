@@ -1,7 +1,8 @@
 #!/bin/bash
 # One H200 session of the Vulkan backend (run from the repo root with build-vulkan and .gl carried):
 # loader, the Vulkan tests, the synthetic E2B checkpoint, then vulkan_bench once per kernel variant
-# (environment knobs of the backend). Outputs go to $OUT. Usage: bash bench/vulkan/run_h200.sh TAG:ENV...
+# (environment knobs of the backend; BIN=path: another build). Outputs go to $OUT.
+# Usage: [STEPS=32] bash bench/vulkan/run_h200.sh TAG:ENV...
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 # The tests find their fixtures through the compiled-in source dir.
@@ -21,7 +22,9 @@ for v in "$@"; do
   echo "variant $tag: $envs" > $OUT/bench_$tag.txt
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv,noheader -lms 100 > /tmp/clk_$tag.txt 2>&1 &
   smi=$!
-  env $envs timeout 150 $B/vulkan_bench --synth /tmp/e2b --ctx 512 --prompt 1024 --steps 32 \
+  # BIN=path in a variant's environment runs another vulkan_bench build (carried, e.g. a baseline).
+  bin=$(echo "$envs" | grep -o 'BIN=[^ ]*' | cut -d= -f2)
+  env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth /tmp/e2b --ctx 512 --prompt 1024 --steps ${STEPS:-32} \
       --runs 2 --copy-mb 512 --capacity 2048 >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null
   echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt

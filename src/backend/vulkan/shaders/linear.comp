@@ -195,6 +195,13 @@ uint PermCol(uint i, uint b) {
   return 16 * (i >> 2) + (i & 3) + 4 * b;
 }
 
+// PermCol's inverse: the shared word and byte of input column c.
+uvec2 XqWord(uint c) {
+  if (DP4A == 0 || KIND == 5) return uvec2(c >> 2, c & 3);
+  if (KIND == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
+  return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
+}
+
 const uint NPRE_ARR = NPRE > 0 ? NPRE : 1;
 uvec4 wnext[2][NPRE_ARR];
 
@@ -283,6 +290,13 @@ void main() {
 
   Probe(0);
   if (NPRE > 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
+  // PRO with a quantized input: the prologue quantizes its own values straight into the packed
+  // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
+  const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
+                     (int_path[0] || (DUAL == 2 && int_path[1]));
+  if (pro_q) {
+    for (uint i = tid; i < DUAL * XWORDS; i += WG) xq[i] = 0;
+  }
 
   if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
@@ -320,15 +334,28 @@ void main() {
     Probe2(3);  // h' and its sum of squares
     const float r2 = PRO == 1 ? BlockRmsFactor(ss2, p.n, p.eps, 1) : 1.0;
     Probe2(4);
+    float rq[2];
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) rq[d] = SrqReciprocal(in_s[d]);
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
+        float xv;
         if (PRO == 1) {
           precise float v = hv[u] * r2;
           precise float o = p.has_wa != 0 ? v * wav[u] : v;
-          xs[i] = o;
+          xv = o;
         } else {
-          xs[i] = hv[u];
+          xv = hv[u];
+        }
+        xs[i] = xv;
+        if (pro_q && i < p.cols) {
+          const uvec2 wb = XqWord(i);
+          [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+            if (int_path[d]) {
+              const uint q = uint(QuantizeSrqR(xv, in_s[d], rq[d])) & 0xFFu;
+              if (q != 0) atomicOr(xq[d * XWORDS + wb.x], q << (8 * wb.y));
+            }
+          }
         }
       }
     }
@@ -355,7 +382,7 @@ void main() {
       xq[i] = v;
     }
     barrier();
-  } else if (XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
+  } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
     const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row
     for (uint d = 0; d < DUAL; ++d) {
       if (!int_path[d]) continue;

@@ -2,7 +2,7 @@
 # One H200 session of the Vulkan backend (run from the repo root with build-vulkan and .gl carried):
 # loader, the Vulkan tests, the synthetic E2B checkpoint, then vulkan_bench once per kernel variant
 # (environment knobs of the backend; BIN=path: another build). Outputs go to $OUT.
-# Usage: [STEPS=32] bash bench/vulkan/run_h200.sh TAG:ENV...
+# Usage: [STEPS=32] [NOTESTS=1] bash bench/vulkan/run_h200.sh TAG:ENV...
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 # The tests find their fixtures through the compiled-in source dir.
@@ -10,10 +10,10 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 B=build-vulkan/src/backend/vulkan
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/tests.txt 2>&1
 # One process per test: the NVIDIA driver refuses vkCreateInstance after ~30 instances per process.
-for t in $($B/vulkan_test --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+[ -n "$NOTESTS" ] || for t in $($B/vulkan_test --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
   timeout 300 $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s|^|$t: |" >> $OUT/tests.txt
 done
-timeout 120 $B/vulkan_golden_test 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
+[ -n "$NOTESTS" ] || timeout 120 $B/vulkan_golden_test 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
 t0=$(date +%s)
 $B/vulkan_bench --synth /tmp/e2b --ctx 8 --prompt 8 --steps 1 --runs 1 > /dev/null 2>&1
 echo "synth e2b-qat + warm: $(( $(date +%s) - t0 )) s" >> $OUT/tests.txt
@@ -23,9 +23,12 @@ for v in "$@"; do
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv,noheader -lms 100 > /tmp/clk_$tag.txt 2>&1 &
   smi=$!
   # BIN=path in a variant's environment runs another vulkan_bench build (carried, e.g. a baseline).
+  # CTX=n: decode from n tokens of context instead of 512.
   bin=$(echo "$envs" | grep -o 'BIN=[^ ]*' | cut -d= -f2)
-  env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth /tmp/e2b --ctx 512 --prompt 1024 --steps ${STEPS:-32} \
-      --runs 2 --copy-mb 512 --capacity 2048 >> $OUT/bench_$tag.txt 2>&1
+  ctx=$(echo "$envs" | grep -o 'CTX=[^ ]*' | cut -d= -f2)
+  ctx=${ctx:-512}
+  env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth /tmp/e2b --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
+      --runs 2 --copy-mb 512 --capacity $(( ctx + 1536 > 2048 ? ctx + 1536 : 2048 )) >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null
   echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt
   echo "$tag $(grep '^{' $OUT/bench_$tag.txt | tail -1)"; tail -1 $OUT/bench_$tag.txt

@@ -508,6 +508,7 @@ class VulkanBackend : public Backend {
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
+    empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
     // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
     skip_tail_ = EnvInt("GEMMA_VULKAN_SKIP_TAIL", 1) != 0;
@@ -837,6 +838,29 @@ class VulkanBackend : public Backend {
       probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
       bb[shader[0] == 'l' ? 11 : 10] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
+    }
+    if (empty_mode_ != 0 && std::strcmp(shader, "readbw") != 0) {
+      // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
+      std::vector<uint32_t> es{kWG};
+      if (empty_mode_ == 2) {
+        es = spec;
+        es.resize(14, 0);
+        es[0] = kWG;
+        uint32_t code = 2166136261u;
+        for (const char* c = shader; *c; ++c) code = (code ^ static_cast<uint8_t>(*c)) * 16777619u;
+        es.push_back(code);
+      }
+      const VkPipeline ep = dev_->Pipeline("empty", es);
+      const VkDescriptorSet eset = dev_->Set(bb);
+      vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ep);
+      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &eset,
+                              0, nullptr);
+      if (push_bytes)
+        vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           static_cast<uint32_t>(push_bytes), push);
+      vkCmdDispatch(rc.cmd, gx, gy, gz);
+      ++rc.dispatches;
+      return;
     }
     VkPipeline pipe = dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
     VkDescriptorSet set = dev_->Set(bb);
@@ -1916,6 +1940,7 @@ class VulkanBackend : public Backend {
   int coop_splitk_ = 0;
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
+  int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   uint32_t coop_bm_ = 64;
   Buf partc_;
   size_t coop_part_bytes_ = 0;

@@ -509,6 +509,14 @@ class VulkanBackend : public Backend {
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
+    if (const char* e = std::getenv("GEMMA_VULKAN_EMPTY_ONLY")) {
+      std::string list = e;
+      for (size_t a = 0; a <= list.size();) {
+        const size_t b = std::min(list.find(',', a), list.size());
+        if (b > a) empty_only_.push_back(list.substr(a, b - a));
+        a = b + 1;
+      }
+    }
     // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
     // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
     skip_tail_ = EnvInt("GEMMA_VULKAN_SKIP_TAIL", 1) != 0;
@@ -839,7 +847,8 @@ class VulkanBackend : public Backend {
       bb[shader[0] == 'l' ? 11 : 10] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
     }
-    if (empty_mode_ != 0 && std::strcmp(shader, "readbw") != 0) {
+    if ((empty_mode_ != 0 || EmptyOnly(Label(shader, spec, gy, push, push_bytes))) &&
+        std::strcmp(shader, "readbw") != 0) {
       // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
       std::vector<uint32_t> es{kWG};
       if (empty_mode_ == 2) {
@@ -1941,6 +1950,13 @@ class VulkanBackend : public Backend {
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
+  // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.
+  std::vector<std::string> empty_only_;
+  bool EmptyOnly(const std::string& label) const {
+    for (const std::string& p : empty_only_)
+      if (label.rfind(p, 0) == 0) return true;
+    return false;
+  }
   uint32_t coop_bm_ = 64;
   Buf partc_;
   size_t coop_part_bytes_ = 0;

@@ -509,11 +509,15 @@ class VulkanBackend : public Backend {
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
+    attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     if (const char* e = std::getenv("GEMMA_VULKAN_EMPTY_ONLY")) {
       std::string list = e;
       for (size_t a = 0; a <= list.size();) {
         const size_t b = std::min(list.find(',', a), list.size());
-        if (b > a) empty_only_.push_back(list.substr(a, b - a));
+        if (b > a) {
+          empty_only_.push_back(list.substr(a, b - a));
+          for (char& c : empty_only_.back()) c = c == '+' ? ' ' : c;  // '+' stands for a space
+        }
         a = b + 1;
       }
     }
@@ -1297,6 +1301,9 @@ class VulkanBackend : public Backend {
             b[5] = attn_.r;
             b[6] = hcount_.r;
             Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
+          } else if (attn_dbg_ != 0) {
+            Dispatch(rc, "attention", {0u, static_cast<uint32_t>(attn_dbg_)}, b, &pc, sizeof(pc),
+                     nh, m, splits);
           } else {
             Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
           }
@@ -1952,6 +1959,7 @@ class VulkanBackend : public Backend {
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.
   std::vector<std::string> empty_only_;
+  int attn_dbg_ = 0;  // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool EmptyOnly(const std::string& label) const {
     for (const std::string& p : empty_only_)
       if (label.rfind(p, 0) == 0) return true;

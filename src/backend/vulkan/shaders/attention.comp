@@ -60,6 +60,8 @@ shared bool last_split;
 #define ATT_K(i) kc[i]
 #define ATT_V(i) vc[i]
 #define ATT_PROBES
+layout(constant_id = 2) const uint DBG = 0;
+#define ATT_DBG DBG
 #include "attn_split.glsl"
 #if !ROPE
 #include "combine.glsl"

@@ -24,6 +24,12 @@ shared double att_w[ATT_KPB];       // the block's weights exp(s - m)
 shared double att_acc[4 * WG];      // the key groups' sums of the values (G * hd <= 4 WG)
 #endif
 
+// ATT_DBG (timing experiments only, wrong results; attention.comp's constant 2,
+// GEMMA_VULKAN_ATTN_DBG): bit 0 skips the key loads, 1 the value loads, 2 the exponentials,
+// 3 the groups' final sums, 4 everything after q staging.
+#ifndef ATT_DBG
+#define ATT_DBG 0
+#endif
 #ifdef ATT_PROBES
 #define ATT_PROBE(k) Probe(k)
 #define ATT_PROBE2(k) Probe2(k)
@@ -48,7 +54,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
   const uint vkeys = (ATT_KPB + G - 1) / G;  // keys per group and block
   double a[4] = double[4](0.0LF, 0.0LF, 0.0LF, 0.0LF);
   const uint kl = tid / ATT_TPK, part = tid % ATT_TPK;
-  for (uint b = jb; b < je; b += ATT_KPB) {
+  for (uint b = jb; b < ((ATT_DBG & 16) == 0 ? je : jb); b += ATT_KPB) {
     const uint j = b + kl;
     double s = 0.0LF;
     if (j < je) {
@@ -57,7 +63,8 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
         vec4 kv[8];
         [[unroll]] for (uint u = 0; u < 8; ++u) {
           const uint i = 4 * (part + ATT_TPK * (8 * r + u));
-          [[unroll]] for (uint c = 0; c < 4; ++c) kv[u][c] = i + c < hd ? ATT_K(kb + i + c) : 0.0;
+          [[unroll]] for (uint c = 0; c < 4; ++c)
+            kv[u][c] = i + c < hd && (ATT_DBG & 1) == 0 ? ATT_K(kb + i + c) : float(c);
         }
         [[unroll]] for (uint u = 0; u < 8; ++u) {
           const uint i = 4 * (part + ATT_TPK * (8 * r + u));
@@ -78,12 +85,12 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     const double mn = max(m, subgroupMax(bm));
     double bs = 0.0LF;
     for (uint jj = gl_SubgroupInvocationID; jj < nb; jj += gl_SubgroupSize) {
-      const double e = ExpD(att_sc[jj] - mn);
+      const double e = (ATT_DBG & 4) == 0 ? ExpD(att_sc[jj] - mn) : att_sc[jj] - mn;
       if (gl_SubgroupID == 0) att_w[jj] = e;
       bs += e;
     }
     bs = subgroupAdd(bs);
-    const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
+    const double corr = m == kNegInf ? 0.0LF : (ATT_DBG & 4) == 0 ? ExpD(m - mn) : m - mn;
     l = l * corr + bs;
     m = mn;
     [[unroll]] for (uint c = 0; c < 4; ++c) a[c] *= corr;
@@ -98,7 +105,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
           const uint jj = vg + G * (u0 + u);
           const uint vb = vbase + ((b + jj) % ring) * width + 4 * vq;
           [[unroll]] for (uint c = 0; c < 4; ++c)
-            vv[u][c] = jj < nb && 4 * vq + c < hd ? ATT_V(vb + c) : 0.0;
+            vv[u][c] = jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c) : float(c);
         }
         if (b == jb && u0 == 0) ATT_PROBE2(1);  // first round's loads issued
         [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -115,7 +122,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     if (b == jb) ATT_PROBE(4);  // first block's value sums
   }
   // The groups' sums, added in group order.
-  if (vlane) {
+  if (vlane && (ATT_DBG & 8) == 0) {
     [[unroll]] for (uint c = 0; c < 4; ++c)
       if (4 * vq + c < hd) att_acc[vg * hd + 4 * vq + c] = a[c];
   }

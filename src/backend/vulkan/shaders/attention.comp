@@ -60,6 +60,14 @@ shared bool last_split;
 #define ATT_K(i) kc[i]
 #define ATT_V(i) vc[i]
 #define ATT_PROBES
+uint att_qbase;  // q's index (ROPE: staged before AttnSplit, by NormRope)
+#if ROPE
+#define ATT_STAGE_Q()
+#else
+#define ATT_STAGE_Q()                                                        \
+  for (uint i = gl_LocalInvocationID.x; i < hd; i += WG) qs[i] = q[att_qbase + i]; \
+  barrier()
+#endif
 layout(constant_id = 2) const uint DBG = 0;
 #define ATT_DBG DBG
 #include "attn_split.glsl"
@@ -124,10 +132,9 @@ void main() {
     barrier();
   }
 #else
-  for (uint i = tid; i < hd; i += WG) qs[i] = q[t * p.q_stride + h * hd + i];
-  barrier();
+  att_qbase = t * p.q_stride + h * hd;  // staged inside AttnSplit, after the first loads
 #endif
-  Probe(1);  // q staged
+  Probe(1);
   double m, l, acc0, acc1;
   AttnSplit(kvh * hd, kvh * hd, jb, je, p.ring, width, hd, m, l, acc0, acc1);
   Probe(5);  // every block

@@ -2,7 +2,8 @@
 // it, so both compute the same bits):
 //   m = max_j s_j, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) V_j,   s_j = q . K_j (scale 1),
 // an online softmax over blocks of ATT_KPB keys, in double as the CPU reference.
-// The includer defines WG, ATT_QS(i) (the head's q, staged in shared memory before the call),
+// The includer defines WG, ATT_QS(i) (the head's q in shared memory, staged by ATT_STAGE_Q(), which
+// runs once, after the first block's loads are issued, and ends with a barrier),
 // ATT_K(i) and ATT_V(i) (cache floats at absolute indices), and optionally ATT_PROBES (calls
 // Probe / Probe2 of probe.glsl at the stage boundaries).
 //
@@ -56,15 +57,33 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
   const uint kl = tid / ATT_TPK, part = tid % ATT_TPK;
   for (uint b = jb; b < ((ATT_DBG & 16) == 0 ? je : jb); b += ATT_KPB) {
     const uint j = b + kl;
+    const uint nb = min(ATT_KPB, je - b);
+    const uint kb = kbase + (j % ring) * width;
+    // The block's first round of key and value loads before anything waits (on the first block
+    // also before the caller's q staging, ATT_STAGE_Q).
+    vec4 kv[8], vv[8];
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = 4 * (part + ATT_TPK * u);
+      [[unroll]] for (uint c = 0; c < 4; ++c)
+        kv[u][c] = j < je && i + c < hd && (ATT_DBG & 1) == 0 ? ATT_K(kb + i + c) : float(c);
+    }
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint jj = vg + G * u;
+      const uint vb = vbase + ((b + jj) % ring) * width + 4 * vq;
+      [[unroll]] for (uint c = 0; c < 4; ++c)
+        vv[u][c] = vlane && jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c)
+                                                                              : float(c);
+    }
+    if (b == jb) ATT_STAGE_Q();
     double s = 0.0LF;
     if (j < je) {
-      const uint kb = kbase + (j % ring) * width;
       for (uint r = 0; r < krounds; ++r) {
-        vec4 kv[8];
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint i = 4 * (part + ATT_TPK * (8 * r + u));
-          [[unroll]] for (uint c = 0; c < 4; ++c)
-            kv[u][c] = i + c < hd && (ATT_DBG & 1) == 0 ? ATT_K(kb + i + c) : float(c);
+        if (r > 0) {
+          [[unroll]] for (uint u = 0; u < 8; ++u) {
+            const uint i = 4 * (part + ATT_TPK * (8 * r + u));
+            [[unroll]] for (uint c = 0; c < 4; ++c)
+              kv[u][c] = i + c < hd && (ATT_DBG & 1) == 0 ? ATT_K(kb + i + c) : float(c);
+          }
         }
         [[unroll]] for (uint u = 0; u < 8; ++u) {
           const uint i = 4 * (part + ATT_TPK * (8 * r + u));
@@ -79,7 +98,6 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     if (part == 0) att_sc[kl] = j < je ? s : kNegInf;
     barrier();
     if (b == jb) ATT_PROBE(2);  // first block's scores
-    const uint nb = min(ATT_KPB, je - b);
     double bm = kNegInf;
     for (uint jj = gl_SubgroupInvocationID; jj < nb; jj += gl_SubgroupSize) bm = max(bm, att_sc[jj]);
     const double mn = max(m, subgroupMax(bm));
@@ -100,12 +118,13 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     if (vlane) {
       for (uint u0 = 0; u0 < vkeys; u0 += 8) {
         if (vg + G * u0 >= nb) break;
-        vec4 vv[8];
-        [[unroll]] for (uint u = 0; u < 8; ++u) {
-          const uint jj = vg + G * (u0 + u);
-          const uint vb = vbase + ((b + jj) % ring) * width + 4 * vq;
-          [[unroll]] for (uint c = 0; c < 4; ++c)
-            vv[u][c] = jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c) : float(c);
+        if (u0 > 0) {
+          [[unroll]] for (uint u = 0; u < 8; ++u) {
+            const uint jj = vg + G * (u0 + u);
+            const uint vb = vbase + ((b + jj) % ring) * width + 4 * vq;
+            [[unroll]] for (uint c = 0; c < 4; ++c)
+              vv[u][c] = jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c) : float(c);
+          }
         }
         if (b == jb && u0 == 0) ATT_PROBE2(1);  // first round's loads issued
         [[unroll]] for (uint u = 0; u < 8; ++u) {

@@ -418,6 +418,17 @@ void main() {
       acc_i[i] = 0;
       acc_f[i] = 0.0;
     }
+    // The epilogue's per-row operands, loaded before the multiply so their latency overlaps it
+    // (after the reduction's barrier they would be one more memory round trip).
+    float row_s[2] = float[2](1.0, 1.0);
+    float aux_v = 0.0;
+    if (row < p.rows && lane < TOK && tg + lane < p.ntok) {
+      if (quant) {
+        row_s[0] = s0[row];
+        if (DUAL == 2) row_s[1] = s1[row];
+      }
+      if (EPI == 3) aux_v = aux[(tg + lane) * p.aux_stride + p.aux_off + row];
+    }
     if (NPRE > 0) {
       uvec4 wcur[2][NPRE_ARR] = wnext;
       PrefetchRow((blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc, lane);
@@ -492,7 +503,7 @@ void main() {
           ti += red_i[rb + k];
           tf += red_f[rb + k];
         }
-        const float rs = quant ? (d == 0 ? s0[row] : s1[row]) : 1.0;
+        const float rs = row_s[d];
         float r;
         if (int_path[d]) {
           r = float(double(ti) * double(in_s[d]) * double(rs));
@@ -505,7 +516,7 @@ void main() {
       float outv = v[0];
       if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
       if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-      if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+      if (EPI == 3) outv = GeluTanh(v[0]) * aux_v;
       y[t * p.y_stride + p.y_off + row] = outv;
       if (XQ == 2) {
         const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;

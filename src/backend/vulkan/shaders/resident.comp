@@ -448,6 +448,10 @@ void QkRope(uint slot, uint t) {
 #define ATT_QS(i) xs[i]
 #define ATT_K(i) mf[i]
 #define ATT_V(i) mf[i]
+uint att_qbase;
+#define ATT_STAGE_Q()                                                        \
+  for (uint i = gl_LocalInvocationID.x; i < hd; i += WG) xs[i] = mf[att_qbase + i]; \
+  barrier()
 #include "attn_split.glsl"
 void Attention(uint h, uint t, uint sp) {
   const uint tid = gl_LocalInvocationID.x;
@@ -461,8 +465,7 @@ void Attention(uint h, uint t, uint sp) {
   const uint je = min(pos + 1, jb + per);
   const uint kvh = h / (nh / nkv);
   const uint width = nkv * hd;
-  for (uint i = tid; i < hd; i += WG) xs[i] = mf[B[0] + t * q_stride + h * hd + i];
-  barrier();
+  att_qbase = B[0] + t * q_stride + h * hd;
   double m, l, acc0, acc1;
   AttnSplit(B[1] + kvh * hd, B[2] + kvh * hd, jb, je, ring, width, hd, m, l, acc0, acc1);
   const uint obase = ((t * nh + h) * splits + sp);

@@ -496,7 +496,7 @@ class VulkanBackend : public Backend {
     // packed-dot order by gate/up (staging 3.4 us per layer in the probes, four gathers a word).
     xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 0) != 0;
     // Opt-in: one-token weights into registers ahead of use; no gain measured on the H200.
-    mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0) != 0;
+    mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0);
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
     // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
     mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
@@ -1109,11 +1109,13 @@ class VulkanBackend : public Backend {
       const uint32_t npre =
           m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre_n <= 4 ? npre_n : 0;
       const uint32_t perm_out = xqm == 2 ? perm : 0;
+      const bool late = npre && mv_prefetch_ == 2;
       if (npre || cluster || perm_out) {
         if (!pro) spec.insert(spec.end(), {0u, 1u});
         spec.push_back(npre);
         spec.push_back(cluster ? 1u : 0u);
-        if (perm_out) spec.push_back(perm_out);
+        if (perm_out || late) spec.push_back(perm_out);
+        if (late) spec.push_back(1u);
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1934,7 +1936,9 @@ class VulkanBackend : public Backend {
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool xq_perm_ = false;  // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
-  bool mv_prefetch_ = false;    // one-token linears: weights into registers ahead of use (NPRE)
+  // One-token linears: weights into registers ahead of use (NPRE; 2: the first block's after the
+  // input prologue instead of before it).
+  int mv_prefetch_ = 0;
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)

@@ -605,6 +605,7 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_PREFETCH", "1"}},
     {{"GEMMA_VULKAN_MV_PREFETCH", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
+    {{"GEMMA_VULKAN_MV_PREFETCH", "2"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}},
     {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_LANES", "4"}},

@@ -61,6 +61,8 @@ layout(constant_id = 12) const uint CLUSTER = 0;
 // the packed-dot order of a kind-k consumer (PermCol's inverse), so the consumer (XQ 4) stages it
 // with plain word copies instead of four byte gathers per word. 0: natural order.
 layout(constant_id = 13) const uint PERM = 0;
+// NPRE_LATE 1: the first block's prefetch runs after the input prologue (GEMMA_VULKAN_MV_PREFETCH=2).
+layout(constant_id = 14) const uint NPRE_LATE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -289,7 +291,7 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
-  if (NPRE > 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
+  if (NPRE > 0 && NPRE_LATE == 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -363,6 +365,7 @@ void main() {
     Probe2(5);
   }
   Probe(1);  // after the consumer-norm prologue
+  if (NPRE > 0 && NPRE_LATE != 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   if (XQ == 3 || XQ == 4) {
     // The input arrives quantized (binding 5); stage it in shared memory for the inner loop (XQ 4:
     // already in this kernel's order).

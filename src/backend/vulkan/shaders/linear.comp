@@ -467,7 +467,13 @@ void main() {
     if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
     // Reduce each row's LANES partials: subgroups first, then shared memory (CLUSTER: within the
     // row's cluster, one shared slot per row).
+    // A row within one subgroup (CLUSTER, or LANES = the subgroup size) ends with its sums in
+    // every lane's registers (sum_i / sum_f): no shared memory, no barrier (uniform: the
+    // subgroup size is the same for the whole workgroup).
     const uint nsg = CLUSTER != 0 ? ROWS_PER_WG : WG / gl_SubgroupSize;
+    const bool in_regs = CLUSTER != 0 || LANES == gl_SubgroupSize;
+    int sum_i[2 * TOK];
+    float sum_f[2 * TOK];
     [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
       if (CLUSTER != 0) {
         int si = acc_i[i];
@@ -476,20 +482,20 @@ void main() {
           si += subgroupShuffleXor(si, off);
           sf += subgroupShuffleXor(sf, off);
         }
-        if (lane == 0) {
-          red_i[i * nsg + rloc] = si;
-          red_f[i * nsg + rloc] = sf;
-        }
+        sum_i[i] = si;
+        sum_f[i] = sf;
       } else {
         const int si = subgroupAdd(acc_i[i]);
         const float sf = subgroupAdd(acc_f[i]);
-        if (subgroupElect()) {
+        sum_i[i] = si;
+        sum_f[i] = sf;
+        if (!in_regs && subgroupElect()) {
           red_i[i * nsg + gl_SubgroupID] = si;
           red_f[i * nsg + gl_SubgroupID] = sf;
         }
       }
     }
-    barrier();
+    if (!in_regs) barrier();
     if (blk == gl_WorkGroupID.y) Probe(4);  // first block reduced
     // Lanes 0..TOK-1 of the row finish one token each.
     const uint tt = lane;
@@ -501,10 +507,20 @@ void main() {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         int ti = 0;
         float tf = 0.0;
-        const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
-        for (uint k = 0; k < per_row; ++k) {
-          ti += red_i[rb + k];
-          tf += red_f[rb + k];
+        if (in_regs) {
+          // (the index is the lane's own token: a dynamic index into a small register array)
+          [[unroll]] for (uint i = 0; i < TOK; ++i) {
+            if (i == tt) {
+              ti = sum_i[d * TOK + i];
+              tf = sum_f[d * TOK + i];
+            }
+          }
+        } else {
+          const uint rb = (d * TOK + tt) * nsg + rloc * per_row;
+          for (uint k = 0; k < per_row; ++k) {
+            ti += red_i[rb + k];
+            tf += red_f[rb + k];
+          }
         }
         const float rs = row_s[d];
         float r;
@@ -534,7 +550,7 @@ void main() {
         atomicOr(xq_out[w], q << (8 * b));
       }
     }
-    barrier();  // red_i / red_f are reused by the next block
+    if (!in_regs) barrier();  // red_i / red_f are reused by the next block
     if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
   }
   Probe(6);  // every block done

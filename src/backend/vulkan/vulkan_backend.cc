@@ -495,7 +495,8 @@ class VulkanBackend : public Backend {
     // Opt-in, not yet measured on a GPU: the down projection's quantized input written in its
     // packed-dot order by gate/up (staging 3.4 us per layer in the probes, four gathers a word).
     xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 0) != 0;
-    // Opt-in: one-token weights into registers ahead of use; no gain measured on the H200.
+    // Opt-in: one-token weights into registers ahead of use; slower on the H200 (2.94-2.97
+    // against 2.80 ms, bench/NOTES.md, sixth session).
     mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0);
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
     // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
@@ -851,7 +852,8 @@ class VulkanBackend : public Backend {
       bb[shader[0] == 'l' ? 11 : 10] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
     }
-    if ((empty_mode_ != 0 || EmptyOnly(Label(shader, spec, gy, push, push_bytes))) &&
+    if ((empty_mode_ != 0 ||
+         (!empty_only_.empty() && EmptyOnly(Label(shader, spec, gy, push, push_bytes)))) &&
         std::strcmp(shader, "readbw") != 0) {
       // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
       std::vector<uint32_t> es{kWG};

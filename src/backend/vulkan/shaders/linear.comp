@@ -465,11 +465,11 @@ void main() {
       }
     }
     if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
-    // Reduce each row's LANES partials: subgroups first, then shared memory (CLUSTER: within the
-    // row's cluster, one shared slot per row).
-    // A row within one subgroup (CLUSTER, or LANES = the subgroup size) ends with its sums in
-    // every lane's registers (sum_i / sum_f): no shared memory, no barrier (uniform: the
-    // subgroup size is the same for the whole workgroup).
+    // Reduce each row's LANES partials: subgroups first (CLUSTER: xor shuffles within the row's
+    // cluster), then, for rows spanning several subgroups, shared memory. A row within one
+    // subgroup (CLUSTER, or LANES = the subgroup size) ends with its sums in every lane's
+    // registers (sum_i / sum_f): no shared memory, no barrier (uniform: the subgroup size is the
+    // same for the whole workgroup).
     const uint nsg = CLUSTER != 0 ? ROWS_PER_WG : WG / gl_SubgroupSize;
     const bool in_regs = CLUSTER != 0 || LANES == gl_SubgroupSize;
     int sum_i[2 * TOK];

@@ -511,6 +511,7 @@ class VulkanBackend : public Backend {
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
+    attn_gqa_ = EnvInt("GEMMA_VULKAN_ATTN_GQA", 0) != 0;
     if (const char* e = std::getenv("GEMMA_VULKAN_EMPTY_ONLY")) {
       std::string list = e;
       for (size_t a = 0; a <= list.size();) {
@@ -1305,6 +1306,12 @@ class VulkanBackend : public Backend {
             b[5] = attn_.r;
             b[6] = hcount_.r;
             Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
+          } else if (attn_gqa_ && !rc.ops && nh % nkv == 0 && nh / nkv <= 8 &&
+                     (nh / nkv) * hd <= 4096) {
+            // GEMMA_VULKAN_ATTN_GQA=1: the query heads of a K/V head in one workgroup (the same
+            // partials, bit for bit).
+            Dispatch(rc, "attention_gqa", {static_cast<uint32_t>(nh / nkv)}, b, &pc, sizeof(pc),
+                     nkv, m, splits);
           } else if (attn_dbg_ != 0) {
             Dispatch(rc, "attention", {0u, static_cast<uint32_t>(attn_dbg_)}, b, &pc, sizeof(pc),
                      nh, m, splits);
@@ -1966,6 +1973,7 @@ class VulkanBackend : public Backend {
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.
   std::vector<std::string> empty_only_;
   int attn_dbg_ = 0;  // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
+  bool attn_gqa_ = false;  // decode attention: a workgroup per K/V head (attention_gqa)
   bool EmptyOnly(const std::string& label) const {
     for (const std::string& p : empty_only_)
       if (label.rfind(p, 0) == 0) return true;

@@ -613,7 +613,9 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_MV_LANES_VEC", "1"},
      {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_XQ_PERM", "1"}},
-    {{"GEMMA_VULKAN_XQ_PERM", "1"}, {"GEMMA_VULKAN_CNORM", "0"}}};
+    {{"GEMMA_VULKAN_XQ_PERM", "1"}, {"GEMMA_VULKAN_CNORM", "0"}},
+    {{"GEMMA_VULKAN_ATTN_GQA", "1"}},
+    {{"GEMMA_VULKAN_ATTN_GQA", "1"}, {"GEMMA_VULKAN_SPLITS", "5"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -512,6 +512,7 @@ class VulkanBackend : public Backend {
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     attn_gqa_ = EnvInt("GEMMA_VULKAN_ATTN_GQA", 0) != 0;
+    splits_adapt_ = EnvInt("GEMMA_VULKAN_SPLITS_ADAPT", 0) != 0;
     if (const char* e = std::getenv("GEMMA_VULKAN_EMPTY_ONLY")) {
       std::string list = e;
       for (size_t a = 0; a <= list.size();) {
@@ -1312,9 +1313,11 @@ class VulkanBackend : public Backend {
             // partials, bit for bit).
             Dispatch(rc, "attention_gqa", {static_cast<uint32_t>(nh / nkv)}, b, &pc, sizeof(pc),
                      nkv, m, splits);
-          } else if (attn_dbg_ != 0) {
-            Dispatch(rc, "attention", {0u, static_cast<uint32_t>(attn_dbg_)}, b, &pc, sizeof(pc),
-                     nh, m, splits);
+          } else if (attn_dbg_ != 0 || (splits_adapt_ && !rc.ops)) {
+            // (not captured: the resident kernel's attention has no ADAPT)
+            Dispatch(rc, "attention",
+                     {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ && !rc.ops ? 1u : 0u},
+                     b, &pc, sizeof(pc), nh, m, splits);
           } else {
             Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
           }
@@ -1974,6 +1977,7 @@ class VulkanBackend : public Backend {
   std::vector<std::string> empty_only_;
   int attn_dbg_ = 0;  // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool attn_gqa_ = false;  // decode attention: a workgroup per K/V head (attention_gqa)
+  bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
   bool EmptyOnly(const std::string& label) const {
     for (const std::string& p : empty_only_)
       if (label.rfind(p, 0) == 0) return true;

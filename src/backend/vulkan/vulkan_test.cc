@@ -615,7 +615,8 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_XQ_PERM", "1"}},
     {{"GEMMA_VULKAN_XQ_PERM", "1"}, {"GEMMA_VULKAN_CNORM", "0"}},
     {{"GEMMA_VULKAN_ATTN_GQA", "1"}},
-    {{"GEMMA_VULKAN_ATTN_GQA", "1"}, {"GEMMA_VULKAN_SPLITS", "5"}}};
+    {{"GEMMA_VULKAN_ATTN_GQA", "1"}, {"GEMMA_VULKAN_SPLITS", "5"}},
+    {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

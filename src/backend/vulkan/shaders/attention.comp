@@ -69,6 +69,10 @@ uint att_qbase;  // q's index (ROPE: staged before AttnSplit, by NormRope)
   barrier()
 #endif
 layout(constant_id = 2) const uint DBG = 0;
+// ADAPT 1 (GEMMA_VULKAN_SPLITS_ADAPT=1): each split's key count is a multiple of the block size
+// (whole blocks), so at short contexts only the leading splits have keys and at long contexts
+// every split runs as few blocks as the grid allows.
+layout(constant_id = 3) const uint ADAPT = 0;
 #define ATT_DBG DBG
 #include "attn_split.glsl"
 #if !ROPE
@@ -117,7 +121,8 @@ void main() {
   const uint pos = step.pos0 + t;
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
   const uint nkeys = pos + 1 - first;
-  const uint per = (nkeys + p.splits - 1) / p.splits;
+  const uint per = ADAPT != 0 ? ATT_KPB * ((nkeys + ATT_KPB * p.splits - 1) / (ATT_KPB * p.splits))
+                             : (nkeys + p.splits - 1) / p.splits;
   const uint jb = first + sp * per;
   const uint je = min(pos + 1, jb + per);
   const uint kvh = h / (p.nh / p.nkv);

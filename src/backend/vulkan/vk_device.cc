@@ -295,8 +295,10 @@ void Device::Init(const DeviceOptions& options) {
     f2.pNext = &clk;
     vkGetPhysicalDeviceFeatures2(phys_, &f2);
     device_clock_ = clk.shaderDeviceClock == VK_TRUE;
+    // The SM cycle counter too where present (kernel probes: stage durations in cycles).
+    subgroup_clock_ = device_clock_ && clk.shaderSubgroupClock == VK_TRUE;
     if (device_clock_) {
-      clk.shaderSubgroupClock = VK_FALSE;
+      clk.shaderSubgroupClock = subgroup_clock_ ? VK_TRUE : VK_FALSE;
       clk.pNext = chain;
       chain = &clk;
       enable.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);

@@ -66,6 +66,7 @@ class Device {
   bool coop_matrix() const { return coop_matrix_; }
   // VK_KHR_shader_clock with shaderDeviceClock enabled (profiling builds of resident.comp).
   bool device_clock() const { return device_clock_; }
+  bool subgroup_clock() const { return subgroup_clock_; }
   float timestamp_period_ns() const { return ts_period_; }
   // Streaming multiprocessors (VK_NV_shader_sm_builtins) or compute units (VK_AMD_shader_core_
   // properties); 0 where the device does not say. Sizes the resident decode kernel's grid.
@@ -137,6 +138,7 @@ class Device {
   std::string name_;
   uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
+  bool subgroup_clock_ = false;
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   float ts_period_ = 1;

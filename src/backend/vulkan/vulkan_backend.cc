@@ -664,7 +664,7 @@ class VulkanBackend : public Backend {
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
     grid_ = F(64);
-    prof_ = F(2 * 8 * 4096);  // resident phase clocks; kernel probes (8 per workgroup)
+    prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     xqc_ = {};
@@ -686,7 +686,7 @@ class VulkanBackend : public Backend {
     in_host_ = Reserve(Pool::kHost, in_mask_off_ + size_t((V + 31) / 32) * 4);
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
     flag_host_ = Reserve(Pool::kHost, 64);
-    prof_host_ = Reserve(Pool::kHost, 8 * 8 * 4096);
+    prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
 
     dev_->Commit();
 
@@ -1679,7 +1679,8 @@ class VulkanBackend : public Backend {
   // as its PROBE variant: per-stage device-clock times of its workgroups, as a markdown table.
   std::string ProbeKernel(std::span<const int32_t> tokens, const std::string& label, int nth) {
     const int m = static_cast<int>(tokens.size());
-    if (!dev_->device_clock()) return "probe: the device has no shader device clock\n";
+    if (!dev_->device_clock() || !dev_->subgroup_clock())
+      return "probe: the device has no shader device clock or no subgroup clock\n";
     if (m == 0 || m > chunk_ || window_.cached() + m > capacity_) return "probe: bad step\n";
     FillInputs(tokens, OutputMode::kArgmax, nullptr);
     VkCommandBuffer cb = head_cmd_;
@@ -1705,29 +1706,35 @@ class VulkanBackend : public Backend {
     if (!rc.probe_wgs) return "probe: no dispatch labelled '" + label + "'\n";
     const uint32_t* raw = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
     const uint32_t n = std::min<uint32_t>(rc.probe_wgs, 4096);
-    auto at = [&](uint32_t w, int k) {
-      return static_cast<double>(uint64_t(raw[(w * 8 + k) * 2]) |
-                                 (uint64_t(raw[(w * 8 + k) * 2 + 1]) << 32));
+    // Slot k of workgroup w: the device clock (ns); slot 8 + k: its compute unit's cycles.
+    auto word = [&](uint32_t w, int slot) {
+      return uint64_t(raw[(w * 16 + slot) * 2]) | (uint64_t(raw[(w * 16 + slot) * 2 + 1]) << 32);
     };
+    auto at = [&](uint32_t w, int k) { return static_cast<double>(word(w, k)); };
     // Per workgroup: its first and last written points (a kernel may skip some, e.g. the
     // prologue points of a linear without a prologue).
-    double t0 = 1e300, s1 = 0, e1 = 0;
+    double t0 = 1e300, s1 = 0, e1 = 0, span_ns = 0, span_cycles = 0;
     int first = 8, last = -1;
     for (uint32_t w = 0; w < n; ++w) {
-      double ws = 0, we = 0;
+      int wf = -1, wl = -1;
       for (int k = 0; k < 8; ++k) {
-        if (at(w, k) <= 0) continue;
-        if (ws == 0) ws = at(w, k);
-        we = at(w, k);
+        if (word(w, k) == 0) continue;
+        if (wf < 0) wf = k;
+        wl = k;
         first = std::min(first, k);
         last = std::max(last, k);
       }
-      if (ws == 0) continue;
-      t0 = std::min(t0, ws);
-      s1 = std::max(s1, ws);
-      e1 = std::max(e1, we);
+      if (wf < 0) continue;
+      t0 = std::min(t0, at(w, wf));
+      s1 = std::max(s1, at(w, wf));
+      e1 = std::max(e1, at(w, wl));
+      span_ns += at(w, wl) - at(w, wf);
+      span_cycles += static_cast<double>(word(w, 8 + wl) - word(w, 8 + wf));
     }
     if (last < 0) return "probe: '" + label + "' wrote no points\n";
+    // Cycles per ns from the workgroups' spans (the device clock ticks coarsely: ~0.26 us on the
+    // H200); stage durations come from the cycle counter. Spans too short to time: cycles.
+    const double ghz = span_ns >= 1000.0 ? span_cycles / span_ns : 0.0;
     char buf[256];
     std::string out = "| probe: " + label + " #" + std::to_string(nth) + " | " +
                       std::to_string(rc.probe_wgs) + " workgroups |\n|---|---|\n";
@@ -1736,15 +1743,20 @@ class VulkanBackend : public Backend {
                   "| first start to last start | %.2f us |\n",
                   (e1 - t0) * 1e-3, (s1 - t0) * 1e-3);
     out += buf;
-    // Stages: from each written point to the workgroup's next written point.
+    if (ghz > 0) {
+      std::snprintf(buf, sizeof(buf), "| compute-unit clock during the probe | %.0f MHz |\n",
+                    ghz * 1e3);
+      out += buf;
+    }
+    // Stages: from each written point to the workgroup's next written point, in cycles.
     std::map<std::pair<int, int>, std::array<double, 3>> stages;  // sum, max, count
     for (uint32_t w = 0; w < n; ++w) {
       int prev = -1;
       for (int k = first; k <= last; ++k) {
-        if (at(w, k) <= 0) continue;
+        if (word(w, k) == 0) continue;
         if (prev >= 0) {
           std::array<double, 3>& st = stages[{prev, k}];
-          const double d = at(w, k) - at(w, prev);
+          const double d = static_cast<double>(word(w, 8 + k) - word(w, 8 + prev));
           st[0] += d;
           st[1] = std::max(st[1], d);
           st[2] += 1;
@@ -1753,10 +1765,16 @@ class VulkanBackend : public Backend {
       }
     }
     for (const auto& [ks, st] : stages) {
-      std::snprintf(buf, sizeof(buf),
-                    "| probe %d -> %d: mean / max over %d workgroups | %.2f / %.2f us |\n",
-                    ks.first, ks.second, static_cast<int>(st[2]), st[0] / st[2] * 1e-3,
-                    st[1] * 1e-3);
+      if (ghz > 0) {
+        std::snprintf(buf, sizeof(buf),
+                      "| probe %d -> %d: mean / max over %d workgroups | %.3f / %.3f us |\n",
+                      ks.first, ks.second, static_cast<int>(st[2]),
+                      st[0] / st[2] / ghz * 1e-3, st[1] / ghz * 1e-3);
+      } else {
+        std::snprintf(buf, sizeof(buf),
+                      "| probe %d -> %d: mean / max over %d workgroups | %.0f / %.0f cycles |\n",
+                      ks.first, ks.second, static_cast<int>(st[2]), st[0] / st[2], st[1]);
+      }
       out += buf;
     }
     return out;

@@ -103,6 +103,24 @@ TEST(VulkanBackend, ProfilesAndProbesLeaveTheConversationIntact) {
           EXPECT_GE(span_us, 0.0) << out;
           EXPECT_LT(span_us, 5e4) << out;
         }
+        // Stages come from the cycle counter converted at the clock the spans give: a stage of
+        // one workgroup fits in the kernel's span (with slack for the device clock's ticks).
+        const std::string clock_key = "| compute-unit clock during the probe | ";
+        const size_t ck = t.find(clock_key);
+        if (ck != std::string::npos) {
+          EXPECT_GT(std::stod(t.substr(ck + clock_key.size())), 0.0) << t;
+          const double span_us =
+              std::stod(t.substr(t.find("| first start to last end | ") + 28));
+          for (size_t p = t.find("workgroups | "); p != std::string::npos;
+               p = t.find("workgroups | ", p + 1)) {
+            const std::string rest = t.substr(p + 13);
+            const double mean = std::stod(rest);
+            const double mx = std::stod(rest.substr(rest.find('/') + 1));
+            EXPECT_GE(mean, 0.0) << t;
+            EXPECT_LE(mean, mx + 1e-9) << t;
+            EXPECT_LE(mx, 1.5 * span_us + 1.0) << t;
+          }
+        }
       }
       EXPECT_NE(ProbeVulkanKernel(*vk, std::span<const int32_t>(&next, 1), "no such kernel")
                     .find("no dispatch labelled"),

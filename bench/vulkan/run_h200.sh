@@ -8,7 +8,7 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 # The tests find their fixtures through the compiled-in source dir.
 [ -e /work/main ] || { mkdir -p /work; ln -sfn "$PWD" /work/main; }
 B=build-vulkan/src/backend/vulkan
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/tests.txt 2>&1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv >> $OUT/tests.txt 2>&1  # (appends: a command before the script may have written)
 # One process per test: the NVIDIA driver refuses vkCreateInstance after ~30 instances per process.
 [ -n "$NOTESTS" ] || for t in $($B/vulkan_test --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
   timeout 300 $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s|^|$t: |" >> $OUT/tests.txt

@@ -35,15 +35,21 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.c
   if (!var) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine"; \
   static_assert(true)
 
-std::vector<int32_t> Decode(Backend& b, std::vector<int32_t> prompt, int n) {
+// Greedy one-token steps from the last id of `out` until it holds n ids.
+void ContinueGreedy(Backend& b, std::vector<int32_t>& out, size_t n) {
   ForwardResult r;
-  b.Forward({.tokens = prompt, .mode = OutputMode::kArgmax}, &r);
-  std::vector<int32_t> out = {r.ids.back()};
-  while (static_cast<int>(out.size()) < n) {
+  while (out.size() < n) {
     const int32_t t = out.back();
     b.Forward({.tokens = std::span<const int32_t>(&t, 1)}, &r);
     out.push_back(r.ids.back());
   }
+}
+
+std::vector<int32_t> Decode(Backend& b, std::vector<int32_t> prompt, int n) {
+  ForwardResult r;
+  b.Forward({.tokens = prompt, .mode = OutputMode::kArgmax}, &r);
+  std::vector<int32_t> out = {r.ids.back()};
+  ContinueGreedy(b, out, static_cast<size_t>(n));
   return out;
 }
 
@@ -129,11 +135,7 @@ TEST(VulkanBackend, ProfilesAndProbesLeaveTheConversationIntact) {
   }
   EXPECT_EQ(vk->cached(), cached);
   std::vector<int32_t> got = {next};
-  while (got.size() < want.size()) {
-    const int32_t t = got.back();
-    vk->Forward({.tokens = std::span<const int32_t>(&t, 1)}, &r);
-    got.push_back(r.ids.back());
-  }
+  ContinueGreedy(*vk, got, want.size());
   EXPECT_EQ(got, want);
 }
 
@@ -147,11 +149,7 @@ TEST(VulkanBackend, DeviceLossFailsTheRequestAndKeepsTheConversation) {
   ForwardResult r;
   vk->Forward({.tokens = prompt}, &r);
   std::vector<int32_t> got = {r.ids.back()};
-  for (int i = 0; i < 4; ++i) {
-    const int32_t t = got.back();
-    vk->Forward({.tokens = std::span<const int32_t>(&t, 1)}, &r);
-    got.push_back(r.ids.back());
-  }
+  ContinueGreedy(*vk, got, 5);
   const int committed = vk->cached();
   ASSERT_TRUE(SimulateVulkanDeviceLoss(*vk));
   const int32_t t = got.back();
@@ -164,11 +162,7 @@ TEST(VulkanBackend, DeviceLossFailsTheRequestAndKeepsTheConversation) {
   }
   EXPECT_EQ(vk->cached(), committed);
   // The next request rebuilds the device and continues the same conversation.
-  while (got.size() < want.size()) {
-    const int32_t u = got.back();
-    vk->Forward({.tokens = std::span<const int32_t>(&u, 1)}, &r);
-    got.push_back(r.ids.back());
-  }
+  ContinueGreedy(*vk, got, want.size());
   EXPECT_EQ(got, want);
   VulkanStats s;
   GetVulkanStats(*vk, &s);

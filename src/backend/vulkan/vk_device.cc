@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -304,6 +305,23 @@ void Device::Init(const DeviceOptions& options) {
       enable.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
     }
   }
+  // Optional (GEMMA_VULKAN_PIPE_STATS=1): the driver's statistics of each compiled pipeline
+  // (registers per invocation, shared and local memory) printed to stderr when it is created.
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pex{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  const char* stats_env = std::getenv("GEMMA_VULKAN_PIPE_STATS");
+  if (stats_env && std::atoi(stats_env) != 0 &&
+      has_ext(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &pex;
+    vkGetPhysicalDeviceFeatures2(phys_, &f2);
+    pipe_stats_ = pex.pipelineExecutableInfo == VK_TRUE;
+    if (pipe_stats_) {
+      pex.pNext = chain;
+      chain = &pex;
+      enable.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    }
+  }
   dci.pNext = chain;
   dci.enabledExtensionCount = static_cast<uint32_t>(enable.size());
   dci.ppEnabledExtensionNames = enable.data();
@@ -538,11 +556,58 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   ci.stage.pName = "main";
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
+  if (pipe_stats_) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   VkPipeline p;
   Check(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
         (std::string("vkCreateComputePipelines ") + shader).c_str());
   pipelines_[key] = p;
+  if (pipe_stats_) PrintPipelineStats(shader, spec, p);
   return p;
+}
+
+void Device::PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec,
+                                VkPipeline p) {
+  auto props_fn = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      vkGetDeviceProcAddr(dev_, "vkGetPipelineExecutablePropertiesKHR"));
+  auto stats_fn = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      vkGetDeviceProcAddr(dev_, "vkGetPipelineExecutableStatisticsKHR"));
+  if (!props_fn || !stats_fn) return;
+  VkPipelineInfoKHR pi{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+  pi.pipeline = p;
+  uint32_t n = 0;
+  if (props_fn(dev_, &pi, &n, nullptr) != VK_SUCCESS) return;
+  std::string line = std::string("pipe-stats ") + shader + " spec=";
+  for (size_t i = 0; i < spec.size(); ++i) line += (i ? "," : "") + std::to_string(spec[i]);
+  for (uint32_t e = 0; e < n; ++e) {
+    VkPipelineExecutableInfoKHR ei{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+    ei.pipeline = p;
+    ei.executableIndex = e;
+    uint32_t ns = 0;
+    if (stats_fn(dev_, &ei, &ns, nullptr) != VK_SUCCESS) continue;
+    std::vector<VkPipelineExecutableStatisticKHR> st(
+        ns, VkPipelineExecutableStatisticKHR{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+    if (stats_fn(dev_, &ei, &ns, st.data()) != VK_SUCCESS) continue;
+    for (const VkPipelineExecutableStatisticKHR& s : st) {
+      line += std::string(" | ") + s.name + "=";
+      switch (s.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+          line += s.value.b32 ? "true" : "false";
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+          line += std::to_string(s.value.i64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+          line += std::to_string(s.value.u64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+          line += std::to_string(s.value.f64);
+          break;
+        default:
+          line += "?";
+      }
+    }
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 VkDescriptorSet Device::Set(const std::array<BufRange, kBindings>& bindings) {

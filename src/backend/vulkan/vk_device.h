@@ -122,6 +122,7 @@ class Device {
   void Init(const DeviceOptions& options);
   uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
   Chunk MakeChunk(Pool pool, size_t bytes);
+  void PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec, VkPipeline p);
 
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice phys_ = VK_NULL_HANDLE;
@@ -139,6 +140,7 @@ class Device {
   uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
   bool subgroup_clock_ = false;
+  bool pipe_stats_ = false;  // GEMMA_VULKAN_PIPE_STATS: print each pipeline's driver statistics
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   float ts_period_ = 1;

@@ -505,6 +505,10 @@ class VulkanBackend : public Backend {
     mv_lanes_vec_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES_VEC", 3), 1, 64));
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
+    // Opt-in: the longer matrices (the LM head) capped at their own count (-k: k per compute
+    // unit); 0 = a workgroup per row block.
+    mv_wgs_long_ = EnvInt("GEMMA_VULKAN_MV_WGS_LONG", 0);
+    if (mv_wgs_long_ < 0) mv_wgs_long_ = -mv_wgs_long_ * static_cast<int>(dev_->compute_units());
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -1113,20 +1117,22 @@ class VulkanBackend : public Backend {
       const uint32_t npre =
           m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre_n <= 4 ? npre_n : 0;
       const uint32_t perm_out = xqm == 2 ? perm : 0;
-      const bool late = npre && mv_prefetch_ == 2;
+      const bool late = npre && mv_prefetch_ >= 2;
       if (npre || cluster || perm_out) {
         if (!pro) spec.insert(spec.end(), {0u, 1u});
         spec.push_back(npre);
         spec.push_back(cluster ? 1u : 0u);
         if (perm_out || late) spec.push_back(perm_out);
-        if (late) spec.push_back(1u);
+        if (late) spec.push_back(mv_prefetch_ == 3 ? 2u : 1u);
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
       // resident kernel takes the blocks as virtual workgroups.
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
-      if (m == 1 && !rc.ops && mv_wgs_ > 0 && static_cast<uint32_t>(p.rows) <= mv_max_rows_)
-        gy = std::min<uint32_t>(gy, static_cast<uint32_t>(mv_wgs_));
+      if (m == 1 && !rc.ops) {
+        const int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
+        if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
+      }
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
   }
@@ -1973,6 +1979,7 @@ class VulkanBackend : public Backend {
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
+  int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

@@ -62,6 +62,9 @@ layout(constant_id = 12) const uint CLUSTER = 0;
 // with plain word copies instead of four byte gathers per word. 0: natural order.
 layout(constant_id = 13) const uint PERM = 0;
 // NPRE_LATE 1: the first block's prefetch runs after the input prologue (GEMMA_VULKAN_MV_PREFETCH=2).
+// NPRE_LATE 2: no prefetch across stages: each row block's vectors are all loaded at the block's
+// start (one round of loads, constant register indices), then multiplied, every loop unrolled
+// (GEMMA_VULKAN_MV_PREFETCH=3).
 layout(constant_id = 14) const uint NPRE_LATE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
@@ -291,6 +294,7 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
+  const bool block_loads = NPRE > 0 && NPRE_LATE == 2;
   if (NPRE > 0 && NPRE_LATE == 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
@@ -365,7 +369,7 @@ void main() {
     Probe2(5);
   }
   Probe(1);  // after the consumer-norm prologue
-  if (NPRE > 0 && NPRE_LATE != 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
+  if (NPRE > 0 && NPRE_LATE == 1) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   if (XQ == 3 || XQ == 4) {
     // The input arrives quantized (binding 5); stage it in shared memory for the inner loop (XQ 4:
     // already in this kernel's order).
@@ -432,7 +436,20 @@ void main() {
       }
       if (EPI == 3) aux_v = aux[(tg + lane) * p.aux_stride + p.aux_off + row];
     }
-    if (NPRE > 0) {
+    if (block_loads) {
+      PrefetchRow(row, lane);
+      if (row < p.rows) {
+        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+          [[unroll]] for (uint i = 0; i < NPRE; ++i) {
+            const uint j4 = lane + i * LANES;
+            if (j4 < p.wstride / 4) {
+              [[unroll]] for (uint q4 = 0; q4 < 4; ++q4)
+                Accumulate(wnext[d][i][q4], 4 * j4 + q4, d, tg);
+            }
+          }
+        }
+      }
+    } else if (NPRE > 0) {
       uvec4 wcur[2][NPRE_ARR] = wnext;
       PrefetchRow((blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc, lane);
       if (row < p.rows) {

@@ -509,6 +509,17 @@ class VulkanBackend : public Backend {
     // unit); 0 = a workgroup per row block.
     mv_wgs_long_ = EnvInt("GEMMA_VULKAN_MV_WGS_LONG", 0);
     if (mv_wgs_long_ < 0) mv_wgs_long_ = -mv_wgs_long_ * static_cast<int>(dev_->compute_units());
+    // Opt-in: one-token linears with a norm prologue in workgroups of GEMMA_VULKAN_PRO_WG
+    // invocations (512 or 1024; 0 = the default size), capped at GEMMA_VULKAN_PRO_WGS (-k per
+    // compute unit; 0 = the MV_WGS cap).
+    pro_wg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_PRO_WG", 0));
+    if (pro_wg_ != 0 && pro_wg_ != 512 && pro_wg_ != 1024) pro_wg_ = 0;
+    if (pro_wg_ > dev_->max_workgroup_size()) pro_wg_ = 0;
+    // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
+    // previous default) instead of subgroup shuffles.
+    pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
+    pro_wgs_ = EnvInt("GEMMA_VULKAN_PRO_WGS", 0);
+    if (pro_wgs_ < 0) pro_wgs_ = -pro_wgs_ * static_cast<int>(dev_->compute_units());
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -783,11 +794,11 @@ class VulkanBackend : public Backend {
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
                  const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
-                 uint32_t gx, uint32_t gy, uint32_t gz, bool local_size_constant) {
+                 uint32_t gx, uint32_t gy, uint32_t gz, uint32_t local_size) {
     const int kernel = ResidentKernel(shader);
     const bool lin = kernel == 0 || kernel == 1;
     // Linears: one token (token groups of one, a single token group).
-    if (kernel < 0 || !local_size_constant || spec.size() > 11 || push_bytes > 32 * 4 ||
+    if (kernel < 0 || local_size != kWG || spec.size() > 11 || push_bytes > 32 * 4 ||
         (lin && (gx != 1 || spec.size() != 9 || spec[5] != 1))) {
       rc.capture_ok = false;
       resident_note_ = std::string("cannot capture ") + shader;
@@ -836,12 +847,12 @@ class VulkanBackend : public Backend {
 
   void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
-                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, bool local_size_constant = true) {
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t local_size = kWG) {
     if (gx == 0 || gy == 0 || gz == 0) return;
-    // Constant 0 is the local size; shaders with a fixed size ignore it.
-    spec.insert(spec.begin(), local_size_constant ? kWG : 0u);
+    // Constant 0 is the local size (0 for shaders with a fixed size, which ignore it).
+    spec.insert(spec.begin(), local_size);
     if (rc.ops) {
-      CaptureOp(rc, shader, spec, b, push, push_bytes, gx, gy, gz, local_size_constant);
+      CaptureOp(rc, shader, spec, b, push, push_bytes, gx, gy, gz, local_size);
       return;
     }
     std::array<BufRange, vk::kBindings> bb = b;
@@ -964,7 +975,10 @@ class VulkanBackend : public Backend {
         cluster = true;
       }
     }
-    const uint32_t rows_per_wg = kWG / lanes;
+    // One-token linears with a norm prologue: GEMMA_VULKAN_PRO_WG invocations per workgroup
+    // (fewer, larger workgroups: the prologue is computed by fewer workgroups per compute unit).
+    const uint32_t wg = m == 1 && !rc.ops && pro && pro_wg_ ? pro_wg_ : kWG;
+    const uint32_t rows_per_wg = wg / lanes;
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
     uint32_t tok = 1;
     const uint32_t dual = second ? 2 : 1;
@@ -1067,7 +1081,7 @@ class VulkanBackend : public Backend {
               qb[2] = x;
               qb[3] = CoopSlot(coop_slot_[set]);
               Dispatch(rc, "srq_quant", {}, qb, &qp, sizeof(qp), (ld + 255) / 256, m, 1,
-                       /*local_size_constant=*/false);
+                       /*local_size=*/0);
             }
             Barrier(rc);
           }
@@ -1077,20 +1091,20 @@ class VulkanBackend : public Backend {
           const uint32_t bn = second ? 64 : 128;
           Dispatch(rc, second ? "linear_cmd" : bm == 128 ? "linear_cm128" : "linear_cm",
                    {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
-                   (p.rows + bm - 1) / bm, splits, /*local_size_constant=*/false);
+                   (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
           if (splits > 1) {
             Barrier(rc);
             Dispatch(rc, "linear_cm_epi", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc),
-                     (p.rows + 255) / 256, m, 1, /*local_size_constant=*/false);
+                     (p.rows + 255) / 256, m, 1, /*local_size=*/0);
           }
         } else if (UseRegisterTiled(lin)) {
           const uint32_t bn = second ? 64 : 128;
           Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
                    sizeof(pc), (m + bn - 1) / bn, (p.rows + 127) / 128, 1,
-                   /*local_size_constant=*/false);
+                   /*local_size=*/0);
         } else {
           Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
-                   (p.rows + 63) / 64, 1, /*local_size_constant=*/false);
+                   (p.rows + 63) / 64, 1, /*local_size=*/0);
         }
         continue;
       }
@@ -1125,15 +1139,21 @@ class VulkanBackend : public Backend {
         if (perm_out || late) spec.push_back(perm_out);
         if (late) spec.push_back(mv_prefetch_ == 3 ? 2u : 1u);
       }
+      if (pro && pack_atomic_) {
+        spec.resize(14, 0);  // constants 11-14 at their defaults where not set above
+        spec.push_back(1u);  // PACK_ATOMIC
+      }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
       // resident kernel takes the blocks as virtual workgroups.
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
       if (m == 1 && !rc.ops) {
-        const int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
+        int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
+        if (wg != kWG && pro_wgs_) cap = pro_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
-      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
+      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy,
+               1, wg);
     }
   }
 
@@ -1563,7 +1583,7 @@ class VulkanBackend : public Backend {
     }
     const char* shader = prof ? "resident_dp_prof" : int_dot_ ? "resident_dp" : "resident";
     Dispatch(rc, shader, {cap.xq_max}, b, &pc, sizeof(pc), static_cast<uint32_t>(resident_wgs_),
-             1, 1, /*local_size_constant=*/false);
+             1, 1, /*local_size=*/0);
     Barrier(rc);
     if (mode != OutputMode::kNone) RecordHeadCopy(rc, 1, mode);
     VkBufferCopy cp{grid_.r.offset, flag_host_.r.offset, 8};
@@ -1980,6 +2000,9 @@ class VulkanBackend : public Backend {
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
+  uint32_t pro_wg_ = 0;            // workgroup size of one-token linears with a prologue (0: kWG)
+  int pro_wgs_ = 0;                // ... and their grid cap (0: mv_wgs_)
+  bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

@@ -2,12 +2,13 @@
 // the exact helpers of the numerics contract (see reference_ops.h).
 #extension GL_EXT_control_flow_attributes : enable
 
-// f32 quotient z / s rounded as IEEE division does: the approximate quotient is corrected with its
-// exact residual (fma), so SRQ rounding boundaries match the CPU reference.
-// ExactDivR takes the reciprocal `rs` = 1.0 / s (SrqReciprocal) from the caller, for loops that
-// divide by one scale: the same operations, the division 1.0 / s done once.
+// f32 quotient z / s rounded as IEEE division does: the approximate quotient z * (1 / s) is
+// corrected with its exact residual (fma; Markstein's correction: correctly rounded when the
+// reciprocal is and the first quotient is within an ulp), so SRQ rounding boundaries match the CPU
+// reference. ExactDivR takes the reciprocal `rs` = 1.0 / s (SrqReciprocal) from the caller, for
+// loops that divide by one scale: one division per loop instead of one per element.
 float ExactDivR(float z, float s, float rs) {
-  precise float q0 = z / s;
+  precise float q0 = z * rs;
   precise float r = fma(-q0, s, z);
   precise float q = fma(r, rs, q0);
   return q;

@@ -66,6 +66,10 @@ layout(constant_id = 13) const uint PERM = 0;
 // start (one round of loads, constant register indices), then multiplied, every loop unrolled
 // (GEMMA_VULKAN_MV_PREFETCH=3).
 layout(constant_id = 14) const uint NPRE_LATE = 0;
+// PACK_ATOMIC 1: the prologue packs its quantized bytes into the shared words with atomic ors
+// (GEMMA_VULKAN_PACK_ATOMIC=1); 0: the four invocations holding a word's bytes combine them with
+// two xor shuffles and one of them stores the word (subgroups of at least 4 * PackStride()).
+layout(constant_id = 15) const uint PACK_ATOMIC = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -200,6 +204,13 @@ uint PermCol(uint i, uint b) {
   return 16 * (i >> 2) + (i & 3) + 4 * b;
 }
 
+// The column distance between consecutive bytes of one shared word (PermCol(i, b + 1) -
+// PermCol(i, b)); the four columns of a word differ only in the bits of PackStride() * 3.
+uint PackStride() {
+  if (DP4A == 0 || KIND == 5) return 1;
+  return KIND == 4 ? 2 : 4;
+}
+
 // PermCol's inverse: the shared word and byte of input column c.
 uvec2 XqWord(uint c) {
   if (DP4A == 0 || KIND == 5) return uvec2(c >> 2, c & 3);
@@ -300,7 +311,11 @@ void main() {
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
                      (int_path[0] || (DUAL == 2 && int_path[1]));
-  if (pro_q) {
+  // Shuffle packing: element i = tid + u * WG sits in lane i % subgroup size, so the four
+  // columns of a word lie in one subgroup when it spans 4 * PackStride() lanes.
+  const bool pack_shuffle = PACK_ATOMIC == 0 && gl_SubgroupSize >= 4 * PackStride() &&
+                            WG % (4 * PackStride()) == 0 && XWORDS <= 2 * WG;
+  if (pro_q && !pack_shuffle) {
     for (uint i = tid; i < DUAL * XWORDS; i += WG) xq[i] = 0;
   }
 
@@ -342,10 +357,12 @@ void main() {
     Probe2(4);
     float rq[2];
     [[unroll]] for (uint d = 0; d < DUAL; ++d) rq[d] = SrqReciprocal(in_s[d]);
+    // The float values are read later only by a float path or the separate quantization pass.
+    const bool keep_xs = !pro_q || !int_path[0] || (DUAL == 2 && !int_path[1]);
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
+      float xv = 0.0;
       if (i < p.n) {
-        float xv;
         if (PRO == 1) {
           precise float v = hv[u] * r2;
           precise float o = p.has_wa != 0 ? v * wav[u] : v;
@@ -353,20 +370,28 @@ void main() {
         } else {
           xv = hv[u];
         }
-        xs[i] = xv;
-        if (pro_q && i < p.cols) {
-          const uvec2 wb = XqWord(i);
-          [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-            if (int_path[d]) {
-              const uint q = uint(QuantizeSrqR(xv, in_s[d], rq[d])) & 0xFFu;
-              if (q != 0) atomicOr(xq[d * XWORDS + wb.x], q << (8 * wb.y));
-            }
-          }
+        if (keep_xs) xs[i] = xv;
+      }
+      if (!pro_q) continue;
+      const uvec2 wb = XqWord(i);
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        if (!int_path[d]) continue;
+        uint q = 0;
+        if (i < p.n && i < p.cols)
+          q = (uint(QuantizeSrqR(xv, in_s[d], rq[d])) & 0xFFu) << (8 * wb.y);
+        if (pack_shuffle) {
+          // (every word below XWORDS is written: zero bytes past the columns)
+          q |= subgroupShuffleXor(q, PackStride());
+          q |= subgroupShuffleXor(q, 2 * PackStride());
+          if ((tid & (3 * PackStride())) == 0 && wb.x < XWORDS) xq[d * XWORDS + wb.x] = q;
+        } else if (q != 0) {
+          atomicOr(xq[d * XWORDS + wb.x], q);
         }
       }
     }
+    Probe2(5);  // this invocation's values quantized
     barrier();
-    Probe2(5);
+    Probe2(6);
   }
   Probe(1);  // after the consumer-norm prologue
   if (NPRE > 0 && NPRE_LATE == 1) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
@@ -415,7 +440,6 @@ void main() {
   }
 
   Probe(2);  // after the input is quantized / staged
-  Probe2(6);
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
@@ -573,4 +597,5 @@ void main() {
   Probe(6);  // every block done
   if (TAIL == 1) ResidualNormTail();
   Probe(7);
+  Probe2(7);  // the end (the only point of a linear without a prologue)
 }

@@ -497,7 +497,7 @@ class VulkanBackend : public Backend {
     xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 0) != 0;
     // Opt-in: one-token weights into registers ahead of use; slower on the H200 (2.94-2.97
     // against 2.80 ms, bench/NOTES.md, sixth session).
-    mv_prefetch_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0);
+    mv_prefetch_ = std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0), 0, 4);
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
     // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
     mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
@@ -1137,7 +1137,7 @@ class VulkanBackend : public Backend {
         spec.push_back(npre);
         spec.push_back(cluster ? 1u : 0u);
         if (perm_out || late) spec.push_back(perm_out);
-        if (late) spec.push_back(mv_prefetch_ == 3 ? 2u : 1u);
+        if (late) spec.push_back(static_cast<uint32_t>(mv_prefetch_ - 1));  // NPRE_LATE 1-3
       }
       if (pro && pack_atomic_) {
         spec.resize(14, 0);  // constants 11-14 at their defaults where not set above

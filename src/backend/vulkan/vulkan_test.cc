@@ -634,7 +634,9 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}},
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_PRO_WG", "1024"}, {"GEMMA_VULKAN_PRO_WGS", "2"}},
-    {{"GEMMA_VULKAN_PRO_WG", "512"}, {"GEMMA_VULKAN_MV_PREFETCH", "3"}}};
+    {{"GEMMA_VULKAN_PRO_WG", "512"}, {"GEMMA_VULKAN_MV_PREFETCH", "3"}},
+    {{"GEMMA_VULKAN_MV_PREFETCH", "4"}},
+    {{"GEMMA_VULKAN_MV_PREFETCH", "4"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

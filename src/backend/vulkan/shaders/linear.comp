@@ -65,6 +65,10 @@ layout(constant_id = 13) const uint PERM = 0;
 // NPRE_LATE 2: no prefetch across stages: each row block's vectors are all loaded at the block's
 // start (one round of loads, constant register indices), then multiplied, every loop unrolled
 // (GEMMA_VULKAN_MV_PREFETCH=3).
+// NPRE_LATE 3 (with a prologue): the first block's vectors are loaded together with the
+// prologue's operands and parked in shared memory (wsh) before its first barrier, so their latency
+// overlaps the prologue without holding registers through it; the first block multiplies from
+// shared memory (GEMMA_VULKAN_MV_PREFETCH=4).
 layout(constant_id = 14) const uint NPRE_LATE = 0;
 // PACK_ATOMIC 1: the prologue packs its quantized bytes into the shared words with atomic ors
 // (GEMMA_VULKAN_PACK_ATOMIC=1); 0: the four invocations holding a word's bytes combine them with
@@ -113,6 +117,12 @@ shared float red_f[DUAL * TOK * MAX_SG];
 shared double red_d[128];
 shared bool last_wg;
 shared float xs[PRO_N];
+// The prologue's operands used after its first barrier (h, wt, wa), parked in shared memory as soon
+// as they arrive: the loads cannot be deferred to their use (the compiler sinks global loads toward
+// their use under register pressure, which put a memory round trip inside later stages).
+shared float pro_h[PRO_N];
+shared float pro_wt[PRO_N];
+shared float pro_wa[PRO_N];
 
 shared float rms_bc[2];
 
@@ -220,6 +230,8 @@ uvec2 XqWord(uint c) {
 
 const uint NPRE_ARR = NPRE > 0 ? NPRE : 1;
 uvec4 wnext[2][NPRE_ARR];
+const uint WSH = NPRE > 0 && NPRE_LATE == 3 && PRO != 0 ? (EPI == 1 ? 2 : 1) * NPRE * WG : 1;
+shared uvec4 wsh[WSH];  // NPRE_LATE 3: [d][i][invocation]
 
 // This lane's vectors of `row` (zero past the row or the matrix) into wnext.
 void PrefetchRow(uint row, uint lane) {
@@ -305,8 +317,11 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
-  const bool block_loads = NPRE > 0 && NPRE_LATE == 2;
-  if (NPRE > 0 && NPRE_LATE == 0) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
+  // (not const: glslc 12's optimizer loses these spec-constant expressions)
+  bool park = NPRE > 0 && NPRE_LATE == 3 && PRO != 0;
+  bool block_loads = NPRE > 0 && (NPRE_LATE == 2 || (NPRE_LATE == 3 && !park));
+  if (NPRE > 0 && (NPRE_LATE == 0 || park))
+    PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -337,6 +352,18 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
     }
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = tid + u * WG;
+      if (i < p.n) {
+        pro_h[i] = hv[u];
+        pro_wt[i] = wtv[u];
+        pro_wa[i] = wav[u];
+      }
+    }
+    if (park) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d)
+        [[unroll]] for (uint i = 0; i < NPRE; ++i) wsh[(d * NPRE + i) * WG + tid] = wnext[d][i];
+    }
     Probe2(1);  // operands loaded, this invocation's sum of squares
     const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
@@ -345,8 +372,8 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
-        precise float v = (tv[u] * r) * wtv[u];
-        precise float o = (hv[u] + v) * p.scale;
+        precise float v = (tv[u] * r) * pro_wt[i];
+        precise float o = (pro_h[i] + v) * p.scale;
         hv[u] = o;
         if (write_h) anorm[i] = o;
         ss2 = fma(double(o), double(o), ss2);
@@ -365,7 +392,7 @@ void main() {
       if (i < p.n) {
         if (PRO == 1) {
           precise float v = hv[u] * r2;
-          precise float o = p.has_wa != 0 ? v * wav[u] : v;
+          precise float o = p.has_wa != 0 ? v * pro_wa[i] : v;
           xv = o;
         } else {
           xv = hv[u];
@@ -460,7 +487,20 @@ void main() {
       }
       if (EPI == 3) aux_v = aux[(tg + lane) * p.aux_stride + p.aux_off + row];
     }
-    if (block_loads) {
+    if (park && blk == gl_WorkGroupID.y) {
+      // The first block's vectors, parked in shared memory by the prologue.
+      if (row < p.rows) {
+        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+          [[unroll]] for (uint i = 0; i < NPRE; ++i) {
+            const uint j4 = lane + i * LANES;
+            const uvec4 wv = wsh[(d * NPRE + i) * WG + tid];
+            if (j4 < p.wstride / 4) {
+              [[unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(wv[q4], 4 * j4 + q4, d, tg);
+            }
+          }
+        }
+      }
+    } else if (block_loads || park) {
       PrefetchRow(row, lane);
       if (row < p.rows) {
         [[unroll]] for (uint d = 0; d < DUAL; ++d) {

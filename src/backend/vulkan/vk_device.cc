@@ -147,6 +147,7 @@ void Device::Init(const DeviceOptions& options) {
   name_ = p2.properties.deviceName;
   subgroup_size_ = sg.subgroupSize;
   max_range_ = p2.properties.limits.maxStorageBufferRange;
+  max_shared_ = p2.properties.limits.maxComputeSharedMemorySize;
   max_wg_size_ = std::min(p2.properties.limits.maxComputeWorkGroupSize[0],
                           p2.properties.limits.maxComputeWorkGroupInvocations);
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);

@@ -1131,13 +1131,19 @@ class VulkanBackend : public Backend {
       const uint32_t npre =
           m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre_n <= 4 ? npre_n : 0;
       const uint32_t perm_out = xqm == 2 ? perm : 0;
-      const bool late = npre && mv_prefetch_ >= 2;
+      // MV_PREFETCH=4 parks a prologue linear's first block in shared memory where it fits
+      // (elsewhere it loads each block at its start, as 3).
+      uint32_t late_mode = mv_prefetch_ >= 2 ? static_cast<uint32_t>(mv_prefetch_ - 1) : 0;
+      if (late_mode == 3 && pro &&
+          size_t(16) * dual * npre * wg + 16 * size_t(d.cols) + 8192 > dev_->max_shared_bytes())
+        late_mode = 2;
+      const bool late = npre && late_mode != 0;
       if (npre || cluster || perm_out) {
         if (!pro) spec.insert(spec.end(), {0u, 1u});
         spec.push_back(npre);
         spec.push_back(cluster ? 1u : 0u);
         if (perm_out || late) spec.push_back(perm_out);
-        if (late) spec.push_back(static_cast<uint32_t>(mv_prefetch_ - 1));  // NPRE_LATE 1-3
+        if (late) spec.push_back(late_mode);  // NPRE_LATE 1-3
       }
       if (pro && pack_atomic_) {
         spec.resize(14, 0);  // constants 11-14 at their defaults where not set above
@@ -1217,7 +1223,10 @@ class VulkanBackend : public Backend {
     }
     // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
     // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-    const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG);  // PRO holds 8 per lane
+    // PRO holds 8 values per invocation and parks 4 operand vectors in shared memory (with the
+    // quantized inputs and reduction slots: at most ~16 KiB more).
+    const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
+                    16 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;

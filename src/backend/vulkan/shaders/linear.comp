@@ -116,12 +116,15 @@ shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
 shared double red_d[128];
 shared bool last_wg;
+// The prologue's operands, parked in shared memory as soon as they arrive (each invocation reads
+// back only its own elements): no register holds them across the prologue's barriers (in
+// registers, the kernel needed more than 64 per invocation, so fewer workgroups fit a compute
+// unit) and no load is deferred to its use (the compiler sinks global loads toward their use
+// under register pressure, which put a memory round trip inside later stages).
+// xs holds wt until h' is computed, then the normed input.
 shared float xs[PRO_N];
-// The prologue's operands used after its first barrier (h, wt, wa), parked in shared memory as soon
-// as they arrive: the loads cannot be deferred to their use (the compiler sinks global loads toward
-// their use under register pressure, which put a memory round trip inside later stages).
-shared float pro_h[PRO_N];
-shared float pro_wt[PRO_N];
+shared float pro_t[PRO_N];
+shared float pro_h[PRO_N];  // h, then h'
 shared float pro_wa[PRO_N];
 
 shared float rms_bc[2];
@@ -336,8 +339,8 @@ void main() {
 
   if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
-    // Every operand is loaded into registers first (n <= 8 WG; the host checks): one memory round
-    // trip instead of one per pass. Sums in the same order as a loop over i.
+    // Every operand is loaded first (n <= 8 WG; the host checks): one memory round trip instead
+    // of one per pass. Sums in the same order as a loop over i.
     Probe2(0);
     float tv[8], hv[8], wtv[8], wav[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -350,13 +353,12 @@ void main() {
     }
     double ss = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
-    }
-    [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
+        ss = fma(double(tv[u]), double(tv[u]), ss);
+        pro_t[i] = tv[u];
         pro_h[i] = hv[u];
-        pro_wt[i] = wtv[u];
+        xs[i] = wtv[u];
         pro_wa[i] = wav[u];
       }
     }
@@ -372,9 +374,9 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < p.n) {
-        precise float v = (tv[u] * r) * pro_wt[i];
+        precise float v = (pro_t[i] * r) * xs[i];
         precise float o = (pro_h[i] + v) * p.scale;
-        hv[u] = o;
+        pro_h[i] = o;
         if (write_h) anorm[i] = o;
         ss2 = fma(double(o), double(o), ss2);
       }
@@ -391,11 +393,11 @@ void main() {
       float xv = 0.0;
       if (i < p.n) {
         if (PRO == 1) {
-          precise float v = hv[u] * r2;
+          precise float v = pro_h[i] * r2;
           precise float o = p.has_wa != 0 ? v * pro_wa[i] : v;
           xv = o;
         } else {
-          xv = hv[u];
+          xv = pro_h[i];
         }
         if (keep_xs) xs[i] = xv;
       }

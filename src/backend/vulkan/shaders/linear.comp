@@ -341,25 +341,19 @@ void main() {
     // h' and the normed input from the residual stream and the previous linear's raw output.
     // Every operand is loaded first (n <= 8 WG; the host checks): one memory round trip instead
     // of one per pass. Sums in the same order as a loop over i.
+    // The length is the constant PRO_N (= p.n), so the bounds below are known when the kernel
+    // is compiled: the loads form one straight run.
     Probe2(0);
-    float tv[8], hv[8], wtv[8], wav[8];
-    [[unroll]] for (uint u = 0; u < 8; ++u) {
-      const uint i = tid + u * WG;
-      const bool ok = i < p.n;
-      tv[u] = ok ? x[i] : 0.0;
-      hv[u] = ok ? hres[i] : 0.0;
-      wtv[u] = ok ? wt[i] : 0.0;
-      wav[u] = ok && PRO == 1 && p.has_wa != 0 ? wa[i] : 0.0;
-    }
     double ss = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
-      if (i < p.n) {
-        ss = fma(double(tv[u]), double(tv[u]), ss);
-        pro_t[i] = tv[u];
-        pro_h[i] = hv[u];
-        xs[i] = wtv[u];
-        pro_wa[i] = wav[u];
+      if (i < PRO_N) {
+        const float t = x[i];
+        pro_t[i] = t;
+        pro_h[i] = hres[i];
+        xs[i] = wt[i];
+        pro_wa[i] = PRO == 1 && p.has_wa != 0 ? wa[i] : 0.0;
+        ss = fma(double(t), double(t), ss);
       }
     }
     if (park) {
@@ -373,7 +367,7 @@ void main() {
     double ss2 = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
-      if (i < p.n) {
+      if (i < PRO_N) {
         precise float v = (pro_t[i] * r) * xs[i];
         precise float o = (pro_h[i] + v) * p.scale;
         pro_h[i] = o;
@@ -389,9 +383,10 @@ void main() {
     // The float values are read later only by a float path or the separate quantization pass.
     const bool keep_xs = !pro_q || !int_path[0] || (DUAL == 2 && !int_path[1]);
     [[unroll]] for (uint u = 0; u < 8; ++u) {
+      if (u * WG >= max(PRO_N, 4 * XWORDS)) break;  // (known when compiled)
       const uint i = tid + u * WG;
       float xv = 0.0;
-      if (i < p.n) {
+      if (i < PRO_N) {
         if (PRO == 1) {
           precise float v = pro_h[i] * r2;
           precise float o = p.has_wa != 0 ? v * pro_wa[i] : v;
@@ -406,7 +401,7 @@ void main() {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (!int_path[d]) continue;
         uint q = 0;
-        if (i < p.n && i < p.cols)
+        if (i < PRO_N && i < p.cols)
           q = (uint(QuantizeSrqR(xv, in_s[d], rq[d])) & 0xFFu) << (8 * wb.y);
         if (pack_shuffle) {
           // (every word below XWORDS is written: zero bytes past the columns)

@@ -518,6 +518,9 @@ class VulkanBackend : public Backend {
     // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
     // previous default) instead of subgroup shuffles.
     pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
+    // Opt-in: the prologue parks its operands in shared memory (faster prologue, but on the H200
+    // fewer workgroups per compute unit: 3.43 against 2.80 ms per token with 4 per unit).
+    pro_park_ = EnvInt("GEMMA_VULKAN_PRO_PARK", 0) != 0;
     pro_wgs_ = EnvInt("GEMMA_VULKAN_PRO_WGS", 0);
     if (pro_wgs_ < 0) pro_wgs_ = -pro_wgs_ * static_cast<int>(dev_->compute_units());
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
@@ -1135,7 +1138,8 @@ class VulkanBackend : public Backend {
       // (elsewhere it loads each block at its start, as 3).
       uint32_t late_mode = mv_prefetch_ >= 2 ? static_cast<uint32_t>(mv_prefetch_ - 1) : 0;
       if (late_mode == 3 && pro &&
-          size_t(16) * dual * npre * wg + 16 * size_t(d.cols) + 8192 > dev_->max_shared_bytes())
+          size_t(16) * dual * npre * wg + (pro_park_ ? 16 : 4) * size_t(d.cols) + 8192 >
+              dev_->max_shared_bytes())
         late_mode = 2;
       const bool late = npre && late_mode != 0;
       if (npre || cluster || perm_out) {
@@ -1145,9 +1149,10 @@ class VulkanBackend : public Backend {
         if (perm_out || late) spec.push_back(perm_out);
         if (late) spec.push_back(late_mode);  // NPRE_LATE 1-3
       }
-      if (pro && pack_atomic_) {
+      if (pro && (pack_atomic_ || pro_park_)) {
         spec.resize(14, 0);  // constants 11-14 at their defaults where not set above
-        spec.push_back(1u);  // PACK_ATOMIC
+        spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
+        spec.push_back(pro_park_ ? 1u : 0u);     // PRO_PARK
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1223,10 +1228,11 @@ class VulkanBackend : public Backend {
     }
     // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
     // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-    // PRO holds 8 values per invocation and parks 4 operand vectors in shared memory (with the
-    // quantized inputs and reduction slots: at most ~16 KiB more).
+    // PRO holds 8 values per invocation and keeps 1 (PRO_PARK: 4) vectors in shared memory
+    // (with the quantized inputs and reduction slots: at most ~16 KiB more).
     const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
-                    16 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
+                    (pro_park_ ? 16 : 4) * static_cast<size_t>(H) + 16384 <=
+                        dev_->max_shared_bytes();
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
@@ -2012,6 +2018,7 @@ class VulkanBackend : public Backend {
   uint32_t pro_wg_ = 0;            // workgroup size of one-token linears with a prologue (0: kWG)
   int pro_wgs_ = 0;                // ... and their grid cap (0: mv_wgs_)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
+  bool pro_park_ = false;          // the prologue parks operands in shared memory (PRO_PARK)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

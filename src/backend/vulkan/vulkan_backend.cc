@@ -497,7 +497,7 @@ class VulkanBackend : public Backend {
     xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 0) != 0;
     // Opt-in: one-token weights into registers ahead of use; slower on the H200 (2.94-2.97
     // against 2.80 ms, bench/NOTES.md, sixth session).
-    mv_prefetch_ = std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0), 0, 4);
+    mv_prefetch_ = std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0), 0, 5);
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
     // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
     mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
@@ -530,7 +530,11 @@ class VulkanBackend : public Backend {
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     attn_gqa_ = EnvInt("GEMMA_VULKAN_ATTN_GQA", 0) != 0;
-    splits_adapt_ = EnvInt("GEMMA_VULKAN_SPLITS_ADAPT", 0) != 0;
+    // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
+    // context on the H200, equal at 512 (bench/NOTES.md, seventh session). Off on CPU devices and
+    // where resident decode is asked for (its attention has equal splits).
+    splits_adapt_ =
+        EnvInt("GEMMA_VULKAN_SPLITS_ADAPT", dev_->is_cpu() || resident_asked ? 0 : 1) != 0;
     if (const char* e = std::getenv("GEMMA_VULKAN_EMPTY_ONLY")) {
       std::string list = e;
       for (size_t a = 0; a <= list.size();) {
@@ -576,8 +580,9 @@ class VulkanBackend : public Backend {
         static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_RESIDENT_SPIN", 1 << 22)));
     resident_cmd_.fill(VK_NULL_HANDLE);
     ops_buf_.fill(Buf{});
-    splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
-                                      : EnvInt("GEMMA_VULKAN_SPLITS", dev_->is_cpu() ? 2 : 16);
+    splits_ = vopt_.decode_splits > 0
+                  ? vopt_.decode_splits
+                  : EnvInt("GEMMA_VULKAN_SPLITS", dev_->is_cpu() ? 2 : splits_adapt_ ? 64 : 16);
 
     const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
     const int V = cfg_.vocab_size, C = chunk_;
@@ -1131,8 +1136,10 @@ class VulkanBackend : public Backend {
       }
       // Weights into registers ahead of use (not captured: the resident kernel has no NPRE).
       const uint32_t npre_n = (nvec + lanes - 1) / lanes;
-      const uint32_t npre =
-          m == 1 && !rc.ops && mv_prefetch_ && vec == 4 && npre_n <= 4 ? npre_n : 0;
+      const uint32_t npre = m == 1 && !rc.ops && mv_prefetch_ && (mv_prefetch_ != 5 || pro) &&
+                                    vec == 4 && npre_n <= 4
+                                ? npre_n
+                                : 0;
       const uint32_t perm_out = xqm == 2 ? perm : 0;
       // MV_PREFETCH=4 parks a prologue linear's first block in shared memory where it fits
       // (elsewhere it loads each block at its start, as 3).

@@ -495,16 +495,20 @@ TEST(VulkanResident, DecodeMatchesDispatchPath) {
         const int V = model->text().vocab_size;
         const BackendOptions opt{.capacity = 96, .slack = 8};
         std::unique_ptr<Backend> disp, res;
-        // The dispatch path with the norm tails (as the resident kernel runs them).
+        // The dispatch path with the norm tails and equal key splits (as the resident kernel
+        // runs them).
         setenv("GEMMA_VULKAN_CNORM", "0", 1);
+        setenv("GEMMA_VULKAN_SPLITS_ADAPT", "0", 1);
         try {
           disp = CreateVulkanBackend(*model, opt,
                                      {.max_weight_part_bytes = part, .resident_workgroups = 0});
           res = CreateVulkanBackend(*model, opt,
                                     {.max_weight_part_bytes = part, .resident_workgroups = wgs});
           unsetenv("GEMMA_VULKAN_CNORM");
+          unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
         } catch (const Error& e) {
           unsetenv("GEMMA_VULKAN_CNORM");
+          unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
           if (e.code() != ErrorCode::kDevice) throw;
           GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
         }
@@ -565,14 +569,17 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
   std::unique_ptr<Backend> disp, res;
   setenv("GEMMA_VULKAN_RESIDENT_SPIN", "20000", 1);
   setenv("GEMMA_VULKAN_CNORM", "0", 1);  // the dispatch path the fallback runs
+  setenv("GEMMA_VULKAN_SPLITS_ADAPT", "0", 1);
   try {
     disp = CreateVulkanBackend(*model, opt, {.resident_workgroups = 0});
     res = CreateVulkanBackend(*model, opt, {.resident_workgroups = 16384});
     unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
     unsetenv("GEMMA_VULKAN_CNORM");
+    unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
   } catch (const Error& e) {
     unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
     unsetenv("GEMMA_VULKAN_CNORM");
+    unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   }
@@ -637,7 +644,8 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_PRO_WG", "512"}, {"GEMMA_VULKAN_MV_PREFETCH", "3"}},
     {{"GEMMA_VULKAN_MV_PREFETCH", "4"}},
     {{"GEMMA_VULKAN_MV_PREFETCH", "4"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
-    {{"GEMMA_VULKAN_PRO_PARK", "1"}, {"GEMMA_VULKAN_PRO_WG", "512"}}};
+    {{"GEMMA_VULKAN_PRO_PARK", "1"}, {"GEMMA_VULKAN_PRO_WG", "512"}},
+    {{"GEMMA_VULKAN_MV_PREFETCH", "5"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -492,9 +492,10 @@ class VulkanBackend : public Backend {
     // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
     // per layer); measured slower on the H200 (3.97 against 3.68 ms per token).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
-    // Opt-in, not yet measured on a GPU: the down projection's quantized input written in its
-    // packed-dot order by gate/up (staging 3.4 us per layer in the probes, four gathers a word).
-    xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 0) != 0;
+    // The down projection's quantized input written in its packed-dot order by gate/up (the
+    // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
+    // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
+    xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 1) != 0;
     // Opt-in: one-token weights into registers ahead of use; slower on the H200 (2.94-2.97
     // against 2.80 ms, bench/NOTES.md, sixth session).
     mv_prefetch_ = std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0), 0, 5);

@@ -522,6 +522,8 @@ class VulkanBackend : public Backend {
     // Opt-in: the prologue parks its operands in shared memory (faster prologue, but on the H200
     // fewer workgroups per compute unit: 3.43 against 2.80 ms per token with 4 per unit).
     pro_park_ = EnvInt("GEMMA_VULKAN_PRO_PARK", 0) != 0;
+    // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
+    rms_all_ = EnvInt("GEMMA_VULKAN_RMS_ALL", 0) != 0;
     pro_wgs_ = EnvInt("GEMMA_VULKAN_PRO_WGS", 0);
     if (pro_wgs_ < 0) pro_wgs_ = -pro_wgs_ * static_cast<int>(dev_->compute_units());
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
@@ -1132,7 +1134,9 @@ class VulkanBackend : public Backend {
         pc.has_wa = pro->wa != nullptr;
         b[7] = *pro->h_in;
         b[8] = *pro->wt;
-        if (pro->wa) b[9] = *pro->wa;
+        // Without wa, wt (the same length) stands in: the prologue loads binding 9 unconditionally
+        // and ignores the values when has_wa is 0.
+        b[9] = pro->wa ? *pro->wa : *pro->wt;
         if (pro->h_out) b[10] = *pro->h_out;
       }
       // Weights into registers ahead of use (not captured: the resident kernel has no NPRE).
@@ -1157,10 +1161,11 @@ class VulkanBackend : public Backend {
         if (perm_out || late) spec.push_back(perm_out);
         if (late) spec.push_back(late_mode);  // NPRE_LATE 1-3
       }
-      if (pro && (pack_atomic_ || pro_park_)) {
+      if (pro && (pack_atomic_ || pro_park_ || rms_all_)) {
         spec.resize(14, 0);  // constants 11-14 at their defaults where not set above
         spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
         spec.push_back(pro_park_ ? 1u : 0u);     // PRO_PARK
+        spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -2027,6 +2032,7 @@ class VulkanBackend : public Backend {
   int pro_wgs_ = 0;                // ... and their grid cap (0: mv_wgs_)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool pro_park_ = false;          // the prologue parks operands in shared memory (PRO_PARK)
+  bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

@@ -81,6 +81,10 @@ layout(constant_id = 14) const uint NPRE_LATE = 0;
 layout(constant_id = 15) const uint PACK_ATOMIC = 0;
 // PRO_PARK 1: the prologue parks its operands in shared memory (below); 0: in registers.
 layout(constant_id = 16) const uint PRO_PARK = 0;
+// RMS_ALL 1: every invocation sums the subgroup partials and evaluates the RMS factor itself (one
+// barrier per block reduction instead of two; the same sum in the same order)
+// (GEMMA_VULKAN_RMS_ALL=1).
+layout(constant_id = 17) const uint RMS_ALL = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -124,7 +128,7 @@ const uint MAX_SG = WG / 4;
 shared uint xq[DUAL * TOK * XWORDS];
 shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
-shared double red_d[128];
+shared double red_d[256];  // [slot][subgroup] (128 per slot)
 shared bool last_wg;
 // PRO_PARK: the prologue's operands, parked in shared memory as soon as they arrive (each
 // invocation reads back only its own elements): no load is deferred to its use (the compiler
@@ -147,11 +151,16 @@ shared float rms_bc[2];
 // Slot: 0 or 1 (two factors in flight).
 float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   double s = subgroupAdd(v);
-  if (subgroupElect()) red_d[gl_SubgroupID] = s;
+  if (subgroupElect()) red_d[slot * 128 + gl_SubgroupID] = s;
   barrier();
+  if (RMS_ALL != 0) {
+    double tot = 0.0LF;
+    for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[slot * 128 + i];
+    return RmsFactor(tot, n, eps);
+  }
   if (gl_LocalInvocationID.x == 0) {
     double tot = 0.0LF;
-    for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[i];
+    for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[slot * 128 + i];
     rms_bc[slot] = RmsFactor(tot, n, eps);
   }
   barrier();
@@ -379,7 +388,8 @@ void main() {
         const float t = x[i];
         const float h = hres[i];
         const float w = wt[i];
-        const float a = PRO == 1 && p.has_wa != 0 ? wa[i] : 0.0;
+        // (unconditional: without wa the host binds wt there, so the load joins the run)
+        const float a = PRO == 1 ? wa[i] : 0.0;
         if (PRO_PARK != 0) {
           pro_t[i] = t;
           pro_h[i] = h;

@@ -343,6 +343,18 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   }
 }
 
+// Multiplies this lane's vectors held in wnext (one row block) into the accumulators.
+void AccumulateHeld(uint lane, uint tg) {
+  [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+    [[unroll]] for (uint i = 0; i < NPRE; ++i) {
+      const uint j4 = lane + i * LANES;
+      if (j4 < p.wstride / 4) {
+        [[unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(wnext[d][i][q4], 4 * j4 + q4, d, tg);
+      }
+    }
+  }
+}
+
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
@@ -549,30 +561,12 @@ void main() {
     }
     if (park && blk == gl_WorkGroupID.y) {
       // The first block's vectors, parked in shared memory by the prologue.
-      if (row < p.rows) {
-        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-          [[unroll]] for (uint i = 0; i < NPRE; ++i) {
-            const uint j4 = lane + i * LANES;
-            const uvec4 wv = wsh[(d * NPRE + i) * WG + tid];
-            if (j4 < p.wstride / 4) {
-              [[unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(wv[q4], 4 * j4 + q4, d, tg);
-            }
-          }
-        }
-      }
+      [[unroll]] for (uint d = 0; d < DUAL; ++d)
+        [[unroll]] for (uint i = 0; i < NPRE; ++i) wnext[d][i] = wsh[(d * NPRE + i) * WG + tid];
+      if (row < p.rows) AccumulateHeld(lane, tg);
     } else if (block_loads || park) {
       PrefetchRow(row, lane);
-      if (row < p.rows) {
-        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-          [[unroll]] for (uint i = 0; i < NPRE; ++i) {
-            const uint j4 = lane + i * LANES;
-            if (j4 < p.wstride / 4) {
-              [[unroll]] for (uint q4 = 0; q4 < 4; ++q4)
-                Accumulate(wnext[d][i][q4], 4 * j4 + q4, d, tg);
-            }
-          }
-        }
-      }
+      if (row < p.rows) AccumulateHeld(lane, tg);
     } else if (NPRE > 0 && !warm_l2) {
       uvec4 wcur[2][NPRE_ARR] = wnext;
       PrefetchRow((blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc, lane);

@@ -647,7 +647,9 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_PRO_PARK", "1"}, {"GEMMA_VULKAN_PRO_WG", "512"}},
     {{"GEMMA_VULKAN_MV_PREFETCH", "5"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
-    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}}};
+    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}},
+    {{"GEMMA_VULKAN_L2_AHEAD", "1"}},
+    {{"GEMMA_VULKAN_L2_AHEAD", "1"}, {"GEMMA_VULKAN_MV_WGS", "40"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -85,6 +85,12 @@ layout(constant_id = 16) const uint PRO_PARK = 0;
 // barrier per block reduction instead of two; the same sum in the same order)
 // (GEMMA_VULKAN_RMS_ALL=1).
 layout(constant_id = 17) const uint RMS_ALL = 0;
+// WARM 1 (one token, one weight set, no prologue, tail or aux; GEMMA_VULKAN_L2_AHEAD=1): the
+// workgroups past the last row block read one word per 32-byte sector of up to four buffers at
+// bindings 4-7 (the weights of the linears of the next phases, warm_n0..3 sectors each) and fold
+// them into one word: the weights stream into the L2 cache while this linear works, so the next
+// phases read them from L2. The results are unchanged.
+layout(constant_id = 18) const uint WARM = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -103,6 +109,10 @@ layout(std430, binding = 7) buffer Hres { float hres[]; };
 layout(std430, binding = 8) readonly buffer WT { float wt[]; };
 layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
+layout(std430, binding = 4) readonly buffer Warm0 { uint warm0[]; };  // WARM
+layout(std430, binding = 5) readonly buffer Warm1 { uint warm1[]; };
+layout(std430, binding = 6) readonly buffer Warm2 { uint warm2[]; };
+layout(std430, binding = 7) readonly buffer Warm3 { uint warm3[]; };
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -119,6 +129,8 @@ layout(push_constant) uniform P {
   uint n, has_a, has_wa;  // TAIL: vector length (= rows), flags
   float scale, eps;
   float next_in_s;        // XQ 2
+  uint xq_ld_, kper_;     // (linear_cm's)
+  uint warm_n0, warm_n1, warm_n2, warm_n3;  // WARM: 32-byte sectors per buffer
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -343,6 +355,26 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   }
 }
 
+// WARM: this idle workgroup's share of the sectors of the four buffers (8 loads in flight per
+// invocation), folded into one word that is stored only under a condition that never holds.
+void WarmAhead(uint idle, uint nidle) {
+  const uint stride = nidle * WG;
+  uint f = 0;
+  for (uint b = 0; b < 4; ++b) {
+    const uint n = b == 0 ? p.warm_n0 : b == 1 ? p.warm_n1 : b == 2 ? p.warm_n2 : p.warm_n3;
+    for (uint s0 = idle * WG + gl_LocalInvocationID.x; s0 < n; s0 += 8 * stride) {
+      uint v[8];
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint s = s0 + u * stride;
+        const uint w = 8 * s;  // the sector's first word
+        v[u] = s >= n ? 0u : b == 0 ? warm0[w] : b == 1 ? warm1[w] : b == 2 ? warm2[w] : warm3[w];
+      }
+      [[unroll]] for (uint u = 0; u < 8; ++u) f ^= v[u];
+    }
+  }
+  if (f == 0x9E3779B9u && p.rows == 0u) y[0] = 0.0;
+}
+
 // Multiplies this lane's vectors held in wnext (one row block) into the accumulators.
 void AccumulateHeld(uint lane, uint tg) {
   [[unroll]] for (uint d = 0; d < DUAL; ++d) {
@@ -366,6 +398,13 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
+  if (WARM != 0) {
+    const uint nblk0 = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
+    if (gl_WorkGroupID.y >= nblk0) {  // (uniform per workgroup, before any barrier)
+      WarmAhead(gl_WorkGroupID.y - nblk0, gl_NumWorkGroups.y - nblk0);
+      return;
+    }
+  }
   // (not const: glslc 12's optimizer loses these spec-constant expressions)
   bool park = NPRE > 0 && NPRE_LATE == 3 && PRO != 0;
   bool block_loads = NPRE > 0 && (NPRE_LATE == 2 || (NPRE_LATE == 3 && !park));

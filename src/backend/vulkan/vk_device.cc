@@ -560,50 +560,12 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
   if (pipe_stats_) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
-  // GEMMA_VULKAN_PIPE_DUMP=path: the driver's internal representations too, appended to path.
-  const char* dump = pipe_stats_ ? std::getenv("GEMMA_VULKAN_PIPE_DUMP") : nullptr;
-  if (dump) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
   VkPipeline p;
   Check(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
         (std::string("vkCreateComputePipelines ") + shader).c_str());
   pipelines_[key] = p;
   if (pipe_stats_) PrintPipelineStats(shader, spec, p);
-  if (dump) DumpPipelineIr(dump, shader, spec, p);
   return p;
-}
-
-void Device::DumpPipelineIr(const char* path, const char* shader,
-                            const std::vector<uint32_t>& spec, VkPipeline p) {
-  auto ir_fn = reinterpret_cast<PFN_vkGetPipelineExecutableInternalRepresentationsKHR>(
-      vkGetDeviceProcAddr(dev_, "vkGetPipelineExecutableInternalRepresentationsKHR"));
-  if (!ir_fn) return;
-  FILE* f = std::fopen(path, "a");
-  if (!f) return;
-  std::fprintf(f, "=== %s spec=", shader);
-  for (size_t i = 0; i < spec.size(); ++i) std::fprintf(f, "%s%u", i ? "," : "", spec[i]);
-  std::fprintf(f, "\n");
-  VkPipelineExecutableInfoKHR ei{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
-  ei.pipeline = p;
-  ei.executableIndex = 0;
-  uint32_t n = 0;
-  if (ir_fn(dev_, &ei, &n, nullptr) == VK_SUCCESS) {
-    std::vector<VkPipelineExecutableInternalRepresentationKHR> ir(
-        n, VkPipelineExecutableInternalRepresentationKHR{
-               VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR});
-    if (ir_fn(dev_, &ei, &n, ir.data()) == VK_SUCCESS || n > 0) {
-      std::vector<std::vector<char>> data(n);
-      for (uint32_t k = 0; k < n; ++k) {
-        data[k].resize(ir[k].dataSize + 1, 0);
-        ir[k].pData = data[k].data();
-      }
-      ir_fn(dev_, &ei, &n, ir.data());
-      for (uint32_t k = 0; k < n; ++k) {
-        std::fprintf(f, "--- %s (%s)\n", ir[k].name, ir[k].isText ? "text" : "binary");
-        if (ir[k].isText) std::fprintf(f, "%s\n", data[k].data());
-      }
-    }
-  }
-  std::fclose(f);
 }
 
 void Device::PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec,

@@ -125,8 +125,6 @@ class Device {
   uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
   Chunk MakeChunk(Pool pool, size_t bytes);
   void PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec, VkPipeline p);
-  void DumpPipelineIr(const char* path, const char* shader, const std::vector<uint32_t>& spec,
-                      VkPipeline p);
 
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice phys_ = VK_NULL_HANDLE;

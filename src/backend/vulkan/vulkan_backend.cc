@@ -517,6 +517,8 @@ class VulkanBackend : public Backend {
     pro_wg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_PRO_WG", 0));
     if (pro_wg_ != 0 && pro_wg_ != 512 && pro_wg_ != 1024) pro_wg_ = 0;
     if (pro_wg_ > dev_->max_workgroup_size()) pro_wg_ = 0;
+    pro_wgs_ = EnvInt("GEMMA_VULKAN_PRO_WGS", 0);
+    if (pro_wgs_ < 0) pro_wgs_ = -pro_wgs_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
     // previous default) instead of subgroup shuffles.
     pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
@@ -528,8 +530,6 @@ class VulkanBackend : public Backend {
     // Opt-in, not yet measured on a GPU: idle workgroups of the o and PLE projections stream the
     // next phases' weights into the L2 cache (linear.comp WARM).
     l2_ahead_ = EnvInt("GEMMA_VULKAN_L2_AHEAD", 0) != 0;
-    pro_wgs_ = EnvInt("GEMMA_VULKAN_PRO_WGS", 0);
-    if (pro_wgs_ < 0) pro_wgs_ = -pro_wgs_ * static_cast<int>(dev_->compute_units());
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).

@@ -30,6 +30,9 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.c
   }
 }
 
+// Environment knobs of the backend, set while one is created.
+using Knobs = std::vector<std::pair<const char*, const char*>>;
+
 #define VULKAN_OR_SKIP(var, model)                                              \
   auto var = MakeVulkan(model);                                                 \
   if (!var) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine"; \
@@ -340,6 +343,106 @@ TEST(VulkanKernels, GateUpEpilogueMatchesReference) {
   }
 }
 
+// Full-size row lengths (the fixtures' rows are a few 16-byte vectors long, so one vector per
+// lane): synthetic linears with E2B's widths, where a lane multiplies several vectors of a row
+// (LANES 8 / 16 / 32 / 64, clustered and not), one and two tokens, under the multiply-loop knobs
+// (GEMMA_VULKAN_MV_ILP: loads of k steps issued together; MV_PREFETCH=3: a row block's vectors in
+// one round). Integer paths bit-exact against the reference ops, bf16 within f32 rounding.
+struct SynthLinear {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  Linear lin;
+};
+
+SynthLinear MakeSynthLinear(WeightKind kind, int rows, int cols, uint32_t seed) {
+  SynthLinear s;
+  const int bits = kind == WeightKind::kQ2 ? 2 : kind == WeightKind::kQ4 ? 4 : kind == WeightKind::kQ8 ? 8 : 16;
+  const size_t row_bytes = size_t(cols) * bits / 8;
+  s.bytes.resize(row_bytes * rows);
+  uint32_t r = seed;
+  for (size_t i = 0; i < s.bytes.size(); ++i) {
+    r = r * 1664525u + 1013904223u;
+    s.bytes[i] = static_cast<uint8_t>(r >> 24);
+    // bf16: keep exponents small (finite values of modest size)
+    if (bits == 16 && (i & 1)) s.bytes[i] = static_cast<uint8_t>(0x3C + ((r >> 20) & 3) + ((r >> 31) << 7));
+  }
+  s.lin.name = "synthetic";
+  s.lin.kind = kind;
+  s.lin.rows = rows;
+  s.lin.cols = cols;
+  s.lin.data = s.bytes.data();
+  s.lin.row_bytes = row_bytes;
+  if (IsQuantized(kind)) {
+    s.scales.resize(rows);
+    for (float& v : s.scales) {
+      r = r * 1664525u + 1013904223u;
+      v = 0.002f * (0.5f + static_cast<float>(r >> 8) / 16777216.0f);
+    }
+    s.lin.row_scale = s.scales.data();
+    s.lin.in_scale = 0.01f;
+  }
+  return s;
+}
+
+TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
+  auto model = LoadFixture("tiny_qat");
+  std::vector<SynthLinear> lins;
+  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 72, 1536, 1));   // gate/up-like: 8 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 72, 1536, 2));   // (the second weight set)
+  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 56, 1536, 3));   // q/k/v: 16 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 40, 2048, 4));   // o: 32 lanes, 2 vectors
+  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 20, 12288, 5));  // down (int2): 64 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));   // PLE gate: 32 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7)); // dense, float sums
+  const std::vector<Knobs> settings = {{},
+                                       {{"GEMMA_VULKAN_MV_ILP", "1"}},
+                                       {{"GEMMA_VULKAN_MV_ILP", "2"}},
+                                       {{"GEMMA_VULKAN_MV_ILP", "3"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
+                                       {{"GEMMA_VULKAN_MV_PREFETCH", "3"}}};
+  for (const Knobs& env : settings) {
+    std::string what;
+    for (const auto& [k, v] : env) {
+      setenv(k, v, 1);
+      what += std::string(k) + "=" + v + " ";
+    }
+    auto vk = MakeVulkan(*model);
+    for (const auto& [k, v] : env) unsetenv(k);
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    SCOPED_TRACE(what);
+    for (size_t li = 0; li < lins.size(); ++li) {
+      const Linear& lin = lins[li].lin;
+      const bool dual = li == 0;
+      if (li == 1) continue;  // (only as the second set)
+      const float scale = lin.in_scale > 0 ? 150 * lin.in_scale : 1.0f;
+      for (int n : {1, 2}) {
+        const auto x = RandomInput(n, lin.cols, 13u * n + lin.cols + li, scale);
+        std::vector<float> want(size_t(n) * lin.rows);
+        ref::LinearForward(lin, x.data(), n, want.data());
+        if (dual) {
+          std::vector<float> u(want.size());
+          ref::LinearForward(lins[1].lin, x.data(), n, u.data());
+          for (size_t i = 0; i < want.size(); ++i) want[i] = ref::GeluTanh(want[i]) * u[i];
+        }
+        const auto got = VulkanLinearForTest(*vk, lin, dual ? &lins[1].lin : nullptr, x.data(), n,
+                                             dual ? 1 : 0);
+        ASSERT_EQ(got.size(), want.size());
+        if (IsQuantized(lin.kind) && !dual) {
+          int diff = 0;
+          for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
+          EXPECT_EQ(diff, 0) << "linear " << li << " " << lin.rows << "x" << lin.cols << " n=" << n;
+        } else if (dual) {
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 2e-6f * std::max(1.0f, std::fabs(want[i])))
+                << "gate/up n=" << n << " i=" << i;
+        } else {
+          EXPECT_LT(RelL2(got.data(), want.data(), static_cast<int>(got.size())), 1e-6)
+              << "linear " << li << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gemma
 
@@ -615,7 +718,6 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
 // Opt-in one-token variants, each against the default step and the CPU reference. MV_WGS 3: the
 // one-token linears on three workgroups, each looping over many row blocks. One test per variant
 // (the NVIDIA driver refuses Vulkan instances after ~30 in a process).
-using Knobs = std::vector<std::pair<const char*, const char*>>;
 const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_FUSE_ROPE", "1"}},
@@ -649,7 +751,9 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}},
     {{"GEMMA_VULKAN_L2_AHEAD", "1"}},
-    {{"GEMMA_VULKAN_L2_AHEAD", "1"}, {"GEMMA_VULKAN_MV_WGS", "40"}}};
+    {{"GEMMA_VULKAN_L2_AHEAD", "1"}, {"GEMMA_VULKAN_MV_WGS", "40"}},
+    {{"GEMMA_VULKAN_MV_ILP", "1"}},
+    {{"GEMMA_VULKAN_MV_ILP", "3"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "0"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -91,6 +91,11 @@ layout(constant_id = 17) const uint RMS_ALL = 0;
 // them into one word: the weights stream into the L2 cache while this linear works, so the next
 // phases read them from L2. The results are unchanged.
 layout(constant_id = 18) const uint WARM = 0;
+// ILP k (1..4; VEC 4 without NPRE; GEMMA_VULKAN_MV_ILP=k): the multiply loop issues the loads of
+// k consecutive steps of every weight set before it multiplies any of them (up to 2k 16-byte
+// loads in flight per lane instead of one), then multiplies them in the plain loop's order (the
+// same sums). 0: the plain loop, one load, then its multiply.
+layout(constant_id = 19) const uint ILP = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -616,6 +621,27 @@ void main() {
             if (j4 < p.wstride / 4) {
               [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4)
                 Accumulate(wcur[d][i][q4], 4 * j4 + q4, d, tg);
+            }
+          }
+        }
+      }
+    } else if (row < p.rows && VEC == 4 && ILP > 0) {
+      const uint base = row * (p.wstride / 4);
+      const uint nv = p.wstride / 4;
+      const uint K = ILP < 4 ? ILP : 4;
+      for (uint j4 = lane; j4 < nv; j4 += K * LANES) {
+        uvec4 wv[2][4];
+        [[unroll]] for (uint u = 0; u < K; ++u) {
+          const uint jj = j4 + u * LANES;
+          [[unroll]] for (uint d = 0; d < DUAL; ++d)
+            wv[d][u] = jj < nv ? (d == 0 ? w0[base + jj] : w1[base + jj]) : uvec4(0);
+        }
+        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+          [[unroll]] for (uint u = 0; u < K; ++u) {
+            const uint jj = j4 + u * LANES;
+            if (jj < nv) {
+              [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4)
+                Accumulate(wv[d][u][q4], 4 * jj + q4, d, tg);
             }
           }
         }

@@ -530,8 +530,13 @@ class VulkanBackend : public Backend {
     // Opt-in, not yet measured on a GPU: idle workgroups of the o and PLE projections stream the
     // next phases' weights into the L2 cache (linear.comp WARM).
     l2_ahead_ = EnvInt("GEMMA_VULKAN_L2_AHEAD", 0) != 0;
-    // One-token linears: the multiply loop's loads of k steps (every weight set) issued together.
-    mv_ilp_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_ILP", 0), 0, 4));
+    // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
+    // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
+    // words by register values (linear.comp DBG).
+    mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
+    // Packed-dot int2 / int4 linears multiply the weights' unsigned codes and subtract the offset
+    // times the input sum in the epilogue (linear.comp UW); 0: signed values unpacked per product.
+    dp_uw_ = EnvInt("GEMMA_VULKAN_DP_UW", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -1194,9 +1199,13 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 17);
         spec.push_back(1u);  // WARM
       }
-      if (m == 1 && !rc.ops && mv_ilp_ > 0 && vec == 4 && npre == 0) {
+      if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4 && npre == 0) {
         PadLinearSpec(spec, 18);
-        spec.push_back(mv_ilp_);  // ILP
+        spec.push_back(mv_dbg_);  // DBG
+      }
+      if (dp && !dp_uw_) {
+        PadLinearSpec(spec, 19);
+        spec.push_back(0u);  // UW (the shader's default is 1)
       }
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -2083,7 +2092,8 @@ class VulkanBackend : public Backend {
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool pro_park_ = false;          // the prologue parks operands in shared memory (PRO_PARK)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
-  uint32_t mv_ilp_ = 0;            // linear.comp ILP (0: one load, then its multiply)
+  uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
+  bool dp_uw_ = true;              // unsigned weight codes in packed dots (linear.comp UW)
   bool l2_ahead_ = false;          // idle workgroups warm the L2 cache (linear.comp WARM)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)

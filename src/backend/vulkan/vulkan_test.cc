@@ -346,8 +346,9 @@ TEST(VulkanKernels, GateUpEpilogueMatchesReference) {
 // Full-size row lengths (the fixtures' rows are a few 16-byte vectors long, so one vector per
 // lane): synthetic linears with E2B's widths, where a lane multiplies several vectors of a row
 // (LANES 8 / 16 / 32 / 64, clustered and not), one and two tokens, under the multiply-loop knobs
-// (GEMMA_VULKAN_MV_ILP: loads of k steps issued together; MV_PREFETCH=3: a row block's vectors in
-// one round). Integer paths bit-exact against the reference ops, bf16 within f32 rounding.
+// (MV_WGS 3: many row blocks per workgroup; MV_PREFETCH 3: a row block's vectors in one round; 1:
+// the next block's vectors held while one is multiplied). Integer paths bit-exact against the
+// reference ops, bf16 within f32 rounding.
 struct SynthLinear {
   std::vector<uint8_t> bytes;
   std::vector<float> scales;
@@ -395,10 +396,10 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));   // PLE gate: 32 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7)); // dense, float sums
   const std::vector<Knobs> settings = {{},
-                                       {{"GEMMA_VULKAN_MV_ILP", "1"}},
-                                       {{"GEMMA_VULKAN_MV_ILP", "2"}},
-                                       {{"GEMMA_VULKAN_MV_ILP", "3"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
-                                       {{"GEMMA_VULKAN_MV_PREFETCH", "3"}}};
+                                       {{"GEMMA_VULKAN_MV_WGS", "3"}},
+                                       {{"GEMMA_VULKAN_MV_PREFETCH", "3"}},
+                                       {{"GEMMA_VULKAN_MV_PREFETCH", "1"}},
+                                       {{"GEMMA_VULKAN_DP_UW", "0"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {
@@ -752,8 +753,7 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}},
     {{"GEMMA_VULKAN_L2_AHEAD", "1"}},
     {{"GEMMA_VULKAN_L2_AHEAD", "1"}, {"GEMMA_VULKAN_MV_WGS", "40"}},
-    {{"GEMMA_VULKAN_MV_ILP", "1"}},
-    {{"GEMMA_VULKAN_MV_ILP", "3"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "0"}}};
+    {{"GEMMA_VULKAN_DP_UW", "0"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

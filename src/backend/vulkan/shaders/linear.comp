@@ -91,11 +91,18 @@ layout(constant_id = 17) const uint RMS_ALL = 0;
 // them into one word: the weights stream into the L2 cache while this linear works, so the next
 // phases read them from L2. The results are unchanged.
 layout(constant_id = 18) const uint WARM = 0;
-// ILP k (1..4; VEC 4 without NPRE; GEMMA_VULKAN_MV_ILP=k): the multiply loop issues the loads of
-// k consecutive steps of every weight set before it multiplies any of them (up to 2k 16-byte
-// loads in flight per lane instead of one), then multiplies them in the plain loop's order (the
-// same sums). 0: the plain loop, one load, then its multiply.
-layout(constant_id = 19) const uint ILP = 0;
+// DBG (GEMMA_VULKAN_MV_DBG, measurement only: the results are wrong): the plain multiply loop
+// 1 loads the weights but skips the multiply (xor-folds the words into the sums), 2 multiplies
+// words made from the index instead of loading them, 3 neither; in the packed-dot multiply, 4
+// replaces each packed dot product by an xor, 8 each shared input word by a register value.
+layout(constant_id = 19) const uint DBG = 0;
+// UW 1 (packed-dot modules, int2 / int4; GEMMA_VULKAN_DP_UW=0 turns it off): the weights enter
+// the packed dot products as their unsigned codes c (int2: (w >> 2k) & 0x03030303, int4: the
+// nibbles masked in place), not as c - 2 / c - 8 (two more operations per product), and the
+// epilogue subtracts 2 / 8 times the sum of the quantized input, which each workgroup forms once:
+// sum((c - o) x) = sum(c x) - o sum(x), the same int32 value (no overflow: |sum(c x)| <= 15 * 128
+// * cols).
+layout(constant_id = 20) const uint UW = 1;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -147,6 +154,7 @@ shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
 shared double red_d[256];  // [slot][subgroup] (128 per slot)
 shared bool last_wg;
+shared int sx_part[DUAL * TOK * MAX_SG];  // UW: the input sums' subgroup partials
 // PRO_PARK: the prologue's operands, parked in shared memory as soon as they arrive (each
 // invocation reads back only its own elements): no load is deferred to its use (the compiler
 // sinks global loads toward their use, which put memory round trips inside later stages: the
@@ -309,21 +317,28 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   const uint c0 = j * epw;
   const bool quant = KIND >= 3;
 #if DP4A
+#define DOT4(g, xi) ((DBG & 4) != 0 ? (int(g) ^ int(XIN(xi))) : SDot4(int(g), int(XIN(xi)), 0))
+#define XIN(xi) ((DBG & 8) != 0 ? (uint(xi) * 0x01010101u) : xq[xi])
   if (XQ != 1 && int_path[d]) {
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
       const uint xo = (d * TOK + tt) * XWORDS;
       int a = acc_i[d * TOK + tt];
       if (KIND == 5) {
-        a += SDot4(int(w), int(xq[xo + j]), 0);
+        a += DOT4(w, xo + j);
+      } else if (KIND == 4 && UW != 0) {
+        a += DOT4(w & 0x0F0F0F0Fu, xo + 2 * j);
+        a += DOT4((w >> 4) & 0x0F0F0F0Fu, xo + 2 * j + 1);
       } else if (KIND == 4) {
         const uint lo = ((w & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
         const uint hi = (((w >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-        a += SDot4(int(lo), int(xq[xo + 2 * j]), 0);
-        a += SDot4(int(hi), int(xq[xo + 2 * j + 1]), 0);
+        a += DOT4(lo, xo + 2 * j);
+        a += DOT4(hi, xo + 2 * j + 1);
+      } else if (UW != 0) {
+        [[unroll]] for (uint k = 0; k < 4; ++k) a += DOT4((w >> (2 * k)) & 0x03030303u, xo + 4 * j + k);
       } else {
         [[unroll]] for (uint k = 0; k < 4; ++k) {
           const uint g = (((w >> (2 * k)) & 0x03030303u) + 0x7E7E7E7Eu) ^ 0x80808080u;
-          a += SDot4(int(g), int(xq[xo + 4 * j + k]), 0);
+          a += DOT4(g, xo + 4 * j + k);
         }
       }
       acc_i[d * TOK + tt] = a;
@@ -583,6 +598,28 @@ void main() {
   }
 
   Probe(2);  // after the input is quantized / staged
+  // UW: each token's input sum (sum of its quantized bytes) for the epilogue's offset term.
+  int sx[2 * TOK];
+#if DP4A
+  const bool uw = UW != 0 && (KIND == 3 || KIND == 4) && (int_path[0] || (DUAL == 2 && int_path[1]));
+  if (uw) {
+    [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
+      int v = 0;
+      if (int_path[i / TOK])
+        for (uint k = tid; k < XWORDS; k += WG) v += SDot4(int(xq[i * XWORDS + k]), 0x01010101, 0);
+      v = subgroupAdd(v);
+      if (subgroupElect()) sx_part[i * MAX_SG + gl_SubgroupID] = v;
+    }
+    barrier();
+    [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
+      int v = 0;
+      for (uint g = 0; g < gl_NumSubgroups; ++g) v += sx_part[i * MAX_SG + g];
+      sx[i] = v;
+    }
+  }
+#else
+  const bool uw = false;
+#endif
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
@@ -625,33 +662,17 @@ void main() {
           }
         }
       }
-    } else if (row < p.rows && VEC == 4 && ILP > 0) {
-      const uint base = row * (p.wstride / 4);
-      const uint nv = p.wstride / 4;
-      const uint K = ILP < 4 ? ILP : 4;
-      for (uint j4 = lane; j4 < nv; j4 += K * LANES) {
-        uvec4 wv[2][4];
-        [[unroll]] for (uint u = 0; u < K; ++u) {
-          const uint jj = j4 + u * LANES;
-          [[unroll]] for (uint d = 0; d < DUAL; ++d)
-            wv[d][u] = jj < nv ? (d == 0 ? w0[base + jj] : w1[base + jj]) : uvec4(0);
-        }
-        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-          [[unroll]] for (uint u = 0; u < K; ++u) {
-            const uint jj = j4 + u * LANES;
-            if (jj < nv) {
-              [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4)
-                Accumulate(wv[d][u][q4], 4 * jj + q4, d, tg);
-            }
-          }
-        }
-      }
     } else if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);
           for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-            const uvec4 w4 = d == 0 ? w0[base + j4] : w1[base + j4];
+            const uvec4 w4 = (DBG & 2) != 0 ? uvec4(j4 * 0x9E3779B9u, j4 ^ row, j4 + row, j4 * 7u)
+                             : d == 0 ? w0[base + j4] : w1[base + j4];
+            if ((DBG & 1) != 0) {
+              acc_i[d * TOK] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
+              continue;
+            }
             [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
           }
         } else {
@@ -723,6 +744,8 @@ void main() {
           }
         }
         const float rs = row_s[d];
+        // (UW: the weights' offset times the input sum; the same int32 sum as signed codes)
+        if (uw && int_path[d]) ti -= (KIND == 3 ? 2 : 8) * sx[d * TOK + tt];
         float r;
         if (int_path[d]) {
           r = float(double(ti) * double(in_s[d]) * double(rs));

@@ -82,7 +82,6 @@ struct LinPush {
   float next_in_s;  // XQ 2
   uint32_t xq_ld;   // linear_cm: uvec4 per token row of the quantized inputs
   uint32_t kper;    // linear_cm split K: K tiles per split (0: no split)
-  uint32_t warm_n[4];  // linear WARM: 32-byte sectors of the buffers at bindings 4-7
 };
 struct QuantPush {
   uint32_t cols, x_stride, x_row0, ld;
@@ -527,16 +526,10 @@ class VulkanBackend : public Backend {
     pro_park_ = EnvInt("GEMMA_VULKAN_PRO_PARK", 0) != 0;
     // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
     rms_all_ = EnvInt("GEMMA_VULKAN_RMS_ALL", 0) != 0;
-    // Opt-in, not yet measured on a GPU: idle workgroups of the o and PLE projections stream the
-    // next phases' weights into the L2 cache (linear.comp WARM).
-    l2_ahead_ = EnvInt("GEMMA_VULKAN_L2_AHEAD", 0) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
     mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
-    // Packed-dot int2 / int4 linears multiply the weights' unsigned codes and subtract the offset
-    // times the input sum in the epilogue (linear.comp UW); 0: signed values unpacked per product.
-    dp_uw_ = EnvInt("GEMMA_VULKAN_DP_UW", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -976,8 +969,7 @@ class VulkanBackend : public Backend {
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
                 const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
-                float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0,
-                const std::vector<BufRange>* warm = nullptr) {
+                float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -1179,34 +1171,17 @@ class VulkanBackend : public Backend {
         if (perm_out || late) spec.push_back(perm_out);
         if (late) spec.push_back(late_mode);  // NPRE_LATE 1-3
       }
-      // GEMMA_VULKAN_L2_AHEAD: idle workgroups read the next phases' weights (linear.comp WARM;
-      // bindings 4-7 are free without a second set, a prologue, a tail or aux values).
-      const bool warming = warm && !warm->empty() && warm->size() <= 4 && m == 1 && !rc.ops &&
-                           !second && !pro && !tail && !aux && xqm == 0 && d.parts.size() == 1;
-      if (warming) {
-        for (size_t k = 0; k < warm->size(); ++k) {
-          b[4 + k] = (*warm)[k];
-          pc.warm_n[k] = static_cast<uint32_t>((*warm)[k].size / 32);
-        }
-      }
       if (pro && (pack_atomic_ || pro_park_ || rms_all_)) {
         PadLinearSpec(spec, 14);
         spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
         spec.push_back(pro_park_ ? 1u : 0u);     // PRO_PARK
         spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
       }
-      if (warming) {
-        PadLinearSpec(spec, 17);
-        spec.push_back(1u);  // WARM
-      }
       if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4 && npre == 0) {
-        PadLinearSpec(spec, 18);
+        PadLinearSpec(spec, 17);
         spec.push_back(mv_dbg_);  // DBG
       }
-      if (dp && !dp_uw_) {
-        PadLinearSpec(spec, 19);
-        spec.push_back(0u);  // UW (the shader's default is 1)
-      }
+
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
       // resident kernel takes the blocks as virtual workgroups.
@@ -1215,8 +1190,6 @@ class VulkanBackend : public Backend {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
         if (wg != kWG && pro_wgs_) cap = pro_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
-        // Warming: workgroups past the row blocks (up to the cap, or 4 more without one).
-        if (warming) gy = std::max<uint32_t>(gy, cap > 0 ? static_cast<uint32_t>(cap) : gy + 4);
       }
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy,
                1, wg);
@@ -1432,15 +1405,7 @@ class VulkanBackend : public Backend {
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
       if (cn) {
-        // GEMMA_VULKAN_L2_AHEAD: the o projection's idle workgroups stream the MLP's weights
-        // into the L2 cache.
-        std::vector<BufRange> ahead;
-        if (l2_ahead_) {
-          for (const DevLinear* n : {&d.gate, &d.up, &d.down})
-            if (n->parts.size() == 1) ahead.push_back(n->parts[0].w.r);
-        }
-        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
-                 nullptr, 0.0f, nullptr, 0, &ahead);
+        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
@@ -1482,16 +1447,7 @@ class VulkanBackend : public Backend {
                    nullptr, 0, nullptr, 0.0f, &pp);
           std::swap(hcur, hnext);
           Barrier(rc);
-          // GEMMA_VULKAN_L2_AHEAD: the PLE projection's idle workgroups stream the next layer's
-          // attention weights into the L2 cache.
-          std::vector<BufRange> ahead;
-          if (l2_ahead_ && l + 1 < L) {
-            const DevLayer& dn = layers_[l + 1];
-            for (const DevLinear* n : {&dn.q, &dn.k, &dn.v, &dn.o})
-              if (n->parts.size() == 1) ahead.push_back(n->parts[0].w.r);
-          }
-          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr,
-                   0, nullptr, 0.0f, nullptr, 0, &ahead);
+          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
           pend_wt = &d.post_ple_norm;
         }
       } else if (P > 0) {
@@ -2093,8 +2049,6 @@ class VulkanBackend : public Backend {
   bool pro_park_ = false;          // the prologue parks operands in shared memory (PRO_PARK)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
-  bool dp_uw_ = true;              // unsigned weight codes in packed dots (linear.comp UW)
-  bool l2_ahead_ = false;          // idle workgroups warm the L2 cache (linear.comp WARM)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

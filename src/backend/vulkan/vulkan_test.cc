@@ -398,8 +398,7 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   const std::vector<Knobs> settings = {{},
                                        {{"GEMMA_VULKAN_MV_WGS", "3"}},
                                        {{"GEMMA_VULKAN_MV_PREFETCH", "3"}},
-                                       {{"GEMMA_VULKAN_MV_PREFETCH", "1"}},
-                                       {{"GEMMA_VULKAN_DP_UW", "0"}}};
+                                       {{"GEMMA_VULKAN_MV_PREFETCH", "1"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {
@@ -750,10 +749,7 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_PRO_PARK", "1"}, {"GEMMA_VULKAN_PRO_WG", "512"}},
     {{"GEMMA_VULKAN_MV_PREFETCH", "5"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
-    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}},
-    {{"GEMMA_VULKAN_L2_AHEAD", "1"}},
-    {{"GEMMA_VULKAN_L2_AHEAD", "1"}, {"GEMMA_VULKAN_MV_WGS", "40"}},
-    {{"GEMMA_VULKAN_DP_UW", "0"}}};
+    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -85,24 +85,11 @@ layout(constant_id = 16) const uint PRO_PARK = 0;
 // barrier per block reduction instead of two; the same sum in the same order)
 // (GEMMA_VULKAN_RMS_ALL=1).
 layout(constant_id = 17) const uint RMS_ALL = 0;
-// WARM 1 (one token, one weight set, no prologue, tail or aux; GEMMA_VULKAN_L2_AHEAD=1): the
-// workgroups past the last row block read one word per 32-byte sector of up to four buffers at
-// bindings 4-7 (the weights of the linears of the next phases, warm_n0..3 sectors each) and fold
-// them into one word: the weights stream into the L2 cache while this linear works, so the next
-// phases read them from L2. The results are unchanged.
-layout(constant_id = 18) const uint WARM = 0;
 // DBG (GEMMA_VULKAN_MV_DBG, measurement only: the results are wrong): the plain multiply loop
 // 1 loads the weights but skips the multiply (xor-folds the words into the sums), 2 multiplies
 // words made from the index instead of loading them, 3 neither; in the packed-dot multiply, 4
 // replaces each packed dot product by an xor, 8 each shared input word by a register value.
-layout(constant_id = 19) const uint DBG = 0;
-// UW 1 (packed-dot modules, int2 / int4; GEMMA_VULKAN_DP_UW=0 turns it off): the weights enter
-// the packed dot products as their unsigned codes c (int2: (w >> 2k) & 0x03030303, int4: the
-// nibbles masked in place), not as c - 2 / c - 8 (two more operations per product), and the
-// epilogue subtracts 2 / 8 times the sum of the quantized input, which each workgroup forms once:
-// sum((c - o) x) = sum(c x) - o sum(x), the same int32 value (no overflow: |sum(c x)| <= 15 * 128
-// * cols).
-layout(constant_id = 20) const uint UW = 1;
+layout(constant_id = 18) const uint DBG = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -121,10 +108,6 @@ layout(std430, binding = 7) buffer Hres { float hres[]; };
 layout(std430, binding = 8) readonly buffer WT { float wt[]; };
 layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
-layout(std430, binding = 4) readonly buffer Warm0 { uint warm0[]; };  // WARM
-layout(std430, binding = 5) readonly buffer Warm1 { uint warm1[]; };
-layout(std430, binding = 6) readonly buffer Warm2 { uint warm2[]; };
-layout(std430, binding = 7) readonly buffer Warm3 { uint warm3[]; };
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -142,7 +125,6 @@ layout(push_constant) uniform P {
   float scale, eps;
   float next_in_s;        // XQ 2
   uint xq_ld_, kper_;     // (linear_cm's)
-  uint warm_n0, warm_n1, warm_n2, warm_n3;  // WARM: 32-byte sectors per buffer
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -154,7 +136,6 @@ shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
 shared double red_d[256];  // [slot][subgroup] (128 per slot)
 shared bool last_wg;
-shared int sx_part[DUAL * TOK * MAX_SG];  // UW: the input sums' subgroup partials
 // PRO_PARK: the prologue's operands, parked in shared memory as soon as they arrive (each
 // invocation reads back only its own elements): no load is deferred to its use (the compiler
 // sinks global loads toward their use, which put memory round trips inside later stages: the
@@ -325,16 +306,11 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
       int a = acc_i[d * TOK + tt];
       if (KIND == 5) {
         a += DOT4(w, xo + j);
-      } else if (KIND == 4 && UW != 0) {
-        a += DOT4(w & 0x0F0F0F0Fu, xo + 2 * j);
-        a += DOT4((w >> 4) & 0x0F0F0F0Fu, xo + 2 * j + 1);
       } else if (KIND == 4) {
         const uint lo = ((w & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
         const uint hi = (((w >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
         a += DOT4(lo, xo + 2 * j);
         a += DOT4(hi, xo + 2 * j + 1);
-      } else if (UW != 0) {
-        [[unroll]] for (uint k = 0; k < 4; ++k) a += DOT4((w >> (2 * k)) & 0x03030303u, xo + 4 * j + k);
       } else {
         [[unroll]] for (uint k = 0; k < 4; ++k) {
           const uint g = (((w >> (2 * k)) & 0x03030303u) + 0x7E7E7E7Eu) ^ 0x80808080u;
@@ -375,26 +351,6 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   }
 }
 
-// WARM: this idle workgroup's share of the sectors of the four buffers (8 loads in flight per
-// invocation), folded into one word that is stored only under a condition that never holds.
-void WarmAhead(uint idle, uint nidle) {
-  const uint stride = nidle * WG;
-  uint f = 0;
-  for (uint b = 0; b < 4; ++b) {
-    const uint n = b == 0 ? p.warm_n0 : b == 1 ? p.warm_n1 : b == 2 ? p.warm_n2 : p.warm_n3;
-    for (uint s0 = idle * WG + gl_LocalInvocationID.x; s0 < n; s0 += 8 * stride) {
-      uint v[8];
-      [[unroll]] for (uint u = 0; u < 8; ++u) {
-        const uint s = s0 + u * stride;
-        const uint w = 8 * s;  // the sector's first word
-        v[u] = s >= n ? 0u : b == 0 ? warm0[w] : b == 1 ? warm1[w] : b == 2 ? warm2[w] : warm3[w];
-      }
-      [[unroll]] for (uint u = 0; u < 8; ++u) f ^= v[u];
-    }
-  }
-  if (f == 0x9E3779B9u && p.rows == 0u) y[0] = 0.0;
-}
-
 // Multiplies this lane's vectors held in wnext (one row block) into the accumulators.
 void AccumulateHeld(uint lane, uint tg) {
   [[unroll]] for (uint d = 0; d < DUAL; ++d) {
@@ -418,13 +374,6 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
-  if (WARM != 0) {
-    const uint nblk0 = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
-    if (gl_WorkGroupID.y >= nblk0) {  // (uniform per workgroup, before any barrier)
-      WarmAhead(gl_WorkGroupID.y - nblk0, gl_NumWorkGroups.y - nblk0);
-      return;
-    }
-  }
   // (not const: glslc 12's optimizer loses these spec-constant expressions)
   bool park = NPRE > 0 && NPRE_LATE == 3 && PRO != 0;
   bool block_loads = NPRE > 0 && (NPRE_LATE == 2 || (NPRE_LATE == 3 && !park));
@@ -598,28 +547,6 @@ void main() {
   }
 
   Probe(2);  // after the input is quantized / staged
-  // UW: each token's input sum (sum of its quantized bytes) for the epilogue's offset term.
-  int sx[2 * TOK];
-#if DP4A
-  const bool uw = UW != 0 && (KIND == 3 || KIND == 4) && (int_path[0] || (DUAL == 2 && int_path[1]));
-  if (uw) {
-    [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
-      int v = 0;
-      if (int_path[i / TOK])
-        for (uint k = tid; k < XWORDS; k += WG) v += SDot4(int(xq[i * XWORDS + k]), 0x01010101, 0);
-      v = subgroupAdd(v);
-      if (subgroupElect()) sx_part[i * MAX_SG + gl_SubgroupID] = v;
-    }
-    barrier();
-    [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
-      int v = 0;
-      for (uint g = 0; g < gl_NumSubgroups; ++g) v += sx_part[i * MAX_SG + g];
-      sx[i] = v;
-    }
-  }
-#else
-  const bool uw = false;
-#endif
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
@@ -744,8 +671,6 @@ void main() {
           }
         }
         const float rs = row_s[d];
-        // (UW: the weights' offset times the input sum; the same int32 sum as signed codes)
-        if (uw && int_path[d]) ti -= (KIND == 3 ? 2 : 8) * sx[d * TOK + tt];
         float r;
         if (int_path[d]) {
           r = float(double(ti) * double(in_s[d]) * double(rs));

@@ -90,9 +90,6 @@ layout(constant_id = 17) const uint RMS_ALL = 0;
 // words made from the index instead of loading them, 3 neither; in the packed-dot multiply, 4
 // replaces each packed dot product by an xor, 8 each shared input word by a register value.
 layout(constant_id = 18) const uint DBG = 0;
-// SEL 1 (GEMMA_VULKAN_MV_SEL=1): the plain multiply loop picks a vector's word by a select chain
-// instead of a dynamic vector index (which a compiler may serve through local memory).
-layout(constant_id = 19) const uint SEL = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -603,10 +600,7 @@ void main() {
               acc_i[d * TOK] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
               continue;
             }
-            [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) {
-              const uint wq = SEL == 0 ? w4[q4] : q4 == 0 ? w4.x : q4 == 1 ? w4.y : q4 == 2 ? w4.z : w4.w;
-              Accumulate(wq, 4 * j4 + q4, d, tg);
-            }
+            [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
           }
         } else {
           const uint base = row * p.wstride;

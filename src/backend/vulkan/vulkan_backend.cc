@@ -530,8 +530,6 @@ class VulkanBackend : public Backend {
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
     mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
-    // Packed-dot linears: a word's dot products summed in a tree (linear.comp TREE).
-    mv_tree_ = EnvInt("GEMMA_VULKAN_MV_TREE", 0) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -1182,10 +1180,6 @@ class VulkanBackend : public Backend {
       if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4 && npre == 0) {
         PadLinearSpec(spec, 17);
         spec.push_back(mv_dbg_);  // DBG
-      }
-      if (dp && mv_tree_) {
-        PadLinearSpec(spec, 18);
-        spec.push_back(1u);  // TREE
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -2055,7 +2049,6 @@ class VulkanBackend : public Backend {
   bool pro_park_ = false;          // the prologue parks operands in shared memory (PRO_PARK)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
-  bool mv_tree_ = false;           // linear.comp TREE
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

@@ -398,8 +398,7 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   const std::vector<Knobs> settings = {{},
                                        {{"GEMMA_VULKAN_MV_WGS", "3"}},
                                        {{"GEMMA_VULKAN_MV_PREFETCH", "3"}},
-                                       {{"GEMMA_VULKAN_MV_PREFETCH", "1"}},
-                                       {{"GEMMA_VULKAN_MV_TREE", "1"}}};
+                                       {{"GEMMA_VULKAN_MV_PREFETCH", "1"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {

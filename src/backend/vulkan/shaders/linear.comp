@@ -90,10 +90,6 @@ layout(constant_id = 17) const uint RMS_ALL = 0;
 // words made from the index instead of loading them, 3 neither; in the packed-dot multiply, 4
 // replaces each packed dot product by an xor, 8 each shared input word by a register value.
 layout(constant_id = 18) const uint DBG = 0;
-// TREE 1 (GEMMA_VULKAN_MV_TREE=1; packed-dot int2 / int4): a word's packed dot products are formed
-// independently and summed in a tree before joining the running sum (a dependency chain of one add
-// per word instead of one product after another). Integer sums: the same value.
-layout(constant_id = 19) const uint TREE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -313,17 +309,8 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
       } else if (KIND == 4) {
         const uint lo = ((w & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
         const uint hi = (((w >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-        if (TREE != 0) {
-          a += DOT4(lo, xo + 2 * j) + DOT4(hi, xo + 2 * j + 1);
-        } else {
-          a += DOT4(lo, xo + 2 * j);
-          a += DOT4(hi, xo + 2 * j + 1);
-        }
-      } else if (TREE != 0) {
-        int p[4];
-        [[unroll]] for (uint k = 0; k < 4; ++k)
-          p[k] = DOT4((((w >> (2 * k)) & 0x03030303u) + 0x7E7E7E7Eu) ^ 0x80808080u, xo + 4 * j + k);
-        a += (p[0] + p[1]) + (p[2] + p[3]);
+        a += DOT4(lo, xo + 2 * j);
+        a += DOT4(hi, xo + 2 * j + 1);
       } else {
         [[unroll]] for (uint k = 0; k < 4; ++k) {
           const uint g = (((w >> (2 * k)) & 0x03030303u) + 0x7E7E7E7Eu) ^ 0x80808080u;

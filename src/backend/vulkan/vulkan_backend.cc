@@ -496,9 +496,6 @@ class VulkanBackend : public Backend {
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
     xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 1) != 0;
-    // Opt-in: one-token weights into registers ahead of use; slower on the H200 (2.94-2.97
-    // against 2.80 ms, bench/NOTES.md, sixth session).
-    mv_prefetch_ = std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH", 0), 0, 5);
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
     // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
     mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
@@ -510,20 +507,9 @@ class VulkanBackend : public Backend {
     // unit); 0 = a workgroup per row block.
     mv_wgs_long_ = EnvInt("GEMMA_VULKAN_MV_WGS_LONG", 0);
     if (mv_wgs_long_ < 0) mv_wgs_long_ = -mv_wgs_long_ * static_cast<int>(dev_->compute_units());
-    // Opt-in: one-token linears with a norm prologue in workgroups of GEMMA_VULKAN_PRO_WG
-    // invocations (512 or 1024; 0 = the default size), capped at GEMMA_VULKAN_PRO_WGS (-k per
-    // compute unit; 0 = the MV_WGS cap).
-    pro_wg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_PRO_WG", 0));
-    if (pro_wg_ != 0 && pro_wg_ != 512 && pro_wg_ != 1024) pro_wg_ = 0;
-    if (pro_wg_ > dev_->max_workgroup_size()) pro_wg_ = 0;
-    pro_wgs_ = EnvInt("GEMMA_VULKAN_PRO_WGS", 0);
-    if (pro_wgs_ < 0) pro_wgs_ = -pro_wgs_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
     // previous default) instead of subgroup shuffles.
     pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
-    // Opt-in: the prologue parks its operands in shared memory (faster prologue, but on the H200
-    // fewer workgroups per compute unit: 3.43 against 2.80 ms per token with 4 per unit).
-    pro_park_ = EnvInt("GEMMA_VULKAN_PRO_PARK", 0) != 0;
     // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
     rms_all_ = EnvInt("GEMMA_VULKAN_RMS_ALL", 0) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
@@ -536,7 +522,6 @@ class VulkanBackend : public Backend {
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
-    attn_gqa_ = EnvInt("GEMMA_VULKAN_ATTN_GQA", 0) != 0;
     // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
     // context on the H200, equal at 512 (bench/NOTES.md, seventh session). Off on CPU devices and
     // where resident decode is asked for (its attention has equal splits).
@@ -996,10 +981,7 @@ class VulkanBackend : public Backend {
         cluster = true;
       }
     }
-    // One-token linears with a norm prologue: GEMMA_VULKAN_PRO_WG invocations per workgroup
-    // (fewer, larger workgroups: the prologue is computed by fewer workgroups per compute unit).
-    const uint32_t wg = m == 1 && !rc.ops && pro && pro_wg_ ? pro_wg_ : kWG;
-    const uint32_t rows_per_wg = wg / lanes;
+    const uint32_t rows_per_wg = kWG / lanes;
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
     uint32_t tok = 1;
     const uint32_t dual = second ? 2 : 1;
@@ -1149,35 +1131,19 @@ class VulkanBackend : public Backend {
         b[9] = pro->wa ? *pro->wa : *pro->wt;
         if (pro->h_out) b[10] = *pro->h_out;
       }
-      // Weights into registers ahead of use (not captured: the resident kernel has no NPRE).
-      const uint32_t npre_n = (nvec + lanes - 1) / lanes;
-      const uint32_t npre = m == 1 && !rc.ops && mv_prefetch_ && (mv_prefetch_ != 5 || pro) &&
-                                    vec == 4 && npre_n <= 4
-                                ? npre_n
-                                : 0;
       const uint32_t perm_out = xqm == 2 ? perm : 0;
-      // MV_PREFETCH=4 parks a prologue linear's first block in shared memory where it fits
-      // (elsewhere it loads each block at its start, as 3).
-      uint32_t late_mode = mv_prefetch_ >= 2 ? static_cast<uint32_t>(mv_prefetch_ - 1) : 0;
-      if (late_mode == 3 && pro &&
-          size_t(16) * dual * npre * wg + (pro_park_ ? 16 : 4) * size_t(d.cols) + 8192 >
-              dev_->max_shared_bytes())
-        late_mode = 2;
-      const bool late = npre && late_mode != 0;
-      if (npre || cluster || perm_out) {
-        if (!pro) spec.insert(spec.end(), {0u, 1u});
-        spec.push_back(npre);
+      if (cluster || perm_out) {
+        PadLinearSpec(spec, 11);  // (constant 11 is unused)
         spec.push_back(cluster ? 1u : 0u);
-        if (perm_out || late) spec.push_back(perm_out);
-        if (late) spec.push_back(late_mode);  // NPRE_LATE 1-3
+        if (perm_out) spec.push_back(perm_out);
       }
-      if (pro && (pack_atomic_ || pro_park_ || rms_all_)) {
+      if (pro && (pack_atomic_ || rms_all_)) {
         PadLinearSpec(spec, 14);
         spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
-        spec.push_back(pro_park_ ? 1u : 0u);     // PRO_PARK
+        spec.push_back(0u);                      // (constant 16 is unused)
         spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
       }
-      if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4 && npre == 0) {
+      if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
         PadLinearSpec(spec, 17);
         spec.push_back(mv_dbg_);  // DBG
       }
@@ -1188,11 +1154,10 @@ class VulkanBackend : public Backend {
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
       if (m == 1 && !rc.ops) {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
-        if (wg != kWG && pro_wgs_) cap = pro_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy,
-               1, wg);
+               1, kWG);
     }
   }
 
@@ -1256,11 +1221,10 @@ class VulkanBackend : public Backend {
     }
     // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
     // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-    // PRO holds 8 values per invocation and keeps 1 (PRO_PARK: 4) vectors in shared memory
-    // (with the quantized inputs and reduction slots: at most ~16 KiB more).
+    // PRO holds 8 values per invocation and keeps one vector in shared memory (with the
+    // quantized inputs and reduction slots: at most ~16 KiB more).
     const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
-                    (pro_park_ ? 16 : 4) * static_cast<size_t>(H) + 16384 <=
-                        dev_->max_shared_bytes();
+                    4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
@@ -1376,12 +1340,6 @@ class VulkanBackend : public Backend {
             b[5] = attn_.r;
             b[6] = hcount_.r;
             Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
-          } else if (attn_gqa_ && !rc.ops && nh % nkv == 0 && nh / nkv <= 8 &&
-                     (nh / nkv) * hd <= 4096) {
-            // GEMMA_VULKAN_ATTN_GQA=1: the query heads of a K/V head in one workgroup (the same
-            // partials, bit for bit).
-            Dispatch(rc, "attention_gqa", {static_cast<uint32_t>(nh / nkv)}, b, &pc, sizeof(pc),
-                     nkv, m, splits);
           } else if (attn_dbg_ != 0 || (splits_adapt_ && !rc.ops)) {
             // (not captured: the resident kernel's attention has no ADAPT)
             Dispatch(rc, "attention",
@@ -2035,18 +1993,12 @@ class VulkanBackend : public Backend {
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool xq_perm_ = false;  // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
-  // One-token linears: weights into registers ahead of use (NPRE; 2: the first block's after the
-  // input prologue instead of before it).
-  int mv_prefetch_ = 0;
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
-  uint32_t pro_wg_ = 0;            // workgroup size of one-token linears with a prologue (0: kWG)
-  int pro_wgs_ = 0;                // ... and their grid cap (0: mv_wgs_)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
-  bool pro_park_ = false;          // the prologue parks operands in shared memory (PRO_PARK)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
@@ -2070,7 +2022,6 @@ class VulkanBackend : public Backend {
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.
   std::vector<std::string> empty_only_;
   int attn_dbg_ = 0;  // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
-  bool attn_gqa_ = false;  // decode attention: a workgroup per K/V head (attention_gqa)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
   bool EmptyOnly(const std::string& label) const {
     for (const std::string& p : empty_only_)

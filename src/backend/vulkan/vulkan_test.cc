@@ -346,9 +346,8 @@ TEST(VulkanKernels, GateUpEpilogueMatchesReference) {
 // Full-size row lengths (the fixtures' rows are a few 16-byte vectors long, so one vector per
 // lane): synthetic linears with E2B's widths, where a lane multiplies several vectors of a row
 // (LANES 8 / 16 / 32 / 64, clustered and not), one and two tokens, under the multiply-loop knobs
-// (MV_WGS 3: many row blocks per workgroup; MV_PREFETCH 3: a row block's vectors in one round; 1:
-// the next block's vectors held while one is multiplied). Integer paths bit-exact against the
-// reference ops, bf16 within f32 rounding.
+// (MV_WGS 3: many row blocks per workgroup). Integer paths bit-exact against the reference ops,
+// bf16 within f32 rounding.
 struct SynthLinear {
   std::vector<uint8_t> bytes;
   std::vector<float> scales;
@@ -395,10 +394,7 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   lins.push_back(MakeSynthLinear(WeightKind::kQ2, 20, 12288, 5));  // down (int2): 64 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));   // PLE gate: 32 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7)); // dense, float sums
-  const std::vector<Knobs> settings = {{},
-                                       {{"GEMMA_VULKAN_MV_WGS", "3"}},
-                                       {{"GEMMA_VULKAN_MV_PREFETCH", "3"}},
-                                       {{"GEMMA_VULKAN_MV_PREFETCH", "1"}}};
+  const std::vector<Knobs> settings = {{}, {{"GEMMA_VULKAN_MV_WGS", "3"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {
@@ -724,12 +720,9 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_CNORM", "1"}, {"GEMMA_VULKAN_FUSE_ROPE", "1"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "1"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "2"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "3"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "3"}, {"GEMMA_VULKAN_MV_WGS", "3"},
-     {"GEMMA_VULKAN_MV_MAX_ROWS", "64"}, {"GEMMA_VULKAN_MV_WGS_LONG", "2"}},
+    {{"GEMMA_VULKAN_MV_WGS", "3"},
+     {"GEMMA_VULKAN_MV_MAX_ROWS", "64"},
+     {"GEMMA_VULKAN_MV_WGS_LONG", "2"}},
     {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}},
     {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_LANES", "4"}},
@@ -738,18 +731,10 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_XQ_PERM", "0"}},
     {{"GEMMA_VULKAN_XQ_PERM", "0"}, {"GEMMA_VULKAN_CNORM", "0"}},
-    {{"GEMMA_VULKAN_ATTN_GQA", "1"}},
-    {{"GEMMA_VULKAN_ATTN_GQA", "1"}, {"GEMMA_VULKAN_SPLITS", "5"}},
     {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}},
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
-    {{"GEMMA_VULKAN_PRO_WG", "1024"}, {"GEMMA_VULKAN_PRO_WGS", "2"}},
-    {{"GEMMA_VULKAN_PRO_WG", "512"}, {"GEMMA_VULKAN_MV_PREFETCH", "3"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "4"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "4"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
-    {{"GEMMA_VULKAN_PRO_PARK", "1"}, {"GEMMA_VULKAN_PRO_WG", "512"}},
-    {{"GEMMA_VULKAN_MV_PREFETCH", "5"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
-    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_PRO_WG", "1024"}}};
+    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -49,10 +49,8 @@ layout(constant_id = 8) const uint XQ = 0;
 // workgroup 0 writes h' to binding 10 when has_a is set. n = the input length (<= PRO_N).
 layout(constant_id = 9) const uint PRO = 0;
 layout(constant_id = 10) const uint PRO_N = 1;
-// NPRE > 0 (one token, VEC 4, every row at most NPRE vectors per lane): a row block's weights are
-// loaded into registers before they are needed: the first block's before the input prologue, the
-// next block's before the current one is multiplied (the loads' latency overlaps the prologue).
-layout(constant_id = 11) const uint NPRE = 0;
+// (constants 11, 14 and 16 are unused: weight prefetch variants and prologue operands in shared
+// memory, measured slower on the H200 and removed; bench/NOTES.md, sixth to eighth sessions)
 // CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
 // subgroup, so several rows share a subgroup; each row's partials are summed by xor shuffles
 // within its aligned cluster of LANES invocations (4 <= LANES < subgroup size).
@@ -61,26 +59,10 @@ layout(constant_id = 12) const uint CLUSTER = 0;
 // the packed-dot order of a kind-k consumer (PermCol's inverse), so the consumer (XQ 4) stages it
 // with plain word copies instead of four byte gathers per word. 0: natural order.
 layout(constant_id = 13) const uint PERM = 0;
-// NPRE_LATE 1: the first block's prefetch runs after the input prologue (GEMMA_VULKAN_MV_PREFETCH=2).
-// NPRE_LATE 2: no prefetch across stages: each row block's vectors are all loaded at the block's
-// start (one round of loads, constant register indices), then multiplied, every loop unrolled
-// (GEMMA_VULKAN_MV_PREFETCH=3).
-// NPRE_LATE 3 (with a prologue): the first block's vectors are loaded together with the
-// prologue's operands and parked in shared memory (wsh) before its first barrier, so their latency
-// overlaps the prologue without holding registers through it; the first block multiplies from
-// shared memory (GEMMA_VULKAN_MV_PREFETCH=4).
-// NPRE_LATE 4 (with a prologue): the first block's vectors are read at the start through a
-// volatile alias of the weights and folded into one word before the prologue's first barrier
-// (nothing held across it): the block streams from memory into the L2 cache while the prologue's
-// operands arrive, and the multiply (the default loop) then reads it from L2
-// (GEMMA_VULKAN_MV_PREFETCH=5).
-layout(constant_id = 14) const uint NPRE_LATE = 0;
 // PACK_ATOMIC 1: the prologue packs its quantized bytes into the shared words with atomic ors
 // (GEMMA_VULKAN_PACK_ATOMIC=1); 0: the four invocations holding a word's bytes combine them with
 // two xor shuffles and one of them stores the word (subgroups of at least 4 * PackStride()).
 layout(constant_id = 15) const uint PACK_ATOMIC = 0;
-// PRO_PARK 1: the prologue parks its operands in shared memory (below); 0: in registers.
-layout(constant_id = 16) const uint PRO_PARK = 0;
 // RMS_ALL 1: every invocation sums the subgroup partials and evaluates the RMS factor itself (one
 // barrier per block reduction instead of two; the same sum in the same order)
 // (GEMMA_VULKAN_RMS_ALL=1).
@@ -96,9 +78,6 @@ layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) coherent buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer W1 { uvec4 w1[]; };
-// NPRE_LATE 4: the same weights read as volatile (never merged with the multiply's loads).
-layout(std430, binding = 0) volatile readonly buffer W0v { uvec4 w0v[]; };
-layout(std430, binding = 4) volatile readonly buffer W1v { uvec4 w1v[]; };
 layout(std430, binding = 5) readonly buffer S1 { float s1[]; };
 layout(std430, binding = 5) readonly buffer XQin { uint xq_in[]; };     // XQ 1, 3 (not dual)
 layout(std430, binding = 6) buffer XQout { uint xq_out[]; };           // XQ 2 (EPI 1)
@@ -136,17 +115,8 @@ shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
 shared double red_d[256];  // [slot][subgroup] (128 per slot)
 shared bool last_wg;
-// PRO_PARK: the prologue's operands, parked in shared memory as soon as they arrive (each
-// invocation reads back only its own elements): no load is deferred to its use (the compiler
-// sinks global loads toward their use, which put memory round trips inside later stages: the
-// H200 probes measured the prologue 4.9 against 10 us) but 18 KiB more shared memory per
-// workgroup (fewer workgroups per compute unit). xs holds wt until h' is computed, then the
-// normed input.
-const uint PARK_N = PRO_PARK != 0 ? PRO_N : 1;
+// PRO: the normed input (read by the float path and the separate quantization pass).
 shared float xs[PRO_N];
-shared float pro_t[PARK_N];
-shared float pro_h[PARK_N];  // h, then h'
-shared float pro_wa[PARK_N];
 
 shared float rms_bc[2];
 
@@ -257,37 +227,6 @@ uvec2 XqWord(uint c) {
   return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
 }
 
-const uint NPRE_ARR = NPRE > 0 ? NPRE : 1;
-uvec4 wnext[2][NPRE_ARR];
-const uint WSH = NPRE > 0 && NPRE_LATE == 3 && PRO != 0 ? (EPI == 1 ? 2 : 1) * NPRE * WG : 1;
-shared uvec4 wsh[WSH];  // NPRE_LATE 3: [d][i][invocation]
-
-// This lane's vectors of `row` (zero past the row or the matrix) into wnext.
-void PrefetchRow(uint row, uint lane) {
-  [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-    [[unroll]] for (uint i = 0; i < NPRE; ++i) {
-      const uint j4 = lane + i * LANES;
-      const uint idx = row * (p.wstride / 4) + j4;
-      const bool ok = row < p.rows && j4 < p.wstride / 4;
-      wnext[d][i] = ok ? (d == 0 ? w0[idx] : w1[idx]) : uvec4(0);
-    }
-  }
-}
-
-// NPRE_LATE 4: this lane's vectors of `row` read through the volatile alias, xor-folded later.
-uvec4 wwarm[2][NPRE_ARR];
-uint warm_sink = 0;
-void WarmRow(uint row, uint lane) {
-  [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-    [[unroll]] for (uint i = 0; i < NPRE; ++i) {
-      const uint j4 = lane + i * LANES;
-      const uint idx = row * (p.wstride / 4) + j4;
-      const bool ok = row < p.rows && j4 < p.wstride / 4;
-      wwarm[d][i] = ok ? (d == 0 ? w0v[idx] : w1v[idx]) : uvec4(0);
-    }
-  }
-}
-
 int acc_i[2 * TOK];
 float acc_f[2 * TOK];
 bool int_path[2];
@@ -351,18 +290,6 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   }
 }
 
-// Multiplies this lane's vectors held in wnext (one row block) into the accumulators.
-void AccumulateHeld(uint lane, uint tg) {
-  [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-    [[unroll]] for (uint i = 0; i < NPRE; ++i) {
-      const uint j4 = lane + i * LANES;
-      if (j4 < p.wstride / 4) {
-        [[unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(wnext[d][i][q4], 4 * j4 + q4, d, tg);
-      }
-    }
-  }
-}
-
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
@@ -374,13 +301,6 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
-  // (not const: glslc 12's optimizer loses these spec-constant expressions)
-  bool park = NPRE > 0 && NPRE_LATE == 3 && PRO != 0;
-  bool block_loads = NPRE > 0 && (NPRE_LATE == 2 || (NPRE_LATE == 3 && !park));
-  bool warm_l2 = NPRE > 0 && NPRE_LATE == 4 && PRO != 0;
-  if (NPRE > 0 && (NPRE_LATE == 0 || park))
-    PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
-  if (warm_l2) WarmRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -401,7 +321,7 @@ void main() {
     // is compiled: the loads form one straight run.
     Probe2(0);
     double ss = 0.0LF;
-    float tv[8], hv[8], wtv[8], wav[8];  // (registers without PRO_PARK)
+    float tv[8], hv[8], wtv[8], wav[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < PRO_N) {
@@ -410,30 +330,12 @@ void main() {
         const float w = wt[i];
         // (unconditional: without wa the host binds wt there, so the load joins the run)
         const float a = PRO == 1 ? wa[i] : 0.0;
-        if (PRO_PARK != 0) {
-          pro_t[i] = t;
-          pro_h[i] = h;
-          xs[i] = w;
-          pro_wa[i] = a;
-        } else {
-          tv[u] = t;
-          hv[u] = h;
-          wtv[u] = w;
-          wav[u] = a;
-        }
+        tv[u] = t;
+        hv[u] = h;
+        wtv[u] = w;
+        wav[u] = a;
         ss = fma(double(t), double(t), ss);
       }
-    }
-    if (warm_l2) {
-      uint f = 0;
-      [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < NPRE; ++i)
-          f ^= wwarm[d][i].x ^ wwarm[d][i].y ^ wwarm[d][i].z ^ wwarm[d][i].w;
-      warm_sink = f;
-    }
-    if (park) {
-      [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < NPRE; ++i) wsh[(d * NPRE + i) * WG + tid] = wnext[d][i];
     }
     Probe2(1);  // operands loaded, this invocation's sum of squares
     const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
@@ -443,16 +345,12 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < PRO_N) {
-        const float t = PRO_PARK != 0 ? pro_t[i] : tv[u];
-        const float w = PRO_PARK != 0 ? xs[i] : wtv[u];
-        const float h = PRO_PARK != 0 ? pro_h[i] : hv[u];
+        const float t = tv[u];
+        const float w = wtv[u];
+        const float h = hv[u];
         precise float v = (t * r) * w;
         precise float o = (h + v) * p.scale;
-        if (PRO_PARK != 0) {
-          pro_h[i] = o;
-        } else {
-          hv[u] = o;
-        }
+        hv[u] = o;
         if (write_h) anorm[i] = o;
         ss2 = fma(double(o), double(o), ss2);
       }
@@ -469,10 +367,10 @@ void main() {
       const uint i = tid + u * WG;
       float xv = 0.0;
       if (i < PRO_N) {
-        const float h = PRO_PARK != 0 ? pro_h[i] : hv[u];
+        const float h = hv[u];
         if (PRO == 1) {
           precise float v = h * r2;
-          precise float o = p.has_wa != 0 ? v * (PRO_PARK != 0 ? pro_wa[i] : wav[u]) : v;
+          precise float o = p.has_wa != 0 ? v * wav[u] : v;
           xv = o;
         } else {
           xv = h;
@@ -501,7 +399,6 @@ void main() {
     Probe2(6);
   }
   Probe(1);  // after the consumer-norm prologue
-  if (NPRE > 0 && NPRE_LATE == 1) PrefetchRow(gl_WorkGroupID.y * ROWS_PER_WG + rloc, lane);
   if (XQ == 3 || XQ == 4) {
     // The input arrives quantized (binding 5); stage it in shared memory for the inner loop (XQ 4:
     // already in this kernel's order).
@@ -567,29 +464,7 @@ void main() {
       }
       if (EPI == 3) aux_v = aux[(tg + lane) * p.aux_stride + p.aux_off + row];
     }
-    if (park && blk == gl_WorkGroupID.y) {
-      // The first block's vectors, parked in shared memory by the prologue.
-      [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < NPRE; ++i) wnext[d][i] = wsh[(d * NPRE + i) * WG + tid];
-      if (row < p.rows) AccumulateHeld(lane, tg);
-    } else if (block_loads || park) {
-      PrefetchRow(row, lane);
-      if (row < p.rows) AccumulateHeld(lane, tg);
-    } else if (NPRE > 0 && !warm_l2) {
-      uvec4 wcur[2][NPRE_ARR] = wnext;
-      PrefetchRow((blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc, lane);
-      if (row < p.rows) {
-        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-          [[unroll]] for (uint i = 0; i < NPRE; ++i) {
-            const uint j4 = lane + i * LANES;
-            if (j4 < p.wstride / 4) {
-              [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4)
-                Accumulate(wcur[d][i][q4], 4 * j4 + q4, d, tg);
-            }
-          }
-        }
-      }
-    } else if (row < p.rows) {
+    if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);
@@ -705,6 +580,4 @@ void main() {
   if (TAIL == 1) ResidualNormTail();
   Probe(7);
   Probe2(7);  // the end (the only point of a linear without a prologue)
-  // (keeps the warming loads: no matrix has zero rows)
-  if (warm_l2 && warm_sink == 0x9E3779B9u && p.rows == 0u) y[0] = 0.0;
 }

@@ -356,15 +356,16 @@ struct SynthLinear {
 
 SynthLinear MakeSynthLinear(WeightKind kind, int rows, int cols, uint32_t seed) {
   SynthLinear s;
-  const int bits = kind == WeightKind::kQ2 ? 2 : kind == WeightKind::kQ4 ? 4 : kind == WeightKind::kQ8 ? 8 : 16;
+  const int bits = WeightKindBits(kind);
   const size_t row_bytes = size_t(cols) * bits / 8;
   s.bytes.resize(row_bytes * rows);
   uint32_t r = seed;
   for (size_t i = 0; i < s.bytes.size(); ++i) {
     r = r * 1664525u + 1013904223u;
     s.bytes[i] = static_cast<uint8_t>(r >> 24);
-    // bf16: keep exponents small (finite values of modest size)
-    if (bits == 16 && (i & 1)) s.bytes[i] = static_cast<uint8_t>(0x3C + ((r >> 20) & 3) + ((r >> 31) << 7));
+    // bf16 high bytes: sign and a small exponent (finite values of modest size)
+    if (bits == 16 && (i & 1))
+      s.bytes[i] = static_cast<uint8_t>(0x3C + ((r >> 20) & 3) + ((r >> 31) << 7));
   }
   s.lin.name = "synthetic";
   s.lin.kind = kind;
@@ -386,14 +387,14 @@ SynthLinear MakeSynthLinear(WeightKind kind, int rows, int cols, uint32_t seed) 
 
 TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   auto model = LoadFixture("tiny_qat");
-  std::vector<SynthLinear> lins;
-  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 72, 1536, 1));   // gate/up-like: 8 lanes
-  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 72, 1536, 2));   // (the second weight set)
-  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 56, 1536, 3));   // q/k/v: 16 lanes
-  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 40, 2048, 4));   // o: 32 lanes, 2 vectors
-  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 20, 12288, 5));  // down (int2): 64 lanes
-  lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));   // PLE gate: 32 lanes
-  lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7)); // dense, float sums
+  std::vector<SynthLinear> lins;  // (lanes per row as chosen for 32-wide subgroups)
+  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 72, 1536, 1));    // gate/up-like: 8 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 72, 1536, 2));    // (the second weight set)
+  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 56, 1536, 3));    // q/k/v: 16 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 40, 2048, 4));    // o: 32 lanes, 2 vectors
+  lins.push_back(MakeSynthLinear(WeightKind::kQ2, 20, 12288, 5));   // down (int2): 64 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));    // PLE gate: 32 lanes
+  lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7));  // dense, float sums
   const std::vector<Knobs> settings = {{}, {{"GEMMA_VULKAN_MV_WGS", "3"}}};
   for (const Knobs& env : settings) {
     std::string what;
@@ -419,8 +420,8 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
           ref::LinearForward(lins[1].lin, x.data(), n, u.data());
           for (size_t i = 0; i < want.size(); ++i) want[i] = ref::GeluTanh(want[i]) * u[i];
         }
-        const auto got = VulkanLinearForTest(*vk, lin, dual ? &lins[1].lin : nullptr, x.data(), n,
-                                             dual ? 1 : 0);
+        const auto got =
+            VulkanLinearForTest(*vk, lin, dual ? &lins[1].lin : nullptr, x.data(), n, dual ? 1 : 0);
         ASSERT_EQ(got.size(), want.size());
         if (IsQuantized(lin.kind) && !dual) {
           int diff = 0;

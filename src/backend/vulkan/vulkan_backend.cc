@@ -490,7 +490,8 @@ class VulkanBackend : public Backend {
     mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", -4);
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
-    // per layer); measured slower on the H200 (3.97 against 3.68 ms per token).
+    // per layer); slower on the H200 before the sixth session's merge (3.97 against 3.68 ms per
+    // token), equal since (2.80 against 2.80-2.81; bench/NOTES.md).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
@@ -1156,8 +1157,7 @@ class VulkanBackend : public Backend {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
-      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy,
-               1, kWG);
+      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
   }
 

@@ -345,11 +345,8 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < PRO_N) {
-        const float t = tv[u];
-        const float w = wtv[u];
-        const float h = hv[u];
-        precise float v = (t * r) * w;
-        precise float o = (h + v) * p.scale;
+        precise float v = (tv[u] * r) * wtv[u];
+        precise float o = (hv[u] + v) * p.scale;
         hv[u] = o;
         if (write_h) anorm[i] = o;
         ss2 = fma(double(o), double(o), ss2);

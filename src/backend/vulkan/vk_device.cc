@@ -558,11 +558,37 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
   if (pipe_stats_) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+  // GEMMA_VULKAN_PIPE_DUMP=dir (inspection only): each pipeline is built into its own pipeline
+  // cache, whose data (the driver's binary, in its own format) is written to dir/<n>_<shader>.bin.
+  static const char* dump_dir = std::getenv("GEMMA_VULKAN_PIPE_DUMP");
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  if (dump_dir) {
+    VkPipelineCacheCreateInfo pci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    Check(vkCreatePipelineCache(dev_, &pci, nullptr, &cache), "vkCreatePipelineCache");
+  }
   VkPipeline p;
-  Check(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
+  Check(vkCreateComputePipelines(dev_, cache, 1, &ci, nullptr, &p),
         (std::string("vkCreateComputePipelines ") + shader).c_str());
   pipelines_[key] = p;
   if (pipe_stats_) PrintPipelineStats(shader, spec, p);
+  if (cache != VK_NULL_HANDLE) {
+    size_t n = 0;
+    vkGetPipelineCacheData(dev_, cache, &n, nullptr);
+    std::vector<char> blob(n);
+    vkGetPipelineCacheData(dev_, cache, &n, blob.data());
+    static int serial = 0;
+    const std::string path =
+        std::string(dump_dir) + "/" + std::to_string(serial++) + "_" + shader + ".bin";
+    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+      std::fwrite(blob.data(), 1, n, f);
+      std::fclose(f);
+    }
+    std::string sp;
+    for (uint32_t v : spec) sp += (sp.empty() ? "" : ",") + std::to_string(v);
+    std::fprintf(stderr, "pipe-dump %s spec=%s -> %s (%zu bytes)\n", shader, sp.c_str(),
+                 path.c_str(), n);
+    vkDestroyPipelineCache(dev_, cache, nullptr);
+  }
   return p;
 }
 

@@ -518,10 +518,12 @@ class VulkanBackend : public Backend {
     // words by register values (linear.comp DBG).
     mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
+    mv_fast_ = EnvInt("GEMMA_VULKAN_MV_FAST", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
+    empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
     // context on the H200, equal at 512 (bench/NOTES.md, seventh session). Off on CPU devices and
@@ -875,6 +877,11 @@ class VulkanBackend : public Backend {
         std::strcmp(shader, "readbw") != 0) {
       // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
       std::vector<uint32_t> es{kWG};
+      if (empty_mode_ == 3 || empty_mode_ == 4) {
+        es.resize(17, 0);
+        es[15] = empty_code_;
+        es[16] = empty_mode_ == 4 ? 1 : 0;
+      }
       if (empty_mode_ == 2) {
         es = spec;
         es.resize(14, 0);
@@ -1133,8 +1140,13 @@ class VulkanBackend : public Backend {
         if (pro->h_out) b[10] = *pro->h_out;
       }
       const uint32_t perm_out = xqm == 2 ? perm : 0;
-      if (cluster || perm_out) {
-        PadLinearSpec(spec, 11);  // (constant 11 is unused)
+      // The multiply without per-word branches (linear.comp FAST): both weight sets on the
+      // SRQ integer path, 16-byte loads, the input in shared memory.
+      const bool fast = dp && mv_fast_ && !rc.ops && vec == 4 && lin.in_scale > 0.0f &&
+                        (!second || second->src->in_scale > 0.0f);
+      if (fast || cluster || perm_out) {
+        PadLinearSpec(spec, 10);
+        spec.push_back(fast ? 1u : 0u);  // FAST
         spec.push_back(cluster ? 1u : 0u);
         if (perm_out) spec.push_back(perm_out);
       }
@@ -2002,6 +2014,7 @@ class VulkanBackend : public Backend {
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
+  bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots
@@ -2019,6 +2032,7 @@ class VulkanBackend : public Backend {
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
+  uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.
   std::vector<std::string> empty_only_;
   int attn_dbg_ = 0;  // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)

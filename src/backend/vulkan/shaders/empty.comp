@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // The structure-cost probe (GEMMA_VULKAN_EMPTY, timing only: the outputs are garbage): every
 // dispatch of a recorded step runs this kernel with the original grid, bindings and push
 // constants, so a step measures what the dispatches, barriers and bindings cost without the work.
@@ -19,9 +20,43 @@ layout(constant_id = 11) const uint C11 = 0;
 layout(constant_id = 12) const uint C12 = 0;
 layout(constant_id = 13) const uint C13 = 0;
 layout(constant_id = 14) const uint C14 = 0;
+// Modes 3 and 4 (the instruction-fetch probe): the first subgroup of each workgroup also runs
+// CODE blocks of ~200 integer operations on four independent chains, straight-line (mode 3: the
+// binary grows with CODE) or as a loop over one block (mode 4: the same operations executed from a
+// small binary). Their difference per step is what fetching the longer code costs.
+layout(constant_id = 15) const uint CODE = 0;
+layout(constant_id = 16) const uint ROLLED = 0;
 layout(std430, binding = 3) buffer Y { uint y[]; };
+
+#define S1(x) x = (x ^ (x >> 13u)) * 0x9E3779B1u;
+#define S4 S1(a) S1(b) S1(c) S1(d)
+#define BLOCK S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4
 
 void main() {
   const uint k = C1 ^ C2 ^ C3 ^ C4 ^ C5 ^ C6 ^ C7 ^ C8 ^ C9 ^ C10 ^ C11 ^ C12 ^ C13 ^ C14;
+  if (CODE > 0 && gl_LocalInvocationID.x < 32) {
+    uint a = gl_LocalInvocationID.x + k, b = a + 1u, c = a + 2u, d = a + 3u;
+    if (ROLLED != 0) {
+      [[dont_unroll]] for (uint i = 0; i < CODE; ++i) { BLOCK }
+    } else {
+      if (CODE > 0) { BLOCK }
+      if (CODE > 1) { BLOCK }
+      if (CODE > 2) { BLOCK }
+      if (CODE > 3) { BLOCK }
+      if (CODE > 4) { BLOCK }
+      if (CODE > 5) { BLOCK }
+      if (CODE > 6) { BLOCK }
+      if (CODE > 7) { BLOCK }
+      if (CODE > 8) { BLOCK }
+      if (CODE > 9) { BLOCK }
+      if (CODE > 10) { BLOCK }
+      if (CODE > 11) { BLOCK }
+      if (CODE > 12) { BLOCK }
+      if (CODE > 13) { BLOCK }
+      if (CODE > 14) { BLOCK }
+      if (CODE > 15) { BLOCK }
+    }
+    if ((a ^ b ^ c ^ d) == 0x12345678u + k) y[1] = a;
+  }
   if (gl_LocalInvocationID.x == 0xFFFFFFFFu - (k & 0xFFFFu)) y[0] = k;
 }

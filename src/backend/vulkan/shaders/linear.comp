@@ -49,7 +49,17 @@ layout(constant_id = 8) const uint XQ = 0;
 // workgroup 0 writes h' to binding 10 when has_a is set. n = the input length (<= PRO_N).
 layout(constant_id = 9) const uint PRO = 0;
 layout(constant_id = 10) const uint PRO_N = 1;
-// (constants 11, 14 and 16 are unused: weight prefetch variants and prologue operands in shared
+// FAST 1 (DP4A, the SRQ integer path on every weight set, 16-byte weight loads, the input in
+// shared memory; the host sets it): the multiply without per-word branches or dynamic indexes,
+// and each weight lane group made by a shift and one three-input logic operation: an offset-
+// binary int2 code c moved to a byte's top two bits and its high bit flipped,
+// ((w << s) & 0xC0C0C0C0) ^ 0x80808080, is the signed byte 64 (c - 2); an int4 code likewise
+// 16 (c - 8). The sums are exact multiples of 64 (16), shifted back once per row: the same
+// int32 sums as the default path, so bit-identical results. (bench/NOTES.md, ninth session: in
+// the driver's machine code the per-word select, branch and sign fix were ~3/4 of the default
+// loop's instructions.)
+layout(constant_id = 11) const uint FAST = 0;
+// (constants 14 and 16 are unused: weight prefetch variants and prologue operands in shared
 // memory, measured slower on the H200 and removed; bench/NOTES.md, sixth to eighth sessions)
 // CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
 // subgroup, so several rows share a subgroup; each row's partials are summed by xor shuffles
@@ -290,6 +300,49 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   }
 }
 
+#if DP4A
+// Row `base` (in vectors) of weight set d into acc_i (FAST).
+void MultiplyFast(uint base, uint lane, uint d) {
+#define XW(i) ((DBG & 8) != 0 ? (uint(i) * 0x01010101u) : xq[i])
+#define D4(xw, g) ((DBG & 4) != 0 ? (int(xw) ^ int(g)) : SDot4(int(xw), int(g), 0))
+  int a[TOK];
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
+  // (|a| <= 64 * 2 * 128 per int2 column: exact in int32 for rows of up to 2^17 columns)
+  [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
+    const uvec4 w4 = (DBG & 2) != 0 ? uvec4(j4 * 0x9E3779B9u, j4 ^ base, j4 + base, j4 * 7u)
+                     : d == 0 ? w0[base + j4] : w1[base + j4];
+    if ((DBG & 1) != 0) {
+      a[0] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
+      continue;
+    }
+    [[unroll]] for (uint q = 0; q < 4; ++q) {
+      const uint w = q == 0 ? w4.x : q == 1 ? w4.y : q == 2 ? w4.z : w4.w;
+      [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+        const uint xo = (d * TOK + tt) * XWORDS;
+        if (KIND == 3) {
+          const uint xi = xo + 16 * j4 + 4 * q;
+          a[tt] = D4(XW(xi), ((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
+          a[tt] = D4(XW(xi + 1), ((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
+          a[tt] = D4(XW(xi + 2), ((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
+          a[tt] = D4(XW(xi + 3), (w & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
+        } else if (KIND == 4) {
+          const uint xi = xo + 8 * j4 + 2 * q;
+          a[tt] = D4(XW(xi), ((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u) + a[tt];
+          a[tt] = D4(XW(xi + 1), (w & 0xF0F0F0F0u) ^ 0x80808080u) + a[tt];
+        } else {  // int8: the default path's product
+          a[tt] = D4(XW(xo + 4 * j4 + q), w) + a[tt];
+        }
+      }
+    }
+  }
+  // The int2 (int4) products were 64 (16) times their values: exact multiples, shifted back.
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt)
+    acc_i[d * TOK + tt] += KIND == 3 ? a[tt] >> 6 : KIND == 4 ? a[tt] >> 4 : a[tt];
+#undef XW
+#undef D4
+}
+#endif
+
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
@@ -465,6 +518,12 @@ void main() {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);
+#if DP4A
+          if (FAST != 0) {
+            MultiplyFast(base, lane, d);
+            continue;
+          }
+#endif
           for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
             const uvec4 w4 = (DBG & 2) != 0 ? uvec4(j4 * 0x9E3779B9u, j4 ^ row, j4 + row, j4 * 7u)
                              : d == 0 ? w0[base + j4] : w1[base + j4];

@@ -249,6 +249,7 @@ class VulkanBackend : public Backend {
                  (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") +
                  ", matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
                  (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
+                 (mv_fast_ && int_dot_ ? ", branch-free multiply" : "") +
                  (xq_shared_ ? ", quantized input in shared" : ", quantized input global") +
                  ", lanes_k " + std::to_string(lanes_k_) + ", decode splits " +
                  std::to_string(splits_) + ", prefill attention " +

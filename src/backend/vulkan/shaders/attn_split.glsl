@@ -5,7 +5,9 @@
 // The includer defines WG, ATT_QS(i) (the head's q in shared memory, staged by ATT_STAGE_Q(), which
 // runs once, after the first block's loads are issued, and ends with a barrier),
 // ATT_K(i) and ATT_V(i) (cache floats at absolute indices), and optionally ATT_PROBES (calls
-// Probe / Probe2 of probe.glsl at the stage boundaries).
+// Probe / Probe2 of probe.glsl at the stage boundaries). (Loading the caches as vec4s, one
+// 16-byte load per 4-float group instead of four scalar loads, measured slower on the H200:
+// 2.61-2.64 against 2.39-2.41 ms per token, 3.04 against 2.61 at 4,096 context; ninth session.)
 //
 // Latency, not bandwidth, bounds a block (decode reads a few KiB per workgroup), so every stage
 // issues all of its loads before it uses one:
@@ -55,10 +57,16 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
   const uint vkeys = (ATT_KPB + G - 1) / G;  // keys per group and block
   double a[4] = double[4](0.0LF, 0.0LF, 0.0LF, 0.0LF);
   const uint kl = tid / ATT_TPK, part = tid % ATT_TPK;
+  // Ring rows of a block's keys b + jj (jj < ATT_KPB) from b's row, without a division per key
+  // where the ring holds a whole block (it always does in the model; tiny rings divide).
+  const bool small_ring = ring < ATT_KPB;
   for (uint b = jb; b < ((ATT_DBG & 16) == 0 ? je : jb); b += ATT_KPB) {
     const uint j = b + kl;
     const uint nb = min(ATT_KPB, je - b);
-    const uint kb = kbase + (j % ring) * width;
+    const uint rb = b % ring;
+#define ATT_ROW(jj) \
+  (small_ring ? (b + (jj)) % ring : rb + (jj) >= ring ? rb + (jj) - ring : rb + (jj))
+    const uint kb = kbase + ATT_ROW(kl) * width;
     // The block's first round of key and value loads before anything waits (on the first block
     // also before the caller's q staging, ATT_STAGE_Q).
     vec4 kv[8], vv[8];
@@ -69,7 +77,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     }
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint jj = vg + G * u;
-      const uint vb = vbase + ((b + jj) % ring) * width + 4 * vq;
+      const uint vb = vbase + ATT_ROW(jj) * width + 4 * vq;
       [[unroll]] for (uint c = 0; c < 4; ++c)
         vv[u][c] = vlane && jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c)
                                                                               : float(c);
@@ -121,7 +129,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
         if (u0 > 0) {
           [[unroll]] for (uint u = 0; u < 8; ++u) {
             const uint jj = vg + G * (u0 + u);
-            const uint vb = vbase + ((b + jj) % ring) * width + 4 * vq;
+            const uint vb = vbase + ATT_ROW(jj) * width + 4 * vq;
             [[unroll]] for (uint c = 0; c < 4; ++c)
               vv[u][c] = jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c) : float(c);
           }
@@ -139,6 +147,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     }
     barrier();  // att_sc / att_w are reused by the next block
     if (b == jb) ATT_PROBE(4);  // first block's value sums
+#undef ATT_ROW
   }
   // The groups' sums, added in group order.
   if (vlane && (ATT_DBG & 8) == 0) {

@@ -477,7 +477,8 @@ class VulkanBackend : public Backend {
                                  EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0) != 0);
     cnorm_ = EnvInt("GEMMA_VULKAN_CNORM", resident_asked ? 0 : 1) != 0;
     // Opt-in: q/k norm + RoPE in the decode attention (one dispatch and one barrier fewer per
-    // layer); measured slower on the H200 (3.83 against 3.67 ms per token).
+    // layer); measured slower on the H200 (3.83 against 3.67 ms per token; ninth session 2.85
+    // against 2.50).
     fuse_rope_ = EnvInt("GEMMA_VULKAN_FUSE_ROPE", 0) != 0;
     const int fill_threads = std::clamp(
         EnvInt("GEMMA_VULKAN_FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())),
@@ -492,7 +493,8 @@ class VulkanBackend : public Backend {
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
     // per layer); slower on the H200 before the sixth session's merge (3.97 against 3.68 ms per
-    // token), equal since (2.80 against 2.80-2.81; bench/NOTES.md).
+    // token), then equal (2.80 against 2.80-2.81), slower with the ninth session's kernels (2.79
+    // against 2.50-2.51; bench/NOTES.md).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57

@@ -245,34 +245,34 @@ class VulkanBackend : public Backend {
     s->resident_workgroups = resident_ ? resident_wgs_ : 0;
     s->resident_ops = resident_ ? resident_ops_ : 0;
     s->resident_fallbacks = resident_fallbacks_;
-    s->kernels = std::string("prefill linears ") + (coop_ ? "linear_cm (matrix units) + " : "") +
-                 (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") +
-                 ", matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
-                 (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
-                 (mv_fast_ && int_dot_ ? ", branch-free multiply" : "") +
-                 (xq_shared_ ? ", quantized input in shared" : ", quantized input global") +
-                 ", lanes_k " + std::to_string(lanes_k_) + ", decode splits " +
-                 std::to_string(splits_) + ", prefill attention " +
-                 (attn_tiled_        ? "tiled"
-                  : attn_pf_ == 4 ? "2 queries per subgroup, f32 dots"
-                  : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
-                  : attn_pf_ == 2 ? "subgroup per query, f32 dots"
-                  : attn_pf_ == 1 ? "subgroup per query"
-                                  : "per query") +
-                 (cnorm_        ? ", norms in the consumer's prologue"
-                  : fuse_tails_ ? ", norm tails"
-                                : "") +
-                 (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
-                 (mv_lanes_min_ < dev_->min_subgroup_size()
-                      ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
-                      : "") +
-                 (attn_combine_ ? ", splits merged by the last workgroup" : "") +
-                 (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) +
-                                  " workgroups, " + std::to_string(resident_ops_) +
-                                  " operations, " + std::to_string(resident_phases_) +
-                                  " grid barriers)"
-                            : ", decode as dispatches" +
-                                  (resident_note_.empty() ? "" : " (" + resident_note_ + ")"));
+    s->kernels =
+        std::string("prefill linears ") + (coop_ ? "linear_cm (matrix units) + " : "") +
+        (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") + ", matvec " +
+        (int_dot_ ? "packed int dot" : "scalar int") +
+        (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
+        (mv_fast_ && int_dot_ ? ", branch-free multiply" : "") +
+        (xq_shared_ ? ", quantized input in shared" : ", quantized input global") + ", lanes_k " +
+        std::to_string(lanes_k_) + ", decode splits " + std::to_string(splits_) +
+        ", prefill attention " +
+        (attn_tiled_     ? "tiled"
+         : attn_pf_ == 4 ? "2 queries per subgroup, f32 dots"
+         : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
+         : attn_pf_ == 2 ? "subgroup per query, f32 dots"
+         : attn_pf_ == 1 ? "subgroup per query"
+                         : "per query") +
+        (cnorm_        ? ", norms in the consumer's prologue"
+         : fuse_tails_ ? ", norm tails"
+                       : "") +
+        (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
+        (mv_lanes_min_ < dev_->min_subgroup_size()
+             ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
+             : "") +
+        (attn_combine_ ? ", splits merged by the last workgroup" : "") +
+        (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) + " workgroups, " +
+                         std::to_string(resident_ops_) + " operations, " +
+                         std::to_string(resident_phases_) + " grid barriers)"
+                   : ", decode as dispatches" +
+                         (resident_note_.empty() ? "" : " (" + resident_note_ + ")"));
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
   // Bytes per second a compute shader reads from every resident weight buffer (the decode's

@@ -550,35 +550,35 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
 }
 
 // One-token steps past the sliding window (ring wrap, several key splits): the split attention
-// (attention.comp) and the opt-in subgroup-per-split one (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups
-// only; elsewhere the knob has no effect), logits against the CPU reference at every step. Slack 8
-// gives the sliding layers a ring shorter than a 32-key block (rows by division), slack 40 one that
-// holds a block (rows by one wrap from the block's first row).
+// (attention.comp) and the opt-in subgroup-per-split one (GEMMA_VULKAN_ATTN_DEC=1, 32-wide
+// subgroups only; elsewhere the knob has no effect), logits against the CPU reference at every
+// step. Slack 8 gives the sliding layers a ring shorter than a 32-key block (rows by division),
+// slack 40 one that holds a block (rows by one wrap from the block's first row).
 TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
   for (const int slack : {8, 40})
-  for (const char* dec : {"1", "0"}) {
-    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_DEC=") + dec + " slack " + std::to_string(slack));
-    auto model = LoadFixture("tiny_dense_bf16");
-    const int V = model->text().vocab_size;
-    setenv("GEMMA_VULKAN_ATTN_DEC", dec, 1);
-    auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
-    unsetenv("GEMMA_VULKAN_ATTN_DEC");
-    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
-    std::vector<int32_t> tokens(100);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
-    ForwardResult a, b;
-    const std::span<const int32_t> prompt(tokens.data(), 8);
-    cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-    vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-    for (size_t t = 8; t < tokens.size(); ++t) {
-      const std::span<const int32_t> one(&tokens[t], 1);
-      cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
-      vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
-      ASSERT_EQ(a.logits.size(), b.logits.size());
-      EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+    for (const char* dec : {"1", "0"}) {
+      SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_DEC=") + dec + " slack " + std::to_string(slack));
+      auto model = LoadFixture("tiny_dense_bf16");
+      const int V = model->text().vocab_size;
+      setenv("GEMMA_VULKAN_ATTN_DEC", dec, 1);
+      auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
+      unsetenv("GEMMA_VULKAN_ATTN_DEC");
+      if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+      auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
+      std::vector<int32_t> tokens(100);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
+      ForwardResult a, b;
+      const std::span<const int32_t> prompt(tokens.data(), 8);
+      cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
+      vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
+      for (size_t t = 8; t < tokens.size(); ++t) {
+        const std::span<const int32_t> one(&tokens[t], 1);
+        cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
+        vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
+        ASSERT_EQ(a.logits.size(), b.logits.size());
+        EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+      }
     }
-  }
 }
 
 // The resident decode step (resident.comp: one dispatch of persistent workgroups with grid

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "format/safetensors_writer.h"
 #include "gemma/error.h"
@@ -65,6 +66,35 @@ TEST(Safetensors, WriterRoundTrip) {
   EXPECT_EQ(static_cast<int8_t>(f.tensors().at("c").data[7]), -3);
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_EQ(reinterpret_cast<uintptr_t>(ta.data) % 8, 0u);
+}
+
+// Row blocks are filled by several threads (each given a sub-range of rows and the matching slice
+// of the buffer); a tensor of many rows, some larger than the 64 MiB block, reads back row by row
+// as its fill wrote it.
+TEST(Safetensors, WriterFillsRowRangesInParallel) {
+  SafetensorsWriter w;
+  auto fill = [](int64_t cols) {
+    return [cols](int64_t b, int64_t e, uint8_t* dst) {
+      for (int64_t r = b; r < e; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          dst[(r - b) * cols + c] = static_cast<uint8_t>((r * 131 + c * 7) ^ (r >> 8));
+    };
+  };
+  w.Add("many", DType::kU8, {1001, 37}, fill(37));
+  w.Add("big", DType::kU8, {3, 40 << 20}, fill(40 << 20));  // 40 MiB rows: one row per block
+  const std::string path = TempPath("parallel.safetensors");
+  w.Write(path);
+  SafetensorsFile f(path);
+  for (const auto& [name, rows, cols] :
+       {std::tuple<const char*, int64_t, int64_t>{"many", 1001, 37}, {"big", 3, 40 << 20}}) {
+    const uint8_t* d = f.tensors().at(name).data;
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        bad += d[r * cols + c] != static_cast<uint8_t>((r * 131 + c * 7) ^ (r >> 8));
+    EXPECT_EQ(bad, 0) << name;
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(Safetensors, RejectsTruncatedFile) {

@@ -8,7 +8,7 @@ size is the u32 at 0x4c (the "Binary Size" that GEMMA_VULKAN_PIPE_STATS prints) 
 starts 8 bytes after the u64 offset at 0x50. (Found by inspection, not documented; checked by
 the first instruction being S2R and the size matching the driver's statistic.)
 
-  sass_h200.py extract DUMP_DIR CODE_DIR   # zstd CLI needed (Debian: zstd)
+  sass_h200.py extract DUMP_DIR CODE_DIR   # the dump's .raw files, else the zstd CLI (Debian: zstd)
   sass_h200.py disasm CODE_DIR             # nvdisasm -b SM90 (the CUDA toolkit on the H200)
 """
 import glob, os, shutil, struct, subprocess, sys
@@ -17,13 +17,16 @@ import glob, os, shutil, struct, subprocess, sys
 def extract(dump, out):
     os.makedirs(out, exist_ok=True)
     for path in sorted(glob.glob(os.path.join(dump, "*.bin"))):
-        blob = open(path, "rb").read()
         name = os.path.basename(path)[:-4]
-        z = blob.find(bytes.fromhex("28b52ffd"))  # zstd frame magic
-        if z < 0:
-            print(f"{name}: {len(blob)} bytes, no zstd frame")
-            continue
-        raw = subprocess.run(["zstd", "-d", "-c"], input=blob[z:], capture_output=True).stdout
+        if os.path.exists(path[:-4] + ".raw"):  # decompressed by the dump itself (libzstd)
+            raw = open(path[:-4] + ".raw", "rb").read()
+        else:
+            blob = open(path, "rb").read()
+            z = blob.find(bytes.fromhex("28b52ffd"))  # zstd frame magic
+            if z < 0:
+                print(f"{name}: {len(blob)} bytes, no zstd frame")
+                continue
+            raw = subprocess.run(["zstd", "-d", "-c"], input=blob[z:], capture_output=True).stdout
         if raw[:12] != b"NVDANVVMNVuc":
             print(f"{name}: unknown container {raw[:12]!r}")
             continue

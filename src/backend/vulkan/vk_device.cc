@@ -1,5 +1,7 @@
 #include "backend/vulkan/vk_device.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -583,10 +585,45 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
       std::fwrite(blob.data(), 1, n, f);
       std::fclose(f);
     }
+    // The NVIDIA driver's data holds a zstd frame: where libzstd can be loaded, its contents go
+    // to <n>_<shader>.raw too (bench/vulkan/sass_h200.py takes the code out of either file).
+    struct Zstd {
+      unsigned long long (*size)(const void*, size_t) = nullptr;
+      size_t (*decompress)(void*, size_t, const void*, size_t) = nullptr;
+      unsigned (*is_error)(size_t) = nullptr;
+    };
+    static const Zstd zstd = [] {
+      Zstd z;
+      if (void* h = dlopen("libzstd.so.1", RTLD_NOW)) {
+        z.size = reinterpret_cast<decltype(z.size)>(dlsym(h, "ZSTD_getFrameContentSize"));
+        z.decompress = reinterpret_cast<decltype(z.decompress)>(dlsym(h, "ZSTD_decompress"));
+        z.is_error = reinterpret_cast<decltype(z.is_error)>(dlsym(h, "ZSTD_isError"));
+      }
+      return z;
+    }();
+    const char kMagic[4] = {'\x28', '\xb5', '\x2f', '\xfd'};
+    const auto frame = std::search(blob.begin(), blob.end(), kMagic, kMagic + 4);
+    size_t raw_bytes = 0;
+    if (zstd.size && zstd.decompress && zstd.is_error && frame != blob.end()) {
+      const size_t in = static_cast<size_t>(blob.end() - frame);
+      const unsigned long long out = zstd.size(&*frame, in);
+      if (out > 0 && out < (1ull << 30)) {
+        std::vector<char> raw(out);
+        const size_t got = zstd.decompress(raw.data(), raw.size(), &*frame, in);
+        if (!zstd.is_error(got)) {
+          const std::string rpath = path.substr(0, path.size() - 4) + ".raw";
+          if (FILE* f = std::fopen(rpath.c_str(), "wb")) {
+            std::fwrite(raw.data(), 1, got, f);
+            std::fclose(f);
+            raw_bytes = got;
+          }
+        }
+      }
+    }
     std::string sp;
     for (uint32_t v : spec) sp += (sp.empty() ? "" : ",") + std::to_string(v);
-    std::fprintf(stderr, "pipe-dump %s spec=%s -> %s (%zu bytes)\n", shader, sp.c_str(),
-                 path.c_str(), n);
+    std::fprintf(stderr, "pipe-dump %s spec=%s -> %s (%zu bytes, %zu decompressed)\n", shader,
+                 sp.c_str(), path.c_str(), n, raw_bytes);
     vkDestroyPipelineCache(dev_, cache, nullptr);
   }
   return p;

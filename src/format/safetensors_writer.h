@@ -15,7 +15,8 @@ namespace gemma {
 class SafetensorsWriter {
  public:
   // fill(row_begin, row_end, dst): write rows [row_begin, row_end) of the tensor (row = first dim;
-  // a 0-d or 1-d tensor is one row) into dst.
+  // a 0-d or 1-d tensor is one row) into dst. Write() calls it from several threads at once for
+  // disjoint row ranges, so it must depend only on its rows and must not throw.
   using Fill = std::function<void(int64_t row_begin, int64_t row_end, uint8_t* dst)>;
 
   void Add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill);

@@ -241,14 +241,26 @@ int acc_i[2 * TOK];
 float acc_f[2 * TOK];
 bool int_path[2];
 
+// The 16-byte weight vector j4 of set d at vector offset `base` (DBG 2: made from the index and
+// `salt` instead of loaded).
+uvec4 WeightVec(uint d, uint base, uint j4, uint salt) {
+  if ((DBG & 2) != 0) return uvec4(j4 * 0x9E3779B9u, j4 ^ salt, j4 + salt, j4 * 7u);
+  return d == 0 ? w0[base + j4] : w1[base + j4];
+}
+
+#if DP4A
+// The packed dot product of weight lanes g and shared input word xi (DBG 4: an xor instead;
+// DBG 8: a register value instead of the shared word).
+#define XIN(xi) ((DBG & 8) != 0 ? (uint(xi) * 0x01010101u) : xq[xi])
+#define DOT4(g, xi) ((DBG & 4) != 0 ? (int(g) ^ int(XIN(xi))) : SDot4(int(g), int(XIN(xi)), 0))
+#endif
+
 // Adds word j (of row-local index) of weight set d to the token accumulators.
 void Accumulate(uint w, uint j, uint d, uint tg) {
   const uint epw = ElemsPerWord();
   const uint c0 = j * epw;
   const bool quant = KIND >= 3;
 #if DP4A
-#define DOT4(g, xi) ((DBG & 4) != 0 ? (int(g) ^ int(XIN(xi))) : SDot4(int(g), int(XIN(xi)), 0))
-#define XIN(xi) ((DBG & 8) != 0 ? (uint(xi) * 0x01010101u) : xq[xi])
   if (XQ != 1 && int_path[d]) {
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
       const uint xo = (d * TOK + tt) * XWORDS;
@@ -303,14 +315,11 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
 #if DP4A
 // Row `base` (in vectors) of weight set d into acc_i (FAST).
 void MultiplyFast(uint base, uint lane, uint d) {
-#define XW(i) ((DBG & 8) != 0 ? (uint(i) * 0x01010101u) : xq[i])
-#define D4(xw, g) ((DBG & 4) != 0 ? (int(xw) ^ int(g)) : SDot4(int(xw), int(g), 0))
   int a[TOK];
   [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
   // (|a| <= 64 * 2 * 128 per int2 column: exact in int32 for rows of up to 2^17 columns)
   [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-    const uvec4 w4 = (DBG & 2) != 0 ? uvec4(j4 * 0x9E3779B9u, j4 ^ base, j4 + base, j4 * 7u)
-                     : d == 0 ? w0[base + j4] : w1[base + j4];
+    const uvec4 w4 = WeightVec(d, base, j4, base);
     if ((DBG & 1) != 0) {
       a[0] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
       continue;
@@ -321,16 +330,16 @@ void MultiplyFast(uint base, uint lane, uint d) {
         const uint xo = (d * TOK + tt) * XWORDS;
         if (KIND == 3) {
           const uint xi = xo + 16 * j4 + 4 * q;
-          a[tt] = D4(XW(xi), ((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
-          a[tt] = D4(XW(xi + 1), ((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
-          a[tt] = D4(XW(xi + 2), ((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
-          a[tt] = D4(XW(xi + 3), (w & 0xC0C0C0C0u) ^ 0x80808080u) + a[tt];
+          a[tt] = DOT4(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u, xi) + a[tt];
+          a[tt] = DOT4(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 1) + a[tt];
+          a[tt] = DOT4(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 2) + a[tt];
+          a[tt] = DOT4((w & 0xC0C0C0C0u) ^ 0x80808080u, xi + 3) + a[tt];
         } else if (KIND == 4) {
           const uint xi = xo + 8 * j4 + 2 * q;
-          a[tt] = D4(XW(xi), ((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u) + a[tt];
-          a[tt] = D4(XW(xi + 1), (w & 0xF0F0F0F0u) ^ 0x80808080u) + a[tt];
+          a[tt] = DOT4(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u, xi) + a[tt];
+          a[tt] = DOT4((w & 0xF0F0F0F0u) ^ 0x80808080u, xi + 1) + a[tt];
         } else {  // int8: the default path's product
-          a[tt] = D4(XW(xo + 4 * j4 + q), w) + a[tt];
+          a[tt] = DOT4(w, xo + 4 * j4 + q) + a[tt];
         }
       }
     }
@@ -338,8 +347,6 @@ void MultiplyFast(uint base, uint lane, uint d) {
   // The int2 (int4) products were 64 (16) times their values: exact multiples, shifted back.
   [[unroll]] for (uint tt = 0; tt < TOK; ++tt)
     acc_i[d * TOK + tt] += KIND == 3 ? a[tt] >> 6 : KIND == 4 ? a[tt] >> 4 : a[tt];
-#undef XW
-#undef D4
 }
 #endif
 
@@ -525,8 +532,7 @@ void main() {
           }
 #endif
           for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-            const uvec4 w4 = (DBG & 2) != 0 ? uvec4(j4 * 0x9E3779B9u, j4 ^ row, j4 + row, j4 * 7u)
-                             : d == 0 ? w0[base + j4] : w1[base + j4];
+            const uvec4 w4 = WeightVec(d, base, j4, row);
             if ((DBG & 1) != 0) {
               acc_i[d * TOK] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
               continue;

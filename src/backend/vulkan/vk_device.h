@@ -25,7 +25,9 @@ namespace gemma::vk {
 
 std::span<const uint32_t> SpirvModule(const char* name);  // embedded, generated at build time
 
-constexpr int kBindings = 12;
+// Storage-buffer bindings of the one descriptor-set layout every kernel uses (11: the step's
+// values; 12-14: attn_fused.comp's cache write aliases and probe).
+constexpr int kBindings = 16;
 
 struct BufRange {
   VkBuffer buf = VK_NULL_HANDLE;

@@ -105,6 +105,10 @@ struct AttnPush {
 struct CombinePush {
   uint32_t nh, hd, splits, o_stride;
 };
+struct FusedAttnPush {  // attn_fused.comp
+  uint32_t nh, nkv, ring, window, splits, rot, has_kn, kv_new, ml_base;
+  float eps;
+};
 struct PlePush {
   uint32_t pdim, stride;
   float proj_scale, input_scale, eps;
@@ -268,6 +272,10 @@ class VulkanBackend : public Backend {
              ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
              : "") +
         (attn_combine_ ? ", splits merged by the last workgroup" : "") +
+        (attn_fused_ ? std::string(", one-token attention fused (") +
+                           (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
+                           (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
+                     : "") +
         (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) + " workgroups, " +
                          std::to_string(resident_ops_) + " operations, " +
                          std::to_string(resident_phases_) + " grid barriers)"
@@ -496,6 +504,17 @@ class VulkanBackend : public Backend {
     // token), then equal (2.80 against 2.80-2.81), slower with the ninth session's kernels (2.79
     // against 2.50-2.51; bench/NOTES.md).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
+    // One-token decode attention as attn_fused.comp (q/k norm + RoPE, the key splits and their
+    // merge in one dispatch; f32 dot products): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
+    // attention + attn_combine; _ROPE=0 keeps qkrope's dispatch, _MODE=1 merges in a second
+    // dispatch, GEMMA_VULKAN_ATTN_KW sets the keys per row group and block. Off where resident
+    // decode is asked for (its kernel runs the three).
+    attn_fused_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED", resident_asked ? 0 : 1) != 0;
+    attn_fused_rope_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_ROPE", 1) != 0;
+    attn_fused_mode_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_MODE", 0) != 0 ? 1u : 0u;
+    attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
+    // The merge's partials per round (tests: fewer, so that the fixtures' contexts take several).
+    attn_mb_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_MB", 16), 1, 16));
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -868,11 +887,12 @@ class VulkanBackend : public Backend {
     // attention_probe2: the first key block's V loop, round by round).
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
-        (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0) &&
+        (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
+         std::strcmp(shader, "attn_fused") == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0) &&
         rc.probe_seen++ == rc.probe_nth) {
       probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
-      bb[shader[0] == 'l' ? 11 : 10] = prof_.r;
+      bb[shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
     }
     if ((empty_mode_ != 0 ||
@@ -1273,9 +1293,13 @@ class VulkanBackend : public Backend {
       Barrier(rc);
       CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
       const bool sliding = p.type == LayerType::kSliding;
+      // One-token steps: attn_fused.comp where the shapes fit (not captured for the resident
+      // kernel, which runs the three-kernel path).
+      uint32_t frl = 0, fd = 0, fkw = 0;
+      const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
-      const bool fuse_rope = m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
-      if (!fuse_rope) {
+      const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
+      if (!fuse_rope && !(fused && attn_fused_rope_)) {
         RopePush pc{static_cast<uint32_t>(nh),
                     static_cast<uint32_t>(nkv),
                     static_cast<uint32_t>(hd),
@@ -1307,7 +1331,38 @@ class VulkanBackend : public Backend {
         b[2] = slot.v.r;
         b[3] = po_.r;
         b[4] = pml_.r;
-        if (m >= kMatmulMinTokens && attn_pf_) {
+        if (fused) {
+          const FusedAttnPush fp{static_cast<uint32_t>(nh),
+                                 static_cast<uint32_t>(nkv),
+                                 static_cast<uint32_t>(slot.ring),
+                                 static_cast<uint32_t>(p.window),
+                                 static_cast<uint32_t>(splits),
+                                 static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                                 d.k_norm.handle >= 0 ? 1u : 0u,
+                                 p.kv_shared ? 0u : 1u,
+                                 static_cast<uint32_t>(splits * nh * hd),
+                                 cfg_.rms_norm_eps};
+          b[4] = sliding ? rope_s_.r : rope_f_.r;
+          b[5] = attn_.r;
+          b[6] = hcount_.r;
+          b[7] = kt_.r;
+          b[8] = vt_.r;
+          b[9] = d.q_norm.r;
+          b[10] = d.k_norm.handle >= 0 ? d.k_norm.r : d.q_norm.r;
+          b[12] = slot.k.r;
+          b[13] = slot.v.r;
+          const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
+          Dispatch(rc, "attn_fused",
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_},
+                   b, &fp, sizeof(fp), nh, 1, splits);
+          Barrier(rc);
+          if (attn_fused_mode_ == 1) {
+            Dispatch(rc, "attn_fused",
+                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_}, b, &fp,
+                     sizeof(fp), nh, 1, 1);
+            Barrier(rc);
+          }
+        } else if (m >= kMatmulMinTokens && attn_pf_) {
           // Prefill: a subgroup per (token, head), no splits to merge.
           b[5] = attn_.r;
           if (attn_pf_ >= 3 && hd % 4 == 0 && hd <= 512) {
@@ -2008,6 +2063,24 @@ class VulkanBackend : public Backend {
   bool xq_shared_ = true;    // matvecs stage a pre-quantized input in shared memory
   bool xq_perm_ = false;  // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
+  bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
+  bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
+  uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
+  uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
+  uint32_t attn_mb_ = 16;         // ... partials per round of the merge
+  // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
+  // false where the kernel does not fit (then the three-kernel path runs).
+  bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
+    if (!attn_fused_ || attn_dec_ || hd <= 0 || splits_ > 256) return false;
+    uint32_t r = 1;
+    while (r * 2 <= dev_->subgroup_size() && hd % (4 * r) == 0) r *= 2;
+    const uint32_t d = static_cast<uint32_t>(hd) / r;
+    if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0) return false;
+    *rl = r;
+    *dpl = d;
+    *kw = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
+    return true;
+  }
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)

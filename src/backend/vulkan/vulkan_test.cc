@@ -549,36 +549,84 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
   }
 }
 
-// One-token steps past the sliding window (ring wrap, several key splits): the split attention
-// (attention.comp) and the opt-in subgroup-per-split one (GEMMA_VULKAN_ATTN_DEC=1, 32-wide
-// subgroups only; elsewhere the knob has no effect), logits against the CPU reference at every
-// step. Slack 8 gives the sliding layers a ring shorter than a 32-key block (rows by division),
-// slack 40 one that holds a block (rows by one wrap from the block's first row).
+// One-token steps past the sliding window (ring wrap, several key splits), logits against the CPU
+// reference at every step: the fused one-token attention (attn_fused.comp, the default) with its
+// q/k norm + RoPE inside or in qkrope's dispatch, one or several key blocks per split, merged by
+// the last split or by a second dispatch; the three-kernel path (GEMMA_VULKAN_ATTN_FUSED=0:
+// qkrope + attention.comp + attn_combine) and the opt-in subgroup-per-split kernel
+// (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups only; elsewhere the three-kernel path). Slack 8
+// gives the sliding layers a ring shorter than a key block (rows by division), slack 40 one that
+// holds attention.comp's 32-key block (rows by one wrap from the block's first row). Fixtures: one
+// K/V head of dim 32, two of dim 24 (KV sharing in both).
 TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
-  for (const int slack : {8, 40})
-    for (const char* dec : {"1", "0"}) {
-      SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_DEC=") + dec + " slack " + std::to_string(slack));
-      auto model = LoadFixture("tiny_dense_bf16");
-      const int V = model->text().vocab_size;
-      setenv("GEMMA_VULKAN_ATTN_DEC", dec, 1);
-      auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
-      unsetenv("GEMMA_VULKAN_ATTN_DEC");
-      if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-      auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
-      std::vector<int32_t> tokens(100);
-      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
-      ForwardResult a, b;
-      const std::span<const int32_t> prompt(tokens.data(), 8);
-      cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-      vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-      for (size_t t = 8; t < tokens.size(); ++t) {
-        const std::span<const int32_t> one(&tokens[t], 1);
-        cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
-        vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
-        ASSERT_EQ(a.logits.size(), b.logits.size());
-        EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+  using Env = std::vector<std::pair<const char*, const char*>>;
+  const std::vector<Env> variants = {
+      {},
+      {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
+      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
+      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
+      {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
+      {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+      {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
+  };
+  for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16"})
+    for (const int slack : {8, 40})
+      for (const Env& env : variants) {
+        std::string name = std::string(fixture) + " slack " + std::to_string(slack);
+        for (const auto& [k, v] : env) name += std::string(" ") + k + "=" + v;
+        SCOPED_TRACE(name);
+        auto model = LoadFixture(fixture);
+        const int V = model->text().vocab_size;
+        for (const auto& [k, v] : env) setenv(k, v, 1);
+        auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
+        for (const auto& [k, v] : env) unsetenv(k);
+        if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+        auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
+        std::vector<int32_t> tokens(100);
+        for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
+        ForwardResult a, b;
+        const std::span<const int32_t> prompt(tokens.data(), 8);
+        cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
+        vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
+        for (size_t t = 8; t < tokens.size(); ++t) {
+          const std::span<const int32_t> one(&tokens[t], 1);
+          cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
+          vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
+          ASSERT_EQ(a.logits.size(), b.logits.size());
+          ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+        }
       }
-    }
+}
+
+// The fused attention's merge in several rounds (each invocation loads the first ATTN_MB partials
+// before the split weights are known, the rest ATTN_MB a round after): 64 splits of one key block
+// (ATTN_KW=1: 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a
+// full-attention layer 3 to 8 rounds at 300-500 positions.
+TEST(VulkanKernels, FusedAttentionMergesManySplits) {
+  auto model = LoadFixture("tiny_dense_bf16");
+  const int V = model->text().vocab_size;
+  setenv("GEMMA_VULKAN_ATTN_KW", "1", 1);
+  setenv("GEMMA_VULKAN_ATTN_MB", "4", 1);
+  setenv("GEMMA_VULKAN_SPLITS", "64", 1);
+  auto vk = MakeVulkan(*model, {.capacity = 512});
+  unsetenv("GEMMA_VULKAN_ATTN_KW");
+  unsetenv("GEMMA_VULKAN_ATTN_MB");
+  unsetenv("GEMMA_VULKAN_SPLITS");
+  if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 512});
+  std::vector<int32_t> tokens(500);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % V);
+  ForwardResult a, b;
+  const std::span<const int32_t> prompt(tokens.data(), 300);
+  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
+  vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
+  for (size_t t = prompt.size(); t < tokens.size(); ++t) {
+    const std::span<const int32_t> one(&tokens[t], 1);
+    cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
+    vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+  }
 }
 
 // The resident decode step (resident.comp: one dispatch of persistent workgroups with grid
@@ -598,10 +646,11 @@ TEST(VulkanResident, DecodeMatchesDispatchPath) {
         const int V = model->text().vocab_size;
         const BackendOptions opt{.capacity = 96, .slack = 8};
         std::unique_ptr<Backend> disp, res;
-        // The dispatch path with the norm tails and equal key splits (as the resident kernel
-        // runs them).
+        // The dispatch path with the norm tails, equal key splits and the three-kernel
+        // attention (as the resident kernel runs them).
         setenv("GEMMA_VULKAN_CNORM", "0", 1);
         setenv("GEMMA_VULKAN_SPLITS_ADAPT", "0", 1);
+        setenv("GEMMA_VULKAN_ATTN_FUSED", "0", 1);
         try {
           disp = CreateVulkanBackend(*model, opt,
                                      {.max_weight_part_bytes = part, .resident_workgroups = 0});
@@ -609,9 +658,11 @@ TEST(VulkanResident, DecodeMatchesDispatchPath) {
                                     {.max_weight_part_bytes = part, .resident_workgroups = wgs});
           unsetenv("GEMMA_VULKAN_CNORM");
           unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
+          unsetenv("GEMMA_VULKAN_ATTN_FUSED");
         } catch (const Error& e) {
           unsetenv("GEMMA_VULKAN_CNORM");
           unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
+          unsetenv("GEMMA_VULKAN_ATTN_FUSED");
           if (e.code() != ErrorCode::kDevice) throw;
           GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
         }
@@ -673,16 +724,19 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
   setenv("GEMMA_VULKAN_RESIDENT_SPIN", "20000", 1);
   setenv("GEMMA_VULKAN_CNORM", "0", 1);  // the dispatch path the fallback runs
   setenv("GEMMA_VULKAN_SPLITS_ADAPT", "0", 1);
+  setenv("GEMMA_VULKAN_ATTN_FUSED", "0", 1);
   try {
     disp = CreateVulkanBackend(*model, opt, {.resident_workgroups = 0});
     res = CreateVulkanBackend(*model, opt, {.resident_workgroups = 16384});
     unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
     unsetenv("GEMMA_VULKAN_CNORM");
     unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
+    unsetenv("GEMMA_VULKAN_ATTN_FUSED");
   } catch (const Error& e) {
     unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
     unsetenv("GEMMA_VULKAN_CNORM");
     unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
+    unsetenv("GEMMA_VULKAN_ATTN_FUSED");
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   }
@@ -712,7 +766,8 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
 // applied in the next linear's prologue (GEMMA_VULKAN_CNORM=1, linear.comp PRO; the residual
 // stream alternates between two buffers), q/k norm + RoPE inside the decode attention
 // (GEMMA_VULKAN_FUSE_ROPE=1, attention_rope: the split holding the new position writes its K/V
-// rows), and both. Logits of every decoded position past the sliding window (two key splits on
+// rows), and both (these two with the three-kernel attention, GEMMA_VULKAN_ATTN_FUSED=0, which
+// they modify). Logits of every decoded position past the sliding window (two key splits on
 // lavapipe), with weights whole and split by rows (several dispatches per linear, one writes the
 // residual), and the prompt's trailing-layer pass (which ends on a one-token body).
 // Opt-in one-token variants, each against the default step and the CPU reference. MV_WGS 3: the
@@ -720,22 +775,26 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
 // (the NVIDIA driver refuses Vulkan instances after ~30 in a process).
 const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_CNORM", "1"}},
-    {{"GEMMA_VULKAN_FUSE_ROPE", "1"}},
-    {{"GEMMA_VULKAN_CNORM", "1"}, {"GEMMA_VULKAN_FUSE_ROPE", "1"}},
+    {{"GEMMA_VULKAN_FUSE_ROPE", "1"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_CNORM", "1"}, {"GEMMA_VULKAN_FUSE_ROPE", "1"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"},
      {"GEMMA_VULKAN_MV_MAX_ROWS", "64"},
      {"GEMMA_VULKAN_MV_WGS_LONG", "2"}},
-    {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}},
-    {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
+    {{"GEMMA_VULKAN_ATTN_COMBINE", "1"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_ATTN_COMBINE", "1"},
+     {"GEMMA_VULKAN_MV_WGS", "3"},
+     {"GEMMA_VULKAN_CNORM", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_MV_LANES", "4"}},
     {{"GEMMA_VULKAN_MV_LANES", "8"},
      {"GEMMA_VULKAN_MV_LANES_VEC", "1"},
      {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_XQ_PERM", "0"}},
     {{"GEMMA_VULKAN_XQ_PERM", "0"}, {"GEMMA_VULKAN_CNORM", "0"}},
-    {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}},
+    {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_SPLITS", "64"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};

@@ -1,0 +1,324 @@
+#version 450
+// One-token decode attention built for latency (the default for one-token steps where the shapes
+// allow it; attention.comp + qkrope.comp + attn_combine.comp otherwise): workgroup (head, split)
+//   1. ROPE 1: normalizes and rotates its head's q (qkrope.comp's arithmetic) and, in the split
+//      holding the new position of a layer that owns its K/V, the new K row (and normalizes the
+//      new V row), which it writes into the caches and uses in place of the rows it loaded;
+//   2. its share of the keys j in [jb, je): m = max_j s_j, l = sum_j e^(s_j - m),
+//      o = sum_j e^(s_j - m) V_j, s_j = q . K_j (scale 1), in f32 (the dot products and sums; as
+//      the prompt attention kernels, bench/NOTES.md tenth session);
+//   3. MODE 0: the last split workgroup of the head to finish merges the splits
+//      (o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)); MODE 1 leaves the partials to a MODE 2
+//      dispatch (grid: heads), which only merges.
+// Layout: a key row is spread over RL lanes of a subgroup (lane rl holds dims rl + RL d, d < D,
+// so a row's loads are coalesced and the rotation pairs (i, i + HD / 2) sit in one lane), a
+// row group of RL lanes takes KW keys per block (U = (WG / RL) KW keys per block), keeps its own
+// running max, sum and weighted sums across blocks (no barrier inside the key loop) and the row
+// groups merge once at the end through shared memory. The host picks RL (a power of two up to
+// the subgroup size with HD % (2 RL) == 0), D = HD / RL and KW.
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
+#include "common.glsl"
+#define PROBE_BINDING 14
+#include "probe.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint HD = 256;  // head dim
+layout(constant_id = 2) const uint RL = 32;   // lanes per key row
+layout(constant_id = 3) const uint D = 8;     // dims per lane: HD / RL (even)
+layout(constant_id = 4) const uint KW = 4;    // keys per row group and block
+layout(constant_id = 5) const uint ROPE = 1;  // 1: raw q / new K/V in, normalized and rotated here
+layout(constant_id = 6) const uint MODE = 0;  // 0 last split merges; 1 partials only; 2 merge only
+layout(constant_id = 7) const uint MB = 16;   // the merge's partials per round (<= 16)
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
+// The caches (ring rows of nkv * HD floats), read through 1 and 2 and written (the new row)
+// through 12 and 13, which alias them: the NVIDIA driver bounds-checks loads from a writable
+// binding with a branch each, those from a read-only one with a predicate.
+layout(std430, binding = 1) readonly buffer KC { float kc[]; };
+layout(std430, binding = 2) readonly buffer VC { float vc[]; };
+layout(std430, binding = 12) writeonly buffer KCW { float kcw[]; };
+layout(std430, binding = 13) writeonly buffer VCW { float vcw[]; };
+// Partials: o_s at [(h * splits + s) * HD], (m_s, l_s) at ml_base + 2 (h * splits + s).
+layout(std430, binding = 3) coherent buffer PO { float po[]; };
+layout(std430, binding = 4) readonly buffer Rope { vec2 rope[]; };  // [pos][rot] (cos, sin)
+layout(std430, binding = 5) writeonly buffer O { float o[]; };     // [h][HD]
+layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };   // arrivals per head, 0 between steps
+layout(std430, binding = 7) readonly buffer KT { float kt[]; };    // the new raw K row [nkv][HD]
+layout(std430, binding = 8) readonly buffer VT { float vt[]; };
+layout(std430, binding = 9) readonly buffer QN { float qn[]; };
+layout(std430, binding = 10) readonly buffer KN { float kn[]; };
+
+layout(push_constant) uniform P {
+  uint nh, nkv, ring, window, splits, rot;
+  uint has_kn;  // the K norm has a weight
+  uint kv_new;  // the layer writes its K/V (0: a KV-shared layer)
+  uint ml_base;
+  float eps;
+} p;
+
+const uint WG = gl_WorkGroupSize.x;
+const uint NRG = WG / RL;  // row groups
+const uint U = NRG * KW;   // keys per block
+const uint HALF = D / 2;   // the lane's dims d and d + HALF are a rotation pair
+const float kNegInf = -1.0 / 0.0;
+
+shared float rg_m[NRG];
+shared float rg_l[NRG];
+shared float rg_acc[NRG * HD];
+shared float sw[256];  // the merge's split weights (splits <= 256)
+shared float s_den;
+shared bool s_last;
+
+float RowSum(float v) {
+  [[unroll]] for (uint off = RL / 2; off > 0; off >>= 1) v += subgroupShuffleXor(v, off);
+  return v;
+}
+double RowSumD(double v) {
+  [[unroll]] for (uint off = RL / 2; off > 0; off >>= 1) v += subgroupShuffleXor(v, off);
+  return v;
+}
+
+// qkrope.comp's arithmetic on the lane's dims of one head: x = rope(rmsnorm(x) * w) (weighted:
+// w = the dims' norm weights, rotated: the first rot pairs), or rmsnorm(x) alone.
+void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, const vec2 cs[HALF],
+              uint rl) {
+  double ss = 0.0LF;
+  [[unroll]] for (uint d = 0; d < D; ++d) ss = fma(double(x[d]), double(x[d]), ss);
+  ss = RowSumD(ss);
+  Probe2(1);
+  const float r = RmsFactor(ss, HD, p.eps);
+  Probe2(2);
+  [[unroll]] for (uint d = 0; d < D; ++d) {
+    precise float v = x[d] * r;
+    if (weighted) v = v * w[d];
+    x[d] = v;
+  }
+  if (!rotated) return;
+  [[unroll]] for (uint d = 0; d < HALF; ++d) {
+    if (rl + RL * d < p.rot) {
+      precise float lo = x[d] * cs[d].x + (-x[d + HALF]) * cs[d].y;
+      precise float hi = x[d + HALF] * cs[d].x + x[d] * cs[d].y;
+      x[d] = lo;
+      x[d + HALF] = hi;
+    }
+  }
+}
+
+// The last step: o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the nact splits of head h.
+// Every subgroup evaluates M and the denominator (subgroup 0 publishes the weights); each
+// invocation's first MB partials are loaded before the weights are known, the rest MB a round.
+void Merge(uint h, uint nact) {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint base = h * p.splits;
+  const uint NC = (HD + WG - 1) / WG;
+  float v[2][16];
+  [[unroll]] for (uint c = 0; c < NC; ++c) {
+    const uint i = tid + WG * c;
+    [[unroll]] for (uint u = 0; u < MB; ++u)
+      v[c][u] = i < HD && u < nact ? po[(base + u) * HD + i] : 0.0;
+  }
+  float mx = kNegInf;
+  for (uint s = gl_SubgroupInvocationID; s < nact; s += gl_SubgroupSize)
+    mx = max(mx, po[p.ml_base + 2 * (base + s)]);
+  mx = subgroupMax(mx);
+  float den = 0.0;
+  for (uint s = gl_SubgroupInvocationID; s < nact; s += gl_SubgroupSize) {
+    const float w = exp(po[p.ml_base + 2 * (base + s)] - mx);
+    if (gl_SubgroupID == 0) sw[s] = w;
+    den += po[p.ml_base + 2 * (base + s) + 1] * w;
+  }
+  den = subgroupAdd(den);
+  barrier();
+  [[unroll]] for (uint c = 0; c < NC; ++c) {
+    const uint i = tid + WG * c;
+    if (i >= HD) continue;
+    float acc = 0.0;
+    [[unroll]] for (uint u = 0; u < MB; ++u)
+      if (u < nact) acc = fma(v[c][u], sw[u], acc);
+    for (uint s0 = MB; s0 < nact; s0 += MB) {
+      float w2[16];
+      [[unroll]] for (uint u = 0; u < MB; ++u)
+        w2[u] = s0 + u < nact ? po[(base + s0 + u) * HD + i] : 0.0;
+      [[unroll]] for (uint u = 0; u < MB; ++u)
+        if (s0 + u < nact) acc = fma(w2[u], sw[s0 + u], acc);
+    }
+    o[h * HD + i] = acc / den;
+  }
+}
+
+void main() {
+  Probe(0);
+  const uint tid = gl_LocalInvocationID.x;
+  const uint h = gl_WorkGroupID.x, sp = gl_WorkGroupID.z;
+  const uint pos = step.pos0;
+  const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
+  const uint nkeys = pos + 1 - first;
+  // Whole blocks per split (the leading splits hold the keys).
+  const uint per = U * ((nkeys + U * p.splits - 1) / (U * p.splits));
+  const uint nact = (nkeys + per - 1) / per;
+  if (MODE == 2) {
+    if (nact > 1) Merge(h, nact);
+    return;
+  }
+  const uint jb = first + sp * per;
+  if (jb > pos) return;  // a split without keys (uniform over the workgroup)
+  const uint je = min(pos + 1, jb + per);
+  const uint kvh = h / (p.nh / p.nkv);
+  const uint width = p.nkv * HD;
+  const uint rpg = gl_SubgroupSize / RL;  // row groups per subgroup
+  const uint rl = gl_SubgroupInvocationID % RL;
+  const uint rg = gl_SubgroupID * rpg + gl_SubgroupInvocationID / RL;
+  const uint kbase = kvh * HD + rl;
+
+  // Everything the workgroup reads, issued before any of it is used: the head's q, the norm
+  // weights and rotation, the new K/V row, the first block's keys and values.
+  float qv[D], qw[D];
+  vec2 cs[HALF];
+  [[unroll]] for (uint d = 0; d < D; ++d) qv[d] = q[h * HD + rl + RL * d];
+  if (ROPE != 0) {
+    [[unroll]] for (uint d = 0; d < D; ++d) qw[d] = qn[rl + RL * d];
+    [[unroll]] for (uint d = 0; d < HALF; ++d) {
+      const uint k = rl + RL * d;
+      cs[d] = k < p.rot ? rope[pos * p.rot + k] : vec2(1.0, 0.0);
+    }
+  }
+  const bool has_new = ROPE != 0 && p.kv_new != 0 && je == pos + 1;
+  float kn_[D], vn_[D], kw_[D];
+  if (has_new) {
+    [[unroll]] for (uint d = 0; d < D; ++d) {
+      kn_[d] = kt[kbase + RL * d];
+      vn_[d] = vt[kbase + RL * d];
+      kw_[d] = p.has_kn != 0 ? kn[rl + RL * d] : 1.0;
+    }
+  }
+  float kr[KW][D], vr[KW][D];
+  uint b0 = jb;
+  {
+    const uint rb = b0 % p.ring;
+    [[unroll]] for (uint k = 0; k < KW; ++k) {
+      const uint off = rg * KW + k;
+      const uint row = p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off)
+                                   : (b0 + off) % p.ring;
+      const bool ok = b0 + off < je;
+      [[unroll]] for (uint d = 0; d < D; ++d) {
+        kr[k][d] = ok ? kc[row * width + kbase + RL * d] : 0.0;
+        vr[k][d] = ok ? vc[row * width + kbase + RL * d] : 0.0;
+      }
+    }
+  }
+  Probe2(0);
+  if (ROPE != 0) {
+    NormRope(qv, qw, true, true, cs, rl);
+    Probe2(3);
+    if (has_new) {
+      NormRope(kn_, kw_, p.has_kn != 0, true, cs, rl);
+      NormRope(vn_, kw_, false, false, cs, rl);
+      // The new row for later steps (no one else reads it in this step).
+      if (rg == 0) {
+        const uint crow = (pos % p.ring) * width + kbase;
+        [[unroll]] for (uint d = 0; d < D; ++d) {
+          kcw[crow + RL * d] = kn_[d];
+          vcw[crow + RL * d] = vn_[d];
+        }
+      }
+    }
+  }
+
+  Probe2(4);
+  Probe(1);
+  float m = kNegInf, l = 0.0;
+  float acc[D];
+  [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = 0.0;
+  while (true) {
+    float s[KW];
+    [[unroll]] for (uint k = 0; k < KW; ++k) {
+      if (has_new && b0 + rg * KW + k == pos) {
+        [[unroll]] for (uint d = 0; d < D; ++d) {
+          kr[k][d] = kn_[d];
+          vr[k][d] = vn_[d];
+        }
+      }
+      float a = 0.0;
+      [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kr[k][d], a);
+      s[k] = RowSum(a);
+    }
+    if (b0 == jb) Probe(2);  // the first block's scores
+    float bm = kNegInf;
+    [[unroll]] for (uint k = 0; k < KW; ++k)
+      if (b0 + rg * KW + k < je) bm = max(bm, s[k]);
+    if (bm != kNegInf) {  // the row group has keys in this block
+      const float mn = max(m, bm);
+      const float corr = m == kNegInf ? 0.0 : exp(m - mn);
+      float w[KW];
+      float ws = 0.0;
+      [[unroll]] for (uint k = 0; k < KW; ++k) {
+        w[k] = b0 + rg * KW + k < je ? exp(s[k] - mn) : 0.0;
+        ws += w[k];
+      }
+      l = l * corr + ws;
+      [[unroll]] for (uint d = 0; d < D; ++d) {
+        float a = acc[d] * corr;
+        [[unroll]] for (uint k = 0; k < KW; ++k) a = fma(w[k], vr[k][d], a);
+        acc[d] = a;
+      }
+      m = mn;
+    }
+    b0 += U;
+    if (b0 >= je) break;
+    const uint rb = b0 % p.ring;
+    [[unroll]] for (uint k = 0; k < KW; ++k) {
+      const uint off = rg * KW + k;
+      const uint row = p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off)
+                                   : (b0 + off) % p.ring;
+      const bool ok = b0 + off < je;
+      [[unroll]] for (uint d = 0; d < D; ++d) {
+        kr[k][d] = ok ? kc[row * width + kbase + RL * d] : 0.0;
+        vr[k][d] = ok ? vc[row * width + kbase + RL * d] : 0.0;
+      }
+    }
+  }
+
+  Probe(3);
+  // The row groups' states merged: this split's (M, L, o).
+  if (rl == 0) {
+    rg_m[rg] = m;
+    rg_l[rg] = l;
+  }
+  [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + rl + RL * d] = acc[d];
+  barrier();
+  float M = kNegInf;
+  [[unroll]] for (uint g = 0; g < NRG; ++g) M = max(M, rg_m[g]);
+  float L = 0.0;
+  [[unroll]] for (uint g = 0; g < NRG; ++g)
+    if (rg_l[g] > 0.0) L = fma(rg_l[g], exp(rg_m[g] - M), L);
+  const uint NC = (HD + WG - 1) / WG;
+  const uint ob = h * p.splits + sp;
+  [[unroll]] for (uint c = 0; c < NC; ++c) {
+    const uint i = tid + WG * c;
+    if (i >= HD) continue;
+    float a = 0.0;
+    [[unroll]] for (uint g = 0; g < NRG; ++g)
+      if (rg_l[g] > 0.0) a = fma(rg_acc[g * HD + i], exp(rg_m[g] - M), a);
+    if (nact == 1) o[h * HD + i] = a / L;
+    else po[ob * HD + i] = a;
+  }
+  Probe(4);
+  if (nact == 1) return;
+  if (tid == 0) {
+    po[p.ml_base + 2 * ob] = M;
+    po[p.ml_base + 2 * ob + 1] = L;
+  }
+  if (MODE == 1) return;
+  memoryBarrierBuffer();
+  barrier();
+  if (tid == 0) s_last = atomicAdd(cnt[h], 1u) == nact - 1;
+  barrier();
+  Probe(5);
+  if (!s_last) return;
+  memoryBarrierBuffer();
+  Merge(h, nact);
+  if (tid == 0) cnt[h] = 0;
+  Probe(6);
+}

@@ -513,6 +513,11 @@ class VulkanBackend : public Backend {
     attn_fused_rope_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_ROPE", 1) != 0;
     attn_fused_mode_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_MODE", 0) != 0 ? 1u : 0u;
     attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
+    // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
+    // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
+    // on CPU devices; GEMMA_VULKAN_ATTN_FUSED_SPLITS overrides.
+    fused_splits_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_SPLITS", 0);
+    splits_set_ = vopt_.decode_splits > 0 || std::getenv("GEMMA_VULKAN_SPLITS") != nullptr;
     // The merge's partials per round (tests: fewer, so that the fixtures' contexts take several).
     attn_mb_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_MB", 16), 1, 16));
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -687,7 +692,7 @@ class VulkanBackend : public Backend {
     vt_ = F(size_t(C) * kvw);
     attn_ = F(size_t(C) * qw);
     g_ = F(size_t(C) * imax);
-    po_ = F(size_t(std::max(C, S)) * nh * hdmax * 2);  // doubles
+    po_ = F(size_t(std::max({C, S, 256})) * nh * hdmax * 2);  // doubles (attn_fused: floats)
     pml_ = F(size_t(std::max(C, S)) * nh * 4);
     if (P > 0) {
       ple_ = F(size_t(C) * L * P);
@@ -1332,15 +1337,16 @@ class VulkanBackend : public Backend {
         b[3] = po_.r;
         b[4] = pml_.r;
         if (fused) {
+          const int fsplits = FusedSplits(nh);
           const FusedAttnPush fp{static_cast<uint32_t>(nh),
                                  static_cast<uint32_t>(nkv),
                                  static_cast<uint32_t>(slot.ring),
                                  static_cast<uint32_t>(p.window),
-                                 static_cast<uint32_t>(splits),
+                                 static_cast<uint32_t>(fsplits),
                                  static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
                                  d.k_norm.handle >= 0 ? 1u : 0u,
                                  p.kv_shared ? 0u : 1u,
-                                 static_cast<uint32_t>(splits * nh * hd),
+                                 static_cast<uint32_t>(fsplits * nh * hd),
                                  cfg_.rms_norm_eps};
           b[4] = sliding ? rope_s_.r : rope_f_.r;
           b[5] = attn_.r;
@@ -1354,7 +1360,7 @@ class VulkanBackend : public Backend {
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_},
-                   b, &fp, sizeof(fp), nh, 1, splits);
+                   b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             Dispatch(rc, "attn_fused",
@@ -2068,10 +2074,18 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
+  int fused_splits_ = 0;          // ... key splits (0: by compute units)
+  bool splits_set_ = false;       // the decode splits were set (options or environment)
+  int FusedSplits(int nh) const {
+    int s = fused_splits_ > 0                     ? fused_splits_
+            : splits_set_ || dev_->is_cpu()       ? splits_
+                                                  : static_cast<int>(dev_->compute_units()) / nh;
+    return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->subgroup_size())));
+  }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
   bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
-    if (!attn_fused_ || attn_dec_ || hd <= 0 || splits_ > 256) return false;
+    if (!attn_fused_ || attn_dec_ || hd <= 0) return false;
     uint32_t r = 1;
     while (r * 2 <= dev_->subgroup_size() && hd % (4 * r) == 0) r *= 2;
     const uint32_t d = static_cast<uint32_t>(hd) / r;

@@ -80,16 +80,27 @@ double RowSumD(double v) {
   return v;
 }
 
+// RmsFactor (common.glsl) without its double division and square root (library calls of ~100
+// instructions each on the NVIDIA driver): the mean by a multiplication where HD is a power of
+// two (exact), 1 / sqrt from the f32 estimate and two Newton steps in double (~1e-15 relative),
+// rounded to f32: the same factor except where the exact value lies within ~1e-15 of an f32
+// rounding boundary.
+float RmsFactorNewton(double ss, float eps) {
+  precise float ms = ((HD & (HD - 1)) == 0 ? float(ss * (1.0LF / double(HD))) : float(ss / double(HD))) + eps;
+  double y = double(inversesqrt(ms));
+  const double hm = 0.5LF * double(ms);
+  y = y * (1.5LF - hm * y * y);
+  y = y * (1.5LF - hm * y * y);
+  return float(y);
+}
+
 // qkrope.comp's arithmetic on the lane's dims of one head: x = rope(rmsnorm(x) * w) (weighted:
 // w = the dims' norm weights, rotated: the first rot pairs), or rmsnorm(x) alone.
 void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, const vec2 cs[HALF],
               uint rl) {
   double ss = 0.0LF;
   [[unroll]] for (uint d = 0; d < D; ++d) ss = fma(double(x[d]), double(x[d]), ss);
-  ss = RowSumD(ss);
-  Probe2(1);
-  const float r = RmsFactor(ss, HD, p.eps);
-  Probe2(2);
+  const float r = RmsFactorNewton(RowSumD(ss), p.eps);
   [[unroll]] for (uint d = 0; d < D; ++d) {
     precise float v = x[d] * r;
     if (weighted) v = v * w[d];
@@ -106,6 +117,12 @@ void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, c
   }
 }
 
+// The ring row of key b0 + off (rb = b0 % ring; off < U): one compare where the ring holds a
+// block, a division in tiny rings.
+uint CacheRow(uint b0, uint rb, uint off) {
+  return p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off) : (b0 + off) % p.ring;
+}
+
 // The last step: o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the nact splits of head h.
 // Every subgroup evaluates M and the denominator (subgroup 0 publishes the weights); each
 // invocation's first MB partials are loaded before the weights are known, the rest MB a round.
@@ -119,15 +136,24 @@ void Merge(uint h, uint nact) {
     [[unroll]] for (uint u = 0; u < MB; ++u)
       v[c][u] = i < HD && u < nact ? po[(base + u) * HD + i] : 0.0;
   }
+  // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
+  vec2 ml[8];
   float mx = kNegInf;
-  for (uint s = gl_SubgroupInvocationID; s < nact; s += gl_SubgroupSize)
-    mx = max(mx, po[p.ml_base + 2 * (base + s)]);
+  [[unroll]] for (uint r = 0; r < 8; ++r) {
+    const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
+    ml[r] = s < nact ? vec2(po[p.ml_base + 2 * (base + s)], po[p.ml_base + 2 * (base + s) + 1])
+                     : vec2(kNegInf, 0.0);
+    mx = max(mx, ml[r].x);
+  }
   mx = subgroupMax(mx);
   float den = 0.0;
-  for (uint s = gl_SubgroupInvocationID; s < nact; s += gl_SubgroupSize) {
-    const float w = exp(po[p.ml_base + 2 * (base + s)] - mx);
-    if (gl_SubgroupID == 0) sw[s] = w;
-    den += po[p.ml_base + 2 * (base + s) + 1] * w;
+  [[unroll]] for (uint r = 0; r < 8; ++r) {
+    const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
+    if (s < nact) {
+      const float w = exp(ml[r].x - mx);
+      if (gl_SubgroupID == 0) sw[s] = w;
+      den = fma(ml[r].y, w, den);
+    }
   }
   den = subgroupAdd(den);
   barrier();
@@ -198,9 +224,7 @@ void main() {
   {
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
-      const uint off = rg * KW + k;
-      const uint row = p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off)
-                                   : (b0 + off) % p.ring;
+      const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       const bool ok = b0 + off < je;
       [[unroll]] for (uint d = 0; d < D; ++d) {
         kr[k][d] = ok ? kc[row * width + kbase + RL * d] : 0.0;
@@ -208,10 +232,9 @@ void main() {
       }
     }
   }
-  Probe2(0);
+  Probe(1);  // every load issued
   if (ROPE != 0) {
     NormRope(qv, qw, true, true, cs, rl);
-    Probe2(3);
     if (has_new) {
       NormRope(kn_, kw_, p.has_kn != 0, true, cs, rl);
       NormRope(vn_, kw_, false, false, cs, rl);
@@ -226,8 +249,7 @@ void main() {
     }
   }
 
-  Probe2(4);
-  Probe(1);
+  Probe(2);  // q (and the new row) normalized and rotated
   float m = kNegInf, l = 0.0;
   float acc[D];
   [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = 0.0;
@@ -244,7 +266,17 @@ void main() {
       [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kr[k][d], a);
       s[k] = RowSum(a);
     }
-    if (b0 == jb) Probe(2);  // the first block's scores
+    if (b0 == jb) Probe(3);  // the first block's scores
+    // The next block's keys, loaded while this block's softmax and values run.
+    const uint nb = b0 + U;
+    if (nb < je) {
+      const uint rb = nb % p.ring;
+      [[unroll]] for (uint k = 0; k < KW; ++k) {
+        const uint off = rg * KW + k, row = CacheRow(nb, rb, off);
+        [[unroll]] for (uint d = 0; d < D; ++d)
+          kr[k][d] = nb + off < je ? kc[row * width + kbase + RL * d] : 0.0;
+      }
+    }
     float bm = kNegInf;
     [[unroll]] for (uint k = 0; k < KW; ++k)
       if (b0 + rg * KW + k < je) bm = max(bm, s[k]);
@@ -265,22 +297,17 @@ void main() {
       }
       m = mn;
     }
-    b0 += U;
+    b0 = nb;
     if (b0 >= je) break;
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
-      const uint off = rg * KW + k;
-      const uint row = p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off)
-                                   : (b0 + off) % p.ring;
-      const bool ok = b0 + off < je;
-      [[unroll]] for (uint d = 0; d < D; ++d) {
-        kr[k][d] = ok ? kc[row * width + kbase + RL * d] : 0.0;
-        vr[k][d] = ok ? vc[row * width + kbase + RL * d] : 0.0;
-      }
+      const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
+      [[unroll]] for (uint d = 0; d < D; ++d)
+        vr[k][d] = b0 + off < je ? vc[row * width + kbase + RL * d] : 0.0;
     }
   }
 
-  Probe(3);
+  Probe(4);  // every block
   // The row groups' states merged: this split's (M, L, o).
   if (rl == 0) {
     rg_m[rg] = m;
@@ -304,7 +331,7 @@ void main() {
     if (nact == 1) o[h * HD + i] = a / L;
     else po[ob * HD + i] = a;
   }
-  Probe(4);
+  Probe(5);  // the split's partials
   if (nact == 1) return;
   if (tid == 0) {
     po[p.ml_base + 2 * ob] = M;
@@ -315,10 +342,10 @@ void main() {
   barrier();
   if (tid == 0) s_last = atomicAdd(cnt[h], 1u) == nact - 1;
   barrier();
-  Probe(5);
+  Probe(6);  // arrival counted
   if (!s_last) return;
   memoryBarrierBuffer();
   Merge(h, nact);
   if (tid == 0) cnt[h] = 0;
-  Probe(6);
+  Probe(7);  // merged
 }

@@ -520,6 +520,10 @@ class VulkanBackend : public Backend {
     splits_set_ = vopt_.decode_splits > 0 || std::getenv("GEMMA_VULKAN_SPLITS") != nullptr;
     // The merge's partials per round (tests: fewer, so that the fixtures' contexts take several).
     attn_mb_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_MB", 16), 1, 16));
+    // 16-byte cache loads where a lane holds a multiple of 8 dims (VEC); lanes per key row
+    // capped (tests: so that the fixtures' small heads take VEC).
+    attn_vec_ = EnvInt("GEMMA_VULKAN_ATTN_VEC", 0) != 0;
+    attn_rl_max_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_RL", 64), 1, 64));
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -1358,13 +1362,14 @@ class VulkanBackend : public Backend {
           b[12] = slot.k.r;
           b[13] = slot.v.r;
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
+          const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
-                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_},
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             Dispatch(rc, "attn_fused",
-                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_}, b, &fp,
+                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec}, b, &fp,
                      sizeof(fp), nh, 1, 1);
             Barrier(rc);
           }
@@ -2074,6 +2079,8 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
+  bool attn_vec_ = false;         // ... 16-byte cache loads (VEC)
+  uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
   bool splits_set_ = false;       // the decode splits were set (options or environment)
   int FusedSplits(int nh) const {
@@ -2087,7 +2094,7 @@ class VulkanBackend : public Backend {
   bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
     if (!attn_fused_ || attn_dec_ || hd <= 0) return false;
     uint32_t r = 1;
-    while (r * 2 <= dev_->subgroup_size() && hd % (4 * r) == 0) r *= 2;
+    while (r * 2 <= std::min(dev_->subgroup_size(), attn_rl_max_) && hd % (4 * r) == 0) r *= 2;
     const uint32_t d = static_cast<uint32_t>(hd) / r;
     if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0) return false;
     *rl = r;

@@ -552,7 +552,7 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
 // One-token steps past the sliding window (ring wrap, several key splits), logits against the CPU
 // reference at every step: the fused one-token attention (attn_fused.comp, the default) with its
 // q/k norm + RoPE inside or in qkrope's dispatch, one or several key blocks per split, merged by
-// the last split or by a second dispatch; the three-kernel path (GEMMA_VULKAN_ATTN_FUSED=0:
+// the last split or by a second dispatch, scalar or 16-byte cache loads; the three-kernel path (GEMMA_VULKAN_ATTN_FUSED=0:
 // qkrope + attention.comp + attn_combine) and the opt-in subgroup-per-split kernel
 // (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups only; elsewhere the three-kernel path). Slack 8
 // gives the sliding layers a ring shorter than a key block (rows by division), slack 40 one that
@@ -566,6 +566,9 @@ TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
       {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
       {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
       {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
+      // 16-byte cache loads (a lane holds 8 of dim 32's values on 4 lanes per row)
+      {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
+      {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
       {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
       {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
   };

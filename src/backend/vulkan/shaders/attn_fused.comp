@@ -11,7 +11,8 @@
 //      (o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)); MODE 1 leaves the partials to a MODE 2
 //      dispatch (grid: heads), which only merges.
 // Layout: a key row is spread over RL lanes of a subgroup (lane rl holds dims rl + RL d, d < D,
-// so a row's loads are coalesced and the rotation pairs (i, i + HD / 2) sit in one lane), a
+// or groups of 4 with VEC, so a row's loads are coalesced and the rotation pairs (i, i + HD / 2)
+// sit in one lane), a
 // row group of RL lanes takes KW keys per block (U = (WG / RL) KW keys per block), keeps its own
 // running max, sum and weighted sums across blocks (no barrier inside the key loop) and the row
 // groups merge once at the end through shared memory. The host picks RL (a power of two up to
@@ -31,6 +32,10 @@ layout(constant_id = 4) const uint KW = 4;    // keys per row group and block
 layout(constant_id = 5) const uint ROPE = 1;  // 1: raw q / new K/V in, normalized and rotated here
 layout(constant_id = 6) const uint MODE = 0;  // 0 last split merges; 1 partials only; 2 merge only
 layout(constant_id = 7) const uint MB = 16;   // the merge's partials per round (<= 16)
+// VEC 1 (D % 8 == 0): lane rl holds dims 4 rl + 4 RL g + c (g < D / 4, c < 4) and loads the cache
+// rows as 16-byte vectors (a quarter of the load instructions); the rotation pairs stay in the
+// lane (d and d + D / 2).
+layout(constant_id = 8) const uint VEC = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 // The caches (ring rows of nkv * HD floats), read through 1 and 2 and written (the new row)
@@ -38,6 +43,8 @@ layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw w
 // binding with a branch each, those from a read-only one with a predicate.
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
+layout(std430, binding = 1) readonly buffer KC4 { vec4 kc4[]; };
+layout(std430, binding = 2) readonly buffer VC4 { vec4 vc4[]; };
 layout(std430, binding = 12) writeonly buffer KCW { float kcw[]; };
 layout(std430, binding = 13) writeonly buffer VCW { float vcw[]; };
 // Partials: o_s at [(h * splits + s) * HD], (m_s, l_s) at ml_base + 2 (h * splits + s).
@@ -80,6 +87,9 @@ double RowSumD(double v) {
   return v;
 }
 
+// The head dim that lane rl's d-th value holds.
+uint Dim(uint rl, uint d) { return VEC != 0 ? 4 * rl + 4 * RL * (d / 4) + d % 4 : rl + RL * d; }
+
 // RmsFactor (common.glsl) without its double division and square root (library calls of ~100
 // instructions each on the NVIDIA driver): the mean by a multiplication where HD is a power of
 // two (exact), 1 / sqrt from the f32 estimate and two Newton steps in double (~1e-15 relative),
@@ -108,7 +118,7 @@ void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, c
   }
   if (!rotated) return;
   [[unroll]] for (uint d = 0; d < HALF; ++d) {
-    if (rl + RL * d < p.rot) {
+    if (Dim(rl, d) < p.rot) {
       precise float lo = x[d] * cs[d].x + (-x[d + HALF]) * cs[d].y;
       precise float hi = x[d + HALF] * cs[d].x + x[d] * cs[d].y;
       x[d] = lo;
@@ -196,17 +206,17 @@ void main() {
   const uint rpg = gl_SubgroupSize / RL;  // row groups per subgroup
   const uint rl = gl_SubgroupInvocationID % RL;
   const uint rg = gl_SubgroupID * rpg + gl_SubgroupInvocationID / RL;
-  const uint kbase = kvh * HD + rl;
+  const uint khead = kvh * HD;  // the K/V head's dim 0 in a cache row
 
   // Everything the workgroup reads, issued before any of it is used: the head's q, the norm
   // weights and rotation, the new K/V row, the first block's keys and values.
   float qv[D], qw[D];
   vec2 cs[HALF];
-  [[unroll]] for (uint d = 0; d < D; ++d) qv[d] = q[h * HD + rl + RL * d];
+  [[unroll]] for (uint d = 0; d < D; ++d) qv[d] = q[h * HD + Dim(rl, d)];
   if (ROPE != 0) {
-    [[unroll]] for (uint d = 0; d < D; ++d) qw[d] = qn[rl + RL * d];
+    [[unroll]] for (uint d = 0; d < D; ++d) qw[d] = qn[Dim(rl, d)];
     [[unroll]] for (uint d = 0; d < HALF; ++d) {
-      const uint k = rl + RL * d;
+      const uint k = Dim(rl, d);
       cs[d] = k < p.rot ? rope[pos * p.rot + k] : vec2(1.0, 0.0);
     }
   }
@@ -214,22 +224,30 @@ void main() {
   float kn_[D], vn_[D], kw_[D];
   if (has_new) {
     [[unroll]] for (uint d = 0; d < D; ++d) {
-      kn_[d] = kt[kbase + RL * d];
-      vn_[d] = vt[kbase + RL * d];
-      kw_[d] = p.has_kn != 0 ? kn[rl + RL * d] : 1.0;
+      kn_[d] = kt[khead + Dim(rl, d)];
+      vn_[d] = vt[khead + Dim(rl, d)];
+      kw_[d] = p.has_kn != 0 ? kn[Dim(rl, d)] : 1.0;
     }
   }
   float kr[KW][D], vr[KW][D];
+  // One key row's D values of this lane (base: the row's K/V head, a multiple of 4 with VEC).
+#define LOAD_ROW(dst, buf, buf4, base, ok)                                   \
+  if (VEC != 0) {                                                            \
+    [[unroll]] for (uint g = 0; g < D / 4; ++g) {                            \
+      const vec4 t = (ok) ? buf4[(base) / 4 + rl + RL * g] : vec4(0.0);      \
+      [[unroll]] for (uint c = 0; c < 4; ++c) dst[4 * g + c] = t[c];         \
+    }                                                                        \
+  } else {                                                                   \
+    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = (ok) ? buf[(base) + rl + RL * d] : 0.0; \
+  }
   uint b0 = jb;
   {
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       const bool ok = b0 + off < je;
-      [[unroll]] for (uint d = 0; d < D; ++d) {
-        kr[k][d] = ok ? kc[row * width + kbase + RL * d] : 0.0;
-        vr[k][d] = ok ? vc[row * width + kbase + RL * d] : 0.0;
-      }
+      LOAD_ROW(kr[k], kc, kc4, row * width + khead, ok);
+      LOAD_ROW(vr[k], vc, vc4, row * width + khead, ok);
     }
   }
   Probe(1);  // every load issued
@@ -240,10 +258,10 @@ void main() {
       NormRope(vn_, kw_, false, false, cs, rl);
       // The new row for later steps (no one else reads it in this step).
       if (rg == 0) {
-        const uint crow = (pos % p.ring) * width + kbase;
+        const uint crow = (pos % p.ring) * width + khead;
         [[unroll]] for (uint d = 0; d < D; ++d) {
-          kcw[crow + RL * d] = kn_[d];
-          vcw[crow + RL * d] = vn_[d];
+          kcw[crow + Dim(rl, d)] = kn_[d];
+          vcw[crow + Dim(rl, d)] = vn_[d];
         }
       }
     }
@@ -273,8 +291,7 @@ void main() {
       const uint rb = nb % p.ring;
       [[unroll]] for (uint k = 0; k < KW; ++k) {
         const uint off = rg * KW + k, row = CacheRow(nb, rb, off);
-        [[unroll]] for (uint d = 0; d < D; ++d)
-          kr[k][d] = nb + off < je ? kc[row * width + kbase + RL * d] : 0.0;
+        LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < je);
       }
     }
     float bm = kNegInf;
@@ -302,8 +319,7 @@ void main() {
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
-      [[unroll]] for (uint d = 0; d < D; ++d)
-        vr[k][d] = b0 + off < je ? vc[row * width + kbase + RL * d] : 0.0;
+      LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < je);
     }
   }
 
@@ -313,7 +329,7 @@ void main() {
     rg_m[rg] = m;
     rg_l[rg] = l;
   }
-  [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + rl + RL * d] = acc[d];
+  [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + Dim(rl, d)] = acc[d];
   barrier();
   float M = kNegInf;
   [[unroll]] for (uint g = 0; g < NRG; ++g) M = max(M, rg_m[g]);

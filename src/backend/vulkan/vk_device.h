@@ -26,7 +26,7 @@ namespace gemma::vk {
 std::span<const uint32_t> SpirvModule(const char* name);  // embedded, generated at build time
 
 // Storage-buffer bindings of the one descriptor-set layout every kernel uses (11: the step's
-// values; 12-14: attn_fused.comp's cache write aliases and probe).
+// values; 12-15: attn_fused.comp's cache write aliases, probe and read-only partials).
 constexpr int kBindings = 16;
 
 struct BufRange {

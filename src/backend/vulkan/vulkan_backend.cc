@@ -522,7 +522,7 @@ class VulkanBackend : public Backend {
     attn_mb_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_MB", 16), 1, 16));
     // 16-byte cache loads where a lane holds a multiple of 8 dims (VEC); lanes per key row
     // capped (tests: so that the fixtures' small heads take VEC).
-    attn_vec_ = EnvInt("GEMMA_VULKAN_ATTN_VEC", 0) != 0;
+    attn_vec_ = EnvInt("GEMMA_VULKAN_ATTN_VEC", 1) != 0;
     attn_rl_max_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_RL", 64), 1, 64));
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
@@ -1368,9 +1368,10 @@ class VulkanBackend : public Backend {
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
+            b[15] = po_.r;  // read-only alias of the partials
             Dispatch(rc, "attn_fused",
                      {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec}, b, &fp,
-                     sizeof(fp), nh, 1, 1);
+                     sizeof(fp), nh, (static_cast<uint32_t>(hd) + kWG - 1) / kWG, 1);
             Barrier(rc);
           }
         } else if (m >= kMatmulMinTokens && attn_pf_) {
@@ -2079,7 +2080,7 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
-  bool attn_vec_ = false;         // ... 16-byte cache loads (VEC)
+  bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
   bool splits_set_ = false;       // the decode splits were set (options or environment)

@@ -569,6 +569,10 @@ TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
       // 16-byte cache loads (a lane holds 8 of dim 32's values on 4 lanes per row)
       {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
       {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
+      {{"GEMMA_VULKAN_ATTN_RL", "4"},
+       {"GEMMA_VULKAN_ATTN_KW", "1"},
+       {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
+      {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
       {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
       {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
   };

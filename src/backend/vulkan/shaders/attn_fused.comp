@@ -38,6 +38,7 @@ layout(constant_id = 7) const uint MB = 16;   // the merge's partials per round 
 layout(constant_id = 8) const uint VEC = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
+layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
 // The caches (ring rows of nkv * HD floats), read through 1 and 2 and written (the new row)
 // through 12 and 13, which alias them: the NVIDIA driver bounds-checks loads from a writable
 // binding with a branch each, those from a read-only one with a predicate.
@@ -49,13 +50,21 @@ layout(std430, binding = 12) writeonly buffer KCW { float kcw[]; };
 layout(std430, binding = 13) writeonly buffer VCW { float vcw[]; };
 // Partials: o_s at [(h * splits + s) * HD], (m_s, l_s) at ml_base + 2 (h * splits + s).
 layout(std430, binding = 3) coherent buffer PO { float po[]; };
+// MODE 2 reads the partials (written by the MODE 1 dispatch before) through a plain read-only
+// alias: no coherent loads, the driver's predicated bounds checks.
+layout(std430, binding = 15) readonly buffer POR { float por[]; };
 layout(std430, binding = 4) readonly buffer Rope { vec2 rope[]; };  // [pos][rot] (cos, sin)
+layout(std430, binding = 4) readonly buffer Rope4 { vec4 rope4[]; };
 layout(std430, binding = 5) writeonly buffer O { float o[]; };     // [h][HD]
 layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };   // arrivals per head, 0 between steps
 layout(std430, binding = 7) readonly buffer KT { float kt[]; };    // the new raw K row [nkv][HD]
 layout(std430, binding = 8) readonly buffer VT { float vt[]; };
 layout(std430, binding = 9) readonly buffer QN { float qn[]; };
 layout(std430, binding = 10) readonly buffer KN { float kn[]; };
+layout(std430, binding = 7) readonly buffer KT4 { vec4 kt4[]; };
+layout(std430, binding = 8) readonly buffer VT4 { vec4 vt4[]; };
+layout(std430, binding = 9) readonly buffer QN4 { vec4 qn4[]; };
+layout(std430, binding = 10) readonly buffer KN4 { vec4 kn4[]; };
 
 layout(push_constant) uniform P {
   uint nh, nkv, ring, window, splits, rot;
@@ -136,22 +145,25 @@ uint CacheRow(uint b0, uint rb, uint off) {
 // The last step: o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the nact splits of head h.
 // Every subgroup evaluates M and the denominator (subgroup 0 publishes the weights); each
 // invocation's first MB partials are loaded before the weights are known, the rest MB a round.
+// MODE 0: the workgroup merges every dim (tid + WG c); MODE 2: dims WG y + tid (grid y).
+#define PO(i) (MODE == 2 ? por[i] : po[i])
 void Merge(uint h, uint nact) {
   const uint tid = gl_LocalInvocationID.x;
   const uint base = h * p.splits;
-  const uint NC = (HD + WG - 1) / WG;
+  const uint NC = MODE == 2 ? 1 : (HD + WG - 1) / WG;
+  const uint i0 = MODE == 2 ? WG * gl_WorkGroupID.y + tid : tid;
   float v[2][16];
   [[unroll]] for (uint c = 0; c < NC; ++c) {
-    const uint i = tid + WG * c;
+    const uint i = i0 + WG * c;
     [[unroll]] for (uint u = 0; u < MB; ++u)
-      v[c][u] = i < HD && u < nact ? po[(base + u) * HD + i] : 0.0;
+      v[c][u] = i < HD && u < nact ? PO((base + u) * HD + i) : 0.0;
   }
   // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
   vec2 ml[8];
   float mx = kNegInf;
   [[unroll]] for (uint r = 0; r < 8; ++r) {
     const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
-    ml[r] = s < nact ? vec2(po[p.ml_base + 2 * (base + s)], po[p.ml_base + 2 * (base + s) + 1])
+    ml[r] = s < nact ? vec2(PO(p.ml_base + 2 * (base + s)), PO(p.ml_base + 2 * (base + s) + 1))
                      : vec2(kNegInf, 0.0);
     mx = max(mx, ml[r].x);
   }
@@ -168,7 +180,7 @@ void Merge(uint h, uint nact) {
   den = subgroupAdd(den);
   barrier();
   [[unroll]] for (uint c = 0; c < NC; ++c) {
-    const uint i = tid + WG * c;
+    const uint i = i0 + WG * c;
     if (i >= HD) continue;
     float acc = 0.0;
     [[unroll]] for (uint u = 0; u < MB; ++u)
@@ -176,7 +188,7 @@ void Merge(uint h, uint nact) {
     for (uint s0 = MB; s0 < nact; s0 += MB) {
       float w2[16];
       [[unroll]] for (uint u = 0; u < MB; ++u)
-        w2[u] = s0 + u < nact ? po[(base + s0 + u) * HD + i] : 0.0;
+        w2[u] = s0 + u < nact ? PO((base + s0 + u) * HD + i) : 0.0;
       [[unroll]] for (uint u = 0; u < MB; ++u)
         if (s0 + u < nact) acc = fma(w2[u], sw[s0 + u], acc);
     }
@@ -210,23 +222,50 @@ void main() {
 
   // Everything the workgroup reads, issued before any of it is used: the head's q, the norm
   // weights and rotation, the new K/V row, the first block's keys and values.
+  // The lane's D values of a head vector at base (a multiple of 4 with VEC).
+#define LOAD_HEAD(dst, buf, buf4, base)                                          \
+  if (VEC != 0) {                                                                \
+    [[unroll]] for (uint g = 0; g < D / 4; ++g) {                                \
+      const vec4 t = buf4[(base) / 4 + rl + RL * g];                             \
+      [[unroll]] for (uint c = 0; c < 4; ++c) dst[4 * g + c] = t[c];             \
+    }                                                                            \
+  } else {                                                                       \
+    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = buf[(base) + rl + RL * d];  \
+  }
   float qv[D], qw[D];
   vec2 cs[HALF];
-  [[unroll]] for (uint d = 0; d < D; ++d) qv[d] = q[h * HD + Dim(rl, d)];
+  LOAD_HEAD(qv, q, q4, h * HD);
   if (ROPE != 0) {
-    [[unroll]] for (uint d = 0; d < D; ++d) qw[d] = qn[Dim(rl, d)];
-    [[unroll]] for (uint d = 0; d < HALF; ++d) {
-      const uint k = Dim(rl, d);
-      cs[d] = k < p.rot ? rope[pos * p.rot + k] : vec2(1.0, 0.0);
+    LOAD_HEAD(qw, qn, qn4, 0);
+    if (VEC != 0 && p.rot % 4 == 0) {
+      // Four consecutive pairs' (cos, sin) in two 16-byte loads.
+      [[unroll]] for (uint g = 0; g < HALF / 4; ++g) {
+        const uint k0 = 4 * rl + 4 * RL * g;
+        const uint e = (pos * p.rot + k0) / 2;
+        const bool inr = k0 < p.rot;
+        const vec4 a = inr ? rope4[e] : vec4(1.0, 0.0, 1.0, 0.0);
+        const vec4 b = inr ? rope4[e + 1] : vec4(1.0, 0.0, 1.0, 0.0);
+        cs[4 * g] = a.xy;
+        cs[4 * g + 1] = a.zw;
+        cs[4 * g + 2] = b.xy;
+        cs[4 * g + 3] = b.zw;
+      }
+    } else {
+      [[unroll]] for (uint d = 0; d < HALF; ++d) {
+        const uint k = Dim(rl, d);
+        cs[d] = k < p.rot ? rope[pos * p.rot + k] : vec2(1.0, 0.0);
+      }
     }
   }
   const bool has_new = ROPE != 0 && p.kv_new != 0 && je == pos + 1;
   float kn_[D], vn_[D], kw_[D];
   if (has_new) {
-    [[unroll]] for (uint d = 0; d < D; ++d) {
-      kn_[d] = kt[khead + Dim(rl, d)];
-      vn_[d] = vt[khead + Dim(rl, d)];
-      kw_[d] = p.has_kn != 0 ? kn[Dim(rl, d)] : 1.0;
+    LOAD_HEAD(kn_, kt, kt4, khead);
+    LOAD_HEAD(vn_, vt, vt4, khead);
+    if (p.has_kn != 0) {
+      LOAD_HEAD(kw_, kn, kn4, 0);
+    } else {
+      [[unroll]] for (uint d = 0; d < D; ++d) kw_[d] = 1.0;
     }
   }
   float kr[KW][D], vr[KW][D];

@@ -558,28 +558,34 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
 // gives the sliding layers a ring shorter than a key block (rows by division), slack 40 one that
 // holds attention.comp's 32-key block (rows by one wrap from the block's first row). Fixtures: one
 // K/V head of dim 32, two of dim 24 (KV sharing in both).
-TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
-  using Env = std::vector<std::pair<const char*, const char*>>;
-  const std::vector<Env> variants = {
-      {},
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
-      {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
-      // 16-byte cache loads (a lane holds 8 of dim 32's values on 4 lanes per row)
-      {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
-      {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
-      {{"GEMMA_VULKAN_ATTN_RL", "4"},
-       {"GEMMA_VULKAN_ATTN_KW", "1"},
-       {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
-      {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
-      {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
-      {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
-  };
+using AttnEnv = std::vector<std::pair<const char*, const char*>>;
+const std::vector<AttnEnv> kDecodeAttentionKnobs = {
+    {},
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}},  // the last merges
+    {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
+    // 16-byte loads (a lane holds 8 of dim 32's values on 4 lanes per row) and scalar ones
+    {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
+    {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
+    {{"GEMMA_VULKAN_ATTN_RL", "4"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}},
+    {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
+};
+
+// One test per variant (the NVIDIA driver refuses Vulkan instances after ~30 in a process).
+class DecodeAttentionVariants : public ::testing::TestWithParam<size_t> {};
+INSTANTIATE_TEST_SUITE_P(Knobs, DecodeAttentionVariants,
+                         ::testing::Range(size_t(0), kDecodeAttentionKnobs.size()));
+
+TEST_P(DecodeAttentionVariants, MatchReference) {
+  const AttnEnv& env = kDecodeAttentionKnobs[GetParam()];
   for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16"})
-    for (const int slack : {8, 40})
-      for (const Env& env : variants) {
-        std::string name = std::string(fixture) + " slack " + std::to_string(slack);
+    for (const int slack : {8, 40}) {
+      std::string name = std::string(fixture) + " slack " + std::to_string(slack);
         for (const auto& [k, v] : env) name += std::string(" ") + k + "=" + v;
         SCOPED_TRACE(name);
         auto model = LoadFixture(fixture);
@@ -606,33 +612,39 @@ TEST(VulkanKernels, DecodeAttentionVariantsMatchReference) {
 }
 
 // The fused attention's merge in several rounds (each invocation loads the first ATTN_MB partials
-// before the split weights are known, the rest ATTN_MB a round after): 64 splits of one key block
-// (ATTN_KW=1: 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a
-// full-attention layer 3 to 8 rounds at 300-500 positions.
+// before the split weights are known, the rest ATTN_MB a round after), in the merge dispatch
+// (MODE 1) and in the last split's workgroup (MODE 0): 64 splits of one key block (ATTN_KW=1:
+// 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a full-attention layer
+// 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
-  auto model = LoadFixture("tiny_dense_bf16");
-  const int V = model->text().vocab_size;
-  setenv("GEMMA_VULKAN_ATTN_KW", "1", 1);
-  setenv("GEMMA_VULKAN_ATTN_MB", "4", 1);
-  setenv("GEMMA_VULKAN_SPLITS", "64", 1);
-  auto vk = MakeVulkan(*model, {.capacity = 512});
-  unsetenv("GEMMA_VULKAN_ATTN_KW");
-  unsetenv("GEMMA_VULKAN_ATTN_MB");
-  unsetenv("GEMMA_VULKAN_SPLITS");
-  if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 512});
-  std::vector<int32_t> tokens(500);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % V);
-  ForwardResult a, b;
-  const std::span<const int32_t> prompt(tokens.data(), 300);
-  cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-  vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-  for (size_t t = prompt.size(); t < tokens.size(); ++t) {
-    const std::span<const int32_t> one(&tokens[t], 1);
-    cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
-    vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
-    ASSERT_EQ(a.logits.size(), b.logits.size());
-    ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+  for (const char* mode : {"1", "0"}) {
+    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_FUSED_MODE=") + mode);
+    auto model = LoadFixture("tiny_dense_bf16");
+    const int V = model->text().vocab_size;
+    setenv("GEMMA_VULKAN_ATTN_KW", "1", 1);
+    setenv("GEMMA_VULKAN_ATTN_MB", "4", 1);
+    setenv("GEMMA_VULKAN_SPLITS", "64", 1);
+    setenv("GEMMA_VULKAN_ATTN_FUSED_MODE", mode, 1);
+    auto vk = MakeVulkan(*model, {.capacity = 512});
+    unsetenv("GEMMA_VULKAN_ATTN_KW");
+    unsetenv("GEMMA_VULKAN_ATTN_MB");
+    unsetenv("GEMMA_VULKAN_SPLITS");
+    unsetenv("GEMMA_VULKAN_ATTN_FUSED_MODE");
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 512});
+    std::vector<int32_t> tokens(500);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % V);
+    ForwardResult a, b;
+    const std::span<const int32_t> prompt(tokens.data(), 300);
+    cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
+    vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
+    for (size_t t = prompt.size(); t < tokens.size(); ++t) {
+      const std::span<const int32_t> one(&tokens[t], 1);
+      cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
+      vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+    }
   }
 }
 

@@ -504,8 +504,9 @@ class VulkanBackend : public Backend {
     // token), then equal (2.80 against 2.80-2.81), slower with the ninth session's kernels (2.79
     // against 2.50-2.51; bench/NOTES.md).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
-    // One-token decode attention as attn_fused.comp (q/k norm + RoPE, the key splits and their
-    // merge in one dispatch; f32 dot products): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
+    // One-token decode attention as attn_fused.comp (q/k norm + RoPE and the key splits in one
+    // dispatch, f32 dot products; 2.15-2.18 against 2.44-2.47 ms per token for the three kernels
+    // on the H200, bench/NOTES.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
     // attention + attn_combine; _ROPE=0 keeps qkrope's dispatch; _MODE=1 (default) merges the
     // splits in a second dispatch over (heads x dim blocks), 0 in the last split's workgroup
     // (2.18 against 2.15 ms per token, 2.33 against 2.27 at 4,096 context on the H200);
@@ -2087,9 +2088,10 @@ class VulkanBackend : public Backend {
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
   bool splits_set_ = false;       // the decode splits were set (options or environment)
   int FusedSplits(int nh) const {
-    int s = fused_splits_ > 0                     ? fused_splits_
-            : splits_set_ || dev_->is_cpu()       ? splits_
-                                                  : static_cast<int>(dev_->compute_units()) / nh;
+    const int cu = static_cast<int>(dev_->compute_units());
+    int s = fused_splits_ > 0                             ? fused_splits_
+            : splits_set_ || dev_->is_cpu() || cu == 0 ? splits_
+                                                          : cu / nh;
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->subgroup_size())));
   }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;

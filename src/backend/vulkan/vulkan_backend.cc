@@ -527,6 +527,8 @@ class VulkanBackend : public Backend {
     // capped (tests: so that the fixtures' small heads take VEC).
     attn_vec_ = EnvInt("GEMMA_VULKAN_ATTN_VEC", 1) != 0;
     attn_rl_max_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_RL", 64), 1, 64));
+    // MODE 0's arrival count as one acquire-release atomic (FENCE) instead of full barriers.
+    attn_fence_ = EnvInt("GEMMA_VULKAN_ATTN_FENCE", 0) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -1367,14 +1369,17 @@ class VulkanBackend : public Backend {
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
-                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec},
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
+                    attn_fence_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             b[15] = po_.r;  // read-only alias of the partials
+            // Merge units of 4 dims with VEC, else 1.
+            const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
             Dispatch(rc, "attn_fused",
-                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec}, b, &fp,
-                     sizeof(fp), nh, (static_cast<uint32_t>(hd) + kWG - 1) / kWG, 1);
+                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b,
+                     &fp, sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
             Barrier(rc);
           }
         } else if (m >= kMatmulMinTokens && attn_pf_) {
@@ -2085,6 +2090,7 @@ class VulkanBackend : public Backend {
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
+  bool attn_fence_ = false;       // ... MODE 0: an acquire-release arrival atomic (FENCE)
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
   bool splits_set_ = false;       // the decode splits were set (options or environment)
   int FusedSplits(int nh) const {

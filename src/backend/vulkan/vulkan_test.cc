@@ -572,6 +572,12 @@ const std::vector<AttnEnv> kDecodeAttentionKnobs = {
      {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}},
     {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
+    // the last split merges after one acquire-release arrival atomic
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}, {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
+    {{"GEMMA_VULKAN_ATTN_RL", "4"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
+     {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
     {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
 };
@@ -613,23 +619,26 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 
 // The fused attention's merge in several rounds (each invocation loads the first ATTN_MB partials
 // before the split weights are known, the rest ATTN_MB a round after), in the merge dispatch
-// (MODE 1) and in the last split's workgroup (MODE 0): 64 splits of one key block (ATTN_KW=1:
+// (MODE 1) and in the last split's workgroup (MODE 0, arrivals counted between full memory
+// barriers or by one acquire-release atomic, FENCE): 64 splits of one key block (ATTN_KW=1:
 // 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a full-attention layer
 // 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
-  for (const char* mode : {"1", "0"}) {
-    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_FUSED_MODE=") + mode);
+  for (const auto& [mode, fence] : {std::pair{"1", "0"}, {"0", "0"}, {"0", "1"}}) {
+    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_FUSED_MODE=") + mode + " GEMMA_VULKAN_ATTN_FENCE=" + fence);
     auto model = LoadFixture("tiny_dense_bf16");
     const int V = model->text().vocab_size;
     setenv("GEMMA_VULKAN_ATTN_KW", "1", 1);
     setenv("GEMMA_VULKAN_ATTN_MB", "4", 1);
     setenv("GEMMA_VULKAN_SPLITS", "64", 1);
     setenv("GEMMA_VULKAN_ATTN_FUSED_MODE", mode, 1);
+    setenv("GEMMA_VULKAN_ATTN_FENCE", fence, 1);
     auto vk = MakeVulkan(*model, {.capacity = 512});
     unsetenv("GEMMA_VULKAN_ATTN_KW");
     unsetenv("GEMMA_VULKAN_ATTN_MB");
     unsetenv("GEMMA_VULKAN_SPLITS");
     unsetenv("GEMMA_VULKAN_ATTN_FUSED_MODE");
+    unsetenv("GEMMA_VULKAN_ATTN_FENCE");
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 512});
     std::vector<int32_t> tokens(500);

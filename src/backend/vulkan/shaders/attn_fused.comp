@@ -20,6 +20,7 @@
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
+#extension GL_KHR_memory_scope_semantics : enable
 #include "common.glsl"
 #define PROBE_BINDING 14
 #include "probe.glsl"
@@ -36,6 +37,9 @@ layout(constant_id = 7) const uint MB = 16;   // the merge's partials per round 
 // rows as 16-byte vectors (a quarter of the load instructions); the rotation pairs stay in the
 // lane (d and d + D / 2).
 layout(constant_id = 8) const uint VEC = 0;
+// FENCE 1 (MODE 0): the arrival count is one acquire-release atomic instead of a full memory
+// barrier on each side of a relaxed one.
+layout(constant_id = 9) const uint FENCE = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -53,9 +57,12 @@ layout(std430, binding = 3) coherent buffer PO { float po[]; };
 // MODE 2 reads the partials (written by the MODE 1 dispatch before) through a plain read-only
 // alias: no coherent loads, the driver's predicated bounds checks.
 layout(std430, binding = 15) readonly buffer POR { float por[]; };
+layout(std430, binding = 3) coherent buffer PO4 { vec4 po4[]; };
+layout(std430, binding = 15) readonly buffer POR4 { vec4 por4[]; };
 layout(std430, binding = 4) readonly buffer Rope { vec2 rope[]; };  // [pos][rot] (cos, sin)
 layout(std430, binding = 4) readonly buffer Rope4 { vec4 rope4[]; };
 layout(std430, binding = 5) writeonly buffer O { float o[]; };     // [h][HD]
+layout(std430, binding = 5) writeonly buffer O4 { vec4 o4[]; };
 layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };   // arrivals per head, 0 between steps
 layout(std430, binding = 7) readonly buffer KT { float kt[]; };    // the new raw K row [nkv][HD]
 layout(std430, binding = 8) readonly buffer VT { float vt[]; };
@@ -145,25 +152,33 @@ uint CacheRow(uint b0, uint rb, uint off) {
 // The last step: o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the nact splits of head h.
 // Every subgroup evaluates M and the denominator (subgroup 0 publishes the weights); each
 // invocation's first MB partials are loaded before the weights are known, the rest MB a round.
-// MODE 0: the workgroup merges every dim (tid + WG c); MODE 2: dims WG y + tid (grid y).
-#define PO(i) (MODE == 2 ? por[i] : po[i])
+// The merge's unit: W dims (4 with VEC: 16-byte loads and stores). MODE 0: the workgroup merges
+// every unit (tid + WG c); MODE 2: units WG y + tid (grid y).
+const uint W = VEC != 0 ? 4 : 1;
+const uint NU = HD / W;
+vec4 PartialAt(uint e) {  // the W values at float index e (a multiple of W)
+  if (W == 4) return MODE == 2 ? por4[e / 4] : po4[e / 4];
+  return vec4(MODE == 2 ? por[e] : po[e], 0.0, 0.0, 0.0);
+}
+float PartialScalar(uint e) { return MODE == 2 ? por[e] : po[e]; }
 void Merge(uint h, uint nact) {
   const uint tid = gl_LocalInvocationID.x;
   const uint base = h * p.splits;
-  const uint NC = MODE == 2 ? 1 : (HD + WG - 1) / WG;
-  const uint i0 = MODE == 2 ? WG * gl_WorkGroupID.y + tid : tid;
-  float v[2][16];
+  const uint NC = MODE == 2 ? 1 : (NU + WG - 1) / WG;
+  const uint u0 = MODE == 2 ? WG * gl_WorkGroupID.y + tid : tid;
+  vec4 v[2][16];
   [[unroll]] for (uint c = 0; c < NC; ++c) {
-    const uint i = i0 + WG * c;
+    const uint ui = u0 + WG * c;
     [[unroll]] for (uint u = 0; u < MB; ++u)
-      v[c][u] = i < HD && u < nact ? PO((base + u) * HD + i) : 0.0;
+      v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * HD + W * ui) : vec4(0.0);
   }
   // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
   vec2 ml[8];
   float mx = kNegInf;
   [[unroll]] for (uint r = 0; r < 8; ++r) {
     const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
-    ml[r] = s < nact ? vec2(PO(p.ml_base + 2 * (base + s)), PO(p.ml_base + 2 * (base + s) + 1))
+    ml[r] = s < nact ? vec2(PartialScalar(p.ml_base + 2 * (base + s)),
+                            PartialScalar(p.ml_base + 2 * (base + s) + 1))
                      : vec2(kNegInf, 0.0);
     mx = max(mx, ml[r].x);
   }
@@ -180,22 +195,22 @@ void Merge(uint h, uint nact) {
   den = subgroupAdd(den);
   barrier();
   [[unroll]] for (uint c = 0; c < NC; ++c) {
-    const uint i = i0 + WG * c;
-    if (i >= HD) continue;
-    float acc = 0.0;
+    const uint ui = u0 + WG * c;
+    if (ui >= NU) continue;
+    vec4 acc = vec4(0.0);
     [[unroll]] for (uint u = 0; u < MB; ++u)
-      if (u < nact) acc = fma(v[c][u], sw[u], acc);
+      if (u < nact) acc = fma(v[c][u], vec4(sw[u]), acc);
     for (uint s0 = MB; s0 < nact; s0 += MB) {
-      float w2[16];
+      vec4 w2[16];
       [[unroll]] for (uint u = 0; u < MB; ++u)
-        w2[u] = s0 + u < nact ? PO((base + s0 + u) * HD + i) : 0.0;
+        w2[u] = s0 + u < nact ? PartialAt((base + s0 + u) * HD + W * ui) : vec4(0.0);
       [[unroll]] for (uint u = 0; u < MB; ++u)
-        if (s0 + u < nact) acc = fma(w2[u], sw[s0 + u], acc);
+        if (s0 + u < nact) acc = fma(w2[u], vec4(sw[s0 + u]), acc);
     }
-    o[h * HD + i] = acc / den;
+    if (W == 4) o4[(h * HD) / 4 + ui] = acc / den;
+    else o[h * HD + ui] = acc.x / den;
   }
 }
-
 void main() {
   Probe(0);
   const uint tid = gl_LocalInvocationID.x;
@@ -393,13 +408,24 @@ void main() {
     po[p.ml_base + 2 * ob + 1] = L;
   }
   if (MODE == 1) return;
-  memoryBarrierBuffer();
-  barrier();
-  if (tid == 0) s_last = atomicAdd(cnt[h], 1u) == nact - 1;
-  barrier();
+  if (FENCE != 0) {
+    // The workgroup's partials ordered before invocation 0's release, its acquire before the
+    // workgroup's merge loads.
+    const int sem = gl_StorageSemanticsBuffer | gl_StorageSemanticsShared;
+    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, sem, gl_SemanticsAcquireRelease);
+    if (tid == 0)
+      s_last = atomicAdd(cnt[h], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                         gl_SemanticsAcquireRelease) == nact - 1;
+    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, sem, gl_SemanticsAcquireRelease);
+  } else {
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0) s_last = atomicAdd(cnt[h], 1u) == nact - 1;
+    barrier();
+  }
   Probe(6);  // arrival counted
   if (!s_last) return;
-  memoryBarrierBuffer();
+  if (FENCE == 0) memoryBarrierBuffer();
   Merge(h, nact);
   if (tid == 0) cnt[h] = 0;
   Probe(7);  // merged

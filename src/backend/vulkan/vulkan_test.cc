@@ -33,6 +33,19 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.c
 // Environment knobs of the backend, set while one is created.
 using Knobs = std::vector<std::pair<const char*, const char*>>;
 
+std::unique_ptr<Backend> MakeVulkanWith(const Model& model, const Knobs& env, BackendOptions opt) {
+  for (const auto& [k, v] : env) setenv(k, v, 1);
+  auto vk = MakeVulkan(model, opt);
+  for (const auto& [k, v] : env) unsetenv(k);
+  return vk;
+}
+
+std::string KnobsText(const Knobs& env) {
+  std::string s;
+  for (const auto& [k, v] : env) s += std::string(" ") + k + "=" + v;
+  return s;
+}
+
 #define VULKAN_OR_SKIP(var, model)                                              \
   auto var = MakeVulkan(model);                                                 \
   if (!var) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine"; \
@@ -558,8 +571,22 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
 // gives the sliding layers a ring shorter than a key block (rows by division), slack 40 one that
 // holds attention.comp's 32-key block (rows by one wrap from the block's first row). Fixtures: one
 // K/V head of dim 32, two of dim 24 (KV sharing in both).
-using AttnEnv = std::vector<std::pair<const char*, const char*>>;
-const std::vector<AttnEnv> kDecodeAttentionKnobs = {
+// The prompt tokens[0, prompt) in one step, then one token at a time: logits against the CPU
+// reference's at every step (relative L2 below 1e-4).
+void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tokens, size_t prompt,
+                         int V) {
+  ForwardResult a, b;
+  cpu.Forward({.tokens = tokens.first(prompt), .mode = OutputMode::kLogits}, &a);
+  vk.Forward({.tokens = tokens.first(prompt), .mode = OutputMode::kLogits}, &b);
+  for (size_t t = prompt; t < tokens.size(); ++t) {
+    cpu.Forward({.tokens = tokens.subspan(t, 1), .mode = OutputMode::kLogits}, &a);
+    vk.Forward({.tokens = tokens.subspan(t, 1), .mode = OutputMode::kLogits}, &b);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
+  }
+}
+
+const std::vector<Knobs> kDecodeAttentionKnobs = {
     {},
     {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
     {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
@@ -588,33 +615,19 @@ INSTANTIATE_TEST_SUITE_P(Knobs, DecodeAttentionVariants,
                          ::testing::Range(size_t(0), kDecodeAttentionKnobs.size()));
 
 TEST_P(DecodeAttentionVariants, MatchReference) {
-  const AttnEnv& env = kDecodeAttentionKnobs[GetParam()];
+  const Knobs& env = kDecodeAttentionKnobs[GetParam()];
   for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16"})
     for (const int slack : {8, 40}) {
-      std::string name = std::string(fixture) + " slack " + std::to_string(slack);
-        for (const auto& [k, v] : env) name += std::string(" ") + k + "=" + v;
-        SCOPED_TRACE(name);
-        auto model = LoadFixture(fixture);
-        const int V = model->text().vocab_size;
-        for (const auto& [k, v] : env) setenv(k, v, 1);
-        auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
-        for (const auto& [k, v] : env) unsetenv(k);
-        if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-        auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
-        std::vector<int32_t> tokens(100);
-        for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
-        ForwardResult a, b;
-        const std::span<const int32_t> prompt(tokens.data(), 8);
-        cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-        vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-        for (size_t t = 8; t < tokens.size(); ++t) {
-          const std::span<const int32_t> one(&tokens[t], 1);
-          cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
-          vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
-          ASSERT_EQ(a.logits.size(), b.logits.size());
-          ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
-        }
-      }
+      SCOPED_TRACE(std::string(fixture) + " slack " + std::to_string(slack) + KnobsText(env));
+      auto model = LoadFixture(fixture);
+      const int V = model->text().vocab_size;
+      auto vk = MakeVulkanWith(*model, env, {.capacity = 128, .slack = slack});
+      if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+      auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
+      std::vector<int32_t> tokens(100);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 5) % V);
+      ASSERT_NO_FATAL_FAILURE(ExpectStepsMatchCpu(*vk, *cpu, tokens, 8, V));
+    }
 }
 
 // The fused attention's merge in several rounds (each invocation loads the first ATTN_MB partials
@@ -624,36 +637,24 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 // 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a full-attention layer
 // 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
-  for (const auto& [mode, fence] : {std::pair{"1", "0"}, {"0", "0"}, {"0", "1"}}) {
-    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_FUSED_MODE=") + mode + " GEMMA_VULKAN_ATTN_FENCE=" + fence);
+  for (const char* fence : {"", "0", "1"}) {
+    // "": the default merge dispatch; "0", "1": the last split merges (MODE 0), FENCE 0 / 1.
+    Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
+                 {"GEMMA_VULKAN_ATTN_MB", "4"},
+                 {"GEMMA_VULKAN_SPLITS", "64"}};
+    if (*fence) {
+      env.push_back({"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"});
+      env.push_back({"GEMMA_VULKAN_ATTN_FENCE", fence});
+    }
+    SCOPED_TRACE(KnobsText(env));
     auto model = LoadFixture("tiny_dense_bf16");
     const int V = model->text().vocab_size;
-    setenv("GEMMA_VULKAN_ATTN_KW", "1", 1);
-    setenv("GEMMA_VULKAN_ATTN_MB", "4", 1);
-    setenv("GEMMA_VULKAN_SPLITS", "64", 1);
-    setenv("GEMMA_VULKAN_ATTN_FUSED_MODE", mode, 1);
-    setenv("GEMMA_VULKAN_ATTN_FENCE", fence, 1);
-    auto vk = MakeVulkan(*model, {.capacity = 512});
-    unsetenv("GEMMA_VULKAN_ATTN_KW");
-    unsetenv("GEMMA_VULKAN_ATTN_MB");
-    unsetenv("GEMMA_VULKAN_SPLITS");
-    unsetenv("GEMMA_VULKAN_ATTN_FUSED_MODE");
-    unsetenv("GEMMA_VULKAN_ATTN_FENCE");
+    auto vk = MakeVulkanWith(*model, env, {.capacity = 512});
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 512});
     std::vector<int32_t> tokens(500);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % V);
-    ForwardResult a, b;
-    const std::span<const int32_t> prompt(tokens.data(), 300);
-    cpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-    vk->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-    for (size_t t = prompt.size(); t < tokens.size(); ++t) {
-      const std::span<const int32_t> one(&tokens[t], 1);
-      cpu->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
-      vk->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
-      ASSERT_EQ(a.logits.size(), b.logits.size());
-      ASSERT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4) << "position " << t;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectStepsMatchCpu(*vk, *cpu, tokens, 300, V));
   }
 }
 

@@ -1378,8 +1378,8 @@ class VulkanBackend : public Backend {
             // Merge units of 4 dims with VEC, else 1.
             const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
             Dispatch(rc, "attn_fused",
-                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b,
-                     &fp, sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
+                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
+                     sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
             Barrier(rc);
           }
         } else if (m >= kMatmulMinTokens && attn_pf_) {
@@ -2095,9 +2095,9 @@ class VulkanBackend : public Backend {
   bool splits_set_ = false;       // the decode splits were set (options or environment)
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());
-    int s = fused_splits_ > 0                             ? fused_splits_
+    int s = fused_splits_ > 0                          ? fused_splits_
             : splits_set_ || dev_->is_cpu() || cu == 0 ? splits_
-                                                          : cu / nh;
+                                                       : cu / nh;
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->subgroup_size())));
   }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;

@@ -562,15 +562,6 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
   }
 }
 
-// One-token steps past the sliding window (ring wrap, several key splits), logits against the CPU
-// reference at every step: the fused one-token attention (attn_fused.comp, the default) with its
-// q/k norm + RoPE inside or in qkrope's dispatch, one or several key blocks per split, merged by
-// the last split or by a second dispatch, scalar or 16-byte cache loads; the three-kernel path (GEMMA_VULKAN_ATTN_FUSED=0:
-// qkrope + attention.comp + attn_combine) and the opt-in subgroup-per-split kernel
-// (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups only; elsewhere the three-kernel path). Slack 8
-// gives the sliding layers a ring shorter than a key block (rows by division), slack 40 one that
-// holds attention.comp's 32-key block (rows by one wrap from the block's first row). Fixtures: one
-// K/V head of dim 32, two of dim 24 (KV sharing in both).
 // The prompt tokens[0, prompt) in one step, then one token at a time: logits against the CPU
 // reference's at every step (relative L2 below 1e-4).
 void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tokens, size_t prompt,
@@ -586,6 +577,15 @@ void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tok
   }
 }
 
+// One-token steps past the sliding window (ring wrap, several key splits), logits against the CPU
+// reference at every step: the fused one-token attention (attn_fused.comp, the default) with its
+// q/k norm + RoPE inside or in qkrope's dispatch, one or several key blocks per split, merged by
+// the last split or by a second dispatch, scalar or 16-byte cache loads; the three-kernel path
+// (GEMMA_VULKAN_ATTN_FUSED=0: qkrope + attention.comp + attn_combine) and the opt-in
+// subgroup-per-split kernel (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups only; elsewhere the
+// three-kernel path). Slack 8 gives the sliding layers a ring shorter than a key block (rows by
+// division), slack 40 one that holds attention.comp's 32-key block (rows by one wrap from the
+// block's first row). Fixtures: one K/V head of dim 32, two of dim 24 (KV sharing in both).
 const std::vector<Knobs> kDecodeAttentionKnobs = {
     {},
     {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
@@ -600,7 +600,9 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
      {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}},
     {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
     // the last split merges after one acquire-release arrival atomic
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}, {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
+    {{"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
+     {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
     {{"GEMMA_VULKAN_ATTN_RL", "4"},
      {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
@@ -805,7 +807,9 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
 const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_FUSE_ROPE", "1"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
-    {{"GEMMA_VULKAN_CNORM", "1"}, {"GEMMA_VULKAN_FUSE_ROPE", "1"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_CNORM", "1"},
+     {"GEMMA_VULKAN_FUSE_ROPE", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"},
@@ -822,8 +826,11 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_XQ_PERM", "0"}},
     {{"GEMMA_VULKAN_XQ_PERM", "0"}, {"GEMMA_VULKAN_CNORM", "0"}},
-    {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
-    {{"GEMMA_VULKAN_SPLITS", "64"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
+    {{"GEMMA_VULKAN_SPLITS_ADAPT", "1"},
+     {"GEMMA_VULKAN_SPLITS", "64"},
+     {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_SPLITS", "64"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};

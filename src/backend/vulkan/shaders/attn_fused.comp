@@ -7,16 +7,15 @@
 //   2. its share of the keys j in [jb, je): m = max_j s_j, l = sum_j e^(s_j - m),
 //      o = sum_j e^(s_j - m) V_j, s_j = q . K_j (scale 1), in f32 (the dot products and sums; as
 //      the prompt attention kernels, bench/NOTES.md tenth session);
-//   3. MODE 0: the last split workgroup of the head to finish merges the splits
-//      (o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)); MODE 1 leaves the partials to a MODE 2
-//      dispatch (grid: heads), which only merges.
+//   3. the merge of the splits, o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M): MODE 1 (the
+//      default) leaves the partials to a MODE 2 dispatch (grid: heads x blocks of WG merge
+//      units), MODE 0 has the last split workgroup of the head to finish merge them.
 // Layout: a key row is spread over RL lanes of a subgroup (lane rl holds dims rl + RL d, d < D,
 // or groups of 4 with VEC, so a row's loads are coalesced and the rotation pairs (i, i + HD / 2)
-// sit in one lane), a
-// row group of RL lanes takes KW keys per block (U = (WG / RL) KW keys per block), keeps its own
-// running max, sum and weighted sums across blocks (no barrier inside the key loop) and the row
-// groups merge once at the end through shared memory. The host picks RL (a power of two up to
-// the subgroup size with HD % (2 RL) == 0), D = HD / RL and KW.
+// sit in one lane); a row group of RL lanes takes KW keys per block (U = (WG / RL) KW keys per
+// block), keeps its own running max, sum and weighted sums across blocks (no barrier inside the
+// key loop) and the row groups merge once at the end through shared memory. The host picks RL (a
+// power of two up to the subgroup size with HD % (2 RL) == 0), D = HD / RL and KW.
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
@@ -91,7 +90,6 @@ shared float rg_m[NRG];
 shared float rg_l[NRG];
 shared float rg_acc[NRG * HD];
 shared float sw[256];  // the merge's split weights (splits <= 256)
-shared float s_den;
 shared bool s_last;
 
 float RowSum(float v) {
@@ -108,9 +106,9 @@ uint Dim(uint rl, uint d) { return VEC != 0 ? 4 * rl + 4 * RL * (d / 4) + d % 4 
 
 // RmsFactor (common.glsl) without its double division and square root (library calls of ~100
 // instructions each on the NVIDIA driver): the mean by a multiplication where HD is a power of
-// two (exact), 1 / sqrt from the f32 estimate and two Newton steps in double (~1e-15 relative),
-// rounded to f32: the same factor except where the exact value lies within ~1e-15 of an f32
-// rounding boundary.
+// two (exact), 1 / sqrt from the f32 estimate and two Newton steps in double (to double
+// precision), rounded to f32: the same factor except where the exact value lies within a few
+// double ulps of an f32 rounding boundary.
 float RmsFactorNewton(double ss, float eps) {
   precise float ms = ((HD & (HD - 1)) == 0 ? float(ss * (1.0LF / double(HD))) : float(ss / double(HD))) + eps;
   double y = double(inversesqrt(ms));

@@ -2098,14 +2098,16 @@ class VulkanBackend : public Backend {
     int s = fused_splits_ > 0                          ? fused_splits_
             : splits_set_ || dev_->is_cpu() || cu == 0 ? splits_
                                                        : cu / nh;
-    return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->subgroup_size())));
+    // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
+    return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
   }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
   bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
     if (!attn_fused_ || attn_dec_ || hd <= 0) return false;
+    // A key row's lanes lie within the smallest subgroup the driver may pick.
     uint32_t r = 1;
-    while (r * 2 <= std::min(dev_->subgroup_size(), attn_rl_max_) && hd % (4 * r) == 0) r *= 2;
+    while (r * 2 <= std::min(dev_->min_subgroup_size(), attn_rl_max_) && hd % (4 * r) == 0) r *= 2;
     const uint32_t d = static_cast<uint32_t>(hd) / r;
     if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0) return false;
     *rl = r;

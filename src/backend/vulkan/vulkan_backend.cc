@@ -1211,7 +1211,8 @@ class VulkanBackend : public Backend {
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
       if (m == 1 && !rc.ops) {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
-        if (cap > 0) cap = std::max<int>(1, cap * static_cast<int>(kWG / wg));
+        // (the same invocations per compute unit: multiplied before the division)
+        if (cap > 0) cap = std::max<int>(1, cap * static_cast<int>(kWG) / static_cast<int>(wg));
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy,

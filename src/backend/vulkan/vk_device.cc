@@ -84,7 +84,8 @@ void Device::Init(const DeviceOptions& options) {
   vkEnumeratePhysicalDevices(instance_, &n, nullptr);
   std::vector<VkPhysicalDevice> devs(n);
   vkEnumeratePhysicalDevices(instance_, &n, devs.data());
-  // Usable: Vulkan 1.1, a compute queue, subgroup arithmetic in compute shaders.
+  // Usable: Vulkan 1.1, a compute queue, subgroup arithmetic in compute shaders, the kBindings
+  // storage buffers of the one descriptor-set layout.
   std::vector<int> usable;
   std::vector<std::string> names;
   for (uint32_t i = 0; i < n; ++i) {
@@ -97,7 +98,9 @@ void Device::Init(const DeviceOptions& options) {
                     (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                     (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                     (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
-                    sg.subgroupSize >= 8 && sg.subgroupSize <= 128;
+                    sg.subgroupSize >= 8 && sg.subgroupSize <= 128 &&
+                    p2.properties.limits.maxPerStageDescriptorStorageBuffers >= kBindings &&
+                    p2.properties.limits.maxDescriptorSetStorageBuffers >= kBindings;
     if (ok) usable.push_back(static_cast<int>(i));
   }
   int pick = -1;
@@ -135,8 +138,9 @@ void Device::Init(const DeviceOptions& options) {
     vkDestroyInstance(instance_, nullptr);
     instance_ = VK_NULL_HANDLE;
     throw Error(ErrorCode::kDevice,
-                "vulkan: no usable Vulkan device (need Vulkan 1.1 compute "
-                "with subgroup arithmetic)");
+                "vulkan: no usable Vulkan device (need Vulkan 1.1 compute with subgroup "
+                "arithmetic and shuffles and " + std::to_string(kBindings) +
+                    " storage buffers per shader stage)");
   }
   phys_ = devs[pick];
   VkPhysicalDeviceSubgroupProperties sg{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};

@@ -139,8 +139,8 @@ void Device::Init(const DeviceOptions& options) {
     instance_ = VK_NULL_HANDLE;
     throw Error(ErrorCode::kDevice,
                 "vulkan: no usable Vulkan device (need Vulkan 1.1 compute with subgroup "
-                "arithmetic and shuffles and " + std::to_string(kBindings) +
-                    " storage buffers per shader stage)");
+                "arithmetic and shuffles and " +
+                    std::to_string(kBindings) + " storage buffers per shader stage)");
   }
   phys_ = devs[pick];
   VkPhysicalDeviceSubgroupProperties sg{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};

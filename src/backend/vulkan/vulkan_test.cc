@@ -831,7 +831,7 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_SPLITS", "64"},
      {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_SPLITS", "64"},
-     {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
+     {"GEMMA_VULKAN_ATTN_KW", "1"}},   // fused attention, merged splits
     {{"GEMMA_VULKAN_MV_WG", "1024"}},  // one-token linears on 1,024-invocation workgroups
     {{"GEMMA_VULKAN_MV_WG", "512"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},

@@ -154,8 +154,6 @@ void Device::Init(const DeviceOptions& options) {
   subgroup_size_ = sg.subgroupSize;
   max_range_ = p2.properties.limits.maxStorageBufferRange;
   max_shared_ = p2.properties.limits.maxComputeSharedMemorySize;
-  max_invocations_ = std::min(p2.properties.limits.maxComputeWorkGroupInvocations,
-                              p2.properties.limits.maxComputeWorkGroupSize[0]);
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;

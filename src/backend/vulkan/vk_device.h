@@ -59,7 +59,6 @@ class Device {
   uint32_t min_subgroup_size() const { return min_subgroup_size_; }
   VkDeviceSize max_range() const { return max_range_; }
   uint32_t max_shared_bytes() const { return max_shared_; }  // per workgroup
-  uint32_t max_invocations() const { return max_invocations_; }  // per (1-D) workgroup
   bool is_cpu() const { return cpu_; }
   // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
   // accelerated: the device reports the signed packed form as faster than emulation.
@@ -150,7 +149,6 @@ class Device {
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;
   uint32_t max_shared_ = 16384;
-  uint32_t max_invocations_ = 128;
   bool fail_next_submit_ = false;
 
   std::vector<Chunk> chunks_;

@@ -498,11 +498,6 @@ class VulkanBackend : public Backend {
     // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
     // -4 measured best on the H200 with the consumer norms (-3: 3.25, -6: 3.41, -8: 3.38 ms).
     mv_wgs_ = EnvInt("GEMMA_VULKAN_MV_WGS", -4);
-    // One-token linears' workgroup size (256, 512 or 1024): fewer copies of the norm prologue per
-    // compute unit, each with more invocations; the cap above scales to the same invocations per
-    // unit. Measurement knob (bench/NOTES.md, tenth session).
-    mv_wg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_MV_WG", 256));
-    if ((mv_wg_ != 512 && mv_wg_ != 1024) || mv_wg_ > dev_->max_invocations()) mv_wg_ = kWG;
     if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
     // per layer); slower on the H200 before the sixth session's merge (3.97 against 3.68 ms per
@@ -514,7 +509,7 @@ class VulkanBackend : public Backend {
     // on the H200, bench/NOTES.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
     // attention + attn_combine; _ROPE=0 keeps qkrope's dispatch; _MODE=1 (default) merges the
     // splits in a second dispatch over (heads x dim blocks), 0 in the last split's workgroup
-    // (2.18 against 2.15 ms per token, 2.33 against 2.27 at 4,096 context on the H200);
+    // (MODE 0: 2.18 against 2.15 ms per token, 2.33 against 2.27 at 4,096 context on the H200);
     // GEMMA_VULKAN_ATTN_KW sets the keys per row group and block. Off where resident decode is
     // asked for (its kernel runs the three).
     attn_fused_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED", resident_asked ? 0 : 1) != 0;
@@ -1031,9 +1026,7 @@ class VulkanBackend : public Backend {
         cluster = true;
       }
     }
-    // One-token steps (not captured for the resident kernel): mv_wg_ invocations a workgroup.
-    const uint32_t wg = m == 1 && !rc.ops ? mv_wg_ : kWG;
-    const uint32_t rows_per_wg = wg / lanes;
+    const uint32_t rows_per_wg = kWG / lanes;
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
     uint32_t tok = 1;
     const uint32_t dual = second ? 2 : 1;
@@ -1167,7 +1160,7 @@ class VulkanBackend : public Backend {
       const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
       std::vector<uint32_t> spec = {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm};
       if (pro) {
-        if (m != 1 || tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(wg))
+        if (m != 1 || tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(kWG))
           throw Error(ErrorCode::kInternal, "vulkan: input norm prologue on a wrong linear");
         spec.push_back(pro->mode);
         spec.push_back(static_cast<uint32_t>(d.cols));
@@ -1211,12 +1204,9 @@ class VulkanBackend : public Backend {
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
       if (m == 1 && !rc.ops) {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
-        // (the same invocations per compute unit: multiplied before the division)
-        if (cap > 0) cap = std::max<int>(1, cap * static_cast<int>(kWG) / static_cast<int>(wg));
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
-      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy,
-               1, wg);
+      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
   }
 
@@ -2128,7 +2118,6 @@ class VulkanBackend : public Backend {
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
-  uint32_t mv_wg_ = 256;     // one-token linears: invocations per workgroup
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)

@@ -408,8 +408,7 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   lins.push_back(MakeSynthLinear(WeightKind::kQ2, 20, 12288, 5));   // down (int2): 64 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));    // PLE gate: 32 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7));  // dense, float sums
-  const std::vector<Knobs> settings = {
-      {}, {{"GEMMA_VULKAN_MV_WGS", "3"}}, {{"GEMMA_VULKAN_MV_WG", "1024"}}};
+  const std::vector<Knobs> settings = {{}, {{"GEMMA_VULKAN_MV_WGS", "3"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {
@@ -832,8 +831,6 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_SPLITS", "64"},
      {"GEMMA_VULKAN_ATTN_KW", "1"}},   // fused attention, merged splits
-    {{"GEMMA_VULKAN_MV_WG", "1024"}},  // one-token linears on 1,024-invocation workgroups
-    {{"GEMMA_VULKAN_MV_WG", "512"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};

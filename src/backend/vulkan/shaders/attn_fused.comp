@@ -235,16 +235,18 @@ void main() {
 
   // Everything the workgroup reads, issued before any of it is used: the head's q, the norm
   // weights and rotation, the new K/V row, the first block's keys and values.
-  // The lane's D values of a head vector at base (a multiple of 4 with VEC).
-#define LOAD_HEAD(dst, buf, buf4, base)                                          \
-  if (VEC != 0) {                                                                \
-    [[unroll]] for (uint g = 0; g < D / 4; ++g) {                                \
-      const vec4 t = buf4[(base) / 4 + rl + RL * g];                             \
-      [[unroll]] for (uint c = 0; c < 4; ++c) dst[4 * g + c] = t[c];             \
-    }                                                                            \
-  } else {                                                                       \
-    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = buf[(base) + rl + RL * d];  \
+  // The lane's D values of the vector at base (a head of q, a norm weight, the new K/V row, a
+  // cache row's K/V head; a multiple of 4 with VEC); zeros where ok is false.
+#define LOAD_ROW(dst, buf, buf4, base, ok)                                   \
+  if (VEC != 0) {                                                            \
+    [[unroll]] for (uint g = 0; g < D / 4; ++g) {                            \
+      const vec4 t = (ok) ? buf4[(base) / 4 + rl + RL * g] : vec4(0.0);      \
+      [[unroll]] for (uint c = 0; c < 4; ++c) dst[4 * g + c] = t[c];         \
+    }                                                                        \
+  } else {                                                                   \
+    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = (ok) ? buf[(base) + rl + RL * d] : 0.0; \
   }
+#define LOAD_HEAD(dst, buf, buf4, base) LOAD_ROW(dst, buf, buf4, base, true)
   float qv[D], qw[D];
   vec2 cs[HALF];
   LOAD_HEAD(qv, q, q4, h * HD);
@@ -282,16 +284,6 @@ void main() {
     }
   }
   float kr[KW][D], vr[KW][D];
-  // One key row's D values of this lane (base: the row's K/V head, a multiple of 4 with VEC).
-#define LOAD_ROW(dst, buf, buf4, base, ok)                                   \
-  if (VEC != 0) {                                                            \
-    [[unroll]] for (uint g = 0; g < D / 4; ++g) {                            \
-      const vec4 t = (ok) ? buf4[(base) / 4 + rl + RL * g] : vec4(0.0);      \
-      [[unroll]] for (uint c = 0; c < 4; ++c) dst[4 * g + c] = t[c];         \
-    }                                                                        \
-  } else {                                                                   \
-    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = (ok) ? buf[(base) + rl + RL * d] : 0.0; \
-  }
   uint b0 = jb;
   {
     const uint rb = b0 % p.ring;

@@ -830,7 +830,7 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_SPLITS", "64"},
      {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_SPLITS", "64"},
-     {"GEMMA_VULKAN_ATTN_KW", "1"}},   // fused attention, merged splits
+     {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};

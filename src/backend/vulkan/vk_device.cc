@@ -779,8 +779,16 @@ double Device::CopyBandwidth(size_t bytes, int iters) {
   return 2.0 * static_cast<double>(bytes) / secs[secs.size() / 2];
 }
 
-void Device::Barrier(VkCommandBuffer cmd) {
+void Device::Barrier(VkCommandBuffer cmd, BarrierKind kind) {
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  if (kind != BarrierKind::kFull) {
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0,
+                         kind == BarrierKind::kCompute ? 1 : 0, &mb, 0, nullptr, 0, nullptr);
+    return;
+  }
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   mb.dstAccessMask =
       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;

@@ -93,7 +93,11 @@ class Device {
 
   VkCommandBuffer AllocCommandBuffer();
   void Submit(VkCommandBuffer cmd);   // waits for completion
-  void Barrier(VkCommandBuffer cmd);  // compute/transfer writes -> compute/transfer reads
+  // kFull: compute/transfer writes -> compute/transfer reads and writes; kCompute: shader writes ->
+  // shader reads and writes, compute stage only (between two dispatches); kExecOnly: an execution
+  // dependency without a memory barrier (timing only: results may be wrong).
+  enum class BarrierKind { kFull, kCompute, kExecOnly };
+  void Barrier(VkCommandBuffer cmd, BarrierKind kind = BarrierKind::kFull);
   BufRange dummy() const { return dummy_; }
 
   // Bytes moved per second (read + write) by a device-to-device copy of `bytes`, median of

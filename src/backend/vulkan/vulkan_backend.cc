@@ -529,6 +529,8 @@ class VulkanBackend : public Backend {
     attn_rl_max_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_RL", 64), 1, 64));
     // MODE 0's arrival count as one acquire-release atomic (FENCE) instead of full barriers.
     attn_fence_ = EnvInt("GEMMA_VULKAN_ATTN_FENCE", 0) != 0;
+    // MODE 0: the last split reads the partials through the read-only alias (NC_MERGE).
+    attn_nc_merge_ = EnvInt("GEMMA_VULKAN_ATTN_NC_MERGE", 0) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -558,6 +560,15 @@ class VulkanBackend : public Backend {
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
+    // GEMMA_VULKAN_BARRIER: the one-token layer loop's barriers: 1 (default) compute stage only
+    // (2.150-2.152 against 2.161-2.192 ms per token on the H200; 287 barriers between empty
+    // kernels 0.58 against 0.67 ms: bench/NOTES.md, eleventh session), 0 compute and transfer
+    // stages (as every other barrier), 2 execution only (timing only: results may be wrong).
+    switch (EnvInt("GEMMA_VULKAN_BARRIER", 1)) {
+      case 1: light_barrier_ = vk::Device::BarrierKind::kCompute; break;
+      case 2: light_barrier_ = vk::Device::BarrierKind::kExecOnly; break;
+      default: light_barrier_ = vk::Device::BarrierKind::kFull;
+    }
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
@@ -701,7 +712,9 @@ class VulkanBackend : public Backend {
     vt_ = F(size_t(C) * kvw);
     attn_ = F(size_t(C) * qw);
     g_ = F(size_t(C) * imax);
-    po_ = F(size_t(std::max({C, S, 256})) * nh * hdmax * 2);  // doubles (attn_fused: floats)
+    // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
+    // up to 32 floats for (m, l)
+    po_ = F(size_t(std::max({C, S, 256})) * nh * RoundUp32(hdmax) * 2 + size_t(nh) * 512);
     pml_ = F(size_t(std::max(C, S)) * nh * 4);
     if (P > 0) {
       ple_ = F(size_t(C) * L * P);
@@ -829,6 +842,8 @@ class VulkanBackend : public Backend {
     const std::string* probe_label = nullptr;
     int probe_nth = 0, probe_seen = 0;
     uint32_t probe_wgs = 0;
+    // Between two compute dispatches (the one-token layer loop): Barrier records light_barrier_.
+    bool light = false;
   };
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
@@ -961,7 +976,7 @@ class VulkanBackend : public Backend {
       rc.pending.clear();
       return;
     }
-    dev_->Barrier(rc.cmd);
+    dev_->Barrier(rc.cmd, rc.light ? light_barrier_ : vk::Device::BarrierKind::kFull);
   }
 
   // The register-tiled prefill kernel sums int2/int4 products in f32 without flushing, exact while
@@ -1277,6 +1292,9 @@ class VulkanBackend : public Backend {
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
+    // One-token steps: the layer loop records dispatches only (no transfers), so its barriers
+    // need the compute stage only (GEMMA_VULKAN_BARRIER).
+    rc.light = m == 1;
     for (int l = l_begin; l < l_end; ++l) {
       const LayerPlan& p = model_.layers()[l];
       const LayerWeights& w = model_.layer_weights()[l];
@@ -1355,7 +1373,7 @@ class VulkanBackend : public Backend {
                                  static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
                                  d.k_norm.handle >= 0 ? 1u : 0u,
                                  p.kv_shared ? 0u : 1u,
-                                 static_cast<uint32_t>(fsplits * nh * hd),
+                                 static_cast<uint32_t>(fsplits * nh * RoundUp32(hd)),
                                  cfg_.rms_norm_eps};
           b[4] = sliding ? rope_s_.r : rope_f_.r;
           b[5] = attn_.r;
@@ -1366,15 +1384,15 @@ class VulkanBackend : public Backend {
           b[10] = d.k_norm.handle >= 0 ? d.k_norm.r : d.q_norm.r;
           b[12] = slot.k.r;
           b[13] = slot.v.r;
+          b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
-                    attn_fence_ ? 1u : 0u},
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
-            b[15] = po_.r;  // read-only alias of the partials
             // Merge units of 4 dims with VEC, else 1.
             const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
             Dispatch(rc, "attn_fused",
@@ -1531,6 +1549,7 @@ class VulkanBackend : public Backend {
       }
       Barrier(rc);
     }
+    rc.light = false;
     if (cn && pend_wt) {
       // The last layer's norm, on the current residual buffer, which then goes back to h_.
       NormOp(rc, 1, &t_, pend_wt, pend_scale, nullptr, false, {}, 0, &hcur);
@@ -2090,9 +2109,11 @@ class VulkanBackend : public Backend {
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
+  bool attn_nc_merge_ = false;    // ... MODE 0: partials read through the read-only alias
   bool attn_fence_ = false;       // ... MODE 0: an acquire-release arrival atomic (FENCE)
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
   bool splits_set_ = false;       // the decode splits were set (options or environment)
+  static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());
     int s = fused_splits_ > 0                          ? fused_splits_
@@ -2141,6 +2162,7 @@ class VulkanBackend : public Backend {
   int coop_splitk_ = 0;
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
+  vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.

@@ -607,6 +607,15 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
      {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
      {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
+    // the last split reads the partials through the non-coherent alias (NC_MERGE)
+    {{"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
+     {"GEMMA_VULKAN_ATTN_NC_MERGE", "1"}},
+    {{"GEMMA_VULKAN_ATTN_RL", "4"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
+     {"GEMMA_VULKAN_ATTN_FENCE", "1"},
+     {"GEMMA_VULKAN_ATTN_NC_MERGE", "1"}},
     {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
 };
@@ -639,14 +648,16 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 // 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a full-attention layer
 // 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
-  for (const char* fence : {"", "0", "1"}) {
-    // "": the default merge dispatch; "0", "1": the last split merges (MODE 0), FENCE 0 / 1.
+  for (const char* fence : {"", "0", "1", "1nc"}) {
+    // "": the default merge dispatch; "0", "1": the last split merges (MODE 0), FENCE 0 / 1;
+    // "1nc": FENCE 1 reading the partials through the non-coherent alias (NC_MERGE).
     Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
                  {"GEMMA_VULKAN_ATTN_MB", "4"},
                  {"GEMMA_VULKAN_SPLITS", "64"}};
     if (*fence) {
       env.push_back({"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"});
-      env.push_back({"GEMMA_VULKAN_ATTN_FENCE", fence});
+      env.push_back({"GEMMA_VULKAN_ATTN_FENCE", fence[0] == '1' ? "1" : "0"});
+      if (fence[1]) env.push_back({"GEMMA_VULKAN_ATTN_NC_MERGE", "1"});
     }
     SCOPED_TRACE(KnobsText(env));
     auto model = LoadFixture("tiny_dense_bf16");

@@ -39,6 +39,9 @@ layout(constant_id = 8) const uint VEC = 0;
 // FENCE 1 (MODE 0): the arrival count is one acquire-release atomic instead of a full memory
 // barrier on each side of a relaxed one.
 layout(constant_id = 9) const uint FENCE = 0;
+// NC_MERGE 1 (MODE 0): the last split reads the partials through the read-only alias (binding 15)
+// instead of the coherent binding, after the arrival count's barriers have made them available.
+layout(constant_id = 10) const uint NC_MERGE = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -51,7 +54,10 @@ layout(std430, binding = 1) readonly buffer KC4 { vec4 kc4[]; };
 layout(std430, binding = 2) readonly buffer VC4 { vec4 vc4[]; };
 layout(std430, binding = 12) writeonly buffer KCW { float kcw[]; };
 layout(std430, binding = 13) writeonly buffer VCW { float vcw[]; };
-// Partials: o_s at [(h * splits + s) * HD], (m_s, l_s) at ml_base + 2 (h * splits + s).
+// Partials: o_s at [(h * splits + s) * PR], (m_s, l_s) at ml_base + h MLS + 2 s: rows and each
+// head's (m, l) block start on 128-byte lines (PR, MLS, ml_base multiples of 32 floats; the host
+// aligns the buffer), so no cache line holds two heads' partials (NC_MERGE reads them through the
+// non-coherent path after the head's arrivals: a line of another head cached early could be stale).
 layout(std430, binding = 3) coherent buffer PO { float po[]; };
 // MODE 2 reads the partials (written by the MODE 1 dispatch before) through a plain read-only
 // alias: no coherent loads, the driver's predicated bounds checks.
@@ -154,11 +160,14 @@ uint CacheRow(uint b0, uint rb, uint off) {
 // every unit (tid + WG c); MODE 2: units WG y + tid (grid y).
 const uint W = VEC != 0 ? 4 : 1;
 const uint NU = HD / W;
+const bool kReadAlias = MODE == 2 || NC_MERGE != 0;
+const uint PR = (HD + 31) / 32 * 32;  // floats per partial row
+uint MlAt(uint h, uint s) { return p.ml_base + h * ((2 * p.splits + 31) / 32 * 32) + 2 * s; }
 vec4 PartialAt(uint e) {  // the W values at float index e (a multiple of W)
-  if (W == 4) return MODE == 2 ? por4[e / 4] : po4[e / 4];
-  return vec4(MODE == 2 ? por[e] : po[e], 0.0, 0.0, 0.0);
+  if (W == 4) return kReadAlias ? por4[e / 4] : po4[e / 4];
+  return vec4(kReadAlias ? por[e] : po[e], 0.0, 0.0, 0.0);
 }
-float PartialScalar(uint e) { return MODE == 2 ? por[e] : po[e]; }
+float PartialScalar(uint e) { return kReadAlias ? por[e] : po[e]; }
 void Merge(uint h, uint nact) {
   const uint tid = gl_LocalInvocationID.x;
   const uint base = h * p.splits;
@@ -168,15 +177,14 @@ void Merge(uint h, uint nact) {
   [[unroll]] for (uint c = 0; c < NC; ++c) {
     const uint ui = u0 + WG * c;
     [[unroll]] for (uint u = 0; u < MB; ++u)
-      v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * HD + W * ui) : vec4(0.0);
+      v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
   }
   // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
   vec2 ml[8];
   float mx = kNegInf;
   [[unroll]] for (uint r = 0; r < 8; ++r) {
     const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
-    ml[r] = s < nact ? vec2(PartialScalar(p.ml_base + 2 * (base + s)),
-                            PartialScalar(p.ml_base + 2 * (base + s) + 1))
+    ml[r] = s < nact ? vec2(PartialScalar(MlAt(h, s)), PartialScalar(MlAt(h, s) + 1))
                      : vec2(kNegInf, 0.0);
     mx = max(mx, ml[r].x);
   }
@@ -201,7 +209,7 @@ void Merge(uint h, uint nact) {
     for (uint s0 = MB; s0 < nact; s0 += MB) {
       vec4 w2[16];
       [[unroll]] for (uint u = 0; u < MB; ++u)
-        w2[u] = s0 + u < nact ? PartialAt((base + s0 + u) * HD + W * ui) : vec4(0.0);
+        w2[u] = s0 + u < nact ? PartialAt((base + s0 + u) * PR + W * ui) : vec4(0.0);
       [[unroll]] for (uint u = 0; u < MB; ++u)
         if (s0 + u < nact) acc = fma(w2[u], vec4(sw[s0 + u]), acc);
     }
@@ -389,13 +397,13 @@ void main() {
     [[unroll]] for (uint g = 0; g < NRG; ++g)
       if (rg_l[g] > 0.0) a = fma(rg_acc[g * HD + i], exp(rg_m[g] - M), a);
     if (nact == 1) o[h * HD + i] = a / L;
-    else po[ob * HD + i] = a;
+    else po[ob * PR + i] = a;
   }
   Probe(5);  // the split's partials
   if (nact == 1) return;
   if (tid == 0) {
-    po[p.ml_base + 2 * ob] = M;
-    po[p.ml_base + 2 * ob + 1] = L;
+    po[MlAt(h, sp)] = M;
+    po[MlAt(h, sp) + 1] = L;
   }
   if (MODE == 1) return;
   if (FENCE != 0) {

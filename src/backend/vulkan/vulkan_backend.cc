@@ -507,14 +507,16 @@ class VulkanBackend : public Backend {
     // One-token decode attention as attn_fused.comp (q/k norm + RoPE and the key splits in one
     // dispatch, f32 dot products; 2.15-2.18 against 2.44-2.47 ms per token for the three kernels
     // on the H200, bench/NOTES.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
-    // attention + attn_combine; _ROPE=0 keeps qkrope's dispatch; _MODE=1 (default) merges the
-    // splits in a second dispatch over (heads x dim blocks), 0 in the last split's workgroup
-    // (MODE 0: 2.18 against 2.15 ms per token, 2.33 against 2.27 at 4,096 context on the H200);
-    // GEMMA_VULKAN_ATTN_KW sets the keys per row group and block. Off where resident decode is
-    // asked for (its kernel runs the three).
+    // attention + attn_combine; _ROPE=0 keeps qkrope's dispatch; _MODE=0 (default) merges the
+    // splits in the last split's workgroup, 1 in a second dispatch over (heads x dim blocks)
+    // (MODE 0 with its arrival as one acquire-release atomic and the partials read through the
+    // read-only alias, FENCE + NC_MERGE below: 2.08-2.13 against 2.15-2.17 ms per token, 2.29
+    // against 2.30 at 4,096 context on the H200; with coherent loads 2.18-2.26 against 2.15,
+    // bench/NOTES.md eleventh session); GEMMA_VULKAN_ATTN_KW sets the keys per row group and
+    // block. Off where resident decode is asked for (its kernel runs the three).
     attn_fused_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED", resident_asked ? 0 : 1) != 0;
     attn_fused_rope_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_ROPE", 1) != 0;
-    attn_fused_mode_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_MODE", 1) != 0 ? 1u : 0u;
+    attn_fused_mode_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_MODE", 0) != 0 ? 1u : 0u;
     attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
     // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
     // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
@@ -527,10 +529,11 @@ class VulkanBackend : public Backend {
     // capped (tests: so that the fixtures' small heads take VEC).
     attn_vec_ = EnvInt("GEMMA_VULKAN_ATTN_VEC", 1) != 0;
     attn_rl_max_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_RL", 64), 1, 64));
-    // MODE 0's arrival count as one acquire-release atomic (FENCE) instead of full barriers.
-    attn_fence_ = EnvInt("GEMMA_VULKAN_ATTN_FENCE", 0) != 0;
-    // MODE 0: the last split reads the partials through the read-only alias (NC_MERGE).
-    attn_nc_merge_ = EnvInt("GEMMA_VULKAN_ATTN_NC_MERGE", 0) != 0;
+    // MODE 0's arrival count as one acquire-release atomic (FENCE) instead of full barriers, and
+    // the last split's reads of the partials through the read-only alias (NC_MERGE) instead of
+    // the coherent binding (the merge 4.5 against 5.9 us in the probes).
+    attn_fence_ = EnvInt("GEMMA_VULKAN_ATTN_FENCE", 1) != 0;
+    attn_nc_merge_ = EnvInt("GEMMA_VULKAN_ATTN_NC_MERGE", 1) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).

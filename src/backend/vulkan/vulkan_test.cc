@@ -580,42 +580,39 @@ void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tok
 // One-token steps past the sliding window (ring wrap, several key splits), logits against the CPU
 // reference at every step: the fused one-token attention (attn_fused.comp, the default) with its
 // q/k norm + RoPE inside or in qkrope's dispatch, one or several key blocks per split, merged by
-// the last split or by a second dispatch, scalar or 16-byte cache loads; the three-kernel path
-// (GEMMA_VULKAN_ATTN_FUSED=0: qkrope + attention.comp + attn_combine) and the opt-in
-// subgroup-per-split kernel (GEMMA_VULKAN_ATTN_DEC=1, 32-wide subgroups only; elsewhere the
-// three-kernel path). Slack 8 gives the sliding layers a ring shorter than a key block (rows by
-// division), slack 40 one that holds attention.comp's 32-key block (rows by one wrap from the
-// block's first row). Fixtures: one K/V head of dim 32, two of dim 24 (KV sharing in both).
+// the last split (the default: arrival by one acquire-release atomic, partials read through the
+// non-coherent alias; or full barriers, coherent loads) or by a second dispatch (MODE 1), scalar
+// or 16-byte cache loads; the three-kernel path (GEMMA_VULKAN_ATTN_FUSED=0: qkrope +
+// attention.comp + attn_combine) and the opt-in subgroup-per-split kernel (GEMMA_VULKAN_ATTN_DEC=1,
+// 32-wide subgroups only; elsewhere the three-kernel path). Slack 8 gives the sliding layers a
+// ring shorter than a key block (rows by division), slack 40 one that holds attention.comp's
+// 32-key block (rows by one wrap from the block's first row). Fixtures: one K/V head of dim 32,
+// two of dim 24 (KV sharing in both).
 const std::vector<Knobs> kDecodeAttentionKnobs = {
     {},
     {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
     {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}},  // the last merges
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},  // merge dispatch
     {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
     // 16-byte loads (a lane holds 8 of dim 32's values on 4 lanes per row) and scalar ones
     {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
     {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
     {{"GEMMA_VULKAN_ATTN_RL", "4"},
      {"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"}},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
     {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
-    // the last split merges after one acquire-release arrival atomic
+    // the last split merges after full memory barriers around a relaxed arrival count, reading
+    // the partials through the coherent binding
     {{"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
-     {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
+     {"GEMMA_VULKAN_ATTN_FENCE", "0"},
+     {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
+    // ... after the acquire-release atomic, coherent loads
     {{"GEMMA_VULKAN_ATTN_RL", "4"},
      {"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
-     {"GEMMA_VULKAN_ATTN_FENCE", "1"}},
-    // the last split reads the partials through the non-coherent alias (NC_MERGE)
-    {{"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
-     {"GEMMA_VULKAN_ATTN_NC_MERGE", "1"}},
-    {{"GEMMA_VULKAN_ATTN_RL", "4"},
-     {"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"},
-     {"GEMMA_VULKAN_ATTN_FENCE", "1"},
-     {"GEMMA_VULKAN_ATTN_NC_MERGE", "1"}},
+     {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
+    // ... after the full barriers, the non-coherent alias
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FENCE", "0"}},
+    {{"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
     {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
 };
@@ -642,23 +639,22 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 }
 
 // The fused attention's merge in several rounds (each invocation loads the first ATTN_MB partials
-// before the split weights are known, the rest ATTN_MB a round after), in the merge dispatch
-// (MODE 1) and in the last split's workgroup (MODE 0, arrivals counted between full memory
-// barriers or by one acquire-release atomic, FENCE): 64 splits of one key block (ATTN_KW=1:
-// 32 keys on 8-wide subgroups, 16 on 32-wide) and 4 partials a round give a full-attention layer
-// 3 to 8 rounds at 300-500 positions.
+// before the split weights are known, the rest ATTN_MB a round after), in the last split's
+// workgroup (MODE 0: the default, arrival by one acquire-release atomic and the partials read
+// through the non-coherent alias; full barriers and coherent loads) and in the merge dispatch
+// (MODE 1): 64 splits of one key block (ATTN_KW=1: 32 keys on 8-wide subgroups, 16 on 32-wide)
+// and 4 partials a round give a full-attention layer 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
-  for (const char* fence : {"", "0", "1", "1nc"}) {
-    // "": the default merge dispatch; "0", "1": the last split merges (MODE 0), FENCE 0 / 1;
-    // "1nc": FENCE 1 reading the partials through the non-coherent alias (NC_MERGE).
+  const std::vector<Knobs> merges = {{},
+                                     {{"GEMMA_VULKAN_ATTN_FENCE", "0"}},
+                                     {{"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
+                                     {{"GEMMA_VULKAN_ATTN_FENCE", "0"}, {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
+                                     {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}}};
+  for (const Knobs& merge : merges) {
     Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
                  {"GEMMA_VULKAN_ATTN_MB", "4"},
                  {"GEMMA_VULKAN_SPLITS", "64"}};
-    if (*fence) {
-      env.push_back({"GEMMA_VULKAN_ATTN_FUSED_MODE", "0"});
-      env.push_back({"GEMMA_VULKAN_ATTN_FENCE", fence[0] == '1' ? "1" : "0"});
-      if (fence[1]) env.push_back({"GEMMA_VULKAN_ATTN_NC_MERGE", "1"});
-    }
+    env.insert(env.end(), merge.begin(), merge.end());
     SCOPED_TRACE(KnobsText(env));
     auto model = LoadFixture("tiny_dense_bf16");
     const int V = model->text().vocab_size;

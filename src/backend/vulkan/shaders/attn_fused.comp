@@ -221,19 +221,6 @@ void main() {
   Probe(0);
   const uint tid = gl_LocalInvocationID.x;
   const uint h = gl_WorkGroupID.x, sp = gl_WorkGroupID.z;
-  const uint pos = step.pos0;
-  const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
-  const uint nkeys = pos + 1 - first;
-  // Whole blocks per split (the leading splits hold the keys).
-  const uint per = U * ((nkeys + U * p.splits - 1) / (U * p.splits));
-  const uint nact = (nkeys + per - 1) / per;
-  if (MODE == 2) {
-    if (nact > 1) Merge(h, nact);
-    return;
-  }
-  const uint jb = first + sp * per;
-  if (jb > pos) return;  // a split without keys (uniform over the workgroup)
-  const uint je = min(pos + 1, jb + per);
   const uint kvh = h / (p.nh / p.nkv);
   const uint width = p.nkv * HD;
   const uint rpg = gl_SubgroupSize / RL;  // row groups per subgroup
@@ -241,8 +228,9 @@ void main() {
   const uint rg = gl_SubgroupID * rpg + gl_SubgroupInvocationID / RL;
   const uint khead = kvh * HD;  // the K/V head's dim 0 in a cache row
 
-  // Everything the workgroup reads, issued before any of it is used: the head's q, the norm
-  // weights and rotation, the new K/V row, the first block's keys and values.
+  // Everything the workgroup reads, issued before any of it is used: first what does not depend
+  // on the position (the head's q, the norm weights, the new K/V row: loaded while the position's
+  // load and the split arithmetic run), then the rotation and the first block's keys and values.
   // The lane's D values of the vector at base (a head of q, a norm weight, the new K/V row, a
   // cache row's K/V head; a multiple of 4 with VEC); zeros where ok is false.
 #define LOAD_ROW(dst, buf, buf4, base, ok)                                   \
@@ -256,10 +244,38 @@ void main() {
   }
 #define LOAD_HEAD(dst, buf, buf4, base) LOAD_ROW(dst, buf, buf4, base, true)
   float qv[D], qw[D];
+  // (every split loads the new K/V row of a layer that writes it; the one holding the new
+  // position uses it)
+  const bool kv_new = ROPE != 0 && p.kv_new != 0;
+  float kn_[D], vn_[D], kw_[D];
+  if (MODE != 2) {
+    LOAD_HEAD(qv, q, q4, h * HD);
+    if (ROPE != 0) LOAD_HEAD(qw, qn, qn4, 0);
+    if (kv_new) {
+      LOAD_HEAD(kn_, kt, kt4, khead);
+      LOAD_HEAD(vn_, vt, vt4, khead);
+      if (p.has_kn != 0) {
+        LOAD_HEAD(kw_, kn, kn4, 0);
+      } else {
+        [[unroll]] for (uint d = 0; d < D; ++d) kw_[d] = 1.0;
+      }
+    }
+  }
+  const uint pos = step.pos0;
+  const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
+  const uint nkeys = pos + 1 - first;
+  // Whole blocks per split (the leading splits hold the keys).
+  const uint per = U * ((nkeys + U * p.splits - 1) / (U * p.splits));
+  const uint nact = (nkeys + per - 1) / per;
+  if (MODE == 2) {
+    if (nact > 1) Merge(h, nact);
+    return;
+  }
+  const uint jb = first + sp * per;
+  if (jb > pos) return;  // a split without keys (uniform over the workgroup)
+  const uint je = min(pos + 1, jb + per);
   vec2 cs[HALF];
-  LOAD_HEAD(qv, q, q4, h * HD);
   if (ROPE != 0) {
-    LOAD_HEAD(qw, qn, qn4, 0);
     if (VEC != 0 && p.rot % 4 == 0) {
       // Four consecutive pairs' (cos, sin) in two 16-byte loads.
       [[unroll]] for (uint g = 0; g < HALF / 4; ++g) {
@@ -280,17 +296,7 @@ void main() {
       }
     }
   }
-  const bool has_new = ROPE != 0 && p.kv_new != 0 && je == pos + 1;
-  float kn_[D], vn_[D], kw_[D];
-  if (has_new) {
-    LOAD_HEAD(kn_, kt, kt4, khead);
-    LOAD_HEAD(vn_, vt, vt4, khead);
-    if (p.has_kn != 0) {
-      LOAD_HEAD(kw_, kn, kn4, 0);
-    } else {
-      [[unroll]] for (uint d = 0; d < D; ++d) kw_[d] = 1.0;
-    }
-  }
+  const bool has_new = kv_new && je == pos + 1;
   float kr[KW][D], vr[KW][D];
   uint b0 = jb;
   {

@@ -82,6 +82,8 @@ struct LinPush {
   float next_in_s;  // XQ 2
   uint32_t xq_ld;   // linear_cm: uvec4 per token row of the quantized inputs
   uint32_t kper;    // linear_cm split K: K tiles per split (0: no split)
+  float pj_in_s, pj_out_s;       // EPI 4 / PRO_T: the next linear's SRQ scales
+  uint32_t pj_rows, pj_wstride;  // EPI 4: its rows and u32 words per row
 };
 struct QuantPush {
   uint32_t cols, x_stride, x_row0, ld;
@@ -142,6 +144,7 @@ struct Tail {
 // (linear.comp PRO, GEMMA_VULKAN_CNORM=1): x is the previous linear's raw output t;
 // h' = (h_in + rmsnorm(t) * wt) * scale, input rmsnorm(h') * wa (mode 1) or h' (mode 2);
 // workgroup 0 writes h' to h_out when given.
+struct DevLinear;
 struct Pro {
   uint32_t mode = 1;
   const BufRange* h_in = nullptr;
@@ -149,6 +152,15 @@ struct Pro {
   const BufRange* wa = nullptr;
   const BufRange* h_out = nullptr;
   float scale = 1.0f;
+  // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue).
+  const DevLinear* t_sums = nullptr;
+  const BufRange* t_acc = nullptr;
+};
+// EPI 4 (one token, the PLE gate): the next linear `proj`'s products over the gate's rows added
+// to the int32 sums `acc` (zeroed before the step) instead of a dispatch of its own.
+struct PleFuse {
+  const DevLinear* proj = nullptr;
+  BufRange acc;
 };
 
 // A device buffer reserved before Commit and resolved after.
@@ -272,6 +284,7 @@ class VulkanBackend : public Backend {
              ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
              : "") +
         (attn_combine_ ? ", splits merged by the last workgroup" : "") +
+        (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
         (attn_fused_ ? std::string(", one-token attention fused (") +
                            (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
                            (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
@@ -534,6 +547,10 @@ class VulkanBackend : public Backend {
     // the coherent binding (the merge 4.5 against 5.9 us in the probes).
     attn_fence_ = EnvInt("GEMMA_VULKAN_ATTN_FENCE", 1) != 0;
     attn_nc_merge_ = EnvInt("GEMMA_VULKAN_ATTN_NC_MERGE", 1) != 0;
+    // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
+    // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
+    // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
+    ple_fuse_ = EnvInt("GEMMA_VULKAN_PLE_FUSE", 1) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -723,6 +740,7 @@ class VulkanBackend : public Backend {
       ple_ = F(size_t(C) * L * P);
       tok_ = F(size_t(C) * L * P);
       gp_ = F(size_t(C) * P);
+      pacc_ = F(size_t(L) * H);  // int32 sums of the PLE projections (EPI 4), zeroed per step
     }
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
@@ -793,10 +811,10 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b : {&h_, &h2_, &a_,    &t_,    &q_,       &kt_,       &vt_,      &attn_,   &g_,
-                   &po_,  &pml_,  &ple_,  &tok_,     &gp_,       &hn_,      &logits_, &part_,
-                   &res_, &mask_, &step_, &in_host_, &out_host_, &counter_, &hcount_, &xq_,
-                   &xqc_, &partc_, &grid_, &flag_host_, &prof_, &prof_host_}) {
+    for (Buf* b : {&h_,    &h2_,  &a_,     &t_,    &q_,         &kt_,       &vt_,        &attn_,
+                   &g_,    &po_,  &pml_,   &ple_,  &tok_,       &gp_,       &hn_,        &logits_,
+                   &part_, &res_, &mask_,  &step_, &in_host_,   &out_host_, &counter_,   &hcount_,
+                   &xq_,   &xqc_, &partc_, &grid_, &flag_host_, &prof_,     &prof_host_, &pacc_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -1013,11 +1031,13 @@ class VulkanBackend : public Backend {
   }
 
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
-  void LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
+  // Returns whether `pj` was taken (EPI 4: the caller then records no dispatch for pj->proj).
+  bool LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
                 const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
-                float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0) {
+                float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0,
+                const PleFuse* pj = nullptr) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -1051,6 +1071,17 @@ class VulkanBackend : public Backend {
     const uint32_t max_tok = 4;  // chunks of 8+ tokens take the tiled kernel
     while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
       tok *= 2;
+    // EPI 4 where the shapes allow it: the gate (EPI 3) on the packed-dot path in one part, row
+    // blocks of whole int8 words of the projection (4-64 rows), the projection int8 SRQ in one
+    // part with at most 8 rows per invocation.
+    const DevLinear* pjl = pj ? pj->proj : nullptr;
+    const bool pj_ok = pjl && m == 1 && !rc.ops && epi == 3 && !second && d.parts.size() == 1 &&
+                       int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 &&
+                       !tail && rows_per_wg % 4 == 0 && rows_per_wg <= 64 &&
+                       pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
+                       pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
+                       pjl->src->rows <= 8 * static_cast<int>(kWG);
+    const uint32_t epi_k = pj_ok ? 4u : epi;
     for (size_t i = 0; i < d.parts.size(); ++i) {
       const DevLinear::Part& p = d.parts[i];
       LinPush pc{};
@@ -1176,7 +1207,15 @@ class VulkanBackend : public Backend {
       }
       // Packed dot products for the SRQ integer path (not with XQ 1: its input stays unpermuted).
       const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
-      std::vector<uint32_t> spec = {KindCode(lin.kind), epi, lanes, xwords, tok, vec, use_tail, xqm};
+      std::vector<uint32_t> spec = {KindCode(lin.kind), epi_k, lanes, xwords, tok, vec,
+                                    use_tail,           xqm};
+      if (pj_ok) {
+        b[4] = pjl->parts[0].w.r;
+        b[12] = pj->acc;
+        pc.pj_in_s = pjl->src->in_scale;
+        pc.pj_rows = static_cast<uint32_t>(pjl->src->rows);
+        pc.pj_wstride = static_cast<uint32_t>(pjl->wstride);
+      }
       if (pro) {
         if (m != 1 || tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(kWG))
           throw Error(ErrorCode::kInternal, "vulkan: input norm prologue on a wrong linear");
@@ -1193,6 +1232,13 @@ class VulkanBackend : public Backend {
         // and ignores the values when has_wa is 0.
         b[9] = pro->wa ? *pro->wa : *pro->wt;
         if (pro->h_out) b[10] = *pro->h_out;
+        if (pro->t_sums) {
+          // PRO_T: t is the sums of t_sums (one part), with its row scales and SRQ scales.
+          b[2] = *pro->t_acc;
+          b[5] = pro->t_sums->parts[0].s.r;
+          pc.pj_in_s = pro->t_sums->src->in_scale;
+          pc.pj_out_s = pro->t_sums->src->out_scale;
+        }
       }
       const uint32_t perm_out = xqm == 2 ? perm : 0;
       // The multiply without per-word branches (linear.comp FAST): both weight sets on the
@@ -1205,10 +1251,10 @@ class VulkanBackend : public Backend {
         spec.push_back(cluster ? 1u : 0u);
         if (perm_out) spec.push_back(perm_out);
       }
-      if (pro && (pack_atomic_ || rms_all_)) {
+      if (pro && (pack_atomic_ || rms_all_ || pro->t_sums)) {
         PadLinearSpec(spec, 14);
         spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
-        spec.push_back(0u);                      // (constant 16 is unused)
+        spec.push_back(pro->t_sums ? 1u : 0u);   // PRO_T
         spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
       }
       if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
@@ -1226,6 +1272,7 @@ class VulkanBackend : public Backend {
       }
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
+    return pj_ok;
   }
 
   // GEMMA_VULKAN_XQ_PERM=1: the kind code in whose packed-dot order gate/up writes the down
@@ -1295,6 +1342,9 @@ class VulkanBackend : public Backend {
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
+    // The PLE projection's sums left for the next layer's prologue (EPI 4 / PRO_T), or none.
+    const DevLinear* pend_sums = nullptr;
+    BufRange pend_acc{};
     // One-token steps: the layer loop records dispatches only (no transfers), so its barriers
     // need the compute stage only (GEMMA_VULKAN_BARRIER).
     rc.light = m == 1;
@@ -1306,8 +1356,8 @@ class VulkanBackend : public Backend {
       const int qw = nh * hd, kvw = nkv * hd;
       if (cn && pend_wt) {
         const BufRange* wa = d.input_norm.handle >= 0 ? &d.input_norm.r : nullptr;
-        const Pro pq{1, &hcur, &pend_wt->r, wa, &hnext, pend_scale};
-        const Pro pkv{1, &hcur, &pend_wt->r, wa, nullptr, pend_scale};
+        const Pro pq{1, &hcur, &pend_wt->r, wa, &hnext, pend_scale, pend_sums, &pend_acc};
+        const Pro pkv{1, &hcur, &pend_wt->r, wa, nullptr, pend_scale, pend_sums, &pend_acc};
         LinearOp(rc, d.q, t_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
                  nullptr, 0.0f, &pq);
         if (!p.kv_shared) {
@@ -1318,6 +1368,7 @@ class VulkanBackend : public Backend {
         }
         std::swap(hcur, hnext);
         pend_wt = nullptr;
+        pend_sums = nullptr;
       } else {
         LinearOp(rc, d.q, a_.r, H, q_.r, qw, 0, m);
         if (!p.kv_shared) {
@@ -1512,12 +1563,22 @@ class VulkanBackend : public Backend {
         pend_scale = w.layer_scalar;
         if (P > 0) {
           const Pro pp{2, &hcur, &pend_wt->r, nullptr, &hnext, 1.0f};
-          LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P, 0,
-                   nullptr, 0, nullptr, 0.0f, &pp);
+          // The projection's products added by the gate's workgroups (EPI 4) where the next
+          // layer's prologue takes its sums (not after the last layer: a norm kernel follows).
+          const PleFuse pf{
+              &d.ple_proj,
+              {pacc_.r.buf, pacc_.r.offset + size_t(l) * H * 4, size_t(H) * 4, nullptr}};
+          const bool fused = LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r,
+                                      LP, l * P, 0, nullptr, 0, nullptr, 0.0f, &pp, 0,
+                                      ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
           std::swap(hcur, hnext);
-          Barrier(rc);
-          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+          if (!fused) {
+            Barrier(rc);
+            LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+          }
           pend_wt = &d.post_ple_norm;
+          pend_sums = fused ? &d.ple_proj : nullptr;
+          pend_acc = pf.acc;
         }
       } else if (P > 0) {
         if (fuse) {
@@ -1615,7 +1676,10 @@ class VulkanBackend : public Backend {
       cp = {base + in_mask_off_, mask_.r.offset, mask_.r.size};
       vkCmdCopyBuffer(rc.cmd, src, mask_.r.buf, 1, &cp);
     }
-    if (m == 1) vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
+    if (m == 1) {
+      vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
+      if (pacc_.handle >= 0) vkCmdFillBuffer(rc.cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
+    }
     Barrier(rc);
   }
 
@@ -2021,6 +2085,7 @@ class VulkanBackend : public Backend {
     const uint32_t step[4] = {static_cast<uint32_t>(pos0 + m - 1), 1u, 0u, 0u};
     vkCmdUpdateBuffer(rc.cmd, step_.r.buf, step_.r.offset, sizeof(step), step);
     vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);  // as a one-token step
+    if (pacc_.handle >= 0) vkCmdFillBuffer(rc.cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
     Barrier(rc);
     RecordBody(rc, 1, splits_, lc, L);
     return 0;
@@ -2112,6 +2177,7 @@ class VulkanBackend : public Backend {
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
+  bool ple_fuse_ = false;         // one-token PLE projection in the gate's workgroups (EPI 4)
   bool attn_nc_merge_ = false;    // ... MODE 0: partials read through the read-only alias
   bool attn_fence_ = false;       // ... MODE 0: an acquire-release arrival atomic (FENCE)
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
@@ -2192,6 +2258,7 @@ class VulkanBackend : public Backend {
   int rot_s_ = 1, rot_f_ = 1;
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
+  Buf pacc_;  // EPI 4: int32 sums of each layer's PLE projection
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

@@ -840,7 +840,12 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
-    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
+    {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
+    // the PLE projection as its own dispatch (the default: summed by the gate's workgroups, EPI
+    // 4; on the fixtures with 64-row gate blocks); 8-row blocks (the projection's words loaded
+    // before the gate's multiply, as on E2B)
+    {{"GEMMA_VULKAN_PLE_FUSE", "0"}},
+    {{"GEMMA_VULKAN_MV_LANES", "32"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

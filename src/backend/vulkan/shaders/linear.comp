@@ -6,7 +6,8 @@
 // Kinds: 0 f32, 1 bf16, 2 f16, 3 int2, 4 int4, 5 int8 (offset binary, LSB first).
 // Exactness: with an SRQ input scale, x is quantized to int8 (IEEE division, half-even, clamp) and
 // the dot product is an exact int32 sum, scaled once in double; dense kinds accumulate in f32.
-// Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux.
+// Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux,
+// 4 (DP4A, one token) as 3, then the next int8 SRQ linear's product split over its columns (PJ).
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
@@ -59,8 +60,18 @@ layout(constant_id = 10) const uint PRO_N = 1;
 // the driver's machine code the per-word select, branch and sign fix were ~3/4 of the default
 // loop's instructions.)
 layout(constant_id = 11) const uint FAST = 0;
-// (constants 14 and 16 are unused: weight prefetch variants and prologue operands in shared
-// memory, measured slower on the H200 and removed; bench/NOTES.md, sixth to eighth sessions)
+// (constant 14 is unused: weight prefetch variants, measured slower on the H200 and removed;
+// bench/NOTES.md, sixth to eighth sessions)
+// PJ (EPI 4, the PLE gate followed by the PLE projection, one token): this workgroup's block of
+// rows is a block of columns of the next linear P (int8 rows of pj_wstride words at binding 4,
+// SRQ input scale pj_in_s): the block's outputs are SRQ-quantized with pj_in_s (as P's own
+// prologue would) and every row j of P gets this block's part of its integer dot product added to
+// pacc[j] (binding 12, zeroed before the step) with an integer atomic: exact in any order, so
+// P's dispatch and the barrier before it are saved. The consumer applies P's row scales and output
+// SRQ in its prologue (PRO_T).
+// PRO_T 1 (PRO): t arrives as P's int32 sums (binding 2) with its row scales at binding 5:
+// t = srq_out(sum * in_s * row scale), P's epilogue.
+layout(constant_id = 16) const uint PRO_T = 0;
 // CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
 // subgroup, so several rows share a subgroup; each row's partials are summed by xor shuffles
 // within its aligned cluster of LANES invocations (4 <= LANES < subgroup size).
@@ -97,6 +108,9 @@ layout(std430, binding = 7) buffer Hres { float hres[]; };
 layout(std430, binding = 8) readonly buffer WT { float wt[]; };
 layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
+layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's int32 sums
+layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
+layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4: P's int32 sums
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -114,6 +128,8 @@ layout(push_constant) uniform P {
   float scale, eps;
   float next_in_s;        // XQ 2
   uint xq_ld_, kper_;     // (linear_cm's)
+  float pj_in_s, pj_out_s;  // EPI 4 / PRO_T: the next linear P's SRQ scales
+  uint pj_rows, pj_wstride; // EPI 4: P's rows and u32 words per row
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -129,6 +145,8 @@ shared bool last_wg;
 shared float xs[PRO_N];
 
 shared float rms_bc[2];
+shared int pj_q[ROWS_PER_WG];  // EPI 4: the block's outputs quantized for P
+const uint PJW = ROWS_PER_WG / 4;  // EPI 4: P's words per row in a block (<= 16: the host checks)
 
 // RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the
 // factor (a double division and square root) evaluated by one invocation and broadcast through
@@ -385,7 +403,14 @@ void main() {
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
       if (i < PRO_N) {
-        const float t = x[i];
+        float t;
+        if (PRO_T != 0) {
+          // P's epilogue (as this kernel's own below): scales in double, rounded once, output SRQ
+          t = float(double(xi[i]) * double(p.pj_in_s) * double(s1[i]));
+          if (p.pj_out_s > 0.0) t = Srq(t, p.pj_out_s);
+        } else {
+          t = x[i];
+        }
         const float h = hres[i];
         const float w = wt[i];
         // (unconditional: without wa the host binds wt there, so the load joins the run)
@@ -519,8 +544,23 @@ void main() {
         row_s[0] = s0[row];
         if (DUAL == 2) row_s[1] = s1[row];
       }
-      if (EPI == 3) aux_v = aux[(tg + lane) * p.aux_stride + p.aux_off + row];
+      if (EPI == 3 || EPI == 4) aux_v = aux[(tg + lane) * p.aux_stride + p.aux_off + row];
     }
+    // EPI 4: this block's columns of P's rows (the lane's rows tid + WG r), loaded before the
+    // multiply so their latency overlaps it (blocks of up to 16 rows; longer ones load later).
+    uint pw[8][4];
+#if DP4A
+    if (EPI == 4 && PJW <= 4) {
+      const uint c0w = blk * PJW;
+      [[unroll]] for (uint r = 0; r < 8; ++r) {
+        const uint j = tid + WG * r;
+        [[unroll]] for (uint k = 0; k < 4; ++k)
+          pw[r][k] = j < p.pj_rows && k < PJW && c0w + k < p.pj_wstride
+                         ? w1w[j * p.pj_wstride + c0w + k]
+                         : 0u;
+      }
+    }
+#endif
     if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
@@ -620,7 +660,8 @@ void main() {
       float outv = v[0];
       if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
       if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-      if (EPI == 3) outv = GeluTanh(v[0]) * aux_v;
+      if (EPI == 3 || EPI == 4) outv = GeluTanh(v[0]) * aux_v;
+      if (EPI == 4) pj_q[rloc] = QuantizeSrq(outv, p.pj_in_s);
       y[t * p.y_stride + p.y_off + row] = outv;
       if (XQ == 2) {
         const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
@@ -635,7 +676,39 @@ void main() {
         atomicOr(xq_out[w], q << (8 * b));
       }
     }
+    if (EPI == 4 && lane == 0 && row >= p.rows) pj_q[rloc] = 0;
     if (!in_regs) barrier();  // red_i / red_f are reused by the next block
+#if DP4A
+    if (EPI == 4) {
+      // P's products over this block's columns: the quantized outputs packed as P's input words
+      // (int8, natural order), one packed dot product per word, one atomic per row of P.
+      barrier();  // pj_q complete
+      uint qw[16];
+      [[unroll]] for (uint k = 0; k < 16; ++k) {
+        qw[k] = 0u;
+        if (k < PJW) {
+          [[unroll]] for (uint b = 0; b < 4; ++b)
+            qw[k] |= (uint(pj_q[4 * k + b]) & 0xFFu) << (8 * b);
+        }
+      }
+      const uint c0w = blk * PJW;
+      [[unroll]] for (uint r = 0; r < 8; ++r) {
+        const uint j = tid + WG * r;
+        if (j < p.pj_rows) {
+          int a = 0;
+          [[unroll]] for (uint k = 0; k < 16; ++k) {
+            if (k >= PJW) break;
+            const uint w = PJW <= 4 ? pw[r][k & 3]
+                           : c0w + k < p.pj_wstride ? w1w[j * p.pj_wstride + c0w + k]
+                                                    : 0u;
+            a = SDot4(int(w), int(qw[k]), 0) + a;
+          }
+          atomicAdd(pacc[j], a);
+        }
+      }
+      barrier();  // pj_q is rewritten by the next block
+    }
+#endif
     if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
   }
   Probe(6);  // every block done

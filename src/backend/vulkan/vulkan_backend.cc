@@ -551,8 +551,6 @@ class VulkanBackend : public Backend {
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
     ple_fuse_ = EnvInt("GEMMA_VULKAN_PLE_FUSE", 1) != 0;
-    // One-token dense linears: a weight vector's four words in an unrolled loop (UNROLL4).
-    mv_unroll4_ = EnvInt("GEMMA_VULKAN_MV_UNROLL4", 0) != 0;
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -1252,11 +1250,6 @@ class VulkanBackend : public Backend {
         spec.push_back(fast ? 1u : 0u);  // FAST
         spec.push_back(cluster ? 1u : 0u);
         if (perm_out) spec.push_back(perm_out);
-      }
-      // UNROLL4: one-token dense rows with the vector's words in an unrolled loop.
-      if (m == 1 && !rc.ops && mv_unroll4_ && !IsQuantized(lin.kind) && vec == 4) {
-        PadLinearSpec(spec, 13);
-        spec.push_back(1u);  // UNROLL4
       }
       if (pro && (pack_atomic_ || rms_all_ || pro->t_sums)) {
         PadLinearSpec(spec, 14);
@@ -2184,7 +2177,6 @@ class VulkanBackend : public Backend {
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
-  bool mv_unroll4_ = false;      // one-token dense linears: unrolled vector words (UNROLL4)
   bool ple_fuse_ = false;         // one-token PLE projection in the gate's workgroups (EPI 4)
   bool attn_nc_merge_ = false;    // ... MODE 0: partials read through the read-only alias
   bool attn_fence_ = false;       // ... MODE 0: an acquire-release arrival atomic (FENCE)

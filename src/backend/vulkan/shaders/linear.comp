@@ -60,11 +60,8 @@ layout(constant_id = 10) const uint PRO_N = 1;
 // the driver's machine code the per-word select, branch and sign fix were ~3/4 of the default
 // loop's instructions.)
 layout(constant_id = 11) const uint FAST = 0;
-// UNROLL4 1 (16-byte loads, not FAST: the dense kinds' float path): a weight vector's four words
-// in an unrolled loop (static word indexes instead of a dynamic index into the vector). (Constant
-// 14 held the weight prefetch variants, measured slower on the H200 and removed; bench/NOTES.md,
-// sixth to eighth sessions.)
-layout(constant_id = 14) const uint UNROLL4 = 0;
+// (constant 14 is unused: weight prefetch variants, measured slower on the H200 and removed;
+// bench/NOTES.md, sixth to eighth sessions)
 // PJ (EPI 4, the PLE gate followed by the PLE projection, one token): this workgroup's block of
 // rows is a block of columns of the next linear P (int8 rows of pj_wstride words at binding 4,
 // SRQ input scale pj_in_s): the block's outputs are SRQ-quantized with pj_in_s (as P's own
@@ -580,12 +577,7 @@ void main() {
               acc_i[d * TOK] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
               continue;
             }
-            if (UNROLL4 != 0) {
-              [[unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
-            } else {
-              [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4)
-                Accumulate(w4[q4], 4 * j4 + q4, d, tg);
-            }
+            [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
           }
         } else {
           const uint base = row * p.wstride;

@@ -551,6 +551,12 @@ class VulkanBackend : public Backend {
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
     ple_fuse_ = EnvInt("GEMMA_VULKAN_PLE_FUSE", 1) != 0;
+    // ... with blocks of 4 rows (kWG / 4 lanes per row: twice the workgroups of the general
+    // choice for E2B's gate, one projection word per row and block): 2.02-2.04 against 2.08-2.20
+    // ms per token on the H200 (bench/NOTES.md, eleventh session); 0: the general choice.
+    ple_lanes_ = static_cast<uint32_t>(
+        std::clamp(EnvInt("GEMMA_VULKAN_PLE_LANES", static_cast<int>(kWG / 4)), 0, 256));
+    if (ple_lanes_ > 0) ple_lanes_ = std::bit_floor(ple_lanes_);
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -1063,6 +1069,13 @@ class VulkanBackend : public Backend {
         vec = 4;
         cluster = true;
       }
+    }
+    // A PLE gate that sums the projection (EPI 4) on ple_lanes_ lanes per row: row blocks (the
+    // projection's column blocks) of kWG / ple_lanes_ rows.
+    if (pj && m == 1 && !rc.ops && ple_lanes_ > 0 && epi == 3 && !second && vec == 4) {
+      lanes = ple_lanes_;
+      cluster = lanes < dev_->min_subgroup_size();
+      if (cluster && lanes < mv_lanes_min_) lanes = mv_lanes_min_;
     }
     const uint32_t rows_per_wg = kWG / lanes;
     // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
@@ -2177,7 +2190,9 @@ class VulkanBackend : public Backend {
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
-  bool ple_fuse_ = false;         // one-token PLE projection in the gate's workgroups (EPI 4)
+  bool ple_fuse_ = false;
+  uint32_t ple_lanes_ = 0;        // EPI 4: lanes per gate row (0: the general choice)         //
+                                  // one-token PLE projection in the gate's workgroups (EPI 4)
   bool attn_nc_merge_ = false;    // ... MODE 0: partials read through the read-only alias
   bool attn_fence_ = false;       // ... MODE 0: an acquire-release arrival atomic (FENCE)
   int fused_splits_ = 0;          // ... key splits (0: by compute units)

@@ -842,10 +842,12 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
     // the PLE projection as its own dispatch (the default: summed by the gate's workgroups, EPI
-    // 4; on the fixtures with 64-row gate blocks); 8-row blocks (the projection's words loaded
-    // before the gate's multiply, as on E2B)
+    // 4, in 4-row blocks: one projection word per row, loaded before the gate's multiply); the
+    // gate's general lane choice (64-row blocks on the fixtures: the words loaded after the
+    // multiply) and 16-row blocks (four words)
     {{"GEMMA_VULKAN_PLE_FUSE", "0"}},
-    {{"GEMMA_VULKAN_MV_LANES", "32"}}};
+    {{"GEMMA_VULKAN_PLE_LANES", "0"}},
+    {{"GEMMA_VULKAN_PLE_LANES", "16"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -591,9 +591,14 @@ class VulkanBackend : public Backend {
     // kernels 0.58 against 0.67 ms: bench/NOTES.md, eleventh session), 0 compute and transfer
     // stages (as every other barrier), 2 execution only (timing only: results may be wrong).
     switch (EnvInt("GEMMA_VULKAN_BARRIER", 1)) {
-      case 1: light_barrier_ = vk::Device::BarrierKind::kCompute; break;
-      case 2: light_barrier_ = vk::Device::BarrierKind::kExecOnly; break;
-      default: light_barrier_ = vk::Device::BarrierKind::kFull;
+      case 1:
+        light_barrier_ = vk::Device::BarrierKind::kCompute;
+        break;
+      case 2:
+        light_barrier_ = vk::Device::BarrierKind::kExecOnly;
+        break;
+      default:
+        light_barrier_ = vk::Device::BarrierKind::kFull;
     }
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));

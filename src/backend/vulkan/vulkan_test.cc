@@ -645,11 +645,12 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 // (MODE 1): 64 splits of one key block (ATTN_KW=1: 32 keys on 8-wide subgroups, 16 on 32-wide)
 // and 4 partials a round give a full-attention layer 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
-  const std::vector<Knobs> merges = {{},
-                                     {{"GEMMA_VULKAN_ATTN_FENCE", "0"}},
-                                     {{"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
-                                     {{"GEMMA_VULKAN_ATTN_FENCE", "0"}, {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
-                                     {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}}};
+  const std::vector<Knobs> merges = {
+      {},
+      {{"GEMMA_VULKAN_ATTN_FENCE", "0"}},
+      {{"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
+      {{"GEMMA_VULKAN_ATTN_FENCE", "0"}, {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
+      {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}}};
   for (const Knobs& merge : merges) {
     Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
                  {"GEMMA_VULKAN_ATTN_MB", "4"},

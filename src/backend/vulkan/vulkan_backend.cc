@@ -1075,9 +1075,16 @@ class VulkanBackend : public Backend {
         cluster = true;
       }
     }
-    // A PLE gate that sums the projection (EPI 4) on ple_lanes_ lanes per row: row blocks (the
-    // projection's column blocks) of kWG / ple_lanes_ rows.
-    if (pj && m == 1 && !rc.ops && ple_lanes_ > 0 && epi == 3 && !second && vec == 4) {
+    // EPI 4 where the linears allow it: the gate (EPI 3) on the packed-dot path in one part, the
+    // projection int8 SRQ in one part with at most 8 rows per invocation; such a gate runs on
+    // ple_lanes_ lanes per row: row blocks (the projection's column blocks) of kWG / ple_lanes_.
+    const DevLinear* pjl = pj ? pj->proj : nullptr;
+    const bool pj_fits = pjl && m == 1 && !rc.ops && epi == 3 && !second && d.parts.size() == 1 &&
+                         int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f &&
+                         xq_mode == 0 && !tail && pjl->parts.size() == 1 &&
+                         pjl->src->kind == WeightKind::kQ8 && pjl->src->in_scale > 0.0f &&
+                         pjl->cols == lin.rows && pjl->src->rows <= 8 * static_cast<int>(kWG);
+    if (pj_fits && ple_lanes_ > 0 && vec == 4) {
       lanes = ple_lanes_;
       cluster = lanes < dev_->min_subgroup_size();
       if (cluster && lanes < mv_lanes_min_) lanes = mv_lanes_min_;
@@ -1089,16 +1096,8 @@ class VulkanBackend : public Backend {
     const uint32_t max_tok = 4;  // chunks of 8+ tokens take the tiled kernel
     while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
       tok *= 2;
-    // EPI 4 where the shapes allow it: the gate (EPI 3) on the packed-dot path in one part, row
-    // blocks of whole int8 words of the projection (4-64 rows), the projection int8 SRQ in one
-    // part with at most 8 rows per invocation.
-    const DevLinear* pjl = pj ? pj->proj : nullptr;
-    const bool pj_ok = pjl && m == 1 && !rc.ops && epi == 3 && !second && d.parts.size() == 1 &&
-                       int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 &&
-                       !tail && rows_per_wg % 4 == 0 && rows_per_wg <= 64 &&
-                       pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
-                       pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
-                       pjl->src->rows <= 8 * static_cast<int>(kWG);
+    // ... and row blocks of whole int8 words of the projection (4-64 rows).
+    const bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
     const uint32_t epi_k = pj_ok ? 4u : epi;
     for (size_t i = 0; i < d.parts.size(); ++i) {
       const DevLinear::Part& p = d.parts[i];

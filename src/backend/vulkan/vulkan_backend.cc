@@ -1080,10 +1080,10 @@ class VulkanBackend : public Backend {
     // ple_lanes_ lanes per row: row blocks (the projection's column blocks) of kWG / ple_lanes_.
     const DevLinear* pjl = pj ? pj->proj : nullptr;
     const bool pj_fits = pjl && m == 1 && !rc.ops && epi == 3 && !second && d.parts.size() == 1 &&
-                         int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f &&
-                         xq_mode == 0 && !tail && pjl->parts.size() == 1 &&
-                         pjl->src->kind == WeightKind::kQ8 && pjl->src->in_scale > 0.0f &&
-                         pjl->cols == lin.rows && pjl->src->rows <= 8 * static_cast<int>(kWG);
+                         int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 &&
+                         !tail && pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
+                         pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
+                         pjl->src->rows <= 8 * static_cast<int>(kWG);
     if (pj_fits && ple_lanes_ > 0 && vec == 4) {
       lanes = ple_lanes_;
       cluster = lanes < dev_->min_subgroup_size();

@@ -1677,6 +1677,13 @@ class VulkanBackend : public Backend {
     }
   }
 
+  // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
+  // writes for the down projections (XQ 2) and the PLE projections' sums (EPI 4).
+  void ZeroOneTokenScratch(VkCommandBuffer cmd) {
+    vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
+    if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
+  }
+
   void RecordInputs(Rec& rc, int m, OutputMode mode) {
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     const VkBuffer src = in_host_.r.buf;
@@ -1693,10 +1700,7 @@ class VulkanBackend : public Backend {
       cp = {base + in_mask_off_, mask_.r.offset, mask_.r.size};
       vkCmdCopyBuffer(rc.cmd, src, mask_.r.buf, 1, &cp);
     }
-    if (m == 1) {
-      vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
-      if (pacc_.handle >= 0) vkCmdFillBuffer(rc.cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
-    }
+    if (m == 1) ZeroOneTokenScratch(rc.cmd);
     Barrier(rc);
   }
 
@@ -2101,8 +2105,7 @@ class VulkanBackend : public Backend {
     }
     const uint32_t step[4] = {static_cast<uint32_t>(pos0 + m - 1), 1u, 0u, 0u};
     vkCmdUpdateBuffer(rc.cmd, step_.r.buf, step_.r.offset, sizeof(step), step);
-    vkCmdFillBuffer(rc.cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);  // as a one-token step
-    if (pacc_.handle >= 0) vkCmdFillBuffer(rc.cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
+    ZeroOneTokenScratch(rc.cmd);  // as a one-token step
     Barrier(rc);
     RecordBody(rc, 1, splits_, lc, L);
     return 0;
@@ -2189,18 +2192,17 @@ class VulkanBackend : public Backend {
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
   bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
-  uint32_t attn_fused_mode_ = 1;  // ... 0: the last split merges, 1: a second dispatch merges
+  uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
   uint32_t attn_rl_max_ = 64;     // ... at most this many lanes per key row
-  bool ple_fuse_ = false;
-  uint32_t ple_lanes_ = 0;        // EPI 4: lanes per gate row (0: the general choice)         //
-                                  // one-token PLE projection in the gate's workgroups (EPI 4)
-  bool attn_nc_merge_ = false;    // ... MODE 0: partials read through the read-only alias
-  bool attn_fence_ = false;       // ... MODE 0: an acquire-release arrival atomic (FENCE)
+  bool attn_nc_merge_ = true;     // ... MODE 0: partials read through the read-only alias
+  bool attn_fence_ = true;        // ... MODE 0: an acquire-release arrival atomic (FENCE)
   int fused_splits_ = 0;          // ... key splits (0: by compute units)
   bool splits_set_ = false;       // the decode splits were set (options or environment)
+  bool ple_fuse_ = true;          // one-token PLE projection in the gate's workgroups (EPI 4)
+  uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

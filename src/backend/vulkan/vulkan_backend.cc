@@ -966,13 +966,18 @@ class VulkanBackend : public Backend {
         es[15] = empty_code_;
         es[16] = empty_mode_ == 4 ? 1 : 0;
       }
-      if (empty_mode_ == 2) {
+      if (empty_mode_ == 2 || empty_mode_ == 5 || empty_mode_ == 6) {
         es = spec;
         es.resize(14, 0);
         es[0] = kWG;
         uint32_t code = 2166136261u;
         for (const char* c = shader; *c; ++c) code = (code ^ static_cast<uint8_t>(*c)) * 16777619u;
         es.push_back(code);
+        if (empty_mode_ != 2) {  // 5, 6: mode 3 / 4's code in each original pipeline's own binary
+          es.resize(17, 0);
+          es[15] = empty_code_;
+          es[16] = empty_mode_ == 6 ? 1 : 0;
+        }
       }
       const VkPipeline ep = dev_->Pipeline("empty", es);
       const VkDescriptorSet eset = dev_->Set(bb);

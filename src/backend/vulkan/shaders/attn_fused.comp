@@ -189,6 +189,7 @@ void Merge(uint h, uint nact) {
     mx = max(mx, ml[r].x);
   }
   mx = subgroupMax(mx);
+  Probe2(5);  // (m, l) loaded, the maximum
   float den = 0.0;
   [[unroll]] for (uint r = 0; r < 8; ++r) {
     const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
@@ -200,6 +201,7 @@ void Merge(uint h, uint nact) {
   }
   den = subgroupAdd(den);
   barrier();
+  Probe2(6);  // the weights published
   [[unroll]] for (uint c = 0; c < NC; ++c) {
     const uint ui = u0 + WG * c;
     if (ui >= NU) continue;
@@ -219,6 +221,7 @@ void Merge(uint h, uint nact) {
 }
 void main() {
   Probe(0);
+  Probe2(0);
   const uint tid = gl_LocalInvocationID.x;
   const uint h = gl_WorkGroupID.x, sp = gl_WorkGroupID.z;
   const uint kvh = h / (p.nh / p.nkv);
@@ -273,6 +276,7 @@ void main() {
   }
   const uint jb = first + sp * per;
   if (jb > pos) return;  // a split without keys (uniform over the workgroup)
+  Probe2(1);  // the position loaded (the branch above waits for it)
   const uint je = min(pos + 1, jb + per);
   vec2 cs[HALF];
   if (ROPE != 0) {
@@ -309,8 +313,10 @@ void main() {
     }
   }
   Probe(1);  // every load issued
+  Probe2(2);
   if (ROPE != 0) {
     NormRope(qv, qw, true, true, cs, rl);
+    Probe2(3);  // q normalized and rotated
     if (has_new) {
       NormRope(kn_, kw_, p.has_kn != 0, true, cs, rl);
       NormRope(vn_, kw_, false, false, cs, rl);
@@ -428,9 +434,11 @@ void main() {
     barrier();
   }
   Probe(6);  // arrival counted
+  Probe2(4);
   if (!s_last) return;
   if (FENCE == 0) memoryBarrierBuffer();
   Merge(h, nact);
   if (tid == 0) cnt[h] = 0;
   Probe(7);  // merged
+  Probe2(7);
 }

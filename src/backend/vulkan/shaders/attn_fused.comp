@@ -20,6 +20,14 @@
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #extension GL_KHR_memory_scope_semantics : enable
+#ifndef DP4A
+#define DP4A 0
+#endif
+#if DP4A
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int SDot4(int a, int b, spirv_literal int fmt);
+#endif
 #include "common.glsl"
 #define PROBE_BINDING 14
 #include "probe.glsl"
@@ -42,6 +50,18 @@ layout(constant_id = 9) const uint FENCE = 0;
 // NC_MERGE 1 (MODE 0): the last split reads the partials through the read-only alias (binding 15)
 // instead of the coherent binding, after the arrival count's barriers have made them available.
 layout(constant_id = 10) const uint NC_MERGE = 0;
+// OPJ (MODE 0, the attn_fused_dp module; GEMMA_VULKAN_ATTN_O): the last split of head h also
+// applies the next linear, o (SRQ integer weights of kind OKIND, 3 int2 / 4 int4 / 5 int8, rows of
+// o_vstride 16-byte vectors at binding 16), to its head's block of o's columns: it quantizes the
+// merged output as o's prologue would (o_in_s), multiplies every row's block by it in packed int8
+// dot products (linear.comp's FAST lanes) and adds each row's integer sum to oacc[row] (binding
+// 17, zeroed before the step) with an atomic: exact in any order, so the sums are o's own, and the
+// next linear's prologue applies o's epilogue (PRO_T). One dispatch and one barrier fewer per
+// layer. OPJ 2: every split first reads its share of the head's block, so the last split finds it
+// in L2. OLR lanes share a row (a power of two, <= 8, dividing the row block's vectors).
+layout(constant_id = 11) const uint OPJ = 0;
+layout(constant_id = 12) const uint OKIND = 4;
+layout(constant_id = 13) const uint OLR = 8;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -77,6 +97,8 @@ layout(std430, binding = 7) readonly buffer KT4 { vec4 kt4[]; };
 layout(std430, binding = 8) readonly buffer VT4 { vec4 vt4[]; };
 layout(std430, binding = 9) readonly buffer QN4 { vec4 qn4[]; };
 layout(std430, binding = 10) readonly buffer KN4 { vec4 kn4[]; };
+layout(std430, binding = 16) readonly buffer OW { uvec4 ow[]; };  // OPJ: o's weight rows
+layout(std430, binding = 17) buffer OAcc { int oacc[]; };         // OPJ: o's int32 sums
 
 layout(push_constant) uniform P {
   uint nh, nkv, ring, window, splits, rot;
@@ -84,6 +106,9 @@ layout(push_constant) uniform P {
   uint kv_new;  // the layer writes its K/V (0: a KV-shared layer)
   uint ml_base;
   float eps;
+  uint o_rows;     // OPJ: o's rows
+  uint o_vstride;  // ... and 16-byte vectors per row
+  float o_in_s;    // ... and its SRQ input scale
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -96,6 +121,7 @@ shared float rg_m[NRG];
 shared float rg_l[NRG];
 shared float rg_acc[NRG * HD];
 shared float sw[256];  // the merge's split weights (splits <= 256)
+shared uint oq[HD / 4];  // OPJ: the merged head output quantized for o, in its packed-dot order
 shared bool s_last;
 
 float RowSum(float v) {
@@ -152,6 +178,19 @@ void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, c
 uint CacheRow(uint b0, uint rb, uint off) {
   return p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off) : (b0 + off) % p.ring;
 }
+
+// OPJ: o's packed-dot input order (linear.comp's XqWord): the shared word and byte of column c of
+// the head's block (the block starts at a multiple of 16 columns).
+uvec2 OWord(uint c) {
+  if (OKIND == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
+  if (OKIND == 3) return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
+  return uvec2(c >> 2, c & 3);
+}
+const uint OEPW = OKIND == 3 ? 16 : OKIND == 4 ? 8 : 4;  // o's elements per weight word
+const uint OV = HD / (4 * OEPW);  // 16-byte vectors of a row's head block
+const uint ONV = OV / OLR > 0 ? OV / OLR : 1;  // ... per lane
+const uint OXPW = OEPW / 4;       // input words per weight word
+const uint OB = 16 / ONV > 0 ? 16 / ONV : 1;  // rows per lane with loads in flight together
 
 // The last step: o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the nact splits of head h.
 // Every subgroup evaluates M and the denominator (subgroup 0 publishes the weights); each
@@ -215,10 +254,66 @@ void Merge(uint h, uint nact) {
       [[unroll]] for (uint u = 0; u < MB; ++u)
         if (s0 + u < nact) acc = fma(w2[u], vec4(sw[s0 + u]), acc);
     }
-    if (W == 4) o4[(h * HD) / 4 + ui] = acc / den;
-    else o[h * HD + ui] = acc.x / den;
+    const vec4 val = acc / den;
+    if (W == 4) o4[(h * HD) / 4 + ui] = val;
+    else o[h * HD + ui] = val.x;
+    if (OPJ != 0) {
+      const float rs = SrqReciprocal(p.o_in_s);
+      [[unroll]] for (uint c = 0; c < W; ++c) {
+        const uvec2 wb = OWord(W * ui + c);
+        atomicOr(oq[wb.x], (uint(QuantizeSrqR(val[c], p.o_in_s, rs)) & 0xFFu) << (8 * wb.y));
+      }
+    }
   }
 }
+
+#if DP4A
+// OPJ: every row of o times the head's quantized block (oq), summed over the row's OLR lanes by xor
+// shuffles, added to oacc[row].
+void OProject(uint h) {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint lane = tid % OLR, rloc = tid / OLR;
+  const uint RPP = WG / OLR;  // rows per pass
+  uint xw[16];
+  [[unroll]] for (uint v = 0; v < ONV; ++v)
+    [[unroll]] for (uint q = 0; q < 4; ++q)
+      [[unroll]] for (uint k = 0; k < OXPW; ++k)
+        xw[(v * 4 + q) * OXPW + k] = oq[OXPW * (4 * (lane + OLR * v) + q) + k];
+  for (uint r0 = 0; r0 < p.o_rows; r0 += RPP * OB) {
+    uvec4 wv[OB][ONV];
+    [[unroll]] for (uint b = 0; b < OB; ++b) {
+      const uint row = r0 + rloc + RPP * b;
+      [[unroll]] for (uint v = 0; v < ONV; ++v)
+        wv[b][v] = row < p.o_rows ? ow[row * p.o_vstride + h * OV + lane + OLR * v] : uvec4(0u);
+    }
+    [[unroll]] for (uint b = 0; b < OB; ++b) {
+      int a = 0;
+      [[unroll]] for (uint v = 0; v < ONV; ++v) {
+        [[unroll]] for (uint q = 0; q < 4; ++q) {
+          const uint w = wv[b][v][q];
+          const uint xi = (v * 4 + q) * OXPW;
+          if (OKIND == 3) {
+            a = SDot4(int(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi]), 0) + a;
+            a = SDot4(int(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi + 1]), 0) + a;
+            a = SDot4(int(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi + 2]), 0) + a;
+            a = SDot4(int((w & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi + 3]), 0) + a;
+          } else if (OKIND == 4) {
+            a = SDot4(int(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u), int(xw[xi]), 0) + a;
+            a = SDot4(int((w & 0xF0F0F0F0u) ^ 0x80808080u), int(xw[xi + 1]), 0) + a;
+          } else {
+            a = SDot4(int(w), int(xw[xi]), 0) + a;
+          }
+        }
+      }
+      // The int2 (int4) products were 64 (16) times their values: exact multiples.
+      a = OKIND == 3 ? a >> 6 : OKIND == 4 ? a >> 4 : a;
+      [[unroll]] for (uint off = OLR / 2; off > 0; off >>= 1) a += subgroupShuffleXor(a, off);
+      const uint row = r0 + rloc + RPP * b;
+      if (lane == 0 && row < p.o_rows) atomicAdd(oacc[row], a);
+    }
+  }
+}
+#endif
 void main() {
   Probe(0);
   Probe2(0);
@@ -262,6 +357,16 @@ void main() {
       } else {
         [[unroll]] for (uint d = 0; d < D; ++d) kw_[d] = 1.0;
       }
+    }
+  }
+  // OPJ 2: this split's share of the head's block of o's rows, read now so that it is in L2 when
+  // the last split multiplies (the values are only folded into a never-taken store at the end).
+  uvec4 pfv[8];
+  if (OPJ == 2 && MODE == 0) {
+    const uint orps = (p.o_rows + p.splits - 1) / p.splits;
+    [[unroll]] for (uint k = 0; k < 8; ++k) {
+      const uint e = tid + WG * k, row = sp * orps + e / OV;
+      pfv[k] = e < orps * OV && row < p.o_rows ? ow[row * p.o_vstride + h * OV + e % OV] : uvec4(0u);
     }
   }
   const uint pos = step.pos0;
@@ -388,12 +493,19 @@ void main() {
   }
 
   Probe(4);  // every block
+  if (OPJ == 2 && MODE == 0) {
+    uint x = 0u;
+    [[unroll]] for (uint k = 0; k < 8; ++k) x ^= pfv[k].x ^ pfv[k].y ^ pfv[k].z ^ pfv[k].w;
+    if (x == 0x9E3779B9u && p.o_rows == 0u) oacc[0] = int(x);  // (o_rows > 0 with OPJ)
+  }
   // The row groups' states merged: this split's (M, L, o).
   if (rl == 0) {
     rg_m[rg] = m;
     rg_l[rg] = l;
   }
   [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + Dim(rl, d)] = acc[d];
+  if (OPJ != 0)  // (ordered before the quantized values' atomic ors by the barriers between)
+    for (uint i = tid; i < HD / 4; i += WG) oq[i] = 0u;
   barrier();
   float M = kNegInf;
   [[unroll]] for (uint g = 0; g < NRG; ++g) M = max(M, rg_m[g]);
@@ -408,11 +520,27 @@ void main() {
     float a = 0.0;
     [[unroll]] for (uint g = 0; g < NRG; ++g)
       if (rg_l[g] > 0.0) a = fma(rg_acc[g * HD + i], exp(rg_m[g] - M), a);
-    if (nact == 1) o[h * HD + i] = a / L;
-    else po[ob * PR + i] = a;
+    if (nact == 1) {
+      const float val = a / L;
+      o[h * HD + i] = val;
+      if (OPJ != 0) {
+        const uvec2 wb = OWord(i);
+        atomicOr(oq[wb.x], (uint(QuantizeSrq(val, p.o_in_s)) & 0xFFu) << (8 * wb.y));
+      }
+    } else {
+      po[ob * PR + i] = a;
+    }
   }
   Probe(5);  // the split's partials
-  if (nact == 1) return;
+  if (nact == 1) {
+#if DP4A
+    if (OPJ != 0) {
+      barrier();  // oq complete
+      OProject(h);
+    }
+#endif
+    return;
+  }
   if (tid == 0) {
     po[MlAt(h, sp)] = M;
     po[MlAt(h, sp) + 1] = L;
@@ -439,6 +567,12 @@ void main() {
   if (FENCE == 0) memoryBarrierBuffer();
   Merge(h, nact);
   if (tid == 0) cnt[h] = 0;
+#if DP4A
+  if (OPJ != 0) {
+    barrier();  // oq complete
+    OProject(h);
+  }
+#endif
   Probe(7);  // merged
   Probe2(7);
 }

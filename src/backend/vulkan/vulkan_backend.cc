@@ -154,9 +154,11 @@ struct Pro {
   const BufRange* wa = nullptr;
   const BufRange* h_out = nullptr;
   float scale = 1.0f;
-  // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue).
+  // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue),
+  // in t_parts vectors of partial sums (added in the prologue).
   const DevLinear* t_sums = nullptr;
   const BufRange* t_acc = nullptr;
+  uint32_t t_parts = 1;
 };
 // EPI 4 (one token, the PLE gate): the next linear `proj`'s products over the gate's rows added
 // to the int32 sums `acc` (zeroed before the step) instead of a dispatch of its own.
@@ -759,8 +761,8 @@ class VulkanBackend : public Backend {
       gp_ = F(size_t(C) * P);
       pacc_ = F(size_t(L) * H);  // int32 sums of the PLE projections (EPI 4), zeroed per step
     }
-    // int32 sums of the o projections (attn_fused OPJ), zeroed per step
-    if (attn_o_ != 0) oacc_ = F(size_t(L) * H);
+    // o's int32 sums per head (attn_fused OPJ; each layer's written and read before the next's)
+    if (attn_o_ != 0) oacc_ = F(size_t(nh) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
@@ -1285,7 +1287,7 @@ class VulkanBackend : public Backend {
       if (pro && (pack_atomic_ || rms_all_ || pro->t_sums)) {
         PadLinearSpec(spec, 14);
         spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
-        spec.push_back(pro->t_sums ? 1u : 0u);   // PRO_T
+        spec.push_back(pro->t_sums ? pro->t_parts : 0u);  // PRO_T
         spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
       }
       if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
@@ -1419,9 +1421,7 @@ class VulkanBackend : public Backend {
       const uint32_t olr = fused && cn && attn_fused_mode_ == 0 && attn_o_ != 0
                                ? OprojLanes(d.o, hd, nh, &okind)
                                : 0;
-      const BufRange oacc_l = olr ? BufRange{oacc_.r.buf, oacc_.r.offset + size_t(l) * H * 4,
-                                             size_t(H) * 4, nullptr}
-                                  : BufRange{};
+      const BufRange oacc_l = olr ? oacc_.r : BufRange{};
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
       const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
       if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -1591,8 +1591,15 @@ class VulkanBackend : public Backend {
       const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
-        const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f, olr ? &d.o : nullptr,
-                     olr ? &oacc_l : nullptr};
+        const Pro pg{1,
+                     &hcur,
+                     &d.post_attn_norm.r,
+                     wa,
+                     &hnext,
+                     1.0f,
+                     olr ? &d.o : nullptr,
+                     olr ? &oacc_l : nullptr,
+                     static_cast<uint32_t>(nh)};
         LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
                  nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg,
                  XqPerm(d.down));
@@ -1716,7 +1723,6 @@ class VulkanBackend : public Backend {
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
-    if (oacc_.handle >= 0) vkCmdFillBuffer(cmd, oacc_.r.buf, oacc_.r.offset, oacc_.r.size, 0);
   }
 
   void RecordInputs(Rec& rc, int m, OutputMode mode) {
@@ -2334,7 +2340,7 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf pacc_;  // EPI 4: int32 sums of each layer's PLE projection
-  Buf oacc_;  // attn_fused OPJ: int32 sums of each layer's o projection
+  Buf oacc_;  // attn_fused OPJ: o's int32 sums over each head's block of columns
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

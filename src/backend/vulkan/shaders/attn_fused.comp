@@ -54,11 +54,13 @@ layout(constant_id = 10) const uint NC_MERGE = 0;
 // applies the next linear, o (SRQ integer weights of kind OKIND, 3 int2 / 4 int4 / 5 int8, rows of
 // o_vstride 16-byte vectors at binding 16), to its head's block of o's columns: it quantizes the
 // merged output as o's prologue would (o_in_s), multiplies every row's block by it in packed int8
-// dot products (linear.comp's FAST lanes) and adds each row's integer sum to oacc[row] (binding
-// 17, zeroed before the step) with an atomic: exact in any order, so the sums are o's own, and the
-// next linear's prologue applies o's epilogue (PRO_T). One dispatch and one barrier fewer per
-// layer. OPJ 2: every split first reads its share of the head's block, so the last split finds it
-// in L2. OLR lanes share a row (a power of two, <= 8, dividing the row block's vectors).
+// dot products (linear.comp's FAST lanes) and stores each row's integer sum over the block in
+// oacc[h * o_rows + row] (binding 17). The next linear's prologue adds the heads' sums (integers:
+// o's own sums) and applies o's epilogue (PRO_T = nh). One dispatch and one barrier fewer per
+// layer. (Atomic adds into one vector instead: ~12 us for a workgroup's 1,536 on the H200, the
+// tail three times longer; bench/NOTES.md, twelfth session.) OPJ 2: every split first reads its
+// share of the head's block, so the last split finds it in L2. OLR lanes share a row (a power of
+// two, <= 8, dividing the row block's vectors).
 layout(constant_id = 11) const uint OPJ = 0;
 layout(constant_id = 12) const uint OKIND = 4;
 layout(constant_id = 13) const uint OLR = 8;
@@ -98,7 +100,7 @@ layout(std430, binding = 8) readonly buffer VT4 { vec4 vt4[]; };
 layout(std430, binding = 9) readonly buffer QN4 { vec4 qn4[]; };
 layout(std430, binding = 10) readonly buffer KN4 { vec4 kn4[]; };
 layout(std430, binding = 16) readonly buffer OW { uvec4 ow[]; };  // OPJ: o's weight rows
-layout(std430, binding = 17) buffer OAcc { int oacc[]; };         // OPJ: o's int32 sums
+layout(std430, binding = 17) writeonly buffer OAcc { int oacc[]; };  // OPJ: o's sums per head
 
 layout(push_constant) uniform P {
   uint nh, nkv, ring, window, splits, rot;
@@ -269,7 +271,7 @@ void Merge(uint h, uint nact) {
 
 #if DP4A
 // OPJ: every row of o times the head's quantized block (oq), summed over the row's OLR lanes by xor
-// shuffles, added to oacc[row].
+// shuffles, stored in the head's row of oacc.
 void OProject(uint h) {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % OLR, rloc = tid / OLR;
@@ -309,7 +311,7 @@ void OProject(uint h) {
       a = OKIND == 3 ? a >> 6 : OKIND == 4 ? a >> 4 : a;
       [[unroll]] for (uint off = OLR / 2; off > 0; off >>= 1) a += subgroupShuffleXor(a, off);
       const uint row = r0 + rloc + RPP * b;
-      if (lane == 0 && row < p.o_rows) atomicAdd(oacc[row], a);
+      if (lane == 0 && row < p.o_rows) oacc[h * p.o_rows + row] = a;
     }
   }
 }

@@ -112,6 +112,7 @@ struct FusedAttnPush {  // attn_fused.comp
   float eps;
   uint32_t o_rows, o_vstride;  // OPJ: o's rows and 16-byte vectors per row
   float o_in_s;                // ... and its SRQ input scale
+  uint32_t o_q_base, o_sync, o_spin;  // ... word offsets in the OPJ buffer, the wait's bound
 };
 struct PlePush {
   uint32_t pdim, stride;
@@ -537,7 +538,7 @@ class VulkanBackend : public Backend {
     // MODE 0: the last split also applies o to its head's block of o's columns (integer sums
     // added with atomics; the gate/up prologue applies o's epilogue): 1, 2 with o's block read
     // into L2 by every split first (attn_fused.comp OPJ).
-    attn_o_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O", 0), 0, 2));
+    attn_o_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O", 0), 0, 3));
     attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
     // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
     // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
@@ -761,8 +762,14 @@ class VulkanBackend : public Backend {
       gp_ = F(size_t(C) * P);
       pacc_ = F(size_t(L) * H);  // int32 sums of the PLE projections (EPI 4), zeroed per step
     }
-    // o's int32 sums per head (attn_fused OPJ; each layer's written and read before the next's)
-    if (attn_o_ != 0) oacc_ = F(size_t(nh) * H);
+    // attn_fused OPJ, words: o's int32 sums per head (each layer's written and read before the
+    // next's), the heads' quantized outputs, each layer's flags and slice states (zeroed per step)
+    if (attn_o_ != 0) {
+      oacc_q_ = size_t(nh) * H;
+      oacc_sync_ = oacc_q_ + size_t(nh) * 128;
+      oacc_layer_ = size_t(nh) * 260;
+      oacc_ = F(oacc_sync_ + size_t(L) * oacc_layer_);
+    }
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
@@ -1419,7 +1426,7 @@ class VulkanBackend : public Backend {
       // The last split applies o (OPJ) where the gate/up prologue can take o's sums (cn).
       uint32_t okind = 0;
       const uint32_t olr = fused && cn && attn_fused_mode_ == 0 && attn_o_ != 0
-                               ? OprojLanes(d.o, hd, nh, &okind)
+                               ? OprojLanes(d.o, hd, nh, FusedSplits(nh), &okind)
                                : 0;
       const BufRange oacc_l = olr ? oacc_.r : BufRange{};
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
@@ -1470,7 +1477,10 @@ class VulkanBackend : public Backend {
                                  cfg_.rms_norm_eps,
                                  static_cast<uint32_t>(d.o.rows),
                                  d.o.wstride / 4,
-                                 d.o.src->in_scale};
+                                 d.o.src->in_scale,
+                                 static_cast<uint32_t>(oacc_q_),
+                                 static_cast<uint32_t>(oacc_sync_ + l * oacc_layer_),
+                                 1u << 14};
           b[4] = sliding ? rope_s_.r : rope_f_.r;
           b[5] = attn_.r;
           b[6] = hcount_.r;
@@ -1487,7 +1497,10 @@ class VulkanBackend : public Backend {
                                      attn_fused_mode_, attn_mb_, vec, attn_fence_ ? 1u : 0u,
                                      attn_nc_merge_ ? 1u : 0u};
           if (olr) {
-            spec.insert(spec.end(), {attn_o_, okind, olr});
+            // (OPJ 2's waiting splits only on GPUs, where CPU drivers may run workgroups one by
+            // one, unless asked for with 3: tests)
+            const uint32_t opj = attn_o_ == 3 ? 2u : dev_->is_cpu() ? 1u : attn_o_;
+            spec.insert(spec.end(), {opj, okind, olr});
             b[16] = d.o.parts[0].w.r;
             b[17] = oacc_l;
           }
@@ -1723,6 +1736,9 @@ class VulkanBackend : public Backend {
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
+    if (oacc_.handle >= 0)
+      vkCmdFillBuffer(cmd, oacc_.r.buf, oacc_.r.offset + oacc_sync_ * 4,
+                      oacc_.r.size - oacc_sync_ * 4, 0);
   }
 
   void RecordInputs(Rec& rc, int m, OutputMode mode) {
@@ -2258,10 +2274,11 @@ class VulkanBackend : public Backend {
   // split can apply o to a head's block: o in one part, SRQ integer weights on the packed-dot
   // path, a head's block of whole 16-byte vectors starting on a 16-column group, at most 16
   // input words per lane; 0 where it cannot.
-  uint32_t OprojLanes(const DevLinear& o, int hd, int nh, uint32_t* okind) const {
+  uint32_t OprojLanes(const DevLinear& o, int hd, int nh, int splits, uint32_t* okind) const {
     const Linear& lin = *o.src;
     if (!int_dot_ || o.parts.size() != 1 || !IsQuantized(lin.kind) || lin.in_scale <= 0.0f ||
-        o.cols != nh * hd || o.wstride % 4 != 0 || hd % 16 != 0)
+        o.cols != nh * hd || o.wstride % 4 != 0 || hd % 16 != 0 || hd > 512 ||
+        o.rows != cfg_.hidden_size)
       return 0;
     const uint32_t epw = ElemsPerWord(lin.kind);
     if (static_cast<uint32_t>(hd) % (4 * epw) != 0) return 0;
@@ -2269,6 +2286,9 @@ class VulkanBackend : public Backend {
     uint32_t lr = 1;
     while (lr * 2 <= std::min(8u, dev_->min_subgroup_size()) && ov % (lr * 2) == 0) lr *= 2;
     if ((ov / lr) * epw > 16) return 0;  // the lane's input words (4 per vector and epw / 4)
+    // A split's slice: at most 4 rows per lr invocations (attn_fused OMS).
+    const uint32_t orps = (static_cast<uint32_t>(o.rows) + splits - 1) / splits;
+    if (orps * lr > 4 * kWG) return 0;
     *okind = KindCode(lin.kind);
     return lr;
   }
@@ -2340,7 +2360,8 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf pacc_;  // EPI 4: int32 sums of each layer's PLE projection
-  Buf oacc_;  // attn_fused OPJ: o's int32 sums over each head's block of columns
+  Buf oacc_;  // attn_fused OPJ: o's int32 sums over each head's block of columns, sync words
+  size_t oacc_q_ = 0, oacc_sync_ = 0, oacc_layer_ = 0;  // ... word offsets (attn_fused OSW)
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

@@ -113,6 +113,7 @@ struct FusedAttnPush {  // attn_fused.comp
   uint32_t o_rows, o_vstride;  // OPJ: o's rows and 16-byte vectors per row
   float o_in_s;                // ... and its SRQ input scale
   uint32_t o_q_base, o_sync, o_spin;  // ... word offsets in the OPJ buffer, the wait's bound
+  uint32_t o_sum;                     // ... and the layer's sums' offset
 };
 struct PlePush {
   uint32_t pdim, stride;
@@ -538,7 +539,7 @@ class VulkanBackend : public Backend {
     // MODE 0: the last split also applies o to its head's block of o's columns (integer sums
     // added with atomics; the gate/up prologue applies o's epilogue): 1, 2 with o's block read
     // into L2 by every split first (attn_fused.comp OPJ).
-    attn_o_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O", 0), 0, 3));
+    attn_o_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O", 0), 0, 4));
     attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
     // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
     // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
@@ -765,7 +766,7 @@ class VulkanBackend : public Backend {
     // attn_fused OPJ, words: o's int32 sums per head (each layer's written and read before the
     // next's), the heads' quantized outputs, each layer's flags and slice states (zeroed per step)
     if (attn_o_ != 0) {
-      oacc_q_ = size_t(nh) * H;
+      oacc_q_ = size_t(L) * H;
       oacc_sync_ = oacc_q_ + size_t(nh) * 128;
       oacc_layer_ = size_t(nh) * 260;
       oacc_ = F(oacc_sync_ + size_t(L) * oacc_layer_);
@@ -1428,7 +1429,9 @@ class VulkanBackend : public Backend {
       const uint32_t olr = fused && cn && attn_fused_mode_ == 0 && attn_o_ != 0
                                ? OprojLanes(d.o, hd, nh, FusedSplits(nh), &okind)
                                : 0;
-      const BufRange oacc_l = olr ? oacc_.r : BufRange{};
+      const BufRange oacc_l = olr ? BufRange{oacc_.r.buf, oacc_.r.offset + size_t(l) * H * 4,
+                                             size_t(H) * 4, nullptr}
+                                  : BufRange{};
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
       const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
       if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -1480,7 +1483,8 @@ class VulkanBackend : public Backend {
                                  d.o.src->in_scale,
                                  static_cast<uint32_t>(oacc_q_),
                                  static_cast<uint32_t>(oacc_sync_ + l * oacc_layer_),
-                                 1u << 14};
+                                 1u << 14,
+                                 static_cast<uint32_t>(size_t(l) * H)};
           b[4] = sliding ? rope_s_.r : rope_f_.r;
           b[5] = attn_.r;
           b[6] = hcount_.r;
@@ -1499,10 +1503,10 @@ class VulkanBackend : public Backend {
           if (olr) {
             // (OPJ 2's waiting splits only on GPUs, where CPU drivers may run workgroups one by
             // one, unless asked for with 3: tests)
-            const uint32_t opj = attn_o_ == 3 ? 2u : dev_->is_cpu() ? 1u : attn_o_;
+            const uint32_t opj = attn_o_ == 4 ? 2u : dev_->is_cpu() ? 1u : attn_o_;
             spec.insert(spec.end(), {opj, okind, olr});
             b[16] = d.o.parts[0].w.r;
-            b[17] = oacc_l;
+            b[17] = oacc_.r;
           }
           Dispatch(rc, olr ? "attn_fused_dp" : "attn_fused", spec, b, &fp, sizeof(fp), nh, 1,
                    fsplits);
@@ -1612,7 +1616,7 @@ class VulkanBackend : public Backend {
                      1.0f,
                      olr ? &d.o : nullptr,
                      olr ? &oacc_l : nullptr,
-                     static_cast<uint32_t>(nh)};
+                     1u};
         LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
                  nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg,
                  XqPerm(d.down));
@@ -1736,9 +1740,7 @@ class VulkanBackend : public Backend {
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
-    if (oacc_.handle >= 0)
-      vkCmdFillBuffer(cmd, oacc_.r.buf, oacc_.r.offset + oacc_sync_ * 4,
-                      oacc_.r.size - oacc_sync_ * 4, 0);
+    if (oacc_.handle >= 0) vkCmdFillBuffer(cmd, oacc_.r.buf, oacc_.r.offset, oacc_.r.size, 0);
   }
 
   void RecordInputs(Rec& rc, int m, OutputMode mode) {

@@ -121,6 +121,7 @@ layout(push_constant) uniform P {
   uint o_q_base;   // ... words: the heads' quantized outputs (HD / 4 each)
   uint o_sync;     // ... this layer's flags and slice states (OSW per head)
   uint o_spin;     // ... polls before a split stops waiting for its head's flag
+  uint o_sum;      // ... this layer's sums of o (zeroed before the step)
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -321,7 +322,7 @@ void OSlice(uint h, uint s, bool mem, uvec4 pw[OMS][ONV], uint xw[16]) {
     a = OKIND == 3 ? a >> 6 : OKIND == 4 ? a >> 4 : a;
     [[unroll]] for (uint off = OLR / 2; off > 0; off >>= 1) a += subgroupShuffleXor(a, off);
     const uint rl = (tid + WG * k) / OLR, row = s * orps + rl;
-    if (lane == 0 && rl < orps && row < p.o_rows) osync[h * p.o_rows + row] = uint(a);
+    if (lane == 0 && rl < orps && row < p.o_rows) atomicAdd(osync[p.o_sum + row], uint(a));
   }
 }
 
@@ -344,13 +345,18 @@ void OMerged(uint h, uint sp, uint nact, uvec4 pw[OMS][ONV]) {
   uint xw[16];
   OInput(h, false, xw);
   const uint fl = p.o_sync + h * OSW;
-  if (OPJ == 2) {
+  if (OPJ >= 2) {
     for (uint i = tid; i < HD / 4; i += WG) osync[p.o_q_base + h * (HD / 4) + i] = oq[i];
     const int sem = gl_StorageSemanticsBuffer | gl_StorageSemanticsShared;
     controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, sem, gl_SemanticsAcquireRelease);
     if (tid == 0) atomicStore(osync[fl], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
   }
   OSlice(h, sp, false, pw, xw);
+  if (OPJ == 3) {
+    // The splits with keys compute their own slices; the rest here.
+    for (uint t = nact; t < p.splits; ++t) OSlice(h, t, true, pw, xw);
+    return;
+  }
   if (tid < p.splits && tid != sp) {
     // (OPJ 2: a split with keys claims or abandons its slice once it sees the flag)
     uint st = 0u;
@@ -410,18 +416,7 @@ void main() {
       }
     }
   }
-  // OPJ: this split's slice of the head's block of o's rows, in registers until the end.
   uvec4 pw[OMS][ONV];
-  if (OPJ != 0) {
-    const uint orps = (p.o_rows + p.splits - 1) / p.splits;
-    [[unroll]] for (uint k = 0; k < OMS; ++k) {
-      const uint rl = (tid + WG * k) / OLR, row = sp * orps + rl;
-      [[unroll]] for (uint v = 0; v < ONV; ++v)
-        pw[k][v] = rl < orps && row < p.o_rows
-                       ? ow[row * p.o_vstride + h * OV + tid % OLR + OLR * v]
-                       : uvec4(0u);
-    }
-  }
   const uint pos = step.pos0;
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
   const uint nkeys = pos + 1 - first;
@@ -471,6 +466,17 @@ void main() {
     }
   }
   Probe(1);  // every load issued
+  // OPJ: this split's slice of the head's block of o's rows, in registers until the end.
+  if (OPJ != 0) {
+    const uint orps = (p.o_rows + p.splits - 1) / p.splits;
+    [[unroll]] for (uint k = 0; k < OMS; ++k) {
+      const uint rl = (tid + WG * k) / OLR, row = sp * orps + rl;
+      [[unroll]] for (uint v = 0; v < ONV; ++v)
+        pw[k][v] = rl < orps && row < p.o_rows
+                       ? ow[row * p.o_vstride + h * OV + tid % OLR + OLR * v]
+                       : uvec4(0u);
+    }
+  }
   Probe2(2);
   if (ROPE != 0) {
     NormRope(qv, qw, true, true, cs, rl);
@@ -615,7 +621,7 @@ void main() {
   Probe2(4);
   if (!s_last) {
 #if DP4A
-    if (OPJ == 2) {
+    if (OPJ >= 2) {
       // Wait for the head's flag (at most o_spin polls), then claim this split's slice, or
       // abandon it to the merging split.
       if (tid == 0) {
@@ -623,7 +629,8 @@ void main() {
         uint f = 0u;
         for (uint i = 0; i < p.o_spin && f == 0u; ++i)
           f = atomicLoad(osync[fl], gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire);
-        s_go = atomicCompSwap(osync[fl + 4 + sp], 0u, f != 0u ? 1u : 3u) == 0u && f != 0u;
+        s_go = OPJ == 3 ? f != 0u
+                        : atomicCompSwap(osync[fl + 4 + sp], 0u, f != 0u ? 1u : 3u) == 0u && f != 0u;
       }
       const int sem = gl_StorageSemanticsBuffer | gl_StorageSemanticsShared;
       controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, sem, gl_SemanticsAcquireRelease);

@@ -27,7 +27,7 @@ std::span<const uint32_t> SpirvModule(const char* name);  // embedded, generated
 
 // Storage-buffer bindings of the one descriptor-set layout every kernel uses (11: the step's
 // values; 12-15: attn_fused.comp's cache write aliases, probe and read-only partials).
-constexpr int kBindings = 18;
+constexpr int kBindings = 16;
 
 struct BufRange {
   VkBuffer buf = VK_NULL_HANDLE;

@@ -110,10 +110,6 @@ struct CombinePush {
 struct FusedAttnPush {  // attn_fused.comp
   uint32_t nh, nkv, ring, window, splits, rot, has_kn, kv_new, ml_base;
   float eps;
-  uint32_t o_rows, o_vstride;  // OPJ: o's rows and 16-byte vectors per row
-  float o_in_s;                // ... and its SRQ input scale
-  uint32_t o_q_base, o_sync, o_spin;  // ... word offsets in the OPJ buffer, the wait's bound
-  uint32_t o_sum;                     // ... and the layer's sums' offset
 };
 struct PlePush {
   uint32_t pdim, stride;
@@ -156,11 +152,9 @@ struct Pro {
   const BufRange* wa = nullptr;
   const BufRange* h_out = nullptr;
   float scale = 1.0f;
-  // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue),
-  // in t_parts vectors of partial sums (added in the prologue).
+  // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue).
   const DevLinear* t_sums = nullptr;
   const BufRange* t_acc = nullptr;
-  uint32_t t_parts = 1;
 };
 // EPI 4 (one token, the PLE gate): the next linear `proj`'s products over the gate's rows added
 // to the int32 sums `acc` (zeroed before the step) instead of a dispatch of its own.
@@ -536,10 +530,6 @@ class VulkanBackend : public Backend {
     attn_fused_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED", resident_asked ? 0 : 1) != 0;
     attn_fused_rope_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_ROPE", 1) != 0;
     attn_fused_mode_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_MODE", 0) != 0 ? 1u : 0u;
-    // MODE 0: the last split also applies o to its head's block of o's columns (integer sums
-    // added with atomics; the gate/up prologue applies o's epilogue): 1, 2 with o's block read
-    // into L2 by every split first (attn_fused.comp OPJ).
-    attn_o_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O", 0), 0, 4));
     attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
     // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
     // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
@@ -763,14 +753,6 @@ class VulkanBackend : public Backend {
       gp_ = F(size_t(C) * P);
       pacc_ = F(size_t(L) * H);  // int32 sums of the PLE projections (EPI 4), zeroed per step
     }
-    // attn_fused OPJ, words: o's int32 sums per head (each layer's written and read before the
-    // next's), the heads' quantized outputs, each layer's flags and slice states (zeroed per step)
-    if (attn_o_ != 0) {
-      oacc_q_ = size_t(L) * H;
-      oacc_sync_ = oacc_q_ + size_t(nh) * 128;
-      oacc_layer_ = size_t(nh) * 260;
-      oacc_ = F(oacc_sync_ + size_t(L) * oacc_layer_);
-    }
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
@@ -843,8 +825,7 @@ class VulkanBackend : public Backend {
     for (Buf* b : {&h_,    &h2_,  &a_,     &t_,    &q_,         &kt_,       &vt_,        &attn_,
                    &g_,    &po_,  &pml_,   &ple_,  &tok_,       &gp_,       &hn_,        &logits_,
                    &part_, &res_, &mask_,  &step_, &in_host_,   &out_host_, &counter_,   &hcount_,
-                   &xq_,   &xqc_, &partc_, &grid_, &flag_host_, &prof_,     &prof_host_, &pacc_,
-                   &oacc_}) {
+                   &xq_,   &xqc_, &partc_, &grid_, &flag_host_, &prof_,     &prof_host_, &pacc_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -968,7 +949,7 @@ class VulkanBackend : public Backend {
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
         (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
-         std::strcmp(shader, "attn_fused") == 0 || std::strcmp(shader, "attn_fused_dp") == 0) &&
+         std::strcmp(shader, "attn_fused") == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0) &&
         rc.probe_seen++ == rc.probe_nth) {
       probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
@@ -1276,7 +1257,7 @@ class VulkanBackend : public Backend {
         if (pro->t_sums) {
           // PRO_T: t is the sums of t_sums (one part), with its row scales and SRQ scales.
           b[2] = *pro->t_acc;
-          b[16] = pro->t_sums->parts[0].s.r;
+          b[5] = pro->t_sums->parts[0].s.r;
           pc.pj_in_s = pro->t_sums->src->in_scale;
           pc.pj_out_s = pro->t_sums->src->out_scale;
         }
@@ -1295,7 +1276,7 @@ class VulkanBackend : public Backend {
       if (pro && (pack_atomic_ || rms_all_ || pro->t_sums)) {
         PadLinearSpec(spec, 14);
         spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
-        spec.push_back(pro->t_sums ? pro->t_parts : 0u);  // PRO_T
+        spec.push_back(pro->t_sums ? 1u : 0u);   // PRO_T
         spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
       }
       if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
@@ -1424,14 +1405,6 @@ class VulkanBackend : public Backend {
       // kernel, which runs the three-kernel path).
       uint32_t frl = 0, fd = 0, fkw = 0;
       const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
-      // The last split applies o (OPJ) where the gate/up prologue can take o's sums (cn).
-      uint32_t okind = 0;
-      const uint32_t olr = fused && cn && attn_fused_mode_ == 0 && attn_o_ != 0
-                               ? OprojLanes(d.o, hd, nh, FusedSplits(nh), &okind)
-                               : 0;
-      const BufRange oacc_l = olr ? BufRange{oacc_.r.buf, oacc_.r.offset + size_t(l) * H * 4,
-                                             size_t(H) * 4, nullptr}
-                                  : BufRange{};
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
       const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
       if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -1477,14 +1450,7 @@ class VulkanBackend : public Backend {
                                  d.k_norm.handle >= 0 ? 1u : 0u,
                                  p.kv_shared ? 0u : 1u,
                                  static_cast<uint32_t>(fsplits * nh * RoundUp32(hd)),
-                                 cfg_.rms_norm_eps,
-                                 static_cast<uint32_t>(d.o.rows),
-                                 d.o.wstride / 4,
-                                 d.o.src->in_scale,
-                                 static_cast<uint32_t>(oacc_q_),
-                                 static_cast<uint32_t>(oacc_sync_ + l * oacc_layer_),
-                                 1u << 14,
-                                 static_cast<uint32_t>(size_t(l) * H)};
+                                 cfg_.rms_norm_eps};
           b[4] = sliding ? rope_s_.r : rope_f_.r;
           b[5] = attn_.r;
           b[6] = hcount_.r;
@@ -1497,19 +1463,10 @@ class VulkanBackend : public Backend {
           b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
-          std::vector<uint32_t> spec{static_cast<uint32_t>(hd), frl, fd, fkw, rope,
-                                     attn_fused_mode_, attn_mb_, vec, attn_fence_ ? 1u : 0u,
-                                     attn_nc_merge_ ? 1u : 0u};
-          if (olr) {
-            // (OPJ 2's waiting splits only on GPUs, where CPU drivers may run workgroups one by
-            // one, unless asked for with 3: tests)
-            const uint32_t opj = attn_o_ == 4 ? 2u : dev_->is_cpu() ? 1u : attn_o_;
-            spec.insert(spec.end(), {opj, okind, olr});
-            b[16] = d.o.parts[0].w.r;
-            b[17] = oacc_.r;
-          }
-          Dispatch(rc, olr ? "attn_fused_dp" : "attn_fused", spec, b, &fp, sizeof(fp), nh, 1,
-                   fsplits);
+          Dispatch(rc, "attn_fused",
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u},
+                   b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             // Merge units of 4 dims with VEC, else 1.
@@ -1589,9 +1546,7 @@ class VulkanBackend : public Backend {
       const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
-      if (cn && olr) {
-        // (o applied by the attention's last splits: its sums go to the gate/up prologue)
-      } else if (cn) {
+      if (cn) {
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
@@ -1601,22 +1556,14 @@ class VulkanBackend : public Backend {
         Barrier(rc);
         NormOp(rc, m, &t_, &d.post_attn_norm, 1.0f, &d.pre_ffn_norm, true, a_.r);
       }
-      if (!(cn && olr)) Barrier(rc);
+      Barrier(rc);
       // One-token steps: gate/up also write the down projection's quantized input (XQ).
       const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
                       d.gate.parts.size() == 1;
       const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
-        const Pro pg{1,
-                     &hcur,
-                     &d.post_attn_norm.r,
-                     wa,
-                     &hnext,
-                     1.0f,
-                     olr ? &d.o : nullptr,
-                     olr ? &oacc_l : nullptr,
-                     1u};
+        const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
         LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
                  nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg,
                  XqPerm(d.down));
@@ -1740,7 +1687,6 @@ class VulkanBackend : public Backend {
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
-    if (oacc_.handle >= 0) vkCmdFillBuffer(cmd, oacc_.r.buf, oacc_.r.offset, oacc_.r.size, 0);
   }
 
   void RecordInputs(Rec& rc, int m, OutputMode mode) {
@@ -2252,7 +2198,6 @@ class VulkanBackend : public Backend {
   bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
-  uint32_t attn_o_ = 0;           // ... MODE 0: o applied by the last split (OPJ 1, 2)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
@@ -2271,28 +2216,6 @@ class VulkanBackend : public Backend {
                                                        : cu / nh;
     // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
-  }
-  // attn_fused.comp OPJ: the lanes per row of o (and its kind code in *okind) where the last
-  // split can apply o to a head's block: o in one part, SRQ integer weights on the packed-dot
-  // path, a head's block of whole 16-byte vectors starting on a 16-column group, at most 16
-  // input words per lane; 0 where it cannot.
-  uint32_t OprojLanes(const DevLinear& o, int hd, int nh, int splits, uint32_t* okind) const {
-    const Linear& lin = *o.src;
-    if (!int_dot_ || o.parts.size() != 1 || !IsQuantized(lin.kind) || lin.in_scale <= 0.0f ||
-        o.cols != nh * hd || o.wstride % 4 != 0 || hd % 16 != 0 || hd > 512 ||
-        o.rows != cfg_.hidden_size)
-      return 0;
-    const uint32_t epw = ElemsPerWord(lin.kind);
-    if (static_cast<uint32_t>(hd) % (4 * epw) != 0) return 0;
-    const uint32_t ov = static_cast<uint32_t>(hd) / (4 * epw);
-    uint32_t lr = 1;
-    while (lr * 2 <= std::min(8u, dev_->min_subgroup_size()) && ov % (lr * 2) == 0) lr *= 2;
-    if ((ov / lr) * epw > 16) return 0;  // the lane's input words (4 per vector and epw / 4)
-    // A split's slice: at most 4 rows per lr invocations (attn_fused OMS).
-    const uint32_t orps = (static_cast<uint32_t>(o.rows) + splits - 1) / splits;
-    if (orps * lr > 4 * kWG) return 0;
-    *okind = KindCode(lin.kind);
-    return lr;
   }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
@@ -2362,8 +2285,6 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf pacc_;  // EPI 4: int32 sums of each layer's PLE projection
-  Buf oacc_;  // attn_fused OPJ: o's int32 sums over each head's block of columns, sync words
-  size_t oacc_q_ = 0, oacc_sync_ = 0, oacc_layer_ = 0;  // ... word offsets (attn_fused OSW)
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

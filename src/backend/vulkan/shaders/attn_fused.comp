@@ -20,14 +20,6 @@
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #extension GL_KHR_memory_scope_semantics : enable
-#ifndef DP4A
-#define DP4A 0
-#endif
-#if DP4A
-#extension GL_EXT_spirv_intrinsics : require
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int SDot4(int a, int b, spirv_literal int fmt);
-#endif
 #include "common.glsl"
 #define PROBE_BINDING 14
 #include "probe.glsl"
@@ -50,26 +42,6 @@ layout(constant_id = 9) const uint FENCE = 0;
 // NC_MERGE 1 (MODE 0): the last split reads the partials through the read-only alias (binding 15)
 // instead of the coherent binding, after the arrival count's barriers have made them available.
 layout(constant_id = 10) const uint NC_MERGE = 0;
-// OPJ (MODE 0, the attn_fused_dp module; GEMMA_VULKAN_ATTN_O): the attention also applies the
-// next linear, o (SRQ integer weights of kind OKIND, 3 int2 / 4 int4 / 5 int8, rows of o_vstride
-// 16-byte vectors at binding 16), to each head's block of o's columns, so o's dispatch and the
-// barrier before it are saved. o's rows are cut into one slice per split; split s of head h loads
-// its slice of the head's block into registers first. The head's merging split quantizes the
-// merged output as o's prologue would (o_in_s) and multiplies slices by it in packed int8 dot
-// products (linear.comp's FAST lanes), storing each row's integer sum over the block in
-// osync[h * o_rows + row] (binding 17); the next linear's prologue adds the heads' sums (integers:
-// o's own sums) and applies o's epilogue (PRO_T = nh). OPJ 1: the merging split computes every
-// slice (its own from registers, the others' from memory). OPJ 2: it publishes the quantized
-// output (osync at o_q_base, then a flag), and the other splits, which wait for the flag after
-// their arrival (at most o_spin polls), each claim and compute their own slice; the merging split
-// computes the slices no one claimed (splits without keys, or that stopped waiting). Claims are
-// compare-and-swaps on a per-slice state (0 open, 1 its split's, 2 the merging split's, 3
-// abandoned; flags and states zeroed before the step), so every slice is computed once. OLR lanes
-// share a row (a power of two, <= 8, dividing the row block's vectors); a split's slice is at
-// most OMS rows per OLR invocations (the host checks).
-layout(constant_id = 11) const uint OPJ = 0;
-layout(constant_id = 12) const uint OKIND = 4;
-layout(constant_id = 13) const uint OLR = 8;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -105,9 +77,6 @@ layout(std430, binding = 7) readonly buffer KT4 { vec4 kt4[]; };
 layout(std430, binding = 8) readonly buffer VT4 { vec4 vt4[]; };
 layout(std430, binding = 9) readonly buffer QN4 { vec4 qn4[]; };
 layout(std430, binding = 10) readonly buffer KN4 { vec4 kn4[]; };
-layout(std430, binding = 16) readonly buffer OW { uvec4 ow[]; };  // OPJ: o's weight rows
-// OPJ: o's sums per head [h][row], the quantized outputs at o_q_base, flags and slice states at o_sync
-layout(std430, binding = 17) coherent buffer OSync { uint osync[]; };
 
 layout(push_constant) uniform P {
   uint nh, nkv, ring, window, splits, rot;
@@ -115,13 +84,6 @@ layout(push_constant) uniform P {
   uint kv_new;  // the layer writes its K/V (0: a KV-shared layer)
   uint ml_base;
   float eps;
-  uint o_rows;     // OPJ: o's rows
-  uint o_vstride;  // ... and 16-byte vectors per row
-  float o_in_s;    // ... and its SRQ input scale
-  uint o_q_base;   // ... words: the heads' quantized outputs (HD / 4 each)
-  uint o_sync;     // ... this layer's flags and slice states (OSW per head)
-  uint o_spin;     // ... polls before a split stops waiting for its head's flag
-  uint o_sum;      // ... this layer's sums of o (zeroed before the step)
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -134,9 +96,6 @@ shared float rg_m[NRG];
 shared float rg_l[NRG];
 shared float rg_acc[NRG * HD];
 shared float sw[256];  // the merge's split weights (splits <= 256)
-shared uint oq[HD / 4];  // OPJ: the merged head output quantized for o, in its packed-dot order
-shared uint s_claim[8];  // OPJ: the slices the merging split computes (a bit per split)
-shared bool s_go;        // OPJ 2: this split computes its own slice
 shared bool s_last;
 
 float RowSum(float v) {
@@ -193,18 +152,6 @@ void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, c
 uint CacheRow(uint b0, uint rb, uint off) {
   return p.ring >= U ? (rb + off >= p.ring ? rb + off - p.ring : rb + off) : (b0 + off) % p.ring;
 }
-
-// OPJ: o's packed-dot input order (linear.comp's XqWord): the shared word and byte of column c of
-// the head's block (the block starts at a multiple of 16 columns).
-uvec2 OWord(uint c) {
-  if (OKIND == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
-  if (OKIND == 3) return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
-  return uvec2(c >> 2, c & 3);
-}
-const uint OEPW = OKIND == 3 ? 16 : OKIND == 4 ? 8 : 4;  // o's elements per weight word
-const uint OV = HD / (4 * OEPW);  // 16-byte vectors of a row's head block
-const uint ONV = OV / OLR > 0 ? OV / OLR : 1;  // ... per lane
-const uint OXPW = OEPW / 4;       // input words per weight word
 
 // The last step: o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the nact splits of head h.
 // Every subgroup evaluates M and the denominator (subgroup 0 publishes the weights); each
@@ -268,109 +215,10 @@ void Merge(uint h, uint nact) {
       [[unroll]] for (uint u = 0; u < MB; ++u)
         if (s0 + u < nact) acc = fma(w2[u], vec4(sw[s0 + u]), acc);
     }
-    const vec4 val = acc / den;
-    if (W == 4) o4[(h * HD) / 4 + ui] = val;
-    else o[h * HD + ui] = val.x;
-    if (OPJ != 0) {
-      const float rs = SrqReciprocal(p.o_in_s);
-      [[unroll]] for (uint c = 0; c < W; ++c) {
-        const uvec2 wb = OWord(W * ui + c);
-        atomicOr(oq[wb.x], (uint(QuantizeSrqR(val[c], p.o_in_s, rs)) & 0xFFu) << (8 * wb.y));
-      }
-    }
+    if (W == 4) o4[(h * HD) / 4 + ui] = acc / den;
+    else o[h * HD + ui] = acc.x / den;
   }
 }
-
-const uint OMS = 4;    // slots (rows per OLR invocations) of a split's slice
-const uint OSW = 260;  // sync words per head: the flag, then a state per split (<= 256)
-
-#if DP4A
-// OPJ: slice s of head h (rows s * orps ...) times the lane's input words xw: the weights from
-// registers (pw, the split's own slice) or loaded here (mem); each row's sum over the OLR lanes
-// (xor shuffles) stored by its first lane. Every invocation calls it (uniform control flow).
-void OSlice(uint h, uint s, bool mem, uvec4 pw[OMS][ONV], uint xw[16]) {
-  const uint tid = gl_LocalInvocationID.x, lane = tid % OLR;
-  const uint orps = (p.o_rows + p.splits - 1) / p.splits;
-  uvec4 wv[OMS][ONV];
-  [[unroll]] for (uint k = 0; k < OMS; ++k) {
-    const uint rl = (tid + WG * k) / OLR, row = s * orps + rl;
-    const bool ok = rl < orps && row < p.o_rows;
-    [[unroll]] for (uint v = 0; v < ONV; ++v)
-      wv[k][v] = !mem ? pw[k][v]
-                 : ok ? ow[row * p.o_vstride + h * OV + lane + OLR * v] : uvec4(0u);
-  }
-  [[unroll]] for (uint k = 0; k < OMS; ++k) {
-    int a = 0;
-    [[unroll]] for (uint v = 0; v < ONV; ++v) {
-      [[unroll]] for (uint q = 0; q < 4; ++q) {
-        const uint w = wv[k][v][q];
-        const uint xi = (v * 4 + q) * OXPW;
-        if (OKIND == 3) {
-          a = SDot4(int(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi]), 0) + a;
-          a = SDot4(int(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi + 1]), 0) + a;
-          a = SDot4(int(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi + 2]), 0) + a;
-          a = SDot4(int((w & 0xC0C0C0C0u) ^ 0x80808080u), int(xw[xi + 3]), 0) + a;
-        } else if (OKIND == 4) {
-          a = SDot4(int(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u), int(xw[xi]), 0) + a;
-          a = SDot4(int((w & 0xF0F0F0F0u) ^ 0x80808080u), int(xw[xi + 1]), 0) + a;
-        } else {
-          a = SDot4(int(w), int(xw[xi]), 0) + a;
-        }
-      }
-    }
-    // The int2 (int4) products were 64 (16) times their values: exact multiples.
-    a = OKIND == 3 ? a >> 6 : OKIND == 4 ? a >> 4 : a;
-    [[unroll]] for (uint off = OLR / 2; off > 0; off >>= 1) a += subgroupShuffleXor(a, off);
-    const uint rl = (tid + WG * k) / OLR, row = s * orps + rl;
-    if (lane == 0 && rl < orps && row < p.o_rows) atomicAdd(osync[p.o_sum + row], uint(a));
-  }
-}
-
-// The lane's input words of o's slices: from the merging split's shared words or the published
-// copy (after the flag's acquire).
-void OInput(uint h, bool published, out uint xw[16]) {
-  const uint lane = gl_LocalInvocationID.x % OLR;
-  [[unroll]] for (uint v = 0; v < ONV; ++v)
-    [[unroll]] for (uint q = 0; q < 4; ++q)
-      [[unroll]] for (uint k = 0; k < OXPW; ++k) {
-        const uint i = OXPW * (4 * (lane + OLR * v) + q) + k;
-        xw[(v * 4 + q) * OXPW + k] = published ? osync[p.o_q_base + h * (HD / 4) + i] : oq[i];
-      }
-}
-
-// OPJ, the merging split (sp; nact splits have keys) of head h, oq complete: publishes the
-// quantized output (OPJ 2), computes its own slice, then every slice its split does not claim.
-void OMerged(uint h, uint sp, uint nact, uvec4 pw[OMS][ONV]) {
-  const uint tid = gl_LocalInvocationID.x;
-  uint xw[16];
-  OInput(h, false, xw);
-  const uint fl = p.o_sync + h * OSW;
-  if (OPJ >= 2) {
-    for (uint i = tid; i < HD / 4; i += WG) osync[p.o_q_base + h * (HD / 4) + i] = oq[i];
-    const int sem = gl_StorageSemanticsBuffer | gl_StorageSemanticsShared;
-    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, sem, gl_SemanticsAcquireRelease);
-    if (tid == 0) atomicStore(osync[fl], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
-  }
-  OSlice(h, sp, false, pw, xw);
-  if (OPJ == 3) {
-    // The splits with keys compute their own slices; the rest here.
-    for (uint t = nact; t < p.splits; ++t) OSlice(h, t, true, pw, xw);
-    return;
-  }
-  if (tid < p.splits && tid != sp) {
-    // (OPJ 2: a split with keys claims or abandons its slice once it sees the flag)
-    uint st = 0u;
-    if (OPJ == 2 && tid < nact)
-      for (uint i = 0; i < p.o_spin && st == 0u; ++i)
-        st = atomicLoad(osync[fl + 4 + tid], gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelaxed);
-    if (st == 0u) st = atomicCompSwap(osync[fl + 4 + tid], 0u, 2u);
-    if (st == 0u || st == 3u) atomicOr(s_claim[tid / 32], 1u << (tid % 32));
-  }
-  barrier();
-  for (uint t = 0; t < p.splits; ++t)
-    if ((s_claim[t / 32] & (1u << (t % 32))) != 0u) OSlice(h, t, true, pw, xw);
-}
-#endif
 void main() {
   Probe(0);
   Probe2(0);
@@ -416,7 +264,6 @@ void main() {
       }
     }
   }
-  uvec4 pw[OMS][ONV];
   const uint pos = step.pos0;
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
   const uint nkeys = pos + 1 - first;
@@ -466,17 +313,6 @@ void main() {
     }
   }
   Probe(1);  // every load issued
-  // OPJ: this split's slice of the head's block of o's rows, in registers until the end.
-  if (OPJ != 0) {
-    const uint orps = (p.o_rows + p.splits - 1) / p.splits;
-    [[unroll]] for (uint k = 0; k < OMS; ++k) {
-      const uint rl = (tid + WG * k) / OLR, row = sp * orps + rl;
-      [[unroll]] for (uint v = 0; v < ONV; ++v)
-        pw[k][v] = rl < orps && row < p.o_rows
-                       ? ow[row * p.o_vstride + h * OV + tid % OLR + OLR * v]
-                       : uvec4(0u);
-    }
-  }
   Probe2(2);
   if (ROPE != 0) {
     NormRope(qv, qw, true, true, cs, rl);
@@ -558,10 +394,6 @@ void main() {
     rg_l[rg] = l;
   }
   [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + Dim(rl, d)] = acc[d];
-  if (OPJ != 0) {  // (ordered before the atomic ors into them by the barriers between)
-    for (uint i = tid; i < HD / 4; i += WG) oq[i] = 0u;
-    if (tid < 8) s_claim[tid] = 0u;
-  }
   barrier();
   float M = kNegInf;
   [[unroll]] for (uint g = 0; g < NRG; ++g) M = max(M, rg_m[g]);
@@ -576,27 +408,11 @@ void main() {
     float a = 0.0;
     [[unroll]] for (uint g = 0; g < NRG; ++g)
       if (rg_l[g] > 0.0) a = fma(rg_acc[g * HD + i], exp(rg_m[g] - M), a);
-    if (nact == 1) {
-      const float val = a / L;
-      o[h * HD + i] = val;
-      if (OPJ != 0) {
-        const uvec2 wb = OWord(i);
-        atomicOr(oq[wb.x], (uint(QuantizeSrq(val, p.o_in_s)) & 0xFFu) << (8 * wb.y));
-      }
-    } else {
-      po[ob * PR + i] = a;
-    }
+    if (nact == 1) o[h * HD + i] = a / L;
+    else po[ob * PR + i] = a;
   }
   Probe(5);  // the split's partials
-  if (nact == 1) {
-#if DP4A
-    if (OPJ != 0) {
-      barrier();  // oq complete
-      OMerged(h, sp, nact, pw);
-    }
-#endif
-    return;
-  }
+  if (nact == 1) return;
   if (tid == 0) {
     po[MlAt(h, sp)] = M;
     po[MlAt(h, sp) + 1] = L;
@@ -619,39 +435,10 @@ void main() {
   }
   Probe(6);  // arrival counted
   Probe2(4);
-  if (!s_last) {
-#if DP4A
-    if (OPJ >= 2) {
-      // Wait for the head's flag (at most o_spin polls), then claim this split's slice, or
-      // abandon it to the merging split.
-      if (tid == 0) {
-        const uint fl = p.o_sync + h * OSW;
-        uint f = 0u;
-        for (uint i = 0; i < p.o_spin && f == 0u; ++i)
-          f = atomicLoad(osync[fl], gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire);
-        s_go = OPJ == 3 ? f != 0u
-                        : atomicCompSwap(osync[fl + 4 + sp], 0u, f != 0u ? 1u : 3u) == 0u && f != 0u;
-      }
-      const int sem = gl_StorageSemanticsBuffer | gl_StorageSemanticsShared;
-      controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, sem, gl_SemanticsAcquireRelease);
-      if (s_go) {
-        uint xw[16];
-        OInput(h, true, xw);
-        OSlice(h, sp, false, pw, xw);
-      }
-    }
-#endif
-    return;
-  }
+  if (!s_last) return;
   if (FENCE == 0) memoryBarrierBuffer();
   Merge(h, nact);
   if (tid == 0) cnt[h] = 0;
-#if DP4A
-  if (OPJ != 0) {
-    barrier();  // oq complete
-    OMerged(h, sp, nact, pw);
-  }
-#endif
   Probe(7);  // merged
   Probe2(7);
 }

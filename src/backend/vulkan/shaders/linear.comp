@@ -69,10 +69,8 @@ layout(constant_id = 11) const uint FAST = 0;
 // pacc[j] (binding 12, zeroed before the step) with an integer atomic: exact in any order, so
 // P's dispatch and the barrier before it are saved. The consumer applies P's row scales and output
 // SRQ in its prologue (PRO_T).
-// PRO_T k (PRO): t arrives as P's int32 sums (binding 2; k vectors of n partial sums, added here)
-// with its row scales at binding 16: t = srq_out(sum * in_s * row scale), P's epilogue (P: the PLE
-// projection summed by the PLE gate's workgroups, k = 1, or o by the attention's last splits, one
-// vector per head, attn_fused.comp OPJ).
+// PRO_T 1 (PRO): t arrives as P's int32 sums (binding 2) with its row scales at binding 5:
+// t = srq_out(sum * in_s * row scale), P's epilogue.
 layout(constant_id = 16) const uint PRO_T = 0;
 // CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
 // subgroup, so several rows share a subgroup; each row's partials are summed by xor shuffles
@@ -113,7 +111,6 @@ layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
 layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's int32 sums
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4: P's int32 sums
-layout(std430, binding = 16) readonly buffer TS { float ts[]; };  // PRO_T: P's row scales
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -409,9 +406,7 @@ void main() {
         float t;
         if (PRO_T != 0) {
           // P's epilogue (as this kernel's own below): scales in double, rounded once, output SRQ
-          int sum = 0;
-          [[unroll]] for (uint k = 0; k < PRO_T; ++k) sum += xi[k * PRO_N + i];
-          t = float(double(sum) * double(p.pj_in_s) * double(ts[i]));
+          t = float(double(xi[i]) * double(p.pj_in_s) * double(s1[i]));
           if (p.pj_out_s > 0.0) t = Srq(t, p.pj_out_s);
         } else {
           t = x[i];

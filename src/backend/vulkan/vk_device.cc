@@ -72,11 +72,7 @@ Device::Device(const DeviceOptions& options) {
 void Device::Init(const DeviceOptions& options) {
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "gemma-engine";
-  // 1.2 where the loader has it (modules of SPIR-V 1.5 run on devices of 1.2 and up), else 1.1.
-  uint32_t loader = VK_API_VERSION_1_0;
-  if (vkEnumerateInstanceVersion(&loader) != VK_SUCCESS) loader = VK_API_VERSION_1_0;
-  app.apiVersion = loader >= VK_API_VERSION_1_2 ? VK_API_VERSION_1_2 : VK_API_VERSION_1_1;
-  spirv15_ = loader >= VK_API_VERSION_1_2;  // (and the device's version, below)
+  app.apiVersion = VK_API_VERSION_1_1;
   VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   ici.pApplicationInfo = &app;
   VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
@@ -161,7 +157,6 @@ void Device::Init(const DeviceOptions& options) {
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-  spirv15_ = spirv15_ && p2.properties.apiVersion >= VK_API_VERSION_1_2;
   ts_period_ = p2.properties.limits.timestampPeriod;
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
 

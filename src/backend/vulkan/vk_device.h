@@ -60,8 +60,6 @@ class Device {
   VkDeviceSize max_range() const { return max_range_; }
   uint32_t max_shared_bytes() const { return max_shared_; }  // per workgroup
   bool is_cpu() const { return cpu_; }
-  // SPIR-V 1.5 modules run (the device and the instance are Vulkan 1.2 or later).
-  bool spirv15() const { return spirv15_; }
   // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
   // accelerated: the device reports the signed packed form as faster than emulation.
   bool int_dot() const { return int_dot_; }
@@ -152,7 +150,6 @@ class Device {
   bool pipe_stats_ = false;  // GEMMA_VULKAN_PIPE_STATS: print each pipeline's driver statistics
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
-  bool spirv15_ = false;
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;
   uint32_t max_shared_ = 16384;

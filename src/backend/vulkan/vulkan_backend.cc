@@ -581,7 +581,6 @@ class VulkanBackend : public Backend {
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
     mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
-    nt_ = EnvInt("GEMMA_VULKAN_NT", 0) != 0 && dev_->spirv15();
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     mv_fast_ = EnvInt("GEMMA_VULKAN_MV_FAST", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -1293,9 +1292,7 @@ class VulkanBackend : public Backend {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
-      // GEMMA_VULKAN_NT=1: the one-token multiply's weight loads marked Nontemporal.
-      const char* mod = !dp ? "linear" : fast && m == 1 && nt_ ? "linear_dp_nt" : "linear_dp";
-      Dispatch(rc, mod, spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
+      Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
     return pj_ok;
   }
@@ -2242,7 +2239,6 @@ class VulkanBackend : public Backend {
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
-  bool nt_ = false;                // one-token weight loads Nontemporal (linear_dp_nt)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)

@@ -261,23 +261,9 @@ bool int_path[2];
 
 // The 16-byte weight vector j4 of set d at vector offset `base` (DBG 2: made from the index and
 // `salt` instead of loaded).
-// NT 1 (the linear_dp_nt module, SPIR-V 1.5, GEMMA_VULKAN_NT=1): the weight loads carry the
-// Nontemporal memory operand (read once per token: a driver may keep them from evicting the
-// activations, norm weights and caches out of L2).
-#ifndef NT
-#define NT 0
-#endif
-#if NT
-#extension GL_EXT_spirv_intrinsics : require
-spirv_instruction(id = 61) uvec4 LoadNT(spirv_by_reference uvec4 p, spirv_literal int access);
-#endif
 uvec4 WeightVec(uint d, uint base, uint j4, uint salt) {
   if ((DBG & 2) != 0) return uvec4(j4 * 0x9E3779B9u, j4 ^ salt, j4 + salt, j4 * 7u);
-#if NT
-  return d == 0 ? LoadNT(w0[base + j4], 4) : LoadNT(w1[base + j4], 4);
-#else
   return d == 0 ? w0[base + j4] : w1[base + j4];
-#endif
 }
 
 #if DP4A

@@ -581,6 +581,7 @@ class VulkanBackend : public Backend {
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
     mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
+    dense_vec4_ = EnvInt("GEMMA_VULKAN_DENSE_VEC4", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     mv_fast_ = EnvInt("GEMMA_VULKAN_MV_FAST", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -1282,6 +1283,15 @@ class VulkanBackend : public Backend {
       if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
         PadLinearSpec(spec, 17);
         spec.push_back(mv_dbg_);  // DBG
+      }
+      // One-token dense bf16 / f16 rows on 16-byte loads without a prologue: the input staged as
+      // vec4s (linear.comp FXW), up to 16 KiB of it.
+      const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
+      if (m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !pro && !tail &&
+          (!second || second->src->kind == lin.kind) && d.wstride / 2 * 16 <= 16384 &&
+          xqm == 0) {
+        PadLinearSpec(spec, 18);
+        spec.push_back(d.wstride / 2);  // FXW
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -2239,6 +2249,7 @@ class VulkanBackend : public Backend {
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
+  bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)

@@ -898,6 +898,41 @@ TEST_P(OneTokenVariants, MatchDefaultStep) {
   }
 }
 
+// The one-token dense linears' vec4-staged input (linear.comp FXW, the default) takes the same
+// FMAs in the same order as the general float path: bit-identical logits.
+TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
+  for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16"}) {
+    SCOPED_TRACE(fixture);
+    auto model = LoadFixture(fixture);
+    const int V = model->text().vocab_size;
+    const BackendOptions opt{.capacity = 64, .slack = 16};
+    std::unique_ptr<Backend> staged, general;
+    try {
+      staged = CreateVulkanBackend(*model, opt);
+      setenv("GEMMA_VULKAN_DENSE_VEC4", "0", 1);
+      general = CreateVulkanBackend(*model, opt);
+      unsetenv("GEMMA_VULKAN_DENSE_VEC4");
+    } catch (const Error& e) {
+      unsetenv("GEMMA_VULKAN_DENSE_VEC4");
+      if (e.code() != ErrorCode::kDevice) throw;
+      GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    }
+    std::vector<int32_t> tokens(30);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 5) % V);
+    ForwardResult a, b;
+    for (size_t t = 8; t <= tokens.size(); ++t) {
+      const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
+                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      staged->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
+      general->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
+      ASSERT_EQ(a.logits.size(), size_t(V));
+      ASSERT_EQ(b.logits.size(), size_t(V));
+      EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
+          << "position " << t;
+    }
+  }
+}
+
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

@@ -93,6 +93,12 @@ layout(constant_id = 17) const uint RMS_ALL = 0;
 // words made from the index instead of loading them, 3 neither; in the packed-dot multiply, 4
 // replaces each packed dot product by an xor, 8 each shared input word by a register value.
 layout(constant_id = 18) const uint DBG = 0;
+// FXW > 0 (one token, dense bf16 / f16 weights with 16-byte loads, no prologue; the host sets it
+// to the rows' 16-byte vectors x 2): the input staged in shared memory as FXW vec4s and each weight
+// vector's 8 products taken with two vec4 reads (the general path reads the input from global
+// memory per element, the lanes of a row 32 bytes apart). The same FMAs in the same order: the
+// same results.
+layout(constant_id = 19) const uint FXW = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -145,6 +151,7 @@ shared bool last_wg;
 shared float xs[PRO_N];
 
 shared float rms_bc[2];
+shared vec4 xf4[FXW + 1];  // FXW: the input
 shared int pj_q[ROWS_PER_WG];  // EPI 4: the block's outputs quantized for P
 const uint PJW = ROWS_PER_WG / 4;  // EPI 4: P's words per row in a block (<= 16: the host checks)
 
@@ -328,6 +335,24 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
       acc_f[d * TOK + tt] = a;
     }
   }
+}
+
+// Row `base` (in vectors) of dense weight set d into acc_f (FXW; one token).
+void MultiplyDense(uint base, uint lane, uint d) {
+  float a = acc_f[d * TOK];
+  [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
+    const uvec4 w4 = WeightVec(d, base, j4, base);
+    const vec4 xa = xf4[2 * j4], xb = xf4[2 * j4 + 1];
+    a = fma(DElem(w4.x, 0), xa.x, a);
+    a = fma(DElem(w4.x, 1), xa.y, a);
+    a = fma(DElem(w4.y, 0), xa.z, a);
+    a = fma(DElem(w4.y, 1), xa.w, a);
+    a = fma(DElem(w4.z, 0), xb.x, a);
+    a = fma(DElem(w4.z, 1), xb.y, a);
+    a = fma(DElem(w4.w, 0), xb.z, a);
+    a = fma(DElem(w4.w, 1), xb.w, a);
+  }
+  acc_f[d * TOK] = a;
 }
 
 #if DP4A
@@ -525,6 +550,16 @@ void main() {
     barrier();
   }
 
+  if (FXW > 0) {
+    const uint xb = (tg + p.x_row0) * p.x_stride;
+    for (uint i = tid; i < FXW; i += WG) {
+      vec4 v = vec4(0.0);
+      [[unroll]] for (uint c = 0; c < 4; ++c)
+        if (4 * i + c < p.cols) v[c] = x[xb + 4 * i + c];
+      xf4[i] = v;
+    }
+    barrier();
+  }
   Probe(2);  // after the input is quantized / staged
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
@@ -565,6 +600,10 @@ void main() {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);
+          if (FXW > 0) {
+            MultiplyDense(base, lane, d);
+            continue;
+          }
 #if DP4A
           if (FAST != 0) {
             MultiplyFast(base, lane, d);

@@ -1288,8 +1288,7 @@ class VulkanBackend : public Backend {
       // vec4s (linear.comp FXW), up to 16 KiB of it.
       const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
       if (m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !pro && !tail &&
-          (!second || second->src->kind == lin.kind) && d.wstride / 2 * 16 <= 16384 &&
-          xqm == 0) {
+          (!second || second->src->kind == lin.kind) && d.wstride / 2 * 16 <= 16384 && xqm == 0) {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
       }

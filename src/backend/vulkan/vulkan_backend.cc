@@ -1285,10 +1285,13 @@ class VulkanBackend : public Backend {
         spec.push_back(mv_dbg_);  // DBG
       }
       // One-token dense bf16 / f16 rows on 16-byte loads without a prologue: the input staged as
-      // vec4s (linear.comp FXW), up to 16 KiB of it.
+      // vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the device's shared memory
+      // (the kernel's other shared arrays).
       const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
+      const size_t fx_bytes = size_t(d.wstride) / 2 * 16;
       if (m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !pro && !tail &&
-          (!second || second->src->kind == lin.kind) && d.wstride / 2 * 16 <= 16384 && xqm == 0) {
+          (!second || second->src->kind == lin.kind) && xqm == 0 && fx_bytes <= 16384 &&
+          fx_bytes + 4096 <= dev_->max_shared_bytes()) {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
       }

@@ -84,7 +84,6 @@ struct LinPush {
   uint32_t kper;    // linear_cm split K: K tiles per split (0: no split)
   float pj_in_s, pj_out_s;       // EPI 4 / PRO_T: the next linear's SRQ scales
   uint32_t pj_rows, pj_wstride;  // EPI 4: its rows and u32 words per row
-  uint32_t nx_n;                 // NXP: the prefetched arrays' length
 };
 struct QuantPush {
   uint32_t cols, x_stride, x_row0, ld;
@@ -162,12 +161,6 @@ struct Pro {
 struct PleFuse {
   const DevLinear* proj = nullptr;
   BufRange acc;
-};
-// NXP (one token, GEMMA_VULKAN_PREFETCH_NEXT): up to three arrays of n floats a later prologue of
-// the step reads, read by this linear's grid so that they are in L2 then (null entries skipped).
-struct NextOperands {
-  std::array<const BufRange*, 3> a{};
-  uint32_t n = 0;
 };
 
 // A device buffer reserved before Commit and resolved after.
@@ -589,7 +582,6 @@ class VulkanBackend : public Backend {
     // words by register values (linear.comp DBG).
     mv_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DBG", 0), 0, 15));
     dense_vec4_ = EnvInt("GEMMA_VULKAN_DENSE_VEC4", 1) != 0;
-    prefetch_next_ = EnvInt("GEMMA_VULKAN_PREFETCH_NEXT", 0) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     mv_fast_ = EnvInt("GEMMA_VULKAN_MV_FAST", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
@@ -1062,7 +1054,7 @@ class VulkanBackend : public Backend {
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
                 const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
                 float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0,
-                const PleFuse* pj = nullptr, const NextOperands* nx = nullptr) {
+                const PleFuse* pj = nullptr) {
     const Linear& lin = *d.src;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
@@ -1302,16 +1294,6 @@ class VulkanBackend : public Backend {
           fx_bytes + 4096 <= dev_->max_shared_bytes()) {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
-      }
-      if (m == 1 && !rc.ops && prefetch_next_ && nx && i == 0 && nx->n > 0) {
-        uint32_t k = 0;
-        for (const BufRange* r : nx->a)
-          if (r) b[13 + k++] = *r;
-        if (k > 0) {
-          PadLinearSpec(spec, 19);
-          spec.push_back(k);  // NXP
-          pc.nx_n = nx->n;
-        }
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -1576,14 +1558,8 @@ class VulkanBackend : public Backend {
       const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
-      // The next prologue's cold operands (NXP): gate/up's norm weights.
-      const Buf* next_layer_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
-      auto R = [](const Buf* b) { return b && b->handle >= 0 ? &b->r : nullptr; };
       if (cn) {
-        const NextOperands nxo{{R(&d.post_attn_norm), R(&d.pre_ffn_norm), nullptr},
-                               static_cast<uint32_t>(H)};
-        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
-                 nullptr, 0.0f, nullptr, 0, nullptr, &nxo);
+        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
@@ -1614,11 +1590,8 @@ class VulkanBackend : public Backend {
       const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
       const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
       if (cn) {
-        // (the next prologue: the PLE gate's, or the next layer's q/k/v)
-        const NextOperands nxd{{R(&d.post_ffn_norm), P > 0 ? nullptr : R(next_layer_norm), nullptr},
-                               static_cast<uint32_t>(H)};
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                 nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down), nullptr, &nxd);
+                 nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
         Barrier(rc);
         pend_wt = &d.post_ffn_norm;
         pend_scale = w.layer_scalar;
@@ -1629,15 +1602,9 @@ class VulkanBackend : public Backend {
           const PleFuse pf{
               &d.ple_proj,
               {pacc_.r.buf, pacc_.r.offset + size_t(l) * H * 4, size_t(H) * 4, nullptr}};
-          // (the next layer's q/k/v prologue: the PLE norm, its input norm, the projection's
-          // row scales)
-          const NextOperands nxg{
-              {R(&d.post_ple_norm), R(next_layer_norm),
-               d.ple_proj.parts.size() == 1 ? &d.ple_proj.parts[0].s.r : nullptr},
-              static_cast<uint32_t>(H)};
           const bool fused = LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r,
                                       LP, l * P, 0, nullptr, 0, nullptr, 0.0f, &pp, 0,
-                                      ple_fuse_ && l + 1 < l_end ? &pf : nullptr, &nxg);
+                                      ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
           std::swap(hcur, hnext);
           if (!fused) {
             Barrier(rc);
@@ -2285,7 +2252,6 @@ class VulkanBackend : public Backend {
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
-  bool prefetch_next_ = false;     // one-token linears read later prologues' operands (NXP)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)

@@ -99,11 +99,6 @@ layout(constant_id = 18) const uint DBG = 0;
 // memory per element, the lanes of a row 32 bytes apart). The same FMAs in the same order: the
 // same results.
 layout(constant_id = 19) const uint FXW = 0;
-// NXP k (one token, GEMMA_VULKAN_PREFETCH_NEXT): k arrays of nx_n floats at bindings 13-15 that a
-// later prologue of this step reads first (norm weights, row scales: read once per token, so out
-// of L2 by then) are read here, an element per invocation of the grid, so that the prologue finds
-// them in L2. The values only feed a store that never happens (nx_n > 0).
-layout(constant_id = 20) const uint NXP = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -122,9 +117,6 @@ layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
 layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's int32 sums
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4: P's int32 sums
-layout(std430, binding = 13) readonly buffer NX0 { float nx0[]; };  // NXP
-layout(std430, binding = 14) readonly buffer NX1 { float nx1[]; };
-layout(std430, binding = 15) readonly buffer NX2 { float nx2[]; };
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -144,7 +136,6 @@ layout(push_constant) uniform P {
   uint xq_ld_, kper_;     // (linear_cm's)
   float pj_in_s, pj_out_s;  // EPI 4 / PRO_T: the next linear P's SRQ scales
   uint pj_rows, pj_wstride; // EPI 4: P's rows and u32 words per row
-  uint nx_n;                // NXP: the arrays' length
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -413,15 +404,6 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
-  float nxv[3] = float[3](0.0, 0.0, 0.0);
-  if (NXP > 0) {
-    const uint gi = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * WG + tid;
-    if (gi < p.nx_n) {
-      nxv[0] = nx0[gi];
-      if (NXP > 1) nxv[1] = nx1[gi];
-      if (NXP > 2) nxv[2] = nx2[gi];
-    }
-  }
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -769,7 +751,6 @@ void main() {
     if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
   }
   Probe(6);  // every block done
-  if (NXP > 0 && nxv[0] + nxv[1] + nxv[2] == -1.5e-38 && p.nx_n == 0u) y[0] = nxv[0];
   if (TAIL == 1) ResidualNormTail();
   Probe(7);
   Probe2(7);  // the end (the only point of a linear without a prologue)

@@ -906,17 +906,9 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
     auto model = LoadFixture(fixture);
     const int V = model->text().vocab_size;
     const BackendOptions opt{.capacity = 64, .slack = 16};
-    std::unique_ptr<Backend> staged, general;
-    try {
-      staged = CreateVulkanBackend(*model, opt);
-      setenv("GEMMA_VULKAN_DENSE_VEC4", "0", 1);
-      general = CreateVulkanBackend(*model, opt);
-      unsetenv("GEMMA_VULKAN_DENSE_VEC4");
-    } catch (const Error& e) {
-      unsetenv("GEMMA_VULKAN_DENSE_VEC4");
-      if (e.code() != ErrorCode::kDevice) throw;
-      GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    }
+    auto staged = MakeVulkan(*model, opt);
+    auto general = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DENSE_VEC4", "0"}}, opt);
+    if (!staged || !general) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     std::vector<int32_t> tokens(30);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 5) % V);
     ForwardResult a, b;

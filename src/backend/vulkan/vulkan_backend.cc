@@ -83,7 +83,8 @@ struct LinPush {
   uint32_t xq_ld;   // linear_cm: uvec4 per token row of the quantized inputs
   uint32_t kper;    // linear_cm split K: K tiles per split (0: no split)
   float pj_in_s, pj_out_s;       // EPI 4 / PRO_T: the next linear's SRQ scales
-  uint32_t pj_rows, pj_wstride;  // EPI 4: its rows and u32 words per row
+  uint32_t pj_rows, pj_wstride;  // EPI 4, DJ: its rows and u32 words per row
+  float pt_in_s, pt_out_s;       // PRO_T: the SRQ scales of the linear whose sums t holds
 };
 struct QuantPush {
   uint32_t cols, x_stride, x_row0, ld;
@@ -156,8 +157,9 @@ struct Pro {
   const DevLinear* t_sums = nullptr;
   const BufRange* t_acc = nullptr;
 };
-// EPI 4 (one token, the PLE gate): the next linear `proj`'s products over the gate's rows added
-// to the int32 sums `acc` (zeroed before the step) instead of a dispatch of its own.
+// EPI 4 (one token, the PLE gate) or DJ (one token, gate/up and the down projection): the next
+// linear `proj`'s products over the gate's rows added to the int32 sums `acc` (zeroed before the
+// step) instead of a dispatch of its own.
 struct PleFuse {
   const DevLinear* proj = nullptr;
   BufRange acc;
@@ -285,6 +287,7 @@ class VulkanBackend : public Backend {
              : "") +
         (attn_combine_ ? ", splits merged by the last workgroup" : "") +
         (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
+        (down_fuse_ ? ", down projection summed by gate/up's workgroups" : "") +
         (attn_fused_ ? std::string(", one-token attention fused (") +
                            (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
                            (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
@@ -557,6 +560,14 @@ class VulkanBackend : public Backend {
     ple_lanes_ = static_cast<uint32_t>(
         std::clamp(EnvInt("GEMMA_VULKAN_PLE_LANES", static_cast<int>(kWG / 4)), 0, 256));
     if (ple_lanes_ > 0) ple_lanes_ = std::bit_floor(ple_lanes_);
+    // One-token steps: gate/up's workgroups also multiply the down projection's columns of their
+    // rows and add the int32 sums atomically (linear.comp DJ / PRO_T): no down dispatch.
+    down_fuse_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE", 1) != 0;
+    // ... gate/up's workgroup cap there (-k: k per compute unit; 0: the matvec cap): fewer
+    // workgroups, fewer atomics (each adds the sums of all its blocks once).
+    down_fuse_wgs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_WGS", 0);
+    if (down_fuse_wgs_ < 0)
+      down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
     // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
@@ -752,8 +763,9 @@ class VulkanBackend : public Backend {
       ple_ = F(size_t(C) * L * P);
       tok_ = F(size_t(C) * L * P);
       gp_ = F(size_t(C) * P);
-      pacc_ = F(size_t(L) * H);  // int32 sums of the PLE projections (EPI 4), zeroed per step
     }
+    // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ), zeroed per step
+    pacc_ = F(size_t(2 * L) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
@@ -1103,8 +1115,24 @@ class VulkanBackend : public Backend {
     while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
       tok *= 2;
     // ... and row blocks of whole int8 words of the projection (4-64 rows).
-    const bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
+    bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
     const uint32_t epi_k = pj_ok ? 4u : epi;
+    // DJ where the linears allow it: gate/up (EPI 1) on the packed-dot path in one part, 2, 4 or 8
+    // words of the int2 / int4 SRQ down projection per row block, up to 8 rows of it per
+    // invocation.
+    const bool dj_ok = pjl && m == 1 && !rc.ops && epi == 1 && second && d.parts.size() == 1 &&
+                       second->parts.size() == 1 && int_dot_ && IsQuantized(lin.kind) &&
+                       lin.in_scale > 0.0f && second->src->in_scale > 0.0f &&
+                       (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 && pjl->parts.size() == 1 &&
+                       (pjl->src->kind == WeightKind::kQ2 || pjl->src->kind == WeightKind::kQ4) &&
+                       pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
+                       pjl->src->rows <= 8 * static_cast<int>(kWG) &&
+                       rows_per_wg % (2 * ElemsPerWord(pjl->src->kind)) == 0 &&
+                       rows_per_wg <= 8 * ElemsPerWord(pjl->src->kind);
+    if (dj_ok) {
+      pj_ok = true;
+      xq_mode = 0;  // (the quantized output XQ 2 would write for the down kernel is not needed)
+    }
     for (size_t i = 0; i < d.parts.size(); ++i) {
       const DevLinear::Part& p = d.parts[i];
       LinPush pc{};
@@ -1232,7 +1260,13 @@ class VulkanBackend : public Backend {
       const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
       std::vector<uint32_t> spec = {KindCode(lin.kind), epi_k, lanes, xwords, tok, vec,
                                     use_tail,           xqm};
-      if (pj_ok) {
+      if (dj_ok) {
+        b[13] = pjl->parts[0].w.r;
+        b[12] = pj->acc;
+        pc.next_in_s = pjl->src->in_scale;
+        pc.pj_rows = static_cast<uint32_t>(pjl->src->rows);
+        pc.pj_wstride = static_cast<uint32_t>(pjl->wstride);
+      } else if (pj_ok) {
         b[4] = pjl->parts[0].w.r;
         b[12] = pj->acc;
         pc.pj_in_s = pjl->src->in_scale;
@@ -1259,8 +1293,8 @@ class VulkanBackend : public Backend {
           // PRO_T: t is the sums of t_sums (one part), with its row scales and SRQ scales.
           b[2] = *pro->t_acc;
           b[5] = pro->t_sums->parts[0].s.r;
-          pc.pj_in_s = pro->t_sums->src->in_scale;
-          pc.pj_out_s = pro->t_sums->src->out_scale;
+          pc.pt_in_s = pro->t_sums->src->in_scale;
+          pc.pt_out_s = pro->t_sums->src->out_scale;
         }
       }
       const uint32_t perm_out = xqm == 2 ? perm : 0;
@@ -1295,6 +1329,10 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
       }
+      if (dj_ok) {
+        PadLinearSpec(spec, 19);
+        spec.push_back(KindCode(pjl->src->kind));  // DJ
+      }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1302,8 +1340,10 @@ class VulkanBackend : public Backend {
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
       if (m == 1 && !rc.ops) {
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
+        if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
+      if (dj_ok) fprintf(stderr, "DBGDJ gy %u rows %u rpw %u kind %d dkind %d wstride %d\n", gy, p.rows, rows_per_wg, int(lin.kind), int(pjl->src->kind), pjl->wstride);
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
     return pj_ok;
@@ -1573,12 +1613,20 @@ class VulkanBackend : public Backend {
       const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
                       d.gate.parts.size() == 1;
       const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
+      // One-token steps with the norms in the consumers: the down projection summed by gate/up's
+      // workgroups (DJ) where a prologue takes its sums next (the PLE gate's, or the next
+      // layer's q/k/v: not after the last layer, which a norm kernel follows).
+      const PleFuse df{&d.down,
+                       {pacc_.r.buf, pacc_.r.offset + size_t(L + l) * H * 4, size_t(H) * 4,
+                        nullptr}};
+      bool down_fused = false;
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
         const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
-        LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
-                 nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale, &pg,
-                 XqPerm(d.down));
+        const bool try_df = down_fuse_ && pacc_.handle >= 0 && (P > 0 || l + 1 < l_end);
+        down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr,
+                              0, 0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr,
+                              d.down.src->in_scale, &pg, XqPerm(d.down), try_df ? &df : nullptr);
         std::swap(hcur, hnext);
       } else if (xq) {
         LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
@@ -1590,13 +1638,17 @@ class VulkanBackend : public Backend {
       const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
       const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
       if (cn) {
-        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                 nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
-        Barrier(rc);
+        if (!down_fused) {
+          LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
+                   nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
+          Barrier(rc);
+        }
         pend_wt = &d.post_ffn_norm;
         pend_scale = w.layer_scalar;
+        pend_sums = down_fused ? &d.down : nullptr;
+        pend_acc = df.acc;
         if (P > 0) {
-          const Pro pp{2, &hcur, &pend_wt->r, nullptr, &hnext, 1.0f};
+          const Pro pp{2, &hcur, &pend_wt->r, nullptr, &hnext, 1.0f, pend_sums, &pend_acc};
           // The projection's products added by the gate's workgroups (EPI 4) where the next
           // layer's prologue takes its sums (not after the last layer: a norm kernel follows).
           const PleFuse pf{
@@ -2220,6 +2272,8 @@ class VulkanBackend : public Backend {
   bool splits_set_ = false;       // the decode splits were set (options or environment)
   bool ple_fuse_ = true;          // one-token PLE projection in the gate's workgroups (EPI 4)
   uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
+  bool down_fuse_ = true;         // one-token down projection in gate/up's workgroups (DJ)
+  int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

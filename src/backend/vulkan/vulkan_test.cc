@@ -848,7 +848,11 @@ const std::vector<Knobs> kOneTokenKnobs = {
     // multiply) and 16-row blocks (four words)
     {{"GEMMA_VULKAN_PLE_FUSE", "0"}},
     {{"GEMMA_VULKAN_PLE_LANES", "0"}},
-    {{"GEMMA_VULKAN_PLE_LANES", "16"}}};
+    {{"GEMMA_VULKAN_PLE_LANES", "16"}},
+    // the down projection as its own dispatch (the default: summed by gate/up's workgroups, DJ),
+    // and summed by three workgroups looping over gate/up's row blocks
+    {{"GEMMA_VULKAN_DOWN_FUSE", "0"}},
+    {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "3"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,
@@ -917,6 +921,48 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
                                                  : std::span<const int32_t>(&tokens[t - 1], 1);
       staged->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
       general->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
+      ASSERT_EQ(a.logits.size(), size_t(V));
+      ASSERT_EQ(b.logits.size(), size_t(V));
+      EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
+          << "position " << t;
+    }
+  }
+}
+
+// The down projection summed by gate/up's workgroups (linear.comp DJ, the default where packed
+// dot products exist) adds the same int32 sums as the down kernel, and the consumer's prologue
+// applies the same epilogue: bit-identical logits, with one workgroup per row block and with
+// workgroups looping over several (GEMMA_VULKAN_DOWN_FUSE_WGS: their sums kept over blocks).
+TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
+  auto model = LoadFixture("tiny_qat");
+  const int V = model->text().vocab_size, L = model->text().num_layers;
+  const BackendOptions opt{.capacity = 64, .slack = 16};
+  // (2: on the fixture's 3-block gate/up, one workgroup takes blocks 0 and 2, the other block 1)
+  for (const char* wgs : {"0", "1", "2"}) {
+    SCOPED_TRACE(std::string("GEMMA_VULKAN_DOWN_FUSE_WGS=") + wgs);
+    auto plain = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DOWN_FUSE", "0"}}, opt);
+    if (!plain) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto fused = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DOWN_FUSE_WGS", wgs}}, opt);
+    ASSERT_TRUE(fused);
+    VulkanStats sp, sf;
+    ASSERT_TRUE(GetVulkanStats(*plain, &sp));
+    ASSERT_TRUE(GetVulkanStats(*fused, &sf));
+    if (sf.dispatches_per_token == sp.dispatches_per_token) {
+      GTEST_SKIP() << "SKIPPED: the down projection is not fused on this device (it needs packed "
+                      "integer dot products)";
+    }
+    // the SRQ down projections' dispatches gone (the PLE gate's prologue takes the sums; one of
+    // the fixture's layers has no SRQ scales and keeps its down kernel)
+    EXPECT_LT(sf.dispatches_per_token, sp.dispatches_per_token);
+    EXPECT_GT(sf.dispatches_per_token, sp.dispatches_per_token - L);
+    std::vector<int32_t> tokens(30);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 31 + 7) % V);
+    ForwardResult a, b;
+    for (size_t t = 8; t <= tokens.size(); ++t) {
+      const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
+                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      fused->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
+      plain->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
       ASSERT_EQ(a.logits.size(), size_t(V));
       ASSERT_EQ(b.logits.size(), size_t(V));
       EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))

@@ -99,6 +99,15 @@ layout(constant_id = 18) const uint DBG = 0;
 // memory per element, the lanes of a row 32 bytes apart). The same FMAs in the same order: the
 // same results.
 layout(constant_id = 19) const uint FXW = 0;
+// DJ > 0 (EPI 1, DP4A, one token; the kind code of the down projection D, int2 3 / int4 4): gate/up
+// followed by D, as EPI 4 for the PLE projection. This workgroup's block of gate/up rows is a block
+// of D's columns (DJW whole words of each D row, at binding 13, pj_wstride words per row): the
+// block's outputs are SRQ-quantized with D's input scale (next_in_s, as XQ 2 writes them for D's
+// own kernel), multiplied with those words by packed dot products, and each of D's rows keeps its
+// partial sum in registers over the workgroup's blocks, added once to pacc[j] (binding 12, zeroed
+// before the step) with an integer atomic: exact in any order, the same int32 sums as D's kernel.
+// D's dispatch and the barrier before it are saved; the consumer applies D's epilogue (PRO_T).
+layout(constant_id = 20) const uint DJ = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -116,7 +125,8 @@ layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
 layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's int32 sums
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
-layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4: P's int32 sums
+layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
+layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -135,7 +145,8 @@ layout(push_constant) uniform P {
   float next_in_s;        // XQ 2
   uint xq_ld_, kper_;     // (linear_cm's)
   float pj_in_s, pj_out_s;  // EPI 4 / PRO_T: the next linear P's SRQ scales
-  uint pj_rows, pj_wstride; // EPI 4: P's rows and u32 words per row
+  uint pj_rows, pj_wstride; // EPI 4, DJ: P's (D's) rows and u32 words per row
+  float pt_in_s, pt_out_s;  // PRO_T: the SRQ scales of the linear whose sums t holds
 } p;
 
 const uint DUAL = (EPI == 1) ? 2 : 1;
@@ -154,6 +165,11 @@ shared float rms_bc[2];
 shared vec4 xf4[FXW + 1];  // FXW: the input
 shared int pj_q[ROWS_PER_WG];  // EPI 4: the block's outputs quantized for P
 const uint PJW = ROWS_PER_WG / 4;  // EPI 4: P's words per row in a block (<= 16: the host checks)
+// DJ: D's words per row in a block (2, 4 or 8: the host checks), the lane groups of a word (int2 4,
+// int4 2)
+const uint DJW = DJ == 3 ? ROWS_PER_WG / 16 : ROWS_PER_WG / 8;
+const uint DJP = DJW >= 2 ? DJW / 2 : 1;  // word pairs
+const uint DJG = DJ == 3 ? 4 : 2;
 
 // RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the
 // factor (a double division and square root) evaluated by one invocation and broadcast through
@@ -431,8 +447,8 @@ void main() {
         float t;
         if (PRO_T != 0) {
           // P's epilogue (as this kernel's own below): scales in double, rounded once, output SRQ
-          t = float(double(xi[i]) * double(p.pj_in_s) * double(s1[i]));
-          if (p.pj_out_s > 0.0) t = Srq(t, p.pj_out_s);
+          t = float(double(xi[i]) * double(p.pt_in_s) * double(s1[i]));
+          if (p.pt_out_s > 0.0) t = Srq(t, p.pt_out_s);
         } else {
           t = x[i];
         }
@@ -564,6 +580,8 @@ void main() {
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
+  int dsum[8];  // DJ: D's partial sums of rows tid + WG r over this workgroup's blocks
+  [[unroll]] for (uint r = 0; r < 8; ++r) dsum[r] = 0;
   for (uint blk = gl_WorkGroupID.y; blk < nblk; blk += gl_NumWorkGroups.y) {
     const uint row = blk * ROWS_PER_WG + rloc;
     [[unroll]] for (uint i = 0; i < 2 * TOK; ++i) {
@@ -593,6 +611,22 @@ void main() {
           pw[r][k] = j < p.pj_rows && k < PJW && c0w + k < p.pj_wstride
                          ? w1w[j * p.pj_wstride + c0w + k]
                          : 0u;
+      }
+    }
+#endif
+    // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's).
+    // (pairs at even word offsets: a row's stride is a multiple of 4 words, so a pair is inside
+    // the row or past its end)
+    uvec2 dw[8][DJP];
+#if DP4A
+    if (DJ != 0) {
+      [[unroll]] for (uint r = 0; r < 8; ++r) {
+        const uint j = tid + WG * r;
+        [[unroll]] for (uint k = 0; k < DJP; ++k) {
+          const uint c = blk * DJP + k;  // pair index within the row
+          dw[r][k] = j < p.pj_rows && 2 * c < p.pj_wstride ? djw[(j * p.pj_wstride) / 2 + c]
+                                                           : uvec2(0u);
+        }
       }
     }
 #endif
@@ -701,6 +735,7 @@ void main() {
       if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
       if (EPI == 3 || EPI == 4) outv = GeluTanh(v[0]) * aux_v;
       if (EPI == 4) pj_q[rloc] = QuantizeSrq(outv, p.pj_in_s);
+      if (DJ != 0) pj_q[rloc] = QuantizeSrq(outv, p.next_in_s);
       y[t * p.y_stride + p.y_off + row] = outv;
       if (XQ == 2) {
         const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
@@ -715,7 +750,7 @@ void main() {
         atomicOr(xq_out[w], q << (8 * b));
       }
     }
-    if (EPI == 4 && lane == 0 && row >= p.rows) pj_q[rloc] = 0;
+    if ((EPI == 4 || DJ != 0) && lane == 0 && row >= p.rows) pj_q[rloc] = 0;
     if (!in_regs) barrier();  // red_i / red_f are reused by the next block
 #if DP4A
     if (EPI == 4) {
@@ -747,8 +782,47 @@ void main() {
       }
       barrier();  // pj_q is rewritten by the next block
     }
+    if (DJ != 0) {
+      // D's products over this block's columns: the quantized outputs packed in D's packed-dot
+      // lane order (word k, lane group g, byte b: column k * 4 DJG + b DJG + g), the weight lane
+      // groups made as FAST's (64 / 16 times the codes, shifted back per block: exact).
+      barrier();  // pj_q complete
+      uint qx[2 * DJP][4];
+      [[unroll]] for (uint k = 0; k < 2 * DJP; ++k) {
+        [[unroll]] for (uint g = 0; g < 4; ++g) {
+          qx[k][g] = 0u;
+          if (g < DJG) {
+            [[unroll]] for (uint b = 0; b < 4; ++b)
+              qx[k][g] |= (uint(pj_q[k * 4 * DJG + b * DJG + g]) & 0xFFu) << (8 * b);
+          }
+        }
+      }
+      [[unroll]] for (uint r = 0; r < 8; ++r) {
+        int a = 0;
+        [[unroll]] for (uint k = 0; k < 2 * DJP; ++k) {
+          const uint w = (k & 1) == 0 ? dw[r][k / 2].x : dw[r][k / 2].y;
+          if (DJ == 3) {
+            a = SDot4(int(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u), int(qx[k][0]), 0) + a;
+            a = SDot4(int(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u), int(qx[k][1]), 0) + a;
+            a = SDot4(int(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u), int(qx[k][2]), 0) + a;
+            a = SDot4(int((w & 0xC0C0C0C0u) ^ 0x80808080u), int(qx[k][3]), 0) + a;
+          } else {
+            a = SDot4(int(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u), int(qx[k][0]), 0) + a;
+            a = SDot4(int((w & 0xF0F0F0F0u) ^ 0x80808080u), int(qx[k][1]), 0) + a;
+          }
+        }
+        dsum[r] += DJ == 3 ? a >> 6 : a >> 4;
+      }
+      barrier();  // pj_q is rewritten by the next block
+    }
 #endif
     if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
+  }
+  if (DJ != 0) {
+    [[unroll]] for (uint r = 0; r < 8; ++r) {
+      const uint j = tid + WG * r;
+      if (j < p.pj_rows && dsum[r] != 0) atomicAdd(pacc[j], dsum[r]);
+    }
   }
   Probe(6);  // every block done
   if (TAIL == 1) ResidualNormTail();

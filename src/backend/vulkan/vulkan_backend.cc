@@ -1343,7 +1343,6 @@ class VulkanBackend : public Backend {
         if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
-      if (dj_ok) fprintf(stderr, "DBGDJ gy %u rows %u rpw %u kind %d dkind %d wstride %d\n", gy, p.rows, rows_per_wg, int(lin.kind), int(pjl->src->kind), pjl->wstride);
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
     return pj_ok;

@@ -180,6 +180,9 @@ struct DevLinear {
     Buf w, s;
   };
   std::vector<Part> parts;
+  // DJ with GEMMA_VULKAN_DOWN_FUSE_PAIRS (one part): the words again, pair-major (pair c of row j,
+  // words 2c and 2c + 1, at pair index c * rows + j), so a row block's pairs are contiguous.
+  Buf pairs;
 };
 
 struct DevLayer {
@@ -429,6 +432,15 @@ class VulkanBackend : public Backend {
         std::memcpy(&buf[row_b * r], lin.data + (p.row0 + r) * lin.row_bytes, lin.row_bytes);
       }
       dev_->Upload(p.w.r, 0, buf.data(), buf.size());
+      if (d.pairs.handle >= 0) {
+        Resolve(d.pairs);
+        const size_t npair = d.wstride / 2;
+        std::vector<uint8_t> pb(buf.size());
+        for (int r = 0; r < p.rows; ++r)
+          for (size_t c = 0; c < npair; ++c)
+            std::memcpy(&pb[(c * p.rows + r) * 8], &buf[row_b * r + c * 8], 8);
+        dev_->Upload(d.pairs.r, 0, pb.data(), pb.size());
+      }
       if (p.s.handle >= 0) {
         Resolve(p.s);
         dev_->Upload(p.s.r, 0, lin.row_scale + p.row0, 4u * p.rows);
@@ -566,6 +578,11 @@ class VulkanBackend : public Backend {
     // ... gate/up's workgroup cap there (-k: k per compute unit; 0: the matvec cap): fewer
     // workgroups, fewer atomics (each adds the sums of all its blocks once).
     down_fuse_wgs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_WGS", 0);
+    // ... the down projection's words loaded after gate/up's multiply instead of before it
+    down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 0) != 0;
+    // ... read from a pair-major copy of the down weights (coalesced: a block's words of all rows
+    // contiguous) instead of 8 bytes per row from the row-major matrix
+    down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 0) != 0;
     if (down_fuse_wgs_ < 0)
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -696,6 +713,11 @@ class VulkanBackend : public Backend {
       d.gate = PlanLinear(w.gate);
       d.up = PlanLinear(w.up);
       d.down = PlanLinear(w.down);
+      if (down_fuse_ && down_fuse_pairs_ && d.down.parts.size() == 1 && w.down.in_scale > 0.0f &&
+          (w.down.kind == WeightKind::kQ2 || w.down.kind == WeightKind::kQ4)) {
+        d.down.pairs = Reserve(Pool::kDevice, size_t(d.down.wstride) * 4 * d.down.rows);
+        weight_bytes_ += size_t(d.down.wstride) * 4 * d.down.rows;
+      }
       if (P > 0) {
         d.ple_gate = PlanLinear(w.ple_gate);
         d.ple_proj = PlanLinear(w.ple_proj);
@@ -1261,7 +1283,7 @@ class VulkanBackend : public Backend {
       std::vector<uint32_t> spec = {KindCode(lin.kind), epi_k, lanes, xwords, tok, vec,
                                     use_tail,           xqm};
       if (dj_ok) {
-        b[13] = pjl->parts[0].w.r;
+        b[13] = pjl->pairs.handle >= 0 ? pjl->pairs.r : pjl->parts[0].w.r;
         b[12] = pj->acc;
         pc.next_in_s = pjl->src->in_scale;
         pc.pj_rows = static_cast<uint32_t>(pjl->src->rows);
@@ -1332,6 +1354,7 @@ class VulkanBackend : public Backend {
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));  // DJ
+        spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -2273,6 +2296,8 @@ class VulkanBackend : public Backend {
   uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
   bool down_fuse_ = true;         // one-token down projection in gate/up's workgroups (DJ)
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
+  bool down_fuse_late_ = false;   // ... the down words loaded after the multiply
+  bool down_fuse_pairs_ = false;  // ... from a pair-major copy
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

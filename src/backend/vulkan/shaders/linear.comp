@@ -108,6 +108,9 @@ layout(constant_id = 19) const uint FXW = 0;
 // before the step) with an integer atomic: exact in any order, the same int32 sums as D's kernel.
 // D's dispatch and the barrier before it are saved; the consumer applies D's epilogue (PRO_T).
 layout(constant_id = 20) const uint DJ = 0;
+// DJM bits (DJ): 1 D's words loaded after the multiply (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from
+// the pair-major copy at binding 13 (pair c of row j at c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
+layout(constant_id = 21) const uint DJM = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -349,6 +352,20 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
         a = fma(wv, xv, a);
       }
       acc_f[d * TOK + tt] = a;
+    }
+  }
+}
+
+// DJ: block blk's words of D's rows tid + WG r (pairs at even word offsets: a row's stride is a
+// multiple of 4 words, so a pair is inside the row or past its end).
+void LoadDj(uint blk, out uvec2 dw[8][DJP]) {
+  const uint tid = gl_LocalInvocationID.x;
+  [[unroll]] for (uint r = 0; r < 8; ++r) {
+    const uint j = tid + WG * r;
+    [[unroll]] for (uint k = 0; k < DJP; ++k) {
+      const uint c = blk * DJP + k;  // pair index within the row
+      const uint idx = (DJM & 2) != 0 ? c * p.pj_rows + j : (j * p.pj_wstride) / 2 + c;
+      dw[r][k] = j < p.pj_rows && 2 * c < p.pj_wstride ? djw[idx] : uvec2(0u);
     }
   }
 }
@@ -614,22 +631,9 @@ void main() {
       }
     }
 #endif
-    // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's).
-    // (pairs at even word offsets: a row's stride is a multiple of 4 words, so a pair is inside
-    // the row or past its end)
+    // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after it).
     uvec2 dw[8][DJP];
-#if DP4A
-    if (DJ != 0) {
-      [[unroll]] for (uint r = 0; r < 8; ++r) {
-        const uint j = tid + WG * r;
-        [[unroll]] for (uint k = 0; k < DJP; ++k) {
-          const uint c = blk * DJP + k;  // pair index within the row
-          dw[r][k] = j < p.pj_rows && 2 * c < p.pj_wstride ? djw[(j * p.pj_wstride) / 2 + c]
-                                                           : uvec2(0u);
-        }
-      }
-    }
-#endif
+    if (DJ != 0 && (DJM & 1) == 0) LoadDj(blk, dw);
     if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
@@ -786,6 +790,7 @@ void main() {
       // D's products over this block's columns: the quantized outputs packed in D's packed-dot
       // lane order (word k, lane group g, byte b: column k * 4 DJG + b DJG + g), the weight lane
       // groups made as FAST's (64 / 16 times the codes, shifted back per block: exact).
+      if ((DJM & 1) != 0) LoadDj(blk, dw);
       barrier();  // pj_q complete
       uint qx[2 * DJP][4];
       [[unroll]] for (uint k = 0; k < 2 * DJP; ++k) {

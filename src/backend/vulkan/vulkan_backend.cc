@@ -156,6 +156,7 @@ struct Pro {
   // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue).
   const DevLinear* t_sums = nullptr;
   const BufRange* t_acc = nullptr;
+  uint32_t t_copies = 1;  // ... in this many copies of the sums (linear.comp ACC_COPIES)
 };
 // EPI 4 (one token, the PLE gate) or DJ (one token, gate/up and the down projection): the next
 // linear `proj`'s products over the gate's rows added to the int32 sums `acc` (zeroed before the
@@ -583,6 +584,10 @@ class VulkanBackend : public Backend {
     // ... read from a pair-major copy of the down weights (coalesced: a block's words of all rows
     // contiguous) instead of 8 bytes per row from the row-major matrix
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 0) != 0;
+    // ... the sums in this many copies (the workgroups' atomics spread over more addresses; the
+    // consumer adds the copies)
+    down_fuse_copies_ =
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 1), 1, 16));
     if (down_fuse_wgs_ < 0)
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -786,8 +791,9 @@ class VulkanBackend : public Backend {
       tok_ = F(size_t(C) * L * P);
       gp_ = F(size_t(C) * P);
     }
-    // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ), zeroed per step
-    pacc_ = F(size_t(2 * L) * H);
+    // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
+    // down_fuse_copies_ copies), zeroed per step
+    pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
@@ -1355,6 +1361,11 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));  // DJ
         spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
+        spec.push_back(down_fuse_copies_);  // ACC_COPIES
+      }
+      if (pro && pro->t_sums && pro->t_copies > 1) {
+        PadLinearSpec(spec, 21);
+        spec.push_back(pro->t_copies);  // ACC_COPIES
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -1440,6 +1451,7 @@ class VulkanBackend : public Backend {
     float pend_scale = 1.0f;
     // The PLE projection's sums left for the next layer's prologue (EPI 4 / PRO_T), or none.
     const DevLinear* pend_sums = nullptr;
+    uint32_t pend_copies = 1;
     BufRange pend_acc{};
     // One-token steps: the layer loop records dispatches only (no transfers), so its barriers
     // need the compute stage only (GEMMA_VULKAN_BARRIER).
@@ -1452,8 +1464,10 @@ class VulkanBackend : public Backend {
       const int qw = nh * hd, kvw = nkv * hd;
       if (cn && pend_wt) {
         const BufRange* wa = d.input_norm.handle >= 0 ? &d.input_norm.r : nullptr;
-        const Pro pq{1, &hcur, &pend_wt->r, wa, &hnext, pend_scale, pend_sums, &pend_acc};
-        const Pro pkv{1, &hcur, &pend_wt->r, wa, nullptr, pend_scale, pend_sums, &pend_acc};
+        const Pro pq{1,          &hcur,     &pend_wt->r, wa,         &hnext,
+                     pend_scale, pend_sums, &pend_acc,   pend_copies};
+        const Pro pkv{1,          &hcur,     &pend_wt->r, wa,         nullptr,
+                      pend_scale, pend_sums, &pend_acc,   pend_copies};
         LinearOp(rc, d.q, t_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
                  nullptr, 0.0f, &pq);
         if (!p.kv_shared) {
@@ -1638,8 +1652,9 @@ class VulkanBackend : public Backend {
       // One-token steps with the norms in the consumers: the down projection summed by gate/up's
       // workgroups (DJ) where a prologue takes its sums next (the PLE gate's, or the next
       // layer's q/k/v: not after the last layer, which a norm kernel follows).
+      const size_t dcopy = size_t(down_fuse_copies_) * H * 4;
       const PleFuse df{&d.down,
-                       {pacc_.r.buf, pacc_.r.offset + size_t(L + l) * H * 4, size_t(H) * 4,
+                       {pacc_.r.buf, pacc_.r.offset + size_t(L) * H * 4 + l * dcopy, dcopy,
                         nullptr}};
       bool down_fused = false;
       if (cn) {
@@ -1668,9 +1683,11 @@ class VulkanBackend : public Backend {
         pend_wt = &d.post_ffn_norm;
         pend_scale = w.layer_scalar;
         pend_sums = down_fused ? &d.down : nullptr;
+        pend_copies = down_fused ? down_fuse_copies_ : 1u;
         pend_acc = df.acc;
         if (P > 0) {
-          const Pro pp{2, &hcur, &pend_wt->r, nullptr, &hnext, 1.0f, pend_sums, &pend_acc};
+          const Pro pp{2,         &hcur,     &pend_wt->r, nullptr,    &hnext,
+                       1.0f,      pend_sums, &pend_acc,   pend_copies};
           // The projection's products added by the gate's workgroups (EPI 4) where the next
           // layer's prologue takes its sums (not after the last layer: a norm kernel follows).
           const PleFuse pf{
@@ -1686,6 +1703,7 @@ class VulkanBackend : public Backend {
           }
           pend_wt = &d.post_ple_norm;
           pend_sums = fused ? &d.ple_proj : nullptr;
+          pend_copies = 1;
           pend_acc = pf.acc;
         }
       } else if (P > 0) {
@@ -2298,6 +2316,7 @@ class VulkanBackend : public Backend {
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
   bool down_fuse_late_ = false;   // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = false;  // ... from a pair-major copy
+  uint32_t down_fuse_copies_ = 1; // ... copies of the sums
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

@@ -111,6 +111,10 @@ layout(constant_id = 20) const uint DJ = 0;
 // DJM bits (DJ): 1 D's words loaded after the multiply (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from
 // the pair-major copy at binding 13 (pair c of row j at c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
 layout(constant_id = 21) const uint DJM = 0;
+// ACC_COPIES (DJ, PRO_T): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
+// entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
+// more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
+layout(constant_id = 22) const uint ACC_COPIES = 1;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -464,7 +468,9 @@ void main() {
         float t;
         if (PRO_T != 0) {
           // P's epilogue (as this kernel's own below): scales in double, rounded once, output SRQ
-          t = float(double(xi[i]) * double(p.pt_in_s) * double(s1[i]));
+          int sum = xi[i];
+          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
+          t = float(double(sum) * double(p.pt_in_s) * double(s1[i]));
           if (p.pt_out_s > 0.0) t = Srq(t, p.pt_out_s);
         } else {
           t = x[i];
@@ -826,7 +832,8 @@ void main() {
   if (DJ != 0) {
     [[unroll]] for (uint r = 0; r < 8; ++r) {
       const uint j = tid + WG * r;
-      if (j < p.pj_rows && dsum[r] != 0) atomicAdd(pacc[j], dsum[r]);
+      if (j < p.pj_rows && dsum[r] != 0)
+        atomicAdd(pacc[(gl_WorkGroupID.y % ACC_COPIES) * p.pj_rows + j], dsum[r]);
     }
   }
   Probe(6);  // every block done

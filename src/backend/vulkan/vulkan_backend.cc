@@ -579,15 +579,16 @@ class VulkanBackend : public Backend {
     // ... gate/up's workgroup cap there (-k: k per compute unit; 0: the matvec cap): fewer
     // workgroups, fewer atomics (each adds the sums of all its blocks once).
     down_fuse_wgs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_WGS", 0);
-    // ... the down projection's words loaded after gate/up's multiply instead of before it
-    down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 0) != 0;
-    // ... read from a pair-major copy of the down weights (coalesced: a block's words of all rows
-    // contiguous) instead of 8 bytes per row from the row-major matrix
-    down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 0) != 0;
-    // ... the sums in this many copies (the workgroups' atomics spread over more addresses; the
-    // consumer adds the copies)
+    // ... the down projection's words loaded after gate/up's multiply instead of before it, read
+    // from a pair-major copy of the down weights (coalesced: a block's words of all rows
+    // contiguous; +157 MiB on E2B) instead of 8 bytes per row from the row-major matrix, and the
+    // sums in 8 copies (the workgroups' atomics spread over more addresses; the consumer adds
+    // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
+    // 1.966 without the copy (bench/NOTES.md, thirteenth session).
+    down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
+    down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     down_fuse_copies_ =
-        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 1), 1, 16));
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
     if (down_fuse_wgs_ < 0)
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -2314,9 +2315,9 @@ class VulkanBackend : public Backend {
   uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
   bool down_fuse_ = true;         // one-token down projection in gate/up's workgroups (DJ)
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
-  bool down_fuse_late_ = false;   // ... the down words loaded after the multiply
-  bool down_fuse_pairs_ = false;  // ... from a pair-major copy
-  uint32_t down_fuse_copies_ = 1; // ... copies of the sums
+  bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
+  bool down_fuse_pairs_ = true;   // ... from a pair-major copy
+  uint32_t down_fuse_copies_ = 8; // ... copies of the sums
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

@@ -850,9 +850,13 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_PLE_LANES", "0"}},
     {{"GEMMA_VULKAN_PLE_LANES", "16"}},
     // the down projection as its own dispatch (the default: summed by gate/up's workgroups, DJ),
-    // and summed by three workgroups looping over gate/up's row blocks
+    // summed by three workgroups looping over gate/up's row blocks, and with its words read
+    // from the matrix before the multiply into one copy of the sums
     {{"GEMMA_VULKAN_DOWN_FUSE", "0"}},
-    {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "3"}}};
+    {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "3"}},
+    {{"GEMMA_VULKAN_DOWN_FUSE_PAIRS", "0"},
+     {"GEMMA_VULKAN_DOWN_FUSE_LATE", "0"},
+     {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "1"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,
@@ -932,17 +936,30 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
 // The down projection summed by gate/up's workgroups (linear.comp DJ, the default where packed
 // dot products exist) adds the same int32 sums as the down kernel, and the consumer's prologue
 // applies the same epilogue: bit-identical logits, with one workgroup per row block and with
-// workgroups looping over several (GEMMA_VULKAN_DOWN_FUSE_WGS: their sums kept over blocks).
+// workgroups looping over several (GEMMA_VULKAN_DOWN_FUSE_WGS: their sums kept over blocks; 2:
+// on the fixture's 3-block gate/up one workgroup takes blocks 0 and 2, the other block 1), the
+// down words from the pair-major copy or the matrix, loaded before or after the multiply, the
+// sums in one or several copies.
 TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
   auto model = LoadFixture("tiny_qat");
   const int V = model->text().vocab_size, L = model->text().num_layers;
   const BackendOptions opt{.capacity = 64, .slack = 16};
-  // (2: on the fixture's 3-block gate/up, one workgroup takes blocks 0 and 2, the other block 1)
-  for (const char* wgs : {"0", "1", "2"}) {
-    SCOPED_TRACE(std::string("GEMMA_VULKAN_DOWN_FUSE_WGS=") + wgs);
+  const Knobs plain_form = {{"GEMMA_VULKAN_DOWN_FUSE_PAIRS", "0"},
+                            {"GEMMA_VULKAN_DOWN_FUSE_LATE", "0"},
+                            {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "1"}};
+  std::vector<Knobs> variants = {{}, {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "1"}},
+                                 {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}}, plain_form};
+  for (const char* wgs : {"1", "2"}) {
+    Knobs k = plain_form;
+    k.push_back({"GEMMA_VULKAN_DOWN_FUSE_WGS", wgs});
+    variants.push_back(k);
+  }
+  variants.push_back({{"GEMMA_VULKAN_DOWN_FUSE_COPIES", "3"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
+  for (const Knobs& env : variants) {
+    SCOPED_TRACE("knobs:" + KnobsText(env));
     auto plain = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DOWN_FUSE", "0"}}, opt);
     if (!plain) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    auto fused = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DOWN_FUSE_WGS", wgs}}, opt);
+    auto fused = MakeVulkanWith(*model, env, opt);
     ASSERT_TRUE(fused);
     VulkanStats sp, sf;
     ASSERT_TRUE(GetVulkanStats(*plain, &sp));

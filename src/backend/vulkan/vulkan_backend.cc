@@ -586,9 +586,6 @@ class VulkanBackend : public Backend {
     // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
     // 1.966 without the copy (bench/NOTES.md, thirteenth session).
     down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
-    // One-token prologues with two norms: both RMS factors from one block reduction (linear.comp
-    // RMS1P; the second factor from the algebraic expansion of its sum).
-    rms_onepass_ = EnvInt("GEMMA_VULKAN_RMS_ONEPASS", 0) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
@@ -1086,10 +1083,9 @@ class VulkanBackend : public Backend {
   }
 
   // Appends linear.comp's defaults for the specialization constants missing before index n of
-  // `spec` (spec[k] is constant k + 1; PRO_N, constant 10, and ACC_COPIES, constant 22, default
-  // to 1, the others to 0).
+  // `spec` (spec[k] is constant k + 1; PRO_N, constant 10, defaults to 1, the others to 0).
   static void PadLinearSpec(std::vector<uint32_t>& spec, size_t n) {
-    while (spec.size() < n) spec.push_back(spec.size() == 9 || spec.size() == 21 ? 1u : 0u);
+    while (spec.size() < n) spec.push_back(spec.size() == 9 ? 1u : 0u);
   }
 
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
@@ -1371,10 +1367,6 @@ class VulkanBackend : public Backend {
       if (pro && pro->t_sums && pro->t_copies > 1) {
         PadLinearSpec(spec, 21);
         spec.push_back(pro->t_copies);  // ACC_COPIES
-      }
-      if (pro && pro->mode == 1 && rms_onepass_) {
-        PadLinearSpec(spec, 22);
-        spec.push_back(1u);  // RMS1P
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -2326,7 +2318,6 @@ class VulkanBackend : public Backend {
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 8; // ... copies of the sums
-  bool rms_onepass_ = false;      // one-token prologues: both RMS factors in one reduction
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

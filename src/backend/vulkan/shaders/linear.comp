@@ -115,12 +115,6 @@ layout(constant_id = 21) const uint DJM = 0;
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
-// RMS1P 1 (PRO 1, GEMMA_VULKAN_RMS_ONEPASS): both RMS factors from one block reduction. With
-// v = t r wt, the second sum is scale^2 (sum h^2 + 2 r sum h t wt + r^2 sum (t wt)^2), its three sums
-// reduced with sum t^2 (in double) and evaluated with the first factor r: one reduction round and
-// its barriers fewer. The first factor is the same; the second is the exact value of the sum of
-// the unrounded h'^2 where the default sums the f32 h' (the factor can differ in its last bit).
-layout(constant_id = 23) const uint RMS1P = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -205,30 +199,6 @@ float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   }
   barrier();
   return rms_bc[slot];
-}
-
-// RMS1P: the factors r (of sum t^2) and r2 (of sum h'^2, h' = (h + t r wt) scale) from this
-// invocation's sums of t^2, h^2, h t wt and (t wt)^2, in one block reduction (the sums of t^2 in
-// BlockRmsFactor's order).
-vec2 BlockRmsFactors1P(double st, double sh, double sx, double sw, uint n, float eps, float scale) {
-  const dvec4 s = dvec4(subgroupAdd(st), subgroupAdd(sh), subgroupAdd(sx), subgroupAdd(sw));
-  if (subgroupElect()) {
-    [[unroll]] for (uint k = 0; k < 4; ++k) red_d[k * 64 + gl_SubgroupID] = s[k];
-  }
-  barrier();
-  if (gl_LocalInvocationID.x == 0) {
-    dvec4 tot = dvec4(0.0LF);
-    for (uint i = 0; i < gl_NumSubgroups; ++i) {
-      [[unroll]] for (uint k = 0; k < 4; ++k) tot[k] += red_d[k * 64 + i];
-    }
-    const float r = RmsFactor(tot.x, n, eps);
-    const double rd = double(r), sc = double(scale);
-    const double ss2 = sc * sc * (tot.y + 2.0LF * rd * tot.z + rd * rd * tot.w);
-    rms_bc[0] = r;
-    rms_bc[1] = RmsFactor(max(ss2, 0.0LF), n, eps);
-  }
-  barrier();
-  return vec2(rms_bc[0], rms_bc[1]);
 }
 
 void ResidualNormTail() {
@@ -491,7 +461,6 @@ void main() {
     // is compiled: the loads form one straight run.
     Probe2(0);
     double ss = 0.0LF;
-    double sh = 0.0LF, sx = 0.0LF, sw = 0.0LF;  // RMS1P
     float tv[8], hv[8], wtv[8], wav[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = tid + u * WG;
@@ -515,18 +484,10 @@ void main() {
         wtv[u] = w;
         wav[u] = a;
         ss = fma(double(t), double(t), ss);
-        if (RMS1P != 0 && PRO == 1) {
-          const double tw = double(t) * double(w);
-          sh = fma(double(h), double(h), sh);
-          sx = fma(double(h), tw, sx);
-          sw = fma(tw, tw, sw);
-        }
       }
     }
     Probe2(1);  // operands loaded, this invocation's sum of squares
-    const bool one_pass = RMS1P != 0 && PRO == 1;
-    const vec2 rr = one_pass ? BlockRmsFactors1P(ss, sh, sx, sw, p.n, p.eps, p.scale) : vec2(0.0);
-    const float r = one_pass ? rr.x : BlockRmsFactor(ss, p.n, p.eps, 0);
+    const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
     const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
     double ss2 = 0.0LF;
@@ -541,7 +502,7 @@ void main() {
       }
     }
     Probe2(3);  // h' and its sum of squares
-    const float r2 = one_pass ? rr.y : PRO == 1 ? BlockRmsFactor(ss2, p.n, p.eps, 1) : 1.0;
+    const float r2 = PRO == 1 ? BlockRmsFactor(ss2, p.n, p.eps, 1) : 1.0;
     Probe2(4);
     float rq[2];
     [[unroll]] for (uint d = 0; d < DUAL; ++d) rq[d] = SrqReciprocal(in_s[d]);

@@ -1083,9 +1083,10 @@ class VulkanBackend : public Backend {
   }
 
   // Appends linear.comp's defaults for the specialization constants missing before index n of
-  // `spec` (spec[k] is constant k + 1; PRO_N, constant 10, defaults to 1, the others to 0).
+  // `spec` (spec[k] is constant k + 1; PRO_N, constant 10, and ACC_COPIES, constant 22, default
+  // to 1, the others to 0).
   static void PadLinearSpec(std::vector<uint32_t>& spec, size_t n) {
-    while (spec.size() < n) spec.push_back(spec.size() == 9 ? 1u : 0u);
+    while (spec.size() < n) spec.push_back(spec.size() == 9 || spec.size() == 21 ? 1u : 0u);
   }
 
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.

@@ -804,6 +804,7 @@ class VulkanBackend : public Backend {
     step_ = F(4);
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
+    flags_ = F(1024);  // GEMMA_VULKAN_EMPTY=7's phase counters
     grid_ = F(64);
     prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
@@ -918,6 +919,9 @@ class VulkanBackend : public Backend {
     uint32_t probe_wgs = 0;
     // Between two compute dispatches (the one-token layer loop): Barrier records light_barrier_.
     bool light = false;
+    // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index, workgroups of the
+    // previous phase (0: no wait) and of the current one.
+    uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
   };
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
@@ -1003,6 +1007,16 @@ class VulkanBackend : public Backend {
         std::strcmp(shader, "readbw") != 0) {
       // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
       std::vector<uint32_t> es{kWG};
+      if (empty_mode_ == 7) {
+        // each workgroup waits until the previous phase's workgroups have all counted themselves,
+        // then counts itself in this phase's flag (acquire / release at device scope)
+        es.resize(20, 0);
+        es[17] = rc.flag_phase > 0 ? rc.flag_phase - 1 : 0;
+        es[18] = rc.flag_prev;
+        es[19] = rc.flag_phase + 1;
+        rc.flag_cur += gx * gy * gz;
+        bb[12] = flags_.r;
+      }
       if (empty_mode_ == 3 || empty_mode_ == 4) {
         es.resize(17, 0);
         es[15] = empty_code_;
@@ -1049,6 +1063,13 @@ class VulkanBackend : public Backend {
   }
   void Barrier(Rec& rc) {
     ++rc.barriers;
+    if (empty_mode_ == 7 && !rc.ops) {
+      // (timing only) the next phase's workgroups wait for this one's count instead of a barrier
+      rc.flag_prev = rc.light ? rc.flag_cur : 0;
+      rc.flag_cur = 0;
+      ++rc.flag_phase;
+      if (rc.light) return;
+    }
     if (rc.ops) {
       if (!rc.ops->empty()) (*rc.ops)[rc.ops->size() - kOpWords + 4] |= 1u;
       if (rc.phase_labels) rc.phase_labels->push_back(rc.pending);
@@ -1791,6 +1812,7 @@ class VulkanBackend : public Backend {
   // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
   // writes for the down projections (XQ 2) and the PLE projections' sums (EPI 4).
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
+    if (empty_mode_ == 7) vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
   }
@@ -2396,7 +2418,8 @@ class VulkanBackend : public Backend {
   int rot_s_ = 1, rot_f_ = 1;
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
-  Buf pacc_;  // EPI 4: int32 sums of each layer's PLE projection
+  Buf pacc_;
+  Buf flags_;  // GEMMA_VULKAN_EMPTY=7: phase counters  // EPI 4: int32 sums of each layer's PLE projection
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

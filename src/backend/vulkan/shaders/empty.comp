@@ -1,5 +1,6 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_memory_scope_semantics : enable
 // The structure-cost probe (GEMMA_VULKAN_EMPTY, timing only: the outputs are garbage): every
 // dispatch of a recorded step runs this kernel with the original grid, bindings and push
 // constants, so a step measures what the dispatches, barriers and bindings cost without the work.
@@ -26,13 +27,28 @@ layout(constant_id = 14) const uint C14 = 0;
 // small binary). Their difference per step is what fetching the longer code costs.
 layout(constant_id = 15) const uint CODE = 0;
 layout(constant_id = 16) const uint ROLLED = 0;
+// Mode 7 (barriers as flags): every workgroup waits until flags[WAIT] reaches WAIT_N (the previous
+// phase's workgroups; 0: no wait), then adds one to flags[SIG - 1] (SIG 0: mode 7 off; no pipeline
+// barriers between the layer loop's phases).
+layout(constant_id = 17) const uint WAIT = 0;
+layout(constant_id = 18) const uint WAIT_N = 0;
+layout(constant_id = 19) const uint SIG = 0;
 layout(std430, binding = 3) buffer Y { uint y[]; };
+layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
 
 #define S1(x) x = (x ^ (x >> 13u)) * 0x9E3779B1u;
 #define S4 S1(a) S1(b) S1(c) S1(d)
 #define BLOCK S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4
 
 void main() {
+  if (WAIT_N > 0) {
+    if (gl_LocalInvocationID.x == 0) {
+      while (atomicLoad(flags[WAIT], gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                        gl_SemanticsAcquire) < WAIT_N) {
+      }
+    }
+    barrier();
+  }
   const uint k = C1 ^ C2 ^ C3 ^ C4 ^ C5 ^ C6 ^ C7 ^ C8 ^ C9 ^ C10 ^ C11 ^ C12 ^ C13 ^ C14;
   if (CODE > 0 && gl_LocalInvocationID.x < 32) {
     uint a = gl_LocalInvocationID.x + k, b = a + 1u, c = a + 2u, d = a + 3u;
@@ -59,4 +75,9 @@ void main() {
     if ((a ^ b ^ c ^ d) == 0x12345678u + k) y[1] = a;
   }
   if (gl_LocalInvocationID.x == 0xFFFFFFFFu - (k & 0xFFFFu)) y[0] = k;
+  if (SIG > 0) {
+    barrier();
+    if (gl_LocalInvocationID.x == 0)
+      atomicAdd(flags[SIG - 1], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
+  }
 }

@@ -868,7 +868,7 @@ class VulkanBackend : public Backend {
     for (Buf* b : {&h_,    &h2_,  &a_,     &t_,    &q_,         &kt_,       &vt_,        &attn_,
                    &g_,    &po_,  &pml_,   &ple_,  &tok_,       &gp_,       &hn_,        &logits_,
                    &part_, &res_, &mask_,  &step_, &in_host_,   &out_host_, &counter_,   &hcount_,
-                   &xq_,   &xqc_, &partc_, &grid_, &flag_host_, &prof_,     &prof_host_, &pacc_}) {
+                   &xq_,   &xqc_, &partc_, &grid_, &flag_host_, &prof_,     &prof_host_, &pacc_, &flags_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);

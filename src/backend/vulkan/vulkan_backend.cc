@@ -589,9 +589,6 @@ class VulkanBackend : public Backend {
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
-    // ... the copies interleaved (an entry's copies in one run: the consumer's loads are 16
-    // bytes wide; copies a multiple of 4)
-    down_fuse_il_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_IL", 0) != 0 && down_fuse_copies_ % 4 == 0;
     if (down_fuse_wgs_ < 0)
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -1388,12 +1385,10 @@ class VulkanBackend : public Backend {
         spec.push_back(KindCode(pjl->src->kind));  // DJ
         spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
-        spec.push_back(down_fuse_il_ ? 1u : 0u);  // ACC_IL
       }
       if (pro && pro->t_sums && pro->t_copies > 1) {
         PadLinearSpec(spec, 21);
         spec.push_back(pro->t_copies);  // ACC_COPIES
-        spec.push_back(down_fuse_il_ ? 1u : 0u);  // ACC_IL
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -2346,7 +2341,6 @@ class VulkanBackend : public Backend {
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 8; // ... copies of the sums
-  bool down_fuse_il_ = false;     // ... interleaved
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

@@ -115,10 +115,6 @@ layout(constant_id = 21) const uint DJM = 0;
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
-// ACC_IL 1 (ACC_COPIES a multiple of 4): the copies interleaved, entry i of copy c at i ACC_COPIES
-// + c, so the consumer reads an entry's copies with ACC_COPIES / 4 16-byte loads
-// (GEMMA_VULKAN_DOWN_FUSE_IL).
-layout(constant_id = 23) const uint ACC_IL = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -135,7 +131,6 @@ layout(std430, binding = 8) readonly buffer WT { float wt[]; };
 layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
 layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's int32 sums
-layout(std430, binding = 2) readonly buffer XI4 { ivec4 xi4[]; };  // ... ACC_IL
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
 layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
@@ -473,16 +468,8 @@ void main() {
         float t;
         if (PRO_T != 0) {
           // P's epilogue (as this kernel's own below): scales in double, rounded once, output SRQ
-          int sum = 0;
-          if (ACC_IL != 0) {
-            [[unroll]] for (uint c = 0; c < ACC_COPIES / 4; ++c) {
-              const ivec4 v = xi4[i * (ACC_COPIES / 4) + c];
-              sum += v.x + v.y + v.z + v.w;
-            }
-          } else {
-            sum = xi[i];
-            [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
-          }
+          int sum = xi[i];
+          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
           t = float(double(sum) * double(p.pt_in_s) * double(s1[i]));
           if (p.pt_out_s > 0.0) t = Srq(t, p.pt_out_s);
         } else {
@@ -846,9 +833,7 @@ void main() {
     [[unroll]] for (uint r = 0; r < 8; ++r) {
       const uint j = tid + WG * r;
       if (j < p.pj_rows && dsum[r] != 0)
-        atomicAdd(pacc[ACC_IL != 0 ? j * ACC_COPIES + gl_WorkGroupID.y % ACC_COPIES
-                                   : (gl_WorkGroupID.y % ACC_COPIES) * p.pj_rows + j],
-                  dsum[r]);
+        atomicAdd(pacc[(gl_WorkGroupID.y % ACC_COPIES) * p.pj_rows + j], dsum[r]);
     }
   }
   Probe(6);  // every block done

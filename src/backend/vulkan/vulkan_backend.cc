@@ -585,7 +585,7 @@ class VulkanBackend : public Backend {
     // sums in 8 copies (the workgroups' atomics spread over more addresses; the consumer adds
     // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
     // 1.966 without the copy (bench/NOTES.md, thirteenth session).
-    down_fuse_late_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1), 0, 2));
+    down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
@@ -1383,8 +1383,7 @@ class VulkanBackend : public Backend {
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));  // DJ
-        spec.push_back((down_fuse_late_ == 1 ? 1u : down_fuse_late_ == 2 ? 4u : 0u) |
-                       (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
+        spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
       }
       if (pro && pro->t_sums && pro->t_copies > 1) {
@@ -2339,7 +2338,7 @@ class VulkanBackend : public Backend {
   uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
   bool down_fuse_ = true;         // one-token down projection in gate/up's workgroups (DJ)
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
-  uint32_t down_fuse_late_ = 1;   // ... the down words loaded after the epilogue (2: the multiply)
+  bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 8; // ... copies of the sums
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }

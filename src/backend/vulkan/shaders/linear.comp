@@ -108,9 +108,8 @@ layout(constant_id = 19) const uint FXW = 0;
 // before the step) with an integer atomic: exact in any order, the same int32 sums as D's kernel.
 // D's dispatch and the barrier before it are saved; the consumer applies D's epilogue (PRO_T).
 layout(constant_id = 20) const uint DJ = 0;
-// DJM bits (DJ): D's words loaded after the epilogue (1) or right after the multiply (4) instead of
-// before the multiply (GEMMA_VULKAN_DOWN_FUSE_LATE 1 / 2); 2 read from the pair-major copy at
-// binding 13 (pair c of row j at c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
+// DJM bits (DJ): 1 D's words loaded after the multiply (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from
+// the pair-major copy at binding 13 (pair c of row j at c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
 layout(constant_id = 21) const uint DJM = 0;
 // ACC_COPIES (DJ, PRO_T): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
@@ -640,7 +639,7 @@ void main() {
 #endif
     // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after it).
     uvec2 dw[8][DJP];
-    if (DJ != 0 && (DJM & 5) == 0) LoadDj(blk, dw);
+    if (DJ != 0 && (DJM & 1) == 0) LoadDj(blk, dw);
     if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
@@ -673,7 +672,6 @@ void main() {
         }
       }
     }
-    if (DJ != 0 && (DJM & 4) != 0) LoadDj(blk, dw);
     if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
     // Reduce each row's LANES partials: subgroups first (CLUSTER: xor shuffles within the row's
     // cluster), then, for rows spanning several subgroups, shared memory. A row within one

@@ -587,6 +587,9 @@ class VulkanBackend : public Backend {
     // 1.966 without the copy (bench/NOTES.md, thirteenth session).
     down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
+    // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
+    // prologue (its grid capped), not two norm dispatches and the residual's copy.
+    head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 0) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
     if (down_fuse_wgs_ < 0)
@@ -922,6 +925,14 @@ class VulkanBackend : public Backend {
     // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index, workgroups of the
     // previous phase (0: no wait) and of the current one.
     uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
+    // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
+    // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
+    // final norm.
+    bool fuse_head = false;
+    bool head_pend = false;
+    const Buf* head_wt = nullptr;
+    float head_scale = 1.0f;
+    BufRange head_h{};
   };
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
@@ -1396,7 +1407,8 @@ class VulkanBackend : public Backend {
       // resident kernel takes the blocks as virtual workgroups.
       uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
       if (m == 1 && !rc.ops) {
-        int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ ? mv_wgs_ : mv_wgs_long_;
+        // (a prologue caps the longer matrices too: it runs once per workgroup)
+        int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ || pro ? mv_wgs_ : mv_wgs_long_;
         if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
@@ -1763,7 +1775,13 @@ class VulkanBackend : public Backend {
       Barrier(rc);
     }
     rc.light = false;
-    if (cn && pend_wt) {
+    if (cn && pend_wt && rc.fuse_head && !rc.ops && !pend_sums && l_end == L && m == 1) {
+      // The last layer's norm and the final norm in the LM head's prologue (RecordHead).
+      rc.head_pend = true;
+      rc.head_wt = pend_wt;
+      rc.head_scale = pend_scale;
+      rc.head_h = hcur;
+    } else if (cn && pend_wt) {
       // The last layer's norm, on the current residual buffer, which then goes back to h_.
       NormOp(rc, 1, &t_, pend_wt, pend_scale, nullptr, false, {}, 0, &hcur);
       Barrier(rc);
@@ -1778,9 +1796,20 @@ class VulkanBackend : public Backend {
   // The head; copy_out false leaves the readback copy to RecordHeadCopy (resident capture).
   void RecordHead(Rec& rc, int out_first, int count, OutputMode mode, bool copy_out = true) {
     const int H = cfg_.hidden_size, V = cfg_.vocab_size;
-    NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
-    Barrier(rc);
-    LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
+    if (rc.head_pend && out_first == 0 && count == 1) {
+      // h' = (h + rmsnorm(t) wt) scale, x = rmsnorm(h') final_norm in every workgroup of the head
+      // (PRO 1; its grid capped as the other one-token linears', so once per workgroup)
+      rc.head_pend = false;
+      const Pro ph{1,       &rc.head_h, &rc.head_wt->r, final_norm_.handle >= 0 ? &final_norm_.r : nullptr,
+                   nullptr, rc.head_scale};
+      LinearOp(rc, lm_head_, t_.r, H, logits_.r, V, 0, count, 2, nullptr, nullptr, 0, 0, 0,
+               nullptr, 0, nullptr, 0.0f, &ph);
+    } else {
+      if (rc.head_pend) throw Error(ErrorCode::kInternal, "vulkan: the head's pending norm");
+      NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
+      Barrier(rc);
+      LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
+    }
     Barrier(rc);
     if (mode == OutputMode::kLogits) {
       if (copy_out) RecordHeadCopy(rc, count, mode);
@@ -1857,6 +1886,7 @@ class VulkanBackend : public Backend {
     cb = dev_->AllocCommandBuffer();
     Begin(cb, true);
     Rec rc{cb};
+    rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
     RecordInputs(rc, 1, mode);
     RecordBody(rc, 1, splits_);
     if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
@@ -2049,6 +2079,7 @@ class VulkanBackend : public Backend {
     rc.probe_label = &label;
     rc.probe_nth = nth;
     if (m == 1) {
+      rc.fuse_head = head_norm_;  // (as DecodeCommand)
       RecordBody(rc, 1, splits_);
       RecordHead(rc, 0, 1, OutputMode::kArgmax);
     } else {
@@ -2152,6 +2183,7 @@ class VulkanBackend : public Backend {
     RecordInputs(rc, m, OutputMode::kArgmax);
     rc.labels = &labels;
     if (m == 1) {
+      rc.fuse_head = head_norm_;  // (as DecodeCommand)
       RecordBody(rc, 1, splits_);
       RecordHead(rc, 0, 1, OutputMode::kArgmax);
     } else {
@@ -2341,6 +2373,7 @@ class VulkanBackend : public Backend {
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 8; // ... copies of the sums
+  bool head_norm_ = false;        // one-token decode steps: the last norms in the head's prologue
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

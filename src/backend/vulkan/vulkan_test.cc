@@ -988,6 +988,42 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
   }
 }
 
+// The last layer's residual norm and the final norm in the LM head's prologue
+// (GEMMA_VULKAN_HEAD_NORM=1) compute what the two norm kernels compute: bit-identical logits and
+// ids, two dispatches fewer per decoded token.
+TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
+  for (const char* fixture : {"tiny_qat", "tiny_dense_bf16"}) {
+    SCOPED_TRACE(fixture);
+    auto model = LoadFixture(fixture);
+    const int V = model->text().vocab_size;
+    const BackendOptions opt{.capacity = 64, .slack = 16};
+    auto kernels = MakeVulkanWith(*model, {{"GEMMA_VULKAN_HEAD_NORM", "0"}}, opt);
+    auto fused = MakeVulkanWith(*model, {{"GEMMA_VULKAN_HEAD_NORM", "1"}}, opt);
+    if (!kernels || !fused) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    VulkanStats sk, sf;
+    ASSERT_TRUE(GetVulkanStats(*kernels, &sk));
+    ASSERT_TRUE(GetVulkanStats(*fused, &sf));
+    EXPECT_EQ(sf.dispatches_per_token, sk.dispatches_per_token - 2);
+    std::vector<int32_t> tokens(28);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 41 + 3) % V);
+    ForwardResult a, b;
+    for (size_t t = 8; t <= tokens.size(); ++t) {
+      const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
+                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      const OutputMode mode = t % 2 ? OutputMode::kLogits : OutputMode::kArgmax;
+      fused->Forward({.tokens = in, .mode = mode}, &a);
+      kernels->Forward({.tokens = in, .mode = mode}, &b);
+      ASSERT_EQ(a.ids, b.ids) << "position " << t;
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      if (mode == OutputMode::kLogits) {
+        ASSERT_EQ(a.logits.size(), size_t(V));
+        EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
+            << "position " << t;
+      }
+    }
+  }
+}
+
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

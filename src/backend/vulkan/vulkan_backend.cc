@@ -588,8 +588,9 @@ class VulkanBackend : public Backend {
     down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
-    // prologue (its grid capped), not two norm dispatches and the residual's copy.
-    head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 0) != 0;
+    // prologue (its grid capped), not two norm dispatches and the residual's copy: the norms 8.7
+    // against 23.0 us per token, the head 74.5 against 71.7 (bench/NOTES.md, thirteenth session).
+    head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 1) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
     if (down_fuse_wgs_ < 0)
@@ -2373,7 +2374,7 @@ class VulkanBackend : public Backend {
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 8; // ... copies of the sums
-  bool head_norm_ = false;        // one-token decode steps: the last norms in the head's prologue
+  bool head_norm_ = true;         // one-token decode steps: the last norms in the head's prologue
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

@@ -582,9 +582,10 @@ class VulkanBackend : public Backend {
     // ... the down projection's words loaded after gate/up's multiply instead of before it, read
     // from a pair-major copy of the down weights (coalesced: a block's words of all rows
     // contiguous; +157 MiB on E2B) instead of 8 bytes per row from the row-major matrix, and the
-    // sums in 8 copies (the workgroups' atomics spread over more addresses; the consumer adds
+    // sums in 4 copies (the workgroups' atomics spread over more addresses; the consumer adds
     // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
-    // 1.966 without the copy (bench/NOTES.md, thirteenth session).
+    // 1.966 without the pair-major copy (8 copies); 4 copies 1.851 / 1.853 against 1.863-1.978
+    // for 8 and 1.867-1.896 for 16 (bench/NOTES.md, thirteenth session).
     down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
@@ -592,7 +593,7 @@ class VulkanBackend : public Backend {
     // against 23.0 us per token, the head 74.5 against 71.7 (bench/NOTES.md, thirteenth session).
     head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 1) != 0;
     down_fuse_copies_ =
-        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 8), 1, 16));
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 4), 1, 16));
     if (down_fuse_wgs_ < 0)
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -2373,7 +2374,7 @@ class VulkanBackend : public Backend {
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
-  uint32_t down_fuse_copies_ = 8; // ... copies of the sums
+  uint32_t down_fuse_copies_ = 4; // ... copies of the sums
   bool head_norm_ = true;         // one-token decode steps: the last norms in the head's prologue
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {

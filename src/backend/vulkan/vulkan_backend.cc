@@ -291,7 +291,8 @@ class VulkanBackend : public Backend {
              : "") +
         (attn_combine_ ? ", splits merged by the last workgroup" : "") +
         (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
-        (down_fuse_ ? ", down projection summed by gate/up's workgroups" : "") +
+        (down_fuse_ && int_dot_ ? ", down projection summed by gate/up's workgroups" : "") +
+        (head_norm_ ? ", last norms in the LM head's prologue" : "") +
         (attn_fused_ ? std::string(", one-token attention fused (") +
                            (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
                            (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
@@ -1697,7 +1698,7 @@ class VulkanBackend : public Backend {
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
         const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
-        const bool try_df = down_fuse_ && pacc_.handle >= 0 && (P > 0 || l + 1 < l_end);
+        const bool try_df = down_fuse_ && (P > 0 || l + 1 < l_end);
         down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr,
                               0, 0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr,
                               d.down.src->in_scale, &pg, XqPerm(d.down), try_df ? &df : nullptr);
@@ -1841,7 +1842,7 @@ class VulkanBackend : public Backend {
   }
 
   // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
-  // writes for the down projections (XQ 2) and the PLE projections' sums (EPI 4).
+  // writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
     if (empty_mode_ == 7) vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);

@@ -871,10 +871,11 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b : {&h_,    &h2_,  &a_,     &t_,    &q_,         &kt_,       &vt_,        &attn_,
-                   &g_,    &po_,  &pml_,   &ple_,  &tok_,       &gp_,       &hn_,        &logits_,
-                   &part_, &res_, &mask_,  &step_, &in_host_,   &out_host_, &counter_,   &hcount_,
-                   &xq_,   &xqc_, &partc_, &grid_, &flag_host_, &prof_,     &prof_host_, &pacc_, &flags_}) {
+    for (Buf* b : {&h_,         &h2_,      &a_,         &t_,    &q_,    &kt_,    &vt_,
+                   &attn_,      &g_,       &po_,        &pml_,  &ple_,  &tok_,   &gp_,
+                   &hn_,        &logits_,  &part_,      &res_,  &mask_, &step_,  &in_host_,
+                   &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,  &partc_, &grid_,
+                   &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -1188,7 +1189,8 @@ class VulkanBackend : public Backend {
     const bool dj_ok = pjl && m == 1 && !rc.ops && epi == 1 && second && d.parts.size() == 1 &&
                        second->parts.size() == 1 && int_dot_ && IsQuantized(lin.kind) &&
                        lin.in_scale > 0.0f && second->src->in_scale > 0.0f &&
-                       (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 && pjl->parts.size() == 1 &&
+                       (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 &&
+                       pjl->parts.size() == 1 &&
                        (pjl->src->kind == WeightKind::kQ2 || pjl->src->kind == WeightKind::kQ4) &&
                        pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
                        pjl->src->rows <= 8 * static_cast<int>(kWG) &&
@@ -1396,7 +1398,7 @@ class VulkanBackend : public Backend {
       }
       if (dj_ok) {
         PadLinearSpec(spec, 19);
-        spec.push_back(KindCode(pjl->src->kind));  // DJ
+        spec.push_back(KindCode(pjl->src->kind));                                          // DJ
         spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
       }
@@ -1691,17 +1693,16 @@ class VulkanBackend : public Backend {
       // workgroups (DJ) where a prologue takes its sums next (the PLE gate's, or the next
       // layer's q/k/v: not after the last layer, which a norm kernel follows).
       const size_t dcopy = size_t(down_fuse_copies_) * H * 4;
-      const PleFuse df{&d.down,
-                       {pacc_.r.buf, pacc_.r.offset + size_t(L) * H * 4 + l * dcopy, dcopy,
-                        nullptr}};
+      const PleFuse df{
+          &d.down, {pacc_.r.buf, pacc_.r.offset + size_t(L) * H * 4 + l * dcopy, dcopy, nullptr}};
       bool down_fused = false;
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
         const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
         const bool try_df = down_fuse_ && (P > 0 || l + 1 < l_end);
-        down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr,
-                              0, 0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr,
-                              d.down.src->in_scale, &pg, XqPerm(d.down), try_df ? &df : nullptr);
+        down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0,
+                              0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale,
+                              &pg, XqPerm(d.down), try_df ? &df : nullptr);
         std::swap(hcur, hnext);
       } else if (xq) {
         LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0,
@@ -1724,8 +1725,8 @@ class VulkanBackend : public Backend {
         pend_copies = down_fused ? down_fuse_copies_ : 1u;
         pend_acc = df.acc;
         if (P > 0) {
-          const Pro pp{2,         &hcur,     &pend_wt->r, nullptr,    &hnext,
-                       1.0f,      pend_sums, &pend_acc,   pend_copies};
+          const Pro pp{2,    &hcur,     &pend_wt->r, nullptr,    &hnext,
+                       1.0f, pend_sums, &pend_acc,   pend_copies};
           // The projection's products added by the gate's workgroups (EPI 4) where the next
           // layer's prologue takes its sums (not after the last layer: a norm kernel follows).
           const PleFuse pf{
@@ -1803,10 +1804,11 @@ class VulkanBackend : public Backend {
       // h' = (h + rmsnorm(t) wt) scale, x = rmsnorm(h') final_norm in every workgroup of the head
       // (PRO 1; its grid capped as the other one-token linears', so once per workgroup)
       rc.head_pend = false;
-      const Pro ph{1,       &rc.head_h, &rc.head_wt->r, final_norm_.handle >= 0 ? &final_norm_.r : nullptr,
-                   nullptr, rc.head_scale};
-      LinearOp(rc, lm_head_, t_.r, H, logits_.r, V, 0, count, 2, nullptr, nullptr, 0, 0, 0,
-               nullptr, 0, nullptr, 0.0f, &ph);
+      const Pro ph{
+          1,       &rc.head_h,   &rc.head_wt->r, final_norm_.handle >= 0 ? &final_norm_.r : nullptr,
+          nullptr, rc.head_scale};
+      LinearOp(rc, lm_head_, t_.r, H, logits_.r, V, 0, count, 2, nullptr, nullptr, 0, 0, 0, nullptr,
+               0, nullptr, 0.0f, &ph);
     } else {
       if (rc.head_pend) throw Error(ErrorCode::kInternal, "vulkan: the head's pending norm");
       NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
@@ -2375,8 +2377,8 @@ class VulkanBackend : public Backend {
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
-  uint32_t down_fuse_copies_ = 4; // ... copies of the sums
-  bool head_norm_ = true;         // one-token decode steps: the last norms in the head's prologue
+  uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
+  bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());
@@ -2455,7 +2457,8 @@ class VulkanBackend : public Backend {
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
   Buf pacc_;
-  Buf flags_;  // GEMMA_VULKAN_EMPTY=7: phase counters  // EPI 4: int32 sums of each layer's PLE projection
+  Buf flags_;  // GEMMA_VULKAN_EMPTY=7: phase counters  // EPI 4: int32 sums of each layer's PLE
+               // projection
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

@@ -947,8 +947,8 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
   const Knobs plain_form = {{"GEMMA_VULKAN_DOWN_FUSE_PAIRS", "0"},
                             {"GEMMA_VULKAN_DOWN_FUSE_LATE", "0"},
                             {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "1"}};
-  std::vector<Knobs> variants = {{}, {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "1"}},
-                                 {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}}, plain_form};
+  std::vector<Knobs> variants = {
+      {}, {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "1"}}, {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}}, plain_form};
   for (const char* wgs : {"1", "2"}) {
     Knobs k = plain_form;
     k.push_back({"GEMMA_VULKAN_DOWN_FUSE_WGS", wgs});

@@ -906,6 +906,29 @@ TEST_P(OneTokenVariants, MatchDefaultStep) {
   }
 }
 
+// Feeds both backends the same tokens ((i * mul + add) % V: an 8-token prompt, then one token a
+// step up to n) and expects byte-identical logits at every position; with `argmax_too` every
+// other step asks for the argmax instead (equal ids).
+void ExpectIdenticalSteps(Backend& x, Backend& y, int V, size_t n, int mul, int add,
+                          bool argmax_too = false) {
+  std::vector<int32_t> tokens(n);
+  for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * mul + add) % V);
+  ForwardResult a, b;
+  for (size_t t = 8; t <= n; ++t) {
+    const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
+                                               : std::span<const int32_t>(&tokens[t - 1], 1);
+    const OutputMode mode = argmax_too && t % 2 == 0 ? OutputMode::kArgmax : OutputMode::kLogits;
+    x.Forward({.tokens = in, .mode = mode}, &a);
+    y.Forward({.tokens = in, .mode = mode}, &b);
+    ASSERT_EQ(a.ids, b.ids) << "position " << t;
+    if (mode != OutputMode::kLogits) continue;
+    ASSERT_EQ(a.logits.size(), size_t(V));
+    ASSERT_EQ(b.logits.size(), size_t(V));
+    EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
+        << "position " << t;
+  }
+}
+
 // The one-token dense linears' vec4-staged input (linear.comp FXW, the default) takes the same
 // FMAs in the same order as the general float path: bit-identical logits.
 TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
@@ -917,19 +940,7 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
     auto staged = MakeVulkan(*model, opt);
     auto general = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DENSE_VEC4", "0"}}, opt);
     if (!staged || !general) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    std::vector<int32_t> tokens(30);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 5) % V);
-    ForwardResult a, b;
-    for (size_t t = 8; t <= tokens.size(); ++t) {
-      const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
-                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
-      staged->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
-      general->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
-      ASSERT_EQ(a.logits.size(), size_t(V));
-      ASSERT_EQ(b.logits.size(), size_t(V));
-      EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
-          << "position " << t;
-    }
+    ExpectIdenticalSteps(*staged, *general, V, 30, 29, 5);
   }
 }
 
@@ -972,19 +983,7 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
     // the fixture's layers has no SRQ scales and keeps its down kernel)
     EXPECT_LT(sf.dispatches_per_token, sp.dispatches_per_token);
     EXPECT_GT(sf.dispatches_per_token, sp.dispatches_per_token - L);
-    std::vector<int32_t> tokens(30);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 31 + 7) % V);
-    ForwardResult a, b;
-    for (size_t t = 8; t <= tokens.size(); ++t) {
-      const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
-                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
-      fused->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
-      plain->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
-      ASSERT_EQ(a.logits.size(), size_t(V));
-      ASSERT_EQ(b.logits.size(), size_t(V));
-      EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
-          << "position " << t;
-    }
+    ExpectIdenticalSteps(*fused, *plain, V, 30, 31, 7);
   }
 }
 
@@ -1004,23 +1003,7 @@ TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
     ASSERT_TRUE(GetVulkanStats(*kernels, &sk));
     ASSERT_TRUE(GetVulkanStats(*fused, &sf));
     EXPECT_EQ(sf.dispatches_per_token, sk.dispatches_per_token - 2);
-    std::vector<int32_t> tokens(28);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 41 + 3) % V);
-    ForwardResult a, b;
-    for (size_t t = 8; t <= tokens.size(); ++t) {
-      const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
-                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
-      const OutputMode mode = t % 2 ? OutputMode::kLogits : OutputMode::kArgmax;
-      fused->Forward({.tokens = in, .mode = mode}, &a);
-      kernels->Forward({.tokens = in, .mode = mode}, &b);
-      ASSERT_EQ(a.ids, b.ids) << "position " << t;
-      ASSERT_EQ(a.logits.size(), b.logits.size());
-      if (mode == OutputMode::kLogits) {
-        ASSERT_EQ(a.logits.size(), size_t(V));
-        EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
-            << "position " << t;
-      }
-    }
+    ExpectIdenticalSteps(*fused, *kernels, V, 28, 41, 3, /*argmax_too=*/true);
   }
 }
 

@@ -593,6 +593,9 @@ class VulkanBackend : public Backend {
     // prologue (its grid capped), not two norm dispatches and the residual's copy: the norms 8.7
     // against 23.0 us per token, the head 74.5 against 71.7 (bench/NOTES.md, thirteenth session).
     head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 1) != 0;
+    // One-token FAST linears whose workgroups loop over several row blocks (the LM head): the
+    // next block's weight vectors loaded before this block's multiply (linear.comp PFB).
+    mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 0) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 4), 1, 16));
     if (down_fuse_wgs_ < 0)
@@ -1410,13 +1413,23 @@ class VulkanBackend : public Backend {
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
       // resident kernel takes the blocks as virtual workgroups.
-      uint32_t gy = (p.rows + rows_per_wg - 1) / rows_per_wg;
+      const uint32_t nblk = (p.rows + rows_per_wg - 1) / rows_per_wg;
+      uint32_t gy = nblk;
       if (m == 1 && !rc.ops) {
         // (a prologue caps the longer matrices too: it runs once per workgroup)
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ || pro ? mv_wgs_ : mv_wgs_long_;
         if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
+      // Workgroups looping over several blocks of a single FAST weight set: the next block's
+      // vectors loaded before this one's multiply (linear.comp PFB).
+      const uint32_t nvl = (nvec + lanes - 1) / lanes;
+      if (mv_prefetch_block_ && fast && !second && tok == 1 && !dj_ok && !pj_ok && gy < nblk &&
+          nvl >= 1 && nvl <= 4) {
+        PadLinearSpec(spec, 22);
+        spec.push_back(nvl);  // PFB
+      }
+
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
     return pj_ok;
@@ -2379,6 +2392,7 @@ class VulkanBackend : public Backend {
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
+  bool mv_prefetch_block_ = false;  // FAST linears looping over blocks: the next block's early
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

@@ -856,7 +856,10 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_DOWN_FUSE_WGS", "3"}},
     {{"GEMMA_VULKAN_DOWN_FUSE_PAIRS", "0"},
      {"GEMMA_VULKAN_DOWN_FUSE_LATE", "0"},
-     {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "1"}}};
+     {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "1"}},
+    // the next row block's weights loaded before a block's multiply where workgroups loop over
+    // several (the LM head on three workgroups)
+    {{"GEMMA_VULKAN_MV_PREFETCH_BLOCK", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

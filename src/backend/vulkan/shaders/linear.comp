@@ -115,6 +115,11 @@ layout(constant_id = 21) const uint DJM = 0;
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
+// PFB > 0 (FAST, one weight set, one token, a workgroup looping over several row blocks; the host
+// sets it to the most 16-byte vectors a lane holds in a row, <= 4; GEMMA_VULKAN_MV_PREFETCH_BLOCK): the next
+// block's vectors are loaded into registers before this block is multiplied, so they arrive while
+// this block's multiply, reduction and epilogue run (the LM head: 15-16 blocks per workgroup).
+layout(constant_id = 23) const uint PFB = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -393,6 +398,36 @@ void MultiplyDense(uint base, uint lane, uint d) {
 }
 
 #if DP4A
+// The packed dot products of weight vector w4 (row-local vector index j4) of set d, added to a
+// (FAST: 64 / 16 times the int2 / int4 products).
+void DotFast(uvec4 w4, uint j4, uint d, inout int a[TOK]) {
+  [[unroll]] for (uint q = 0; q < 4; ++q) {
+    const uint w = q == 0 ? w4.x : q == 1 ? w4.y : q == 2 ? w4.z : w4.w;
+    [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+      const uint xo = (d * TOK + tt) * XWORDS;
+      if (KIND == 3) {
+        const uint xi = xo + 16 * j4 + 4 * q;
+        a[tt] = DOT4(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u, xi) + a[tt];
+        a[tt] = DOT4(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 1) + a[tt];
+        a[tt] = DOT4(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 2) + a[tt];
+        a[tt] = DOT4((w & 0xC0C0C0C0u) ^ 0x80808080u, xi + 3) + a[tt];
+      } else if (KIND == 4) {
+        const uint xi = xo + 8 * j4 + 2 * q;
+        a[tt] = DOT4(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u, xi) + a[tt];
+        a[tt] = DOT4((w & 0xF0F0F0F0u) ^ 0x80808080u, xi + 1) + a[tt];
+      } else {  // int8: the default path's product
+        a[tt] = DOT4(w, xo + 4 * j4 + q) + a[tt];
+      }
+    }
+  }
+}
+
+// The int2 (int4) products were 64 (16) times their values: exact multiples, shifted back.
+void AddFast(const int a[TOK], uint d) {
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt)
+    acc_i[d * TOK + tt] += KIND == 3 ? a[tt] >> 6 : KIND == 4 ? a[tt] >> 4 : a[tt];
+}
+
 // Row `base` (in vectors) of weight set d into acc_i (FAST).
 void MultiplyFast(uint base, uint lane, uint d) {
   int a[TOK];
@@ -404,29 +439,19 @@ void MultiplyFast(uint base, uint lane, uint d) {
       a[0] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
       continue;
     }
-    [[unroll]] for (uint q = 0; q < 4; ++q) {
-      const uint w = q == 0 ? w4.x : q == 1 ? w4.y : q == 2 ? w4.z : w4.w;
-      [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
-        const uint xo = (d * TOK + tt) * XWORDS;
-        if (KIND == 3) {
-          const uint xi = xo + 16 * j4 + 4 * q;
-          a[tt] = DOT4(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u, xi) + a[tt];
-          a[tt] = DOT4(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 1) + a[tt];
-          a[tt] = DOT4(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 2) + a[tt];
-          a[tt] = DOT4((w & 0xC0C0C0C0u) ^ 0x80808080u, xi + 3) + a[tt];
-        } else if (KIND == 4) {
-          const uint xi = xo + 8 * j4 + 2 * q;
-          a[tt] = DOT4(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u, xi) + a[tt];
-          a[tt] = DOT4((w & 0xF0F0F0F0u) ^ 0x80808080u, xi + 1) + a[tt];
-        } else {  // int8: the default path's product
-          a[tt] = DOT4(w, xo + 4 * j4 + q) + a[tt];
-        }
-      }
-    }
+    DotFast(w4, j4, d, a);
   }
-  // The int2 (int4) products were 64 (16) times their values: exact multiples, shifted back.
-  [[unroll]] for (uint tt = 0; tt < TOK; ++tt)
-    acc_i[d * TOK + tt] += KIND == 3 ? a[tt] >> 6 : KIND == 4 ? a[tt] >> 4 : a[tt];
+  AddFast(a, d);
+}
+
+// PFB: the row's vectors of this lane (vector lane + LANES v, v < PFB, within the row), already
+// loaded.
+void MultiplyFastRegs(const uvec4 w[4], uint lane) {
+  int a[TOK];
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
+  [[unroll]] for (uint v = 0; v < 4; ++v)
+    if (v < PFB && lane + LANES * v < p.wstride / 4) DotFast(w[v], lane + LANES * v, 0, a);
+  AddFast(a, 0);
 }
 #endif
 
@@ -603,6 +628,15 @@ void main() {
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
+  // PFB: the lane's vectors of the next block's row (the first block's loaded here).
+  uvec4 wnx[4];
+  if (PFB > 0) {
+    const uint row0 = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
+    [[unroll]] for (uint v = 0; v < 4; ++v)
+      wnx[v] = v < PFB && row0 < p.rows && lane + LANES * v < p.wstride / 4
+                   ? w0[row0 * (p.wstride / 4) + lane + LANES * v]
+                   : uvec4(0u);
+  }
   int dsum[8];  // DJ: D's partial sums of rows tid + WG r over this workgroup's blocks
   [[unroll]] for (uint r = 0; r < 8; ++r) dsum[r] = 0;
   for (uint blk = gl_WorkGroupID.y; blk < nblk; blk += gl_NumWorkGroups.y) {
@@ -640,6 +674,16 @@ void main() {
     // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after it).
     uvec2 dw[8][DJP];
     if (DJ != 0 && (DJM & 1) == 0) LoadDj(blk, dw);
+    // PFB: this block's vectors, and the next block's issued now.
+    uvec4 wcur[4];
+    if (PFB > 0) {
+      wcur = wnx;
+      const uint nrow = (blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc;
+      [[unroll]] for (uint v = 0; v < 4; ++v)
+        wnx[v] = v < PFB && nrow < p.rows && lane + LANES * v < p.wstride / 4
+                     ? w0[nrow * (p.wstride / 4) + lane + LANES * v]
+                     : uvec4(0u);
+    }
     if (row < p.rows) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
@@ -649,6 +693,10 @@ void main() {
             continue;
           }
 #if DP4A
+          if (PFB > 0) {
+            MultiplyFastRegs(wcur, lane);
+            continue;
+          }
           if (FAST != 0) {
             MultiplyFast(base, lane, d);
             continue;

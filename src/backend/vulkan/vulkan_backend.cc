@@ -594,8 +594,9 @@ class VulkanBackend : public Backend {
     // against 23.0 us per token, the head 74.5 against 71.7 (bench/NOTES.md, thirteenth session).
     head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 1) != 0;
     // One-token FAST linears whose workgroups loop over several row blocks (the LM head): the
-    // next block's weight vectors loaded before this block's multiply (linear.comp PFB).
-    mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 0) != 0;
+    // next block's weight vectors loaded before this block's multiply (linear.comp PFB): the head
+    // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/NOTES.md, thirteenth session).
+    mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 1) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 4), 1, 16));
     if (down_fuse_wgs_ < 0)
@@ -2392,7 +2393,7 @@ class VulkanBackend : public Backend {
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
-  bool mv_prefetch_block_ = false;  // FAST linears looping over blocks: the next block's early
+  bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

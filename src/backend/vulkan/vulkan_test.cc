@@ -858,8 +858,9 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_DOWN_FUSE_LATE", "0"},
      {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "1"}},
     // the next row block's weights loaded before a block's multiply where workgroups loop over
-    // several (the LM head on three workgroups)
-    {{"GEMMA_VULKAN_MV_PREFETCH_BLOCK", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
+    // several (the default; the LM head on three workgroups), and not
+    {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_MV_PREFETCH_BLOCK", "1"}},
+    {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_MV_PREFETCH_BLOCK", "0"}}};
 
 class OneTokenVariants : public ::testing::TestWithParam<size_t> {};
 INSTANTIATE_TEST_SUITE_P(Knobs, OneTokenVariants,

@@ -108,17 +108,19 @@ layout(constant_id = 19) const uint FXW = 0;
 // before the step) with an integer atomic: exact in any order, the same int32 sums as D's kernel.
 // D's dispatch and the barrier before it are saved; the consumer applies D's epilogue (PRO_T).
 layout(constant_id = 20) const uint DJ = 0;
-// DJM bits (DJ): 1 D's words loaded after the multiply (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from
-// the pair-major copy at binding 13 (pair c of row j at c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
+// DJM bits (DJ): 1 D's words loaded after gate/up's epilogue instead of before the multiply
+// (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from the pair-major copy at binding 13 (pair c of row j at
+// c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
 layout(constant_id = 21) const uint DJM = 0;
 // ACC_COPIES (DJ, PRO_T): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
 // PFB > 0 (FAST, one weight set, one token, a workgroup looping over several row blocks; the host
-// sets it to the most 16-byte vectors a lane holds in a row, <= 4; GEMMA_VULKAN_MV_PREFETCH_BLOCK): the next
-// block's vectors are loaded into registers before this block is multiplied, so they arrive while
-// this block's multiply, reduction and epilogue run (the LM head: 15-16 blocks per workgroup).
+// sets it to the most 16-byte vectors a lane holds in a row, <= 4;
+// GEMMA_VULKAN_MV_PREFETCH_BLOCK): the next block's vectors are loaded into registers before this
+// block is multiplied, so they arrive while this block's multiply, reduction and epilogue run (the
+// LM head: 15-16 blocks per workgroup).
 layout(constant_id = 23) const uint PFB = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
@@ -671,7 +673,8 @@ void main() {
       }
     }
 #endif
-    // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after it).
+    // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after the
+    // epilogue, below).
     uvec2 dw[8][DJP];
     if (DJ != 0 && (DJM & 1) == 0) LoadDj(blk, dw);
     // PFB: this block's vectors, and the next block's issued now.

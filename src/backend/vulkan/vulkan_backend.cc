@@ -1130,7 +1130,7 @@ class VulkanBackend : public Backend {
   }
 
   // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
-  // Returns whether `pj` was taken (EPI 4: the caller then records no dispatch for pj->proj).
+  // Returns whether `pj` was taken (EPI 4, DJ: the caller then records no dispatch for pj->proj).
   bool LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
                 int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
                 const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
@@ -1185,7 +1185,7 @@ class VulkanBackend : public Backend {
     while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
       tok *= 2;
     // ... and row blocks of whole int8 words of the projection (4-64 rows).
-    bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
+    const bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
     const uint32_t epi_k = pj_ok ? 4u : epi;
     // DJ where the linears allow it: gate/up (EPI 1) on the packed-dot path in one part, 2, 4 or 8
     // words of the int2 / int4 SRQ down projection per row block, up to 8 rows of it per
@@ -1200,10 +1200,7 @@ class VulkanBackend : public Backend {
                        pjl->src->rows <= 8 * static_cast<int>(kWG) &&
                        rows_per_wg % (2 * ElemsPerWord(pjl->src->kind)) == 0 &&
                        rows_per_wg <= 8 * ElemsPerWord(pjl->src->kind);
-    if (dj_ok) {
-      pj_ok = true;
-      xq_mode = 0;  // (the quantized output XQ 2 would write for the down kernel is not needed)
-    }
+    if (dj_ok) xq_mode = 0;  // (no down kernel reads what XQ 2 would write)
     for (size_t i = 0; i < d.parts.size(); ++i) {
       const DevLinear::Part& p = d.parts[i];
       LinPush pc{};
@@ -1425,7 +1422,7 @@ class VulkanBackend : public Backend {
       // Workgroups looping over several blocks of a single FAST weight set: the next block's
       // vectors loaded before this one's multiply (linear.comp PFB).
       const uint32_t nvl = (nvec + lanes - 1) / lanes;
-      if (mv_prefetch_block_ && fast && !second && tok == 1 && !dj_ok && !pj_ok && gy < nblk &&
+      if (mv_prefetch_block_ && fast && !second && tok == 1 && !pj_ok && gy < nblk &&
           nvl >= 1 && nvl <= 4) {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
@@ -1433,7 +1430,7 @@ class VulkanBackend : public Backend {
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
-    return pj_ok;
+    return pj_ok || dj_ok;
   }
 
   // GEMMA_VULKAN_XQ_PERM=1: the kind code in whose packed-dot order gate/up writes the down

@@ -1422,8 +1422,8 @@ class VulkanBackend : public Backend {
       // Workgroups looping over several blocks of a single FAST weight set: the next block's
       // vectors loaded before this one's multiply (linear.comp PFB).
       const uint32_t nvl = (nvec + lanes - 1) / lanes;
-      if (mv_prefetch_block_ && fast && !second && tok == 1 && !pj_ok && gy < nblk &&
-          nvl >= 1 && nvl <= 4) {
+      if (mv_prefetch_block_ && fast && !second && tok == 1 && !pj_ok && gy < nblk && nvl >= 1 &&
+          nvl <= 4) {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
       }

@@ -979,7 +979,8 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
     VulkanStats sp, sf;
     ASSERT_TRUE(GetVulkanStats(*plain, &sp));
     ASSERT_TRUE(GetVulkanStats(*fused, &sf));
-    if (sf.dispatches_per_token == sp.dispatches_per_token) {
+    // (the fusion needs packed integer dot products; where the device has them it must run)
+    if (sf.kernels.find("packed int dot") == std::string::npos) {
       GTEST_SKIP() << "SKIPPED: the down projection is not fused on this device (it needs packed "
                       "integer dot products)";
     }

@@ -646,6 +646,7 @@ class VulkanBackend : public Backend {
         light_barrier_ = vk::Device::BarrierKind::kFull;
     }
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
+    probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
@@ -1068,6 +1069,19 @@ class VulkanBackend : public Backend {
     }
     VkPipeline pipe = dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
     VkDescriptorSet set = dev_->Set(bb);
+    if (!probe_shader.empty() && probe_twice_ != 0) {
+      // GEMMA_BENCH_PROBE_TWICE (timing only; kernels that accumulate give wrong results): the
+      // probed kernel runs first once more, behind a barrier, as its plain pipeline (1: its data
+      // warm in the caches, its code cold) or as the probe pipeline itself (2: both warm).
+      const VkPipeline first = probe_twice_ == 2 ? pipe : dev_->Pipeline(shader, spec);
+      vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, first);
+      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set,
+                              0, nullptr);
+      vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                         static_cast<uint32_t>(push_bytes), push);
+      vkCmdDispatch(rc.cmd, gx, gy, gz);
+      dev_->Barrier(rc.cmd, vk::Device::BarrierKind::kFull);
+    }
     vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
                             nullptr);
@@ -2442,6 +2456,7 @@ class VulkanBackend : public Backend {
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
+  int probe_twice_ = 0;    // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.

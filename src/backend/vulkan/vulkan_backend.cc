@@ -647,6 +647,7 @@ class VulkanBackend : public Backend {
     }
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
+    probe_all_ = EnvInt("GEMMA_BENCH_PROBE_ALL", 0) != 0;
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
@@ -818,6 +819,7 @@ class VulkanBackend : public Backend {
     flags_ = F(1024);  // GEMMA_VULKAN_EMPTY=7's phase counters
     grid_ = F(64);
     prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
+    probe_sink_ = probe_all_ ? F(2 * 16 * 4096) : Buf{};
     xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
     xq_ = Reserve(Pool::kDevice, xq_region_ * L);
     xqc_ = {};
@@ -880,7 +882,7 @@ class VulkanBackend : public Backend {
                    &attn_,      &g_,       &po_,        &pml_,  &ple_,  &tok_,   &gp_,
                    &hn_,        &logits_,  &part_,      &res_,  &mask_, &step_,  &in_host_,
                    &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,  &partc_, &grid_,
-                   &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_}) {
+                   &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -1010,17 +1012,27 @@ class VulkanBackend : public Backend {
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
     std::string probe_shader;
+    bool probe_reported = false;
     // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue;
     // attention_probe2: the first key block's V loop, round by round).
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
         (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
          std::strcmp(shader, "attn_fused") == 0) &&
-        Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0) &&
-        rc.probe_seen++ == rc.probe_nth) {
-      probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
-      bb[shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14] = prof_.r;
-      rc.probe_wgs = gx * gy * gz;
+        Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
+      const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
+      if (rc.probe_seen++ == rc.probe_nth) {
+        probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
+        bb[pb] = prof_.r;
+        rc.probe_wgs = gx * gy * gz;
+        probe_reported = true;
+      } else if (probe_all_) {
+        // GEMMA_BENCH_PROBE_ALL (timing only): every dispatch with the label runs the probe
+        // pipeline (the others into a scratch buffer), so the probed one finds its code where
+        // the step's earlier dispatches of it left it, as the plain pipeline does.
+        probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
+        bb[pb] = probe_sink_.r;
+      }
     }
     if ((empty_mode_ != 0 ||
          (!empty_only_.empty() && EmptyOnly(Label(shader, spec, gy, push, push_bytes)))) &&
@@ -1069,7 +1081,7 @@ class VulkanBackend : public Backend {
     }
     VkPipeline pipe = dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
     VkDescriptorSet set = dev_->Set(bb);
-    if (!probe_shader.empty() && probe_twice_ != 0) {
+    if (probe_reported && probe_twice_ != 0) {
       // GEMMA_BENCH_PROBE_TWICE (timing only; kernels that accumulate give wrong results): the
       // probed kernel runs first once more, behind a barrier, as its plain pipeline (1: its data
       // warm in the caches, its code cold) or as the probe pipeline itself (2: both warm).
@@ -2457,6 +2469,8 @@ class VulkanBackend : public Backend {
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   int probe_twice_ = 0;    // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
+  bool probe_all_ = false;  // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
+  Buf probe_sink_;          // ... where the ones not reported write
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.

@@ -597,6 +597,11 @@ class VulkanBackend : public Backend {
     // next block's weight vectors loaded before this block's multiply (linear.comp PFB): the head
     // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/NOTES.md, thirteenth session).
     mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 1) != 0;
+    // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
+    // projection.
+    dense_prefetch_ = EnvInt("GEMMA_VULKAN_DENSE_PREFETCH", 1) != 0;
+    // (timing only) GEMMA_VULKAN_HEAD_NOCAP=1: the LM head without its softcap (wrong logits).
+    head_nocap_ = EnvInt("GEMMA_VULKAN_HEAD_NOCAP", 0) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 4), 1, 16));
     if (down_fuse_wgs_ < 0)
@@ -1238,7 +1243,7 @@ class VulkanBackend : public Backend {
       pc.y_off = y_off + p.row0;
       pc.in_s0 = lin.in_scale;
       pc.out_s0 = lin.out_scale;
-      pc.cap = cfg_.final_logit_softcapping.value_or(0.0f);
+      pc.cap = head_nocap_ ? 0.0f : cfg_.final_logit_softcapping.value_or(0.0f);
       pc.aux_stride = aux_stride;
       pc.aux_off = aux_off + p.row0;
       pc.x_row0 = x_row0;
@@ -1417,9 +1422,10 @@ class VulkanBackend : public Backend {
       // (the kernel's other shared arrays).
       const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
       const size_t fx_bytes = size_t(d.wstride) / 2 * 16;
-      if (m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !pro && !tail &&
-          (!second || second->src->kind == lin.kind) && xqm == 0 && fx_bytes <= 16384 &&
-          fx_bytes + 4096 <= dev_->max_shared_bytes()) {
+      const bool fxw = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !pro && !tail &&
+                       (!second || second->src->kind == lin.kind) && xqm == 0 &&
+                       fx_bytes <= 16384 && fx_bytes + 4096 <= dev_->max_shared_bytes();
+      if (fxw) {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
       }
@@ -1448,8 +1454,8 @@ class VulkanBackend : public Backend {
       // Workgroups looping over several blocks of a single FAST weight set: the next block's
       // vectors loaded before this one's multiply (linear.comp PFB).
       const uint32_t nvl = (nvec + lanes - 1) / lanes;
-      if (mv_prefetch_block_ && fast && !second && tok == 1 && !pj_ok && gy < nblk && nvl >= 1 &&
-          nvl <= 4) {
+      if (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second && tok == 1 &&
+          !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4) {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
       }
@@ -2416,6 +2422,8 @@ class VulkanBackend : public Backend {
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
+  bool dense_prefetch_ = true;     // ... the same for FXW linears
+  bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {

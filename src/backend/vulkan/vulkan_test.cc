@@ -945,6 +945,16 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
     auto general = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DENSE_VEC4", "0"}}, opt);
     if (!staged || !general) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     ExpectIdenticalSteps(*staged, *general, V, 30, 29, 5);
+    // Workgroups looping over several row blocks (a capped grid) load the next block's vectors
+    // early (PFB, GEMMA_VULKAN_DENSE_PREFETCH): the same FMAs in the same order.
+    for (const char* wgs : {"1", "2", "3"}) {
+      SCOPED_TRACE(std::string("workgroups ") + wgs);
+      auto early = MakeVulkanWith(*model, {{"GEMMA_VULKAN_MV_WGS", wgs}}, opt);
+      auto late = MakeVulkanWith(
+          *model, {{"GEMMA_VULKAN_MV_WGS", wgs}, {"GEMMA_VULKAN_DENSE_PREFETCH", "0"}}, opt);
+      ASSERT_TRUE(early && late);
+      ExpectIdenticalSteps(*early, *late, V, 30, 29, 5);
+    }
   }
 }
 

@@ -116,11 +116,12 @@ layout(constant_id = 21) const uint DJM = 0;
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
-// PFB > 0 (FAST, one weight set, one token, a workgroup looping over several row blocks; the host
-// sets it to the most 16-byte vectors a lane holds in a row, <= 4;
-// GEMMA_VULKAN_MV_PREFETCH_BLOCK): the next block's vectors are loaded into registers before this
-// block is multiplied, so they arrive while this block's multiply, reduction and epilogue run (the
-// LM head: 15-16 blocks per workgroup).
+// PFB > 0 (FAST or FXW, one weight set, one token, a workgroup looping over several row blocks;
+// the host sets it to the most 16-byte vectors a lane holds in a row, <= 4;
+// GEMMA_VULKAN_MV_PREFETCH_BLOCK, GEMMA_VULKAN_DENSE_PREFETCH): the next block's vectors are
+// loaded into registers before this block is multiplied, so they arrive while this block's
+// multiply, reduction and epilogue run (the LM head: 15-16 blocks per workgroup; the bf16 PLE model
+// projection: 4-5, whose loop otherwise waits for a row's vectors in two rounds).
 layout(constant_id = 23) const uint PFB = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
@@ -399,6 +400,27 @@ void MultiplyDense(uint base, uint lane, uint d) {
   acc_f[d * TOK] = a;
 }
 
+// FXW with PFB: the lane's vectors of the row (vector lane + LANES v, v < PFB), already loaded;
+// the same FMAs in the same order as MultiplyDense.
+void MultiplyDenseRegs(const uvec4 w[4], uint lane) {
+  float a = acc_f[0];
+  [[unroll]] for (uint v = 0; v < 4; ++v) {
+    const uint j4 = lane + LANES * v;
+    if (v >= PFB || j4 >= p.wstride / 4) continue;
+    const uvec4 w4 = w[v];
+    const vec4 xa = xf4[2 * j4], xb = xf4[2 * j4 + 1];
+    a = fma(DElem(w4.x, 0), xa.x, a);
+    a = fma(DElem(w4.x, 1), xa.y, a);
+    a = fma(DElem(w4.y, 0), xa.z, a);
+    a = fma(DElem(w4.y, 1), xa.w, a);
+    a = fma(DElem(w4.z, 0), xb.x, a);
+    a = fma(DElem(w4.z, 1), xb.y, a);
+    a = fma(DElem(w4.w, 0), xb.z, a);
+    a = fma(DElem(w4.w, 1), xb.w, a);
+  }
+  acc_f[0] = a;
+}
+
 #if DP4A
 // The packed dot products of weight vector w4 (row-local vector index j4) of set d, added to a
 // (FAST: 64 / 16 times the int2 / int4 products).
@@ -456,6 +478,15 @@ void MultiplyFastRegs(const uvec4 w[4], uint lane) {
   AddFast(a, 0);
 }
 #endif
+
+// PFB: the lane's vectors of this workgroup's first block's row.
+void LoadFirstBlock(out uvec4 w[4], uint lane, uint rloc) {
+  const uint row0 = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
+  [[unroll]] for (uint v = 0; v < 4; ++v)
+    w[v] = v < PFB && row0 < p.rows && lane + LANES * v < p.wstride / 4
+               ? w0[row0 * (p.wstride / 4) + lane + LANES * v]
+               : uvec4(0u);
+}
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -616,6 +647,10 @@ void main() {
     barrier();
   }
 
+  // PFB: the lane's vectors of the next block's row (the first block's loaded here; with FXW
+  // before the input is staged, so they arrive during it).
+  uvec4 wnx[4];
+  if (PFB > 0 && FXW > 0) LoadFirstBlock(wnx, lane, rloc);
   if (FXW > 0) {
     const uint xb = (tg + p.x_row0) * p.x_stride;
     for (uint i = tid; i < FXW; i += WG) {
@@ -630,15 +665,7 @@ void main() {
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
-  // PFB: the lane's vectors of the next block's row (the first block's loaded here).
-  uvec4 wnx[4];
-  if (PFB > 0) {
-    const uint row0 = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
-    [[unroll]] for (uint v = 0; v < 4; ++v)
-      wnx[v] = v < PFB && row0 < p.rows && lane + LANES * v < p.wstride / 4
-                   ? w0[row0 * (p.wstride / 4) + lane + LANES * v]
-                   : uvec4(0u);
-  }
+  if (PFB > 0 && FXW == 0) LoadFirstBlock(wnx, lane, rloc);
   int dsum[8];  // DJ: D's partial sums of rows tid + WG r over this workgroup's blocks
   [[unroll]] for (uint r = 0; r < 8; ++r) dsum[r] = 0;
   for (uint blk = gl_WorkGroupID.y; blk < nblk; blk += gl_NumWorkGroups.y) {
@@ -692,7 +719,11 @@ void main() {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);
           if (FXW > 0) {
-            MultiplyDense(base, lane, d);
+            if (PFB > 0) {
+              MultiplyDenseRegs(wcur, lane);
+            } else {
+              MultiplyDense(base, lane, d);
+            }
             continue;
           }
 #if DP4A

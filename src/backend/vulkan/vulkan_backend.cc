@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -652,6 +653,7 @@ class VulkanBackend : public Backend {
     }
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
+    step_times_ = EnvInt("GEMMA_VULKAN_STEP_TIMES", 0) != 0 && dev_->has_timestamps();
     probe_all_ = EnvInt("GEMMA_BENCH_PROBE_ALL", 0) != 0;
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
@@ -1935,9 +1937,14 @@ class VulkanBackend : public Backend {
     Begin(cb, true);
     Rec rc{cb};
     rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
+    if (step_times_) {
+      dev_->ResetTimestamps(cb, 2);
+      dev_->WriteTimestamp(cb, 0);
+    }
     RecordInputs(rc, 1, mode);
     RecordBody(rc, 1, splits_);
     if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
+    if (step_times_) dev_->WriteTimestamp(cb, 1);
     End(cb);
     if (mode == OutputMode::kArgmax) {
       decode_dispatches_ = rc.dispatches;
@@ -2058,7 +2065,32 @@ class VulkanBackend : public Backend {
         dev_->Fill(hcount_.r, 0);
       }
     }
-    dev_->Submit(DecodeCommand(mode));
+    if (!step_times_) {
+      dev_->Submit(DecodeCommand(mode));
+      return;
+    }
+    // GEMMA_VULKAN_STEP_TIMES=1 (measurement): the step's GPU time (timestamps at the command
+    // buffer's start and end) against the host's time in Submit (submission, the fence wait) and
+    // in the rest of Forward, medians over each 64 steps printed to stderr.
+    const VkCommandBuffer cb = DecodeCommand(mode);
+    const auto t0 = std::chrono::steady_clock::now();
+    dev_->Submit(cb);
+    const auto t1 = std::chrono::steady_clock::now();
+    const std::vector<double> ts = dev_->ReadTimestamps(2);
+    step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
+    step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (step_gpu_us_.size() == 64) {
+      auto med = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      std::fprintf(stderr,
+                   "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES) | GPU %.1f us | "
+                   "submit to fence %.1f us |\n",
+                   med(step_gpu_us_), med(step_submit_us_));
+      step_gpu_us_.clear();
+      step_submit_us_.clear();
+    }
   }
 
   // Public to the free functions of vulkan_backend.h.
@@ -2476,6 +2508,8 @@ class VulkanBackend : public Backend {
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
+  bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
+  std::vector<double> step_gpu_us_, step_submit_us_;
   int probe_twice_ = 0;    // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
   bool probe_all_ = false;  // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
   Buf probe_sink_;          // ... where the ones not reported write

@@ -157,6 +157,11 @@ void Device::Init(const DeviceOptions& options) {
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  if (const char* e = std::getenv("GEMMA_VULKAN_SPIN_US")) {
+    spin_us_ = std::max(0L, std::strtol(e, nullptr, 10));
+  } else {
+    spin_us_ = cpu_ ? 0 : 20000;
+  }
   ts_period_ = p2.properties.limits.timestampPeriod;
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
 
@@ -723,6 +728,17 @@ void Device::Submit(VkCommandBuffer cmd) {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd;
   Check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  // The fence polled for up to spin_us_ before the blocking wait: on the H200 the blocking wait
+  // returned ~0.1 ms after the step's last command (bench/NOTES.md, fourteenth session), a twentieth
+  // of a decoded token. Not on CPU devices (the poll would take a core from the device's threads).
+  if (spin_us_ > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    VkResult r;
+    while ((r = vkGetFenceStatus(dev_, fence_)) == VK_NOT_READY &&
+           std::chrono::steady_clock::now() < until) {
+    }
+    if (r != VK_NOT_READY) Check(r, "vkGetFenceStatus");
+  }
   Check(vkWaitForFences(dev_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   Check(vkResetFences(dev_, 1, &fence_), "vkResetFences");
 }

@@ -92,7 +92,9 @@ class Device {
   VkPipelineLayout layout() const { return layout_; }
 
   VkCommandBuffer AllocCommandBuffer();
-  void Submit(VkCommandBuffer cmd);   // waits for completion
+  // Waits for completion: polls the fence for up to 20 ms (GEMMA_VULKAN_SPIN_US; 0 on CPU
+  // devices), then blocks.
+  void Submit(VkCommandBuffer cmd);
   // kFull: compute/transfer writes -> compute/transfer reads and writes; kCompute: shader writes ->
   // shader reads and writes, compute stage only (between two dispatches); kExecOnly: an execution
   // dependency without a memory barrier (timing only: results may be wrong).
@@ -150,6 +152,7 @@ class Device {
   bool pipe_stats_ = false;  // GEMMA_VULKAN_PIPE_STATS: print each pipeline's driver statistics
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
+  long spin_us_ = 0;  // Submit polls the fence this long before blocking
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;
   uint32_t max_shared_ = 16384;

@@ -87,6 +87,41 @@ void EmbeddingRow(const Embedding& e, int32_t id, float* out) {
   }
 }
 
+void EmbeddingRowFast(const Embedding& e, int32_t id, float* out) {
+  if ((e.kind != WeightKind::kQ2 && e.kind != WeightKind::kQ4 && e.kind != WeightKind::kQ8) ||
+      e.scale_blocks <= 0 || e.cols % e.scale_blocks != 0) {
+    EmbeddingRow(e, id, out);
+    return;
+  }
+  const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
+  const float* s = e.scale + static_cast<size_t>(id) * e.scale_blocks;
+  const int block = e.cols / e.scale_blocks;
+  for (int b = 0; b < e.scale_blocks; ++b) {
+    const int i0 = b * block, i1 = i0 + block;
+    if (e.kind == WeightKind::kQ8) {
+      for (int i = i0; i < i1; ++i) {
+        const float w = static_cast<float>(static_cast<int8_t>(row[i])) * s[b];
+        out[i] = w * e.embed_scale;
+      }
+      continue;
+    }
+    // The block's products for every code c (value c - 8 for int4, c - 2 for int2), each as
+    // EmbeddingRow computes it: (v * scale) in f32, then times the embedding scale.
+    const bool q4 = e.kind == WeightKind::kQ4;
+    const int levels = q4 ? 16 : 4;
+    float table[16];
+    for (int c = 0; c < levels; ++c) {
+      const float w = static_cast<float>(c - levels / 2) * s[b];
+      table[c] = w * e.embed_scale;
+    }
+    if (q4) {
+      for (int i = i0; i < i1; ++i) out[i] = table[(row[i >> 1] >> (4 * (i & 1))) & 0xF];
+    } else {
+      for (int i = i0; i < i1; ++i) out[i] = table[(row[i >> 2] >> (2 * (i & 3))) & 3];
+    }
+  }
+}
+
 float Srq(float z, float s) {
   float q = std::nearbyint(z / s);  // default rounding mode: half to even, like torch.round
   q = std::min(127.0f, std::max(-128.0f, q));

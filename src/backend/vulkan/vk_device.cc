@@ -727,7 +727,10 @@ void Device::Submit(VkCommandBuffer cmd) {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd;
+  const auto s0 = std::chrono::steady_clock::now();
   Check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  last_submit_call_us_ =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count();
   // The fence polled for up to spin_us_ before the blocking wait: on the H200 the blocking wait
   // returned ~0.1 ms after the step's last command (bench/NOTES.md, fourteenth session), a twentieth
   // of a decoded token. Not on CPU devices (the poll would take a core from the device's threads).

@@ -95,6 +95,7 @@ class Device {
   // Waits for completion: polls the fence for up to 20 ms (GEMMA_VULKAN_SPIN_US; 0 on CPU
   // devices), then blocks.
   void Submit(VkCommandBuffer cmd);
+  double last_submit_call_us() const { return last_submit_call_us_; }  // vkQueueSubmit's own time
   // kFull: compute/transfer writes -> compute/transfer reads and writes; kCompute: shader writes ->
   // shader reads and writes, compute stage only (between two dispatches); kExecOnly: an execution
   // dependency without a memory barrier (timing only: results may be wrong).
@@ -153,6 +154,7 @@ class Device {
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
+  double last_submit_call_us_ = 0;
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;
   uint32_t max_shared_ = 16384;

@@ -2079,6 +2079,7 @@ class VulkanBackend : public Backend {
     const std::vector<double> ts = dev_->ReadTimestamps(2);
     step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
     step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    step_call_us_.push_back(dev_->last_submit_call_us());
     if (step_gpu_us_.size() == 64) {
       auto med = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
@@ -2086,10 +2087,13 @@ class VulkanBackend : public Backend {
       };
       std::fprintf(stderr,
                    "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES) | GPU %.1f us | "
-                   "submit to fence %.1f us |\n",
-                   med(step_gpu_us_), med(step_submit_us_));
+                   "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
+                   med(step_gpu_us_), med(step_submit_us_), med(step_call_us_),
+                   step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
+      step_call_us_.clear();
       step_gpu_us_.clear();
       step_submit_us_.clear();
+      step_fill_us_.clear();
     }
   }
 
@@ -2299,11 +2303,11 @@ class VulkanBackend : public Backend {
     auto rows = [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) {
         const int32_t id = model_.EmbedId(tokens[t]);
-        ref::EmbeddingRow(model_.embed(), id,
-                          reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
+        ref::EmbeddingRowFast(model_.embed(), id,
+                              reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
         if (LP > 0) {
-          ref::EmbeddingRow(model_.ple_embed(), id,
-                            reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
+          ref::EmbeddingRowFast(model_.ple_embed(), id,
+                                reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
         }
       }
     };
@@ -2361,7 +2365,11 @@ class VulkanBackend : public Backend {
     const int m = static_cast<int>(tokens.size());
     const int pos0 = window_.cached();
     window_.BeginWrite(pos0, m);
+    const auto f0 = std::chrono::steady_clock::now();
     FillInputs(tokens, req.mode, req.allowed);
+    if (step_times_ && m == 1)
+      step_fill_us_.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
     int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
     const bool inline_head = count <= head_rows_;
@@ -2509,7 +2517,7 @@ class VulkanBackend : public Backend {
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
-  std::vector<double> step_gpu_us_, step_submit_us_;
+  std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
   int probe_twice_ = 0;    // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
   bool probe_all_ = false;  // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
   Buf probe_sink_;          // ... where the ones not reported write

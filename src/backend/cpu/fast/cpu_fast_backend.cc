@@ -252,38 +252,6 @@ class CpuFastBackend : public Backend {
     }
   }
 
-  void EmbeddingRow(const Embedding& e, int32_t id, float* out) const {
-    const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
-    if (IsQuantized(e.kind)) {
-      const float* s = e.scale + static_cast<size_t>(id) * e.scale_blocks;
-      const int block = e.cols / e.scale_blocks;
-      for (int i = 0; i < e.cols; ++i) {
-        int v;
-        if (e.kind == WeightKind::kQ8) {
-          v = static_cast<int8_t>(row[i]);
-        } else if (e.kind == WeightKind::kQ4) {
-          v = ((i & 1) ? (row[i >> 1] >> 4) : (row[i >> 1] & 0xF)) - 8;
-        } else {
-          v = ((row[i >> 2] >> (2 * (i & 3))) & 3) - 2;
-        }
-        const float w = static_cast<float>(v) * s[i / block];
-        out[i] = w * e.embed_scale;
-      }
-    } else {
-      for (int i = 0; i < e.cols; ++i) {
-        float f;
-        uint16_t h;
-        if (e.kind == WeightKind::kF32) {
-          std::memcpy(&f, row + 4 * i, 4);
-        } else {
-          std::memcpy(&h, row + 2 * i, 2);
-          f = e.kind == WeightKind::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
-        }
-        out[i] = f * e.embed_scale;
-      }
-    }
-  }
-
   // The reference's ApplyRope with cos/sin precomputed for the position.
   static void Rope(float* x, int head_dim, const float* c, const float* s) {
     const int half = head_dim / 2;
@@ -387,7 +355,8 @@ class CpuFastBackend : public Backend {
     float* tmp = tmp_.data();
 
     ForTokens(m, [&](int t) {
-      EmbeddingRow(model_.embed(), model_.EmbedId(tokens[t]), x + static_cast<size_t>(t) * H);
+      ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]),
+                            x + static_cast<size_t>(t) * H);
     });
 
     // RoPE tables for this chunk's positions: sliding then full, half a head each.
@@ -415,7 +384,7 @@ class CpuFastBackend : public Backend {
       const float in_scale = model_.ple_input_scale();
       const float* norm = model_.ple_proj_norm().data();
       for (int t = 0; t < m; ++t) {
-        EmbeddingRow(model_.ple_embed(), model_.EmbedId(tokens[t]), ple_tok_.data());
+        ref::EmbeddingRowFast(model_.ple_embed(), model_.EmbedId(tokens[t]), ple_tok_.data());
         float* row = &ple_[static_cast<size_t>(t) * LP];
         fast::ScaleF32(proj_scale, LP, row);
         for (int l = 0; l < L; ++l) fast::RmsNorm(row + l * P, P, norm, eps, row + l * P);

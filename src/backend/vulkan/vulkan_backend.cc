@@ -2313,7 +2313,16 @@ class VulkanBackend : public Backend {
     };
     // Prompt chunks: the rows (about 10,500 dequantized floats per token on E2B) on several host
     // threads while the GPU waits for them; one-token steps stay on the caller.
-    if (m < 64 || !fill_pool_) {
+    if (m == 1) {
+      // One token: the rows decoded into cached memory and copied into the staging buffer in one
+      // pass each (the staging memory may be uncached, where element-by-element stores are slow).
+      fill_row_.resize(size_t(H) + LP);
+      const int32_t id = model_.EmbedId(tokens[0]);
+      ref::EmbeddingRowFast(model_.embed(), id, fill_row_.data());
+      if (LP > 0) ref::EmbeddingRowFast(model_.ple_embed(), id, fill_row_.data() + H);
+      std::memcpy(in + in_x0_off_, fill_row_.data(), size_t(H) * 4);
+      if (LP > 0) std::memcpy(in + in_tok_off_, fill_row_.data() + H, size_t(LP) * 4);
+    } else if (m < 64 || !fill_pool_) {
       rows(0, m);
     } else {
       const int tasks = fill_pool_->size();
@@ -2501,6 +2510,7 @@ class VulkanBackend : public Backend {
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
+  std::vector<float> fill_row_;            // a one-token step's rows before the staging copy
   int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots
   static constexpr int kCoopSlots = 4;
   Buf xqc_;                  // linear_cm's quantized inputs, kCoopSlots slots

@@ -29,7 +29,7 @@ using vk::Pool;
 
 constexpr uint32_t kWG = 256;
 constexpr int kCombineCounters = 256;  // (token, head) arrival counters of the merging attention
-constexpr uint32_t kVocabBlock = 4096;
+constexpr uint32_t kVocabBlock = 4096;  // logits_reduce's block (GEMMA_VULKAN_VOCAB_BLOCK: tests)
 constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
 
 int EnvInt(const char* name, int fallback) {
@@ -601,6 +601,9 @@ class VulkanBackend : public Backend {
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.
     dense_prefetch_ = EnvInt("GEMMA_VULKAN_DENSE_PREFETCH", 1) != 0;
+    // The head's argmax / pick: one logits_reduce dispatch whose last block per row merges
+    // (LAST); 0: a second dispatch merges.
+    reduce_last_ = EnvInt("GEMMA_VULKAN_REDUCE_LAST", 1) != 0;
     // (timing only) GEMMA_VULKAN_HEAD_NOCAP=1: the LM head without its softcap (wrong logits).
     head_nocap_ = EnvInt("GEMMA_VULKAN_HEAD_NOCAP", 0) != 0;
     down_fuse_copies_ =
@@ -816,9 +819,12 @@ class VulkanBackend : public Backend {
     pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
-    nblocks_ = (V + kVocabBlock - 1) / kVocabBlock;
+    vocab_block_ = static_cast<uint32_t>(
+        std::clamp(EnvInt("GEMMA_VULKAN_VOCAB_BLOCK", static_cast<int>(kVocabBlock)), 1, 1 << 20));
+    nblocks_ = (V + static_cast<int>(vocab_block_) - 1) / static_cast<int>(vocab_block_);
     part_ = F(size_t(head_rows_) * nblocks_ * 4);
     res_ = F(size_t(head_rows_) * 2);
+    reduce_cnt_ = F(size_t(head_rows_));  // logits_reduce LAST: arrivals per row, zero between
     mask_ = F((V + 31) / 32);
     step_ = F(4);
     counter_ = F(64);
@@ -889,11 +895,13 @@ class VulkanBackend : public Backend {
                    &attn_,      &g_,       &po_,        &pml_,  &ple_,  &tok_,   &gp_,
                    &hn_,        &logits_,  &part_,      &res_,  &mask_, &step_,  &in_host_,
                    &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,  &partc_, &grid_,
-                   &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_}) {
+                   &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_,
+                   &reduce_cnt_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
     dev_->Fill(hcount_.r, 0);
+    dev_->Fill(reduce_cnt_.r, 0);
     prefill_cmd_ = dev_->AllocCommandBuffer();
     head_cmd_ = dev_->AllocCommandBuffer();
     // Pre-record the decode step once to count its work.
@@ -1865,17 +1873,25 @@ class VulkanBackend : public Backend {
       if (copy_out) RecordHeadCopy(rc, count, mode);
       return;
     }
-    ReducePush pc{static_cast<uint32_t>(V), kVocabBlock, static_cast<uint32_t>(nblocks_),
+    ReducePush pc{static_cast<uint32_t>(V), vocab_block_, static_cast<uint32_t>(nblocks_),
                   mode == OutputMode::kSelect ? 1u : 0u};
     std::array<BufRange, vk::kBindings> b{};
     b[0] = logits_.r;
     b[1] = mask_.r;
     b[2] = part_.r;
     b[3] = res_.r;
-    Dispatch(rc, "logits_reduce", {0}, b, &pc, sizeof(pc), nblocks_, count);
-    Barrier(rc);
-    Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
-    Barrier(rc);
+    b[4] = reduce_cnt_.r;
+    const uint32_t reg = (vocab_block_ + kWG - 1) / kWG;
+    if (reduce_last_ && reg <= 16 && !rc.ops) {
+      // One dispatch: each block reduced from registers, the row's last block merging them all.
+      Dispatch(rc, "logits_reduce", {0, 1, reg}, b, &pc, sizeof(pc), nblocks_, count);
+      Barrier(rc);
+    } else {
+      Dispatch(rc, "logits_reduce", {0}, b, &pc, sizeof(pc), nblocks_, count);
+      Barrier(rc);
+      Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
+      Barrier(rc);
+    }
     if (copy_out) RecordHeadCopy(rc, count, mode);
   }
   void RecordHeadCopy(Rec& rc, int count, OutputMode mode) {
@@ -2265,6 +2281,8 @@ class VulkanBackend : public Backend {
     dev_->WriteTimestamp(cb, 0);
     Rec rc{cb};
     RecordInputs(rc, m, OutputMode::kArgmax);
+    labels.push_back("step inputs (copies, fills, barrier)");
+    dev_->WriteTimestamp(cb, 1);
     rc.labels = &labels;
     if (m == 1) {
       rc.fuse_head = head_norm_;  // (as DecodeCommand)
@@ -2472,6 +2490,7 @@ class VulkanBackend : public Backend {
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
   bool dense_prefetch_ = true;     // ... the same for FXW linears
+  bool reduce_last_ = true;        // logits_reduce in one dispatch (LAST)
   bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
@@ -2565,6 +2584,7 @@ class VulkanBackend : public Backend {
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
   int head_rows_ = 1, nblocks_ = 1;
+  uint32_t vocab_block_ = kVocabBlock;
   std::array<VkCommandBuffer, 4> decode_cmd_{};
   VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
   int decode_dispatches_ = 0, decode_barriers_ = 0;
@@ -2579,6 +2599,7 @@ class VulkanBackend : public Backend {
   std::string resident_note_;  // why the resident path is off (where it was asked for)
   bool resident_profile_ = false;
   Buf prof_, prof_host_;
+  Buf reduce_cnt_;
   std::vector<std::string> phase_labels_;
   std::map<std::string, double> prof_sum_;
   double prof_total_ = 0;

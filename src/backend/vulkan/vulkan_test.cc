@@ -958,6 +958,49 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
   }
 }
 
+// The head's argmax / pick in one logits_reduce dispatch (LAST: each vocabulary block reduced from
+// registers, the row's last block merging) against the two-pass form and the CPU reference, with
+// blocks small enough that the fixtures' vocabularies span several (uneven ones: 512 = 4 x 120 +
+// 32; one value per invocation and two), in argmax and select modes.
+TEST(VulkanKernels, LogitsReduceInOneDispatchMatchesTwoPasses) {
+  auto model = LoadFixture("tiny_qat");
+  const int V = model->text().vocab_size;
+  const BackendOptions opt{.capacity = 64, .slack = 16};
+  auto cpu = CreateCpuReferenceBackend(*model, opt);
+  std::vector<uint64_t> allowed((V + 63) / 64, 0);
+  for (int v = 5; v < V; v += 3) allowed[v >> 6] |= 1ull << (v & 63);
+  for (const char* block : {"120", "300", "512", "37"}) {
+    SCOPED_TRACE(std::string("vocabulary block ") + block);
+    auto one = MakeVulkanWith(*model, {{"GEMMA_VULKAN_VOCAB_BLOCK", block}}, opt);
+    if (!one) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto two = MakeVulkanWith(
+        *model, {{"GEMMA_VULKAN_VOCAB_BLOCK", block}, {"GEMMA_VULKAN_REDUCE_LAST", "0"}}, opt);
+    ASSERT_TRUE(two);
+    cpu->Reset();
+    std::vector<int32_t> tokens(24);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 11) % V);
+    for (size_t t = 6; t <= tokens.size(); ++t) {
+      const std::span<const int32_t> in = t == 6 ? std::span<const int32_t>(tokens.data(), 6)
+                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      const OutputMode mode = t % 2 == 0 ? OutputMode::kArgmax : OutputMode::kSelect;
+      ForwardRequest req{.tokens = in, .mode = mode};
+      if (mode == OutputMode::kSelect) req.allowed = &allowed;
+      ForwardResult a, b, c;
+      one->Forward(req, &a);
+      two->Forward(req, &b);
+      cpu->Forward(req, &c);
+      ASSERT_EQ(a.ids, b.ids) << "position " << t;
+      ASSERT_EQ(a.ids, c.ids) << "position " << t;
+      ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+      ASSERT_EQ(a.logprobs.size(), c.logprobs.size());
+      for (size_t i = 0; i < a.logprobs.size(); ++i) {
+        EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5 * (1 + std::fabs(b.logprobs[i])));
+        EXPECT_NEAR(a.logprobs[i], c.logprobs[i], 1e-3 * (1 + std::fabs(c.logprobs[i])));
+      }
+    }
+  }
+}
+
 // The down projection summed by gate/up's workgroups (linear.comp DJ, the default where packed
 // dot products exist) adds the same int32 sums as the down kernel, and the consumer's prologue
 // applies the same epilogue: bit-identical logits, with one workgroup per row block and with

@@ -891,12 +891,12 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b : {&h_,         &h2_,      &a_,         &t_,    &q_,    &kt_,    &vt_,
-                   &attn_,      &g_,       &po_,        &pml_,  &ple_,  &tok_,   &gp_,
-                   &hn_,        &logits_,  &part_,      &res_,  &mask_, &step_,  &in_host_,
-                   &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,  &partc_, &grid_,
-                   &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_,
-                   &reduce_cnt_}) {
+    for (Buf* b :
+         {&h_,         &h2_,      &a_,         &t_,    &q_,     &kt_,         &vt_,
+          &attn_,      &g_,       &po_,        &pml_,  &ple_,   &tok_,        &gp_,
+          &hn_,        &logits_,  &part_,      &res_,  &mask_,  &step_,       &in_host_,
+          &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,   &partc_,      &grid_,
+          &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_, &reduce_cnt_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);

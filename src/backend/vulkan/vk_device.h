@@ -60,7 +60,6 @@ class Device {
   VkDeviceSize max_range() const { return max_range_; }
   uint32_t max_shared_bytes() const { return max_shared_; }  // per workgroup
   bool is_cpu() const { return cpu_; }
-  VkDeviceSize offset_align() const { return align_; }  // buffer range offsets' multiple
   // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
   // accelerated: the device reports the signed packed form as faster than emulation.
   bool int_dot() const { return int_dot_; }

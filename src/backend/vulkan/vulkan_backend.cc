@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -605,7 +604,6 @@ class VulkanBackend : public Backend {
     // The head's argmax / pick: one logits_reduce dispatch whose last block per row merges
     // (LAST); 0: a second dispatch merges.
     reduce_last_ = EnvInt("GEMMA_VULKAN_REDUCE_LAST", 1) != 0;
-    ple_spread_ = EnvInt("GEMMA_VULKAN_PLE_SPREAD", 1) != 0;
     // (timing only) GEMMA_VULKAN_HEAD_NOCAP=1: the LM head without its softcap (wrong logits).
     head_nocap_ = EnvInt("GEMMA_VULKAN_HEAD_NOCAP", 0) != 0;
     down_fuse_copies_ =
@@ -1477,33 +1475,6 @@ class VulkanBackend : public Backend {
     return pj_ok || dj_ok;
   }
 
-  // Rows [r0, r1) of a linear as a linear of its own (views into its parts' weights and scales;
-  // the outputs keep their row indices). False where a view's offset would break the device's
-  // offset alignment.
-  bool RowSlice(const DevLinear& d, int r0, int r1, DevLinear* out) const {
-    *out = d;
-    out->parts.clear();
-    out->pairs = Buf{};
-    const VkDeviceSize wrow = VkDeviceSize(d.wstride) * 4, align = dev_->offset_align();
-    for (const DevLinear::Part& p : d.parts) {
-      const int a = std::max(r0, p.row0), b = std::min(r1, p.row0 + p.rows);
-      if (a >= b) continue;
-      DevLinear::Part q = p;
-      q.row0 = a;
-      q.rows = b - a;
-      q.w.r.offset += VkDeviceSize(a - p.row0) * wrow;
-      q.w.r.size = VkDeviceSize(b - a) * wrow;
-      if (q.w.r.offset % align != 0) return false;
-      if (p.s.handle >= 0) {
-        q.s.r.offset += VkDeviceSize(a - p.row0) * 4;
-        q.s.r.size = VkDeviceSize(b - a) * 4;
-        if (q.s.r.offset % align != 0) return false;
-      }
-      out->parts.push_back(q);
-    }
-    return !out->parts.empty();
-  }
-
   // GEMMA_VULKAN_XQ_PERM=1: the kind code in whose packed-dot order gate/up writes the down
   // projection's quantized input (one-token steps, where the down projection stages it in shared
   // memory and multiplies with packed dot products); 0: natural order. Both ends ask this.
@@ -1545,35 +1516,13 @@ class VulkanBackend : public Backend {
     const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
     const int LP = L * P;
     if (l_end < 0) l_end = L;
-    // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
-    // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-    // PRO holds 8 values per invocation and keeps one vector in shared memory (with the
-    // quantized inputs and reduction slots: at most ~16 KiB more).
-    const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
-                    4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
-    // One-token steps with consumer norms: the PLE model projection's rows in three parts beside
-    // layer 0's q/k/v, attention and o, and the ple kernel beside its gate/up (the rows are first
-    // read by its PLE gate; h_ keeps the embedding until then), so the step's first phase is the
-    // input norm alone instead of waiting for the 27.5 MB projection (12 us on the H200;
-    // GEMMA_VULKAN_PLE_SPREAD=0: the projection and the ple kernel first).
-    std::vector<DevLinear> ple_parts;
-    if (P > 0 && l_begin == 0 && l_end > 0 && cn && !rc.ops && ple_spread_) {
-      // (part boundaries on rows whose weights and scales start at aligned offsets)
-      const VkDeviceSize align = dev_->offset_align(), wrow = VkDeviceSize(ple_proj_.wstride) * 4;
-      VkDeviceSize g = align / std::gcd(wrow, align);
-      for (const DevLinear::Part& q : ple_proj_.parts)
-        if (q.s.handle >= 0) g = std::lcm(g, align / std::gcd(VkDeviceSize(4), align));
-      auto cut = [&](int c) { return c == 3 ? LP : static_cast<int>(LP * c / 3 / g * g); };
-      for (int c = 0; c < 3; ++c) {
-        DevLinear part;
-        if (cut(c) >= cut(c + 1) || !RowSlice(ple_proj_, cut(c), cut(c + 1), &part)) {
-          ple_parts.clear();
-          break;
-        }
-        ple_parts.push_back(std::move(part));
-      }
+    if (l_begin == 0) {
+    if (P > 0) {
+      LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
     }
-    auto ple_rows = [&]() {
+    NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
+    Barrier(rc);
+    if (P > 0) {
       PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
                  model_.ple_input_scale(), cfg_.rms_norm_eps};
       std::array<BufRange, vk::kBindings> b{};
@@ -1581,20 +1530,15 @@ class VulkanBackend : public Backend {
       b[1] = tok_.r;
       b[2] = ple_norm_.r;
       Dispatch(rc, "ple", {}, b, &pc, sizeof(pc), L, m);
-    };
-    // Layer 0's phase k (1 q/k/v, 2 attention, 3 o, 4 gate/up): its share of that work.
-    auto ple_side = [&](int l, int phase) {
-      if (l != 0 || ple_parts.empty()) return;
-      if (phase <= 3) LinearOp(rc, ple_parts[phase - 1], h_.r, H, ple_.r, LP, 0, m);
-      if (phase == 4) ple_rows();
-    };
-    if (l_begin == 0) {
-      if (P > 0 && ple_parts.empty()) LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
-      NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
-      Barrier(rc);
-      // (no barrier after it: the ple rows are first read after several barriers below)
-      if (P > 0 && ple_parts.empty()) ple_rows();
+      // No barrier: the ple rows are first read after several barriers below.
     }
+    }
+    // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
+    // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
+    // PRO holds 8 values per invocation and keeps one vector in shared memory (with the
+    // quantized inputs and reduction slots: at most ~16 KiB more).
+    const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
+                    4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
@@ -1635,9 +1579,7 @@ class VulkanBackend : public Backend {
           LinearOp(rc, d.v, a_.r, H, vt_.r, kvw, 0, m);
         }
       }
-      ple_side(l, 1);
       Barrier(rc);
-      ple_side(l, 2);  // (beside the attention, whichever kernels run it)
       CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
       const bool sliding = p.type == LayerType::kSliding;
       // One-token steps: attn_fused.comp where the shapes fit (not captured for the resident
@@ -1785,7 +1727,6 @@ class VulkanBackend : public Backend {
       const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
-      ple_side(l, 3);
       if (cn) {
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
       } else if (fuse) {
@@ -1808,7 +1749,6 @@ class VulkanBackend : public Backend {
       const PleFuse df{
           &d.down, {pacc_.r.buf, pacc_.r.offset + size_t(L) * H * 4 + l * dcopy, dcopy, nullptr}};
       bool down_fused = false;
-      ple_side(l, 4);
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
         const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
@@ -2556,7 +2496,6 @@ class VulkanBackend : public Backend {
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
   bool dense_prefetch_ = true;     // ... the same for FXW linears
   bool reduce_last_ = true;        // logits_reduce in one dispatch (LAST)
-  bool ple_spread_ = true;         // the PLE model projection beside layer 0's first phases
   bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }

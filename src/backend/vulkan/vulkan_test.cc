@@ -958,29 +958,6 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
   }
 }
 
-// The PLE model projection in three row parts beside layer 0's first phases and the ple kernel
-// beside its gate/up (GEMMA_VULKAN_PLE_SPREAD, the default) against both in the step's first
-// phase: the same kernels on the same rows, so bit-identical logits; two dispatches more, no
-// barrier more. (The fixtures' part boundaries fall on aligned rows: 32 / 64 of 96, 16 / 36 of
-// 56.)
-TEST(VulkanKernels, PleProjectionBesideLayerZeroMatchesFirstPhaseBitExactly) {
-  for (const char* fixture : {"tiny_qat", "tiny_e4b_like_f16"}) {
-    SCOPED_TRACE(fixture);
-    auto model = LoadFixture(fixture);
-    const int V = model->text().vocab_size;
-    const BackendOptions opt{.capacity = 64, .slack = 16};
-    auto spread = MakeVulkan(*model, opt);
-    auto first = MakeVulkanWith(*model, {{"GEMMA_VULKAN_PLE_SPREAD", "0"}}, opt);
-    if (!spread || !first) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    VulkanStats a, b;
-    ASSERT_TRUE(GetVulkanStats(*spread, &a));
-    ASSERT_TRUE(GetVulkanStats(*first, &b));
-    EXPECT_EQ(a.dispatches_per_token, b.dispatches_per_token + 2);
-    EXPECT_EQ(a.barriers_per_token, b.barriers_per_token);
-    ExpectIdenticalSteps(*spread, *first, V, 30, 41, 3, /*argmax_too=*/true);
-  }
-}
-
 // The head's argmax / pick in one logits_reduce dispatch (LAST: each vocabulary block reduced from
 // registers, the row's last block merging) against the two-pass form and the CPU reference, with
 // blocks small enough that the fixtures' vocabularies span several (uneven ones: 512 = 4 x 120 +

@@ -1920,12 +1920,6 @@ class VulkanBackend : public Backend {
     vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
     cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
     vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
-    Barrier(rc);
-    // First read after the body's first phase (the PLE rows by the ple kernel, the mask by the
-    // head, the zeroed scratch by the first gate/up), which ends with a full barrier: recorded
-    // after the barrier above, so they overlap that phase (15 us per token on the H200 with them
-    // before it; bench/NOTES.md, fourteenth session). Every caller records the body (or, resident,
-    // a barrier) next.
     if (LP > 0) {
       cp = {base + in_tok_off_, tok_.r.offset, size_t(m) * LP * 4};
       vkCmdCopyBuffer(rc.cmd, src, tok_.r.buf, 1, &cp);
@@ -1935,6 +1929,7 @@ class VulkanBackend : public Backend {
       vkCmdCopyBuffer(rc.cmd, src, mask_.r.buf, 1, &cp);
     }
     if (m == 1) ZeroOneTokenScratch(rc.cmd);
+    Barrier(rc);
   }
 
   void Begin(VkCommandBuffer cmd, bool reusable) {

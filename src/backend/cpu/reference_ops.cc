@@ -88,12 +88,27 @@ void EmbeddingRow(const Embedding& e, int32_t id, float* out) {
 }
 
 void EmbeddingRowFast(const Embedding& e, int32_t id, float* out) {
+  const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
+  if (e.kind == WeightKind::kF32 || e.kind == WeightKind::kBF16 || e.kind == WeightKind::kF16) {
+    // DecodeDense's value times the scale, in one pass (out is only written)
+    for (int i = 0; i < e.cols; ++i) {
+      float f;
+      uint16_t h;
+      if (e.kind == WeightKind::kF32) {
+        std::memcpy(&f, row + 4 * static_cast<size_t>(i), 4);
+      } else {
+        std::memcpy(&h, row + 2 * static_cast<size_t>(i), 2);
+        f = e.kind == WeightKind::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+      }
+      out[i] = f * e.embed_scale;
+    }
+    return;
+  }
   if ((e.kind != WeightKind::kQ2 && e.kind != WeightKind::kQ4 && e.kind != WeightKind::kQ8) ||
       e.scale_blocks <= 0 || e.cols % e.scale_blocks != 0) {
     EmbeddingRow(e, id, out);
     return;
   }
-  const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
   const float* s = e.scale + static_cast<size_t>(id) * e.scale_blocks;
   const int block = e.cols / e.scale_blocks;
   for (int b = 0; b < e.scale_blocks; ++b) {

@@ -24,7 +24,7 @@ void DecodeRowInt(WeightKind kind, const uint8_t* row, int cols, int8_t* out);
 void EmbeddingRow(const Embedding& e, int32_t id, float* out);
 // EmbeddingRow's values (the same f32 operations per element, so the same bits) for per-token
 // callers (the Vulkan backend's per-step upload): int2 / int4 rows through a table of each scale
-// block's products, no division per element; other kinds as EmbeddingRow.
+// block's products, no division per element; out is only written (it may be uncached memory).
 void EmbeddingRowFast(const Embedding& e, int32_t id, float* out);
 
 // transformers' apply_srq on one value (s > 0).

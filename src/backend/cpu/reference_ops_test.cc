@@ -37,6 +37,7 @@ TestEmbedding MakeEmbedding(WeightKind kind, int rows, int cols, int blocks, uin
       e.row_bytes = cols;
       break;
     case WeightKind::kBF16:
+    case WeightKind::kF16:
       e.row_bytes = 2 * size_t(cols);
       break;
     default:
@@ -72,7 +73,7 @@ TEST(ReferenceOps, EmbeddingRowFastMatchesEmbeddingRowBitExactly) {
       {WeightKind::kQ4, 96, 1},   {WeightKind::kQ4, 96, 3}, {WeightKind::kQ4, 12, 4},
       {WeightKind::kQ4, 33, 11},  {WeightKind::kQ2, 64, 2}, {WeightKind::kQ2, 35, 7},
       {WeightKind::kQ2, 20, 4},   {WeightKind::kQ8, 48, 3}, {WeightKind::kQ8, 7, 1},
-      {WeightKind::kBF16, 40, 1}, {WeightKind::kF32, 24, 1}};
+      {WeightKind::kBF16, 40, 1}, {WeightKind::kF16, 40, 1}, {WeightKind::kF32, 24, 1}};
   uint32_t seed = 1;
   for (const Case& c : cases) {
     SCOPED_TRACE("kind " + std::to_string(static_cast<int>(c.kind)) + " cols " +

@@ -436,20 +436,28 @@ Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
   vkGetBufferMemoryRequirements(dev_, c.buf, &req);
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
+  const VkMemoryPropertyFlags mapped =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const uint32_t host_type =
+      FindMemoryType(req.memoryTypeBits, mapped, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
   ai.memoryTypeIndex =
       pool == Pool::kDevice
           ? FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0)
-          : FindMemoryType(
-                req.memoryTypeBits,
-                VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+      : pool == Pool::kUpload
+          ? FindMemoryType(req.memoryTypeBits, mapped, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+          : host_type;
   VkResult r = vkAllocateMemory(dev_, &ai, nullptr, &c.mem);
+  if (r != VK_SUCCESS && pool == Pool::kUpload && ai.memoryTypeIndex != host_type) {
+    // (a small device-local window of host-visible memory may be full: host memory instead)
+    ai.memoryTypeIndex = host_type;
+    r = vkAllocateMemory(dev_, &ai, nullptr, &c.mem);
+  }
   if (r != VK_SUCCESS) {
     vkDestroyBuffer(dev_, c.buf, nullptr);
     Check(r, ("vkAllocateMemory of " + std::to_string(bytes >> 20) + " MiB").c_str());
   }
   Check(vkBindBufferMemory(dev_, c.buf, c.mem, 0), "vkBindBufferMemory");
-  if (pool == Pool::kHost) {
+  if (pool != Pool::kDevice) {
     void* p = nullptr;
     Check(vkMapMemory(dev_, c.mem, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
     c.mapped = static_cast<uint8_t*>(p);
@@ -472,7 +480,7 @@ void Device::Commit() {
   // at most 4 GiB.
   const VkDeviceSize cap = std::min<VkDeviceSize>(
       {max_alloc_ ? max_alloc_ : (1ull << 30), max_range_, 4ull << 30});
-  for (Pool pool : {Pool::kDevice, Pool::kHost}) {
+  for (Pool pool : {Pool::kDevice, Pool::kHost, Pool::kUpload}) {
     // Pack reservations in order into chunks of at most `cap` bytes.
     size_t i = 0;
     while (i < reservations_.size()) {

@@ -45,7 +45,9 @@ struct DeviceOptions {
   int index = -1;
 };
 
-enum class Pool { kDevice, kHost };
+// kUpload: written by the host, read by the device (a step's inputs): device-local memory the host
+// can map where the device offers it (a copy from it stays on the device), else as kHost.
+enum class Pool { kDevice, kHost, kUpload };
 
 class Device {
  public:
@@ -162,7 +164,7 @@ class Device {
 
   std::vector<Chunk> chunks_;
   std::vector<Reservation> reservations_;
-  size_t committed_[2] = {0, 0};
+  size_t committed_[3] = {0, 0, 0};
   Chunk staging_;
   size_t staging_bytes_ = 0;
   BufRange dummy_;

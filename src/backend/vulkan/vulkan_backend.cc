@@ -234,7 +234,7 @@ class VulkanBackend : public Backend {
   size_t resident_bytes() const override {
     if (!dev_) return 0;
     return dev_->committed_bytes(Pool::kDevice) - weight_bytes_ +
-           dev_->committed_bytes(Pool::kHost);
+           dev_->committed_bytes(Pool::kHost) + dev_->committed_bytes(Pool::kUpload);
   }
 
   void Forward(const ForwardRequest& req, ForwardResult* out) override {
@@ -851,7 +851,10 @@ class VulkanBackend : public Backend {
     in_x0_off_ = 256;
     in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
     in_mask_off_ = in_tok_off_ + (size_t(C) * L * P * 4 + 255) / 256 * 256;
-    in_host_ = Reserve(Pool::kHost, in_mask_off_ + size_t((V + 31) / 32) * 4);
+    // (written once per element, never read by the host: device-local where it can be mapped,
+    // so the step's copies out of it stay on the device; GEMMA_VULKAN_UPLOAD_LOCAL=0: host memory)
+    in_host_ = Reserve(EnvInt("GEMMA_VULKAN_UPLOAD_LOCAL", 1) != 0 ? Pool::kUpload : Pool::kHost,
+                       in_mask_off_ + size_t((V + 31) / 32) * 4);
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
     flag_host_ = Reserve(Pool::kHost, 64);
     prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);

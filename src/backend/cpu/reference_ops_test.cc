@@ -70,9 +70,9 @@ TEST(ReferenceOps, EmbeddingRowFastMatchesEmbeddingRowBitExactly) {
   };
   // Blocks of odd lengths put a byte's codes in two blocks (int4 block 3, int2 blocks 5 and 7).
   const Case cases[] = {
-      {WeightKind::kQ4, 96, 1},   {WeightKind::kQ4, 96, 3}, {WeightKind::kQ4, 12, 4},
-      {WeightKind::kQ4, 33, 11},  {WeightKind::kQ2, 64, 2}, {WeightKind::kQ2, 35, 7},
-      {WeightKind::kQ2, 20, 4},   {WeightKind::kQ8, 48, 3}, {WeightKind::kQ8, 7, 1},
+      {WeightKind::kQ4, 96, 1},   {WeightKind::kQ4, 96, 3},  {WeightKind::kQ4, 12, 4},
+      {WeightKind::kQ4, 33, 11},  {WeightKind::kQ2, 64, 2},  {WeightKind::kQ2, 35, 7},
+      {WeightKind::kQ2, 20, 4},   {WeightKind::kQ8, 48, 3},  {WeightKind::kQ8, 7, 1},
       {WeightKind::kBF16, 40, 1}, {WeightKind::kF16, 40, 1}, {WeightKind::kF32, 24, 1}};
   uint32_t seed = 1;
   for (const Case& c : cases) {

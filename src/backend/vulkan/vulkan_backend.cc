@@ -855,6 +855,12 @@ class VulkanBackend : public Backend {
     // so the step's copies out of it stay on the device; GEMMA_VULKAN_UPLOAD_LOCAL=0: host memory)
     in_host_ = Reserve(EnvInt("GEMMA_VULKAN_UPLOAD_LOCAL", 1) != 0 ? Pool::kUpload : Pool::kHost,
                        in_mask_off_ + size_t((V + 31) / 32) * 4);
+    // One-token steps: the PLE rows and the mask in host memory instead (in_side_; the host
+    // writes them fast, their copies run beside the body's first phase).
+    upload_split_ = EnvInt("GEMMA_VULKAN_UPLOAD_SPLIT", 1) != 0;
+    in_side_mask_off_ = (size_t(L) * P * 4 + 255) / 256 * 256;
+    in_side_ = upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4)
+                             : Buf{};
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
     flag_host_ = Reserve(Pool::kHost, 64);
     prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
@@ -899,7 +905,8 @@ class VulkanBackend : public Backend {
           &attn_,      &g_,       &po_,        &pml_,  &ple_,   &tok_,        &gp_,
           &hn_,        &logits_,  &part_,      &res_,  &mask_,  &step_,       &in_host_,
           &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,   &partc_,      &grid_,
-          &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_, &reduce_cnt_}) {
+          &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_, &reduce_cnt_,
+          &in_side_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -1923,6 +1930,24 @@ class VulkanBackend : public Backend {
     vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
     cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
     vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
+    if (m == 1 && in_side_.handle >= 0) {
+      // One-token steps: the PLE rows and the mask come from host memory, copied (with the
+      // scratch fills) after the barrier: they are first read after the body's first phase (by
+      // the ple kernel, the head, the first gate/up), which ends with a full barrier, so their
+      // copies run beside it. Every caller records the body (or, resident, a barrier) next.
+      Barrier(rc);
+      const VkBuffer side = in_side_.r.buf;
+      if (LP > 0) {
+        cp = {in_side_.r.offset, tok_.r.offset, size_t(LP) * 4};
+        vkCmdCopyBuffer(rc.cmd, side, tok_.r.buf, 1, &cp);
+      }
+      if (mode == OutputMode::kSelect) {
+        cp = {in_side_.r.offset + in_side_mask_off_, mask_.r.offset, mask_.r.size};
+        vkCmdCopyBuffer(rc.cmd, side, mask_.r.buf, 1, &cp);
+      }
+      ZeroOneTokenScratch(rc.cmd);
+      return;
+    }
     if (LP > 0) {
       cp = {base + in_tok_off_, tok_.r.offset, size_t(m) * LP * 4};
       vkCmdCopyBuffer(rc.cmd, src, tok_.r.buf, 1, &cp);
@@ -2342,7 +2367,8 @@ class VulkanBackend : public Backend {
       ref::EmbeddingRowFast(model_.embed(), id, fill_row_.data());
       if (LP > 0) ref::EmbeddingRowFast(model_.ple_embed(), id, fill_row_.data() + H);
       std::memcpy(in + in_x0_off_, fill_row_.data(), size_t(H) * 4);
-      if (LP > 0) std::memcpy(in + in_tok_off_, fill_row_.data() + H, size_t(LP) * 4);
+      uint8_t* tok = in_side_.handle >= 0 ? in_side_.r.mapped : in + in_tok_off_;
+      if (LP > 0) std::memcpy(tok, fill_row_.data() + H, size_t(LP) * 4);
     } else if (m < 64 || !fill_pool_) {
       rows(0, m);
     } else {
@@ -2353,7 +2379,9 @@ class VulkanBackend : public Backend {
       });
     }
     if (mode == OutputMode::kSelect) {
-      std::memcpy(in + in_mask_off_, allowed->data(), size_t((V + 31) / 32) * 4);
+      uint8_t* mask = m == 1 && in_side_.handle >= 0 ? in_side_.r.mapped + in_side_mask_off_
+                                                      : in + in_mask_off_;
+      std::memcpy(mask, allowed->data(), size_t((V + 31) / 32) * 4);
     }
   }
 
@@ -2586,6 +2614,9 @@ class VulkanBackend : public Backend {
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
+  Buf in_side_;                  // one-token steps' PLE rows and mask (host memory)
+  size_t in_side_mask_off_ = 0;
+  bool upload_split_ = true;     // GEMMA_VULKAN_UPLOAD_SPLIT
   int head_rows_ = 1, nblocks_ = 1;
   uint32_t vocab_block_ = kVocabBlock;
   std::array<VkCommandBuffer, 4> decode_cmd_{};

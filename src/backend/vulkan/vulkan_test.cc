@@ -1001,6 +1001,54 @@ TEST(VulkanKernels, LogitsReduceInOneDispatchMatchesTwoPasses) {
   }
 }
 
+// A step's inputs staged in device-local mappable memory or host memory (GEMMA_VULKAN_UPLOAD_LOCAL)
+// with one-token steps' PLE rows and mask in host memory copied after the first barrier or not
+// (GEMMA_VULKAN_UPLOAD_SPLIT): the same kernels on the same inputs, so the same logits, ids and
+// log-probs in every output mode, prompt chunks and one-token steps, and the ids of the CPU
+// reference.
+TEST(VulkanKernels, StepInputStagingLayoutsGiveIdenticalSteps) {
+  auto model = LoadFixture("tiny_qat");
+  const int V = model->text().vocab_size;
+  const BackendOptions opt{.capacity = 64, .slack = 16};
+  auto base = MakeVulkan(*model, opt);
+  if (!base) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  std::vector<uint64_t> allowed((V + 63) / 64, 0);
+  for (int v = 2; v < V; v += 5) allowed[v >> 6] |= 1ull << (v & 63);
+  const std::vector<Knobs> variants = {
+      {{"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
+      {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}},
+      {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}}};
+  for (const Knobs& env : variants) {
+    SCOPED_TRACE("knobs:" + KnobsText(env));
+    base->Reset();
+    auto other = MakeVulkanWith(*model, env, opt);
+    ASSERT_TRUE(other);
+    auto cpu = CreateCpuReferenceBackend(*model, opt);
+    std::vector<int32_t> tokens(26);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 7) % V);
+    for (size_t t = 7; t <= tokens.size(); ++t) {
+      const std::span<const int32_t> in = t == 7 ? std::span<const int32_t>(tokens.data(), 7)
+                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      const OutputMode mode = t % 3 == 0   ? OutputMode::kLogits
+                              : t % 3 == 1 ? OutputMode::kArgmax
+                                           : OutputMode::kSelect;
+      ForwardRequest req{.tokens = in, .mode = mode};
+      if (mode == OutputMode::kSelect) req.allowed = &allowed;
+      ForwardResult a, b, c;
+      base->Forward(req, &a);
+      other->Forward(req, &b);
+      cpu->Forward(req, &c);
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      if (!a.logits.empty())
+        EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
+            << "position " << t;
+      ASSERT_EQ(a.ids, b.ids) << "position " << t;
+      ASSERT_EQ(a.ids, c.ids) << "position " << t;
+      ASSERT_EQ(a.logprobs, b.logprobs) << "position " << t;
+    }
+  }
+}
+
 // The down projection summed by gate/up's workgroups (linear.comp DJ, the default where packed
 // dot products exist) adds the same int32 sums as the down kernel, and the consumer's prologue
 // applies the same epilogue: bit-identical logits, with one workgroup per row block and with

@@ -439,7 +439,9 @@ Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
   const VkMemoryPropertyFlags mapped =
       VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   const uint32_t host_type =
-      FindMemoryType(req.memoryTypeBits, mapped, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+      pool == Pool::kDevice
+          ? 0
+          : FindMemoryType(req.memoryTypeBits, mapped, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
   ai.memoryTypeIndex =
       pool == Pool::kDevice
           ? FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0)

@@ -2520,7 +2520,7 @@ class VulkanBackend : public Backend {
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
-  bool dense_prefetch_ = true;     // ... the same for FXW linears
+  bool dense_prefetch_ = true;     // FXW linears looping over blocks: the next block's early
   bool reduce_last_ = true;        // logits_reduce in one dispatch (LAST)
   bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early

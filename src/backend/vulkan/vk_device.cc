@@ -742,8 +742,9 @@ void Device::Submit(VkCommandBuffer cmd) {
   last_submit_call_us_ =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count();
   // The fence polled for up to spin_us_ before the blocking wait: on the H200 the blocking wait
-  // returned ~0.1 ms after the step's last command (bench/NOTES.md, fourteenth session), a twentieth
-  // of a decoded token. Not on CPU devices (the poll would take a core from the device's threads).
+  // returned ~0.1 ms after the step's last command (bench/NOTES.md, fourteenth session), a
+  // twentieth of a decoded token. Not on CPU devices (the poll would take a core from the device's
+  // threads).
   if (spin_us_ > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
     VkResult r;

@@ -859,8 +859,8 @@ class VulkanBackend : public Backend {
     // writes them fast, their copies run beside the body's first phase).
     upload_split_ = EnvInt("GEMMA_VULKAN_UPLOAD_SPLIT", 1) != 0;
     in_side_mask_off_ = (size_t(L) * P * 4 + 255) / 256 * 256;
-    in_side_ = upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4)
-                             : Buf{};
+    in_side_ =
+        upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4) : Buf{};
     out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
     flag_host_ = Reserve(Pool::kHost, 64);
     prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
@@ -900,13 +900,12 @@ class VulkanBackend : public Backend {
       Resolve(s.k);
       Resolve(s.v);
     }
-    for (Buf* b :
-         {&h_,         &h2_,      &a_,         &t_,    &q_,     &kt_,         &vt_,
-          &attn_,      &g_,       &po_,        &pml_,  &ple_,   &tok_,        &gp_,
-          &hn_,        &logits_,  &part_,      &res_,  &mask_,  &step_,       &in_host_,
-          &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,   &partc_,      &grid_,
-          &flag_host_, &prof_,    &prof_host_, &pacc_, &flags_, &probe_sink_, &reduce_cnt_,
-          &in_side_}) {
+    for (Buf* b : {&h_,         &h2_,   &a_,       &t_,          &q_,          &kt_,
+                   &vt_,        &attn_, &g_,       &po_,         &pml_,        &ple_,
+                   &tok_,       &gp_,   &hn_,      &logits_,     &part_,       &res_,
+                   &mask_,      &step_, &in_host_, &out_host_,   &counter_,    &hcount_,
+                   &xq_,        &xqc_,  &partc_,   &grid_,       &flag_host_,  &prof_,
+                   &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -1112,8 +1111,8 @@ class VulkanBackend : public Backend {
       // warm in the caches, its code cold) or as the probe pipeline itself (2: both warm).
       const VkPipeline first = probe_twice_ == 2 ? pipe : dev_->Pipeline(shader, spec);
       vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, first);
-      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set,
-                              0, nullptr);
+      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
+                              nullptr);
       vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                          static_cast<uint32_t>(push_bytes), push);
       vkCmdDispatch(rc.cmd, gx, gy, gz);
@@ -2380,7 +2379,7 @@ class VulkanBackend : public Backend {
     }
     if (mode == OutputMode::kSelect) {
       uint8_t* mask = m == 1 && in_side_.handle >= 0 ? in_side_.r.mapped + in_side_mask_off_
-                                                      : in + in_mask_off_;
+                                                     : in + in_mask_off_;
       std::memcpy(mask, allowed->data(), size_t((V + 31) / 32) * 4);
     }
   }
@@ -2578,7 +2577,7 @@ class VulkanBackend : public Backend {
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
-  int probe_twice_ = 0;    // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
+  int probe_twice_ = 0;     // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
   bool probe_all_ = false;  // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
   Buf probe_sink_;          // ... where the ones not reported write
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
@@ -2614,9 +2613,9 @@ class VulkanBackend : public Backend {
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
-  Buf in_side_;                  // one-token steps' PLE rows and mask (host memory)
+  Buf in_side_;  // one-token steps' PLE rows and mask (host memory)
   size_t in_side_mask_off_ = 0;
-  bool upload_split_ = true;     // GEMMA_VULKAN_UPLOAD_SPLIT
+  bool upload_split_ = true;  // GEMMA_VULKAN_UPLOAD_SPLIT
   int head_rows_ = 1, nblocks_ = 1;
   uint32_t vocab_block_ = kVocabBlock;
   std::array<VkCommandBuffer, 4> decode_cmd_{};

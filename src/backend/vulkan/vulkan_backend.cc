@@ -1035,6 +1035,16 @@ class VulkanBackend : public Backend {
     }
     std::array<BufRange, vk::kBindings> bb = b;
     bb[11] = step_.r;
+    // One dispatch of `pipe` with `set` and the push constants.
+    auto record = [&](VkPipeline pipe, VkDescriptorSet set) {
+      vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set,
+                              0, nullptr);
+      if (push_bytes)
+        vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           static_cast<uint32_t>(push_bytes), push);
+      vkCmdDispatch(rc.cmd, gx, gy, gz);
+    };
     std::string probe_shader;
     bool probe_reported = false;
     // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue;
@@ -1091,39 +1101,21 @@ class VulkanBackend : public Backend {
           es[16] = empty_mode_ == 6 ? 1 : 0;
         }
       }
-      const VkPipeline ep = dev_->Pipeline("empty", es);
-      const VkDescriptorSet eset = dev_->Set(bb);
-      vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ep);
-      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &eset,
-                              0, nullptr);
-      if (push_bytes)
-        vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                           static_cast<uint32_t>(push_bytes), push);
-      vkCmdDispatch(rc.cmd, gx, gy, gz);
+      record(dev_->Pipeline("empty", es), dev_->Set(bb));
       ++rc.dispatches;
       return;
     }
-    VkPipeline pipe = dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
-    VkDescriptorSet set = dev_->Set(bb);
+    const VkPipeline pipe =
+        dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
+    const VkDescriptorSet set = dev_->Set(bb);
     if (probe_reported && probe_twice_ != 0) {
       // GEMMA_BENCH_PROBE_TWICE (timing only; kernels that accumulate give wrong results): the
       // probed kernel runs first once more, behind a barrier, as its plain pipeline (1: its data
       // warm in the caches, its code cold) or as the probe pipeline itself (2: both warm).
-      const VkPipeline first = probe_twice_ == 2 ? pipe : dev_->Pipeline(shader, spec);
-      vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, first);
-      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
-                              nullptr);
-      vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                         static_cast<uint32_t>(push_bytes), push);
-      vkCmdDispatch(rc.cmd, gx, gy, gz);
+      record(probe_twice_ == 2 ? pipe : dev_->Pipeline(shader, spec), set);
       dev_->Barrier(rc.cmd, vk::Device::BarrierKind::kFull);
     }
-    vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-    vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
-                            nullptr);
-    vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                       static_cast<uint32_t>(push_bytes), push);
-    vkCmdDispatch(rc.cmd, gx, gy, gz);
+    record(pipe, set);
     ++rc.dispatches;
     if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
       rc.labels->push_back(Label(shader, spec, gy, push, push_bytes));
@@ -1929,34 +1921,26 @@ class VulkanBackend : public Backend {
     vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
     cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
     vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
-    if (m == 1 && in_side_.handle >= 0) {
-      // One-token steps: the PLE rows and the mask come from host memory, copied (with the
-      // scratch fills) after the barrier: they are first read after the body's first phase (by
-      // the ple kernel, the head, the first gate/up), which ends with a full barrier, so their
-      // copies run beside it. Every caller records the body (or, resident, a barrier) next.
-      Barrier(rc);
-      const VkBuffer side = in_side_.r.buf;
-      if (LP > 0) {
-        cp = {in_side_.r.offset, tok_.r.offset, size_t(LP) * 4};
-        vkCmdCopyBuffer(rc.cmd, side, tok_.r.buf, 1, &cp);
-      }
-      if (mode == OutputMode::kSelect) {
-        cp = {in_side_.r.offset + in_side_mask_off_, mask_.r.offset, mask_.r.size};
-        vkCmdCopyBuffer(rc.cmd, side, mask_.r.buf, 1, &cp);
-      }
-      ZeroOneTokenScratch(rc.cmd);
-      return;
-    }
+    // One-token steps (split): the PLE rows and the mask come from host memory, copied (with the
+    // scratch fills) after the barrier: they are first read after the body's first phase (by the
+    // ple kernel, the head, the first gate/up), which ends with a full barrier, so their copies
+    // run beside it. Every caller records the body (or, resident, a barrier) next.
+    const bool split = m == 1 && in_side_.handle >= 0;
+    if (split) Barrier(rc);
+    const VkBuffer rest = split ? in_side_.r.buf : src;
+    const VkDeviceSize tok_at = split ? in_side_.r.offset : base + in_tok_off_;
+    const VkDeviceSize mask_at =
+        split ? in_side_.r.offset + in_side_mask_off_ : base + in_mask_off_;
     if (LP > 0) {
-      cp = {base + in_tok_off_, tok_.r.offset, size_t(m) * LP * 4};
-      vkCmdCopyBuffer(rc.cmd, src, tok_.r.buf, 1, &cp);
+      cp = {tok_at, tok_.r.offset, size_t(m) * LP * 4};
+      vkCmdCopyBuffer(rc.cmd, rest, tok_.r.buf, 1, &cp);
     }
     if (mode == OutputMode::kSelect) {
-      cp = {base + in_mask_off_, mask_.r.offset, mask_.r.size};
-      vkCmdCopyBuffer(rc.cmd, src, mask_.r.buf, 1, &cp);
+      cp = {mask_at, mask_.r.offset, mask_.r.size};
+      vkCmdCopyBuffer(rc.cmd, rest, mask_.r.buf, 1, &cp);
     }
     if (m == 1) ZeroOneTokenScratch(rc.cmd);
-    Barrier(rc);
+    if (!split) Barrier(rc);
   }
 
   void Begin(VkCommandBuffer cmd, bool reusable) {

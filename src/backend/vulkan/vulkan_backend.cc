@@ -2548,6 +2548,7 @@ class VulkanBackend : public Backend {
     *kw = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
     return true;
   }
+  static constexpr uint32_t kGqaMaxSplits = 64;
   // attn_gqa.comp's shape for head dim hd (lanes per key row, dims per lane, keys per row group);
   // false where it is off or does not fit (then attn_fused runs): the fused path's q/k norm and
   // RoPE inside, up to 16 query heads per K/V head, at most 16 dims per lane.
@@ -2561,12 +2562,18 @@ class VulkanBackend : public Backend {
     if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0 ||
         (kWG / r) % 4 != 0)
       return false;
+    const uint32_t k = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
+    // Shared memory: q and the value sums of every head, the new row, scores and weights, the
+    // merge's split weights (floats).
+    const size_t g = static_cast<size_t>(nh / nkv), u = (kWG / r) * k;
+    if (4 * (2 * g * hd + 2 * hd + 2 * g * u + 3 * g + g * kGqaMaxSplits) + 64 >
+        dev_->max_shared_bytes())
+      return false;
     *rl = r;
     *dpl = d;
-    *kw = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
+    *kw = k;
     return true;
   }
-  static constexpr uint32_t kGqaMaxSplits = 64;
   int GqaSplits() const {
     const int s = gqa_splits_ > 0 ? gqa_splits_ : dev_->is_cpu() ? splits_ : 16;
     return std::clamp(s, 1, static_cast<int>(kGqaMaxSplits));

@@ -72,6 +72,7 @@ shared float sc[G * U];      // the block's scores [h][j]
 shared vec4 pr4[G * U / 4];  // ... their weights e^(s - m)
 shared float hm[G], hl[G], hc[G];  // running max and sum, the block's rescale
 shared float sw[G * MAXS];   // the merge's split weights
+shared float accs[G * HD];   // the value sums [h][dim] (each invocation owns its dims)
 shared bool s_last;
 
 float RowSum(float v) {
@@ -135,6 +136,10 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint kvh = gl_WorkGroupID.x, sp = gl_WorkGroupID.z;
   const uint h0 = kvh * G;  // the group's first head
+  // The loops over heads run on the runtime count gq (= G), so the compiler keeps them rolled:
+  // the binary stays small (the first version, unrolled over heads with the sums in registers,
+  // was 82 KB of code and slower in every stage).
+  const uint gq = p.nh / p.nkv;
   const uint width = p.nkv * HD;
   const uint khead = kvh * HD;
   const uint rpg = gl_SubgroupSize / RL;
@@ -181,7 +186,7 @@ void main() {
   }
   float qw[D];
   [[unroll]] for (uint d = 0; d < D; ++d) qw[d] = qn[Dim(rl, d)];
-  for (uint h = rg; h < G; h += NRG) {
+  [[dont_unroll]] for (uint h = rg; h < gq; h += NRG) {
     float x[D];
     [[unroll]] for (uint d = 0; d < D; ++d) x[d] = q[(h0 + h) * HD + Dim(rl, d)];
     NormRope(x, qw, true, true, cs, rl);
@@ -204,13 +209,13 @@ void main() {
       vns[Dim(rl, d)] = vx[d];
     }
   }
-  if (tid < G) {
+  if (tid < gq) {
     hm[tid] = kNegInf;
     hl[tid] = 0.0;
   }
-  float acc[G][CPT];
-  [[unroll]] for (uint h = 0; h < G; ++h)
-    [[unroll]] for (uint c = 0; c < CPT; ++c) acc[h][c] = 0.0;
+  [[dont_unroll]] for (uint h = 0; h < gq; ++h)
+    [[unroll]] for (uint c = 0; c < CPT; ++c)
+      if (tid + WG * c < HD) accs[h * HD + tid + WG * c] = 0.0;
   barrier();
   Probe(1);  // q and the new row ready
 
@@ -221,7 +226,7 @@ void main() {
         [[unroll]] for (uint d = 0; d < D; ++d) kr[k][d] = kns[Dim(rl, d)];
       }
     }
-    for (uint h = 0; h < G; ++h) {
+    [[dont_unroll]] for (uint h = 0; h < gq; ++h) {
       float qh[D];
       [[unroll]] for (uint d = 0; d < D; ++d) qh[d] = qs[h * HD + Dim(rl, d)];
       [[unroll]] for (uint k = 0; k < KW; ++k) {
@@ -246,7 +251,7 @@ void main() {
     barrier();
     if (b0 == jb) Probe(2);  // the first block's scores
     // 2b. Each head's block max, running max and sum (row group rg: heads rg, rg + NRG, ...).
-    for (uint h = rg; h < G; h += NRG) {
+    [[dont_unroll]] for (uint h = rg; h < gq; h += NRG) {
       float s[UR];
       float bm = kNegInf;
       [[unroll]] for (uint r = 0; r < UR; ++r) {
@@ -280,10 +285,11 @@ void main() {
           [[unroll]] for (uint c = 0; c < CPT; ++c)
             if (tid + WG * c < HD) vv[j][c] = vns[tid + WG * c];
     }
-    [[unroll]] for (uint h = 0; h < G; ++h) {
+    [[dont_unroll]] for (uint h = 0; h < gq; ++h) {
       const float corr = hc[h];
       [[unroll]] for (uint c = 0; c < CPT; ++c) {
-        float a = acc[h][c] * corr;
+        if (tid + WG * c >= HD) continue;
+        float a = accs[h * HD + tid + WG * c] * corr;
         [[unroll]] for (uint j4 = 0; j4 < U / 4; ++j4) {
           const vec4 w = pr4[h * (U / 4) + j4];
           a = fma(w.x, vv[4 * j4][c], a);
@@ -291,7 +297,7 @@ void main() {
           a = fma(w.z, vv[4 * j4 + 2][c], a);
           a = fma(w.w, vv[4 * j4 + 3][c], a);
         }
-        acc[h][c] = a;
+        accs[h * HD + tid + WG * c] = a;
       }
     }
     b0 = nb;
@@ -308,17 +314,17 @@ void main() {
   Probe(3);  // every block
 
   // 3. The split's partials, or the output where one split holds every key.
-  [[unroll]] for (uint h = 0; h < G; ++h) {
+  [[dont_unroll]] for (uint h = 0; h < gq; ++h) {
     const float L = hl[h];
     [[unroll]] for (uint c = 0; c < CPT; ++c) {
       const uint i = tid + WG * c;
       if (i >= HD) continue;
-      if (nact == 1) o[(h0 + h) * HD + i] = acc[h][c] / L;
-      else po[((h0 + h) * p.splits + sp) * PR + i] = acc[h][c];
+      if (nact == 1) o[(h0 + h) * HD + i] = accs[h * HD + i] / L;
+      else po[((h0 + h) * p.splits + sp) * PR + i] = accs[h * HD + i];
     }
   }
   if (nact == 1) return;
-  if (tid < G) {
+  if (tid < gq) {
     po[MlAt(h0 + tid, sp)] = hm[tid];
     po[MlAt(h0 + tid, sp) + 1] = hl[tid];
   }
@@ -336,7 +342,7 @@ void main() {
   // The merge of every head of the group: row group rg publishes the split weights of heads rg,
   // rg + NRG, ... (e^(m_s - M)) and their denominator, then each invocation sums 4-dim units over
   // the splits, two units and 16 splits' loads in flight at a time.
-  for (uint h = rg; h < G; h += NRG) {
+  [[dont_unroll]] for (uint h = rg; h < gq; h += NRG) {
     float mx = kNegInf;
     for (uint s = rl; s < nact; s += RL) mx = max(mx, por[MlAt(h0 + h, s)]);
     mx = RowMax(mx);
@@ -351,30 +357,18 @@ void main() {
   }
   barrier();
   Probe(5);  // the split weights
-  const uint NU = G * HD / 4;
-  for (uint u0 = tid; u0 < NU; u0 += 2 * WG) {
-    vec4 a[2] = vec4[2](vec4(0.0), vec4(0.0));
-    for (uint s0 = 0; s0 < nact; s0 += 16) {
-      vec4 v[2][16];
-      [[unroll]] for (uint e = 0; e < 2; ++e) {
-        const uint u = u0 + WG * e;
-        const uint h = u / (HD / 4), i4 = u % (HD / 4);
-        [[unroll]] for (uint k = 0; k < 16; ++k)
-          v[e][k] = u < NU && s0 + k < nact ? por4[(((h0 + h) * p.splits + s0 + k) * PR) / 4 + i4]
-                                            : vec4(0.0);
-      }
-      [[unroll]] for (uint e = 0; e < 2; ++e) {
-        const uint h = min((u0 + WG * e) / (HD / 4), G - 1);
-        [[unroll]] for (uint k = 0; k < 16; ++k)
-          if (s0 + k < nact) a[e] = fma(v[e][k], vec4(sw[h * MAXS + s0 + k]), a[e]);
-      }
+  const uint NU = gq * HD / 4;
+  [[dont_unroll]] for (uint u = tid; u < NU; u += WG) {
+    const uint h = u / (HD / 4), i4 = u % (HD / 4);
+    vec4 a = vec4(0.0);
+    [[dont_unroll]] for (uint s0 = 0; s0 < nact; s0 += 16) {
+      vec4 v[16];
+      [[unroll]] for (uint k = 0; k < 16; ++k)
+        v[k] = s0 + k < nact ? por4[(((h0 + h) * p.splits + s0 + k) * PR) / 4 + i4] : vec4(0.0);
+      [[unroll]] for (uint k = 0; k < 16; ++k)
+        if (s0 + k < nact) a = fma(v[k], vec4(sw[h * MAXS + s0 + k]), a);
     }
-    [[unroll]] for (uint e = 0; e < 2; ++e) {
-      const uint u = u0 + WG * e;
-      if (u >= NU) continue;
-      const uint h = u / (HD / 4), i4 = u % (HD / 4);
-      o4[((h0 + h) * HD) / 4 + i4] = a[e] / hl[h];
-    }
+    o4[((h0 + h) * HD) / 4 + i4] = a / hl[h];
   }
   if (tid == 0) cnt[kvh] = 0;
   Probe(6);  // merged

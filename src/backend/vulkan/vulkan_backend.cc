@@ -549,11 +549,6 @@ class VulkanBackend : public Backend {
     attn_fused_rope_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_ROPE", 1) != 0;
     attn_fused_mode_ = EnvInt("GEMMA_VULKAN_ATTN_FUSED_MODE", 0) != 0 ? 1u : 0u;
     attn_kw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW", 0), 0, 8));
-    // The one-token attention with a K/V head's query heads in one workgroup (attn_gqa.comp:
-    // each K/V row loaded once for all of them): 1 for head dims >= 512, 2 for all, 0 off;
-    // GEMMA_VULKAN_GQA_SPLITS its key splits.
-    attn_gqa_ = std::clamp(EnvInt("GEMMA_VULKAN_ATTN_GQA", 0), 0, 2);
-    gqa_splits_ = EnvInt("GEMMA_VULKAN_GQA_SPLITS", 0);
     // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
     // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
     // on CPU devices; GEMMA_VULKAN_ATTN_FUSED_SPLITS overrides.
@@ -1057,7 +1052,7 @@ class VulkanBackend : public Backend {
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
         (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
-         std::strcmp(shader, "attn_fused") == 0 || std::strcmp(shader, "attn_gqa") == 0) &&
+         std::strcmp(shader, "attn_fused") == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
       const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
       if (rc.probe_seen++ == rc.probe_nth) {
@@ -1592,9 +1587,6 @@ class VulkanBackend : public Backend {
       // kernel, which runs the three-kernel path).
       uint32_t frl = 0, fd = 0, fkw = 0;
       const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
-      // ... or attn_gqa.comp (GEMMA_VULKAN_ATTN_GQA): a K/V head's query heads in one workgroup.
-      uint32_t grl = 0, gd = 0, gkw = 0;
-      const bool gqa = fused && GqaAttnShape(hd, nh, nkv, &grl, &gd, &gkw);
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
       const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
       if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -1630,7 +1622,7 @@ class VulkanBackend : public Backend {
         b[3] = po_.r;
         b[4] = pml_.r;
         if (fused) {
-          const int fsplits = gqa ? GqaSplits() : FusedSplits(nh);
+          const int fsplits = FusedSplits(nh);
           const FusedAttnPush fp{static_cast<uint32_t>(nh),
                                  static_cast<uint32_t>(nkv),
                                  static_cast<uint32_t>(slot.ring),
@@ -1653,13 +1645,6 @@ class VulkanBackend : public Backend {
           b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
-          if (gqa) {
-            Dispatch(rc, "attn_gqa",
-                     {static_cast<uint32_t>(hd), grl, gd, gkw, static_cast<uint32_t>(nh / nkv),
-                      kGqaMaxSplits},
-                     b, &fp, sizeof(fp), nkv, 1, fsplits);
-            Barrier(rc);
-          } else {
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u},
@@ -1672,7 +1657,6 @@ class VulkanBackend : public Backend {
                      {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
                      sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
             Barrier(rc);
-          }
           }
         } else if (m >= kMatmulMinTokens && attn_pf_) {
           // Prefill: a subgroup per (token, head), no splits to merge.
@@ -2503,8 +2487,6 @@ class VulkanBackend : public Backend {
   bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
-  int attn_gqa_ = 0;    // ... as attn_gqa.comp: 1 for head dims >= 512, 2 for every head dim
-  int gqa_splits_ = 0;  // ... its key splits (0: 16, the decode splits on CPU devices)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
@@ -2547,36 +2529,6 @@ class VulkanBackend : public Backend {
     *dpl = d;
     *kw = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
     return true;
-  }
-  static constexpr uint32_t kGqaMaxSplits = 64;
-  // attn_gqa.comp's shape for head dim hd (lanes per key row, dims per lane, keys per row group);
-  // false where it is off or does not fit (then attn_fused runs): the fused path's q/k norm and
-  // RoPE inside, up to 16 query heads per K/V head, at most 16 dims per lane.
-  bool GqaAttnShape(int hd, int nh, int nkv, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
-    if (attn_gqa_ == 0 || (attn_gqa_ == 1 && hd < 512) || !attn_fused_rope_ ||
-        attn_fused_mode_ != 0 || nkv <= 0 || nh % nkv != 0 || nh / nkv > 16 || hd % 4 != 0)
-      return false;
-    uint32_t r = 1;
-    while (r * 2 <= std::min(dev_->min_subgroup_size(), 32u) && hd % (4 * r) == 0) r *= 2;
-    const uint32_t d = static_cast<uint32_t>(hd) / r;
-    if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0 ||
-        (kWG / r) % 4 != 0)
-      return false;
-    const uint32_t k = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
-    // Shared memory: q and the value sums of every head, the new row, scores and weights, the
-    // merge's split weights (floats).
-    const size_t g = static_cast<size_t>(nh / nkv), u = (kWG / r) * k;
-    if (4 * (2 * g * hd + 2 * hd + 2 * g * u + 3 * g + g * kGqaMaxSplits) + 64 >
-        dev_->max_shared_bytes())
-      return false;
-    *rl = r;
-    *dpl = d;
-    *kw = k;
-    return true;
-  }
-  int GqaSplits() const {
-    const int s = gqa_splits_ > 0 ? gqa_splits_ : dev_->is_cpu() ? splits_ : 16;
-    return std::clamp(s, 1, static_cast<int>(kGqaMaxSplits));
   }
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
   uint32_t mv_lanes_vec_ = 3;   // ... chosen for about this many 16-byte vectors per lane

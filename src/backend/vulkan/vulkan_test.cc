@@ -615,13 +615,6 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
     {{"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
     {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
-    // attn_gqa.comp (a K/V head's query heads in one workgroup): one split holding every key,
-    // several splits merged by the last, several blocks a split
-    {{"GEMMA_VULKAN_ATTN_GQA", "2"}},
-    {{"GEMMA_VULKAN_ATTN_GQA", "2"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
-    {{"GEMMA_VULKAN_ATTN_GQA", "2"},
-     {"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_GQA_SPLITS", "2"}},
 };
 
 // One test per variant (the NVIDIA driver refuses Vulkan instances after ~30 in a process).
@@ -650,16 +643,14 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 // workgroup (MODE 0: the default, arrival by one acquire-release atomic and the partials read
 // through the non-coherent alias; full barriers and coherent loads) and in the merge dispatch
 // (MODE 1): 64 splits of one key block (ATTN_KW=1: 32 keys on 8-wide subgroups, 16 on 32-wide)
-// and 4 partials a round give a full-attention layer 3 to 8 rounds at 300-500 positions; and
-// attn_gqa.comp's merge of every head of the group over 64 splits (16 partials a round).
+// and 4 partials a round give a full-attention layer 3 to 8 rounds at 300-500 positions.
 TEST(VulkanKernels, FusedAttentionMergesManySplits) {
   const std::vector<Knobs> merges = {
       {},
       {{"GEMMA_VULKAN_ATTN_FENCE", "0"}},
       {{"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
       {{"GEMMA_VULKAN_ATTN_FENCE", "0"}, {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
-      {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
-      {{"GEMMA_VULKAN_ATTN_GQA", "2"}, {"GEMMA_VULKAN_GQA_SPLITS", "64"}}};
+      {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}}};
   for (const Knobs& merge : merges) {
     Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
                  {"GEMMA_VULKAN_ATTN_MB", "4"},

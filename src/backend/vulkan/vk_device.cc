@@ -401,6 +401,7 @@ Device::~Device() {
       if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
     }
     if (fence_) vkDestroyFence(dev_, fence_, nullptr);
+    for (VkEvent e : events_) vkDestroyEvent(dev_, e, nullptr);
     if (ts_pool_) vkDestroyQueryPool(dev_, ts_pool_, nullptr);
     if (cmd_pool_) vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
     vkDestroyDevice(dev_, nullptr);
@@ -730,6 +731,11 @@ VkCommandBuffer Device::AllocCommandBuffer() {
 }
 
 void Device::Submit(VkCommandBuffer cmd) {
+  SubmitBegin(cmd);
+  SubmitWait();
+}
+
+void Device::SubmitBegin(VkCommandBuffer cmd) {
   if (fail_next_submit_) {
     fail_next_submit_ = false;
     Check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit (simulated)");
@@ -741,6 +747,9 @@ void Device::Submit(VkCommandBuffer cmd) {
   Check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
   last_submit_call_us_ =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count();
+}
+
+void Device::SubmitWait() {
   // The fence polled for up to spin_us_ before the blocking wait: on the H200 the blocking wait
   // returned ~0.1 ms after the step's last command (bench/NOTES.md, fourteenth session), a
   // twentieth of a decoded token. Not on CPU devices (the poll would take a core from the device's
@@ -755,6 +764,26 @@ void Device::Submit(VkCommandBuffer cmd) {
   }
   Check(vkWaitForFences(dev_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   Check(vkResetFences(dev_, 1, &fence_), "vkResetFences");
+}
+
+VkEvent Device::CreateEvent() {
+  VkEventCreateInfo ci{VK_STRUCTURE_TYPE_EVENT_CREATE_INFO};
+  VkEvent e = VK_NULL_HANDLE;
+  Check(vkCreateEvent(dev_, &ci, nullptr, &e), "vkCreateEvent");
+  events_.push_back(e);
+  return e;
+}
+
+void Device::SetEvent(VkEvent e) { Check(vkSetEvent(dev_, e), "vkSetEvent"); }
+
+void Device::ResetEvent(VkEvent e) { Check(vkResetEvent(dev_, e), "vkResetEvent"); }
+
+void Device::WaitHostEvent(VkCommandBuffer cmd, VkEvent e) {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_HOST_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+  vkCmdWaitEvents(cmd, 1, &e, VK_PIPELINE_STAGE_HOST_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 1, &mb, 0,
+                  nullptr, 0, nullptr);
 }
 
 void Device::ResetTimestamps(VkCommandBuffer cmd, uint32_t n) {

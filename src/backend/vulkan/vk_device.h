@@ -97,6 +97,16 @@ class Device {
   // Waits for completion: polls the fence for up to 20 ms (GEMMA_VULKAN_SPIN_US; 0 on CPU
   // devices), then blocks.
   void Submit(VkCommandBuffer cmd);
+  // Submit in two halves: SubmitBegin returns once the work is queued, SubmitWait waits for it
+  // as Submit does (one submission in flight at a time).
+  void SubmitBegin(VkCommandBuffer cmd);
+  void SubmitWait();
+  // Events the host sets for a submitted command buffer that waits on them (WaitHostEvent: the
+  // transfers after the wait wait, with the host's writes before vkSetEvent visible to them).
+  VkEvent CreateEvent();
+  void SetEvent(VkEvent e);
+  void ResetEvent(VkEvent e);
+  void WaitHostEvent(VkCommandBuffer cmd, VkEvent e);
   double last_submit_call_us() const { return last_submit_call_us_; }  // vkQueueSubmit's own time
   // kFull: compute/transfer writes -> compute/transfer reads and writes; kCompute: shader writes ->
   // shader reads and writes, compute stage only (between two dispatches); kExecOnly: an execution
@@ -143,6 +153,7 @@ class Device {
   uint32_t family_ = 0;
   VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
+  std::vector<VkEvent> events_;
   VkQueryPool ts_pool_ = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;

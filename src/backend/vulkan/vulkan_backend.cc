@@ -657,6 +657,13 @@ class VulkanBackend : public Backend {
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
     step_times_ = EnvInt("GEMMA_VULKAN_STEP_TIMES", 0) != 0 && dev_->has_timestamps();
+    // One-token steps submitted before their inputs are written: the command buffer waits on a
+    // host event before its first copy (the step's position and embedding row) and on a second
+    // before the PLE rows' and mask's copies (after the first phase), so vkQueueSubmit and the
+    // row decode overlap the GPU instead of preceding it; 0: fill, then submit.
+    early_submit_ = EnvInt("GEMMA_VULKAN_EARLY_SUBMIT", 1) != 0;
+    ev_in_ = dev_->CreateEvent();
+    ev_side_ = dev_->CreateEvent();
     probe_all_ = EnvInt("GEMMA_BENCH_PROBE_ALL", 0) != 0;
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
@@ -968,6 +975,10 @@ class VulkanBackend : public Backend {
     const Buf* head_wt = nullptr;
     float head_scale = 1.0f;
     BufRange head_h{};
+    // Early-submit one-token steps: the PLE rows' and mask's copies (after the host's second
+    // event) are recorded by RecordBody after the first phase's dispatches, before its barrier.
+    bool side_pending = false;
+    OutputMode side_mode = OutputMode::kNone;
   };
 
   void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
@@ -1522,6 +1533,7 @@ class VulkanBackend : public Backend {
       LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
     }
     NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
+    if (rc.side_pending) RecordSideInputs(rc);
     Barrier(rc);
     if (P > 0) {
       PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
@@ -1913,10 +1925,15 @@ class VulkanBackend : public Backend {
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
   }
 
-  void RecordInputs(Rec& rc, int m, OutputMode mode) {
+  // early (one-token steps of the early-submit path): the copies wait for the host's events,
+  // ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
+  // RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
+  // what follows it), else ev_in_ covers them too.
+  void RecordInputs(Rec& rc, int m, OutputMode mode, bool early = false) {
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     const VkBuffer src = in_host_.r.buf;
     const VkDeviceSize base = in_host_.r.offset;
+    if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
     VkBufferCopy cp{base, step_.r.offset, 16};
     vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
     cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
@@ -1927,6 +1944,11 @@ class VulkanBackend : public Backend {
     // run beside it. Every caller records the body (or, resident, a barrier) next.
     const bool split = m == 1 && in_side_.handle >= 0;
     if (split) Barrier(rc);
+    if (split && early) {
+      rc.side_pending = true;
+      rc.side_mode = mode;
+      return;
+    }
     const VkBuffer rest = split ? in_side_.r.buf : src;
     const VkDeviceSize tok_at = split ? in_side_.r.offset : base + in_tok_off_;
     const VkDeviceSize mask_at =
@@ -1941,6 +1963,22 @@ class VulkanBackend : public Backend {
     }
     if (m == 1) ZeroOneTokenScratch(rc.cmd);
     if (!split) Barrier(rc);
+  }
+
+  // The split staging's copies of an early-submit step, after the host's second event.
+  void RecordSideInputs(Rec& rc) {
+    rc.side_pending = false;
+    const int LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    dev_->WaitHostEvent(rc.cmd, ev_side_);
+    if (LP > 0) {
+      VkBufferCopy cp{in_side_.r.offset, tok_.r.offset, size_t(LP) * 4};
+      vkCmdCopyBuffer(rc.cmd, in_side_.r.buf, tok_.r.buf, 1, &cp);
+    }
+    if (rc.side_mode == OutputMode::kSelect) {
+      VkBufferCopy cp{in_side_.r.offset + in_side_mask_off_, mask_.r.offset, mask_.r.size};
+      vkCmdCopyBuffer(rc.cmd, in_side_.r.buf, mask_.r.buf, 1, &cp);
+    }
+    ZeroOneTokenScratch(rc.cmd);
   }
 
   void Begin(VkCommandBuffer cmd, bool reusable) {
@@ -1966,9 +2004,10 @@ class VulkanBackend : public Backend {
     rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
     if (step_times_) {
       dev_->ResetTimestamps(cb, 2);
+      if (early_submit_) dev_->WaitHostEvent(cb, ev_in_);  // (the GPU time from the inputs on)
       dev_->WriteTimestamp(cb, 0);
     }
-    RecordInputs(rc, 1, mode);
+    RecordInputs(rc, 1, mode, early_submit_);
     RecordBody(rc, 1, splits_);
     if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
     if (step_times_) dev_->WriteTimestamp(cb, 1);
@@ -2102,7 +2141,12 @@ class VulkanBackend : public Backend {
     const VkCommandBuffer cb = DecodeCommand(mode);
     const auto t0 = std::chrono::steady_clock::now();
     dev_->Submit(cb);
-    const auto t1 = std::chrono::steady_clock::now();
+    NoteStepTimes(t0, std::chrono::steady_clock::now());
+  }
+
+  // GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
+  void NoteStepTimes(std::chrono::steady_clock::time_point t0,
+                     std::chrono::steady_clock::time_point t1) {
     const std::vector<double> ts = dev_->ReadTimestamps(2);
     step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
     step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -2113,8 +2157,9 @@ class VulkanBackend : public Backend {
         return v[v.size() / 2];
       };
       std::fprintf(stderr,
-                   "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES) | GPU %.1f us | "
+                   "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
                    "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
+                   early_submit_ && !resident_ ? ", early submit" : "",
                    med(step_gpu_us_), med(step_submit_us_), med(step_call_us_),
                    step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
       step_call_us_.clear();
@@ -2324,7 +2369,6 @@ class VulkanBackend : public Backend {
                   const std::vector<uint64_t>* allowed) {
     const int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
-    const int V = cfg_.vocab_size;
     uint8_t* in = in_host_.r.mapped;
     const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), static_cast<uint32_t>(m), 0,
                               0};
@@ -2343,15 +2387,8 @@ class VulkanBackend : public Backend {
     // Prompt chunks: the rows (about 10,500 dequantized floats per token on E2B) on several host
     // threads while the GPU waits for them; one-token steps stay on the caller.
     if (m == 1) {
-      // One token: the rows decoded into cached memory and copied into the staging buffer in one
-      // pass each (the staging memory may be uncached, where element-by-element stores are slow).
-      fill_row_.resize(size_t(H) + LP);
-      const int32_t id = model_.EmbedId(tokens[0]);
-      ref::EmbeddingRowFast(model_.embed(), id, fill_row_.data());
-      if (LP > 0) ref::EmbeddingRowFast(model_.ple_embed(), id, fill_row_.data() + H);
-      std::memcpy(in + in_x0_off_, fill_row_.data(), size_t(H) * 4);
-      uint8_t* tok = in_side_.handle >= 0 ? in_side_.r.mapped : in + in_tok_off_;
-      if (LP > 0) std::memcpy(tok, fill_row_.data() + H, size_t(LP) * 4);
+      FillOneTokenRow(tokens[0]);
+      FillOneTokenSide(tokens[0]);
     } else if (m < 64 || !fill_pool_) {
       rows(0, m);
     } else {
@@ -2361,11 +2398,75 @@ class VulkanBackend : public Backend {
         rows(std::min(m, task * per), std::min(m, (task + 1) * per));
       });
     }
-    if (mode == OutputMode::kSelect) {
-      uint8_t* mask = m == 1 && in_side_.handle >= 0 ? in_side_.r.mapped + in_side_mask_off_
-                                                     : in + in_mask_off_;
-      std::memcpy(mask, allowed->data(), size_t((V + 31) / 32) * 4);
+    if (mode == OutputMode::kSelect) FillMask(m, allowed);
+  }
+
+  // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
+  // each (the staging memory may be uncached, where element-by-element stores are slow). The
+  // position and embedding row first, then the PLE rows (the split staging when there is one).
+  void FillOneTokenRow(int32_t token) {
+    const int H = cfg_.hidden_size;
+    uint8_t* in = in_host_.r.mapped;
+    const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), 1u, 0u, 0u};
+    std::memcpy(in, step, sizeof(step));
+    fill_row_.resize(H);
+    ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(token), fill_row_.data());
+    std::memcpy(in + in_x0_off_, fill_row_.data(), size_t(H) * 4);
+  }
+  void FillOneTokenSide(int32_t token) {
+    const int LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    if (LP == 0) return;
+    fill_row_.resize(LP);
+    ref::EmbeddingRowFast(model_.ple_embed(), model_.EmbedId(token), fill_row_.data());
+    uint8_t* tok = in_side_.handle >= 0 ? in_side_.r.mapped : in_host_.r.mapped + in_tok_off_;
+    std::memcpy(tok, fill_row_.data(), size_t(LP) * 4);
+  }
+  void FillMask(int m, const std::vector<uint64_t>* allowed) {
+    uint8_t* mask = m == 1 && in_side_.handle >= 0 ? in_side_.r.mapped + in_side_mask_off_
+                                                   : in_host_.r.mapped + in_mask_off_;
+    std::memcpy(mask, allowed->data(), size_t((cfg_.vocab_size + 31) / 32) * 4);
+  }
+
+  // A one-token step submitted before its inputs are written (GEMMA_VULKAN_EARLY_SUBMIT): the
+  // command buffer waits on ev_in_ for the position and embedding row and on ev_side_ for the PLE
+  // rows and mask (RecordInputs), so vkQueueSubmit and the PLE rows' decode run while the GPU
+  // starts. The events are set on every path (a throw would otherwise leave the queue waiting).
+  void EarlyDecode(int32_t token, OutputMode cmd_mode, OutputMode fill_mode,
+                   const std::vector<uint64_t>* allowed) {
+    const VkCommandBuffer cb = DecodeCommand(cmd_mode);
+    const auto t0 = std::chrono::steady_clock::now();
+    dev_->SubmitBegin(cb);
+    const bool split = in_side_.handle >= 0;
+    try {
+      const auto f0 = std::chrono::steady_clock::now();
+      FillOneTokenRow(token);
+      if (!split) {
+        FillOneTokenSide(token);
+        if (fill_mode == OutputMode::kSelect) FillMask(1, allowed);
+      }
+      dev_->SetEvent(ev_in_);
+      if (split) {
+        FillOneTokenSide(token);
+        if (fill_mode == OutputMode::kSelect) FillMask(1, allowed);
+      }
+      dev_->SetEvent(ev_side_);
+      if (step_times_)
+        step_fill_us_.push_back(std::chrono::duration<double, std::micro>(
+                                    std::chrono::steady_clock::now() - f0)
+                                    .count());
+    } catch (...) {
+      try {
+        dev_->SetEvent(ev_in_);
+        dev_->SetEvent(ev_side_);
+        dev_->SubmitWait();
+      } catch (...) {
+      }
+      throw;
     }
+    dev_->SubmitWait();
+    dev_->ResetEvent(ev_in_);
+    dev_->ResetEvent(ev_side_);
+    if (step_times_) NoteStepTimes(t0, std::chrono::steady_clock::now());
   }
 
   // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
@@ -2406,15 +2507,21 @@ class VulkanBackend : public Backend {
     const int m = static_cast<int>(tokens.size());
     const int pos0 = window_.cached();
     window_.BeginWrite(pos0, m);
-    const auto f0 = std::chrono::steady_clock::now();
-    FillInputs(tokens, req.mode, req.allowed);
-    if (step_times_ && m == 1)
-      step_fill_us_.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
     int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
     const bool inline_head = count <= head_rows_;
-    if (m == 1) {
+    const bool early = m == 1 && early_submit_ && !resident_;
+    if (!early) {
+      const auto f0 = std::chrono::steady_clock::now();
+      FillInputs(tokens, req.mode, req.allowed);
+      if (step_times_ && m == 1)
+        step_fill_us_.push_back(std::chrono::duration<double, std::micro>(
+                                    std::chrono::steady_clock::now() - f0)
+                                    .count());
+    }
+    if (early) {
+      EarlyDecode(tokens[0], count > 0 ? req.mode : OutputMode::kNone, req.mode, req.allowed);
+    } else if (m == 1) {
       SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
     } else {
       Begin(prefill_cmd_, false);
@@ -2560,6 +2667,9 @@ class VulkanBackend : public Backend {
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
+  bool early_submit_ = true;  // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
+  VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written
+  VkEvent ev_side_ = VK_NULL_HANDLE;  // ... once the PLE rows and the mask are
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
   int probe_twice_ = 0;     // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
   bool probe_all_ = false;  // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)

@@ -637,6 +637,8 @@ class VulkanBackend : public Backend {
     dense_vec4_ = EnvInt("GEMMA_VULKAN_DENSE_VEC4", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     mv_fast_ = EnvInt("GEMMA_VULKAN_MV_FAST", 1) != 0;
+    // One-token gate/up with both weight sets' vectors loaded in one loop (linear.comp DUAL_LOOP).
+    mv_dual_loop_ = EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 0) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1480,6 +1482,10 @@ class VulkanBackend : public Backend {
           !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4) {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
+      }
+      if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
+        PadLinearSpec(spec, 23);
+        spec.push_back(1u);  // DUAL_LOOP
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2648,6 +2654,7 @@ class VulkanBackend : public Backend {
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
+  bool mv_dual_loop_ = false;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy

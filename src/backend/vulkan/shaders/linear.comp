@@ -123,6 +123,10 @@ layout(constant_id = 22) const uint ACC_COPIES = 1;
 // multiply, reduction and epilogue run (the LM head: 15-16 blocks per workgroup; the bf16 PLE model
 // projection: 4-5, whose loop otherwise waits for a row's vectors in two rounds).
 layout(constant_id = 23) const uint PFB = 0;
+// DUAL_LOOP 1 (FAST, EPI 1: gate/up; GEMMA_VULKAN_MV_DUAL_LOOP): both weight sets' vectors loaded
+// in one loop, a lane's gate and up vectors in flight together, instead of one loop per set. The
+// same int32 sums per set in the same order.
+layout(constant_id = 24) const uint DUAL_LOOP = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -468,6 +472,23 @@ void MultiplyFast(uint base, uint lane, uint d) {
   AddFast(a, d);
 }
 
+// DUAL_LOOP: row `base` (in vectors) of both weight sets into acc_i, one loop.
+void MultiplyFast2(uint base, uint lane) {
+  int a0[TOK], a1[TOK];
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+    a0[tt] = 0;
+    a1[tt] = 0;
+  }
+  [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
+    const uvec4 g4 = WeightVec(0, base, j4, base);
+    const uvec4 u4 = WeightVec(1, base, j4, base);
+    DotFast(g4, j4, 0, a0);
+    DotFast(u4, j4, 1, a1);
+  }
+  AddFast(a0, 0);
+  AddFast(a1, 1);
+}
+
 // PFB: the row's vectors of this lane (vector lane + LANES v, v < PFB, within the row), already
 // loaded.
 void MultiplyFastRegs(const uvec4 w[4], uint lane) {
@@ -714,7 +735,16 @@ void main() {
                      ? w0[nrow * (p.wstride / 4) + lane + LANES * v]
                      : uvec4(0u);
     }
-    if (row < p.rows) {
+#if DP4A
+    const bool dual_loop = DUAL_LOOP != 0 && DUAL == 2 && FAST != 0 && VEC == 4 && FXW == 0 &&
+                           PFB == 0 && DBG == 0;
+#else
+    const bool dual_loop = false;
+#endif
+#if DP4A
+    if (row < p.rows && dual_loop) MultiplyFast2(row * (p.wstride / 4), lane);
+#endif
+    if (row < p.rows && !dual_loop) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);

@@ -637,8 +637,11 @@ class VulkanBackend : public Backend {
     dense_vec4_ = EnvInt("GEMMA_VULKAN_DENSE_VEC4", 1) != 0;
     int_dot_ = dev_->int_dot() && EnvInt("GEMMA_VULKAN_DP", 1) != 0;
     mv_fast_ = EnvInt("GEMMA_VULKAN_MV_FAST", 1) != 0;
-    // One-token gate/up with both weight sets' vectors loaded in one loop (linear.comp DUAL_LOOP).
-    mv_dual_loop_ = EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 0) != 0;
+    // One-token gate/up with both weight sets' vectors loaded in one loop (linear.comp DUAL_LOOP):
+    // 1.709 / 1.718 against 1.732 / 1.732 ms per token on the H200, gate/up 196-199 against
+    // 212-217 us per token on the int4 layers, 324-329 against 333-337 on the int2 ones
+    // (bench/NOTES.md, fifteenth session); 0: a loop per weight set.
+    mv_dual_loop_ = EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -2654,7 +2657,7 @@ class VulkanBackend : public Backend {
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
-  bool mv_dual_loop_ = false;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
+  bool mv_dual_loop_ = true;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy

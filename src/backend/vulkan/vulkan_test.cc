@@ -1076,9 +1076,10 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
     variants.push_back(k);
   }
   variants.push_back({{"GEMMA_VULKAN_DOWN_FUSE_COPIES", "3"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
-  // gate/up's two weight sets in one loop (linear.comp DUAL_LOOP): the same sums
-  variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "1"}});
-  variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "1"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
+  // gate/up's two weight sets in a loop each (the default: one loop, linear.comp DUAL_LOOP): the
+  // same sums
+  variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}});
+  variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
   for (const Knobs& env : variants) {
     SCOPED_TRACE("knobs:" + KnobsText(env));
     auto plain = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DOWN_FUSE", "0"}}, opt);

@@ -642,6 +642,8 @@ class VulkanBackend : public Backend {
     // 212-217 us per token on the int4 layers, 324-329 against 333-337 on the int2 ones
     // (bench/NOTES.md, fifteenth session); 0: a loop per weight set.
     mv_dual_loop_ = EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 1) != 0;
+    // ... and single weight sets with two of a lane's vectors loaded per iteration (PAIR_LOOP).
+    mv_pair_loop_ = EnvInt("GEMMA_VULKAN_MV_PAIR_LOOP", 0) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1489,6 +1491,10 @@ class VulkanBackend : public Backend {
       if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
         PadLinearSpec(spec, 23);
         spec.push_back(1u);  // DUAL_LOOP
+      }
+      if (mv_pair_loop_ && fast && !second && m == 1 && !fxw && mv_dbg_ == 0 && spec.size() <= 22) {
+        PadLinearSpec(spec, 24);
+        spec.push_back(1u);  // PAIR_LOOP (not with PFB, constant 23)
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2658,6 +2664,7 @@ class VulkanBackend : public Backend {
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   bool mv_dual_loop_ = true;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
+  bool mv_pair_loop_ = false;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, two vectors an iteration
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy

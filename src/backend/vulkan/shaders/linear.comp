@@ -127,6 +127,9 @@ layout(constant_id = 23) const uint PFB = 0;
 // in one loop, a lane's gate and up vectors in flight together, instead of one loop per set. The
 // same int32 sums per set in the same order.
 layout(constant_id = 24) const uint DUAL_LOOP = 0;
+// PAIR_LOOP 1 (FAST, one weight set, PFB 0; GEMMA_VULKAN_MV_PAIR_LOOP): a lane's vectors j4 and
+// j4 + LANES loaded together, two in flight, instead of one per iteration. The same sums.
+layout(constant_id = 25) const uint PAIR_LOOP = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -472,6 +475,22 @@ void MultiplyFast(uint base, uint lane, uint d) {
   AddFast(a, d);
 }
 
+// PAIR_LOOP: row `base` (in vectors) of weight set d into acc_i, two vectors per iteration.
+void MultiplyFastPair(uint base, uint lane, uint d) {
+  int a[TOK];
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
+  const uint nv = p.wstride / 4;
+  uint j4 = lane;
+  [[dont_unroll]] for (; j4 + LANES < nv; j4 += 2 * LANES) {
+    const uvec4 x0 = WeightVec(d, base, j4, base);
+    const uvec4 x1 = WeightVec(d, base, j4 + LANES, base);
+    DotFast(x0, j4, d, a);
+    DotFast(x1, j4 + LANES, d, a);
+  }
+  if (j4 < nv) DotFast(WeightVec(d, base, j4, base), j4, d, a);
+  AddFast(a, d);
+}
+
 // DUAL_LOOP: row `base` (in vectors) of both weight sets into acc_i, one loop.
 void MultiplyFast2(uint base, uint lane) {
   int a0[TOK], a1[TOK];
@@ -759,6 +778,10 @@ void main() {
 #if DP4A
           if (PFB > 0) {
             MultiplyFastRegs(wcur, lane);
+            continue;
+          }
+          if (FAST != 0 && PAIR_LOOP != 0 && DBG == 0) {
+            MultiplyFastPair(base, lane, d);
             continue;
           }
           if (FAST != 0) {

@@ -641,9 +641,12 @@ class VulkanBackend : public Backend {
     // 1.709 / 1.718 against 1.732 / 1.732 ms per token on the H200, gate/up 196-199 against
     // 212-217 us per token on the int4 layers, 324-329 against 333-337 on the int2 ones
     // (bench/NOTES.md, fifteenth session); 0: a loop per weight set.
-    mv_dual_loop_ = EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 1) != 0;
-    // ... and single weight sets with two of a lane's vectors loaded per iteration (PAIR_LOOP).
-    mv_pair_loop_ = EnvInt("GEMMA_VULKAN_MV_PAIR_LOOP", 0) != 0;
+    mv_dual_loop_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 1), 0, 4));
+    // ... and single weight sets with two of a lane's vectors loaded per iteration (PAIR_LOOP):
+    // 1.675 / 1.680 against 1.703 / 1.698 ms per token on the H200, q 222-223 against 236-238 us
+    // per token, o 158-159 against 169-173 (bench/NOTES.md, fifteenth session). The value is the
+    // vectors in flight (1-4; DUAL_LOOP's per set), 0 / 1 a vector an iteration.
+    mv_pair_loop_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PAIR_LOOP", 2), 0, 4));
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1490,11 +1493,11 @@ class VulkanBackend : public Backend {
       }
       if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
         PadLinearSpec(spec, 23);
-        spec.push_back(1u);  // DUAL_LOOP
+        spec.push_back(mv_dual_loop_);  // DUAL_LOOP
       }
-      if (mv_pair_loop_ && fast && !second && m == 1 && !fxw && mv_dbg_ == 0 && spec.size() <= 22) {
+      if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && mv_dbg_ == 0 && spec.size() <= 22) {
         PadLinearSpec(spec, 24);
-        spec.push_back(1u);  // PAIR_LOOP (not with PFB, constant 23)
+        spec.push_back(mv_pair_loop_);  // PAIR_LOOP (not with PFB, constant 23)
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2663,8 +2666,8 @@ class VulkanBackend : public Backend {
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
-  bool mv_dual_loop_ = true;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
-  bool mv_pair_loop_ = false;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, two vectors an iteration
+  uint32_t mv_dual_loop_ = 1;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
+  uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy

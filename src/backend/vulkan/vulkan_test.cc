@@ -412,7 +412,8 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
                                        {{"GEMMA_VULKAN_MV_WGS", "3"}},
                                        {{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}},
                                        {{"GEMMA_VULKAN_MV_PAIR_LOOP", "1"}},
-                                       {{"GEMMA_VULKAN_MV_PAIR_LOOP", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
+                                       {{"GEMMA_VULKAN_MV_PAIR_LOOP", "3"}, {"GEMMA_VULKAN_MV_DUAL_LOOP", "2"}},
+                                       {{"GEMMA_VULKAN_MV_PAIR_LOOP", "4"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {
@@ -1080,10 +1081,12 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
     variants.push_back(k);
   }
   variants.push_back({{"GEMMA_VULKAN_DOWN_FUSE_COPIES", "3"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
-  // gate/up's two weight sets in a loop each (the default: one loop, linear.comp DUAL_LOOP): the
-  // same sums
+  // gate/up's two weight sets in a loop each (the default: one loop, linear.comp DUAL_LOOP), or
+  // 2 / 3 vectors of each set an iteration: the same sums
   variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}});
   variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
+  variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "2"}});
+  variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "3"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
   for (const Knobs& env : variants) {
     SCOPED_TRACE("knobs:" + KnobsText(env));
     auto plain = MakeVulkanWith(*model, {{"GEMMA_VULKAN_DOWN_FUSE", "0"}}, opt);

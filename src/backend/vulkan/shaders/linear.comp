@@ -127,8 +127,9 @@ layout(constant_id = 23) const uint PFB = 0;
 // in one loop, a lane's gate and up vectors in flight together, instead of one loop per set. The
 // same int32 sums per set in the same order.
 layout(constant_id = 24) const uint DUAL_LOOP = 0;
-// PAIR_LOOP 1 (FAST, one weight set, PFB 0; GEMMA_VULKAN_MV_PAIR_LOOP): a lane's vectors j4 and
-// j4 + LANES loaded together, two in flight, instead of one per iteration. The same sums.
+// PAIR_LOOP k (2-4; FAST, one weight set, PFB 0; GEMMA_VULKAN_MV_PAIR_LOOP): k of a lane's
+// vectors (j4, j4 + LANES, ...) loaded together, k in flight, instead of one per iteration (DUAL_LOOP
+// k > 1: k of each set's). The same sums in the same order.
 layout(constant_id = 25) const uint PAIR_LOOP = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
@@ -475,19 +476,19 @@ void MultiplyFast(uint base, uint lane, uint d) {
   AddFast(a, d);
 }
 
-// PAIR_LOOP: row `base` (in vectors) of weight set d into acc_i, two vectors per iteration.
+// PAIR_LOOP: row `base` (in vectors) of weight set d into acc_i, PAIR_LOOP vectors an iteration.
 void MultiplyFastPair(uint base, uint lane, uint d) {
+  const uint K = clamp(PAIR_LOOP, 1, 4);
   int a[TOK];
   [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
   const uint nv = p.wstride / 4;
   uint j4 = lane;
-  [[dont_unroll]] for (; j4 + LANES < nv; j4 += 2 * LANES) {
-    const uvec4 x0 = WeightVec(d, base, j4, base);
-    const uvec4 x1 = WeightVec(d, base, j4 + LANES, base);
-    DotFast(x0, j4, d, a);
-    DotFast(x1, j4 + LANES, d, a);
+  [[dont_unroll]] for (; j4 + (K - 1) * LANES < nv; j4 += K * LANES) {
+    uvec4 x[4];
+    [[unroll]] for (uint k = 0; k < K; ++k) x[k] = WeightVec(d, base, j4 + k * LANES, base);
+    [[unroll]] for (uint k = 0; k < K; ++k) DotFast(x[k], j4 + k * LANES, d, a);
   }
-  if (j4 < nv) DotFast(WeightVec(d, base, j4, base), j4, d, a);
+  [[dont_unroll]] for (; j4 < nv; j4 += LANES) DotFast(WeightVec(d, base, j4, base), j4, d, a);
   AddFast(a, d);
 }
 
@@ -498,11 +499,23 @@ void MultiplyFast2(uint base, uint lane) {
     a0[tt] = 0;
     a1[tt] = 0;
   }
-  [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-    const uvec4 g4 = WeightVec(0, base, j4, base);
-    const uvec4 u4 = WeightVec(1, base, j4, base);
-    DotFast(g4, j4, 0, a0);
-    DotFast(u4, j4, 1, a1);
+  const uint K = clamp(DUAL_LOOP, 1, 4);
+  const uint nv = p.wstride / 4;
+  uint j4 = lane;
+  [[dont_unroll]] for (; j4 + (K - 1) * LANES < nv; j4 += K * LANES) {
+    uvec4 g[4], u[4];
+    [[unroll]] for (uint k = 0; k < K; ++k) {
+      g[k] = WeightVec(0, base, j4 + k * LANES, base);
+      u[k] = WeightVec(1, base, j4 + k * LANES, base);
+    }
+    [[unroll]] for (uint k = 0; k < K; ++k) {
+      DotFast(g[k], j4 + k * LANES, 0, a0);
+      DotFast(u[k], j4 + k * LANES, 1, a1);
+    }
+  }
+  [[dont_unroll]] for (; j4 < nv; j4 += LANES) {
+    DotFast(WeightVec(0, base, j4, base), j4, 0, a0);
+    DotFast(WeightVec(1, base, j4, base), j4, 1, a1);
   }
   AddFast(a0, 0);
   AddFast(a1, 1);

@@ -165,7 +165,6 @@ struct Pro {
 struct PleFuse {
   const DevLinear* proj = nullptr;
   BufRange acc;
-  uint32_t copies = 1;  // EPI 4: the sums in this many copies (linear.comp DJM 4, ACC_COPIES)
 };
 
 // A device buffer reserved before Commit and resolved after.
@@ -609,9 +608,6 @@ class VulkanBackend : public Backend {
     head_nocap_ = EnvInt("GEMMA_VULKAN_HEAD_NOCAP", 0) != 0;
     down_fuse_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_COPIES", 4), 1, 16));
-    // The PLE projection's sums added by the gate's workgroups into as many copies as the down
-    // projection's (their atomics over more addresses; the next prologue adds them up).
-    ple_fuse_copies_ = EnvInt("GEMMA_VULKAN_PLE_FUSE_COPIES", 0) != 0;
     if (down_fuse_wgs_ < 0)
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
@@ -837,7 +833,7 @@ class VulkanBackend : public Backend {
     }
     // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
     // down_fuse_copies_ copies), zeroed per step
-    pacc_ = F(size_t(L) * (PleSumCopies() + down_fuse_copies_) * H);
+    pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     vocab_block_ = static_cast<uint32_t>(
@@ -1471,10 +1467,6 @@ class VulkanBackend : public Backend {
         spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
       }
-      if (pj_ok && pj->copies > 1) {
-        PadLinearSpec(spec, 20);
-        spec.push_back(4u);  // DJM 4: EPI 4's sums in copies (ACC_COPIES = the prologue's, below)
-      }
       if (pro && pro->t_sums && pro->t_copies > 1) {
         PadLinearSpec(spec, 21);
         spec.push_back(pro->t_copies);  // ACC_COPIES
@@ -1786,9 +1778,7 @@ class VulkanBackend : public Backend {
       // layer's q/k/v: not after the last layer, which a norm kernel follows).
       const size_t dcopy = size_t(down_fuse_copies_) * H * 4;
       const PleFuse df{
-          &d.down,
-          {pacc_.r.buf, pacc_.r.offset + size_t(L) * PleSumCopies() * H * 4 + l * dcopy, dcopy,
-           nullptr}};
+          &d.down, {pacc_.r.buf, pacc_.r.offset + size_t(L) * H * 4 + l * dcopy, dcopy, nullptr}};
       bool down_fused = false;
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
@@ -1823,13 +1813,9 @@ class VulkanBackend : public Backend {
                        1.0f, pend_sums, &pend_acc,   pend_copies};
           // The projection's products added by the gate's workgroups (EPI 4) where the next
           // layer's prologue takes its sums (not after the last layer: a norm kernel follows).
-          // (in the copies of the gate's prologue's sums where GEMMA_VULKAN_PLE_FUSE_COPIES asks:
-          // the kernel's one ACC_COPIES constant serves both)
-          const uint32_t pc_n = ple_fuse_copies_ && pend_copies == PleSumCopies() ? pend_copies : 1;
-          const size_t pcopy = size_t(PleSumCopies()) * H * 4;
-          const PleFuse pf{&d.ple_proj,
-                           {pacc_.r.buf, pacc_.r.offset + l * pcopy, size_t(pc_n) * H * 4, nullptr},
-                           pc_n};
+          const PleFuse pf{
+              &d.ple_proj,
+              {pacc_.r.buf, pacc_.r.offset + size_t(l) * H * 4, size_t(H) * 4, nullptr}};
           const bool fused = LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r,
                                       LP, l * P, 0, nullptr, 0, nullptr, 0.0f, &pp, 0,
                                       ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
@@ -1840,7 +1826,7 @@ class VulkanBackend : public Backend {
           }
           pend_wt = &d.post_ple_norm;
           pend_sums = fused ? &d.ple_proj : nullptr;
-          pend_copies = fused ? pc_n : 1;
+          pend_copies = 1;
           pend_acc = pf.acc;
         }
       } else if (P > 0) {
@@ -2641,9 +2627,6 @@ class VulkanBackend : public Backend {
   bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
-  bool ple_fuse_copies_ = false;   // the PLE projection's sums (EPI 4) in as many copies
-  // Copies of the PLE projection's sums the buffer holds per layer.
-  uint32_t PleSumCopies() const { return ple_fuse_copies_ ? down_fuse_copies_ : 1u; }
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
   bool dense_prefetch_ = true;     // FXW linears looping over blocks: the next block's early
   bool reduce_last_ = true;        // logits_reduce in one dispatch (LAST)

@@ -1085,9 +1085,6 @@ TEST(VulkanKernels, DownFusionMatchesDownKernelBitExactly) {
   // 2 / 3 vectors of each set an iteration: the same sums
   variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}});
   variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
-  // the PLE projection's sums in as many copies as the down projection's (EPI 4, DJM 4)
-  variants.push_back({{"GEMMA_VULKAN_PLE_FUSE_COPIES", "1"}});
-  variants.push_back({{"GEMMA_VULKAN_PLE_FUSE_COPIES", "1"}, {"GEMMA_VULKAN_DOWN_FUSE_COPIES", "3"}});
   variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "2"}});
   variants.push_back({{"GEMMA_VULKAN_MV_DUAL_LOOP", "3"}, {"GEMMA_VULKAN_DOWN_FUSE_WGS", "2"}});
   for (const Knobs& env : variants) {

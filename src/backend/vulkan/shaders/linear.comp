@@ -110,8 +110,7 @@ layout(constant_id = 19) const uint FXW = 0;
 layout(constant_id = 20) const uint DJ = 0;
 // DJM bits (DJ): 1 D's words loaded after gate/up's epilogue instead of before the multiply
 // (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from the pair-major copy at binding 13 (pair c of row j at
-// c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS); (EPI 4) 4: P's sums added into copy
-// gl_WorkGroupID.y % ACC_COPIES of pacc, as DJ's (GEMMA_VULKAN_PLE_FUSE_COPIES).
+// c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
 layout(constant_id = 21) const uint DJM = 0;
 // ACC_COPIES (DJ, PRO_T): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
@@ -936,8 +935,7 @@ void main() {
                                                     : 0u;
             a = SDot4(int(w), int(qw[k]), 0) + a;
           }
-          atomicAdd(pacc[((DJM & 4) != 0 ? (gl_WorkGroupID.y % ACC_COPIES) * p.pj_rows : 0) + j],
-                    a);
+          atomicAdd(pacc[j], a);
         }
       }
       barrier();  // pj_q is rewritten by the next block

@@ -42,6 +42,10 @@ layout(constant_id = 9) const uint FENCE = 0;
 // NC_MERGE 1 (MODE 0): the last split reads the partials through the read-only alias (binding 15)
 // instead of the coherent binding, after the arrival count's barriers have made them available.
 layout(constant_id = 10) const uint NC_MERGE = 0;
+// VPF 1 (GEMMA_VULKAN_ATTN_VPF): the next block's V rows loaded with its K rows, before this
+// block's softmax and value sums (a second set of registers), instead of after them: a split of
+// several blocks no longer waits for each block's V rows. The same values.
+layout(constant_id = 11) const uint VPF = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -351,11 +355,15 @@ void main() {
     if (b0 == jb) Probe(3);  // the first block's scores
     // The next block's keys, loaded while this block's softmax and values run.
     const uint nb = b0 + U;
+    float vnx[KW][D];  // VPF: the next block's V rows
     if (nb < je) {
       const uint rb = nb % p.ring;
       [[unroll]] for (uint k = 0; k < KW; ++k) {
         const uint off = rg * KW + k, row = CacheRow(nb, rb, off);
         LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < je);
+        if (VPF != 0) {
+          LOAD_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < je);
+        }
       }
     }
     float bm = kNegInf;
@@ -380,6 +388,11 @@ void main() {
     }
     b0 = nb;
     if (b0 >= je) break;
+    if (VPF != 0) {
+      [[unroll]] for (uint k = 0; k < KW; ++k)
+        [[unroll]] for (uint d = 0; d < D; ++d) vr[k][d] = vnx[k][d];
+      continue;
+    }
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);

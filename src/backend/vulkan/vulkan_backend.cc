@@ -565,8 +565,10 @@ class VulkanBackend : public Backend {
     // the coherent binding (the merge 4.5 against 5.9 us in the probes).
     attn_fence_ = EnvInt("GEMMA_VULKAN_ATTN_FENCE", 1) != 0;
     attn_nc_merge_ = EnvInt("GEMMA_VULKAN_ATTN_NC_MERGE", 1) != 0;
-    // The next key block's V rows loaded with its K rows (attn_fused VPF).
-    attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 0) != 0;
+    // The next key block's V rows loaded with its K rows (attn_fused VPF): 1.796 against 1.890 ms
+    // per token at 4,096 context on the H200 (the attention 545 against 594 us timestamped), equal
+    // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
+    attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -2614,7 +2616,7 @@ class VulkanBackend : public Backend {
   bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
-  bool attn_vpf_ = false;         // ... the next block's V rows loaded with its K rows (VPF)
+  bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)

@@ -597,12 +597,10 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
     {},
     {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
     {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
-    // ... with the next block's V rows loaded with its K rows (VPF), 16-byte and scalar loads
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}, {"GEMMA_VULKAN_ATTN_VPF", "1"}},
-    {{"GEMMA_VULKAN_ATTN_KW", "1"},
-     {"GEMMA_VULKAN_SPLITS", "2"},
-     {"GEMMA_VULKAN_ATTN_VPF", "1"},
-     {"GEMMA_VULKAN_ATTN_VEC", "0"}},
+    // ... with the next block's V rows loaded after this block's sums (VPF off; the default
+    // loads them with the next block's K rows), and the default with scalar loads
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}, {"GEMMA_VULKAN_ATTN_VPF", "0"}},
+    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}, {"GEMMA_VULKAN_ATTN_VEC", "0"}},
     {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},  // merge dispatch
     {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
     // 16-byte loads (a lane holds 8 of dim 32's values on 4 lanes per row) and scalar ones

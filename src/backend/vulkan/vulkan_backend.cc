@@ -675,7 +675,9 @@ class VulkanBackend : public Backend {
     // host event before its first copy (the step's position and embedding row) and on a second
     // before the PLE rows' and mask's copies (after the first phase), so vkQueueSubmit and the
     // row decode overlap the GPU instead of preceding it; 0: fill, then submit.
-    early_submit_ = EnvInt("GEMMA_VULKAN_EARLY_SUBMIT", 1) != 0;
+    // 2 (tests): the buffers record the waits, the inputs are written before the submission and the
+    // events set then, as the resident path's fallback submits them.
+    early_submit_ = std::clamp(EnvInt("GEMMA_VULKAN_EARLY_SUBMIT", 1), 0, 2);
     ev_in_ = dev_->CreateEvent();
     ev_side_ = dev_->CreateEvent();
     probe_all_ = EnvInt("GEMMA_BENCH_PROBE_ALL", 0) != 0;
@@ -2029,7 +2031,7 @@ class VulkanBackend : public Backend {
       if (early_submit_) dev_->WaitHostEvent(cb, ev_in_);  // (the GPU time from the inputs on)
       dev_->WriteTimestamp(cb, 0);
     }
-    RecordInputs(rc, 1, mode, early_submit_);
+    RecordInputs(rc, 1, mode, early_submit_ != 0);
     RecordBody(rc, 1, splits_);
     if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
     if (step_times_) dev_->WriteTimestamp(cb, 1);
@@ -2154,7 +2156,7 @@ class VulkanBackend : public Backend {
       }
     }
     if (!step_times_) {
-      dev_->Submit(DecodeCommand(mode));
+      SubmitFilledDecode(DecodeCommand(mode));
       return;
     }
     // GEMMA_VULKAN_STEP_TIMES=1 (measurement): the step's GPU time (timestamps at the command
@@ -2162,8 +2164,24 @@ class VulkanBackend : public Backend {
     // in the rest of Forward, medians over each 64 steps printed to stderr.
     const VkCommandBuffer cb = DecodeCommand(mode);
     const auto t0 = std::chrono::steady_clock::now();
-    dev_->Submit(cb);
+    SubmitFilledDecode(cb);
     NoteStepTimes(t0, std::chrono::steady_clock::now());
+  }
+
+  // A one-token step's command buffer (DecodeCommand) submitted with its inputs already written
+  // (the resident path's fallback, and where it could not be captured): with early submission the
+  // buffer waits on the host's events, so they are set first (a wait nobody sets would hold the
+  // queue forever) and reset after.
+  void SubmitFilledDecode(VkCommandBuffer cb) {
+    if (early_submit_) {
+      dev_->SetEvent(ev_in_);
+      dev_->SetEvent(ev_side_);
+    }
+    dev_->Submit(cb);
+    if (early_submit_) {
+      dev_->ResetEvent(ev_in_);
+      dev_->ResetEvent(ev_side_);
+    }
   }
 
   // GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
@@ -2181,7 +2199,7 @@ class VulkanBackend : public Backend {
       std::fprintf(stderr,
                    "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
                    "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
-                   early_submit_ && !resident_ ? ", early submit" : "",
+                   early_submit_ == 1 && !resident_ ? ", early submit" : "",
                    med(step_gpu_us_), med(step_submit_us_), med(step_call_us_),
                    step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
       step_call_us_.clear();
@@ -2532,7 +2550,7 @@ class VulkanBackend : public Backend {
     int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
     const bool inline_head = count <= head_rows_;
-    const bool early = m == 1 && early_submit_ && !resident_;
+    const bool early = m == 1 && early_submit_ == 1 && !resident_;
     if (!early) {
       const auto f0 = std::chrono::steady_clock::now();
       FillInputs(tokens, req.mode, req.allowed);
@@ -2692,7 +2710,7 @@ class VulkanBackend : public Backend {
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
-  bool early_submit_ = true;  // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
+  int early_submit_ = 1;  // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written
   VkEvent ev_side_ = VK_NULL_HANDLE;  // ... once the PLE rows and the mask are
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;

@@ -1029,7 +1029,9 @@ TEST(VulkanKernels, StepInputStagingLayoutsGiveIdenticalSteps) {
       {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}},
       {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
       {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}},
-      {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}}};
+      {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
+      // the waiting buffers submitted after the inputs are written (the resident path's fallback)
+      {{"GEMMA_VULKAN_EARLY_SUBMIT", "2"}}};
   for (const Knobs& env : variants) {
     SCOPED_TRACE("knobs:" + KnobsText(env));
     base->Reset();

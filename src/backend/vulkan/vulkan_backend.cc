@@ -1501,7 +1501,8 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 23);
         spec.push_back(mv_dual_loop_);  // DUAL_LOOP
       }
-      if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && mv_dbg_ == 0 && spec.size() <= 22) {
+      if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && mv_dbg_ == 0 &&
+          spec.size() <= 22) {
         PadLinearSpec(spec, 24);
         spec.push_back(mv_pair_loop_);  // PAIR_LOOP (not with PFB, constant 23)
       }
@@ -2199,8 +2200,8 @@ class VulkanBackend : public Backend {
       std::fprintf(stderr,
                    "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
                    "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
-                   early_submit_ == 1 && !resident_ ? ", early submit" : "",
-                   med(step_gpu_us_), med(step_submit_us_), med(step_call_us_),
+                   early_submit_ == 1 && !resident_ ? ", early submit" : "", med(step_gpu_us_),
+                   med(step_submit_us_), med(step_call_us_),
                    step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
       step_call_us_.clear();
       step_gpu_us_.clear();
@@ -2491,9 +2492,9 @@ class VulkanBackend : public Backend {
       }
       dev_->SetEvent(ev_side_);
       if (step_times_)
-        step_fill_us_.push_back(std::chrono::duration<double, std::micro>(
-                                    std::chrono::steady_clock::now() - f0)
-                                    .count());
+        step_fill_us_.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0)
+                .count());
     } catch (...) {
       try {
         dev_->SetEvent(ev_in_);
@@ -2555,9 +2556,9 @@ class VulkanBackend : public Backend {
       const auto f0 = std::chrono::steady_clock::now();
       FillInputs(tokens, req.mode, req.allowed);
       if (step_times_ && m == 1)
-        step_fill_us_.push_back(std::chrono::duration<double, std::micro>(
-                                    std::chrono::steady_clock::now() - f0)
-                                    .count());
+        step_fill_us_.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0)
+                .count());
     }
     if (early) {
       EarlyDecode(tokens[0], count > 0 ? req.mode : OutputMode::kNone, req.mode, req.allowed);
@@ -2710,7 +2711,7 @@ class VulkanBackend : public Backend {
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
-  int early_submit_ = 1;  // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
+  int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written
   VkEvent ev_side_ = VK_NULL_HANDLE;  // ... once the PLE rows and the mask are
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;

@@ -408,12 +408,13 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   lins.push_back(MakeSynthLinear(WeightKind::kQ2, 20, 12288, 5));   // down (int2): 64 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kQ8, 24, 1536, 6));    // PLE gate: 32 lanes
   lins.push_back(MakeSynthLinear(WeightKind::kBF16, 24, 1536, 7));  // dense, float sums
-  const std::vector<Knobs> settings = {{},
-                                       {{"GEMMA_VULKAN_MV_WGS", "3"}},
-                                       {{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}},
-                                       {{"GEMMA_VULKAN_MV_PAIR_LOOP", "1"}},
-                                       {{"GEMMA_VULKAN_MV_PAIR_LOOP", "3"}, {"GEMMA_VULKAN_MV_DUAL_LOOP", "2"}},
-                                       {{"GEMMA_VULKAN_MV_PAIR_LOOP", "4"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
+  const std::vector<Knobs> settings = {
+      {},
+      {{"GEMMA_VULKAN_MV_WGS", "3"}},
+      {{"GEMMA_VULKAN_MV_DUAL_LOOP", "0"}},
+      {{"GEMMA_VULKAN_MV_PAIR_LOOP", "1"}},
+      {{"GEMMA_VULKAN_MV_PAIR_LOOP", "3"}, {"GEMMA_VULKAN_MV_DUAL_LOOP", "2"}},
+      {{"GEMMA_VULKAN_MV_PAIR_LOOP", "4"}, {"GEMMA_VULKAN_MV_WGS", "3"}}};
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {

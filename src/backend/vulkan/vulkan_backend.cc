@@ -2029,7 +2029,9 @@ class VulkanBackend : public Backend {
     rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
     if (step_times_) {
       dev_->ResetTimestamps(cb, 2);
-      if (early_submit_) dev_->WaitHostEvent(cb, ev_in_);  // (the GPU time from the inputs on)
+      // (with early submission the first timestamp follows the input event's wait; the wait holds
+      // back transfers only, so a driver may still write the timestamp before it ends)
+      if (early_submit_) dev_->WaitHostEvent(cb, ev_in_);
       dev_->WriteTimestamp(cb, 0);
     }
     RecordInputs(rc, 1, mode, early_submit_ != 0);

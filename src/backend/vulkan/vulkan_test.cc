@@ -568,6 +568,13 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
   }
 }
 
+// Step t's tokens when `tokens` is fed as a prompt of `prompt` tokens (step t == prompt), then one
+// token a step (step t > prompt: token t - 1).
+std::span<const int32_t> StepTokens(const std::vector<int32_t>& tokens, size_t prompt, size_t t) {
+  return t == prompt ? std::span<const int32_t>(tokens.data(), prompt)
+                     : std::span<const int32_t>(&tokens[t - 1], 1);
+}
+
 // The prompt tokens[0, prompt) in one step, then one token at a time: logits against the CPU
 // reference's at every step (relative L2 below 1e-4).
 void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tokens, size_t prompt,
@@ -929,8 +936,7 @@ void ExpectIdenticalSteps(Backend& x, Backend& y, int V, size_t n, int mul, int 
   for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * mul + add) % V);
   ForwardResult a, b;
   for (size_t t = 8; t <= n; ++t) {
-    const std::span<const int32_t> in = t == 8 ? std::span<const int32_t>(tokens.data(), 8)
-                                               : std::span<const int32_t>(&tokens[t - 1], 1);
+    const std::span<const int32_t> in = StepTokens(tokens, 8, t);
     const OutputMode mode = argmax_too && t % 2 == 0 ? OutputMode::kArgmax : OutputMode::kLogits;
     x.Forward({.tokens = in, .mode = mode}, &a);
     y.Forward({.tokens = in, .mode = mode}, &b);
@@ -990,8 +996,7 @@ TEST(VulkanKernels, LogitsReduceInOneDispatchMatchesTwoPasses) {
     std::vector<int32_t> tokens(24);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 11) % V);
     for (size_t t = 6; t <= tokens.size(); ++t) {
-      const std::span<const int32_t> in = t == 6 ? std::span<const int32_t>(tokens.data(), 6)
-                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      const std::span<const int32_t> in = StepTokens(tokens, 6, t);
       const OutputMode mode = t % 2 == 0 ? OutputMode::kArgmax : OutputMode::kSelect;
       ForwardRequest req{.tokens = in, .mode = mode};
       if (mode == OutputMode::kSelect) req.allowed = &allowed;
@@ -1042,8 +1047,7 @@ TEST(VulkanKernels, StepInputStagingLayoutsGiveIdenticalSteps) {
     std::vector<int32_t> tokens(26);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 29 + 7) % V);
     for (size_t t = 7; t <= tokens.size(); ++t) {
-      const std::span<const int32_t> in = t == 7 ? std::span<const int32_t>(tokens.data(), 7)
-                                                 : std::span<const int32_t>(&tokens[t - 1], 1);
+      const std::span<const int32_t> in = StepTokens(tokens, 7, t);
       const OutputMode mode = t % 7 == 0   ? OutputMode::kNone
                               : t % 3 == 0 ? OutputMode::kLogits
                               : t % 3 == 1 ? OutputMode::kArgmax

@@ -1492,8 +1492,9 @@ class VulkanBackend : public Backend {
       // Workgroups looping over several blocks of a single FAST weight set: the next block's
       // vectors loaded before this one's multiply (linear.comp PFB).
       const uint32_t nvl = (nvec + lanes - 1) / lanes;
-      if (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second && tok == 1 &&
-          !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4) {
+      const bool pfb = ((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second &&
+                       tok == 1 && !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4;
+      if (pfb) {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
       }
@@ -1501,10 +1502,9 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 23);
         spec.push_back(mv_dual_loop_);  // DUAL_LOOP
       }
-      if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && mv_dbg_ == 0 &&
-          spec.size() <= 22) {
+      if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && !pfb && mv_dbg_ == 0) {
         PadLinearSpec(spec, 24);
-        spec.push_back(mv_pair_loop_);  // PAIR_LOOP (not with PFB, constant 23)
+        spec.push_back(mv_pair_loop_);  // PAIR_LOOP
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -1955,7 +1955,7 @@ class VulkanBackend : public Backend {
   // RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
   // what follows it), else ev_in_ covers them too.
   void RecordInputs(Rec& rc, int m, OutputMode mode, bool early = false) {
-    const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    const int H = cfg_.hidden_size;
     const VkBuffer src = in_host_.r.buf;
     const VkDeviceSize base = in_host_.r.offset;
     if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
@@ -1974,36 +1974,35 @@ class VulkanBackend : public Backend {
       rc.side_mode = mode;
       return;
     }
-    const VkBuffer rest = split ? in_side_.r.buf : src;
+    RecordRestInputs(rc, m, mode, split);
+    if (!split) Barrier(rc);
+  }
+
+  // The PLE rows' and mask's copies (from the split staging or the main one) and a one-token
+  // step's scratch fills.
+  void RecordRestInputs(Rec& rc, int m, OutputMode mode, bool split) {
+    const int LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+    const VkDeviceSize base = in_host_.r.offset;
+    const VkBuffer rest = split ? in_side_.r.buf : in_host_.r.buf;
     const VkDeviceSize tok_at = split ? in_side_.r.offset : base + in_tok_off_;
     const VkDeviceSize mask_at =
         split ? in_side_.r.offset + in_side_mask_off_ : base + in_mask_off_;
     if (LP > 0) {
-      cp = {tok_at, tok_.r.offset, size_t(m) * LP * 4};
+      const VkBufferCopy cp{tok_at, tok_.r.offset, size_t(m) * LP * 4};
       vkCmdCopyBuffer(rc.cmd, rest, tok_.r.buf, 1, &cp);
     }
     if (mode == OutputMode::kSelect) {
-      cp = {mask_at, mask_.r.offset, mask_.r.size};
+      const VkBufferCopy cp{mask_at, mask_.r.offset, mask_.r.size};
       vkCmdCopyBuffer(rc.cmd, rest, mask_.r.buf, 1, &cp);
     }
     if (m == 1) ZeroOneTokenScratch(rc.cmd);
-    if (!split) Barrier(rc);
   }
 
   // The split staging's copies of an early-submit step, after the host's second event.
   void RecordSideInputs(Rec& rc) {
     rc.side_pending = false;
-    const int LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     dev_->WaitHostEvent(rc.cmd, ev_side_);
-    if (LP > 0) {
-      VkBufferCopy cp{in_side_.r.offset, tok_.r.offset, size_t(LP) * 4};
-      vkCmdCopyBuffer(rc.cmd, in_side_.r.buf, tok_.r.buf, 1, &cp);
-    }
-    if (rc.side_mode == OutputMode::kSelect) {
-      VkBufferCopy cp{in_side_.r.offset + in_side_mask_off_, mask_.r.offset, mask_.r.size};
-      vkCmdCopyBuffer(rc.cmd, in_side_.r.buf, mask_.r.buf, 1, &cp);
-    }
-    ZeroOneTokenScratch(rc.cmd);
+    RecordRestInputs(rc, 1, rc.side_mode, true);
   }
 
   void Begin(VkCommandBuffer cmd, bool reusable) {
@@ -2479,19 +2478,18 @@ class VulkanBackend : public Backend {
     const VkCommandBuffer cb = DecodeCommand(cmd_mode);
     const auto t0 = std::chrono::steady_clock::now();
     dev_->SubmitBegin(cb);
+    // (without the split staging ev_in_ covers every copy: the PLE rows and mask come first)
     const bool split = in_side_.handle >= 0;
+    auto fill_side = [&] {
+      FillOneTokenSide(token);
+      if (fill_mode == OutputMode::kSelect) FillMask(1, allowed);
+    };
     try {
       const auto f0 = std::chrono::steady_clock::now();
       FillOneTokenRow(token);
-      if (!split) {
-        FillOneTokenSide(token);
-        if (fill_mode == OutputMode::kSelect) FillMask(1, allowed);
-      }
+      if (!split) fill_side();
       dev_->SetEvent(ev_in_);
-      if (split) {
-        FillOneTokenSide(token);
-        if (fill_mode == OutputMode::kSelect) FillMask(1, allowed);
-      }
+      if (split) fill_side();
       dev_->SetEvent(ev_side_);
       if (step_times_)
         step_fill_us_.push_back(

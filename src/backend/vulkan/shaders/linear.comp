@@ -770,11 +770,9 @@ void main() {
 #if DP4A
     const bool dual_loop = DUAL_LOOP != 0 && DUAL == 2 && FAST != 0 && VEC == 4 && FXW == 0 &&
                            PFB == 0 && DBG == 0;
+    if (row < p.rows && dual_loop) MultiplyFast2(row * (p.wstride / 4), lane);
 #else
     const bool dual_loop = false;
-#endif
-#if DP4A
-    if (row < p.rows && dual_loop) MultiplyFast2(row * (p.wstride / 4), lane);
 #endif
     if (row < p.rows && !dual_loop) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {

@@ -2,7 +2,7 @@
 # One H200 session of the Vulkan backend (run from the repo root with build-vulkan and .gl carried):
 # loader, the Vulkan tests, the synthetic E2B checkpoint, then vulkan_bench once per kernel variant
 # (environment knobs of the backend; BIN=path: another build). Outputs go to $OUT.
-# Usage: [STEPS=32] [NOTESTS=1] bash bench/vulkan/run_h200.sh TAG:ENV...
+# Usage: [STEPS=32] [NOTESTS=1] [TEST_TIMEOUT=300] bash bench/vulkan/run_h200.sh TAG:ENV...
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 # The tests find their fixtures through the compiled-in source dir.
@@ -11,7 +11,7 @@ B=build-vulkan/src/backend/vulkan
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv >> $OUT/tests.txt 2>&1  # (appends: a command before the script may have written)
 # One process per test: the NVIDIA driver refuses vkCreateInstance after ~30 instances per process.
 [ -n "$NOTESTS" ] || for t in $($B/vulkan_test --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
-  timeout 300 $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s|^|$t: |" >> $OUT/tests.txt
+  timeout ${TEST_TIMEOUT:-300} $B/vulkan_test --gtest_filter="$t" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" | sed "s|^|$t: |" >> $OUT/tests.txt
 done
 [ -n "$NOTESTS" ] || timeout 120 $B/vulkan_golden_test 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran" >> $OUT/tests.txt
 t0=$(date +%s)

@@ -651,6 +651,10 @@ class VulkanBackend : public Backend {
     // per token, o 158-159 against 169-173 (bench/NOTES.md, fifteenth session). The value is the
     // vectors in flight (1-4; DUAL_LOOP's per set), 0 / 1 a vector an iteration.
     mv_pair_loop_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PAIR_LOOP", 2), 0, 4));
+    // The FAST int2 / int4 linears' shared input chunk-major (linear.comp XCM): a row's lanes read
+    // consecutive 16-byte chunks instead of chunks 64 (int2) / 32 (int4) bytes apart. Bits: 1 int2,
+    // 2 int4.
+    mv_xcm_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_XCM", 3), 0, 3));
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1505,6 +1509,12 @@ class VulkanBackend : public Backend {
       if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && !pfb && mv_dbg_ == 0) {
         PadLinearSpec(spec, 24);
         spec.push_back(mv_pair_loop_);  // PAIR_LOOP
+      }
+      // (the shared input spans whole weight vectors: xwords is a multiple of a vector's words)
+      if (fast && ((lin.kind == WeightKind::kQ2 && (mv_xcm_ & 1) != 0 && xwords % 16 == 0) ||
+                   (lin.kind == WeightKind::kQ4 && (mv_xcm_ & 2) != 0 && xwords % 8 == 0))) {
+        PadLinearSpec(spec, 25);
+        spec.push_back(1);  // XCM
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2692,6 +2702,7 @@ class VulkanBackend : public Backend {
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   uint32_t mv_dual_loop_ = 1;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
+  uint32_t mv_xcm_ = 3;  // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy

@@ -131,6 +131,13 @@ layout(constant_id = 24) const uint DUAL_LOOP = 0;
 // vectors (j4, j4 + LANES, ...) loaded together, k in flight, instead of one per iteration (DUAL_LOOP
 // k > 1: k of each set's). The same sums in the same order.
 layout(constant_id = 25) const uint PAIR_LOOP = 0;
+// XCM 1 (FAST, int2 / int4, 16-byte weight vectors; GEMMA_VULKAN_MV_XCM): the shared input words
+// stored chunk-major: the 4-word chunk c of weight vector j4 (a vector's input spans XS = 16 int2
+// / 8 int4 words, XS / 4 chunks) at word 4 (c NV + j4) instead of XS j4 + 4 c (NV = XWORDS / XS
+// vectors), so the lanes of a row, which multiply consecutive vectors, read consecutive 16-byte
+// chunks (no shared-memory bank conflicts; the natural layout puts an int2 row's 8 lanes 64 bytes
+// apart, 4 to a bank group). The same words: the same sums.
+layout(constant_id = 26) const uint XCM = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -176,6 +183,8 @@ const uint DUAL = (EPI == 1) ? 2 : 1;
 const uint WG = gl_WorkGroupSize.x;
 const uint ROWS_PER_WG = WG / LANES;
 const uint MAX_SG = WG / 4;
+const uint XS = KIND == 3 ? 16 : 8;  // XCM: a weight vector's input words
+const uint XNV = XWORDS / XS;        // XCM: weight vectors per row
 shared uint xq[DUAL * TOK * XWORDS];
 shared int red_i[DUAL * TOK * MAX_SG];
 shared float red_f[DUAL * TOK * MAX_SG];
@@ -299,6 +308,12 @@ uvec2 XqWord(uint c) {
   if (DP4A == 0 || KIND == 5) return uvec2(c >> 2, c & 3);
   if (KIND == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
   return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
+}
+
+// The shared word holding a token's input word i (row-local): i itself, or with XCM chunk-major.
+uint XqAt(uint i) {
+  if (XCM == 0) return i;
+  return ((i % XS) >> 2) * (4 * XNV) + 4 * (i / XS) + (i & 3);
 }
 
 int acc_i[2 * TOK];
@@ -438,13 +453,13 @@ void DotFast(uvec4 w4, uint j4, uint d, inout int a[TOK]) {
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
       const uint xo = (d * TOK + tt) * XWORDS;
       if (KIND == 3) {
-        const uint xi = xo + 16 * j4 + 4 * q;
+        const uint xi = xo + (XCM != 0 ? 4 * (q * XNV + j4) : 16 * j4 + 4 * q);
         a[tt] = DOT4(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u, xi) + a[tt];
         a[tt] = DOT4(((w << 4) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 1) + a[tt];
         a[tt] = DOT4(((w << 2) & 0xC0C0C0C0u) ^ 0x80808080u, xi + 2) + a[tt];
         a[tt] = DOT4((w & 0xC0C0C0C0u) ^ 0x80808080u, xi + 3) + a[tt];
       } else if (KIND == 4) {
-        const uint xi = xo + 8 * j4 + 2 * q;
+        const uint xi = xo + (XCM != 0 ? 4 * ((q >> 1) * XNV + j4) + 2 * (q & 1) : 8 * j4 + 2 * q);
         a[tt] = DOT4(((w << 4) & 0xF0F0F0F0u) ^ 0x80808080u, xi) + a[tt];
         a[tt] = DOT4((w & 0xF0F0F0F0u) ^ 0x80808080u, xi + 1) + a[tt];
       } else {  // int8: the default path's product
@@ -645,9 +660,9 @@ void main() {
           // (every word below XWORDS is written: zero bytes past the columns)
           q |= subgroupShuffleXor(q, PackStride());
           q |= subgroupShuffleXor(q, 2 * PackStride());
-          if ((tid & (3 * PackStride())) == 0 && wb.x < XWORDS) xq[d * XWORDS + wb.x] = q;
+          if ((tid & (3 * PackStride())) == 0 && wb.x < XWORDS) xq[d * XWORDS + XqAt(wb.x)] = q;
         } else if (q != 0) {
-          atomicOr(xq[d * XWORDS + wb.x], q);
+          atomicOr(xq[d * XWORDS + XqAt(wb.x)], q);
         }
       }
     }
@@ -672,7 +687,7 @@ void main() {
           }
         }
       }
-      xq[i] = v;
+      xq[tt * XWORDS + XqAt(i - tt * XWORDS)] = v;
     }
     barrier();
   } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
@@ -693,7 +708,7 @@ void main() {
               packed |= (uint(q) & 0xFFu) << (8 * k);
             }
           }
-          xq[(d * TOK + tt) * XWORDS + i] = packed;
+          xq[(d * TOK + tt) * XWORDS + XqAt(i)] = packed;
         }
       }
     }

@@ -29,13 +29,22 @@ Shape MakeShape(const std::string& preset) {
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
+  if (preset == "e2b-qat-mini") {
+    // E2B's widths and kinds (every kernel shape of its decode step) on 10 layers and a 32,768
+    // vocabulary: two full-attention layers (4, 9; 9 shares 4's K/V), three KV-shared
+    // double-wide layers. ~0.25 GB.
+    Shape s{32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, {}, true, true};
+    for (int l = 0; l < 10; ++l) s.full.push_back(l % 5 == 4);
+    return s;
+  }
   if (preset == "tiny" || preset == "tiny-qat") {
     Shape s{262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, {}, true, preset == "tiny-qat"};
     s.full = {false, false, true, false, false, true};
     return s;
   }
-  throw Error(ErrorCode::kInvalidArgument,
-              "synth: unknown preset '" + preset + "' (e2b-bf16, e2b-qat, tiny, tiny-qat)");
+  throw Error(
+      ErrorCode::kInvalidArgument,
+      "synth: unknown preset '" + preset + "' (e2b-bf16, e2b-qat, e2b-qat-mini, tiny, tiny-qat)");
 }
 
 uint64_t Hash(const std::string& s, uint64_t seed) {
@@ -253,6 +262,8 @@ std::vector<SynthPreset> SynthPresets() {
   return {{"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
           {"e2b-qat",
            "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
+          {"e2b-qat-mini",
+           "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
           {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
           {"tiny-qat", "tiny in the mobile-QAT layout"}};
 }

@@ -653,8 +653,10 @@ class VulkanBackend : public Backend {
     mv_pair_loop_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PAIR_LOOP", 2), 0, 4));
     // The FAST int2 / int4 linears' shared input chunk-major (linear.comp XCM): a row's lanes read
     // consecutive 16-byte chunks instead of chunks 64 (int2) / 32 (int4) bytes apart. Bits: 1 int2,
-    // 2 int4.
-    mv_xcm_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_XCM", 3), 0, 3));
+    // 2 int4. H200: 1.652 / 1.659 against 1.696 / 1.696 ms per token with both, int2 gate/up 285
+    // against 325 us per token, the LM head 45 against 65; int4 alone gained nothing (1.660 / 1.660
+    // with int2 only against 1.664 / 1.665 with both; bench/NOTES.md, sixteenth session).
+    mv_xcm_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_XCM", 1), 0, 3));
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -2702,7 +2704,7 @@ class VulkanBackend : public Backend {
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   uint32_t mv_dual_loop_ = 1;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
-  uint32_t mv_xcm_ = 3;  // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
+  uint32_t mv_xcm_ = 1;      // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy

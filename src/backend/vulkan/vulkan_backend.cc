@@ -657,6 +657,10 @@ class VulkanBackend : public Backend {
     // against 325 us per token, the LM head 45 against 65; int4 alone gained nothing (1.660 / 1.660
     // with int2 only against 1.664 / 1.665 with both; bench/NOTES.md, sixteenth session).
     mv_xcm_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_XCM", 1), 0, 3));
+    // Measurement only (wrong results): the PLE gate's (1) / gate/up's (2) integer atomics for the
+    // upper half of the rows skipped (linear.comp ADBG): what the atomics cost their phase and the
+    // prologue reading their sums.
+    atomic_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATOMIC_DBG", 0), 0, 3));
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1517,6 +1521,10 @@ class VulkanBackend : public Backend {
                    (lin.kind == WeightKind::kQ4 && (mv_xcm_ & 2) != 0 && xwords % 8 == 0))) {
         PadLinearSpec(spec, 25);
         spec.push_back(1);  // XCM
+      }
+      if (atomic_dbg_ && (pj_ok || dj_ok)) {
+        PadLinearSpec(spec, 26);
+        spec.push_back(atomic_dbg_);  // ADBG
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2704,6 +2712,7 @@ class VulkanBackend : public Backend {
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   uint32_t mv_dual_loop_ = 1;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
+  uint32_t atomic_dbg_ = 0;  // GEMMA_VULKAN_ATOMIC_DBG (timing only)
   uint32_t mv_xcm_ = 1;      // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

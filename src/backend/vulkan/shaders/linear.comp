@@ -138,6 +138,9 @@ layout(constant_id = 25) const uint PAIR_LOOP = 0;
 // chunks (no shared-memory bank conflicts; the natural layout puts an int2 row's 8 lanes 64 bytes
 // apart, 4 to a bank group). The same words: the same sums.
 layout(constant_id = 26) const uint XCM = 0;
+// ADBG (GEMMA_VULKAN_ATOMIC_DBG, measurement only: the results are wrong): 1 the PLE gate's (EPI 4)
+// integer atomics for the upper half of P's rows skipped, 2 the same for gate/up's (DJ) into D's.
+layout(constant_id = 27) const uint ADBG = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -948,7 +951,7 @@ void main() {
                                                     : 0u;
             a = SDot4(int(w), int(qw[k]), 0) + a;
           }
-          atomicAdd(pacc[j], a);
+          if ((ADBG & 1) == 0 || j < p.pj_rows / 2) atomicAdd(pacc[j], a);
         }
       }
       barrier();  // pj_q is rewritten by the next block
@@ -993,7 +996,7 @@ void main() {
   if (DJ != 0) {
     [[unroll]] for (uint r = 0; r < 8; ++r) {
       const uint j = tid + WG * r;
-      if (j < p.pj_rows && dsum[r] != 0)
+      if (j < p.pj_rows && dsum[r] != 0 && ((ADBG & 2) == 0 || j < p.pj_rows / 2))
         atomicAdd(pacc[(gl_WorkGroupID.y % ACC_COPIES) * p.pj_rows + j], dsum[r]);
     }
   }

@@ -2712,7 +2712,7 @@ class VulkanBackend : public Backend {
   bool mv_fast_ = true;      // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   uint32_t mv_dual_loop_ = 1;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
-  uint32_t atomic_dbg_ = 0;  // GEMMA_VULKAN_ATOMIC_DBG (timing only)
+  uint32_t atomic_dbg_ = 0;    // GEMMA_VULKAN_ATOMIC_DBG (timing only)
   uint32_t mv_xcm_ = 1;      // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

@@ -2440,9 +2440,7 @@ class VulkanBackend : public Backend {
     const int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     uint8_t* in = in_host_.r.mapped;
-    const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), static_cast<uint32_t>(m), 0,
-                              0};
-    std::memcpy(in, step, sizeof(step));
+    WriteStepValues(m);
     auto rows = [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) {
         const int32_t id = model_.EmbedId(tokens[t]);
@@ -2471,17 +2469,21 @@ class VulkanBackend : public Backend {
     if (mode == OutputMode::kSelect) FillMask(m, allowed);
   }
 
+  // The step's position and token count (the step buffer's values) at the staging buffer's start.
+  void WriteStepValues(int m) {
+    const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), static_cast<uint32_t>(m), 0,
+                              0};
+    std::memcpy(in_host_.r.mapped, step, sizeof(step));
+  }
+
   // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
   // each (the staging memory may be uncached, where element-by-element stores are slow). The
-  // position and embedding row first, then the PLE rows (the split staging when there is one).
+  // embedding row first, then the PLE rows (the split staging when there is one).
   void FillOneTokenRow(int32_t token) {
     const int H = cfg_.hidden_size;
-    uint8_t* in = in_host_.r.mapped;
-    const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), 1u, 0u, 0u};
-    std::memcpy(in, step, sizeof(step));
     fill_row_.resize(H);
     ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(token), fill_row_.data());
-    std::memcpy(in + in_x0_off_, fill_row_.data(), size_t(H) * 4);
+    std::memcpy(in_host_.r.mapped + in_x0_off_, fill_row_.data(), size_t(H) * 4);
   }
   void FillOneTokenSide(int32_t token) {
     const int LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
@@ -2514,6 +2516,7 @@ class VulkanBackend : public Backend {
     };
     try {
       const auto f0 = std::chrono::steady_clock::now();
+      WriteStepValues(1);
       FillOneTokenRow(token);
       if (!split) fill_side();
       dev_->SetEvent(ev_in_);

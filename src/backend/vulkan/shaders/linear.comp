@@ -326,6 +326,9 @@ uint ProCol(bool pairs, uint tid, uint u) {
   return PermCol((tid >> 1) + (u >> 1) * (WG / 2), 2 * (tid & 1) + (u & 1));
 }
 
+// Whether the prologue's element u lies past the input under either map (a constant per u).
+bool ProPast(uint u) { return u * WG >= PRO_N && (u >> 1) * (WG / 2) >= XWORDS; }
+
 // The prologue's input value from h' (PRO 1: normed with factor r2 and weight wa; PRO 2: h').
 float ProInput(float h, float r2, float wa) {
   if (PRO != 1) return h;
@@ -616,7 +619,7 @@ void main() {
     double ss = 0.0LF;
     float tv[8], hv[8], wtv[8], wav[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      if (u * WG >= PRO_N && (u >> 1) * (WG / 2) >= XWORDS) break;  // (known when compiled)
+      if (ProPast(u)) break;  // (known when compiled)
       const uint i = ProCol(pairs, tid, u);
       if (i < PRO_N) {
         float t;
@@ -646,7 +649,7 @@ void main() {
     const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
     double ss2 = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      if (u * WG >= PRO_N && (u >> 1) * (WG / 2) >= XWORDS) break;  // (known when compiled)
+      if (ProPast(u)) break;  // (known when compiled)
       const uint i = ProCol(pairs, tid, u);
       if (i < PRO_N) {
         precise float v = (tv[u] * r) * wtv[u];

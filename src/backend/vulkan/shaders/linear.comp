@@ -141,13 +141,6 @@ layout(constant_id = 26) const uint XCM = 0;
 // ADBG (GEMMA_VULKAN_ATOMIC_DBG, measurement only: the results are wrong): 1 the PLE gate's (EPI 4)
 // integer atomics for the upper half of P's rows skipped, 2 the same for gate/up's (DJ) into D's.
 layout(constant_id = 27) const uint ADBG = 0;
-// PRO_PAIRS 1 (PRO with a quantized input; GEMMA_VULKAN_PRO_PAIRS): the prologue's element u of
-// invocation tid is byte 2 (tid % 2) + u % 2 of packed word tid / 2 + (u / 2) WG / 2 (ProCol), so
-// an invocation holds two bytes of each of its words and one xor shuffle completes a word, instead
-// of one byte per word and two shuffles per byte (column tid + u WG). The same values; the sums of
-// squares add the elements in another order (double sums of f32 squares: the factors agree unless
-// a double rounding moves an f32 one).
-layout(constant_id = 28) const uint PRO_PAIRS = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -318,23 +311,6 @@ uvec2 XqWord(uint c) {
   if (DP4A == 0 || KIND == 5) return uvec2(c >> 2, c & 3);
   if (KIND == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
   return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
-}
-
-// The prologue's column of this invocation's element u (PRO_PAIRS above).
-uint ProCol(bool pairs, uint tid, uint u) {
-  if (!pairs) return tid + u * WG;
-  return PermCol((tid >> 1) + (u >> 1) * (WG / 2), 2 * (tid & 1) + (u & 1));
-}
-
-// Whether the prologue's element u lies past the input under either map (a constant per u).
-bool ProPast(uint u) { return u * WG >= PRO_N && (u >> 1) * (WG / 2) >= XWORDS; }
-
-// The prologue's input value from h' (PRO 1: normed with factor r2 and weight wa; PRO 2: h').
-float ProInput(float h, float r2, float wa) {
-  if (PRO != 1) return h;
-  precise float v = h * r2;
-  precise float o = p.has_wa != 0 ? v * wa : v;
-  return o;
 }
 
 // The shared word holding a token's input word i (row-local): i itself, or with XCM chunk-major.
@@ -602,25 +578,21 @@ void main() {
   // columns of a word lie in one subgroup when it spans 4 * PackStride() lanes.
   const bool pack_shuffle = PACK_ATOMIC == 0 && gl_SubgroupSize >= 4 * PackStride() &&
                             WG % (4 * PackStride()) == 0 && XWORDS <= 2 * WG;
-  // PRO_PAIRS (above): every word below XWORDS is stored whole.
-  const bool pairs = PRO_PAIRS != 0 && pro_q && XWORDS <= 2 * WG;
-  if (pro_q && !pack_shuffle && !pairs) {
+  if (pro_q && !pack_shuffle) {
     for (uint i = tid; i < DUAL * XWORDS; i += WG) xq[i] = 0;
   }
 
   if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
     // Every operand is loaded first (n <= 8 WG; the host checks): one memory round trip instead
-    // of one per pass. Sums in the same order as a loop over i (PRO_PAIRS: over the columns
-    // ProCol gives).
+    // of one per pass. Sums in the same order as a loop over i.
     // The length is the constant PRO_N (= p.n), so the bounds below are known when the kernel
     // is compiled: the loads form one straight run.
     Probe2(0);
     double ss = 0.0LF;
     float tv[8], hv[8], wtv[8], wav[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      if (ProPast(u)) break;  // (known when compiled)
-      const uint i = ProCol(pairs, tid, u);
+      const uint i = tid + u * WG;
       if (i < PRO_N) {
         float t;
         if (PRO_T != 0) {
@@ -649,8 +621,7 @@ void main() {
     const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
     double ss2 = 0.0LF;
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      if (ProPast(u)) break;  // (known when compiled)
-      const uint i = ProCol(pairs, tid, u);
+      const uint i = tid + u * WG;
       if (i < PRO_N) {
         precise float v = (tv[u] * r) * wtv[u];
         precise float o = (hv[u] + v) * p.scale;
@@ -666,38 +637,19 @@ void main() {
     [[unroll]] for (uint d = 0; d < DUAL; ++d) rq[d] = SrqReciprocal(in_s[d]);
     // The float values are read later only by a float path or the separate quantization pass.
     const bool keep_xs = !pro_q || !int_path[0] || (DUAL == 2 && !int_path[1]);
-    if (pairs) {
-      // Two bytes of word w here, two in the neighbouring invocation (zero bytes past the columns).
-      [[unroll]] for (uint u = 0; u < 8; u += 2) {
-        if ((u >> 1) * (WG / 2) >= XWORDS) break;  // (known when compiled)
-        const uint w = (tid >> 1) + (u >> 1) * (WG / 2);
-        float xv[2];
-        [[unroll]] for (uint e = 0; e < 2; ++e) {
-          const uint i = ProCol(true, tid, u + e);
-          xv[e] = i < PRO_N ? ProInput(hv[u + e], r2, wav[u + e]) : 0.0;
-          if (keep_xs && i < PRO_N) xs[i] = xv[e];
-        }
-        [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-          if (!int_path[d]) continue;
-          uint q = 0;
-          [[unroll]] for (uint e = 0; e < 2; ++e) {
-            const uint i = ProCol(true, tid, u + e);
-            if (i < PRO_N && i < p.cols)
-              q |= (uint(QuantizeSrqR(xv[e], in_s[d], rq[d])) & 0xFFu)
-                   << (8 * (2 * (tid & 1) + e));
-          }
-          q |= subgroupShuffleXor(q, 1);
-          if ((tid & 1) == 0 && w < XWORDS) xq[d * XWORDS + XqAt(w)] = q;
-        }
-      }
-    }
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      if (pairs) break;
       if (u * WG >= max(PRO_N, 4 * XWORDS)) break;  // (known when compiled)
       const uint i = tid + u * WG;
       float xv = 0.0;
       if (i < PRO_N) {
-        xv = ProInput(hv[u], r2, wav[u]);
+        const float h = hv[u];
+        if (PRO == 1) {
+          precise float v = h * r2;
+          precise float o = p.has_wa != 0 ? v * wav[u] : v;
+          xv = o;
+        } else {
+          xv = h;
+        }
         if (keep_xs) xs[i] = xv;
       }
       if (!pro_q) continue;

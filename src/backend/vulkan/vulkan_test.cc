@@ -528,7 +528,8 @@ void ExpectPromptLogitsMatchReference(const Model& model, Backend& vk, const Bac
 // gives 1,536-column int2 rows 4 lanes (a lane multiplies 6 vectors), so devices with 8-wide
 // subgroups (lavapipe) take the packed-dot path on them too, with the chunk-major input on int4,
 // and caps the grid at 64 workgroups, so the LM head loops over blocks with the next one
-// prefetched.
+// prefetched. The third runs the prologues on their first form (PRO_VEC 0: columns tid + u WG,
+// read one float at a time, two shuffles per byte).
 TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const std::string dir =
       testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" + std::to_string(getpid());
@@ -563,7 +564,10 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const std::vector<Knobs> settings = {{},
                                        {{"GEMMA_VULKAN_MV_LANES_VEC", "6"},
                                         {"GEMMA_VULKAN_MV_XCM", "3"},
-                                        {"GEMMA_VULKAN_MV_WGS", "64"}}};
+                                        {"GEMMA_VULKAN_MV_WGS", "64"}},
+                                       {{"GEMMA_VULKAN_PRO_VEC", "0"},
+                                        {"GEMMA_VULKAN_MV_LANES_VEC", "6"},
+                                        {"GEMMA_VULKAN_MV_XCM", "3"}}};
   for (const Knobs& env : settings) {
     SCOPED_TRACE(KnobsText(env));
     auto vk = MakeVulkanWith(*model, env, opt);
@@ -926,6 +930,8 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
+    {{"GEMMA_VULKAN_PRO_VEC", "0"}},
+    {{"GEMMA_VULKAN_PRO_VEC", "0"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
     // the PLE projection as its own dispatch (the default: summed by the gate's workgroups, EPI
     // 4, in 4-row blocks: one projection word per row, loaded before the gate's multiply); the
     // gate's general lane choice (64-row blocks on the fixtures: the words loaded after the

@@ -141,6 +141,13 @@ layout(constant_id = 26) const uint XCM = 0;
 // ADBG (GEMMA_VULKAN_ATOMIC_DBG, measurement only: the results are wrong): 1 the PLE gate's (EPI 4)
 // integer atomics for the upper half of P's rows skipped, 2 the same for gate/up's (DJ) into D's.
 layout(constant_id = 27) const uint ADBG = 0;
+// PRO_VEC 1 (PRO; GEMMA_VULKAN_PRO_VEC): the prologue's element u of invocation tid is column
+// 8 tid + u, its operands read as two 16-byte vectors per array, and its quantized bytes packed
+// into whole words in registers (VecSlot: int4 / int8 two words of their own, int2 two bytes of
+// each of four words completed by one xor shuffle) instead of columns tid + u WG read one float at
+// a time and two shuffles per byte. The same values; the sums of squares add the elements in
+// another order (double sums of f32 squares).
+layout(constant_id = 28) const uint PRO_VEC = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -160,6 +167,14 @@ layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's 
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
 layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
+// PRO_VEC: 16-byte views of the prologue's operands (the same bindings).
+layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) readonly buffer XI4 { ivec4 xi4[]; };
+layout(std430, binding = 5) readonly buffer S14 { vec4 s14[]; };
+layout(std430, binding = 7) readonly buffer Hres4 { vec4 hres4[]; };
+layout(std430, binding = 8) readonly buffer WT4 { vec4 wt4[]; };
+layout(std430, binding = 9) readonly buffer WA4 { vec4 wa4[]; };
+layout(std430, binding = 10) writeonly buffer A4 { vec4 anorm4[]; };
 
 layout(push_constant) uniform P {
   uint rows;      // rows in this part
@@ -311,6 +326,22 @@ uvec2 XqWord(uint c) {
   if (DP4A == 0 || KIND == 5) return uvec2(c >> 2, c & 3);
   if (KIND == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
   return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
+}
+
+// PRO_VEC: the word slot (of the invocation's 2, or for int2 4) and byte of element u (column
+// 8 tid + u; PermCol's inverse relative to the invocation's first word).
+uvec2 VecSlot(uint u, uint tid) {
+  if (DP4A == 0 || KIND == 5) return uvec2(u >> 2, u & 3);
+  if (KIND == 4) return uvec2(u & 1, u >> 1);
+  return uvec2(u & 3, 2 * (tid & 1) + (u >> 2));
+}
+
+// The prologue's input value from h' (PRO 1: normed with factor r2 and weight wa; PRO 2: h').
+float ProInput(float h, float r2, float wa) {
+  if (PRO != 1) return h;
+  precise float v = h * r2;
+  precise float o = p.has_wa != 0 ? v * wa : v;
+  return o;
 }
 
 // The shared word holding a token's input word i (row-local): i itself, or with XCM chunk-major.
@@ -578,11 +609,101 @@ void main() {
   // columns of a word lie in one subgroup when it spans 4 * PackStride() lanes.
   const bool pack_shuffle = PACK_ATOMIC == 0 && gl_SubgroupSize >= 4 * PackStride() &&
                             WG % (4 * PackStride()) == 0 && XWORDS <= 2 * WG;
-  if (pro_q && !pack_shuffle) {
+  // PRO_VEC (above): every word below XWORDS is stored whole.
+  const bool vec8 = PRO_VEC != 0 && PRO_N % 8 == 0 && PRO_N <= 8 * WG && XWORDS <= 2 * WG &&
+                    gl_SubgroupSize >= 2;
+  if (pro_q && !pack_shuffle && !vec8) {
     for (uint i = tid; i < DUAL * XWORDS; i += WG) xq[i] = 0;
   }
 
-  if (PRO != 0) {
+  if (PRO != 0 && vec8) {
+    // As below, with the invocation's columns 8 tid .. 8 tid + 7 (PRO_N % 8 == 0).
+    Probe2(0);
+    const uint c0 = 8 * tid;
+    const bool has = c0 < PRO_N;
+    double ss = 0.0LF;
+    float tv[8], hv[8], wtv[8], wav[8];
+    if (has) {
+      [[unroll]] for (uint h = 0; h < 2; ++h) {
+        const uint v = 2 * tid + h;
+        vec4 t;
+        if (PRO_T != 0) {
+          ivec4 sum = xi4[v];
+          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi4[c * (PRO_N / 4) + v];
+          const vec4 sc = s14[v];
+          [[unroll]] for (uint e = 0; e < 4; ++e) {
+            t[e] = float(double(sum[e]) * double(p.pt_in_s) * double(sc[e]));
+            if (p.pt_out_s > 0.0) t[e] = Srq(t[e], p.pt_out_s);
+          }
+        } else {
+          t = x4[v];
+        }
+        const vec4 hh = hres4[v];
+        const vec4 w = wt4[v];
+        const vec4 a = PRO == 1 ? wa4[v] : vec4(0.0);
+        [[unroll]] for (uint e = 0; e < 4; ++e) {
+          tv[4 * h + e] = t[e];
+          hv[4 * h + e] = hh[e];
+          wtv[4 * h + e] = w[e];
+          wav[4 * h + e] = a[e];
+        }
+      }
+      [[unroll]] for (uint u = 0; u < 8; ++u) ss = fma(double(tv[u]), double(tv[u]), ss);
+    }
+    Probe2(1);
+    const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
+    Probe2(2);
+    const bool write_h = p.has_a != 0 && gl_WorkGroupID.x == 0 && gl_WorkGroupID.y == 0;
+    double ss2 = 0.0LF;
+    if (has) {
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        precise float v = (tv[u] * r) * wtv[u];
+        precise float o = (hv[u] + v) * p.scale;
+        hv[u] = o;
+        ss2 = fma(double(o), double(o), ss2);
+      }
+      if (write_h) {
+        anorm4[2 * tid] = vec4(hv[0], hv[1], hv[2], hv[3]);
+        anorm4[2 * tid + 1] = vec4(hv[4], hv[5], hv[6], hv[7]);
+      }
+    }
+    Probe2(3);
+    const float r2 = PRO == 1 ? BlockRmsFactor(ss2, p.n, p.eps, 1) : 1.0;
+    Probe2(4);
+    const bool keep_xs = !pro_q || !int_path[0] || (DUAL == 2 && !int_path[1]);
+    float xv[8];
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      xv[u] = has ? ProInput(hv[u], r2, wav[u]) : 0.0;
+      if (keep_xs && has) xs[c0 + u] = xv[u];
+    }
+    if (pro_q) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        if (!int_path[d]) continue;
+        const float rq = SrqReciprocal(in_s[d]);
+        uint wq[4] = uint[4](0u, 0u, 0u, 0u);
+        [[unroll]] for (uint u = 0; u < 8; ++u) {
+          const uvec2 sl = VecSlot(u, tid);
+          if (c0 + u < PRO_N && c0 + u < p.cols)
+            wq[sl.x] |= (uint(QuantizeSrqR(xv[u], in_s[d], rq)) & 0xFFu) << (8 * sl.y);
+        }
+        if (DP4A != 0 && KIND == 3) {
+          // int2: words 4 (tid / 2) + 0..3, two bytes each here and two in the neighbour; the even
+          // invocation stores the first two, the odd one the last two.
+          [[unroll]] for (uint k = 0; k < 4; ++k) wq[k] |= subgroupShuffleXor(wq[k], 1);
+          const bool odd = (tid & 1) != 0;
+          const uint w = 4 * (tid >> 1) + (odd ? 2 : 0);
+          if (w < XWORDS) xq[d * XWORDS + XqAt(w)] = odd ? wq[2] : wq[0];
+          if (w + 1 < XWORDS) xq[d * XWORDS + XqAt(w + 1)] = odd ? wq[3] : wq[1];
+        } else {
+          if (2 * tid < XWORDS) xq[d * XWORDS + XqAt(2 * tid)] = wq[0];
+          if (2 * tid + 1 < XWORDS) xq[d * XWORDS + XqAt(2 * tid + 1)] = wq[1];
+        }
+      }
+    }
+    Probe2(5);
+    barrier();
+    Probe2(6);
+  } else if (PRO != 0) {
     // h' and the normed input from the residual stream and the previous linear's raw output.
     // Every operand is loaded first (n <= 8 WG; the host checks): one memory round trip instead
     // of one per pass. Sums in the same order as a loop over i.

@@ -661,7 +661,7 @@ class VulkanBackend : public Backend {
     // upper half of the rows skipped (linear.comp ADBG): what the atomics cost their phase and the
     // prologue reading their sums.
     atomic_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATOMIC_DBG", 0), 0, 3));
-    pro_vec_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_PRO_VEC", 3), 0, 3));
+    pro_vec_ = EnvInt("GEMMA_VULKAN_PRO_VEC", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1527,14 +1527,9 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 26);
         spec.push_back(atomic_dbg_);  // ADBG
       }
-      // The prologue's (or a one-token quantization pass's) columns 8 per invocation, read as
-      // 16-byte vectors (linear.comp PRO_VEC; not with PACK_ATOMIC, the prologue's first form's
-      // other packing; the pass reads whole 16-byte vectors of an aligned row).
-      const bool vec_pass = !pro && m == 1 && tok == 1 && IsQuantized(lin.kind) &&
-                            lin.in_scale > 0.0f && xqm != 1 && x_stride % 4 == 0 &&
-                            x_row0 % 4 == 0 && x.offset % 16 == 0;
-      if (((pro && (pro_vec_ & 1) != 0) || (vec_pass && (pro_vec_ & 2) != 0)) && !pack_atomic_ &&
-          d.cols % 8 == 0) {
+      // The prologue's columns 8 per invocation, read as 16-byte vectors (linear.comp PRO_VEC;
+      // not with PACK_ATOMIC, the first form's other packing).
+      if (pro && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
         PadLinearSpec(spec, 27);
         spec.push_back(1);  // PRO_VEC
       }
@@ -2728,7 +2723,7 @@ class VulkanBackend : public Backend {
   uint32_t mv_dual_loop_ = 1;  // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
   uint32_t atomic_dbg_ = 0;    // GEMMA_VULKAN_ATOMIC_DBG (timing only)
-  uint32_t pro_vec_ = 3;  // GEMMA_VULKAN_PRO_VEC: 16-byte input loads in the prologue (1) / the pass (2)
+  bool pro_vec_ = true;        // GEMMA_VULKAN_PRO_VEC: the prologue on 16-byte operand loads
   uint32_t mv_xcm_ = 1;      // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

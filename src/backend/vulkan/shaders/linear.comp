@@ -146,8 +146,7 @@ layout(constant_id = 27) const uint ADBG = 0;
 // into whole words in registers (VecSlot: int4 / int8 two words of their own, int2 two bytes of
 // each of four words completed by one xor shuffle) instead of columns tid + u WG read one float at
 // a time and two shuffles per byte. The same values; the sums of squares add the elements in
-// another order (double sums of f32 squares). Without a prologue (one token), the quantization
-// pass likewise (instead of four scattered loads and byte shifts per word).
+// another order (double sums of f32 squares).
 layout(constant_id = 28) const uint PRO_VEC = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
@@ -349,30 +348,6 @@ float ProInput(float h, float r2, float wa) {
 uint XqAt(uint i) {
   if (XCM == 0) return i;
   return ((i % XS) >> 2) * (4 * XNV) + 4 * (i / XS) + (i & 3);
-}
-
-// PRO_VEC: the SRQ bytes (scale s) of columns 8 tid .. 8 tid + 7, values xv, packed into whole
-// words of weight set d's shared input (int2: two bytes of four words, completed by the
-// neighbour's through one xor shuffle; the even invocation stores the first two, the odd one the
-// last two). Every invocation of the workgroup calls it (the shuffle), zeros past the columns.
-void StoreVec8(const float xv[8], uint tid, uint d, float s) {
-  const float rq = SrqReciprocal(s);
-  const uint c0 = 8 * tid;
-  uint wq[4] = uint[4](0u, 0u, 0u, 0u);
-  [[unroll]] for (uint u = 0; u < 8; ++u) {
-    const uvec2 sl = VecSlot(u, tid);
-    if (c0 + u < p.cols) wq[sl.x] |= (uint(QuantizeSrqR(xv[u], s, rq)) & 0xFFu) << (8 * sl.y);
-  }
-  if (DP4A != 0 && KIND == 3) {
-    [[unroll]] for (uint k = 0; k < 4; ++k) wq[k] |= subgroupShuffleXor(wq[k], 1);
-    const bool odd = (tid & 1) != 0;
-    const uint w = 4 * (tid >> 1) + (odd ? 2 : 0);
-    if (w < XWORDS) xq[d * XWORDS + XqAt(w)] = odd ? wq[2] : wq[0];
-    if (w + 1 < XWORDS) xq[d * XWORDS + XqAt(w + 1)] = odd ? wq[3] : wq[1];
-  } else {
-    if (2 * tid < XWORDS) xq[d * XWORDS + XqAt(2 * tid)] = wq[0];
-    if (2 * tid + 1 < XWORDS) xq[d * XWORDS + XqAt(2 * tid + 1)] = wq[1];
-  }
 }
 
 int acc_i[2 * TOK];
@@ -702,8 +677,28 @@ void main() {
       if (keep_xs && has) xs[c0 + u] = xv[u];
     }
     if (pro_q) {
-      [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        if (int_path[d]) StoreVec8(xv, tid, d, in_s[d]);
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+        if (!int_path[d]) continue;
+        const float rq = SrqReciprocal(in_s[d]);
+        uint wq[4] = uint[4](0u, 0u, 0u, 0u);
+        [[unroll]] for (uint u = 0; u < 8; ++u) {
+          const uvec2 sl = VecSlot(u, tid);
+          if (c0 + u < PRO_N && c0 + u < p.cols)
+            wq[sl.x] |= (uint(QuantizeSrqR(xv[u], in_s[d], rq)) & 0xFFu) << (8 * sl.y);
+        }
+        if (DP4A != 0 && KIND == 3) {
+          // int2: words 4 (tid / 2) + 0..3, two bytes each here and two in the neighbour; the even
+          // invocation stores the first two, the odd one the last two.
+          [[unroll]] for (uint k = 0; k < 4; ++k) wq[k] |= subgroupShuffleXor(wq[k], 1);
+          const bool odd = (tid & 1) != 0;
+          const uint w = 4 * (tid >> 1) + (odd ? 2 : 0);
+          if (w < XWORDS) xq[d * XWORDS + XqAt(w)] = odd ? wq[2] : wq[0];
+          if (w + 1 < XWORDS) xq[d * XWORDS + XqAt(w + 1)] = odd ? wq[3] : wq[1];
+        } else {
+          if (2 * tid < XWORDS) xq[d * XWORDS + XqAt(2 * tid)] = wq[0];
+          if (2 * tid + 1 < XWORDS) xq[d * XWORDS + XqAt(2 * tid + 1)] = wq[1];
+        }
+      }
     }
     Probe2(5);
     barrier();
@@ -818,24 +813,6 @@ void main() {
       }
       xq[tt * XWORDS + XqAt(i - tt * XWORDS)] = v;
     }
-    barrier();
-  } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1])) && PRO_VEC != 0 &&
-             PRO == 0 && TOK == 1 && XWORDS <= 2 * WG && gl_SubgroupSize >= 2) {
-    // PRO_VEC without a prologue (one token; the host checks cols % 8 == 0 and a 16-byte aligned
-    // row): the invocation's 8 columns in two 16-byte loads, packed as the prologue's.
-    const uint c0 = 8 * tid;
-    float xv[8];
-    [[unroll]] for (uint u = 0; u < 8; ++u) xv[u] = 0.0;
-    if (tg < p.ntok && c0 < p.cols) {
-      const uint v = (tg + p.x_row0) * p.x_stride / 4 + 2 * tid;
-      const vec4 a = x4[v], b = x4[v + 1];
-      [[unroll]] for (uint e = 0; e < 4; ++e) {
-        xv[e] = a[e];
-        xv[4 + e] = b[e];
-      }
-    }
-    [[unroll]] for (uint d = 0; d < DUAL; ++d)
-      if (int_path[d]) StoreVec8(xv, tid, d, in_s[d]);
     barrier();
   } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
     const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row

@@ -602,6 +602,9 @@ class VulkanBackend : public Backend {
     // next block's weight vectors loaded before this block's multiply (linear.comp PFB): the head
     // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/NOTES.md, thirteenth session).
     mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 1) != 0;
+    mv_prefetch_early_ = static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
+    mv_prefetch_early_set_ =
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 5), 0, 7));
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.
     dense_prefetch_ = EnvInt("GEMMA_VULKAN_DENSE_PREFETCH", 1) != 0;
@@ -1503,8 +1506,18 @@ class VulkanBackend : public Backend {
       // Workgroups looping over several blocks of a single FAST weight set: the next block's
       // vectors loaded before this one's multiply (linear.comp PFB).
       const uint32_t nvl = (nvec + lanes - 1) / lanes;
-      const bool pfb = ((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second &&
-                       tok == 1 && !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4;
+      // ... and where the grid is at most mv_prefetch_early_ workgroups per compute unit, the
+      // first block's loaded at the kernel's start (PFE), also without a loop over blocks.
+      // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
+      // prologue linears)
+      const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
+      const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 &&
+                       fast && !second && m == 1 && !rc.ops && tok == 1 && nvl >= 1 &&
+                       nvl <= 4 &&
+                       gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
+      const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second &&
+                        tok == 1 && !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4) ||
+                       pfe;
       if (pfb) {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
@@ -1532,6 +1545,10 @@ class VulkanBackend : public Backend {
       if (pro && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
         PadLinearSpec(spec, 27);
         spec.push_back(1);  // PRO_VEC
+      }
+      if (pfe) {
+        PadLinearSpec(spec, 28);
+        spec.push_back(1);  // PFE
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2686,6 +2703,8 @@ class VulkanBackend : public Backend {
   bool reduce_last_ = true;        // logits_reduce in one dispatch (LAST)
   bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
+  uint32_t mv_prefetch_early_ = 2;  // ... the first block's at the start, grids <= this per unit
+  uint32_t mv_prefetch_early_set_ = 5;  // ... for these linears (bits: no prologue, PLE gate, other)
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

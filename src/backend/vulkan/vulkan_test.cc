@@ -529,7 +529,8 @@ void ExpectPromptLogitsMatchReference(const Model& model, Backend& vk, const Bac
 // subgroups (lavapipe) take the packed-dot path on them too, with the chunk-major input on int4,
 // and caps the grid at 64 workgroups, so the LM head loops over blocks with the next one
 // prefetched. The third runs the prologues on their first form (PRO_VEC 0: columns tid + u WG,
-// read one float at a time, two shuffles per byte).
+// read one float at a time, two shuffles per byte). The fourth loads every FAST single-set
+// linear's first block at its start (PFE), the PLE gate's and the looping head's too.
 TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const std::string dir =
       testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" + std::to_string(getpid());
@@ -567,7 +568,12 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
                                         {"GEMMA_VULKAN_MV_WGS", "64"}},
                                        {{"GEMMA_VULKAN_PRO_VEC", "0"},
                                         {"GEMMA_VULKAN_MV_LANES_VEC", "6"},
-                                        {"GEMMA_VULKAN_MV_XCM", "3"}}};
+                                        {"GEMMA_VULKAN_MV_XCM", "3"}},
+                                       {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "100000"},
+                                        {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "7"},
+                                        {"GEMMA_VULKAN_MV_LANES_VEC", "6"},
+                                        {"GEMMA_VULKAN_MV_XCM", "3"},
+                                        {"GEMMA_VULKAN_MV_WGS", "64"}}};
   for (const Knobs& env : settings) {
     SCOPED_TRACE(KnobsText(env));
     auto vk = MakeVulkanWith(*model, env, opt);
@@ -932,6 +938,13 @@ const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_RMS_ALL", "1"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_PRO_VEC", "0"}},
     {{"GEMMA_VULKAN_PRO_VEC", "0"}, {"GEMMA_VULKAN_MV_WGS", "3"}},
+    // the first block's weights loaded at every FAST single-set linear's start (PFE), with a
+    // loop over blocks too, and nowhere
+    {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "100000"}, {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "7"}},
+    {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "100000"},
+     {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "7"},
+     {"GEMMA_VULKAN_MV_WGS", "3"}},
+    {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "0"}},
     // the PLE projection as its own dispatch (the default: summed by the gate's workgroups, EPI
     // 4, in 4-row blocks: one projection word per row, loaded before the gate's multiply); the
     // gate's general lane choice (64-row blocks on the fixtures: the words loaded after the

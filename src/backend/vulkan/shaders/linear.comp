@@ -148,6 +148,11 @@ layout(constant_id = 27) const uint ADBG = 0;
 // a time and two shuffles per byte. The same values; the sums of squares add the elements in
 // another order (double sums of f32 squares).
 layout(constant_id = 28) const uint PRO_VEC = 0;
+// PFE 1 (PFB; GEMMA_VULKAN_MV_PREFETCH_EARLY): the first block's vectors loaded at the kernel's
+// start, so they arrive during the prologue / the input's quantization, instead of after it. Set
+// where a grid fits one workgroup per compute unit (q, k, v, the PLE gate): the registers they hold
+// through the prologue cost no occupancy there. The same values.
+layout(constant_id = 29) const uint PFE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -601,6 +606,9 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
+  // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here).
+  uvec4 wnx[4];
+  if (PFB > 0 && PFE != 0) LoadFirstBlock(wnx, lane, rloc);
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -841,8 +849,7 @@ void main() {
 
   // PFB: the lane's vectors of the next block's row (the first block's loaded here; with FXW
   // before the input is staged, so they arrive during it).
-  uvec4 wnx[4];
-  if (PFB > 0 && FXW > 0) LoadFirstBlock(wnx, lane, rloc);
+  if (PFB > 0 && FXW > 0 && PFE == 0) LoadFirstBlock(wnx, lane, rloc);
   if (FXW > 0) {
     const uint xb = (tg + p.x_row0) * p.x_stride;
     for (uint i = tid; i < FXW; i += WG) {
@@ -857,7 +864,7 @@ void main() {
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
   const uint nblk = (p.rows + ROWS_PER_WG - 1) / ROWS_PER_WG;
-  if (PFB > 0 && FXW == 0) LoadFirstBlock(wnx, lane, rloc);
+  if (PFB > 0 && FXW == 0 && PFE == 0) LoadFirstBlock(wnx, lane, rloc);
   int dsum[8];  // DJ: D's partial sums of rows tid + WG r over this workgroup's blocks
   [[unroll]] for (uint r = 0; r < 8; ++r) dsum[r] = 0;
   for (uint blk = gl_WorkGroupID.y; blk < nblk; blk += gl_NumWorkGroups.y) {

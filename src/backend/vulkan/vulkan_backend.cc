@@ -158,6 +158,10 @@ struct Pro {
   const DevLinear* t_sums = nullptr;
   const BufRange* t_acc = nullptr;
   uint32_t t_copies = 1;  // ... in this many copies of the sums (linear.comp ACC_COPIES)
+  // linear.comp PRO_VEC allowed (the head's prologue keeps the element map of the norm kernels,
+  // whose sums it reproduces bit for bit: on the H200 the PRO_VEC head's logits differed from
+  // them in their last bits, HeadNormInPrologueMatchesNormKernels, bench/NOTES.md)
+  bool vec = true;
 };
 // EPI 4 (one token, the PLE gate) or DJ (one token, gate/up and the down projection): the next
 // linear `proj`'s products over the gate's rows added to the int32 sums `acc` (zeroed before the
@@ -1542,7 +1546,7 @@ class VulkanBackend : public Backend {
       }
       // The prologue's columns 8 per invocation, read as 16-byte vectors (linear.comp PRO_VEC;
       // not with PACK_ATOMIC, the first form's other packing).
-      if (pro && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
+      if (pro && pro->vec && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
         PadLinearSpec(spec, 27);
         spec.push_back(1);  // PRO_VEC
       }
@@ -1939,9 +1943,10 @@ class VulkanBackend : public Backend {
       // h' = (h + rmsnorm(t) wt) scale, x = rmsnorm(h') final_norm in every workgroup of the head
       // (PRO 1; its grid capped as the other one-token linears', so once per workgroup)
       rc.head_pend = false;
-      const Pro ph{
+      Pro ph{
           1,       &rc.head_h,   &rc.head_wt->r, final_norm_.handle >= 0 ? &final_norm_.r : nullptr,
           nullptr, rc.head_scale};
+      ph.vec = false;
       LinearOp(rc, lm_head_, t_.r, H, logits_.r, V, 0, count, 2, nullptr, nullptr, 0, 0, 0, nullptr,
                0, nullptr, 0.0f, &ph);
     } else {

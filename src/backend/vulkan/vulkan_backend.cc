@@ -160,7 +160,8 @@ struct Pro {
   uint32_t t_copies = 1;  // ... in this many copies of the sums (linear.comp ACC_COPIES)
   // linear.comp PRO_VEC allowed (the head's prologue keeps the element map of the norm kernels,
   // whose sums it reproduces bit for bit: on the H200 the PRO_VEC head's logits differed from
-  // them in their last bits, HeadNormInPrologueMatchesNormKernels, bench/NOTES.md)
+  // theirs byte-wise in HeadNormInPrologueMatchesNormKernels, cause not found; bench/NOTES.md,
+  // seventeenth session)
   bool vec = true;
 };
 // EPI 4 (one token, the PLE gate) or DJ (one token, gate/up and the down projection): the next
@@ -606,7 +607,11 @@ class VulkanBackend : public Backend {
     // next block's weight vectors loaded before this block's multiply (linear.comp PFB): the head
     // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/NOTES.md, thirteenth session).
     mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 1) != 0;
-    mv_prefetch_early_ = static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
+    // ... and the first block's vectors at the kernel's start where a grid has at most this many
+    // workgroups per compute unit (linear.comp PFE; set bits: 1 linears without a prologue, 2 the
+    // PLE gate, 4 other prologue linears): 1.594-1.596 against 1.607-1.612 ms per token.
+    mv_prefetch_early_ =
+        static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
     mv_prefetch_early_set_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 5), 0, 7));
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
@@ -668,6 +673,8 @@ class VulkanBackend : public Backend {
     // upper half of the rows skipped (linear.comp ADBG): what the atomics cost their phase and the
     // prologue reading their sums.
     atomic_dbg_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATOMIC_DBG", 0), 0, 3));
+    // The norm prologues' columns 8 per invocation on 16-byte operand loads, whole words packed in
+    // registers (linear.comp PRO_VEC): 1.609 / 1.611 against 1.665 / 1.663 ms per token.
     pro_vec_ = EnvInt("GEMMA_VULKAN_PRO_VEC", 1) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
@@ -1515,9 +1522,8 @@ class VulkanBackend : public Backend {
       // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
       // prologue linears)
       const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
-      const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 &&
-                       fast && !second && m == 1 && !rc.ops && tok == 1 && nvl >= 1 &&
-                       nvl <= 4 &&
+      const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
+                       !second && m == 1 && !rc.ops && tok == 1 && nvl >= 1 && nvl <= 4 &&
                        gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
       const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second &&
                         tok == 1 && !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4) ||
@@ -1545,7 +1551,7 @@ class VulkanBackend : public Backend {
         spec.push_back(atomic_dbg_);  // ADBG
       }
       // The prologue's columns 8 per invocation, read as 16-byte vectors (linear.comp PRO_VEC;
-      // not with PACK_ATOMIC, the first form's other packing).
+      // not with PACK_ATOMIC, the first form's other packing, nor where the caller says so).
       if (pro && pro->vec && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
         PadLinearSpec(spec, 27);
         spec.push_back(1);  // PRO_VEC
@@ -2709,7 +2715,7 @@ class VulkanBackend : public Backend {
   bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   uint32_t mv_prefetch_early_ = 2;  // ... the first block's at the start, grids <= this per unit
-  uint32_t mv_prefetch_early_set_ = 5;  // ... for these linears (bits: no prologue, PLE gate, other)
+  uint32_t mv_prefetch_early_set_ = 5;  // ... for these linears (bits above)
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

@@ -150,8 +150,8 @@ layout(constant_id = 27) const uint ADBG = 0;
 layout(constant_id = 28) const uint PRO_VEC = 0;
 // PFE 1 (PFB; GEMMA_VULKAN_MV_PREFETCH_EARLY): the first block's vectors loaded at the kernel's
 // start, so they arrive during the prologue / the input's quantization, instead of after it. Set
-// where a grid fits one workgroup per compute unit (q, k, v, the PLE gate): the registers they hold
-// through the prologue cost no occupancy there. The same values.
+// where a grid has at most two workgroups per compute unit (q, k, v, o on the H200): the registers
+// they hold through the prologue cost no occupancy there. The same values.
 layout(constant_id = 29) const uint PFE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };

@@ -1521,12 +1521,13 @@ class VulkanBackend : public Backend {
       // first block's loaded at the kernel's start (PFE), also without a loop over blocks.
       // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
       // prologue linears)
+      const bool pf_shape = !second && tok == 1 && nvl >= 1 && nvl <= 4;
       const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
       const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
-                       !second && m == 1 && !rc.ops && tok == 1 && nvl >= 1 && nvl <= 4 &&
+                       pf_shape && m == 1 && !rc.ops &&
                        gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
-      const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && !second &&
-                        tok == 1 && !pj_ok && gy < nblk && nvl >= 1 && nvl <= 4) ||
+      const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && pf_shape &&
+                        !pj_ok && gy < nblk) ||
                        pfe;
       if (pfb) {
         PadLinearSpec(spec, 22);

@@ -341,6 +341,13 @@ uvec2 VecSlot(uint u, uint tid) {
   return uvec2(u & 3, 2 * (tid & 1) + (u >> 2));
 }
 
+// PRO_T: t from P's int32 sum and row scale (P's epilogue, as this kernel's own below: scales in
+// double, rounded once, output SRQ).
+float ProT(int sum, float row_s) {
+  const float t = float(double(sum) * double(p.pt_in_s) * double(row_s));
+  return p.pt_out_s > 0.0 ? Srq(t, p.pt_out_s) : t;
+}
+
 // The prologue's input value from h' (PRO 1: normed with factor r2 and weight wa; PRO 2: h').
 float ProInput(float h, float r2, float wa) {
   if (PRO != 1) return h;
@@ -639,10 +646,7 @@ void main() {
           ivec4 sum = xi4[v];
           [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi4[c * (PRO_N / 4) + v];
           const vec4 sc = s14[v];
-          [[unroll]] for (uint e = 0; e < 4; ++e) {
-            t[e] = float(double(sum[e]) * double(p.pt_in_s) * double(sc[e]));
-            if (p.pt_out_s > 0.0) t[e] = Srq(t[e], p.pt_out_s);
-          }
+          [[unroll]] for (uint e = 0; e < 4; ++e) t[e] = ProT(sum[e], sc[e]);
         } else {
           t = x4[v];
         }
@@ -725,11 +729,9 @@ void main() {
       if (i < PRO_N) {
         float t;
         if (PRO_T != 0) {
-          // P's epilogue (as this kernel's own below): scales in double, rounded once, output SRQ
           int sum = xi[i];
           [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
-          t = float(double(sum) * double(p.pt_in_s) * double(s1[i]));
-          if (p.pt_out_s > 0.0) t = Srq(t, p.pt_out_s);
+          t = ProT(sum, s1[i]);
         } else {
           t = x[i];
         }
@@ -771,14 +773,7 @@ void main() {
       const uint i = tid + u * WG;
       float xv = 0.0;
       if (i < PRO_N) {
-        const float h = hv[u];
-        if (PRO == 1) {
-          precise float v = h * r2;
-          precise float o = p.has_wa != 0 ? v * wav[u] : v;
-          xv = o;
-        } else {
-          xv = h;
-        }
+        xv = ProInput(hv[u], r2, wav[u]);
         if (keep_xs) xs[i] = xv;
       }
       if (!pro_q) continue;

@@ -877,7 +877,7 @@ class VulkanBackend : public Backend {
     step_ = F(4);
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
-    flags_ = F(1024);  // GEMMA_VULKAN_EMPTY=7's phase counters
+    flags_ = F(empty_mode_ == 8 ? 64 * 1024 : 1024);  // GEMMA_VULKAN_EMPTY=7 / 8's counters
     grid_ = F(64);
     prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
     probe_sink_ = probe_all_ ? F(2 * 16 * 4096) : Buf{};
@@ -1008,6 +1008,9 @@ class VulkanBackend : public Backend {
     // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index, workgroups of the
     // previous phase (0: no wait) and of the current one.
     uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
+    // GEMMA_VULKAN_EMPTY=8: dispatch index, the previous phase's first dispatch + 1 (0: no wait)
+    // and count, the current phase's first dispatch.
+    uint32_t flag_disp = 0, flag_wait = 0, flag_wait_n = 0, flag_first = 0;
     // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
     // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
     // final norm.
@@ -1135,6 +1138,15 @@ class VulkanBackend : public Backend {
         rc.flag_cur += gx * gy * gz;
         bb[12] = flags_.r;
       }
+      if (empty_mode_ == 8) {
+        es.resize(21, 0);
+        es[17] = rc.flag_wait;
+        es[18] = rc.flag_wait_n;
+        es[19] = std::min(rc.flag_disp, 1023u) + 1;
+        es[20] = gx * gy * gz;
+        ++rc.flag_disp;
+        bb[12] = flags_.r;
+      }
       if (empty_mode_ == 3 || empty_mode_ == 4) {
         es.resize(17, 0);
         es[15] = empty_code_;
@@ -1176,6 +1188,13 @@ class VulkanBackend : public Backend {
   }
   void Barrier(Rec& rc) {
     ++rc.barriers;
+    if (empty_mode_ == 8 && !rc.ops) {
+      // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags
+      rc.flag_wait = rc.light ? rc.flag_first + 1 : 0;
+      rc.flag_wait_n = rc.light ? rc.flag_disp - rc.flag_first : 0;
+      rc.flag_first = rc.flag_disp;
+      if (rc.light) return;
+    }
     if (empty_mode_ == 7 && !rc.ops) {
       // (timing only) the next phase's workgroups wait for this one's count instead of a barrier
       rc.flag_prev = rc.light ? rc.flag_cur : 0;
@@ -2001,7 +2020,7 @@ class VulkanBackend : public Backend {
   // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
   // writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
-    if (empty_mode_ == 7) vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
+    if (empty_mode_ == 7 || empty_mode_ == 8) vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
   }

@@ -33,6 +33,12 @@ layout(constant_id = 16) const uint ROLLED = 0;
 layout(constant_id = 17) const uint WAIT = 0;
 layout(constant_id = 18) const uint WAIT_N = 0;
 layout(constant_id = 19) const uint SIG = 0;
+// Mode 8 (barriers as per-dispatch ready flags): dispatch d's workgroups count themselves in
+// flags[64 d]; the one that completes the count (N, this dispatch's workgroups) sets flags[64 d + 32]
+// (its own 128-byte line), and the next phase's workgroups poll the ready words of the previous
+// phase's WAIT_N dispatches from WAIT (WAIT 0: no wait; SIG: d + 1) with relaxed loads, then
+// acquire. The pollers never touch the counters' lines.
+layout(constant_id = 20) const uint N = 0;
 layout(std430, binding = 3) buffer Y { uint y[]; };
 layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
 
@@ -41,7 +47,19 @@ layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
 #define BLOCK S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4
 
 void main() {
-  if (WAIT_N > 0) {
+  if (N > 0 && WAIT > 0) {
+    if (gl_LocalInvocationID.x == 0) {
+      for (uint d = WAIT - 1; d < WAIT - 1 + WAIT_N; ++d) {
+        for (uint i = 0; i < (1u << 22) &&
+                         atomicLoad(flags[64 * d + 32], gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                                    gl_SemanticsRelaxed) == 0;
+             ++i) {
+        }
+      }
+      memoryBarrier(gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire);
+    }
+    barrier();
+  } else if (N == 0 && WAIT_N > 0) {
     if (gl_LocalInvocationID.x == 0) {
       while (atomicLoad(flags[WAIT], gl_ScopeDevice, gl_StorageSemanticsBuffer,
                         gl_SemanticsAcquire) < WAIT_N) {
@@ -75,7 +93,16 @@ void main() {
     if ((a ^ b ^ c ^ d) == 0x12345678u + k) y[1] = a;
   }
   if (gl_LocalInvocationID.x == 0xFFFFFFFFu - (k & 0xFFFFu)) y[0] = k;
-  if (SIG > 0) {
+  if (N > 0) {
+    barrier();
+    if (gl_LocalInvocationID.x == 0) {
+      const uint d = SIG - 1;
+      if (atomicAdd(flags[64 * d], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                    gl_SemanticsAcquireRelease) == N - 1)
+        atomicStore(flags[64 * d + 32], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                    gl_SemanticsRelease);
+    }
+  } else if (SIG > 0) {
     barrier();
     if (gl_LocalInvocationID.x == 0)
       atomicAdd(flags[SIG - 1], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);

@@ -613,7 +613,8 @@ class VulkanBackend : public Backend {
     mv_prefetch_early_ =
         static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
     mv_prefetch_early_set_ =
-        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 5), 0, 7));
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 5), 0, 15));
+    mv_prefetch_early_late_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", 0) != 0;
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.
     dense_prefetch_ = EnvInt("GEMMA_VULKAN_DENSE_PREFETCH", 1) != 0;
@@ -1539,7 +1540,7 @@ class VulkanBackend : public Backend {
       // ... and where the grid is at most mv_prefetch_early_ workgroups per compute unit, the
       // first block's loaded at the kernel's start (PFE), also without a loop over blocks.
       // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
-      // prologue linears)
+      // prologue linears, 8 gate/up: both sets' first block, PFE2)
       const bool pf_shape = !second && tok == 1 && nvl >= 1 && nvl <= 4;
       const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
       const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
@@ -1552,7 +1553,7 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
       }
-      if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
+      if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {  // (dual_loop below)
         PadLinearSpec(spec, 23);
         spec.push_back(mv_dual_loop_);  // DUAL_LOOP
       }
@@ -1579,6 +1580,18 @@ class VulkanBackend : public Backend {
       if (pfe) {
         PadLinearSpec(spec, 28);
         spec.push_back(1);  // PFE
+      }
+      const bool dual_loop = mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0;
+      const bool pfe2 = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & 8) != 0 && dual_loop &&
+                        tok == 1 && nvl >= 1 && nvl <= 4 && !rc.ops &&
+                        gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
+      if (pfe2) {
+        PadLinearSpec(spec, 29);
+        spec.push_back(nvl);  // PFE2
+      }
+      if ((pfe || pfe2) && pro && mv_prefetch_early_late_) {
+        PadLinearSpec(spec, 30);
+        spec.push_back(1);  // PFE_LATE
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2736,6 +2749,7 @@ class VulkanBackend : public Backend {
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   uint32_t mv_prefetch_early_ = 2;  // ... the first block's at the start, grids <= this per unit
   uint32_t mv_prefetch_early_set_ = 5;  // ... for these linears (bits above)
+  bool mv_prefetch_early_late_ = false;  // ... issued after a norm prologue's operand loads
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());

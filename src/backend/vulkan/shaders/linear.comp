@@ -153,6 +153,15 @@ layout(constant_id = 28) const uint PRO_VEC = 0;
 // where a grid has at most two workgroups per compute unit (q, k, v, o on the H200): the registers
 // they hold through the prologue cost no occupancy there. The same values.
 layout(constant_id = 29) const uint PFE = 0;
+// PFE2 (GEMMA_VULKAN_MV_PREFETCH_EARLY_SET bit 8): gate/up (two weight sets, DUAL_LOOP) with the
+// lane's PFE2 (<= 4) vectors of both sets' first block loaded at the kernel's start and multiplied
+// from registers (the int32 sums are the same in any order). Where the grid has at most two
+// workgroups per compute unit.
+layout(constant_id = 30) const uint PFE2 = 0;
+// PFE_LATE 1 (GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE): in a norm prologue the early weight loads (PFE,
+// PFE2) are issued after the prologue's operand loads instead of before them, so the operands do
+// not queue behind the weights.
+layout(constant_id = 31) const uint PFE_LATE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -602,6 +611,44 @@ void LoadFirstBlock(out uvec4 w[4], uint lane, uint rloc) {
                : uvec4(0u);
 }
 
+// PFE2: the lane's vectors of both weight sets' rows in this workgroup's first block.
+void LoadFirstBlock2(out uvec4 g[4], out uvec4 u[4], uint lane, uint rloc) {
+  const uint row0 = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
+  [[unroll]] for (uint v = 0; v < 4; ++v) {
+    const bool ok = v < PFE2 && row0 < p.rows && lane + LANES * v < p.wstride / 4;
+    const uint at = row0 * (p.wstride / 4) + lane + LANES * v;
+    g[v] = ok ? w0[at] : uvec4(0u);
+    u[v] = ok ? w1[at] : uvec4(0u);
+  }
+}
+
+#if DP4A
+// PFE2: both sets' vectors of the row (lane + LANES v, v < PFE2), already loaded.
+void MultiplyFast2Regs(const uvec4 g[4], const uvec4 u[4], uint lane) {
+  int a0[TOK], a1[TOK];
+  [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
+    a0[tt] = 0;
+    a1[tt] = 0;
+  }
+  [[unroll]] for (uint v = 0; v < 4; ++v) {
+    const uint j4 = lane + LANES * v;
+    if (v >= PFE2 || j4 >= p.wstride / 4) continue;
+    DotFast(g[v], j4, 0, a0);
+    DotFast(u[v], j4, 1, a1);
+  }
+  AddFast(a0, 0);
+  AddFast(a1, 1);
+}
+#endif
+
+// The early weight loads (PFE, PFE2): at the kernel's start, or with PFE_LATE after a norm
+// prologue's operand loads.
+#define EARLY_LOADS()                                        \
+  {                                                          \
+    if (PFB > 0 && PFE != 0) LoadFirstBlock(wnx, lane, rloc); \
+    if (PFE2 > 0) LoadFirstBlock2(wg0, wg1, lane, rloc);     \
+  }
+
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
@@ -615,7 +662,9 @@ void main() {
   Probe(0);
   // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here).
   uvec4 wnx[4];
-  if (PFB > 0 && PFE != 0) LoadFirstBlock(wnx, lane, rloc);
+  uvec4 wg0[4], wg1[4];  // PFE2
+  const bool late_loads = PFE_LATE != 0 && PRO != 0;
+  if (!late_loads) EARLY_LOADS();
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -662,6 +711,7 @@ void main() {
       }
       [[unroll]] for (uint u = 0; u < 8; ++u) ss = fma(double(tv[u]), double(tv[u]), ss);
     }
+    if (late_loads) EARLY_LOADS();
     Probe2(1);
     const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
@@ -746,6 +796,7 @@ void main() {
         ss = fma(double(t), double(t), ss);
       }
     }
+    if (late_loads) EARLY_LOADS();
     Probe2(1);  // operands loaded, this invocation's sum of squares
     const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
@@ -911,7 +962,13 @@ void main() {
 #if DP4A
     const bool dual_loop = DUAL_LOOP != 0 && DUAL == 2 && FAST != 0 && VEC == 4 && FXW == 0 &&
                            PFB == 0 && DBG == 0;
-    if (row < p.rows && dual_loop) MultiplyFast2(row * (p.wstride / 4), lane);
+    if (row < p.rows && dual_loop) {
+      if (PFE2 > 0 && blk == gl_WorkGroupID.y) {
+        MultiplyFast2Regs(wg0, wg1, lane);
+      } else {
+        MultiplyFast2(row * (p.wstride / 4), lane);
+      }
+    }
 #else
     const bool dual_loop = false;
 #endif

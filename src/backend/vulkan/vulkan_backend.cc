@@ -597,7 +597,7 @@ class VulkanBackend : public Backend {
     // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
     // 1.966 without the pair-major copy (8 copies); 4 copies 1.851 / 1.853 against 1.863-1.978
     // for 8 and 1.867-1.896 for 16 (bench/NOTES.md, thirteenth session).
-    down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
+    down_fuse_late_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1), 0, 2));
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
     // prologue (its grid capped), not two norm dispatches and the residual's copy: the norms 8.7
@@ -613,8 +613,8 @@ class VulkanBackend : public Backend {
     mv_prefetch_early_ =
         static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
     mv_prefetch_early_set_ =
-        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 5), 0, 15));
-    mv_prefetch_early_late_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", 0) != 0;
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 7), 0, 15));
+    mv_prefetch_early_late_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", 1) != 0;
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.
     dense_prefetch_ = EnvInt("GEMMA_VULKAN_DENSE_PREFETCH", 1) != 0;
@@ -647,6 +647,7 @@ class VulkanBackend : public Backend {
     pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
     // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
     rms_all_ = EnvInt("GEMMA_VULKAN_RMS_ALL", 0) != 0;
+    rms_fast_ = EnvInt("GEMMA_VULKAN_RMS_FAST", 0) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
@@ -1515,7 +1516,9 @@ class VulkanBackend : public Backend {
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));                                          // DJ
-        spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
+        // DJM: late 1 after the epilogue, 2 right after the multiply (bit 4)
+        spec.push_back((down_fuse_late_ == 1 ? 1u : down_fuse_late_ == 2 ? 4u : 0u) |
+                       (pjl->pairs.handle >= 0 ? 2u : 0u));
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
       }
       if (pro && pro->t_sums && pro->t_copies > 1) {
@@ -1592,6 +1595,10 @@ class VulkanBackend : public Backend {
       if ((pfe || pfe2) && pro && mv_prefetch_early_late_) {
         PadLinearSpec(spec, 30);
         spec.push_back(1);  // PFE_LATE
+      }
+      if (pro && rms_fast_) {
+        PadLinearSpec(spec, 31);
+        spec.push_back(1);  // RMS_FAST
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -2739,7 +2746,7 @@ class VulkanBackend : public Backend {
   uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
   bool down_fuse_ = true;         // one-token down projection in gate/up's workgroups (DJ)
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
-  bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
+  uint32_t down_fuse_late_ = 1;  // ... the down words loaded after the epilogue (2: the multiply)
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
@@ -2748,8 +2755,8 @@ class VulkanBackend : public Backend {
   bool head_nocap_ = false;        // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;  // FAST linears looping over blocks: the next block's early
   uint32_t mv_prefetch_early_ = 2;  // ... the first block's at the start, grids <= this per unit
-  uint32_t mv_prefetch_early_set_ = 5;  // ... for these linears (bits above)
-  bool mv_prefetch_early_late_ = false;  // ... issued after a norm prologue's operand loads
+  uint32_t mv_prefetch_early_set_ = 7;  // ... for these linears (bits above)
+  bool mv_prefetch_early_late_ = true;  // ... issued after a norm prologue's operand loads
   static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
   int FusedSplits(int nh) const {
     const int cu = static_cast<int>(dev_->compute_units());
@@ -2780,6 +2787,7 @@ class VulkanBackend : public Backend {
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
+  bool rms_fast_ = false;  // GEMMA_VULKAN_RMS_FAST: the prologues' factors by Newton steps
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

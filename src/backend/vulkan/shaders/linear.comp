@@ -162,6 +162,12 @@ layout(constant_id = 30) const uint PFE2 = 0;
 // PFE2) are issued after the prologue's operand loads instead of before them, so the operands do
 // not queue behind the weights.
 layout(constant_id = 31) const uint PFE_LATE = 0;
+// RMS_FAST 1 (GEMMA_VULKAN_RMS_FAST): the prologue's RMS factors without the double division and
+// square root (library calls of ~100 instructions each on the NVIDIA driver): the mean by the
+// constant reciprocal of PRO_N with one exact correction, 1 / sqrt from the f32 estimate and two
+// Newton steps in double (attn_fused's RmsFactorNewton), rounded to f32: the reference's factor
+// except where the exact value lies within a few double ulps of an f32 rounding boundary.
+layout(constant_id = 32) const uint RMS_FAST = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -240,6 +246,18 @@ const uint DJG = DJ == 3 ? 4 : 2;
 // shared memory, instead of by every invocation of every workgroup (the probes measured ~0.9 us
 // for the factor when every invocation of 4 workgroups per SM evaluated it). Same values.
 // Slot: 0 or 1 (two factors in flight).
+float RmsFactorFast(double ss, float eps) {
+  const double rn = 1.0LF / double(PRO_N);  // (a constant)
+  const double q0 = ss * rn;
+  const double q = fma(fma(-q0, double(PRO_N), ss), rn, q0);
+  precise float ms = float(q) + eps;
+  double y = double(inversesqrt(ms));
+  const double hm = 0.5LF * double(ms);
+  y = y * (1.5LF - hm * y * y);
+  y = y * (1.5LF - hm * y * y);
+  return float(y);
+}
+
 float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   double s = subgroupAdd(v);
   if (subgroupElect()) red_d[slot * 128 + gl_SubgroupID] = s;
@@ -252,7 +270,8 @@ float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   if (gl_LocalInvocationID.x == 0) {
     double tot = 0.0LF;
     for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[slot * 128 + i];
-    rms_bc[slot] = RmsFactor(tot, n, eps);
+    rms_bc[slot] = RMS_FAST != 0 && PRO != 0 && n == PRO_N ? RmsFactorFast(tot, eps)
+                                                            : RmsFactor(tot, n, eps);
   }
   barrier();
   return rms_bc[slot];
@@ -948,7 +967,7 @@ void main() {
     // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after the
     // epilogue, below).
     uvec2 dw[8][DJP];
-    if (DJ != 0 && (DJM & 1) == 0) LoadDj(blk, dw);
+    if (DJ != 0 && (DJM & 5) == 0) LoadDj(blk, dw);
     // PFB: this block's vectors, and the next block's issued now.
     uvec4 wcur[4];
     if (PFB > 0) {
@@ -1016,6 +1035,9 @@ void main() {
         }
       }
     }
+    // DJM 4: this block's words of D's rows issued right after the multiply's loads, so they
+    // arrive during the reduction and the epilogue.
+    if (DJ != 0 && (DJM & 4) != 0) LoadDj(blk, dw);
     if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
     // Reduce each row's LANES partials: subgroups first (CLUSTER: xor shuffles within the row's
     // cluster), then, for rows spanning several subgroups, shared memory. A row within one

@@ -574,6 +574,9 @@ class VulkanBackend : public Backend {
     // per token at 4,096 context on the H200 (the attention 545 against 594 us timestamped), equal
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
+    // q's norm before the position-dependent work, a keyless split's return after the key loop
+    // (attn_fused QEARLY).
+    attn_qearly_ = EnvInt("GEMMA_VULKAN_ATTN_QEARLY", 0) != 0;
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -647,7 +650,9 @@ class VulkanBackend : public Backend {
     pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
     // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
     rms_all_ = EnvInt("GEMMA_VULKAN_RMS_ALL", 0) != 0;
-    rms_fast_ = EnvInt("GEMMA_VULKAN_RMS_FAST", 0) != 0;
+    rms_fast_ = EnvInt("GEMMA_VULKAN_RMS_FAST", 1) != 0;
+    gelu_fast_ = EnvInt("GEMMA_VULKAN_GELU_FAST", 0) != 0;
+    share_x_ = EnvInt("GEMMA_VULKAN_SHARE_X", 1) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
@@ -1600,6 +1605,18 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 31);
         spec.push_back(1);  // RMS_FAST
       }
+      if (gelu_fast_ && (epi_k == 1 || epi_k == 3 || epi_k == 4)) {
+        PadLinearSpec(spec, 32);
+        spec.push_back(1);  // GELU_FAST
+      }
+      // Both sets on the integer path with the same input scale: one quantized input (one-token
+      // steps; the words are staged per workgroup).
+      if (share_x_ && second && m == 1 && !rc.ops && xqm != 1 && IsQuantized(lin.kind) &&
+          IsQuantized(second->src->kind) && lin.in_scale > 0.0f &&
+          lin.in_scale == second->src->in_scale) {
+        PadLinearSpec(spec, 33);
+        spec.push_back(1);  // SHARE_X
+      }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
@@ -1778,7 +1795,8 @@ class VulkanBackend : public Backend {
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
-                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u},
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
+                    attn_qearly_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
@@ -2734,6 +2752,7 @@ class VulkanBackend : public Backend {
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
+  bool attn_qearly_ = false;      // ... q's norm first, the keyless return late (QEARLY)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
@@ -2787,7 +2806,9 @@ class VulkanBackend : public Backend {
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
-  bool rms_fast_ = false;  // GEMMA_VULKAN_RMS_FAST: the prologues' factors by Newton steps
+  bool rms_fast_ = true;  // GEMMA_VULKAN_RMS_FAST: the prologues' factors by Newton steps
+  bool gelu_fast_ = false;  // GEMMA_VULKAN_GELU_FAST: the epilogues' tanh quotient by Newton steps
+  bool share_x_ = true;     // GEMMA_VULKAN_SHARE_X: one quantized input for equal input scales
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

@@ -168,6 +168,11 @@ layout(constant_id = 31) const uint PFE_LATE = 0;
 // Newton steps in double (attn_fused's RmsFactorNewton), rounded to f32: the reference's factor
 // except where the exact value lies within a few double ulps of an f32 rounding boundary.
 layout(constant_id = 32) const uint RMS_FAST = 0;
+// GELU_FAST 1 (GEMMA_VULKAN_GELU_FAST): the epilogues' GELU with TanhFImpl's Newton quotient.
+layout(constant_id = 33) const uint GELU_FAST = 0;
+// SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
+// the input is quantized once and both sets read set 0's words.
+layout(constant_id = 34) const uint SHARE_X = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -241,11 +246,7 @@ const uint DJW = DJ == 3 ? ROWS_PER_WG / 16 : ROWS_PER_WG / 8;
 const uint DJP = DJW >= 2 ? DJW / 2 : 1;  // word pairs
 const uint DJG = DJ == 3 ? 4 : 2;
 
-// RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the
-// factor (a double division and square root) evaluated by one invocation and broadcast through
-// shared memory, instead of by every invocation of every workgroup (the probes measured ~0.9 us
-// for the factor when every invocation of 4 workgroups per SM evaluated it). Same values.
-// Slot: 0 or 1 (two factors in flight).
+// RMS_FAST: RmsFactor(ss, PRO_N, eps) by Newton steps (above).
 float RmsFactorFast(double ss, float eps) {
   const double rn = 1.0LF / double(PRO_N);  // (a constant)
   const double q0 = ss * rn;
@@ -258,6 +259,11 @@ float RmsFactorFast(double ss, float eps) {
   return float(y);
 }
 
+// RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the
+// factor (a double division and square root) evaluated by one invocation and broadcast through
+// shared memory, instead of by every invocation of every workgroup (the probes measured ~0.9 us
+// for the factor when every invocation of 4 workgroups per SM evaluated it). Same values.
+// Slot: 0 or 1 (two factors in flight).
 float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   double s = subgroupAdd(v);
   if (subgroupElect()) red_d[slot * 128 + gl_SubgroupID] = s;
@@ -265,7 +271,7 @@ float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   if (RMS_ALL != 0) {
     double tot = 0.0LF;
     for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[slot * 128 + i];
-    return RmsFactor(tot, n, eps);
+    return RMS_FAST != 0 && PRO != 0 && n == PRO_N ? RmsFactorFast(tot, eps) : RmsFactor(tot, n, eps);
   }
   if (gl_LocalInvocationID.x == 0) {
     double tot = 0.0LF;
@@ -390,6 +396,9 @@ uint XqAt(uint i) {
   return ((i % XS) >> 2) * (4 * XNV) + 4 * (i / XS) + (i & 3);
 }
 
+// The set whose quantized input words set d reads (SHARE_X: set 0's).
+uint XSet(uint d) { return SHARE_X != 0 ? 0u : d; }
+
 int acc_i[2 * TOK];
 float acc_f[2 * TOK];
 bool int_path[2];
@@ -416,7 +425,7 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
 #if DP4A
   if (XQ != 1 && int_path[d]) {
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
-      const uint xo = (d * TOK + tt) * XWORDS;
+      const uint xo = (XSet(d) * TOK + tt) * XWORDS;
       int a = acc_i[d * TOK + tt];
       if (KIND == 5) {
         a += DOT4(w, xo + j);
@@ -439,7 +448,7 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
   if (int_path[d]) {
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
       int a = 0;
-      const uint xo = (d * TOK + tt) * XWORDS;
+      const uint xo = (XSet(d) * TOK + tt) * XWORDS;
       [[unroll]] for (uint k = 0; k < epw; ++k) {
         const uint c = c0 + k;
         const uint xw = XQ == 1 ? xq_in[(tg + tt) * XWORDS + (c >> 2)] : xq[xo + (c >> 2)];
@@ -525,7 +534,7 @@ void DotFast(uvec4 w4, uint j4, uint d, inout int a[TOK]) {
   [[unroll]] for (uint q = 0; q < 4; ++q) {
     const uint w = q == 0 ? w4.x : q == 1 ? w4.y : q == 2 ? w4.z : w4.w;
     [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
-      const uint xo = (d * TOK + tt) * XWORDS;
+      const uint xo = (XSet(d) * TOK + tt) * XWORDS;
       if (KIND == 3) {
         const uint xi = xo + (XCM != 0 ? 4 * (q * XNV + j4) : 16 * j4 + 4 * q);
         a[tt] = DOT4(((w << 6) & 0xC0C0C0C0u) ^ 0x80808080u, xi) + a[tt];
@@ -759,7 +768,7 @@ void main() {
     }
     if (pro_q) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        if (!int_path[d]) continue;
+        if (!int_path[d] || (SHARE_X != 0 && d > 0)) continue;
         const float rq = SrqReciprocal(in_s[d]);
         uint wq[4] = uint[4](0u, 0u, 0u, 0u);
         [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -849,7 +858,7 @@ void main() {
       if (!pro_q) continue;
       const uvec2 wb = XqWord(i);
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        if (!int_path[d]) continue;
+        if (!int_path[d] || (SHARE_X != 0 && d > 0)) continue;
         uint q = 0;
         if (i < PRO_N && i < p.cols)
           q = (uint(QuantizeSrqR(xv, in_s[d], rq[d])) & 0xFFu) << (8 * wb.y);
@@ -890,7 +899,7 @@ void main() {
   } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
     const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row
     for (uint d = 0; d < DUAL; ++d) {
-      if (!int_path[d]) continue;
+      if (!int_path[d] || (SHARE_X != 0 && d > 0)) continue;
       const float rs = SrqReciprocal(in_s[d]);
       for (uint tt = 0; tt < TOK; ++tt) {
         const uint t = tg + tt;
@@ -1107,9 +1116,9 @@ void main() {
         v[d] = r;
       }
       float outv = v[0];
-      if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
+      if (EPI == 1) outv = GeluTanhImpl(v[0], GELU_FAST != 0) * v[1];
       if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-      if (EPI == 3 || EPI == 4) outv = GeluTanh(v[0]) * aux_v;
+      if (EPI == 3 || EPI == 4) outv = GeluTanhImpl(v[0], GELU_FAST != 0) * aux_v;
       if (EPI == 4) pj_q[rloc] = QuantizeSrq(outv, p.pj_in_s);
       if (DJ != 0) pj_q[rloc] = QuantizeSrq(outv, p.next_in_s);
       y[t * p.y_stride + p.y_off + row] = outv;

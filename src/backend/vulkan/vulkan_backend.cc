@@ -574,9 +574,6 @@ class VulkanBackend : public Backend {
     // per token at 4,096 context on the H200 (the attention 545 against 594 us timestamped), equal
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
-    // q's norm before the position-dependent work, a keyless split's return after the key loop
-    // (attn_fused QEARLY).
-    attn_qearly_ = EnvInt("GEMMA_VULKAN_ATTN_QEARLY", 0) != 0;
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -600,7 +597,7 @@ class VulkanBackend : public Backend {
     // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
     // 1.966 without the pair-major copy (8 copies); 4 copies 1.851 / 1.853 against 1.863-1.978
     // for 8 and 1.867-1.896 for 16 (bench/NOTES.md, thirteenth session).
-    down_fuse_late_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1), 0, 2));
+    down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
     // prologue (its grid capped), not two norm dispatches and the residual's copy: the norms 8.7
@@ -616,7 +613,10 @@ class VulkanBackend : public Backend {
     mv_prefetch_early_ =
         static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
     mv_prefetch_early_set_ =
-        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 7), 0, 15));
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 7), 0, 7));
+    // ... issued after a norm prologue's operand loads, which otherwise queue behind them (PFE_LATE;
+    // with the PLE gate in the set: 1.567-1.576 against 1.594-1.597 ms per token on the H200,
+    // bench/NOTES.md eighteenth session).
     mv_prefetch_early_late_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", 1) != 0;
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.
@@ -650,8 +650,11 @@ class VulkanBackend : public Backend {
     pack_atomic_ = EnvInt("GEMMA_VULKAN_PACK_ATOMIC", 0) != 0;
     // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
     rms_all_ = EnvInt("GEMMA_VULKAN_RMS_ALL", 0) != 0;
+    // The prologues' RMS factors by Newton steps instead of a double division and square root
+    // (linear.comp RMS_FAST; 1.531 / 1.539 against 1.558 / 1.554 ms on the H200).
     rms_fast_ = EnvInt("GEMMA_VULKAN_RMS_FAST", 1) != 0;
-    gelu_fast_ = EnvInt("GEMMA_VULKAN_GELU_FAST", 0) != 0;
+    // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
+    // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
     share_x_ = EnvInt("GEMMA_VULKAN_SHARE_X", 1) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
@@ -1521,9 +1524,7 @@ class VulkanBackend : public Backend {
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));                                          // DJ
-        // DJM: late 1 after the epilogue, 2 right after the multiply (bit 4)
-        spec.push_back((down_fuse_late_ == 1 ? 1u : down_fuse_late_ == 2 ? 4u : 0u) |
-                       (pjl->pairs.handle >= 0 ? 2u : 0u));
+        spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
       }
       if (pro && pro->t_sums && pro->t_copies > 1) {
@@ -1548,7 +1549,7 @@ class VulkanBackend : public Backend {
       // ... and where the grid is at most mv_prefetch_early_ workgroups per compute unit, the
       // first block's loaded at the kernel's start (PFE), also without a loop over blocks.
       // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
-      // prologue linears, 8 gate/up: both sets' first block, PFE2)
+      // prologue linears)
       const bool pf_shape = !second && tok == 1 && nvl >= 1 && nvl <= 4;
       const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
       const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
@@ -1561,7 +1562,7 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 22);
         spec.push_back(nvl);  // PFB
       }
-      if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {  // (dual_loop below)
+      if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
         PadLinearSpec(spec, 23);
         spec.push_back(mv_dual_loop_);  // DUAL_LOOP
       }
@@ -1589,32 +1590,20 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 28);
         spec.push_back(1);  // PFE
       }
-      const bool dual_loop = mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0;
-      const bool pfe2 = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & 8) != 0 && dual_loop &&
-                        tok == 1 && nvl >= 1 && nvl <= 4 && !rc.ops &&
-                        gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
-      if (pfe2) {
+      if (pfe && pro && mv_prefetch_early_late_) {
         PadLinearSpec(spec, 29);
-        spec.push_back(nvl);  // PFE2
-      }
-      if ((pfe || pfe2) && pro && mv_prefetch_early_late_) {
-        PadLinearSpec(spec, 30);
         spec.push_back(1);  // PFE_LATE
       }
       if (pro && rms_fast_) {
-        PadLinearSpec(spec, 31);
+        PadLinearSpec(spec, 30);
         spec.push_back(1);  // RMS_FAST
-      }
-      if (gelu_fast_ && (epi_k == 1 || epi_k == 3 || epi_k == 4)) {
-        PadLinearSpec(spec, 32);
-        spec.push_back(1);  // GELU_FAST
       }
       // Both sets on the integer path with the same input scale: one quantized input (one-token
       // steps; the words are staged per workgroup).
       if (share_x_ && second && m == 1 && !rc.ops && xqm != 1 && IsQuantized(lin.kind) &&
           IsQuantized(second->src->kind) && lin.in_scale > 0.0f &&
           lin.in_scale == second->src->in_scale) {
-        PadLinearSpec(spec, 33);
+        PadLinearSpec(spec, 31);
         spec.push_back(1);  // SHARE_X
       }
 
@@ -1795,8 +1784,7 @@ class VulkanBackend : public Backend {
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
-                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
-                    attn_qearly_ ? 1u : 0u},
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
@@ -2058,7 +2046,8 @@ class VulkanBackend : public Backend {
   // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
   // writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
   void ZeroOneTokenScratch(VkCommandBuffer cmd) {
-    if (empty_mode_ == 7 || empty_mode_ == 8) vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
+    if (empty_mode_ == 7 || empty_mode_ == 8)
+      vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
     vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
     if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
   }
@@ -2752,7 +2741,6 @@ class VulkanBackend : public Backend {
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
-  bool attn_qearly_ = false;      // ... q's norm first, the keyless return late (QEARLY)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
@@ -2765,7 +2753,7 @@ class VulkanBackend : public Backend {
   uint32_t ple_lanes_ = 64;       // ... lanes per gate row (0: the general choice)
   bool down_fuse_ = true;         // one-token down projection in gate/up's workgroups (DJ)
   int down_fuse_wgs_ = 0;         // ... gate/up's workgroup cap there (0: mv_wgs_)
-  uint32_t down_fuse_late_ = 1;  // ... the down words loaded after the epilogue (2: the multiply)
+  bool down_fuse_late_ = true;    // ... the down words loaded after the multiply
   bool down_fuse_pairs_ = true;   // ... from a pair-major copy
   uint32_t down_fuse_copies_ = 4;  // ... copies of the sums
   bool head_norm_ = true;          // one-token decode steps: the last norms in the head's prologue
@@ -2806,9 +2794,8 @@ class VulkanBackend : public Backend {
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
-  bool rms_fast_ = true;  // GEMMA_VULKAN_RMS_FAST: the prologues' factors by Newton steps
-  bool gelu_fast_ = false;  // GEMMA_VULKAN_GELU_FAST: the epilogues' tanh quotient by Newton steps
-  bool share_x_ = true;     // GEMMA_VULKAN_SHARE_X: one quantized input for equal input scales
+  bool rms_fast_ = true;           // the prologues' RMS factors by Newton steps (RMS_FAST)
+  bool share_x_ = true;            // one quantized input for equal input scales (SHARE_X)
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

@@ -567,11 +567,13 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
                                         {"GEMMA_VULKAN_MV_XCM", "3"},
                                         {"GEMMA_VULKAN_MV_WGS", "64"}},
                                        {{"GEMMA_VULKAN_PRO_VEC", "0"},
+                                        {"GEMMA_VULKAN_RMS_FAST", "0"},
+                                        {"GEMMA_VULKAN_SHARE_X", "0"},
                                         {"GEMMA_VULKAN_MV_LANES_VEC", "6"},
                                         {"GEMMA_VULKAN_MV_XCM", "3"}},
                                        {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "100000"},
-                                        {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "15"},
-                                        {"GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", "1"},
+                                        {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "7"},
+                                        {"GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", "0"},
                                         {"GEMMA_VULKAN_MV_LANES_VEC", "6"},
                                         {"GEMMA_VULKAN_MV_XCM", "3"},
                                         {"GEMMA_VULKAN_MV_WGS", "64"}}};
@@ -946,12 +948,13 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "7"},
      {"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "0"}},
-    // gate/up's two weight sets' first block loaded at the start (PFE2), alone and with every
-    // other PFE linear, the early loads after the prologues' operand loads (PFE_LATE)
-    {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "100000"}, {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "8"}},
+    // the early loads before the prologues' operand loads (the default: after them, PFE_LATE)
     {{"GEMMA_VULKAN_MV_PREFETCH_EARLY", "100000"},
-     {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "15"},
-     {"GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", "1"}},
+     {"GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", "7"},
+     {"GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", "0"}},
+    // the prologues' RMS factors by the double division and square root (the default: Newton
+    // steps), gate/up's input quantized for each set (the default: once where the scales agree)
+    {{"GEMMA_VULKAN_RMS_FAST", "0"}, {"GEMMA_VULKAN_SHARE_X", "0"}},
     // the PLE projection as its own dispatch (the default: summed by the gate's workgroups, EPI
     // 4, in 4-row blocks: one projection word per row, loaded before the gate's multiply); the
     // gate's general lane choice (64-row blocks on the fixtures: the words loaded after the

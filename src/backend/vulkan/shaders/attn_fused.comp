@@ -46,12 +46,6 @@ layout(constant_id = 10) const uint NC_MERGE = 0;
 // block's softmax and value sums (a second set of registers), instead of after them: a split of
 // several blocks no longer waits for each block's V rows. The same values.
 layout(constant_id = 11) const uint VPF = 0;
-// QEARLY 1 (GEMMA_VULKAN_ATTN_QEARLY): q's norm computed right after the position's load is issued
-// (it does not depend on it), its rotation after the rotation's loads; a split without keys runs
-// the (masked) loads and returns after the key loop instead of before them. The driver's compiler
-// otherwise sank q's loads below the early return, after every position-dependent load. The same
-// values.
-layout(constant_id = 12) const uint QEARLY = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -135,9 +129,9 @@ float RmsFactorNewton(double ss, float eps) {
 }
 
 // qkrope.comp's arithmetic on the lane's dims of one head: x = rope(rmsnorm(x) * w) (weighted:
-// w = the dims' norm weights, rotated: the first rot pairs), or rmsnorm(x) alone. In two parts:
-// the norm (which does not depend on the position) and the rotation.
-void Norm(inout float x[D], const float w[D], bool weighted) {
+// w = the dims' norm weights, rotated: the first rot pairs), or rmsnorm(x) alone.
+void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, const vec2 cs[HALF],
+              uint rl) {
   double ss = 0.0LF;
   [[unroll]] for (uint d = 0; d < D; ++d) ss = fma(double(x[d]), double(x[d]), ss);
   const float r = RmsFactorNewton(RowSumD(ss), p.eps);
@@ -146,8 +140,7 @@ void Norm(inout float x[D], const float w[D], bool weighted) {
     if (weighted) v = v * w[d];
     x[d] = v;
   }
-}
-void Rotate(inout float x[D], const vec2 cs[HALF], uint rl) {
+  if (!rotated) return;
   [[unroll]] for (uint d = 0; d < HALF; ++d) {
     if (Dim(rl, d) < p.rot) {
       precise float lo = x[d] * cs[d].x + (-x[d + HALF]) * cs[d].y;
@@ -156,11 +149,6 @@ void Rotate(inout float x[D], const vec2 cs[HALF], uint rl) {
       x[d + HALF] = hi;
     }
   }
-}
-void NormRope(inout float x[D], const float w[D], bool weighted, bool rotated, const vec2 cs[HALF],
-              uint rl) {
-  Norm(x, w, weighted);
-  if (rotated) Rotate(x, cs, rl);
 }
 
 // The ring row of key b0 + off (rb = b0 % ring; off < U): one compare where the ring holds a
@@ -281,9 +269,6 @@ void main() {
     }
   }
   const uint pos = step.pos0;
-  // QEARLY: q's norm (position-independent) here, while the position's load is in flight; the
-  // rotation after the rotation's loads below.
-  if (QEARLY != 0 && ROPE != 0 && MODE != 2) Norm(qv, qw, true);
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
   const uint nkeys = pos + 1 - first;
   // Whole blocks per split (the leading splits hold the keys).
@@ -294,10 +279,7 @@ void main() {
     return;
   }
   const uint jb = first + sp * per;
-  // A split without keys (uniform over the workgroup) returns; with QEARLY only after the key
-  // loop (its loads masked off), so that no load above is sunk past the return by the compiler.
-  const bool idle = jb > pos;
-  if (QEARLY == 0 && idle) return;
+  if (jb > pos) return;  // a split without keys (uniform over the workgroup)
   Probe2(1);  // the position loaded (the branch above waits for it)
   const uint je = min(pos + 1, jb + per);
   vec2 cs[HALF];
@@ -322,7 +304,7 @@ void main() {
       }
     }
   }
-  const bool has_new = kv_new && je == pos + 1 && !idle;
+  const bool has_new = kv_new && je == pos + 1;
   float kr[KW][D], vr[KW][D];
   uint b0 = jb;
   {
@@ -337,11 +319,7 @@ void main() {
   Probe(1);  // every load issued
   Probe2(2);
   if (ROPE != 0) {
-    if (QEARLY != 0) {
-      Rotate(qv, cs, rl);
-    } else {
-      NormRope(qv, qw, true, true, cs, rl);
-    }
+    NormRope(qv, qw, true, true, cs, rl);
     Probe2(3);  // q normalized and rotated
     if (has_new) {
       NormRope(kn_, kw_, p.has_kn != 0, true, cs, rl);
@@ -422,7 +400,6 @@ void main() {
     }
   }
 
-  if (idle) return;
   Probe(4);  // every block
   // The row groups' states merged: this split's (M, L, o).
   if (rl == 0) {

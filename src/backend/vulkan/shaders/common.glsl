@@ -58,42 +58,27 @@ double ExpD(double x) {
 }
 
 // tanh rounded to f32 from a double evaluation (matches the C library's tanhf to the ulp).
-// newton: the quotient without the double division (a library call of ~100 instructions on the
-// NVIDIA driver): 1 / (e + 1) from the f32 estimate and two Newton steps, the quotient with one
-// exact correction; the same f32 result except where the exact value lies within a few double
-// ulps of an f32 rounding boundary.
-float TanhFImpl(float x, bool newton) {
+float TanhF(float x) {
   if (abs(x) > 20.0) return sign(x);
   const double e = ExpD(2.0LF * double(x));
   if (abs(x) < 1e-4) {
     const double d = double(x);
     return float(d - d * d * d / 3.0LF);
   }
-  if (!newton) return float((e - 1.0LF) / (e + 1.0LF));
-  const double num = e - 1.0LF, den = e + 1.0LF;  // den in [1, 2.4e17]: an f32 estimate exists
-  double r = double(1.0 / float(den));
-  r = r * (2.0LF - den * r);
-  r = r * (2.0LF - den * r);
-  const double q = num * r;
-  return float(fma(fma(-q, den, num), r, q));
+  return float((e - 1.0LF) / (e + 1.0LF));
 }
-
-float TanhF(float x) { return TanhFImpl(x, false); }
 
 float TanhClamped(float x) { return TanhF(x); }
 
-// torch's gelu(approximate="tanh") in f32, operation by operation like the reference (newton:
-// TanhFImpl's).
-float GeluTanhImpl(float x, bool newton) {
+// torch's gelu(approximate="tanh") in f32, operation by operation like the reference.
+float GeluTanh(float x) {
   const float kBeta = 0.7978845608028654;
   const float kKappa = 0.044715;
   precise float x3 = kKappa * x * x * x;
   precise float inner = kBeta * (x + x3);
-  precise float g = 0.5 * x * (1.0 + TanhFImpl(inner, newton));
+  precise float g = 0.5 * x * (1.0 + TanhF(inner));
   return g;
 }
-
-float GeluTanh(float x) { return GeluTanhImpl(x, false); }
 
 // RMSNorm's factor pow(float(ss / n) + eps, -0.5f) with ss summed in double, as the reference.
 float RmsFactor(double ss, uint n, float eps) {

@@ -153,26 +153,19 @@ layout(constant_id = 28) const uint PRO_VEC = 0;
 // where a grid has at most two workgroups per compute unit (q, k, v, o on the H200): the registers
 // they hold through the prologue cost no occupancy there. The same values.
 layout(constant_id = 29) const uint PFE = 0;
-// PFE2 (GEMMA_VULKAN_MV_PREFETCH_EARLY_SET bit 8): gate/up (two weight sets, DUAL_LOOP) with the
-// lane's PFE2 (<= 4) vectors of both sets' first block loaded at the kernel's start and multiplied
-// from registers (the int32 sums are the same in any order). Where the grid has at most two
-// workgroups per compute unit.
-layout(constant_id = 30) const uint PFE2 = 0;
-// PFE_LATE 1 (GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE): in a norm prologue the early weight loads (PFE,
-// PFE2) are issued after the prologue's operand loads instead of before them, so the operands do
-// not queue behind the weights.
-layout(constant_id = 31) const uint PFE_LATE = 0;
+// PFE_LATE 1 (GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE): in a norm prologue the early weight loads (PFE)
+// are issued after the prologue's operand loads instead of before them, so the operands do not
+// queue behind the weights.
+layout(constant_id = 30) const uint PFE_LATE = 0;
 // RMS_FAST 1 (GEMMA_VULKAN_RMS_FAST): the prologue's RMS factors without the double division and
 // square root (library calls of ~100 instructions each on the NVIDIA driver): the mean by the
 // constant reciprocal of PRO_N with one exact correction, 1 / sqrt from the f32 estimate and two
 // Newton steps in double (attn_fused's RmsFactorNewton), rounded to f32: the reference's factor
 // except where the exact value lies within a few double ulps of an f32 rounding boundary.
-layout(constant_id = 32) const uint RMS_FAST = 0;
-// GELU_FAST 1 (GEMMA_VULKAN_GELU_FAST): the epilogues' GELU with TanhFImpl's Newton quotient.
-layout(constant_id = 33) const uint GELU_FAST = 0;
+layout(constant_id = 31) const uint RMS_FAST = 0;
 // SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
 // the input is quantized once and both sets read set 0's words.
-layout(constant_id = 34) const uint SHARE_X = 0;
+layout(constant_id = 32) const uint SHARE_X = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -639,43 +632,10 @@ void LoadFirstBlock(out uvec4 w[4], uint lane, uint rloc) {
                : uvec4(0u);
 }
 
-// PFE2: the lane's vectors of both weight sets' rows in this workgroup's first block.
-void LoadFirstBlock2(out uvec4 g[4], out uvec4 u[4], uint lane, uint rloc) {
-  const uint row0 = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
-  [[unroll]] for (uint v = 0; v < 4; ++v) {
-    const bool ok = v < PFE2 && row0 < p.rows && lane + LANES * v < p.wstride / 4;
-    const uint at = row0 * (p.wstride / 4) + lane + LANES * v;
-    g[v] = ok ? w0[at] : uvec4(0u);
-    u[v] = ok ? w1[at] : uvec4(0u);
-  }
-}
-
-#if DP4A
-// PFE2: both sets' vectors of the row (lane + LANES v, v < PFE2), already loaded.
-void MultiplyFast2Regs(const uvec4 g[4], const uvec4 u[4], uint lane) {
-  int a0[TOK], a1[TOK];
-  [[unroll]] for (uint tt = 0; tt < TOK; ++tt) {
-    a0[tt] = 0;
-    a1[tt] = 0;
-  }
-  [[unroll]] for (uint v = 0; v < 4; ++v) {
-    const uint j4 = lane + LANES * v;
-    if (v >= PFE2 || j4 >= p.wstride / 4) continue;
-    DotFast(g[v], j4, 0, a0);
-    DotFast(u[v], j4, 1, a1);
-  }
-  AddFast(a0, 0);
-  AddFast(a1, 1);
-}
-#endif
-
-// The early weight loads (PFE, PFE2): at the kernel's start, or with PFE_LATE after a norm
-// prologue's operand loads.
-#define EARLY_LOADS()                                        \
-  {                                                          \
-    if (PFB > 0 && PFE != 0) LoadFirstBlock(wnx, lane, rloc); \
-    if (PFE2 > 0) LoadFirstBlock2(wg0, wg1, lane, rloc);     \
-  }
+// The early weight loads (PFE): at the kernel's start, or with PFE_LATE after a norm prologue's
+// operand loads.
+#define EARLY_LOADS() \
+  if (PFB > 0 && PFE != 0) LoadFirstBlock(wnx, lane, rloc)
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -690,7 +650,6 @@ void main() {
   Probe(0);
   // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here).
   uvec4 wnx[4];
-  uvec4 wg0[4], wg1[4];  // PFE2
   const bool late_loads = PFE_LATE != 0 && PRO != 0;
   if (!late_loads) EARLY_LOADS();
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
@@ -976,7 +935,7 @@ void main() {
     // DJ: this block's words of D's rows, loaded before the multiply (as EPI 4's; DJM 1: after the
     // epilogue, below).
     uvec2 dw[8][DJP];
-    if (DJ != 0 && (DJM & 5) == 0) LoadDj(blk, dw);
+    if (DJ != 0 && (DJM & 1) == 0) LoadDj(blk, dw);
     // PFB: this block's vectors, and the next block's issued now.
     uvec4 wcur[4];
     if (PFB > 0) {
@@ -990,13 +949,7 @@ void main() {
 #if DP4A
     const bool dual_loop = DUAL_LOOP != 0 && DUAL == 2 && FAST != 0 && VEC == 4 && FXW == 0 &&
                            PFB == 0 && DBG == 0;
-    if (row < p.rows && dual_loop) {
-      if (PFE2 > 0 && blk == gl_WorkGroupID.y) {
-        MultiplyFast2Regs(wg0, wg1, lane);
-      } else {
-        MultiplyFast2(row * (p.wstride / 4), lane);
-      }
-    }
+    if (row < p.rows && dual_loop) MultiplyFast2(row * (p.wstride / 4), lane);
 #else
     const bool dual_loop = false;
 #endif
@@ -1044,9 +997,6 @@ void main() {
         }
       }
     }
-    // DJM 4: this block's words of D's rows issued right after the multiply's loads, so they
-    // arrive during the reduction and the epilogue.
-    if (DJ != 0 && (DJM & 4) != 0) LoadDj(blk, dw);
     if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
     // Reduce each row's LANES partials: subgroups first (CLUSTER: xor shuffles within the row's
     // cluster), then, for rows spanning several subgroups, shared memory. A row within one
@@ -1116,9 +1066,9 @@ void main() {
         v[d] = r;
       }
       float outv = v[0];
-      if (EPI == 1) outv = GeluTanhImpl(v[0], GELU_FAST != 0) * v[1];
+      if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
       if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-      if (EPI == 3 || EPI == 4) outv = GeluTanhImpl(v[0], GELU_FAST != 0) * aux_v;
+      if (EPI == 3 || EPI == 4) outv = GeluTanh(v[0]) * aux_v;
       if (EPI == 4) pj_q[rloc] = QuantizeSrq(outv, p.pj_in_s);
       if (DJ != 0) pj_q[rloc] = QuantizeSrq(outv, p.next_in_s);
       y[t * p.y_stride + p.y_off + row] = outv;

@@ -614,9 +614,9 @@ class VulkanBackend : public Backend {
         static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY", 2)));
     mv_prefetch_early_set_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 7), 0, 7));
-    // ... issued after a norm prologue's operand loads, which otherwise queue behind them (PFE_LATE;
-    // with the PLE gate in the set: 1.567-1.576 against 1.594-1.597 ms per token on the H200,
-    // bench/NOTES.md eighteenth session).
+    // ... issued after a norm prologue's operand loads, which otherwise queue behind them
+    // (PFE_LATE; with the PLE gate in the set: 1.567-1.576 against 1.594-1.597 ms per token on the
+    // H200, bench/NOTES.md eighteenth session).
     mv_prefetch_early_late_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", 1) != 0;
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.

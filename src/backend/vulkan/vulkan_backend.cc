@@ -112,7 +112,6 @@ struct CombinePush {
 struct FusedAttnPush {  // attn_fused.comp
   uint32_t nh, nkv, ring, window, splits, rot, has_kn, kv_new, ml_base;
   float eps;
-  float oq_s = 0.0f;  // OQ: o's input scale
 };
 struct PlePush {
   uint32_t pdim, stride;
@@ -575,8 +574,6 @@ class VulkanBackend : public Backend {
     // per token at 4,096 context on the H200 (the attention 545 against 594 us timestamped), equal
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
-    // The one-token attention writes o's quantized input (attn_fused OQ, linear.comp XQ 4).
-    attn_oq_ = EnvInt("GEMMA_VULKAN_ATTN_OQ", 0) != 0;
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -1727,10 +1724,6 @@ class VulkanBackend : public Backend {
       // kernel, which runs the three-kernel path).
       uint32_t frl = 0, fd = 0, fkw = 0;
       const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
-      // ... which may write o's quantized input in o's packed-dot order (OQ), o staging it.
-      const uint32_t oq =
-          fused && cn && attn_oq_ && attn_fused_mode_ == 0 && d.o.src->in_scale > 0.0f ? XqPerm(d.o)
-                                                                                       : 0;
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
       const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
       if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -1776,8 +1769,7 @@ class VulkanBackend : public Backend {
                                  d.k_norm.handle >= 0 ? 1u : 0u,
                                  p.kv_shared ? 0u : 1u,
                                  static_cast<uint32_t>(fsplits * nh * RoundUp32(hd)),
-                                 cfg_.rms_norm_eps,
-                                 oq ? d.o.src->in_scale : 0.0f};
+                                 cfg_.rms_norm_eps};
           b[4] = sliding ? rope_s_.r : rope_f_.r;
           b[5] = attn_.r;
           b[6] = hcount_.r;
@@ -1792,7 +1784,7 @@ class VulkanBackend : public Backend {
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
-                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u, oq},
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
@@ -1873,10 +1865,7 @@ class VulkanBackend : public Backend {
       const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
-      if (cn && oq) {
-        LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 1,
-                 &attn_.r, 0.0f, nullptr, oq);
-      } else if (cn) {
+      if (cn) {
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
@@ -2752,7 +2741,6 @@ class VulkanBackend : public Backend {
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
-  bool attn_oq_ = false;          // ... writes o's quantized input (OQ)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)

@@ -1236,35 +1236,6 @@ TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
   }
 }
 
-// The one-token attention writing o's quantized input (attn_fused OQ; o stages the words,
-// linear.comp XQ 4) against o quantizing the attention's f32 output itself: the same bytes, so
-// bit-identical logits. On a fixture and on E2B's widths (head dims 256 and 512, int4 o on the
-// packed-dot path), over enough positions that the last split merges several.
-TEST(VulkanKernels, AttentionWritesOInputBitExactly) {
-  const std::string dir = testing::TempDir() + "/gemma_vulkan_oq_" + std::to_string(getpid());
-  Synthesize({.preset = "e2b-qat-mini", .out_dir = dir, .seed = 7});
-  struct RemoveDir {
-    std::string d;
-    ~RemoveDir() { std::filesystem::remove_all(d); }
-  } remove_dir{dir};
-  // (one-block key splits, so that lavapipe's few splits merge too: the last split's path)
-  const Knobs many = {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}};
-  for (const auto& [synth, base] : {std::pair{false, Knobs{}}, std::pair{false, many},
-                                    std::pair{true, many}}) {
-    SCOPED_TRACE(std::string(synth ? "e2b-qat-mini " : "tiny_qat ") + KnobsText(base));
-    auto model = synth ? Model::Load(dir) : LoadFixture("tiny_qat");
-    const int V = model->text().vocab_size;
-    const BackendOptions opt{.capacity = 96, .slack = 16};
-    Knobs on = base, off = base;
-    on.push_back({"GEMMA_VULKAN_ATTN_OQ", "1"});
-    off.push_back({"GEMMA_VULKAN_ATTN_OQ", "0"});
-    auto oq = MakeVulkanWith(*model, on, opt);
-    auto plain = MakeVulkanWith(*model, off, opt);
-    if (!oq || !plain) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    ExpectIdenticalSteps(*oq, *plain, V, synth ? 20 : 60, 31, 7);
-  }
-}
-
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

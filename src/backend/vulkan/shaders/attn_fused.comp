@@ -46,11 +46,6 @@ layout(constant_id = 10) const uint NC_MERGE = 0;
 // block's softmax and value sums (a second set of registers), instead of after them: a split of
 // several blocks no longer waits for each block's V rows. The same values.
 layout(constant_id = 11) const uint VPF = 0;
-// OQ (GEMMA_VULKAN_ATTN_OQ; MODE 0): instead of the f32 output, the o projection's quantized input
-// (SRQ with p.oq_s, the bytes of column c at linear.comp's packed-dot position for kind code OQ: 4
-// int4, 3 int2), so that o stages the words instead of quantizing (linear.comp XQ 4). The same
-// bytes as o's own quantization of the f32 output.
-layout(constant_id = 12) const uint OQ = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -77,7 +72,6 @@ layout(std430, binding = 4) readonly buffer Rope { vec2 rope[]; };  // [pos][rot
 layout(std430, binding = 4) readonly buffer Rope4 { vec4 rope4[]; };
 layout(std430, binding = 5) writeonly buffer O { float o[]; };     // [h][HD]
 layout(std430, binding = 5) writeonly buffer O4 { vec4 o4[]; };
-layout(std430, binding = 5) writeonly buffer OW { uint ow[]; };  // OQ
 layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };   // arrivals per head, 0 between steps
 layout(std430, binding = 7) readonly buffer KT { float kt[]; };    // the new raw K row [nkv][HD]
 layout(std430, binding = 8) readonly buffer VT { float vt[]; };
@@ -94,7 +88,6 @@ layout(push_constant) uniform P {
   uint kv_new;  // the layer writes its K/V (0: a KV-shared layer)
   uint ml_base;
   float eps;
-  float oq_s;  // OQ: o's input scale
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -108,24 +101,6 @@ shared float rg_l[NRG];
 shared float rg_acc[NRG * HD];
 shared float sw[256];  // the merge's split weights (splits <= 256)
 shared bool s_last;
-shared uint oq_sh[HD / 4];  // OQ: the head's words
-
-// OQ: the word (within the head's HD / 4; head blocks are whole 16-column groups) and byte of
-// column c in the packed-dot order of kind code OQ (linear.comp XqWord).
-uvec2 OqWord(uint c) {
-  if (OQ == 4) return uvec2(2 * (c >> 3) + (c & 1), (c & 7) >> 1);
-  if (OQ == 3) return uvec2(4 * (c >> 4) + (c & 3), (c & 15) >> 2);
-  return uvec2(c >> 2, c & 3);
-}
-// OQ: column c's quantized byte into the shared words (zeroed and ordered by barriers around).
-void OqPut(uint c, float v) {
-  const uvec2 wb = OqWord(c);
-  atomicOr(oq_sh[wb.x], (uint(QuantizeSrq(v, p.oq_s)) & 0xFFu) << (8 * wb.y));
-}
-// OQ: the head's words stored (after a barrier).
-void OqStore(uint h) {
-  for (uint i = gl_LocalInvocationID.x; i < HD / 4; i += WG) ow[h * (HD / 4) + i] = oq_sh[i];
-}
 
 float RowSum(float v) {
   [[unroll]] for (uint off = RL / 2; off > 0; off >>= 1) v += subgroupShuffleXor(v, off);
@@ -229,8 +204,6 @@ void Merge(uint h, uint nact) {
     }
   }
   den = subgroupAdd(den);
-  if (OQ != 0)
-    for (uint i = gl_LocalInvocationID.x; i < HD / 4; i += WG) oq_sh[i] = 0u;
   barrier();
   Probe2(6);  // the weights published
   [[unroll]] for (uint c = 0; c < NC; ++c) {
@@ -246,18 +219,8 @@ void Merge(uint h, uint nact) {
       [[unroll]] for (uint u = 0; u < MB; ++u)
         if (s0 + u < nact) acc = fma(w2[u], vec4(sw[s0 + u]), acc);
     }
-    if (OQ != 0) {
-      const vec4 r = acc / den;
-      [[unroll]] for (uint e = 0; e < W; ++e) OqPut(W * ui + e, r[e]);
-    } else if (W == 4) {
-      o4[(h * HD) / 4 + ui] = acc / den;
-    } else {
-      o[h * HD + ui] = acc.x / den;
-    }
-  }
-  if (OQ != 0) {
-    barrier();
-    OqStore(h);
+    if (W == 4) o4[(h * HD) / 4 + ui] = acc / den;
+    else o[h * HD + ui] = acc.x / den;
   }
 }
 void main() {
@@ -444,8 +407,6 @@ void main() {
     rg_l[rg] = l;
   }
   [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + Dim(rl, d)] = acc[d];
-  if (OQ != 0 && nact == 1)
-    for (uint i = tid; i < HD / 4; i += WG) oq_sh[i] = 0u;
   barrier();
   float M = kNegInf;
   [[unroll]] for (uint g = 0; g < NRG; ++g) M = max(M, rg_m[g]);
@@ -460,19 +421,8 @@ void main() {
     float a = 0.0;
     [[unroll]] for (uint g = 0; g < NRG; ++g)
       if (rg_l[g] > 0.0) a = fma(rg_acc[g * HD + i], exp(rg_m[g] - M), a);
-    if (nact == 1) {
-      if (OQ != 0) {
-        OqPut(i, a / L);
-      } else {
-        o[h * HD + i] = a / L;
-      }
-    } else {
-      po[ob * PR + i] = a;
-    }
-  }
-  if (OQ != 0 && nact == 1) {
-    barrier();
-    OqStore(h);
+    if (nact == 1) o[h * HD + i] = a / L;
+    else po[ob * PR + i] = a;
   }
   Probe(5);  // the split's partials
   if (nact == 1) return;

@@ -686,6 +686,9 @@ class VulkanBackend : public Backend {
     // The norm prologues' columns 8 per invocation on 16-byte operand loads, whole words packed in
     // registers (linear.comp PRO_VEC): 1.609 / 1.611 against 1.665 / 1.663 ms per token.
     pro_vec_ = EnvInt("GEMMA_VULKAN_PRO_VEC", 1) != 0;
+    // (investigation only) the LM head's prologue on PRO_VEC too: HeadNormInPrologueMatchesNormKernels
+    // found its logits differing on the H200 after argmax steps (bench/NOTES.md, seventeenth session).
+    head_pro_vec_ = EnvInt("GEMMA_VULKAN_HEAD_PRO_VEC", 0) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
@@ -1998,7 +2001,7 @@ class VulkanBackend : public Backend {
       Pro ph{
           1,       &rc.head_h,   &rc.head_wt->r, final_norm_.handle >= 0 ? &final_norm_.r : nullptr,
           nullptr, rc.head_scale};
-      ph.vec = false;
+      ph.vec = head_pro_vec_;
       LinearOp(rc, lm_head_, t_.r, H, logits_.r, V, 0, count, 2, nullptr, nullptr, 0, 0, 0, nullptr,
                0, nullptr, 0.0f, &ph);
     } else {
@@ -2804,6 +2807,7 @@ class VulkanBackend : public Backend {
   uint32_t mv_pair_loop_ = 2;  // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
   uint32_t atomic_dbg_ = 0;    // GEMMA_VULKAN_ATOMIC_DBG (timing only)
   bool pro_vec_ = true;        // GEMMA_VULKAN_PRO_VEC: the prologue on 16-byte operand loads
+  bool head_pro_vec_ = false;  // GEMMA_VULKAN_HEAD_PRO_VEC: the head's prologue too
   uint32_t mv_xcm_ = 1;      // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows

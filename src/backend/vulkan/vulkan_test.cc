@@ -1026,6 +1026,21 @@ TEST_P(OneTokenVariants, MatchDefaultStep) {
 // Feeds both backends the same tokens ((i * mul + add) % V: an 8-token prompt, then one token a
 // step up to n) and expects byte-identical logits at every position; with `argmax_too` every
 // other step asks for the argmax instead (equal ids).
+// How two logit vectors differ: the count of differing values and the largest relative difference
+// (one ulp: an order of operations; large: a wrong value).
+std::string DiffText(const float* a, const float* b, int n) {
+  int count = 0;
+  double worst = 0.0;
+  for (int i = 0; i < n; ++i) {
+    if (std::memcmp(a + i, b + i, sizeof(float)) == 0) continue;
+    ++count;
+    const double den = std::max({std::fabs(double(a[i])), std::fabs(double(b[i])), 1e-30});
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])) / den);
+  }
+  return std::to_string(count) + " of " + std::to_string(n) + " logits differ, largest relative " +
+         std::to_string(worst);
+}
+
 void ExpectIdenticalSteps(Backend& x, Backend& y, int V, size_t n, int mul, int add,
                           bool argmax_too = false) {
   std::vector<int32_t> tokens(n);
@@ -1041,7 +1056,7 @@ void ExpectIdenticalSteps(Backend& x, Backend& y, int V, size_t n, int mul, int 
     ASSERT_EQ(a.logits.size(), size_t(V));
     ASSERT_EQ(b.logits.size(), size_t(V));
     EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), sizeof(float) * V))
-        << "position " << t;
+        << "position " << t << ": " << DiffText(a.logits.data(), b.logits.data(), V);
   }
 }
 

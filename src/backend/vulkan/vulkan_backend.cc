@@ -1550,7 +1550,8 @@ class VulkanBackend : public Backend {
       // vectors loaded before this one's multiply (linear.comp PFB).
       const uint32_t nvl = (nvec + lanes - 1) / lanes;
       // ... and where the grid is at most mv_prefetch_early_ workgroups per compute unit, the
-      // first block's loaded at the kernel's start (PFE), also without a loop over blocks.
+      // first block's loaded early (PFE: at the kernel's start, or after a norm prologue's operand
+      // loads, PFE_LATE), also without a loop over blocks.
       // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
       // prologue linears)
       const bool pf_shape = !second && tok == 1 && nvl >= 1 && nvl <= 4;

@@ -529,8 +529,11 @@ void ExpectPromptLogitsMatchReference(const Model& model, Backend& vk, const Bac
 // subgroups (lavapipe) take the packed-dot path on them too, with the chunk-major input on int4,
 // and caps the grid at 64 workgroups, so the LM head loops over blocks with the next one
 // prefetched. The third runs the prologues on their first form (PRO_VEC 0: columns tid + u WG,
-// read one float at a time, two shuffles per byte). The fourth loads every FAST single-set
-// linear's first block at its start (PFE), the PLE gate's and the looping head's too.
+// read one float at a time, two shuffles per byte), with the RMS factors by the double division
+// and square root (RMS_FAST 0) and gate/up's input quantized per set (SHARE_X 0; the synthetic
+// scales are equal, so the default shares it). The fourth loads every FAST single-set linear's
+// first block early (PFE), the PLE gate's and the looping head's too, at the kernel's start
+// (PFE_LATE 0; the default issues them after a prologue's operand loads).
 TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const std::string dir =
       testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" + std::to_string(getpid());
@@ -1023,9 +1026,6 @@ TEST_P(OneTokenVariants, MatchDefaultStep) {
   }
 }
 
-// Feeds both backends the same tokens ((i * mul + add) % V: an 8-token prompt, then one token a
-// step up to n) and expects byte-identical logits at every position; with `argmax_too` every
-// other step asks for the argmax instead (equal ids).
 // How two logit vectors differ: the count of differing values and the largest relative difference
 // (one ulp: an order of operations; large: a wrong value).
 std::string DiffText(const float* a, const float* b, int n) {
@@ -1041,6 +1041,9 @@ std::string DiffText(const float* a, const float* b, int n) {
          std::to_string(worst);
 }
 
+// Feeds both backends the same tokens ((i * mul + add) % V: an 8-token prompt, then one token a
+// step up to n) and expects byte-identical logits at every position; with `argmax_too` every
+// other step asks for the argmax instead (equal ids).
 void ExpectIdenticalSteps(Backend& x, Backend& y, int V, size_t n, int mul, int add,
                           bool argmax_too = false) {
   std::vector<int32_t> tokens(n);

@@ -648,7 +648,8 @@ void main() {
   int_path[1] = quant && p.in_s1 > 0.0;
 
   Probe(0);
-  // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here).
+  // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here, or with
+  // PFE_LATE after a norm prologue's operand loads).
   uvec4 wnx[4];
   const bool late_loads = PFE_LATE != 0 && PRO != 0;
   if (!late_loads) EARLY_LOADS();

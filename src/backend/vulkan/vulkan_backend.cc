@@ -686,8 +686,9 @@ class VulkanBackend : public Backend {
     // The norm prologues' columns 8 per invocation on 16-byte operand loads, whole words packed in
     // registers (linear.comp PRO_VEC): 1.609 / 1.611 against 1.665 / 1.663 ms per token.
     pro_vec_ = EnvInt("GEMMA_VULKAN_PRO_VEC", 1) != 0;
-    // (investigation only) the LM head's prologue on PRO_VEC too: HeadNormInPrologueMatchesNormKernels
-    // found its logits differing on the H200 after argmax steps (bench/NOTES.md, seventeenth session).
+    // (investigation only) the LM head's prologue on PRO_VEC too:
+    // HeadNormInPrologueMatchesNormKernels found its logits differing on the H200 after argmax
+    // steps (bench/NOTES.md, seventeenth and eighteenth sessions).
     head_pro_vec_ = EnvInt("GEMMA_VULKAN_HEAD_PRO_VEC", 0) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).

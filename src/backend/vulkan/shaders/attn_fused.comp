@@ -121,11 +121,7 @@ uint Dim(uint rl, uint d) { return VEC != 0 ? 4 * rl + 4 * RL * (d / 4) + d % 4 
 // double ulps of an f32 rounding boundary.
 float RmsFactorNewton(double ss, float eps) {
   precise float ms = ((HD & (HD - 1)) == 0 ? float(ss * (1.0LF / double(HD))) : float(ss / double(HD))) + eps;
-  double y = double(inversesqrt(ms));
-  const double hm = 0.5LF * double(ms);
-  y = y * (1.5LF - hm * y * y);
-  y = y * (1.5LF - hm * y * y);
-  return float(y);
+  return InvSqrtNewton(ms);
 }
 
 // qkrope.comp's arithmetic on the lane's dims of one head: x = rope(rmsnorm(x) * w) (weighted:

@@ -80,6 +80,18 @@ float GeluTanh(float x) {
   return g;
 }
 
+// 1 / sqrt(double(ms)) rounded to f32 without the double division and square root (library calls
+// of ~100 instructions each on the NVIDIA driver): the f32 estimate and two Newton steps in double
+// (to double precision), then rounded: the same value except where the exact one lies within a few
+// double ulps of an f32 rounding boundary.
+float InvSqrtNewton(float ms) {
+  double y = double(inversesqrt(ms));
+  const double hm = 0.5LF * double(ms);
+  y = y * (1.5LF - hm * y * y);
+  y = y * (1.5LF - hm * y * y);
+  return float(y);
+}
+
 // RMSNorm's factor pow(float(ss / n) + eps, -0.5f) with ss summed in double, as the reference.
 float RmsFactor(double ss, uint n, float eps) {
   precise float ms = float(ss / double(n)) + eps;

@@ -160,8 +160,9 @@ layout(constant_id = 30) const uint PFE_LATE = 0;
 // RMS_FAST 1 (GEMMA_VULKAN_RMS_FAST): the prologue's RMS factors without the double division and
 // square root (library calls of ~100 instructions each on the NVIDIA driver): the mean by the
 // constant reciprocal of PRO_N with one exact correction, 1 / sqrt from the f32 estimate and two
-// Newton steps in double (attn_fused's RmsFactorNewton), rounded to f32: the reference's factor
-// except where the exact value lies within a few double ulps of an f32 rounding boundary.
+// Newton steps in double (common.glsl InvSqrtNewton, as attn_fused's q/k norms), rounded to f32:
+// the reference's factor except where the exact value lies within a few double ulps of an f32
+// rounding boundary.
 layout(constant_id = 31) const uint RMS_FAST = 0;
 // SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
 // the input is quantized once and both sets read set 0's words.
@@ -239,17 +240,15 @@ const uint DJW = DJ == 3 ? ROWS_PER_WG / 16 : ROWS_PER_WG / 8;
 const uint DJP = DJW >= 2 ? DJW / 2 : 1;  // word pairs
 const uint DJG = DJ == 3 ? 4 : 2;
 
-// RMS_FAST: RmsFactor(ss, PRO_N, eps) by Newton steps (above).
-float RmsFactorFast(double ss, float eps) {
+// The prologue's RmsFactor(tot, n, eps); with RMS_FAST (n == PRO_N) the mean by the constant
+// reciprocal of PRO_N with one exact correction, and InvSqrtNewton.
+float ProRmsFactor(double tot, uint n, float eps) {
+  if (RMS_FAST == 0 || PRO == 0 || n != PRO_N) return RmsFactor(tot, n, eps);
   const double rn = 1.0LF / double(PRO_N);  // (a constant)
-  const double q0 = ss * rn;
-  const double q = fma(fma(-q0, double(PRO_N), ss), rn, q0);
+  const double q0 = tot * rn;
+  const double q = fma(fma(-q0, double(PRO_N), tot), rn, q0);
   precise float ms = float(q) + eps;
-  double y = double(inversesqrt(ms));
-  const double hm = 0.5LF * double(ms);
-  y = y * (1.5LF - hm * y * y);
-  y = y * (1.5LF - hm * y * y);
-  return float(y);
+  return InvSqrtNewton(ms);
 }
 
 // RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the
@@ -264,13 +263,12 @@ float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   if (RMS_ALL != 0) {
     double tot = 0.0LF;
     for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[slot * 128 + i];
-    return RMS_FAST != 0 && PRO != 0 && n == PRO_N ? RmsFactorFast(tot, eps) : RmsFactor(tot, n, eps);
+    return ProRmsFactor(tot, n, eps);
   }
   if (gl_LocalInvocationID.x == 0) {
     double tot = 0.0LF;
     for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red_d[slot * 128 + i];
-    rms_bc[slot] = RMS_FAST != 0 && PRO != 0 && n == PRO_N ? RmsFactorFast(tot, eps)
-                                                            : RmsFactor(tot, n, eps);
+    rms_bc[slot] = ProRmsFactor(tot, n, eps);
   }
   barrier();
   return rms_bc[slot];
@@ -389,12 +387,14 @@ uint XqAt(uint i) {
   return ((i % XS) >> 2) * (4 * XNV) + 4 * (i / XS) + (i & 3);
 }
 
-// The set whose quantized input words set d reads (SHARE_X: set 0's).
-uint XSet(uint d) { return SHARE_X != 0 ? 0u : d; }
-
 int acc_i[2 * TOK];
 float acc_f[2 * TOK];
 bool int_path[2];
+
+// The set whose quantized input words set d reads (SHARE_X: set 0's), and whether the input is
+// quantized for set d (its integer path, and its own words).
+uint XSet(uint d) { return SHARE_X != 0 ? 0u : d; }
+bool QuantizesFor(uint d) { return int_path[d] && XSet(d) == d; }
 
 // The 16-byte weight vector j4 of set d at vector offset `base` (DBG 2: made from the index and
 // `salt` instead of loaded).
@@ -632,11 +632,6 @@ void LoadFirstBlock(out uvec4 w[4], uint lane, uint rloc) {
                : uvec4(0u);
 }
 
-// The early weight loads (PFE): at the kernel's start, or with PFE_LATE after a norm prologue's
-// operand loads.
-#define EARLY_LOADS() \
-  if (PFB > 0 && PFE != 0) LoadFirstBlock(wnx, lane, rloc)
-
 void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
@@ -651,8 +646,8 @@ void main() {
   // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here, or with
   // PFE_LATE after a norm prologue's operand loads).
   uvec4 wnx[4];
-  const bool late_loads = PFE_LATE != 0 && PRO != 0;
-  if (!late_loads) EARLY_LOADS();
+  const bool early_loads = PFB > 0 && PFE != 0, late_loads = PFE_LATE != 0 && PRO != 0;
+  if (early_loads && !late_loads) LoadFirstBlock(wnx, lane, rloc);
   // PRO with a quantized input: the prologue quantizes its own values straight into the packed
   // shared words (XqWord), so the words start at zero (ordered by the prologue's barriers).
   const bool pro_q = PRO != 0 && XQ != 1 && XQ != 3 && XQ != 4 &&
@@ -699,7 +694,7 @@ void main() {
       }
       [[unroll]] for (uint u = 0; u < 8; ++u) ss = fma(double(tv[u]), double(tv[u]), ss);
     }
-    if (late_loads) EARLY_LOADS();
+    if (early_loads && late_loads) LoadFirstBlock(wnx, lane, rloc);
     Probe2(1);
     const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
@@ -728,7 +723,7 @@ void main() {
     }
     if (pro_q) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        if (!int_path[d] || (SHARE_X != 0 && d > 0)) continue;
+        if (!QuantizesFor(d)) continue;
         const float rq = SrqReciprocal(in_s[d]);
         uint wq[4] = uint[4](0u, 0u, 0u, 0u);
         [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -784,7 +779,7 @@ void main() {
         ss = fma(double(t), double(t), ss);
       }
     }
-    if (late_loads) EARLY_LOADS();
+    if (early_loads && late_loads) LoadFirstBlock(wnx, lane, rloc);
     Probe2(1);  // operands loaded, this invocation's sum of squares
     const float r = BlockRmsFactor(ss, p.n, p.eps, 0);
     Probe2(2);
@@ -818,7 +813,7 @@ void main() {
       if (!pro_q) continue;
       const uvec2 wb = XqWord(i);
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        if (!int_path[d] || (SHARE_X != 0 && d > 0)) continue;
+        if (!QuantizesFor(d)) continue;
         uint q = 0;
         if (i < PRO_N && i < p.cols)
           q = (uint(QuantizeSrqR(xv, in_s[d], rq[d])) & 0xFFu) << (8 * wb.y);
@@ -859,7 +854,7 @@ void main() {
   } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
     const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row
     for (uint d = 0; d < DUAL; ++d) {
-      if (!int_path[d] || (SHARE_X != 0 && d > 0)) continue;
+      if (!QuantizesFor(d)) continue;
       const float rs = SrqReciprocal(in_s[d]);
       for (uint tt = 0; tt < TOK; ++tt) {
         const uint t = tg + tt;

@@ -46,6 +46,9 @@ layout(constant_id = 10) const uint NC_MERGE = 0;
 // block's softmax and value sums (a second set of registers), instead of after them: a split of
 // several blocks no longer waits for each block's V rows. The same values.
 layout(constant_id = 11) const uint VPF = 0;
+// DBG (GEMMA_VULKAN_ATTN_FUSED_DBG, measurement only: the results are wrong): bit 0 replaces the
+// cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge.
+layout(constant_id = 12) const uint DBG = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -308,8 +311,16 @@ void main() {
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       const bool ok = b0 + off < je;
-      LOAD_ROW(kr[k], kc, kc4, row * width + khead, ok);
-      LOAD_ROW(vr[k], vc, vc4, row * width + khead, ok);
+      if ((DBG & 1) != 0) {
+        [[unroll]] for (uint d = 0; d < D; ++d) kr[k][d] = qv[d];
+      } else {
+        LOAD_ROW(kr[k], kc, kc4, row * width + khead, ok);
+      }
+      if ((DBG & 2) != 0) {
+        [[unroll]] for (uint d = 0; d < D; ++d) vr[k][d] = qv[d];
+      } else {
+        LOAD_ROW(vr[k], vc, vc4, row * width + khead, ok);
+      }
     }
   }
   Probe(1);  // every load issued
@@ -356,9 +367,15 @@ void main() {
       const uint rb = nb % p.ring;
       [[unroll]] for (uint k = 0; k < KW; ++k) {
         const uint off = rg * KW + k, row = CacheRow(nb, rb, off);
-        LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < je);
+        if ((DBG & 1) == 0) {
+          LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < je);
+        }
         if (VPF != 0) {
-          LOAD_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < je);
+          if ((DBG & 2) != 0) {
+            [[unroll]] for (uint d = 0; d < D; ++d) vnx[k][d] = qv[d];
+          } else {
+            LOAD_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < je);
+          }
         }
       }
     }
@@ -392,7 +409,9 @@ void main() {
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
-      LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < je);
+      if ((DBG & 2) == 0) {
+        LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < je);
+      }
     }
   }
 
@@ -446,7 +465,7 @@ void main() {
   Probe2(4);
   if (!s_last) return;
   if (FENCE == 0) memoryBarrierBuffer();
-  Merge(h, nact);
+  if ((DBG & 4) == 0) Merge(h, nact);
   if (tid == 0) cnt[h] = 0;
   Probe(7);  // merged
   Probe2(7);

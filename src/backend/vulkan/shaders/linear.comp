@@ -69,7 +69,7 @@ layout(constant_id = 11) const uint FAST = 0;
 // pacc[j] (binding 12, zeroed before the step) with an integer atomic: exact in any order, so
 // P's dispatch and the barrier before it are saved. The consumer applies P's row scales and output
 // SRQ in its prologue (PRO_T).
-// PRO_T 1 (PRO): t arrives as P's int32 sums (binding 2) with its row scales at binding 5:
+// PRO_T 1 (PRO): t arrives as P's int32 sums (binding 2) with its row scales at binding 14:
 // t = srq_out(sum * in_s * row scale), P's epilogue.
 layout(constant_id = 16) const uint PRO_T = 0;
 // CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
@@ -186,10 +186,12 @@ layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's 
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
 layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
+// PRO_T: P's row scales (binding 14: gate/up's second set has its scales at 5)
+layout(std430, binding = 14) readonly buffer TS { float ts[]; };
 // PRO_VEC: 16-byte views of the prologue's operands (the same bindings).
 layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer XI4 { ivec4 xi4[]; };
-layout(std430, binding = 5) readonly buffer S14 { vec4 s14[]; };
+layout(std430, binding = 14) readonly buffer TS4 { vec4 ts4[]; };
 layout(std430, binding = 7) readonly buffer Hres4 { vec4 hres4[]; };
 layout(std430, binding = 8) readonly buffer WT4 { vec4 wt4[]; };
 layout(std430, binding = 9) readonly buffer WA4 { vec4 wa4[]; };
@@ -677,7 +679,7 @@ void main() {
         if (PRO_T != 0) {
           ivec4 sum = xi4[v];
           [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi4[c * (PRO_N / 4) + v];
-          const vec4 sc = s14[v];
+          const vec4 sc = ts4[v];
           [[unroll]] for (uint e = 0; e < 4; ++e) t[e] = ProT(sum[e], sc[e]);
         } else {
           t = x4[v];
@@ -764,7 +766,7 @@ void main() {
         if (PRO_T != 0) {
           int sum = xi[i];
           [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
-          t = ProT(sum, s1[i]);
+          t = ProT(sum, ts[i]);
         } else {
           t = x[i];
         }

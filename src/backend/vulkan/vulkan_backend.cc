@@ -587,6 +587,8 @@ class VulkanBackend : public Backend {
     // own dispatch gone; the same sums, the same values.
     attn_o_ = EnvInt("GEMMA_VULKAN_ATTN_O", 0) != 0;
     attn_o_rows_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O_ROWS", 64), 1, 256));
+    attn_o_copies_ =
+        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O_COPIES", 1), 1, 16));
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -891,9 +893,8 @@ class VulkanBackend : public Backend {
     }
     // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
     // down_fuse_copies_ copies), zeroed per step
-    // (and with ATTN_O, of the o projections, in as many copies: gate/up's prologue reads them
-    // with the copies count of its DJ sums)
-    pacc_ = F(size_t(L) * (1 + (attn_o_ ? 2 : 1) * down_fuse_copies_) * H);
+    // (and with ATTN_O, of the o projections, in attn_o_copies_ copies)
+    pacc_ = F(size_t(L) * (1 + down_fuse_copies_ + (attn_o_ ? attn_o_copies_ : 0)) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     vocab_block_ = static_cast<uint32_t>(
@@ -1137,7 +1138,7 @@ class VulkanBackend : public Backend {
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
         (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
-         std::strcmp(shader, "attn_fused") == 0) &&
+         std::strcmp(shader, "attn_fused") == 0 || std::strcmp(shader, "attn_o") == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
       const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
       if (rc.probe_seen++ == rc.probe_nth) {
@@ -1547,13 +1548,6 @@ class VulkanBackend : public Backend {
         spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
       }
-      // (with DJ the sums' copies are one constant: the caller gives PRO_T the DJ count)
-      if (dj_ok && pro && pro->t_sums && pro->t_copies != down_fuse_copies_)
-        throw Error(ErrorCode::kInternal, "vulkan: PRO_T and DJ sums in different copy counts");
-      if (pro && pro->t_sums && pro->t_copies > 1 && !dj_ok) {
-        PadLinearSpec(spec, 21);
-        spec.push_back(pro->t_copies);  // ACC_COPIES
-      }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
       // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
@@ -1629,6 +1623,10 @@ class VulkanBackend : public Backend {
           lin.in_scale == second->src->in_scale) {
         PadLinearSpec(spec, 31);
         spec.push_back(1);  // SHARE_X
+      }
+      if (pro && pro->t_sums) {
+        PadLinearSpec(spec, 32);
+        spec.push_back(pro->t_copies);  // T_COPIES
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -1745,10 +1743,11 @@ class VulkanBackend : public Backend {
       CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
       const bool sliding = p.type == LayerType::kSliding;
       bool ao = false;  // ATTN_O (below)
-      const size_t ocopy = size_t(down_fuse_copies_) * H * 4;
-      const BufRange ao_acc{pacc_.r.buf,
-                            pacc_.r.offset + size_t(L) * (H * 4 + ocopy) + size_t(l) * ocopy, ocopy,
-                            nullptr};
+      const size_t ocopy = size_t(attn_o_copies_) * H * 4;
+      const BufRange ao_acc{
+          pacc_.r.buf,
+          pacc_.r.offset + size_t(L) * (1 + down_fuse_copies_) * H * 4 + size_t(l) * ocopy, ocopy,
+          nullptr};
       // One-token steps: attn_fused.comp where the shapes fit (not captured for the resident
       // kernel, which runs the three-kernel path).
       uint32_t frl = 0, fd = 0, fkw = 0;
@@ -1836,7 +1835,7 @@ class VulkanBackend : public Backend {
             ob[12] = ao_acc;
             Dispatch(rc, "attn_o",
                      {static_cast<uint32_t>(hd), KindCode(d.o.src->kind), attn_o_rows_, vec,
-                      down_fuse_copies_, attn_mb_},
+                      attn_o_copies_, attn_mb_},
                      ob, &op, sizeof(op), (static_cast<uint32_t>(H) + attn_o_rows_ - 1) / attn_o_rows_,
                      nh);
             Barrier(rc);
@@ -1946,7 +1945,7 @@ class VulkanBackend : public Backend {
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
         const Pro pg{1,    &hcur,                &d.post_attn_norm.r, wa, &hnext,
-                     1.0f, ao ? &d.o : nullptr, &ao_acc,             down_fuse_copies_};
+                     1.0f, ao ? &d.o : nullptr, &ao_acc,             attn_o_copies_};
         const bool try_df = down_fuse_ && (P > 0 || l + 1 < l_end);
         down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0,
                               0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale,
@@ -2802,6 +2801,7 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
   bool attn_o_ = false;           // ... partials merged by attn_o.comp with o's products
   uint32_t attn_o_rows_ = 64;     // ... o rows per attn_o workgroup
+  uint32_t attn_o_copies_ = 1;    // ... copies of o's sums
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)

@@ -15,6 +15,8 @@
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #include "common.glsl"
+#define PROBE_BINDING 14
+#include "probe.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 256;  // head dim
@@ -75,6 +77,7 @@ void main() {
   const uint row0 = rb * R;
   const uint base = h * p.splits;
   const uint np = min(p.splits, MB);
+  Probe(0);
 
   // The first MB partials of the invocation's units, the lane's splits' (m, l) and the weights.
   vec4 v[2][MB];
@@ -95,6 +98,7 @@ void main() {
     wv[k] = vi < R * NV && row < p.rows ? w[row * (p.wstride / 4) + h * NV + j] : uvec4(0u);
   }
 
+  Probe(1);  // every position-independent load issued
   // attn_fused's split count for this position.
   const uint pos = step.pos0;
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
@@ -117,6 +121,7 @@ void main() {
       mx = max(mx, ml[r].x);
     }
     mx = subgroupMax(mx);
+    Probe(2);  // the (m, l) loaded
     float den = 0.0;
     [[unroll]] for (uint r = 0; r < 8; ++r) {
       const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
@@ -128,6 +133,7 @@ void main() {
     }
     den = subgroupAdd(den);
     barrier();
+    Probe(3);  // the split weights published
     [[unroll]] for (uint c = 0; c < NCU; ++c) {
       const uint ui = tid + WG * c;
       vec4 acc = vec4(0.0);
@@ -158,6 +164,7 @@ void main() {
     }
   }
   barrier();
+  Probe(4);  // merged and quantized
 
   // 3. Each vector's products (4 words of EPW columns), a row's NV partial sums added in shared
   // memory, one atomic per row.
@@ -172,10 +179,12 @@ void main() {
     red[vi] = s;
   }
   barrier();
+  Probe(5);  // the products
   for (uint r = tid; r < R; r += WG) {
     if (row0 + r >= p.rows) continue;
     int s = 0;
     for (uint q = 0; q < NV; ++q) s += red[r * NV + q];
     atomicAdd(pacc[(h % COPIES) * p.acc_stride + row0 + r], s);
   }
+  Probe(6);  // the sums added
 }

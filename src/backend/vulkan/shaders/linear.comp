@@ -112,7 +112,7 @@ layout(constant_id = 20) const uint DJ = 0;
 // (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from the pair-major copy at binding 13 (pair c of row j at
 // c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
 layout(constant_id = 21) const uint DJM = 0;
-// ACC_COPIES (DJ, PRO_T): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
+// ACC_COPIES (DJ): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
@@ -167,6 +167,10 @@ layout(constant_id = 31) const uint RMS_FAST = 0;
 // SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
 // the input is quantized once and both sets read set 0's words.
 layout(constant_id = 32) const uint SHARE_X = 0;
+// T_COPIES (PRO_T, the host sets it): the copies of t's sums, which a PRO_T prologue adds up
+// (integers: exact in any order); 0: ACC_COPIES.
+layout(constant_id = 33) const uint T_COPIES = 0;
+const uint TC = T_COPIES != 0 ? T_COPIES : ACC_COPIES;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -678,7 +682,7 @@ void main() {
         vec4 t;
         if (PRO_T != 0) {
           ivec4 sum = xi4[v];
-          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi4[c * (PRO_N / 4) + v];
+          [[unroll]] for (uint c = 1; c < TC; ++c) sum += xi4[c * (PRO_N / 4) + v];
           const vec4 sc = ts4[v];
           [[unroll]] for (uint e = 0; e < 4; ++e) t[e] = ProT(sum[e], sc[e]);
         } else {
@@ -765,7 +769,7 @@ void main() {
         float t;
         if (PRO_T != 0) {
           int sum = xi[i];
-          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
+          [[unroll]] for (uint c = 1; c < TC; ++c) sum += xi[c * PRO_N + i];
           t = ProT(sum, ts[i]);
         } else {
           t = x[i];

@@ -1138,7 +1138,7 @@ class VulkanBackend : public Backend {
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
         (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
-         std::strcmp(shader, "attn_fused") == 0 || std::strcmp(shader, "attn_o") == 0) &&
+         std::strcmp(shader, "attn_fused") == 0 || std::strncmp(shader, "attn_o", 6) == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
       const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
       if (rc.probe_seen++ == rc.probe_nth) {
@@ -1833,7 +1833,7 @@ class VulkanBackend : public Backend {
             ob[3] = po_.r;
             ob[5] = attn_.r;
             ob[12] = ao_acc;
-            Dispatch(rc, "attn_o",
+            Dispatch(rc, int_dot_ ? "attn_o_dp" : "attn_o",
                      {static_cast<uint32_t>(hd), KindCode(d.o.src->kind), attn_o_rows_, vec,
                       attn_o_copies_, attn_mb_},
                      ob, &op, sizeof(op), (static_cast<uint32_t>(H) + attn_o_rows_ - 1) / attn_o_rows_,

@@ -14,6 +14,18 @@
 // is issued before the position's: splits without keys hold stale partials, masked after.
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
+// DP4A 1 (attn_o_dp, devices with VK_KHR_shader_integer_dot_product): the products as packed int8
+// dot products (OpSDot) of the masked weight words (linear.comp FAST: an int2 / int4 code moved to
+// a byte's top bits, 64 / 16 times its value) with the permuted input words; 0: the same bytes
+// multiplied one by one. The same int32 sums.
+#ifndef DP4A
+#define DP4A 0
+#endif
+#if DP4A
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int SDot4(int a, int b, spirv_literal int fmt);
+#endif
 #include "common.glsl"
 #define PROBE_BINDING 14
 #include "probe.glsl"
@@ -52,15 +64,41 @@ const uint NU = HD / MW;
 const uint NCU = (NU + WG - 1) / WG;     // merge units per invocation
 const float kNegInf = -1.0 / 0.0;
 
+// The quantized head as packed int8 words, XPW per weight word, permuted as linear.comp's DP4A
+// path: input word g of weight word i holds the elements whose codes the mask of group g moves
+// into byte lanes (int2: crumbs g, g + 4, g + 8, g + 12; int4: nibbles g, g + 2, g + 4, g + 6;
+// int8: the word's own four). Weight vector j's words at uvec4s XG c + j (c < XG): lanes reading
+// consecutive vectors read consecutive 16-byte slots.
+const uint XPW = EPW / 4;
+const uint XG = XPW;  // 16-byte input slots per weight vector (4 words x XPW / 4)
+shared uint xw[4 * XG * NV];
 shared float sw[256];
-shared int xq[HD];
 shared int red[R * NV];
 
-// linear.comp QElem: a weight word's element k.
-int QElem(uint word, uint k) {
-  if (KIND == 3) return int((word >> (2 * k)) & 3u) - 2;
-  if (KIND == 4) return int((word >> (4 * k)) & 15u) - 8;
-  return bitfieldExtract(int(word), int(8 * k), 8);
+// Where element e (< HD) of the head goes: the uint index in xw and the byte.
+uvec2 XSlot(uint e) {
+  const uint wi = e / EPW, k = e % EPW;
+  const uint g = KIND == 3 ? k & 3u : KIND == 4 ? k & 1u : 0u;
+  const uint b = KIND == 3 ? k >> 2 : KIND == 4 ? k >> 1 : k;
+  const uint wv = XPW * (wi % 4) + g;  // the input word within the vector's 4 XPW
+  return uvec2(4 * ((wv / 4) * NV + wi / 4) + wv % 4, b);
+}
+
+// Weight word w's group-g lanes (64 / 16 times the int2 / int4 values; int8 as stored).
+uint Mask(uint w, uint g) {
+  if (KIND == 3) return ((w << (6 - 2 * g)) & 0xC0C0C0C0u) ^ 0x80808080u;
+  if (KIND == 4) return (g == 0 ? (w << 4) & 0xF0F0F0F0u : w & 0xF0F0F0F0u) ^ 0x80808080u;
+  return w;
+}
+int Dot4(uint a, uint b) {
+#if DP4A
+  return SDot4(int(a), int(b), 0);
+#else
+  int s = 0;
+  [[unroll]] for (uint k = 0; k < 4; ++k)
+    s += bitfieldExtract(int(a), int(8 * k), 8) * bitfieldExtract(int(b), int(8 * k), 8);
+  return s;
+#endif
 }
 
 // attn_fused's partial layout.
@@ -78,6 +116,7 @@ void main() {
   const uint base = h * p.splits;
   const uint np = min(p.splits, MB);
   Probe(0);
+  for (uint i = tid; i < 4 * XG * NV; i += WG) xw[i] = 0u;
 
   // The first MB partials of the invocation's units, the lane's splits' (m, l) and the weights.
   vec4 v[2][MB];
@@ -113,6 +152,7 @@ void main() {
       const uint ui = tid + WG * c;
       [[unroll]] for (uint e = 0; e < MW; ++e) outv[c][e] = ui < NU ? oh[h * HD + MW * ui + e] : 0.0;
     }
+    barrier();  // (xw zeroed)
   } else {
     float mx = kNegInf;
     [[unroll]] for (uint r = 0; r < 8; ++r) {
@@ -160,7 +200,10 @@ void main() {
   [[unroll]] for (uint c = 0; c < NCU; ++c) {
     const uint ui = tid + WG * c;
     if (ui < NU) {
-      [[unroll]] for (uint e = 0; e < MW; ++e) xq[MW * ui + e] = QuantizeSrqR(outv[c][e], p.in_s, rs);
+      [[unroll]] for (uint e = 0; e < MW; ++e) {
+        const uvec2 sl = XSlot(MW * ui + e);
+        atomicOr(xw[sl.x], (uint(QuantizeSrqR(outv[c][e], p.in_s, rs)) & 0xFFu) << (8 * sl.y));
+      }
     }
   }
   barrier();
@@ -172,11 +215,16 @@ void main() {
     const uint vi = tid + WG * k;
     if (vi >= R * NV) continue;
     int s = 0;
-    [[unroll]] for (uint i = 0; i < 4; ++i) {
-      const uint c0 = (4 * j + i) * EPW;
-      [[unroll]] for (uint e = 0; e < EPW; ++e) s += QElem(wv[k][i], e) * xq[c0 + e];
+    [[unroll]] for (uint c = 0; c < XG; ++c) {
+      const uint xb = 4 * (c * NV + j);
+      const uvec4 x4 = uvec4(xw[xb], xw[xb + 1], xw[xb + 2], xw[xb + 3]);
+      [[unroll]] for (uint q = 0; q < 4; ++q) {
+        // input word 4 c + q of the vector: weight word (4 c + q) / XPW, group (4 c + q) % XPW
+        const uint wq = (4 * c + q) / XPW, g = (4 * c + q) % XPW;
+        s += Dot4(Mask(wv[k][wq], g), x4[q]);
+      }
     }
-    red[vi] = s;
+    red[vi] = KIND == 3 ? s >> 6 : KIND == 4 ? s >> 4 : s;
   }
   barrier();
   Probe(5);  // the products

@@ -582,7 +582,6 @@ class VulkanBackend : public Backend {
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
     attn_qshare_ = EnvInt("GEMMA_VULKAN_ATTN_QSHARE", 0) != 0;
-    attn_mt_ = EnvInt("GEMMA_VULKAN_ATTN_MT", 0) != 0;
     // One-token steps: the attention leaves its key splits' partials (attn_fused MODE 1) and
     // attn_o.comp merges them per (o row block, head) and adds the head's o products to int32
     // sums that gate/up's prologue scales (PRO_T): the attention's arrival count and merge and o's
@@ -1818,11 +1817,7 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, ao ? 1u : attn_fused_mode_,
                     attn_mb_, vec, attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u,
-                    attn_vpf_ ? 1u : 0u, attn_fused_dbg_, attn_qshare_ ? 1u : 0u,
-                    attn_mt_ ? std::bit_floor(std::clamp<uint32_t>(
-                                   kWG / (static_cast<uint32_t>(hd) / (vec ? 4 : 1)), 1u,
-                                   std::min(4u, dev_->min_subgroup_size())))
-                             : 1u},
+                    attn_vpf_ ? 1u : 0u, attn_fused_dbg_, attn_qshare_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (ao) {
@@ -2806,7 +2801,6 @@ class VulkanBackend : public Backend {
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
   bool attn_qshare_ = false;      // ... q and the new row normalized once, shared (QSHARE)
-  bool attn_mt_ = false;          // ... a merge unit's partials over several invocations (MT)
   int attn_o_ = 0;  // ... partials merged by attn_o.comp with o's products (2: head dim <= 256)
   uint32_t attn_o_rows_ = 64;     // ... o rows per attn_o workgroup
   uint32_t attn_o_copies_ = 1;    // ... copies of o's sums

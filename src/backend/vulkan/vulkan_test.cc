@@ -1330,28 +1330,6 @@ TEST(VulkanKernels, AttentionSharedQMatchesPerRowGroupBitExactly) {
   }
 }
 
-// The fused attention's merge with a unit's partials over several invocations (the sum passed
-// along by shuffles, GEMMA_VULKAN_ATTN_MT=1) against one invocation per unit: bit-identical
-// logits and ids over up to 10 splits (16-byte and scalar partial loads).
-TEST(VulkanKernels, AttentionMergeRunsMatchOneInvocationBitExactly) {
-  auto model = LoadFixture("tiny_dense_bf16");
-  const int V = model->text().vocab_size;
-  const BackendOptions opt{.capacity = 320, .slack = 8};
-  for (const char* vec : {"1", "0"}) {
-    SCOPED_TRACE(std::string("vec ") + vec);
-    const Knobs shape = {{"GEMMA_VULKAN_ATTN_KW", "1"},
-                         {"GEMMA_VULKAN_SPLITS", "16"},
-                         {"GEMMA_VULKAN_ATTN_VEC", vec}};
-    Knobs on = shape, off = shape;
-    on.push_back({"GEMMA_VULKAN_ATTN_MT", "1"});
-    off.push_back({"GEMMA_VULKAN_ATTN_MT", "0"});
-    auto runs = MakeVulkanWith(*model, on, opt);
-    auto one = MakeVulkanWith(*model, off, opt);
-    if (!runs || !one) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    ExpectIdenticalSteps(*runs, *one, V, 300, 29, 11, /*argmax_too=*/true);
-  }
-}
-
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

@@ -54,11 +54,6 @@ layout(constant_id = 12) const uint DBG = 0;
 // through shared memory (one barrier) instead of every row group loading and normalizing the
 // same values (eight times the loads in flight at the kernel's start). The same values.
 layout(constant_id = 13) const uint QSHARE = 0;
-// MT > 1 (MODE 0; GEMMA_VULKAN_ATTN_MT; the host sets MT <= WG / merge units): the merge's
-// partials of a unit spread over MT adjacent invocations (a run of nact / MT splits each, loaded
-// at once) instead of one loading all of them, the unit's sum passed along the run by shuffles:
-// the same fmas in the same order. Where a head has more splits than MB, the one-invocation form.
-layout(constant_id = 14) const uint MT = 1;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -190,20 +185,10 @@ void Merge(uint h, uint nact) {
   const uint NC = MODE == 2 ? 1 : (NU + WG - 1) / WG;
   const uint u0 = MODE == 2 ? WG * gl_WorkGroupID.y + tid : tid;
   vec4 v[2][16];
-  const bool mt = MT > 1 && MODE == 0 && NC == 1 && nact <= MB;  // (uniform)
-  const uint mui = tid / MT, mtt = tid % MT;  // MT: the unit, the invocation's run
-  const uint kq = (nact + MT - 1) / MT;       // MT: splits per run
-  if (mt) {
-    [[unroll]] for (uint u = 0; u < (MB + MT - 1) / MT; ++u) {
-      const uint s = mtt * kq + u;
-      v[0][u] = mui < NU && u < kq && s < nact ? PartialAt((base + s) * PR + W * mui) : vec4(0.0);
-    }
-  } else {
-    [[unroll]] for (uint c = 0; c < NC; ++c) {
-      const uint ui = u0 + WG * c;
-      [[unroll]] for (uint u = 0; u < MB; ++u)
-        v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
-    }
+  [[unroll]] for (uint c = 0; c < NC; ++c) {
+    const uint ui = u0 + WG * c;
+    [[unroll]] for (uint u = 0; u < MB; ++u)
+      v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
   }
   // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
   vec2 ml[8];
@@ -228,25 +213,6 @@ void Merge(uint h, uint nact) {
   den = subgroupAdd(den);
   barrier();
   Probe2(6);  // the weights published
-  if (mt) {
-    // Run t continues the sum run t - 1 ended with (its lane's left neighbour).
-    vec4 acc = vec4(0.0);
-    [[unroll]] for (uint st = 0; st < MT; ++st) {
-      if (mtt == st) {
-        [[unroll]] for (uint u = 0; u < (MB + MT - 1) / MT; ++u) {
-          const uint s = st * kq + u;
-          if (u < kq && s < nact) acc = fma(v[0][u], vec4(sw[s]), acc);
-        }
-      }
-      const vec4 prev = subgroupShuffle(acc, gl_SubgroupInvocationID - (mtt > 0 ? 1 : 0));
-      if (mtt == st + 1) acc = prev;
-    }
-    if (mtt == MT - 1 && mui < NU) {
-      if (W == 4) o4[(h * HD) / 4 + mui] = acc / den;
-      else o[h * HD + mui] = acc.x / den;
-    }
-    return;
-  }
   [[unroll]] for (uint c = 0; c < NC; ++c) {
     const uint ui = u0 + WG * c;
     if (ui >= NU) continue;

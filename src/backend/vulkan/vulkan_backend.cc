@@ -581,12 +581,11 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
-    attn_qshare_ = EnvInt("GEMMA_VULKAN_ATTN_QSHARE", 0) != 0;
     // One-token steps: the attention leaves its key splits' partials (attn_fused MODE 1) and
     // attn_o.comp merges them per (o row block, head) and adds the head's o products to int32
     // sums that gate/up's prologue scales (PRO_T): the attention's arrival count and merge and o's
     // own dispatch gone; the same sums, the same values.
-    attn_o_ = std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O", 0), 0, 2);  // 2: head dims <= 256 only
+    attn_o_ = EnvInt("GEMMA_VULKAN_ATTN_O", 0) != 0;
     attn_o_rows_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O_ROWS", 64), 1, 256));
     attn_o_copies_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O_COPIES", 1), 1, 16));
@@ -1817,7 +1816,7 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, ao ? 1u : attn_fused_mode_,
                     attn_mb_, vec, attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u,
-                    attn_vpf_ ? 1u : 0u, attn_fused_dbg_, attn_qshare_ ? 1u : 0u},
+                    attn_vpf_ ? 1u : 0u, attn_fused_dbg_},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (ao) {
@@ -2800,8 +2799,7 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
-  bool attn_qshare_ = false;      // ... q and the new row normalized once, shared (QSHARE)
-  int attn_o_ = 0;  // ... partials merged by attn_o.comp with o's products (2: head dim <= 256)
+  bool attn_o_ = false;           // ... partials merged by attn_o.comp with o's products
   uint32_t attn_o_rows_ = 64;     // ... o rows per attn_o workgroup
   uint32_t attn_o_copies_ = 1;    // ... copies of o's sums
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
@@ -2840,7 +2838,7 @@ class VulkanBackend : public Backend {
   // H rows): whole 16-byte vectors of a head's columns per row, a power of two of them at most a
   // workgroup, at most two merge units per invocation, the sums in pacc_'s o region.
   bool AttnOFits(const DevLinear& o, int hd, int nh, int H) const {
-    if (!attn_o_ || (attn_o_ == 2 && hd > 256) || o.parts.size() != 1 || o.src->in_scale <= 0.0f || o.cols != nh * hd ||
+    if (!attn_o_ || o.parts.size() != 1 || o.src->in_scale <= 0.0f || o.cols != nh * hd ||
         o.rows != H || hd % 4 != 0 || hd / 4 > 2 * static_cast<int>(kWG))
       return false;
     const WeightKind k = o.src->kind;

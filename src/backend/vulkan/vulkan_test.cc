@@ -713,11 +713,6 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
     // ... after the full barriers, the non-coherent alias
     {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FENCE", "0"}},
     {{"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
-    // q, its norm and the new K/V row loaded, normalized and rotated by row group 0 alone and
-    // shared (QSHARE), with several splits and blocks, and with row groups within a subgroup
-    {{"GEMMA_VULKAN_ATTN_QSHARE", "1"}},
-    {{"GEMMA_VULKAN_ATTN_QSHARE", "1"}, {"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},
-    {{"GEMMA_VULKAN_ATTN_QSHARE", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
     {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
 };
@@ -1303,30 +1298,6 @@ TEST(VulkanKernels, AttnOMatchesMergeAndLinearBitExactly) {
     EXPECT_EQ(so.attn_o_layers, 0);
     EXPECT_EQ(sw.dispatches_per_token, so.dispatches_per_token);
     ExpectIdenticalSteps(*with, *without, V, long_run ? 300 : 48, 37, 3, /*argmax_too=*/true);
-  }
-}
-
-// The fused attention's q, norm weights and new K/V row loaded, normalized and rotated by row
-// group 0 alone and shared through shared memory (GEMMA_VULKAN_ATTN_QSHARE=1) against every row
-// group doing it: bit-identical logits and ids (one split or several, KV-owning and shared layers,
-// row groups of a whole subgroup or within one).
-TEST(VulkanKernels, AttentionSharedQMatchesPerRowGroupBitExactly) {
-  for (const char* fixture : {"tiny_qat", "tiny_dense_bf16"}) {
-    auto model = LoadFixture(fixture);
-    const int V = model->text().vocab_size;
-    const BackendOptions opt{.capacity = 96, .slack = 8};
-    for (const Knobs& shape : std::vector<Knobs>{{},
-                                                 {{"GEMMA_VULKAN_ATTN_KW", "1"}},
-                                                 {{"GEMMA_VULKAN_ATTN_RL", "4"}}}) {
-      SCOPED_TRACE(std::string(fixture) + " knobs:" + KnobsText(shape));
-      Knobs on = shape, off = shape;
-      on.push_back({"GEMMA_VULKAN_ATTN_QSHARE", "1"});
-      off.push_back({"GEMMA_VULKAN_ATTN_QSHARE", "0"});
-      auto shared = MakeVulkanWith(*model, on, opt);
-      auto each = MakeVulkanWith(*model, off, opt);
-      if (!shared || !each) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-      ExpectIdenticalSteps(*shared, *each, V, 40, 43, 9, /*argmax_too=*/true);
-    }
   }
 }
 

@@ -49,11 +49,6 @@ layout(constant_id = 11) const uint VPF = 0;
 // DBG (GEMMA_VULKAN_ATTN_FUSED_DBG, measurement only: the results are wrong): bit 0 replaces the
 // cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge.
 layout(constant_id = 12) const uint DBG = 0;
-// QSHARE 1 (ROPE 1; GEMMA_VULKAN_ATTN_QSHARE): only row group 0 loads the head's q, its norm
-// weights and the new K/V row and the rotation, normalizes and rotates them, and shares them
-// through shared memory (one barrier) instead of every row group loading and normalizing the
-// same values (eight times the loads in flight at the kernel's start). The same values.
-layout(constant_id = 13) const uint QSHARE = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -109,9 +104,6 @@ shared float rg_l[NRG];
 shared float rg_acc[NRG * HD];
 shared float sw[256];  // the merge's split weights (splits <= 256)
 shared bool s_last;
-const bool kQShare = QSHARE != 0 && ROPE != 0;
-shared float qs[kQShare ? HD : 1];       // QSHARE: q normalized and rotated
-shared float kvs[kQShare ? 2 * HD : 1];  // ... the new K and V rows
 
 float RowSum(float v) {
   [[unroll]] for (uint off = RL / 2; off > 0; off >>= 1) v += subgroupShuffleXor(v, off);
@@ -262,8 +254,7 @@ void main() {
   // position uses it)
   const bool kv_new = ROPE != 0 && p.kv_new != 0;
   float kn_[D], vn_[D], kw_[D];
-  const bool loads_head = !kQShare || rg == 0;  // QSHARE: row group 0 alone
-  if (MODE != 2 && loads_head) {
+  if (MODE != 2) {
     LOAD_HEAD(qv, q, q4, h * HD);
     if (ROPE != 0) LOAD_HEAD(qw, qn, qn4, 0);
     if (kv_new) {
@@ -291,7 +282,7 @@ void main() {
   Probe2(1);  // the position loaded (the branch above waits for it)
   const uint je = min(pos + 1, jb + per);
   vec2 cs[HALF];
-  if (ROPE != 0 && loads_head) {
+  if (ROPE != 0) {
     if (VEC != 0 && p.rot % 4 == 0) {
       // Four consecutive pairs' (cos, sin) in two 16-byte loads.
       [[unroll]] for (uint g = 0; g < HALF / 4; ++g) {
@@ -334,7 +325,7 @@ void main() {
   }
   Probe(1);  // every load issued
   Probe2(2);
-  if (ROPE != 0 && loads_head) {
+  if (ROPE != 0) {
     NormRope(qv, qw, true, true, cs, rl);
     Probe2(3);  // q normalized and rotated
     if (has_new) {
@@ -347,25 +338,6 @@ void main() {
           kcw[crow + Dim(rl, d)] = kn_[d];
           vcw[crow + Dim(rl, d)] = vn_[d];
         }
-      }
-    }
-  }
-  if (kQShare) {
-    if (rg == 0) {
-      [[unroll]] for (uint d = 0; d < D; ++d) {
-        qs[Dim(rl, d)] = qv[d];
-        if (has_new) {
-          kvs[Dim(rl, d)] = kn_[d];
-          kvs[HD + Dim(rl, d)] = vn_[d];
-        }
-      }
-    }
-    barrier();
-    [[unroll]] for (uint d = 0; d < D; ++d) {
-      qv[d] = qs[Dim(rl, d)];
-      if (has_new) {
-        kn_[d] = kvs[Dim(rl, d)];
-        vn_[d] = kvs[HD + Dim(rl, d)];
       }
     }
   }

@@ -113,10 +113,6 @@ struct FusedAttnPush {  // attn_fused.comp
   uint32_t nh, nkv, ring, window, splits, rot, has_kn, kv_new, ml_base;
   float eps;
 };
-struct AttnOPush {  // attn_o.comp
-  uint32_t splits, window, ukeys, ml_base, rows, wstride, acc_stride;
-  float in_s;
-};
 struct PlePush {
   uint32_t pdim, stride;
   float proj_scale, input_scale, eps;
@@ -272,7 +268,6 @@ class VulkanBackend : public Backend {
     s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
     s->weight_bytes = weight_bytes_;
     s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;
-    s->attn_o_layers = resident_ ? 0 : decode_attn_o_layers_;
     s->barriers_per_token = resident_ ? resident_phases_ : decode_barriers_;
     s->rebuilds = rebuilds_;
     s->resident_workgroups = resident_ ? resident_wgs_ : 0;
@@ -304,7 +299,6 @@ class VulkanBackend : public Backend {
         (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
         (down_fuse_ && int_dot_ ? ", down projection summed by gate/up's workgroups" : "") +
         (head_norm_ ? ", last norms in the LM head's prologue" : "") +
-        (attn_o_ ? ", o summed with the attention's merge (attn_o)" : "") +
         (attn_fused_ ? std::string(", one-token attention fused (") +
                            (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
                            (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
@@ -581,14 +575,6 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
-    // One-token steps: the attention leaves its key splits' partials (attn_fused MODE 1) and
-    // attn_o.comp merges them per (o row block, head) and adds the head's o products to int32
-    // sums that gate/up's prologue scales (PRO_T): the attention's arrival count and merge and o's
-    // own dispatch gone; the same sums, the same values.
-    attn_o_ = EnvInt("GEMMA_VULKAN_ATTN_O", 0) != 0;
-    attn_o_rows_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O_ROWS", 64), 1, 256));
-    attn_o_copies_ =
-        static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_O_COPIES", 1), 1, 16));
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -893,8 +879,7 @@ class VulkanBackend : public Backend {
     }
     // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
     // down_fuse_copies_ copies), zeroed per step
-    // (and with ATTN_O, of the o projections, in attn_o_copies_ copies)
-    pacc_ = F(size_t(L) * (1 + down_fuse_copies_ + (attn_o_ ? attn_o_copies_ : 0)) * H);
+    pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);
     hn_ = F(size_t(head_rows_) * H);
     logits_ = F(size_t(head_rows_) * V);
     vocab_block_ = static_cast<uint32_t>(
@@ -1019,7 +1004,6 @@ class VulkanBackend : public Backend {
   struct Rec {
     VkCommandBuffer cmd;
     int dispatches = 0, barriers = 0;
-    int attn_o_layers = 0;  // layers whose o ran in attn_o (ATTN_O)
     std::vector<std::string>* labels = nullptr;  // profiling: a timestamp after every dispatch
     // Capture (resident decode): dispatches become operation records of resident.comp and
     // barriers set the previous record's grid-barrier flag; every binding must lie in `pool`.
@@ -1138,7 +1122,7 @@ class VulkanBackend : public Backend {
     const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
     if (rc.probe_label &&
         (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
-         std::strcmp(shader, "attn_fused") == 0 || std::strncmp(shader, "attn_o", 6) == 0) &&
+         std::strcmp(shader, "attn_fused") == 0) &&
         Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
       const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
       if (rc.probe_seen++ == rc.probe_nth) {
@@ -1504,7 +1488,7 @@ class VulkanBackend : public Backend {
         if (pro->t_sums) {
           // PRO_T: t is the sums of t_sums (one part), with its row scales and SRQ scales.
           b[2] = *pro->t_acc;
-          b[14] = pro->t_sums->parts[0].s.r;
+          b[5] = pro->t_sums->parts[0].s.r;
           pc.pt_in_s = pro->t_sums->src->in_scale;
           pc.pt_out_s = pro->t_sums->src->out_scale;
         }
@@ -1547,6 +1531,10 @@ class VulkanBackend : public Backend {
         spec.push_back(KindCode(pjl->src->kind));                                          // DJ
         spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
         spec.push_back(down_fuse_copies_);  // ACC_COPIES
+      }
+      if (pro && pro->t_sums && pro->t_copies > 1) {
+        PadLinearSpec(spec, 21);
+        spec.push_back(pro->t_copies);  // ACC_COPIES
       }
 
       // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
@@ -1623,10 +1611,6 @@ class VulkanBackend : public Backend {
           lin.in_scale == second->src->in_scale) {
         PadLinearSpec(spec, 31);
         spec.push_back(1);  // SHARE_X
-      }
-      if (pro && pro->t_sums) {
-        PadLinearSpec(spec, 32);
-        spec.push_back(pro->t_copies);  // T_COPIES
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
@@ -1742,19 +1726,10 @@ class VulkanBackend : public Backend {
       Barrier(rc);
       CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
       const bool sliding = p.type == LayerType::kSliding;
-      bool ao = false;  // ATTN_O (below)
-      const size_t ocopy = size_t(attn_o_copies_) * H * 4;
-      const BufRange ao_acc{
-          pacc_.r.buf,
-          pacc_.r.offset + size_t(L) * (1 + down_fuse_copies_) * H * 4 + size_t(l) * ocopy, ocopy,
-          nullptr};
       // One-token steps: attn_fused.comp where the shapes fit (not captured for the resident
       // kernel, which runs the three-kernel path).
       uint32_t frl = 0, fd = 0, fkw = 0;
       const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
-      // ... leaving its partials to attn_o with o's products (ATTN_O), gate/up's prologue taking
-      // o's sums
-      ao = fused && cn && AttnOFits(d.o, hd, nh, H);
       // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
       const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
       if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -1814,33 +1789,12 @@ class VulkanBackend : public Backend {
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
-                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, ao ? 1u : attn_fused_mode_,
-                    attn_mb_, vec, attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u,
-                    attn_vpf_ ? 1u : 0u, attn_fused_dbg_},
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
+                    attn_fused_dbg_},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
-          if (ao) {
-            const AttnOPush op{static_cast<uint32_t>(fsplits),
-                               static_cast<uint32_t>(p.window),
-                               kWG / frl * fkw,
-                               fp.ml_base,
-                               static_cast<uint32_t>(H),
-                               d.o.wstride,
-                               static_cast<uint32_t>(H),
-                               d.o.src->in_scale};
-            std::array<BufRange, vk::kBindings> ob{};
-            ob[0] = d.o.parts[0].w.r;
-            ob[3] = po_.r;
-            ob[5] = attn_.r;
-            ob[12] = ao_acc;
-            Dispatch(rc, int_dot_ ? "attn_o_dp" : "attn_o",
-                     {static_cast<uint32_t>(hd), KindCode(d.o.src->kind), attn_o_rows_, vec,
-                      attn_o_copies_, attn_mb_},
-                     ob, &op, sizeof(op), (static_cast<uint32_t>(H) + attn_o_rows_ - 1) / attn_o_rows_,
-                     nh);
-            Barrier(rc);
-            ++rc.attn_o_layers;
-          } else if (attn_fused_mode_ == 1) {
+          if (attn_fused_mode_ == 1) {
             // Merge units of 4 dims with VEC, else 1.
             const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
             Dispatch(rc, "attn_fused",
@@ -1918,9 +1872,7 @@ class VulkanBackend : public Backend {
       const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                         d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                         (P == 0 || d.ple_proj.parts.size() == 1);
-      if (ao) {
-        // (attn_o added o's products to ao_acc above)
-      } else if (cn) {
+      if (cn) {
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
@@ -1944,8 +1896,7 @@ class VulkanBackend : public Backend {
       bool down_fused = false;
       if (cn) {
         const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
-        const Pro pg{1,    &hcur,                &d.post_attn_norm.r, wa, &hnext,
-                     1.0f, ao ? &d.o : nullptr, &ao_acc,             attn_o_copies_};
+        const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
         const bool try_df = down_fuse_ && (P > 0 || l + 1 < l_end);
         down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0,
                               0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale,
@@ -2198,7 +2149,6 @@ class VulkanBackend : public Backend {
     End(cb);
     if (mode == OutputMode::kArgmax) {
       decode_dispatches_ = rc.dispatches;
-      decode_attn_o_layers_ = rc.attn_o_layers;
       decode_barriers_ = rc.barriers;
     }
     return cb;
@@ -2799,9 +2749,6 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
-  bool attn_o_ = false;           // ... partials merged by attn_o.comp with o's products
-  uint32_t attn_o_rows_ = 64;     // ... o rows per attn_o workgroup
-  uint32_t attn_o_copies_ = 1;    // ... copies of o's sums
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)
@@ -2833,19 +2780,6 @@ class VulkanBackend : public Backend {
                                                        : cu / nh;
     // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
-  }
-  // attn_o.comp for o (one part, SRQ int2 / int4 / int8 with an input scale, nh x hd columns,
-  // H rows): whole 16-byte vectors of a head's columns per row, a power of two of them at most a
-  // workgroup, at most two merge units per invocation, the sums in pacc_'s o region.
-  bool AttnOFits(const DevLinear& o, int hd, int nh, int H) const {
-    if (!attn_o_ || o.parts.size() != 1 || o.src->in_scale <= 0.0f || o.cols != nh * hd ||
-        o.rows != H || hd % 4 != 0 || hd / 4 > 2 * static_cast<int>(kWG))
-      return false;
-    const WeightKind k = o.src->kind;
-    if (k != WeightKind::kQ2 && k != WeightKind::kQ4 && k != WeightKind::kQ8) return false;
-    const uint32_t nv = static_cast<uint32_t>(hd) / ElemsPerWord(k) / 4;
-    return nv >= 1 && static_cast<uint32_t>(hd) % (ElemsPerWord(k) * 4) == 0 &&
-           std::has_single_bit(nv) && nv <= kWG && o.wstride % 4 == 0;
   }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
@@ -2946,7 +2880,7 @@ class VulkanBackend : public Backend {
   uint32_t vocab_block_ = kVocabBlock;
   std::array<VkCommandBuffer, 4> decode_cmd_{};
   VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
-  int decode_dispatches_ = 0, decode_barriers_ = 0, decode_attn_o_layers_ = 0;
+  int decode_dispatches_ = 0, decode_barriers_ = 0;
   // Resident decode (resident.comp).
   int resident_wgs_ = 0;
   uint32_t resident_spin_ = 1u << 22;

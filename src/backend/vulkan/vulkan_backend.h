@@ -71,8 +71,6 @@ struct VulkanStats {
   int resident_workgroups = 0;
   int resident_ops = 0;
   int resident_fallbacks = 0;
-  // One-token decode: layers whose attention merge and o projection run in one kernel (attn_o).
-  int attn_o_layers = 0;
   std::string kernels;  // the kernel variants in use (environment knobs GEMMA_VULKAN_MM/DP/...)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);

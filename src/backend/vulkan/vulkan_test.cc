@@ -1254,53 +1254,6 @@ TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
   }
 }
 
-// The attention's merge and the o projection in one kernel (GEMMA_VULKAN_ATTN_O=1: attn_fused
-// leaves its key splits' partials, attn_o merges them as attn_fused's merge does and adds each
-// head's o products to int32 sums that gate/up's prologue scales, PRO_T) against the attention's
-// own merge and o's kernel: bit-identical logits and ids at every step (early positions with one
-// split, the merge over several or over many in rounds, the sliding ring wrapping, KV sharing),
-// with 16-byte and scalar merge loads and o row blocks of 64 and 16 rows.
-TEST(VulkanKernels, AttnOMatchesMergeAndLinearBitExactly) {
-  auto model = LoadFixture("tiny_qat");
-  const int V = model->text().vocab_size;
-  // (the layers whose o is SRQ integer: one of the fixture's has no SRQ scales and keeps o's kernel)
-  int srq_o = 0;
-  for (const LayerWeights& w : model->layer_weights()) srq_o += w.o.in_scale > 0.0f ? 1 : 0;
-  ASSERT_GT(srq_o, 0);
-  const std::vector<Knobs> shapes = {
-      {},
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}},
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_VEC", "0"}},
-      {{"GEMMA_VULKAN_ATTN_KW", "1"},
-       {"GEMMA_VULKAN_SPLITS", "40"},
-       {"GEMMA_VULKAN_ATTN_MB", "4"},
-       {"GEMMA_VULKAN_ATTN_O_ROWS", "16"}},
-      // (300 positions: the full-attention layers' keys over up to 10 splits, attn_o's partials
-      // in rounds of 4)
-      {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "64"}, {"GEMMA_VULKAN_ATTN_MB", "4"}},
-  };
-  for (const Knobs& shape : shapes) {
-    SCOPED_TRACE("knobs:" + KnobsText(shape));
-    const bool long_run = &shape == &shapes.back();
-    const BackendOptions opt{.capacity = long_run ? 320 : 96, .slack = 8};
-    Knobs on = shape, off = shape;
-    on.push_back({"GEMMA_VULKAN_ATTN_O", "1"});
-    off.push_back({"GEMMA_VULKAN_ATTN_O", "0"});
-    auto with = MakeVulkanWith(*model, on, opt);
-    auto without = MakeVulkanWith(*model, off, opt);
-    if (!with || !without) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-    VulkanStats sw, so;
-    ASSERT_TRUE(GetVulkanStats(*with, &sw));
-    ASSERT_TRUE(GetVulkanStats(*without, &so));
-    // every SRQ o runs in attn_o; the step has as many dispatches
-    EXPECT_EQ(sw.attn_o_layers, srq_o);
-    EXPECT_EQ(so.attn_o_layers, 0);
-    EXPECT_EQ(sw.dispatches_per_token, so.dispatches_per_token);
-    ExpectIdenticalSteps(*with, *without, V, long_run ? 300 : 48, 37, 3, /*argmax_too=*/true);
-  }
-}
-
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

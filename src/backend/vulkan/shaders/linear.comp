@@ -69,7 +69,7 @@ layout(constant_id = 11) const uint FAST = 0;
 // pacc[j] (binding 12, zeroed before the step) with an integer atomic: exact in any order, so
 // P's dispatch and the barrier before it are saved. The consumer applies P's row scales and output
 // SRQ in its prologue (PRO_T).
-// PRO_T 1 (PRO): t arrives as P's int32 sums (binding 2) with its row scales at binding 14:
+// PRO_T 1 (PRO): t arrives as P's int32 sums (binding 2) with its row scales at binding 5:
 // t = srq_out(sum * in_s * row scale), P's epilogue.
 layout(constant_id = 16) const uint PRO_T = 0;
 // CLUSTER 1 (one token, the SRQ integer path only: exact in any order): LANES is smaller than the
@@ -112,7 +112,7 @@ layout(constant_id = 20) const uint DJ = 0;
 // (GEMMA_VULKAN_DOWN_FUSE_LATE), 2 read from the pair-major copy at binding 13 (pair c of row j at
 // c * pj_rows + j; GEMMA_VULKAN_DOWN_FUSE_PAIRS).
 layout(constant_id = 21) const uint DJM = 0;
-// ACC_COPIES (DJ): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
+// ACC_COPIES (DJ, PRO_T): the int32 sums are kept in this many copies of n (pj_rows / PRO_N)
 // entries: a DJ workgroup adds into copy gl_WorkGroupID.y % ACC_COPIES (its atomics spread over
 // more addresses), a PRO_T prologue adds the copies up (integers: exact in any order).
 layout(constant_id = 22) const uint ACC_COPIES = 1;
@@ -167,10 +167,6 @@ layout(constant_id = 31) const uint RMS_FAST = 0;
 // SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
 // the input is quantized once and both sets read set 0's words.
 layout(constant_id = 32) const uint SHARE_X = 0;
-// T_COPIES (PRO_T, the host sets it): the copies of t's sums, which a PRO_T prologue adds up
-// (integers: exact in any order); 0: ACC_COPIES.
-layout(constant_id = 33) const uint T_COPIES = 0;
-const uint TC = T_COPIES != 0 ? T_COPIES : ACC_COPIES;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -190,12 +186,10 @@ layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's 
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
 layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
-// PRO_T: P's row scales (binding 14: gate/up's second set has its scales at 5)
-layout(std430, binding = 14) readonly buffer TS { float ts[]; };
 // PRO_VEC: 16-byte views of the prologue's operands (the same bindings).
 layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer XI4 { ivec4 xi4[]; };
-layout(std430, binding = 14) readonly buffer TS4 { vec4 ts4[]; };
+layout(std430, binding = 5) readonly buffer S14 { vec4 s14[]; };
 layout(std430, binding = 7) readonly buffer Hres4 { vec4 hres4[]; };
 layout(std430, binding = 8) readonly buffer WT4 { vec4 wt4[]; };
 layout(std430, binding = 9) readonly buffer WA4 { vec4 wa4[]; };
@@ -682,8 +676,8 @@ void main() {
         vec4 t;
         if (PRO_T != 0) {
           ivec4 sum = xi4[v];
-          [[unroll]] for (uint c = 1; c < TC; ++c) sum += xi4[c * (PRO_N / 4) + v];
-          const vec4 sc = ts4[v];
+          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi4[c * (PRO_N / 4) + v];
+          const vec4 sc = s14[v];
           [[unroll]] for (uint e = 0; e < 4; ++e) t[e] = ProT(sum[e], sc[e]);
         } else {
           t = x4[v];
@@ -769,8 +763,8 @@ void main() {
         float t;
         if (PRO_T != 0) {
           int sum = xi[i];
-          [[unroll]] for (uint c = 1; c < TC; ++c) sum += xi[c * PRO_N + i];
-          t = ProT(sum, ts[i]);
+          [[unroll]] for (uint c = 1; c < ACC_COPIES; ++c) sum += xi[c * PRO_N + i];
+          t = ProT(sum, s1[i]);
         } else {
           t = x[i];
         }

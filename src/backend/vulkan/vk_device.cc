@@ -155,7 +155,6 @@ void Device::Init(const DeviceOptions& options) {
   max_range_ = p2.properties.limits.maxStorageBufferRange;
   max_shared_ = p2.properties.limits.maxComputeSharedMemorySize;
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
-  storage_align_ = std::max<VkDeviceSize>(1, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   if (const char* e = std::getenv("GEMMA_VULKAN_SPIN_US")) {

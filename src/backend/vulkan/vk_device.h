@@ -61,7 +61,6 @@ class Device {
   uint32_t min_subgroup_size() const { return min_subgroup_size_; }
   VkDeviceSize max_range() const { return max_range_; }
   uint32_t max_shared_bytes() const { return max_shared_; }  // per workgroup
-  VkDeviceSize storage_align() const { return storage_align_; }  // minStorageBufferOffsetAlignment
   bool is_cpu() const { return cpu_; }
   // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
   // accelerated: the device reports the signed packed form as faster than emulation.
@@ -165,7 +164,7 @@ class Device {
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
   bool subgroup_clock_ = false;
   bool pipe_stats_ = false;  // GEMMA_VULKAN_PIPE_STATS: print each pipeline's driver statistics
-  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0, storage_align_ = 256;
+  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
   double last_submit_call_us_ = 0;

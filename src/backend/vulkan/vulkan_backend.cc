@@ -575,7 +575,6 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
-    ple_spread_ = EnvInt("GEMMA_VULKAN_PLE_SPREAD", 0) != 0;
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -862,8 +861,6 @@ class VulkanBackend : public Backend {
     auto F = [&](size_t floats) { return Reserve(Pool::kDevice, floats * 4); };
     h_ = F(size_t(C) * H);
     h2_ = F(H);
-    x0_ = F(H);
-    zeros_ = F(H);
     a_ = F(size_t(C) * H);
     t_ = F(size_t(C) * H);
     q_ = F(size_t(C) * qw);
@@ -971,14 +968,12 @@ class VulkanBackend : public Backend {
                    &tok_,       &gp_,   &hn_,      &logits_,     &part_,       &res_,
                    &mask_,      &step_, &in_host_, &out_host_,   &counter_,    &hcount_,
                    &xq_,        &xqc_,  &partc_,   &grid_,       &flag_host_,  &prof_,
-                   &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_,
-                   &x0_,        &zeros_}) {
+                   &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
     dev_->Fill(hcount_.r, 0);
     dev_->Fill(reduce_cnt_.r, 0);
-    dev_->Fill(zeros_.r, 0);
     prefill_cmd_ = dev_->AllocCommandBuffer();
     head_cmd_ = dev_->AllocCommandBuffer();
     // Pre-record the decode step once to count its work.
@@ -1664,22 +1659,30 @@ class VulkanBackend : public Backend {
     const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
     const int LP = L * P;
     if (l_end < 0) l_end = L;
-    const bool spread = l_begin == 0 && PleSpread(rc, m);
-    if (l_begin == 0 && !spread) {
+    if (l_begin == 0) {
     if (P > 0) {
       LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
     }
     NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
     if (rc.side_pending) RecordSideInputs(rc);
     Barrier(rc);
-    // No barrier after: the ple rows are first read after several barriers below.
-    if (P > 0) PleInputs(rc, m, L);
+    if (P > 0) {
+      PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
+                 model_.ple_input_scale(), cfg_.rms_norm_eps};
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = ple_.r;
+      b[1] = tok_.r;
+      b[2] = ple_norm_.r;
+      Dispatch(rc, "ple", {}, b, &pc, sizeof(pc), L, m);
+      // No barrier: the ple rows are first read after several barriers below.
+    }
     }
     // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
     // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
     // PRO holds 8 values per invocation and keeps one vector in shared memory (with the
     // quantized inputs and reduction slots: at most ~16 KiB more).
-    const bool cn = ConsumerNorms(m);
+    const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
+                    4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
     BufRange hcur = h_.r, hnext = h2_.r;
     const Buf* pend_wt = nullptr;  // the norm the next linear applies
     float pend_scale = 1.0f;
@@ -1713,21 +1716,6 @@ class VulkanBackend : public Backend {
         std::swap(hcur, hnext);
         pend_wt = nullptr;
         pend_sums = nullptr;
-      } else if (spread && l == 0) {
-        // h' = x0 + rmsnorm(0) * 0 = x0 exactly (written to hcur by q's workgroup 0), the input
-        // rmsnorm(x0) * input_norm, as the norm kernel would
-        const BufRange* wa = d.input_norm.handle >= 0 ? &d.input_norm.r : nullptr;
-        const Pro pq{1, &x0_.r, &zeros_.r, wa, &hcur, 1.0f};
-        const Pro pkv{1, &x0_.r, &zeros_.r, wa, nullptr, 1.0f};
-        LinearOp(rc, d.q, zeros_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
-                 nullptr, 0.0f, &pq);
-        if (!p.kv_shared) {
-          LinearOp(rc, d.k, zeros_.r, H, kt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr,
-                   0, nullptr, 0.0f, &pkv);
-          LinearOp(rc, d.v, zeros_.r, H, vt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr,
-                   0, nullptr, 0.0f, &pkv);
-        }
-        if (rc.side_pending) RecordSideInputs(rc);
       } else {
         LinearOp(rc, d.q, a_.r, H, q_.r, qw, 0, m);
         if (!p.kv_shared) {
@@ -1805,7 +1793,6 @@ class VulkanBackend : public Backend {
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
                     attn_fused_dbg_},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
-          if (spread) LinearOp(rc, PleSlice(l), x0_.r, H, ple_.r, LP, l * P, m);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             // Merge units of 4 dims with VEC, else 1.
@@ -1887,7 +1874,6 @@ class VulkanBackend : public Backend {
                         (P == 0 || d.ple_proj.parts.size() == 1);
       if (cn) {
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
-        if (spread) PleInputs(rc, m, l);
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
@@ -2084,9 +2070,8 @@ class VulkanBackend : public Backend {
     if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
     VkBufferCopy cp{base, step_.r.offset, 16};
     vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
-    const Buf& x0 = PleSpread(rc, m) ? x0_ : h_;
-    cp = {base + in_x0_off_, x0.r.offset, size_t(m) * H * 4};
-    vkCmdCopyBuffer(rc.cmd, src, x0.r.buf, 1, &cp);
+    cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
+    vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
     // One-token steps (split): the PLE rows and the mask come from host memory, copied (with the
     // scratch fills) after the barrier: they are first read after the body's first phase (by the
     // ple kernel, the head, the first gate/up), which ends with a full barrier, so their copies
@@ -2763,7 +2748,6 @@ class VulkanBackend : public Backend {
   bool attn_fused_rope_ = true;   // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
-  bool ple_spread_ = false;       // GEMMA_VULKAN_PLE_SPREAD (PleSpread)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
@@ -2796,73 +2780,6 @@ class VulkanBackend : public Backend {
                                                        : cu / nh;
     // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
-  }
-  // One-token steps with the norms in the consumers' prologues (GEMMA_VULKAN_CNORM).
-  bool ConsumerNorms(int m) const {
-    const int H = cfg_.hidden_size;
-    return m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
-           4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
-  }
-  // GEMMA_VULKAN_PLE_SPREAD (one-token dispatch steps with consumer norms and the fused attention
-  // everywhere): no step-start phase. Layer 0's q/k/v prologue normalizes the embedding row (x0_,
-  // as a residual norm of a zero vector), the PLE model projection runs as each layer's slice of
-  // rows in that layer's attention phase and the per-layer input kernel in its o phase, beside
-  // kernels that wait on memory latency; the same rows and values.
-  bool PleSpread(const Rec& rc, int m) const {
-    const int P = cfg_.hidden_size_per_layer_input;
-    if (!ple_spread_ || rc.ops || P <= 0 || !ConsumerNorms(m)) return false;
-    const VkDeviceSize al = dev_->storage_align();
-    if ((size_t(P) * 4) % al != 0) return false;
-    for (const DevLinear::Part& pt : ple_proj_.parts)
-      if ((size_t(pt.row0) * ple_proj_.wstride * 4) % al != 0) return false;
-    uint32_t a, b, c;
-    for (const LayerPlan& lp : model_.layers())
-      if (!FusedAttnShape(lp.head_dim, &a, &b, &c)) return false;
-    return (size_t(P) * ple_proj_.wstride * 4) % al == 0;
-  }
-  // Rows [l P, l P + P) of the PLE model projection as a linear of its own (views of its parts).
-  DevLinear PleSlice(int l) const {
-    const int P = cfg_.hidden_size_per_layer_input;
-    DevLinear v;
-    v.src = ple_proj_.src;
-    v.rows = P;
-    v.cols = ple_proj_.cols;
-    v.wstride = ple_proj_.wstride;
-    const size_t row_b = size_t(ple_proj_.wstride) * 4;
-    for (const DevLinear::Part& pt : ple_proj_.parts) {
-      const int r0 = std::max(pt.row0, l * P), r1 = std::min(pt.row0 + pt.rows, l * P + P);
-      if (r0 >= r1) continue;
-      DevLinear::Part q;
-      q.row0 = r0 - l * P;
-      q.rows = r1 - r0;
-      q.w = pt.w;
-      q.w.r.offset += size_t(r0 - pt.row0) * row_b;
-      q.w.r.size = size_t(q.rows) * row_b;
-      if (pt.s.handle >= 0) {
-        q.s = pt.s;
-        q.s.r.offset += size_t(r0 - pt.row0) * 4;
-        q.s.r.size = size_t(q.rows) * 4;
-      }
-      v.parts.push_back(q);
-    }
-    return v;
-  }
-  // The per-layer input kernel (ple.comp) for layer l alone (first = L: every layer).
-  void PleInputs(Rec& rc, int m, int l) {
-    const int L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input, LP = L * P;
-    PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
-               model_.ple_input_scale(), cfg_.rms_norm_eps};
-    std::array<BufRange, vk::kBindings> b{};
-    b[0] = ple_.r;
-    b[1] = tok_.r;
-    b[2] = ple_norm_.r;
-    if (l < L) {
-      b[0].offset += size_t(l) * P * 4;
-      b[0].size -= size_t(l) * P * 4;
-      b[1].offset += size_t(l) * P * 4;
-      b[1].size -= size_t(l) * P * 4;
-    }
-    Dispatch(rc, "ple", {}, b, &pc, sizeof(pc), l < L ? 1 : L, m);
   }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
@@ -2954,9 +2871,6 @@ class VulkanBackend : public Backend {
                // projection
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
       mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
-  // PLE_SPREAD one-token steps: the embedding row (h_ is the residual stream from layer 0's q/k/v
-  // on) and H zeros (layer 0's prologue's residual input t)
-  Buf x0_, zeros_;
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
   Buf in_side_;  // one-token steps' PLE rows and mask (host memory)

@@ -1254,34 +1254,6 @@ TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
   }
 }
 
-// One-token steps without the step-start phase (GEMMA_VULKAN_PLE_SPREAD=1): layer 0's q/k/v
-// prologue normalizes the embedding row, each layer's slice of the PLE model projection runs in
-// that layer's attention phase and its per-layer input kernel in the o phase: the same values
-// (layer 0's prologue computes the norm kernel's factor), so logits and ids bit-identical to the
-// step-start phase's at every step, with the early submission's split staging and without it;
-// the step has one barrier fewer and 2 L - 3 more dispatches.
-TEST(VulkanKernels, PleSpreadMatchesStepStartPhaseBitExactly) {
-  for (const char* fixture : {"tiny_qat", "tiny_dense_bf16"}) {
-    for (const char* early : {"1", "0"}) {
-      SCOPED_TRACE(std::string(fixture) + " early submit " + early);
-      auto model = LoadFixture(fixture);
-      const int V = model->text().vocab_size, L = model->text().num_layers;
-      const BackendOptions opt{.capacity = 64, .slack = 8};
-      auto spread = MakeVulkanWith(
-          *model, {{"GEMMA_VULKAN_PLE_SPREAD", "1"}, {"GEMMA_VULKAN_EARLY_SUBMIT", early}}, opt);
-      auto plain = MakeVulkanWith(
-          *model, {{"GEMMA_VULKAN_PLE_SPREAD", "0"}, {"GEMMA_VULKAN_EARLY_SUBMIT", early}}, opt);
-      if (!spread || !plain) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-      VulkanStats ss, sp;
-      ASSERT_TRUE(GetVulkanStats(*spread, &ss));
-      ASSERT_TRUE(GetVulkanStats(*plain, &sp));
-      EXPECT_EQ(ss.dispatches_per_token, sp.dispatches_per_token + 2 * L - 3);
-      EXPECT_EQ(ss.barriers_per_token, sp.barriers_per_token - 1);
-      ExpectIdenticalSteps(*spread, *plain, V, 40, 61, 7, /*argmax_too=*/true);
-    }
-  }
-}
-
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
                                                        {"0", "3"}, {"0", "4"}, {"0", "0"}};

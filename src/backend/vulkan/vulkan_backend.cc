@@ -575,6 +575,7 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
+    extra_dispatches_ = std::clamp(EnvInt("GEMMA_VULKAN_EXTRA_DISPATCHES", 0), 0, 16);
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
     // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -1196,6 +1197,13 @@ class VulkanBackend : public Backend {
     }
     record(pipe, set);
     ++rc.dispatches;
+    // GEMMA_VULKAN_EXTRA_DISPATCHES=k (timing only): k one-workgroup empty dispatches after each
+    // of the one-token layer loop's dispatches, no barrier between: what a dispatch beside a phase's
+    // kernel costs the step.
+    for (int i = 0; rc.light && i < extra_dispatches_; ++i) {
+      vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->Pipeline("empty", {kWG}));
+      vkCmdDispatch(rc.cmd, 1, 1, 1);
+    }
     if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
       rc.labels->push_back(Label(shader, spec, gy, push, push_bytes));
       dev_->WriteTimestamp(rc.cmd, static_cast<uint32_t>(rc.labels->size()));
@@ -2749,6 +2757,7 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
+  int extra_dispatches_ = 0;      // GEMMA_VULKAN_EXTRA_DISPATCHES (timing only)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
   bool attn_vec_ = true;          // ... 16-byte loads (VEC)

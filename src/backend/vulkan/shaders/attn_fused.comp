@@ -47,7 +47,8 @@ layout(constant_id = 10) const uint NC_MERGE = 0;
 // several blocks no longer waits for each block's V rows. The same values.
 layout(constant_id = 11) const uint VPF = 0;
 // DBG (GEMMA_VULKAN_ATTN_FUSED_DBG, measurement only: the results are wrong): bit 0 replaces the
-// cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge.
+// cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
+// replaces the merge's partial row loads by constants (its (m, l) loads stay).
 layout(constant_id = 12) const uint DBG = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
@@ -180,7 +181,8 @@ void Merge(uint h, uint nact) {
   [[unroll]] for (uint c = 0; c < NC; ++c) {
     const uint ui = u0 + WG * c;
     [[unroll]] for (uint u = 0; u < MB; ++u)
-      v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
+      v[c][u] = (DBG & 8) != 0 ? vec4(float(u))
+                : ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
   }
   // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
   vec2 ml[8];

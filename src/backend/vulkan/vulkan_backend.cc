@@ -1198,8 +1198,8 @@ class VulkanBackend : public Backend {
     record(pipe, set);
     ++rc.dispatches;
     // GEMMA_VULKAN_EXTRA_DISPATCHES=k (timing only): k one-workgroup empty dispatches after each
-    // of the one-token layer loop's dispatches, no barrier between: what a dispatch beside a phase's
-    // kernel costs the step.
+    // of the one-token layer loop's dispatches, no barrier between: what a dispatch beside a
+    // phase's kernel costs the step.
     for (int i = 0; rc.light && i < extra_dispatches_; ++i) {
       vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->Pipeline("empty", {kWG}));
       vkCmdDispatch(rc.cmd, 1, 1, 1);

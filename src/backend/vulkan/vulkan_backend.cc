@@ -661,8 +661,6 @@ class VulkanBackend : public Backend {
     share_x_ = EnvInt("GEMMA_VULKAN_SHARE_X", 1) != 0;
     q_redun_ = EnvInt("GEMMA_VULKAN_Q_REDUN", 0);
     attn_wg_ = EnvInt("GEMMA_VULKAN_ATTN_WG", 0);
-    attn_gqa_ = EnvInt("GEMMA_VULKAN_ATTN_GQA", 0);
-    attn_gqa_splits_ = EnvInt("GEMMA_VULKAN_ATTN_GQA_SPLITS", 0);
     l2_warm_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_L2_WARM", 0));
     l2_warm_wgs_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_L2_WARM_WGS", 64)));
     attn_wg_full_ = EnvInt("GEMMA_VULKAN_ATTN_WG_FULL", 0);
@@ -1795,10 +1793,7 @@ class VulkanBackend : public Backend {
         b[3] = po_.r;
         b[4] = pml_.r;
         if (fused) {
-          // GQA mode (attn_fused GQA): a workgroup per (K/V head, split), its row groups the K/V
-          // head's query heads, merged by a MODE 2 dispatch.
-          const uint32_t gwg = UseGqa(p.type == LayerType::kFull) ? GqaWg(nh, nkv, frl) : 0;
-          const int fsplits = gwg ? GqaSplits(nkv) : FusedSplits(nh);
+          const int fsplits = FusedSplits(nh);
           const FusedAttnPush fp{static_cast<uint32_t>(nh),
                                  static_cast<uint32_t>(nkv),
                                  static_cast<uint32_t>(slot.ring),
@@ -1821,13 +1816,11 @@ class VulkanBackend : public Backend {
           b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
           const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
-          const uint32_t mode = gwg ? 1u : attn_fused_mode_;
-          const uint32_t wg = gwg ? gwg : FusedAttnWg(hd);
           Dispatch(rc, "attn_fused",
-                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, mode, attn_mb_, vec,
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
-                    attn_fused_dbg_, attn_ml_first_ ? 1u : 0u, gwg ? 1u : 0u},
-                   b, &fp, sizeof(fp), gwg ? nkv : nh, 1, fsplits, wg);
+                    attn_fused_dbg_, attn_ml_first_ ? 1u : 0u},
+                   b, &fp, sizeof(fp), nh, 1, fsplits, FusedAttnWg(hd));
           if ((l2_warm_ & 1) != 0 && rc.light) {
             Warm(rc, d.gate);
             Warm(rc, d.up);
@@ -1835,14 +1828,14 @@ class VulkanBackend : public Backend {
           }
           if ((l2_warm_ & 2) != 0 && rc.light) Warm(rc, d.o);
           Barrier(rc);
-          if (mode == 1) {
-            // Merge units of 4 dims with VEC, else 1 (the same local size and GQA constant: the
-            // split arithmetic depends on them).
+          if (attn_fused_mode_ == 1) {
+            // Merge units of 4 dims with VEC, else 1.
             const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
+            // (the same local size: the split arithmetic depends on it)
+            const uint32_t wg = FusedAttnWg(hd);
             Dispatch(rc, "attn_fused",
-                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u, 0u, 0u,
-                      attn_fused_dbg_, 0u, gwg ? 1u : 0u},
-                     b, &fp, sizeof(fp), nh, (units + wg - 1) / wg, 1, wg);
+                     {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
+                     sizeof(fp), nh, (units + wg - 1) / wg, 1, wg);
             Barrier(rc);
           }
         } else if (m >= kMatmulMinTokens && attn_pf_) {
@@ -2857,22 +2850,6 @@ class VulkanBackend : public Backend {
     }
     for (const DevLinear::Part& p : d.parts) range(p.w.r);
   }
-  // attn_fused GQA for this layer (GEMMA_VULKAN_ATTN_GQA: 1 the full-attention layers, 2 all).
-  bool UseGqa(bool full) const { return attn_gqa_ == 2 || (attn_gqa_ == 1 && full); }
-  // GQA's workgroup size: a row group of rl lanes per query head of a K/V head; 0 where the shape
-  // does not allow it (then the layer runs attn_fused's usual mode).
-  uint32_t GqaWg(int nh, int nkv, uint32_t rl) const {
-    if (nkv <= 0 || nh % nkv != 0) return 0;
-    const uint32_t wg = static_cast<uint32_t>(nh / nkv) * rl;
-    const uint32_t sg = dev_->subgroup_size();
-    if (wg == 0 || wg % sg != 0 || wg > 1024 || rl > dev_->min_subgroup_size()) return 0;
-    return wg;
-  }
-  int GqaSplits(int nkv) const {
-    const int cu = std::max(1, static_cast<int>(dev_->compute_units()));
-    const int s = attn_gqa_splits_ > 0 ? attn_gqa_splits_ : std::max(1, cu / nkv);
-    return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
-  }
   // attn_fused.comp's workgroup size for head dim hd (GEMMA_VULKAN_ATTN_WG, _ATTN_WG_FULL for head
   // dims of 512 and more), where its shared arrays fit.
   uint32_t FusedAttnWg(int hd) const {
@@ -2908,8 +2885,6 @@ class VulkanBackend : public Backend {
   bool share_x_ = true;            // one quantized input for equal input scales (SHARE_X)
   uint32_t l2_warm_ = 0;            // GEMMA_VULKAN_L2_WARM bits (Warm)
   uint32_t l2_warm_wgs_ = 64;       // ... workgroups per range at most
-  int attn_gqa_ = 0;                // GEMMA_VULKAN_ATTN_GQA (UseGqa)
-  int attn_gqa_splits_ = 0;         // GEMMA_VULKAN_ATTN_GQA_SPLITS (0: compute units / nkv)
   int attn_wg_ = 0;                 // GEMMA_VULKAN_ATTN_WG: attn_fused's workgroup size (0: kWG)
   int attn_wg_full_ = 0;            // ... for head dims of 512 and more (GEMMA_VULKAN_ATTN_WG_FULL)
   int q_redun_ = 0;                // timing: q's workgroups per head, each doing every row (QRED)

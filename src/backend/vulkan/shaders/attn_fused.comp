@@ -53,12 +53,6 @@ layout(constant_id = 12) const uint DBG = 0;
 // ML_FIRST 1 (GEMMA_VULKAN_ATTN_ML_FIRST): the merge issues its (m, l) loads before its partial
 // rows' loads, so the split weights are computed while the rows arrive. The same values.
 layout(constant_id = 13) const uint ML_FIRST = 0;
-// GQA 1 (GEMMA_VULKAN_ATTN_GQA): workgroup (K/V head, split); row group g is query head g of the
-// K/V head (WG / RL = nh / nkv, checked on the host) and takes every key of the split, so the
-// query heads' loads of a K/V row come from one compute unit (its L1) instead of eight. Each row
-// group's state is its head's partial for the split (no merge of row groups); MODE 1 only, a MODE
-// 2 dispatch with GQA 1 (the same split arithmetic) merges.
-layout(constant_id = 14) const uint GQA = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -105,7 +99,7 @@ layout(push_constant) uniform P {
 
 const uint WG = gl_WorkGroupSize.x;
 const uint NRG = WG / RL;  // row groups
-const uint U = GQA != 0 ? KW : NRG * KW;  // keys per block
+const uint U = NRG * KW;   // keys per block
 const uint HALF = D / 2;   // the lane's dims d and d + HALF are a rotation pair
 const float kNegInf = -1.0 / 0.0;
 
@@ -241,16 +235,12 @@ void main() {
   Probe(0);
   Probe2(0);
   const uint tid = gl_LocalInvocationID.x;
-  const uint sp = gl_WorkGroupID.z;
+  const uint h = gl_WorkGroupID.x, sp = gl_WorkGroupID.z;
+  const uint kvh = h / (p.nh / p.nkv);
+  const uint width = p.nkv * HD;
   const uint rpg = gl_SubgroupSize / RL;  // row groups per subgroup
   const uint rl = gl_SubgroupInvocationID % RL;
   const uint rg = gl_SubgroupID * rpg + gl_SubgroupInvocationID / RL;
-  const bool gqa = GQA != 0 && MODE != 2;
-  const uint h = gqa ? gl_WorkGroupID.x * (p.nh / p.nkv) + rg : gl_WorkGroupID.x;
-  const uint kvh = gqa ? gl_WorkGroupID.x : h / (p.nh / p.nkv);
-  const uint width = p.nkv * HD;
-  // The first key of the row group's share of a block (GQA: every row group takes every key).
-  const uint rko = GQA != 0 ? 0u : rg * KW;
   const uint khead = kvh * HD;  // the K/V head's dim 0 in a cache row
 
   // Everything the workgroup reads, issued before any of it is used: first what does not depend
@@ -328,7 +318,7 @@ void main() {
   {
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
-      const uint off = rko + k, row = CacheRow(b0, rb, off);
+      const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       const bool ok = b0 + off < je;
       if ((DBG & 1) != 0) {
         [[unroll]] for (uint d = 0; d < D; ++d) kr[k][d] = qv[d];
@@ -368,7 +358,7 @@ void main() {
   while (true) {
     float s[KW];
     [[unroll]] for (uint k = 0; k < KW; ++k) {
-      if (has_new && b0 + rko + k == pos) {
+      if (has_new && b0 + rg * KW + k == pos) {
         [[unroll]] for (uint d = 0; d < D; ++d) {
           kr[k][d] = kn_[d];
           vr[k][d] = vn_[d];
@@ -385,7 +375,7 @@ void main() {
     if (nb < je) {
       const uint rb = nb % p.ring;
       [[unroll]] for (uint k = 0; k < KW; ++k) {
-        const uint off = rko + k, row = CacheRow(nb, rb, off);
+        const uint off = rg * KW + k, row = CacheRow(nb, rb, off);
         if ((DBG & 1) == 0) {
           LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < je);
         }
@@ -400,14 +390,14 @@ void main() {
     }
     float bm = kNegInf;
     [[unroll]] for (uint k = 0; k < KW; ++k)
-      if (b0 + rko + k < je) bm = max(bm, s[k]);
+      if (b0 + rg * KW + k < je) bm = max(bm, s[k]);
     if (bm != kNegInf) {  // the row group has keys in this block
       const float mn = max(m, bm);
       const float corr = m == kNegInf ? 0.0 : exp(m - mn);
       float w[KW];
       float ws = 0.0;
       [[unroll]] for (uint k = 0; k < KW; ++k) {
-        w[k] = b0 + rko + k < je ? exp(s[k] - mn) : 0.0;
+        w[k] = b0 + rg * KW + k < je ? exp(s[k] - mn) : 0.0;
         ws += w[k];
       }
       l = l * corr + ws;
@@ -427,7 +417,7 @@ void main() {
     }
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
-      const uint off = rko + k, row = CacheRow(b0, rb, off);
+      const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       if ((DBG & 2) == 0) {
         LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < je);
       }
@@ -435,20 +425,6 @@ void main() {
   }
 
   Probe(4);  // every block
-  if (gqa) {
-    // This row group's state is head h's partial for the split (the split has keys: m is finite).
-    const uint ob = h * p.splits + sp;
-    [[unroll]] for (uint d = 0; d < D; ++d) {
-      if (nact == 1) o[h * HD + Dim(rl, d)] = acc[d] / l;
-      else po[ob * PR + Dim(rl, d)] = acc[d];
-    }
-    if (nact > 1 && rl == 0) {
-      po[MlAt(h, sp)] = m;
-      po[MlAt(h, sp) + 1] = l;
-    }
-    Probe(5);
-    return;
-  }
   // The row groups' states merged: this split's (M, L, o).
   if (rl == 0) {
     rg_m[rg] = m;

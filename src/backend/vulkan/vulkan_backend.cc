@@ -661,8 +661,6 @@ class VulkanBackend : public Backend {
     share_x_ = EnvInt("GEMMA_VULKAN_SHARE_X", 1) != 0;
     q_redun_ = EnvInt("GEMMA_VULKAN_Q_REDUN", 0);
     attn_wg_ = EnvInt("GEMMA_VULKAN_ATTN_WG", 0);
-    l2_warm_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_L2_WARM", 0));
-    l2_warm_wgs_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_L2_WARM_WGS", 64)));
     attn_wg_full_ = EnvInt("GEMMA_VULKAN_ATTN_WG_FULL", 0);
     q_redun_shared_only_ = EnvInt("GEMMA_VULKAN_Q_REDUN_SHARED", 0) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
@@ -900,7 +898,6 @@ class VulkanBackend : public Backend {
     step_ = F(4);
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
-    warm_sink_ = F(64);
     flags_ = F(empty_mode_ == 8 ? 64 * 1024 : 1024);  // GEMMA_VULKAN_EMPTY=7 / 8's counters
     grid_ = F(64);
     prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
@@ -977,8 +974,7 @@ class VulkanBackend : public Backend {
                    &tok_,       &gp_,   &hn_,      &logits_,     &part_,       &res_,
                    &mask_,      &step_, &in_host_, &out_host_,   &counter_,    &hcount_,
                    &xq_,        &xqc_,  &partc_,   &grid_,       &flag_host_,  &prof_,
-                   &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_,
-                   &warm_sink_}) {
+                   &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_}) {
       if (b->handle >= 0) Resolve(*b);
     }
     dev_->Fill(counter_.r, 0);
@@ -1821,12 +1817,6 @@ class VulkanBackend : public Backend {
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
                     attn_fused_dbg_, attn_ml_first_ ? 1u : 0u},
                    b, &fp, sizeof(fp), nh, 1, fsplits, FusedAttnWg(hd));
-          if ((l2_warm_ & 1) != 0 && rc.light) {
-            Warm(rc, d.gate);
-            Warm(rc, d.up);
-            Warm(rc, d.down, /*pairs_only=*/down_fuse_);
-          }
-          if ((l2_warm_ & 2) != 0 && rc.light) Warm(rc, d.o);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             // Merge units of 4 dims with VEC, else 1.
@@ -1910,10 +1900,6 @@ class VulkanBackend : public Backend {
                         (P == 0 || d.ple_proj.parts.size() == 1);
       if (cn) {
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
-        if ((l2_warm_ & 8) != 0 && rc.light && P > 0) {
-          Warm(rc, d.ple_gate);
-          Warm(rc, d.ple_proj);
-        }
       } else if (fuse) {
         const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
         LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
@@ -1974,14 +1960,6 @@ class VulkanBackend : public Backend {
                                       LP, l * P, 0, nullptr, 0, nullptr, 0.0f, &pp, 0,
                                       ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
           std::swap(hcur, hnext);
-          if ((l2_warm_ & 4) != 0 && rc.light && l + 1 < l_end) {
-            const DevLayer& nd = layers_[l + 1];
-            Warm(rc, nd.q);
-            if (!model_.layers()[l + 1].kv_shared) {
-              Warm(rc, nd.k);
-              Warm(rc, nd.v);
-            }
-          }
           if (!fused) {
             Barrier(rc);
             LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
@@ -2831,25 +2809,6 @@ class VulkanBackend : public Backend {
     // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
   }
-  // GEMMA_VULKAN_L2_WARM: a dispatch of l2warm.comp over each part of d's weights (pairs_only: the
-  // pair-major copy instead, where d has one), beside the current phase's kernel.
-  void Warm(Rec& rc, const DevLinear& d, bool pairs_only = false) {
-    auto range = [&](const BufRange& r) {
-      const struct {
-        uint32_t words, never;
-      } pc{static_cast<uint32_t>(r.size / 4), 0x9E3779B9u};
-      std::array<BufRange, vk::kBindings> b{};
-      b[0] = r;
-      b[3] = warm_sink_.r;
-      const uint32_t wgs = (pc.words / 8 + kWG - 1) / kWG;
-      Dispatch(rc, "l2warm", {}, b, &pc, sizeof(pc), std::clamp<uint32_t>(wgs, 1, l2_warm_wgs_));
-    };
-    if (pairs_only && d.pairs.handle >= 0) {
-      range(d.pairs.r);
-      return;
-    }
-    for (const DevLinear::Part& p : d.parts) range(p.w.r);
-  }
   // attn_fused.comp's workgroup size for head dim hd (GEMMA_VULKAN_ATTN_WG, _ATTN_WG_FULL for head
   // dims of 512 and more), where its shared arrays fit.
   uint32_t FusedAttnWg(int hd) const {
@@ -2883,8 +2842,6 @@ class VulkanBackend : public Backend {
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   bool rms_fast_ = true;           // the prologues' RMS factors by Newton steps (RMS_FAST)
   bool share_x_ = true;            // one quantized input for equal input scales (SHARE_X)
-  uint32_t l2_warm_ = 0;            // GEMMA_VULKAN_L2_WARM bits (Warm)
-  uint32_t l2_warm_wgs_ = 64;       // ... workgroups per range at most
   int attn_wg_ = 0;                 // GEMMA_VULKAN_ATTN_WG: attn_fused's workgroup size (0: kWG)
   int attn_wg_full_ = 0;            // ... for head dims of 512 and more (GEMMA_VULKAN_ATTN_WG_FULL)
   int q_redun_ = 0;                // timing: q's workgroups per head, each doing every row (QRED)
@@ -2956,7 +2913,7 @@ class VulkanBackend : public Backend {
   Buf flags_;  // GEMMA_VULKAN_EMPTY=7: phase counters  // EPI 4: int32 sums of each layer's PLE
                // projection
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_, res_,
-      mask_, step_, in_host_, out_host_, counter_, hcount_, xq_, warm_sink_;
+      mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;
   size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
   Buf in_side_;  // one-token steps' PLE rows and mask (host memory)

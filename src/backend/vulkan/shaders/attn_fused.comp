@@ -50,9 +50,6 @@ layout(constant_id = 11) const uint VPF = 0;
 // cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
 // replaces the merge's partial row loads by constants (its (m, l) loads stay).
 layout(constant_id = 12) const uint DBG = 0;
-// ML_FIRST 1 (GEMMA_VULKAN_ATTN_ML_FIRST): the merge issues its (m, l) loads before its partial
-// rows' loads, so the split weights are computed while the rows arrive. The same values.
-layout(constant_id = 13) const uint ML_FIRST = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -181,25 +178,21 @@ void Merge(uint h, uint nact) {
   const uint NC = MODE == 2 ? 1 : (NU + WG - 1) / WG;
   const uint u0 = MODE == 2 ? WG * gl_WorkGroupID.y + tid : tid;
   vec4 v[2][16];
-  // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
-  vec2 ml[8];
-#define LOAD_ML                                                                           \
-  [[unroll]] for (uint r = 0; r < 8; ++r) {                                               \
-    const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;                         \
-    ml[r] = s < nact ? vec2(PartialScalar(MlAt(h, s)), PartialScalar(MlAt(h, s) + 1))     \
-                     : vec2(kNegInf, 0.0);                                                \
-  }
-  if (ML_FIRST != 0) LOAD_ML
   [[unroll]] for (uint c = 0; c < NC; ++c) {
     const uint ui = u0 + WG * c;
     [[unroll]] for (uint u = 0; u < MB; ++u)
       v[c][u] = (DBG & 8) != 0 ? vec4(float(u))
                 : ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
   }
-  if (ML_FIRST == 0) LOAD_ML
-#undef LOAD_ML
+  // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
+  vec2 ml[8];
   float mx = kNegInf;
-  [[unroll]] for (uint r = 0; r < 8; ++r) mx = max(mx, ml[r].x);
+  [[unroll]] for (uint r = 0; r < 8; ++r) {
+    const uint s = gl_SubgroupInvocationID + gl_SubgroupSize * r;
+    ml[r] = s < nact ? vec2(PartialScalar(MlAt(h, s)), PartialScalar(MlAt(h, s) + 1))
+                     : vec2(kNegInf, 0.0);
+    mx = max(mx, ml[r].x);
+  }
   mx = subgroupMax(mx);
   Probe2(5);  // (m, l) loaded, the maximum
   float den = 0.0;

@@ -659,8 +659,6 @@ class VulkanBackend : public Backend {
     // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
     share_x_ = EnvInt("GEMMA_VULKAN_SHARE_X", 1) != 0;
     q_redun_ = EnvInt("GEMMA_VULKAN_Q_REDUN", 0);
-    attn_wg_ = EnvInt("GEMMA_VULKAN_ATTN_WG", 0);
-    attn_wg_full_ = EnvInt("GEMMA_VULKAN_ATTN_WG_FULL", 0);
     q_redun_shared_only_ = EnvInt("GEMMA_VULKAN_Q_REDUN_SHARED", 0) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
@@ -1815,16 +1813,14 @@ class VulkanBackend : public Backend {
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
                     attn_fused_dbg_},
-                   b, &fp, sizeof(fp), nh, 1, fsplits, FusedAttnWg(hd));
+                   b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             // Merge units of 4 dims with VEC, else 1.
             const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
-            // (the same local size: the split arithmetic depends on it)
-            const uint32_t wg = FusedAttnWg(hd);
             Dispatch(rc, "attn_fused",
                      {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
-                     sizeof(fp), nh, (units + wg - 1) / wg, 1, wg);
+                     sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
             Barrier(rc);
           }
         } else if (m >= kMatmulMinTokens && attn_pf_) {
@@ -2807,16 +2803,6 @@ class VulkanBackend : public Backend {
     // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
     return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
   }
-  // attn_fused.comp's workgroup size for head dim hd (GEMMA_VULKAN_ATTN_WG, _ATTN_WG_FULL for head
-  // dims of 512 and more), where its shared arrays fit.
-  uint32_t FusedAttnWg(int hd) const {
-    const int wg = hd >= 512 && attn_wg_full_ > 0 ? attn_wg_full_ : attn_wg_ > 0 ? attn_wg_ : 0;
-    if (wg <= 0 || wg % dev_->subgroup_size() != 0) return kWG;
-    uint32_t rl = 0, d = 0, kw = 0;
-    if (!FusedAttnShape(hd, &rl, &d, &kw)) return kWG;
-    const size_t bytes = size_t(wg) / rl * hd * 4 + 2048;
-    return bytes <= dev_->max_shared_bytes() ? static_cast<uint32_t>(wg) : kWG;
-  }
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
   bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
@@ -2840,8 +2826,6 @@ class VulkanBackend : public Backend {
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   bool rms_fast_ = true;           // the prologues' RMS factors by Newton steps (RMS_FAST)
   bool share_x_ = true;            // one quantized input for equal input scales (SHARE_X)
-  int attn_wg_ = 0;                 // GEMMA_VULKAN_ATTN_WG: attn_fused's workgroup size (0: kWG)
-  int attn_wg_full_ = 0;            // ... for head dims of 512 and more (GEMMA_VULKAN_ATTN_WG_FULL)
   int q_redun_ = 0;                // timing: q's workgroups per head, each doing every row (QRED)
   bool q_redun_shared_only_ = false;  // ... KV-shared layers only
   int q_redun_hd_ = 0;             // set around the q projection's LinearOp: its head dim

@@ -658,8 +658,6 @@ class VulkanBackend : public Backend {
     // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
     // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
     share_x_ = EnvInt("GEMMA_VULKAN_SHARE_X", 1) != 0;
-    q_redun_ = EnvInt("GEMMA_VULKAN_Q_REDUN", 0);
-    q_redun_shared_only_ = EnvInt("GEMMA_VULKAN_Q_REDUN_SHARED", 0) != 0;
     // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
     // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
     // words by register values (linear.comp DBG).
@@ -1622,15 +1620,6 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 31);
         spec.push_back(1);  // SHARE_X
       }
-      // GEMMA_VULKAN_Q_REDUN=R (timing only): the one-token q projection on R workgroups per
-      // head, each computing the head's every row (linear.comp QRED).
-      if (q_redun_hd_ > 0 && m == 1 && !rc.ops && q_redun_ > 0 && d.parts.size() == 1 &&
-          q_redun_hd_ % rows_per_wg == 0 && p.rows % q_redun_hd_ == 0) {
-        PadLinearSpec(spec, 32);
-        spec.push_back(static_cast<uint32_t>(q_redun_));               // QRED
-        spec.push_back(static_cast<uint32_t>(q_redun_hd_ / rows_per_wg));  // QRED_B
-        gy = static_cast<uint32_t>(p.rows / q_redun_hd_ * q_redun_);
-      }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
     }
@@ -1724,10 +1713,8 @@ class VulkanBackend : public Backend {
                      pend_scale, pend_sums, &pend_acc,   pend_copies};
         const Pro pkv{1,          &hcur,     &pend_wt->r, wa,         nullptr,
                       pend_scale, pend_sums, &pend_acc,   pend_copies};
-        q_redun_hd_ = (!p.kv_shared && q_redun_shared_only_) ? 0 : hd;
         LinearOp(rc, d.q, t_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
                  nullptr, 0.0f, &pq);
-        q_redun_hd_ = 0;
         if (!p.kv_shared) {
           LinearOp(rc, d.k, t_.r, H, kt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
                    nullptr, 0.0f, &pkv);
@@ -2826,9 +2813,6 @@ class VulkanBackend : public Backend {
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   bool rms_fast_ = true;           // the prologues' RMS factors by Newton steps (RMS_FAST)
   bool share_x_ = true;            // one quantized input for equal input scales (SHARE_X)
-  int q_redun_ = 0;                // timing: q's workgroups per head, each doing every row (QRED)
-  bool q_redun_shared_only_ = false;  // ... KV-shared layers only
-  int q_redun_hd_ = 0;             // set around the q projection's LinearOp: its head dim
   uint32_t mv_dbg_ = 0;            // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;         // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;     // matvecs use packed integer dot products (linear_dp)

@@ -167,13 +167,6 @@ layout(constant_id = 31) const uint RMS_FAST = 0;
 // SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
 // the input is quantized once and both sets read set 0's words.
 layout(constant_id = 32) const uint SHARE_X = 0;
-// QRED (GEMMA_VULKAN_Q_REDUN, timing only): QRED workgroups per group of QRED_B consecutive row
-// blocks, each workgroup computing every block of its group (identical redundant writes): what a
-// head's q rows cost one workgroup, as a kernel computing q inside the attention would.
-layout(constant_id = 33) const uint QRED = 0;
-layout(constant_id = 34) const uint QRED_B = 1;
-uint FirstBlk() { return QRED != 0 ? (gl_WorkGroupID.y / QRED) * QRED_B : gl_WorkGroupID.y; }
-uint BlkStep() { return QRED != 0 ? 1u : gl_NumWorkGroups.y; }
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -632,7 +625,7 @@ void MultiplyFastRegs(const uvec4 w[4], uint lane) {
 
 // PFB: the lane's vectors of this workgroup's first block's row.
 void LoadFirstBlock(out uvec4 w[4], uint lane, uint rloc) {
-  const uint row0 = FirstBlk() * ROWS_PER_WG + rloc;
+  const uint row0 = gl_WorkGroupID.y * ROWS_PER_WG + rloc;
   [[unroll]] for (uint v = 0; v < 4; ++v)
     w[v] = v < PFB && row0 < p.rows && lane + LANES * v < p.wstride / 4
                ? w0[row0 * (p.wstride / 4) + lane + LANES * v]
@@ -903,8 +896,7 @@ void main() {
   if (PFB > 0 && FXW == 0 && PFE == 0) LoadFirstBlock(wnx, lane, rloc);
   int dsum[8];  // DJ: D's partial sums of rows tid + WG r over this workgroup's blocks
   [[unroll]] for (uint r = 0; r < 8; ++r) dsum[r] = 0;
-  const uint blk_end = QRED != 0 ? min(nblk, FirstBlk() + QRED_B) : nblk;
-  for (uint blk = FirstBlk(); blk < blk_end; blk += BlkStep()) {
+  for (uint blk = gl_WorkGroupID.y; blk < nblk; blk += gl_NumWorkGroups.y) {
     const uint row = blk * ROWS_PER_WG + rloc;
     [[unroll]] for (uint i = 0; i < 2 * TOK; ++i) {
       acc_i[i] = 0;
@@ -944,7 +936,7 @@ void main() {
     uvec4 wcur[4];
     if (PFB > 0) {
       wcur = wnx;
-      const uint nrow = (blk + BlkStep()) * ROWS_PER_WG + rloc;
+      const uint nrow = (blk + gl_NumWorkGroups.y) * ROWS_PER_WG + rloc;
       [[unroll]] for (uint v = 0; v < 4; ++v)
         wnx[v] = v < PFB && nrow < p.rows && lane + LANES * v < p.wstride / 4
                      ? w0[nrow * (p.wstride / 4) + lane + LANES * v]
@@ -1001,7 +993,7 @@ void main() {
         }
       }
     }
-    if (blk == FirstBlk()) Probe(3);  // first block multiplied
+    if (blk == gl_WorkGroupID.y) Probe(3);  // first block multiplied
     // Reduce each row's LANES partials: subgroups first (CLUSTER: xor shuffles within the row's
     // cluster), then, for rows spanning several subgroups, shared memory. A row within one
     // subgroup (CLUSTER, or LANES = the subgroup size) ends with its sums in every lane's
@@ -1033,7 +1025,7 @@ void main() {
       }
     }
     if (!in_regs) barrier();
-    if (blk == FirstBlk()) Probe(4);  // first block reduced
+    if (blk == gl_WorkGroupID.y) Probe(4);  // first block reduced
     // Lanes 0..TOK-1 of the row finish one token each.
     const uint tt = lane;
     const uint t = tg + tt;
@@ -1156,7 +1148,7 @@ void main() {
       barrier();  // pj_q is rewritten by the next block
     }
 #endif
-    if (blk == FirstBlk()) Probe(5);  // first block's epilogue done
+    if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
   }
   if (DJ != 0) {
     [[unroll]] for (uint r = 0; r < 8; ++r) {

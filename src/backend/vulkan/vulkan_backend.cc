@@ -575,9 +575,6 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
-    attn_newsh_ = EnvInt("GEMMA_VULKAN_ATTN_NEWSH", 0) != 0;
-    attn_full_splits_ = std::clamp(EnvInt("GEMMA_VULKAN_ATTN_FULL_SPLITS", 0), 0, 256);
-    attn_full_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_FULL_VPF", -1);
     extra_dispatches_ = std::clamp(EnvInt("GEMMA_VULKAN_EXTRA_DISPATCHES", 0), 0, 16);
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
@@ -1776,12 +1773,7 @@ class VulkanBackend : public Backend {
         b[3] = po_.r;
         b[4] = pml_.r;
         if (fused) {
-          const bool full = p.type == LayerType::kFull;
-          const int fsplits =
-              full && attn_full_splits_ > 0
-                  ? std::min(attn_full_splits_, 8 * static_cast<int>(dev_->min_subgroup_size()))
-                  : FusedSplits(nh);
-          const bool vpf = full && attn_full_vpf_ >= 0 ? attn_full_vpf_ != 0 : attn_vpf_;
+          const int fsplits = FusedSplits(nh);
           const FusedAttnPush fp{static_cast<uint32_t>(nh),
                                  static_cast<uint32_t>(nkv),
                                  static_cast<uint32_t>(slot.ring),
@@ -1806,8 +1798,8 @@ class VulkanBackend : public Backend {
           const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
-                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, vpf ? 1u : 0u,
-                    attn_fused_dbg_, attn_newsh_ ? 1u : 0u},
+                    attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
+                    attn_fused_dbg_},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
@@ -2765,9 +2757,6 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
-  bool attn_newsh_ = false;       // ... the new K/V row in shared memory (NEWSH)
-  int attn_full_splits_ = 0;      // ... key splits of the full-attention layers (0: as the others)
-  int attn_full_vpf_ = -1;        // ... VPF of the full-attention layers (-1: as the others)
   int extra_dispatches_ = 0;      // GEMMA_VULKAN_EXTRA_DISPATCHES (timing only)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge

@@ -50,10 +50,6 @@ layout(constant_id = 11) const uint VPF = 0;
 // cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
 // replaces the merge's partial row loads by constants (its (m, l) loads stay).
 layout(constant_id = 12) const uint DBG = 0;
-// NEWSH 1 (GEMMA_VULKAN_ATTN_NEWSH): the split holding the new position keeps the normalized new
-// K/V row in shared memory for the key loop instead of registers (fewer registers live in the
-// loop). The same values.
-layout(constant_id = 13) const uint NEWSH = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -109,7 +105,6 @@ shared float rg_l[NRG];
 shared float rg_acc[NRG * HD];
 shared float sw[256];  // the merge's split weights (splits <= 256)
 shared bool s_last;
-shared float new_kv[NEWSH != 0 ? 2 * HD : 1];
 
 float RowSum(float v) {
   [[unroll]] for (uint off = RL / 2; off > 0; off >>= 1) v += subgroupShuffleXor(v, off);
@@ -338,15 +333,6 @@ void main() {
     if (has_new) {
       NormRope(kn_, kw_, p.has_kn != 0, true, cs, rl);
       NormRope(vn_, kw_, false, false, cs, rl);
-      if (NEWSH != 0) {
-        if (rg == 0) {
-          [[unroll]] for (uint d = 0; d < D; ++d) {
-            new_kv[Dim(rl, d)] = kn_[d];
-            new_kv[HD + Dim(rl, d)] = vn_[d];
-          }
-        }
-        barrier();  // (uniform: has_new is the same for the whole workgroup)
-      }
       // The new row for later steps (no one else reads it in this step).
       if (rg == 0) {
         const uint crow = (pos % p.ring) * width + khead;
@@ -367,8 +353,8 @@ void main() {
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       if (has_new && b0 + rg * KW + k == pos) {
         [[unroll]] for (uint d = 0; d < D; ++d) {
-          kr[k][d] = NEWSH != 0 ? new_kv[Dim(rl, d)] : kn_[d];
-          vr[k][d] = NEWSH != 0 ? new_kv[HD + Dim(rl, d)] : vn_[d];
+          kr[k][d] = kn_[d];
+          vr[k][d] = vn_[d];
         }
       }
       float a = 0.0;

@@ -575,9 +575,6 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
-    attn_pre_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PRE", 1), 1, 8));
-    attn_pre_full_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PRE_FULL", 0), 0, 8));
-    attn_kw_full_ = std::clamp(EnvInt("GEMMA_VULKAN_ATTN_KW_FULL", 0), 0, 4);
     extra_dispatches_ = std::clamp(EnvInt("GEMMA_VULKAN_EXTRA_DISPATCHES", 0), 0, 16);
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
@@ -1802,7 +1799,7 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
-                    attn_fused_dbg_, hd >= 512 && attn_pre_full_ > 1 ? attn_pre_full_ : attn_pre_},
+                    attn_fused_dbg_},
                    b, &fp, sizeof(fp), nh, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
@@ -2760,9 +2757,6 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
-  uint32_t attn_pre_ = 1;         // ... blocks of K/V loads in flight (PRE; 1: the next one)
-  uint32_t attn_pre_full_ = 0;    // ... for head dims of 512 and more (0: as attn_pre_)
-  int attn_kw_full_ = 0;          // ... keys per row group and block there (0: as the others)
   int extra_dispatches_ = 0;      // GEMMA_VULKAN_EXTRA_DISPATCHES (timing only)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
@@ -2807,9 +2801,7 @@ class VulkanBackend : public Backend {
     if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0) return false;
     *rl = r;
     *dpl = d;
-    *kw = hd >= 512 && attn_kw_full_ > 0 ? static_cast<uint32_t>(attn_kw_full_)
-          : attn_kw_ > 0                  ? attn_kw_
-                                          : std::clamp(32u / d, 1u, 4u);
+    *kw = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
     return true;
   }
   uint32_t mv_lanes_min_ = 4;   // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)

@@ -50,10 +50,6 @@ layout(constant_id = 11) const uint VPF = 0;
 // cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
 // replaces the merge's partial row loads by constants (its (m, l) loads stay).
 layout(constant_id = 12) const uint DBG = 0;
-// PRE > 1 (GEMMA_VULKAN_ATTN_PRE, DBG 0): the key loop keeps a ring of PRE blocks' K and V rows in
-// flight (block n + PRE's loads issued as block n's are used) instead of the next block's only,
-// so more of each lane's loads overlap a block's latency at long context. The same values.
-layout(constant_id = 13) const uint PRE = 1;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -312,21 +308,7 @@ void main() {
   const bool has_new = kv_new && je == pos + 1;
   float kr[KW][D], vr[KW][D];
   uint b0 = jb;
-  const uint rko = rg * KW;  // the row group's first key in a block
-  const bool ring = PRE > 1 && DBG == 0;
-  float kq[PRE][KW][D], vq[PRE][KW][D];  // ring: slot i holds block jb + (n PRE + i) U
-#define LOAD_BLOCK(K, V, bs)                                                   \
-  {                                                                            \
-    const uint rb_ = (bs) % p.ring;                                            \
-    [[unroll]] for (uint k = 0; k < KW; ++k) {                                 \
-      const uint off = rko + k, row = CacheRow((bs), rb_, off);                \
-      LOAD_ROW(K[k], kc, kc4, row * width + khead, (bs) + off < je);           \
-      LOAD_ROW(V[k], vc, vc4, row * width + khead, (bs) + off < je);           \
-    }                                                                          \
-  }
-  if (ring) {
-    [[unroll]] for (uint i = 0; i < PRE; ++i) LOAD_BLOCK(kq[i], vq[i], jb + i * U)
-  } else {
+  {
     const uint rb = b0 % p.ring;
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
@@ -366,57 +348,7 @@ void main() {
   float m = kNegInf, l = 0.0;
   float acc[D];
   [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = 0.0;
-  // One block's scores, softmax and value sums from K, V (the new row in place of its key).
-#define USE_BLOCK(K, V, bs)                                                          \
-  {                                                                                  \
-    float s[KW];                                                                     \
-    [[unroll]] for (uint k = 0; k < KW; ++k) {                                       \
-      if (has_new && (bs) + rko + k == pos) {                                        \
-        [[unroll]] for (uint d = 0; d < D; ++d) {                                    \
-          K[k][d] = kn_[d];                                                          \
-          V[k][d] = vn_[d];                                                          \
-        }                                                                            \
-      }                                                                              \
-      float a = 0.0;                                                                 \
-      [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], K[k][d], a);            \
-      s[k] = RowSum(a);                                                              \
-    }                                                                                \
-    float bm = kNegInf;                                                              \
-    [[unroll]] for (uint k = 0; k < KW; ++k)                                         \
-      if ((bs) + rko + k < je) bm = max(bm, s[k]);                                   \
-    if (bm != kNegInf) {                                                             \
-      const float mn = max(m, bm);                                                   \
-      const float corr = m == kNegInf ? 0.0 : exp(m - mn);                           \
-      float w[KW];                                                                   \
-      float ws = 0.0;                                                                \
-      [[unroll]] for (uint k = 0; k < KW; ++k) {                                     \
-        w[k] = (bs) + rko + k < je ? exp(s[k] - mn) : 0.0;                           \
-        ws += w[k];                                                                  \
-      }                                                                              \
-      l = l * corr + ws;                                                             \
-      [[unroll]] for (uint d = 0; d < D; ++d) {                                      \
-        float a = acc[d] * corr;                                                     \
-        [[unroll]] for (uint k = 0; k < KW; ++k) a = fma(w[k], V[k][d], a);          \
-        acc[d] = a;                                                                  \
-      }                                                                              \
-      m = mn;                                                                        \
-    }                                                                                \
-  }
-  if (ring) {
-    bool done = false;
-    while (!done) {
-      [[unroll]] for (uint i = 0; i < PRE; ++i) {
-        if (!done) {
-          USE_BLOCK(kq[i], vq[i], b0)
-          const uint nb = b0 + PRE * U;
-          if (nb < je) LOAD_BLOCK(kq[i], vq[i], nb)
-          b0 += U;
-          done = b0 >= je;
-        }
-      }
-    }
-  }
-  while (!ring) {
+  while (true) {
     float s[KW];
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       if (has_new && b0 + rg * KW + k == pos) {

@@ -251,6 +251,13 @@ void main() {
     [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = (ok) ? buf[(base) + rl + RL * d] : 0.0; \
   }
 #define LOAD_HEAD(dst, buf, buf4, base) LOAD_ROW(dst, buf, buf4, base, true)
+// A cache row's load, or (DBG bit `bit`, timing only) q's values in its place.
+#define LOAD_CACHE_ROW(dst, buf, buf4, base, ok, bit)                  \
+  if ((DBG & (bit)) != 0) {                                            \
+    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = qv[d];            \
+  } else {                                                             \
+    LOAD_ROW(dst, buf, buf4, base, ok);                                \
+  }
   float qv[D], qw[D];
   // (every split loads the new K/V row of a layer that writes it; the one holding the new
   // position uses it)
@@ -313,16 +320,8 @@ void main() {
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       const bool ok = b0 + off < je;
-      if ((DBG & 1) != 0) {
-        [[unroll]] for (uint d = 0; d < D; ++d) kr[k][d] = qv[d];
-      } else {
-        LOAD_ROW(kr[k], kc, kc4, row * width + khead, ok);
-      }
-      if ((DBG & 2) != 0) {
-        [[unroll]] for (uint d = 0; d < D; ++d) vr[k][d] = qv[d];
-      } else {
-        LOAD_ROW(vr[k], vc, vc4, row * width + khead, ok);
-      }
+      LOAD_CACHE_ROW(kr[k], kc, kc4, row * width + khead, ok, 1)
+      LOAD_CACHE_ROW(vr[k], vc, vc4, row * width + khead, ok, 2)
     }
   }
   Probe(1);  // every load issued
@@ -373,11 +372,7 @@ void main() {
           LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < je);
         }
         if (VPF != 0) {
-          if ((DBG & 2) != 0) {
-            [[unroll]] for (uint d = 0; d < D; ++d) vnx[k][d] = qv[d];
-          } else {
-            LOAD_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < je);
-          }
+          LOAD_CACHE_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < je, 2)
         }
       }
     }

@@ -270,7 +270,8 @@ std::vector<SynthPreset> SynthPresets() {
 
 void Synthesize(const SynthOptions& options) {
   namespace fs = std::filesystem;
-  const Shape s = MakeShape(options.preset);
+  Shape s = MakeShape(options.preset);
+  if (options.sliding_window > 0) s.window = options.sliding_window;
   if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "synth: --out is required");
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);

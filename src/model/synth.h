@@ -25,6 +25,7 @@ struct SynthOptions {
   std::string preset = "tiny";
   std::string out_dir;
   uint64_t seed = 1;
+  int sliding_window = 0;  // > 0: the sliding layers' window instead of the preset's (tests)
 };
 
 // Writes out_dir/config.json and out_dir/model.safetensors. Throws Error(kInvalidArgument) for an

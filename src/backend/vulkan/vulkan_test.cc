@@ -738,6 +738,39 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
     }
 }
 
+// A sliding window longer than a key block (tiny's structure, window 100, a ring of 108): with
+// one or two key splits (ATTN_KW=1: 16- or 32-key blocks) a split's keys span several blocks
+// whose ring rows wrap (attn_fused advances a block's ring row by a compare), and the new key is
+// taken before the key loop; logits against the CPU reference at every one-token step past the
+// wrap.
+TEST(VulkanKernels, FusedAttentionSlidingWindowOverSeveralBlocks) {
+  const std::string dir =
+      testing::TempDir() + "/gemma_vulkan_tiny_window_" + std::to_string(getpid());
+  Synthesize({.preset = "tiny", .out_dir = dir, .seed = 3, .sliding_window = 100});
+  struct RemoveDir {
+    std::string d;
+    ~RemoveDir() { std::filesystem::remove_all(d); }
+  } remove_dir{dir};
+  auto model = Model::Load(dir);
+  ASSERT_EQ(model->text().sliding_window, 100);
+  const int V = model->text().vocab_size;
+  const BackendOptions opt = {.capacity = 160, .slack = 8};
+  std::vector<int32_t> tokens(132);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 3) % V);
+  for (const Knobs& env :
+       std::vector<Knobs>{{{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "1"}},
+                          {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "2"}},
+                          {{"GEMMA_VULKAN_ATTN_KW", "1"},
+                           {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "2"},
+                           {"GEMMA_VULKAN_ATTN_VPF", "0"}}}) {
+    SCOPED_TRACE(KnobsText(env));
+    auto vk = MakeVulkanWith(*model, env, opt);
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto cpu = CreateCpuReferenceBackend(*model, opt);
+    ASSERT_NO_FATAL_FAILURE(ExpectStepsMatchCpu(*vk, *cpu, tokens, 96, V));
+  }
+}
+
 // The fused attention's merge in several rounds (each invocation loads the first ATTN_MB partials
 // before the split weights are known, the rest ATTN_MB a round after), in the last split's
 // workgroup (MODE 0: the default, arrival by one acquire-release atomic and the partials read

@@ -3,7 +3,8 @@
 // allow it; attention.comp + qkrope.comp + attn_combine.comp otherwise): workgroup (head, split)
 //   1. ROPE 1: normalizes and rotates its head's q (qkrope.comp's arithmetic) and, in the split
 //      holding the new position of a layer that owns its K/V, the new K row (and normalizes the
-//      new V row), which it writes into the caches and uses in place of the rows it loaded;
+//      new V row), which it writes into the caches; their score and value start row group 0's
+//      state before the key loop;
 //   2. its share of the keys j in [jb, je): m = max_j s_j, l = sum_j e^(s_j - m),
 //      o = sum_j e^(s_j - m) V_j, s_j = q . K_j (scale 1), in f32 (the dot products and sums; as
 //      the prompt attention kernels, bench/NOTES.md tenth session);
@@ -50,12 +51,6 @@ layout(constant_id = 11) const uint VPF = 0;
 // cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
 // replaces the merge's partial row loads by constants (its (m, l) loads stay).
 layout(constant_id = 12) const uint DBG = 0;
-// LOOPX (GEMMA_VULKAN_ATTN_LOOPX, experiment): bit 0 the new key's score and value start row
-// group 0's state before the key loop, whose keys stop before the position (no per-key select of
-// the new row, its registers free in the loop); bit 1 (with VPF) the loop unrolled by two with the
-// V registers' roles swapped (no copy of the next block's V rows); bit 2 the ring row of the next
-// block by one compare instead of a division.
-layout(constant_id = 13) const uint LOOPX = 0;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -319,9 +314,11 @@ void main() {
     }
   }
   const bool has_new = kv_new && je == pos + 1;
-  // NEWFIRST: the loop's keys are [jb, jl), the new key handled before it.
-  const bool newfirst = (LOOPX & 1) != 0;
-  const uint jl = newfirst && has_new ? pos : je;
+  // The key loop's keys are [jb, jl): the new key (in the split holding the position of a layer
+  // that writes its K/V) starts row group 0's state before the loop, so the loop has no per-key
+  // select of the new row and the new row's registers are free in it (2.28 against 2.47 ms per
+  // token at 32K context on the H200, bench/NOTES.md twenty-first session).
+  const uint jl = has_new ? pos : je;
   float kr[KW][D], vr[KW][D];
   uint b0 = jb;
   uint rbc = b0 % p.ring;  // b0's ring row
@@ -357,8 +354,8 @@ void main() {
   float m = kNegInf, l = 0.0;
   float acc[D];
   [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = 0.0;
-  if (newfirst && has_new) {
-    // The new key's score (every row group computes it; row group 0 keeps it): w = e^0 = 1.
+  if (has_new) {
+    // The new key's score (every row group computes it, row group 0 keeps it) and weight e^0 = 1.
     float a = 0.0;
     [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kn_[d], a);
     const float sn = RowSum(a);
@@ -368,81 +365,62 @@ void main() {
       [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = vn_[d];
     }
   }
-  // One block of U keys: scores from kr, the next block's K rows into kr (and with VPF its V rows
-  // into VN), the softmax update and the value sums from VC; b0 and rbc advance.
-#define KEY_BLOCK(VC, VN)                                                                    \
-  {                                                                                          \
-    float s[KW];                                                                             \
-    [[unroll]] for (uint k = 0; k < KW; ++k) {                                               \
-      if (!newfirst && has_new && b0 + rg * KW + k == pos) {                                 \
-        [[unroll]] for (uint d = 0; d < D; ++d) {                                            \
-          kr[k][d] = kn_[d];                                                                 \
-          VC[k][d] = vn_[d];                                                                 \
-        }                                                                                    \
-      }                                                                                      \
-      float a = 0.0;                                                                         \
-      [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kr[k][d], a);                   \
-      s[k] = RowSum(a);                                                                      \
-    }                                                                                        \
-    if (b0 == jb) Probe(3);                                                                  \
-    const uint nb = b0 + U;                                                                  \
-    const uint rbn = (LOOPX & 4) != 0 ? (rbc + U >= p.ring ? rbc + U - p.ring : rbc + U)     \
-                                      : nb % p.ring;                                         \
-    if (nb < jl) {                                                                           \
-      [[unroll]] for (uint k = 0; k < KW; ++k) {                                             \
-        const uint off = rg * KW + k, row = CacheRow(nb, rbn, off);                          \
-        if ((DBG & 1) == 0) {                                                                \
-          LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < jl);                      \
-        }                                                                                    \
-        if (VPF != 0) {                                                                      \
-          LOAD_CACHE_ROW(VN[k], vc, vc4, row * width + khead, nb + off < jl, 2)              \
-        }                                                                                    \
-      }                                                                                      \
-    }                                                                                        \
-    float bm = kNegInf;                                                                      \
-    [[unroll]] for (uint k = 0; k < KW; ++k)                                                 \
-      if (b0 + rg * KW + k < jl) bm = max(bm, s[k]);                                         \
-    if (bm != kNegInf) {                                                                     \
-      const float mn = max(m, bm);                                                           \
-      const float corr = m == kNegInf ? 0.0 : exp(m - mn);                                  \
-      float w[KW];                                                                           \
-      float ws = 0.0;                                                                        \
-      [[unroll]] for (uint k = 0; k < KW; ++k) {                                             \
-        w[k] = b0 + rg * KW + k < jl ? exp(s[k] - mn) : 0.0;                                 \
-        ws += w[k];                                                                          \
-      }                                                                                      \
-      l = l * corr + ws;                                                                     \
-      [[unroll]] for (uint d = 0; d < D; ++d) {                                              \
-        float a = acc[d] * corr;                                                             \
-        [[unroll]] for (uint k = 0; k < KW; ++k) a = fma(w[k], VC[k][d], a);                 \
-        acc[d] = a;                                                                          \
-      }                                                                                      \
-      m = mn;                                                                                \
-    }                                                                                        \
-    b0 = nb;                                                                                 \
-    rbc = rbn;                                                                               \
-  }
-  float vnx[KW][D];  // VPF: the next block's V rows
-  if (VPF != 0 && (LOOPX & 2) != 0) {
-    while (b0 < jl) {
-      KEY_BLOCK(vr, vnx)
-      if (b0 >= jl) break;
-      KEY_BLOCK(vnx, vr)
+  while (b0 < jl) {
+    float s[KW];
+    [[unroll]] for (uint k = 0; k < KW; ++k) {
+      float a = 0.0;
+      [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kr[k][d], a);
+      s[k] = RowSum(a);
     }
-  } else {
-    while (b0 < jl) {
-      KEY_BLOCK(vr, vnx)
-      if (b0 >= jl) break;
-      if (VPF != 0) {
-        [[unroll]] for (uint k = 0; k < KW; ++k)
-          [[unroll]] for (uint d = 0; d < D; ++d) vr[k][d] = vnx[k][d];
-        continue;
-      }
+    if (b0 == jb) Probe(3);  // the first block's scores
+    // The next block's keys, loaded while this block's softmax and values run; its ring row by a
+    // compare (a division per block cost ~27 us per token at 4,096 context).
+    const uint nb = b0 + U;
+    const uint rbn = rbc + U >= p.ring ? rbc + U - p.ring : rbc + U;  // (unused where ring < U)
+    float vnx[KW][D];  // VPF: the next block's V rows
+    if (nb < jl) {
       [[unroll]] for (uint k = 0; k < KW; ++k) {
-        const uint off = rg * KW + k, row = CacheRow(b0, rbc, off);
-        if ((DBG & 2) == 0) {
-          LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < jl);
+        const uint off = rg * KW + k, row = CacheRow(nb, rbn, off);
+        if ((DBG & 1) == 0) {
+          LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < jl);
         }
+        if (VPF != 0) {
+          LOAD_CACHE_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < jl, 2)
+        }
+      }
+    }
+    float bm = kNegInf;
+    [[unroll]] for (uint k = 0; k < KW; ++k)
+      if (b0 + rg * KW + k < jl) bm = max(bm, s[k]);
+    if (bm != kNegInf) {  // the row group has keys in this block
+      const float mn = max(m, bm);
+      const float corr = m == kNegInf ? 0.0 : exp(m - mn);
+      float w[KW];
+      float ws = 0.0;
+      [[unroll]] for (uint k = 0; k < KW; ++k) {
+        w[k] = b0 + rg * KW + k < jl ? exp(s[k] - mn) : 0.0;
+        ws += w[k];
+      }
+      l = l * corr + ws;
+      [[unroll]] for (uint d = 0; d < D; ++d) {
+        float a = acc[d] * corr;
+        [[unroll]] for (uint k = 0; k < KW; ++k) a = fma(w[k], vr[k][d], a);
+        acc[d] = a;
+      }
+      m = mn;
+    }
+    b0 = nb;
+    rbc = rbn;
+    if (b0 >= jl) break;
+    if (VPF != 0) {
+      [[unroll]] for (uint k = 0; k < KW; ++k)
+        [[unroll]] for (uint d = 0; d < D; ++d) vr[k][d] = vnx[k][d];
+      continue;
+    }
+    [[unroll]] for (uint k = 0; k < KW; ++k) {
+      const uint off = rg * KW + k, row = CacheRow(b0, rbc, off);
+      if ((DBG & 2) == 0) {
+        LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < jl);
       }
     }
   }

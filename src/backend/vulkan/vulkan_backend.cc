@@ -490,7 +490,7 @@ class VulkanBackend : public Backend {
 
   void Build() {
     dev_.reset();
-    decode_cmd_.fill(VK_NULL_HANDLE);
+    for (auto& tier : decode_cmd_) tier.fill(VK_NULL_HANDLE);
     prefill_cmd_ = VK_NULL_HANDLE;
     weight_bytes_ = 0;
     vk::DeviceOptions dopt;
@@ -575,6 +575,13 @@ class VulkanBackend : public Backend {
     // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
+    // Two query heads of a K/V head per attn_fused workgroup in the full-attention layers from
+    // position attn_hpw_from_ on (each cache row loaded serves both: half the L2 reads, twice
+    // the splits): 2.07 against 2.26 ms per token at 32K context on the H200, slower at 512 and
+    // 4,096 (bench/NOTES.md, twenty-first session). One-token steps from that position on run
+    // a second pre-recorded command buffer.
+    attn_hpw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_HPW", 2), 1, 2));
+    attn_hpw_from_ = std::max(0, EnvInt("GEMMA_VULKAN_ATTN_HPW_FROM", 12288));
     extra_dispatches_ = std::clamp(EnvInt("GEMMA_VULKAN_EXTRA_DISPATCHES", 0), 0, 16);
     // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
     // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
@@ -1021,6 +1028,8 @@ class VulkanBackend : public Backend {
     uint32_t probe_wgs = 0;
     // Between two compute dispatches (the one-token layer loop): Barrier records light_barrier_.
     bool light = false;
+    // One-token steps from attn_hpw_from_ on: attn_fused with HPW heads per workgroup.
+    bool long_ctx = false;
     // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index, workgroups of the
     // previous phase (0: no wait) and of the current one.
     uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
@@ -1773,7 +1782,13 @@ class VulkanBackend : public Backend {
         b[3] = po_.r;
         b[4] = pml_.r;
         if (fused) {
-          const int fsplits = FusedSplits(nh);
+          // HPW query heads of one K/V head per workgroup (full-attention layers, MODE 0).
+          const uint32_t hpw = rc.long_ctx && !sliding && attn_fused_mode_ == 0 &&
+                                       nh % attn_hpw_ == 0 &&
+                                       (nh / nkv) % attn_hpw_ == 0
+                                   ? attn_hpw_
+                                   : 1u;
+          const int fsplits = FusedSplits(nh / static_cast<int>(hpw));
           const FusedAttnPush fp{static_cast<uint32_t>(nh),
                                  static_cast<uint32_t>(nkv),
                                  static_cast<uint32_t>(slot.ring),
@@ -1799,8 +1814,8 @@ class VulkanBackend : public Backend {
           Dispatch(rc, "attn_fused",
                    {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
                     attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
-                    attn_fused_dbg_},
-                   b, &fp, sizeof(fp), nh, 1, fsplits);
+                    attn_fused_dbg_, hpw},
+                   b, &fp, sizeof(fp), nh / hpw, 1, fsplits);
           Barrier(rc);
           if (attn_fused_mode_ == 1) {
             // Merge units of 4 dims with VEC, else 1.
@@ -2135,13 +2150,19 @@ class VulkanBackend : public Backend {
       throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
   }
 
-  // The pre-recorded command buffer of one decoded token for an output mode.
+  // Whether a one-token step at the current position runs the long-context attention (HPW).
+  bool LongContextStep() const { return attn_hpw_ > 1 && window_.cached() >= attn_hpw_from_; }
+
+  // The pre-recorded command buffer of one decoded token for an output mode (and context tier:
+  // LongContextStep).
   VkCommandBuffer DecodeCommand(OutputMode mode) {
-    VkCommandBuffer& cb = decode_cmd_[static_cast<int>(mode)];
+    const bool long_ctx = LongContextStep();
+    VkCommandBuffer& cb = decode_cmd_[long_ctx ? 1 : 0][static_cast<int>(mode)];
     if (cb) return cb;
     cb = dev_->AllocCommandBuffer();
     Begin(cb, true);
     Rec rc{cb};
+    rc.long_ctx = long_ctx;
     rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
     if (step_times_) {
       dev_->ResetTimestamps(cb, 2);
@@ -2395,6 +2416,7 @@ class VulkanBackend : public Backend {
     rc.probe_nth = nth;
     if (m == 1) {
       rc.fuse_head = head_norm_;  // (as DecodeCommand)
+      rc.long_ctx = LongContextStep();
       RecordBody(rc, 1, splits_);
       RecordHead(rc, 0, 1, OutputMode::kArgmax);
     } else {
@@ -2501,6 +2523,7 @@ class VulkanBackend : public Backend {
     rc.labels = &labels;
     if (m == 1) {
       rc.fuse_head = head_norm_;  // (as DecodeCommand)
+      rc.long_ctx = LongContextStep();
       RecordBody(rc, 1, splits_);
       RecordHead(rc, 0, 1, OutputMode::kArgmax);
     } else {
@@ -2757,6 +2780,8 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_mode_ = 0;  // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;          // ... the next block's V rows loaded with its K rows (VPF)
   uint32_t attn_fused_dbg_ = 0;   // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
+  uint32_t attn_hpw_ = 2;         // ... GEMMA_VULKAN_ATTN_HPW (HPW; full-attention layers)
+  int attn_hpw_from_ = 12288;     // ... from this position on (GEMMA_VULKAN_ATTN_HPW_FROM)
   int extra_dispatches_ = 0;      // GEMMA_VULKAN_EXTRA_DISPATCHES (timing only)
   uint32_t attn_kw_ = 0;          // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;         // ... partials per round of the merge
@@ -2887,7 +2912,7 @@ class VulkanBackend : public Backend {
   bool upload_split_ = true;  // GEMMA_VULKAN_UPLOAD_SPLIT
   int head_rows_ = 1, nblocks_ = 1;
   uint32_t vocab_block_ = kVocabBlock;
-  std::array<VkCommandBuffer, 4> decode_cmd_{};
+  std::array<std::array<VkCommandBuffer, 4>, 2> decode_cmd_{};  // [long context][mode]
   VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
   int decode_dispatches_ = 0, decode_barriers_ = 0;
   // Resident decode (resident.comp).

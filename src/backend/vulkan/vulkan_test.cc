@@ -715,6 +715,13 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
     {{"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
     {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
+    // two query heads per workgroup in the full-attention layers (HPW) from position 40 (the
+    // one-token steps switch command buffers there), and from the start with several blocks a
+    // split
+    {{"GEMMA_VULKAN_ATTN_HPW_FROM", "40"}},
+    {{"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_SPLITS", "2"},
+     {"GEMMA_VULKAN_ATTN_HPW_FROM", "0"}},
 };
 
 // One test per variant (the NVIDIA driver refuses Vulkan instances after ~30 in a process).
@@ -783,7 +790,8 @@ TEST(VulkanKernels, FusedAttentionMergesManySplits) {
       {{"GEMMA_VULKAN_ATTN_FENCE", "0"}},
       {{"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
       {{"GEMMA_VULKAN_ATTN_FENCE", "0"}, {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
-      {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}}};
+      {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
+      {{"GEMMA_VULKAN_ATTN_HPW_FROM", "0"}}};  // the last split merges both of its heads
   for (const Knobs& merge : merges) {
     Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
                  {"GEMMA_VULKAN_ATTN_MB", "4"},

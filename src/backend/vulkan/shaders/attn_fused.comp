@@ -51,6 +51,10 @@ layout(constant_id = 11) const uint VPF = 0;
 // cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
 // replaces the merge's partial row loads by constants (its (m, l) loads stay).
 layout(constant_id = 12) const uint DBG = 0;
+// HPW (MODE 0; GEMMA_VULKAN_ATTN_HPW, the full-attention layers): query heads per workgroup (1 or
+// 2, heads of one K/V head): each key row loaded is used for HPW heads' scores and value sums, so
+// the cache's rows are read HPW times less often from L2; the grid has HPW times the splits.
+layout(constant_id = 13) const uint HPW = 1;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };  // [h][HD] (raw where ROPE)
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -101,9 +105,9 @@ const uint U = NRG * KW;   // keys per block
 const uint HALF = D / 2;   // the lane's dims d and d + HALF are a rotation pair
 const float kNegInf = -1.0 / 0.0;
 
-shared float rg_m[NRG];
-shared float rg_l[NRG];
-shared float rg_acc[NRG * HD];
+shared float rg_m[NRG * HPW];
+shared float rg_l[NRG * HPW];
+shared float rg_acc[NRG * HD * HPW];
 shared float sw[256];  // the merge's split weights (splits <= 256)
 shared bool s_last;
 
@@ -229,7 +233,7 @@ void main() {
   Probe(0);
   Probe2(0);
   const uint tid = gl_LocalInvocationID.x;
-  const uint h = gl_WorkGroupID.x, sp = gl_WorkGroupID.z;
+  const uint h = gl_WorkGroupID.x * HPW, sp = gl_WorkGroupID.z;  // (h: the first head)
   const uint kvh = h / (p.nh / p.nkv);
   const uint width = p.nkv * HD;
   const uint rpg = gl_SubgroupSize / RL;  // row groups per subgroup
@@ -255,17 +259,19 @@ void main() {
 // A cache row's load, or (DBG bit `bit`, timing only) q's values in its place.
 #define LOAD_CACHE_ROW(dst, buf, buf4, base, ok, bit)                  \
   if ((DBG & (bit)) != 0) {                                            \
-    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = qv[d];            \
+    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = qv[0][d];         \
   } else {                                                             \
     LOAD_ROW(dst, buf, buf4, base, ok);                                \
   }
-  float qv[D], qw[D];
+  float qv[HPW][D], qw[D];
   // (every split loads the new K/V row of a layer that writes it; the one holding the new
   // position uses it)
   const bool kv_new = ROPE != 0 && p.kv_new != 0;
   float kn_[D], vn_[D], kw_[D];
   if (MODE != 2) {
-    LOAD_HEAD(qv, q, q4, h * HD);
+    [[unroll]] for (uint i = 0; i < HPW; ++i) {
+      LOAD_HEAD(qv[i], q, q4, (h + i) * HD);
+    }
     if (ROPE != 0) LOAD_HEAD(qw, qn, qn4, 0);
     if (kv_new) {
       LOAD_HEAD(kn_, kt, kt4, khead);
@@ -334,7 +340,7 @@ void main() {
   Probe(1);  // every load issued
   Probe2(2);
   if (ROPE != 0) {
-    NormRope(qv, qw, true, true, cs, rl);
+    [[unroll]] for (uint i = 0; i < HPW; ++i) NormRope(qv[i], qw, true, true, cs, rl);
     Probe2(3);  // q normalized and rotated
     if (has_new) {
       NormRope(kn_, kw_, p.has_kn != 0, true, cs, rl);
@@ -351,27 +357,34 @@ void main() {
   }
 
   Probe(2);  // q (and the new row) normalized and rotated
-  float m = kNegInf, l = 0.0;
-  float acc[D];
-  [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = 0.0;
+  float m[HPW], l[HPW];
+  float acc[HPW][D];
+  [[unroll]] for (uint i = 0; i < HPW; ++i) {
+    m[i] = kNegInf;
+    l[i] = 0.0;
+    [[unroll]] for (uint d = 0; d < D; ++d) acc[i][d] = 0.0;
+  }
   if (has_new) {
     // The new key's score (every row group computes it, row group 0 keeps it) and weight e^0 = 1.
-    float a = 0.0;
-    [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kn_[d], a);
-    const float sn = RowSum(a);
-    if (rg == 0) {
-      m = sn;
-      l = 1.0;
-      [[unroll]] for (uint d = 0; d < D; ++d) acc[d] = vn_[d];
+    [[unroll]] for (uint i = 0; i < HPW; ++i) {
+      float a = 0.0;
+      [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[i][d], kn_[d], a);
+      const float sn = RowSum(a);
+      if (rg == 0) {
+        m[i] = sn;
+        l[i] = 1.0;
+        [[unroll]] for (uint d = 0; d < D; ++d) acc[i][d] = vn_[d];
+      }
     }
   }
   while (b0 < jl) {
-    float s[KW];
-    [[unroll]] for (uint k = 0; k < KW; ++k) {
-      float a = 0.0;
-      [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[d], kr[k][d], a);
-      s[k] = RowSum(a);
-    }
+    float s[HPW][KW];
+    [[unroll]] for (uint i = 0; i < HPW; ++i)
+      [[unroll]] for (uint k = 0; k < KW; ++k) {
+        float a = 0.0;
+        [[unroll]] for (uint d = 0; d < D; ++d) a = fma(qv[i][d], kr[k][d], a);
+        s[i][k] = RowSum(a);
+      }
     if (b0 == jb) Probe(3);  // the first block's scores
     // The next block's keys, loaded while this block's softmax and values run; its ring row by a
     // compare (a division per block cost ~27 us per token at 4,096 context).
@@ -389,25 +402,27 @@ void main() {
         }
       }
     }
-    float bm = kNegInf;
-    [[unroll]] for (uint k = 0; k < KW; ++k)
-      if (b0 + rg * KW + k < jl) bm = max(bm, s[k]);
-    if (bm != kNegInf) {  // the row group has keys in this block
-      const float mn = max(m, bm);
-      const float corr = m == kNegInf ? 0.0 : exp(m - mn);
-      float w[KW];
-      float ws = 0.0;
-      [[unroll]] for (uint k = 0; k < KW; ++k) {
-        w[k] = b0 + rg * KW + k < jl ? exp(s[k] - mn) : 0.0;
-        ws += w[k];
+    [[unroll]] for (uint i = 0; i < HPW; ++i) {
+      float bm = kNegInf;
+      [[unroll]] for (uint k = 0; k < KW; ++k)
+        if (b0 + rg * KW + k < jl) bm = max(bm, s[i][k]);
+      if (bm != kNegInf) {  // the row group has keys in this block
+        const float mn = max(m[i], bm);
+        const float corr = m[i] == kNegInf ? 0.0 : exp(m[i] - mn);
+        float w[KW];
+        float ws = 0.0;
+        [[unroll]] for (uint k = 0; k < KW; ++k) {
+          w[k] = b0 + rg * KW + k < jl ? exp(s[i][k] - mn) : 0.0;
+          ws += w[k];
+        }
+        l[i] = l[i] * corr + ws;
+        [[unroll]] for (uint d = 0; d < D; ++d) {
+          float a = acc[i][d] * corr;
+          [[unroll]] for (uint k = 0; k < KW; ++k) a = fma(w[k], vr[k][d], a);
+          acc[i][d] = a;
+        }
+        m[i] = mn;
       }
-      l = l * corr + ws;
-      [[unroll]] for (uint d = 0; d < D; ++d) {
-        float a = acc[d] * corr;
-        [[unroll]] for (uint k = 0; k < KW; ++k) a = fma(w[k], vr[k][d], a);
-        acc[d] = a;
-      }
-      m = mn;
     }
     b0 = nb;
     rbc = rbn;
@@ -426,34 +441,45 @@ void main() {
   }
 
   Probe(4);  // every block
-  // The row groups' states merged: this split's (M, L, o).
-  if (rl == 0) {
-    rg_m[rg] = m;
-    rg_l[rg] = l;
+  // The row groups' states merged: this split's (M, L, o) of each of its heads.
+  [[unroll]] for (uint i = 0; i < HPW; ++i) {
+    if (rl == 0) {
+      rg_m[i * NRG + rg] = m[i];
+      rg_l[i * NRG + rg] = l[i];
+    }
+    [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[(i * NRG + rg) * HD + Dim(rl, d)] = acc[i][d];
   }
-  [[unroll]] for (uint d = 0; d < D; ++d) rg_acc[rg * HD + Dim(rl, d)] = acc[d];
   barrier();
-  float M = kNegInf;
-  [[unroll]] for (uint g = 0; g < NRG; ++g) M = max(M, rg_m[g]);
-  float L = 0.0;
-  [[unroll]] for (uint g = 0; g < NRG; ++g)
-    if (rg_l[g] > 0.0) L = fma(rg_l[g], exp(rg_m[g] - M), L);
-  const uint NC = (HD + WG - 1) / WG;
-  const uint ob = h * p.splits + sp;
-  [[unroll]] for (uint c = 0; c < NC; ++c) {
-    const uint i = tid + WG * c;
-    if (i >= HD) continue;
-    float a = 0.0;
+  float M[HPW], L[HPW];
+  [[unroll]] for (uint i = 0; i < HPW; ++i) {
+    M[i] = kNegInf;
+    [[unroll]] for (uint g = 0; g < NRG; ++g) M[i] = max(M[i], rg_m[i * NRG + g]);
+    L[i] = 0.0;
     [[unroll]] for (uint g = 0; g < NRG; ++g)
-      if (rg_l[g] > 0.0) a = fma(rg_acc[g * HD + i], exp(rg_m[g] - M), a);
-    if (nact == 1) o[h * HD + i] = a / L;
-    else po[ob * PR + i] = a;
+      if (rg_l[i * NRG + g] > 0.0) L[i] = fma(rg_l[i * NRG + g], exp(rg_m[i * NRG + g] - M[i]), L[i]);
+  }
+  const uint NC = (HD + WG - 1) / WG;
+  [[unroll]] for (uint hi = 0; hi < HPW; ++hi) {
+    const uint ob = (h + hi) * p.splits + sp;
+    [[unroll]] for (uint c = 0; c < NC; ++c) {
+      const uint i = tid + WG * c;
+      if (i >= HD) continue;
+      float a = 0.0;
+      [[unroll]] for (uint g = 0; g < NRG; ++g) {
+        const uint rgi = hi * NRG + g;
+        if (rg_l[rgi] > 0.0) a = fma(rg_acc[rgi * HD + i], exp(rg_m[rgi] - M[hi]), a);
+      }
+      if (nact == 1) o[(h + hi) * HD + i] = a / L[hi];
+      else po[ob * PR + i] = a;
+    }
   }
   Probe(5);  // the split's partials
   if (nact == 1) return;
   if (tid == 0) {
-    po[MlAt(h, sp)] = M;
-    po[MlAt(h, sp) + 1] = L;
+    [[unroll]] for (uint i = 0; i < HPW; ++i) {
+      po[MlAt(h + i, sp)] = M[i];
+      po[MlAt(h + i, sp) + 1] = L[i];
+    }
   }
   if (MODE == 1) return;
   if (FENCE != 0) {
@@ -475,7 +501,12 @@ void main() {
   Probe2(4);
   if (!s_last) return;
   if (FENCE == 0) memoryBarrierBuffer();
-  if ((DBG & 4) == 0) Merge(h, nact);
+  if ((DBG & 4) == 0) {
+    [[unroll]] for (uint i = 0; i < HPW; ++i) {
+      if (i > 0) barrier();  // (the previous head's split weights read)
+      Merge(h + i, nact);
+    }
+  }
   if (tid == 0) cnt[h] = 0;
   Probe(7);  // merged
   Probe2(7);

@@ -1782,10 +1782,12 @@ class VulkanBackend : public Backend {
         b[3] = po_.r;
         b[4] = pml_.r;
         if (fused) {
-          // HPW query heads of one K/V head per workgroup (full-attention layers, MODE 0).
+          // HPW query heads of one K/V head per workgroup (full-attention layers, MODE 0; its
+          // row groups' states in shared memory: HPW x row groups x hd floats).
+          const size_t hpw_shared = size_t(attn_hpw_) * (kWG / frl) * hd * 4 + 2048;
           const uint32_t hpw = rc.long_ctx && !sliding && attn_fused_mode_ == 0 &&
-                                       nh % attn_hpw_ == 0 &&
-                                       (nh / nkv) % attn_hpw_ == 0
+                                       nh % attn_hpw_ == 0 && (nh / nkv) % attn_hpw_ == 0 &&
+                                       hpw_shared <= dev_->max_shared_bytes()
                                    ? attn_hpw_
                                    : 1u;
           const int fsplits = FusedSplits(nh / static_cast<int>(hpw));

@@ -27,6 +27,17 @@ std::unique_ptr<Model> LoadFixture(const char* name) {
   return Model::Load(std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name);
 }
 
+// A synthesized checkpoint in a temporary directory (removed with this object), loaded.
+struct SynthModel {
+  explicit SynthModel(SynthOptions o) : dir(o.out_dir) {
+    Synthesize(o);
+    model = Model::Load(dir);
+  }
+  ~SynthModel() { std::filesystem::remove_all(dir); }
+  std::string dir;
+  std::unique_ptr<Model> model;
+};
+
 std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.capacity = 128}) {
   try {
     return CreateVulkanBackend(model, opt);
@@ -535,14 +546,11 @@ void ExpectPromptLogitsMatchReference(const Model& model, Backend& vk, const Bac
 // first block early (PFE), the PLE gate's and the looping head's too, at the kernel's start
 // (PFE_LATE 0; the default issues them after a prologue's operand loads).
 TEST(VulkanBackend, FullWidthModelMatchesReference) {
-  const std::string dir =
-      testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" + std::to_string(getpid());
-  Synthesize({.preset = "e2b-qat-mini", .out_dir = dir, .seed = 5});
-  struct RemoveDir {
-    std::string d;
-    ~RemoveDir() { std::filesystem::remove_all(d); }
-  } remove_dir{dir};
-  auto model = Model::Load(dir);
+  const SynthModel synth({.preset = "e2b-qat-mini",
+                          .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" +
+                                     std::to_string(getpid()),
+                          .seed = 5});
+  const Model* model = synth.model.get();
   const BackendOptions opt = {.capacity = 64};
   const int V = model->text().vocab_size;
   auto argmax = [](const float* l, int n) {
@@ -751,14 +759,12 @@ TEST_P(DecodeAttentionVariants, MatchReference) {
 // taken before the key loop; logits against the CPU reference at every one-token step past the
 // wrap.
 TEST(VulkanKernels, FusedAttentionSlidingWindowOverSeveralBlocks) {
-  const std::string dir =
-      testing::TempDir() + "/gemma_vulkan_tiny_window_" + std::to_string(getpid());
-  Synthesize({.preset = "tiny", .out_dir = dir, .seed = 3, .sliding_window = 100});
-  struct RemoveDir {
-    std::string d;
-    ~RemoveDir() { std::filesystem::remove_all(d); }
-  } remove_dir{dir};
-  auto model = Model::Load(dir);
+  const SynthModel synth(
+      {.preset = "tiny",
+       .out_dir = testing::TempDir() + "/gemma_vulkan_tiny_window_" + std::to_string(getpid()),
+       .seed = 3,
+       .sliding_window = 100});
+  const Model* model = synth.model.get();
   ASSERT_EQ(model->text().sliding_window, 100);
   const int V = model->text().vocab_size;
   const BackendOptions opt = {.capacity = 160, .slack = 8};

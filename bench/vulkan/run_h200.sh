@@ -27,7 +27,10 @@ for v in "$@"; do
   bin=$(echo "$envs" | grep -o 'BIN=[^ ]*' | cut -d= -f2)
   ctx=$(echo "$envs" | grep -o 'CTX=[^ ]*' | cut -d= -f2)
   ctx=${ctx:-512}
-  env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth /tmp/e2b --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
+  # PRESET=name: another synthetic checkpoint (e.g. e2b-bf16), written to /tmp/e2b-name on first use.
+  preset=$(echo "$envs" | grep -o 'PRESET=[^ ]*' | cut -d= -f2)
+  model=/tmp/e2b${preset:+-$preset}
+  env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth $model ${preset:+--preset $preset} --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
       --runs 2 --copy-mb 512 --capacity $(( ctx + 1536 > 2048 ? ctx + 1536 : 2048 )) >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null
   echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt

@@ -29,11 +29,11 @@ Shape MakeShape(const std::string& preset) {
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
-  if (preset == "e2b-qat-mini") {
+  if (preset == "e2b-qat-mini" || preset == "e2b-bf16-mini") {
     // E2B's widths and kinds (every kernel shape of its decode step) on 10 layers and a 32,768
     // vocabulary: two full-attention layers (4, 9; 9 shares 4's K/V), three KV-shared
-    // double-wide layers. ~0.25 GB.
-    Shape s{32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, {}, true, true};
+    // double-wide layers. ~0.25 GB (QAT), ~0.8 GB (bf16).
+    Shape s{32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, {}, true, preset == "e2b-qat-mini"};
     for (int l = 0; l < 10; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
@@ -44,7 +44,8 @@ Shape MakeShape(const std::string& preset) {
   }
   throw Error(
       ErrorCode::kInvalidArgument,
-      "synth: unknown preset '" + preset + "' (e2b-bf16, e2b-qat, e2b-qat-mini, tiny, tiny-qat)");
+      "synth: unknown preset '" + preset +
+          "' (e2b-bf16, e2b-qat, e2b-qat-mini, e2b-bf16-mini, tiny, tiny-qat)");
 }
 
 uint64_t Hash(const std::string& s, uint64_t seed) {
@@ -264,6 +265,7 @@ std::vector<SynthPreset> SynthPresets() {
            "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
           {"e2b-qat-mini",
            "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
+          {"e2b-bf16-mini", "e2b-qat-mini's structure in bf16 (tied head)"},
           {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
           {"tiny-qat", "tiny in the mobile-QAT layout"}};
 }

@@ -17,7 +17,8 @@ struct SynthPreset {
 // Presets: "e2b-bf16" (exact E2B text shapes, bf16, tied head, Gemma4ForConditionalGeneration
 // names), "e2b-qat" (the published mobile-QAT layout: int2/int4/int8 packed, per-layer PLE scales,
 // SRQ scales, separate int2 lm_head), "e2b-qat-mini" (e2b-qat's widths and kinds on 10 layers and
-// a 32,768 vocabulary: the full-width kernels at test cost), "tiny" and "tiny-qat" (E2B structure
+// a 32,768 vocabulary: the full-width kernels at test cost), "e2b-bf16-mini" (the same in bf16),
+// "tiny" and "tiny-qat" (E2B structure
 // scaled down, real 262,144 vocabulary so the demo can use the Gemma tokenizer).
 std::vector<SynthPreset> SynthPresets();
 

@@ -1531,14 +1531,15 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 17);
         spec.push_back(mv_dbg_);  // DBG
       }
-      // One-token dense bf16 / f16 rows on 16-byte loads without a prologue: the input staged as
-      // vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the device's shared memory
-      // (the kernel's other shared arrays).
+      // One-token dense bf16 / f16 rows on 16-byte loads: the input (or a norm prologue's
+      // output) staged as vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the
+      // device's shared memory (the kernel's other shared arrays, the prologue's floats).
       const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
       const size_t fx_bytes = size_t(d.wstride) / 2 * 16;
-      const bool fxw = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !pro && !tail &&
+      const size_t fx_other = 4096 + (pro ? size_t(d.cols) * 4 : 0);
+      const bool fxw = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !tail &&
                        (!second || second->src->kind == lin.kind) && xqm == 0 &&
-                       fx_bytes <= 16384 && fx_bytes + 4096 <= dev_->max_shared_bytes();
+                       fx_bytes <= 16384 && fx_bytes + fx_other <= dev_->max_shared_bytes();
       if (fxw) {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW

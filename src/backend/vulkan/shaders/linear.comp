@@ -481,22 +481,43 @@ void LoadDj(uint blk, out uvec2 dw[8][DJP]) {
   }
 }
 
-// Row `base` (in vectors) of dense weight set d into acc_f (FXW; one token).
-void MultiplyDense(uint base, uint lane, uint d) {
-  float a = acc_f[d * TOK];
-  [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-    const uvec4 w4 = WeightVec(d, base, j4, base);
-    const vec4 xa = xf4[2 * j4], xb = xf4[2 * j4 + 1];
-    a = fma(DElem(w4.x, 0), xa.x, a);
-    a = fma(DElem(w4.x, 1), xa.y, a);
-    a = fma(DElem(w4.y, 0), xa.z, a);
-    a = fma(DElem(w4.y, 1), xa.w, a);
-    a = fma(DElem(w4.z, 0), xb.x, a);
-    a = fma(DElem(w4.z, 1), xb.y, a);
-    a = fma(DElem(w4.w, 0), xb.z, a);
-    a = fma(DElem(w4.w, 1), xb.w, a);
+// Weight vector w4 (row-local vector index j4) of a dense row times the staged input, added to a
+// (FXW; one token): 8 FMAs in column order.
+float DenseDot(uvec4 w4, uint j4, float a) {
+  const vec4 xa = xf4[2 * j4], xb = xf4[2 * j4 + 1];
+  a = fma(DElem(w4.x, 0), xa.x, a);
+  a = fma(DElem(w4.x, 1), xa.y, a);
+  a = fma(DElem(w4.y, 0), xa.z, a);
+  a = fma(DElem(w4.y, 1), xa.w, a);
+  a = fma(DElem(w4.z, 0), xb.x, a);
+  a = fma(DElem(w4.z, 1), xb.y, a);
+  a = fma(DElem(w4.w, 0), xb.z, a);
+  a = fma(DElem(w4.w, 1), xb.w, a);
+  return a;
+}
+
+// Row `base` (in vectors) of every dense weight set into acc_f (FXW; one token): the lane's
+// vectors of both sets, 4 of each at a time, loaded before any is multiplied (one load in flight
+// per lane left the bf16 linears at a fraction of the memory bandwidth); each set's FMAs in
+// vector order.
+void MultiplyDense(uint base, uint lane) {
+  const uint nv = p.wstride / 4;
+  for (uint j0 = lane; j0 < nv; j0 += 4 * LANES) {
+    uvec4 w[2][4];
+    [[unroll]] for (uint d = 0; d < DUAL; ++d)
+      [[unroll]] for (uint v = 0; v < 4; ++v) {
+        const uint j4 = j0 + LANES * v;
+        w[d][v] = j4 < nv ? WeightVec(d, base, j4, base) : uvec4(0u);
+      }
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
+      float a = acc_f[d * TOK];
+      [[unroll]] for (uint v = 0; v < 4; ++v) {
+        const uint j4 = j0 + LANES * v;
+        if (j4 < nv) a = DenseDot(w[d][v], j4, a);
+      }
+      acc_f[d * TOK] = a;
+    }
   }
-  acc_f[d * TOK] = a;
 }
 
 // FXW with PFB: the lane's vectors of the row (vector lane + LANES v, v < PFB), already loaded;
@@ -506,16 +527,7 @@ void MultiplyDenseRegs(const uvec4 w[4], uint lane) {
   [[unroll]] for (uint v = 0; v < 4; ++v) {
     const uint j4 = lane + LANES * v;
     if (v >= PFB || j4 >= p.wstride / 4) continue;
-    const uvec4 w4 = w[v];
-    const vec4 xa = xf4[2 * j4], xb = xf4[2 * j4 + 1];
-    a = fma(DElem(w4.x, 0), xa.x, a);
-    a = fma(DElem(w4.x, 1), xa.y, a);
-    a = fma(DElem(w4.y, 0), xa.z, a);
-    a = fma(DElem(w4.y, 1), xa.w, a);
-    a = fma(DElem(w4.z, 0), xb.x, a);
-    a = fma(DElem(w4.z, 1), xb.y, a);
-    a = fma(DElem(w4.w, 0), xb.z, a);
-    a = fma(DElem(w4.w, 1), xb.w, a);
+    a = DenseDot(w[v], j4, a);
   }
   acc_f[0] = a;
 }
@@ -883,8 +895,9 @@ void main() {
     const uint xb = (tg + p.x_row0) * p.x_stride;
     for (uint i = tid; i < FXW; i += WG) {
       vec4 v = vec4(0.0);
+      // (PRO: the prologue's normalized input, in xs since its barrier)
       [[unroll]] for (uint c = 0; c < 4; ++c)
-        if (4 * i + c < p.cols) v[c] = x[xb + 4 * i + c];
+        if (4 * i + c < p.cols) v[c] = PRO != 0 ? xs[4 * i + c] : x[xb + 4 * i + c];
       xf4[i] = v;
     }
     barrier();
@@ -956,8 +969,8 @@ void main() {
           if (FXW > 0) {
             if (PFB > 0) {
               MultiplyDenseRegs(wcur, lane);
-            } else {
-              MultiplyDense(base, lane, d);
+            } else if (d == 0) {
+              MultiplyDense(base, lane);  // (every set)
             }
             continue;
           }

@@ -1544,6 +1544,11 @@ class VulkanBackend : public Backend {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
       }
+      // ... longer inputs without a prologue (the down projections): read as vec4s from global
+      // memory (linear.comp FXG; rows of whole vectors, the token's row on a 16-byte boundary).
+      const bool fxg = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !fxw && !pro &&
+                       !tail && (!second || second->src->kind == lin.kind) && xqm == 0 &&
+                       d.cols % 8 == 0 && d.wstride * 2 == d.cols && x_stride % 4 == 0;
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));                                          // DJ
@@ -1579,7 +1584,8 @@ class VulkanBackend : public Backend {
       const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
                        pf_shape && m == 1 && !rc.ops &&
                        gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
-      const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && fxw)) && pf_shape &&
+      const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && (fxw || fxg))) &&
+                        pf_shape &&
                         !pj_ok && gy < nblk) ||
                        pfe;
       if (pfb) {
@@ -1629,6 +1635,11 @@ class VulkanBackend : public Backend {
           lin.in_scale == second->src->in_scale) {
         PadLinearSpec(spec, 31);
         spec.push_back(1);  // SHARE_X
+      }
+
+      if (fxg) {
+        PadLinearSpec(spec, 32);
+        spec.push_back(1);  // FXG
       }
 
       Dispatch(rc, dp ? "linear_dp" : "linear", spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);

@@ -167,6 +167,11 @@ layout(constant_id = 31) const uint RMS_FAST = 0;
 // SHARE_X 1 (two weight sets with the same input scale, e.g. gate and up; GEMMA_VULKAN_SHARE_X):
 // the input is quantized once and both sets read set 0's words.
 layout(constant_id = 32) const uint SHARE_X = 0;
+// FXG 1 (one token, dense bf16 / f16 rows of whole 16-byte vectors, no prologue, an input longer
+// than FXW stages: the down projections): the multiply reads the input's vec4s from global memory
+// (binding 2, shared by every row: cache hits) instead of shared memory. The same FMAs in the same
+// order as FXW and the general path.
+layout(constant_id = 33) const uint FXG = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -483,8 +488,10 @@ void LoadDj(uint blk, out uvec2 dw[8][DJP]) {
 
 // Weight vector w4 (row-local vector index j4) of a dense row times the staged input, added to a
 // (FXW; one token): 8 FMAs in column order.
+uint xg4 = 0;  // FXG: the token's input row in vec4s (set in main)
 float DenseDot(uvec4 w4, uint j4, float a) {
-  const vec4 xa = xf4[2 * j4], xb = xf4[2 * j4 + 1];
+  const vec4 xa = FXG != 0 ? x4[xg4 + 2 * j4] : xf4[2 * j4];
+  const vec4 xb = FXG != 0 ? x4[xg4 + 2 * j4 + 1] : xf4[2 * j4 + 1];
   a = fma(DElem(w4.x, 0), xa.x, a);
   a = fma(DElem(w4.x, 1), xa.y, a);
   a = fma(DElem(w4.y, 0), xa.z, a);
@@ -902,6 +909,7 @@ void main() {
     }
     barrier();
   }
+  if (FXG != 0) xg4 = ((tg + p.x_row0) * p.x_stride) / 4;
   Probe(2);  // after the input is quantized / staged
   // Row blocks: one per workgroup, or (one-token steps with a capped grid) a loop over blocks
   // gl_NumWorkGroups.y apart, so the prologue above runs once per workgroup. Uniform per workgroup.
@@ -966,7 +974,7 @@ void main() {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (VEC == 4) {
           const uint base = row * (p.wstride / 4);
-          if (FXW > 0) {
+          if (FXW > 0 || FXG != 0) {
             if (PFB > 0) {
               MultiplyDenseRegs(wcur, lane);
             } else if (d == 0) {

@@ -652,6 +652,13 @@ class VulkanBackend : public Backend {
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
     // Opt-in: the longer matrices (the LM head) capped at their own count (-k: k per compute
     // unit); 0 = a workgroup per row block.
+    // One-token dense (bf16 / f16) rows of at most 8 x DENSE_LANES 16-byte vectors (E2B's 1,536- and
+    // 2,048-column linears): this many lanes per row (a row's sum within one subgroup: no shared
+    // reduction or barrier per block) and at most DENSE_WGS workgroups (-k: k per compute unit;
+    // fewer copies of the norm prologue). bench/NOTES.md, twenty-second session.
+    dense_lanes_ = static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_DENSE_LANES", 32)));
+    dense_wgs_ = EnvInt("GEMMA_VULKAN_DENSE_WGS", -2);
+    if (dense_wgs_ < 0) dense_wgs_ = -dense_wgs_ * static_cast<int>(dev_->compute_units());
     mv_wgs_long_ = EnvInt("GEMMA_VULKAN_MV_WGS_LONG", 0);
     if (mv_wgs_long_ < 0) mv_wgs_long_ = -mv_wgs_long_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
@@ -1291,6 +1298,11 @@ class VulkanBackend : public Backend {
     uint32_t vec = nvec >= lanes_ ? 4 : 1;
     uint32_t lanes = lanes_;
     while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
+    const bool dense_short = m == 1 && !rc.ops && vec == 4 &&
+                             dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
+                             nvec <= 8 * dense_lanes_ &&
+                             (lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16);
+    if (dense_short) lanes = dense_lanes_;
     // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
     // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
     // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
@@ -1569,6 +1581,7 @@ class VulkanBackend : public Backend {
         // (a prologue caps the longer matrices too: it runs once per workgroup)
         int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ || pro ? mv_wgs_ : mv_wgs_long_;
         if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
+        if (dense_short && dense_wgs_ > 0) cap = dense_wgs_;
         if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
       }
       // Workgroups looping over several blocks of a single FAST weight set: the next block's
@@ -2848,6 +2861,8 @@ class VulkanBackend : public Backend {
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
+  uint32_t dense_lanes_ = 32;      // one-token dense rows of <= 8 x this many vectors: lanes per row
+  int dense_wgs_ = 0;              // ... their workgroup cap (0: mv_wgs_)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   bool rms_fast_ = true;           // the prologues' RMS factors by Newton steps (RMS_FAST)

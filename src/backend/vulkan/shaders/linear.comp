@@ -510,7 +510,7 @@ float DenseDot(uvec4 w4, uint j4, float a) {
 void MultiplyDense(uint base, uint lane) {
   const uint nv = p.wstride / 4;
   for (uint j0 = lane; j0 < nv; j0 += 4 * LANES) {
-    uvec4 w[2][4];
+    uvec4 w[DUAL][4];
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
       [[unroll]] for (uint v = 0; v < 4; ++v) {
         const uint j4 = j0 + LANES * v;

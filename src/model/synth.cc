@@ -42,10 +42,9 @@ Shape MakeShape(const std::string& preset) {
     s.full = {false, false, true, false, false, true};
     return s;
   }
-  throw Error(
-      ErrorCode::kInvalidArgument,
-      "synth: unknown preset '" + preset +
-          "' (e2b-bf16, e2b-qat, e2b-qat-mini, e2b-bf16-mini, tiny, tiny-qat)");
+  throw Error(ErrorCode::kInvalidArgument,
+              "synth: unknown preset '" + preset +
+                  "' (e2b-bf16, e2b-qat, e2b-qat-mini, e2b-bf16-mini, tiny, tiny-qat)");
 }
 
 uint64_t Hash(const std::string& s, uint64_t seed) {

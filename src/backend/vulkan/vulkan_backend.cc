@@ -650,15 +650,15 @@ class VulkanBackend : public Backend {
     mv_lanes_vec_ =
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES_VEC", 3), 1, 64));
     mv_max_rows_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_MV_MAX_ROWS", 32768)));
-    // Opt-in: the longer matrices (the LM head) capped at their own count (-k: k per compute
-    // unit); 0 = a workgroup per row block.
-    // One-token dense (bf16 / f16) rows of at most 8 x DENSE_LANES 16-byte vectors (E2B's 1,536- and
-    // 2,048-column linears): this many lanes per row (a row's sum within one subgroup: no shared
-    // reduction or barrier per block) and at most DENSE_WGS workgroups (-k: k per compute unit;
-    // fewer copies of the norm prologue). bench/NOTES.md, twenty-second session.
+    // One-token dense (bf16 / f16) rows of at most 8 x DENSE_LANES 16-byte vectors (E2B's 1,536-
+    // and 2,048-column linears): this many lanes per row (a row's sum within one subgroup: no
+    // shared reduction or barrier per block) and at most DENSE_WGS workgroups (-k: k per compute
+    // unit; fewer copies of the norm prologue). bench/NOTES.md, twenty-second session.
     dense_lanes_ = static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_DENSE_LANES", 32)));
     dense_wgs_ = EnvInt("GEMMA_VULKAN_DENSE_WGS", -2);
     if (dense_wgs_ < 0) dense_wgs_ = -dense_wgs_ * static_cast<int>(dev_->compute_units());
+    // Opt-in: the longer matrices (the LM head) capped at their own count (-k: k per compute
+    // unit); 0 = a workgroup per row block.
     mv_wgs_long_ = EnvInt("GEMMA_VULKAN_MV_WGS_LONG", 0);
     if (mv_wgs_long_ < 0) mv_wgs_long_ = -mv_wgs_long_ * static_cast<int>(dev_->compute_units());
     // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
@@ -1598,8 +1598,7 @@ class VulkanBackend : public Backend {
                        pf_shape && m == 1 && !rc.ops &&
                        gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
       const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && (fxw || fxg))) &&
-                        pf_shape &&
-                        !pj_ok && gy < nblk) ||
+                        pf_shape && !pj_ok && gy < nblk) ||
                        pfe;
       if (pfb) {
         PadLinearSpec(spec, 22);
@@ -2861,8 +2860,8 @@ class VulkanBackend : public Backend {
   int mv_wgs_ = 0;           // one-token linears: workgroup cap (0 = one per row block)
   uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
   int mv_wgs_long_ = 0;            // the cap for longer parts (0: none)
-  uint32_t dense_lanes_ = 32;      // one-token dense rows of <= 8 x this many vectors: lanes per row
-  int dense_wgs_ = 0;              // ... their workgroup cap (0: mv_wgs_)
+  uint32_t dense_lanes_ = 32;  // one-token dense rows of <= 8 x this many vectors: lanes per row
+  int dense_wgs_ = 0;          // ... their workgroup cap (0: mv_wgs_)
   bool pack_atomic_ = false;       // the prologue packs with atomics (linear.comp PACK_ATOMIC)
   bool rms_all_ = false;           // every invocation evaluates the RMS factor (RMS_ALL)
   bool rms_fast_ = true;           // the prologues' RMS factors by Newton steps (RMS_FAST)

@@ -529,22 +529,6 @@ void ExpectPromptLogitsMatchReference(const Model& model, Backend& vk, const Bac
   }
 }
 
-// The decode step at E2B's widths, which the tiny fixtures never reach: the packed-dot multiply
-// behind the norm prologue (16-byte weight vectors, several per lane, the chunk-major shared
-// input), gate/up with the down projection and the PLE gate with its projection summed by their
-// workgroups over full-width rows, both attention head dims with 512-key windows, the LM head's
-// capped grid with its next block prefetched. A prompt, then one-token steps fed the CPU
-// reference's argmax, against the CPU reference: every step's logits within 1e-4 relative L2 or
-// an SRQ flip of the head's output (tests/golden_util.h), the same argmax. The second setting
-// gives 1,536-column int2 rows 4 lanes (a lane multiplies 6 vectors), so devices with 8-wide
-// subgroups (lavapipe) take the packed-dot path on them too, with the chunk-major input on int4,
-// and caps the grid at 64 workgroups, so the LM head loops over blocks with the next one
-// prefetched. The third runs the prologues on their first form (PRO_VEC 0: columns tid + u WG,
-// read one float at a time, two shuffles per byte), with the RMS factors by the double division
-// and square root (RMS_FAST 0) and gate/up's input quantized per set (SHARE_X 0; the synthetic
-// scales are equal, so the default shares it). The fourth loads every FAST single-set linear's
-// first block early (PFE), the PLE gate's and the looping head's too, at the kernel's start
-// (PFE_LATE 0; the default issues them after a prologue's operand loads).
 // A prompt (9 tokens), then one-token steps each fed the previous step's argmax, through the CPU
 // reference: the inputs and the reference's logits of every step.
 void FullWidthReferenceSteps(const Model& model, const BackendOptions& opt, int steps,
@@ -561,7 +545,8 @@ void FullWidthReferenceSteps(const Model& model, const BackendOptions& opt, int 
   for (int step = 0; step < steps; ++step) {
     if (step > 0) {
       const std::vector<float>& prev = (*want)[step - 1];
-      (*inputs)[step] = {static_cast<int32_t>(std::max_element(prev.begin(), prev.end()) - prev.begin())};
+      (*inputs)[step] = {
+          static_cast<int32_t>(std::max_element(prev.begin(), prev.end()) - prev.begin())};
     }
     cpu->Forward({.tokens = (*inputs)[step], .mode = OutputMode::kLogits}, &a);
     ASSERT_EQ(a.logits.size(), size_t(V));
@@ -601,6 +586,22 @@ void ExpectFullWidthSteps(const Model& model, const BackendOptions& opt, double 
   }
 }
 
+// The decode step at E2B's widths, which the tiny fixtures never reach: the packed-dot multiply
+// behind the norm prologue (16-byte weight vectors, several per lane, the chunk-major shared
+// input), gate/up with the down projection and the PLE gate with its projection summed by their
+// workgroups over full-width rows, both attention head dims with 512-key windows, the LM head's
+// capped grid with its next block prefetched. A prompt, then one-token steps fed the CPU
+// reference's argmax, against the CPU reference: every step's logits within 1e-4 relative L2 or
+// an SRQ flip of the head's output (tests/golden_util.h), the same argmax. The second setting
+// gives 1,536-column int2 rows 4 lanes (a lane multiplies 6 vectors), so devices with 8-wide
+// subgroups (lavapipe) take the packed-dot path on them too, with the chunk-major input on int4,
+// and caps the grid at 64 workgroups, so the LM head loops over blocks with the next one
+// prefetched. The third runs the prologues on their first form (PRO_VEC 0: columns tid + u WG,
+// read one float at a time, two shuffles per byte), with the RMS factors by the double division
+// and square root (RMS_FAST 0) and gate/up's input quantized per set (SHARE_X 0; the synthetic
+// scales are equal, so the default shares it). The fourth loads every FAST single-set linear's
+// first block early (PFE), the PLE gate's and the looping head's too, at the kernel's start
+// (PFE_LATE 0; the default issues them after a prologue's operand loads).
 TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const SynthModel synth({.preset = "e2b-qat-mini",
                           .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" +
@@ -638,24 +639,25 @@ void ExpectIdenticalSteps(Backend& x, Backend& y, int V, size_t n, int mul, int 
 // the PLE projection), the down projections' input read from global memory (FXG), 32 lanes per
 // 1,536-column row. Against the CPU reference, by default and with a 64-workgroup cap (the head
 // and the longer linears loop over blocks), within the backend contract's 1e-3 relative L2 (the
-// dense sums are f32 in their own order: 1e-4 to 3e-4 here, growing over the steps of this
-// random-weight model, which amplifies rounding; with the prologues' first form, PRO_VEC 0, whose
-// sums of squares run in another order, 1.4e-3 by the fourth step on the H200); then bit-identical
+// dense sums are f32 in their own order: 6e-5 to 6e-4 here, moved by that order (32 lanes per row
+// instead of 64: 5.5e-4 against 9.6e-5 at the first step on lavapipe) in this random-weight model,
+// which amplifies rounding; with the prologues' first form, PRO_VEC 0, whose sums of squares run
+// in another order, 1.4e-3 by the fourth step on the H200); then bit-identical
 // logits against the general float path (DENSE_VEC4 0: the same FMAs in the same order), argmax
 // steps between, with the capped grid and with the prologues' first form (the head's form).
 TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) {
-  const SynthModel synth({.preset = "e2b-bf16-mini",
-                          .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_bf16_mini_" +
-                                     std::to_string(getpid()),
-                          .seed = 7});
+  const SynthModel synth(
+      {.preset = "e2b-bf16-mini",
+       .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_bf16_mini_" + std::to_string(getpid()),
+       .seed = 7});
   const Model* model = synth.model.get();
   const BackendOptions opt = {.capacity = 64};
   std::vector<std::vector<int32_t>> inputs;
   std::vector<std::vector<float>> want;
   FullWidthReferenceSteps(*model, opt, 4, &inputs, &want);
   ExpectFullWidthSteps(*model, opt, 1e-3, {{}, {{"GEMMA_VULKAN_MV_WGS", "64"}}}, inputs, want);
-  for (const Knobs& env : std::vector<Knobs>{{{"GEMMA_VULKAN_MV_WGS", "64"}},
-                                             {{"GEMMA_VULKAN_PRO_VEC", "0"}}}) {
+  for (const Knobs& env :
+       std::vector<Knobs>{{{"GEMMA_VULKAN_MV_WGS", "64"}}, {{"GEMMA_VULKAN_PRO_VEC", "0"}}}) {
     SCOPED_TRACE(KnobsText(env));
     Knobs general_env = env;
     general_env.push_back({"GEMMA_VULKAN_DENSE_VEC4", "0"});

@@ -98,7 +98,8 @@ void AddSynthCommand(CLI::App& app) {
   for (const SynthPreset& p : SynthPresets()) presets += "\n  " + p.name + ": " + p.description;
   CLI::App* cmd =
       app.add_subcommand("synth", "Write a deterministic random-weight checkpoint." + presets);
-  cmd->add_option("--preset", o->preset, "e2b-bf16 | e2b-qat | e2b-qat-mini | e2b-bf16-mini | tiny | tiny-qat")
+  cmd->add_option("--preset", o->preset,
+                  "e2b-bf16 | e2b-qat | e2b-qat-mini | e2b-bf16-mini | tiny | tiny-qat")
       ->required();
   cmd->add_option("--out", o->out_dir, "Output directory")->required();
   cmd->add_option("--seed", o->seed, "Seed");

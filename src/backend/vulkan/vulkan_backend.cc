@@ -1560,7 +1560,8 @@ class VulkanBackend : public Backend {
       // memory (linear.comp FXG; rows of whole vectors, the token's row on a 16-byte boundary).
       const bool fxg = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !fxw && !pro &&
                        !tail && (!second || second->src->kind == lin.kind) && xqm == 0 &&
-                       d.cols % 8 == 0 && d.wstride * 2 == d.cols && x_stride % 4 == 0;
+                       d.cols % 8 == 0 && static_cast<int>(d.wstride) * 2 == d.cols &&
+                       x_stride % 4 == 0;
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));                                          // DJ

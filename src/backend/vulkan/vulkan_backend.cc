@@ -1290,6 +1290,7 @@ class VulkanBackend : public Backend {
                 float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0,
                 const PleFuse* pj = nullptr) {
     const Linear& lin = *d.src;
+    const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
     const uint32_t epw = ElemsPerWord(lin.kind);
     const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
     // Invocations per row: enough that each loads one or two 16-byte vectors (more workgroups in
@@ -1298,10 +1299,9 @@ class VulkanBackend : public Backend {
     uint32_t vec = nvec >= lanes_ ? 4 : 1;
     uint32_t lanes = lanes_;
     while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
-    const bool dense_short = m == 1 && !rc.ops && vec == 4 &&
+    const bool dense_short = m == 1 && !rc.ops && vec == 4 && dense &&
                              dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
-                             nvec <= 8 * dense_lanes_ &&
-                             (lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16);
+                             nvec <= 8 * dense_lanes_;
     if (dense_short) lanes = dense_lanes_;
     // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
     // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
@@ -1546,22 +1546,20 @@ class VulkanBackend : public Backend {
       // One-token dense bf16 / f16 rows on 16-byte loads: the input (or a norm prologue's
       // output) staged as vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the
       // device's shared memory (the kernel's other shared arrays, the prologue's floats).
-      const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
+      const bool dense_vec = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !tail &&
+                             (!second || second->src->kind == lin.kind) && xqm == 0;
       const size_t fx_bytes = size_t(d.wstride) / 2 * 16;
       const size_t fx_other = 4096 + (pro ? size_t(d.cols) * 4 : 0);
-      const bool fxw = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !tail &&
-                       (!second || second->src->kind == lin.kind) && xqm == 0 &&
-                       fx_bytes <= 16384 && fx_bytes + fx_other <= dev_->max_shared_bytes();
+      const bool fxw = dense_vec && fx_bytes <= 16384 &&
+                       fx_bytes + fx_other <= dev_->max_shared_bytes();
       if (fxw) {
         PadLinearSpec(spec, 18);
         spec.push_back(d.wstride / 2);  // FXW
       }
       // ... longer inputs without a prologue (the down projections): read as vec4s from global
       // memory (linear.comp FXG; rows of whole vectors, the token's row on a 16-byte boundary).
-      const bool fxg = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !fxw && !pro &&
-                       !tail && (!second || second->src->kind == lin.kind) && xqm == 0 &&
-                       d.cols % 8 == 0 && static_cast<int>(d.wstride) * 2 == d.cols &&
-                       x_stride % 4 == 0;
+      const bool fxg = dense_vec && !fxw && !pro && d.cols % 8 == 0 &&
+                       static_cast<int>(d.wstride) * 2 == d.cols && x_stride % 4 == 0;
       if (dj_ok) {
         PadLinearSpec(spec, 19);
         spec.push_back(KindCode(pjl->src->kind));                                          // DJ

@@ -94,13 +94,14 @@ void AddInspectCommand(CLI::App& app) {
 
 void AddSynthCommand(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
-  std::string presets;
-  for (const SynthPreset& p : SynthPresets()) presets += "\n  " + p.name + ": " + p.description;
+  std::string presets, names;
+  for (const SynthPreset& p : SynthPresets()) {
+    presets += "\n  " + p.name + ": " + p.description;
+    names += (names.empty() ? "" : " | ") + p.name;
+  }
   CLI::App* cmd =
       app.add_subcommand("synth", "Write a deterministic random-weight checkpoint." + presets);
-  cmd->add_option("--preset", o->preset,
-                  "e2b-bf16 | e2b-qat | e2b-qat-mini | e2b-bf16-mini | tiny | tiny-qat")
-      ->required();
+  cmd->add_option("--preset", o->preset, names)->required();
   cmd->add_option("--out", o->out_dir, "Output directory")->required();
   cmd->add_option("--seed", o->seed, "Seed");
   cmd->callback([o] {

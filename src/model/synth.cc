@@ -42,9 +42,10 @@ Shape MakeShape(const std::string& preset) {
     s.full = {false, false, true, false, false, true};
     return s;
   }
+  std::string names;
+  for (const SynthPreset& p : SynthPresets()) names += (names.empty() ? "" : ", ") + p.name;
   throw Error(ErrorCode::kInvalidArgument,
-              "synth: unknown preset '" + preset +
-                  "' (e2b-bf16, e2b-qat, e2b-qat-mini, e2b-bf16-mini, tiny, tiny-qat)");
+              "synth: unknown preset '" + preset + "' (" + names + ")");
 }
 
 uint64_t Hash(const std::string& s, uint64_t seed) {

@@ -611,7 +611,7 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const BackendOptions opt = {.capacity = 64};
   std::vector<std::vector<int32_t>> inputs;
   std::vector<std::vector<float>> want;
-  FullWidthReferenceSteps(*model, opt, 5, &inputs, &want);
+  ASSERT_NO_FATAL_FAILURE(FullWidthReferenceSteps(*model, opt, 5, &inputs, &want));
   const std::vector<Knobs> settings = {{},
                                        {{"GEMMA_VULKAN_MV_LANES_VEC", "6"},
                                         {"GEMMA_VULKAN_MV_XCM", "3"},
@@ -654,8 +654,9 @@ TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) {
   const BackendOptions opt = {.capacity = 64};
   std::vector<std::vector<int32_t>> inputs;
   std::vector<std::vector<float>> want;
-  FullWidthReferenceSteps(*model, opt, 4, &inputs, &want);
+  ASSERT_NO_FATAL_FAILURE(FullWidthReferenceSteps(*model, opt, 4, &inputs, &want));
   ExpectFullWidthSteps(*model, opt, 1e-3, {{}, {{"GEMMA_VULKAN_MV_WGS", "64"}}}, inputs, want);
+  if (IsSkipped()) return;  // (no Vulkan device: the helper skipped)
   for (const Knobs& env :
        std::vector<Knobs>{{{"GEMMA_VULKAN_MV_WGS", "64"}}, {{"GEMMA_VULKAN_PRO_VEC", "0"}}}) {
     SCOPED_TRACE(KnobsText(env));

@@ -754,6 +754,17 @@ class VulkanBackend : public Backend {
         a = b + 1;
       }
     }
+    if (const char* e = std::getenv("GEMMA_VULKAN_EMPTY_SHM")) {
+      std::string list = e;
+      for (size_t a = 0; a <= list.size();) {
+        const size_t b = std::min(list.find(',', a), list.size());
+        const size_t eq = list.find('=', a);
+        if (eq < b)
+          empty_shm_.emplace_back(list.substr(a, eq - a),
+                                  static_cast<uint32_t>(std::atoi(list.c_str() + eq + 1)));
+        a = b + 1;
+      }
+    }
     // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
     // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
     skip_tail_ = EnvInt("GEMMA_VULKAN_SKIP_TAIL", 1) != 0;
@@ -1195,6 +1206,17 @@ class VulkanBackend : public Backend {
           es.resize(17, 0);
           es[15] = empty_code_;
           es[16] = empty_mode_ == 6 ? 1 : 0;
+        }
+      }
+      if (!empty_shm_.empty()) {
+        // GEMMA_VULKAN_EMPTY_SHM=prefix=words,...: the shared memory of the first entry whose
+        // prefix starts the original shader's name ("any" matches any)
+        for (const auto& [prefix, words] : empty_shm_) {
+          if (prefix == "any" || std::strncmp(shader, prefix.c_str(), prefix.size()) == 0) {
+            es.resize(std::max<size_t>(es.size(), 22), 0);
+            es[21] = std::max(words, 1u);
+            break;
+          }
         }
       }
       record(dev_->Pipeline("empty", es), dev_->Set(bb));
@@ -2903,6 +2925,8 @@ class VulkanBackend : public Backend {
   Buf probe_sink_;          // ... where the ones not reported write
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
+  // GEMMA_VULKAN_EMPTY_SHM: shared-memory words of the empty kernels by original shader prefix
+  std::vector<std::pair<std::string, uint32_t>> empty_shm_;
   // GEMMA_VULKAN_EMPTY_ONLY=a,b: only dispatches whose profile label starts with a or b do.
   std::vector<std::string> empty_only_;
   int attn_dbg_ = 0;  // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)

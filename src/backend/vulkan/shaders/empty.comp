@@ -39,6 +39,12 @@ layout(constant_id = 19) const uint SIG = 0;
 // phase's WAIT_N dispatches from WAIT (WAIT 0: no wait; SIG: d + 1) with relaxed loads, then
 // acquire. The pollers never touch the counters' lines.
 layout(constant_id = 20) const uint N = 0;
+// GEMMA_VULKAN_EMPTY_SHM (with any mode): the workgroup declares SHM words of shared memory (1:
+// none to speak of), touched on a branch that never runs, so a step of empty kernels asks the
+// driver for the shared-memory sizes the real kernels do (does a change of the L1 / shared split
+// between dependent dispatches cost time?).
+layout(constant_id = 21) const uint SHM = 1;
+shared uint pad[SHM];
 layout(std430, binding = 3) buffer Y { uint y[]; };
 layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
 
@@ -93,6 +99,11 @@ void main() {
     if ((a ^ b ^ c ^ d) == 0x12345678u + k) y[1] = a;
   }
   if (gl_LocalInvocationID.x == 0xFFFFFFFFu - (k & 0xFFFFu)) y[0] = k;
+  if (SHM > 1 && gl_NumWorkGroups.x == 0x7FFFFFF1u) {
+    pad[gl_LocalInvocationID.x % SHM] = k;
+    barrier();
+    y[3] = pad[(gl_LocalInvocationID.x + 1u) % SHM];
+  }
   if (N > 0) {
     barrier();
     if (gl_LocalInvocationID.x == 0) {

@@ -772,6 +772,8 @@ class VulkanBackend : public Backend {
     // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
     coop_bm_ = EnvInt("GEMMA_VULKAN_CM_BM", 64) == 128 ? 128 : 64;
+    // Dense (bf16 / f16) prefill linears on matrix units too (hi + lo f16 inputs, f32 sums).
+    coop_dense_ = EnvInt("GEMMA_VULKAN_CM_DENSE", 1) != 0;
     // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
     // on the H200 it measured slower than the dispatch path (bench/NOTES.md). Workgroups: the
     // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident).
@@ -1283,6 +1285,20 @@ class VulkanBackend : public Backend {
 
   // Matrix units (linear_cm) take the SRQ integer path of int2/int4/int8 weights; int2/int4 sum in
   // f32 without flushing, exact while max|w| * 128 * cols < 2^24 (int8 flushes every 512 columns).
+  // Dense (bf16 / f16) linears on matrix units: whole 16-byte weight vectors on 16-byte aligned
+  // bindings (rows of a multiple of 8 columns).
+  bool UseCoopDense(const DevLinear& d, const DevLinear* second) const {
+    if (!coop_ || !coop_dense_) return false;
+    for (const DevLinear* l : {&d, second}) {
+      if (!l) continue;
+      if (l->src->kind != WeightKind::kBF16 && l->src->kind != WeightKind::kF16) return false;
+      if (l->src->kind != d.src->kind || l->cols % 8 != 0) return false;
+      for (const DevLinear::Part& p : l->parts)
+        if (p.w.r.offset % 16 != 0) return false;
+    }
+    return true;
+  }
+
   bool UseCoop(const Linear& lin, const Linear* second) const {
     if (!coop_) return false;
     for (const Linear* l : {&lin, second}) {
@@ -1436,7 +1452,8 @@ class VulkanBackend : public Backend {
       }
       if (m >= kMatmulMinTokens) {
         // The tiled kernels have a fixed 256-invocation workgroup (no local-size constant).
-        if (UseCoop(lin, second ? second->src : nullptr)) {
+        const bool coop_dense = UseCoopDense(d, second);
+        if (coop_dense || UseCoop(lin, second ? second->src : nullptr)) {
           // Inputs quantized once per weight set into rotating slots (a slot is rewritten only
           // after at least one more barrier, so no reader of its previous contents is in flight).
           const uint32_t ld = (d.cols + 63) / 64 * 8;
@@ -1445,9 +1462,9 @@ class VulkanBackend : public Backend {
           // rows): the splits add exact int32 partial sums atomically, linear_cm_epi finishes.
           uint32_t splits = 1;
           const uint32_t ktiles = (d.cols + 63) / 64;
-          const uint32_t bm = second ? 64 : coop_bm_;
+          const uint32_t bm = second || coop_dense ? 64 : coop_bm_;
           const uint32_t tiles = ((m + 127) / 128) * ((p.rows + bm - 1) / bm);
-          if (!second && coop_splitk_ && d.parts.size() == 1 &&
+          if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
               size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
               (tiles < kCoopTargetTiles || coop_splitk_ == 2)) {
             splits = coop_splitk_ == 2 ? ktiles
@@ -1461,7 +1478,24 @@ class VulkanBackend : public Backend {
               pc.kper = 0;
             }
           }
-          if (i == 0) {
+          if (i == 0 && coop_dense) {
+            // f32 inputs as hi + lo f16 terms scaled per token (split_f16.comp): two slots, the
+            // tokens' scales in the first slot's split-K region (dense linears do not split K)
+            for (int set = 0; set < 2; ++set) {
+              coop_slot_[set] = coop_next_;
+              coop_next_ = (coop_next_ + 1) % kCoopSlots;
+            }
+            QuantPush qp{static_cast<uint32_t>(d.cols), static_cast<uint32_t>(x_stride),
+                         static_cast<uint32_t>(x_row0), ld, 0.0f};
+            std::array<BufRange, vk::kBindings> qb{};
+            qb[2] = x;
+            qb[3] = CoopSlot(coop_slot_[0]);
+            qb[4] = CoopSlot(coop_slot_[1]);
+            qb[9] = CoopPart(coop_slot_[0]);
+            Dispatch(rc, "split_f16", {}, qb, &qp, sizeof(uint32_t) * 4, 1, m, 1,
+                     /*local_size=*/0);
+            Barrier(rc);
+          } else if (i == 0) {
             if (splits > 1) {
               const BufRange part = CoopPart(coop_next_);
               vkCmdFillBuffer(rc.cmd, part.buf, part.offset, size_t(m) * p.rows * 4, 0);
@@ -1481,7 +1515,7 @@ class VulkanBackend : public Backend {
             Barrier(rc);
           }
           b[7] = CoopSlot(coop_slot_[0]);
-          b[8] = second ? CoopSlot(coop_slot_[1]) : b[7];
+          b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
           b[9] = CoopPart(coop_slot_[0]);
           const uint32_t bn = second ? 64 : 128;
           Dispatch(rc, second ? "linear_cmd" : bm == 128 ? "linear_cm128" : "linear_cm",
@@ -2937,6 +2971,7 @@ class VulkanBackend : public Backend {
     return false;
   }
   uint32_t coop_bm_ = 64;
+  bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;
   BufRange CoopPart(int i) const {

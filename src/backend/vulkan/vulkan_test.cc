@@ -364,6 +364,48 @@ TEST(VulkanKernels, GateUpEpilogueMatchesReference) {
   }
 }
 
+// Dense (bf16 / f16) prompt linears, alone and as the gate/up pair, over token rows whose
+// magnitudes span 1e-5 .. 1e5 (where matrix units run them, the inputs are split into two f16
+// terms under a per-token power-of-two scale: f16 alone would overflow or lose the small rows):
+// within f32 rounding of the reference ops, row by row.
+TEST(VulkanKernels, DenseLinearsOverWideInputRangesMatchReference) {
+  struct DenseCase {
+    const char* fixture;
+    int layer;
+  };
+  for (const DenseCase& c : {DenseCase{"tiny_dense_bf16", 0}, DenseCase{"tiny_e4b_like_f16", 1}}) {
+    SCOPED_TRACE(c.fixture);
+    auto model = LoadFixture(c.fixture);
+    auto vk = MakeVulkan(*model);
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    const LayerWeights& w = model->layer_weights()[c.layer];
+    for (int n : {8, 37, 200}) {
+      auto x = RandomInput(n, w.gate.cols, 29u + n, 1.0f);
+      for (int t = 0; t < n; ++t) {
+        const float mag = std::pow(10.0f, static_cast<float>(t % 11) - 5.0f);
+        for (int k = 0; k < w.gate.cols; ++k) x[size_t(t) * w.gate.cols + k] *= mag;
+      }
+      const int rows = w.gate.rows;
+      std::vector<float> g(size_t(n) * rows), u(g.size());
+      ref::LinearForward(w.gate, x.data(), n, g.data());
+      ref::LinearForward(w.up, x.data(), n, u.data());
+      const auto got = VulkanLinearForTest(*vk, w.gate, nullptr, x.data(), n, 0);
+      const auto got2 = VulkanLinearForTest(*vk, w.gate, &w.up, x.data(), n, 1);
+      ASSERT_EQ(got.size(), g.size());
+      ASSERT_EQ(got2.size(), g.size());
+      std::vector<float> want2(g.size());
+      for (size_t i = 0; i < g.size(); ++i) want2[i] = ref::GeluTanh(g[i]) * u[i];
+      for (int t = 0; t < n; ++t) {
+        const size_t o = size_t(t) * rows;
+        EXPECT_LT(RelL2(got.data() + o, g.data() + o, rows), 1e-6) << "n=" << n << " t=" << t;
+        // gelu(g) * u at 1e5-scale rows: g and u each within f32 rounding
+        EXPECT_LT(RelL2(got2.data() + o, want2.data() + o, rows), 4e-6)
+            << "gate/up n=" << n << " t=" << t;
+      }
+    }
+  }
+}
+
 // Full-size row lengths (the fixtures' rows are a few 16-byte vectors long, so one vector per
 // lane): synthetic linears with E2B's widths, where a lane multiplies several vectors of a row
 // (LANES 8 / 16 / 32 / 64, clustered and not), one and two tokens, under the multiply-loop knobs

@@ -12,6 +12,12 @@
 // max|w| * 128 * cols < 2^24; int8 weights move the f32 sums into int32 every 8 K tiles (512
 // columns: |sum| <= 2^23). The result is the int32 dot product of linear.comp bit for bit, and the
 // epilogues are linear.comp's (0 store, 1 gelu(gate) * up, 2 softcap, 3 gelu * aux).
+// Dense weights (KIND 1 bf16, 2 f16): bf16 converted to f16 (exact for |w| in f16's normal range,
+// 2^-14 .. 65504; smaller weights round to f16 subnormals, an absolute error below 2^-25), f16 as
+// stored; the f32 inputs come from split_f16.comp as two f16 terms per value (hi + lo, ~22 bits)
+// scaled by a power of two per token (binding 9, ts[t] = the inverse), each weight tile multiplied
+// by both terms into one f32 accumulator: f32-level results without integer exactness. Split K
+// is not used (its integer atomics need integer sums).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -32,6 +38,9 @@ layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 layout(std430, binding = 7) readonly buffer XQ0 { uvec4 xq0[]; };
 layout(std430, binding = 8) readonly buffer XQ1 { uvec4 xq1[]; };
 layout(std430, binding = 9) buffer Part { int part[]; };  // split K: int32 sums [t][row]
+// Dense kinds: weights as 16-byte vectors (8 values), the token's scale as a float in part[t].
+layout(std430, binding = 0) readonly buffer W0V { uvec4 w0v[]; };
+layout(std430, binding = 4) readonly buffer W1V { uvec4 w1v[]; };
 
 layout(push_constant) uniform P {
   uint rows, cols, wstride, x_stride, y_stride, y_off;
@@ -54,10 +63,12 @@ const uint DUAL = MM_DUAL;
 const uint BM = MM_BM, BK = 64;  // BM 64 or 128 rows (each subgroup 32 rows)
 const uint SGM = BM / 32;        // subgroups along M (of 8)
 const uint BN = DUAL == 1 ? 128 : 64;
+const bool DENSE = KIND == 1 || KIND == 2;
+const uint NB = DENSE ? 2 : DUAL;  // input tiles per K tile: one per weight set, or hi and lo
 const uint SG_N = BN / (8 / SGM) / 16;  // 16-token tiles per subgroup
 const uint LD = BK / 8 + 1;           // uvec4 (8 halves) per staged row, padded against conflicts
 const uint A_SIZE = DUAL * BM * LD;   // weights [d][row][k]
-const uint B_SIZE = DUAL * BN * LD;   // inputs [d][token][k] (column-major K x N), per input scale
+const uint B_SIZE = NB * BN * LD;     // inputs [s][token][k] (column-major K x N), per input scale
 const uint FLUSH = 8;                 // int8: K tiles per f32 partial sum
 shared uvec4 sm[A_SIZE + B_SIZE];
 
@@ -89,6 +100,17 @@ uvec4 Decode8(uint w, uint w2, uint j) {
     r[2] = PairToHalf(b & 255u, (b >> 8) & 255u, float16_t(1152.0));
     r[3] = PairToHalf((b >> 16) & 255u, b >> 24, float16_t(1152.0));
   }
+  return r;
+}
+
+// Dense kinds: 8 consecutive values of a row (bf16 or f16 pairs) as 8 f16 values.
+uvec4 LoadW8(uint d, uint row, uint c) {
+  if (row >= p.rows || c >= p.cols) return uvec4(0);
+  const uvec4 v = d == 0 ? w0v[(row * p.wstride + c / 2) / 4] : w1v[(row * p.wstride + c / 2) / 4];
+  if (KIND == 2) return v;
+  uvec4 r;
+  [[unroll]] for (uint i = 0; i < 4; ++i)
+    r[i] = packHalf2x16(vec2(uintBitsToFloat(v[i] << 16), uintBitsToFloat(v[i] & 0xFFFF0000u)));
   return r;
 }
 
@@ -124,7 +146,8 @@ void main() {
   // Registers for one K tile: per weight set two groups of 8 codes (int8: two words each) and
   // BN / 32 input vectors.
   uint wr[DUAL][BM / 32][2];
-  uvec4 xr[DUAL][BN / 32];
+  uvec4 wv[DUAL][BM / 32];  // dense kinds: 8 values as f16
+  uvec4 xr[NB][BN / 32];
   // Loads K tile kt into the registers.
 #define LOAD_TILE(kt)                                                                  \
   {                                                                                    \
@@ -133,14 +156,20 @@ void main() {
       [[unroll]] for (uint u = 0; u < BM / 32; ++u) {                                  \
         const uint i = tid + 256 * u;                                                  \
         const uint row = r0 + i / 8, c = k0_ + 8 * (i % 8);                            \
-        wr[d][u][0] = LoadW(d, row, KIND == 4 ? c / 8 : KIND == 3 ? c / 16 : c / 4);   \
-        wr[d][u][1] = KIND == 5 ? LoadW(d, row, c / 4 + 1) : 0u;                       \
+        if (DENSE) {                                                                   \
+          wv[d][u] = LoadW8(d, row, c);                                                \
+        } else {                                                                       \
+          wr[d][u][0] = LoadW(d, row, KIND == 4 ? c / 8 : KIND == 3 ? c / 16 : c / 4); \
+          wr[d][u][1] = KIND == 5 ? LoadW(d, row, c / 4 + 1) : 0u;                     \
+        }                                                                              \
       }                                                                                \
+    }                                                                                  \
+    [[unroll]] for (uint s = 0; s < NB; ++s) {                                         \
       [[unroll]] for (uint u = 0; u < BN / 32; ++u) {                                  \
         const uint i = tid + 256 * u;                                                  \
         const uint t = t0 + i / 8;                                                     \
         const uint xi = t * p.xq_ld + k0_ / 8 + i % 8;                                 \
-        xr[d][u] = t < p.ntok ? (d == 0 ? xq0[xi] : xq1[xi]) : uvec4(0);               \
+        xr[s][u] = t < p.ntok ? (s == 0 ? xq0[xi] : xq1[xi]) : uvec4(0);               \
       }                                                                                \
     }                                                                                  \
   }
@@ -155,7 +184,7 @@ void main() {
         const uint c = k0 + 8 * g;  // first column of the group
         uvec4 h = uvec4(0);
         if (c < p.cols) {
-          h = Decode8(wr[d][u][0], wr[d][u][1], KIND == 3 ? c % 16 : 0u);
+          h = DENSE ? wv[d][u] : Decode8(wr[d][u][0], wr[d][u][1], KIND == 3 ? c % 16 : 0u);
           if (c + 8 > p.cols) {
             [[unroll]] for (uint q = 0; q < 4; ++q) {
               if (c + 2 * q >= p.cols) h[q] = 0u;
@@ -165,23 +194,29 @@ void main() {
         }
         sm[(d * BM + rr) * LD + g] = h;
       }
+    }
+    [[unroll]] for (uint s = 0; s < NB; ++s) {
       [[unroll]] for (uint u = 0; u < BN / 32; ++u) {
         const uint i = tid + 256 * u;
-        sm[A_SIZE + (d * BN + i / 8) * LD + i % 8] = xr[d][u];
+        sm[A_SIZE + (s * BN + i / 8) * LD + i % 8] = xr[s][u];
       }
     }
     barrier();
     if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
     [[unroll]] for (uint ks = 0; ks < BK / 16; ++ks) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        F16M b[SG_N];
-        [[unroll]] for (uint j = 0; j < SG_N; ++j)
-          coopMatLoadNV(b[j], sm, A_SIZE + (d * BN + sg_n * SG_N * 16 + 16 * j) * LD + 2 * ks, LD,
-                        true);
-        [[unroll]] for (uint i = 0; i < 2; ++i) {
-          F16M a;
-          coopMatLoadNV(a, sm, (d * BM + sg_m * 32 + 16 * i) * LD + 2 * ks, LD, false);
-          [[unroll]] for (uint j = 0; j < SG_N; ++j) acc[d][i][j] = coopMatMulAddNV(a, b[j], acc[d][i][j]);
+        F16M a[2];
+        [[unroll]] for (uint i = 0; i < 2; ++i)
+          coopMatLoadNV(a[i], sm, (d * BM + sg_m * 32 + 16 * i) * LD + 2 * ks, LD, false);
+        // input tiles: set d's (SRQ), or the hi and then the lo terms (dense)
+        [[unroll]] for (uint s = DENSE ? 0 : d; s < (DENSE ? NB : d + 1); ++s) {
+          F16M b[SG_N];
+          [[unroll]] for (uint j = 0; j < SG_N; ++j)
+            coopMatLoadNV(b[j], sm, A_SIZE + (s * BN + sg_n * SG_N * 16 + 16 * j) * LD + 2 * ks,
+                          LD, true);
+          [[unroll]] for (uint i = 0; i < 2; ++i)
+            [[unroll]] for (uint j = 0; j < SG_N; ++j)
+              acc[d][i][j] = coopMatMulAddNV(a[i], b[j], acc[d][i][j]);
         }
       }
     }
@@ -206,6 +241,7 @@ void main() {
   [[unroll]] for (uint i = 0; i < 2; ++i) {
     [[unroll]] for (uint j = 0; j < SG_N; ++j) {
       int vi[DUAL][8];
+      float vf[DUAL][8];  // dense kinds
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         if (KIND == 5) {
           F32M hi = acc[d][i][j], lo = acc[d][i][j];
@@ -225,6 +261,7 @@ void main() {
         [[unroll]] for (uint e = 0; e < 8; ++e) {
           const uint f = lane + 32 * e;  // float index: token (f / 16) x 16 + row (f % 16)
           const float v0 = uintBitsToFloat(sm[scratch + f / 4][f % 4]);
+          vf[d][e] = v0;
           if (KIND == 5) {
             const float v1 = uintBitsToFloat(sm[scratch + 64 + f / 4][f % 4]);
             vi[d][e] = int(v0) * 4096 + int(v1);
@@ -246,8 +283,13 @@ void main() {
         }
         float v[2];
         [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-          const float rs = d == 0 ? s0[row] : s1[row];
-          float r = float(double(vi[d][e]) * double(in_s[d]) * double(rs));
+          float r;
+          if (DENSE) {
+            r = vf[d][e] * intBitsToFloat(part[t]);  // a power of two: exact
+          } else {
+            const float rs = d == 0 ? s0[row] : s1[row];
+            r = float(double(vi[d][e]) * double(in_s[d]) * double(rs));
+          }
           if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
           v[d] = r;
         }

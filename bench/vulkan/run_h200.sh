@@ -30,8 +30,10 @@ for v in "$@"; do
   # PRESET=name: another synthetic checkpoint (e.g. e2b-bf16), written to /tmp/e2b-name on first use.
   preset=$(echo "$envs" | grep -o 'PRESET=[^ ]*' | cut -d= -f2)
   model=/tmp/e2b${preset:+-$preset}
+  # --runs 5: the prefill's median over 5 runs after a warm-up (with 2, a short prefill measured
+  # the GPU's clock ramp: the bf16 E2B's first runs took 175 / 85 ms, then 64; twenty-third session).
   env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth $model ${preset:+--preset $preset} --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
-      --runs 2 --copy-mb 512 --capacity $(( ctx + 1536 > 2048 ? ctx + 1536 : 2048 )) >> $OUT/bench_$tag.txt 2>&1
+      --runs 5 --copy-mb 512 --capacity $(( ctx + 1536 > 2048 ? ctx + 1536 : 2048 )) >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null
   echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt
   echo "$tag $(grep '^{' $OUT/bench_$tag.txt | tail -1)"; tail -1 $OUT/bench_$tag.txt

@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
       if (i > 0) pre.push_back(Now() - s);
     }
     const double prefill_s = Percentile(pre, 0.5);
+    std::fprintf(stderr, "prefill runs (ms):");
+    for (double v : pre) std::fprintf(stderr, " %.1f", v * 1e3);
+    std::fprintf(stderr, "\n");
     {
       // Per-kernel GPU time of one prefill chunk on top of the prompt.
       const int chunk = std::min(vk->capabilities().max_chunk, prompt_len);

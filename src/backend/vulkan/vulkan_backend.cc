@@ -511,9 +511,6 @@ class VulkanBackend : public Backend {
     attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_
                    ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 4), 0, 4)
                    : 0;
-    // ... their dot products summed by a reduce-scatter per round of keys (0: a subgroup sum per
-    // key and query)
-    pfq_rs_ = EnvInt("GEMMA_VULKAN_PFQ_RS", 1) != 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
     // Residual norms in the next linear's prologue (linear.comp PRO) instead of the last
     // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
@@ -1916,12 +1913,11 @@ class VulkanBackend : public Backend {
             // 3: four queries per subgroup where hd <= 256, else two; 4: two everywhere.
             const bool narrow = hd <= 256;
             const int qps = attn_pf_ == 3 && narrow ? 4 : 2;
-            std::string kernel = qps == 4 ? "attention_pfq4v2"
+            const char* kernel = qps == 4 ? "attention_pfq4v2"
                                  : narrow ? "attention_pfq2v2"
                                           : "attention_pfq2v4";
-            if (!pfq_rs_) kernel += "s";  // a subgroup sum per key and query
-            Dispatch(rc, kernel.c_str(), {}, b, &pc, sizeof(pc), (nh + 3) / 4,
-                     (m + qps - 1) / qps, 1, false);
+            Dispatch(rc, kernel, {}, b, &pc, sizeof(pc), (nh + 3) / 4, (m + qps - 1) / qps, 1,
+                     false);
           } else {
             Dispatch(rc, attn_pf_ == 1 ? "attention_pf" : "attention_pf32", {}, b, &pc,
                      sizeof(pc), (nh + 3) / 4, m, 1, false);
@@ -2938,7 +2934,6 @@ class VulkanBackend : public Backend {
   bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy
-  bool pfq_rs_ = true;  // GEMMA_VULKAN_PFQ_RS: attention_pfq's reduce-scatter of a key round
   int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots
   static constexpr int kCoopSlots = 4;
   Buf xqc_;                  // linear_cm's quantized inputs, kCoopSlots slots

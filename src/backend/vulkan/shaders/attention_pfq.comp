@@ -32,14 +32,6 @@ const uint HPW = 4;   // heads (subgroups) per workgroup
 #ifndef MAXV
 #define MAXV 4  // 16-byte vectors per lane (hd <= 128 MAXV)
 #endif
-// RS 1: a round of KB keys' dot products is summed over the subgroup by one reduce-scatter (lane j
-// ends with key j's score: KB - 1 shuffles per query instead of 5 per key; partial sums of KB keys
-// per query in registers: 32 keys where a lane holds at most 2 vectors of 2 queries, else 16 per
-// round); 0: a subgroupAdd per key and query.
-#ifndef RS
-#define RS 1
-#endif
-const uint KB = MAXV <= 2 && QPS <= 2 ? 32 : 16;
 
 // Ring slot of key b + k (k < 32) given rb = b % ring.
 uint RingSlot(uint rb, uint k) {
@@ -83,51 +75,6 @@ void main() {
     const uint rb = b % p.ring;
     double mine[QPS];
     [[unroll]] for (uint qi = 0; qi < QPS; ++qi) mine[qi] = kNegInf;
-#if RS
-#define RS_STEP(OFF)                                                      \
-  {                                                                       \
-    const bool up = (lane & OFF) != 0;                                    \
-    [[unroll]] for (uint j = 0; j < OFF; ++j) {                           \
-      const float send = up ? v[j][qi] : v[j + OFF][qi];                  \
-      const float keep = up ? v[j + OFF][qi] : v[j][qi];                  \
-      v[j][qi] = keep + subgroupShuffleXor(send, OFF);                    \
-    }                                                                     \
-  }
-    for (uint kr = 0; kr < nb; kr += KB) {
-      float v[KB][QPS];
-      [[unroll]] for (uint k = 0; k < KB; ++k) {
-        [[unroll]] for (uint qi = 0; qi < QPS; ++qi) v[k][qi] = 0.0;
-        if (kr + k < nb) {
-          const uint kb = (RingSlot(rb, kr + k) * width + kvh * hd) / 4;
-          [[unroll]] for (uint i = 0; i < MAXV; ++i) {
-            if (i < nv && 4 * lane + 128 * i < hd) {
-              const vec4 k4 = kc4[kb + lane + 32 * i];
-              [[unroll]] for (uint qi = 0; qi < QPS; ++qi) {
-                const vec4 a = qv[qi][i];
-                v[k][qi] =
-                    fma(a.w, k4.w, fma(a.z, k4.z, fma(a.y, k4.y, fma(a.x, k4.x, v[k][qi]))));
-              }
-            }
-          }
-        }
-      }
-      [[unroll]] for (uint qi = 0; qi < QPS; ++qi) {
-        // 16 keys: both halves of the subgroup first sum lane pairs 16 apart (the same values)
-        if (KB == 16) {
-          [[unroll]] for (uint j = 0; j < 16; ++j) v[j][qi] += subgroupShuffleXor(v[j][qi], 16);
-        }
-        // then each step keeps the half of the keys its lane bit selects and adds the partner's
-        // sums of that half: after the last, v[0] is key kr + lane % KB summed over the subgroup
-        // (steps written out: constant indices, so v stays in registers)
-        if (KB == 32) RS_STEP(16)
-        RS_STEP(8)
-        RS_STEP(4)
-        RS_STEP(2)
-        RS_STEP(1)
-        if (KB == 32 || lane / 16 == kr / 16) mine[qi] = double(v[0][qi]);
-      }
-    }
-#else
     for (uint k0 = 0; k0 < nb; k0 += 2) {
       float s[2][QPS];
       [[unroll]] for (uint u = 0; u < 2; ++u) {
@@ -152,7 +99,6 @@ void main() {
         }
       }
     }
-#endif
     // Lane k holds key b + k's score for every query; keys outside a query's range drop out.
     const uint j = b + lane;
     double pj[QPS];

@@ -16,8 +16,8 @@
 // 2^-14 .. 65504; smaller weights round to f16 subnormals, an absolute error below 2^-25), f16 as
 // stored; the f32 inputs come from split_f16.comp as two f16 terms per value (hi + lo, ~22 bits)
 // scaled by a power of two per token (binding 9, ts[t] = the inverse), each weight tile multiplied
-// by both terms into one f32 accumulator: f32-level results without integer exactness. Split K
-// is not used (its integer atomics need integer sums).
+// by both terms on the matrix units and each K tile's sums added into f32 running sums: f32-level
+// results without integer exactness. Split K is not used (its integer atomics need integer sums).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -133,11 +133,18 @@ void main() {
       [[unroll]] for (uint j = 0; j < SG_N; ++j) acc[d][i][j] = F32M(0.0);
   // int8: exact running sums per element of the accumulators (16x16 / 32 = 8 per invocation).
   int tot[DUAL][2][SG_N][8];
-  if (KIND == 5) {
+  // Dense kinds: f32 running sums, each K tile's matrix-unit sums added with round-to-nearest adds
+  // (the units' own accumulation rounds less accurately: one tile's 8 products per element stay
+  // in them).
+  float ftot[DUAL][2][SG_N][8];
+  if (KIND == 5 || DENSE) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
       [[unroll]] for (uint i = 0; i < 2; ++i)
         [[unroll]] for (uint j = 0; j < SG_N; ++j)
-          [[unroll]] for (uint e = 0; e < 8; ++e) tot[d][i][j][e] = 0;
+          [[unroll]] for (uint e = 0; e < 8; ++e) {
+            tot[d][i][j][e] = 0;
+            ftot[d][i][j][e] = 0.0;
+          }
   }
 
   const uint ktiles_all = (p.cols + BK - 1) / BK;
@@ -230,7 +237,25 @@ void main() {
             acc[d][i][j] = F32M(0.0);
           }
     }
+    if (DENSE) {
+      [[unroll]] for (uint d = 0; d < DUAL; ++d)
+        [[unroll]] for (uint i = 0; i < 2; ++i)
+          [[unroll]] for (uint j = 0; j < SG_N; ++j) {
+            [[unroll]] for (uint e = 0; e < 8; ++e) {
+              if (e < acc[d][i][j].length()) ftot[d][i][j][e] += acc[d][i][j][e];
+            }
+            acc[d][i][j] = F32M(0.0);
+          }
+    }
     barrier();
+  }
+  if (DENSE) {
+    [[unroll]] for (uint d = 0; d < DUAL; ++d)
+      [[unroll]] for (uint i = 0; i < 2; ++i)
+        [[unroll]] for (uint j = 0; j < SG_N; ++j)
+          [[unroll]] for (uint e = 0; e < 8; ++e) {
+            if (e < acc[d][i][j].length()) acc[d][i][j][e] = ftot[d][i][j][e];
+          }
   }
 
   // Epilogue, one 16 x 16 tile at a time through the subgroup's scratch (column-major: lanes take

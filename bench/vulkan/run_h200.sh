@@ -31,7 +31,8 @@ for v in "$@"; do
   preset=$(echo "$envs" | grep -o 'PRESET=[^ ]*' | cut -d= -f2)
   model=/tmp/e2b${preset:+-$preset}
   # --runs 5: the prefill's median over 5 runs after a warm-up (with 2, a short prefill measured
-  # the GPU's clock ramp: the bf16 E2B's first runs took 175 / 85 ms, then 64; twenty-third session).
+  # what is most likely the GPU's clock ramp: the bf16 E2B's first runs took 175 / 85 ms, then 64;
+  # twenty-third session).
   env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth $model ${preset:+--preset $preset} --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
       --runs 5 --copy-mb 512 --capacity $(( ctx + 1536 > 2048 ? ctx + 1536 : 2048 )) >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null

@@ -4,8 +4,9 @@
 // f32 row scaled by a power of two 2^e (its largest magnitude into [2^14, 2^15), so nothing
 // overflows f16's 65504 and the small values keep their bits) and split into two f16 terms, hi =
 // x 2^e rounded to 11 significant bits and lo = f16(x 2^e - hi) (the difference is exact in f32),
-// ~22 significant bits together; xh[t][g] / xl[t][g] hold columns 8g .. 8g + 7 (zero past `cols`, up to `ld` vectors)
-// and ts[t] = 2^-e, which linear_cm multiplies into its f32 sums. One workgroup per token.
+// ~22 significant bits together; xh[t][g] / xl[t][g] hold columns 8g .. 8g + 7 (zero past `cols`,
+// up to `ld` vectors) and ts[t] = 2^-e, which linear_cm multiplies into its f32 sums. One
+// workgroup per token.
 layout(local_size_x = 256) in;
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) writeonly buffer XH { uvec4 xh[]; };

@@ -274,7 +274,10 @@ class VulkanBackend : public Backend {
     s->resident_ops = resident_ ? resident_ops_ : 0;
     s->resident_fallbacks = resident_fallbacks_;
     s->kernels =
-        std::string("prefill linears ") + (coop_ ? "linear_cm (matrix units) + " : "") +
+        std::string("prefill linears ") +
+        (!coop_       ? ""
+         : coop_dense_ ? "linear_cm (matrix units: SRQ, dense) + "
+                       : "linear_cm (matrix units: SRQ) + ") +
         (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") + ", matvec " +
         (int_dot_ ? "packed int dot" : "scalar int") +
         (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
@@ -2931,7 +2934,7 @@ class VulkanBackend : public Backend {
   bool pro_vec_ = true;        // GEMMA_VULKAN_PRO_VEC: the prologue on 16-byte operand loads
   bool head_pro_vec_ = false;  // GEMMA_VULKAN_HEAD_PRO_VEC: the head's prologue too
   uint32_t mv_xcm_ = 1;      // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
-  bool coop_ = false;        // prefill SRQ linears on matrix units (linear_cm)
+  bool coop_ = false;        // prefill SRQ (and dense) linears on matrix units (linear_cm)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy
   int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots

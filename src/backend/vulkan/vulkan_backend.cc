@@ -275,7 +275,7 @@ class VulkanBackend : public Backend {
     s->resident_fallbacks = resident_fallbacks_;
     s->kernels =
         std::string("prefill linears ") +
-        (!coop_       ? ""
+        (!coop_        ? ""
          : coop_dense_ ? "linear_cm (matrix units: SRQ, dense) + "
                        : "linear_cm (matrix units: SRQ) + ") +
         (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") + ", matvec " +

@@ -134,8 +134,8 @@ void main() {
   // int8: exact running sums per element of the accumulators (16x16 / 32 = 8 per invocation).
   int tot[DUAL][2][SG_N][8];
   // Dense kinds: f32 running sums, each K tile's matrix-unit sums added with round-to-nearest adds
-  // (the units' own accumulation rounds less accurately: one tile's 8 products per element stay
-  // in them).
+  // (the units' own accumulation rounds less accurately: only a tile's 8 steps, 64 columns of hi
+  // and lo, stay in them).
   float ftot[DUAL][2][SG_N][8];
   if (KIND == 5 || DENSE) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)

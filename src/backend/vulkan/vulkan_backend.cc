@@ -775,8 +775,11 @@ class VulkanBackend : public Backend {
     // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
     // slower on the H200: 7,292 against 8,091 tok/s prefill).
     coop_bm_ = EnvInt("GEMMA_VULKAN_CM_BM", 64) == 128 ? 128 : 64;
-    // Dense (bf16 / f16) prefill linears on matrix units too (hi + lo f16 inputs, f32 sums).
-    coop_dense_ = EnvInt("GEMMA_VULKAN_CM_DENSE", 1) != 0;
+    // Dense (bf16 / f16) prefill linears on matrix units too (hi + lo f16 inputs, f32 sums), where
+    // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
+    // vectors (45 KiB; the SRQ forms need 27-36).
+    coop_dense_ = EnvInt("GEMMA_VULKAN_CM_DENSE", 1) != 0 &&
+                  dev_->max_shared_bytes() >= (64 + 2 * 128) * 9 * 16;
     // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
     // on the H200 it measured slower than the dispatch path (bench/NOTES.md). Workgroups: the
     // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident).

@@ -1487,10 +1487,7 @@ class VulkanBackend : public Backend {
           if (i == 0 && coop_dense) {
             // f32 inputs as hi + lo f16 terms scaled per token (split_f16.comp): two slots, the
             // tokens' scales in the first slot's split-K region (dense linears do not split K)
-            for (int set = 0; set < 2; ++set) {
-              coop_slot_[set] = coop_next_;
-              coop_next_ = (coop_next_ + 1) % kCoopSlots;
-            }
+            for (int set = 0; set < 2; ++set) coop_slot_[set] = TakeCoopSlot();
             QuantPush qp{static_cast<uint32_t>(d.cols), static_cast<uint32_t>(x_stride),
                          static_cast<uint32_t>(x_row0), ld, 0.0f};
             std::array<BufRange, vk::kBindings> qb{};
@@ -1508,8 +1505,7 @@ class VulkanBackend : public Backend {
             }
             for (int set = 0; set < (second ? 2 : 1); ++set) {
               const float in_s = set == 0 ? lin.in_scale : second->src->in_scale;
-              coop_slot_[set] = coop_next_;
-              coop_next_ = (coop_next_ + 1) % kCoopSlots;
+              coop_slot_[set] = TakeCoopSlot();
               QuantPush qp{static_cast<uint32_t>(d.cols), static_cast<uint32_t>(x_stride),
                            static_cast<uint32_t>(x_row0), ld, in_s};
               std::array<BufRange, vk::kBindings> qb{};
@@ -2946,6 +2942,12 @@ class VulkanBackend : public Backend {
   size_t coop_slot_bytes_ = 0;
   uint32_t coop_ld_max_ = 0;
   int coop_next_ = 0, coop_slot_[2] = {0, 0};
+  // The next of the rotating input slots (with its split-K region).
+  int TakeCoopSlot() {
+    const int slot = coop_next_;
+    coop_next_ = (coop_next_ + 1) % kCoopSlots;
+    return slot;
+  }
   BufRange CoopSlot(int i) const {
     return BufRange{xqc_.r.buf, xqc_.r.offset + coop_slot_bytes_ * i, coop_slot_bytes_, nullptr};
   }

@@ -106,6 +106,15 @@ struct AttnPush {
   uint32_t rot = 0, kv_stride = 0, has_kn = 0, kv_new = 0;  // attention_rope
   float eps = 0.0f;
 };
+struct SplitQPush {  // split_f16.comp QROWS 1
+  uint32_t cols, x_stride, x_row0, ld, nh, group, m;
+};
+struct AttnCmPush {  // attention_cm.comp
+  uint32_t nh, nkv, hd, ring, window, q_stride, qld;
+};
+// attention_cm.comp's shared memory: K / V chunk (2 x 64 x 9 x 16), P (2 x 32 x 9 x 16), S
+// (32 x 68 x 4), three 32-float arrays.
+constexpr uint32_t kAttnCmShared = 18432 + 9216 + 8704 + 384;
 struct CombinePush {
   uint32_t nh, hd, splits, o_stride;
 };
@@ -285,7 +294,8 @@ class VulkanBackend : public Backend {
         (xq_shared_ ? ", quantized input in shared" : ", quantized input global") + ", lanes_k " +
         std::to_string(lanes_k_) + ", decode splits " + std::to_string(splits_) +
         ", prefill attention " +
-        (attn_tiled_     ? "tiled"
+        (attn_cm_        ? "matrix units"
+         : attn_tiled_   ? "tiled"
          : attn_pf_ == 4 ? "2 queries per subgroup, f32 dots"
          : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
          : attn_pf_ == 2 ? "subgroup per query, f32 dots"
@@ -780,6 +790,19 @@ class VulkanBackend : public Backend {
     // vectors (45 KiB; the SRQ forms need 27-36).
     coop_dense_ = EnvInt("GEMMA_VULKAN_CM_DENSE", 1) != 0 &&
                   dev_->max_shared_bytes() >= (64 + 2 * 128) * 9 * 16;
+    // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
+    // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
+    // The K rows are split into f16 terms unscaled: every layer's K norm weights times sqrt(head
+    // dim) (a normalized row's largest magnitude) must stay well inside f16 (V's norm has no
+    // weights).
+    attn_cm_ = coop_ && !attn_tiled_ && dev_->subgroup_size() == 32 &&
+               dev_->max_shared_bytes() >= kAttnCmShared &&
+               EnvInt("GEMMA_VULKAN_ATTN_CM", 0) != 0;
+    for (const LayerWeights& w : model_.layer_weights()) {
+      float kmax = 1.0f;  // layers without K norm weights (KV-shared layers read their owner's)
+      for (float v : w.k_norm) kmax = std::max(kmax, std::fabs(v));
+      if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm_ = false;
+    }
     // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
     // on the H200 it measured slower than the dispatch path (bench/NOTES.md). Workgroups: the
     // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident).
@@ -1908,6 +1931,8 @@ class VulkanBackend : public Backend {
                      sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
             Barrier(rc);
           }
+        } else if (m >= kMatmulMinTokens && attn_cm_ && AttnCmShape(hd, nh, nkv, m)) {
+          AttnCmOp(rc, q_.r, slot.k.r, slot.v.r, attn_.r, nh, nkv, hd, slot.ring, p.window, m);
         } else if (m >= kMatmulMinTokens && attn_pf_) {
           // Prefill: a subgroup per (token, head), no splits to merge.
           b[5] = attn_.r;
@@ -2481,6 +2506,91 @@ class VulkanBackend : public Backend {
     return std::vector<float>(f, f + size_t(n) * lin.rows);
   }
 
+  // Prefill attention on matrix units over m query rows (q[t][nh hd]) and the K / V cache rings
+  // k / v ([ring][nkv hd]; step.pos0 / step.m set): q split into hi + lo f16 rows (split_f16
+  // QROWS: [K/V head][token][group] order, a power of two per row), then attention_cm, 32 rows of
+  // one K/V head per workgroup, into out[t][nh hd].
+  void AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, const BufRange& v,
+                const BufRange& out, int nh, int nkv, int hd, int ring, int window, int m) {
+    const uint32_t nch = hd <= 64 ? 1u : hd <= 256 ? 4u : 8u, qld = nch * 8;
+    const uint32_t group = static_cast<uint32_t>(nh / nkv), tpw = 32 / group;
+    const int sh = TakeCoopSlot(), sl = TakeCoopSlot();
+    const SplitQPush qp{static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u, qld,
+                        static_cast<uint32_t>(nh), group, static_cast<uint32_t>(m)};
+    std::array<BufRange, vk::kBindings> qb{};
+    qb[2] = q;
+    qb[3] = CoopSlot(sh);
+    qb[4] = CoopSlot(sl);
+    qb[9] = CoopPart(sh);
+    Dispatch(rc, "split_f16", {1u}, qb, &qp, sizeof(qp), 1, static_cast<uint32_t>(m * nh), 1,
+             /*local_size=*/0);
+    Barrier(rc);
+    const AttnCmPush ap{static_cast<uint32_t>(nh),     static_cast<uint32_t>(nkv),
+                        static_cast<uint32_t>(hd),     static_cast<uint32_t>(ring),
+                        static_cast<uint32_t>(window), static_cast<uint32_t>(nh * hd),
+                        qld};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = CoopSlot(sh);
+    b[1] = k;
+    b[2] = v;
+    b[3] = CoopSlot(sl);
+    b[4] = CoopPart(sh);
+    b[5] = out;
+    Dispatch(rc, nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8", {}, b,
+             &ap, sizeof(ap), (static_cast<uint32_t>(m) + tpw - 1) / tpw,
+             static_cast<uint32_t>(nkv), 1, /*local_size=*/0);
+    Barrier(rc);
+  }
+
+  // Kernel test hook: AttnCmOp over uploaded q and K / V rings at position pos0 (empty where the
+  // device or the shape does not take the matrix-unit path).
+  std::vector<float> RunAttnCm(const float* q, const float* k, const float* v, int nh, int nkv,
+                               int hd, int ring, int window, int pos0, int m) {
+    if (!attn_cm_ || nh % nkv != 0) return {};
+    const size_t qn = size_t(m) * nh * hd, kvn = size_t(ring) * nkv * hd;
+    const size_t qld = hd <= 64 ? 8 : hd <= 256 ? 32 : 64;
+    const size_t slot_bytes = (size_t(m) * nh + 32) * qld * 16;
+    const size_t part_bytes = ((size_t(m) * nh + 32) * 4 + 255) / 256 * 256;
+    Buf qb = Reserve(Pool::kDevice, qn * 4), kb = Reserve(Pool::kDevice, kvn * 4),
+        vb = Reserve(Pool::kDevice, kvn * 4), ob = Reserve(Pool::kDevice, qn * 4),
+        host = Reserve(Pool::kHost, qn * 4),
+        slots = Reserve(Pool::kDevice, slot_bytes * kCoopSlots),
+        parts = Reserve(Pool::kDevice, part_bytes * kCoopSlots);
+    dev_->Commit();
+    for (Buf* b : {&qb, &kb, &vb, &ob, &host, &slots, &parts}) Resolve(*b);
+    const Buf saved_slots = xqc_, saved_parts = partc_;
+    const size_t saved_bytes = coop_slot_bytes_, saved_part_bytes = coop_part_bytes_;
+    xqc_ = slots;
+    partc_ = parts;
+    coop_slot_bytes_ = slot_bytes;
+    coop_part_bytes_ = part_bytes;
+    const bool shape = AttnCmShape(hd, nh, nkv, m);
+    std::vector<float> r;
+    if (shape) {
+      dev_->Upload(qb.r, 0, q, qn * 4);
+      dev_->Upload(kb.r, 0, k, kvn * 4);
+      dev_->Upload(vb.r, 0, v, kvn * 4);
+      VkCommandBuffer cb = head_cmd_;
+      Begin(cb, false);
+      Rec rc{cb};
+      const uint32_t st[4] = {static_cast<uint32_t>(pos0), static_cast<uint32_t>(m), 0u, 0u};
+      vkCmdUpdateBuffer(cb, step_.r.buf, step_.r.offset, sizeof(st), st);
+      Barrier(rc);
+      AttnCmOp(rc, qb.r, kb.r, vb.r, ob.r, nh, nkv, hd, ring, window, m);
+      VkBufferCopy cp{ob.r.offset, host.r.offset, qn * 4};
+      vkCmdCopyBuffer(cb, ob.r.buf, host.r.buf, 1, &cp);
+      End(cb);
+      dev_->Submit(cb);
+      const float* f = reinterpret_cast<const float*>(host.r.mapped);
+      r.assign(f, f + qn);
+    }
+    xqc_ = saved_slots;
+    partc_ = saved_parts;
+    coop_slot_bytes_ = saved_bytes;
+    coop_part_bytes_ = saved_part_bytes;
+    return r;
+  }
+
   // One step over `tokens` with the `nth` dispatch labelled `label` (linear_dp or attention) run
   // as its PROBE variant: per-stage device-clock times of its workgroups, as a markdown table.
   std::string ProbeKernel(std::span<const int32_t> tokens, const std::string& label, int nth) {
@@ -2979,6 +3089,16 @@ class VulkanBackend : public Backend {
     return false;
   }
   uint32_t coop_bm_ = 64;
+  bool attn_cm_ = false;  // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
+  // attention_cm's shapes: head dims up to 512 in 16-byte vectors, query heads per K/V head
+  // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot.
+  bool AttnCmShape(int hd, int nh, int nkv, int m) const {
+    const int group = nh / nkv;
+    if (hd % 4 != 0 || hd > 512 || nh % nkv != 0 || group > 32 || 32 % group != 0) return false;
+    const size_t qld = hd <= 64 ? 8 : hd <= 256 ? 32 : 64;
+    return (size_t(m) * nh + 32) * qld * 16 <= coop_slot_bytes_ &&
+           (size_t(m) * nh + 32) * 4 <= coop_part_bytes_;
+  }
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;
@@ -3079,6 +3199,14 @@ std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, cons
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   if (!vb) return {};
   return vb->RunLinear(lin, second, x, n, static_cast<uint32_t>(epilogue));
+}
+
+std::vector<float> VulkanPrefillAttentionForTest(Backend& backend, const float* q, const float* k,
+                                                 const float* v, int nh, int nkv, int hd, int ring,
+                                                 int window, int pos0, int m) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->RunAttnCm(q, k, v, nh, nkv, hd, ring, window, pos0, m);
 }
 
 bool SimulateVulkanDeviceLoss(Backend& backend) {

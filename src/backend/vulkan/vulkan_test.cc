@@ -406,6 +406,99 @@ TEST(VulkanKernels, DenseLinearsOverWideInputRangesMatchReference) {
   }
 }
 
+// The prefill attention on matrix units (attention_cm.comp, where the device offers them) against
+// attention computed here in double: E2B's shapes (8 query heads on one K/V head, head dims 256
+// with a 512-key sliding window over a wrapped ring and 512 with full attention), the fixtures'
+// small ones (head dims 16 / 24 / 32, groups of 1 / 2 / 4, windows shorter than a key block),
+// partial workgroups, q rows of very different magnitudes (each is scaled by its own power of
+// two). Rows like the model's: q and K normalized times norm weights, V normalized. Every query
+// row within 2e-6 relative L2.
+TEST(VulkanKernels, PrefillAttentionOnMatrixUnitsMatchesReference) {
+  struct Case {
+    int nh, nkv, hd, window, ring, pos0, m;
+    float qscale;
+  };
+  const Case cases[] = {
+      {8, 1, 256, 512, 1024, 700, 301, 1.0f}, {8, 1, 512, 0, 1600, 1000, 77, 1.0f},
+      {8, 1, 256, 512, 1024, 0, 130, 1e-3f},  {4, 2, 24, 6, 40, 0, 45, 1.0f},
+      {4, 1, 32, 8, 64, 13, 20, 30.0f},       {2, 2, 16, 0, 256, 100, 70, 1.0f},
+  };
+  auto model = LoadFixture("tiny_qat");
+  setenv("GEMMA_VULKAN_ATTN_CM", "1", 1);
+  auto vk = MakeVulkan(*model);
+  unsetenv("GEMMA_VULKAN_ATTN_CM");
+  if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  uint32_t r = 12345;
+  auto uni = [&r]() {
+    r = r * 1664525u + 1013904223u;
+    return static_cast<float>(r >> 8) / 16777216.0f * 2.0f - 1.0f;
+  };
+  // n rows of hd values, each normalized (RMS 1) and multiplied by w (and by `scale` for row i
+  // when scale(i) is given).
+  auto rows = [&](int n, int hd, const std::vector<float>& w, auto scale) {
+    std::vector<float> x(size_t(n) * hd);
+    for (int i = 0; i < n; ++i) {
+      double ss = 0;
+      for (int d = 0; d < hd; ++d) ss += double(x[size_t(i) * hd + d] = uni()) * x[size_t(i) * hd + d];
+      const float f = static_cast<float>(1.0 / std::sqrt(ss / hd + 1e-6));
+      for (int d = 0; d < hd; ++d) x[size_t(i) * hd + d] *= f * w[d] * scale(i);
+    }
+    return x;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("nh " + std::to_string(c.nh) + " nkv " + std::to_string(c.nkv) + " hd " +
+                 std::to_string(c.hd) + " window " + std::to_string(c.window) + " pos0 " +
+                 std::to_string(c.pos0) + " m " + std::to_string(c.m));
+    std::vector<float> qw(c.hd), kw(c.hd), ones(c.hd, 1.0f);
+    for (int d = 0; d < c.hd; ++d) {
+      qw[d] = 1.5f + uni();
+      kw[d] = 1.5f + uni();
+    }
+    // q: every third row 16x smaller, every fifth 8x larger than the case's scale.
+    const auto q = rows(c.m * c.nh, c.hd, qw, [&](int i) {
+      return c.qscale * (i % 3 == 0 ? 1.0f / 16 : 1.0f) * (i % 5 == 0 ? 8.0f : 1.0f);
+    });
+    const auto k = rows(c.ring * c.nkv, c.hd, kw, [](int) { return 1.0f; });
+    const auto v = rows(c.ring * c.nkv, c.hd, ones, [](int) { return 1.0f; });
+    const auto got = VulkanPrefillAttentionForTest(*vk, q.data(), k.data(), v.data(), c.nh, c.nkv,
+                                                   c.hd, c.ring, c.window, c.pos0, c.m);
+    if (got.empty()) GTEST_SKIP() << "SKIPPED: no prefill attention on matrix units on this device";
+    ASSERT_EQ(got.size(), q.size());
+    const int group = c.nh / c.nkv;
+    double worst = 0;
+    for (int t = 0; t < c.m; ++t) {
+      const int pos = c.pos0 + t;
+      const int first = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
+      for (int h = 0; h < c.nh; ++h) {
+        const float* qh = &q[(size_t(t) * c.nh + h) * c.hd];
+        const int kvh = h / group;
+        std::vector<double> s(pos - first + 1), acc(c.hd, 0.0);
+        double mx = -1e300, sum = 0;
+        for (int j = first; j <= pos; ++j) {
+          const float* kj = &k[(size_t(j % c.ring) * c.nkv + kvh) * c.hd];
+          double d = 0;
+          for (int i = 0; i < c.hd; ++i) d += double(qh[i]) * kj[i];
+          s[j - first] = d;
+          mx = std::max(mx, d);
+        }
+        for (int j = first; j <= pos; ++j) {
+          const double e = std::exp(s[j - first] - mx);
+          sum += e;
+          const float* vj = &v[(size_t(j % c.ring) * c.nkv + kvh) * c.hd];
+          for (int i = 0; i < c.hd; ++i) acc[i] += e * vj[i];
+        }
+        std::vector<float> want(c.hd);
+        for (int i = 0; i < c.hd; ++i) want[i] = static_cast<float>(acc[i] / sum);
+        const double rel = RelL2(&got[(size_t(t) * c.nh + h) * c.hd], want.data(), c.hd);
+        worst = std::max(worst, rel);
+        EXPECT_LT(rel, 2e-6) << "token " << t << " head " << h;
+      }
+    }
+    std::printf("nh %d nkv %d hd %d window %d pos0 %d m %d: worst row rel L2 %.3g\n", c.nh, c.nkv,
+                c.hd, c.window, c.pos0, c.m, worst);
+  }
+}
+
 // Full-size row lengths (the fixtures' rows are a few 16-byte vectors long, so one vector per
 // lane): synthetic linears with E2B's widths, where a lane multiplies several vectors of a row
 // (LANES 8 / 16 / 32 / 64, clustered and not), one and two tokens, under the multiply-loop knobs
@@ -1402,22 +1495,32 @@ TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
   }
 }
 
+// (GEMMA_VULKAN_ATTN_CM=1: the matrix-unit attention where the device runs it, the default; the
+// other variants turn it off.)
 TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
-  const std::pair<const char*, const char*> knobs[] = {{"1", "0"}, {"0", "1"}, {"0", "2"},
-                                                       {"0", "3"}, {"0", "4"}, {"0", "0"}};
-  for (const auto& [tiled, pf] : knobs) {
-  SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf);
+  struct Knob {
+    const char *tiled, *pf, *cm;
+  };
+  const Knob knobs[] = {{"1", "0", "0"}, {"0", "1", "0"}, {"0", "2", "0"}, {"0", "3", "0"},
+                        {"0", "4", "0"}, {"0", "0", "0"}, {"0", "4", "1"}};
+  for (const auto& [tiled, pf, cm] : knobs) {
+  SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf +
+               " GEMMA_VULKAN_ATTN_CM=" + cm);
   auto model = LoadFixture("tiny_dense_bf16");
   std::unique_ptr<Backend> vk;
   setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
   setenv("GEMMA_VULKAN_ATTN_PF", pf, 1);
+  setenv("GEMMA_VULKAN_ATTN_CM", cm, 1);
+  auto unset = [] {
+    unsetenv("GEMMA_VULKAN_ATTN_TILED");
+    unsetenv("GEMMA_VULKAN_ATTN_PF");
+    unsetenv("GEMMA_VULKAN_ATTN_CM");
+  };
   try {
     vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});
-    unsetenv("GEMMA_VULKAN_ATTN_TILED");
-    unsetenv("GEMMA_VULKAN_ATTN_PF");
+    unset();
   } catch (const Error& e) {
-    unsetenv("GEMMA_VULKAN_ATTN_TILED");
-    unsetenv("GEMMA_VULKAN_ATTN_PF");
+    unset();
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine (" << e.what() << ")";
   }

@@ -7,7 +7,11 @@
 // ~22 significant bits together; xh[t][g] / xl[t][g] hold columns 8g .. 8g + 7 (zero past `cols`,
 // up to `ld` vectors) and ts[t] = 2^-e, which linear_cm multiplies into its f32 sums. One
 // workgroup per token.
+// QROWS 1 (attention_cm.comp's queries): one workgroup per (token, head) row of q, x_stride the
+// token stride, cols the head dim; rows written in [K/V head][token][query head of the group]
+// order (row ((h / group) m + t) group + h % group), each scaled by its own power of two.
 layout(local_size_x = 256) in;
+layout(constant_id = 1) const uint QROWS = 0;
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) writeonly buffer XH { uvec4 xh[]; };
 layout(std430, binding = 4) writeonly buffer XL { uvec4 xl[]; };
@@ -15,13 +19,19 @@ layout(std430, binding = 9) writeonly buffer TS { float ts[]; };
 
 layout(push_constant) uniform P {
   uint cols, x_stride, x_row0, ld;  // ld: uvec4 per token row of xh / xl
+  uint nh, group, m;                 // QROWS: heads, query heads per K/V head, tokens
 } p;
 
 shared float red[256];
 
 void main() {
-  const uint tid = gl_LocalInvocationID.x, t = gl_WorkGroupID.y;
-  const uint xb = (t + p.x_row0) * p.x_stride;
+  const uint tid = gl_LocalInvocationID.x;
+  uint t = gl_WorkGroupID.y, xb = (t + p.x_row0) * p.x_stride;
+  if (QROWS == 1) {
+    const uint tok = gl_WorkGroupID.y / p.nh, h = gl_WorkGroupID.y % p.nh;
+    xb = tok * p.x_stride + h * p.cols;
+    t = ((h / p.group) * p.m + tok) * p.group + h % p.group;
+  }
   float m = 0.0;
   for (uint c = tid; c < p.cols; c += 256) m = max(m, abs(x[xb + c]));
   red[tid] = m;

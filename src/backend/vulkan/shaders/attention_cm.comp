@@ -1,0 +1,230 @@
+#version 450
+// Prefill attention on matrix units (GL_NV_cooperative_matrix, 16x16x16 f16 -> f32), flash-style:
+// a workgroup takes BR = 32 query rows of one K/V head, the rows being (token, query head of the
+// group) pairs (32 / group consecutive tokens, every query head of the group), so each K/V row it
+// stages serves all of them. Keys go in blocks of BC = 64 over the union of the rows' ranges (a row
+// masks the keys outside its own causal / sliding range):
+//   S = q K^T on the units, q and K as hi + lo f16 terms (~22 significant bits: hi rounded to 11
+//     bits by integer operations, lo = f16(x - hi)), three products per 16-column step (hi hi, hi lo,
+//     lo hi) in f32; each 64-column chunk's sums added into f32 running sums by ordinary adds (the
+//     units' own accumulation rounds coarser, linear_cm.comp);
+//   the rows' online softmax in f32 (max, exp, sum), as transformers' eager attention;
+//   O = O c + P V with P and V split the same way, each block's products added into the f32 O.
+// q comes from split_f16.comp (QROWS 1: rows in [K/V head][token][group] order, each scaled by its
+// own power of two, ts, which S is multiplied by); K / V are the f32 cache rows, split as they are
+// staged in shared memory (K chunks of 64 keys x 64 dims, then V chunks), the next chunk's global
+// loads issued before the current chunk's products. Element positions of a 16 x 16 f32 fragment
+// (implementation-defined, the same for every fragment of the type) come from two index fragments
+// loaded at the start. Values must fit f16: q is scaled per row, K and V are normalized rows (the
+// host checks the K norm's weights; V's norm has none). Needs subgroups of 32 (8 per workgroup).
+// Built as attention_cm{1,4,8}: head dims up to 64 NCH.
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) readonly buffer QH { uvec4 qh[]; };
+layout(std430, binding = 1) readonly buffer KC { vec4 kc4[]; };
+layout(std430, binding = 2) readonly buffer VC { vec4 vc4[]; };
+layout(std430, binding = 3) readonly buffer QL { uvec4 ql[]; };
+layout(std430, binding = 4) readonly buffer TS { float ts[]; };
+layout(std430, binding = 5) writeonly buffer O { float o[]; };
+
+layout(push_constant) uniform P {
+  uint nh, nkv, hd, ring, window, q_stride;  // q_stride: the output's row stride (floats)
+  uint qld;  // uvec4 per q row of qh / ql
+} p;
+
+#ifndef NCH
+#define NCH 4
+#endif
+const uint BR = 32, BC = 64, DC = 64;  // query rows, keys per block, dims per staged chunk
+const uint LDK = DC / 8 + 1;           // uvec4 per staged K / V row (8 halves each), padded
+const uint LDP = BC / 8 + 1;           // uvec4 per P row
+const uint LDS = BC + 4;               // floats per S row
+
+shared uvec4 kvs[2 * BC * LDK];  // hi rows then lo rows, [key][dim]
+shared uvec4 ps[2 * BR * LDP];   // P hi then lo, [row][key]
+shared float sf[BR * LDS];       // S, [row][key]; the index fragments at the start
+shared float corr_sh[BR], l_sh[BR], ts_sh[BR];
+
+#define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+// hi (11 significant bits, by integer rounding) and lo terms of two values, packed as f16 pairs.
+uvec2 Split2(vec2 v) {
+  const vec2 hi = uintBitsToFloat((floatBitsToUint(v) + 0x1000u) & 0xFFFFE000u);
+  return uvec2(packHalf2x16(hi), packHalf2x16(v - hi));
+}
+
+uint RingSlot(uint j) { return j % p.ring; }
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+  const uint kvh = gl_WorkGroupID.y;
+  const uint group = p.nh / p.nkv, tpw = BR / group;  // tokens per workgroup
+  const uint t0 = gl_WorkGroupID.x * tpw;
+  const uint tend = min(t0 + tpw, step.m);  // past the last valid token
+  const uint qrow0 = (kvh * step.m + t0) * group;
+  const uint hd = p.hd, width = p.nkv * hd;
+  const uint lo = (p.window > 0 && step.pos0 + t0 + 1 > p.window) ? step.pos0 + t0 + 1 - p.window
+                                                                    : 0u;
+  const uint hi = step.pos0 + tend - 1;
+
+  // Index fragments: element e of any F32M lies at row ridx[e], column cidx[e].
+  F32M ridx, cidx;
+  sf[tid] = float(tid / 16);
+  barrier();
+  coopMatLoadNV(ridx, sf, 0, 16, false);
+  barrier();
+  sf[tid] = float(tid % 16);
+  barrier();
+  coopMatLoadNV(cidx, sf, 0, 16, false);
+  if (tid < BR) ts_sh[tid] = tid / group < tpw && t0 + tid / group < step.m ? ts[qrow0 + tid] : 0.0;
+
+  // The K / V chunk (keys b .. b + 63, dims 64 c ..) as 8 floats x 2 per invocation; zeros past
+  // the head dim and past the last key.
+  vec4 reg[2][2];
+#define LOAD_TILE(b_, isv_, c_)                                                       \
+  [[unroll]] for (uint u = 0; u < 2; ++u) {                                           \
+    const uint i = tid + 256 * u, key = (b_) + i / 8, d0 = (c_) * DC + 8 * (i % 8);   \
+    const uint base = (RingSlot(key) * width + kvh * hd + d0) / 4;                    \
+    [[unroll]] for (uint w = 0; w < 2; ++w) {                                         \
+      const bool ok = key <= hi && d0 + 4 * w < hd;                                   \
+      reg[u][w] = ok ? ((isv_) ? vc4[base + w] : kc4[base + w]) : vec4(0.0);          \
+    }                                                                                 \
+  }
+#define STORE_TILE()                                                              \
+  [[unroll]] for (uint u = 0; u < 2; ++u) {                                       \
+    const uint i = tid + 256 * u, key = i / 8, g = i % 8;                         \
+    const uvec2 a = Split2(reg[u][0].xy), b2 = Split2(reg[u][0].zw);              \
+    const uvec2 c2 = Split2(reg[u][1].xy), d2 = Split2(reg[u][1].zw);             \
+    kvs[key * LDK + g] = uvec4(a.x, b2.x, c2.x, d2.x);                            \
+    kvs[(BC + key) * LDK + g] = uvec4(a.y, b2.y, c2.y, d2.y);                     \
+  }
+
+  // This subgroup's tiles: S tile (si, sj) of the block; O tile (si, sj) of each dim chunk.
+  const uint si = sg / 4, sj = sg % 4;
+  F32M oacc[NCH];
+  [[unroll]] for (uint c = 0; c < NCH; ++c) oacc[c] = F32M(0.0);
+  // Softmax: row tid / 8, keys 8 (tid % 8) .. + 7.
+  const uint srow = tid / 8, spart = tid % 8;
+  const uint stok = t0 + srow / group;
+  const bool svalid = srow / group < tpw && stok < step.m;
+  const uint spos = step.pos0 + stok;
+  const uint sfirst = (p.window > 0 && spos + 1 > p.window) ? spos + 1 - p.window : 0u;
+  const float kNegInf = -1.0 / 0.0;
+  float m_run = kNegInf, l_run = 0.0;
+
+  if (lo <= hi) LOAD_TILE(lo, false, 0);
+  for (uint b = lo; b <= hi; b += BC) {
+    F32M stot = F32M(0.0);
+    [[unroll]] for (uint c = 0; c < NCH; ++c) {
+      barrier();
+      STORE_TILE();
+      barrier();
+      if (c + 1 < NCH) {
+        LOAD_TILE(b, false, c + 1);
+      } else {
+        LOAD_TILE(b, true, 0);
+      }
+      F32M acc = F32M(0.0);
+      [[unroll]] for (uint ks = 0; ks < DC / 16; ++ks) {
+        F16M qa, qb, ka, kb;
+        const uint qoff = (qrow0 + 16 * si) * p.qld + (c * DC + 16 * ks) / 8;
+        coopMatLoadNV(qa, qh, qoff, p.qld, false);
+        coopMatLoadNV(qb, ql, qoff, p.qld, false);
+        coopMatLoadNV(ka, kvs, (16 * sj) * LDK + 2 * ks, LDK, true);
+        coopMatLoadNV(kb, kvs, (BC + 16 * sj) * LDK + 2 * ks, LDK, true);
+        acc = coopMatMulAddNV(qa, ka, acc);
+        acc = coopMatMulAddNV(qa, kb, acc);
+        acc = coopMatMulAddNV(qb, ka, acc);
+      }
+      // (element-wise: the matrix + operator crashes glslang 12's optimizer)
+      [[unroll]] for (uint e = 0; e < 8; ++e) {
+        if (e < acc.length()) stot[e] += acc[e];
+      }
+    }
+    coopMatStoreNV(stot, sf, (16 * si) * LDS + 16 * sj, LDS, false);
+    barrier();
+    {
+      float s[8], pv[8];
+      float bm = kNegInf;
+      [[unroll]] for (uint k = 0; k < 8; ++k) {
+        const uint j = b + 8 * spart + k;
+        const bool ok = svalid && j <= spos && j >= sfirst;
+        s[k] = ok ? sf[srow * LDS + 8 * spart + k] * ts_sh[srow] : kNegInf;
+        bm = max(bm, s[k]);
+      }
+      bm = max(bm, subgroupShuffleXor(bm, 1));
+      bm = max(bm, subgroupShuffleXor(bm, 2));
+      bm = max(bm, subgroupShuffleXor(bm, 4));
+      const float mn = max(m_run, bm);
+      const float corr = m_run == kNegInf ? 0.0 : exp(m_run - mn);
+      float sum = 0.0;
+      [[unroll]] for (uint k = 0; k < 8; ++k) {
+        pv[k] = s[k] == kNegInf ? 0.0 : exp(s[k] - mn);
+        sum += pv[k];
+      }
+      sum += subgroupShuffleXor(sum, 1);
+      sum += subgroupShuffleXor(sum, 2);
+      sum += subgroupShuffleXor(sum, 4);
+      l_run = l_run * corr + sum;
+      m_run = mn;
+      if (spart == 0) corr_sh[srow] = corr;
+      uvec4 ph, pl;
+      [[unroll]] for (uint q = 0; q < 4; ++q) {
+        const uvec2 v = Split2(vec2(pv[2 * q], pv[2 * q + 1]));
+        ph[q] = v.x;
+        pl[q] = v.y;
+      }
+      ps[srow * LDP + spart] = ph;
+      ps[(BR + srow) * LDP + spart] = pl;
+    }
+    [[unroll]] for (uint c = 0; c < NCH; ++c) {
+      barrier();
+      STORE_TILE();
+      barrier();
+      if (c + 1 < NCH) {
+        LOAD_TILE(b, true, c + 1);
+      } else if (b + BC <= hi) {
+        LOAD_TILE(b + BC, false, 0);
+      }
+      F32M acc = F32M(0.0);
+      [[unroll]] for (uint ks = 0; ks < BC / 16; ++ks) {
+        F16M pa, pb, va, vb;
+        coopMatLoadNV(pa, ps, (16 * si) * LDP + 2 * ks, LDP, false);
+        coopMatLoadNV(pb, ps, (BR + 16 * si) * LDP + 2 * ks, LDP, false);
+        coopMatLoadNV(va, kvs, (16 * ks) * LDK + 2 * sj, LDK, false);
+        coopMatLoadNV(vb, kvs, (BC + 16 * ks) * LDK + 2 * sj, LDK, false);
+        acc = coopMatMulAddNV(pa, va, acc);
+        acc = coopMatMulAddNV(pa, vb, acc);
+        acc = coopMatMulAddNV(pb, va, acc);
+      }
+      [[unroll]] for (uint e = 0; e < 8; ++e) {
+        if (e < acc.length()) {
+          const float cr = corr_sh[16 * si + uint(ridx[e])];
+          oacc[c][e] = oacc[c][e] * cr + acc[e];
+        }
+      }
+    }
+  }
+  if (spart == 0) l_sh[srow] = l_run;
+  barrier();
+  [[unroll]] for (uint c = 0; c < NCH; ++c) {
+    [[unroll]] for (uint e = 0; e < 8; ++e) {
+      if (e < oacc[c].length()) {
+        const uint r = 16 * si + uint(ridx[e]), d = c * DC + 16 * sj + uint(cidx[e]);
+        const uint tok = t0 + r / group;
+        if (r / group < tpw && tok < step.m && d < hd) {
+          const uint h = kvh * group + r % group;
+          o[tok * p.q_stride + h * hd + d] = oacc[c][e] / l_sh[r];
+        }
+      }
+    }
+  }
+}

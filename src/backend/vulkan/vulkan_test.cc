@@ -412,7 +412,8 @@ TEST(VulkanKernels, DenseLinearsOverWideInputRangesMatchReference) {
 // small ones (head dims 16 / 24 / 32, groups of 1 / 2 / 4, windows shorter than a key block),
 // partial workgroups, q rows of very different magnitudes (each is scaled by its own power of
 // two). Rows like the model's: q and K normalized times norm weights, V normalized. Every query
-// row within 2e-6 relative L2.
+// row within twice the relative L2 error of an f32 computation of the same rows (its worst row in
+// the case), or 2e-6.
 TEST(VulkanKernels, PrefillAttentionOnMatrixUnitsMatchesReference) {
   struct Case {
     int nh, nkv, hd, window, ring, pos0, m;
@@ -465,7 +466,10 @@ TEST(VulkanKernels, PrefillAttentionOnMatrixUnitsMatchesReference) {
     if (got.empty()) GTEST_SKIP() << "SKIPPED: no prefill attention on matrix units on this device";
     ASSERT_EQ(got.size(), q.size());
     const int group = c.nh / c.nkv;
-    double worst = 0;
+    // Each row in double (the reference) and in f32 (sequential f32 dot products and sums, f32
+    // softmax, as an f32 implementation computes it: the scale of f32 rounding for these rows).
+    std::vector<double> rel(size_t(c.m) * c.nh);
+    double worst = 0, worst32 = 0;
     for (int t = 0; t < c.m; ++t) {
       const int pos = c.pos0 + t;
       const int first = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
@@ -473,29 +477,50 @@ TEST(VulkanKernels, PrefillAttentionOnMatrixUnitsMatchesReference) {
         const float* qh = &q[(size_t(t) * c.nh + h) * c.hd];
         const int kvh = h / group;
         std::vector<double> s(pos - first + 1), acc(c.hd, 0.0);
+        std::vector<float> s32(s.size()), acc32(c.hd, 0.0f);
         double mx = -1e300, sum = 0;
+        float mx32 = -1e30f, sum32 = 0;
         for (int j = first; j <= pos; ++j) {
           const float* kj = &k[(size_t(j % c.ring) * c.nkv + kvh) * c.hd];
           double d = 0;
-          for (int i = 0; i < c.hd; ++i) d += double(qh[i]) * kj[i];
+          float d32 = 0;
+          for (int i = 0; i < c.hd; ++i) {
+            d += double(qh[i]) * kj[i];
+            d32 = std::fma(qh[i], kj[i], d32);
+          }
           s[j - first] = d;
+          s32[j - first] = d32;
           mx = std::max(mx, d);
+          mx32 = std::max(mx32, d32);
         }
         for (int j = first; j <= pos; ++j) {
           const double e = std::exp(s[j - first] - mx);
+          const float e32 = std::exp(s32[j - first] - mx32);
           sum += e;
+          sum32 += e32;
           const float* vj = &v[(size_t(j % c.ring) * c.nkv + kvh) * c.hd];
-          for (int i = 0; i < c.hd; ++i) acc[i] += e * vj[i];
+          for (int i = 0; i < c.hd; ++i) {
+            acc[i] += e * vj[i];
+            acc32[i] = std::fma(e32, vj[i], acc32[i]);
+          }
         }
-        std::vector<float> want(c.hd);
-        for (int i = 0; i < c.hd; ++i) want[i] = static_cast<float>(acc[i] / sum);
-        const double rel = RelL2(&got[(size_t(t) * c.nh + h) * c.hd], want.data(), c.hd);
-        worst = std::max(worst, rel);
-        EXPECT_LT(rel, 2e-6) << "token " << t << " head " << h;
+        std::vector<float> want(c.hd), want32(c.hd);
+        for (int i = 0; i < c.hd; ++i) {
+          want[i] = static_cast<float>(acc[i] / sum);
+          want32[i] = acc32[i] / sum32;
+        }
+        const size_t row = size_t(t) * c.nh + h;
+        rel[row] = RelL2(&got[row * c.hd], want.data(), c.hd);
+        worst = std::max(worst, rel[row]);
+        worst32 = std::max(worst32, RelL2(want32.data(), want.data(), c.hd));
       }
     }
-    std::printf("nh %d nkv %d hd %d window %d pos0 %d m %d: worst row rel L2 %.3g\n", c.nh, c.nkv,
-                c.hd, c.window, c.pos0, c.m, worst);
+    // Every row within twice the f32 computation's worst row (and 2e-6 where that is smaller).
+    const double bound = std::max(2e-6, 2 * worst32);
+    for (size_t row = 0; row < rel.size(); ++row)
+      EXPECT_LT(rel[row], bound) << "token " << row / c.nh << " head " << row % c.nh;
+    std::printf("nh %d nkv %d hd %d window %d pos0 %d m %d: worst row rel L2 %.3g (f32 %.3g)\n",
+                c.nh, c.nkv, c.hd, c.window, c.pos0, c.m, worst, worst32);
   }
 }
 

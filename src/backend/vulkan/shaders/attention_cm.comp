@@ -6,8 +6,8 @@
 // masks the keys outside its own causal / sliding range):
 //   S = q K^T on the units, q and K as hi + lo f16 terms (~22 significant bits: hi rounded to 11
 //     bits by integer operations, lo = f16(x - hi)), three products per 16-column step (hi hi, hi lo,
-//     lo hi) in f32; each 64-column chunk's sums added into f32 running sums by ordinary adds (the
-//     units' own accumulation rounds coarser, linear_cm.comp);
+//     lo hi) in f32, the hi x hi products' sums added into f32 running sums by ordinary adds each
+//     16-column step (the units' own accumulation rounds coarser: ADD_INTO below);
 //   the rows' online softmax in f32 (max, exp, sum), as transformers' eager attention;
 //   O = O c + P V with P and V split the same way, each block's products added into the f32 O.
 // q comes from split_f16.comp (QROWS 1: rows in [K/V head][token][group] order, each scaled by its
@@ -27,6 +27,10 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
+// Where the hi x hi products are summed (ADD_INTO below): 0 with the cross terms inside the units
+// over a chunk, 1 apart from them inside the units over a chunk, 2 into f32 sums every 16-column
+// step.
+layout(constant_id = 1) const uint ACC = 1;
 layout(std430, binding = 0) readonly buffer QH { uvec4 qh[]; };
 layout(std430, binding = 1) readonly buffer KC { vec4 kc4[]; };
 layout(std430, binding = 2) readonly buffer VC { vec4 vc4[]; };
@@ -62,6 +66,23 @@ uvec2 Split2(vec2 v) {
 }
 
 uint RingSlot(uint j) { return j % p.ring; }
+
+// The units' accumulation rounds coarser than f32 adds (linear_cm.comp): each chunk's sums (and
+// with ACC 2 each step's hi x hi sums) go into f32 running sums by element-wise adds (the matrix +
+// operator crashes glslang 12's optimizer).
+#define ADD_INTO(dst, src)                                   \
+  [[unroll]] for (uint e_ = 0; e_ < 8; ++e_) {               \
+    if (e_ < (src).length()) (dst)[e_] += (src)[e_];         \
+  }
+#define ACC_HH(dst, hh, cross, a, b)                         \
+  if (ACC == 2) {                                            \
+    const F32M hh_ = coopMatMulAddNV(a, b, F32M(0.0));       \
+    ADD_INTO(dst, hh_);                                      \
+  } else if (ACC == 1) {                                     \
+    hh = coopMatMulAddNV(a, b, hh);                          \
+  } else {                                                   \
+    cross = coopMatMulAddNV(a, b, cross);                    \
+  }
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
@@ -132,7 +153,7 @@ void main() {
       } else {
         LOAD_TILE(b, true, 0);
       }
-      F32M acc = F32M(0.0);
+      F32M hh = F32M(0.0), cross = F32M(0.0);
       [[unroll]] for (uint ks = 0; ks < DC / 16; ++ks) {
         F16M qa, qb, ka, kb;
         const uint qoff = (qrow0 + 16 * si) * p.qld + (c * DC + 16 * ks) / 8;
@@ -140,14 +161,12 @@ void main() {
         coopMatLoadNV(qb, ql, qoff, p.qld, false);
         coopMatLoadNV(ka, kvs, (16 * sj) * LDK + 2 * ks, LDK, true);
         coopMatLoadNV(kb, kvs, (BC + 16 * sj) * LDK + 2 * ks, LDK, true);
-        acc = coopMatMulAddNV(qa, ka, acc);
-        acc = coopMatMulAddNV(qa, kb, acc);
-        acc = coopMatMulAddNV(qb, ka, acc);
+        ACC_HH(stot, hh, cross, qa, ka);
+        cross = coopMatMulAddNV(qa, kb, cross);
+        cross = coopMatMulAddNV(qb, ka, cross);
       }
-      // (element-wise: the matrix + operator crashes glslang 12's optimizer)
-      [[unroll]] for (uint e = 0; e < 8; ++e) {
-        if (e < acc.length()) stot[e] += acc[e];
-      }
+      if (ACC == 1) ADD_INTO(stot, hh);
+      ADD_INTO(stot, cross);
     }
     coopMatStoreNV(stot, sf, (16 * si) * LDS + 16 * sj, LDS, false);
     barrier();
@@ -194,17 +213,19 @@ void main() {
       } else if (b + BC <= hi) {
         LOAD_TILE(b + BC, false, 0);
       }
-      F32M acc = F32M(0.0);
+      F32M acc = F32M(0.0), hh = F32M(0.0), cross = F32M(0.0);
       [[unroll]] for (uint ks = 0; ks < BC / 16; ++ks) {
         F16M pa, pb, va, vb;
         coopMatLoadNV(pa, ps, (16 * si) * LDP + 2 * ks, LDP, false);
         coopMatLoadNV(pb, ps, (BR + 16 * si) * LDP + 2 * ks, LDP, false);
         coopMatLoadNV(va, kvs, (16 * ks) * LDK + 2 * sj, LDK, false);
         coopMatLoadNV(vb, kvs, (BC + 16 * ks) * LDK + 2 * sj, LDK, false);
-        acc = coopMatMulAddNV(pa, va, acc);
-        acc = coopMatMulAddNV(pa, vb, acc);
-        acc = coopMatMulAddNV(pb, va, acc);
+        ACC_HH(acc, hh, cross, pa, va);
+        cross = coopMatMulAddNV(pa, vb, cross);
+        cross = coopMatMulAddNV(pb, va, cross);
       }
+      if (ACC == 1) ADD_INTO(acc, hh);
+      ADD_INTO(acc, cross);
       [[unroll]] for (uint e = 0; e < 8; ++e) {
         if (e < acc.length()) {
           const float cr = corr_sh[16 * si + uint(ridx[e])];

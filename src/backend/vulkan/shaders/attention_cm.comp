@@ -12,7 +12,7 @@
 //   O = O c + P V with P and V split the same way, each block's products added into the f32 O.
 // q comes from split_f16.comp (QROWS 1: rows in [K/V head][token][group] order, each scaled by its
 // own power of two, ts, which S is multiplied by); K / V are the f32 cache rows, split as they are
-// staged in shared memory (K chunks of 64 keys x 64 dims, then V chunks), the next chunk's global
+// staged in shared memory (K chunks of 64 keys x 64 dims with the rows' q chunk, then V chunks), the next chunk's global
 // loads issued before the current chunk's products. Element positions of a 16 x 16 f32 fragment
 // (implementation-defined, the same for every fragment of the type) come from two index fragments
 // loaded at the start. Values must fit f16: q is scaled per row, K and V are normalized rows (the
@@ -52,7 +52,7 @@ const uint LDP = BC / 8 + 1;           // uvec4 per P row
 const uint LDS = BC + 4;               // floats per S row
 
 shared uvec4 kvs[2 * BC * LDK];  // hi rows then lo rows, [key][dim]
-shared uvec4 ps[2 * BR * LDP];   // P hi then lo, [row][key]
+shared uvec4 ps[2 * BR * LDP];   // P hi then lo, [row][key]; q chunks (LDP == LDK) in the S phase
 shared float sf[BR * LDS];       // S, [row][key]; the index fragments at the start
 shared float corr_sh[BR], l_sh[BR], ts_sh[BR];
 
@@ -109,7 +109,11 @@ void main() {
 
   // The K / V chunk (keys b .. b + 63, dims 64 c ..) as 8 floats x 2 per invocation; zeros past
   // the head dim and past the last key.
+  // With a K chunk, the rows' q chunk (hi, lo: row tid / 8, dims 64 c + 8 (tid % 8) ..), staged
+  // in P's place (P is written after the block's last K chunk and read before the next block's
+  // first).
   vec4 reg[2][2];
+  uvec4 qreg[2];
 #define LOAD_TILE(b_, isv_, c_)                                                       \
   [[unroll]] for (uint u = 0; u < 2; ++u) {                                           \
     const uint i = tid + 256 * u, key = (b_) + i / 8, d0 = (c_) * DC + 8 * (i % 8);   \
@@ -118,14 +122,23 @@ void main() {
       const bool ok = key <= hi && d0 + 4 * w < hd;                                   \
       reg[u][w] = ok ? ((isv_) ? vc4[base + w] : kc4[base + w]) : vec4(0.0);          \
     }                                                                                 \
+  }                                                                                   \
+  if (!(isv_)) {                                                                      \
+    const uint qi_ = (qrow0 + tid / 8) * p.qld + (c_) * (DC / 8) + tid % 8;           \
+    qreg[0] = qh[qi_];                                                                \
+    qreg[1] = ql[qi_];                                                                \
   }
-#define STORE_TILE()                                                              \
+#define STORE_TILE(isv_)                                                          \
   [[unroll]] for (uint u = 0; u < 2; ++u) {                                       \
     const uint i = tid + 256 * u, key = i / 8, g = i % 8;                         \
     const uvec2 a = Split2(reg[u][0].xy), b2 = Split2(reg[u][0].zw);              \
     const uvec2 c2 = Split2(reg[u][1].xy), d2 = Split2(reg[u][1].zw);             \
     kvs[key * LDK + g] = uvec4(a.x, b2.x, c2.x, d2.x);                            \
     kvs[(BC + key) * LDK + g] = uvec4(a.y, b2.y, c2.y, d2.y);                     \
+  }                                                                               \
+  if (!(isv_)) {                                                                  \
+    ps[(tid / 8) * LDP + tid % 8] = qreg[0];                                      \
+    ps[(BR + tid / 8) * LDP + tid % 8] = qreg[1];                                 \
   }
 
   // This subgroup's tiles: S tile (si, sj) of the block; O tile (si, sj) of each dim chunk.
@@ -146,7 +159,7 @@ void main() {
     F32M stot = F32M(0.0);
     [[unroll]] for (uint c = 0; c < NCH; ++c) {
       barrier();
-      STORE_TILE();
+      STORE_TILE(false);
       barrier();
       if (c + 1 < NCH) {
         LOAD_TILE(b, false, c + 1);
@@ -156,9 +169,8 @@ void main() {
       F32M hh = F32M(0.0), cross = F32M(0.0);
       [[unroll]] for (uint ks = 0; ks < DC / 16; ++ks) {
         F16M qa, qb, ka, kb;
-        const uint qoff = (qrow0 + 16 * si) * p.qld + (c * DC + 16 * ks) / 8;
-        coopMatLoadNV(qa, qh, qoff, p.qld, false);
-        coopMatLoadNV(qb, ql, qoff, p.qld, false);
+        coopMatLoadNV(qa, ps, (16 * si) * LDP + 2 * ks, LDP, false);
+        coopMatLoadNV(qb, ps, (BR + 16 * si) * LDP + 2 * ks, LDP, false);
         coopMatLoadNV(ka, kvs, (16 * sj) * LDK + 2 * ks, LDK, true);
         coopMatLoadNV(kb, kvs, (BC + 16 * sj) * LDK + 2 * ks, LDK, true);
         ACC_HH(stot, hh, cross, qa, ka);
@@ -206,7 +218,7 @@ void main() {
     }
     [[unroll]] for (uint c = 0; c < NCH; ++c) {
       barrier();
-      STORE_TILE();
+      STORE_TILE(true);
       barrier();
       if (c + 1 < NCH) {
         LOAD_TILE(b, true, c + 1);

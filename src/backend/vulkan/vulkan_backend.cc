@@ -792,12 +792,18 @@ class VulkanBackend : public Backend {
                   dev_->max_shared_bytes() >= (64 + 2 * 128) * 9 * 16;
     // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
     // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
+    // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the
+    // 1,024-token prefill 31.6 against 44.6 ms, 8,192 tokens 28,900 against 11,600 tok/s
+    // (bench/NOTES.md, twenty-fourth session).
     // The K rows are split into f16 terms unscaled: every layer's K norm weights times sqrt(head
     // dim) (a normalized row's largest magnitude) must stay well inside f16 (V's norm has no
     // weights).
     attn_cm_ = coop_ && !attn_tiled_ && dev_->subgroup_size() == 32 &&
                dev_->max_shared_bytes() >= kAttnCmShared &&
-               EnvInt("GEMMA_VULKAN_ATTN_CM", 0) != 0;
+               EnvInt("GEMMA_VULKAN_ATTN_CM", 1) != 0;
+    // (ACC 1: the most accurate of the three forms on the H200 at the speed of the fastest; the
+    // kernel test's worst rows 6.9e-5 / 6.7e-5 against 9.9e-5 / 1.0e-4 with 0 and 1.0e-4 / 1.3e-4
+    // with 2, which took 1.6x the time.)
     attn_cm_acc_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_CM_ACC", 1), 0, 2));
     for (const LayerWeights& w : model_.layer_weights()) {
       float kmax = 1.0f;  // layers without K norm weights (KV-shared layers read their owner's)

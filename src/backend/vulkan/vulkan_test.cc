@@ -425,9 +425,7 @@ TEST(VulkanKernels, PrefillAttentionOnMatrixUnitsMatchesReference) {
       {4, 1, 32, 8, 64, 13, 20, 30.0f},       {2, 2, 16, 0, 256, 100, 70, 1.0f},
   };
   auto model = LoadFixture("tiny_qat");
-  setenv("GEMMA_VULKAN_ATTN_CM", "1", 1);
   auto vk = MakeVulkan(*model);
-  unsetenv("GEMMA_VULKAN_ATTN_CM");
   if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   uint32_t r = 12345;
   auto uni = [&r]() {

@@ -12,8 +12,8 @@
 //   O = O c + P V with P and V split the same way, each block's products added into the f32 O.
 // q comes from split_f16.comp (QROWS 1: rows in [K/V head][token][group] order, each scaled by its
 // own power of two, ts, which S is multiplied by); K / V are the f32 cache rows, split as they are
-// staged in shared memory (K chunks of 64 keys x 64 dims with the rows' q chunk, then V chunks), the next chunk's global
-// loads issued before the current chunk's products. Element positions of a 16 x 16 f32 fragment
+// staged in shared memory (K chunks of 64 keys x 64 dims with the rows' q chunk, then V chunks),
+// the next chunk's global loads issued before the current chunk's products. Element positions of a 16 x 16 f32 fragment
 // (implementation-defined, the same for every fragment of the type) come from two index fragments
 // loaded at the start. Values must fit f16: q is scaled per row, K and V are normalized rows (the
 // host checks the K norm's weights; V's norm has none). Needs subgroups of 32 (8 per workgroup).

@@ -799,8 +799,7 @@ class VulkanBackend : public Backend {
     // dim) (a normalized row's largest magnitude) must stay well inside f16 (V's norm has no
     // weights).
     attn_cm_ = coop_ && !attn_tiled_ && dev_->subgroup_size() == 32 &&
-               dev_->max_shared_bytes() >= kAttnCmShared &&
-               EnvInt("GEMMA_VULKAN_ATTN_CM", 1) != 0;
+               dev_->max_shared_bytes() >= kAttnCmShared && EnvInt("GEMMA_VULKAN_ATTN_CM", 1) != 0;
     // (ACC 1: the most accurate of the three forms on the H200 at the speed of the fastest; the
     // kernel test's worst rows 6.9e-5 / 6.7e-5 against 9.9e-5 / 1.0e-4 with 0 and 1.0e-4 / 1.3e-4
     // with 2, which took 1.6x the time.)

@@ -108,56 +108,37 @@ void main() {
   if (tid < BR) ts_sh[tid] = tid / group < tpw && t0 + tid / group < step.m ? ts[qrow0 + tid] : 0.0;
 
   // The K / V chunk (keys b .. b + 63, dims 64 c ..) as 8 floats x 2 per invocation; zeros past
-  // the head dim and past the last key. With a K chunk, the rows' q chunk (hi, lo: row tid / 8,
-  // dims 64 c + 8 (tid % 8) ..), staged in P's place (P is written after the block's last K chunk
-  // and read before the next block's first). A block's chunks are tiles 0 .. 2 NCH - 1 (K, then V);
-  // tile j's loads go into register set j % 2 two tiles ahead (LOAD_AHEAD), so each has two
-  // tiles' products and stores to arrive.
-  vec4 reg[2][2][2];
-  uvec4 qreg[2][2];
-#define LOAD_TILE(s_, b_, isv_, c_)                                                     \
-  {                                                                                     \
-    [[unroll]] for (uint u = 0; u < 2; ++u) {                                           \
-      const uint i = tid + 256 * u, key = (b_) + i / 8, d0 = (c_) * DC + 8 * (i % 8);   \
-      const uint base = (RingSlot(key) * width + kvh * hd + d0) / 4;                    \
-      [[unroll]] for (uint w = 0; w < 2; ++w) {                                         \
-        const bool ok = key <= hi && d0 + 4 * w < hd;                                   \
-        reg[s_][u][w] = ok ? ((isv_) ? vc4[base + w] : kc4[base + w]) : vec4(0.0);      \
-      }                                                                                 \
-    }                                                                                   \
-    if (!(isv_)) {                                                                      \
-      const uint qi_ = (qrow0 + tid / 8) * p.qld + (c_) * (DC / 8) + tid % 8;           \
-      qreg[s_][0] = qh[qi_];                                                            \
-      qreg[s_][1] = ql[qi_];                                                            \
-    }                                                                                   \
+  // the head dim and past the last key.
+  // With a K chunk, the rows' q chunk (hi, lo: row tid / 8, dims 64 c + 8 (tid % 8) ..), staged
+  // in P's place (P is written after the block's last K chunk and read before the next block's
+  // first).
+  vec4 reg[2][2];
+  uvec4 qreg[2];
+#define LOAD_TILE(b_, isv_, c_)                                                       \
+  [[unroll]] for (uint u = 0; u < 2; ++u) {                                           \
+    const uint i = tid + 256 * u, key = (b_) + i / 8, d0 = (c_) * DC + 8 * (i % 8);   \
+    const uint base = (RingSlot(key) * width + kvh * hd + d0) / 4;                    \
+    [[unroll]] for (uint w = 0; w < 2; ++w) {                                         \
+      const bool ok = key <= hi && d0 + 4 * w < hd;                                   \
+      reg[u][w] = ok ? ((isv_) ? vc4[base + w] : kc4[base + w]) : vec4(0.0);          \
+    }                                                                                 \
+  }                                                                                   \
+  if (!(isv_)) {                                                                      \
+    const uint qi_ = (qrow0 + tid / 8) * p.qld + (c_) * (DC / 8) + tid % 8;           \
+    qreg[0] = qh[qi_];                                                                \
+    qreg[1] = ql[qi_];                                                                \
   }
-  // Tile j + 2 of block b (the next block's first tiles past the end) into set j % 2.
-#define LOAD_AHEAD(b_, j_)                                                 \
-  {                                                                        \
-    const uint jn_ = (j_) + 2, s_ = (j_) % 2;                              \
-    if (jn_ < NCH) {                                                       \
-      LOAD_TILE(s_, b_, false, jn_);                                       \
-    } else if (jn_ < 2 * NCH) {                                            \
-      LOAD_TILE(s_, b_, true, jn_ - NCH);                                  \
-    } else if ((b_) + BC <= hi) {                                          \
-      if (jn_ - 2 * NCH < NCH) {                                           \
-        LOAD_TILE(s_, (b_) + BC, false, jn_ - 2 * NCH);                    \
-      } else {                                                             \
-        LOAD_TILE(s_, (b_) + BC, true, jn_ - 3 * NCH);                     \
-      }                                                                    \
-    }                                                                      \
-  }
-#define STORE_TILE(s_, isv_)                                                      \
+#define STORE_TILE(isv_)                                                          \
   [[unroll]] for (uint u = 0; u < 2; ++u) {                                       \
     const uint i = tid + 256 * u, key = i / 8, g = i % 8;                         \
-    const uvec2 a = Split2(reg[s_][u][0].xy), b2 = Split2(reg[s_][u][0].zw);      \
-    const uvec2 c2 = Split2(reg[s_][u][1].xy), d2 = Split2(reg[s_][u][1].zw);     \
+    const uvec2 a = Split2(reg[u][0].xy), b2 = Split2(reg[u][0].zw);              \
+    const uvec2 c2 = Split2(reg[u][1].xy), d2 = Split2(reg[u][1].zw);             \
     kvs[key * LDK + g] = uvec4(a.x, b2.x, c2.x, d2.x);                            \
     kvs[(BC + key) * LDK + g] = uvec4(a.y, b2.y, c2.y, d2.y);                     \
   }                                                                               \
   if (!(isv_)) {                                                                  \
-    ps[(tid / 8) * LDP + tid % 8] = qreg[s_][0];                                  \
-    ps[(BR + tid / 8) * LDP + tid % 8] = qreg[s_][1];                             \
+    ps[(tid / 8) * LDP + tid % 8] = qreg[0];                                      \
+    ps[(BR + tid / 8) * LDP + tid % 8] = qreg[1];                                 \
   }
 
   // This subgroup's tiles: S tile (si, sj) of the block; O tile (si, sj) of each dim chunk.
@@ -173,21 +154,18 @@ void main() {
   const float kNegInf = -1.0 / 0.0;
   float m_run = kNegInf, l_run = 0.0;
 
-  if (lo <= hi) {
-    LOAD_TILE(0, lo, false, 0);
-    if (NCH > 1) {
-      LOAD_TILE(1, lo, false, 1);
-    } else {
-      LOAD_TILE(1, lo, true, 0);
-    }
-  }
+  if (lo <= hi) LOAD_TILE(lo, false, 0);
   for (uint b = lo; b <= hi; b += BC) {
     F32M stot = F32M(0.0);
     [[unroll]] for (uint c = 0; c < NCH; ++c) {
       barrier();
-      STORE_TILE(c % 2, false);
+      STORE_TILE(false);
       barrier();
-      LOAD_AHEAD(b, c);
+      if (c + 1 < NCH) {
+        LOAD_TILE(b, false, c + 1);
+      } else {
+        LOAD_TILE(b, true, 0);
+      }
       F32M hh = F32M(0.0), cross = F32M(0.0);
       [[unroll]] for (uint ks = 0; ks < DC / 16; ++ks) {
         F16M qa, qb, ka, kb;
@@ -240,9 +218,13 @@ void main() {
     }
     [[unroll]] for (uint c = 0; c < NCH; ++c) {
       barrier();
-      STORE_TILE((NCH + c) % 2, true);
+      STORE_TILE(true);
       barrier();
-      LOAD_AHEAD(b, NCH + c);
+      if (c + 1 < NCH) {
+        LOAD_TILE(b, true, c + 1);
+      } else if (b + BC <= hi) {
+        LOAD_TILE(b + BC, false, 0);
+      }
       F32M acc = F32M(0.0), hh = F32M(0.0), cross = F32M(0.0);
       [[unroll]] for (uint ks = 0; ks < BC / 16; ++ks) {
         F16M pa, pb, va, vb;

@@ -840,6 +840,22 @@ TEST(VulkanKernels, LongPromptChunkMatchesReference) {
   ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 256, .slack = 128}, 100, 101, 7);
 }
 
+// A 200-token prompt in chunks of 64 (the last one 8 tokens: every chunk takes the prefill
+// attention, on matrix units where the device runs them), the sliding windows wrapping their rings,
+// every position's logits against the CPU reference; two fixtures (query heads per K/V head 4 and
+// 2, head dims 32 and 24).
+TEST(VulkanKernels, PromptInSeveralChunksMatchesReference) {
+  for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16"}) {
+    SCOPED_TRACE(fixture);
+    auto model = LoadFixture(fixture);
+    const BackendOptions opt = {.capacity = 256, .slack = 64};
+    auto vk = MakeVulkan(*model, opt);
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    ASSERT_EQ(vk->capabilities().max_chunk, 64);
+    ExpectPromptLogitsMatchReference(*model, *vk, opt, 200, 31, 5);
+  }
+}
+
 // A prompt whose last position's logits are returned runs the trailing KV-shared layers for that
 // position only (GEMMA_VULKAN_SKIP_TAIL, on by default); chunks without output skip them. Logits
 // and the next decode steps against the CPU reference, and against the same backend without the

@@ -804,7 +804,6 @@ class VulkanBackend : public Backend {
     // kernel test's worst rows 6.9e-5 / 6.7e-5 against 9.9e-5 / 1.0e-4 with 0 and 1.0e-4 / 1.3e-4
     // with 2, which took 1.6x the time.)
     attn_cm_acc_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_CM_ACC", 1), 0, 2));
-    attn_cm_br_ = EnvInt("GEMMA_VULKAN_ATTN_CM_BR", 32) == 16 ? 16u : 32u;
     for (const LayerWeights& w : model_.layer_weights()) {
       float kmax = 1.0f;  // layers without K norm weights (KV-shared layers read their owner's)
       for (float v : w.k_norm) kmax = std::max(kmax, std::fabs(v));
@@ -2520,7 +2519,7 @@ class VulkanBackend : public Backend {
   void AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, const BufRange& v,
                 const BufRange& out, int nh, int nkv, int hd, int ring, int window, int m) {
     const uint32_t nch = hd <= 64 ? 1u : hd <= 256 ? 4u : 8u, qld = nch * 8;
-    const uint32_t group = static_cast<uint32_t>(nh / nkv), tpw = attn_cm_br_ / group;
+    const uint32_t group = static_cast<uint32_t>(nh / nkv), tpw = 32 / group;
     const int sh = TakeCoopSlot(), sl = TakeCoopSlot();
     const SplitQPush qp{static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u, qld,
                         static_cast<uint32_t>(nh), group, static_cast<uint32_t>(m)};
@@ -2543,14 +2542,9 @@ class VulkanBackend : public Backend {
     b[3] = CoopSlot(sl);
     b[4] = CoopPart(sh);
     b[5] = out;
-    static const char* const kCmNames[2][3] = {
-        {"attention_cm1", "attention_cm4", "attention_cm8"},
-        {"attention_cm1h", "attention_cm4h", "attention_cm8h"}};
-    Dispatch(rc,
-             kCmNames[attn_cm_br_ == 16 ? 1 : 0][nch == 1   ? 0
-                                                 : nch == 4 ? 1
-                                                            : 2],
-             {attn_cm_acc_}, b, &ap, sizeof(ap), (static_cast<uint32_t>(m) + tpw - 1) / tpw,
+    Dispatch(rc, nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8",
+             {attn_cm_acc_}, b,
+             &ap, sizeof(ap), (static_cast<uint32_t>(m) + tpw - 1) / tpw,
              static_cast<uint32_t>(nkv), 1, /*local_size=*/0);
     Barrier(rc);
   }
@@ -3104,14 +3098,11 @@ class VulkanBackend : public Backend {
   uint32_t coop_bm_ = 64;
   bool attn_cm_ = false;  // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
   uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC
-  uint32_t attn_cm_br_ = 32;  // GEMMA_VULKAN_ATTN_CM_BR: its query rows per workgroup (32, 16)
   // attention_cm's shapes: head dims up to 512 in 16-byte vectors, query heads per K/V head
   // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot.
   bool AttnCmShape(int hd, int nh, int nkv, int m) const {
     const int group = nh / nkv;
-    if (hd % 4 != 0 || hd > 512 || nh % nkv != 0 || group > static_cast<int>(attn_cm_br_) ||
-        attn_cm_br_ % group != 0)
-      return false;
+    if (hd % 4 != 0 || hd > 512 || nh % nkv != 0 || group > 32 || 32 % group != 0) return false;
     const size_t qld = hd <= 64 ? 8 : hd <= 256 ? 32 : 64;
     return (size_t(m) * nh + 32) * qld * 16 <= coop_slot_bytes_ &&
            (size_t(m) * nh + 32) * 4 <= coop_part_bytes_;

@@ -16,9 +16,8 @@
 // the next chunk's global loads issued before the current chunk's products. Element positions of a 16 x 16 f32 fragment
 // (implementation-defined, the same for every fragment of the type) come from two index fragments
 // loaded at the start. Values must fit f16: q is scaled per row, K and V are normalized rows (the
-// host checks the K norm's weights; V's norm has none). Needs subgroups of 32 (BR / 4 per
-// workgroup). Built as attention_cm{1,4,8} (head dims up to 64 NCH) with BR 32 rows, and with 16
-// (suffix h: 128 invocations).
+// host checks the K norm's weights; V's norm has none). Needs subgroups of 32 (8 per workgroup).
+// Built as attention_cm{1,4,8}: head dims up to 64 NCH.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -27,10 +26,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
-#ifndef BR_ROWS
-#define BR_ROWS 32
-#endif
-layout(local_size_x = BR_ROWS * 8) in;
+layout(local_size_x = 256) in;
 // Where the hi x hi products are summed (ADD_INTO below): 0 with the cross terms inside the units
 // over a chunk, 1 apart from them inside the units over a chunk, 2 into f32 sums every 16-column
 // step.
@@ -50,8 +46,7 @@ layout(push_constant) uniform P {
 #ifndef NCH
 #define NCH 4
 #endif
-const uint BR = BR_ROWS, BC = 64, DC = 64;  // query rows, keys per block, dims per staged chunk
-const uint NT = BR * 8, TU = BC * 8 / NT;    // invocations; 8-float groups of a chunk each
+const uint BR = 32, BC = 64, DC = 64;  // query rows, keys per block, dims per staged chunk
 const uint LDK = DC / 8 + 1;           // uvec4 per staged K / V row (8 halves each), padded
 const uint LDP = BC / 8 + 1;           // uvec4 per P row
 const uint LDS = BC + 4;               // floats per S row
@@ -103,11 +98,11 @@ void main() {
 
   // Index fragments: element e of any F32M lies at row ridx[e], column cidx[e].
   F32M ridx, cidx;
-  for (uint i = tid; i < 256; i += NT) sf[i] = float(i / 16);
+  sf[tid] = float(tid / 16);
   barrier();
   coopMatLoadNV(ridx, sf, 0, 16, false);
   barrier();
-  for (uint i = tid; i < 256; i += NT) sf[i] = float(i % 16);
+  sf[tid] = float(tid % 16);
   barrier();
   coopMatLoadNV(cidx, sf, 0, 16, false);
   if (tid < BR) ts_sh[tid] = tid / group < tpw && t0 + tid / group < step.m ? ts[qrow0 + tid] : 0.0;
@@ -117,11 +112,11 @@ void main() {
   // With a K chunk, the rows' q chunk (hi, lo: row tid / 8, dims 64 c + 8 (tid % 8) ..), staged
   // in P's place (P is written after the block's last K chunk and read before the next block's
   // first).
-  vec4 reg[TU][2];
+  vec4 reg[2][2];
   uvec4 qreg[2];
 #define LOAD_TILE(b_, isv_, c_)                                                       \
-  [[unroll]] for (uint u = 0; u < TU; ++u) {                                          \
-    const uint i = tid + NT * u, key = (b_) + i / 8, d0 = (c_) * DC + 8 * (i % 8);    \
+  [[unroll]] for (uint u = 0; u < 2; ++u) {                                           \
+    const uint i = tid + 256 * u, key = (b_) + i / 8, d0 = (c_) * DC + 8 * (i % 8);   \
     const uint base = (RingSlot(key) * width + kvh * hd + d0) / 4;                    \
     [[unroll]] for (uint w = 0; w < 2; ++w) {                                         \
       const bool ok = key <= hi && d0 + 4 * w < hd;                                   \
@@ -134,8 +129,8 @@ void main() {
     qreg[1] = ql[qi_];                                                                \
   }
 #define STORE_TILE(isv_)                                                          \
-  [[unroll]] for (uint u = 0; u < TU; ++u) {                                      \
-    const uint i = tid + NT * u, key = i / 8, g = i % 8;                          \
+  [[unroll]] for (uint u = 0; u < 2; ++u) {                                       \
+    const uint i = tid + 256 * u, key = i / 8, g = i % 8;                         \
     const uvec2 a = Split2(reg[u][0].xy), b2 = Split2(reg[u][0].zw);              \
     const uvec2 c2 = Split2(reg[u][1].xy), d2 = Split2(reg[u][1].zw);             \
     kvs[key * LDK + g] = uvec4(a.x, b2.x, c2.x, d2.x);                            \

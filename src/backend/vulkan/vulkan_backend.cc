@@ -969,8 +969,15 @@ class VulkanBackend : public Backend {
       int max_cols = std::max({H, qw, imax, P});
       coop_ld_max_ = static_cast<uint32_t>((max_cols + 63) / 64 * 8);
       coop_slot_bytes_ = size_t(C) * coop_ld_max_ * 16;
+      // attention_cm's split q rows (a chunk's tokens x heads, a workgroup's padding rows past
+      // them) in two slots, their scales in a slot's split-K region.
+      const size_t qrows = size_t(C) * nh + 32;
+      const size_t qld = hdmax <= 64 ? 8 : hdmax <= 256 ? 32 : 64;
+      if (attn_cm_) coop_slot_bytes_ = std::max(coop_slot_bytes_, qrows * qld * 16);
       xqc_ = Reserve(Pool::kDevice, coop_slot_bytes_ * kCoopSlots);
-      coop_part_bytes_ = (size_t(C) * std::max({H, qw, P, kvw}) * 4 + 255) / 256 * 256;
+      coop_part_bytes_ =
+          (std::max(size_t(C) * std::max({H, qw, P, kvw}), attn_cm_ ? qrows : 0) * 4 + 255) / 256 *
+          256;
       partc_ = Reserve(Pool::kDevice, coop_part_bytes_ * kCoopSlots);
     }
     // Host: inputs of a step and the readback.

@@ -840,6 +840,21 @@ TEST(VulkanKernels, LongPromptChunkMatchesReference) {
   ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 256, .slack = 128}, 100, 101, 7);
 }
 
+// Where the backend says its prefill attention runs on matrix units, a `m`-token step's profile
+// lists attention_cm (so the tests below cover it there; caches not advanced).
+void ExpectMatrixUnitAttentionWhereOffered(Backend& vk, int V, int m) {
+  VulkanStats st;
+  ASSERT_TRUE(GetVulkanStats(vk, &st));
+  if (st.kernels.find("prefill attention matrix units") == std::string::npos) return;
+  std::vector<int32_t> tokens(m);
+  for (int i = 0; i < m; ++i) tokens[i] = (i * 13 + 1) % V;
+  const auto prof = ProfileVulkanStep(vk, tokens);
+  if (prof.empty()) return;  // (no timestamps)
+  bool found = false;
+  for (const auto& [k, us] : prof) found = found || k.rfind("attention_cm", 0) == 0;
+  EXPECT_TRUE(found) << "the prefill attention did not run on matrix units";
+}
+
 // A 200-token prompt in chunks of 64 (the last one 8 tokens: every chunk takes the prefill
 // attention, on matrix units where the device runs them), the sliding windows wrapping their rings,
 // every position's logits against the CPU reference; two fixtures (query heads per K/V head 4 and
@@ -852,6 +867,7 @@ TEST(VulkanKernels, PromptInSeveralChunksMatchesReference) {
     auto vk = MakeVulkan(*model, opt);
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     ASSERT_EQ(vk->capabilities().max_chunk, 64);
+    ExpectMatrixUnitAttentionWhereOffered(*vk, model->text().vocab_size, 64);
     ExpectPromptLogitsMatchReference(*model, *vk, opt, 200, 31, 5);
   }
 }
@@ -1564,6 +1580,7 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine (" << e.what() << ")";
   }
   ASSERT_EQ(vk->capabilities().max_chunk, 20);
+  ExpectMatrixUnitAttentionWhereOffered(*vk, model->text().vocab_size, 20);
   ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 128, .slack = 20}, 45, 37, 2);
   }
 }

@@ -804,6 +804,7 @@ class VulkanBackend : public Backend {
     // kernel test's worst rows 6.9e-5 / 6.7e-5 against 9.9e-5 / 1.0e-4 with 0 and 1.0e-4 / 1.3e-4
     // with 2, which took 1.6x the time.)
     attn_cm_acc_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_CM_ACC", 1), 0, 2));
+    attn_cm_rot_ = EnvInt("GEMMA_VULKAN_ATTN_CM_ROT", 0) != 0 ? 1u : 0u;
     for (const LayerWeights& w : model_.layer_weights()) {
       float kmax = 1.0f;  // layers without K norm weights (KV-shared layers read their owner's)
       for (float v : w.k_norm) kmax = std::max(kmax, std::fabs(v));
@@ -2549,10 +2550,13 @@ class VulkanBackend : public Backend {
     b[3] = CoopSlot(sl);
     b[4] = CoopPart(sh);
     b[5] = out;
-    Dispatch(rc, nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8",
-             {attn_cm_acc_}, b,
-             &ap, sizeof(ap), (static_cast<uint32_t>(m) + tpw - 1) / tpw,
-             static_cast<uint32_t>(nkv), 1, /*local_size=*/0);
+    Dispatch(rc,
+             nch == 1   ? "attention_cm1"
+             : nch == 4 ? "attention_cm4"
+                        : "attention_cm8",
+             {attn_cm_acc_, attn_cm_rot_}, b, &ap, sizeof(ap),
+             (static_cast<uint32_t>(m) + tpw - 1) / tpw, static_cast<uint32_t>(nkv), 1,
+             /*local_size=*/0);
     Barrier(rc);
   }
 
@@ -3105,6 +3109,7 @@ class VulkanBackend : public Backend {
   uint32_t coop_bm_ = 64;
   bool attn_cm_ = false;  // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
   uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC
+  uint32_t attn_cm_rot_ = 0;  // GEMMA_VULKAN_ATTN_CM_ROT: its key blocks in a rotated order
   // attention_cm's shapes: head dims up to 512 in 16-byte vectors, query heads per K/V head
   // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot.
   bool AttnCmShape(int hd, int nh, int nkv, int m) const {

@@ -31,6 +31,7 @@ layout(local_size_x = 256) in;
 // over a chunk, 1 apart from them inside the units over a chunk, 2 into f32 sums every 16-column
 // step.
 layout(constant_id = 1) const uint ACC = 1;
+layout(constant_id = 2) const uint ROT = 0;
 layout(std430, binding = 0) readonly buffer QH { uvec4 qh[]; };
 layout(std430, binding = 1) readonly buffer KC { vec4 kc4[]; };
 layout(std430, binding = 2) readonly buffer VC { vec4 vc4[]; };
@@ -154,8 +155,14 @@ void main() {
   const float kNegInf = -1.0 / 0.0;
   float m_run = kNegInf, l_run = 0.0;
 
-  if (lo <= hi) LOAD_TILE(lo, false, 0);
-  for (uint b = lo; b <= hi; b += BC) {
+  // Blocks in a rotated order (ROT 1): workgroup w starts at block w mod nb and wraps, so the
+  // workgroups running at once read different K / V rows (the softmax is online: any order).
+  const uint nb = lo <= hi ? (hi - lo) / BC + 1 : 0u;
+  const uint rot = ROT == 1 && nb > 0 ? gl_WorkGroupID.x % nb : 0u;
+  if (nb > 0) LOAD_TILE(lo + rot * BC, false, 0);
+  for (uint bi = 0; bi < nb; ++bi) {
+    const uint b = lo + ((bi + rot) % nb) * BC;
+    const uint bnext = lo + ((bi + 1 + rot) % nb) * BC;
     F32M stot = F32M(0.0);
     [[unroll]] for (uint c = 0; c < NCH; ++c) {
       barrier();
@@ -222,8 +229,8 @@ void main() {
       barrier();
       if (c + 1 < NCH) {
         LOAD_TILE(b, true, c + 1);
-      } else if (b + BC <= hi) {
-        LOAD_TILE(b + BC, false, 0);
+      } else if (bi + 1 < nb) {
+        LOAD_TILE(bnext, false, 0);
       }
       F32M acc = F32M(0.0), hh = F32M(0.0), cross = F32M(0.0);
       [[unroll]] for (uint ks = 0; ks < BC / 16; ++ks) {

@@ -31,7 +31,7 @@ layout(local_size_x = 256) in;
 // over a chunk, 1 apart from them inside the units over a chunk, 2 into f32 sums every 16-column
 // step.
 layout(constant_id = 1) const uint ACC = 1;
-layout(constant_id = 2) const uint ROT = 0;
+layout(constant_id = 2) const uint ROT = 1;
 layout(std430, binding = 0) readonly buffer QH { uvec4 qh[]; };
 layout(std430, binding = 1) readonly buffer KC { vec4 kc4[]; };
 layout(std430, binding = 2) readonly buffer VC { vec4 vc4[]; };

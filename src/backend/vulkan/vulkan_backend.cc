@@ -795,9 +795,9 @@ class VulkanBackend : public Backend {
     // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the
     // 1,024-token prefill 31.6 against 44.6 ms, 8,192 tokens 28,900 against 11,600 tok/s
     // (bench/NOTES.md, twenty-fourth session).
-    // The K rows are split into f16 terms unscaled: every layer's K norm weights times sqrt(head
-    // dim) (a normalized row's largest magnitude) must stay well inside f16 (V's norm has no
-    // weights).
+    // The K rows are split into f16 terms unscaled: every layer's largest K norm weight times
+    // sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes)
+    // must stay well inside f16 (V's norm has no weights).
     attn_cm_ = coop_ && !attn_tiled_ && dev_->subgroup_size() == 32 &&
                dev_->max_shared_bytes() >= kAttnCmShared && EnvInt("GEMMA_VULKAN_ATTN_CM", 1) != 0;
     // (ACC 1: the most accurate of the three forms on the H200 at the speed of the fastest; the
@@ -975,8 +975,8 @@ class VulkanBackend : public Backend {
       // attention_cm's split q rows (a chunk's tokens x heads, a workgroup's padding rows past
       // them) in two slots, their scales in a slot's split-K region.
       const size_t qrows = size_t(C) * nh + 32;
-      const size_t qld = hdmax <= 64 ? 8 : hdmax <= 256 ? 32 : 64;
-      if (attn_cm_) coop_slot_bytes_ = std::max(coop_slot_bytes_, qrows * qld * 16);
+      if (attn_cm_)
+        coop_slot_bytes_ = std::max(coop_slot_bytes_, qrows * AttnCmChunks(hdmax) * 8 * 16);
       xqc_ = Reserve(Pool::kDevice, coop_slot_bytes_ * kCoopSlots);
       coop_part_bytes_ =
           (std::max(size_t(C) * std::max({H, qw, P, kvw}), attn_cm_ ? qrows : 0) * 4 + 255) / 256 *
@@ -2528,7 +2528,7 @@ class VulkanBackend : public Backend {
   // one K/V head per workgroup, into out[t][nh hd].
   void AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, const BufRange& v,
                 const BufRange& out, int nh, int nkv, int hd, int ring, int window, int m) {
-    const uint32_t nch = hd <= 64 ? 1u : hd <= 256 ? 4u : 8u, qld = nch * 8;
+    const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
     const uint32_t group = static_cast<uint32_t>(nh / nkv), tpw = 32 / group;
     const int sh = TakeCoopSlot(), sl = TakeCoopSlot();
     const SplitQPush qp{static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u, qld,
@@ -2568,8 +2568,7 @@ class VulkanBackend : public Backend {
                                int hd, int ring, int window, int pos0, int m) {
     if (!attn_cm_ || nh % nkv != 0) return {};
     const size_t qn = size_t(m) * nh * hd, kvn = size_t(ring) * nkv * hd;
-    const size_t qld = hd <= 64 ? 8 : hd <= 256 ? 32 : 64;
-    const size_t slot_bytes = (size_t(m) * nh + 32) * qld * 16;
+    const size_t slot_bytes = (size_t(m) * nh + 32) * AttnCmChunks(hd) * 8 * 16;
     const size_t part_bytes = ((size_t(m) * nh + 32) * 4 + 255) / 256 * 256;
     Buf qb = Reserve(Pool::kDevice, qn * 4), kb = Reserve(Pool::kDevice, kvn * 4),
         vb = Reserve(Pool::kDevice, kvn * 4), ob = Reserve(Pool::kDevice, qn * 4),
@@ -3112,14 +3111,18 @@ class VulkanBackend : public Backend {
   bool attn_cm_ = false;  // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
   uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC
   uint32_t attn_cm_rot_ = 1;  // GEMMA_VULKAN_ATTN_CM_ROT: its key blocks in a rotated order
+  // attention_cm's 64-dim chunks of a head (its build: attention_cm1 / 4 / 8); q's split rows
+  // hold 8 x that many 16-byte vectors.
+  static uint32_t AttnCmChunks(int hd) { return hd <= 64 ? 1u : hd <= 256 ? 4u : 8u; }
   // attention_cm's shapes: head dims up to 512 in 16-byte vectors, query heads per K/V head
-  // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot.
+  // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot
+  // and their split_f16 workgroups (one a row) within the guaranteed grid height.
   bool AttnCmShape(int hd, int nh, int nkv, int m) const {
     const int group = nh / nkv;
     if (hd % 4 != 0 || hd > 512 || nh % nkv != 0 || group > 32 || 32 % group != 0) return false;
-    const size_t qld = hd <= 64 ? 8 : hd <= 256 ? 32 : 64;
-    return (size_t(m) * nh + 32) * qld * 16 <= coop_slot_bytes_ &&
-           (size_t(m) * nh + 32) * 4 <= coop_part_bytes_;
+    const size_t rows = size_t(m) * nh + 32;
+    return rows - 32 <= 65535 && rows * AttnCmChunks(hd) * 8 * 16 <= coop_slot_bytes_ &&
+           rows * 4 <= coop_part_bytes_;
   }
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;

@@ -2531,8 +2531,13 @@ class VulkanBackend : public Backend {
     const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
     const uint32_t group = static_cast<uint32_t>(nh / nkv), tpw = 32 / group;
     const int sh = TakeCoopSlot(), sl = TakeCoopSlot();
-    const SplitQPush qp{static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u, qld,
-                        static_cast<uint32_t>(nh), group, static_cast<uint32_t>(m)};
+    const SplitQPush qp{static_cast<uint32_t>(hd),
+                        static_cast<uint32_t>(nh * hd),
+                        0u,
+                        qld,
+                        static_cast<uint32_t>(nh),
+                        group,
+                        static_cast<uint32_t>(m)};
     std::array<BufRange, vk::kBindings> qb{};
     qb[2] = q;
     qb[3] = CoopSlot(sh);
@@ -2541,9 +2546,12 @@ class VulkanBackend : public Backend {
     Dispatch(rc, "split_f16", {1u}, qb, &qp, sizeof(qp), 1, static_cast<uint32_t>(m * nh), 1,
              /*local_size=*/0);
     Barrier(rc);
-    const AttnCmPush ap{static_cast<uint32_t>(nh),     static_cast<uint32_t>(nkv),
-                        static_cast<uint32_t>(hd),     static_cast<uint32_t>(ring),
-                        static_cast<uint32_t>(window), static_cast<uint32_t>(nh * hd),
+    const AttnCmPush ap{static_cast<uint32_t>(nh),
+                        static_cast<uint32_t>(nkv),
+                        static_cast<uint32_t>(hd),
+                        static_cast<uint32_t>(ring),
+                        static_cast<uint32_t>(window),
+                        static_cast<uint32_t>(nh * hd),
                         qld};
     std::array<BufRange, vk::kBindings> b{};
     b[0] = CoopSlot(sh);
@@ -3108,7 +3116,7 @@ class VulkanBackend : public Backend {
     return false;
   }
   uint32_t coop_bm_ = 64;
-  bool attn_cm_ = false;  // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
+  bool attn_cm_ = false;      // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
   uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC
   uint32_t attn_cm_rot_ = 1;  // GEMMA_VULKAN_ATTN_CM_ROT: its key blocks in a rotated order
   // attention_cm's 64-dim chunks of a head (its build: attention_cm1 / 4 / 8); q's split rows

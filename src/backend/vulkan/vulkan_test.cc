@@ -432,13 +432,13 @@ TEST(VulkanKernels, PrefillAttentionOnMatrixUnitsMatchesReference) {
     r = r * 1664525u + 1013904223u;
     return static_cast<float>(r >> 8) / 16777216.0f * 2.0f - 1.0f;
   };
-  // n rows of hd values, each normalized (RMS 1) and multiplied by w (and by `scale` for row i
-  // when scale(i) is given).
+  // n rows of hd values, each normalized (RMS 1) and multiplied by w and by scale(row).
   auto rows = [&](int n, int hd, const std::vector<float>& w, auto scale) {
     std::vector<float> x(size_t(n) * hd);
     for (int i = 0; i < n; ++i) {
       double ss = 0;
-      for (int d = 0; d < hd; ++d) ss += double(x[size_t(i) * hd + d] = uni()) * x[size_t(i) * hd + d];
+      for (int d = 0; d < hd; ++d)
+        ss += double(x[size_t(i) * hd + d] = uni()) * x[size_t(i) * hd + d];
       const float f = static_cast<float>(1.0 / std::sqrt(ss / hd + 1e-6));
       for (int d = 0; d < hd; ++d) x[size_t(i) * hd + d] *= f * w[d] * scale(i);
     }
@@ -1559,29 +1559,29 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
   const Knob knobs[] = {{"1", "0", "0"}, {"0", "1", "0"}, {"0", "2", "0"}, {"0", "3", "0"},
                         {"0", "4", "0"}, {"0", "0", "0"}, {"0", "4", "1"}};
   for (const auto& [tiled, pf, cm] : knobs) {
-  SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf +
-               " GEMMA_VULKAN_ATTN_CM=" + cm);
-  auto model = LoadFixture("tiny_dense_bf16");
-  std::unique_ptr<Backend> vk;
-  setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
-  setenv("GEMMA_VULKAN_ATTN_PF", pf, 1);
-  setenv("GEMMA_VULKAN_ATTN_CM", cm, 1);
-  auto unset = [] {
-    unsetenv("GEMMA_VULKAN_ATTN_TILED");
-    unsetenv("GEMMA_VULKAN_ATTN_PF");
-    unsetenv("GEMMA_VULKAN_ATTN_CM");
-  };
-  try {
-    vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});
-    unset();
-  } catch (const Error& e) {
-    unset();
-    if (e.code() != ErrorCode::kDevice) throw;
-    GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine (" << e.what() << ")";
-  }
-  ASSERT_EQ(vk->capabilities().max_chunk, 20);
-  ExpectMatrixUnitAttentionWhereOffered(*vk, model->text().vocab_size, 20);
-  ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 128, .slack = 20}, 45, 37, 2);
+    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf +
+                 " GEMMA_VULKAN_ATTN_CM=" + cm);
+    auto model = LoadFixture("tiny_dense_bf16");
+    std::unique_ptr<Backend> vk;
+    setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
+    setenv("GEMMA_VULKAN_ATTN_PF", pf, 1);
+    setenv("GEMMA_VULKAN_ATTN_CM", cm, 1);
+    auto unset = [] {
+      unsetenv("GEMMA_VULKAN_ATTN_TILED");
+      unsetenv("GEMMA_VULKAN_ATTN_PF");
+      unsetenv("GEMMA_VULKAN_ATTN_CM");
+    };
+    try {
+      vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});
+      unset();
+    } catch (const Error& e) {
+      unset();
+      if (e.code() != ErrorCode::kDevice) throw;
+      GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine (" << e.what() << ")";
+    }
+    ASSERT_EQ(vk->capabilities().max_chunk, 20);
+    ExpectMatrixUnitAttentionWhereOffered(*vk, model->text().vocab_size, 20);
+    ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 128, .slack = 20}, 45, 37, 2);
   }
 }
 

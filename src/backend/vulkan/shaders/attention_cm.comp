@@ -97,15 +97,12 @@ void main() {
                                                                     : 0u;
   const uint hi = step.pos0 + tend - 1;
 
-  // Index fragments: element e of any F32M lies at row ridx[e], column cidx[e].
+  // Index fragments: element e of any F32M lies at row ridx[e], column cidx[e] (cidx loaded
+  // after the key loop, where the output needs it: fewer registers held through the loop).
   F32M ridx, cidx;
   sf[tid] = float(tid / 16);
   barrier();
   coopMatLoadNV(ridx, sf, 0, 16, false);
-  barrier();
-  sf[tid] = float(tid % 16);
-  barrier();
-  coopMatLoadNV(cidx, sf, 0, 16, false);
   if (tid < BR) ts_sh[tid] = tid / group < tpw && t0 + tid / group < step.m ? ts[qrow0 + tid] : 0.0;
 
   // The K / V chunk (keys b .. b + 63, dims 64 c ..) as 8 floats x 2 per invocation; zeros past
@@ -254,7 +251,10 @@ void main() {
     }
   }
   if (spart == 0) l_sh[srow] = l_run;
+  barrier();  // (every softmax's reads of sf are done)
+  sf[tid] = float(tid % 16);
   barrier();
+  coopMatLoadNV(cidx, sf, 0, 16, false);
   [[unroll]] for (uint c = 0; c < NCH; ++c) {
     [[unroll]] for (uint e = 0; e < 8; ++e) {
       if (e < oacc[c].length()) {

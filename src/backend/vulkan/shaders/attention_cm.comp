@@ -3,21 +3,24 @@
 // a workgroup takes BR = 32 query rows of one K/V head, the rows being (token, query head of the
 // group) pairs (32 / group consecutive tokens, every query head of the group), so each K/V row it
 // stages serves all of them. Keys go in blocks of BC = 64 over the union of the rows' ranges (a row
-// masks the keys outside its own causal / sliding range):
+// masks the keys outside its own causal / sliding range), each workgroup starting at a rotated
+// block (ROT) so the workgroups running at once read different rows:
 //   S = q K^T on the units, q and K as hi + lo f16 terms (~22 significant bits: hi rounded to 11
-//     bits by integer operations, lo = f16(x - hi)), three products per 16-column step (hi hi, hi lo,
-//     lo hi) in f32, the hi x hi products' sums added into f32 running sums by ordinary adds each
-//     16-column step (the units' own accumulation rounds coarser: ADD_INTO below);
+//     bits by integer operations, lo = f16(x - hi)), three products per 16-column step (hi hi,
+//     hi lo, lo hi), the hi x hi products summed apart from the cross terms (ACC 1) and each
+//     64-column chunk's sums added into f32 running sums by ordinary adds (the units' own
+//     accumulation rounds coarser: ADD_INTO below);
 //   the rows' online softmax in f32 (max, exp, sum), as transformers' eager attention;
 //   O = O c + P V with P and V split the same way, each block's products added into the f32 O.
 // q comes from split_f16.comp (QROWS 1: rows in [K/V head][token][group] order, each scaled by its
 // own power of two, ts, which S is multiplied by); K / V are the f32 cache rows, split as they are
 // staged in shared memory (K chunks of 64 keys x 64 dims with the rows' q chunk, then V chunks),
-// the next chunk's global loads issued before the current chunk's products. Element positions of a 16 x 16 f32 fragment
-// (implementation-defined, the same for every fragment of the type) come from two index fragments
-// loaded at the start. Values must fit f16: q is scaled per row, K and V are normalized rows (the
-// host checks the K norm's weights; V's norm has none). Needs subgroups of 32 (8 per workgroup).
-// Built as attention_cm{1,4,8}: head dims up to 64 NCH.
+// the next chunk's global loads issued before the current chunk's products. Element positions of
+// a 16 x 16 f32 fragment (implementation-defined, the same for every fragment of the type) come
+// from two index fragments (row and column numbers loaded as matrices). Values must fit f16: q is
+// scaled per row, K and V are normalized rows (the host checks the K norm's weights; V's norm has
+// none). Needs subgroups of 32 (8 per workgroup). Built as attention_cm{1,4,8}: head dims up to
+// 64 NCH.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -86,7 +89,7 @@ uint RingSlot(uint j) { return j % p.ring; }
   }
 
 void main() {
-  const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+  const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
   const uint kvh = gl_WorkGroupID.y;
   const uint group = p.nh / p.nkv, tpw = BR / group;  // tokens per workgroup
   const uint t0 = gl_WorkGroupID.x * tpw;

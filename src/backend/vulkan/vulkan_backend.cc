@@ -737,6 +737,8 @@ class VulkanBackend : public Backend {
         light_barrier_ = vk::Device::BarrierKind::kFull;
     }
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
+    flag_every_ = EnvInt("GEMMA_VULKAN_FLAG_EVERY", 0);
+    flag_split_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_FLAG_SPLIT", 1), 1, 16));
     probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
     step_times_ = EnvInt("GEMMA_VULKAN_STEP_TIMES", 0) != 0 && dev_->has_timestamps();
     // One-token steps submitted before their inputs are written: the command buffer waits on a
@@ -958,7 +960,7 @@ class VulkanBackend : public Backend {
     step_ = F(4);
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
-    flags_ = F(empty_mode_ == 8 ? 64 * 1024 : 1024);  // GEMMA_VULKAN_EMPTY=7 / 8's counters
+    flags_ = F(empty_mode_ == 8 ? 64 * 4096 : 1024);  // GEMMA_VULKAN_EMPTY=7 / 8's counters
     grid_ = F(64);
     prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
     probe_sink_ = probe_all_ ? F(2 * 16 * 4096) : Buf{};
@@ -1101,6 +1103,8 @@ class VulkanBackend : public Backend {
     // GEMMA_VULKAN_EMPTY=8: dispatch index, the previous phase's first dispatch + 1 (0: no wait)
     // and count, the current phase's first dispatch.
     uint32_t flag_disp = 0, flag_wait = 0, flag_wait_n = 0, flag_first = 0;
+    // GEMMA_VULKAN_FLAG_EVERY=k with =8: light barriers seen (every k-th stays a pipeline barrier).
+    uint32_t flag_light = 0;
     // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
     // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
     // final norm.
@@ -1229,11 +1233,15 @@ class VulkanBackend : public Backend {
         bb[12] = flags_.r;
       }
       if (empty_mode_ == 8) {
-        es.resize(21, 0);
+        // GEMMA_VULKAN_FLAG_SPLIT=k: each dispatch counts itself on k lines (workgroup index mod
+        // k), so k atomics proceed at once
+        const uint32_t split = flag_split_;
+        es.resize(23, 0);
         es[17] = rc.flag_wait;
         es[18] = rc.flag_wait_n;
-        es[19] = std::min(rc.flag_disp, 1023u) + 1;
+        es[19] = std::min(rc.flag_disp, 4096u / split - 1) + 1;
         es[20] = gx * gy * gz;
+        es[22] = split;
         ++rc.flag_disp;
         bb[12] = flags_.r;
       }
@@ -1297,11 +1305,14 @@ class VulkanBackend : public Backend {
   void Barrier(Rec& rc) {
     ++rc.barriers;
     if (empty_mode_ == 8 && !rc.ops) {
-      // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags
-      rc.flag_wait = rc.light ? rc.flag_first + 1 : 0;
-      rc.flag_wait_n = rc.light ? rc.flag_disp - rc.flag_first : 0;
+      // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags;
+      // with GEMMA_VULKAN_FLAG_EVERY=k every k-th light barrier stays a pipeline barrier, so at
+      // most k phases' workgroups are in flight (and spinning) at once
+      const bool flag = rc.light && (flag_every_ <= 0 || ++rc.flag_light % flag_every_ != 0);
+      rc.flag_wait = flag ? rc.flag_first + 1 : 0;
+      rc.flag_wait_n = flag ? rc.flag_disp - rc.flag_first : 0;
       rc.flag_first = rc.flag_disp;
-      if (rc.light) return;
+      if (flag) return;
     }
     if (empty_mode_ == 7 && !rc.ops) {
       // (timing only) the next phase's workgroups wait for this one's count instead of a barrier
@@ -3103,6 +3114,8 @@ class VulkanBackend : public Backend {
   bool probe_all_ = false;  // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
   Buf probe_sink_;          // ... where the ones not reported write
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
+  int flag_every_ = 0;     // GEMMA_VULKAN_FLAG_EVERY: =8's pipeline barriers kept (every k-th)
+  uint32_t flag_split_ = 1;  // GEMMA_VULKAN_FLAG_SPLIT: =8's counter lines per dispatch
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_SHM: shared-memory words of the empty kernels by original shader prefix
   std::vector<std::pair<std::string, uint32_t>> empty_shm_;

@@ -44,6 +44,10 @@ layout(constant_id = 20) const uint N = 0;
 // driver for the shared-memory sizes the real kernels do (does a change of the L1 / shared split
 // between dependent dispatches cost time?).
 layout(constant_id = 21) const uint SHM = 1;
+// GEMMA_VULKAN_FLAG_SPLIT (mode 8): a dispatch's workgroups count themselves on SPLIT lines
+// (workgroup index mod SPLIT; line d SPLIT + j, its ready word 32 words on), so that many atomics
+// proceed at once; the next phase polls all of them.
+layout(constant_id = 22) const uint SPLIT = 1;
 shared uint pad[SHM];
 layout(std430, binding = 3) buffer Y { uint y[]; };
 layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
@@ -54,7 +58,18 @@ layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
 
 void main() {
   if (N > 0 && WAIT > 0) {
-    if (gl_LocalInvocationID.x == 0) {
+    // (SPLIT lines per dispatch: invocation i polls line i % SPLIT of dispatch WAIT - 1 + i / SPLIT)
+    const uint i = gl_LocalInvocationID.x;
+    if (SPLIT > 1 && i < WAIT_N * SPLIT) {
+      const uint w = (WAIT - 1 + i / SPLIT) * SPLIT + i % SPLIT;
+      for (uint k = 0; k < (1u << 22) && atomicLoad(flags[64 * w + 32], gl_ScopeDevice,
+                                                    gl_StorageSemanticsBuffer,
+                                                    gl_SemanticsRelaxed) == 0;
+           ++k) {
+      }
+      memoryBarrier(gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire);
+    }
+    if (SPLIT == 1 && i == 0) {
       for (uint d = WAIT - 1; d < WAIT - 1 + WAIT_N; ++d) {
         for (uint i = 0; i < (1u << 22) &&
                          atomicLoad(flags[64 * d + 32], gl_ScopeDevice, gl_StorageSemanticsBuffer,
@@ -107,11 +122,19 @@ void main() {
   if (N > 0) {
     barrier();
     if (gl_LocalInvocationID.x == 0) {
-      const uint d = SIG - 1;
+      const uint wg = gl_WorkGroupID.x +
+                      gl_NumWorkGroups.x * (gl_WorkGroupID.y + gl_NumWorkGroups.y * gl_WorkGroupID.z);
+      const uint j = wg % SPLIT;
+      const uint nj = N / SPLIT + (j < N % SPLIT ? 1u : 0u);
+      const uint d = (SIG - 1) * SPLIT + j;
       if (atomicAdd(flags[64 * d], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer,
-                    gl_SemanticsAcquireRelease) == N - 1)
+                    gl_SemanticsAcquireRelease) == nj - 1)
         atomicStore(flags[64 * d + 32], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer,
                     gl_SemanticsRelease);
+      // (fewer workgroups than lines: the lines nobody counts on are ready at once)
+      for (uint e = N; wg == 0 && e < SPLIT; ++e)
+        atomicStore(flags[64 * ((SIG - 1) * SPLIT + e) + 32], 1u, gl_ScopeDevice,
+                    gl_StorageSemanticsBuffer, gl_SemanticsRelaxed);
     }
   } else if (SIG > 0) {
     barrier();

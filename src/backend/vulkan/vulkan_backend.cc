@@ -364,6 +364,52 @@ class VulkanBackend : public Backend {
     std::sort(secs.begin(), secs.end());
     return bytes / secs[secs.size() / 2];
   }
+  // The device's streaming read bandwidth: readbw over the largest weight buffer (larger than
+  // the caches on the models benchmarked), passes of at least 512 MiB in all per command buffer,
+  // the median of `iters`. A floor that does not depend on how the weights are split into buffers
+  // (WeightReadBandwidth reads every buffer once, many of them small). 0 without timestamps.
+  double StreamReadBandwidth(int iters, size_t* range_bytes) {
+    if (!dev_->has_timestamps()) return 0.0;
+    BufRange big{};
+    auto add = [&](const DevLinear& d) {
+      for (const DevLinear::Part& p : d.parts)
+        if (p.w.handle >= 0 && p.w.r.size > big.size) big = p.w.r;
+    };
+    for (const DevLayer& l : layers_)
+      for (const DevLinear* d :
+           {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
+        add(*d);
+    add(ple_proj_);
+    add(lm_head_);
+    if (range_bytes) *range_bytes = big.size;
+    if (big.size < 16) return 0.0;
+    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(big.size / 16, 0xFFFFFFFFu));
+    const int passes = static_cast<int>(std::clamp<size_t>((size_t(512) << 20) / big.size, 1, 64));
+    const uint32_t cus = dev_->compute_units();
+    const uint32_t wgs = cus > 0 ? std::min<uint32_t>(65535, 8 * cus) : 256;
+    VkCommandBuffer cb = head_cmd_;
+    std::vector<double> secs;
+    for (int it = 0; it < iters + 1; ++it) {
+      Begin(cb, false);
+      dev_->ResetTimestamps(cb, 2);
+      dev_->WriteTimestamp(cb, 0);
+      Rec rc{cb};
+      for (int k = 0; k < passes; ++k) {
+        std::array<BufRange, vk::kBindings> b{};
+        b[0] = big;
+        b[3] = counter_.r;
+        Dispatch(rc, "readbw", {}, b, &n, sizeof(n), std::min<uint32_t>(wgs, (n + 255) / 256), 1,
+                 1, false);
+      }
+      dev_->WriteTimestamp(cb, 1);
+      End(cb);
+      dev_->Submit(cb);
+      const std::vector<double> ts = dev_->ReadTimestamps(2);
+      if (it > 0) secs.push_back((ts[1] - ts[0]) * 1e-9);
+    }
+    std::sort(secs.begin(), secs.end());
+    return double(n) * 16.0 * passes / secs[secs.size() / 2];
+  }
   // Empty dispatches (readbw with n = 0): timestamps around `n` of them, median of 5 passes.
   VulkanDispatchCost DispatchCost(int n) {
     VulkanDispatchCost c;
@@ -3224,6 +3270,11 @@ VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n) {
 double MeasureVulkanWeightReadBandwidth(Backend& backend) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   return vb ? vb->WeightReadBandwidth(5) : 0.0;
+}
+
+double MeasureVulkanStreamReadBandwidth(Backend& backend, size_t* range_bytes) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->StreamReadBandwidth(5, range_bytes) : 0.0;
 }
 
 std::string ProbeVulkanKernel(Backend& backend, std::span<const int32_t> tokens,

@@ -79,6 +79,10 @@ double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
 // Bytes per second a compute shader reads from all resident weight buffers at once (a pass over
 // the decode's weight traffic, timed with GPU timestamps; 0 without timestamps).
 double MeasureVulkanWeightReadBandwidth(Backend& backend);
+// Bytes per second a compute shader streams from the largest resident weight buffer (its size in
+// *range_bytes), read over and over: the device's streaming read bandwidth, a floor independent of
+// how the weights are split into buffers (0 without timestamps).
+double MeasureVulkanStreamReadBandwidth(Backend& backend, size_t* range_bytes = nullptr);
 // GPU time (us, timestamps) per dispatch of an empty kernel in a command buffer of `n` of them:
 // one workgroup each with a pipeline barrier between (what a dependent step pays per phase), the
 // same with `wide` workgroups, and one workgroup without barriers. Zeros without timestamps.

@@ -164,6 +164,10 @@ void Device::Init(const DeviceOptions& options) {
   }
   ts_period_ = p2.properties.limits.timestampPeriod;
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
+  discrete_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  for (uint32_t i = 0; i < mem_props_.memoryHeapCount; ++i)
+    if (mem_props_.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      device_local_bytes_ = std::max(device_local_bytes_, mem_props_.memoryHeaps[i].size);
 
   uint32_t nq = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, nullptr);

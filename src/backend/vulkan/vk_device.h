@@ -62,6 +62,9 @@ class Device {
   VkDeviceSize max_range() const { return max_range_; }
   uint32_t max_shared_bytes() const { return max_shared_; }  // per workgroup
   bool is_cpu() const { return cpu_; }
+  bool is_discrete() const { return discrete_; }
+  // The largest device-local memory heap, in bytes.
+  VkDeviceSize device_local_bytes() const { return device_local_bytes_; }
   // VK_KHR_shader_integer_dot_product enabled (shaders may use OpSDot on packed 4x8-bit values);
   // accelerated: the device reports the signed packed form as faster than emulation.
   bool int_dot() const { return int_dot_; }
@@ -165,7 +168,8 @@ class Device {
   bool subgroup_clock_ = false;
   bool pipe_stats_ = false;  // GEMMA_VULKAN_PIPE_STATS: print each pipeline's driver statistics
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
-  bool cpu_ = false;
+  bool cpu_ = false, discrete_ = false;
+  VkDeviceSize device_local_bytes_ = 0;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
   double last_submit_call_us_ = 0;
   float ts_period_ = 1;

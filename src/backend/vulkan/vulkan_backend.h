@@ -51,6 +51,12 @@ struct VulkanOptions {
   // variable GEMMA_VULKAN_RESIDENT_WGS (unset: off; -1: 2 per compute unit), 0 off. Not on CPU
   // devices.
   int resident_workgroups = -1;
+  // Longest prompt chunk evaluated at once (0: 1,024 tokens for models with a sliding window of
+  // at least 512 on a discrete GPU with at least 8 GiB of device-local memory, else 512;
+  // GEMMA_VULKAN_MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at 0, the
+  // sliding rings then hold window + max(window, chunk) entries; a caller's slack bounds the chunk
+  // instead (the chunk is at most the slack).
+  int max_chunk = 0;
 };
 
 // Throws gemma::Error(kDevice) when no usable Vulkan device exists.

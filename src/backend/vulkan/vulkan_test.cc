@@ -840,6 +840,40 @@ TEST(VulkanKernels, LongPromptChunkMatchesReference) {
   ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 256, .slack = 128}, 100, 101, 7);
 }
 
+// VulkanOptions::max_chunk with the slack left to the backend: the sliding rings grow to window +
+// chunk, a 150-token prompt runs in chunks of 48 (the window of 8 wrapping its ring), every
+// position's logits against the CPU reference; a rewind of the slack's length is exact (the next
+// step against a reference with the same rings, rewound alike). Without the option a fixture whose
+// window is below 512 keeps chunks of one window.
+TEST(VulkanKernels, ChunkOptionGrowsTheRings) {
+  auto model = LoadFixture("tiny_dense_bf16");
+  const int V = model->text().vocab_size, W = model->text().sliding_window;
+  auto plain = MakeVulkan(*model, {.capacity = 256});
+  if (!plain) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  EXPECT_EQ(plain->capabilities().max_chunk, std::min(W, 512));
+  plain.reset();
+  auto vk = CreateVulkanBackend(*model, {.capacity = 256}, {.max_chunk = 48});
+  ASSERT_EQ(vk->capabilities().max_chunk, 48);
+  ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 256}, 150, 31, 5);
+  // 150 cached in rings of W + 48: a rewind to 101 keeps every key position 101's window needs.
+  ASSERT_EQ(vk->cached(), 150);
+  ASSERT_TRUE(vk->Truncate(101));
+  auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 256, .slack = 48});
+  std::vector<int32_t> prompt(150);
+  for (int i = 0; i < 150; ++i) prompt[i] = static_cast<int32_t>((i * 31 + 5) % V);
+  ForwardResult a, b;
+  cpu->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &a);
+  ASSERT_TRUE(cpu->Truncate(101));
+  const int32_t next[1] = {17};
+  cpu->Forward({.tokens = next, .mode = OutputMode::kLogits}, &a);
+  vk->Forward({.tokens = next, .mode = OutputMode::kLogits}, &b);
+  ASSERT_EQ(b.logits.size(), size_t(V));
+  EXPECT_LT(RelL2(b.logits.data(), a.logits.data(), V), 1e-4);
+  // A rewind past the slack: the rings no longer hold that window, the backend resets.
+  EXPECT_FALSE(vk->Truncate(vk->cached() - 50));
+  EXPECT_EQ(vk->cached(), 0);
+}
+
 // Where the backend says its prefill attention runs on matrix units, a `m`-token step's profile
 // lists attention_cm (so the tests below cover it there; caches not advanced).
 void ExpectMatrixUnitAttentionWhereOffered(Backend& vk, int V, int m) {

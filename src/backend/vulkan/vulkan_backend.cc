@@ -2555,6 +2555,37 @@ class VulkanBackend : public Backend {
     }
   }
 
+  // Test hooks: test-sized matrix-unit input slots and split-K regions in place of the step's,
+  // restored when the scope ends (an exception included).
+  class CoopSlotsSwap {
+   public:
+    CoopSlotsSwap(VulkanBackend& b, const Buf& slots, size_t slot_bytes, const Buf& parts,
+                  size_t part_bytes)
+        : b_(b),
+          slots_(b.xqc_),
+          parts_(b.partc_),
+          slot_bytes_(b.coop_slot_bytes_),
+          part_bytes_(b.coop_part_bytes_) {
+      b.xqc_ = slots;
+      b.partc_ = parts;
+      b.coop_slot_bytes_ = slot_bytes;
+      b.coop_part_bytes_ = part_bytes;
+    }
+    ~CoopSlotsSwap() {
+      b_.xqc_ = slots_;
+      b_.partc_ = parts_;
+      b_.coop_slot_bytes_ = slot_bytes_;
+      b_.coop_part_bytes_ = part_bytes_;
+    }
+    CoopSlotsSwap(const CoopSlotsSwap&) = delete;
+    CoopSlotsSwap& operator=(const CoopSlotsSwap&) = delete;
+
+   private:
+    VulkanBackend& b_;
+    const Buf slots_, parts_;
+    const size_t slot_bytes_, part_bytes_;
+  };
+
   // Public to the free functions of vulkan_backend.h.
  public:
   // Runs one linear (epilogue 0 store, 1 gelu(lin) * second, 2 softcap) over n tokens on this
@@ -2571,15 +2602,11 @@ class VulkanBackend : public Backend {
     Buf slots = coop_ ? Reserve(Pool::kDevice, size_t(n) * coop_ld_max_ * 16 * kCoopSlots) : Buf{};
     Buf parts = coop_ ? Reserve(Pool::kDevice, part_bytes * kCoopSlots) : Buf{};
     dev_->Commit();
-    const Buf saved_slots = xqc_, saved_parts = partc_;
-    const size_t saved_bytes = coop_slot_bytes_, saved_part_bytes = coop_part_bytes_;
+    std::optional<CoopSlotsSwap> swap;
     if (coop_) {
       Resolve(slots);
       Resolve(parts);
-      xqc_ = slots;
-      partc_ = parts;
-      coop_slot_bytes_ = size_t(n) * coop_ld_max_ * 16;
-      coop_part_bytes_ = part_bytes;
+      swap.emplace(*this, slots, size_t(n) * coop_ld_max_ * 16, parts, part_bytes);
     }
     UploadLinear(d);
     if (second) UploadLinear(d2);
@@ -2595,10 +2622,6 @@ class VulkanBackend : public Backend {
     VkBufferCopy cp{yb.r.offset, host.r.offset, size_t(n) * lin.rows * 4};
     vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
     End(cb);
-    xqc_ = saved_slots;
-    partc_ = saved_parts;
-    coop_slot_bytes_ = saved_bytes;
-    coop_part_bytes_ = saved_part_bytes;
     dev_->Submit(cb);
     const float* f = reinterpret_cast<const float*>(host.r.mapped);
     return std::vector<float>(f, f + size_t(n) * lin.rows);
@@ -2667,12 +2690,7 @@ class VulkanBackend : public Backend {
         parts = Reserve(Pool::kDevice, part_bytes * kCoopSlots);
     dev_->Commit();
     for (Buf* b : {&qb, &kb, &vb, &ob, &host, &slots, &parts}) Resolve(*b);
-    const Buf saved_slots = xqc_, saved_parts = partc_;
-    const size_t saved_bytes = coop_slot_bytes_, saved_part_bytes = coop_part_bytes_;
-    xqc_ = slots;
-    partc_ = parts;
-    coop_slot_bytes_ = slot_bytes;
-    coop_part_bytes_ = part_bytes;
+    const CoopSlotsSwap swap(*this, slots, slot_bytes, parts, part_bytes);
     const bool shape = AttnCmShape(hd, nh, nkv, m);
     std::vector<float> r;
     if (shape) {
@@ -2693,10 +2711,6 @@ class VulkanBackend : public Backend {
       const float* f = reinterpret_cast<const float*>(host.r.mapped);
       r.assign(f, f + qn);
     }
-    xqc_ = saved_slots;
-    partc_ = saved_parts;
-    coop_slot_bytes_ = saved_bytes;
-    coop_part_bytes_ = saved_part_bytes;
     return r;
   }
 

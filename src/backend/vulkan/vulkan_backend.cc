@@ -305,6 +305,7 @@ class VulkanBackend : public Backend {
         (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
         (down_fuse_ && int_dot_ ? ", down projection summed by gate/up's workgroups" : "") +
         (head_norm_ ? ", last norms in the LM head's prologue" : "") +
+        (gpu_rows_ ? ", prompt rows decoded on the device" : "") +
         (attn_fused_ ? std::string(", one-token attention fused (") +
                            (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
                            (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
@@ -1056,6 +1057,11 @@ class VulkanBackend : public Backend {
           256;
       partc_ = Reserve(Pool::kDevice, coop_part_bytes_ * kCoopSlots);
     }
+    // Prompt chunks' embedding and PLE rows decoded on the device (embed_rows.comp) from the
+    // checkpoint's stored rows, where the kernel knows both tables' kinds (GEMMA_VULKAN_GPU_ROWS;
+    // 0: the host decodes them into f32 rows, 8x the staged bytes for the QAT checkpoint).
+    gpu_rows_ = EnvInt("GEMMA_VULKAN_GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
+                (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
     // Host: inputs of a step and the readback.
     in_x0_off_ = 256;
     in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
@@ -2299,8 +2305,12 @@ class VulkanBackend : public Backend {
     if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
     VkBufferCopy cp{base, step_.r.offset, 16};
     vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
-    cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
-    vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
+    if (m > 1 && gpu_rows_) {
+      RecordGpuRows(rc, model_.embed(), in_x0_off_, h_.r, m);
+    } else {
+      cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
+      vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
+    }
     // One-token steps (split): the PLE rows and the mask come from host memory, copied (with the
     // scratch fills) after the barrier: they are first read after the body's first phase (by the
     // ple kernel, the head, the first gate/up), which ends with a full barrier, so their copies
@@ -2325,7 +2335,9 @@ class VulkanBackend : public Backend {
     const VkDeviceSize tok_at = split ? in_side_.r.offset : base + in_tok_off_;
     const VkDeviceSize mask_at =
         split ? in_side_.r.offset + in_side_mask_off_ : base + in_mask_off_;
-    if (LP > 0) {
+    if (LP > 0 && m > 1 && gpu_rows_) {
+      RecordGpuRows(rc, model_.ple_embed(), in_tok_off_, tok_.r, m);
+    } else if (LP > 0) {
       const VkBufferCopy cp{tok_at, tok_.r.offset, size_t(m) * LP * 4};
       vkCmdCopyBuffer(rc.cmd, rest, tok_.r.buf, 1, &cp);
     }
@@ -2863,15 +2875,80 @@ class VulkanBackend : public Backend {
  private:
   // Writes a step's inputs into the host staging buffer: step values, embedding rows, PLE rows
   // and (select) the allowed mask.
+  // embed_rows.comp's kind code for a table it decodes (0: the host decodes it): bf16, f16, and
+  // quantized kinds with whole scale blocks, whose record (codes, then scales) is no longer than
+  // the f32 row the staging region holds.
+  static uint32_t GpuRowKind(const Embedding& e) {
+    if (e.cols <= 0 || !e.data) return 0;
+    switch (e.kind) {
+      case WeightKind::kBF16:
+        return e.row_bytes == size_t(e.cols) * 2 ? 1 : 0;
+      case WeightKind::kF16:
+        return e.row_bytes == size_t(e.cols) * 2 ? 2 : 0;
+      case WeightKind::kQ2:
+      case WeightKind::kQ4:
+      case WeightKind::kQ8: {
+        if (!e.scale || e.scale_blocks <= 0 || e.cols % e.scale_blocks != 0) return 0;
+        const int bits = WeightKindBits(e.kind);
+        if (e.row_bytes != (size_t(e.cols) * bits + 7) / 8) return 0;
+        if (GpuRowRecordWords(e) * 4 > size_t(e.cols) * 4) return 0;
+        return e.kind == WeightKind::kQ2 ? 3 : e.kind == WeightKind::kQ4 ? 4 : 5;
+      }
+      default:
+        return 0;
+    }
+  }
+  // u32 words of a token's record: the stored row (padded to a word), then its scale blocks.
+  static size_t GpuRowCodeWords(const Embedding& e) { return (e.row_bytes + 3) / 4; }
+  static size_t GpuRowRecordWords(const Embedding& e) {
+    return GpuRowCodeWords(e) + (IsQuantized(e.kind) ? size_t(e.scale_blocks) : 0);
+  }
+  // A token's record: the stored row, then (quantized kinds) its scales.
+  static void CopyGpuRowRecord(const Embedding& e, int32_t id, uint8_t* dst) {
+    std::memcpy(dst, e.data + size_t(id) * e.row_bytes, e.row_bytes);
+    if (IsQuantized(e.kind))
+      std::memcpy(dst + GpuRowCodeWords(e) * 4, e.scale + size_t(id) * e.scale_blocks,
+                  size_t(e.scale_blocks) * 4);
+  }
+  // The records of the staging region at byte `off` decoded into m rows of `out` (f32).
+  void RecordGpuRows(Rec& rc, const Embedding& e, VkDeviceSize off, const BufRange& out, int m) {
+    struct {
+      uint32_t cols, rec_words, rec0, scale_word, block, y_stride;
+      float embed_scale;
+    } pc{static_cast<uint32_t>(e.cols),
+         static_cast<uint32_t>(GpuRowRecordWords(e)),
+         static_cast<uint32_t>(off / 4),
+         static_cast<uint32_t>(GpuRowCodeWords(e)),
+         static_cast<uint32_t>(IsQuantized(e.kind) ? e.cols / e.scale_blocks : 1),
+         static_cast<uint32_t>(e.cols),
+         e.embed_scale};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = in_host_.r;
+    b[3] = out;
+    const uint32_t gx = std::min<uint32_t>(64, (static_cast<uint32_t>(e.cols) + 1023) / 1024);
+    Dispatch(rc, "embed_rows", {GpuRowKind(e)}, b, &pc, sizeof(pc), gx,
+             static_cast<uint32_t>(m), 1, /*local_size=*/0);
+  }
+
   void FillInputs(std::span<const int32_t> tokens, OutputMode mode,
                   const std::vector<uint64_t>* allowed) {
     const int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     uint8_t* in = in_host_.r.mapped;
     WriteStepValues(m);
+    const bool gpu = m > 1 && gpu_rows_;
     auto rows = [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) {
         const int32_t id = model_.EmbedId(tokens[t]);
+        if (gpu) {  // the stored rows (RecordGpuRows decodes them)
+          CopyGpuRowRecord(model_.embed(), id,
+                           in + in_x0_off_ + size_t(t) * GpuRowRecordWords(model_.embed()) * 4);
+          if (LP > 0)
+            CopyGpuRowRecord(
+                model_.ple_embed(), id,
+                in + in_tok_off_ + size_t(t) * GpuRowRecordWords(model_.ple_embed()) * 4);
+          continue;
+        }
         ref::EmbeddingRowFast(model_.embed(), id,
                               reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
         if (LP > 0) {
@@ -3011,8 +3088,8 @@ class VulkanBackend : public Backend {
     int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
     const bool inline_head = count <= head_rows_;
     const bool early = m == 1 && early_submit_ == 1 && !resident_;
+    const auto f0 = std::chrono::steady_clock::now();
     if (!early) {
-      const auto f0 = std::chrono::steady_clock::now();
       FillInputs(tokens, req.mode, req.allowed);
       if (step_times_ && m == 1)
         step_fill_us_.push_back(
@@ -3024,13 +3101,23 @@ class VulkanBackend : public Backend {
     } else if (m == 1) {
       SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
     } else {
+      const auto f1 = std::chrono::steady_clock::now();
       Begin(prefill_cmd_, false);
       Rec rc{prefill_cmd_};
       RecordInputs(rc, m, req.mode);
       out_first = RecordPromptStep(rc, m, pos0, out_first, count);
       if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
       End(prefill_cmd_);
+      const auto f2 = std::chrono::steady_clock::now();
       dev_->Submit(prefill_cmd_);
+      if (step_times_) {
+        // (measurement) a prompt chunk's host time: the rows' fill, the recording, the submission
+        // to its fence (the GPU's time and the wait's latency)
+        using us = std::chrono::duration<double, std::micro>;
+        std::fprintf(stderr, "prompt chunk of %d at %d: fill %.0f us, record %.0f us, submit to fence %.0f us\n",
+                     m, pos0, us(f1 - f0).count(), us(f2 - f1).count(),
+                     us(std::chrono::steady_clock::now() - f2).count());
+      }
     }
     window_.Commit(pos0 + m);
     history_.insert(history_.end(), tokens.begin(), tokens.end());
@@ -3192,6 +3279,7 @@ class VulkanBackend : public Backend {
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
+  bool gpu_rows_ = false;  // prompt chunks' rows decoded by embed_rows.comp (GEMMA_VULKAN_GPU_ROWS)
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
   int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written

@@ -759,7 +759,9 @@ void ExpectFullWidthSteps(const Model& model, const BackendOptions& opt, double 
 // and square root (RMS_FAST 0) and gate/up's input quantized per set (SHARE_X 0; the synthetic
 // scales are equal, so the default shares it). The fourth loads every FAST single-set linear's
 // first block early (PFE), the PLE gate's and the looping head's too, at the kernel's start
-// (PFE_LATE 0; the default issues them after a prologue's operand loads).
+// (PFE_LATE 0; the default issues them after a prologue's operand loads). The prompt's rows are
+// decoded on the device (embed_rows.comp: E2B's int2 embedding rows, int4 PLE rows with a scale
+// block per layer, rows longer than a workgroup's pass).
 TEST(VulkanBackend, FullWidthModelMatchesReference) {
   const SynthModel synth({.preset = "e2b-qat-mini",
                           .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" +
@@ -872,6 +874,43 @@ TEST(VulkanKernels, ChunkOptionGrowsTheRings) {
   // A rewind past the slack: the rings no longer hold that window, the backend resets.
   EXPECT_FALSE(vk->Truncate(vk->cached() - 50));
   EXPECT_EQ(vk->cached(), 0);
+}
+
+// Prompt chunks' embedding and PLE rows decoded on the device from the stored rows
+// (embed_rows.comp, the default where the kernel knows both tables' kinds) against the host's
+// decode into f32 rows (GEMMA_VULKAN_GPU_ROWS=0): every position's logits of a prompt in chunks
+// (the last one shorter), bit for bit, for int2 / int4 tables with scale blocks (tiny_qat), bf16
+// and f16 tables; f32 tables stay on the host. The stats say which path ran. (E2B's widths, rows
+// longer than a workgroup's pass: FullWidthModelMatchesReference's prompt against the CPU
+// reference.)
+TEST(VulkanBackend, PromptRowsDecodedOnTheDeviceMatchTheHostBitExactly) {
+  for (const auto& [name, gpu_expected] : std::vector<std::pair<const char*, bool>>{
+           {"tiny_qat", true},
+           {"tiny_dense_bf16", true},
+           {"tiny_e4b_like_f16", true},
+           {"tiny_dense_f32_noshare", false}}) {
+    SCOPED_TRACE(name);
+    auto model = LoadFixture(name);
+    const int V = model->text().vocab_size;
+    const BackendOptions opt = {.capacity = 96, .slack = 24};
+    auto gpu = MakeVulkan(*model, opt);
+    if (!gpu) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto host = MakeVulkanWith(*model, {{"GEMMA_VULKAN_GPU_ROWS", "0"}}, opt);
+    VulkanStats sg, sh;
+    ASSERT_TRUE(GetVulkanStats(*gpu, &sg) && GetVulkanStats(*host, &sh));
+    const std::string tag = "prompt rows decoded on the device";
+    EXPECT_EQ(sg.kernels.find(tag) != std::string::npos, gpu_expected) << sg.kernels;
+    EXPECT_EQ(sh.kernels.find(tag), std::string::npos);
+    const int n = 57;
+    std::vector<int32_t> prompt(n);
+    for (int i = 0; i < n; ++i) prompt[i] = static_cast<int32_t>((i * 37 + 11) % V);
+    ForwardResult a, b;
+    gpu->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &a);
+    host->Forward({.tokens = prompt, .mode = OutputMode::kLogits, .all_positions = true}, &b);
+    ASSERT_EQ(a.logits.size(), size_t(n) * V);
+    ASSERT_EQ(b.logits.size(), a.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0);
+  }
 }
 
 // Where the backend says its prefill attention runs on matrix units, a `m`-token step's profile

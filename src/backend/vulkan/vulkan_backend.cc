@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <map>
 #include <optional>
 #include <thread>
@@ -1060,6 +1062,7 @@ class VulkanBackend : public Backend {
     // Prompt chunks' embedding and PLE rows decoded on the device (embed_rows.comp) from the
     // checkpoint's stored rows, where the kernel knows both tables' kinds (GEMMA_VULKAN_GPU_ROWS;
     // 0: the host decodes them into f32 rows, 8x the staged bytes for the QAT checkpoint).
+    record_beside_ = EnvInt("GEMMA_VULKAN_RECORD_BESIDE", 1) != 0;
     gpu_rows_ = EnvInt("GEMMA_VULKAN_GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
                 (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
     // Host: inputs of a step and the readback.
@@ -2930,8 +2933,12 @@ class VulkanBackend : public Backend {
              static_cast<uint32_t>(m), 1, /*local_size=*/0);
   }
 
+  // `beside` (prompt chunks): run as one more task of the fill's pool, task 0, so it starts at once
+  // beside the rows' tasks (after them without a pool or below 64 tokens); its exception, if any,
+  // is rethrown here after the rows are written.
   void FillInputs(std::span<const int32_t> tokens, OutputMode mode,
-                  const std::vector<uint64_t>* allowed) {
+                  const std::vector<uint64_t>* allowed,
+                  const std::function<void()>* beside = nullptr) {
     const int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
     uint8_t* in = in_host_.r.mapped;
@@ -2964,12 +2971,26 @@ class VulkanBackend : public Backend {
       FillOneTokenSide(tokens[0]);
     } else if (m < 64 || !fill_pool_) {
       rows(0, m);
+      if (beside) (*beside)();
     } else {
-      const int tasks = fill_pool_->size();
+      // (with `beside`, one thread records: the rows' tasks one fewer)
+      const int tasks = std::max(1, fill_pool_->size() - (beside ? 1 : 0));
+      const int first = beside ? 1 : 0;
       const int per = (m + tasks - 1) / tasks;
-      fill_pool_->Run(tasks, [&](int task, int) {
-        rows(std::min(m, task * per), std::min(m, (task + 1) * per));
+      std::exception_ptr err;
+      fill_pool_->Run(tasks + first, [&](int task, int) {
+        if (task < first) {
+          try {
+            (*beside)();
+          } catch (...) {
+            err = std::current_exception();
+          }
+          return;
+        }
+        const int k = task - first;
+        rows(std::min(m, k * per), std::min(m, (k + 1) * per));
       });
+      if (err) std::rethrow_exception(err);
     }
     if (mode == OutputMode::kSelect) FillMask(m, allowed);
   }
@@ -3089,9 +3110,9 @@ class VulkanBackend : public Backend {
     const bool inline_head = count <= head_rows_;
     const bool early = m == 1 && early_submit_ == 1 && !resident_;
     const auto f0 = std::chrono::steady_clock::now();
-    if (!early) {
+    if (!early && m == 1) {
       FillInputs(tokens, req.mode, req.allowed);
-      if (step_times_ && m == 1)
+      if (step_times_)
         step_fill_us_.push_back(
             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0)
                 .count());
@@ -3101,21 +3122,38 @@ class VulkanBackend : public Backend {
     } else if (m == 1) {
       SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
     } else {
-      const auto f1 = std::chrono::steady_clock::now();
-      Begin(prefill_cmd_, false);
-      Rec rc{prefill_cmd_};
-      RecordInputs(rc, m, req.mode);
-      out_first = RecordPromptStep(rc, m, pos0, out_first, count);
-      if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
-      End(prefill_cmd_);
+      // Prompt chunks: the command buffer is recorded by one task of the fill's pool while the
+      // others gather the rows (the recording reads none of them), then submitted
+      // (GEMMA_VULKAN_RECORD_BESIDE=0: one after the other).
+      double record_us = 0;
+      const std::function<void()> record = [&] {
+        const auto r0 = std::chrono::steady_clock::now();
+        Begin(prefill_cmd_, false);
+        Rec rc{prefill_cmd_};
+        RecordInputs(rc, m, req.mode);
+        out_first = RecordPromptStep(rc, m, pos0, out_first, count);
+        if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
+        End(prefill_cmd_);
+        record_us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r0)
+                .count();
+      };
+      if (record_beside_) {
+        FillInputs(tokens, req.mode, req.allowed, &record);
+      } else {
+        FillInputs(tokens, req.mode, req.allowed);
+        record();
+      }
       const auto f2 = std::chrono::steady_clock::now();
       dev_->Submit(prefill_cmd_);
       if (step_times_) {
-        // (measurement) a prompt chunk's host time: the rows' fill, the recording, the submission
-        // to its fence (the GPU's time and the wait's latency)
+        // (measurement) a prompt chunk's host time: the rows' fill and the recording (beside it or
+        // after it), the submission to its fence (the GPU's time and the wait's latency)
         using us = std::chrono::duration<double, std::micro>;
-        std::fprintf(stderr, "prompt chunk of %d at %d: fill %.0f us, record %.0f us, submit to fence %.0f us\n",
-                     m, pos0, us(f1 - f0).count(), us(f2 - f1).count(),
+        std::fprintf(stderr,
+                     "prompt chunk of %d at %d: fill and record %.0f us (record %.0f us%s), "
+                     "submit to fence %.0f us\n",
+                     m, pos0, us(f2 - f0).count(), record_us, record_beside_ ? ", beside" : "",
                      us(std::chrono::steady_clock::now() - f2).count());
       }
     }
@@ -3280,6 +3318,7 @@ class VulkanBackend : public Backend {
   bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool gpu_rows_ = false;  // prompt chunks' rows decoded by embed_rows.comp (GEMMA_VULKAN_GPU_ROWS)
+  bool record_beside_ = true;  // prompt chunks recorded beside the rows' fill (..._RECORD_BESIDE)
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
   int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written

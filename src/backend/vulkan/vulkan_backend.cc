@@ -578,6 +578,7 @@ class VulkanBackend : public Backend {
     dev_.reset();
     for (auto& tier : decode_cmd_) tier.fill(VK_NULL_HANDLE);
     prefill_cmd_ = VK_NULL_HANDLE;
+    prompt_cmds_.clear();  // (their command buffers went with the device)
     weight_bytes_ = 0;
     vk::DeviceOptions dopt;
     dopt.index = vopt_.device_index;
@@ -1063,6 +1064,7 @@ class VulkanBackend : public Backend {
     // checkpoint's stored rows, where the kernel knows both tables' kinds (GEMMA_VULKAN_GPU_ROWS;
     // 0: the host decodes them into f32 rows, 8x the staged bytes for the QAT checkpoint).
     record_beside_ = EnvInt("GEMMA_VULKAN_RECORD_BESIDE", 1) != 0;
+    chunk_cache_ = std::clamp(EnvInt("GEMMA_VULKAN_CHUNK_CACHE", 4), 0, 64);
     gpu_rows_ = EnvInt("GEMMA_VULKAN_GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
                 (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
     // Host: inputs of a step and the readback.
@@ -2996,10 +2998,12 @@ class VulkanBackend : public Backend {
   }
 
   // The step's position and token count (the step buffer's values) at the staging buffer's start.
+  // Then (words 4-7) the step values of a prompt chunk's trailing shared layers, run for its last
+  // position alone (RecordPromptStep).
   void WriteStepValues(int m) {
-    const uint32_t step[4] = {static_cast<uint32_t>(window_.cached()), static_cast<uint32_t>(m), 0,
-                              0};
-    std::memcpy(in_host_.r.mapped, step, sizeof(step));
+    const uint32_t pos = static_cast<uint32_t>(window_.cached());
+    const uint32_t step[8] = {pos, static_cast<uint32_t>(m), 0, 0, pos + m - 1, 1, 0, 0};
+    std::memcpy(in_host_.r.mapped, step, m > 1 ? 32 : 16);
   }
 
   // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
@@ -3092,8 +3096,12 @@ class VulkanBackend : public Backend {
       cp = {ple_.r.offset + size_t(m - 1) * LP * 4, ple_.r.offset, size_t(LP) * 4};
       vkCmdCopyBuffer(rc.cmd, ple_.r.buf, ple_.r.buf, 1, &cp);
     }
-    const uint32_t step[4] = {static_cast<uint32_t>(pos0 + m - 1), 1u, 0u, 0u};
-    vkCmdUpdateBuffer(rc.cmd, step_.r.buf, step_.r.offset, sizeof(step), step);
+    // The tail's step values (position pos0 + m - 1, one token): written by FillInputs at the
+    // staging buffer's word 4 (WriteStepValues), so the recorded chunk does not depend on pos0 and
+    // can be replayed (RunChunk's cache of recorded chunks).
+    (void)pos0;
+    cp = {in_host_.r.offset + 16, step_.r.offset, 16};
+    vkCmdCopyBuffer(rc.cmd, in_host_.r.buf, step_.r.buf, 1, &cp);
     ZeroOneTokenScratch(rc.cmd);  // as a one-token step
     Barrier(rc);
     RecordBody(rc, 1, splits_, lc, L);
@@ -3125,27 +3133,57 @@ class VulkanBackend : public Backend {
       // Prompt chunks: the command buffer is recorded by one task of the fill's pool while the
       // others gather the rows (the recording reads none of them), then submitted
       // (GEMMA_VULKAN_RECORD_BESIDE=0: one after the other).
+      // A chunk's commands depend on its length, outputs and mode alone (positions and rows come
+      // from the staging buffer), so recorded chunks are kept and replayed (GEMMA_VULKAN_CHUNK_CACHE
+      // entries, 0: every chunk recorded anew): every full chunk of a long prompt but the first.
+      const PromptKey key{m, out_first, count, static_cast<int>(req.mode)};
+      PromptCmd* pc = nullptr;
+      for (PromptCmd& c : prompt_cmds_)
+        if (c.cmd != VK_NULL_HANDLE && c.key == key) pc = &c;
+      const bool hit = pc != nullptr;
+      if (!hit && chunk_cache_ > 0) {
+        if (prompt_cmds_.size() < static_cast<size_t>(chunk_cache_)) {
+          prompt_cmds_.push_back({key, dev_->AllocCommandBuffer(), 0, 0});
+          pc = &prompt_cmds_.back();
+        } else {  // the least recently used entry is recorded anew
+          pc = &*std::min_element(
+              prompt_cmds_.begin(), prompt_cmds_.end(),
+              [](const PromptCmd& a, const PromptCmd& b) { return a.used < b.used; });
+          pc->cmd = pc->cmd == VK_NULL_HANDLE ? dev_->AllocCommandBuffer() : pc->cmd;
+          pc->key = key;
+        }
+      }
+      const VkCommandBuffer cmd = pc ? pc->cmd : prefill_cmd_;
       double record_us = 0;
       const std::function<void()> record = [&] {
         const auto r0 = std::chrono::steady_clock::now();
-        Begin(prefill_cmd_, false);
-        Rec rc{prefill_cmd_};
+        if (pc) pc->key = PromptKey{};  // (incomplete until End: a throw leaves no entry)
+        Begin(cmd, pc != nullptr);
+        Rec rc{cmd};
         RecordInputs(rc, m, req.mode);
         out_first = RecordPromptStep(rc, m, pos0, out_first, count);
         if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
-        End(prefill_cmd_);
+        End(cmd);
+        if (pc) {
+          pc->key = key;
+          pc->out_first = out_first;
+        }
         record_us =
             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r0)
                 .count();
       };
-      if (record_beside_) {
+      if (hit) {
+        FillInputs(tokens, req.mode, req.allowed);
+        out_first = pc->out_first;
+      } else if (record_beside_) {
         FillInputs(tokens, req.mode, req.allowed, &record);
       } else {
         FillInputs(tokens, req.mode, req.allowed);
         record();
       }
+      if (pc) pc->used = ++prompt_cmd_clock_;
       const auto f2 = std::chrono::steady_clock::now();
-      dev_->Submit(prefill_cmd_);
+      dev_->Submit(cmd);
       if (step_times_) {
         // (measurement) a prompt chunk's host time: the rows' fill and the recording (beside it or
         // after it), the submission to its fence (the GPU's time and the wait's latency)
@@ -3153,7 +3191,10 @@ class VulkanBackend : public Backend {
         std::fprintf(stderr,
                      "prompt chunk of %d at %d: fill and record %.0f us (record %.0f us%s), "
                      "submit to fence %.0f us\n",
-                     m, pos0, us(f2 - f0).count(), record_us, record_beside_ ? ", beside" : "",
+                     m, pos0, us(f2 - f0).count(), record_us,
+                     hit              ? ", replayed"
+                     : record_beside_ ? ", beside"
+                                      : "",
                      us(std::chrono::steady_clock::now() - f2).count());
       }
     }
@@ -3319,6 +3360,20 @@ class VulkanBackend : public Backend {
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool gpu_rows_ = false;  // prompt chunks' rows decoded by embed_rows.comp (GEMMA_VULKAN_GPU_ROWS)
   bool record_beside_ = true;  // prompt chunks recorded beside the rows' fill (..._RECORD_BESIDE)
+  // Recorded prompt chunks kept for replay, by (tokens, first output, outputs, mode).
+  struct PromptKey {
+    int m = 0, out_first = -1, count = -1, mode = -1;
+    bool operator==(const PromptKey&) const = default;
+  };
+  struct PromptCmd {
+    PromptKey key;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    int out_first = 0;  // RecordPromptStep's value
+    uint64_t used = 0;  // the clock at its last use
+  };
+  std::vector<PromptCmd> prompt_cmds_;
+  uint64_t prompt_cmd_clock_ = 0;
+  int chunk_cache_ = 4;  // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
   int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written

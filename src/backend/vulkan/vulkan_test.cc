@@ -913,6 +913,49 @@ TEST(VulkanBackend, PromptRowsDecodedOnTheDeviceMatchTheHostBitExactly) {
   }
 }
 
+// Recorded prompt chunks are replayed for the next chunk of the same length, outputs and mode
+// (GEMMA_VULKAN_CHUNK_CACHE): chunks of 20 tokens returning their last position's logits (the
+// trailing shared layers run for that position alone, at a position the replayed commands read
+// from the staging buffer) at three positions, and all-positions chunks, bit for bit against a
+// backend that records every chunk anew, and (dense fixtures: with SRQ, f32 rounding differences
+// in attention can move a quantization step, tests/golden_util.h) against the CPU reference; a
+// rewind between them.
+TEST(VulkanBackend, ReplayedPromptChunksMatchFreshRecordings) {
+  for (const char* fixture : {"tiny_dense_bf16", "tiny_e4b_like_f16", "tiny_qat"}) {
+    SCOPED_TRACE(fixture);
+    const bool dense = std::string(fixture) != "tiny_qat";
+    auto model = LoadFixture(fixture);
+    const int V = model->text().vocab_size;
+    const BackendOptions opt = {.capacity = 128, .slack = 24};
+    auto vk = MakeVulkan(*model, opt);
+    if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+    auto fresh = MakeVulkanWith(*model, {{"GEMMA_VULKAN_CHUNK_CACHE", "0"}}, opt);
+    auto cpu = CreateCpuReferenceBackend(*model, opt);
+    std::vector<int32_t> tokens(100);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 7) % V);
+    auto step = [&](int begin, int n, bool all) {
+      const std::span<const int32_t> in(tokens.data() + begin, n);
+      const ForwardRequest req{.tokens = in, .mode = OutputMode::kLogits, .all_positions = all};
+      ForwardResult a, b, c;
+      vk->Forward(req, &a);
+      fresh->Forward(req, &b);
+      cpu->Forward(req, &c);
+      ASSERT_EQ(a.logits.size(), size_t(all ? n : 1) * V);
+      ASSERT_EQ(b.logits.size(), a.logits.size());
+      EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0)
+          << "chunk at " << begin;
+      for (size_t t = 0; dense && t < a.logits.size() / V; ++t)
+        EXPECT_LT(RelL2(&a.logits[t * V], &c.logits[t * V], V), 1e-4) << "chunk at " << begin;
+    };
+    step(0, 20, false);
+    step(20, 20, false);  // replayed
+    step(40, 20, true);
+    step(60, 20, true);  // replayed
+    ASSERT_TRUE(vk->Truncate(60) && fresh->Truncate(60) && cpu->Truncate(60));
+    step(60, 20, false);  // replayed, after a rewind
+  }
+}
+
 // Where the backend says its prefill attention runs on matrix units, a `m`-token step's profile
 // lists attention_cm (so the tests below cover it there; caches not advanced).
 void ExpectMatrixUnitAttentionWhereOffered(Backend& vk, int V, int m) {

@@ -319,10 +319,8 @@ class VulkanBackend : public Backend {
                          (resident_note_.empty() ? "" : " (" + resident_note_ + ")"));
   }
   double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
-  // Bytes per second a compute shader reads from every resident weight buffer (the decode's
-  // traffic), median of `iters` timed passes; 0 without timestamps.
-  double WeightReadBandwidth(int iters) {
-    if (!dev_->has_timestamps()) return 0.0;
+  // Every resident weight buffer (each part of every linear).
+  std::vector<BufRange> WeightRanges() const {
     std::vector<BufRange> parts;
     auto add = [&](const DevLinear& d) {
       for (const DevLinear::Part& p : d.parts)
@@ -334,8 +332,15 @@ class VulkanBackend : public Backend {
         add(*d);
     add(ple_proj_);
     add(lm_head_);
+    return parts;
+  }
+  // readbw over each range (its 16-byte words, with that many workgroups), the dispatches back to
+  // back in one command buffer: bytes read per second, the median of `iters` timed passes after
+  // one more; 0 without timestamps.
+  double ReadBandwidth(const std::vector<std::pair<BufRange, uint32_t>>& reads, int iters) {
+    if (!dev_->has_timestamps() || reads.empty()) return 0.0;
     double bytes = 0;
-    for (const BufRange& r : parts) bytes += static_cast<double>(r.size / 16 * 16);
+    for (const auto& [r, wgs] : reads) bytes += static_cast<double>(r.size / 16 * 16);
     VkCommandBuffer cb = head_cmd_;
     std::vector<double> secs;
     for (int it = 0; it < iters + 1; ++it) {
@@ -343,57 +348,11 @@ class VulkanBackend : public Backend {
       dev_->ResetTimestamps(cb, 2);
       dev_->WriteTimestamp(cb, 0);
       Rec rc{cb};
-      for (const BufRange& r : parts) {
+      for (const auto& [r, wgs] : reads) {
         std::array<BufRange, vk::kBindings> b{};
         b[0] = r;
         b[3] = counter_.r;
-        const uint32_t n = static_cast<uint32_t>(r.size / 16);
-        const uint32_t wgs = std::min<uint32_t>(2048, (n + 255) / 256);
-        Dispatch(rc, "readbw", {}, b, &n, sizeof(n), wgs, 1, 1, false);
-      }
-      dev_->WriteTimestamp(cb, 1);
-      End(cb);
-      dev_->Submit(cb);
-      const std::vector<double> ts = dev_->ReadTimestamps(2);
-      if (it > 0) secs.push_back((ts[1] - ts[0]) * 1e-9);
-    }
-    std::sort(secs.begin(), secs.end());
-    return bytes / secs[secs.size() / 2];
-  }
-  // The device's streaming read bandwidth: readbw over the largest weight buffer (larger than
-  // the caches on the models benchmarked), passes of at least 512 MiB in all per command buffer,
-  // the median of `iters`. A floor that does not depend on how the weights are split into buffers
-  // (WeightReadBandwidth reads every buffer once, many of them small). 0 without timestamps.
-  double StreamReadBandwidth(int iters, size_t* range_bytes) {
-    if (!dev_->has_timestamps()) return 0.0;
-    BufRange big{};
-    auto add = [&](const DevLinear& d) {
-      for (const DevLinear::Part& p : d.parts)
-        if (p.w.handle >= 0 && p.w.r.size > big.size) big = p.w.r;
-    };
-    for (const DevLayer& l : layers_)
-      for (const DevLinear* d :
-           {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
-        add(*d);
-    add(ple_proj_);
-    add(lm_head_);
-    if (range_bytes) *range_bytes = big.size;
-    if (big.size < 16) return 0.0;
-    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(big.size / 16, 0xFFFFFFFFu));
-    const int passes = static_cast<int>(std::clamp<size_t>((size_t(512) << 20) / big.size, 1, 64));
-    const uint32_t cus = dev_->compute_units();
-    const uint32_t wgs = cus > 0 ? std::min<uint32_t>(65535, 8 * cus) : 256;
-    VkCommandBuffer cb = head_cmd_;
-    std::vector<double> secs;
-    for (int it = 0; it < iters + 1; ++it) {
-      Begin(cb, false);
-      dev_->ResetTimestamps(cb, 2);
-      dev_->WriteTimestamp(cb, 0);
-      Rec rc{cb};
-      for (int k = 0; k < passes; ++k) {
-        std::array<BufRange, vk::kBindings> b{};
-        b[0] = big;
-        b[3] = counter_.r;
+        const uint32_t n = static_cast<uint32_t>(std::min<size_t>(r.size / 16, 0xFFFFFFFFu));
         Dispatch(rc, "readbw", {}, b, &n, sizeof(n), std::min<uint32_t>(wgs, (n + 255) / 256), 1,
                  1, false);
       }
@@ -404,7 +363,29 @@ class VulkanBackend : public Backend {
       if (it > 0) secs.push_back((ts[1] - ts[0]) * 1e-9);
     }
     std::sort(secs.begin(), secs.end());
-    return double(n) * 16.0 * passes / secs[secs.size() / 2];
+    return bytes / secs[secs.size() / 2];
+  }
+  // Bytes per second a compute shader reads from every resident weight buffer once (the decode's
+  // traffic), median of `iters` timed passes; 0 without timestamps.
+  double WeightReadBandwidth(int iters) {
+    std::vector<std::pair<BufRange, uint32_t>> reads;
+    for (const BufRange& r : WeightRanges()) reads.push_back({r, 2048});
+    return ReadBandwidth(reads, iters);
+  }
+  // The device's streaming read bandwidth: readbw over the largest weight buffer (larger than
+  // the caches on the models benchmarked), passes of at least 512 MiB in all per command buffer,
+  // the median of `iters`. A floor that does not depend on how the weights are split into buffers
+  // (WeightReadBandwidth reads every buffer once, many of them small). 0 without timestamps.
+  double StreamReadBandwidth(int iters, size_t* range_bytes) {
+    BufRange big{};
+    for (const BufRange& r : WeightRanges())
+      if (r.size > big.size) big = r;
+    if (range_bytes) *range_bytes = big.size;
+    if (big.size < 16) return 0.0;
+    const int passes = static_cast<int>(std::clamp<size_t>((size_t(512) << 20) / big.size, 1, 64));
+    const uint32_t cus = dev_->compute_units();
+    const uint32_t wgs = cus > 0 ? std::min<uint32_t>(65535, 8 * cus) : 256;
+    return ReadBandwidth(std::vector<std::pair<BufRange, uint32_t>>(passes, {big, wgs}), iters);
   }
   // Empty dispatches (readbw with n = 0): timestamps around `n` of them, median of 5 passes.
   VulkanDispatchCost DispatchCost(int n) {

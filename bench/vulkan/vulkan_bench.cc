@@ -1,8 +1,8 @@
 // Vulkan backend benchmark: load, prefill and decode throughput, time per token against the
-// bytes-per-token floor (compute-shader read bandwidth of the resident weights, measured in the same
-// run; also against the device's streaming read of its largest weight buffer, the stricter floor;
-// the device copy bandwidth is printed too), dispatches per token and
-// resident device memory. Prints a Markdown table and one JSON line.
+// bytes-per-token floor (compute-shader read bandwidth of the resident weights, measured in the
+// same run; also against the device's streaming read of its largest weight buffer, the stricter
+// floor; the device copy bandwidth is printed too), dispatches per token and resident device
+// memory. Prints a Markdown table and one JSON line.
 //
 //   vulkan_bench --synth DIR            # writes the e2b-qat synthetic checkpoint to DIR if absent
 //   vulkan_bench --model DIR [--ctx 512] [--prompt 1024] [--steps 64] [--capacity 2048]
@@ -235,12 +235,14 @@ int main(int argc, char** argv) {
                 run_med * 1e3, 1.0 / run_med);
     std::printf("| time per token / floor | %.2fx |\n", med / floor_s);
     if (floor_stream_s > 0)
-      std::printf("| bytes per token at the streaming read / time per token against it | %.3f ms "
-                  "/ %.2fx |\n",
-                  floor_stream_s * 1e3, med / floor_stream_s);
+      std::printf(
+          "| bytes per token at the streaming read / time per token against it | %.3f ms "
+          "/ %.2fx |\n",
+          floor_stream_s * 1e3, med / floor_stream_s);
     std::printf(
         "{\"device\":\"%s\",\"prefill_tok_s\":%.1f,\"decode_ms\":%.4f,\"decode_p95_ms\":%.4f,"
-        "\"decode_tok_s\":%.1f,\"floor_ms\":%.4f,\"ratio\":%.3f,\"copy_gbs\":%.1f,\"read_gbs\":%.1f,"
+        "\"decode_tok_s\":%.1f,\"floor_ms\":%.4f,\"ratio\":%.3f,\"copy_gbs\":%.1f,"
+        "\"read_gbs\":%.1f,"
         "\"dispatches\":%d,\"barriers\":%d,\"device_mib\":%.1f,\"weights_mib\":%.1f,"
         "\"empty_dispatch_us\":%.2f,\"empty_dispatch_wide_us\":%.2f,\"stream_gbs\":%.1f,"
         "\"floor_stream_ms\":%.4f,\"ratio_stream\":%.3f}\n",

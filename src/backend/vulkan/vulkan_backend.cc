@@ -353,8 +353,8 @@ class VulkanBackend : public Backend {
         b[0] = r;
         b[3] = counter_.r;
         const uint32_t n = static_cast<uint32_t>(std::min<size_t>(r.size / 16, 0xFFFFFFFFu));
-        Dispatch(rc, "readbw", {}, b, &n, sizeof(n), std::min<uint32_t>(wgs, (n + 255) / 256), 1,
-                 1, false);
+        Dispatch(rc, "readbw", {}, b, &n, sizeof(n), std::min<uint32_t>(wgs, (n + 255) / 256), 1, 1,
+                 false);
       }
       dev_->WriteTimestamp(cb, 1);
       End(cb);
@@ -2912,8 +2912,8 @@ class VulkanBackend : public Backend {
     b[0] = in_host_.r;
     b[3] = out;
     const uint32_t gx = std::min<uint32_t>(64, (static_cast<uint32_t>(e.cols) + 1023) / 1024);
-    Dispatch(rc, "embed_rows", {GpuRowKind(e)}, b, &pc, sizeof(pc), gx,
-             static_cast<uint32_t>(m), 1, /*local_size=*/0);
+    Dispatch(rc, "embed_rows", {GpuRowKind(e)}, b, &pc, sizeof(pc), gx, static_cast<uint32_t>(m), 1,
+             /*local_size=*/0);
   }
 
   // `beside` (prompt chunks): run as one more task of the fill's pool, task 0, so it starts at once
@@ -3115,8 +3115,9 @@ class VulkanBackend : public Backend {
       // others gather the rows (the recording reads none of them), then submitted
       // (GEMMA_VULKAN_RECORD_BESIDE=0: one after the other).
       // A chunk's commands depend on its length, outputs and mode alone (positions and rows come
-      // from the staging buffer), so recorded chunks are kept and replayed (GEMMA_VULKAN_CHUNK_CACHE
-      // entries, 0: every chunk recorded anew): every full chunk of a long prompt but the first.
+      // from the staging buffer), so recorded chunks are kept and replayed
+      // (GEMMA_VULKAN_CHUNK_CACHE entries, 0: every chunk recorded anew): every full chunk of a
+      // long prompt but the first.
       const PromptKey key{m, out_first, count, static_cast<int>(req.mode)};
       PromptCmd* pc = nullptr;
       for (PromptCmd& c : prompt_cmds_)
@@ -3149,9 +3150,8 @@ class VulkanBackend : public Backend {
           pc->key = key;
           pc->out_first = out_first;
         }
-        record_us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r0)
-                .count();
+        record_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r0)
+                        .count();
       };
       if (hit) {
         FillInputs(tokens, req.mode, req.allowed);
@@ -3354,7 +3354,7 @@ class VulkanBackend : public Backend {
   };
   std::vector<PromptCmd> prompt_cmds_;
   uint64_t prompt_cmd_clock_ = 0;
-  int chunk_cache_ = 4;  // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
+  int chunk_cache_ = 4;      // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
   int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written

@@ -884,11 +884,11 @@ TEST(VulkanKernels, ChunkOptionGrowsTheRings) {
 // longer than a workgroup's pass: FullWidthModelMatchesReference's prompt against the CPU
 // reference.)
 TEST(VulkanBackend, PromptRowsDecodedOnTheDeviceMatchTheHostBitExactly) {
-  for (const auto& [name, gpu_expected] : std::vector<std::pair<const char*, bool>>{
-           {"tiny_qat", true},
-           {"tiny_dense_bf16", true},
-           {"tiny_e4b_like_f16", true},
-           {"tiny_dense_f32_noshare", false}}) {
+  for (const auto& [name, gpu_expected] :
+       std::vector<std::pair<const char*, bool>>{{"tiny_qat", true},
+                                                 {"tiny_dense_bf16", true},
+                                                 {"tiny_e4b_like_f16", true},
+                                                 {"tiny_dense_f32_noshare", false}}) {
     SCOPED_TRACE(name);
     auto model = LoadFixture(name);
     const int V = model->text().vocab_size;

@@ -1041,11 +1041,11 @@ class VulkanBackend : public Backend {
           256;
       partc_ = Reserve(Pool::kDevice, coop_part_bytes_ * kCoopSlots);
     }
+    record_beside_ = EnvInt("GEMMA_VULKAN_RECORD_BESIDE", 1) != 0;
+    chunk_cache_ = std::clamp(EnvInt("GEMMA_VULKAN_CHUNK_CACHE", 4), 0, 64);
     // Prompt chunks' embedding and PLE rows decoded on the device (embed_rows.comp) from the
     // checkpoint's stored rows, where the kernel knows both tables' kinds (GEMMA_VULKAN_GPU_ROWS;
     // 0: the host decodes them into f32 rows, 8x the staged bytes for the QAT checkpoint).
-    record_beside_ = EnvInt("GEMMA_VULKAN_RECORD_BESIDE", 1) != 0;
-    chunk_cache_ = std::clamp(EnvInt("GEMMA_VULKAN_CHUNK_CACHE", 4), 0, 64);
     gpu_rows_ = EnvInt("GEMMA_VULKAN_GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
                 (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
     // Host: inputs of a step and the readback.
@@ -3121,7 +3121,7 @@ class VulkanBackend : public Backend {
       const PromptKey key{m, out_first, count, static_cast<int>(req.mode)};
       PromptCmd* pc = nullptr;
       for (PromptCmd& c : prompt_cmds_)
-        if (c.cmd != VK_NULL_HANDLE && c.key == key) pc = &c;
+        if (c.key == key) pc = &c;
       const bool hit = pc != nullptr;
       if (!hit && chunk_cache_ > 0) {
         if (prompt_cmds_.size() < static_cast<size_t>(chunk_cache_)) {
@@ -3131,8 +3131,6 @@ class VulkanBackend : public Backend {
           pc = &*std::min_element(
               prompt_cmds_.begin(), prompt_cmds_.end(),
               [](const PromptCmd& a, const PromptCmd& b) { return a.used < b.used; });
-          pc->cmd = pc->cmd == VK_NULL_HANDLE ? dev_->AllocCommandBuffer() : pc->cmd;
-          pc->key = key;
         }
       }
       const VkCommandBuffer cmd = pc ? pc->cmd : prefill_cmd_;

@@ -917,7 +917,8 @@ TEST(VulkanBackend, PromptRowsDecodedOnTheDeviceMatchTheHostBitExactly) {
 // (GEMMA_VULKAN_CHUNK_CACHE): chunks of 20 tokens returning their last position's logits (the
 // trailing shared layers run for that position alone, at a position the replayed commands read
 // from the staging buffer) at three positions, and all-positions chunks, bit for bit against a
-// backend that records every chunk anew, and (dense fixtures: with SRQ, f32 rounding differences
+// backend that records every chunk anew (and one keeping a single entry, re-recorded at every
+// change of shape), and (dense fixtures: with SRQ, f32 rounding differences
 // in attention can move a quantization step, tests/golden_util.h) against the CPU reference; a
 // rewind between them.
 TEST(VulkanBackend, ReplayedPromptChunksMatchFreshRecordings) {
@@ -930,16 +931,22 @@ TEST(VulkanBackend, ReplayedPromptChunksMatchFreshRecordings) {
     auto vk = MakeVulkan(*model, opt);
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     auto fresh = MakeVulkanWith(*model, {{"GEMMA_VULKAN_CHUNK_CACHE", "0"}}, opt);
+    // one entry: every change of shape records over the least recently used one
+    auto evicting = MakeVulkanWith(*model, {{"GEMMA_VULKAN_CHUNK_CACHE", "1"}}, opt);
     auto cpu = CreateCpuReferenceBackend(*model, opt);
     std::vector<int32_t> tokens(100);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 53 + 7) % V);
     auto step = [&](int begin, int n, bool all) {
       const std::span<const int32_t> in(tokens.data() + begin, n);
       const ForwardRequest req{.tokens = in, .mode = OutputMode::kLogits, .all_positions = all};
-      ForwardResult a, b, c;
+      ForwardResult a, b, c, d;
       vk->Forward(req, &a);
       fresh->Forward(req, &b);
       cpu->Forward(req, &c);
+      evicting->Forward(req, &d);
+      ASSERT_EQ(d.logits.size(), a.logits.size());
+      EXPECT_EQ(std::memcmp(d.logits.data(), b.logits.data(), d.logits.size() * 4), 0)
+          << "chunk at " << begin << " (one entry)";
       ASSERT_EQ(a.logits.size(), size_t(all ? n : 1) * V);
       ASSERT_EQ(b.logits.size(), a.logits.size());
       EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0)
@@ -951,7 +958,8 @@ TEST(VulkanBackend, ReplayedPromptChunksMatchFreshRecordings) {
     step(20, 20, false);  // replayed
     step(40, 20, true);
     step(60, 20, true);  // replayed
-    ASSERT_TRUE(vk->Truncate(60) && fresh->Truncate(60) && cpu->Truncate(60));
+    ASSERT_TRUE(vk->Truncate(60) && fresh->Truncate(60) && cpu->Truncate(60) &&
+                evicting->Truncate(60));
     step(60, 20, false);  // replayed, after a rewind
   }
 }

@@ -795,6 +795,9 @@ class VulkanBackend : public Backend {
     empty_mode_ = EnvInt("GEMMA_VULKAN_EMPTY", 0);
     flag_every_ = EnvInt("GEMMA_VULKAN_FLAG_EVERY", 0);
     flag_split_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_FLAG_SPLIT", 1), 1, 16));
+    min_vecs_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_VECS", 3), 0, 4));
+    min_red_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_RED", 0), 0, 8));
+    min_atoms_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_ATOMS", 0), 0, 16));
     probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
     step_times_ = EnvInt("GEMMA_VULKAN_STEP_TIMES", 0) != 0 && dev_->has_timestamps();
     // One-token steps submitted before their inputs are written: the command buffer waits on a
@@ -1016,7 +1019,14 @@ class VulkanBackend : public Backend {
     step_ = F(4);
     counter_ = F(64);
     hcount_ = F(kCombineCounters);
-    flags_ = F(empty_mode_ == 8 ? 64 * 4096 : 1024);  // GEMMA_VULKAN_EMPTY=7 / 8's counters
+    // GEMMA_VULKAN_EMPTY=7 / 8's counters; =9: two 2,048-float vectors and the weight region
+    if (empty_mode_ == 9) {
+      const size_t want = size_t(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_WMB", 256), 1, 4096)) << 20;
+      min_wn_ = static_cast<uint32_t>(std::min(want, dev_->max_range() - 16384) / 16 / 64 * 64);
+      flags_ = F(4096 + size_t(min_wn_) * 4);
+    } else {
+      flags_ = F(empty_mode_ == 8 ? 64 * 4096 : 1024);
+    }
     grid_ = F(64);
     prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
     probe_sink_ = probe_all_ ? F(2 * 16 * 4096) : Buf{};
@@ -1168,6 +1178,8 @@ class VulkanBackend : public Backend {
     uint32_t flag_disp = 0, flag_wait = 0, flag_wait_n = 0, flag_first = 0;
     // GEMMA_VULKAN_FLAG_EVERY=k with =8: light barriers seen (every k-th stays a pipeline barrier).
     uint32_t flag_light = 0;
+    // GEMMA_VULKAN_EMPTY=9: barriers seen (the phase) and dispatches since the last one.
+    uint32_t min_phase = 0, min_sub = 0;
     // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
     // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
     // final norm.
@@ -1308,6 +1320,20 @@ class VulkanBackend : public Backend {
         ++rc.flag_disp;
         bb[12] = flags_.r;
       }
+      if (empty_mode_ == 9) {
+        // the least work of a dependent phase (empty.comp MW): the phase's parity picks the input
+        // vector; phases take 16 slots of the weight region in turn, a phase's dispatches a
+        // quarter slot each, so no dispatch finds its weights in L2
+        es.resize(29, 0);
+        es[23] = 1 + min_vecs_;
+        es[27] = min_red_;
+        es[28] = min_atoms_;
+        es[24] = rc.min_phase & 1u;
+        es[25] = (rc.min_phase % 16) * (min_wn_ / 16) + (rc.min_sub % 4) * (min_wn_ / 64);
+        es[26] = min_wn_;
+        ++rc.min_sub;
+        bb[12] = flags_.r;
+      }
       if (empty_mode_ == 3 || empty_mode_ == 4) {
         es.resize(17, 0);
         es[15] = empty_code_;
@@ -1367,6 +1393,8 @@ class VulkanBackend : public Backend {
   }
   void Barrier(Rec& rc) {
     ++rc.barriers;
+    ++rc.min_phase;
+    rc.min_sub = 0;
     if (empty_mode_ == 8 && !rc.ops) {
       // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags;
       // with GEMMA_VULKAN_FLAG_EVERY=k every k-th light barrier stays a pipeline barrier, so at
@@ -3364,6 +3392,10 @@ class VulkanBackend : public Backend {
   int empty_mode_ = 0;     // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
   int flag_every_ = 0;     // GEMMA_VULKAN_FLAG_EVERY: =8's pipeline barriers kept (every k-th)
   uint32_t flag_split_ = 1;  // GEMMA_VULKAN_FLAG_SPLIT: =8's counter lines per dispatch
+  // GEMMA_VULKAN_EMPTY=9: 16-byte weight vectors per invocation (GEMMA_VULKAN_EMPTY_VECS), the
+  // weight region's vec4s (GEMMA_VULKAN_EMPTY_WMB MiB, at most the storage-buffer range), extra
+  // reduction rounds (GEMMA_VULKAN_EMPTY_RED) and atomic adds per invocation (..._ATOMS)
+  uint32_t min_vecs_ = 3, min_wn_ = 64, min_red_ = 0, min_atoms_ = 0;
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_SHM: shared-memory words of the empty kernels by original shader prefix
   std::vector<std::pair<std::string, uint32_t>> empty_shm_;

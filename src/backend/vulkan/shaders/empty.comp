@@ -1,6 +1,8 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_memory_scope_semantics : enable
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_arithmetic : enable
 // The structure-cost probe (GEMMA_VULKAN_EMPTY, timing only: the outputs are garbage): every
 // dispatch of a recorded step runs this kernel with the original grid, bindings and push
 // constants, so a step measures what the dispatches, barriers and bindings cost without the work.
@@ -48,15 +50,80 @@ layout(constant_id = 21) const uint SHM = 1;
 // (workgroup index mod SPLIT; line d SPLIT + j, its ready word 32 words on), so that many atomics
 // proceed at once; the next phase polls all of them.
 layout(constant_id = 22) const uint SPLIT = 1;
+// Mode 9 (the least work a dependent phase does, timing only): MW = 1 + the 16-byte weight
+// vectors each invocation streams (0: mode 9 off). Binding 12 then holds two vectors of 2,048
+// floats, the phases' input and output alternating by PAR (this phase reads vector PAR, writes
+// the other), and from vec4 1,024 on a weight region of WN vec4s, which this dispatch reads from
+// vec4 WOFF on (the host spreads phases and the dispatches of a phase over it, so the reads come
+// from memory, not L2). Each workgroup issues its weight loads, reads 8 floats of the input per
+// invocation, reduces their squares over the workgroup (subgroup sums, shared memory, a barrier:
+// a norm prologue's RMS reduction), folds the weights into one value per subgroup (a subgroup
+// sum: a row's reduction) and writes it into the next phase's vector. What a real phase does
+// beyond this (a second reduction, quantization through shared memory, atomics, an attention's
+// chain of stages) is the difference to the real step.
+layout(constant_id = 23) const uint MW = 0;
+layout(constant_id = 24) const uint PAR = 0;
+layout(constant_id = 25) const uint WOFF = 0;
+layout(constant_id = 26) const uint WN = 1;
+// ... RED more dependent reduction rounds after the first (each a subgroup sum, shared memory and
+// a barrier: a second RMS factor, a quantization pass through shared memory), and ATOMS integer
+// atomic adds per invocation into the next phase's vector instead of its stores (the down and PLE
+// projections' sums added by their producers: every workgroup adds to the same words).
+layout(constant_id = 27) const uint RED = 0;
+layout(constant_id = 28) const uint ATOMS = 0;
 shared uint pad[SHM];
+shared float red9[MW > 0 ? 32 : 1];
 layout(std430, binding = 3) buffer Y { uint y[]; };
 layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
+layout(std430, binding = 12) readonly buffer Vec9 { vec4 v9[]; };
+layout(std430, binding = 12) readonly buffer Wt9 { uvec4 w9[]; };
+
+void MinimalPhase() {
+  const uint i = gl_LocalInvocationID.x;
+  const uint wg = gl_WorkGroupID.x +
+                  gl_NumWorkGroups.x * (gl_WorkGroupID.y + gl_NumWorkGroups.y * gl_WorkGroupID.z);
+  const uint nv = MW - 1;
+  uvec4 w[4];
+  const uint base = WOFF + (wg * gl_WorkGroupSize.x + i) * nv;
+  [[unroll]] for (uint v = 0; v < 4; ++v)
+    if (v < nv) w[v] = w9[1024 + (base + v) % WN];
+  const uint in0 = PAR * 512 + (2 * i) % 512;
+  const vec4 a = v9[in0], b = v9[in0 + 1];
+  float ss = subgroupAdd(dot(a, a) + dot(b, b));
+  if (subgroupElect()) red9[gl_SubgroupID] = ss;
+  barrier();
+  float tot = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) tot += red9[s];
+  for (uint k = 0; k < RED; ++k) {
+    const float t = subgroupAdd(tot * a[k & 3u] + b[(k + 1u) & 3u]);
+    barrier();  // (every invocation has read red9 before it is written again)
+    if (subgroupElect()) red9[gl_SubgroupID] = t;
+    barrier();
+    tot = 0.0;
+    for (uint s = 0; s < gl_NumSubgroups; ++s) tot += red9[s];
+  }
+  uint acc = i;
+  [[unroll]] for (uint v = 0; v < 4; ++v)
+    if (v < nv) acc += w[v].x ^ w[v].y ^ w[v].z ^ w[v].w;
+  if (ATOMS > 0) {
+    for (uint k = 0; k < ATOMS; ++k)
+      atomicAdd(flags[(1 - PAR) * 2048 + (i * ATOMS + k) % 2048], (acc + k) & 1u);
+    return;
+  }
+  const float r = subgroupAdd(tot * float(acc & 255u) * 1e-30);
+  if (subgroupElect())
+    flags[(1 - PAR) * 2048 + (wg * gl_NumSubgroups + gl_SubgroupID) % 2048] = floatBitsToUint(r);
+}
 
 #define S1(x) x = (x ^ (x >> 13u)) * 0x9E3779B1u;
 #define S4 S1(a) S1(b) S1(c) S1(d)
 #define BLOCK S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4 S4
 
 void main() {
+  if (MW > 0) {
+    MinimalPhase();
+    return;
+  }
   if (N > 0 && WAIT > 0) {
     // (SPLIT lines per dispatch: invocation i polls line i % SPLIT of dispatch WAIT - 1 + i / SPLIT)
     const uint i = gl_LocalInvocationID.x;

@@ -798,6 +798,7 @@ class VulkanBackend : public Backend {
     min_vecs_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_VECS", 3), 0, 4));
     min_red_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_RED", 0), 0, 8));
     min_atoms_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_ATOMS", 0), 0, 16));
+    min_inv_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_INV", 0), 0, 4));
     probe_twice_ = EnvInt("GEMMA_BENCH_PROBE_TWICE", 0);
     step_times_ = EnvInt("GEMMA_VULKAN_STEP_TIMES", 0) != 0 && dev_->has_timestamps();
     // One-token steps submitted before their inputs are written: the command buffer waits on a
@@ -1022,8 +1023,8 @@ class VulkanBackend : public Backend {
     // GEMMA_VULKAN_EMPTY=7 / 8's counters; =9: two 2,048-float vectors and the weight region
     if (empty_mode_ == 9) {
       const size_t want = size_t(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_WMB", 256), 1, 4096)) << 20;
-      min_wn_ = static_cast<uint32_t>(std::min(want, dev_->max_range() - 16384) / 16 / 64 * 64);
-      flags_ = F(4096 + size_t(min_wn_) * 4);
+      min_wn_ = static_cast<uint32_t>(std::min(want, dev_->max_range() - 65536) / 16 / 64 * 64);
+      flags_ = F(4096 + size_t(min_wn_) * 4 + 4 * 2048);  // (+ the INV vectors)
     } else {
       flags_ = F(empty_mode_ == 8 ? 64 * 4096 : 1024);
     }
@@ -1324,7 +1325,8 @@ class VulkanBackend : public Backend {
         // the least work of a dependent phase (empty.comp MW): the phase's parity picks the input
         // vector; phases take 16 slots of the weight region in turn, a phase's dispatches a
         // quarter slot each, so no dispatch finds its weights in L2
-        es.resize(29, 0);
+        es.resize(30, 0);
+        es[29] = min_inv_;
         es[23] = 1 + min_vecs_;
         es[27] = min_red_;
         es[28] = min_atoms_;
@@ -3394,8 +3396,9 @@ class VulkanBackend : public Backend {
   uint32_t flag_split_ = 1;  // GEMMA_VULKAN_FLAG_SPLIT: =8's counter lines per dispatch
   // GEMMA_VULKAN_EMPTY=9: 16-byte weight vectors per invocation (GEMMA_VULKAN_EMPTY_VECS), the
   // weight region's vec4s (GEMMA_VULKAN_EMPTY_WMB MiB, at most the storage-buffer range), extra
-  // reduction rounds (GEMMA_VULKAN_EMPTY_RED) and atomic adds per invocation (..._ATOMS)
-  uint32_t min_vecs_ = 3, min_wn_ = 64, min_red_ = 0, min_atoms_ = 0;
+  // reduction rounds (GEMMA_VULKAN_EMPTY_RED), atomic adds per invocation (..._ATOMS) and more
+  // vectors read with the input (..._INV)
+  uint32_t min_vecs_ = 3, min_wn_ = 64, min_red_ = 0, min_atoms_ = 0, min_inv_ = 0;
   uint32_t empty_code_ = 8;  // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   // GEMMA_VULKAN_EMPTY_SHM: shared-memory words of the empty kernels by original shader prefix
   std::vector<std::pair<std::string, uint32_t>> empty_shm_;

@@ -71,6 +71,10 @@ layout(constant_id = 26) const uint WN = 1;
 // projections' sums added by their producers: every workgroup adds to the same words).
 layout(constant_id = 27) const uint RED = 0;
 layout(constant_id = 28) const uint ATOMS = 0;
+// ... and INV more 2,048-float vectors read per workgroup with the input (8 floats per invocation
+// of each, from after the weight region; never written, so they stay in L2 like a prologue's norm
+// weights and row scales): what the redundant operand reads of every workgroup's prologue cost.
+layout(constant_id = 29) const uint INV = 0;
 shared uint pad[SHM];
 shared float red9[MW > 0 ? 32 : 1];
 layout(std430, binding = 3) buffer Y { uint y[]; };
@@ -89,7 +93,12 @@ void MinimalPhase() {
     if (v < nv) w[v] = w9[1024 + (base + v) % WN];
   const uint in0 = PAR * 512 + (2 * i) % 512;
   const vec4 a = v9[in0], b = v9[in0 + 1];
-  float ss = subgroupAdd(dot(a, a) + dot(b, b));
+  float sq = dot(a, a) + dot(b, b);
+  for (uint k = 0; k < INV; ++k) {
+    const uint e = 1024 + WN + k * 512 + 2 * i;
+    sq += dot(v9[e], v9[e + 1]);
+  }
+  float ss = subgroupAdd(sq);
   if (subgroupElect()) red9[gl_SubgroupID] = ss;
   barrier();
   float tot = 0.0;

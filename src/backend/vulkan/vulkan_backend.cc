@@ -1326,13 +1326,13 @@ class VulkanBackend : public Backend {
         // vector; phases take 16 slots of the weight region in turn, a phase's dispatches a
         // quarter slot each, so no dispatch finds its weights in L2
         es.resize(30, 0);
-        es[29] = min_inv_;
         es[23] = 1 + min_vecs_;
-        es[27] = min_red_;
-        es[28] = min_atoms_;
         es[24] = rc.min_phase & 1u;
         es[25] = (rc.min_phase % 16) * (min_wn_ / 16) + (rc.min_sub % 4) * (min_wn_ / 64);
         es[26] = min_wn_;
+        es[27] = min_red_;
+        es[28] = min_atoms_;
+        es[29] = min_inv_;
         ++rc.min_sub;
         bb[12] = flags_.r;
       }

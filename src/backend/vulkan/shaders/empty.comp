@@ -76,7 +76,7 @@ layout(constant_id = 28) const uint ATOMS = 0;
 // weights and row scales): what the redundant operand reads of every workgroup's prologue cost.
 layout(constant_id = 29) const uint INV = 0;
 shared uint pad[SHM];
-shared float red9[MW > 0 ? 32 : 1];
+shared float red9[MW > 0 ? 64 : 1];  // (a subgroup sum each: subgroups of 4 or more lanes)
 layout(std430, binding = 3) buffer Y { uint y[]; };
 layout(std430, binding = 12) coherent buffer Flags { uint flags[]; };
 layout(std430, binding = 12) readonly buffer Vec9 { vec4 v9[]; };

@@ -1171,16 +1171,16 @@ class VulkanBackend : public Backend {
     bool light = false;
     // One-token steps from attn_hpw_from_ on: attn_fused with HPW heads per workgroup.
     bool long_ctx = false;
-    // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index, workgroups of the
-    // previous phase (0: no wait) and of the current one.
+    // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index (barriers seen; =9
+    // uses it too), workgroups of the previous phase (0: no wait) and of the current one.
     uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
     // GEMMA_VULKAN_EMPTY=8: dispatch index, the previous phase's first dispatch + 1 (0: no wait)
     // and count, the current phase's first dispatch.
     uint32_t flag_disp = 0, flag_wait = 0, flag_wait_n = 0, flag_first = 0;
     // GEMMA_VULKAN_FLAG_EVERY=k with =8: light barriers seen (every k-th stays a pipeline barrier).
     uint32_t flag_light = 0;
-    // GEMMA_VULKAN_EMPTY=9: barriers seen (the phase) and dispatches since the last one.
-    uint32_t min_phase = 0, min_sub = 0;
+    // GEMMA_VULKAN_EMPTY=9: dispatches since the last barrier.
+    uint32_t min_sub = 0;
     // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
     // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
     // final norm.
@@ -1327,8 +1327,8 @@ class VulkanBackend : public Backend {
         // quarter slot each, so no dispatch finds its weights in L2
         es.resize(30, 0);
         es[23] = 1 + min_vecs_;
-        es[24] = rc.min_phase & 1u;
-        es[25] = (rc.min_phase % 16) * (min_wn_ / 16) + (rc.min_sub % 4) * (min_wn_ / 64);
+        es[24] = rc.flag_phase & 1u;
+        es[25] = (rc.flag_phase % 16) * (min_wn_ / 16) + (rc.min_sub % 4) * (min_wn_ / 64);
         es[26] = min_wn_;
         es[27] = min_red_;
         es[28] = min_atoms_;
@@ -1395,7 +1395,7 @@ class VulkanBackend : public Backend {
   }
   void Barrier(Rec& rc) {
     ++rc.barriers;
-    ++rc.min_phase;
+    ++rc.flag_phase;
     rc.min_sub = 0;
     if (empty_mode_ == 8 && !rc.ops) {
       // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags;
@@ -1411,7 +1411,6 @@ class VulkanBackend : public Backend {
       // (timing only) the next phase's workgroups wait for this one's count instead of a barrier
       rc.flag_prev = rc.light ? rc.flag_cur : 0;
       rc.flag_cur = 0;
-      ++rc.flag_phase;
       if (rc.light) return;
     }
     if (rc.ops) {

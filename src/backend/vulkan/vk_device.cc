@@ -128,6 +128,7 @@ void Device::Init(const DeviceOptions& options) {
     for (int i : usable) {
       VkPhysicalDeviceProperties p;
       vkGetPhysicalDeviceProperties(devs[i], &p);
+      if (options.skip_cpu && p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) continue;
       if (TypeRank(p.deviceType) > best_rank) {
         best_rank = TypeRank(p.deviceType);
         pick = i;

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "chat/chat_template.h"
+#include "gemma/text.h"
 #include "constrain/vocabulary.h"
 #include "core/timer.h"
 #include "runtime/backend_factory.h"
@@ -163,11 +163,7 @@ int CountInputs(const Input& in) {
 }
 
 std::string RenderMessages(const Input& in) {
-  chat::ChatTemplateOptions topt;
-  topt.add_generation_prompt = true;
-  topt.enable_thinking = in.enable_thinking;
-  return chat::RenderChatTemplate(*in.messages,
-                                  in.tools.is_null() ? nlohmann::json::array() : in.tools, topt);
+  return RenderChat(*in.messages, in.tools, in.enable_thinking);
 }
 
 }  // namespace

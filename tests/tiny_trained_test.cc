@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -107,6 +108,31 @@ INSTANTIATE_TEST_SUITE_P(Reference, TinyTrainedPerplexity,
                          ::testing::Values(PplCase{"bf16", "cpu-ref", 128, 64, 4},
                                            PplCase{"qat", "cpu-ref", 256, 255, 0}),
                          Name);
+
+TEST(TinyTrainedPerplexityOptions, BadOptionsAreTypedErrors) {
+  auto model = Model::Load(kDir);
+  auto backend = CreateBackend("cpu", *model, {.capacity = 64}, 0);
+  const int V = model->text().vocab_size;
+  const std::vector<int32_t> ids = {300, 301, 302, 303, 304};
+  // The error code, or nothing when no gemma::Error was thrown.
+  auto code = [&](std::vector<int32_t> t, PerplexityOptions o) -> std::optional<ErrorCode> {
+    try {
+      ComputePerplexity(*backend, V, t, o);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return std::nullopt;
+  };
+  EXPECT_EQ(code({}, {.context = 32}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(ids, {.context = 1}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(ids, {.context = 32, .stride = 32}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(ids, {.context = 128}), ErrorCode::kInvalidArgument);  // over the capacity
+  EXPECT_EQ(code({1, 2, V}, {.context = 32}), ErrorCode::kInvalidArgument);
+  // A window that holds the whole text scores every token once.
+  const PerplexityReport r = ComputePerplexity(*backend, V, ids, {.context = 32});
+  EXPECT_EQ(r.tokens_scored, 5);
+  EXPECT_EQ(r.windows.size(), 1u);
+}
 
 Input PromptInput(const nlohmann::json& p) {
   if (p["kind"] == "text") return Input::Text(p["content"].get<std::string>());

@@ -13,6 +13,9 @@ as train_small.py's goldens:
              head alone, which the engine must match exactly.
 
 usage: python3 tools/train/qat_srq_goldens.py --dir models/tiny-trained --out OUTDIR
+
+Status: written for the GPU machine and not yet run there (the device call of 2026-12-02 could not get
+a machine); goldens_qat_srq.json is therefore not committed and no test reads it yet.
 """
 import argparse
 import json

@@ -255,6 +255,24 @@ TEST(TinyTrainedBehaviour, StopStringTriggers) {
   EXPECT_EQ(r.text, hf_text.substr(0, at));
 }
 
+// The tool-call grammar runs on this vocabulary (its <|tool_call>, <|"|> ... ids are Gemma 4's)
+// and the engine parses what it forced; the model never saw tools, so only the shape is checked.
+TEST(TinyTrainedBehaviour, ForcedToolCallParses) {
+  Input in = Chat("What is the weather in Paris?");
+  in.tools = nlohmann::json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Current weather for a city", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}])");
+  GenerateOptions o;
+  o.max_new_tokens = 48;
+  o.constraint.kind = OutputConstraint::Kind::kToolCalls;
+  o.constraint.require_tool_call = true;
+  const Result r = Bf16()->NewSession()->Generate(in, o);
+  ASSERT_EQ(r.tool_calls.size(), 1u) << r.raw_text;
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_TRUE(r.tool_calls[0].arguments["city"].is_string()) << r.raw_text;
+  EXPECT_TRUE(r.parse_errors.empty()) << r.raw_text;
+}
+
 std::vector<int32_t> Sample(uint64_t seed, double top_p = 0.95, double min_p = 0.0) {
   GenerateOptions o;
   o.max_new_tokens = 40;

@@ -12,5 +12,6 @@ void AddDemoCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
 void AddTokenizeCommand(CLI::App& app);
 void AddTemplateCommand(CLI::App& app);
+void AddPerplexityCommand(CLI::App& app);  // perplexity_command.cc
 
 }  // namespace gemma::cli

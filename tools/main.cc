@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   gemma::cli::AddBenchCommand(app);
   gemma::cli::AddTokenizeCommand(app);
   gemma::cli::AddTemplateCommand(app);
+  gemma::cli::AddPerplexityCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -184,6 +184,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual bool has_tokenizer() const = 0;
   virtual int context_capacity() const = 0;
   virtual std::string backend_name() const = 0;
+  // The GPU the backend runs on ("" for the CPU backends), and whether it is a CPU-type Vulkan
+  // device such as Mesa's lavapipe (far slower than the "cpu" backend: worth a warning).
+  virtual std::string backend_device() const = 0;
+  virtual bool backend_device_is_cpu() const = 0;
   virtual double load_ms() const = 0;
   virtual int vocab_size() const = 0;
   // Bytes the backend holds once for all sessions (weight copies, device weights).

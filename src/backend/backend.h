@@ -84,6 +84,10 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // Bytes the model holds for all its contexts (weight copies, device weights); a context's
   // resident_bytes() counts only its own.
   virtual size_t shared_bytes() const = 0;
+  // The device contexts run on ("" for the CPU backends) and whether it is a CPU-type device
+  // emulating a GPU (much slower than the CPU backends); known once a context exists.
+  virtual std::string device() const { return ""; }
+  virtual bool software_device() const { return false; }
 };
 
 std::shared_ptr<BackendModel> CreateCpuReferenceModel(const Model& model);

@@ -24,6 +24,8 @@ class EngineImpl : public Engine {
   bool has_tokenizer() const override { return tokenizer_ != nullptr; }
   int context_capacity() const override { return capacity_; }
   std::string backend_name() const override { return backend_name_; }
+  std::string backend_device() const override { return backend_model_->device(); }
+  bool backend_device_is_cpu() const override { return backend_model_->software_device(); }
   double load_ms() const override { return load_ms_; }
   int vocab_size() const override { return model_->text().vocab_size; }
   size_t shared_bytes() const override { return backend_model_->shared_bytes(); }

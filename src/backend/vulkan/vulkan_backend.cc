@@ -269,6 +269,7 @@ class VulkanBackend : public Backend {
 
   void GetStats(VulkanStats* s) const {
     s->device = dev_ ? dev_->name() : "";
+    s->cpu_device = dev_ && dev_->is_cpu();
     s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
     s->weight_bytes = weight_bytes_;
     s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;

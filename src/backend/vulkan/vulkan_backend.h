@@ -70,6 +70,7 @@ std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOp
 // Diagnostics and test hooks for a backend made by CreateVulkanBackend (nullptr otherwise).
 struct VulkanStats {
   std::string device;
+  bool cpu_device = false;  // a CPU-type device (e.g. Mesa's lavapipe)
   size_t device_bytes = 0;       // resident device memory (weights, caches, activations)
   size_t weight_bytes = 0;       // of which weights
   int dispatches_per_token = 0;  // in the decode command buffer

@@ -15,13 +15,31 @@ class VulkanModel : public BackendModel {
   VulkanModel(const Model& model, const VulkanOptions& vulkan) : model_(model), vulkan_(vulkan) {}
   std::string name() const override { return "vulkan"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
-    return CreateVulkanBackend(model_, options, vulkan_);
+    std::unique_ptr<Backend> b = CreateVulkanBackend(model_, options, vulkan_);
+    VulkanStats s;
+    if (GetVulkanStats(*b, &s)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      device_ = s.device;
+      software_ = s.cpu_device;
+    }
+    return b;
   }
   size_t shared_bytes() const override { return 0; }
+  std::string device() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return device_;
+  }
+  bool software_device() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return software_;
+  }
 
  private:
   const Model& model_;
   VulkanOptions vulkan_;
+  mutable std::mutex mutex_;
+  std::string device_;
+  bool software_ = false;
 };
 
 }  // namespace

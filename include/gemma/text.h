@@ -34,5 +34,10 @@ class TextProcessor {
 std::string RenderChat(const nlohmann::json& messages,
                        const nlohmann::json& tools = nlohmann::json::array(),
                        bool enable_thinking = false, bool add_generation_prompt = true);
+// The same for ordered JSON: object keys keep their input order where the template iterates them
+// (nlohmann::json sorts keys, so keys that differ only in case may come out in another order than
+// Jinja's stable, case-insensitive sort of the input gives).
+std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                       bool enable_thinking = false, bool add_generation_prompt = true);
 
 }  // namespace gemma

@@ -42,4 +42,13 @@ std::string RenderChat(const nlohmann::json& messages, const nlohmann::json& too
   return chat::RenderChatTemplate(messages, tools.is_null() ? nlohmann::json::array() : tools, o);
 }
 
+std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                       bool enable_thinking, bool add_generation_prompt) {
+  chat::ChatTemplateOptions o;
+  o.enable_thinking = enable_thinking;
+  o.add_generation_prompt = add_generation_prompt;
+  return chat::RenderChatTemplate(messages,
+                                  tools.is_null() ? nlohmann::ordered_json::array() : tools, o);
+}
+
 }  // namespace gemma

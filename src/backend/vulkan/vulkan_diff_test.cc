@@ -22,16 +22,6 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, const BackendOptions& op
   }
 }
 
-// The issue's checkpoint layout: vocab 640, hidden 64, 7 layers, window 12, 3 KV-shared layers,
-// untied int2 head and embedding, int4 PLE table and attention, int4 MLP in layers 0-3 and int2 in
-// 4-6, int8 PLE gate/projection, SRQ scales that differ between linears.
-SynthShape IssueShape() {
-  SynthShape s{640, 64, 256, 7, 2, 1, 32, 64, 12, 3, 16, {}, true, true};
-  s.full = {false, false, true, false, false, false, true};
-  s.scale_jitter = 0.2f;
-  return s;
-}
-
 TEST(VulkanDecodeDiff, IssueLayoutDecodesLikeTheReference) {
   std::vector<uint64_t> seeds = {1, 2};
   if (const int s = DiffEnvInt("GEMMA_DIFF_SEED", 0); s > 0) seeds = {static_cast<uint64_t>(s)};
@@ -39,7 +29,7 @@ TEST(VulkanDecodeDiff, IssueLayoutDecodesLikeTheReference) {
     const std::string dir = (std::filesystem::temp_directory_path() /
                              ("gemma_diff_issue_" + std::to_string(::getpid())))
                                 .string();
-    Synthesize({.out_dir = dir, .seed = seed, .shape = IssueShape()});
+    Synthesize({.out_dir = dir, .seed = seed, .shape = IssueSynthShape()});
     auto model = Model::Load(dir);
     const DiffOutcome o =
         RunDecodeDiff(*model, seed, DiffEnvInt("GEMMA_DIFF_STEPS", 200),

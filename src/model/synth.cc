@@ -18,9 +18,29 @@ namespace {
 
 using Shape = SynthShape;
 
+// The presets' fields (the per-layer bits and the rest keep their defaults).
+Shape Base(int vocab, int hidden, int inter, int layers, int heads, int kv_heads, int head_dim,
+           int global_head_dim, int window, int kv_shared, int ple_dim, bool qat) {
+  Shape s{};
+  s.vocab = vocab;
+  s.hidden = hidden;
+  s.inter = inter;
+  s.layers = layers;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.global_head_dim = global_head_dim;
+  s.window = window;
+  s.kv_shared = kv_shared;
+  s.ple_dim = ple_dim;
+  s.double_wide = true;
+  s.qat = qat;
+  return s;
+}
+
 Shape MakeShape(const std::string& preset) {
   if (preset == "e2b-bf16" || preset == "e2b-qat") {
-    Shape s{262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, {}, true, preset == "e2b-qat"};
+    Shape s = Base(262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, preset == "e2b-qat");
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
@@ -28,12 +48,12 @@ Shape MakeShape(const std::string& preset) {
     // E2B's widths and kinds (every kernel shape of its decode step) on 10 layers and a 32,768
     // vocabulary: two full-attention layers (4, 9; 9 shares 4's K/V), three KV-shared
     // double-wide layers. ~0.25 GB (QAT), ~0.8 GB (bf16).
-    Shape s{32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, {}, true, preset == "e2b-qat-mini"};
+    Shape s = Base(32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, preset == "e2b-qat-mini");
     for (int l = 0; l < 10; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
   if (preset == "tiny" || preset == "tiny-qat") {
-    Shape s{262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, {}, true, preset == "tiny-qat"};
+    Shape s = Base(262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, preset == "tiny-qat");
     s.full = {false, false, true, false, false, true};
     return s;
   }
@@ -264,7 +284,8 @@ nlohmann::ordered_json Config(const Shape& s) {
     const int first_shared = s.layers - s.kv_shared;
     oj rules = oj::object();
     if (PerLayerBits(s)) {
-      // Declared first: among rules matching at the same position the first wins.
+      // One rule per layer and module kind (no generic layer rules: the parser may order rules
+      // by key).
       for (int l = 0; l < s.layers; ++l) {
         const std::string L = "language_model\\.layers\\." + std::to_string(l) + "\\.";
         rules[L + "mlp\\."] = {{"num_bits", MlpBits(s, l)}};
@@ -273,14 +294,16 @@ nlohmann::ordered_json Config(const Shape& s) {
       }
     }
     rules["^lm_head$"] = {{"num_bits", s.head_bits}};
-    rules["language_model\\.embed_tokens$"] = {{"num_bits", s.embed_bits}};
+    if (s.embed_bits > 0) rules["language_model\\.embed_tokens$"] = {{"num_bits", s.embed_bits}};
     rules["language_model\\.embed_tokens_per_layer$"] = {{"num_bits", s.ple_embed_bits}};
-    rules["language_model\\.layers\\." + LayerRange(first_shared) + "\\.mlp\\."] = {
-        {"num_bits", 4}};
-    rules["language_model\\.layers\\.\\d+\\.mlp\\."] = {{"num_bits", 2}};
-    rules["language_model\\.layers\\.\\d+\\.per_layer_input_gate$"] = {{"num_bits", 8}};
-    rules["language_model\\.layers\\.\\d+\\.per_layer_projection$"] = {{"num_bits", 8}};
-    rules["language_model\\.layers\\.\\d+\\.self_attn\\."] = {{"num_bits", 4}};
+    if (!PerLayerBits(s)) {
+      rules["language_model\\.layers\\." + LayerRange(first_shared) + "\\.mlp\\."] = {
+          {"num_bits", 4}};
+      rules["language_model\\.layers\\.\\d+\\.mlp\\."] = {{"num_bits", 2}};
+      rules["language_model\\.layers\\.\\d+\\.per_layer_input_gate$"] = {{"num_bits", 8}};
+      rules["language_model\\.layers\\.\\d+\\.per_layer_projection$"] = {{"num_bits", 8}};
+      rules["language_model\\.layers\\.\\d+\\.self_attn\\."] = {{"num_bits", 4}};
+    }
     rules["vision_tower"] = {{"num_bits", 8}};
     rules["audio_tower(?!.*lconv1d\\.linear_start)"] = {{"num_bits", 2}};
     rules["audio_tower\\.layers\\.\\d+\\.lconv1d\\.linear_start\\."] = {{"num_bits", 4}};

@@ -1,9 +1,11 @@
 // Randomized differential decode test (issue 34): random small structures and weights
 // (RandomSynthShape), a random prompt, then one-token Forward steps on random tokens, every step's
-// logits compared against the CPU reference backend's. Dense: within 1e-4 relative L2 and the same
-// argmax. QAT: the documented SRQ allowance (golden_util.h): the first kExactPrefix positions to
-// 1e-4, later ones to 1e-4 or an SRQ flip of the head's output (every logit within two head quanta,
-// at most half of them moved).
+// logits compared against the CPU reference backend's. Dense: within a tolerance (the backend's
+// contract with the reference: 1e-4 relative L2 for the fast CPU backend, 1e-3 for Vulkan, whose
+// dense linears sum in f32 where the reference sums in double) and the same argmax (but for ties
+// at f32 noise). QAT: the documented SRQ allowance (golden_util.h): the first kExactPrefix
+// positions to 1e-4, later ones to 1e-4 or an SRQ flip of the head's output (every logit within two
+// head quanta, at most half of them moved).
 //
 // Environment (read by the tests only; bench/vulkan/diff_h200.sh sets them): GEMMA_DIFF_CONFIGS
 // (configurations per format), GEMMA_DIFF_SEED (the first configuration's seed), GEMMA_DIFF_STEPS
@@ -90,7 +92,7 @@ struct DiffOutcome {
 // get a random slack (0, 1 or a window) so the ring's length varies against the window.
 // `make` builds the backend under test for the options; returns nullptr to skip (no device).
 inline DiffOutcome RunDecodeDiff(
-    const Model& model, uint64_t seed, int steps,
+    const Model& model, uint64_t seed, int steps, double dense_tol,
     const std::function<std::unique_ptr<Backend>(const BackendOptions&)>& make) {
   DiffOutcome out;
   const int V = model.text().vocab_size;
@@ -149,15 +151,23 @@ inline DiffOutcome RunDecodeDiff(
     if (verbose) continue;
     out.worst = std::max(out.worst, rel);
     out.steps = step;
-    if (rel < 1e-4) {
-      if (!qat && argmax(b.logits.data()) != argmax(a.logits.data())) {
-        ADD_FAILURE() << "position " << pos << " (step " << step << "): argmax "
-                      << argmax(b.logits.data()) << " against the reference's "
-                      << argmax(a.logits.data()) << " at rel L2 " << rel;
+    if (!qat) {
+      // Dense: within dense_tol; the same argmax unless the reference's own top two are within
+      // 1e-4 of its largest magnitude (a tie at f32 noise).
+      const int mine = argmax(b.logits.data()), want = argmax(a.logits.data());
+      float amax = 0;
+      for (int v = 0; v < V; ++v) amax = std::max(amax, std::fabs(a.logits[v]));
+      const bool tie = a.logits[mine] >= a.logits[want] - 1e-4f * amax;
+      if (rel >= 1e-4 && out.first_inexact < 0) out.first_inexact = pos;
+      if (rel >= dense_tol || (mine != want && !tie)) {
+        ADD_FAILURE() << "position " << pos << " (step " << step << "): rel L2 " << rel
+                      << " (tolerance " << dense_tol << "), argmax " << mine
+                      << " against the reference's " << want;
         return out;
       }
       continue;
     }
+    if (rel < 1e-4) continue;
     if (out.first_inexact < 0) out.first_inexact = pos;
     const bool flip = qat && pos >= static_cast<int>(kExactPrefix) &&
                       IsSrqFlip(model, b.logits.data(), a.logits.data(), V);
@@ -177,7 +187,7 @@ inline DiffOutcome RunDecodeDiff(
 // Runs `configs` random configurations of each format (dense, QAT) from GEMMA_DIFF_SEED (default
 // `first_seed`), GEMMA_DIFF_STEPS steps each (default `steps`).
 inline void RunDiffConfigs(
-    int configs, uint64_t first_seed, int steps,
+    int configs, uint64_t first_seed, int steps, double dense_tol,
     const std::function<std::unique_ptr<Backend>(const Model&, const BackendOptions&)>& make) {
   configs = DiffEnvInt("GEMMA_DIFF_CONFIGS", configs);
   first_seed = static_cast<uint64_t>(DiffEnvInt("GEMMA_DIFF_SEED", static_cast<int>(first_seed)));
@@ -190,8 +200,9 @@ inline void RunDiffConfigs(
       const std::string what = "seed " + std::to_string(seed) + ": " + DescribeSynthShape(m.shape);
       SCOPED_TRACE(what);
       std::printf("%s\n", what.c_str());
-      const DiffOutcome o = RunDecodeDiff(
-          *m.model, seed, steps, [&](const BackendOptions& opt) { return make(*m.model, opt); });
+      const DiffOutcome o =
+          RunDecodeDiff(*m.model, seed, steps, dense_tol,
+                        [&](const BackendOptions& opt) { return make(*m.model, opt); });
       if (o.steps == 0 && !testing::Test::HasFailure()) GTEST_SKIP() << "SKIPPED: no backend";
       std::printf("  worst rel L2 %.3g, SRQ-flip positions %d, first inexact position %d\n",
                   o.worst, o.srq_flips, o.first_inexact);

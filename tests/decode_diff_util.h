@@ -88,12 +88,14 @@ struct DiffOutcome {
 
 // Prefills a random prompt (1-7 tokens: Vulkan's prompt attention from 8 tokens on is f32, see
 // docs/vulkan.md, Numerics) on both backends, then `steps` one-token steps on random
-// tokens; compares the logits of the prompt's last position and of every step. The sliding rings
+// tokens; compares the logits of the prompt's last position and of every step. `prompt_n` > 0 /
+// `slack` >= 0 fix the prompt's length / the slack. The sliding rings
 // get a random slack (0, 1 or a window) so the ring's length varies against the window.
 // `make` builds the backend under test for the options; returns nullptr to skip (no device).
 inline DiffOutcome RunDecodeDiff(
     const Model& model, uint64_t seed, int steps, double dense_tol,
-    const std::function<std::unique_ptr<Backend>(const BackendOptions&)>& make) {
+    const std::function<std::unique_ptr<Backend>(const BackendOptions&)>& make, int prompt_n = 0,
+    int slack = -1) {
   DiffOutcome out;
   const int V = model.text().vocab_size;
   const bool qat = model.lm_head().out_scale > 0;
@@ -105,10 +107,10 @@ inline DiffOutcome RunDecodeDiff(
     return state;
   };
   int prompt_len = 1 + static_cast<int>(next() % 7);
-  if (const int n = DiffEnvInt("GEMMA_DIFF_PROMPT", 0); n > 0) prompt_len = n;
+  if (const int n = DiffEnvInt("GEMMA_DIFF_PROMPT", prompt_n); n > 0) prompt_len = n;
   const int slacks[3] = {0, 1, model.text().sliding_window};
   BackendOptions opt{.capacity = prompt_len + steps + 1, .slack = slacks[next() % 3]};
-  if (const int s = DiffEnvInt("GEMMA_DIFF_SLACK", -1); s >= 0) opt.slack = s;
+  if (const int s = DiffEnvInt("GEMMA_DIFF_SLACK", slack); s >= 0) opt.slack = s;
   auto ref = CreateCpuReferenceBackend(model, opt);
   auto got = make(opt);
   if (!got) return out;

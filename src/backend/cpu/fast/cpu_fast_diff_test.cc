@@ -32,7 +32,7 @@ TEST(CpuFastDecodeDiff, IssueLayoutDecodesLikeTheReference) {
 }
 
 TEST(CpuFastDecodeDiff, RandomConfigsDecodeLikeTheReference) {
-  RunDiffConfigs(/*configs=*/8, /*first_seed=*/100, /*steps=*/250, kDenseTol, MakeFast);
+  RunDiffConfigs(/*configs=*/6, /*first_seed=*/100, /*steps=*/250, kDenseTol, MakeFast);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,17 +16,31 @@
 namespace gemma {
 namespace {
 
-struct Shape {
-  int vocab, hidden, inter, layers, heads, kv_heads, head_dim, global_head_dim, window, kv_shared,
-      ple_dim;
-  std::vector<bool> full;  // layer is full attention
-  bool double_wide;
-  bool qat;
-};
+using Shape = SynthShape;
+
+// The presets' fields (the per-layer bits and the rest keep their defaults).
+Shape Base(int vocab, int hidden, int inter, int layers, int heads, int kv_heads, int head_dim,
+           int global_head_dim, int window, int kv_shared, int ple_dim, bool qat) {
+  Shape s{};
+  s.vocab = vocab;
+  s.hidden = hidden;
+  s.inter = inter;
+  s.layers = layers;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.global_head_dim = global_head_dim;
+  s.window = window;
+  s.kv_shared = kv_shared;
+  s.ple_dim = ple_dim;
+  s.double_wide = true;
+  s.qat = qat;
+  return s;
+}
 
 Shape MakeShape(const std::string& preset) {
   if (preset == "e2b-bf16" || preset == "e2b-qat") {
-    Shape s{262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, {}, true, preset == "e2b-qat"};
+    Shape s = Base(262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, preset == "e2b-qat");
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
@@ -33,12 +48,12 @@ Shape MakeShape(const std::string& preset) {
     // E2B's widths and kinds (every kernel shape of its decode step) on 10 layers and a 32,768
     // vocabulary: two full-attention layers (4, 9; 9 shares 4's K/V), three KV-shared
     // double-wide layers. ~0.25 GB (QAT), ~0.8 GB (bf16).
-    Shape s{32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, {}, true, preset == "e2b-qat-mini"};
+    Shape s = Base(32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, preset == "e2b-qat-mini");
     for (int l = 0; l < 10; ++l) s.full.push_back(l % 5 == 4);
     return s;
   }
   if (preset == "tiny" || preset == "tiny-qat") {
-    Shape s{262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, {}, true, preset == "tiny-qat"};
+    Shape s = Base(262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, preset == "tiny-qat");
     s.full = {false, false, true, false, false, true};
     return s;
   }
@@ -76,7 +91,29 @@ float PackedRms(int bits) {
 
 class Builder {
  public:
-  Builder(uint64_t seed, bool qat) : seed_(seed), qat_(qat) {}
+  Builder(uint64_t seed, bool qat, bool dense_f32 = false, float jitter = 0)
+      : seed_(seed), qat_(qat), dense_f32_(dense_f32), jitter_(jitter) {}
+
+  // A dense matrix in the checkpoint's dense type (bf16, or f32 where asked).
+  void Dense(const std::string& name, std::vector<int64_t> shape, float amp) {
+    if (!dense_f32_) return Bf16(name, std::move(shape), amp);
+    const int64_t cols = shape.size() == 1 ? shape[0] : shape[1];
+    const uint64_t key = Hash(name, seed_);
+    w_.Add(name, DType::kF32, shape, [=](int64_t b, int64_t e, uint8_t* dst) {
+      for (int64_t r = b; r < e; ++r) {
+        Rng rng(key + static_cast<uint64_t>(r));
+        float* row = reinterpret_cast<float*>(dst) + (r - b) * cols;
+        for (int64_t c = 0; c < cols; ++c) row[c] = amp * rng.Uniform();
+      }
+    });
+  }
+
+  // An SRQ scale, jittered per tensor where asked.
+  float Jitter(const std::string& name, float v) const {
+    if (jitter_ <= 0) return v;
+    Rng rng(Hash(name, seed_ ^ 0x5eed));
+    return v * (1.0f + jitter_ * rng.Uniform());
+  }
 
   // Dense bf16 matrix, uniform in [-amp, amp] (+ offset).
   void Bf16(const std::string& name, std::vector<int64_t> shape, float amp, float offset = 0) {
@@ -149,20 +186,20 @@ class Builder {
               float out_scale, float gain = 1.0f) {
     const float amp = gain * std::sqrt(3.0f / static_cast<float>(in));
     if (!qat_ || bits == 0) {
-      Bf16(module + ".weight", {out, in}, amp);
+      Dense(module + ".weight", {out, in}, amp);
       return;
     }
     Packed(module + ".weight", out, in, bits);
     const float rms = PackedRms(bits);
     Scales(module + ".weight_scale", out, 1, amp / std::sqrt(3.0f) / rms);
-    F32Scalar(module + ".input_activation_scale", {}, in_scale);
-    F32Scalar(module + ".output_activation_scale", {}, out_scale);
+    F32Scalar(module + ".input_activation_scale", {}, Jitter(module + ".in", in_scale));
+    F32Scalar(module + ".output_activation_scale", {}, Jitter(module + ".out", out_scale));
   }
 
   void Embedding(const std::string& module, int64_t rows, int64_t cols, int bits, int64_t blocks,
                  float rms_target) {
     if (!qat_ || bits == 0) {
-      Bf16(module + ".weight", {rows, cols}, rms_target * std::sqrt(3.0f));
+      Dense(module + ".weight", {rows, cols}, rms_target * std::sqrt(3.0f));
       return;
     }
     Packed(module + ".embedding_quantized", rows, cols, bits);
@@ -175,6 +212,8 @@ class Builder {
  private:
   uint64_t seed_;
   bool qat_;
+  bool dense_f32_;
+  float jitter_;
   SafetensorsWriter w_;
 };
 
@@ -184,6 +223,18 @@ std::string LayerRange(int first_shared) {
   if (last <= 9) return "[0-" + std::to_string(last) + "]";
   if (last <= 19) return "(\\d|1[0-" + std::to_string(last - 10) + "])";
   return "\\d+";
+}
+
+bool Tied(const Shape& s) { return s.tied.value_or(!s.qat); }
+int FirstShared(const Shape& s) { return s.layers - s.kv_shared; }
+int AttnBits(const Shape& s, int l) { return s.attn_bits.empty() ? 4 : s.attn_bits[l]; }
+int MlpBits(const Shape& s, int l) {
+  return s.mlp_bits.empty() ? (l < FirstShared(s) ? 4 : 2) : s.mlp_bits[l];
+}
+int PleBits(const Shape& s, int l) { return s.ple_bits.empty() ? 8 : s.ple_bits[l]; }
+// The per-layer bits are spelled out, one rule per layer and module kind, where given.
+bool PerLayerBits(const Shape& s) {
+  return !s.attn_bits.empty() || !s.mlp_bits.empty() || !s.ple_bits.empty();
 }
 
 nlohmann::ordered_json Config(const Shape& s) {
@@ -223,7 +274,7 @@ nlohmann::ordered_json Config(const Shape& s) {
   oj cfg = {{"architectures", {"Gemma4ForConditionalGeneration"}},
             {"model_type", "gemma4"},
             {"text_config", text},
-            {"tie_word_embeddings", !s.qat},
+            {"tie_word_embeddings", Tied(s)},
             {"eos_token_id", {1, 106}},
             {"image_token_id", 258880},
             {"audio_token_id", 258881},
@@ -232,15 +283,27 @@ nlohmann::ordered_json Config(const Shape& s) {
   if (s.qat) {
     const int first_shared = s.layers - s.kv_shared;
     oj rules = oj::object();
-    rules["^lm_head$"] = {{"num_bits", 2}};
-    rules["language_model\\.embed_tokens$"] = {{"num_bits", 2}};
-    rules["language_model\\.embed_tokens_per_layer$"] = {{"num_bits", 4}};
-    rules["language_model\\.layers\\." + LayerRange(first_shared) + "\\.mlp\\."] = {
-        {"num_bits", 4}};
-    rules["language_model\\.layers\\.\\d+\\.mlp\\."] = {{"num_bits", 2}};
-    rules["language_model\\.layers\\.\\d+\\.per_layer_input_gate$"] = {{"num_bits", 8}};
-    rules["language_model\\.layers\\.\\d+\\.per_layer_projection$"] = {{"num_bits", 8}};
-    rules["language_model\\.layers\\.\\d+\\.self_attn\\."] = {{"num_bits", 4}};
+    if (PerLayerBits(s)) {
+      // One rule per layer and module kind (no generic layer rules: the parser may order rules
+      // by key).
+      for (int l = 0; l < s.layers; ++l) {
+        const std::string L = "language_model\\.layers\\." + std::to_string(l) + "\\.";
+        rules[L + "mlp\\."] = {{"num_bits", MlpBits(s, l)}};
+        rules[L + "self_attn\\."] = {{"num_bits", AttnBits(s, l)}};
+        rules[L + "per_layer_"] = {{"num_bits", PleBits(s, l)}};
+      }
+    }
+    rules["^lm_head$"] = {{"num_bits", s.head_bits}};
+    if (s.embed_bits > 0) rules["language_model\\.embed_tokens$"] = {{"num_bits", s.embed_bits}};
+    rules["language_model\\.embed_tokens_per_layer$"] = {{"num_bits", s.ple_embed_bits}};
+    if (!PerLayerBits(s)) {
+      rules["language_model\\.layers\\." + LayerRange(first_shared) + "\\.mlp\\."] = {
+          {"num_bits", 4}};
+      rules["language_model\\.layers\\.\\d+\\.mlp\\."] = {{"num_bits", 2}};
+      rules["language_model\\.layers\\.\\d+\\.per_layer_input_gate$"] = {{"num_bits", 8}};
+      rules["language_model\\.layers\\.\\d+\\.per_layer_projection$"] = {{"num_bits", 8}};
+      rules["language_model\\.layers\\.\\d+\\.self_attn\\."] = {{"num_bits", 4}};
+    }
     rules["vision_tower"] = {{"num_bits", 8}};
     rules["audio_tower(?!.*lconv1d\\.linear_start)"] = {{"num_bits", 2}};
     rules["audio_tower\\.layers\\.\\d+\\.lconv1d\\.linear_start\\."] = {{"num_bits", 4}};
@@ -253,11 +316,95 @@ nlohmann::ordered_json Config(const Shape& s) {
          {"model.vision_tower.patch_embedder", "model.audio_tower.subsample_conv_projection",
           "model.audio_tower.output_proj", "relative_k_proj", "model.embed_audio",
           "model.embed_vision", "per_layer_model_projection"}}};
+    if (s.embed_bits == 0) {
+      cfg["quantization_config"]["modules_to_not_convert"].push_back("language_model.embed_tokens");
+    }
   }
   return cfg;
 }
 
 }  // namespace
+
+SynthShape RandomSynthShape(uint64_t seed, bool qat) {
+  Rng rng(Hash("random-shape", seed));
+  auto pick = [&](int lo, int hi) {  // uniform in [lo, hi]
+    return lo + static_cast<int>(rng.Next() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  auto coin = [&] { return (rng.Next() & 1) != 0; };
+  SynthShape s{};
+  s.qat = qat;
+  s.vocab = 64 * pick(4, 10);
+  s.hidden = 32 * pick(1, 4);
+  s.inter = s.hidden * pick(1, 4);
+  s.layers = pick(3, 12);
+  s.heads = 1 << pick(0, 2);
+  s.kv_heads = s.heads > 1 && coin() ? 2 : 1;
+  s.head_dim = coin() ? 16 : 32;
+  s.global_head_dim = s.head_dim * (coin() ? 2 : 1);
+  s.window = pick(4, 32);
+  s.ple_dim = 8 * pick(1, 3);
+  s.double_wide = coin();
+  // Any pattern; the KV-shared tail only as long as each shared layer's type has an owner before
+  // it (the spec's rule: the last non-shared layer of that type).
+  s.full.resize(static_cast<size_t>(s.layers));
+  for (int l = 0; l < s.layers; ++l) s.full[l] = pick(0, 3) == 0;
+  s.full.back() = true;  // transformers forces the last layer full
+  const int max_shared = std::min(4, s.layers - 1);
+  s.kv_shared = pick(0, max_shared);
+  auto owners_ok = [&] {
+    const int first = s.layers - s.kv_shared;
+    for (int l = first; l < s.layers; ++l) {
+      bool found = false;
+      for (int j = 0; j < first; ++j) found |= s.full[j] == s.full[l];
+      if (!found) return false;
+    }
+    return true;
+  };
+  while (s.kv_shared > 0 && !owners_ok()) --s.kv_shared;
+  if (qat) {
+    const int bits[3] = {2, 4, 8};
+    for (int l = 0; l < s.layers; ++l) {
+      s.attn_bits.push_back(bits[pick(0, 2)]);
+      s.mlp_bits.push_back(bits[pick(0, 2)]);
+      s.ple_bits.push_back(bits[pick(0, 2)]);
+    }
+    s.tied = pick(0, 3) == 0;
+    s.embed_bits = *s.tied ? 0 : bits[pick(0, 2)];
+    s.ple_embed_bits = bits[pick(0, 2)];
+    s.head_bits = bits[pick(0, 2)];
+    s.scale_jitter = coin() ? 0.2f : 0.0f;
+  } else {
+    s.tied = coin();
+    s.dense_f32 = coin();
+  }
+  return s;
+}
+
+std::string DescribeSynthShape(const SynthShape& s) {
+  std::string d = (s.qat         ? "qat"
+                   : s.dense_f32 ? "f32"
+                                 : "bf16") +
+                  std::string(" vocab ") + std::to_string(s.vocab) + " hidden " +
+                  std::to_string(s.hidden) + " inter " + std::to_string(s.inter) +
+                  (s.double_wide ? "(x2 shared)" : "") + " heads " + std::to_string(s.heads) + "/" +
+                  std::to_string(s.kv_heads) + " hd " + std::to_string(s.head_dim) + "/" +
+                  std::to_string(s.global_head_dim) + " window " + std::to_string(s.window) +
+                  " ple " + std::to_string(s.ple_dim) + " layers ";
+  for (int l = 0; l < s.layers; ++l) {
+    d += s.full[l] ? 'F' : 'S';
+    if (s.qat && !s.attn_bits.empty()) {
+      d += "(" + std::to_string(s.attn_bits[l]) + std::to_string(s.mlp_bits[l]) +
+           std::to_string(s.ple_bits[l]) + ")";
+    }
+  }
+  d += " kv_shared " + std::to_string(s.kv_shared) + (Tied(s) ? " tied" : " untied");
+  if (s.qat) {
+    d += " embed/ple/head bits " + std::to_string(s.embed_bits) + "/" +
+         std::to_string(s.ple_embed_bits) + "/" + std::to_string(s.head_bits) + " jitter " +
+         std::to_string(s.scale_jitter);
+  }
+  return d;
+}
 
 std::vector<SynthPreset> SynthPresets() {
   return {{"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
@@ -272,24 +419,24 @@ std::vector<SynthPreset> SynthPresets() {
 
 void Synthesize(const SynthOptions& options) {
   namespace fs = std::filesystem;
-  Shape s = MakeShape(options.preset);
+  Shape s = options.shape ? *options.shape : MakeShape(options.preset);
   if (options.sliding_window > 0) s.window = options.sliding_window;
   if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "synth: --out is required");
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   if (ec) throw Error(ErrorCode::kIo, options.out_dir + ": cannot create: " + ec.message());
 
-  Builder b(options.seed, s.qat);
+  Builder b(options.seed, s.qat, s.dense_f32, s.scale_jitter);
   const std::string P = "model.language_model.";
-  const int first_shared = s.layers - s.kv_shared;
+  const int first_shared = FirstShared(s);
   const int64_t H = s.hidden;
-  auto bits_mlp = [&](int l) { return l < first_shared ? 4 : 2; };
   // Activation scales: norm outputs have rms ~1, so +-4 covers them; MLP products are wider.
   const float kIn = 4.0f / 127, kOut = 8.0f / 127, kWide = 16.0f / 127;
 
-  b.Embedding(P + "embed_tokens", s.vocab, H, 2, 1, 0.7f / std::sqrt(static_cast<float>(H)));
-  b.Embedding(P + "embed_tokens_per_layer", s.vocab, static_cast<int64_t>(s.layers) * s.ple_dim, 4,
-              s.layers, 1.0f);
+  b.Embedding(P + "embed_tokens", s.vocab, H, s.embed_bits, 1,
+              0.7f / std::sqrt(static_cast<float>(H)));
+  b.Embedding(P + "embed_tokens_per_layer", s.vocab, static_cast<int64_t>(s.layers) * s.ple_dim,
+              s.ple_embed_bits, s.layers, 1.0f);
   // per_layer_model_projection stays bf16 in the QAT file (modules_to_not_convert).
   b.Linear(P + "per_layer_model_projection", static_cast<int64_t>(s.layers) * s.ple_dim, H, 0, 0,
            0);
@@ -305,25 +452,26 @@ void Synthesize(const SynthOptions& options) {
           "post_feedforward_layernorm", "post_per_layer_input_norm"}) {
       b.Bf16(L + n + ".weight", {H}, 0.1f, 1.0f);
     }
-    b.Linear(L + "self_attn.q_proj", static_cast<int64_t>(s.heads) * hd, H, 4, kIn, kOut);
+    const int ab = AttnBits(s, l), mb = MlpBits(s, l), pb = PleBits(s, l);
+    b.Linear(L + "self_attn.q_proj", static_cast<int64_t>(s.heads) * hd, H, ab, kIn, kOut);
     b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f, 1.0f);
     // Published checkpoints carry k/v (and k_norm) on shared layers too; the engine ignores them.
-    b.Linear(L + "self_attn.k_proj", static_cast<int64_t>(s.kv_heads) * hd, H, 4, kIn, kOut);
-    b.Linear(L + "self_attn.v_proj", static_cast<int64_t>(s.kv_heads) * hd, H, 4, kIn, kOut);
+    b.Linear(L + "self_attn.k_proj", static_cast<int64_t>(s.kv_heads) * hd, H, ab, kIn, kOut);
+    b.Linear(L + "self_attn.v_proj", static_cast<int64_t>(s.kv_heads) * hd, H, ab, kIn, kOut);
     b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f, 1.0f);
-    b.Linear(L + "self_attn.o_proj", H, static_cast<int64_t>(s.heads) * hd, 4, kIn, kOut);
-    b.Linear(L + "mlp.gate_proj", inter, H, bits_mlp(l), kIn, kOut);
-    b.Linear(L + "mlp.up_proj", inter, H, bits_mlp(l), kIn, kOut);
-    b.Linear(L + "mlp.down_proj", H, inter, bits_mlp(l), kWide, kOut);
-    b.Linear(L + "per_layer_input_gate", s.ple_dim, H, 8, kIn, kOut);
-    b.Linear(L + "per_layer_projection", H, s.ple_dim, 8, kIn, kOut);
+    b.Linear(L + "self_attn.o_proj", H, static_cast<int64_t>(s.heads) * hd, ab, kIn, kOut);
+    b.Linear(L + "mlp.gate_proj", inter, H, mb, kIn, kOut);
+    b.Linear(L + "mlp.up_proj", inter, H, mb, kIn, kOut);
+    b.Linear(L + "mlp.down_proj", H, inter, mb, kWide, kOut);
+    b.Linear(L + "per_layer_input_gate", s.ple_dim, H, pb, kIn, kOut);
+    b.Linear(L + "per_layer_projection", H, s.ple_dim, pb, kIn, kOut);
     b.F32Scalar(L + "layer_scalar", {1}, 0.5f + 0.4f * static_cast<float>((l * 7919) % 10) / 10.0f);
     if (s.qat) {
       b.F32Scalar(L + "self_attn.k_cache_scale", {}, 0.05f);
       b.F32Scalar(L + "self_attn.v_cache_scale", {}, 0.05f);
     }
   }
-  if (s.qat) b.Linear("lm_head", s.vocab, H, 2, kIn, 0.25f);
+  if (!Tied(s)) b.Linear("lm_head", s.vocab, H, s.qat ? s.head_bits : 0, kIn, 0.25f);
   b.writer().SetMetadata("format", "pt");
   b.writer().SetMetadata("synthetic", "gemma-engine synth " + options.preset);
   // Write-then-rename: a reader (another process) never maps a half-written checkpoint.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,41 @@ struct SynthPreset {
 // scaled down, real 262,144 vocabulary so the demo can use the Gemma tokenizer).
 std::vector<SynthPreset> SynthPresets();
 
+// A checkpoint's structure. The presets fill the first fields; the rest default to the presets'
+// layout (QAT: int2 embedding and head, int4 PLE table and attention, int4 MLP below the first
+// KV-shared layer and int2 from it, int8 PLE gate/projection; dense: bf16, tied head).
+struct SynthShape {
+  int vocab, hidden, inter, layers, heads, kv_heads, head_dim, global_head_dim, window, kv_shared,
+      ple_dim;
+  std::vector<bool> full;  // layer is full attention
+  bool double_wide;
+  bool qat;
+  // Per-layer bits (QAT; empty = the presets' layout). 8, 4 or 2.
+  std::vector<int> attn_bits, mlp_bits, ple_bits;
+  int embed_bits = 2;        // QAT: 0 = dense embed_tokens (then the head may be tied)
+  int ple_embed_bits = 4;    // QAT: embed_tokens_per_layer
+  int head_bits = 2;         // QAT, untied head
+  std::optional<bool> tied;  // empty: dense models tied, QAT untied
+  bool dense_f32 = false;    // dense linears and embeddings in f32 instead of bf16
+  // > 0: every linear's SRQ input/output scale multiplied by its own factor in [1 - j, 1 + j]
+  // (gate and up then have different input scales, as in real checkpoints).
+  float scale_jitter = 0;
+};
+
+// A random small structure for differential tests: window 4-32, 3-12 layers, any sliding/full
+// pattern (the last layer full, as transformers forces) with 0-4 KV-shared layers (each shared
+// layer's type owned by an earlier layer), 1-4 heads, head dims 16/32 and full-layer dims 1x/2x
+// those, tied or untied head; QAT: int2/int4/int8 per module kind and layer, jittered SRQ scales;
+// dense: bf16 or f32.
+SynthShape RandomSynthShape(uint64_t seed, bool qat);
+std::string DescribeSynthShape(const SynthShape& s);
+
 struct SynthOptions {
   std::string preset = "tiny";
   std::string out_dir;
   uint64_t seed = 1;
   int sliding_window = 0;  // > 0: the sliding layers' window instead of the preset's (tests)
+  std::optional<SynthShape> shape;  // set: this structure instead of the preset's
 };
 
 // Writes out_dir/config.json and out_dir/model.safetensors. Throws Error(kInvalidArgument) for an

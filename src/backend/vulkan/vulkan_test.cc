@@ -1055,11 +1055,12 @@ void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tok
 }
 
 // One-token steps past the sliding window (ring wrap, several key splits), logits against the CPU
-// reference at every step: the fused one-token attention (attn_fused.comp, the default) with its
+// reference at every step: the fused one-token attention (attn_fused.comp, opt-in since issue 34:
+// GEMMA_VULKAN_ATTN_FUSED=1) with its
 // q/k norm + RoPE inside or in qkrope's dispatch, one or several key blocks per split, merged by
 // the last split (the default: arrival by one acquire-release atomic, partials read through the
 // non-coherent alias; or full barriers, coherent loads) or by a second dispatch (MODE 1), scalar
-// or 16-byte cache loads; the three-kernel path (GEMMA_VULKAN_ATTN_FUSED=0: qkrope +
+// or 16-byte cache loads; the three-kernel path (the default: qkrope +
 // attention.comp + attn_combine) and the opt-in subgroup-per-split kernel (GEMMA_VULKAN_ATTN_DEC=1,
 // 32-wide subgroups only; elsewhere the three-kernel path). Slack 8 gives the sliding layers a
 // ring shorter than a key block (rows by division), slack 40 one that holds attention.comp's
@@ -1067,40 +1068,68 @@ void ExpectStepsMatchCpu(Backend& vk, Backend& cpu, std::span<const int32_t> tok
 // two of dim 24 (KV sharing in both).
 const std::vector<Knobs> kDecodeAttentionKnobs = {
     {},
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"}},  // several splits hold keys: the merge runs
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_SPLITS", "2"}},  // several blocks a split
     // ... with the next block's V rows loaded after this block's sums (VPF off; the default
     // loads them with the next block's K rows), and the default with scalar loads
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}, {"GEMMA_VULKAN_ATTN_VPF", "0"}},
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_SPLITS", "2"}, {"GEMMA_VULKAN_ATTN_VEC", "0"}},
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},  // merge dispatch
-    {{"GEMMA_VULKAN_ATTN_KW", "2"}, {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_SPLITS", "2"},
+     {"GEMMA_VULKAN_ATTN_VPF", "0"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_SPLITS", "2"},
+     {"GEMMA_VULKAN_ATTN_VEC", "0"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},  // merge dispatch
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "2"},
+     {"GEMMA_VULKAN_ATTN_FUSED_ROPE", "0"}},
     // 16-byte loads (a lane holds 8 of dim 32's values on 4 lanes per row) and scalar ones
-    {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
-    {{"GEMMA_VULKAN_ATTN_VEC", "1"}, {"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
-    {{"GEMMA_VULKAN_ATTN_RL", "4"},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_VEC", "1"},
+     {"GEMMA_VULKAN_ATTN_RL", "4"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_VEC", "1"},
+     {"GEMMA_VULKAN_ATTN_RL", "4"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_RL", "4"},
      {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
-    {{"GEMMA_VULKAN_ATTN_VEC", "0"}, {"GEMMA_VULKAN_ATTN_RL", "4"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_VEC", "0"},
+     {"GEMMA_VULKAN_ATTN_RL", "4"}},
     // the last split merges after full memory barriers around a relaxed arrival count, reading
     // the partials through the coherent binding
-    {{"GEMMA_VULKAN_ATTN_KW", "1"},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_ATTN_FENCE", "0"},
      {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
     // ... after the acquire-release atomic, coherent loads
-    {{"GEMMA_VULKAN_ATTN_RL", "4"},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_RL", "4"},
      {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_ATTN_NC_MERGE", "0"}},
     // ... after the full barriers, the non-coherent alias
-    {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FENCE", "0"}},
-    {{"GEMMA_VULKAN_ATTN_RL", "4"}, {"GEMMA_VULKAN_ATTN_KW", "1"}},
-    {{"GEMMA_VULKAN_ATTN_FUSED", "0"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
+     {"GEMMA_VULKAN_ATTN_FENCE", "0"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_RL", "4"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"}},
     {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
     // two query heads per workgroup in the full-attention layers (HPW) from position 40 (the
     // one-token steps switch command buffers there), and from the start with several blocks a
     // split
-    {{"GEMMA_VULKAN_ATTN_HPW_FROM", "40"}},
-    {{"GEMMA_VULKAN_ATTN_KW", "1"},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"}, {"GEMMA_VULKAN_ATTN_HPW_FROM", "40"}},
+    {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+     {"GEMMA_VULKAN_ATTN_KW", "1"},
      {"GEMMA_VULKAN_SPLITS", "2"},
      {"GEMMA_VULKAN_ATTN_HPW_FROM", "0"}},
 };
@@ -1144,9 +1173,14 @@ TEST(VulkanKernels, FusedAttentionSlidingWindowOverSeveralBlocks) {
   std::vector<int32_t> tokens(132);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 3) % V);
   for (const Knobs& env :
-       std::vector<Knobs>{{{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "1"}},
-                          {{"GEMMA_VULKAN_ATTN_KW", "1"}, {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "2"}},
-                          {{"GEMMA_VULKAN_ATTN_KW", "1"},
+       std::vector<Knobs>{{{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+                           {"GEMMA_VULKAN_ATTN_KW", "1"},
+                           {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "1"}},
+                          {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+                           {"GEMMA_VULKAN_ATTN_KW", "1"},
+                           {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "2"}},
+                          {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+                           {"GEMMA_VULKAN_ATTN_KW", "1"},
                            {"GEMMA_VULKAN_ATTN_FUSED_SPLITS", "2"},
                            {"GEMMA_VULKAN_ATTN_VPF", "0"}}}) {
     SCOPED_TRACE(KnobsText(env));
@@ -1172,7 +1206,8 @@ TEST(VulkanKernels, FusedAttentionMergesManySplits) {
       {{"GEMMA_VULKAN_ATTN_FUSED_MODE", "1"}},
       {{"GEMMA_VULKAN_ATTN_HPW_FROM", "0"}}};  // the last split merges both of its heads
   for (const Knobs& merge : merges) {
-    Knobs env = {{"GEMMA_VULKAN_ATTN_KW", "1"},
+    Knobs env = {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
+                 {"GEMMA_VULKAN_ATTN_KW", "1"},
                  {"GEMMA_VULKAN_ATTN_MB", "4"},
                  {"GEMMA_VULKAN_SPLITS", "64"}};
     env.insert(env.end(), merge.begin(), merge.end());
@@ -1358,6 +1393,7 @@ const std::vector<Knobs> kOneTokenKnobs = {
      {"GEMMA_VULKAN_SPLITS", "64"},
      {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_SPLITS", "64"},
+     {"GEMMA_VULKAN_ATTN_FUSED", "1"},
      {"GEMMA_VULKAN_ATTN_KW", "1"}},  // fused attention, merged splits
     {{"GEMMA_VULKAN_PACK_ATOMIC", "1"}},
     {{"GEMMA_VULKAN_RMS_ALL", "1"}},

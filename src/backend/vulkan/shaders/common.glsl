@@ -21,9 +21,20 @@ float SrqReciprocal(float s) {
 
 float ExactDiv(float z, float s) { return ExactDivR(z, s, SrqReciprocal(s)); }
 
-// transformers' apply_srq as an int: clamp(round_half_even(z / s), -128, 127).
+// transformers' apply_srq as an int: clamp(round_half_even(z / s), -128, 127), z / s the IEEE f32
+// quotient (the CPU reference's). Only the quotient's side of the nearest half-integer matters: the
+// f32 estimate z * rs decides it unless it lies within 2^-19 of its magnitude from a half-integer
+// (its error is a few ulps, 2^-21 at most, where 1 / s is the device's approximate reciprocal),
+// and there the quotient is taken as float(double(z) / double(s)), which is the IEEE f32 quotient
+// (rounding a quotient of floats twice through double is innocuous). ExactDivR's correction is not
+// used here: SPIR-V's Fma may be evaluated unfused (lavapipe does), and then its quotient can land
+// on the other side of a half-integer: issue 34 (layer 3's gate input -42.5000018 quanta:
+// z * rs = -42.500004, rounded to -43 where the reference's quotient -42.5 rounds to -42).
 int QuantizeSrqR(float z, float s, float rs) {
-  return int(clamp(roundEven(ExactDivR(z, s, rs)), -128.0, 127.0));
+  precise float q = z * rs;
+  precise float off = abs(q - floor(q) - 0.5);
+  if (abs(q) < 256.0 && off <= abs(q) * (1.0 / 524288.0)) q = float(double(z) / double(s));
+  return int(clamp(roundEven(q), -128.0, 127.0));
 }
 
 int QuantizeSrq(float z, float s) { return QuantizeSrqR(z, s, SrqReciprocal(s)); }

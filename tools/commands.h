@@ -10,5 +10,6 @@ void AddInspectCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
+void AddPullCommand(CLI::App& app);  // pull_command.cc
 
 }  // namespace gemma::cli

@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "hub/model_path.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "tokenizer/gemma4_vocab.h"
@@ -25,8 +26,9 @@ void AddInspectCommand(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   CLI::App* cmd =
       app.add_subcommand("inspect", "Tensors, dtypes, quant formats, bytes per layer, validation");
-  cmd->add_option("--model", *path, "Checkpoint directory or .safetensors file")->required();
+  cmd->add_option("--model", *path, "Checkpoint directory, .safetensors file or ORG/NAME[@REV]")->required();
   cmd->callback([path] {
+    *path = hub::ResolveModelPath(*path);  // ORG/NAME[@REV]: the Hub cache, pulled if missing
     auto src = TensorSource::Open(*path);
     std::printf("checkpoint: %s (%zu file(s), %.1f MiB)\n", path->c_str(), src->files().size(),
                 src->total_bytes() / 1048576.0);
@@ -104,6 +106,8 @@ void AddSynthCommand(CLI::App& app) {
   cmd->add_option("--preset", o->preset, names)->required();
   cmd->add_option("--out", o->out_dir, "Output directory")->required();
   cmd->add_option("--seed", o->seed, "Seed");
+  cmd->add_option("--layout", o->layout, "hub: the published repository's file set (towers, configs)");
+  cmd->add_option("--shards", o->shards, "N > 1: model-0000k-of-0000N shards + index");
   cmd->callback([o] {
     Timer t;
     Synthesize(*o);

@@ -88,6 +88,15 @@ TEST_F(HubLayoutTest, ShardedCheckpointWithTowersLoadsTheSameTextWeights) {
   }
   EXPECT_EQ(towers, 6u);
   EXPECT_EQ(sharded->all().size(), single->all().size() + towers);
+  // The mobile-QAT sibling (google/gemma-4-E2B-it-qat-mobile-transformers) in the same layout.
+  SynthOptions q;
+  q.preset = "tiny-qat";
+  q.out_dir = (root_ / "qat").string();
+  q.layout = "hub";
+  q.shards = 2;
+  Synthesize(q);
+  EXPECT_TRUE(fs::exists(root_ / "qat" / "model-00002-of-00002.safetensors"));
+  EXPECT_EQ(Model::Load(q.out_dir)->layers().size(), 6u);
   auto a = Model::Load((root_ / "single").string());
   auto b = Model::Load((root_ / "sharded").string());
   EXPECT_EQ(a->layers().size(), b->layers().size());

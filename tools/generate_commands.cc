@@ -26,7 +26,8 @@ struct CommonOpts {
 };
 
 void AddCommon(CLI::App* cmd, CommonOpts& o) {
-  cmd->add_option("--model", o.model, "Checkpoint directory, .safetensors file or ORG/NAME[@REV]")->required();
+  cmd->add_option("--model", o.model, "Checkpoint directory, .safetensors file or ORG/NAME[@REV]")
+      ->required();
   cmd->add_option("--tokenizer", o.tokenizer, "tokenizer.json (default: beside the model)");
   cmd->add_option("--backend", o.backend, "cpu | cpu-ref | vulkan | auto");
   cmd->add_option("--context", o.context, "Context capacity in tokens")

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,12 @@ void CheckRelative(const std::string& path) {
       throw HubError(HubErrorKind::kNetwork, "refusing file path '" + path + "' from the Hub");
     }
   }
+}
+
+// Unique per process and thread: two pulls in one process must not share a temporary name.
+std::string TempSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  return ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
 }
 
 }  // namespace
@@ -136,7 +143,7 @@ void HubCache::WriteRef(const std::string& repo, const std::string& revision,
   CheckRelative(revision);
   const fs::path ref = fs::path(RepoDir(repo)) / "refs" / revision;
   MakeDirs(ref.parent_path());
-  const fs::path tmp = ref.string() + ".tmp." + std::to_string(::getpid());
+  const fs::path tmp = ref.string() + TempSuffix();
   {
     std::ofstream out(tmp);
     out << commit;  // huggingface_hub writes the bare hash, no newline
@@ -153,10 +160,15 @@ void HubCache::LinkSnapshot(const std::string& repo, const std::string& commit,
   MakeDirs(link.parent_path());
   // Relative, so the cache can be moved or mounted elsewhere (what huggingface_hub does).
   const fs::path target = fs::path(BlobPath(repo, etag)).lexically_relative(link.parent_path());
+  // Made beside and renamed over: atomic, so concurrent pulls and readers never see a gap.
+  const fs::path tmp = link.string() + TempSuffix();
   std::error_code ec;
-  fs::remove(link, ec);
-  fs::create_symlink(target, link, ec);
-  if (ec) throw Error(ErrorCode::kIo, link.string() + ": cannot create symlink: " + ec.message());
+  fs::create_symlink(target, tmp, ec);
+  if (!ec) fs::rename(tmp, link, ec);
+  if (ec) {
+    fs::remove(tmp);
+    throw Error(ErrorCode::kIo, link.string() + ": cannot create symlink: " + ec.message());
+  }
 }
 
 void HubCache::MarkNoExist(const std::string& repo, const std::string& commit,

@@ -526,7 +526,7 @@ RepoListing HubClient::List(const RepoSpec& spec) const {
     throw HubError(HubErrorKind::kOffline, spec.repo + ": HF_HUB_OFFLINE is set; cannot list");
   }
   const std::string url = o_.endpoint + "/api/models/" + Escape(spec.repo, true) + "/revision/" +
-                          Escape(spec.revision, false) + "?blobs=true";
+                          Escape(spec.revision, false) + "?blobs=True";
   const json j = GetJson(o_, url, spec.repo, "revision " + spec.revision);
   RepoListing l;
   l.repo = spec.repo;

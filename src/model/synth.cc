@@ -355,7 +355,8 @@ void Synthesize(const SynthOptions& options) {
   if (s.qat) b.Linear("lm_head", s.vocab, H, 2, kIn, 0.25f);
   const bool hub = options.layout == "hub";
   if (!options.layout.empty() && !hub) {
-    throw Error(ErrorCode::kInvalidArgument, "synth: unknown layout '" + options.layout + "' (hub)");
+    throw Error(ErrorCode::kInvalidArgument,
+                "synth: unknown layout '" + options.layout + "' (hub)");
   }
   if (hub) {
     // Stand-ins for the towers (names as published, shapes small): present, and ignored by text.

@@ -31,7 +31,7 @@ struct SynthOptions {
   // top of the weights: generation_config.json (model-card sampling defaults),
   // processor_config.json, vision_config/audio_config in config.json and small vision/audio
   // tower tensors that a text-only loader must skip. "" writes weights and config.json only.
-  std::string layout;
+  std::string layout = {};
   // > 1: model-0000k-of-0000N.safetensors shards plus model.safetensors.index.json, as
   // transformers' save_pretrained writes them, instead of one model.safetensors.
   int shards = 0;

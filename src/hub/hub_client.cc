@@ -377,6 +377,7 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
     curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &probe);
     curl_easy_setopt(c.h, CURLOPT_HEADERFUNCTION, HeaderCallback);
     curl_easy_setopt(c.h, CURLOPT_HEADERDATA, &error_code);
+    curl_easy_setopt(c.h, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes and hashes
     curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, XferInfo);
     curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &t);

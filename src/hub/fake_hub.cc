@@ -140,7 +140,8 @@ void FakeHub::Serve(const Entry& e, const void* request, void* response) {
   const auto& req = *static_cast<const httplib::Request*>(request);
   auto& res = *static_cast<httplib::Response*>(response);
   const std::string& path = e.file.path;
-  uint64_t drop_at = UINT64_MAX;
+  uint64_t drop_at = UINT64_MAX, stall_at = UINT64_MAX;
+  int stall_ms = 0;
   bool corrupt = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -158,17 +159,29 @@ void FakeHub::Serve(const Entry& e, const void* request, void* response) {
       drop_at = d->second.first;
     }
     corrupt = Consume(corrupt_, path);
+    auto st = stall_.find(path);
+    if (st != stall_.end() && st->second.second.second > 0) {
+      --st->second.second.second;
+      stall_at = st->second.first;
+      stall_ms = st->second.second.first;
+    }
   }
   res.set_header("ETag", "\"" + (e.file.lfs ? e.sha256 : e.sha1) + "\"");
   res.set_header("Accept-Ranges", "bytes");
   const uint64_t flip = e.size / 2;
   res.set_content_provider(
       e.size, "application/octet-stream",
-      [this, &e, drop_at, corrupt, flip](size_t offset, size_t length, httplib::DataSink& sink) {
+      [this, &e, drop_at, corrupt, flip, stall_at, stall_ms](size_t offset, size_t length,
+                                                             httplib::DataSink& sink) mutable {
         std::vector<char> buf(std::min<size_t>(length, 1 << 20));
         size_t n = buf.size();
         if (offset >= drop_at) return false;  // the connection "drops" here
         if (offset + n > drop_at) n = drop_at - offset;
+        if (offset >= stall_at) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));  // a stuck server
+          stall_ms = 0;
+        }
+        if (offset < stall_at && offset + n > stall_at) n = stall_at - offset;
         Fill(e.file, offset, n, buf.data());
         if (corrupt && flip >= offset && flip < offset + n) buf[flip - offset] ^= 0x5a;
         if (!sink.write(buf.data(), n)) return false;
@@ -242,6 +255,10 @@ void FakeHub::Corrupt(const std::string& path, int times) {
 void FakeHub::FailWith(const std::string& path, int status, int times) {
   std::lock_guard<std::mutex> lock(mu_);
   fail_[path] = {status, times};
+}
+void FakeHub::StallAt(const std::string& path, uint64_t offset, int ms, int times) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stall_[path] = {offset, {ms, times}};
 }
 void FakeHub::FailApiWith(int status, int times) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -49,6 +49,7 @@ class FakeHub {
   void Corrupt(const std::string& path, int times = 1);               // flip one byte in the middle
   void FailWith(const std::string& path, int status, int times = 1);  // status instead of bytes
   void FailApiWith(int status, int times = 1);
+  void StallAt(const std::string& path, uint64_t offset, int ms, int times = 1);  // then go on
   void TruncateApiJson(int times = 1);
 
   // Counters per repository path (download bodies only).
@@ -83,6 +84,7 @@ class FakeHub {
   std::map<std::string, const Entry*> by_sha_;
   std::map<std::string, std::pair<uint64_t, int>> drop_;
   std::map<std::string, int> corrupt_;
+  std::map<std::string, std::pair<uint64_t, std::pair<int, int>>> stall_;
   std::map<std::string, std::pair<int, int>> fail_;
   std::pair<int, int> api_fail_{0, 0};
   int api_truncate_ = 0;

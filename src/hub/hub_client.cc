@@ -97,8 +97,6 @@ void Setup(CurlHandle& c, const HubOptions& o, const std::string& url) {
   curl_easy_setopt(c.h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c.h, CURLOPT_USERAGENT, "gemma-engine/0.1");
   curl_easy_setopt(c.h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(o.connect_timeout_s));
-  curl_easy_setopt(c.h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c.h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(o.stall_timeout_s));
   // The token goes to the Hub only: curl drops custom Authorization headers on a redirect to
   // another host, so a CDN never sees it.
   if (!o.token.empty()) {
@@ -177,6 +175,7 @@ json GetJson(const HubOptions& o, const std::string& url, const std::string& rep
     Setup(c, o, url);
     c.headers = curl_slist_append(c.headers, "Accept: application/json");
     curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
+    curl_easy_setopt(c.h, CURLOPT_TIMEOUT, static_cast<long>(o.stall_timeout_s));
     std::string body, error_code;
     curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, AppendBody);
     curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
@@ -260,6 +259,10 @@ struct Transfer {
   bool write_failed_enospc = false;
   std::string write_error;
   std::chrono::steady_clock::time_point last_report{};
+  // curl's own low-speed check averages over a window of seconds; a stall is "no byte for
+  // stall_timeout_s", checked here.
+  std::chrono::steady_clock::time_point last_byte{};
+  bool stalled = false;
 
   std::unique_ptr<Digest> NewDigest() const {
     return file->sha256.empty() ? std::make_unique<Digest>(Digest::Kind::kGitBlobSha1, file->size)
@@ -284,6 +287,7 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     return 0;
   }
   t->digest->Update(data, len);
+  t->last_byte = std::chrono::steady_clock::now();
   t->have += len;
   t->received += len;
   return len;
@@ -293,6 +297,10 @@ int XferInfo(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
   if (t->o->cancel && t->o->cancel->load()) return 1;
   const auto now = std::chrono::steady_clock::now();
+  if (now - t->last_byte > std::chrono::seconds(t->o->stall_timeout_s)) {
+    t->stalled = true;
+    return 1;
+  }
   if (now - t->last_report >= std::chrono::milliseconds(t->o->progress_interval_ms)) {
     t->last_report = now;
     t->Report(false);
@@ -367,6 +375,8 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
     curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
     t.request_offset = t.have;
     t.checked_status = false;
+    t.stalled = false;
+    t.last_byte = std::chrono::steady_clock::now();
     if (t.have > 0) {
       const std::string range = std::to_string(t.have) + "-";
       curl_easy_setopt(c.h, CURLOPT_RANGE, range.c_str());
@@ -397,6 +407,18 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
       throw HubError(HubErrorKind::kNetwork, repo + "/" + file.path + ": " + t.write_error);
     }
     const bool last = attempt + 1 >= o.max_attempts;
+    if (rc == CURLE_ABORTED_BY_CALLBACK && t.stalled) {
+      if (!last) {
+        if (o.log)
+          o.log(file.path + ": no data for " + std::to_string(o.stall_timeout_s) +
+                " s, reconnecting");
+        Backoff(o, attempt);
+        continue;
+      }
+      throw HubError(HubErrorKind::kNetwork,
+                     repo + "/" + file.path + ": the server stalled; " + std::to_string(t.have) +
+                         " of " + std::to_string(file.size) + " bytes kept for resume");
+    }
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
       throw HubError(HubErrorKind::kCancelled,
                      repo + "/" + file.path + ": cancelled; " + std::to_string(t.have) + " of " +

@@ -210,6 +210,16 @@ TEST_F(HubTest, DroppedConnectionResumesWithRange) {
   EXPECT_EQ(ReadAll(fs::path(r.snapshot_dir) / kShard1), TestRepo().files[4].content);
 }
 
+TEST_F(HubTest, StalledTransferIsAbandonedAndResumed) {
+  HubOptions o = Options();
+  o.stall_timeout_s = 1;
+  hub_.StallAt(kShard2, 300000, 2500);
+  const PullResult r = HubClient(o).Pull(ParseRepoSpec("acme/tiny-model"));
+  EXPECT_EQ(ReadAll(fs::path(r.snapshot_dir) / kShard2), TestRepo().files[5].content);
+  ASSERT_EQ(hub_.ranges(kShard2).size(), 1u);
+  EXPECT_EQ(hub_.ranges(kShard2)[0], "bytes=300000-");
+}
+
 TEST_F(HubTest, CancelledPullKeepsThePartialAndTheNextPullSendsOnlyTheRest) {
   std::atomic<bool> cancel{false};
   HubOptions o = Options();
@@ -218,12 +228,13 @@ TEST_F(HubTest, CancelledPullKeepsThePartialAndTheNextPullSendsOnlyTheRest) {
   o.progress = [&](const TransferProgress& p) {
     if (p.file == kShard1 && p.done >= (1u << 20)) cancel = true;
   };
+  hub_.StallAt(kShard1, 1 << 20, 1500);  // the client waits at 1 MiB when it cancels
   EXPECT_EQ(PullError(o, "acme/tiny-model"), HubErrorKind::kCancelled);
   const std::string etag = hub_.sha256("acme/tiny-model", kShard1);
   const fs::path part = RepoDir() / "blobs" / (etag + ".incomplete");
   ASSERT_TRUE(fs::exists(part)) << last_error_;
   const uint64_t kept = fs::file_size(part);
-  EXPECT_GT(kept, 0u);
+  EXPECT_EQ(kept, 1u << 20);
   EXPECT_FALSE(fs::exists(RepoDir() / "snapshots" / kCommit / kShard1));
   // The server's handler of the aborted request may still be writing into its socket: let it
   // notice the closed connection before counting afresh.

@@ -1,8 +1,12 @@
 #include "hub/hashing.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <vector>
 
 #include "gemma/error.h"
@@ -40,6 +44,78 @@ std::string Digest::HexFinal() {
     s += kHex[out[i] & 15];
   }
   return s;
+}
+
+struct TrailingHasher::State {
+  int fd;
+  Digest* digest;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t available = 0, hashed = 0;
+  bool finishing = false, abandon = false;
+  std::string error;
+  std::thread thread;
+
+  void Run() {
+    std::vector<char> buf(4 << 20);
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return abandon || available > hashed || finishing; });
+      if (abandon || (finishing && available == hashed)) return;
+      const uint64_t from = hashed;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(available - hashed, buf.size()));
+      lock.unlock();
+      size_t got = 0;
+      while (got < n) {
+        const ssize_t r = ::pread(fd, buf.data() + got, n - got, static_cast<off_t>(from + got));
+        if (r <= 0) break;
+        got += static_cast<size_t>(r);
+      }
+      if (got == n) digest->Update(buf.data(), n);
+      lock.lock();
+      if (got != n) {
+        error = "read back failed at byte " + std::to_string(from + got);
+        return;
+      }
+      hashed += n;
+    }
+  }
+};
+
+TrailingHasher::TrailingHasher(int fd, Digest* digest, uint64_t already)
+    : s_(std::make_unique<State>()) {
+  s_->fd = fd;
+  s_->digest = digest;
+  s_->available = already;
+  s_->thread = std::thread([st = s_.get()] { st->Run(); });
+}
+
+TrailingHasher::~TrailingHasher() {
+  if (!s_->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->abandon = true;
+  }
+  s_->cv.notify_one();
+  s_->thread.join();
+}
+
+void TrailingHasher::Advance(uint64_t available) {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->available = available;
+  }
+  s_->cv.notify_one();
+}
+
+void TrailingHasher::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->finishing = true;
+  }
+  s_->cv.notify_one();
+  s_->thread.join();
+  if (!s_->error.empty()) throw Error(ErrorCode::kIo, "hashing the download: " + s_->error);
 }
 
 void HashFile(const std::string& path, Digest& digest, uint64_t limit) {

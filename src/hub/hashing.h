@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace gemma::hub {
 
@@ -24,6 +25,27 @@ class Digest {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// Hashes a file on its own thread, trailing a writer: the writer appends with write/pwrite and
+// calls Advance(bytes now in the file); the thread reads them back (from the page cache) and
+// updates the digest, so hashing overlaps the network instead of adding to it. Finish() waits
+// until everything advanced is hashed. Destruction without Finish() abandons the work.
+class TrailingHasher {
+ public:
+  // Hashes `fd` from byte 0; `already` bytes are in the file when it starts (a resumed partial).
+  TrailingHasher(int fd, Digest* digest, uint64_t already);
+  ~TrailingHasher();
+  TrailingHasher(const TrailingHasher&) = delete;
+  TrailingHasher& operator=(const TrailingHasher&) = delete;
+
+  void Advance(uint64_t available);
+  // Throws Error(kIo) when the file could not be read back.
+  void Finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 // Hashes a whole file (or its first `limit` bytes) into `digest`. Throws Error(kIo).

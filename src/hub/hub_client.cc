@@ -249,10 +249,11 @@ struct Transfer {
   const HubOptions* o;
   const RepoFile* file;
   std::string part_path;
-  FILE* out = nullptr;
+  int fd = -1;
   std::unique_ptr<Digest> digest;
-  uint64_t have = 0;      // bytes in the file, all hashed
-  uint64_t received = 0;  // bytes received over the network
+  std::unique_ptr<TrailingHasher> hasher;  // hashes what is written, on its own thread
+  uint64_t have = 0;                       // bytes in the file
+  uint64_t received = 0;                   // bytes received over the network
   uint64_t resumed = 0;
   uint64_t request_offset = 0;
   bool checked_status = false;
@@ -264,9 +265,24 @@ struct Transfer {
   std::chrono::steady_clock::time_point last_byte{};
   bool stalled = false;
 
-  std::unique_ptr<Digest> NewDigest() const {
-    return file->sha256.empty() ? std::make_unique<Digest>(Digest::Kind::kGitBlobSha1, file->size)
-                                : std::make_unique<Digest>(Digest::Kind::kSha256);
+  ~Transfer() {
+    hasher.reset();
+    if (fd >= 0) ::close(fd);
+  }
+  // Starts hashing the `have` bytes already in the file and whatever follows.
+  void StartHashing() {
+    hasher.reset();
+    digest = file->sha256.empty() ? std::make_unique<Digest>(Digest::Kind::kGitBlobSha1, file->size)
+                                  : std::make_unique<Digest>(Digest::Kind::kSha256);
+    hasher = std::make_unique<TrailingHasher>(fd, digest.get(), have);
+  }
+  // Empties the partial file (a server that ignored Range, or a size disagreement).
+  bool Restart() {
+    hasher.reset();
+    if (::ftruncate(fd, 0) != 0) return false;
+    have = resumed = 0;
+    StartHashing();
+    return true;
   }
   void Report(bool finished) {
     if (!o->progress) return;
@@ -281,15 +297,22 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     t->write_error = "the server sent more bytes than the file's size";
     return 0;
   }
-  if (std::fwrite(data, 1, len, t->out) != len) {
-    t->write_failed_enospc = errno == ENOSPC || errno == EDQUOT;
-    t->write_error = std::strerror(errno);
-    return 0;
+  for (size_t done = 0; done < len;) {
+    const ssize_t w = ::pwrite(t->fd, data + done, len - done, static_cast<off_t>(t->have + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      t->write_failed_enospc = errno == ENOSPC || errno == EDQUOT;
+      t->write_error = std::strerror(errno);
+      t->have += done;  // what reached the file stays a valid prefix
+      t->hasher->Advance(t->have);
+      return 0;
+    }
+    done += static_cast<size_t>(w);
   }
-  t->digest->Update(data, len);
   t->last_byte = std::chrono::steady_clock::now();
   t->have += len;
   t->received += len;
+  t->hasher->Advance(t->have);
   return len;
 }
 
@@ -322,16 +345,10 @@ size_t WriteBodyChecked(char* data, size_t size, size_t n, void* user) {
     curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &status);
     if (status < 200 || status >= 300) return size * n;  // an error page: drop it
     t->checked_status = true;
-    if (status == 200 && t->request_offset > 0) {
-      // Range ignored: the body is the whole file. Start the partial file and hash over.
-      if (std::fflush(t->out) != 0 || ::ftruncate(::fileno(t->out), 0) != 0 ||
-          std::fseek(t->out, 0, SEEK_SET) != 0) {
-        t->write_error = "cannot truncate the partial file";
-        return 0;
-      }
-      t->digest = t->NewDigest();
-      t->have = 0;
-      t->resumed = 0;
+    // Range ignored: the body is the whole file. Start the partial file and hash over.
+    if (status == 200 && t->request_offset > 0 && !t->Restart()) {
+      t->write_error = "cannot truncate the partial file";
+      return 0;
     }
   }
   return WriteBody(data, size, n, t);
@@ -351,21 +368,14 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
     fs::remove(part);
     t.have = 0;
   }
-  t.digest = t.NewDigest();
-  if (t.have > 0) HashFile(part, *t.digest, t.have);  // resume: the prefix must be hashed too
   t.resumed = t.have;
-  t.out = std::fopen(part.c_str(), t.have > 0 ? "r+b" : "wb");
-  if (!t.out) throw Error(ErrorCode::kIo, part + ": cannot open: " + std::strerror(errno));
-  std::unique_ptr<FILE, int (*)(FILE*)> closer(t.out, &std::fclose);
-  std::fseek(t.out, static_cast<long>(t.have), SEEK_SET);
-  static thread_local std::vector<char> buffer;
-  buffer.resize(4 << 20);
-  std::setvbuf(t.out, buffer.data(), _IOFBF, buffer.size());
+  t.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (t.fd < 0) throw Error(ErrorCode::kIo, part + ": cannot open: " + std::strerror(errno));
+  t.StartHashing();  // a resumed prefix is hashed while the rest arrives
 
   for (int attempt = 0; t.have < file.size || attempt == 0; ++attempt) {
     if (t.have >= file.size) break;  // zero-byte files and already-complete partials
     if (o.cancel && o.cancel->load()) {
-      std::fflush(t.out);
       throw HubError(HubErrorKind::kCancelled,
                      repo + "/" + file.path + ": cancelled; " + std::to_string(t.have) + " of " +
                          std::to_string(file.size) + " bytes kept for resume in " + part);
@@ -395,10 +405,6 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
     long status = 0;
     curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
     *received = t.received;
-    if (std::fflush(t.out) != 0 && t.write_error.empty()) {
-      t.write_failed_enospc = errno == ENOSPC || errno == EDQUOT;
-      t.write_error = std::strerror(errno);
-    }
     if (t.write_failed_enospc) {
       throw HubError(HubErrorKind::kDiskFull, part + ": disk full while writing " + file.path +
                                                   " (" + std::to_string(t.have) + " bytes kept)");
@@ -438,11 +444,7 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
     }
     if (status == 416) {
       // Our partial file disagrees with the server's idea of the size: start over.
-      std::fflush(t.out);
-      if (::ftruncate(::fileno(t.out), 0) != 0) throw Error(ErrorCode::kIo, part + ": truncate");
-      std::fseek(t.out, 0, SEEK_SET);
-      t.digest = t.NewDigest();
-      t.have = t.resumed = 0;
+      if (!t.Restart()) throw Error(ErrorCode::kIo, part + ": cannot truncate");
       if (last) break;
       continue;
     }
@@ -462,6 +464,7 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
                        std::to_string(file.size) + " bytes after " +
                        std::to_string(o.max_attempts) + " attempts (kept for resume)");
   }
+  t.hasher->Finish();
   t.Report(true);
   return t.digest->HexFinal();
 }

@@ -1,5 +1,6 @@
 // The Hub client against a loopback fake Hub (fake_hub.h): cache layout file by file, reuse,
 // resume, checksum, HTTP errors, offline, environment.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -115,6 +116,26 @@ TEST(HubHashing, PublishedVectors) {
   Digest g(Digest::Kind::kGitBlobSha1, 6);
   g.Update("hello\n", 6);  // `echo hello | git hash-object --stdin`
   EXPECT_EQ(g.HexFinal(), "ce013625030ba8dba906f756967f9e9ca394464a");
+}
+
+TEST(HubHashing, TrailingHasherFollowsTheWriter) {
+  const fs::path p = fs::temp_directory_path() / ("trailing_" + std::to_string(::getpid()));
+  const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "a", 1), 1);  // a resumed prefix
+  Digest d(Digest::Kind::kSha256);
+  {
+    TrailingHasher h(fd, &d, 1);
+    ASSERT_EQ(::write(fd, "b", 1), 1);
+    h.Advance(2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(::write(fd, "c", 1), 1);
+    h.Advance(3);
+    h.Finish();
+  }
+  ::close(fd);
+  fs::remove(p);
+  EXPECT_EQ(d.HexFinal(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(HubSpec, ParsesAndRejects) {

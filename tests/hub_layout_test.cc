@@ -22,28 +22,36 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// ctest runs each test in its own process: every test synthesizes only the checkpoints it reads.
 class HubLayoutTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gemma_hub_layout_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    SynthOptions o;
-    o.preset = "tiny";
-    o.seed = 3;
-    o.out_dir = (root_ / "single").string();
-    Synthesize(o);
-    o.out_dir = (root_ / "sharded").string();
-    o.layout = "hub";
-    o.shards = 3;
-    Synthesize(o);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
+  // "single": tiny as one file; "sharded": tiny in the hub layout, 3 shards.
+  static fs::path Dir(const std::string& which) {
+    const fs::path d = root_ / which;
+    if (!fs::exists(d / "config.json")) {
+      SynthOptions o;
+      o.preset = "tiny";
+      o.seed = 3;
+      o.out_dir = d.string();
+      if (which == "sharded") {
+        o.layout = "hub";
+        o.shards = 3;
+      }
+      Synthesize(o);
+    }
+    return d;
+  }
   static fs::path root_;
 };
 fs::path HubLayoutTest::root_;
 
 TEST_F(HubLayoutTest, SynthWritesThePublishedFileSet) {
-  const fs::path d = root_ / "sharded";
+  const fs::path d = Dir("sharded");
   for (const char* f : {"config.json", "generation_config.json", "processor_config.json",
                         "model.safetensors.index.json", "model-00001-of-00003.safetensors",
                         "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}) {
@@ -70,8 +78,8 @@ TEST_F(HubLayoutTest, SynthWritesThePublishedFileSet) {
 }
 
 TEST_F(HubLayoutTest, ShardedCheckpointWithTowersLoadsTheSameTextWeights) {
-  auto single = TensorSource::Open((root_ / "single").string());
-  auto sharded = TensorSource::Open((root_ / "sharded").string());
+  auto single = TensorSource::Open(Dir("single").string());
+  auto sharded = TensorSource::Open(Dir("sharded").string());
   EXPECT_EQ(sharded->files().size(), 3u);
   size_t towers = 0;
   for (const auto& [name, t] : sharded->all()) {
@@ -108,7 +116,7 @@ TEST_F(HubLayoutTest, PulledFromTheHubLoadsThroughTheCacheSymlinks) {
   hub::testing::FakeRepo repo;
   repo.id = "google/gemma-4-E2B-it";
   repo.commit = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
-  for (const auto& e : fs::directory_iterator(root_ / "sharded")) {
+  for (const auto& e : fs::directory_iterator(Dir("sharded"))) {
     hub::testing::FakeFile f;
     f.path = e.path().filename().string();
     f.content = ReadFileToString(e.path().string());

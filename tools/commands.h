@@ -11,5 +11,7 @@ void AddSynthCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
 void AddPullCommand(CLI::App& app);  // pull_command.cc
+void AddTokenizeCommand(CLI::App& app);
+void AddTemplateCommand(CLI::App& app);
 
 }  // namespace gemma::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   gemma::cli::AddDemoCommand(app);
   gemma::cli::AddBenchCommand(app);
   gemma::cli::AddPullCommand(app);
+  gemma::cli::AddTokenizeCommand(app);
+  gemma::cli::AddTemplateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -563,6 +563,7 @@ class VulkanBackend : public Backend {
     weight_bytes_ = 0;
     vk::DeviceOptions dopt;
     dopt.index = vopt_.device_index;
+    dopt.skip_cpu = vopt_.skip_cpu_devices;
     dev_ = std::make_unique<Device>(dopt);
     if (!planned_) PlanGeometry();
     lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());

@@ -40,6 +40,8 @@ struct VulkanOptions {
   // Physical device index (-1: discrete > integrated > virtual > CPU). The environment variable
   // GEMMA_VULKAN_DEVICE (index or name substring) overrides it.
   int device_index = -1;
+  // With device_index -1: never pick a CPU-type device (the "auto" backend choice).
+  bool skip_cpu_devices = false;
   // Key splits of decode attention (0: chosen from the device).
   int decode_splits = 0;
   // Weight matrices larger than the device's maxStorageBufferRange are split by rows; a non-zero
@@ -60,6 +62,7 @@ struct VulkanOptions {
 };
 
 // Throws gemma::Error(kDevice) when no usable Vulkan device exists.
+std::shared_ptr<BackendModel> CreateVulkanModel(const Model& model, const VulkanOptions& vulkan);
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options);
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
                                              const VulkanOptions& vulkan);

@@ -7,6 +7,7 @@
 
 #include "bench/harness/bench_harness.h"
 #include "gemma/error.h"
+#include "hub/model_path.h"
 
 namespace gemma::cli {
 namespace {
@@ -69,6 +70,7 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_flag("--no-warm", o->no_warm, "Skip warm runs");
   cmd->add_option("--out", o->out, "Report path prefix");
   cmd->callback([o] {
+    o->bench.model = hub::ResolveModelPath(o->bench.model);  // ORG/NAME[@REV] -> Hub cache
     o->bench.backends = SplitCommas(o->backends);
     o->bench.workloads.clear();
     for (const std::string& w : SplitCommas(o->workloads))

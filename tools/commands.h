@@ -10,6 +10,7 @@ void AddInspectCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
+void AddPullCommand(CLI::App& app);  // pull_command.cc
 void AddTokenizeCommand(CLI::App& app);
 void AddTemplateCommand(CLI::App& app);
 void AddPerplexityCommand(CLI::App& app);  // perplexity_command.cc

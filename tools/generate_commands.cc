@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "hub/model_path.h"
 
 namespace gemma::cli {
 namespace {
@@ -25,7 +26,8 @@ struct CommonOpts {
 };
 
 void AddCommon(CLI::App* cmd, CommonOpts& o) {
-  cmd->add_option("--model", o.model, "Checkpoint directory or .safetensors file")->required();
+  cmd->add_option("--model", o.model, "Checkpoint directory, .safetensors file or ORG/NAME[@REV]")
+      ->required();
   cmd->add_option("--tokenizer", o.tokenizer, "tokenizer.json (default: beside the model)");
   cmd->add_option("--backend", o.backend, "cpu | cpu-ref | vulkan | auto");
   cmd->add_option("--context", o.context, "Context capacity in tokens")
@@ -110,7 +112,7 @@ GenerateOptions Resolve(const CommonOpts& o) {
 }
 
 std::shared_ptr<Engine> Open(const CommonOpts& o) {
-  return Engine::Load({.model_path = o.model,
+  return Engine::Load({.model_path = hub::ResolveModelPath(o.model),
                        .tokenizer_path = o.tokenizer,
                        .backend = o.backend,
                        .context_capacity = o.context,

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   gemma::cli::AddSynthCommand(app);
   gemma::cli::AddDemoCommand(app);
   gemma::cli::AddBenchCommand(app);
+  gemma::cli::AddPullCommand(app);
   gemma::cli::AddTokenizeCommand(app);
   gemma::cli::AddTemplateCommand(app);
   gemma::cli::AddPerplexityCommand(app);

@@ -12,21 +12,51 @@
 #include "commands.h"
 #include "core/mapped_file.h"
 #include "core/timer.h"
+#include "format/generation_config.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "hub/model_path.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "tokenizer/gemma4_vocab.h"
 
 namespace gemma::cli {
-namespace {}  // namespace
+namespace {
+
+// generation_config.json's sampling defaults and which chat template applies (inspect).
+void PrintCheckpointExtras(const std::string& path) {
+  const GenerationDefaults g = LoadGenerationDefaults(path);
+  if (g.empty()) {
+    std::printf("generation defaults: none (no generation_config.json)\n");
+  } else {
+    auto num = [](const auto& v) {
+      char b[32] = "unset";
+      if (v) std::snprintf(b, sizeof b, "%g", static_cast<double>(*v));
+      return std::string(b);
+    };
+    std::printf("generation defaults (%s): temperature %s, top-k %s, top-p %s, do_sample %s\n",
+                g.origin.c_str(), num(g.EffectiveTemperature()).c_str(), num(g.top_k).c_str(),
+                num(g.top_p).c_str(), g.do_sample ? (*g.do_sample ? "true" : "false") : "unset");
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  std::printf("chat template: the built-in canonical Gemma 4 template%s\n",
+              fs::exists(dir / "chat_template.jinja", ec)
+                  ? " (the checkpoint's chat_template.jinja is not rendered)"
+                  : "");
+}
+
+}  // namespace
 
 void AddInspectCommand(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   CLI::App* cmd =
       app.add_subcommand("inspect", "Tensors, dtypes, quant formats, bytes per layer, validation");
-  cmd->add_option("--model", *path, "Checkpoint directory or .safetensors file")->required();
+  cmd->add_option("--model", *path, "Checkpoint directory, .safetensors file or ORG/NAME[@REV]")
+      ->required();
   cmd->callback([path] {
+    *path = hub::ResolveModelPath(*path);  // ORG/NAME[@REV]: the Hub cache, pulled if missing
     auto src = TensorSource::Open(*path);
     std::printf("checkpoint: %s (%zu file(s), %.1f MiB)\n", path->c_str(), src->files().size(),
                 src->total_bytes() / 1048576.0);
@@ -89,6 +119,7 @@ void AddInspectCommand(CLI::App& app) {
     }
     show(model->lm_head());
     std::printf("weights read per decoded token: %.1f MiB\n", model->BytesPerToken() / 1048576.0);
+    PrintCheckpointExtras(*path);
   });
 }
 
@@ -104,6 +135,8 @@ void AddSynthCommand(CLI::App& app) {
   cmd->add_option("--preset", o->preset, names)->required();
   cmd->add_option("--out", o->out_dir, "Output directory")->required();
   cmd->add_option("--seed", o->seed, "Seed");
+  cmd->add_option("--layout", o->layout, "hub: the published repository's files (towers, configs)");
+  cmd->add_option("--shards", o->shards, "N > 1: model-0000k-of-0000N shards + index");
   cmd->callback([o] {
     Timer t;
     Synthesize(*o);

@@ -80,4 +80,39 @@ void SafetensorsWriter::Write(const std::string& path) const {
     throw Error(ErrorCode::kIo, path + ": write failed (disk full?)");
 }
 
+uint64_t SafetensorsWriter::Bytes(const Entry& e) {
+  uint64_t numel = 1;
+  for (int64_t d : e.shape) numel *= static_cast<uint64_t>(d);
+  return numel * DTypeSize(e.dtype);
+}
+
+uint64_t SafetensorsWriter::data_bytes() const {
+  uint64_t n = 0;
+  for (const Entry& e : entries_) n += Bytes(e);
+  return n;
+}
+
+std::vector<std::string> SafetensorsWriter::names() const {
+  std::vector<std::string> v;
+  for (const Entry& e : entries_) v.push_back(e.name);
+  return v;
+}
+
+std::vector<SafetensorsWriter> SafetensorsWriter::Split(int n) const {
+  std::vector<SafetensorsWriter> parts(1);
+  const uint64_t target = (data_bytes() + n - 1) / std::max(n, 1);
+  uint64_t in_part = 0;
+  for (const Entry& e : entries_) {
+    // Close the shard once it holds its share (a tensor never straddles shards).
+    if (in_part >= target && static_cast<int>(parts.size()) < n && in_part > 0) {
+      parts.emplace_back();
+      in_part = 0;
+    }
+    parts.back().entries_.push_back(e);
+    in_part += Bytes(e);
+  }
+  for (SafetensorsWriter& p : parts) p.metadata_ = metadata_;
+  return parts;
+}
+
 }  // namespace gemma

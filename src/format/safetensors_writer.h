@@ -26,6 +26,12 @@ class SafetensorsWriter {
   // Writes the file (tensors in declaration order). Throws Error(kIo) on failure.
   void Write(const std::string& path) const;
 
+  // The declared tensors in order, split into at most `n` writers of roughly equal bytes (the
+  // shards of a `model-0000k-of-0000n.safetensors` set); each keeps the metadata.
+  std::vector<SafetensorsWriter> Split(int n) const;
+  std::vector<std::string> names() const;
+  uint64_t data_bytes() const;  // sum of the tensors' byte lengths
+
  private:
   struct Entry {
     std::string name;
@@ -33,6 +39,7 @@ class SafetensorsWriter {
     std::vector<int64_t> shape;
     Fill fill;
   };
+  static uint64_t Bytes(const Entry& e);
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -323,6 +324,34 @@ nlohmann::ordered_json Config(const Shape& s) {
   return cfg;
 }
 
+// The files besides the weights that the published repositories carry (layout "hub").
+void AddHubConfig(nlohmann::ordered_json& cfg) {
+  cfg["vision_config"] = {{"model_type", "gemma4_vision"}, {"hidden_size", 64},
+                          {"num_hidden_layers", 1}, {"patch_size", 16}};
+  cfg["audio_config"] = {{"model_type", "gemma4_audio"}, {"hidden_size", 64},
+                         {"num_hidden_layers", 1}};
+  cfg["boi_token_id"] = 255999;
+  cfg["eoi_token_id"] = 258882;
+}
+
+const char* kGenerationConfig = R"({
+  "bos_token_id": 2,
+  "do_sample": true,
+  "eos_token_id": [1, 106],
+  "pad_token_id": 0,
+  "temperature": 1.0,
+  "top_k": 64,
+  "top_p": 0.95
+}
+)";
+
+const char* kProcessorConfig = R"({
+  "processor_class": "Gemma4Processor",
+  "image_seq_length": 280,
+  "audio_seq_length": 750
+}
+)";
+
 }  // namespace
 
 SynthShape RandomSynthShape(uint64_t seed, bool qat) {
@@ -472,21 +501,69 @@ void Synthesize(const SynthOptions& options) {
     }
   }
   if (!Tied(s)) b.Linear("lm_head", s.vocab, H, s.qat ? s.head_bits : 0, kIn, 0.25f);
+  const bool hub = options.layout == "hub";
+  if (!options.layout.empty() && !hub) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "synth: unknown layout '" + options.layout + "' (hub)");
+  }
+  if (hub) {
+    // Stand-ins for the towers (names as published, shapes small): present, and ignored by text.
+    b.Bf16("model.vision_tower.patch_embedder.input_proj.weight", {64, 48}, 0.1f);
+    b.Bf16("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight", {64, 64}, 0.1f);
+    b.Bf16("model.embed_vision.embedding_projection.weight", {H, 64}, 0.1f);
+    b.Bf16("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", {64, 32}, 0.1f);
+    b.Bf16("model.audio_tower.layers.0.lconv1d.linear_start.linear.weight", {64, 64}, 0.1f);
+    b.Bf16("model.embed_audio.embedding_projection.weight", {H, 64}, 0.1f);
+  }
   b.writer().SetMetadata("format", "pt");
   b.writer().SetMetadata("synthetic", "gemma-engine synth " + options.preset);
-  // Write-then-rename: a reader (another process) never maps a half-written checkpoint.
+  // Write-then-rename: a reader (another process) never maps a half-written checkpoint; the entry
+  // points (model.safetensors or the index) move into place last.
   const fs::path out(options.out_dir);
   const std::string tmp_suffix = ".tmp." + std::to_string(::getpid());
-  b.writer().Write((out / ("model.safetensors" + tmp_suffix)).string());
-  {
-    std::ofstream cfg(out / ("config.json" + tmp_suffix));
-    cfg << Config(s).dump(2) << "\n";
-    if (!cfg) throw Error(ErrorCode::kIo, options.out_dir + "/config.json: write failed");
+  std::vector<std::string> names;  // final names, in rename order
+  auto text_file = [&](const std::string& name, const std::string& text) {
+    std::ofstream f(out / (name + tmp_suffix));
+    f << text;
+    if (!f) throw Error(ErrorCode::kIo, options.out_dir + "/" + name + ": write failed");
+    names.push_back(name);
+  };
+  std::string entry = "model.safetensors";
+  nlohmann::ordered_json index;
+  if (options.shards > 1) {
+    const std::vector<SafetensorsWriter> parts = b.writer().Split(options.shards);
+    index["metadata"] = {{"total_size", b.writer().data_bytes()}};
+    index["weight_map"] = nlohmann::ordered_json::object();
+    for (size_t k = 0; k < parts.size(); ++k) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, parts.size());
+      parts[k].Write((out / (name + tmp_suffix)).string());
+      names.push_back(name);
+      for (const std::string& t : parts[k].names()) index["weight_map"][t] = name;
+    }
+    entry = "model.safetensors.index.json";
+  } else {
+    b.writer().Write((out / ("model.safetensors" + tmp_suffix)).string());
   }
-  fs::rename(out / ("config.json" + tmp_suffix), out / "config.json", ec);
-  if (!ec) fs::rename(out / ("model.safetensors" + tmp_suffix), out / "model.safetensors", ec);
-  if (ec)
-    throw Error(ErrorCode::kIo, options.out_dir + ": cannot rename into place: " + ec.message());
+  nlohmann::ordered_json cfg = Config(s);
+  if (hub) AddHubConfig(cfg);
+  text_file("config.json", cfg.dump(2) + "\n");
+  if (hub) {
+    text_file("generation_config.json", kGenerationConfig);
+    text_file("processor_config.json", kProcessorConfig);
+  }
+  if (options.shards > 1) {
+    text_file(entry, index.dump(2) + "\n");
+  } else {
+    names.push_back(entry);
+  }
+  for (const std::string& name : names) {
+    fs::rename(out / (name + tmp_suffix), out / name, ec);
+    if (ec) {
+      throw Error(ErrorCode::kIo,
+                  options.out_dir + "/" + name + ": cannot rename into place: " + ec.message());
+    }
+  }
 }
 
 }  // namespace gemma

@@ -58,9 +58,18 @@ struct SynthOptions {
   uint64_t seed = 1;
   int sliding_window = 0;  // > 0: the sliding layers' window instead of the preset's (tests)
   std::optional<SynthShape> shape;  // set: this structure instead of the preset's
+  // "hub": the published repositories' file set (google/gemma-4-E2B-it and its QAT sibling) on
+  // top of the weights: generation_config.json (model-card sampling defaults),
+  // processor_config.json, vision_config/audio_config in config.json and small vision/audio
+  // tower tensors that a text-only loader must skip. "" writes weights and config.json only.
+  std::string layout = {};
+  // > 1: model-0000k-of-0000N.safetensors shards plus model.safetensors.index.json, as
+  // transformers' save_pretrained writes them, instead of one model.safetensors.
+  int shards = 0;
 };
 
-// Writes out_dir/config.json and out_dir/model.safetensors. Throws Error(kInvalidArgument) for an
+// Writes out_dir/config.json and out_dir/model.safetensors (or shards and the index; see layout
+// and shards above). Throws Error(kInvalidArgument) for an
 // unknown preset, Error(kIo) on write failures.
 void Synthesize(const SynthOptions& options);
 

@@ -10,5 +10,6 @@ void AddInspectCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
+void AddServeCommand(CLI::App& app);  // serve_command.cc
 
 }  // namespace gemma::cli

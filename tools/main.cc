@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   gemma::cli::AddSynthCommand(app);
   gemma::cli::AddDemoCommand(app);
   gemma::cli::AddBenchCommand(app);
+  gemma::cli::AddServeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -165,6 +165,7 @@ void SetConstraint(ParsedRequest* r, OutputConstraint c, const char* field) {
                           "tool_choice)");
   }
   r->options.constraint = std::move(c);
+  r->constraint_field = field;
 }
 
 void ParseResponseFormat(const json& body, ParsedRequest* r) {
@@ -434,6 +435,14 @@ ApiError FromEngineError(const Error& e) {
     default:
       return ApiError(500, msg, "", "engine_error");
   }
+}
+
+ApiError FromEngineError(const Error& e, const ParsedRequest& r) {
+  if ((e.code() == ErrorCode::kConstraint || e.code() == ErrorCode::kUnsupported) &&
+      !r.constraint_field.empty()) {
+    return ApiError(400, e.what(), r.constraint_field, "invalid_constraint");
+  }
+  return FromEngineError(e);
 }
 
 }  // namespace gemma::server

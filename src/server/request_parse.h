@@ -21,6 +21,7 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // the client asked for log-probs (best_of may force them on)
   bool tools_given = false;
+  std::string constraint_field;  // the field that set options.constraint, for error reports
 };
 
 struct ParseContext {
@@ -35,5 +36,7 @@ ParsedRequest ParseCompletionRequest(const nlohmann::json& body, const ParseCont
 // Maps an engine error raised while serving a request to an API error (4xx for what the request
 // caused, 5xx for the engine's own failures).
 ApiError FromEngineError(const Error& e);
+// The same, naming the request's constraint field when the constraint was what failed.
+ApiError FromEngineError(const Error& e, const ParsedRequest& r);
 
 }  // namespace gemma::server

@@ -80,14 +80,34 @@ struct StreamState {
   }
 };
 
-// Owns a stream's generation thread; cancels and joins it when the response is over.
+// Counts streams whose responses are still being written, so Stop() can let them end cleanly.
+struct StreamCount {
+  std::mutex mu;
+  std::condition_variable cv;
+  int n = 0;
+};
+
+// Outlives a stream's generation (run on its slot's worker); cancels it and waits for its end
+// when the response is over.
 struct Runner {
-  std::shared_ptr<StreamState> state;
-  std::thread thread;
+  explicit Runner(StreamCount* c) : count(c) {
+    std::lock_guard lock(count->mu);
+    ++count->n;
+  }
   ~Runner() {
     state->stop.request_stop();
-    if (thread.joinable()) thread.join();
+    {
+      std::unique_lock lock(state->mu);
+      state->cv.wait(lock, [&] { return state->done; });
+    }
+    {
+      std::lock_guard lock(count->mu);
+      --count->n;
+    }
+    count->cv.notify_all();
   }
+  StreamCount* count;
+  std::shared_ptr<StreamState> state;
 };
 
 }  // namespace
@@ -113,6 +133,7 @@ struct Server::Impl {
   std::mutex inflight_mu;
   std::multiset<std::stop_source*> inflight;
   bool stopping = false;
+  StreamCount streams;
 
   struct InFlight {
     Impl* impl;
@@ -239,7 +260,7 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
       results = RunSamples(*pr, lease->session(), stop.get_token(), nullptr, {});
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kCancelled) metrics.CountCancelled();
-      throw;
+      throw FromEngineError(e, *pr);
     }
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
     SendJson(res, 200,
@@ -249,21 +270,24 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
   }
 
   auto st = std::make_shared<StreamState>();
-  auto runner = std::make_shared<Runner>();
+  auto runner = std::make_shared<Runner>(&streams);
   runner->state = st;
-  runner->thread = std::thread([this, st, pr, lease = std::move(lease)]() mutable {
+  SlotPool::Lease* slot = lease.get();
+  // std::function needs a copyable job: the lease travels in a shared_ptr.
+  std::shared_ptr<SlotPool::Lease> held(std::move(lease));
+  slot->Post([this, st, pr, held]() mutable {
     std::stop_source stop = st->stop;
     InFlight guard(this, &stop);
     StreamFormatter fmt(*pr, *engine, opt.model_id);
     auto emit = [&](const json& j) { st->Push(SseEvent(j)); };
     try {
-      std::vector<Result> results = RunSamples(*pr, lease->session(), stop.get_token(), &fmt, emit);
+      std::vector<Result> results = RunSamples(*pr, held->session(), stop.get_token(), &fmt, emit);
       if (pr->include_usage) emit(fmt.UsageChunk(results));
       st->Push("data: [DONE]\n\n");
     } catch (const std::exception& ex) {
       const Error* ge = dynamic_cast<const Error*>(&ex);
       if (ge && ge->code() == ErrorCode::kCancelled) metrics.CountCancelled();
-      ApiError err = ge ? FromEngineError(*ge) : ApiError(500, ex.what());
+      ApiError err = ge ? FromEngineError(*ge, *pr) : ApiError(500, ex.what());
       std::lock_guard lock(st->mu);
       if (!st->any) {
         st->early = err;
@@ -273,7 +297,7 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
         st->out.push_back("data: [DONE]\n\n");
       }
     }
-    lease.reset();  // the slot is free before the client hears the end
+    held.reset();  // the slot is free before the client hears the end
     {
       std::lock_guard lock(st->mu);
       st->done = true;
@@ -514,6 +538,12 @@ void Server::Stop() {
     for (std::stop_source* s : m.inflight) s->request_stop();
   }
   m.pool.Shutdown();
+  // The listener's stop also ends chunked responses mid-write, so let the cancelled streams
+  // write their last events first (each is at most one token away from seeing its stop).
+  {
+    std::unique_lock lock(m.streams.mu);
+    m.streams.cv.wait_for(lock, std::chrono::seconds(5), [&] { return m.streams.n == 0; });
+  }
   m.http.stop();
 }
 

@@ -8,6 +8,45 @@ SlotPool::SlotPool(Engine& engine, int slots, int max_queue) : max_queue_(max_qu
   for (int i = 0; i < slots; ++i) sessions_.push_back(engine.NewSession());
   busy_.assign(slots, false);
   last_used_.assign(slots, 0);
+  for (int i = 0; i < slots; ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+    Worker* w = workers_.back().get();
+    w->thread = std::thread([w] { w->Loop(); });
+  }
+}
+
+SlotPool::~SlotPool() {
+  for (auto& w : workers_) {
+    {
+      std::lock_guard lock(w->mu);
+      w->quit = true;
+    }
+    w->cv.notify_all();
+    w->thread.join();
+  }
+}
+
+void SlotPool::Worker::Loop() {
+  std::unique_lock lock(mu);
+  while (true) {
+    cv.wait(lock, [&] { return quit || job; });
+    if (!job) return;
+    std::function<void()> j = std::move(job);
+    job = nullptr;
+    lock.unlock();
+    j();  // destroys what the job owns (the lease among it) before the next one starts
+    j = nullptr;
+    lock.lock();
+  }
+}
+
+void SlotPool::Lease::Post(std::function<void()> job) const {
+  Worker& w = *pool_->workers_[slot_];
+  {
+    std::lock_guard lock(w.mu);
+    w.job = std::move(job);
+  }
+  w.cv.notify_all();
 }
 
 SlotPool::Lease::~Lease() { pool_->Release(slot_); }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
+#include <thread>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +18,7 @@ namespace gemma::server {
 class SlotPool {
  public:
   SlotPool(Engine& engine, int slots, int max_queue);
+  ~SlotPool();
 
   class Lease {
    public:
@@ -25,6 +28,9 @@ class SlotPool {
     Lease& operator=(const Lease&) = delete;
     Session& session() const;
     int slot() const { return slot_; }
+    // Runs `job` on the slot's own worker thread (one per slot, made once: no thread per
+    // request). The job may own this lease and release it at its end.
+    void Post(std::function<void()> job) const;
 
    private:
     SlotPool* pool_;
@@ -45,7 +51,17 @@ class SlotPool {
  private:
   void Release(int slot);
 
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::function<void()> job;
+    bool quit = false;
+    std::thread thread;
+    void Loop();
+  };
+
   std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> busy_;
   std::vector<uint64_t> last_used_;
   uint64_t clock_ = 0;

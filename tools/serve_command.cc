@@ -20,7 +20,8 @@ void AddServeCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server (/v1/chat/completions, ...) and the web console at /");
+      "serve",
+      "OpenAI-compatible HTTP server (/v1/chat/completions, ...) and the web console at /");
   cmd->add_option("--model", o->model, "Checkpoint directory or .safetensors file")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: beside the model)");
   cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
@@ -28,8 +29,10 @@ void AddServeCommand(CLI::App& app) {
       ->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
   cmd->add_option("--alias", o->alias, "Model id clients use (default: the model directory name)");
-  cmd->add_option("--host", o->server.host, "Address to bind (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", o->server.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--host", o->server.host,
+                  "Address to bind (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", o->server.port, "Port (0 = any free port)")
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--slots", o->server.slots, "Requests generating at once (one session each)")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--queue", o->server.max_queue, "Requests waiting for a slot before 429")

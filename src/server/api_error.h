@@ -9,8 +9,8 @@ namespace gemma::server {
 
 class ApiError : public std::runtime_error {
  public:
-  ApiError(int status, std::string message, std::string param = "",
-           std::string code = "", std::string type = "")
+  ApiError(int status, std::string message, std::string param = "", std::string code = "",
+           std::string type = "")
       : std::runtime_error(message),
         status_(status),
         param_(std::move(param)),

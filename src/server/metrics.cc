@@ -52,8 +52,8 @@ std::string Metrics::Render(int slots, int busy, int queued) const {
   o += "# HELP gemma_requests_total HTTP requests by endpoint and status.\n"
        "# TYPE gemma_requests_total counter\n";
   for (const auto& [k, v] : requests_) {
-    o += "gemma_requests_total{endpoint=\"" + k.first + "\",status=\"" +
-         std::to_string(k.second) + "\"} " + std::to_string(v) + "\n";
+    o += "gemma_requests_total{endpoint=\"" + k.first + "\",status=\"" + std::to_string(k.second) +
+         "\"} " + std::to_string(v) + "\n";
   }
   auto counter = [&](const char* name, const char* help, uint64_t v) {
     o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
@@ -62,12 +62,11 @@ std::string Metrics::Render(int slots, int busy, int queued) const {
   auto gauge = [&](const char* name, const char* help, double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.0f", v);
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name +
-         " " + buf + "\n";
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+         buf + "\n";
   };
   counter("gemma_rejected_total", "Requests refused with 429 (queue full).", rejected_);
-  counter("gemma_cancelled_total", "Generations cancelled (client gone or shutdown).",
-          cancelled_);
+  counter("gemma_cancelled_total", "Generations cancelled (client gone or shutdown).", cancelled_);
   counter("gemma_prompt_tokens_total", "Prompt tokens of finished generations.", prompt_tokens_);
   counter("gemma_prompt_tokens_reused_total", "Prompt tokens served from a slot's cache.",
           reused_tokens_);

@@ -13,8 +13,8 @@ namespace gemma::server {
 
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)),
-                                                   counts_(bounds_.size() + 1, 0) {}
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
   void Observe(double v);
   void Write(const std::string& name, const std::string& help, std::string* out) const;
 

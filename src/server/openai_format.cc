@@ -35,8 +35,8 @@ json ChatLogprobs(const Result& r, const Engine& e) {
       const std::string s = TokenText(e, id);
       top.push_back({{"token", s}, {"logprob", p}, {"bytes", Bytes(s)}});
     }
-    content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", Bytes(t)},
-                       {"top_logprobs", top}});
+    content.push_back(
+        {{"token", t}, {"logprob", lp.logprob}, {"bytes", Bytes(t)}, {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
@@ -54,8 +54,8 @@ json CompletionLogprobs(const Result& r, const Engine& e) {
     for (const auto& [id, p] : lp.top) top[TokenText(e, id)] = p;
     tops.push_back(top);
   }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops},
-          {"text_offset", offs}};
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
 int64_t Now() {
@@ -220,16 +220,15 @@ std::vector<json> StreamFormatter::Token(int choice, std::string_view delta) {
         d = {{"reasoning_content", ev.text}};
         break;
       case chat::StreamEvent::Kind::kToolCall:
-        d = {{"tool_calls",
-              json::array({ToolCallJson(ev.tool_call.name,
-                                        json::parse(ev.tool_call.arguments.dump()),
-                                        tool_index_++, true)})}};
+        d = {{"tool_calls", json::array({ToolCallJson(ev.tool_call.name,
+                                                      json::parse(ev.tool_call.arguments.dump()),
+                                                      tool_index_++, true)})}};
         break;
       case chat::StreamEvent::Kind::kMalformed:
         continue;  // reported nowhere in OpenAI's shape; the text stays out of content
     }
-    out.push_back(Chunk({{"index", choice}, {"delta", d}, {"logprobs", nullptr},
-                         {"finish_reason", nullptr}}));
+    out.push_back(Chunk(
+        {{"index", choice}, {"delta", d}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
   }
   return out;
 }
@@ -240,8 +239,10 @@ std::vector<json> StreamFormatter::End(int choice, const Result& r) {
     // Flush what the parser held back (a trailing partial marker that never completed).
     for (const chat::StreamEvent& ev : parser_->Finish()) {
       if (ev.kind == chat::StreamEvent::Kind::kTextDelta && !ev.text.empty())
-        out.push_back(Chunk({{"index", choice}, {"delta", {{"content", ev.text}}},
-                             {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+        out.push_back(Chunk({{"index", choice},
+                             {"delta", {{"content", ev.text}}},
+                             {"logprobs", nullptr},
+                             {"finish_reason", nullptr}}));
     }
   }
   json last = {{"index", choice}, {"finish_reason", FinishReason(r)}};

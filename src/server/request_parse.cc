@@ -12,18 +12,40 @@ using nlohmann::json;
 // Fields we know. An unknown field is a 400 naming it: a misspelt "temprature" silently ignored
 // would give the client a different sampler than it asked for. Fields listed under kIgnored are
 // OpenAI bookkeeping that changes nothing here.
-const std::set<std::string> kCommon = {
-    "model",           "stream",           "stream_options",     "temperature",
-    "top_p",           "top_k",            "min_p",              "typical_p",
-    "repetition_penalty", "frequency_penalty", "presence_penalty", "penalty_window",
-    "penalize_prompt", "seed",             "stop",               "stop_token_ids",
-    "logit_bias",      "max_tokens",       "n",                  "best_of",
-    "ignore_eos",      "cache_prompt",     "response_format",    "regex",
-    "logprobs",        "top_logprobs",     "user",               "metadata",
-    "store",           "service_tier"};
-const std::set<std::string> kChatOnly = {"messages",    "max_completion_tokens", "tools",
-                                         "tool_choice", "parallel_tool_calls",
-                                         "chat_template_kwargs", "reasoning_effort"};
+const std::set<std::string> kCommon = {"model",
+                                       "stream",
+                                       "stream_options",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "typical_p",
+                                       "repetition_penalty",
+                                       "frequency_penalty",
+                                       "presence_penalty",
+                                       "penalty_window",
+                                       "penalize_prompt",
+                                       "seed",
+                                       "stop",
+                                       "stop_token_ids",
+                                       "logit_bias",
+                                       "max_tokens",
+                                       "n",
+                                       "best_of",
+                                       "ignore_eos",
+                                       "cache_prompt",
+                                       "response_format",
+                                       "regex",
+                                       "logprobs",
+                                       "top_logprobs",
+                                       "user",
+                                       "metadata",
+                                       "store",
+                                       "service_tier"};
+const std::set<std::string> kChatOnly = {
+    "messages",        "max_completion_tokens", "tools",
+    "tool_choice",     "parallel_tool_calls",   "chat_template_kwargs",
+    "reasoning_effort"};
 const std::set<std::string> kCompletionOnly = {"prompt", "echo", "suffix"};
 
 constexpr int kMaxChoices = 16;
@@ -50,12 +72,11 @@ int64_t Integer(const json& body, const char* name, int64_t def, int64_t lo, int
   const json* v = Field(body, name);
   if (!v) return def;
   if (!v->is_number_integer()) {
-    throw BadField(name, "must be an integer, got " + std::string(v->type_name()) + " " +
-                             v->dump());
+    throw BadField(name,
+                   "must be an integer, got " + std::string(v->type_name()) + " " + v->dump());
   }
-  const int64_t i = v->is_number_unsigned() && v->get<uint64_t>() > INT64_MAX
-                        ? INT64_MAX
-                        : v->get<int64_t>();
+  const int64_t i =
+      v->is_number_unsigned() && v->get<uint64_t>() > INT64_MAX ? INT64_MAX : v->get<int64_t>();
   if (i < lo || i > hi) {
     throw BadField(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
                              ", got " + v->dump());
@@ -85,8 +106,9 @@ void CheckModel(const json& body, const ParseContext& ctx, ParsedRequest* r) {
   if (!m->is_string()) throw BadField("model", "must be a string");
   const std::string name = m->get<std::string>();
   if (name != ctx.model_id) {
-    throw ApiError(404, "the model '" + name + "' does not exist; this server has '" +
-                            ctx.model_id + "'", "model", "model_not_found");
+    throw ApiError(
+        404, "the model '" + name + "' does not exist; this server has '" + ctx.model_id + "'",
+        "model", "model_not_found");
   }
 }
 
@@ -104,8 +126,8 @@ void ParseSampling(const json& body, const ParseContext& ctx, ParsedRequest* r) 
   o.penalize_prompt = Bool(body, "penalize_prompt", false);
   if (const json* s = Field(body, "seed")) {
     if (!s->is_number_integer()) throw BadField("seed", "must be an integer");
-    o.seed = s->is_number_unsigned() ? s->get<uint64_t>()
-                                     : static_cast<uint64_t>(s->get<int64_t>());
+    o.seed =
+        s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
   }
   if (const json* s = Field(body, "stop")) {
     json list = s->is_string() ? json::array({*s}) : *s;
@@ -161,8 +183,9 @@ void ParseSampling(const json& body, const ParseContext& ctx, ParsedRequest* r) 
 
 void SetConstraint(ParsedRequest* r, OutputConstraint c, const char* field) {
   if (r->options.constraint.kind != OutputConstraint::Kind::kNone) {
-    throw BadField(field, "only one output constraint per request (response_format, regex or "
-                          "tool_choice)");
+    throw BadField(field,
+                   "only one output constraint per request (response_format, regex or "
+                   "tool_choice)");
   }
   r->options.constraint = std::move(c);
   r->constraint_field = field;
@@ -293,8 +316,9 @@ void ParseTools(const json& body, const ParseContext& ctx, ParsedRequest* r) {
       mode = "named";
       named = (*choice)["function"]["name"];
     } else {
-      throw BadField("tool_choice", "must be auto, none, required or "
-                                    "{type: 'function', function: {name}}");
+      throw BadField("tool_choice",
+                     "must be auto, none, required or "
+                     "{type: 'function', function: {name}}");
     }
   }
   if (mode == "none") {
@@ -359,8 +383,9 @@ ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
   const int64_t b = Integer(body, "max_completion_tokens", 0, 1, INT64_MAX);
   const int64_t max = b ? b : a;  // 0: fill the context (set once the prompt is known)
   if (max > cap) {
-    throw ApiError(400, "max_tokens " + std::to_string(max) + " exceeds the context of " +
-                            std::to_string(cap) + " tokens",
+    throw ApiError(400,
+                   "max_tokens " + std::to_string(max) + " exceeds the context of " +
+                       std::to_string(cap) + " tokens",
                    b ? "max_completion_tokens" : "max_tokens", "context_length_exceeded");
   }
   r.options.max_new_tokens = static_cast<int>(max);
@@ -398,15 +423,17 @@ ParsedRequest ParseCompletionRequest(const json& body, const ParseContext& ctx) 
     throw BadField("prompt", "must be a string or an array of token ids (one prompt per request)");
   }
   if (Bool(body, "echo", false)) throw BadField("echo", "is not supported");
-  if (const json* s = Field(body, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
+  if (const json* s = Field(body, "suffix");
+      s && !(s->is_string() && s->get<std::string>().empty()))
     throw BadField("suffix", "is not supported (Gemma has no fill-in-the-middle)");
   ParseSampling(body, ctx, &r);
   ParseResponseFormat(body, &r);
   const int64_t cap = ctx.engine->context_capacity();
   const int64_t max = Integer(body, "max_tokens", 16, 1, INT64_MAX);  // OpenAI's default
   if (max > cap) {
-    throw ApiError(400, "max_tokens " + std::to_string(max) + " exceeds the context of " +
-                            std::to_string(cap) + " tokens",
+    throw ApiError(400,
+                   "max_tokens " + std::to_string(max) + " exceeds the context of " +
+                       std::to_string(cap) + " tokens",
                    "max_tokens", "context_length_exceeded");
   }
   r.options.max_new_tokens = static_cast<int>(max);

@@ -15,8 +15,8 @@ struct ParsedRequest {
   std::string model;
   Input input;
   GenerateOptions options;
-  int n = 1;         // choices returned
-  int best_of = 1;   // samples drawn; the n with the highest sum of log-probs are returned
+  int n = 1;        // choices returned
+  int best_of = 1;  // samples drawn; the n with the highest sum of log-probs are returned
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // the client asked for log-probs (best_of may force them on)

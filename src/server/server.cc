@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -210,8 +211,7 @@ std::vector<Result> Server::Impl::RunSamples(const ParsedRequest& pr, Session& s
   return results;
 }
 
-void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res,
-                                  bool chat) {
+void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const json body = ParseBody(req);
   auto pr = std::make_shared<ParsedRequest>(chat ? ParseChatRequest(body, ctx)
                                                  : ParseCompletionRequest(body, ctx));
@@ -229,16 +229,18 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
   const int64_t cap = engine->context_capacity();
   const char* prompt_field = chat ? "messages" : "prompt";
   if (static_cast<int64_t>(prompt.size()) >= cap) {
-    throw ApiError(400, "the prompt has " + std::to_string(prompt.size()) +
-                            " tokens; the context holds " + std::to_string(cap),
+    throw ApiError(400,
+                   "the prompt has " + std::to_string(prompt.size()) +
+                       " tokens; the context holds " + std::to_string(cap),
                    prompt_field, "context_length_exceeded");
   }
   if (pr->options.max_new_tokens == 0) {
     pr->options.max_new_tokens = static_cast<int>(cap - prompt.size());
   } else if (static_cast<int64_t>(prompt.size()) + pr->options.max_new_tokens > cap) {
-    throw ApiError(400, "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
-                            std::to_string(pr->options.max_new_tokens) +
-                            ") exceeds the context of " + std::to_string(cap) + " tokens",
+    throw ApiError(400,
+                   "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                       std::to_string(pr->options.max_new_tokens) + ") exceeds the context of " +
+                       std::to_string(cap) + " tokens",
                    "max_tokens", "context_length_exceeded");
   }
   std::unique_ptr<SlotPool::Lease> lease = pool.Acquire(prompt);
@@ -247,17 +249,32 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
       std::lock_guard lock(inflight_mu);
       if (stopping) throw ApiError(503, "the server is shutting down", "", "shutting_down");
     }
-    throw ApiError(429, "all " + std::to_string(pool.size()) + " slots are busy and " +
-                            std::to_string(opt.max_queue) + " requests are waiting; retry later",
+    throw ApiError(429,
+                   "all " + std::to_string(pool.size()) + " slots are busy and " +
+                       std::to_string(opt.max_queue) + " requests are waiting; retry later",
                    "", "queue_full");
   }
 
   if (!pr->stream) {
+    // Generation runs on the slot's worker, like streams: the few threads that touch the large
+    // per-token buffers keep the allocator's footprint flat under load.
     std::stop_source stop;
     InFlight guard(this, &stop);
+    std::promise<std::vector<Result>> done;
+    std::future<std::vector<Result>> future = done.get_future();
+    SlotPool::Lease* slot = lease.get();
+    std::shared_ptr<SlotPool::Lease> held(std::move(lease));
+    slot->Post([this, pr, held, &stop, &done]() mutable {
+      try {
+        done.set_value(RunSamples(*pr, held->session(), stop.get_token(), nullptr, {}));
+      } catch (...) {
+        done.set_exception(std::current_exception());
+      }
+      held.reset();
+    });
     std::vector<Result> results;
     try {
-      results = RunSamples(*pr, lease->session(), stop.get_token(), nullptr, {});
+      results = future.get();
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kCancelled) metrics.CountCancelled();
       throw FromEngineError(e, *pr);
@@ -359,7 +376,8 @@ void Server::Impl::Setup() {
   http.set_keep_alive_timeout(2);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+    if (opt.api_key.empty() || req.method == "OPTIONS")
+      return httplib::Server::HandlerResponse::Unhandled;
     const std::string& p = req.path;
     const bool open = p == "/" || p == "/health" || p.rfind("/console/", 0) == 0 ||
                       (p.find('/', 1) == std::string::npos && p.find('.') != std::string::npos);
@@ -374,18 +392,19 @@ void Server::Impl::Setup() {
   });
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 413) {
-      SendError(res, ApiError(413, "the request body is larger than " +
-                                       std::to_string(opt.body_limit) + " bytes",
-                              "", "request_too_large"));
-    } else if (res.status == 404) {
-      SendError(res, ApiError(404, "no route " + req.method + " " + req.path, "", "not_found"));
-    } else {
-      SendError(res, ApiError(res.status, "HTTP " + std::to_string(res.status)));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 413) {
+          SendError(res, ApiError(413,
+                                  "the request body is larger than " +
+                                      std::to_string(opt.body_limit) + " bytes",
+                                  "", "request_too_large"));
+        } else if (res.status == 404) {
+          SendError(res, ApiError(404, "no route " + req.method + " " + req.path, "", "not_found"));
+        } else {
+          SendError(res, ApiError(res.status, "HTTP " + std::to_string(res.status)));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown";
@@ -441,54 +460,55 @@ void Server::Impl::Setup() {
     res.set_content(metrics.Render(pool.size(), pool.busy(), pool.queued()),
                     "text/plain; version=0.0.4");
   });
-  Route("tokenize", "POST", "/tokenize", [this](const httplib::Request& req,
-                                               httplib::Response& res) {
-    const json body = ParseBody(req);
-    if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-    std::vector<int32_t> ids;
-    try {
-      if (body.contains("messages")) {
-        ids = engine->PromptTokens(Input::Messages(body["messages"],
-                                                   body.value("tools", json::array()),
-                                                   body.value("enable_thinking", false)));
-      } else {
-        if (!body.contains("content") || !body["content"].is_string())
-          throw BadField("content", "must be a string (or send 'messages')");
-        const bool special = body.value("add_special", false);
-        Input in = Input::Text(body["content"].get<std::string>());
-        in.add_bos = special;
-        ids = special ? engine->PromptTokens(in) : engine->Tokenize(*in.text);
-      }
-    } catch (const Error& e) {
-      throw FromEngineError(e);
-    }
-    json out = {{"tokens", ids}};
-    if (body.value("with_pieces", false)) {
-      json pieces = json::array();
-      for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", engine->Detokenize({id})}});
-      out["tokens"] = pieces;
-    }
-    SendJson(res, 200, out);
-  });
-  Route("detokenize", "POST", "/detokenize", [this](const httplib::Request& req,
-                                                   httplib::Response& res) {
-    const json body = ParseBody(req);
-    if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
-      throw BadField("tokens", "must be an array of token ids");
-    std::vector<int32_t> ids;
-    for (const json& v : body["tokens"]) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-          v.get<int64_t>() >= engine->vocab_size())
-        throw BadField("tokens", "ids must be integers in [0, " +
-                                     std::to_string(engine->vocab_size()) + ")");
-      ids.push_back(v.get<int32_t>());
-    }
-    try {
-      SendJson(res, 200, {{"content", engine->Detokenize(ids)}});
-    } catch (const Error& e) {
-      throw FromEngineError(e);
-    }
-  });
+  Route("tokenize", "POST", "/tokenize",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          const json body = ParseBody(req);
+          if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+          std::vector<int32_t> ids;
+          try {
+            if (body.contains("messages")) {
+              ids = engine->PromptTokens(Input::Messages(body["messages"],
+                                                         body.value("tools", json::array()),
+                                                         body.value("enable_thinking", false)));
+            } else {
+              if (!body.contains("content") || !body["content"].is_string())
+                throw BadField("content", "must be a string (or send 'messages')");
+              const bool special = body.value("add_special", false);
+              Input in = Input::Text(body["content"].get<std::string>());
+              in.add_bos = special;
+              ids = special ? engine->PromptTokens(in) : engine->Tokenize(*in.text);
+            }
+          } catch (const Error& e) {
+            throw FromEngineError(e);
+          }
+          json out = {{"tokens", ids}};
+          if (body.value("with_pieces", false)) {
+            json pieces = json::array();
+            for (int32_t id : ids)
+              pieces.push_back({{"id", id}, {"piece", engine->Detokenize({id})}});
+            out["tokens"] = pieces;
+          }
+          SendJson(res, 200, out);
+        });
+  Route("detokenize", "POST", "/detokenize",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          const json body = ParseBody(req);
+          if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+            throw BadField("tokens", "must be an array of token ids");
+          std::vector<int32_t> ids;
+          for (const json& v : body["tokens"]) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+                v.get<int64_t>() >= engine->vocab_size())
+              throw BadField("tokens", "ids must be integers in [0, " +
+                                           std::to_string(engine->vocab_size()) + ")");
+            ids.push_back(v.get<int32_t>());
+          }
+          try {
+            SendJson(res, 200, {{"content", engine->Detokenize(ids)}});
+          } catch (const Error& e) {
+            throw FromEngineError(e);
+          }
+        });
   for (const Asset& a : ConsoleAssets()) {
     auto serve = [a](const httplib::Request&, httplib::Response& res) {
       res.set_content(a.data.data(), a.data.size(), std::string(a.mime).c_str());
@@ -510,9 +530,7 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
   impl_->Setup();
 }
 
-Server::~Server() {
-  Stop();
-}
+Server::~Server() { Stop(); }
 
 int Server::Bind() {
   Impl& m = *impl_;

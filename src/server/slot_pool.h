@@ -1,14 +1,15 @@
 // Slots: one Session each, never shared between threads. A request takes the idle slot whose
-// evaluated tokens share the longest prefix with its prompt (a multi-turn chat pays only for its new
-// tokens); when none is idle it waits in a bounded queue, and past the bound it is refused (429).
+// evaluated tokens share the longest prefix with its prompt (a multi-turn chat pays only for its
+// new tokens); when none is idle it waits in a bounded queue, and past the bound it is refused
+// (429).
 #pragma once
 
 #include <condition_variable>
-#include <functional>
-#include <thread>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "gemma/engine.h"

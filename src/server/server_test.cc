@@ -216,6 +216,16 @@ class ServeProcess {
   std::string log_;
 };
 
+std::string RunCommand(const std::string& cmd, int* status) {
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return "cannot run " + cmd;
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
 TEST(Server, OfficialOpenAIClient) {
   const fs::path openai = fs::path(GEMMA_SOURCE_DIR) / ".cache/npm-assets/node_modules/openai";
   if (!fs::exists(openai)) GTEST_SKIP() << "npm asset 'openai' missing; run `bash tools/setup.sh`";
@@ -224,12 +234,26 @@ TEST(Server, OfficialOpenAIClient) {
   Running keyed({.slots = 1, .api_key = "s3cret"});
   const std::string cmd = "node " GEMMA_SOURCE_DIR "/tests/server/openai_client.mjs " + open.url() +
                           "/v1 tiny " + keyed.url() + "/v1 s3cret 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = ::pclose(p);
+  int status = -1;
+  const std::string out = RunCommand(cmd, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" passed, 0 failed"), std::string::npos) << out;
+  std::printf("%s", out.c_str());
+}
+
+// Screenshots are kept in BUILD/test_artifacts/console (CI keeps them as artifacts).
+TEST(Server, ConsoleInHeadlessChromium) {
+  if (std::system("command -v chromium > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "chromium not installed; run `bash tools/setup.sh`";
+  if (!fs::exists(fs::path(GEMMA_SOURCE_DIR) / ".cache/npm-assets/node_modules/ajv"))
+    GTEST_SKIP() << "npm assets missing; run `bash tools/setup.sh`";
+  Running s({.slots = 2});
+  int status = -1;
+  const std::string out =
+      RunCommand("node --no-warnings --experimental-websocket " GEMMA_SOURCE_DIR
+                 "/tests/server/console_browser.mjs " +
+                     s.url() + "/ " GEMMA_BINARY_DIR "/test_artifacts/console 2>&1",
+                 &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find(" passed, 0 failed"), std::string::npos) << out;
   std::printf("%s", out.c_str());

@@ -374,6 +374,9 @@ void Server::Impl::Setup() {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(opt.body_limit);
   http.set_keep_alive_timeout(2);
+  // One small SSE event per token: without this, Nagle's algorithm holds an event back until the
+  // client's delayed ACK (tens of ms of added latency per token).
+  http.set_tcp_nodelay(true);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (opt.api_key.empty() || req.method == "OPTIONS")

@@ -241,7 +241,7 @@ void ParseResponseFormat(const json& body, ParsedRequest* r) {
 
 // OpenAI messages -> the chat template's shape: tool-call arguments arrive as JSON text and the
 // template wants objects.
-json NormalizeMessages(const json& messages) {
+json NormalizeMessagesImpl(const json& messages) {
   if (!messages.is_array() || messages.empty())
     throw BadField("messages", "must be a non-empty array of messages");
   json out = messages;
@@ -365,6 +365,8 @@ void ParseReasoning(const json& body, ParsedRequest* r) {
 
 }  // namespace
 
+json NormalizeMessages(const json& messages) { return NormalizeMessagesImpl(messages); }
+
 ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   CheckKnown(body, true);
@@ -373,7 +375,7 @@ ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
   CheckModel(body, ctx, &r);
   const json* messages = Field(body, "messages");
   if (!messages) throw BadField("messages", "is required");
-  r.input = Input::Messages(NormalizeMessages(*messages));
+  r.input = Input::Messages(NormalizeMessagesImpl(*messages));
   ParseSampling(body, ctx, &r);
   ParseReasoning(body, &r);
   ParseResponseFormat(body, &r);

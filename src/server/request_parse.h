@@ -33,6 +33,10 @@ struct ParseContext {
 ParsedRequest ParseChatRequest(const nlohmann::json& body, const ParseContext& ctx);
 ParsedRequest ParseCompletionRequest(const nlohmann::json& body, const ParseContext& ctx);
 
+// OpenAI chat messages -> the chat template's shape (tool-call arguments as objects). Throws
+// ApiError naming the bad message.
+nlohmann::json NormalizeMessages(const nlohmann::json& messages);
+
 // Maps an engine error raised while serving a request to an API error (4xx for what the request
 // caused, 5xx for the engine's own failures).
 ApiError FromEngineError(const Error& e);

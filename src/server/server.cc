@@ -470,7 +470,7 @@ void Server::Impl::Setup() {
           std::vector<int32_t> ids;
           try {
             if (body.contains("messages")) {
-              ids = engine->PromptTokens(Input::Messages(body["messages"],
+              ids = engine->PromptTokens(Input::Messages(NormalizeMessages(body["messages"]),
                                                          body.value("tools", json::array()),
                                                          body.value("enable_thinking", false)));
             } else {

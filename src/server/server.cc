@@ -190,13 +190,19 @@ std::vector<Result> Server::Impl::RunSamples(const ParsedRequest& pr, Session& s
     GenerateOptions o = pr.options;
     if (o.seed && i > 0) o.seed = *o.seed + i;  // n samples, each reproducible
     TokenCallback cb;
+    // The opening chunk waits for the first token: an error before it (a bad constraint, say)
+    // is still answered with a status and an error body instead of a broken stream.
+    std::vector<json> opening;
     if (fmt) {
-      for (const json& c : fmt->Begin(i)) emit(c);
+      opening = fmt->Begin(i);
       cb = [&](const TokenEvent& ev) {
+        for (const json& c : opening) emit(c);
+        opening.clear();
         for (const json& c : fmt->Token(i, ev.delta)) emit(c);
       };
     }
     Result r = s.Generate(pr.input, o, cb, stop);
+    for (const json& c : opening) emit(c);
     metrics.ObserveGeneration(r.telemetry, r.tokens.size());
     if (fmt)
       for (const json& c : fmt->End(i, r)) emit(c);
@@ -260,17 +266,25 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
     // per-token buffers keep the allocator's footprint flat under load.
     std::stop_source stop;
     InFlight guard(this, &stop);
-    std::promise<std::vector<Result>> done;
-    std::future<std::vector<Result>> future = done.get_future();
+    // The job owns what it touches after handing over its result: the handler may be gone by
+    // the time set_value returns.
+    auto done = std::make_shared<std::promise<std::vector<Result>>>();
+    std::future<std::vector<Result>> future = done->get_future();
     SlotPool::Lease* slot = lease.get();
     std::shared_ptr<SlotPool::Lease> held(std::move(lease));
-    slot->Post([this, pr, held, &stop, &done]() mutable {
+    slot->Post([this, pr, held, stop, done]() mutable {
+      std::vector<Result> results;
+      std::exception_ptr failure;
       try {
-        done.set_value(RunSamples(*pr, held->session(), stop.get_token(), nullptr, {}));
+        results = RunSamples(*pr, held->session(), stop.get_token(), nullptr, {});
       } catch (...) {
-        done.set_exception(std::current_exception());
+        failure = std::current_exception();
       }
-      held.reset();
+      held.reset();  // free before the answer, so the client's next request finds it idle
+      if (failure)
+        done->set_exception(failure);
+      else
+        done->set_value(std::move(results));
     });
     std::vector<Result> results;
     try {
@@ -297,26 +311,31 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
     InFlight guard(this, &stop);
     StreamFormatter fmt(*pr, *engine, opt.model_id);
     auto emit = [&](const json& j) { st->Push(SseEvent(j)); };
+    std::vector<std::string> tail;  // sent after the slot is free, so a client that reads the
+                                    // end and asks again at once finds the slot idle
+    std::optional<ApiError> early;
     try {
       std::vector<Result> results = RunSamples(*pr, held->session(), stop.get_token(), &fmt, emit);
-      if (pr->include_usage) emit(fmt.UsageChunk(results));
-      st->Push("data: [DONE]\n\n");
+      if (pr->include_usage) tail.push_back(SseEvent(fmt.UsageChunk(results)));
+      tail.push_back("data: [DONE]\n\n");
     } catch (const std::exception& ex) {
       const Error* ge = dynamic_cast<const Error*>(&ex);
       if (ge && ge->code() == ErrorCode::kCancelled) metrics.CountCancelled();
       ApiError err = ge ? FromEngineError(*ge, *pr) : ApiError(500, ex.what());
       std::lock_guard lock(st->mu);
       if (!st->any) {
-        st->early = err;
+        early = err;
       } else {
         // Headers are gone: the error travels in the stream, as OpenAI's API does.
-        st->out.push_back(SseEvent(err.ToJson()));
-        st->out.push_back("data: [DONE]\n\n");
+        tail.push_back(SseEvent(err.ToJson()));
+        tail.push_back("data: [DONE]\n\n");
       }
     }
-    held.reset();  // the slot is free before the client hears the end
+    held.reset();
     {
       std::lock_guard lock(st->mu);
+      st->early = early;
+      for (std::string& t : tail) st->out.push_back(std::move(t));
       st->done = true;
     }
     st->cv.notify_all();

@@ -285,6 +285,8 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
       {"logit_bias key", with(ok, "logit_bias", {{"abc", 1}}), 400, "logit_bias.abc"},
       {"top_logprobs without logprobs", with(ok, "top_logprobs", 2), 400, "top_logprobs"},
       {"invalid regex", with(ok, "regex", "a(b"), 400, "regex"},
+      {"invalid regex, streamed", with(json::parse(with(ok, "stream", true)), "regex", "a(b"), 400,
+       "regex"},
       {"invalid schema",
        with(ok, "response_format",
             {{"type", "json_schema"},

@@ -305,7 +305,9 @@ function renderCall(call, turnIndex) {
   try { args = JSON.stringify(JSON.parse(args), null, 2); } catch (e) { /* as sent */ }
   box.appendChild(el('div', 'call-name', `${call.function.name}(${args})`));
   const answered = state.turns.some((t, k) => k > turnIndex && t.role === 'tool' && t.tool_call_id === call.id);
-  if (!answered && turnIndex === state.turns.length - 1 && !state.busy) {
+  // Answerable while only tool results follow this turn (one form per call of the turn).
+  const open = state.turns.slice(turnIndex + 1).every((t) => t.role === 'tool');
+  if (!answered && open && !state.busy) {
     const f = el('form');
     const ta = el('textarea');
     ta.rows = 2;

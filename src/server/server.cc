@@ -407,6 +407,8 @@ void Server::Impl::Setup() {
     if (!SameSecret(req.get_header_value("Authorization"), "Bearer " + opt.api_key)) {
       SendError(res, ApiError(401, "invalid or missing API key: send 'Authorization: Bearer KEY'",
                               "", "invalid_api_key"));
+      // A browser only shows the 401 to the page when the CORS header is on it too.
+      if (!opt.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", opt.cors_origin);
       metrics.CountRequest("auth", 401);
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -568,7 +570,14 @@ int Server::Bind() {
   return m.port;
 }
 
-void Server::Run() { impl_->http.listen_after_bind(); }
+void Server::Run() {
+  {
+    std::lock_guard lock(impl_->inflight_mu);
+    if (impl_->stopping)
+      return;  // stopped before it ran: httplib's stop() only acts on a running server
+  }
+  impl_->http.listen_after_bind();
+}
 
 void Server::Stop() {
   Impl& m = *impl_;

@@ -125,7 +125,6 @@ struct Server::Impl {
   std::shared_ptr<Engine> engine;
   ServerOptions opt;
   ParseContext ctx;
-  SlotPool pool;
   Metrics metrics;
   httplib::Server http;
   int port = 0;
@@ -135,6 +134,9 @@ struct Server::Impl {
   std::multiset<std::stop_source*> inflight;
   bool stopping = false;
   StreamCount streams;
+  // Last, so it is destroyed first: its workers' jobs use everything above (metrics, the
+  // in-flight set, the stream count) until they return.
+  SlotPool pool;
 
   struct InFlight {
     Impl* impl;

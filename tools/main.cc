@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   gemma::cli::AddSynthCommand(app);
   gemma::cli::AddDemoCommand(app);
   gemma::cli::AddBenchCommand(app);
+  gemma::cli::AddTokenizeCommand(app);
+  gemma::cli::AddTemplateCommand(app);
+  gemma::cli::AddPerplexityCommand(app);
   gemma::cli::AddServeCommand(app);
   try {
     app.parse(argc, argv);

@@ -130,6 +130,11 @@ void AddDemoCommand(CLI::App& app) {
   cmd->callback([o] {
     namespace fs = std::filesystem;
     std::string d = o->dir;
+    // The shipped trained model (models/tiny-trained) is the default; the synthesized random one
+    // remains for --dir DIR without a checkpoint, and for source trees without the model.
+    const std::string trained = GEMMA_SOURCE_DIR "/models/tiny-trained";
+    const bool use_trained = d.empty() && fs::exists(fs::path(trained) / "model.safetensors");
+    if (use_trained) d = trained;
     if (d.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
@@ -145,12 +150,14 @@ void AddDemoCommand(CLI::App& app) {
       std::ofstream(tok, std::ios::binary)
           << DeriveGemma4TokenizerJson(ReadFileToString(o->gemma3_tokenizer), o->gemma3_tokenizer);
     }
-    std::printf("demo model: %s (random weights: the words are noise, the pipeline is real)\n",
-                d.c_str());
-    auto engine = Engine::Load({.model_path = d, .backend = o->backend, .context_capacity = 512});
+    std::printf("demo model: %s (%s)\n", d.c_str(),
+                use_trained ? "a 5M-parameter Gemma 4 trained on Debian docs: see MODEL_CARD.md"
+                            : "random weights: the words are noise, the pipeline is real");
+    auto engine = Engine::Load(
+        {.model_path = d, .tokenizer_path = {}, .backend = o->backend, .context_capacity = 512});
     GenerateOptions g;
-    g.max_new_tokens = 24;
-    g.ignore_eos = true;
+    g.max_new_tokens = use_trained ? 48 : 24;
+    g.ignore_eos = !use_trained;  // the trained model ends its turn with <turn|>
     Result r;
     if (engine->has_tokenizer()) {
       const nlohmann::json msgs = {{{"role", "user"}, {"content", "Hello! Who are you?"}}};

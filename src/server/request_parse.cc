@@ -461,6 +461,8 @@ ApiError FromEngineError(const Error& e) {
       return ApiError(400, msg, "messages", "context_length_exceeded");
     case ErrorCode::kCancelled:
       return ApiError(503, msg, "", "cancelled");
+    case ErrorCode::kBusy:  // a slot's session is never shared, so this is a server bug
+      return ApiError(503, msg, "", "busy");
     default:
       return ApiError(500, msg, "", "engine_error");
   }

@@ -385,6 +385,7 @@ json Server::Impl::Props() const {
           {"slots", pool.size()},
           {"max_queue", opt.max_queue},
           {"auth", !opt.api_key.empty()},
+          {"shared_bytes", engine->shared_bytes()},
           {"resident_bytes", ResidentBytes()}};
 }
 

@@ -14,5 +14,6 @@ void AddPullCommand(CLI::App& app);  // pull_command.cc
 void AddTokenizeCommand(CLI::App& app);
 void AddTemplateCommand(CLI::App& app);
 void AddPerplexityCommand(CLI::App& app);  // perplexity_command.cc
+void AddServeCommand(CLI::App& app);  // serve_command.cc
 
 }  // namespace gemma::cli

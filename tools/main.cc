@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   gemma::cli::AddTokenizeCommand(app);
   gemma::cli::AddTemplateCommand(app);
   gemma::cli::AddPerplexityCommand(app);
+  gemma::cli::AddServeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

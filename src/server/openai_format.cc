@@ -1,0 +1,269 @@
+#include "server/openai_format.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "chat/output_parser.h"
+
+namespace gemma::server {
+namespace {
+
+std::string TokenText(const Engine& e, int32_t id) { return e.Detokenize({id}); }
+
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+json ToolCallJson(const std::string& name, const json& args, int index, bool with_index) {
+  json c = {{"id", NewId("call_")},
+            {"type", "function"},
+            {"function", {{"name", name}, {"arguments", Dump(args)}}}};
+  if (with_index) c["index"] = index;
+  return c;
+}
+
+json ChatLogprobs(const Result& r, const Engine& e) {
+  json content = json::array();
+  for (const TokenLogprob& lp : r.logprobs) {
+    const std::string t = TokenText(e, lp.id);
+    json top = json::array();
+    for (const auto& [id, p] : lp.top) {
+      const std::string s = TokenText(e, id);
+      top.push_back({{"token", s}, {"logprob", p}, {"bytes", Bytes(s)}});
+    }
+    content.push_back(
+        {{"token", t}, {"logprob", lp.logprob}, {"bytes", Bytes(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json CompletionLogprobs(const Result& r, const Engine& e) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t off = 0;
+  for (const TokenLogprob& lp : r.logprobs) {
+    const std::string t = TokenText(e, lp.id);
+    tokens.push_back(t);
+    lps.push_back(lp.logprob);
+    offs.push_back(off);
+    off += t.size();
+    json top = json::object();
+    for (const auto& [id, p] : lp.top) top[TokenText(e, id)] = p;
+    tops.push_back(top);
+  }
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string SseEvent(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+std::string NewId(std::string_view prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(salt ^ (++counter * 0x9E3779B97F4A7C15ull)));
+  return std::string(prefix) + buf;
+}
+
+std::string FinishReason(const Result& r) {
+  if (!r.tool_calls.empty()) return "tool_calls";
+  return r.stop_reason == StopReason::kLength ? "length" : "stop";
+}
+
+json Usage(const std::vector<Result>& results) {
+  int prompt = 0, cached = 0, completion = 0;
+  if (!results.empty()) {
+    prompt = results[0].telemetry.prompt_tokens;
+    cached = results[0].telemetry.reused_tokens;
+  }
+  for (const Result& r : results) completion += static_cast<int>(r.tokens.size());
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+json Timings(const Telemetry& t, size_t completion_tokens) {
+  const int prompt_n = t.prompt_tokens - t.reused_tokens;
+  const double predicted_ms = t.total_ms - t.prefill_ms;
+  auto per = [](double ms, double n) { return n > 0 ? ms / n : 0.0; };
+  auto rate = [](double ms, double n) { return ms > 0 ? n * 1000.0 / ms : 0.0; };
+  return {{"cache_n", t.reused_tokens},
+          {"prompt_n", prompt_n},
+          {"prompt_ms", t.prefill_ms},
+          {"prompt_per_token_ms", per(t.prefill_ms, prompt_n)},
+          {"prompt_per_second", rate(t.prefill_ms, prompt_n)},
+          {"predicted_n", completion_tokens},
+          {"predicted_ms", predicted_ms},
+          {"predicted_per_token_ms", per(predicted_ms, completion_tokens)},
+          {"predicted_per_second", rate(predicted_ms, completion_tokens)},
+          {"ttft_ms", t.ttft_ms},
+          {"itl_median_ms", t.itl_median_ms},
+          {"itl_p95_ms", t.itl_p95_ms}};
+}
+
+json ChatResponse(const ParsedRequest& req, const std::vector<Result>& results,
+                  const Engine& engine, const std::string& id, int64_t created) {
+  json choices = json::array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    json msg = {{"role", "assistant"}, {"content", r.text}};
+    if (!r.reasoning.empty()) msg["reasoning_content"] = r.reasoning;
+    if (!r.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCall& c : r.tool_calls)
+        calls.push_back(ToolCallJson(c.name, c.arguments, 0, false));
+      msg["tool_calls"] = calls;
+      if (r.text.empty()) msg["content"] = nullptr;
+    }
+    json choice = {{"index", i},
+                   {"message", msg},
+                   {"finish_reason", FinishReason(r)},
+                   {"logprobs", req.logprobs ? ChatLogprobs(r, engine) : json()}};
+    choices.push_back(choice);
+  }
+  json out = {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", req.model},
+              {"system_fingerprint", "gemma-engine"},
+              {"choices", choices},
+              {"usage", Usage(results)}};
+  if (!results.empty())
+    out["timings"] = Timings(results.back().telemetry, results.back().tokens.size());
+  return out;
+}
+
+json CompletionResponse(const ParsedRequest& req, const std::vector<Result>& results,
+                        const Engine& engine, const std::string& id, int64_t created) {
+  json choices = json::array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    choices.push_back({{"index", i},
+                       {"text", r.text},
+                       {"finish_reason", FinishReason(r)},
+                       {"logprobs", req.logprobs ? CompletionLogprobs(r, engine) : json()}});
+  }
+  json out = {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", req.model},
+              {"system_fingerprint", "gemma-engine"},
+              {"choices", choices},
+              {"usage", Usage(results)}};
+  if (!results.empty())
+    out["timings"] = Timings(results.back().telemetry, results.back().tokens.size());
+  return out;
+}
+
+StreamFormatter::StreamFormatter(const ParsedRequest& req, const Engine& engine, std::string model)
+    : req_(req),
+      engine_(engine),
+      model_(std::move(model)),
+      id_(NewId(req.chat ? "chatcmpl-" : "cmpl-")),
+      created_(Now()) {}
+
+StreamFormatter::~StreamFormatter() = default;
+
+json StreamFormatter::Chunk(json choice) const {
+  return {{"id", id_},
+          {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"system_fingerprint", "gemma-engine"},
+          {"choices", json::array({std::move(choice)})}};
+}
+
+std::vector<json> StreamFormatter::Begin(int choice) {
+  parser_ = std::make_unique<chat::StreamingParser>();
+  tool_index_ = 0;
+  if (!req_.chat) return {};
+  return {Chunk({{"index", choice},
+                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}})};
+}
+
+std::vector<json> StreamFormatter::Token(int choice, std::string_view delta) {
+  std::vector<json> out;
+  if (delta.empty()) return out;
+  if (!req_.chat) {
+    out.push_back(Chunk({{"index", choice},
+                         {"text", std::string(delta)},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}}));
+    return out;
+  }
+  for (const chat::StreamEvent& ev : parser_->Push(delta)) {
+    json d;
+    switch (ev.kind) {
+      case chat::StreamEvent::Kind::kTextDelta:
+        if (ev.text.empty()) continue;
+        d = {{"content", ev.text}};
+        break;
+      case chat::StreamEvent::Kind::kReasoningDelta:
+        if (ev.text.empty()) continue;
+        d = {{"reasoning_content", ev.text}};
+        break;
+      case chat::StreamEvent::Kind::kToolCall:
+        d = {{"tool_calls", json::array({ToolCallJson(ev.tool_call.name,
+                                                      json::parse(ev.tool_call.arguments.dump()),
+                                                      tool_index_++, true)})}};
+        break;
+      case chat::StreamEvent::Kind::kMalformed:
+        continue;  // reported nowhere in OpenAI's shape; the text stays out of content
+    }
+    out.push_back(Chunk(
+        {{"index", choice}, {"delta", d}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+  }
+  return out;
+}
+
+std::vector<json> StreamFormatter::End(int choice, const Result& r) {
+  std::vector<json> out;
+  if (req_.chat) {
+    // Flush what the parser held back (a trailing partial marker that never completed).
+    for (const chat::StreamEvent& ev : parser_->Finish()) {
+      if (ev.kind == chat::StreamEvent::Kind::kTextDelta && !ev.text.empty())
+        out.push_back(Chunk({{"index", choice},
+                             {"delta", {{"content", ev.text}}},
+                             {"logprobs", nullptr},
+                             {"finish_reason", nullptr}}));
+    }
+  }
+  json last = {{"index", choice}, {"finish_reason", FinishReason(r)}};
+  if (req_.chat) {
+    last["delta"] = json::object();
+    last["logprobs"] = req_.logprobs ? ChatLogprobs(r, engine_) : json();
+  } else {
+    last["text"] = "";
+    last["logprobs"] = req_.logprobs ? CompletionLogprobs(r, engine_) : json();
+  }
+  json c = Chunk(last);
+  c["timings"] = Timings(r.telemetry, r.tokens.size());
+  out.push_back(c);
+  return out;
+}
+
+json StreamFormatter::UsageChunk(const std::vector<Result>& results) const {
+  json c = Chunk(json());
+  c["choices"] = json::array();
+  c["usage"] = Usage(results);
+  return c;
+}
+
+}  // namespace gemma::server

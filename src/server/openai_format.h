@@ -1,0 +1,57 @@
+// Engine results -> OpenAI response bodies and SSE chunks (chat.completion, text_completion), with
+// llama-server's `timings` and `reasoning_content`.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gemma/engine.h"
+#include "server/request_parse.h"
+
+namespace gemma::chat {
+class StreamingParser;
+}
+
+namespace gemma::server {
+
+using nlohmann::json;
+
+std::string NewId(std::string_view prefix);
+std::string FinishReason(const Result& r);
+json Usage(const std::vector<Result>& results);
+json Timings(const Telemetry& t, size_t completion_tokens);
+
+// The whole response of a non-streaming request; `results` are the returned choices in order.
+json ChatResponse(const ParsedRequest& req, const std::vector<Result>& results,
+                  const Engine& engine, const std::string& id, int64_t created);
+json CompletionResponse(const ParsedRequest& req, const std::vector<Result>& results,
+                        const Engine& engine, const std::string& id, int64_t created);
+
+// Builds the chunks of one streamed request. Chat output is split into content, reasoning_content
+// and whole tool calls as it arrives, so a client never sees Gemma's markers.
+class StreamFormatter {
+ public:
+  StreamFormatter(const ParsedRequest& req, const Engine& engine, std::string model);
+  ~StreamFormatter();
+  std::vector<json> Begin(int choice);
+  std::vector<json> Token(int choice, std::string_view delta);
+  std::vector<json> End(int choice, const Result& r);
+  json UsageChunk(const std::vector<Result>& results) const;
+
+ private:
+  json Chunk(json choice) const;
+  const ParsedRequest& req_;
+  const Engine& engine_;
+  std::string model_, id_;
+  int64_t created_;
+  std::unique_ptr<chat::StreamingParser> parser_;
+  int tool_index_ = 0;
+};
+
+// "data: {...}\n\n"
+std::string SseEvent(const json& j);
+std::string Dump(const json& j);  // invalid UTF-8 replaced, never throws
+
+}  // namespace gemma::server

@@ -1,0 +1,479 @@
+#include "server/request_parse.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace gemma::server {
+namespace {
+
+using nlohmann::json;
+
+// Fields we know. An unknown field is a 400 naming it: a misspelt "temprature" silently ignored
+// would give the client a different sampler than it asked for. Fields listed under kIgnored are
+// OpenAI bookkeeping that changes nothing here.
+const std::set<std::string> kCommon = {"model",
+                                       "stream",
+                                       "stream_options",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "typical_p",
+                                       "repetition_penalty",
+                                       "frequency_penalty",
+                                       "presence_penalty",
+                                       "penalty_window",
+                                       "penalize_prompt",
+                                       "seed",
+                                       "stop",
+                                       "stop_token_ids",
+                                       "logit_bias",
+                                       "max_tokens",
+                                       "n",
+                                       "best_of",
+                                       "ignore_eos",
+                                       "cache_prompt",
+                                       "response_format",
+                                       "regex",
+                                       "logprobs",
+                                       "top_logprobs",
+                                       "user",
+                                       "metadata",
+                                       "store",
+                                       "service_tier"};
+const std::set<std::string> kChatOnly = {
+    "messages",        "max_completion_tokens", "tools",
+    "tool_choice",     "parallel_tool_calls",   "chat_template_kwargs",
+    "reasoning_effort"};
+const std::set<std::string> kCompletionOnly = {"prompt", "echo", "suffix"};
+
+constexpr int kMaxChoices = 16;
+
+const json* Field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double Number(const json& body, const char* name, double def, double lo, double hi) {
+  const json* v = Field(body, name);
+  if (!v) return def;
+  if (!v->is_number()) throw BadField(name, "must be a number, got " + std::string(v->type_name()));
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    throw BadField(name, "must be between " + json(lo).dump() + " and " + json(hi).dump() +
+                             ", got " + v->dump());
+  }
+  return d;
+}
+
+int64_t Integer(const json& body, const char* name, int64_t def, int64_t lo, int64_t hi) {
+  const json* v = Field(body, name);
+  if (!v) return def;
+  if (!v->is_number_integer()) {
+    throw BadField(name,
+                   "must be an integer, got " + std::string(v->type_name()) + " " + v->dump());
+  }
+  const int64_t i =
+      v->is_number_unsigned() && v->get<uint64_t>() > INT64_MAX ? INT64_MAX : v->get<int64_t>();
+  if (i < lo || i > hi) {
+    throw BadField(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                             ", got " + v->dump());
+  }
+  return i;
+}
+
+bool Bool(const json& body, const char* name, bool def) {
+  const json* v = Field(body, name);
+  if (!v) return def;
+  if (!v->is_boolean()) throw BadField(name, "must be true or false, got " + v->dump());
+  return v->get<bool>();
+}
+
+void CheckKnown(const json& body, bool chat) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    if (kCommon.count(k) || (chat ? kChatOnly.count(k) : kCompletionOnly.count(k))) continue;
+    throw ApiError(400, "unknown field '" + k + "'", k, "unknown_field");
+  }
+}
+
+void CheckModel(const json& body, const ParseContext& ctx, ParsedRequest* r) {
+  r->model = ctx.model_id;
+  const json* m = Field(body, "model");
+  if (!m) return;  // llama-server serves its one model to clients that name none
+  if (!m->is_string()) throw BadField("model", "must be a string");
+  const std::string name = m->get<std::string>();
+  if (name != ctx.model_id) {
+    throw ApiError(
+        404, "the model '" + name + "' does not exist; this server has '" + ctx.model_id + "'",
+        "model", "model_not_found");
+  }
+}
+
+void ParseSampling(const json& body, const ParseContext& ctx, ParsedRequest* r) {
+  GenerateOptions& o = r->options;
+  o.temperature = Number(body, "temperature", 1.0, 0.0, 100.0);
+  o.top_p = Number(body, "top_p", 1.0, 0.0, 1.0);
+  o.top_k = static_cast<int>(Integer(body, "top_k", 0, 0, ctx.engine->vocab_size()));
+  o.min_p = Number(body, "min_p", 0.0, 0.0, 1.0);
+  o.typical_p = Number(body, "typical_p", 1.0, 0.0, 1.0);
+  o.repetition_penalty = Number(body, "repetition_penalty", 1.0, 1e-3, 100.0);
+  o.frequency_penalty = Number(body, "frequency_penalty", 0.0, -2.0, 2.0);
+  o.presence_penalty = Number(body, "presence_penalty", 0.0, -2.0, 2.0);
+  o.penalty_window = static_cast<int>(Integer(body, "penalty_window", -1, -1, 1 << 24));
+  o.penalize_prompt = Bool(body, "penalize_prompt", false);
+  if (const json* s = Field(body, "seed")) {
+    if (!s->is_number_integer()) throw BadField("seed", "must be an integer");
+    o.seed =
+        s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+  }
+  if (const json* s = Field(body, "stop")) {
+    json list = s->is_string() ? json::array({*s}) : *s;
+    if (!list.is_array()) throw BadField("stop", "must be a string or an array of strings");
+    if (list.size() > 16) throw BadField("stop", "at most 16 stop strings");
+    for (const json& v : list) {
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw BadField("stop", "every stop sequence must be a non-empty string");
+      o.stop_strings.push_back(v.get<std::string>());
+    }
+  }
+  if (const json* s = Field(body, "stop_token_ids")) {
+    if (!s->is_array()) throw BadField("stop_token_ids", "must be an array of token ids");
+    for (const json& v : *s) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+          v.get<int64_t>() >= ctx.engine->vocab_size())
+        throw BadField("stop_token_ids", "ids must be integers in [0, vocab size)");
+      o.stop_ids.push_back(v.get<int32_t>());
+    }
+  }
+  if (const json* b = Field(body, "logit_bias")) {
+    if (!b->is_object()) throw BadField("logit_bias", "must be an object of token id -> bias");
+    for (auto it = b->begin(); it != b->end(); ++it) {
+      const std::string field = "logit_bias." + it.key();
+      size_t used = 0;
+      long id = -1;
+      try {
+        id = std::stol(it.key(), &used);
+      } catch (const std::exception&) {
+      }
+      if (used != it.key().size() || id < 0 || id >= ctx.engine->vocab_size())
+        throw BadField(field, "keys must be token ids in [0, vocab size)");
+      if (!it->is_number()) throw BadField(field, "bias must be a number");
+      const double v = it->get<double>();
+      if (!(v >= -100 && v <= 100)) throw BadField(field, "bias must be between -100 and 100");
+      // OpenAI: -100 bans the token.
+      o.logit_bias[static_cast<int32_t>(id)] =
+          v <= -100 ? -std::numeric_limits<float>::infinity() : static_cast<float>(v);
+    }
+  }
+  o.ignore_eos = Bool(body, "ignore_eos", false);
+  o.reuse_prompt_cache = Bool(body, "cache_prompt", true);
+  r->n = static_cast<int>(Integer(body, "n", 1, 1, kMaxChoices));
+  r->best_of = static_cast<int>(Integer(body, "best_of", r->n, 1, kMaxChoices));
+  if (r->best_of < r->n) throw BadField("best_of", "must be >= n");
+  r->stream = Bool(body, "stream", false);
+  if (const json* so = Field(body, "stream_options")) {
+    if (!so->is_object()) throw BadField("stream_options", "must be an object");
+    if (!r->stream) throw BadField("stream_options", "only allowed with stream: true");
+    r->include_usage = Bool(*so, "include_usage", false);
+  }
+}
+
+void SetConstraint(ParsedRequest* r, OutputConstraint c, const char* field) {
+  if (r->options.constraint.kind != OutputConstraint::Kind::kNone) {
+    throw BadField(field,
+                   "only one output constraint per request (response_format, regex or "
+                   "tool_choice)");
+  }
+  r->options.constraint = std::move(c);
+  r->constraint_field = field;
+}
+
+void ParseResponseFormat(const json& body, ParsedRequest* r) {
+  if (const json* re = Field(body, "regex")) {
+    if (!re->is_string() || re->get<std::string>().empty())
+      throw BadField("regex", "must be a non-empty string");
+    OutputConstraint c;
+    c.kind = OutputConstraint::Kind::kRegex;
+    c.regex = re->get<std::string>();
+    SetConstraint(r, c, "regex");
+  }
+  const json* rf = Field(body, "response_format");
+  if (!rf) return;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    throw BadField("response_format", "must be an object with a string 'type'");
+  const std::string type = (*rf)["type"];
+  OutputConstraint c;
+  if (type == "text") return;
+  if (type == "json_object") {
+    if (rf->contains("schema")) {  // llama-server's form: json_object with a schema
+      c.kind = OutputConstraint::Kind::kJsonSchema;
+      c.schema_json = (*rf)["schema"].dump();
+    } else {
+      c.kind = OutputConstraint::Kind::kJson;
+      c.object_root = true;
+    }
+  } else if (type == "json_schema") {
+    const json* js = Field(*rf, "json_schema");
+    if (!js || !js->is_object())
+      throw BadField("response_format.json_schema", "must be an object with a 'schema'");
+    const json* schema = Field(*js, "schema");
+    if (!schema || !(schema->is_object() || schema->is_boolean()))
+      throw BadField("response_format.json_schema.schema", "must be a JSON Schema object");
+    if (const json* strict = Field(*js, "strict"); strict && !strict->is_boolean())
+      throw BadField("response_format.json_schema.strict", "must be true or false");
+    // strict or not, the schema is enforced token by token.
+    c.kind = OutputConstraint::Kind::kJsonSchema;
+    c.schema_json = schema->dump();
+  } else if (type == "regex") {
+    const json* re = Field(*rf, "regex");
+    if (!re || !re->is_string()) throw BadField("response_format.regex", "must be a string");
+    c.kind = OutputConstraint::Kind::kRegex;
+    c.regex = re->get<std::string>();
+  } else {
+    throw BadField("response_format.type",
+                   "must be text, json_object, json_schema or regex, got '" + type + "'");
+  }
+  SetConstraint(r, c, "response_format");
+}
+
+// OpenAI messages -> the chat template's shape: tool-call arguments arrive as JSON text and the
+// template wants objects.
+json NormalizeMessagesImpl(const json& messages) {
+  if (!messages.is_array() || messages.empty())
+    throw BadField("messages", "must be a non-empty array of messages");
+  json out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    json& m = out[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw BadField(at, "must be an object");
+    if (!m.contains("role") || !m["role"].is_string())
+      throw BadField(at + ".role", "must be a string");
+    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
+        !m["content"].is_array())
+      throw BadField(at + ".content", "must be a string or an array of content parts");
+    if (m.contains("content") && m["content"].is_null()) m.erase("content");
+    m.erase("reasoning_content");  // earlier turns' reasoning is not replayed (Gemma 4 template)
+    if (!m.contains("tool_calls")) continue;
+    if (m["tool_calls"].is_null()) {
+      m.erase("tool_calls");
+      continue;
+    }
+    if (!m["tool_calls"].is_array()) throw BadField(at + ".tool_calls", "must be an array");
+    for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+      json& call = m["tool_calls"][k];
+      const std::string cat = at + ".tool_calls[" + std::to_string(k) + "].function.arguments";
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        throw BadField(at + ".tool_calls", "each call needs a function object");
+      json& args = call["function"]["arguments"];
+      if (args.is_string()) {
+        try {
+          args = json::parse(args.get<std::string>());
+        } catch (const json::exception&) {
+          throw BadField(cat, "is not valid JSON");
+        }
+      }
+      if (args.is_null()) args = json::object();
+      if (!args.is_object()) throw BadField(cat, "must be a JSON object");
+    }
+  }
+  return out;
+}
+
+void ParseTools(const json& body, const ParseContext& ctx, ParsedRequest* r) {
+  const json* tools = Field(body, "tools");
+  const json* choice = Field(body, "tool_choice");
+  if (!tools) {
+    if (choice && !(choice->is_string() && *choice == "none"))
+      throw BadField("tool_choice", "needs 'tools'");
+    return;
+  }
+  if (!tools->is_array()) throw BadField("tools", "must be an array of tools");
+  if (tools->empty()) return;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
+      throw BadField(at, "must be {type: 'function', function: {name, description, parameters}}");
+  }
+  r->tools_given = true;
+  r->input.tools = *tools;
+  std::string mode = "auto";
+  std::string named;
+  if (choice) {
+    if (choice->is_string()) {
+      mode = choice->get<std::string>();
+      if (mode != "auto" && mode != "none" && mode != "required")
+        throw BadField("tool_choice", "must be auto, none, required or a named function");
+    } else if (choice->is_object() && choice->value("type", "") == "function" &&
+               choice->contains("function") && (*choice)["function"].is_object() &&
+               (*choice)["function"].contains("name") &&
+               (*choice)["function"]["name"].is_string()) {
+      mode = "named";
+      named = (*choice)["function"]["name"];
+    } else {
+      throw BadField("tool_choice",
+                     "must be auto, none, required or "
+                     "{type: 'function', function: {name}}");
+    }
+  }
+  if (mode == "none") {
+    // The tools stay declared (the model knows them) but a call cannot start.
+    const std::vector<int32_t> ids = ctx.engine->Tokenize("<|tool_call>");
+    if (ids.size() == 1) r->options.logit_bias[ids[0]] = -std::numeric_limits<float>::infinity();
+    return;
+  }
+  OutputConstraint c;
+  c.kind = OutputConstraint::Kind::kToolCalls;
+  c.require_tool_call = mode != "auto";
+  if (mode == "named") {
+    json only = json::array();
+    for (const json& t : *tools)
+      if (t["function"]["name"] == named) only.push_back(t);
+    if (only.empty())
+      throw BadField("tool_choice.function.name", "no tool named '" + named + "' in tools");
+    // The constraint follows Input::tools, so the forced function is the one declared.
+    r->input.tools = only;
+  }
+  SetConstraint(r, c, "tool_choice");
+}
+
+void ParseReasoning(const json& body, ParsedRequest* r) {
+  bool think = false;
+  if (const json* e = Field(body, "reasoning_effort")) {
+    if (!e->is_string()) throw BadField("reasoning_effort", "must be a string");
+    const std::string v = *e;
+    if (v == "low" || v == "medium" || v == "high")
+      think = true;
+    else if (v != "none" && v != "minimal")
+      throw BadField("reasoning_effort", "must be none, minimal, low, medium or high");
+  }
+  if (const json* k = Field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) throw BadField("chat_template_kwargs", "must be an object");
+    for (auto it = k->begin(); it != k->end(); ++it) {
+      if (it.key() != "enable_thinking")
+        throw BadField("chat_template_kwargs." + it.key(), "unknown template argument");
+    }
+    think = Bool(*k, "enable_thinking", think);
+  }
+  r->input.enable_thinking = think;
+}
+
+}  // namespace
+
+json NormalizeMessages(const json& messages) { return NormalizeMessagesImpl(messages); }
+
+ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  CheckKnown(body, true);
+  ParsedRequest r;
+  r.chat = true;
+  CheckModel(body, ctx, &r);
+  const json* messages = Field(body, "messages");
+  if (!messages) throw BadField("messages", "is required");
+  r.input = Input::Messages(NormalizeMessagesImpl(*messages));
+  ParseSampling(body, ctx, &r);
+  ParseReasoning(body, &r);
+  ParseResponseFormat(body, &r);
+  ParseTools(body, ctx, &r);
+  const int64_t cap = ctx.engine->context_capacity();
+  const int64_t a = Integer(body, "max_tokens", 0, 1, INT64_MAX);
+  const int64_t b = Integer(body, "max_completion_tokens", 0, 1, INT64_MAX);
+  const int64_t max = b ? b : a;  // 0: fill the context (set once the prompt is known)
+  if (max > cap) {
+    throw ApiError(400,
+                   "max_tokens " + std::to_string(max) + " exceeds the context of " +
+                       std::to_string(cap) + " tokens",
+                   b ? "max_completion_tokens" : "max_tokens", "context_length_exceeded");
+  }
+  r.options.max_new_tokens = static_cast<int>(max);
+  r.logprobs = Bool(body, "logprobs", false);
+  r.options.top_logprobs = static_cast<int>(Integer(body, "top_logprobs", 0, 0, 20));
+  if (r.options.top_logprobs > 0 && !r.logprobs)
+    throw BadField("top_logprobs", "needs logprobs: true");
+  r.options.logprobs = r.logprobs || r.best_of > r.n;
+  return r;
+}
+
+ParsedRequest ParseCompletionRequest(const json& body, const ParseContext& ctx) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  CheckKnown(body, false);
+  ParsedRequest r;
+  r.chat = false;
+  CheckModel(body, ctx, &r);
+  const json* p = Field(body, "prompt");
+  if (!p) throw BadField("prompt", "is required");
+  json prompt = *p;
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array()))
+    prompt = prompt[0];
+  if (prompt.is_string()) {
+    r.input = Input::Text(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty()) {
+    std::vector<int32_t> ids;
+    for (const json& v : prompt) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+          v.get<int64_t>() >= ctx.engine->vocab_size())
+        throw BadField("prompt", "must be a string or an array of token ids in [0, vocab size)");
+      ids.push_back(v.get<int32_t>());
+    }
+    r.input = Input::Ids(std::move(ids));
+  } else {
+    throw BadField("prompt", "must be a string or an array of token ids (one prompt per request)");
+  }
+  if (Bool(body, "echo", false)) throw BadField("echo", "is not supported");
+  if (const json* s = Field(body, "suffix");
+      s && !(s->is_string() && s->get<std::string>().empty()))
+    throw BadField("suffix", "is not supported (Gemma has no fill-in-the-middle)");
+  ParseSampling(body, ctx, &r);
+  ParseResponseFormat(body, &r);
+  const int64_t cap = ctx.engine->context_capacity();
+  const int64_t max = Integer(body, "max_tokens", 16, 1, INT64_MAX);  // OpenAI's default
+  if (max > cap) {
+    throw ApiError(400,
+                   "max_tokens " + std::to_string(max) + " exceeds the context of " +
+                       std::to_string(cap) + " tokens",
+                   "max_tokens", "context_length_exceeded");
+  }
+  r.options.max_new_tokens = static_cast<int>(max);
+  r.options.top_logprobs = static_cast<int>(Integer(body, "logprobs", 0, 0, 20));
+  r.logprobs = Field(body, "logprobs") != nullptr;
+  if (Field(body, "top_logprobs")) throw BadField("top_logprobs", "use 'logprobs': N here");
+  r.options.logprobs = r.logprobs || r.best_of > r.n;
+  return r;
+}
+
+ApiError FromEngineError(const Error& e) {
+  const std::string msg = e.what();
+  switch (e.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnsupported:
+    case ErrorCode::kTokenizer:
+      return ApiError(400, msg, "", "invalid_value");
+    case ErrorCode::kTemplate:
+      return ApiError(400, msg, "messages", "invalid_messages");
+    case ErrorCode::kConstraint:
+      return ApiError(400, msg, "response_format", "invalid_constraint");
+    case ErrorCode::kCapacity:
+      return ApiError(400, msg, "messages", "context_length_exceeded");
+    case ErrorCode::kCancelled:
+      return ApiError(503, msg, "", "cancelled");
+    case ErrorCode::kBusy:  // a slot's session is never shared, so this is a server bug
+      return ApiError(503, msg, "", "busy");
+    default:
+      return ApiError(500, msg, "", "engine_error");
+  }
+}
+
+ApiError FromEngineError(const Error& e, const ParsedRequest& r) {
+  if ((e.code() == ErrorCode::kConstraint || e.code() == ErrorCode::kUnsupported) &&
+      !r.constraint_field.empty()) {
+    return ApiError(400, e.what(), r.constraint_field, "invalid_constraint");
+  }
+  return FromEngineError(e);
+}
+
+}  // namespace gemma::server

@@ -1,0 +1,46 @@
+// OpenAI request bodies -> engine inputs and decoding options. Every field is checked here, so a
+// bad request is answered with a 400 naming the field before it takes a slot.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gemma/engine.h"
+#include "server/api_error.h"
+
+namespace gemma::server {
+
+struct ParsedRequest {
+  bool chat = true;  // /v1/chat/completions (else /v1/completions)
+  std::string model;
+  Input input;
+  GenerateOptions options;
+  int n = 1;        // choices returned
+  int best_of = 1;  // samples drawn; the n with the highest sum of log-probs are returned
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // the client asked for log-probs (best_of may force them on)
+  bool tools_given = false;
+  std::string constraint_field;  // the field that set options.constraint, for error reports
+};
+
+struct ParseContext {
+  const Engine* engine = nullptr;
+  std::string model_id;  // the only model served
+};
+
+// Throws ApiError (400 naming the field, 404 for an unknown model).
+ParsedRequest ParseChatRequest(const nlohmann::json& body, const ParseContext& ctx);
+ParsedRequest ParseCompletionRequest(const nlohmann::json& body, const ParseContext& ctx);
+
+// OpenAI chat messages -> the chat template's shape (tool-call arguments as objects). Throws
+// ApiError naming the bad message.
+nlohmann::json NormalizeMessages(const nlohmann::json& messages);
+
+// Maps an engine error raised while serving a request to an API error (4xx for what the request
+// caused, 5xx for the engine's own failures).
+ApiError FromEngineError(const Error& e);
+// The same, naming the request's constraint field when the constraint was what failed.
+ApiError FromEngineError(const Error& e, const ParsedRequest& r);
+
+}  // namespace gemma::server

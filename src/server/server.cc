@@ -1,0 +1,604 @@
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "server/api_error.h"
+#include "server/console_assets.h"
+#include "server/metrics.h"
+#include "server/openai_format.h"
+#include "server/request_parse.h"
+#include "server/slot_pool.h"
+
+namespace gemma::server {
+namespace {
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void SendJson(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(Dump(j), "application/json");
+}
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  SendJson(res, e.status(), e.ToJson());
+  if (e.status() == 429) res.set_header("Retry-After", "1");
+}
+
+json ParseBody(const httplib::Request& req) {
+  if (req.body.empty()) throw ApiError(400, "the request body is empty; send a JSON object");
+  try {
+    return json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    // nlohmann reports invalid UTF-8 here too, with the byte offset.
+    throw ApiError(400, std::string("malformed JSON: ") + e.what(), "", "invalid_json");
+  }
+}
+
+bool SameSecret(const std::string& a, const std::string& b) {
+  // Length leaks; the bytes do not.
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+double SumLogprob(const Result& r) {
+  double s = 0;
+  for (const TokenLogprob& lp : r.logprobs) s += lp.logprob;
+  return s;
+}
+
+// A streamed request: the generation thread fills `out`; the HTTP writer drains it.
+struct StreamState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> out;
+  bool done = false;
+  bool any = false;
+  std::optional<ApiError> early;  // failed before the first chunk: answered with a status
+  std::stop_source stop;
+  void Push(std::string s) {
+    {
+      std::lock_guard lock(mu);
+      out.push_back(std::move(s));
+      any = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// Counts streams whose responses are still being written, so Stop() can let them end cleanly.
+struct StreamCount {
+  std::mutex mu;
+  std::condition_variable cv;
+  int n = 0;
+};
+
+// Outlives a stream's generation (run on its slot's worker); cancels it and waits for its end
+// when the response is over.
+struct Runner {
+  explicit Runner(StreamCount* c) : count(c) {
+    std::lock_guard lock(count->mu);
+    ++count->n;
+  }
+  ~Runner() {
+    state->stop.request_stop();
+    {
+      std::unique_lock lock(state->mu);
+      state->cv.wait(lock, [&] { return state->done; });
+    }
+    {
+      std::lock_guard lock(count->mu);
+      --count->n;
+    }
+    count->cv.notify_all();
+  }
+  StreamCount* count;
+  std::shared_ptr<StreamState> state;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  Impl(std::shared_ptr<Engine> e, ServerOptions o)
+      : engine(std::move(e)),
+        opt(std::move(o)),
+        pool(*engine, std::max(1, opt.slots), std::max(0, opt.max_queue)) {
+    ctx.engine = engine.get();
+    ctx.model_id = opt.model_id;
+  }
+
+  std::shared_ptr<Engine> engine;
+  ServerOptions opt;
+  ParseContext ctx;
+  Metrics metrics;
+  httplib::Server http;
+  int port = 0;
+
+  // Every generation's stop source, so Stop() can cancel them all.
+  std::mutex inflight_mu;
+  std::multiset<std::stop_source*> inflight;
+  bool stopping = false;
+  StreamCount streams;
+  // Last, so it is destroyed first: its workers' jobs use everything above (metrics, the
+  // in-flight set, the stream count) until they return.
+  SlotPool pool;
+
+  struct InFlight {
+    Impl* impl;
+    std::stop_source* src;
+    InFlight(Impl* i, std::stop_source* s) : impl(i), src(s) {
+      std::lock_guard lock(impl->inflight_mu);
+      impl->inflight.insert(src);
+      if (impl->stopping) src->request_stop();
+    }
+    ~InFlight() {
+      std::lock_guard lock(impl->inflight_mu);
+      impl->inflight.erase(impl->inflight.find(src));
+    }
+  };
+
+  void Setup();
+  void Route(const std::string& name, const std::string& method, const std::string& path,
+             std::function<void(const httplib::Request&, httplib::Response&)> fn);
+  void HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::vector<Result> RunSamples(const ParsedRequest& pr, Session& s, std::stop_token stop,
+                                 StreamFormatter* fmt,
+                                 const std::function<void(const json&)>& emit);
+  json Props() const;
+};
+
+void Server::Impl::Route(const std::string& name, const std::string& method,
+                         const std::string& path,
+                         std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+  auto wrapped = [this, name, fn](const httplib::Request& req, httplib::Response& res) {
+    try {
+      fn(req, res);
+    } catch (const ApiError& e) {
+      if (e.status() == 429) metrics.CountRejected();
+      SendError(res, e);
+    } catch (const Error& e) {
+      SendError(res, FromEngineError(e));
+    } catch (const std::exception& e) {
+      SendError(res, ApiError(500, std::string("internal error: ") + e.what()));
+    }
+    metrics.CountRequest(name, res.status);
+  };
+  if (method == "GET")
+    http.Get(path, wrapped);
+  else
+    http.Post(path, wrapped);
+}
+
+std::vector<Result> Server::Impl::RunSamples(const ParsedRequest& pr, Session& s,
+                                             std::stop_token stop, StreamFormatter* fmt,
+                                             const std::function<void(const json&)>& emit) {
+  std::vector<Result> results;
+  for (int i = 0; i < pr.best_of; ++i) {
+    GenerateOptions o = pr.options;
+    if (o.seed && i > 0) o.seed = *o.seed + i;  // n samples, each reproducible
+    TokenCallback cb;
+    // The opening chunk waits for the first token: an error before it (a bad constraint, say)
+    // is still answered with a status and an error body instead of a broken stream.
+    std::vector<json> opening;
+    if (fmt) {
+      opening = fmt->Begin(i);
+      cb = [&](const TokenEvent& ev) {
+        for (const json& c : opening) emit(c);
+        opening.clear();
+        for (const json& c : fmt->Token(i, ev.delta)) emit(c);
+      };
+    }
+    Result r = s.Generate(pr.input, o, cb, stop);
+    for (const json& c : opening) emit(c);
+    metrics.ObserveGeneration(r.telemetry, r.tokens.size());
+    if (fmt)
+      for (const json& c : fmt->End(i, r)) emit(c);
+    results.push_back(std::move(r));
+  }
+  if (pr.best_of > pr.n) {
+    std::stable_sort(results.begin(), results.end(), [](const Result& a, const Result& b) {
+      return SumLogprob(a) > SumLogprob(b);
+    });
+    results.resize(pr.n);
+  }
+  return results;
+}
+
+void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const json body = ParseBody(req);
+  auto pr = std::make_shared<ParsedRequest>(chat ? ParseChatRequest(body, ctx)
+                                                 : ParseCompletionRequest(body, ctx));
+  if (pr->stream && pr->best_of > pr->n)
+    throw BadField("best_of", "cannot rank samples while streaming them; use stream: false");
+  if ((pr->options.constraint.kind != OutputConstraint::Kind::kNone || pr->tools_given) &&
+      !engine->has_tokenizer())
+    throw ApiError(400, "constraints and tools need the model's tokenizer.json");
+  std::vector<int32_t> prompt;
+  try {
+    prompt = engine->PromptTokens(pr->input);
+  } catch (const Error& e) {
+    throw FromEngineError(e);
+  }
+  const int64_t cap = engine->context_capacity();
+  const char* prompt_field = chat ? "messages" : "prompt";
+  if (static_cast<int64_t>(prompt.size()) >= cap) {
+    throw ApiError(400,
+                   "the prompt has " + std::to_string(prompt.size()) +
+                       " tokens; the context holds " + std::to_string(cap),
+                   prompt_field, "context_length_exceeded");
+  }
+  if (pr->options.max_new_tokens == 0) {
+    pr->options.max_new_tokens = static_cast<int>(cap - prompt.size());
+  } else if (static_cast<int64_t>(prompt.size()) + pr->options.max_new_tokens > cap) {
+    throw ApiError(400,
+                   "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                       std::to_string(pr->options.max_new_tokens) + ") exceeds the context of " +
+                       std::to_string(cap) + " tokens",
+                   "max_tokens", "context_length_exceeded");
+  }
+  std::unique_ptr<SlotPool::Lease> lease = pool.Acquire(prompt);
+  if (!lease) {
+    {
+      std::lock_guard lock(inflight_mu);
+      if (stopping) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    }
+    throw ApiError(429,
+                   "all " + std::to_string(pool.size()) + " slots are busy and " +
+                       std::to_string(opt.max_queue) + " requests are waiting; retry later",
+                   "", "queue_full");
+  }
+
+  if (!pr->stream) {
+    // Generation runs on the slot's worker, like streams: the few threads that touch the large
+    // per-token buffers keep the allocator's footprint flat under load.
+    std::stop_source stop;
+    InFlight guard(this, &stop);
+    // The job owns what it touches after handing over its result: the handler may be gone by
+    // the time set_value returns.
+    auto done = std::make_shared<std::promise<std::vector<Result>>>();
+    std::future<std::vector<Result>> future = done->get_future();
+    SlotPool::Lease* slot = lease.get();
+    std::shared_ptr<SlotPool::Lease> held(std::move(lease));
+    slot->Post([this, pr, held, stop, done]() mutable {
+      std::vector<Result> results;
+      std::exception_ptr failure;
+      try {
+        results = RunSamples(*pr, held->session(), stop.get_token(), nullptr, {});
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      held.reset();  // free before the answer, so the client's next request finds it idle
+      if (failure)
+        done->set_exception(failure);
+      else
+        done->set_value(std::move(results));
+    });
+    std::vector<Result> results;
+    try {
+      results = future.get();
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kCancelled) metrics.CountCancelled();
+      throw FromEngineError(e, *pr);
+    }
+    const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
+    SendJson(res, 200,
+             chat ? ChatResponse(*pr, results, *engine, id, UnixNow())
+                  : CompletionResponse(*pr, results, *engine, id, UnixNow()));
+    return;
+  }
+
+  auto st = std::make_shared<StreamState>();
+  auto runner = std::make_shared<Runner>(&streams);
+  runner->state = st;
+  SlotPool::Lease* slot = lease.get();
+  // std::function needs a copyable job: the lease travels in a shared_ptr.
+  std::shared_ptr<SlotPool::Lease> held(std::move(lease));
+  slot->Post([this, st, pr, held]() mutable {
+    std::stop_source stop = st->stop;
+    InFlight guard(this, &stop);
+    StreamFormatter fmt(*pr, *engine, opt.model_id);
+    auto emit = [&](const json& j) { st->Push(SseEvent(j)); };
+    std::vector<std::string> tail;  // sent after the slot is free, so a client that reads the
+                                    // end and asks again at once finds the slot idle
+    std::optional<ApiError> early;
+    try {
+      std::vector<Result> results = RunSamples(*pr, held->session(), stop.get_token(), &fmt, emit);
+      if (pr->include_usage) tail.push_back(SseEvent(fmt.UsageChunk(results)));
+      tail.push_back("data: [DONE]\n\n");
+    } catch (const std::exception& ex) {
+      const Error* ge = dynamic_cast<const Error*>(&ex);
+      if (ge && ge->code() == ErrorCode::kCancelled) metrics.CountCancelled();
+      ApiError err = ge ? FromEngineError(*ge, *pr) : ApiError(500, ex.what());
+      std::lock_guard lock(st->mu);
+      if (!st->any) {
+        early = err;
+      } else {
+        // Headers are gone: the error travels in the stream, as OpenAI's API does.
+        tail.push_back(SseEvent(err.ToJson()));
+        tail.push_back("data: [DONE]\n\n");
+      }
+    }
+    held.reset();
+    {
+      std::lock_guard lock(st->mu);
+      st->early = early;
+      for (std::string& t : tail) st->out.push_back(std::move(t));
+      st->done = true;
+    }
+    st->cv.notify_all();
+  });
+  {
+    std::unique_lock lock(st->mu);
+    st->cv.wait(lock, [&] { return st->any || st->done; });
+    if (st->early) {
+      ApiError e = *st->early;
+      lock.unlock();
+      runner.reset();  // joins
+      throw e;
+    }
+  }
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [st, runner](size_t, httplib::DataSink& sink) {
+        std::unique_lock lock(st->mu);
+        st->cv.wait(lock, [&] { return !st->out.empty() || st->done; });
+        while (!st->out.empty()) {
+          std::string s = std::move(st->out.front());
+          st->out.pop_front();
+          lock.unlock();
+          const bool ok = sink.write(s.data(), s.size());
+          lock.lock();
+          if (!ok) {
+            st->stop.request_stop();  // the client is gone: cancel at the next token
+            return false;
+          }
+        }
+        if (st->done) sink.done();
+        return true;
+      });
+}
+
+json Server::Impl::Props() const {
+  return {{"model", opt.model_id},
+          {"backend", engine->backend_name()},
+          {"context", engine->context_capacity()},
+          {"vocab_size", engine->vocab_size()},
+          {"has_tokenizer", engine->has_tokenizer()},
+          {"load_ms", engine->load_ms()},
+          {"slots", pool.size()},
+          {"max_queue", opt.max_queue},
+          {"auth", !opt.api_key.empty()},
+          {"shared_bytes", engine->shared_bytes()},
+          {"resident_bytes", ResidentBytes()}};
+}
+
+void Server::Impl::Setup() {
+  // Enough HTTP threads for every slot, every queued request and a few cheap requests (health,
+  // metrics, the console) beside them; admission itself is the slot pool's job.
+  const size_t threads = static_cast<size_t>(std::max(1, opt.slots) + opt.max_queue + 8);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(opt.body_limit);
+  http.set_keep_alive_timeout(2);
+  // One small SSE event per token: without this, Nagle's algorithm holds an event back until the
+  // client's delayed ACK (tens of ms of added latency per token).
+  http.set_tcp_nodelay(true);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty() || req.method == "OPTIONS")
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string& p = req.path;
+    const bool open = p == "/" || p == "/health" || p.rfind("/console/", 0) == 0 ||
+                      (p.find('/', 1) == std::string::npos && p.find('.') != std::string::npos);
+    if (open) return httplib::Server::HandlerResponse::Unhandled;
+    if (!SameSecret(req.get_header_value("Authorization"), "Bearer " + opt.api_key)) {
+      SendError(res, ApiError(401, "invalid or missing API key: send 'Authorization: Bearer KEY'",
+                              "", "invalid_api_key"));
+      // A browser only shows the 401 to the page when the CORS header is on it too.
+      if (!opt.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", opt.cors_origin);
+      metrics.CountRequest("auth", 401);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 413) {
+          SendError(res, ApiError(413,
+                                  "the request body is larger than " +
+                                      std::to_string(opt.body_limit) + " bytes",
+                                  "", "request_too_large"));
+        } else if (res.status == 404) {
+          SendError(res, ApiError(404, "no route " + req.method + " " + req.path, "", "not_found"));
+        } else {
+          SendError(res, ApiError(res.status, "HTTP " + std::to_string(res.status)));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        SendError(res, ApiError(500, "internal error: " + what));
+      });
+  if (!opt.cors_origin.empty()) {
+    http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Access-Control-Allow-Origin", opt.cors_origin);
+      res.set_header("Vary", "Origin");
+    });
+    http.Options(".*", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+    });
+  }
+
+  Route("chat", "POST", "/v1/chat/completions",
+        [this](const auto& q, auto& r) { HandleGenerate(q, r, true); });
+  Route("chat", "POST", "/chat/completions",
+        [this](const auto& q, auto& r) { HandleGenerate(q, r, true); });
+  Route("completions", "POST", "/v1/completions",
+        [this](const auto& q, auto& r) { HandleGenerate(q, r, false); });
+  Route("completions", "POST", "/completions",
+        [this](const auto& q, auto& r) { HandleGenerate(q, r, false); });
+  auto models = [this](const httplib::Request&, httplib::Response& res) {
+    json m = {{"id", opt.model_id},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "gemma-engine"},
+              {"meta", Props()}};
+    SendJson(res, 200, {{"object", "list"}, {"data", json::array({m})}});
+  };
+  Route("models", "GET", "/v1/models", models);
+  Route("models", "GET", "/models", models);
+  Route("health", "GET", "/health", [this](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, 200,
+             {{"status", "ok"},
+              {"slots_idle", pool.size() - pool.busy()},
+              {"slots_processing", pool.busy()},
+              {"queue", pool.queued()}});
+  });
+  Route("props", "GET", "/props",
+        [this](const httplib::Request&, httplib::Response& res) { SendJson(res, 200, Props()); });
+  Route("metrics", "GET", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(pool.size(), pool.busy(), pool.queued()),
+                    "text/plain; version=0.0.4");
+  });
+  Route("tokenize", "POST", "/tokenize",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          const json body = ParseBody(req);
+          if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+          std::vector<int32_t> ids;
+          try {
+            if (body.contains("messages")) {
+              ids = engine->PromptTokens(Input::Messages(NormalizeMessages(body["messages"]),
+                                                         body.value("tools", json::array()),
+                                                         body.value("enable_thinking", false)));
+            } else {
+              if (!body.contains("content") || !body["content"].is_string())
+                throw BadField("content", "must be a string (or send 'messages')");
+              const bool special = body.value("add_special", false);
+              Input in = Input::Text(body["content"].get<std::string>());
+              in.add_bos = special;
+              ids = special ? engine->PromptTokens(in) : engine->Tokenize(*in.text);
+            }
+          } catch (const Error& e) {
+            throw FromEngineError(e);
+          }
+          json out = {{"tokens", ids}};
+          if (body.value("with_pieces", false)) {
+            json pieces = json::array();
+            for (int32_t id : ids)
+              pieces.push_back({{"id", id}, {"piece", engine->Detokenize({id})}});
+            out["tokens"] = pieces;
+          }
+          SendJson(res, 200, out);
+        });
+  Route("detokenize", "POST", "/detokenize",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          const json body = ParseBody(req);
+          if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+            throw BadField("tokens", "must be an array of token ids");
+          std::vector<int32_t> ids;
+          for (const json& v : body["tokens"]) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+                v.get<int64_t>() >= engine->vocab_size())
+              throw BadField("tokens", "ids must be integers in [0, " +
+                                           std::to_string(engine->vocab_size()) + ")");
+            ids.push_back(v.get<int32_t>());
+          }
+          try {
+            SendJson(res, 200, {{"content", engine->Detokenize(ids)}});
+          } catch (const Error& e) {
+            throw FromEngineError(e);
+          }
+        });
+  for (const Asset& a : ConsoleAssets()) {
+    auto serve = [a](const httplib::Request&, httplib::Response& res) {
+      res.set_content(a.data.data(), a.data.size(), std::string(a.mime).c_str());
+      // The console talks only to this origin; nothing may frame or inject into it.
+      res.set_header("Content-Security-Policy",
+                     "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+                     "frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+    };
+    http.Get(std::string(a.path), serve);
+    if (a.path == "/index.html") http.Get("/", serve);
+  }
+}
+
+Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(engine), std::move(options))) {
+  if (impl_->opt.model_id.empty()) impl_->opt.model_id = "gemma";
+  impl_->ctx.model_id = impl_->opt.model_id;
+  impl_->Setup();
+}
+
+Server::~Server() { Stop(); }
+
+int Server::Bind() {
+  Impl& m = *impl_;
+  if (m.opt.port == 0) {
+    m.port = m.http.bind_to_any_port(m.opt.host);
+    if (m.port < 0) throw Error(ErrorCode::kIo, "cannot bind " + m.opt.host);
+  } else {
+    if (!m.http.bind_to_port(m.opt.host, m.opt.port))
+      throw Error(ErrorCode::kIo, "cannot bind " + m.opt.host + ":" + std::to_string(m.opt.port) +
+                                      " (in use, or not an address of this machine)");
+    m.port = m.opt.port;
+  }
+  return m.port;
+}
+
+void Server::Run() {
+  {
+    std::lock_guard lock(impl_->inflight_mu);
+    if (impl_->stopping)
+      return;  // stopped before it ran: httplib's stop() only acts on a running server
+  }
+  impl_->http.listen_after_bind();
+}
+
+void Server::Stop() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.inflight_mu);
+    m.stopping = true;
+    for (std::stop_source* s : m.inflight) s->request_stop();
+  }
+  m.pool.Shutdown();
+  // The listener's stop also ends chunked responses mid-write, so let the cancelled streams
+  // write their last events first (each is at most one token away from seeing its stop).
+  {
+    std::unique_lock lock(m.streams.mu);
+    m.streams.cv.wait_for(lock, std::chrono::seconds(5), [&] { return m.streams.n == 0; });
+  }
+  m.http.stop();
+}
+
+int Server::port() const { return impl_->port; }
+
+}  // namespace gemma::server

@@ -1,0 +1,456 @@
+// The server over loopback on the tiny synthetic model: the official openai npm client
+// (tests/server/openai_client.mjs), bad requests, the queue's 429, client disconnects, shutdown in
+// the middle of a stream, and a bounded load run.
+#include "server/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "gemma/engine.h"
+#include "model/synth.h"
+#include "tokenizer/test_support.h"
+
+namespace gemma::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The tiny preset with the derived Gemma 4 tokenizer beside it, made once per build tree. Written
+// under a temporary name and renamed, so parallel test processes never see half a model.
+std::string TinyModelDir() {
+  static const std::string dir = [] {
+    const fs::path d = fs::path(GEMMA_BINARY_DIR) / "test_assets" / "server_tiny";
+    if (fs::exists(d / "tokenizer.json")) return d.string();
+    const fs::path tmp = d.string() + ".tmp." + std::to_string(::getpid());
+    Synthesize({.preset = "tiny", .out_dir = tmp.string(), .seed = 1});
+    fs::copy_file(testing::Gemma4TestTokenizerPath(), tmp / "tokenizer.json");
+    std::error_code ec;
+    fs::rename(tmp, d, ec);
+    if (ec) fs::remove_all(tmp);  // another process won the race
+    return d.string();
+  }();
+  return dir;
+}
+
+std::shared_ptr<Engine> TinyEngine() {
+  static std::shared_ptr<Engine> e = Engine::Load(
+      {.model_path = TinyModelDir(), .backend = "cpu", .context_capacity = 1024, .threads = 1});
+  return e;
+}
+
+class Running {
+ public:
+  explicit Running(ServerOptions o) : server_(TinyEngine(), WithDefaults(std::move(o))) {
+    port_ = server_.Bind();
+    thread_ = std::thread([this] { server_.Run(); });
+    httplib::Client c("127.0.0.1", port_);
+    for (int i = 0; i < 200; ++i) {
+      if (auto r = c.Get("/health"); r && r->status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "server did not come up";
+  }
+  ~Running() {
+    server_.Stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  Server& server() { return server_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  static ServerOptions WithDefaults(ServerOptions o) {
+    o.port = 0;
+    if (o.model_id.empty()) o.model_id = "tiny";
+    return o;
+  }
+  Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+json Chat(std::string content, int max_tokens) {
+  return {{"model", "tiny"},
+          {"messages", json::array({{{"role", "user"}, {"content", std::move(content)}}})},
+          {"max_tokens", max_tokens},
+          {"temperature", 0}};
+}
+
+struct Reply {
+  int status = -1;
+  json body;
+  std::string retry_after;
+};
+
+Reply Post(int port, const std::string& path, const std::string& body) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  Reply out;
+  if (auto r = c.Post(path.c_str(), body, "application/json")) {
+    out.status = r->status;
+    out.body = json::parse(r->body, nullptr, false);
+    out.retry_after = r->get_header_value("Retry-After");
+  }
+  return out;
+}
+
+double Metric(int port, const std::string& name) {
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/metrics");
+  if (!r) return -1;
+  const std::string key = "\n" + name + " ";
+  const size_t at = r->body.find(key);
+  return at == std::string::npos ? -1 : std::stod(r->body.substr(at + key.size()));
+}
+
+// A streamed chat request that hangs up after `keep` chunks (0: reads to the end). Returns the
+// bytes received, or sets *status.
+std::string Stream(int port, json body, int keep, int* status = nullptr,
+                   std::atomic<bool>* first = nullptr) {
+  body["stream"] = true;
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string got;
+  int chunks = 0;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    got.append(d, n);
+    if (first) *first = true;
+    return keep == 0 || ++chunks < keep;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  c.send(req, res, err);
+  if (status) *status = res.status;
+  return got;
+}
+
+// `gemma-engine serve` as its own process: what a user runs, measured alone (RSS), stopped by
+// SIGTERM.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> extra) {
+    std::vector<std::string> args = {GEMMA_BINARY_DIR "/tools/gemma-engine",
+                                     "serve",
+                                     "--model",
+                                     TinyModelDir(),
+                                     "--alias",
+                                     "tiny",
+                                     "--port",
+                                     "0",
+                                     "--context",
+                                     "1024",
+                                     "--threads",
+                                     "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    err_ = ::fdopen(fds[0], "r");
+    if (rc != 0) throw std::runtime_error("cannot start " + args[0]);
+    char line[1024];
+    while (std::fgets(line, sizeof line, err_)) {
+      log_ += line;
+      const char* at = std::strstr(line, "listening on http://127.0.0.1:");
+      if (at) {
+        port_ = std::atoi(at + std::strlen("listening on http://127.0.0.1:"));
+        break;
+      }
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) Stop();
+  }
+  int port() const { return port_; }
+  const std::string& log() const { return log_; }
+  size_t Rss() const {
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid_) + "/statm").c_str(), "r");
+    unsigned long size = 0, rss = 0;
+    if (f) {
+      if (std::fscanf(f, "%lu %lu", &size, &rss) != 2) rss = 0;
+      std::fclose(f);
+    }
+    return rss * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  }
+  // SIGTERM; returns the exit status.
+  int Stop() {
+    ::kill(pid_, SIGTERM);
+    char line[1024];
+    while (std::fgets(line, sizeof line, err_)) log_ += line;
+    std::fclose(err_);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::FILE* err_ = nullptr;
+  std::string log_;
+};
+
+std::string RunCommand(const std::string& cmd, int* status) {
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return "cannot run " + cmd;
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
+TEST(Server, OfficialOpenAIClient) {
+  const fs::path openai = fs::path(GEMMA_SOURCE_DIR) / ".cache/npm-assets/node_modules/openai";
+  if (!fs::exists(openai)) GTEST_SKIP() << "npm asset 'openai' missing; run `bash tools/setup.sh`";
+  if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node not found";
+  Running open({.slots = 2});
+  Running keyed({.slots = 1, .api_key = "s3cret"});
+  const std::string cmd = "node " GEMMA_SOURCE_DIR "/tests/server/openai_client.mjs " + open.url() +
+                          "/v1 tiny " + keyed.url() + "/v1 s3cret 2>&1";
+  int status = -1;
+  const std::string out = RunCommand(cmd, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" passed, 0 failed"), std::string::npos) << out;
+  std::printf("%s", out.c_str());
+}
+
+// Screenshots are kept in BUILD/test_artifacts/console (CI keeps them as artifacts).
+TEST(Server, ConsoleInHeadlessChromium) {
+  if (std::system("command -v chromium > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "chromium not installed; run `bash tools/setup.sh`";
+  if (!fs::exists(fs::path(GEMMA_SOURCE_DIR) / ".cache/npm-assets/node_modules/ajv"))
+    GTEST_SKIP() << "npm assets missing; run `bash tools/setup.sh`";
+  Running s({.slots = 2});
+  int status = -1;
+  const std::string out =
+      RunCommand("node --no-warnings --experimental-websocket " GEMMA_SOURCE_DIR
+                 "/tests/server/console_browser.mjs " +
+                     s.url() + "/ " GEMMA_BINARY_DIR "/test_artifacts/console 2>&1",
+                 &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" passed, 0 failed"), std::string::npos) << out;
+  std::printf("%s", out.c_str());
+}
+
+TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
+  Running s({.slots = 1, .body_limit = 64 * 1024});
+  struct Case {
+    std::string name, body;
+    int status;
+    std::string param;  // expected error.param ("" = not checked)
+  };
+  auto with = [](json j, const std::string& k, json v) {
+    j[k] = std::move(v);
+    return j.dump();
+  };
+  const json ok = Chat("hi", 2);
+  const std::vector<Case> cases = {
+      {"malformed JSON", "{\"messages\": [", 400, ""},
+      {"not an object", "[1, 2]", 400, ""},
+      {"empty body", "", 400, ""},
+      {"non-UTF-8 bytes", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, ""},
+      {"messages wrong type", with(ok, "messages", "hello"), 400, "messages"},
+      {"temperature wrong type", with(ok, "temperature", "hot"), 400, "temperature"},
+      {"top_k negative", with(ok, "top_k", -1), 400, "top_k"},
+      {"n zero", with(ok, "n", 0), 400, "n"},
+      {"unknown field", with(ok, "temprature", 0.5), 400, "temprature"},
+      {"huge max_tokens", with(ok, "max_tokens", 1000000000000LL), 400, "max_tokens"},
+      {"logit_bias key", with(ok, "logit_bias", {{"abc", 1}}), 400, "logit_bias.abc"},
+      {"top_logprobs without logprobs", with(ok, "top_logprobs", 2), 400, "top_logprobs"},
+      {"invalid regex", with(ok, "regex", "a(b"), 400, "regex"},
+      {"invalid regex, streamed", with(json::parse(with(ok, "stream", true)), "regex", "a(b"), 400,
+       "regex"},
+      {"invalid schema",
+       with(ok, "response_format",
+            {{"type", "json_schema"},
+             {"json_schema", {{"name", "x"}, {"schema", {{"type", "strnig"}}}}}}),
+       400, "response_format"},
+      {"bad tool_choice", with(ok, "tool_choice", "always"), 400, "tool_choice"},
+      {"unknown model", with(ok, "model", "gpt-4o"), 404, "model"},
+      {"over-long prompt", Chat(std::string(6000, 'a') + " " + std::string(6000, 'b'), 4).dump(),
+       400, "messages"},
+      {"bad role", with(ok, "messages", json::array({{{"role", "robot"}, {"content", "x"}}})), 400,
+       "messages"},
+      {"body over the limit", with(ok, "pad", std::string(80 * 1024, 'x')), 413, ""},
+  };
+  for (const Case& c : cases) {
+    const Reply r = Post(s.port(), "/v1/chat/completions", c.body);
+    EXPECT_EQ(r.status, c.status) << c.name << ": " << r.body.dump();
+    ASSERT_TRUE(r.body.is_object() && r.body.contains("error")) << c.name;
+    const json& e = r.body["error"];
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << c.name;
+    EXPECT_TRUE(e["type"].is_string()) << c.name;
+    if (!c.param.empty()) {
+      EXPECT_EQ(e["param"], c.param) << c.name << ": " << e.dump();
+    }
+  }
+  EXPECT_EQ(Post(s.port(), "/v1/completions", json{{"prompt", "x"}, {"echo", true}}.dump()).status,
+            400);
+  EXPECT_EQ(Post(s.port(), "/detokenize", json{{"tokens", {1, -5}}}.dump()).status, 400);
+  EXPECT_EQ(Post(s.port(), "/tokenize", json{{"content", 5}}.dump()).status, 400);
+  EXPECT_EQ(Post(s.port(), "/v1/nothing", "{}").status, 404);
+  // Still serving, and the tokenizer round trip works.
+  EXPECT_EQ(Post(s.port(), "/v1/chat/completions", ok.dump()).status, 200);
+  const Reply t = Post(s.port(), "/tokenize", json{{"content", "Hello world"}}.dump());
+  ASSERT_EQ(t.status, 200);
+  const Reply d = Post(s.port(), "/detokenize", json{{"tokens", t.body["tokens"]}}.dump());
+  EXPECT_EQ(d.body["content"], "Hello world");
+}
+
+TEST(Server, FullQueueIs429WithRetryAfterAndStopEndsTheStream) {
+  Running s({.slots = 1, .max_queue = 0});
+  json longer = Chat("Write at length", 300);
+  longer["ignore_eos"] = true;
+  std::atomic<bool> first{false};
+  std::thread a([&] { Stream(s.port(), longer, 0, nullptr, &first); });
+  for (int i = 0; i < 500 && !first; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(first);
+  const Reply busy = Post(s.port(), "/v1/chat/completions", Chat("hi", 2).dump());
+  EXPECT_EQ(busy.status, 429);
+  EXPECT_EQ(busy.retry_after, "1");
+  EXPECT_EQ(busy.body["error"]["type"], "rate_limit_error");
+  // Stop() refuses new work and cancels the stream in flight, which ends cleanly.
+  const auto t0 = std::chrono::steady_clock::now();
+  s.server().Stop();
+  a.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(Server, ClientThatHangsUpCancelsItsGeneration) {
+  Running s({.slots = 1, .max_queue = 0});
+  json longer = Chat("Write at length", 400);
+  longer["ignore_eos"] = true;
+  const std::string got = Stream(s.port(), longer, 3);
+  EXPECT_NE(got.find("data: "), std::string::npos);
+  double cancelled = 0;
+  for (int i = 0; i < 500 && cancelled < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    cancelled = Metric(s.port(), "gemma_cancelled_total");
+  }
+  EXPECT_EQ(cancelled, 1);
+  // The slot is usable again at once.
+  const Reply r = Post(s.port(), "/v1/chat/completions", Chat("hi", 3).dump());
+  EXPECT_EQ(r.status, 200) << r.body.dump();
+}
+
+TEST(Server, StreamInFlightAtShutdownEndsWithAnErrorEventAndDone) {
+  auto s = std::make_unique<Running>(ServerOptions{.slots = 1});
+  json longer = Chat("Write at length", 400);
+  longer["ignore_eos"] = true;
+  std::atomic<bool> first{false};
+  std::string got;
+  std::thread a([&] { got = Stream(s->port(), longer, 0, nullptr, &first); });
+  for (int i = 0; i < 500 && !first; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.reset();  // Stop() + Run() returns
+  a.join();
+  EXPECT_NE(got.find("\"cancelled\""), std::string::npos) << got.substr(0, 400);
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+}
+
+TEST(Server, BoundedLoadEveryRequestAnsweredOr429NoLeak) {
+  ServeProcess s({"--slots", "2", "--queue", "6"});
+  ASSERT_GT(s.port(), 0) << s.log();
+  constexpr int kClients = 16, kRequests = 200;
+  auto one = [&](int i, int* status) {
+    switch (i % 4) {
+      case 0:
+        *status =
+            Post(s.port(), "/v1/chat/completions", Chat("Question " + std::to_string(i), 4).dump())
+                .status;
+        break;
+      case 1:
+        Stream(s.port(), Chat("Stream " + std::to_string(i % 7), 5), 0, status);
+        break;
+      case 2: {  // hangs up early
+        json j = Chat("Leave " + std::to_string(i), 64);
+        j["ignore_eos"] = true;
+        Stream(s.port(), j, 2, status);
+        break;
+      }
+      default:
+        *status = Post(s.port(), "/v1/completions",
+                       json{{"prompt", "Once " + std::to_string(i)}, {"max_tokens", 4}}.dump())
+                      .status;
+    }
+  };
+  auto run = [&](int total, std::vector<int>* statuses) {
+    std::atomic<int> next{0};
+    std::vector<std::thread> ts;
+    for (int c = 0; c < kClients; ++c) {
+      ts.emplace_back([&] {
+        for (int i; (i = next++) < total;) {
+          one(i, &(*statuses)[i]);
+          // A client that honours Retry-After, scaled down: the tiny model answers in ms.
+          if ((*statuses)[i] == 429) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+  };
+  // Threads, allocator arenas and the slots' caches reach their steady state first.
+  std::vector<int> warm(kRequests, -1);
+  run(static_cast<int>(warm.size()), &warm);
+  run(static_cast<int>(warm.size()), &warm);
+  const size_t before = s.Rss();
+  std::vector<int> statuses(kRequests, -1);
+  const auto t0 = std::chrono::steady_clock::now();
+  run(kRequests, &statuses);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int ok = 0, busy = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    if (statuses[i] == 200) ++ok;
+    if (statuses[i] == 429) ++busy;
+    EXPECT_TRUE(statuses[i] == 200 || statuses[i] == 429) << "request " << i << ": " << statuses[i];
+  }
+  // Every slot comes back once the hung-up generations have seen their cancellation.
+  httplib::Client c("127.0.0.1", s.port());
+  json h;
+  for (int i = 0; i < 500; ++i) {
+    h = json::parse(c.Get("/health")->body);
+    if (h["slots_idle"] == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(h["slots_idle"], 2);
+  EXPECT_EQ(h["queue"], 0);
+  const size_t after = s.Rss();
+  std::printf("load: %d requests in %.1f s: %d ok, %d x 429; RSS %.1f -> %.1f MiB\n", kRequests,
+              secs, ok, busy, before / 1048576.0, after / 1048576.0);
+  EXPECT_GT(ok, kRequests / 10);
+  EXPECT_LE(static_cast<double>(after), before * 1.05);
+  // SIGTERM: a clean stop with status 0.
+  const int status = s.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << s.log();
+  EXPECT_NE(s.log().find("stopped"), std::string::npos) << s.log();
+}
+
+}  // namespace
+}  // namespace gemma::server

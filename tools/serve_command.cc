@@ -1,0 +1,92 @@
+// serve: the OpenAI-compatible HTTP server and the web console (src/server).
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "gemma/engine.h"
+#include "gemma/error.h"
+#include "server/server.h"
+
+namespace gemma::cli {
+
+void AddServeCommand(CLI::App& app) {
+  struct Opts {
+    std::string model, tokenizer, backend = "cpu", alias;
+    int context = 8192, threads = 0;
+    server::ServerOptions server;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "OpenAI-compatible HTTP server (/v1/chat/completions, ...) and the web console at /");
+  cmd->add_option("--model", o->model, "Checkpoint directory or .safetensors file")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: beside the model)");
+  cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
+  cmd->add_option("--context", o->context, "Context capacity per slot in tokens")
+      ->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
+  cmd->add_option("--alias", o->alias, "Model id clients use (default: the model directory name)");
+  cmd->add_option("--host", o->server.host,
+                  "Address to bind (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", o->server.port, "Port (0 = any free port)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--slots", o->server.slots, "Requests generating at once (one session each)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--queue", o->server.max_queue, "Requests waiting for a slot before 429")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on the API");
+  cmd->add_option("--cors", o->server.cors_origin,
+                  "Allow cross-origin requests from this origin ('*' for any); off by default");
+  cmd->add_option("--body-limit", o->server.body_limit, "Largest request body in bytes")
+      ->check(CLI::Range(1024, 1 << 30));
+  cmd->callback([o] {
+    // Signals go to one watcher thread (blocked everywhere else, inherited by every thread made
+    // from here on), which stops the server from an ordinary context.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
+
+    auto engine = Engine::Load({.model_path = o->model,
+                                .tokenizer_path = o->tokenizer,
+                                .backend = o->backend,
+                                .context_capacity = o->context,
+                                .threads = o->threads});
+    server::ServerOptions so = o->server;
+    so.model_id = o->alias;
+    if (so.model_id.empty()) {
+      std::filesystem::path p = std::filesystem::path(o->model).lexically_normal();
+      if (p.filename().empty()) p = p.parent_path();
+      so.model_id = std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string();
+    }
+    server::Server srv(engine, so);
+    const int port = srv.Bind();
+    std::thread watcher([&srv, set] {
+      int sig = 0;
+      sigwait(&set, &sig);
+      std::fprintf(stderr, "gemma-engine serve: %s, stopping (generations in flight cancelled)\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+      srv.Stop();
+    });
+    const std::string host = so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host;
+    std::fprintf(stderr,
+                 "gemma-engine serve: model '%s' on %s, %d slot(s) of %d tokens; listening on "
+                 "http://%s:%d/ (API at /v1)%s\n",
+                 so.model_id.c_str(), engine->backend_name().c_str(), so.slots,
+                 engine->context_capacity(), host.c_str(), port,
+                 so.api_key.empty() ? "" : ", API key required");
+    std::fflush(stderr);
+    srv.Run();
+    // Run() also returns when listening fails; wake the watcher so the program can end.
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
+    std::fprintf(stderr, "gemma-engine serve: stopped\n");
+  });
+}
+
+}  // namespace gemma::cli

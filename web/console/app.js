@@ -1,0 +1,436 @@
+// gemma-engine console: a chat over the server's OpenAI API (same origin, no other requests).
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  turns: [],        // {role, content, reasoning?, tool_calls?, tool_call_id?, logprobs?, stopped?}
+  busy: false,
+  abort: null,
+  editing: -1,      // index of the user turn being edited
+};
+
+// ---------------------------------------------------------------- server
+
+function headers() {
+  const h = { 'Content-Type': 'application/json' };
+  const key = $('api_key').value.trim();
+  if (key) h.Authorization = 'Bearer ' + key;
+  return h;
+}
+
+async function errorText(res) {
+  try {
+    const j = await res.json();
+    if (j.error) return `${res.status} ${j.error.type}: ${j.error.message}`;
+  } catch (e) { /* not JSON */ }
+  return `HTTP ${res.status}`;
+}
+
+async function loadInfo() {
+  try {
+    const res = await fetch('/props', { headers: headers() });
+    if (!res.ok) throw new Error(await errorText(res));
+    const p = await res.json();
+    $('model-info').textContent =
+        `${p.model} · ${p.backend} · context ${p.context} · ${p.slots} slot(s)` +
+        (p.has_tokenizer ? '' : ' · no tokenizer');
+    $('server-props').textContent = JSON.stringify(p, null, 2);
+  } catch (e) {
+    $('model-info').textContent = 'server: ' + e.message;
+  }
+}
+
+// ---------------------------------------------------------------- request
+
+function num(id) {
+  const v = $(id).value.trim();
+  return v === '' ? undefined : Number(v);
+}
+
+function buildRequest() {
+  const body = {
+    messages: state.turns.map(toApiMessage),
+    temperature: num('temperature'),
+    top_p: num('top_p'),
+    top_k: num('top_k'),
+    min_p: num('min_p'),
+    typical_p: num('typical_p'),
+    repetition_penalty: num('repetition_penalty'),
+    frequency_penalty: num('frequency_penalty'),
+    presence_penalty: num('presence_penalty'),
+    penalty_window: num('penalty_window'),
+    max_tokens: num('max_tokens'),
+    seed: num('seed'),
+    chat_template_kwargs: { enable_thinking: $('think').checked },
+  };
+  const stops = $('stop_strings').value.split('\n').filter((s) => s.length > 0);
+  if (stops.length) body.stop = stops;
+  const ids = $('stop_ids').value.split(',').map((s) => s.trim()).filter(Boolean).map(Number);
+  if (ids.length) body.stop_token_ids = ids;
+  if ($('logit_bias').value.trim()) body.logit_bias = JSON.parse($('logit_bias').value);
+  if ($('ignore_eos').checked) body.ignore_eos = true;
+  if ($('logprobs').checked) { body.logprobs = true; body.top_logprobs = 3; }
+  const bestOf = num('best_of') || 1;
+  if (bestOf > 1) { body.n = 1; body.best_of = bestOf; body.logprobs = true; }
+  const kind = $('constraint').value;
+  if (kind === 'regex') body.regex = $('regex').value;
+  if (kind === 'json') body.response_format = { type: 'json_object' };
+  if (kind === 'schema') {
+    body.response_format = { type: 'json_schema',
+                             json_schema: { name: 'console', strict: true, schema: JSON.parse($('schema').value) } };
+  }
+  if (kind === 'tools') {
+    body.tools = JSON.parse($('tools').value);
+    const choice = $('tool_choice').value.trim() || 'auto';
+    body.tool_choice = ['auto', 'none', 'required'].includes(choice)
+        ? choice : { type: 'function', function: { name: choice } };
+  }
+  for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
+  return body;
+}
+
+function toApiMessage(t) {
+  if (t.role === 'tool') return { role: 'tool', tool_call_id: t.tool_call_id, content: t.content };
+  const m = { role: t.role, content: t.content || '' };
+  if (t.tool_calls && t.tool_calls.length) m.tool_calls = t.tool_calls;
+  return m;
+}
+
+// ---------------------------------------------------------------- generation
+
+async function generate() {
+  let body;
+  try {
+    body = buildRequest();
+  } catch (e) {
+    showError('bad control value: ' + e.message);
+    return;
+  }
+  const turn = { role: 'assistant', content: '', reasoning: '', tool_calls: [], streaming: true };
+  state.turns.push(turn);
+  setBusy(true);
+  render();
+  const t0 = performance.now();
+  const arrivals = [];
+  const stream = !body.best_of;
+  body.stream = stream;
+  if (stream) body.stream_options = { include_usage: true };
+  state.abort = new AbortController();
+  let timings = null, usage = null;
+  try {
+    const res = await fetch('/v1/chat/completions', {
+      method: 'POST', headers: headers(), body: JSON.stringify(body), signal: state.abort.signal });
+    if (!res.ok) throw new Error(await errorText(res));
+    if (!stream) {
+      const j = await res.json();
+      const c = j.choices[0];
+      turn.content = c.message.content || '';
+      turn.reasoning = c.message.reasoning_content || '';
+      turn.tool_calls = c.message.tool_calls || [];
+      turn.finish = c.finish_reason;
+      turn.logprobs = c.logprobs && c.logprobs.content;
+      timings = j.timings; usage = j.usage;
+      arrivals.push(performance.now());
+    } else {
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf('\n\n')) >= 0) {
+          const event = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          if (!event.startsWith('data: ')) continue;
+          const data = event.slice(6);
+          if (data === '[DONE]') continue;
+          const j = JSON.parse(data);
+          if (j.error) throw new Error(`${j.error.type}: ${j.error.message}`);
+          if (j.usage) usage = j.usage;
+          if (j.timings) timings = j.timings;
+          for (const c of j.choices || []) {
+            const d = c.delta || {};
+            if (d.content) { turn.content += d.content; arrivals.push(performance.now()); }
+            if (d.reasoning_content) { turn.reasoning += d.reasoning_content; arrivals.push(performance.now()); }
+            if (d.tool_calls) turn.tool_calls.push(...d.tool_calls.map(({ index, ...rest }) => rest));
+            if (c.finish_reason) turn.finish = c.finish_reason;
+            if (c.logprobs && c.logprobs.content) turn.logprobs = c.logprobs.content;
+          }
+          renderStreaming(turn);
+        }
+      }
+    }
+  } catch (e) {
+    if (e.name === 'AbortError') {
+      turn.stopped = true;
+      turn.finish = 'stopped';
+    } else {
+      state.turns.pop();
+      showError(e.message);
+    }
+  }
+  turn.streaming = false;
+  state.abort = null;
+  setBusy(false);
+  showTelemetry(t0, arrivals, timings, usage, turn);
+  render();
+}
+
+function stop() {
+  if (state.abort) state.abort.abort();
+}
+
+function setBusy(b) {
+  state.busy = b;
+  $('send').disabled = b;
+  $('regenerate').disabled = b;
+  $('stop').disabled = !b;
+}
+
+function percentile(v, p) {
+  if (!v.length) return 0;
+  const s = [...v].sort((a, b) => a - b);
+  const i = p * (s.length - 1), lo = Math.floor(i), hi = Math.min(s.length - 1, lo + 1);
+  return s[lo] + (s[hi] - s[lo]) * (i - lo);
+}
+
+function showTelemetry(t0, arrivals, timings, usage, turn) {
+  const gaps = arrivals.slice(1).map((t, i) => t - arrivals[i]);
+  const ms = (v) => (v === undefined || v === null ? '–' : `${v.toFixed(1)} ms`);
+  if (timings) {
+    $('t-prompt').textContent = timings.cache_n + timings.prompt_n;
+    $('t-reused').textContent = timings.cache_n;
+    $('t-ttft').textContent = ms(timings.ttft_ms);
+    $('t-tps').textContent = timings.predicted_per_second.toFixed(1);
+    $('t-p50').textContent = ms(timings.itl_median_ms);
+    $('t-p95').textContent = ms(timings.itl_p95_ms);
+    $('t-tokens').textContent = timings.predicted_n;
+  } else {
+    // Stopped before the server's summary: what this page measured.
+    $('t-ttft').textContent = arrivals.length ? ms(arrivals[0] - t0) : '–';
+    $('t-p50').textContent = gaps.length ? ms(percentile(gaps, 0.5)) : '–';
+    $('t-p95').textContent = gaps.length ? ms(percentile(gaps, 0.95)) : '–';
+    $('t-tokens').textContent = arrivals.length;
+    $('t-tps').textContent = gaps.length ? (1000 / (gaps.reduce((a, b) => a + b, 0) / gaps.length)).toFixed(1) : '–';
+  }
+  if (usage) $('t-prompt').textContent = usage.prompt_tokens;
+  $('t-finish').textContent = turn.finish || '–';
+}
+
+// ---------------------------------------------------------------- rendering
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function render() {
+  const box = $('messages');
+  box.replaceChildren();
+  state.turns.forEach((t, i) => box.appendChild(renderTurn(t, i)));
+  box.scrollTop = box.scrollHeight;
+}
+
+function renderStreaming(turn) {
+  const box = $('messages');
+  const last = box.lastElementChild;
+  const fresh = renderTurn(turn, state.turns.length - 1);
+  if (last) box.replaceChild(fresh, last); else box.appendChild(fresh);
+  box.scrollTop = box.scrollHeight;
+}
+
+function renderTurn(t, i) {
+  const m = el('div', `msg ${t.role}`);
+  m.dataset.index = i;
+  const role = el('div', 'role', t.role === 'tool' ? `tool result (${t.name || t.tool_call_id})` : t.role);
+  m.appendChild(role);
+  if (t.role === 'user') {
+    if (state.editing === i) {
+      const f = el('form', 'edit');
+      const ta = el('textarea');
+      ta.value = t.content;
+      ta.rows = 3;
+      ta.className = 'edit-text';
+      const save = el('button', '', 'Save & regenerate');
+      const cancel = el('button', 'ghost', 'Cancel');
+      cancel.type = 'button';
+      cancel.onclick = () => { state.editing = -1; render(); };
+      f.onsubmit = (e) => { e.preventDefault(); commitEdit(i, ta.value); };
+      ta.onkeydown = (e) => {
+        if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); commitEdit(i, ta.value); }
+        if (e.key === 'Escape') { state.editing = -1; render(); }
+      };
+      f.append(ta, save, cancel);
+      m.appendChild(f);
+      setTimeout(() => ta.focus(), 0);
+      return m;
+    }
+    const edit = el('button', 'ghost edit-btn', 'Edit');
+    edit.title = 'Edit this turn (later turns are discarded)';
+    edit.disabled = state.busy;
+    edit.onclick = () => { state.editing = i; render(); };
+    role.appendChild(edit);
+  }
+  if (t.reasoning) {
+    const d = el('details', 'reasoning');
+    d.open = !!t.streaming;
+    d.appendChild(el('summary', '', t.streaming && !t.content ? 'Thinking…' : 'Reasoning'));
+    d.appendChild(el('div', 'reasoning-text', t.reasoning));
+    m.appendChild(d);
+  }
+  const content = el('div', 'content' + (t.streaming ? ' streaming' : ''), t.content || '');
+  m.appendChild(content);
+  for (const call of t.tool_calls || []) m.appendChild(renderCall(call, i));
+  if (t.logprobs && t.logprobs.length) {
+    const lp = el('div', 'logprobs');
+    for (const x of t.logprobs) {
+      const s = el('span', '', x.token);
+      s.title = `${x.logprob.toFixed(3)}\n` +
+          (x.top_logprobs || []).map((a) => `${JSON.stringify(a.token)} ${a.logprob.toFixed(3)}`).join('\n');
+      lp.appendChild(s);
+    }
+    m.appendChild(lp);
+  }
+  if (t.stopped) m.appendChild(el('div', 'role', '(stopped)'));
+  return m;
+}
+
+function renderCall(call, turnIndex) {
+  const box = el('div', 'call');
+  let args = call.function.arguments;
+  try { args = JSON.stringify(JSON.parse(args), null, 2); } catch (e) { /* as sent */ }
+  box.appendChild(el('div', 'call-name', `${call.function.name}(${args})`));
+  const answered = state.turns.some((t, k) => k > turnIndex && t.role === 'tool' && t.tool_call_id === call.id);
+  // Answerable while only tool results follow this turn (one form per call of the turn).
+  const open = state.turns.slice(turnIndex + 1).every((t) => t.role === 'tool');
+  if (!answered && open && !state.busy) {
+    const f = el('form');
+    const ta = el('textarea');
+    ta.rows = 2;
+    ta.placeholder = 'Tool result (JSON or text)';
+    ta.className = 'tool-result';
+    const b = el('button', '', 'Send result');
+    f.append(ta, b);
+    f.onsubmit = (e) => {
+      e.preventDefault();
+      state.turns.push({ role: 'tool', tool_call_id: call.id, name: call.function.name, content: ta.value });
+      const turn = state.turns[turnIndex];
+      const pending = turn.tool_calls.filter((c) => !state.turns.some((t) => t.role === 'tool' && t.tool_call_id === c.id));
+      if (pending.length === 0) generate(); else render();
+    };
+    box.appendChild(f);
+  }
+  return box;
+}
+
+function showError(text) {
+  const m = el('div', 'msg error', text);
+  $('messages').appendChild(m);
+  m.scrollIntoView();
+}
+
+// ---------------------------------------------------------------- actions
+
+function send() {
+  const text = $('prompt').value;
+  if (state.busy || !text.trim()) return;
+  state.turns.push({ role: 'user', content: text });
+  $('prompt').value = '';
+  generate();
+}
+
+function commitEdit(i, text) {
+  if (!text.trim()) return;
+  state.turns = state.turns.slice(0, i + 1);
+  state.turns[i] = { role: 'user', content: text };
+  state.editing = -1;
+  generate();
+}
+
+function regenerate() {
+  if (state.busy) return;
+  while (state.turns.length && state.turns[state.turns.length - 1].role === 'assistant') state.turns.pop();
+  if (state.turns.length) generate();
+}
+
+const EXAMPLES = {
+  greedy: { prompt: 'Write a haiku about the sea.', controls: { temperature: 0 } },
+  sampling: { prompt: 'Invent a name for a coffee shop.',
+              controls: { temperature: 0.9, top_p: 0.95, top_k: 64, seed: 42 } },
+  regex: { prompt: 'Is the sky blue? Answer yes or no, then why.',
+           controls: { temperature: 0.7, constraint: 'regex', regex: '(yes|no), because [a-z ]{10,60}\\.' } },
+  json: { prompt: 'Describe a cat as a JSON object.', controls: { temperature: 0.7, constraint: 'json' } },
+  schema: { prompt: 'Make up a person.',
+            controls: { temperature: 0.7, constraint: 'schema', schema: JSON.stringify({
+              type: 'object',
+              properties: { name: { type: 'string', maxLength: 24 },
+                            age: { type: 'integer', minimum: 0, maximum: 120 },
+                            city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] } },
+              required: ['name', 'age', 'city'], additionalProperties: false }, null, 2) } },
+  tool: { prompt: "What's the weather in Paris?",
+          controls: { temperature: 0.3, constraint: 'tools', tool_choice: 'required' } },
+  reasoning: { prompt: 'I have 3 apples and eat one. How many are left?',
+               controls: { temperature: 0.6 }, think: true },
+};
+const DEFAULTS = { temperature: 0.7, top_p: 1, top_k: 0, min_p: 0, typical_p: 1, seed: '',
+                   constraint: 'none', regex: '', tool_choice: 'auto' };
+const DEFAULT_TOOLS = JSON.stringify([{
+  type: 'function',
+  function: { name: 'get_weather', description: 'Current weather in a city',
+              parameters: { type: 'object',
+                            properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } },
+                            required: ['city'] } },
+}], null, 2);
+
+function applyExample(name) {
+  const ex = EXAMPLES[name];
+  if (!ex) return;
+  const c = { ...DEFAULTS, ...ex.controls };
+  for (const [k, v] of Object.entries(c)) $(k).value = v;
+  if (name === 'schema' && !ex.controls.schema) $('schema').value = '';
+  $('think').checked = !!ex.think;
+  $('prompt').value = ex.prompt;
+  showConstraint();
+  $('prompt').focus();
+}
+
+function showConstraint() {
+  const kind = $('constraint').value;
+  $('regex-box').hidden = kind !== 'regex';
+  $('schema-box').hidden = kind !== 'schema';
+  $('tools-box').hidden = kind !== 'tools';
+}
+
+function init() {
+  $('tools').value = DEFAULT_TOOLS;
+  $('schema').value = EXAMPLES.schema.controls.schema;
+  $('api_key').value = localStorage.getItem('gemma-api-key') || '';
+  $('api_key').onchange = () => { localStorage.setItem('gemma-api-key', $('api_key').value); loadInfo(); };
+  $('composer').onsubmit = (e) => { e.preventDefault(); send(); };
+  $('prompt').onkeydown = (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+  };
+  $('stop').onclick = stop;
+  $('regenerate').onclick = regenerate;
+  $('clear').onclick = () => { if (!state.busy) { state.turns = []; render(); } };
+  $('examples').onchange = () => { applyExample($('examples').value); $('examples').value = ''; };
+  $('constraint').onchange = showConstraint;
+  $('toggle-controls').onclick = () => {
+    const open = $('controls').classList.toggle('open');
+    $('toggle-controls').setAttribute('aria-expanded', String(open));
+  };
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && state.busy) { e.preventDefault(); stop(); }
+    if (e.altKey && (e.key === 'c' || e.key === 'C')) { e.preventDefault(); $('toggle-controls').click(); }
+  });
+  showConstraint();
+  setBusy(false);
+  loadInfo();
+  $('prompt').focus();
+}
+
+init();

@@ -5,9 +5,10 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# The rooms behind the public headers (the server and hub rooms serve the CLI; they have no
+# public API yet).
 set(GEMMA_PRODUCT_ROOMS gemma_core gemma_format gemma_model gemma_backend gemma_cpu_fast
-    gemma_vulkan gemma_tokenizer gemma_chat gemma_decode gemma_constrain gemma_runtime
-    gemma_media gemma_hub gemma_server)
+    gemma_vulkan gemma_tokenizer gemma_chat gemma_decode gemma_constrain gemma_runtime)
 set(GEMMA_PRODUCT_OBJECTS)
 set(GEMMA_PRODUCT_HAS_HWY OFF)
 set(GEMMA_PRODUCT_HAS_VULKAN OFF)

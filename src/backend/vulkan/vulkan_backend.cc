@@ -171,7 +171,7 @@ struct Pro {
   uint32_t t_copies = 1;  // ... in this many copies of the sums (linear.comp ACC_COPIES)
   // linear.comp PRO_VEC allowed (the head's prologue keeps the element map of the norm kernels,
   // whose sums it reproduces bit for bit: on the H200 the PRO_VEC head's logits differed from
-  // theirs byte-wise in HeadNormInPrologueMatchesNormKernels, cause not found; bench/NOTES.md,
+  // theirs byte-wise in HeadNormInPrologueMatchesNormKernels, cause not found; bench/journal/2026-11-sessions.md,
   // seventeenth session)
   bool vec = true;
 };
@@ -528,7 +528,7 @@ class VulkanBackend : public Backend {
   // The longest prompt chunk where neither the caller nor GEMMA_VULKAN_MAX_CHUNK sets it: 1,024
   // tokens for models whose sliding window is at least 512 (E2B) on a discrete GPU with at least
   // 8 GiB of device-local memory (prefill 38,050 against 32,665 tok/s on 1,024 tokens and 32,767
-  // against 27,409 on 8,192 on the H200 for +194 MiB at a 2,048-token capacity, bench/NOTES.md
+  // against 27,409 on 8,192 on the H200 for +194 MiB at a 2,048-token capacity, bench/journal/2026-11-sessions.md
   // twenty-fourth session), else 512.
   static constexpr int kChunkLarge = 1024, kChunkSmall = 512;
   static constexpr size_t kChunkLargeMemory = size_t(8) << 30;
@@ -570,7 +570,7 @@ class VulkanBackend : public Backend {
     lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
     // Kernel-variant knobs for comparison runs (the defaults are the measured best).
     // linear_mm2 is opt-in: its spec-constant build ran 2x slower than linear_mm on the H200 and
-    // its unrolled build has not completed a run there (bench/NOTES.md, Vulkan, 2026-11-29 v5).
+    // its unrolled build has not completed a run there (bench/journal/2026-11-sessions.md, Vulkan, 2026-11-29 v5).
     mm_kernel_ = EnvInt("GEMMA_VULKAN_MM", 1);
     lanes_k_ = static_cast<uint32_t>(std::max(1, EnvInt("GEMMA_VULKAN_LANES_K", 6)));
     // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
@@ -578,14 +578,14 @@ class VulkanBackend : public Backend {
     attn_tiled_ = EnvInt("GEMMA_VULKAN_ATTN_TILED", 0) != 0;
     // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products,
     // 3 / 4: four (hd <= 256) / two queries per subgroup sharing each K/V load (f32 dots,
-    // hd % 4 == 0); 4 measured fastest on the H200 (bench/NOTES.md).
+    // hd % 4 == 0); 4 measured fastest on the H200 (bench/journal/2026-11-sessions.md).
     attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_
                    ? std::clamp(EnvInt("GEMMA_VULKAN_ATTN_PF", 4), 0, 4)
                    : 0;
     fuse_tails_ = EnvInt("GEMMA_VULKAN_TAILS", 1) != 0;
     // Residual norms in the next linear's prologue (linear.comp PRO) instead of the last
     // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
-    // H200 (bench/NOTES.md, fifth session). Off by default where resident decode is asked for
+    // H200 (bench/journal/2026-11-sessions.md, fifth session). Off by default where resident decode is asked for
     // (the resident kernel runs the tails).
     const bool resident_asked = vopt_.resident_workgroups > 0 ||
                                 (vopt_.resident_workgroups < 0 &&
@@ -609,17 +609,17 @@ class VulkanBackend : public Backend {
     // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
     // per layer); slower on the H200 before the sixth session's merge (3.97 against 3.68 ms per
     // token), then equal (2.80 against 2.80-2.81), slower with the ninth session's kernels (2.79
-    // against 2.50-2.51; bench/NOTES.md).
+    // against 2.50-2.51; bench/journal/2026-11-sessions.md).
     attn_combine_ = EnvInt("GEMMA_VULKAN_ATTN_COMBINE", 0) != 0;
     // One-token decode attention as attn_fused.comp (q/k norm + RoPE and the key splits in one
     // dispatch, f32 dot products; 2.15-2.18 against 2.44-2.47 ms per token for the three kernels
-    // on the H200, bench/NOTES.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
+    // on the H200, bench/journal/2026-11-sessions.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0 restores qkrope +
     // attention + attn_combine; _ROPE=0 keeps qkrope's dispatch; _MODE=0 (default) merges the
     // splits in the last split's workgroup, 1 in a second dispatch over (heads x dim blocks)
     // (MODE 0 with its arrival as one acquire-release atomic and the partials read through the
     // read-only alias, FENCE + NC_MERGE below: 2.08-2.13 against 2.15-2.17 ms per token, 2.29
     // against 2.30 at 4,096 context on the H200; with coherent loads 2.18-2.26 against 2.15,
-    // bench/NOTES.md eleventh session); GEMMA_VULKAN_ATTN_KW sets the keys per row group and
+    // bench/journal/2026-11-sessions.md eleventh session); GEMMA_VULKAN_ATTN_KW sets the keys per row group and
     // block. Off where resident decode is asked for (its kernel runs the three).
     // Opt-in since issue 34: its f32 softmax and sums differ from the reference's double ones by
     // ~1e-7 relative, enough to move an SRQ rounding of o_proj's input now and then; the flip lands
@@ -648,13 +648,13 @@ class VulkanBackend : public Backend {
     attn_nc_merge_ = EnvInt("GEMMA_VULKAN_ATTN_NC_MERGE", 1) != 0;
     // The next key block's V rows loaded with its K rows (attn_fused VPF): 1.796 against 1.890 ms
     // per token at 4,096 context on the H200 (the attention 545 against 594 us timestamped), equal
-    // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/NOTES.md, fifteenth session).
+    // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/journal/2026-11-sessions.md, fifteenth session).
     attn_vpf_ = EnvInt("GEMMA_VULKAN_ATTN_VPF", 1) != 0;
     attn_fused_dbg_ = static_cast<uint32_t>(EnvInt("GEMMA_VULKAN_ATTN_FUSED_DBG", 0));
     // Two query heads of a K/V head per attn_fused workgroup in the full-attention layers from
     // position attn_hpw_from_ on (each cache row loaded serves both: half the L2 reads, twice
     // the splits): 2.07 against 2.26 ms per token at 32K context on the H200, slower at 512 and
-    // 4,096 (bench/NOTES.md, twenty-first session). One-token steps from that position on run
+    // 4,096 (bench/journal/2026-11-sessions.md, twenty-first session). One-token steps from that position on run
     // a second pre-recorded command buffer.
     attn_hpw_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_ATTN_HPW", 2), 1, 2));
     attn_hpw_from_ = std::max(0, EnvInt("GEMMA_VULKAN_ATTN_HPW_FROM", 12288));
@@ -665,7 +665,7 @@ class VulkanBackend : public Backend {
     ple_fuse_ = EnvInt("GEMMA_VULKAN_PLE_FUSE", 1) != 0;
     // ... with blocks of 4 rows (kWG / 4 lanes per row: twice the workgroups of the general
     // choice for E2B's gate, one projection word per row and block): 2.02-2.04 against 2.08-2.20
-    // ms per token on the H200 (bench/NOTES.md, eleventh session); 0: the general choice.
+    // ms per token on the H200 (bench/journal/2026-11-sessions.md, eleventh session); 0: the general choice.
     ple_lanes_ = static_cast<uint32_t>(
         std::clamp(EnvInt("GEMMA_VULKAN_PLE_LANES", static_cast<int>(kWG / 4)), 0, 256));
     if (ple_lanes_ > 0) ple_lanes_ = std::bit_floor(ple_lanes_);
@@ -681,16 +681,16 @@ class VulkanBackend : public Backend {
     // sums in 4 copies (the workgroups' atomics spread over more addresses; the consumer adds
     // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
     // 1.966 without the pair-major copy (8 copies); 4 copies 1.851 / 1.853 against 1.863-1.978
-    // for 8 and 1.867-1.896 for 16 (bench/NOTES.md, thirteenth session).
+    // for 8 and 1.867-1.896 for 16 (bench/journal/2026-11-sessions.md, thirteenth session).
     down_fuse_late_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_LATE", 1) != 0;
     down_fuse_pairs_ = EnvInt("GEMMA_VULKAN_DOWN_FUSE_PAIRS", 1) != 0;
     // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
     // prologue (its grid capped), not two norm dispatches and the residual's copy: the norms 8.7
-    // against 23.0 us per token, the head 74.5 against 71.7 (bench/NOTES.md, thirteenth session).
+    // against 23.0 us per token, the head 74.5 against 71.7 (bench/journal/2026-11-sessions.md, thirteenth session).
     head_norm_ = EnvInt("GEMMA_VULKAN_HEAD_NORM", 1) != 0;
     // One-token FAST linears whose workgroups loop over several row blocks (the LM head): the
     // next block's weight vectors loaded before this block's multiply (linear.comp PFB): the head
-    // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/NOTES.md, thirteenth session).
+    // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/journal/2026-11-sessions.md, thirteenth session).
     mv_prefetch_block_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_BLOCK", 1) != 0;
     // ... and the first block's vectors at the kernel's start where a grid has at most this many
     // workgroups per compute unit (linear.comp PFE; set bits: 1 linears without a prologue, 2 the
@@ -701,7 +701,7 @@ class VulkanBackend : public Backend {
         static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_SET", 7), 0, 7));
     // ... issued after a norm prologue's operand loads, which otherwise queue behind them
     // (PFE_LATE; with the PLE gate in the set: 1.567-1.576 against 1.594-1.597 ms per token on the
-    // H200, bench/NOTES.md eighteenth session).
+    // H200, bench/journal/2026-11-sessions.md eighteenth session).
     mv_prefetch_early_late_ = EnvInt("GEMMA_VULKAN_MV_PREFETCH_EARLY_LATE", 1) != 0;
     // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
     // projection.
@@ -717,10 +717,10 @@ class VulkanBackend : public Backend {
       down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
     // The down projection's quantized input written in its packed-dot order by gate/up (the
     // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
-    // against 2.65 / 2.62 ms per token on the H200 (bench/NOTES.md, seventh session).
+    // against 2.65 / 2.62 ms per token on the H200 (bench/journal/2026-11-sessions.md, seventh session).
     xq_perm_ = EnvInt("GEMMA_VULKAN_XQ_PERM", 1) != 0;
     // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
-    // H200 in one run (bench/NOTES.md, fifth session); 32 = a subgroup or more per row.
+    // H200 in one run (bench/journal/2026-11-sessions.md, fifth session); 32 = a subgroup or more per row.
     mv_lanes_min_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_LANES", 4), 4, 256));
     mv_lanes_min_ = std::bit_floor(mv_lanes_min_);
     mv_lanes_vec_ =
@@ -729,7 +729,7 @@ class VulkanBackend : public Backend {
     // One-token dense (bf16 / f16) rows of at most 8 x DENSE_LANES 16-byte vectors (E2B's 1,536-
     // and 2,048-column linears): this many lanes per row (a row's sum within one subgroup: no
     // shared reduction or barrier per block) and at most DENSE_WGS workgroups (-k: k per compute
-    // unit; fewer copies of the norm prologue). bench/NOTES.md, twenty-second session.
+    // unit; fewer copies of the norm prologue). bench/journal/2026-11-sessions.md, twenty-second session.
     dense_lanes_ = static_cast<uint32_t>(std::max(0, EnvInt("GEMMA_VULKAN_DENSE_LANES", 32)));
     dense_wgs_ = EnvInt("GEMMA_VULKAN_DENSE_WGS", -2);
     if (dense_wgs_ < 0) dense_wgs_ = -dense_wgs_ * static_cast<int>(dev_->compute_units());
@@ -758,18 +758,18 @@ class VulkanBackend : public Backend {
     // One-token gate/up with both weight sets' vectors loaded in one loop (linear.comp DUAL_LOOP):
     // 1.709 / 1.718 against 1.732 / 1.732 ms per token on the H200, gate/up 196-199 against
     // 212-217 us per token on the int4 layers, 324-329 against 333-337 on the int2 ones
-    // (bench/NOTES.md, fifteenth session); 0: a loop per weight set.
+    // (bench/journal/2026-11-sessions.md, fifteenth session); 0: a loop per weight set.
     mv_dual_loop_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_DUAL_LOOP", 1), 0, 4));
     // ... and single weight sets with two of a lane's vectors loaded per iteration (PAIR_LOOP):
     // 1.675 / 1.680 against 1.703 / 1.698 ms per token on the H200, q 222-223 against 236-238 us
-    // per token, o 158-159 against 169-173 (bench/NOTES.md, fifteenth session). The value is the
+    // per token, o 158-159 against 169-173 (bench/journal/2026-11-sessions.md, fifteenth session). The value is the
     // vectors in flight (1-4; DUAL_LOOP's per set), 0 / 1 a vector an iteration.
     mv_pair_loop_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_PAIR_LOOP", 2), 0, 4));
     // The FAST int2 / int4 linears' shared input chunk-major (linear.comp XCM): a row's lanes read
     // consecutive 16-byte chunks instead of chunks 64 (int2) / 32 (int4) bytes apart. Bits: 1 int2,
     // 2 int4. H200: 1.652 / 1.659 against 1.696 / 1.696 ms per token with both, int2 gate/up 285
     // against 325 us per token, the LM head 45 against 65; int4 alone gained nothing (1.660 / 1.660
-    // with int2 only against 1.664 / 1.665 with both; bench/NOTES.md, sixteenth session).
+    // with int2 only against 1.664 / 1.665 with both; bench/journal/2026-11-sessions.md, sixteenth session).
     mv_xcm_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_MV_XCM", 1), 0, 3));
     // Measurement only (wrong results): the PLE gate's (1) / gate/up's (2) integer atomics for the
     // upper half of the rows skipped (linear.comp ADBG): what the atomics cost their phase and the
@@ -780,14 +780,14 @@ class VulkanBackend : public Backend {
     pro_vec_ = EnvInt("GEMMA_VULKAN_PRO_VEC", 1) != 0;
     // (investigation only) the LM head's prologue on PRO_VEC too:
     // HeadNormInPrologueMatchesNormKernels found its logits differing on the H200 after argmax
-    // steps (bench/NOTES.md, seventeenth and eighteenth sessions).
+    // steps (bench/journal/2026-11-sessions.md, seventeenth and eighteenth sessions).
     head_pro_vec_ = EnvInt("GEMMA_VULKAN_HEAD_PRO_VEC", 0) != 0;
     coop_ = dev_->coop_matrix() && EnvInt("GEMMA_VULKAN_CM", 1) != 0;
     // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
     attn_dec_ = dev_->subgroup_size() == 32 && EnvInt("GEMMA_VULKAN_ATTN_DEC", 0) != 0;
     // GEMMA_VULKAN_BARRIER: the one-token layer loop's barriers: 1 (default) compute stage only
     // (2.150-2.152 against 2.161-2.192 ms per token on the H200; 287 barriers between empty
-    // kernels 0.58 against 0.67 ms: bench/NOTES.md, eleventh session), 0 compute and transfer
+    // kernels 0.58 against 0.67 ms: bench/journal/2026-11-sessions.md, eleventh session), 0 compute and transfer
     // stages (as every other barrier), 2 execution only (timing only: results may be wrong).
     switch (EnvInt("GEMMA_VULKAN_BARRIER", 1)) {
       case 1:
@@ -821,7 +821,7 @@ class VulkanBackend : public Backend {
     empty_code_ = static_cast<uint32_t>(std::clamp(EnvInt("GEMMA_VULKAN_EMPTY_CODE", 8), 1, 16));
     attn_dbg_ = EnvInt("GEMMA_VULKAN_ATTN_DBG", 0);
     // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
-    // context on the H200, equal at 512 (bench/NOTES.md, seventh session). Off on CPU devices and
+    // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on CPU devices and
     // where resident decode is asked for (its attention has equal splits).
     splits_adapt_ =
         EnvInt("GEMMA_VULKAN_SPLITS_ADAPT", dev_->is_cpu() || resident_asked ? 0 : 1) != 0;
@@ -863,7 +863,7 @@ class VulkanBackend : public Backend {
     // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
     // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the
     // 1,024-token prefill 31.6 against 44.6 ms, 8,192 tokens 28,900 against 11,600 tok/s
-    // (bench/NOTES.md, twenty-fourth session).
+    // (bench/journal/2026-11-sessions.md, twenty-fourth session).
     // The K rows are split into f16 terms unscaled: every layer's largest K norm weight times
     // sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes)
     // must stay well inside f16 (V's norm has no weights).
@@ -882,10 +882,10 @@ class VulkanBackend : public Backend {
       if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm_ = false;
     }
     // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
-    // on the H200 it measured slower than the dispatch path (bench/NOTES.md). Workgroups: the
+    // on the H200 it measured slower than the dispatch path (bench/journal/2026-11-sessions.md). Workgroups: the
     // option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all resident).
     // Not on CPU devices: lavapipe computed wrong values once a workgroup spun at a grid barrier
-    // (bench/NOTES.md).
+    // (bench/journal/2026-11-sessions.md).
     resident_note_.clear();
     resident_wgs_ = vopt_.resident_workgroups >= 0 ? vopt_.resident_workgroups
                                                    : EnvInt("GEMMA_VULKAN_RESIDENT_WGS", 0);

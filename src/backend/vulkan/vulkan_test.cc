@@ -1229,7 +1229,7 @@ TEST(VulkanKernels, FusedAttentionMergesManySplits) {
 // several workgroup counts (fewer workgroups than operations' virtual workgroups, so each runs
 // several), fixtures with quantized / bf16 / f16 weights and KV sharing, weights split by rows,
 // and the sliding ring wrapping. CPU devices refuse the path (lavapipe computes wrong values in
-// spinning workgroups; bench/NOTES.md): there the test checks the refusal and skips.
+// spinning workgroups; bench/journal/2026-11-sessions.md): there the test checks the refusal and skips.
 TEST(VulkanResident, DecodeMatchesDispatchPath) {
   for (const char* fixture : {"tiny_qat", "tiny_dense_bf16", "tiny_e4b_like_f16"}) {
     for (int wgs : {2, 3}) {

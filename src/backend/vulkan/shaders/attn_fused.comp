@@ -7,7 +7,7 @@
 //      state before the key loop;
 //   2. its share of the keys j in [jb, je): m = max_j s_j, l = sum_j e^(s_j - m),
 //      o = sum_j e^(s_j - m) V_j, s_j = q . K_j (scale 1), in f32 (the dot products and sums; as
-//      the prompt attention kernels, bench/NOTES.md tenth session);
+//      the prompt attention kernels, bench/journal/2026-11-sessions.md tenth session);
 //   3. the merge of the splits, o = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M): MODE 1 (the
 //      default) leaves the partials to a MODE 2 dispatch (grid: heads x blocks of WG merge
 //      units), MODE 0 has the last split workgroup of the head to finish merge them.
@@ -323,7 +323,7 @@ void main() {
   // The key loop's keys are [jb, jl): the new key (in the split holding the position of a layer
   // that writes its K/V) starts row group 0's state before the loop, so the loop has no per-key
   // select of the new row and the new row's registers are free in it (2.28 against 2.47 ms per
-  // token at 32K context on the H200, bench/NOTES.md twenty-first session).
+  // token at 32K context on the H200, bench/journal/2026-11-sessions.md twenty-first session).
   const uint jl = has_new ? pos : je;
   float kr[KW][D], vr[KW][D];
   uint b0 = jb;

@@ -56,12 +56,12 @@ layout(constant_id = 10) const uint PRO_N = 1;
 // binary int2 code c moved to a byte's top two bits and its high bit flipped,
 // ((w << s) & 0xC0C0C0C0) ^ 0x80808080, is the signed byte 64 (c - 2); an int4 code likewise
 // 16 (c - 8). The sums are exact multiples of 64 (16), shifted back once per row: the same
-// int32 sums as the default path, so bit-identical results. (bench/NOTES.md, ninth session: in
+// int32 sums as the default path, so bit-identical results. (bench/journal/2026-11-sessions.md, ninth session: in
 // the driver's machine code the per-word select, branch and sign fix were ~3/4 of the default
 // loop's instructions.)
 layout(constant_id = 11) const uint FAST = 0;
 // (constant 14 is unused: weight prefetch variants, measured slower on the H200 and removed;
-// bench/NOTES.md, sixth to eighth sessions)
+// bench/journal/2026-11-sessions.md, sixth to eighth sessions)
 // PJ (EPI 4, the PLE gate followed by the PLE projection, one token): this workgroup's block of
 // rows is a block of columns of the next linear P (int8 rows of pj_wstride words at binding 4,
 // SRQ input scale pj_in_s): the block's outputs are SRQ-quantized with pj_in_s (as P's own

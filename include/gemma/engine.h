@@ -197,6 +197,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual std::string Detokenize(const std::vector<int32_t>& ids) const = 0;
   // The prompt a request would evaluate (template rendered and tokenized), without running it.
   virtual std::vector<int32_t> PromptTokens(const Input& input) const = 0;
+  // GenerateOptions with the checkpoint's published sampling defaults (generation_config.json:
+  // temperature, top-k, top-p, min-p, typical-p, repetition penalty, max_new_tokens; do_sample
+  // false means greedy) applied over the library's defaults (greedy). Start from these to decode as
+  // the model card says unless the request says otherwise; Generate itself never applies them.
+  virtual GenerateOptions DefaultGenerateOptions() const = 0;
   // The rendered prompt text of a request (messages through the chat template; text as given,
   // with "<bos>" when add_bos); Error(kInvalidArgument) for token-id input.
   virtual std::string PromptText(const Input& input) const = 0;

@@ -8,6 +8,7 @@
 #include "gemma/text.h"
 #include "constrain/vocabulary.h"
 #include "core/timer.h"
+#include "format/generation_config.h"
 #include "runtime/backend_factory.h"
 #include "runtime/engine_impl.h"
 
@@ -61,6 +62,14 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   backend_model_ = std::move(start.model);
   first_context_ = std::move(start.context);
   backend_name_ = first_context_->name();
+  const GenerationDefaults g = LoadGenerationDefaults(options.model_path);
+  if (auto t = g.EffectiveTemperature()) defaults_.temperature = *t;
+  if (g.top_k) defaults_.top_k = *g.top_k;
+  if (g.top_p) defaults_.top_p = *g.top_p;
+  if (g.min_p) defaults_.min_p = *g.min_p;
+  if (g.typical_p) defaults_.typical_p = *g.typical_p;
+  if (g.repetition_penalty) defaults_.repetition_penalty = *g.repetition_penalty;
+  if (g.max_new_tokens) defaults_.max_new_tokens = *g.max_new_tokens;
   load_ms_ = t.Ms();
 }
 

@@ -33,6 +33,7 @@ class EngineImpl : public Engine {
   std::string Detokenize(const std::vector<int32_t>& ids) const override;
   std::vector<int32_t> PromptTokens(const Input& input) const override;
   std::string PromptText(const Input& input) const override;
+  GenerateOptions DefaultGenerateOptions() const override { return defaults_; }
 
   const Tokenizer& tokenizer() const;  // Error(kTokenizer) without one
   const Model& model() const { return *model_; }
@@ -56,6 +57,7 @@ class EngineImpl : public Engine {
   std::string backend_name_;
   int capacity_ = 0;
   double load_ms_ = 0;
+  GenerateOptions defaults_;
 };
 
 // A session over one backend context of `engine` (session.cc).

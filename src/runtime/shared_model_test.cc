@@ -220,3 +220,65 @@ TEST(SharedModel, ConstrainedGreedyThroughSelectEqualsTheLogitsPath) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+TEST(SharedModel, AutoNeverPicksACpuTypeVulkanDevice) {
+  const std::string fixture = Fixture("tiny_dense_bf16");
+  auto automatic = Engine::Load({.model_path = fixture, .backend = "auto"});
+  if (automatic->backend_name() == "vulkan") {
+    EXPECT_FALSE(automatic->backend_device_is_cpu()) << automatic->backend_device();
+  } else {
+    EXPECT_EQ(automatic->backend_name(), "cpu-fast");
+  }
+  // Asked for explicitly, a CPU-type device is used, and the engine says what it is.
+  std::shared_ptr<Engine> vulkan;
+  try {
+    vulkan = Engine::Load({.model_path = fixture, .backend = "vulkan"});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice || e.code() == ErrorCode::kUnsupported)
+      GTEST_SKIP() << "no Vulkan device: " << e.what();
+    throw;
+  }
+  EXPECT_FALSE(vulkan->backend_device().empty());
+  if (automatic->backend_name() != "vulkan") {
+    // No GPU here: the only Vulkan device is a CPU-type one (lavapipe), which auto skipped.
+    EXPECT_TRUE(vulkan->backend_device_is_cpu()) << vulkan->backend_device();
+  }
+}
+
+}  // namespace
+}  // namespace gemma
+
+namespace gemma {
+namespace {
+
+TEST(SharedModel, DefaultGenerateOptionsFollowGenerationConfig) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("gemma_gencfg_" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  Synthesize({.preset = "tiny", .out_dir = dir, .seed = 3});
+  {
+    auto engine = Engine::Load({.model_path = dir, .backend = "cpu-ref"});
+    const GenerateOptions d = engine->DefaultGenerateOptions();
+    EXPECT_EQ(d.temperature, GenerateOptions().temperature);  // no file: the library's greedy
+  }
+  std::ofstream(dir + "/generation_config.json")
+      << R"({"do_sample": true, "temperature": 1.0, "top_k": 64, "top_p": 0.95, "eos_token_id": [1, 106]})";
+  {
+    auto engine = Engine::Load({.model_path = dir, .backend = "cpu-ref"});
+    const GenerateOptions d = engine->DefaultGenerateOptions();
+    EXPECT_EQ(d.temperature, 1.0);
+    EXPECT_EQ(d.top_k, 64);
+    EXPECT_EQ(d.top_p, 0.95);
+  }
+  std::ofstream(dir + "/generation_config.json") << R"({"do_sample": false, "temperature": 0.7})";
+  EXPECT_EQ(Engine::Load({.model_path = dir, .backend = "cpu-ref"})->DefaultGenerateOptions().temperature,
+            0.0);  // do_sample false: greedy, as transformers
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gemma

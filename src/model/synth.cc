@@ -260,20 +260,28 @@ nlohmann::ordered_json Config(const Shape& s) {
 }  // namespace
 
 std::vector<SynthPreset> SynthPresets() {
-  return {{"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
-          {"e2b-qat",
-           "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
-          {"e2b-qat-mini",
-           "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
-          {"e2b-bf16-mini", "e2b-qat-mini's structure in bf16 (tied head)"},
-          {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
-          {"tiny-qat", "tiny in the mobile-QAT layout"}};
+  std::vector<SynthPreset> p = {
+      {"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
+      {"e2b-qat",
+       "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
+      {"e2b-qat-mini",
+       "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
+      {"e2b-bf16-mini", "e2b-qat-mini's structure in bf16 (tied head)"},
+      {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
+      {"tiny-qat", "tiny in the mobile-QAT layout"}};
+  for (SynthPreset& x : p) x.vocab_size = MakeShape(x.name).vocab;
+  return p;
 }
 
 void Synthesize(const SynthOptions& options) {
   namespace fs = std::filesystem;
   Shape s = MakeShape(options.preset);
   if (options.sliding_window > 0) s.window = options.sliding_window;
+  if (options.vocab_size > 0) {
+    if (options.vocab_size < 1024)
+      throw Error(ErrorCode::kInvalidArgument, "synth: vocab_size below 1024");
+    s.vocab = options.vocab_size;
+  }
   if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "synth: --out is required");
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
@@ -329,7 +337,22 @@ void Synthesize(const SynthOptions& options) {
   // Write-then-rename: a reader (another process) never maps a half-written checkpoint.
   const fs::path out(options.out_dir);
   const std::string tmp_suffix = ".tmp." + std::to_string(::getpid());
+  if (options.progress) {
+    b.writer().SetProgress([&](uint64_t done, uint64_t total) {
+      options.progress(total ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
+    });
+  }
   b.writer().Write((out / ("model.safetensors" + tmp_suffix)).string());
+  {
+    std::ofstream tok(out / ("tokenizer.json" + tmp_suffix), std::ios::binary);
+    tok << SyntheticTokenizerJson(s.vocab);
+    if (!tok) throw Error(ErrorCode::kIo, options.out_dir + "/tokenizer.json: write failed");
+  }
+  fs::rename(out / ("tokenizer.json" + tmp_suffix), out / "tokenizer.json", ec);
+  if (ec) {
+    throw Error(ErrorCode::kIo, options.out_dir + "/tokenizer.json: cannot rename into place: " +
+                                    ec.message());
+  }
   {
     std::ofstream cfg(out / ("config.json" + tmp_suffix));
     cfg << Config(s).dump(2) << "\n";

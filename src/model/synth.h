@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@ namespace gemma {
 struct SynthPreset {
   std::string name;
   std::string description;
+  int vocab_size = 0;
 };
 
 // Presets: "e2b-bf16" (exact E2B text shapes, bf16, tied head, Gemma4ForConditionalGeneration
@@ -27,10 +29,19 @@ struct SynthOptions {
   std::string out_dir;
   uint64_t seed = 1;
   int sliding_window = 0;  // > 0: the sliding layers' window instead of the preset's (tests)
+  int vocab_size = 0;      // >= 1024: the vocabulary instead of the preset's (fast test models)
+  // Called as the weights are written (fraction done, 0..1), for progress output.
+  std::function<void(double)> progress;
 };
 
-// Writes out_dir/config.json and out_dir/model.safetensors. Throws Error(kInvalidArgument) for an
-// unknown preset, Error(kIo) on write failures.
+// Writes out_dir/config.json, out_dir/model.safetensors and out_dir/tokenizer.json (from
+// SyntheticTokenizerJson, so text in and text out work on every preset). Throws
+// Error(kInvalidArgument) for an unknown preset, Error(kIo) on write failures.
 void Synthesize(const SynthOptions& options);
+
+// A valid tokenizer.json with exactly `vocab_size` ids (>= 1024): Gemma's <pad> <eos> <bos> <unk>
+// at 0-3, the Gemma 4 special tokens at their ids (those below vocab_size), byte fallback, ASCII
+// characters and made-up syllables. Deterministic. Not Gemma's vocabulary: for synthetic models.
+std::string SyntheticTokenizerJson(int vocab_size);
 
 }  // namespace gemma

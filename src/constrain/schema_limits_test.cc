@@ -69,8 +69,11 @@ TEST(SchemaLimitsTest, SubschemaNestingLimitNamesThePointer) {
 TEST(SchemaLimitsTest, DeepButAllowedSchemaCompilesAndAcceptsItsValue) {
   auto c = CompileSchema(NestedItems(100));
   ConstraintState st(c);
-  st.AcceptBytes(std::string(101, '[') + "7" + std::string(101, ']'));
-  EXPECT_TRUE(st.IsComplete());
+  st.AcceptBytes(std::string(100, '[') + "7" + std::string(100, ']'));
+  EXPECT_TRUE(st.CanStop());
+  ConstraintState short_by_one(c);
+  short_by_one.AcceptBytes(std::string(100, '[') + "7" + std::string(99, ']'));
+  EXPECT_FALSE(short_by_one.CanStop());
 }
 
 TEST(SchemaLimitsTest, LongRefChainIsATypedError) {

@@ -1,4 +1,6 @@
 // run (one request, every decoding option as a flag, streamed) and chat (multi-turn REPL).
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -132,6 +134,16 @@ std::shared_ptr<Engine> Open(const CommonOpts& o, const GenerateOptions& g) {
                     " leaves no room for a prompt in --context " + std::to_string(o.context) +
                     " (the prompt and the reply share the context: raise --context or lower -n)");
   }
+  // A terminal hears what the pause is for (mapping a full-size checkpoint from a cold disk
+  // takes seconds); logs and pipes do not get the line.
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
+  struct ClearLine {
+    bool on;
+    ~ClearLine() {
+      if (on) std::fprintf(stderr, "\r\033[K");
+    }
+  } clear{tty};
   auto engine = Engine::Load({.model_path = o.model,
                               .tokenizer_path = o.tokenizer,
                               .backend = o.backend,
@@ -360,8 +372,28 @@ void AddRunCommand(CLI::App& app) {
     SetCancelTarget(&stop);
     InstallSigint();
     const bool stream = !o->json && engine->has_tokenizer();
-    Result r = engine->NewSession()->Generate(
-        in, g, stream ? TokenCallback(Stream) : TokenCallback(), stop.get_token());
+    // A long prompt is silent until its first token: say so on a terminal.
+    bool note = false;
+    if (::isatty(STDERR_FILENO) == 1) {
+      const size_t n = engine->PromptTokens(in).size();
+      if (n >= 1024) {
+        std::fprintf(stderr, "prefilling %zu prompt tokens (Ctrl-C cancels) ...", n);
+        note = true;
+      }
+    }
+    auto clear_note = [&note] {
+      if (note) std::fprintf(stderr, "\r\033[K");
+      note = false;
+    };
+    TokenCallback cb;
+    if (stream || note) {
+      cb = [&, stream](const TokenEvent& ev) {
+        clear_note();
+        if (stream) Stream(ev);
+      };
+    }
+    Result r = engine->NewSession()->Generate(in, g, cb, stop.get_token());
+    clear_note();
     SetCancelTarget(nullptr);
     if (o->json) {
       std::printf(

@@ -443,8 +443,8 @@ void CheckUtf8(const nlohmann::json& v, const std::string& where) {
     if (bad != std::string::npos) {
       char byte[8];
       std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(s[bad]));
-      throw Error(ErrorCode::kInvalidArgument, at + ": not valid UTF-8 at byte " +
-                                                   std::to_string(bad) + " (" + byte + ")");
+      throw Error(ErrorCode::kInvalidArgument,
+                  at + ": not valid UTF-8 at byte " + std::to_string(bad) + " (" + byte + ")");
     }
   };
   if (v.is_string()) {

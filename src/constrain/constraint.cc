@@ -9,9 +9,9 @@
 #include <unordered_map>
 
 #include "constrain/json_grammar.h"
-#include "core/json_depth.h"
 #include "constrain/program.h"
 #include "constrain/regex.h"
+#include "core/json_depth.h"
 #include "gemma/error.h"
 
 namespace gemma::constrain {

@@ -47,8 +47,8 @@ ThreadPool::ThreadPool(int threads) {
     word_.fetch_add(uint64_t{1} << (2 * kBits), std::memory_order_acq_rel);
     word_.notify_all();
     for (std::thread& t : workers_) t.join();
-    throw Error(ErrorCode::kCapacity, "cannot start " + std::to_string(threads) +
-                                          " threads (" + e.what() + ")");
+    throw Error(ErrorCode::kCapacity,
+                "cannot start " + std::to_string(threads) + " threads (" + e.what() + ")");
   }
 }
 

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "core/mapped_file.h"
 #include "core/json_depth.h"
+#include "core/mapped_file.h"
 #include "gemma/error.h"
 
 namespace gemma {
@@ -338,10 +338,9 @@ std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embed
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& origin) {
   json j;
   if (const size_t at = JsonTextDepthExceeded(json_text); at != std::string::npos) {
-    throw Error(ErrorCode::kConfig, origin + ": nests deeper than " +
-                                        std::to_string(kMaxJsonDepth) +
-                                        " arrays/objects (the limit) at byte " +
-                                        std::to_string(at));
+    throw Error(ErrorCode::kConfig,
+                origin + ": nests deeper than " + std::to_string(kMaxJsonDepth) +
+                    " arrays/objects (the limit) at byte " + std::to_string(at));
   }
   try {
     j = json::parse(json_text);

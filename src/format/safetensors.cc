@@ -200,9 +200,10 @@ void RejectGguf(const std::string& path) {
   }
   if (gguf) {
     throw Error(ErrorCode::kUnsupported,
-                path + ": GGUF files are not supported; give a Hugging Face checkpoint: a "
-                       "directory with config.json and model.safetensors (or sharded "
-                       "model-*.safetensors with their index), or a .safetensors file in one");
+                path +
+                    ": GGUF files are not supported; give a Hugging Face checkpoint: a "
+                    "directory with config.json and model.safetensors (or sharded "
+                    "model-*.safetensors with their index), or a .safetensors file in one");
   }
 }
 

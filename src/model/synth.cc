@@ -350,8 +350,8 @@ void Synthesize(const SynthOptions& options) {
   }
   fs::rename(out / ("tokenizer.json" + tmp_suffix), out / "tokenizer.json", ec);
   if (ec) {
-    throw Error(ErrorCode::kIo, options.out_dir + "/tokenizer.json: cannot rename into place: " +
-                                    ec.message());
+    throw Error(ErrorCode::kIo,
+                options.out_dir + "/tokenizer.json: cannot rename into place: " + ec.message());
   }
   {
     std::ofstream cfg(out / ("config.json" + tmp_suffix));

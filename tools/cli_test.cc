@@ -204,7 +204,8 @@ TEST_F(Cli, ConstrainedOutputCutByLengthIsMarked) {
   Outcome o = Run(RunArgs({"-p", "hi", "-n", "1", "--constrain-json-object", "--json"}));
   ASSERT_EQ(o.status, 0) << o.err;
   const auto j = nlohmann::json::parse(o.out);
-  EXPECT_EQ(j["stop_reason"], "length");
+  EXPECT_EQ(j.value("stop_reason", ""), "length");
+  ASSERT_TRUE(j.contains("constraint_complete")) << o.out;
   EXPECT_EQ(j["constraint_complete"], false);
   EXPECT_NE(o.err.find("warning: the output is incomplete"), std::string::npos) << o.err;
   // Without a constraint there is nothing to report.
@@ -272,7 +273,10 @@ TEST_F(Cli, CtrlCAtTheIdlePromptDoesNotQuit) {
   kill(pid, SIGINT);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const std::string rest = "hello\n/bye\n";
-  ASSERT_EQ(write(fds[1], rest.data(), rest.size()), static_cast<ssize_t>(rest.size()));
+  // A chat that quit on the signal has closed the pipe: no SIGPIPE for the test.
+  signal(SIGPIPE, SIG_IGN);
+  EXPECT_EQ(write(fds[1], rest.data(), rest.size()), static_cast<ssize_t>(rest.size()))
+      << "the chat quit on Ctrl-C at the prompt";
   close(fds[1]);
   Outcome o = Wait(pid, out, err, -1);
   EXPECT_EQ(o.status, 0) << o.err;

@@ -10,5 +10,8 @@ void AddInspectCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
+void AddTokenizeCommand(CLI::App& app);
+void AddTemplateCommand(CLI::App& app);
+void AddPerplexityCommand(CLI::App& app);  // perplexity_command.cc
 
 }  // namespace gemma::cli

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   gemma::cli::AddSynthCommand(app);
   gemma::cli::AddDemoCommand(app);
   gemma::cli::AddBenchCommand(app);
+  gemma::cli::AddTokenizeCommand(app);
+  gemma::cli::AddTemplateCommand(app);
+  gemma::cli::AddPerplexityCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

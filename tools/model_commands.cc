@@ -170,25 +170,31 @@ void AddDemoCommand(CLI::App& app) {
     std::string dir, gemma3_tokenizer = kGemma3TokenizerAsset;
     std::string backend = "cpu";
     bool once = false;
-    int max_new_tokens = 24;
+    int max_new_tokens = 0;  // 0: 48 on the trained model, 24 on a random one
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "demo",
-      "Offline chat with the built-in tiny model (synthesized once; random weights, so the words "
-      "are noise but the pipeline is real). One canned exchange, then an interactive chat on a "
-      "terminal; with --once, or when stdin is not a terminal, just the canned exchange.");
+      "Offline chat with the built-in tiny model (models/tiny-trained; a synthesized random one "
+      "with --dir or without it). One canned exchange, then an interactive chat on a terminal; "
+      "with --once, or when stdin is not a terminal, just the canned exchange.");
   cmd->add_option("--dir", o->dir,
-                  "Where the demo model lives (default: ~/.cache/gemma-engine/demo-tiny)");
+                  "Where the demo model lives (default: models/tiny-trained, else "
+                  "~/.cache/gemma-engine/demo-tiny)");
   cmd->add_option("--gemma3-tokenizer", o->gemma3_tokenizer,
                   "Gemma 3 tokenizer.json to derive the demo's Gemma 4 tokenizer from (npm asset)");
   cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
-  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Tokens per reply")
-      ->check(CLI::Range(1, 400));
+  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Tokens per reply (0: the default)")
+      ->check(CLI::Range(0, 400));
   cmd->add_flag("--once", o->once, "One canned exchange, then exit (for scripts)");
   cmd->callback([o] {
     namespace fs = std::filesystem;
     std::string d = o->dir;
+    // The shipped trained model (models/tiny-trained) is the default; the synthesized random one
+    // remains for --dir DIR without a checkpoint, and for source trees without the model.
+    const std::string trained = GEMMA_SOURCE_DIR "/models/tiny-trained";
+    const bool use_trained = d.empty() && fs::exists(fs::path(trained) / "model.safetensors");
+    if (use_trained) d = trained;
     if (d.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
@@ -201,16 +207,17 @@ void AddDemoCommand(CLI::App& app) {
       Synthesize({.preset = "tiny", .out_dir = d, .seed = 1});
       UseGemmaTokenizer(d, PresetVocab("tiny"), o->gemma3_tokenizer);
     }
-    std::printf("demo model: %s (random weights: the words are noise, the pipeline is real)\n",
-                d.c_str());
+    std::printf("demo model: %s (%s)\n", d.c_str(),
+                use_trained ? "a 5M-parameter Gemma 4 trained on Debian docs: see MODEL_CARD.md"
+                            : "random weights: the words are noise, the pipeline is real");
     auto engine = Engine::Load({.model_path = d,
-                                .tokenizer_path = "",
+                                .tokenizer_path = {},
                                 .backend = o->backend,
                                 .context_capacity = 512,
                                 .threads = 0});
     GenerateOptions g;
-    g.max_new_tokens = o->max_new_tokens;
-    g.ignore_eos = true;
+    g.max_new_tokens = o->max_new_tokens > 0 ? o->max_new_tokens : use_trained ? 48 : 24;
+    g.ignore_eos = !use_trained;  // the trained model ends its turn with <turn|>
     const nlohmann::json msgs = {{{"role", "user"}, {"content", "Hello! Who are you?"}}};
     std::printf("user: Hello! Who are you?\nmodel: ");
     std::fflush(stdout);

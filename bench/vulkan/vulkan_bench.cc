@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
 
     // The device figures once more, after the GPU has worked for a while: right after loading it
     // may still run at an idle clock (the H200 measured half the read bandwidth and 2.5x the
-    // dispatch cost there in some processes, a floor above the decode time; bench/NOTES.md,
+    // dispatch cost there in some processes, a floor above the decode time; bench/journal/2026-11-sessions.md,
     // twenty-second session). The better of the two measurements.
     bw = std::max(bw, gemma::MeasureVulkanCopyBandwidth(*vk, size_t(copy_mb) << 20));
     rbw = std::max(rbw, gemma::MeasureVulkanWeightReadBandwidth(*vk));

@@ -1,6 +1,12 @@
 // gemma-engine public API: Engine (a loaded model, shared, read-only) and Session (one
 // conversation's caches and evaluated tokens).
 //
+// Threading: an Engine is thread-safe; NewSession, Tokenize, PromptTokens may be called from any
+// thread. A Session is one conversation: use it from one thread at a time (a second concurrent
+// Generate, Score or Reset is refused with Error(kBusy), never queued). Sessions of one engine may
+// run on different threads at once; they share the weights (each session adds only its caches and
+// scratch) and take turns where the backend cannot overlap work (one CPU thread pool).
+//
 //   auto engine = gemma::Engine::Load({.model_path = "/models/gemma-4-e2b"});
 //   auto session = engine->NewSession();
 //   gemma::GenerateOptions opt;  opt.max_new_tokens = 128;  opt.temperature = 0.7;  opt.seed = 42;
@@ -34,7 +40,11 @@ struct EngineOptions {
   // (vulkan when a device exists, else cpu).
   std::string backend = "cpu";
   int context_capacity = 32768;  // tokens; clamped to the model's max_position_embeddings
-  int threads = 0;               // CPU threads, 0 = all cores
+  int threads = 0;               // CPU threads, 0 = all cores (at most 1024)
+  // Vulkan physical device index (-1: discrete > integrated > virtual GPU; a CPU-type device such
+  // as lavapipe only with backend "vulkan"). GEMMA_VULKAN_DEVICE (index or name substring)
+  // overrides it.
+  int device_index = -1;
 };
 
 // What to generate from: exactly one of text, token ids or messages.
@@ -174,13 +184,31 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual bool has_tokenizer() const = 0;
   virtual int context_capacity() const = 0;
   virtual std::string backend_name() const = 0;
+  // The GPU the backend runs on ("" for the CPU backends), and whether it is a CPU-type Vulkan
+  // device such as Mesa's lavapipe (far slower than the "cpu" backend: worth a warning).
+  virtual std::string backend_device() const = 0;
+  virtual bool backend_device_is_cpu() const = 0;
   virtual double load_ms() const = 0;
   virtual int vocab_size() const = 0;
+  // Bytes the backend holds once for all sessions (weight copies, device weights).
+  virtual size_t shared_bytes() const = 0;
   // Text <-> ids with the engine's tokenizer (Error(kTokenizer) without one).
   virtual std::vector<int32_t> Tokenize(std::string_view text) const = 0;
   virtual std::string Detokenize(const std::vector<int32_t>& ids) const = 0;
   // The prompt a request would evaluate (template rendered and tokenized), without running it.
   virtual std::vector<int32_t> PromptTokens(const Input& input) const = 0;
+  // The rendered prompt text of a request (messages through the chat template; text as given,
+  // with "<bos>" when add_bos); Error(kInvalidArgument) for token-id input.
+  virtual std::string PromptText(const Input& input) const = 0;
+};
+
+// Scores of given tokens (Session::Score).
+struct ScoreResult {
+  // logprobs[i] = log p(tokens[i + 1] | tokens[0..i]) under the full softmax of the model's
+  // logits (after the final softcap): tokens.size() - 1 entries.
+  std::vector<double> logprobs;
+  std::vector<float> logits;  // with return_logits: [tokens.size()][vocab_size], every position
+  double total_ms = 0;
 };
 
 class Session {
@@ -188,6 +216,11 @@ class Session {
   virtual ~Session() = default;
   virtual Result Generate(const Input& input, const GenerateOptions& options,
                           const TokenCallback& on_token = {}, std::stop_token stop = {}) = 0;
+  // Evaluates `tokens` from the start of a fresh context (the session's caches then hold them, so
+  // a following Generate reuses them as a prefix) and scores every next token. At least 2 tokens;
+  // Error(kCancelled) when stopped (the session keeps what was fully evaluated).
+  virtual ScoreResult Score(const std::vector<int32_t>& tokens, bool return_logits = false,
+                            std::stop_token stop = {}) = 0;
   virtual void Reset() = 0;
   // Tokens whose K/V are in the caches, oldest first.
   virtual const std::vector<int32_t>& evaluated() const = 0;

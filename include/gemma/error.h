@@ -23,6 +23,7 @@ enum class ErrorCode {
   kTemplate,         // chat messages that the template cannot render
   kConstraint,       // a regex/schema/grammar that cannot be compiled, or a dead end
   kDevice,           // a backend device failed (device lost, out of memory)
+  kBusy,             // the session is already running a request on another thread
   kInternal,         // a broken invariant; a bug
 };
 

@@ -1,5 +1,10 @@
 // The backend seam: a backend evaluates the whole model for a run of tokens, owning the K/V caches.
 //
+// Two objects, as llama.cpp's llama_model / llama_context: a BackendModel, one per engine, holds
+// what sessions share (weight copies or device weights, the device and its pipelines, the thread
+// pool); a Backend (a context), one per session, holds one conversation's K/V caches, scratch and
+// command buffers. Ten sessions cost ten sets of caches, never ten copies of the weights.
+//
 // Caches hold the evaluated tokens [0, cached()). Forward appends tokens at positions cached(),
 // cached()+1, ... and produces the requested outputs. Sliding-window layers keep rings of
 // window + slack entries, so a rewind (Truncate) of up to `slack` tokens is exact; a longer rewind
@@ -65,6 +70,28 @@ struct BackendOptions {
   int slack = 0;         // extra sliding-ring entries (0 = one window)
 };
 
+// Shared per-engine state. Contexts keep their model alive (they hold a shared_ptr to it) and may
+// run on different threads at once: a model serializes the work its contexts cannot overlap (one
+// thread pool, one device queue), so concurrent Forward calls on different contexts are safe.
+// One context is not thread-safe (the runtime's Session guards it).
+class BackendModel : public std::enable_shared_from_this<BackendModel> {
+ public:
+  virtual ~BackendModel() = default;
+  virtual std::string name() const = 0;
+  // One conversation's caches and scratch; Error(kInvalidArgument / kCapacity / kDevice) when the
+  // options cannot be met.
+  virtual std::unique_ptr<Backend> NewContext(const BackendOptions& options) = 0;
+  // Bytes the model holds for all its contexts (weight copies, device weights); a context's
+  // resident_bytes() counts only its own.
+  virtual size_t shared_bytes() const = 0;
+  // The device contexts run on ("" for the CPU backends) and whether it is a CPU-type device
+  // emulating a GPU (much slower than the CPU backends); known once a context exists.
+  virtual std::string device() const { return ""; }
+  virtual bool software_device() const { return false; }
+};
+
+std::shared_ptr<BackendModel> CreateCpuReferenceModel(const Model& model);
+// Convenience for tests and tools: a model with one context (the context keeps the model alive).
 std::unique_ptr<Backend> CreateCpuReferenceBackend(const Model& model,
                                                    const BackendOptions& options);
 

@@ -32,6 +32,8 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "constraint";
     case ErrorCode::kDevice:
       return "device";
+    case ErrorCode::kBusy:
+      return "busy";
     case ErrorCode::kInternal:
       return "internal";
   }

@@ -19,35 +19,53 @@ std::vector<std::string> AvailableBackends() {
   return names;
 }
 
+BackendStart StartBackend(const BackendChoice& choice, const Model& model,
+                          const BackendOptions& options) {
+  if (choice.threads < 0 || choice.threads > kMaxThreads) {
+    throw Error(ErrorCode::kInvalidArgument, "threads = " + std::to_string(choice.threads) +
+                                                 ": use 0 (all cores) to " +
+                                                 std::to_string(kMaxThreads));
+  }
+  BackendStart s;
+  const std::string& name = choice.name;
+  if (name == "cpu-ref") {
+    s.model = CreateCpuReferenceModel(model);
+  } else if (name == "cpu") {
+#ifdef GEMMA_HAVE_CPU_FAST
+    s.model = CreateCpuFastModel(model, choice.threads);
+#else
+    s.model = CreateCpuReferenceModel(model);
+#endif
+  } else if (name == "vulkan" || name == "auto") {
+#ifdef GEMMA_HAVE_VULKAN
+    VulkanOptions vulkan;
+    vulkan.device_index = choice.device_index;
+    vulkan.skip_cpu_devices = name == "auto";
+    try {
+      s.model = CreateVulkanModel(model, vulkan);
+      s.context = s.model->NewContext(options);
+      return s;
+    } catch (const Error& e) {
+      if (name == "vulkan" || e.code() != ErrorCode::kDevice) throw;
+    }
+#else
+    if (name == "vulkan")
+      throw Error(ErrorCode::kUnsupported, "backend 'vulkan': this build has no Vulkan support");
+#endif
+    BackendChoice cpu = choice;
+    cpu.name = "cpu";
+    return StartBackend(cpu, model, options);
+  } else {
+    throw Error(ErrorCode::kInvalidArgument,
+                "unknown backend '" + name + "' (cpu, cpu-ref, vulkan, auto)");
+  }
+  s.context = s.model->NewContext(options);
+  return s;
+}
+
 std::unique_ptr<Backend> CreateBackend(const std::string& name, const Model& model,
                                        const BackendOptions& options, int threads) {
-  if (name == "cpu-ref") return CreateCpuReferenceBackend(model, options);
-  if (name == "cpu") {
-#ifdef GEMMA_HAVE_CPU_FAST
-    return CreateCpuFastBackend(model, options, threads);
-#else
-    return CreateCpuReferenceBackend(model, options);
-#endif
-  }
-  if (name == "vulkan") {
-#ifdef GEMMA_HAVE_VULKAN
-    return CreateVulkanBackend(model, options);
-#else
-    throw Error(ErrorCode::kUnsupported, "backend 'vulkan': this build has no Vulkan support");
-#endif
-  }
-  if (name == "auto") {
-#ifdef GEMMA_HAVE_VULKAN
-    try {
-      return CreateVulkanBackend(model, options);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kDevice) throw;
-    }
-#endif
-    return CreateBackend("cpu", model, options, threads);
-  }
-  throw Error(ErrorCode::kInvalidArgument,
-              "unknown backend '" + name + "' (cpu, cpu-ref, vulkan, auto)");
+  return StartBackend({.name = name, .threads = threads}, model, options).context;
 }
 
 }  // namespace gemma

@@ -10,9 +10,29 @@
 
 namespace gemma {
 
-// Throws Error(kInvalidArgument) for an unknown name, Error(kDevice) when the backend cannot start.
+struct BackendChoice {
+  std::string name = "cpu";  // cpu | cpu-ref | vulkan | auto
+  int threads = 0;           // CPU threads including the caller, 0 = all cores
+  int device_index = -1;     // Vulkan physical device, -1 = by type
+};
+
+// The engine-level backend object and its first context (made at once, so a missing device or a
+// capacity the device cannot hold fails here). "auto" is Vulkan on a GPU (never a CPU-type Vulkan
+// device such as lavapipe), else "cpu". Throws Error(kInvalidArgument) for an unknown name or bad
+// threads, Error(kDevice) when the named backend cannot start.
+struct BackendStart {
+  std::shared_ptr<BackendModel> model;
+  std::unique_ptr<Backend> context;
+};
+BackendStart StartBackend(const BackendChoice& choice, const Model& model,
+                          const BackendOptions& options);
+
+// A model with one context (tools and tests that need one conversation).
 std::unique_ptr<Backend> CreateBackend(const std::string& name, const Model& model,
                                        const BackendOptions& options, int threads);
 std::vector<std::string> AvailableBackends();
+
+// The largest thread count a CPU backend accepts.
+inline constexpr int kMaxThreads = 1024;
 
 }  // namespace gemma

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/cache_window.h"
@@ -16,8 +18,9 @@ namespace {
 
 class CpuReferenceBackend : public Backend {
  public:
-  CpuReferenceBackend(const Model& model, const BackendOptions& options)
-      : model_(model), cfg_(model.text()) {
+  CpuReferenceBackend(const Model& model, const BackendOptions& options,
+                      std::shared_ptr<const BackendModel> owner)
+      : owner_(std::move(owner)), model_(model), cfg_(model.text()) {
     const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
     capacity_ = geo.capacity;
     slack_ = geo.slack;
@@ -248,6 +251,7 @@ class CpuReferenceBackend : public Backend {
     }
   }
 
+  std::shared_ptr<const BackendModel> owner_;  // keeps the shared model alive
   const Model& model_;
   const TextConfig& cfg_;
   int capacity_ = 0;
@@ -258,11 +262,30 @@ class CpuReferenceBackend : public Backend {
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
 };
 
+// The reference shares nothing but the mapped checkpoint: contexts read the Model's weights
+// directly and never write shared state, so they need no lock.
+class CpuReferenceModel : public BackendModel {
+ public:
+  explicit CpuReferenceModel(const Model& model) : model_(model) {}
+  std::string name() const override { return "cpu-reference"; }
+  std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
+    return std::make_unique<CpuReferenceBackend>(model_, options, shared_from_this());
+  }
+  size_t shared_bytes() const override { return 0; }
+
+ private:
+  const Model& model_;
+};
+
 }  // namespace
+
+std::shared_ptr<BackendModel> CreateCpuReferenceModel(const Model& model) {
+  return std::make_shared<CpuReferenceModel>(model);
+}
 
 std::unique_ptr<Backend> CreateCpuReferenceBackend(const Model& model,
                                                    const BackendOptions& options) {
-  return std::make_unique<CpuReferenceBackend>(model, options);
+  return CreateCpuReferenceModel(model)->NewContext(options);
 }
 
 }  // namespace gemma

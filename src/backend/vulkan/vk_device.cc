@@ -128,6 +128,7 @@ void Device::Init(const DeviceOptions& options) {
     for (int i : usable) {
       VkPhysicalDeviceProperties p;
       vkGetPhysicalDeviceProperties(devs[i], &p);
+      if (options.skip_cpu && p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) continue;
       if (TypeRank(p.deviceType) > best_rank) {
         best_rank = TypeRank(p.deviceType);
         pick = i;
@@ -755,7 +756,7 @@ void Device::SubmitBegin(VkCommandBuffer cmd) {
 
 void Device::SubmitWait() {
   // The fence polled for up to spin_us_ before the blocking wait: on the H200 the blocking wait
-  // returned ~0.1 ms after the step's last command (bench/NOTES.md, fourteenth session), a
+  // returned ~0.1 ms after the step's last command (bench/journal/2026-11-sessions.md, fourteenth session), a
   // twentieth of a decoded token. Not on CPU devices (the poll would take a core from the device's
   // threads).
   if (spin_us_ > 0) {

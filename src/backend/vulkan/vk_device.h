@@ -43,6 +43,9 @@ struct DeviceOptions {
   // integrated > virtual > CPU). The environment variable GEMMA_VULKAN_DEVICE (an index or a
   // substring of the device name) overrides both.
   int index = -1;
+  // With index -1: CPU-type devices (Mesa's lavapipe) are not picked ("auto" backend choice:
+  // a CPU Vulkan device is far slower than the CPU backends).
+  bool skip_cpu = false;
 };
 
 // kUpload: written by the host, read by the device (a step's inputs): device-local memory the host

@@ -269,6 +269,7 @@ class VulkanBackend : public Backend {
 
   void GetStats(VulkanStats* s) const {
     s->device = dev_ ? dev_->name() : "";
+    s->cpu_device = dev_ && dev_->is_cpu();
     s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
     s->weight_bytes = weight_bytes_;
     s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;
@@ -563,6 +564,7 @@ class VulkanBackend : public Backend {
     weight_bytes_ = 0;
     vk::DeviceOptions dopt;
     dopt.index = vopt_.device_index;
+    dopt.skip_cpu = vopt_.skip_cpu_devices;
     dev_ = std::make_unique<Device>(dopt);
     if (!planned_) PlanGeometry();
     lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());

@@ -40,6 +40,8 @@ struct VulkanOptions {
   // Physical device index (-1: discrete > integrated > virtual > CPU). The environment variable
   // GEMMA_VULKAN_DEVICE (index or name substring) overrides it.
   int device_index = -1;
+  // With device_index -1: never pick a CPU-type device (the "auto" backend choice).
+  bool skip_cpu_devices = false;
   // Key splits of decode attention (0: chosen from the device).
   int decode_splits = 0;
   // Weight matrices larger than the device's maxStorageBufferRange are split by rows; a non-zero
@@ -60,6 +62,7 @@ struct VulkanOptions {
 };
 
 // Throws gemma::Error(kDevice) when no usable Vulkan device exists.
+std::shared_ptr<BackendModel> CreateVulkanModel(const Model& model, const VulkanOptions& vulkan);
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options);
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
                                              const VulkanOptions& vulkan);
@@ -67,6 +70,7 @@ std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOp
 // Diagnostics and test hooks for a backend made by CreateVulkanBackend (nullptr otherwise).
 struct VulkanStats {
   std::string device;
+  bool cpu_device = false;  // a CPU-type device (e.g. Mesa's lavapipe)
   size_t device_bytes = 0;       // resident device memory (weights, caches, activations)
   size_t weight_bytes = 0;       // of which weights
   int dispatches_per_token = 0;  // in the decode command buffer

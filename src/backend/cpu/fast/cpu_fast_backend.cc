@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <utility>
 
 #include "backend/cache_window.h"
 #include "backend/cpu/fast/fast_ops.h"
@@ -48,10 +51,56 @@ void Grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+float Softcap(const TextConfig& cfg, float z) {
+  const float cap = *cfg.final_logit_softcapping;
+  return std::tanh(z / cap) * cap;
+}
+
+// What the fast CPU contexts of one engine share: the weight copy in huge pages, the thread pool
+// and the per-layer tables. The pool runs one job at a time, so contexts take turns (run_mutex).
+class CpuFastModel : public BackendModel {
+ public:
+  CpuFastModel(const Model& model, int threads)
+      : model_(model), pool_(threads), weights_(model) {
+    const TextConfig& cfg = model.text();
+    gelu_.resize(cfg.num_layers);
+    gelu_ple_.resize(cfg.num_layers);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      gelu_[l].Init(model.layer_weights()[l].gate);
+      if (cfg.hidden_size_per_layer_input > 0)
+        gelu_ple_[l].Init(model.layer_weights()[l].ple_gate);
+    }
+    const Linear& head = model.lm_head();
+    if (cfg.final_logit_softcapping && IsQuantized(head.kind) && head.out_scale > 0) {
+      cap_table_.resize(256);
+      for (int k = -128; k < 128; ++k)
+        cap_table_[k + 128] = Softcap(cfg, static_cast<float>(k) * head.out_scale);
+    }
+  }
+  std::string name() const override { return "cpu-fast"; }
+  std::unique_ptr<Backend> NewContext(const BackendOptions& options) override;
+  size_t shared_bytes() const override { return weights_.bytes(); }
+
+  const Model& model_;
+  ThreadPool pool_;
+  fast::WeightCopy weights_;  // the linears, copied into huge pages
+  std::vector<GeluTable> gelu_, gelu_ple_;
+  std::vector<float> cap_table_;
+  std::mutex run_mutex_;
+};
+
 class CpuFastBackend : public Backend {
  public:
-  CpuFastBackend(const Model& model, const BackendOptions& options, int threads)
-      : model_(model), cfg_(model.text()), pool_(threads), weights_(model) {
+  CpuFastBackend(std::shared_ptr<CpuFastModel> shared, const BackendOptions& options)
+      : shared_(std::move(shared)),
+        model_(shared_->model_),
+        cfg_(model_.text()),
+        pool_(shared_->pool_),
+        weights_(shared_->weights_),
+        gelu_(shared_->gelu_),
+        gelu_ple_(shared_->gelu_ple_),
+        cap_table_(shared_->cap_table_) {
+    const Model& model = model_;
     const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
     capacity_ = geo.capacity;
     slack_ = geo.slack;
@@ -68,19 +117,6 @@ class CpuFastBackend : public Backend {
     }
     inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
     inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
-    gelu_.resize(cfg_.num_layers);
-    gelu_ple_.resize(cfg_.num_layers);
-    for (int l = 0; l < cfg_.num_layers; ++l) {
-      gelu_[l].Init(model.layer_weights()[l].gate);
-      if (cfg_.hidden_size_per_layer_input > 0)
-        gelu_ple_[l].Init(model.layer_weights()[l].ple_gate);
-    }
-    const Linear& head = model.lm_head();
-    if (cfg_.final_logit_softcapping && IsQuantized(head.kind) && head.out_scale > 0) {
-      cap_table_.resize(256);
-      for (int k = -128; k < 128; ++k)
-        cap_table_[k + 128] = Softcap(static_cast<float>(k) * head.out_scale);
-    }
     // Attention scores for up to capacity keys per thread, sized once (decode never allocates).
     const int group = cfg_.num_heads / std::max(1, cfg_.num_kv_heads);
     scores_.assign(pool_.size(), std::vector<double>(static_cast<size_t>(group) * capacity_));
@@ -106,13 +142,13 @@ class CpuFastBackend : public Backend {
     for (int i = 0; i < kMaxJobs; ++i) b += qa_[i].capacity() + qsum_[i].capacity() * 4;
     b += levels_.capacity();
     for (const auto& s : scores_) b += s.capacity() * sizeof(double);
-    b += weights_.bytes();
     return b;
   }
 
   void Forward(const ForwardRequest& req, ForwardResult* out) override {
     const int n = static_cast<int>(req.tokens.size());
     ValidateForward(req, window_.cached(), capacity_, cfg_.vocab_size);
+    std::lock_guard<std::mutex> lock(shared_->run_mutex_);
     out->ids.clear();
     out->logprobs.clear();
     out->logits.clear();
@@ -126,10 +162,7 @@ class CpuFastBackend : public Backend {
  private:
   using Slot = CpuKvSlot;
 
-  float Softcap(float z) const {
-    const float cap = *cfg_.final_logit_softcapping;
-    return std::tanh(z / cap) * cap;
-  }
+  float Softcap(float z) const { return gemma::Softcap(cfg_, z); }
 
   void EnsureScratch(int m) {
     const int H = cfg_.hidden_size;
@@ -666,10 +699,11 @@ class CpuFastBackend : public Backend {
     }
   }
 
+  std::shared_ptr<CpuFastModel> shared_;
   const Model& model_;
   const TextConfig& cfg_;
-  mutable ThreadPool pool_;
-  fast::WeightCopy weights_;  // the linears, copied into huge pages
+  ThreadPool& pool_;                 // shared, taken under shared_->run_mutex_
+  const fast::WeightCopy& weights_;  // shared
   int capacity_ = 0;
   int slack_ = 0;
   int sliding_ring_ = 0;
@@ -677,8 +711,8 @@ class CpuFastBackend : public Backend {
   int max_hd_ = 0, max_inter_ = 0;
   std::vector<Slot> slots_;
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
-  std::vector<GeluTable> gelu_, gelu_ple_;
-  std::vector<float> cap_table_;
+  const std::vector<GeluTable>&gelu_, &gelu_ple_;  // shared tables
+  const std::vector<float>& cap_table_;
   // Scratch, grown on demand and reused.
   std::vector<float> x_, a_, tmp_, q_, k_, v_, attn_, g_, u_, ple_, ple_tok_, gp_, logits_, hnorm_;
   std::vector<float> rope_cos_, rope_sin_;
@@ -688,11 +722,20 @@ class CpuFastBackend : public Backend {
   std::vector<std::vector<double>> scores_, acc_, qd_;  // per thread
 };
 
+std::unique_ptr<Backend> CpuFastModel::NewContext(const BackendOptions& options) {
+  return std::make_unique<CpuFastBackend>(
+      std::static_pointer_cast<CpuFastModel>(shared_from_this()), options);
+}
+
 }  // namespace
+
+std::shared_ptr<BackendModel> CreateCpuFastModel(const Model& model, int threads) {
+  return std::make_shared<CpuFastModel>(model, threads);
+}
 
 std::unique_ptr<Backend> CreateCpuFastBackend(const Model& model, const BackendOptions& options,
                                               int threads) {
-  return std::make_unique<CpuFastBackend>(model, options, threads);
+  return CreateCpuFastModel(model, threads)->NewContext(options);
 }
 
 }  // namespace gemma

@@ -10,7 +10,7 @@
 // IsSrqFlip). Tested against the reference and the transformers goldens in cpu_fast_backend_test.
 //
 // Memory: the backend reads its own copy of the linears, in transparent huge pages
-// (weight_copy.h: 758 MiB for E2B QAT, counted in resident_bytes), not the mapped checkpoint.
+// (weight_copy.h: 758 MiB for E2B QAT, held once by the BackendModel: shared_bytes), not the mapped checkpoint.
 // Work: positions whose logits a request does not return skip the trailing layers that only read
 // other layers' caches (E2B: layers 15-34); the returned logits and the caches are unchanged.
 #pragma once
@@ -22,7 +22,9 @@
 
 namespace gemma {
 
-// threads: worker threads including the caller; 0 = one per hardware thread.
+// threads: worker threads including the caller; 0 = one per hardware thread. The model holds the
+// weight copy and the pool; its contexts share both and take turns on the pool.
+std::shared_ptr<BackendModel> CreateCpuFastModel(const Model& model, int threads = 0);
 std::unique_ptr<Backend> CreateCpuFastBackend(const Model& model, const BackendOptions& options,
                                               int threads = 0);
 

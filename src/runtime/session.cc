@@ -1,0 +1,411 @@
+// Session: one conversation over one backend context. Exact prefix reuse, prefill in chunks the
+// backend can take (cancellation is checked between chunks), and the decode loop: the backend
+// computes what the TokenPolicy asks for (argmax, select among allowed ids, or logits), the
+// policy picks the token and decides stops, the session streams text and keeps telemetry.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "backend/backend.h"
+#include "chat/output_parser.h"
+#include "constrain/constraint.h"
+#include "core/timer.h"
+#include "decode/token_policy.h"
+#include "runtime/engine_impl.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gemma {
+namespace {
+
+decode::SamplingOptions ToSampling(const GenerateOptions& o) {
+  decode::SamplingOptions s;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.top_p = o.top_p;
+  s.min_p = o.min_p;
+  s.typical_p = o.typical_p;
+  s.repetition_penalty = o.repetition_penalty;
+  s.frequency_penalty = o.frequency_penalty;
+  s.presence_penalty = o.presence_penalty;
+  s.penalty_window = o.penalty_window;
+  s.penalty_scope = o.penalize_prompt ? decode::PenaltyScope::kPromptAndGenerated
+                                      : decode::PenaltyScope::kGeneratedOnly;
+  s.logit_bias = o.logit_bias;
+  s.seed = o.seed;
+  s.logprobs = o.logprobs;
+  s.top_logprobs = o.top_logprobs;
+  s.stop_ids = o.stop_ids;
+  s.stop_strings = o.stop_strings;
+  return s;
+}
+
+OutputMode ToOutputMode(decode::StepOutput o) {
+  switch (o) {
+    case decode::StepOutput::kArgmax:
+      return OutputMode::kArgmax;
+    case decode::StepOutput::kSelect:
+      return OutputMode::kSelect;
+    case decode::StepOutput::kLogits:
+      break;
+  }
+  return OutputMode::kLogits;
+}
+
+StopReason ToStopReason(decode::StopCause c) {
+  switch (c) {
+    case decode::StopCause::kEos:
+      return StopReason::kEos;
+    case decode::StopCause::kStopId:
+      return StopReason::kStopId;
+    case decode::StopCause::kStopString:
+      return StopReason::kStopString;
+    case decode::StopCause::kConstraintComplete:
+      return StopReason::kConstraintComplete;
+    case decode::StopCause::kNone:
+      break;
+  }
+  return StopReason::kLength;
+}
+
+// The compiled constraint's state as the token policy sees it.
+class ConstraintAdapter : public decode::TokenConstraint {
+ public:
+  explicit ConstraintAdapter(std::shared_ptr<const constrain::Constraint> c) : state_(std::move(c)) {}
+  void AllowedTokens(std::vector<uint64_t>* mask) override { state_.AllowedTokens(mask); }
+  void Accept(int32_t token) override { state_.Accept(token); }
+  bool IsComplete() const override { return state_.IsComplete(); }
+
+ private:
+  constrain::ConstraintState state_;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(idx));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+
+// Marks a session busy for one call; a concurrent call is refused.
+class BusyGuard {
+ public:
+  explicit BusyGuard(std::atomic<bool>& busy) : busy_(busy) {
+    if (busy_.exchange(true, std::memory_order_acquire)) {
+      throw Error(ErrorCode::kBusy,
+                  "this session is already running a request on another thread (use one session "
+                  "per thread)");
+    }
+  }
+  ~BusyGuard() { busy_.store(false, std::memory_order_release); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+class SessionImpl : public Session {
+ public:
+  SessionImpl(std::shared_ptr<const EngineImpl> engine, std::unique_ptr<Backend> backend)
+      : engine_(std::move(engine)), backend_(std::move(backend)) {}
+
+  Result Generate(const Input& input, const GenerateOptions& options, const TokenCallback& on_token,
+                  std::stop_token stop) override;
+  ScoreResult Score(const std::vector<int32_t>& tokens, bool return_logits,
+                    std::stop_token stop) override;
+  void Reset() override {
+    BusyGuard guard(busy_);
+    backend_->Reset();
+    evaluated_.clear();
+  }
+  const std::vector<int32_t>& evaluated() const override { return evaluated_; }
+
+ private:
+  // Keeps only the first n evaluated tokens (n <= evaluated_.size()).
+  void Rollback(size_t n) {
+    n = std::min({n, evaluated_.size(), static_cast<size_t>(backend_->cached())});
+    if (!backend_->Truncate(static_cast<int>(n))) n = 0;
+    evaluated_.resize(n);
+  }
+  // Evaluates prompt[evaluated_.size() ..] in chunks (cancellation checked before each); the last
+  // chunk produces `mode` for its last position (or every position with all_positions).
+  void Prefill(const std::vector<int32_t>& prompt, size_t chunk, OutputMode mode,
+               const std::vector<uint64_t>* allowed, std::stop_token stop, ForwardResult* fr);
+  Result Run(const std::vector<int32_t>& prompt, const Input& input, const GenerateOptions& options,
+             const TokenCallback& on_token, std::stop_token stop);
+
+  std::shared_ptr<const EngineImpl> engine_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<int32_t> evaluated_;
+  size_t safe_ = 0;  // evaluated_ entries a failure of the running request keeps
+  std::atomic<bool> busy_{false};
+};
+
+void SessionImpl::Prefill(const std::vector<int32_t>& prompt, size_t chunk, OutputMode mode,
+                          const std::vector<uint64_t>* allowed, std::stop_token stop,
+                          ForwardResult* fr) {
+  for (size_t b = evaluated_.size(); b < prompt.size(); b += chunk) {
+    if (stop.stop_requested()) throw Error(ErrorCode::kCancelled, "cancelled during prefill");
+    const size_t e = std::min(prompt.size(), b + chunk);
+    const bool last = e == prompt.size();
+    backend_->Forward({.tokens = std::span<const int32_t>(prompt.data() + b, e - b),
+                       .mode = last ? mode : OutputMode::kNone,
+                       .allowed = last ? allowed : nullptr},
+                      fr);
+    evaluated_.insert(evaluated_.end(), prompt.begin() + b, prompt.begin() + e);
+    safe_ = evaluated_.size();
+  }
+}
+
+Result SessionImpl::Generate(const Input& input, const GenerateOptions& options,
+                             const TokenCallback& on_token, std::stop_token stop) {
+  BusyGuard guard(busy_);
+  const std::vector<int32_t> prompt = engine_->PromptTokens(input);
+  // Until the caches are touched, a failure keeps everything as it was; after, only fully
+  // evaluated prompt tokens are kept (a half-finished generation is never reused).
+  safe_ = evaluated_.size();
+  try {
+    return Run(prompt, input, options, on_token, stop);
+  } catch (...) {
+    Rollback(safe_);
+    throw;
+  }
+}
+
+Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
+                        const GenerateOptions& options, const TokenCallback& on_token,
+                        std::stop_token stop) {
+  Timer total;
+  const Model& model = engine_->model();
+  if (options.max_new_tokens < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "max_new_tokens must be >= 1");
+  }
+  if (options.prefill_chunk < 1)
+    throw Error(ErrorCode::kInvalidArgument, "prefill_chunk must be >= 1");
+  const int capacity = engine_->context_capacity();
+  if (static_cast<int64_t>(prompt.size()) + options.max_new_tokens > capacity) {
+    throw Error(ErrorCode::kCapacity,
+                "prompt (" + std::to_string(prompt.size()) + " tokens) + max_new_tokens (" +
+                    std::to_string(options.max_new_tokens) + ") exceeds the context capacity " +
+                    std::to_string(capacity));
+  }
+  const decode::SamplingOptions sopt = ToSampling(options);
+  const std::vector<int32_t>& eos = model.text().eos_token_ids;
+  // A constraint may always end with an EOS or stop id, even with ignore_eos.
+  std::vector<int> all_stops(eos.begin(), eos.end());
+  all_stops.insert(all_stops.end(), options.stop_ids.begin(), options.stop_ids.end());
+  std::optional<ConstraintAdapter> constraint;
+  if (auto c = engine_->CompileConstraint(options.constraint, input, all_stops))
+    constraint.emplace(std::move(c));
+  // Validates every sampling option, naming the bad field, before the caches are touched.
+  decode::TokenPolicy policy(sopt, eos, options.ignore_eos, constraint ? &*constraint : nullptr);
+  const Tokenizer* tok = engine_->has_tokenizer() ? &engine_->tokenizer() : nullptr;
+
+  Result result;
+  Telemetry& tel = result.telemetry;
+  tel.backend = backend_->name();
+  tel.load_ms = engine_->load_ms();
+  tel.prompt_tokens = static_cast<int>(prompt.size());
+
+  // Exact prefix reuse: keep the longest common prefix, but always evaluate at least the last
+  // prompt token (its outputs are not stored).
+  size_t keep = 0;
+  if (options.reuse_prompt_cache) {
+    while (keep < evaluated_.size() && keep < prompt.size() && evaluated_[keep] == prompt[keep])
+      ++keep;
+    keep = std::min(keep, prompt.size() - 1);
+  }
+  Rollback(keep);
+  safe_ = evaluated_.size();
+  tel.reused_tokens = static_cast<int>(evaluated_.size());
+
+  const OutputMode mode = ToOutputMode(policy.Output());
+  const std::vector<uint64_t>* mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
+  ForwardResult fr;
+  Timer prefill;
+  {
+    size_t chunk = prompt.size();
+    if (options.prefill == PrefillStrategy::kSequential) chunk = 1;
+    if (options.prefill == PrefillStrategy::kChunked)
+      chunk = static_cast<size_t>(options.prefill_chunk);
+    // kAuto: the largest chunk the backend evaluates at once, so a cancellation is honored within
+    // one chunk and the backend splits nothing itself.
+    const int max_chunk = backend_->capabilities().max_chunk;
+    if (options.prefill == PrefillStrategy::kAuto && max_chunk > 0)
+      chunk = static_cast<size_t>(max_chunk);
+    Prefill(prompt, chunk, mode, mask, stop, &fr);
+  }
+  tel.prefill_ms = prefill.Ms();
+  policy.SetPrompt(prompt);
+
+  std::optional<StreamDecoder> stream;
+  if (tok) stream.emplace(*tok);
+  std::string emitted;  // raw text released to the caller (stop strings held back)
+  Timer step;
+  result.stop_reason = StopReason::kLength;
+  for (int i = 0; i < options.max_new_tokens; ++i) {
+    const std::span<const float> logits(fr.logits);
+    const decode::SampleResult s = policy.Choose(logits, fr.ids.empty() ? -1 : fr.ids.back(),
+                                                 fr.logprobs.empty() ? 0.f : fr.logprobs.back());
+    const int32_t token = s.token;
+    if (options.logprobs) {
+      TokenLogprob lp{token, s.logprob, {}};
+      for (int k = 0; k < s.num_top; ++k) lp.top.emplace_back(s.top[k].token, s.top[k].logprob);
+      result.logprobs.push_back(std::move(lp));
+    }
+    const decode::StopCause by_id = policy.Accept(token);
+    if (stop.stop_requested())
+      throw Error(ErrorCode::kCancelled, "cancelled before emitting a token");
+    if (by_id != decode::StopCause::kNone) {
+      result.stop_reason = ToStopReason(by_id);
+      tel.token_ms.push_back(step.Ms());
+      break;
+    }
+    result.tokens.push_back(token);
+    const std::string piece = stream ? stream->Push(token) : std::string();
+    const size_t before = emitted.size();
+    const decode::StopCause by_text = policy.PushText(piece, &emitted);
+    tel.token_ms.push_back(step.Ms());
+    if (i == 0) tel.ttft_ms = total.Ms();
+    if (on_token) {
+      try {
+        on_token(TokenEvent{token, i, std::string_view(emitted).substr(before), emitted});
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw Error(ErrorCode::kCallback, std::string("token callback threw: ") + e.what());
+      } catch (...) {
+        throw Error(ErrorCode::kCallback, "token callback threw");
+      }
+    }
+    if (by_text == decode::StopCause::kStopString) {
+      result.stop_reason = StopReason::kStopString;
+      break;
+    }
+    if (i + 1 == options.max_new_tokens) break;
+    if (stop.stop_requested())
+      throw Error(ErrorCode::kCancelled, "cancelled before evaluating a token");
+    step.Reset();
+    const std::vector<uint64_t>* step_mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
+    backend_->Forward(
+        {.tokens = std::span<const int32_t>(&token, 1), .mode = mode, .allowed = step_mask}, &fr);
+    evaluated_.push_back(token);
+  }
+  if (result.stop_reason != StopReason::kStopString)
+    policy.Finish(stream ? stream->Flush() : std::string(), &emitted);
+  if (result.tokens.empty() && tel.ttft_ms == 0) tel.ttft_ms = total.Ms();
+
+  result.raw_text = emitted;
+  if (input.messages) {
+    const chat::ParsedOutput parsed = chat::ParseModelOutput(emitted);
+    result.text = parsed.text;
+    result.reasoning = parsed.reasoning;
+    for (const chat::ToolCall& tc : parsed.tool_calls) {
+      result.tool_calls.push_back({tc.name, nlohmann::json::parse(tc.arguments.dump())});
+    }
+    for (const chat::MalformedBlock& m : parsed.malformed) {
+      result.parse_errors.push_back(m.reason + ": " + m.raw);
+    }
+  } else {
+    result.text = emitted;
+  }
+  result.resolved_config =
+      nlohmann::json::parse(decode::ResolvedConfigJson(sopt, policy.sampler().seed()));
+  result.resolved_config["max_new_tokens"] = options.max_new_tokens;
+  result.resolved_config["reuse_prompt_cache"] = options.reuse_prompt_cache;
+  result.resolved_config["ignore_eos"] = options.ignore_eos;
+  result.resolved_config["backend"] = tel.backend;
+  {
+    const OutputConstraint& oc = options.constraint;
+    static const char* kKinds[] = {"none", "regex", "json", "json_schema", "tool_calls"};
+    nlohmann::json cj = {{"kind", kKinds[static_cast<int>(oc.kind)]}};
+    if (oc.kind == OutputConstraint::Kind::kRegex) cj["regex"] = oc.regex;
+    if (oc.kind == OutputConstraint::Kind::kJson) cj["object_root"] = oc.object_root;
+    if (oc.kind == OutputConstraint::Kind::kJsonSchema) cj["schema"] = oc.schema_json;
+    if (oc.kind == OutputConstraint::Kind::kToolCalls)
+      cj["require_tool_call"] = oc.require_tool_call;
+    if (oc.kind != OutputConstraint::Kind::kNone) {
+      cj["whitespace"] = oc.whitespace;
+      cj["max_depth"] = oc.max_depth;
+    }
+    result.resolved_config["constraint"] = cj;
+  }
+
+  tel.total_ms = total.Ms();
+  const size_t n = tel.token_ms.size();
+  if (n > 1) {
+    std::vector<double> itl(tel.token_ms.begin() + 1, tel.token_ms.end());
+    tel.itl_median_ms = Percentile(itl, 0.5);
+    tel.itl_p95_ms = Percentile(itl, 0.95);
+    double sum = 0;
+    for (double v : itl) sum += v;
+    tel.tpot_ms = sum / itl.size();
+    tel.decode_tok_s = sum > 0 ? itl.size() * 1000.0 / sum : 0;
+  }
+  tel.overall_tok_s = tel.total_ms > 0 ? result.tokens.size() * 1000.0 / tel.total_ms : 0;
+  tel.resident_bytes = CurrentRssBytes();
+  return result;
+}
+
+ScoreResult SessionImpl::Score(const std::vector<int32_t>& tokens, bool return_logits,
+                               std::stop_token stop) {
+  BusyGuard guard(busy_);
+  Timer total;
+  const int V = engine_->vocab_size();
+  if (tokens.size() < 2) throw Error(ErrorCode::kInvalidArgument, "Score needs at least 2 tokens");
+  if (static_cast<int64_t>(tokens.size()) > engine_->context_capacity()) {
+    throw Error(ErrorCode::kCapacity, std::to_string(tokens.size()) +
+                                          " tokens exceed the context capacity " +
+                                          std::to_string(engine_->context_capacity()));
+  }
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= V) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+  // Earlier positions' logits are not kept, so scoring evaluates from the start, in chunks of at
+  // most 64 positions (64 x vocab floats of logits at a time).
+  Rollback(0);
+  ScoreResult out;
+  out.logprobs.reserve(tokens.size() - 1);
+  const int max_chunk = backend_->capabilities().max_chunk;
+  const size_t chunk = static_cast<size_t>(max_chunk > 0 ? std::min(max_chunk, 64) : 64);
+  ForwardResult fr;
+  {
+    for (size_t b = 0; b < tokens.size(); b += chunk) {
+      if (stop.stop_requested()) throw Error(ErrorCode::kCancelled, "cancelled while scoring");
+      const size_t e = std::min(tokens.size(), b + chunk);
+      backend_->Forward({.tokens = std::span<const int32_t>(tokens.data() + b, e - b),
+                         .mode = OutputMode::kLogits,
+                         .all_positions = true},
+                        &fr);
+      evaluated_.insert(evaluated_.end(), tokens.begin() + b, tokens.begin() + e);
+      for (size_t p = b; p < e; ++p) {
+        const float* row = fr.logits.data() + (p - b) * V;
+        if (return_logits) out.logits.insert(out.logits.end(), row, row + V);
+        if (p + 1 == tokens.size()) break;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(row[i]));
+        double sum = 0;
+        for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(row[i]) - mx);
+        out.logprobs.push_back(static_cast<double>(row[tokens[p + 1]]) - mx - std::log(sum));
+      }
+    }
+  }
+  out.total_ms = total.Ms();
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> NewSessionImpl(std::shared_ptr<const EngineImpl> engine,
+                                        std::unique_ptr<Backend> context) {
+  return std::make_unique<SessionImpl>(std::move(engine), std::move(context));
+}
+
+}  // namespace gemma

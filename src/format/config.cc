@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "core/mapped_file.h"
 #include "gemma/error.h"
 
@@ -336,6 +337,11 @@ std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embed
 
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& origin) {
   json j;
+  if (const size_t at = JsonTextDepthExceeded(json_text); at != std::string::npos) {
+    throw Error(ErrorCode::kConfig,
+                origin + ": nests deeper than " + std::to_string(kMaxJsonDepth) +
+                    " arrays/objects (the limit) at byte " + std::to_string(at));
+  }
   try {
     j = json::parse(json_text);
   } catch (const json::exception& e) {
@@ -358,12 +364,27 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& or
     }
     if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
       mc.text.eos_token_ids.clear();
+      // Strictly typed like text_config's: a string here used to leave no EOS at all.
       const json& e = j["eos_token_id"];
-      if (e.is_number_integer()) mc.text.eos_token_ids.push_back(e.get<int>());
-      if (e.is_array()) {
+      auto bad = [&](const std::string& what) {
+        throw Error(ErrorCode::kConfig, origin + ": eos_token_id: " + what);
+      };
+      if (e.is_number_integer()) {
+        mc.text.eos_token_ids.push_back(e.get<int>());
+      } else if (e.is_array()) {
         for (const json& x : e) {
-          if (x.is_number_integer()) mc.text.eos_token_ids.push_back(x.get<int>());
+          if (!x.is_number_integer()) bad("non-integer entry " + x.dump());
+          mc.text.eos_token_ids.push_back(x.get<int>());
         }
+      } else {
+        bad("must be an integer or a list of integers, got " + e.dump());
+      }
+    }
+    for (int id : mc.text.eos_token_ids) {
+      if (id < 0 || id >= mc.text.vocab_size) {
+        throw Error(ErrorCode::kConfig, origin + ": eos_token_id: " + std::to_string(id) +
+                                            " is outside the vocabulary (" +
+                                            std::to_string(mc.text.vocab_size) + " ids)");
       }
     }
     for (const char* key : {"image_token_id", "audio_token_id", "video_token_id"}) {

@@ -1,10 +1,12 @@
 #include "format/safetensors.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "gemma/error.h"
 
 namespace gemma {
@@ -106,6 +108,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
                    std::to_string(size) + "-byte file (truncated?)");
   }
   json header;
+  const std::string_view header_text(reinterpret_cast<const char*>(base + 8), header_len);
+  if (const size_t at = JsonTextDepthExceeded(header_text); at != std::string::npos) {
+    Fail(path, "header nests deeper than " + std::to_string(kMaxJsonDepth) +
+                   " arrays/objects (the limit) at byte " + std::to_string(8 + at));
+  }
   try {
     header = json::parse(reinterpret_cast<const char*>(base + 8),
                          reinterpret_cast<const char*>(base + 8 + header_len));
@@ -181,7 +188,27 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
   }
 }
 
+void RejectGguf(const std::string& path) {
+  std::error_code ec;
+  bool gguf = fs::path(path).extension() == ".gguf";
+  if (!gguf && fs::is_regular_file(path, ec)) {
+    char magic[4] = {};
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      gguf = std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+      std::fclose(f);
+    }
+  }
+  if (gguf) {
+    throw Error(ErrorCode::kUnsupported,
+                path +
+                    ": GGUF files are not supported; give a Hugging Face checkpoint: a "
+                    "directory with config.json and model.safetensors (or sharded "
+                    "model-*.safetensors with their index), or a .safetensors file in one");
+  }
+}
+
 std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
+  RejectGguf(path);
   auto src = std::unique_ptr<TensorSource>(new TensorSource());
   src->origin_ = path;
   std::vector<std::string> shard_paths;
@@ -192,8 +219,14 @@ std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
     if (fs::exists(dir / "model.safetensors.index.json")) {
       const std::string index_path = (dir / "model.safetensors.index.json").string();
       json index;
+      const std::string index_text = ReadFileToString(index_path);
+      if (JsonTextDepthExceeded(index_text) != std::string::npos) {
+        throw Error(ErrorCode::kFormat, index_path + ": nests deeper than " +
+                                            std::to_string(kMaxJsonDepth) +
+                                            " arrays/objects (the limit)");
+      }
       try {
-        index = json::parse(ReadFileToString(index_path));
+        index = json::parse(index_text);
       } catch (const json::exception& e) {
         throw Error(ErrorCode::kFormat, index_path + ": not valid JSON: " + e.what());
       }

@@ -53,6 +53,10 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// Throws Error(kUnsupported) when `path` is a GGUF file (by extension or magic), saying what is
+// supported instead; users of llama.cpp try those first. Otherwise does nothing.
+void RejectGguf(const std::string& path);
+
 // All tensors of a checkpoint (one file or a shard set), by name.
 class TensorSource {
  public:

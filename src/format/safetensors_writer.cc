@@ -51,6 +51,7 @@ void SafetensorsWriter::Write(const std::string& path) const {
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
   std::vector<uint8_t> buf;
+  uint64_t done = 0;
   for (const Entry& e : entries_) {
     if (!ok) break;
     const int64_t rows = e.shape.size() <= 1 ? 1 : e.shape[0];
@@ -74,6 +75,8 @@ void SafetensorsWriter::Write(const std::string& path) const {
         });
       }
       ok = std::fwrite(buf.data(), 1, buf.size(), f.get()) == buf.size();
+      done += buf.size();
+      if (progress_) progress_(done, offset);
     }
   }
   if (!ok || std::fflush(f.get()) != 0)

@@ -23,6 +23,11 @@ class SafetensorsWriter {
   void AddBytes(const std::string& name, DType dtype, std::vector<int64_t> shape,
                 std::vector<uint8_t> bytes);
   void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // Called from Write() after each block written (bytes of tensor data done, total), on the
+  // writing thread: the full-size synth writes 9.5 GB and should not be silent.
+  void SetProgress(std::function<void(uint64_t done, uint64_t total)> progress) {
+    progress_ = std::move(progress);
+  }
   // Writes the file (tensors in declaration order). Throws Error(kIo) on failure.
   void Write(const std::string& path) const;
 
@@ -42,6 +47,7 @@ class SafetensorsWriter {
   static uint64_t Bytes(const Entry& e);
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
+  std::function<void(uint64_t, uint64_t)> progress_;
 };
 
 }  // namespace gemma

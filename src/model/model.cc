@@ -118,6 +118,7 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
   Timer timer;
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(ErrorCode::kIo, path + ": no such file or directory");
+  RejectGguf(path);  // before the config.json next to it is looked for
   const std::string config_path =
       fs::is_directory(path, ec) ? path : (fs::path(path).parent_path() / "config.json").string();
   ModelConfig config = LoadModelConfig(config_path);

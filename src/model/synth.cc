@@ -436,20 +436,28 @@ std::string DescribeSynthShape(const SynthShape& s) {
 }
 
 std::vector<SynthPreset> SynthPresets() {
-  return {{"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
-          {"e2b-qat",
-           "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
-          {"e2b-qat-mini",
-           "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
-          {"e2b-bf16-mini", "e2b-qat-mini's structure in bf16 (tied head)"},
-          {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
-          {"tiny-qat", "tiny in the mobile-QAT layout"}};
+  std::vector<SynthPreset> p = {
+      {"e2b-bf16", "Gemma 4 E2B text shapes, bf16, tied head (~9.5 GB)"},
+      {"e2b-qat",
+       "Gemma 4 E2B mobile-QAT layout: int2/int4/int8 + SRQ, separate int2 head (~2.5 GB)"},
+      {"e2b-qat-mini",
+       "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
+      {"e2b-bf16-mini", "e2b-qat-mini's structure in bf16 (tied head)"},
+      {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
+      {"tiny-qat", "tiny in the mobile-QAT layout"}};
+  for (SynthPreset& x : p) x.vocab_size = MakeShape(x.name).vocab;
+  return p;
 }
 
 void Synthesize(const SynthOptions& options) {
   namespace fs = std::filesystem;
   Shape s = options.shape ? *options.shape : MakeShape(options.preset);
   if (options.sliding_window > 0) s.window = options.sliding_window;
+  if (options.vocab_size > 0) {
+    if (options.vocab_size < 1024)
+      throw Error(ErrorCode::kInvalidArgument, "synth: vocab_size below 1024");
+    s.vocab = options.vocab_size;
+  }
   if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "synth: --out is required");
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
@@ -528,6 +536,11 @@ void Synthesize(const SynthOptions& options) {
     if (!f) throw Error(ErrorCode::kIo, options.out_dir + "/" + name + ": write failed");
     names.push_back(name);
   };
+  if (options.progress) {
+    b.writer().SetProgress([&](uint64_t done, uint64_t total) {
+      options.progress(total ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
+    });
+  }
   std::string entry = "model.safetensors";
   nlohmann::ordered_json index;
   if (options.shards > 1) {
@@ -547,6 +560,7 @@ void Synthesize(const SynthOptions& options) {
   }
   nlohmann::ordered_json cfg = Config(s);
   if (hub) AddHubConfig(cfg);
+  text_file("tokenizer.json", SyntheticTokenizerJson(s.vocab));
   text_file("config.json", cfg.dump(2) + "\n");
   if (hub) {
     text_file("generation_config.json", kGenerationConfig);

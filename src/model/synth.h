@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@ namespace gemma {
 struct SynthPreset {
   std::string name;
   std::string description;
+  int vocab_size = 0;
 };
 
 // Presets: "e2b-bf16" (exact E2B text shapes, bf16, tied head, Gemma4ForConditionalGeneration
@@ -66,11 +68,20 @@ struct SynthOptions {
   // > 1: model-0000k-of-0000N.safetensors shards plus model.safetensors.index.json, as
   // transformers' save_pretrained writes them, instead of one model.safetensors.
   int shards = 0;
+  int vocab_size = 0;  // >= 1024: the vocabulary instead of the preset's (fast test models)
+  // Called as the weights are written (fraction done, 0..1), for progress output.
+  std::function<void(double)> progress;
 };
 
-// Writes out_dir/config.json and out_dir/model.safetensors (or shards and the index; see layout
-// and shards above). Throws Error(kInvalidArgument) for an
-// unknown preset, Error(kIo) on write failures.
+// Writes out_dir/config.json, out_dir/model.safetensors (or shards and the index; see layout and
+// shards above) and out_dir/tokenizer.json (from SyntheticTokenizerJson, so text in and text out
+// work on every preset). Throws Error(kInvalidArgument) for an unknown preset, Error(kIo) on write
+// failures.
 void Synthesize(const SynthOptions& options);
+
+// A valid tokenizer.json with exactly `vocab_size` ids (>= 1024): Gemma's <pad> <eos> <bos> <unk>
+// at 0-3, the Gemma 4 special tokens at their ids (those below vocab_size), byte fallback, ASCII
+// characters and made-up syllables. Deterministic. Not Gemma's vocabulary: for synthetic models.
+std::string SyntheticTokenizerJson(int vocab_size);
 
 }  // namespace gemma

@@ -1,0 +1,72 @@
+// Issue 36: config values that used to pass silently, deep JSON, and GGUF paths.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "format/config.h"
+#include "format/safetensors.h"
+#include "gemma/error.h"
+
+namespace gemma {
+namespace {
+
+std::string Wrapper(const std::string& eos) {
+  return R"({"model_type":"gemma4","eos_token_id":)" + eos + R"(,
+    "text_config":{"hidden_size":8,"intermediate_size":8,"num_hidden_layers":5,
+      "num_attention_heads":2,"num_key_value_heads":1,"global_head_dim":16,"head_dim":4}})";
+}
+
+std::string ErrorOf(const std::function<void()>& f, ErrorCode want) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), want) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+TEST(ConfigLimits, Gemma4EosTokenIdIsStrictlyTyped) {
+  EXPECT_NE(ErrorOf([] { ParseModelConfig(Wrapper(R"("x")"), "c.json"); }, ErrorCode::kConfig)
+                .find("eos_token_id"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([] { ParseModelConfig(Wrapper(R"([1,"x"])"), "c.json"); }, ErrorCode::kConfig)
+                .find("non-integer"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([] { ParseModelConfig(Wrapper("999999999"), "c.json"); }, ErrorCode::kConfig)
+                .find("outside the vocabulary"),
+            std::string::npos);
+  EXPECT_EQ(ParseModelConfig(Wrapper("[1, 106]"), "c.json").text.eos_token_ids,
+            (std::vector<int>{1, 106}));
+}
+
+TEST(ConfigLimits, DeepConfigIsATypedError) {
+  const int n = 100'000;
+  const std::string deep =
+      R"({"model_type":"gemma4_text","x":)" + std::string(n, '[') + std::string(n, ']') + "}";
+  EXPECT_NE(ErrorOf([&] { ParseModelConfig(deep, "c.json"); }, ErrorCode::kConfig)
+                .find("deeper than 256"),
+            std::string::npos);
+}
+
+TEST(ConfigLimits, GgufSaysWhatIsSupported) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("gemma_gguf_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string by_ext = (dir / "m.gguf").string();
+  const std::string by_magic = (dir / "m.bin").string();
+  std::ofstream(by_ext) << "not even gguf";
+  std::ofstream(by_magic, std::ios::binary) << "GGUF\x03";
+  for (const std::string& p : {by_ext, by_magic}) {
+    const std::string what = ErrorOf([&] { TensorSource::Open(p); }, ErrorCode::kUnsupported);
+    EXPECT_NE(what.find("GGUF files are not supported"), std::string::npos) << what;
+    EXPECT_NE(what.find("safetensors"), std::string::npos) << what;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gemma

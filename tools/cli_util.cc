@@ -1,0 +1,123 @@
+#include "cli_util.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+
+namespace gemma::cli {
+
+size_t InvalidUtf8Offset(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // Unicode table 3-7: the second byte's range
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string Utf8Problem(std::string_view s) {
+  const size_t bad = InvalidUtf8Offset(s);
+  if (bad == std::string_view::npos) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "not valid UTF-8 at byte %zu (0x%02X)", bad,
+                static_cast<unsigned char>(s[bad]));
+  return buf;
+}
+
+namespace {
+std::stop_source* g_stop = nullptr;
+void OnSigint(int) {
+  if (g_stop) g_stop->request_stop();
+}
+}  // namespace
+
+void InstallSigint() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocked read returns, so the prompt can be redrawn
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+void SetCancelTarget(std::stop_source* stop) { g_stop = stop; }
+
+ReadStatus ReadLine(std::FILE* in, std::string* line) {
+  line->clear();
+  while (true) {
+    const int c = std::fgetc(in);
+    if (c == EOF) {
+      if (std::ferror(in) && errno == EINTR) {
+        // Ctrl-C at the prompt: stdio reports it as an error, not as the end of input (the old
+        // std::getline treated both as EOF and quit, losing the chat).
+        std::clearerr(in);
+        line->clear();
+        return ReadStatus::kInterrupted;
+      }
+      if (!line->empty()) return ReadStatus::kLine;  // a last line without newline
+      return ReadStatus::kEof;
+    }
+    if (c == '\n') return ReadStatus::kLine;
+    line->push_back(static_cast<char>(c));
+  }
+}
+
+bool StdinIsTerminal() { return ::isatty(STDIN_FILENO) == 1; }
+
+void Stream(const TokenEvent& ev) {
+  std::fwrite(ev.delta.data(), 1, ev.delta.size(), stdout);
+  std::fflush(stdout);
+}
+
+void PrintTelemetry(const Result& r) {
+  const Telemetry& t = r.telemetry;
+  std::fprintf(
+      stderr,
+      "[%s] stop: %s | prompt %d (reused %d) | TTFT %.1f ms | prefill %.1f ms | %zu tokens, "
+      "decode %.2f tok/s, ITL p50 %.1f / p95 %.1f ms | RSS %.0f MiB\n",
+      t.backend.c_str(), StopReasonName(r.stop_reason), t.prompt_tokens, t.reused_tokens, t.ttft_ms,
+      t.prefill_ms, r.tokens.size(), t.decode_tok_s, t.itl_median_ms, t.itl_p95_ms,
+      t.resident_bytes / 1048576.0);
+}
+
+bool ConstraintComplete(const GenerateOptions& g, const Result& r) {
+  if (g.constraint.kind == OutputConstraint::Kind::kNone) return true;
+  return r.stop_reason == StopReason::kConstraintComplete || r.stop_reason == StopReason::kEos ||
+         r.stop_reason == StopReason::kStopId;
+}
+
+void WarnIfIncomplete(const GenerateOptions& g, const Result& r) {
+  if (ConstraintComplete(g, r)) return;
+  std::fprintf(stderr,
+               "warning: the output is incomplete for its constraint (stopped by %s after %zu "
+               "tokens%s)\n",
+               StopReasonName(r.stop_reason), r.tokens.size(),
+               r.stop_reason == StopReason::kLength ? "; raise -n" : "");
+}
+
+}  // namespace gemma::cli

@@ -75,7 +75,7 @@ struct SynthOptions {
 
 // Writes out_dir/config.json, out_dir/model.safetensors (or shards and the index; see layout and
 // shards above) and out_dir/tokenizer.json (from SyntheticTokenizerJson, so text in and text out
-// work on every preset). Throws Error(kInvalidArgument) for an unknown preset, Error(kIo) on write
+// work on every preset; not for vocabularies under 1,024 ids). Throws Error(kInvalidArgument) for an unknown preset, Error(kIo) on write
 // failures.
 void Synthesize(const SynthOptions& options);
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "gemma/text.h"
+#include "chat/chat_template.h"
 #include "constrain/vocabulary.h"
 #include "core/timer.h"
 #include "format/generation_config.h"
@@ -172,6 +173,10 @@ int CountInputs(const Input& in) {
 }
 
 std::string RenderMessages(const Input& in) {
+  // Until the media towers exist, an image, audio or video part is refused rather than rendered
+  // as a bare placeholder the model cannot see.
+  if (const std::string at = chat::FirstMediaPart(*in.messages); !at.empty())
+    throw Error(ErrorCode::kUnsupported, at + ": image, audio and video input are not supported yet");
   return RenderChat(*in.messages, in.tools, in.enable_thinking);
 }
 

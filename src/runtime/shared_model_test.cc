@@ -282,3 +282,25 @@ TEST(SharedModel, DefaultGenerateOptionsFollowGenerationConfig) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+TEST(SharedModel, MediaPartsAreRefusedUntilTheTowersExist) {
+  auto engine = Engine::Load({.model_path = Fixture("tiny_dense_bf16"), .backend = "cpu-ref"});
+  const nlohmann::json msgs = {
+      {{"role", "user"},
+       {"content",
+        {{{"type", "text"}, {"text", "What is this?"}},
+         {{"type", "image"}, {"url", "data:image/png;base64,AAAA"}}}}}};
+  try {
+    engine->NewSession()->Generate(Input::Messages(msgs), Greedy(2));
+    FAIL() << "an image part was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("messages[0].content[1]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gemma

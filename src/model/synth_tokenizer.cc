@@ -79,8 +79,12 @@ std::string SyntheticTokenizerJson(int vocab_size) {
 
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  // The pieces are distinct by construction: append without ordered_map's linear key lookup (a
+  // 262,144-id vocabulary would take tens of seconds through operator[]).
+  auto& entries = vocab.get_ref<nlohmann::ordered_json::object_t&>();
+  entries.reserve(static_cast<size_t>(vocab_size));
   for (int id = 0; id < vocab_size; ++id) {
-    vocab[piece[id]] = id;
+    entries.emplace_back(piece[id], id);
     if (special[id]) {
       added.push_back({{"id", id},
                        {"content", piece[id]},

@@ -209,7 +209,8 @@ std::vector<int32_t> EngineImpl::PromptTokens(const Input& in) const {
     if (in.add_bos) ids.push_back(model_->text().bos_token_id);
     tokenizer().EncodeTo(*in.text, &ids);
   } else {
-    ids = tokenizer().Encode(RenderMessages(in));
+    const std::string rendered = RenderMessages(in);  // input errors before a missing tokenizer
+    ids = tokenizer().Encode(rendered);
   }
   if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "the prompt is empty");
   for (int32_t id : ids) {

@@ -35,7 +35,8 @@ std::string TinyModelDir() {
     if (fs::exists(d / "tokenizer.json")) return d.string();
     const fs::path tmp = d.string() + ".tmp." + std::to_string(::getpid());
     Synthesize({.preset = "tiny", .out_dir = tmp.string(), .seed = 1});
-    fs::copy_file(testing::Gemma4TestTokenizerPath(), tmp / "tokenizer.json");
+    fs::copy_file(testing::Gemma4TestTokenizerPath(), tmp / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
     std::error_code ec;
     fs::rename(tmp, d, ec);
     if (ec) fs::remove_all(tmp);  // another process won the race

@@ -14,18 +14,19 @@ function(gemma_library name)
   target_link_libraries(${name} PUBLIC ${A_DEPS})
 endfunction()
 
-# gemma_test(NAME SOURCES a_test.cc DEPS lib [LABELS l...] [SLOW_FILTER gtest-filter]) -> a gtest
-# binary registered with ctest. Labels tier the suite: every test carries its LABELS (default
-# "unit"); tests matching SLOW_FILTER (a --gtest_filter pattern) also carry "slow". The README's
-# test command (= CI) runs `ctest -LE slow`; bench/run_slow_tests.sh runs the rest on the GPU
-# machine.
+# gemma_test(NAME SOURCES a_test.cc DEPS lib [LABEL l] [SLOW_FILTER gtest-filter]) -> a gtest
+# binary registered with ctest. One label per test tiers the suite: LABEL (default "unit") for the
+# binary's tests, "slow" for those matching SLOW_FILTER (a --gtest_filter pattern). The README's
+# test command (= CI) runs `ctest -LE slow`; bench/run_slow_tests.sh runs `ctest -L slow` on the
+# GPU machine. (One label each: gtest_discover_tests would split a list of labels into separate
+# properties.)
 function(gemma_test name)
   if(NOT GEMMA_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(A "" "SLOW_FILTER" "SOURCES;DEPS;LABELS" ${ARGN})
-  if(NOT A_LABELS)
-    set(A_LABELS unit)
+  cmake_parse_arguments(A "" "SLOW_FILTER;LABEL" "SOURCES;DEPS" ${ARGN})
+  if(NOT A_LABEL)
+    set(A_LABEL unit)
   endif()
   add_executable(${name} ${A_SOURCES})
   target_include_directories(${name} PRIVATE ${GEMMA_ROOT}/include ${GEMMA_ROOT}/src)
@@ -35,10 +36,10 @@ function(gemma_test name)
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
   if(A_SLOW_FILTER)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "-${A_SLOW_FILTER}"
-                         PROPERTIES TIMEOUT 900 LABELS "${A_LABELS}")
+                         PROPERTIES TIMEOUT 900 LABELS ${A_LABEL})
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "${A_SLOW_FILTER}"
-                         PROPERTIES TIMEOUT 3600 LABELS "${A_LABELS};slow")
+                         PROPERTIES TIMEOUT 3600 LABELS slow)
   else()
-    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900 LABELS "${A_LABELS}")
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900 LABELS ${A_LABEL})
   endif()
 endfunction()

@@ -7,12 +7,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
 #include "gemma/engine.h"
 
 namespace gemma::cli {
 
-// Offset of the first byte of `s` that is not part of well-formed UTF-8, or npos.
-size_t InvalidUtf8Offset(std::string_view s);
+using gemma::InvalidUtf8Offset;  // core/utf8.h
 // "not valid UTF-8 at byte 5 (0xE9)", or "" when `s` is valid.
 std::string Utf8Problem(std::string_view s);
 

@@ -7,6 +7,7 @@
 
 #include "chat/tool_format.h"
 #include "core/json_depth.h"
+#include "core/utf8.h"
 #include "gemma/error.h"
 
 namespace gemma::chat {
@@ -402,44 +403,10 @@ Json DeserializeToolCallArguments(const Json& messages) {
 
 namespace {
 
-// Offset of the first byte of `s` outside well-formed UTF-8 (Unicode table 3-7), or npos.
-size_t InvalidUtf8At(const std::string& s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = p[i];
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
-
 // Strings (keys too) must be UTF-8; the depth was checked before this recursion.
 void CheckUtf8(const nlohmann::json& v, const std::string& where) {
   auto check = [&](const std::string& s, const std::string& at) {
-    const size_t bad = InvalidUtf8At(s);
+    const size_t bad = InvalidUtf8Offset(s);
     if (bad != std::string::npos) {
       char byte[8];
       std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(s[bad]));

@@ -308,3 +308,35 @@ TEST_F(Cli, SynthesizedModelsTakeText) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// A checkpoint's generation_config.json supplies the sampling options the command line leaves
+// unset (issue 40); flags given win.
+TEST(CliDefaults, GenerationConfigFillsUnsetSamplingFlags) {
+  const fs::path dir = fs::temp_directory_path() / ("gemma_cli_gencfg_" + std::to_string(::getpid()));
+  Synthesize({.preset = "tiny", .out_dir = dir.string(), .seed = 4, .vocab_size = 4096});
+  std::ofstream(dir / "generation_config.json")
+      << R"({"do_sample": true, "temperature": 1.0, "top_k": 64, "top_p": 0.95})";
+  auto run = [&](std::vector<std::string> extra) {
+    const std::string out = (dir / "out.json").string();
+    std::string cmd = std::string(GEMMA_ENGINE_BIN) + " run --model " + dir.string() +
+                      " --ids 2,105,2364,107 -n 2 --seed 1 --json";
+    for (const std::string& e : extra) cmd += " " + e;
+    EXPECT_EQ(std::system((cmd + " > " + out + " 2>/dev/null").c_str()), 0) << cmd;
+    return nlohmann::json::parse(Slurp(out))["resolved_config"];
+  };
+  const nlohmann::json d = run({});
+  EXPECT_EQ(d["temperature"], 1.0);
+  EXPECT_EQ(d["top_k"], 64);
+  EXPECT_EQ(d["top_p"], 0.95);
+  const nlohmann::json given = run({"--temperature", "0", "--top-k", "5"});
+  EXPECT_EQ(given["temperature"], 0.0);
+  EXPECT_EQ(given["top_k"], 5);
+  EXPECT_EQ(given["top_p"], 0.95);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gemma

@@ -29,6 +29,9 @@ struct CommonOpts {
   std::string regex, schema_file, whitespace = "none";
   bool json = false, json_object = false, tool_calls = false, require_tool_call = false;
   CLI::Option* regex_opt = nullptr;  // to tell --constrain-regex "" from no regex
+  // The sampling flags a checkpoint's generation_config.json supplies when they are not given.
+  CLI::Option *temperature_opt = nullptr, *top_k_opt = nullptr, *top_p_opt = nullptr,
+              *min_p_opt = nullptr, *typical_p_opt = nullptr, *repetition_opt = nullptr;
 };
 
 void AddCommon(CLI::App* cmd, CommonOpts& o) {
@@ -42,12 +45,15 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
       ->check(CLI::Range(0, 1024));
   GenerateOptions& g = o.gen;
   cmd->add_option("-n,--max-new-tokens", g.max_new_tokens, "Tokens to generate");
-  cmd->add_option("--temperature", g.temperature, "0 = greedy");
-  cmd->add_option("--top-k", g.top_k, "0 = off");
-  cmd->add_option("--top-p", g.top_p, "1 = off");
-  cmd->add_option("--min-p", g.min_p, "0 = off");
-  cmd->add_option("--typical-p", g.typical_p, "1 = off");
-  cmd->add_option("--repetition-penalty", g.repetition_penalty, "transformers semantics, 1 = off");
+  // Unset, these six take the checkpoint's generation_config.json values (ApplyModelDefaults).
+  o.temperature_opt = cmd->add_option("--temperature", g.temperature,
+                                      "0 = greedy (default: generation_config.json, else 0)");
+  o.top_k_opt = cmd->add_option("--top-k", g.top_k, "0 = off");
+  o.top_p_opt = cmd->add_option("--top-p", g.top_p, "1 = off");
+  o.min_p_opt = cmd->add_option("--min-p", g.min_p, "0 = off");
+  o.typical_p_opt = cmd->add_option("--typical-p", g.typical_p, "1 = off");
+  o.repetition_opt = cmd->add_option("--repetition-penalty", g.repetition_penalty,
+                                     "transformers semantics, 1 = off");
   cmd->add_option("--frequency-penalty", g.frequency_penalty, "OpenAI semantics");
   cmd->add_option("--presence-penalty", g.presence_penalty, "OpenAI semantics");
   cmd->add_option("--penalty-window", g.penalty_window, "tokens the penalties see, -1 = all");
@@ -77,6 +83,19 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   }
   cmd->add_flag("--require-tool-call", o.require_tool_call, "with --constrain-tools: no free text");
   cmd->add_option("--constrain-whitespace", o.whitespace, "JSON whitespace: none | compact | any");
+}
+
+// The sampling options the command line left unset take the checkpoint's published defaults
+// (generation_config.json, as Engine::DefaultGenerateOptions reports them).
+void ApplyModelDefaults(const CommonOpts& o, const Engine& engine, GenerateOptions* g) {
+  const GenerateOptions d = engine.DefaultGenerateOptions();
+  auto unset = [](const CLI::Option* opt) { return opt && opt->count() == 0; };
+  if (unset(o.temperature_opt)) g->temperature = d.temperature;
+  if (unset(o.top_k_opt)) g->top_k = d.top_k;
+  if (unset(o.top_p_opt)) g->top_p = d.top_p;
+  if (unset(o.min_p_opt)) g->min_p = d.min_p;
+  if (unset(o.typical_p_opt)) g->typical_p = d.typical_p;
+  if (unset(o.repetition_opt)) g->repetition_penalty = d.repetition_penalty;
 }
 
 GenerateOptions Resolve(const CommonOpts& o) {
@@ -339,7 +358,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_flag("--think", o->think, "Enable the reasoning channel");
   cmd->add_flag("--json", o->json, "Print one JSON object with the result and telemetry");
   cmd->callback([o, p, fo] {
-    const GenerateOptions g = Resolve(*o);
+    GenerateOptions g = Resolve(*o);
     Input in;
     std::string prompt = o->prompt;
     bool have_prompt = p->count() > 0;
@@ -376,6 +395,7 @@ void AddRunCommand(CLI::App& app) {
       throw Error(ErrorCode::kInvalidArgument, "give --prompt, --file, --ids or --messages");
     }
     auto engine = Open(*o, g);
+    ApplyModelDefaults(*o, *engine, &g);
     std::stop_source stop;
     SetCancelTarget(&stop);
     InstallSigint();
@@ -440,10 +460,11 @@ void AddChatCommand(CLI::App& app) {
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--think", o->think, "Start with the reasoning channel on");
   cmd->callback([o] {
-    const GenerateOptions g = Resolve(*o);
+    GenerateOptions g = Resolve(*o);
     if (const std::string bad = Utf8Problem(o->system); !bad.empty())
       throw Error(ErrorCode::kInvalidArgument, "--system is " + bad);
     auto engine = Open(*o, g);
+    ApplyModelDefaults(*o, *engine, &g);
     if (!engine->has_tokenizer()) throw Error(ErrorCode::kTokenizer, "chat needs a tokenizer.json");
     RunChat(*engine, {.system = o->system, .think = o->think, .gen = g}, stdin);
   });

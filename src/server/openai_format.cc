@@ -116,6 +116,25 @@ json Timings(const Telemetry& t, size_t completion_tokens) {
           {"itl_p95_ms", t.itl_p95_ms}};
 }
 
+namespace {
+
+// The response object both completion endpoints share around their choices.
+json Envelope(const char* object, const ParsedRequest& req, json choices,
+              const std::vector<Result>& results, const std::string& id, int64_t created) {
+  json out = {{"id", id},
+              {"object", object},
+              {"created", created},
+              {"model", req.model},
+              {"system_fingerprint", "gemma-engine"},
+              {"choices", std::move(choices)},
+              {"usage", Usage(results)}};
+  if (!results.empty())
+    out["timings"] = Timings(results.back().telemetry, results.back().tokens.size());
+  return out;
+}
+
+}  // namespace
+
 json ChatResponse(const ParsedRequest& req, const std::vector<Result>& results,
                   const Engine& engine, const std::string& id, int64_t created) {
   json choices = json::array();
@@ -136,16 +155,7 @@ json ChatResponse(const ParsedRequest& req, const std::vector<Result>& results,
                    {"logprobs", req.logprobs ? ChatLogprobs(r, engine) : json()}};
     choices.push_back(choice);
   }
-  json out = {{"id", id},
-              {"object", "chat.completion"},
-              {"created", created},
-              {"model", req.model},
-              {"system_fingerprint", "gemma-engine"},
-              {"choices", choices},
-              {"usage", Usage(results)}};
-  if (!results.empty())
-    out["timings"] = Timings(results.back().telemetry, results.back().tokens.size());
-  return out;
+  return Envelope("chat.completion", req, std::move(choices), results, id, created);
 }
 
 json CompletionResponse(const ParsedRequest& req, const std::vector<Result>& results,
@@ -158,16 +168,7 @@ json CompletionResponse(const ParsedRequest& req, const std::vector<Result>& res
                        {"finish_reason", FinishReason(r)},
                        {"logprobs", req.logprobs ? CompletionLogprobs(r, engine) : json()}});
   }
-  json out = {{"id", id},
-              {"object", "text_completion"},
-              {"created", created},
-              {"model", req.model},
-              {"system_fingerprint", "gemma-engine"},
-              {"choices", choices},
-              {"usage", Usage(results)}};
-  if (!results.empty())
-    out["timings"] = Timings(results.back().telemetry, results.back().tokens.size());
-  return out;
+  return Envelope("text_completion", req, std::move(choices), results, id, created);
 }
 
 StreamFormatter::StreamFormatter(const ParsedRequest& req, const Engine& engine, std::string model)

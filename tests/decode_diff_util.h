@@ -2,10 +2,14 @@
 // (RandomSynthShape), a random prompt, then one-token Forward steps on random tokens, every step's
 // logits compared against the CPU reference backend's. Dense: within a tolerance (the backend's
 // contract with the reference: 1e-4 relative L2 for the fast CPU backend, 1e-3 for Vulkan, whose
-// dense linears sum in f32 where the reference sums in double) and the same argmax (but for ties
-// at f32 noise). QAT: the documented SRQ allowance (golden_util.h): the first kExactPrefix
-// positions to 1e-4, later ones to 1e-4 or an SRQ flip of the head's output (every logit within two
-// head quanta, at most half of them moved).
+// dense linears sum in f32 where the reference sums in double), or, beyond it, within 4x the
+// largest distance so far of a plain f32 implementation (the reference with f32 sums,
+// ref::ScopedF32Sums) from the reference: random models can be sensitive enough to f32 rounding
+// that any f32 implementation drifts past 1e-3 (issue 34: seeds 1000, 1006, 1009, with the f32
+// reference as far off as Vulkan); and the same argmax (but for ties at f32 noise). Models with SRQ
+// linears (QAT): the documented SRQ allowance (golden_util.h): the first kExactPrefix positions to
+// 1e-4, later ones to 1e-4 or an SRQ flip of the head's output (every logit within two head quanta,
+// at most half of them moved; none with a dense head).
 //
 // Environment (read by the tests only; bench/vulkan/diff_h200.sh sets them): GEMMA_DIFF_CONFIGS
 // (configurations per format), GEMMA_DIFF_SEED (the first configuration's seed), GEMMA_DIFF_STEPS
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/reference_ops.h"
 #include "golden_util.h"  // RelL2, IsSrqFlip, kExactPrefix
 #include "model/model.h"
 #include "model/synth.h"
@@ -84,6 +89,7 @@ struct DiffOutcome {
   int srq_flips = 0;       // positions accepted as SRQ flips
   double worst = 0;        // largest relative L2 over the steps
   int first_inexact = -1;  // first position not within 1e-4 (-1: none)
+  double worst_f32 = 0;    // dense: the f32 reference's largest relative L2 (the sensitivity)
 };
 
 // Prefills a random prompt (1-7 tokens: Vulkan's prompt attention from 8 tokens on is f32, see
@@ -101,7 +107,9 @@ inline DiffOutcome RunDecodeDiff(
   exact_qat = exact_qat || DiffEnvInt("GEMMA_DIFF_STRICT", 0) != 0;
   DiffOutcome out;
   const int V = model.text().vocab_size;
-  const bool qat = model.lm_head().out_scale > 0;
+  bool qat = false;  // SRQ linears anywhere (a QAT checkpoint may have a dense, tied head)
+  for (const LayerWeights& w : model.layer_weights())
+    for (const Linear* l : {&w.q, &w.o, &w.gate, &w.up, &w.down}) qat = qat || l->in_scale > 0;
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 12345;
   auto next = [&] {
     state ^= state << 13;
@@ -115,6 +123,8 @@ inline DiffOutcome RunDecodeDiff(
   BackendOptions opt{.capacity = prompt_len + steps + 1, .slack = slacks[next() % 3]};
   if (const int s = DiffEnvInt("GEMMA_DIFF_SLACK", slack); s >= 0) opt.slack = s;
   auto ref = CreateCpuReferenceBackend(model, opt);
+  auto ref32 = qat ? nullptr : CreateCpuReferenceBackend(model, opt);  // f32 sums (dense)
+  double worst32 = 0;  // the f32 reference's largest distance from the reference so far
   auto got = make(opt);
   if (!got) return out;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
@@ -131,6 +141,14 @@ inline DiffOutcome RunDecodeDiff(
     const int pos = step == 0 ? prompt_len - 1 : prompt_len + step - 1;
     ref->Forward({.tokens = in, .mode = OutputMode::kLogits}, &a);
     got->Forward({.tokens = in, .mode = OutputMode::kLogits}, &b);
+    if (ref32) {
+      ForwardResult c;
+      const ref::ScopedF32Sums f32;
+      ref32->Forward({.tokens = in, .mode = OutputMode::kLogits}, &c);
+      if (c.logits.size() == size_t(V))
+        worst32 = std::max(worst32, RelL2(c.logits.data(), a.logits.data(), V));
+      out.worst_f32 = worst32;
+    }
     if (a.logits.size() != size_t(V) || b.logits.size() != size_t(V)) {
       ADD_FAILURE() << "step " << step << ": logits of size " << b.logits.size() << " / "
                     << a.logits.size() << ", want " << V;
@@ -153,9 +171,9 @@ inline DiffOutcome RunDecodeDiff(
       std::printf("  position %d: rel L2 %.3g, %d logits moved, up to %.2f head quanta\n", pos, rel,
                   moved, most);
     }
+    out.steps = step;
     if (verbose) continue;
     out.worst = std::max(out.worst, rel);
-    out.steps = step;
     if (!qat) {
       // Dense: within dense_tol; the same argmax unless the reference's own top two are within
       // 1e-4 of its largest magnitude (a tie at f32 noise).
@@ -164,10 +182,11 @@ inline DiffOutcome RunDecodeDiff(
       for (int v = 0; v < V; ++v) amax = std::max(amax, std::fabs(a.logits[v]));
       const bool tie = a.logits[mine] >= a.logits[want] - 1e-4f * amax;
       if (rel >= 1e-4 && out.first_inexact < 0) out.first_inexact = pos;
-      if (rel >= dense_tol || (mine != want && !tie)) {
+      if ((rel >= dense_tol && rel > 4 * worst32) || (mine != want && !tie)) {
         ADD_FAILURE() << "position " << pos << " (step " << step << "): rel L2 " << rel
-                      << " (tolerance " << dense_tol << "), argmax " << mine
-                      << " against the reference's " << want;
+                      << " (tolerance " << dense_tol << ", 4x the f32 reference's worst "
+                      << 4 * worst32 << "), argmax " << mine << " against the reference's "
+                      << want;
         return out;
       }
       continue;
@@ -213,9 +232,16 @@ inline void RunDiffConfigs(
       const DiffOutcome o =
           RunDecodeDiff(*m.model, seed, steps, dense_tol,
                         [&](const BackendOptions& opt) { return make(*m.model, opt); });
-      if (o.steps == 0 && !testing::Test::HasFailure()) GTEST_SKIP() << "SKIPPED: no backend";
-      std::printf("  worst rel L2 %.3g, SRQ-flip positions %d, first inexact position %d\n",
-                  o.worst, o.srq_flips, o.first_inexact);
+      // No backend for the first configuration: no device (skip). Later: a device that refused
+      // (e.g. too many Vulkan instances in one process): a failure, not a silent pass.
+      if (o.steps == 0 && i == 0 && !qat && !testing::Test::HasFailure())
+        GTEST_SKIP() << "SKIPPED: no backend";
+      if (o.steps == 0 && !testing::Test::HasFailure())
+        ADD_FAILURE() << "no backend for this configuration (the device refused it)";
+      std::printf(
+          "  worst rel L2 %.3g (f32 reference %.3g), SRQ-flip positions %d, first inexact position "
+          "%d\n",
+          o.worst, o.worst_f32, o.srq_flips, o.first_inexact);
       flips += o.srq_flips;
       if (result->total_part_count() != parts) {
         failed += " " + std::to_string(seed) + (qat ? "q" : "d");

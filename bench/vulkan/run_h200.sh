@@ -33,7 +33,9 @@ for v in "$@"; do
   # --runs 5: the prefill's median over 5 runs after a warm-up (with 2, a short prefill measured
   # what is most likely the GPU's clock ramp: the bf16 E2B's first runs took 175 / 85 ms, then 64;
   # twenty-third session).
-  env $envs timeout 150 ${bin:-$B/vulkan_bench} --synth $model ${preset:+--preset $preset} --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
+  # The variant's GEMMA_VULKAN_X=v words are kernel choices: GEMMA_VULKAN_KERNELS (kernel_config.h).
+  kern=$(echo "$envs" | tr ' ' '\n' | grep '^GEMMA_VULKAN_' | tr '\n' ' ')
+  env $envs GEMMA_VULKAN_KERNELS="$kern" timeout 150 ${bin:-$B/vulkan_bench} --synth $model ${preset:+--preset $preset} --ctx $ctx --prompt 1024 --steps ${STEPS:-32} \
       --runs 5 --copy-mb 512 --capacity $(( ctx + 1536 > 2048 ? ctx + 1536 : 2048 )) >> $OUT/bench_$tag.txt 2>&1
   kill $smi 2>/dev/null
   echo "SM clock MHz during the run (samples every 100 ms, count x value): $(awk -F, '{print $1}' /tmp/clk_$tag.txt | sort | uniq -c | sort -rn | head -5 | tr -s ' ' | tr '\n' ';')" >> $OUT/bench_$tag.txt

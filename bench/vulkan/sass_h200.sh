@@ -10,7 +10,7 @@ for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 B=build-vulkan/src/backend/vulkan
 rm -rf /tmp/pd /tmp/sass; mkdir -p /tmp/pd /tmp/sass
-env GEMMA_VULKAN_PIPE_DUMP=/tmp/pd GEMMA_VULKAN_PIPE_STATS=1 "$@" timeout 200 $B/vulkan_bench \
+env GEMMA_VULKAN_PIPE_DUMP=/tmp/pd GEMMA_VULKAN_KERNELS="PIPE_STATS=1 ${KERNELS:-}" "$@" timeout 200 $B/vulkan_bench \
     --synth /tmp/e2b --ctx 64 --prompt 64 --steps 2 --runs 1 --copy-mb 16 > /tmp/sass/bench.txt 2>&1
 grep -E "pipe-(dump|stats)" /tmp/sass/bench.txt > $OUT/sass$TAG.txt
 if ls /tmp/pd/*.raw > /dev/null 2>&1 || command -v zstd > /dev/null; then

@@ -82,8 +82,10 @@ int main(int argc, char** argv) {
     const double model_load = Now() - t0;
     const int V = model->text().vocab_size;
     t0 = Now();
-    auto vk = gemma::CreateVulkanBackend(*model, {.capacity = capacity, .slack = slack},
-                                         {.decode_splits = splits});
+    gemma::VulkanOptions vopt{.decode_splits = splits};
+    // (inspection, bench/vulkan/sass_h200.sh) each pipeline's driver binary into this folder
+    if (const char* d = std::getenv("GEMMA_VULKAN_PIPE_DUMP")) vopt.pipeline_dump_dir = d;
+    auto vk = gemma::CreateVulkanBackend(*model, {.capacity = capacity, .slack = slack}, vopt);
     const double backend_load = Now() - t0;
     gemma::VulkanStats st;
     gemma::GetVulkanStats(*vk, &st);

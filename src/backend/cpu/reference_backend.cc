@@ -210,7 +210,7 @@ class CpuReferenceBackend : public Backend {
       ref::LinearForward(model_.lm_head(), hnorm.data(), 1, logits.data());
       if (cfg_.final_logit_softcapping) {
         const float cap = *cfg_.final_logit_softcapping;
-        for (float& z : logits) z = std::tanh(z / cap) * cap;
+        for (float& z : logits) z = ref::TanhF(z / cap) * cap;
       }
       Emit(logits, req, out);
     }

@@ -149,6 +149,13 @@ int8_t QuantizeSrq(float z, float s) {
   return static_cast<int8_t>(q);
 }
 
+namespace {
+thread_local bool t_f32_sums = false;
+}  // namespace
+
+ScopedF32Sums::ScopedF32Sums() : prev_(t_f32_sums) { t_f32_sums = true; }
+ScopedF32Sums::~ScopedF32Sums() { t_f32_sums = prev_; }
+
 void LinearForward(const Linear& lin, const float* x, int n, float* y) {
   const int rows = lin.rows, cols = lin.cols;
   if (IsQuantized(lin.kind)) {
@@ -172,7 +179,13 @@ void LinearForward(const Linear& lin, const float* x, int n, float* y) {
         } else {
           double acc = 0;
           const float* xt = x + static_cast<size_t>(t) * cols;
-          for (int i = 0; i < cols; ++i) acc += static_cast<double>(v[i]) * xt[i];
+          if (t_f32_sums) {
+            float f = 0;
+            for (int i = 0; i < cols; ++i) f += static_cast<float>(v[i]) * xt[i];
+            acc = f;
+          } else {
+            for (int i = 0; i < cols; ++i) acc += static_cast<double>(v[i]) * xt[i];
+          }
           out = acc * s;
         }
         y[static_cast<size_t>(t) * rows + r] = static_cast<float>(out);
@@ -189,7 +202,13 @@ void LinearForward(const Linear& lin, const float* x, int n, float* y) {
     for (int t = 0; t < n; ++t) {
       const float* xt = x + static_cast<size_t>(t) * cols;
       double acc = 0;
-      for (int i = 0; i < cols; ++i) acc += static_cast<double>(w[i]) * xt[i];
+      if (t_f32_sums) {
+        float f = 0;
+        for (int i = 0; i < cols; ++i) f += w[i] * xt[i];
+        acc = f;
+      } else {
+        for (int i = 0; i < cols; ++i) acc += static_cast<double>(w[i]) * xt[i];
+      }
       y[static_cast<size_t>(t) * rows + r] = static_cast<float>(acc);
     }
   }
@@ -211,7 +230,7 @@ float GeluTanh(float x) {
   const float kBeta = 0.7978845608028654f;
   const float kKappa = 0.044715f;
   const float inner = kBeta * (x + kKappa * x * x * x);
-  return 0.5f * x * (1.0f + std::tanh(inner));
+  return 0.5f * x * (1.0f + TanhF(inner));
 }
 
 std::vector<float> RopeInvFreq(const RopeParams& rope, int head_dim) {

@@ -158,11 +158,8 @@ void Device::Init(const DeviceOptions& options) {
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-  if (const char* e = std::getenv("GEMMA_VULKAN_SPIN_US")) {
-    spin_us_ = std::max(0L, std::strtol(e, nullptr, 10));
-  } else {
-    spin_us_ = cpu_ ? 0 : 20000;
-  }
+  spin_us_ = options.spin_us >= 0 ? options.spin_us : cpu_ ? 0 : 20000;
+  dump_dir_ = options.pipeline_dump_dir;
   ts_period_ = p2.properties.limits.timestampPeriod;
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
   discrete_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
@@ -322,12 +319,11 @@ void Device::Init(const DeviceOptions& options) {
       enable.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
     }
   }
-  // Optional (GEMMA_VULKAN_PIPE_STATS=1): the driver's statistics of each compiled pipeline
+  // Optional (DeviceOptions::pipeline_stats): the driver's statistics of each compiled pipeline
   // (registers per invocation, shared and local memory) printed to stderr when it is created.
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pex{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
-  const char* stats_env = std::getenv("GEMMA_VULKAN_PIPE_STATS");
-  if (stats_env && std::atoi(stats_env) != 0 &&
+  if (options.pipeline_stats &&
       has_ext(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.pNext = &pex;
@@ -585,9 +581,9 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
   if (pipe_stats_) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
-  // GEMMA_VULKAN_PIPE_DUMP=dir (inspection only): each pipeline is built into its own pipeline
+  // DeviceOptions::pipeline_dump_dir (inspection only): each pipeline is built into its own pipeline
   // cache, whose data (the driver's binary, in its own format) is written to dir/<n>_<shader>.bin.
-  static const char* dump_dir = std::getenv("GEMMA_VULKAN_PIPE_DUMP");
+  const char* dump_dir = dump_dir_.empty() ? nullptr : dump_dir_.c_str();
   VkPipelineCache cache = VK_NULL_HANDLE;
   if (dump_dir) {
     VkPipelineCacheCreateInfo pci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};

@@ -46,6 +46,12 @@ struct DeviceOptions {
   // With index -1: CPU-type devices (Mesa's lavapipe) are not picked ("auto" backend choice:
   // a CPU Vulkan device is far slower than the CPU backends).
   bool skip_cpu = false;
+  // Submit polls the fence this many microseconds before blocking (-1: 20 ms, 0 on CPU devices).
+  long spin_us = -1;
+  // Diagnostics (bench/vulkan): each pipeline's driver statistics printed to stderr, and each
+  // pipeline's driver binary written to dump_dir/<n>_<shader>.bin (empty: not).
+  bool pipeline_stats = false;
+  std::string pipeline_dump_dir;
 };
 
 // kUpload: written by the host, read by the device (a step's inputs): device-local memory the host
@@ -100,7 +106,7 @@ class Device {
   VkPipelineLayout layout() const { return layout_; }
 
   VkCommandBuffer AllocCommandBuffer();
-  // Waits for completion: polls the fence for up to 20 ms (GEMMA_VULKAN_SPIN_US; 0 on CPU
+  // Waits for completion: polls the fence for up to 20 ms (DeviceOptions::spin_us; 0 on CPU
   // devices), then blocks.
   void Submit(VkCommandBuffer cmd);
   // Submit in two halves: SubmitBegin returns once the work is queued, SubmitWait waits for it
@@ -169,7 +175,8 @@ class Device {
   uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
   bool subgroup_clock_ = false;
-  bool pipe_stats_ = false;  // GEMMA_VULKAN_PIPE_STATS: print each pipeline's driver statistics
+  bool pipe_stats_ = false;  // DeviceOptions::pipeline_stats (where the driver can)
+  std::string dump_dir_;     // DeviceOptions::pipeline_dump_dir
   VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false, discrete_ = false;
   VkDeviceSize device_local_bytes_ = 0;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/vulkan/kernel_config.h"
 #include "model/model.h"
 
 namespace gemma {
@@ -49,16 +50,20 @@ struct VulkanOptions {
   size_t max_weight_part_bytes = 0;
   // Resident decode (opt-in): one dispatch per token of this many persistent workgroups running
   // the whole step with grid barriers (they must all be resident at once; a grid barrier that
-  // times out redoes the step with dispatches and turns the path off). -1: the environment
-  // variable GEMMA_VULKAN_RESIDENT_WGS (unset: off; -1: 2 per compute unit), 0 off. Not on CPU
-  // devices.
+  // times out redoes the step with dispatches and turns the path off). -1: the kernel config's
+  // RESIDENT_WGS (unset: off; -1: 2 per compute unit), 0 off. Not on CPU devices.
   int resident_workgroups = -1;
   // Longest prompt chunk evaluated at once (0: 1,024 tokens for models with a sliding window of
   // at least 512 on a discrete GPU with at least 8 GiB of device-local memory, else 512;
-  // GEMMA_VULKAN_MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at 0, the
+  // the kernel config's MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at 0, the
   // sliding rings then hold window + max(window, chunk) entries; a caller's slack bounds the chunk
   // instead (the chunk is at most the slack).
   int max_chunk = 0;
+  // Kernel choices other than their measured defaults (kernel_config.h; benchmarks and tests).
+  // The environment variable GEMMA_VULKAN_KERNELS (the same text) applies over it.
+  KernelConfig kernels;
+  // Diagnostics: each pipeline's driver binary written to this folder (empty: not).
+  std::string pipeline_dump_dir;
 };
 
 // Throws gemma::Error(kDevice) when no usable Vulkan device exists.
@@ -81,7 +86,7 @@ struct VulkanStats {
   int resident_workgroups = 0;
   int resident_ops = 0;
   int resident_fallbacks = 0;
-  std::string kernels;  // the kernel variants in use (environment knobs GEMMA_VULKAN_MM/DP/...)
+  std::string kernels;  // the kernel variants in use (and the kernel config's overrides)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);
 // Device-to-device copy bandwidth (bytes read + written per second) on the backend's device.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,13 +48,36 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.c
   }
 }
 
-// Environment knobs of the backend, set while one is created.
+// Kernel choices (kernel_config.h) for the backends created while they are set: kept in
+// GEMMA_VULKAN_KERNELS, the backend's developer override, so that every backend a test makes
+// (directly or through the runtime) takes them.
+std::map<std::string, std::string>& KnobTable() {
+  static std::map<std::string, std::string> t;
+  return t;
+}
+void SyncKnobs() {
+  std::string s;
+  for (const auto& [k, v] : KnobTable()) s += k + "=" + v + " ";
+  if (s.empty())
+    unsetenv("GEMMA_VULKAN_KERNELS");
+  else
+    setenv("GEMMA_VULKAN_KERNELS", s.c_str(), 1);
+}
+void SetKnob(const char* name, const char* value) {
+  KnobTable()[name] = value;
+  SyncKnobs();
+}
+void ClearKnob(const char* name) {
+  KnobTable().erase(name);
+  SyncKnobs();
+}
+
 using Knobs = std::vector<std::pair<const char*, const char*>>;
 
 std::unique_ptr<Backend> MakeVulkanWith(const Model& model, const Knobs& env, BackendOptions opt) {
-  for (const auto& [k, v] : env) setenv(k, v, 1);
+  for (const auto& [k, v] : env) SetKnob(k, v);
   auto vk = MakeVulkan(model, opt);
-  for (const auto& [k, v] : env) unsetenv(k);
+  for (const auto& [k, v] : env) ClearKnob(k);
   return vk;
 }
 
@@ -311,11 +335,11 @@ TEST(VulkanKernels, LinearMatchesReferenceForEveryKindAndTokenCount) {
     if (loaded != c.fixture) {
       vk.reset();
       model = LoadFixture(c.fixture);
-      setenv("GEMMA_VULKAN_CM_SPLITK", splitk, 1);
-      setenv("GEMMA_VULKAN_CM_BM", bm, 1);
+      SetKnob("GEMMA_VULKAN_CM_SPLITK", splitk);
+      SetKnob("GEMMA_VULKAN_CM_BM", bm);
       vk = MakeVulkan(*model);
-      unsetenv("GEMMA_VULKAN_CM_SPLITK");
-      unsetenv("GEMMA_VULKAN_CM_BM");
+      ClearKnob("GEMMA_VULKAN_CM_SPLITK");
+      ClearKnob("GEMMA_VULKAN_CM_BM");
       loaded = c.fixture;
     }
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
@@ -586,11 +610,11 @@ TEST(VulkanKernels, FullWidthRowsMatchReferenceUnderLoopVariants) {
   for (const Knobs& env : settings) {
     std::string what;
     for (const auto& [k, v] : env) {
-      setenv(k, v, 1);
+      SetKnob(k, v);
       what += std::string(k) + "=" + v + " ";
     }
     auto vk = MakeVulkan(*model);
-    for (const auto& [k, v] : env) unsetenv(k);
+    for (const auto& [k, v] : env) ClearKnob(k);
     if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
     SCOPED_TRACE(what);
     for (size_t li = 0; li < lins.size(); ++li) {
@@ -834,9 +858,9 @@ TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) {
 // rounding differences in attention can move a quantization step, see tests/golden_util.h).
 TEST(VulkanKernels, LongPromptChunkMatchesReference) {
   auto model = LoadFixture("tiny_dense_bf16");
-  setenv("GEMMA_VULKAN_FILL_THREADS", "3", 1);
+  SetKnob("GEMMA_VULKAN_FILL_THREADS", "3");
   auto vk = MakeVulkan(*model, {.capacity = 256, .slack = 128});
-  unsetenv("GEMMA_VULKAN_FILL_THREADS");
+  ClearKnob("GEMMA_VULKAN_FILL_THREADS");
   if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   ASSERT_GE(vk->capabilities().max_chunk, 100);
   ExpectPromptLogitsMatchReference(*model, *vk, {.capacity = 256, .slack = 128}, 100, 101, 7);
@@ -1006,9 +1030,9 @@ TEST(VulkanKernels, PromptSkipsTrailingSharedLayersExactly) {
       SCOPED_TRACE(std::string(fixture) + " slack " + std::to_string(slack));
       auto model = LoadFixture(fixture);
       const int V = model->text().vocab_size;
-      setenv("GEMMA_VULKAN_SKIP_TAIL", "0", 1);
+      SetKnob("GEMMA_VULKAN_SKIP_TAIL", "0");
       auto full = MakeVulkan(*model, {.capacity = 128, .slack = slack});
-      unsetenv("GEMMA_VULKAN_SKIP_TAIL");
+      ClearKnob("GEMMA_VULKAN_SKIP_TAIL");
       auto vk = MakeVulkan(*model, {.capacity = 128, .slack = slack});
       if (!vk || !full) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
       auto cpu = CreateCpuReferenceBackend(*model, {.capacity = 128, .slack = slack});
@@ -1242,21 +1266,21 @@ TEST(VulkanResident, DecodeMatchesDispatchPath) {
         std::unique_ptr<Backend> disp, res;
         // The dispatch path with the norm tails, equal key splits and the three-kernel
         // attention (as the resident kernel runs them).
-        setenv("GEMMA_VULKAN_CNORM", "0", 1);
-        setenv("GEMMA_VULKAN_SPLITS_ADAPT", "0", 1);
-        setenv("GEMMA_VULKAN_ATTN_FUSED", "0", 1);
+        SetKnob("GEMMA_VULKAN_CNORM", "0");
+        SetKnob("GEMMA_VULKAN_SPLITS_ADAPT", "0");
+        SetKnob("GEMMA_VULKAN_ATTN_FUSED", "0");
         try {
           disp = CreateVulkanBackend(*model, opt,
                                      {.max_weight_part_bytes = part, .resident_workgroups = 0});
           res = CreateVulkanBackend(*model, opt,
                                     {.max_weight_part_bytes = part, .resident_workgroups = wgs});
-          unsetenv("GEMMA_VULKAN_CNORM");
-          unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
-          unsetenv("GEMMA_VULKAN_ATTN_FUSED");
+          ClearKnob("GEMMA_VULKAN_CNORM");
+          ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
+          ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
         } catch (const Error& e) {
-          unsetenv("GEMMA_VULKAN_CNORM");
-          unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
-          unsetenv("GEMMA_VULKAN_ATTN_FUSED");
+          ClearKnob("GEMMA_VULKAN_CNORM");
+          ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
+          ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
           if (e.code() != ErrorCode::kDevice) throw;
           GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
         }
@@ -1315,22 +1339,22 @@ TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
   const int V = model->text().vocab_size;
   const BackendOptions opt{.capacity = 64};
   std::unique_ptr<Backend> disp, res;
-  setenv("GEMMA_VULKAN_RESIDENT_SPIN", "20000", 1);
-  setenv("GEMMA_VULKAN_CNORM", "0", 1);  // the dispatch path the fallback runs
-  setenv("GEMMA_VULKAN_SPLITS_ADAPT", "0", 1);
-  setenv("GEMMA_VULKAN_ATTN_FUSED", "0", 1);
+  SetKnob("GEMMA_VULKAN_RESIDENT_SPIN", "20000");
+  SetKnob("GEMMA_VULKAN_CNORM", "0");  // the dispatch path the fallback runs
+  SetKnob("GEMMA_VULKAN_SPLITS_ADAPT", "0");
+  SetKnob("GEMMA_VULKAN_ATTN_FUSED", "0");
   try {
     disp = CreateVulkanBackend(*model, opt, {.resident_workgroups = 0});
     res = CreateVulkanBackend(*model, opt, {.resident_workgroups = 16384});
-    unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
-    unsetenv("GEMMA_VULKAN_CNORM");
-    unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
-    unsetenv("GEMMA_VULKAN_ATTN_FUSED");
+    ClearKnob("GEMMA_VULKAN_RESIDENT_SPIN");
+    ClearKnob("GEMMA_VULKAN_CNORM");
+    ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
+    ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
   } catch (const Error& e) {
-    unsetenv("GEMMA_VULKAN_RESIDENT_SPIN");
-    unsetenv("GEMMA_VULKAN_CNORM");
-    unsetenv("GEMMA_VULKAN_SPLITS_ADAPT");
-    unsetenv("GEMMA_VULKAN_ATTN_FUSED");
+    ClearKnob("GEMMA_VULKAN_RESIDENT_SPIN");
+    ClearKnob("GEMMA_VULKAN_CNORM");
+    ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
+    ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
     if (e.code() != ErrorCode::kDevice) throw;
     GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
   }
@@ -1450,16 +1474,16 @@ TEST_P(OneTokenVariants, MatchDefaultStep) {
       const BackendOptions opt{.capacity = 96, .slack = 16};
       std::unique_ptr<Backend> tails, cnorm;
       try {
-        setenv("GEMMA_VULKAN_CNORM", "0", 1);  // the baseline: norm tails, a workgroup per block
-        setenv("GEMMA_VULKAN_MV_WGS", "0", 1);
+        SetKnob("GEMMA_VULKAN_CNORM", "0");  // the baseline: norm tails, a workgroup per block
+        SetKnob("GEMMA_VULKAN_MV_WGS", "0");
         tails = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
-        unsetenv("GEMMA_VULKAN_CNORM");
-        unsetenv("GEMMA_VULKAN_MV_WGS");
-        for (const auto& [k, v] : env) setenv(k, v, 1);
+        ClearKnob("GEMMA_VULKAN_CNORM");
+        ClearKnob("GEMMA_VULKAN_MV_WGS");
+        for (const auto& [k, v] : env) SetKnob(k, v);
         cnorm = CreateVulkanBackend(*model, opt, {.max_weight_part_bytes = part});
-        for (const auto& [k, v] : env) unsetenv(k);
+        for (const auto& [k, v] : env) ClearKnob(k);
       } catch (const Error& e) {
-        for (const auto& [k, v] : env) unsetenv(k);
+        for (const auto& [k, v] : env) ClearKnob(k);
         if (e.code() != ErrorCode::kDevice) throw;
         GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
       }
@@ -1723,13 +1747,13 @@ TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
                  " GEMMA_VULKAN_ATTN_CM=" + cm);
     auto model = LoadFixture("tiny_dense_bf16");
     std::unique_ptr<Backend> vk;
-    setenv("GEMMA_VULKAN_ATTN_TILED", tiled, 1);
-    setenv("GEMMA_VULKAN_ATTN_PF", pf, 1);
-    setenv("GEMMA_VULKAN_ATTN_CM", cm, 1);
+    SetKnob("GEMMA_VULKAN_ATTN_TILED", tiled);
+    SetKnob("GEMMA_VULKAN_ATTN_PF", pf);
+    SetKnob("GEMMA_VULKAN_ATTN_CM", cm);
     auto unset = [] {
-      unsetenv("GEMMA_VULKAN_ATTN_TILED");
-      unsetenv("GEMMA_VULKAN_ATTN_PF");
-      unsetenv("GEMMA_VULKAN_ATTN_CM");
+      ClearKnob("GEMMA_VULKAN_ATTN_TILED");
+      ClearKnob("GEMMA_VULKAN_ATTN_PF");
+      ClearKnob("GEMMA_VULKAN_ATTN_CM");
     };
     try {
       vk = CreateVulkanBackend(*model, {.capacity = 128, .slack = 20});

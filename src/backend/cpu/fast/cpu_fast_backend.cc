@@ -53,7 +53,7 @@ void Grow(std::vector<T>& v, size_t n) {
 
 float Softcap(const TextConfig& cfg, float z) {
   const float cap = *cfg.final_logit_softcapping;
-  return std::tanh(z / cap) * cap;
+  return ref::TanhF(z / cap) * cap;
 }
 
 // What the fast CPU contexts of one engine share: the weight copy in huge pages, the thread pool

@@ -5,7 +5,11 @@
 // Layout: W rows are `wstride` u32 words (row bytes padded with encoded zeros), row scales f32.
 // Kinds: 0 f32, 1 bf16, 2 f16, 3 int2, 4 int4, 5 int8 (offset binary, LSB first).
 // Exactness: with an SRQ input scale, x is quantized to int8 (IEEE division, half-even, clamp) and
-// the dot product is an exact int32 sum, scaled once in double; dense kinds accumulate in f32.
+// the dot product is an exact int32 sum, scaled once in double; other products (dense kinds, and
+// quantized kinds without an input scale) sum in f32, or with DSUM (below) in double as the CPU
+// reference does: then the f32 result is the reference's but where a different order of the
+// double sums rounds to the other side of an f32 rounding boundary (issue 34: f32 sums moved SRQ
+// roundings downstream of dense linears, e.g. the PLE model projection of QAT checkpoints).
 // Epilogues: 0 store, 1 gelu(y) * y2 (second weight set, gate/up), 2 softcap, 3 gelu(y) * aux,
 // 4 (DP4A, one token) as 3, then the next int8 SRQ linear's product split over its columns (PJ).
 #extension GL_KHR_shader_subgroup_arithmetic : enable
@@ -18,6 +22,17 @@
 // same integer products as the scalar path: bit-identical int32 results.
 #ifndef DP4A
 #define DP4A 0
+#endif
+// DSUM 1 (the linear_ds / linear_dp_ds modules): sums that are not exact integers (dense kinds, and
+// quantized kinds without an input scale) accumulate products of f32 values in double, as the
+// CPU reference does; DSUM 0: in f32 (faster; the dense models' contract is a tolerance).
+#ifndef DSUM
+#define DSUM 0
+#endif
+#if DSUM
+#define ACCF double
+#else
+#define ACCF float
 #endif
 #if DP4A
 #extension GL_EXT_spirv_intrinsics : require
@@ -229,7 +244,7 @@ const uint XS = KIND == 3 ? 16 : 8;  // XCM: a weight vector's input words
 const uint XNV = XWORDS / XS;        // XCM: weight vectors per row
 shared uint xq[DUAL * TOK * XWORDS];
 shared int red_i[DUAL * TOK * MAX_SG];
-shared float red_f[DUAL * TOK * MAX_SG];
+shared ACCF red_f[DUAL * TOK * MAX_SG];
 shared double red_d[256];  // [slot][subgroup] (128 per slot)
 shared bool last_wg;
 // PRO: the normed input (read by the float path and the separate quantization pass).
@@ -393,7 +408,7 @@ uint XqAt(uint i) {
 }
 
 int acc_i[2 * TOK];
-float acc_f[2 * TOK];
+ACCF acc_f[2 * TOK];
 bool int_path[2];
 
 // The set whose quantized input words set d reads (SHARE_X: set 0's), and whether the input is
@@ -460,12 +475,12 @@ void Accumulate(uint w, uint j, uint d, uint tg) {
       const uint t = tg + tt;
       if (t >= p.ntok) break;
       const uint xb = (t + p.x_row0) * p.x_stride;
-      float a = acc_f[d * TOK + tt];
+      ACCF a = acc_f[d * TOK + tt];
       [[unroll]] for (uint k = 0; k < epw; ++k) {
         const uint c = c0 + k;
         const float xv = c < p.cols ? (PRO != 0 ? xs[c] : x[xb + c]) : 0.0;
         const float wv = quant ? float(QElem(w, k)) : DElem(w, k);
-        a = fma(wv, xv, a);
+        a = fma(ACCF(wv), ACCF(xv), a);
       }
       acc_f[d * TOK + tt] = a;
     }
@@ -489,17 +504,17 @@ void LoadDj(uint blk, out uvec2 dw[8][DJP]) {
 // Weight vector w4 (row-local vector index j4) of a dense row times the staged input, added to a
 // (FXW; one token): 8 FMAs in column order.
 uint xg4 = 0;  // FXG: the token's input row in vec4s (set in main)
-float DenseDot(uvec4 w4, uint j4, float a) {
+ACCF DenseDot(uvec4 w4, uint j4, ACCF a) {
   const vec4 xa = FXG != 0 ? x4[xg4 + 2 * j4] : xf4[2 * j4];
   const vec4 xb = FXG != 0 ? x4[xg4 + 2 * j4 + 1] : xf4[2 * j4 + 1];
-  a = fma(DElem(w4.x, 0), xa.x, a);
-  a = fma(DElem(w4.x, 1), xa.y, a);
-  a = fma(DElem(w4.y, 0), xa.z, a);
-  a = fma(DElem(w4.y, 1), xa.w, a);
-  a = fma(DElem(w4.z, 0), xb.x, a);
-  a = fma(DElem(w4.z, 1), xb.y, a);
-  a = fma(DElem(w4.w, 0), xb.z, a);
-  a = fma(DElem(w4.w, 1), xb.w, a);
+  a = fma(ACCF(DElem(w4.x, 0)), ACCF(xa.x), a);
+  a = fma(ACCF(DElem(w4.x, 1)), ACCF(xa.y), a);
+  a = fma(ACCF(DElem(w4.y, 0)), ACCF(xa.z), a);
+  a = fma(ACCF(DElem(w4.y, 1)), ACCF(xa.w), a);
+  a = fma(ACCF(DElem(w4.z, 0)), ACCF(xb.x), a);
+  a = fma(ACCF(DElem(w4.z, 1)), ACCF(xb.y), a);
+  a = fma(ACCF(DElem(w4.w, 0)), ACCF(xb.z), a);
+  a = fma(ACCF(DElem(w4.w, 1)), ACCF(xb.w), a);
   return a;
 }
 
@@ -517,7 +532,7 @@ void MultiplyDense(uint base, uint lane) {
         w[d][v] = j4 < nv ? WeightVec(d, base, j4, base) : uvec4(0u);
       }
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      float a = acc_f[d * TOK];
+      ACCF a = acc_f[d * TOK];
       [[unroll]] for (uint v = 0; v < 4; ++v) {
         const uint j4 = j0 + LANES * v;
         if (j4 < nv) a = DenseDot(w[d][v], j4, a);
@@ -530,7 +545,7 @@ void MultiplyDense(uint base, uint lane) {
 // FXW with PFB: the lane's vectors of the row (vector lane + LANES v, v < PFB), already loaded;
 // the same FMAs in the same order as MultiplyDense.
 void MultiplyDenseRegs(const uvec4 w[4], uint lane) {
-  float a = acc_f[0];
+  ACCF a = acc_f[0];
   [[unroll]] for (uint v = 0; v < 4; ++v) {
     const uint j4 = lane + LANES * v;
     if (v >= PFB || j4 >= p.wstride / 4) continue;
@@ -921,7 +936,7 @@ void main() {
     const uint row = blk * ROWS_PER_WG + rloc;
     [[unroll]] for (uint i = 0; i < 2 * TOK; ++i) {
       acc_i[i] = 0;
-      acc_f[i] = 0.0;
+      acc_f[i] = ACCF(0.0);
     }
     // The epilogue's per-row operands, loaded before the multiply so their latency overlaps it
     // (after the reduction's barrier they would be one more memory round trip).
@@ -1023,11 +1038,11 @@ void main() {
     const uint nsg = CLUSTER != 0 ? ROWS_PER_WG : WG / gl_SubgroupSize;
     const bool in_regs = CLUSTER != 0 || LANES == gl_SubgroupSize;
     int sum_i[2 * TOK];
-    float sum_f[2 * TOK];
+    ACCF sum_f[2 * TOK];
     [[unroll]] for (uint i = 0; i < DUAL * TOK; ++i) {
       if (CLUSTER != 0) {
         int si = acc_i[i];
-        float sf = acc_f[i];  // (zero on the integer path)
+        ACCF sf = acc_f[i];  // (zero on the integer path)
         [[unroll]] for (uint off = LANES / 2; off > 0; off /= 2) {
           si += subgroupShuffleXor(si, off);
           sf += subgroupShuffleXor(sf, off);
@@ -1036,7 +1051,7 @@ void main() {
         sum_f[i] = sf;
       } else {
         const int si = subgroupAdd(acc_i[i]);
-        const float sf = subgroupAdd(acc_f[i]);
+        const ACCF sf = subgroupAdd(acc_f[i]);
         sum_i[i] = si;
         sum_f[i] = sf;
         if (!in_regs && subgroupElect()) {
@@ -1056,7 +1071,7 @@ void main() {
       float out_s[2] = float[2](p.out_s0, p.out_s1);
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         int ti = 0;
-        float tf = 0.0;
+        ACCF tf = ACCF(0.0);
         if (in_regs) {
           // (the index is the lane's own token: a dynamic index into a small register array)
           [[unroll]] for (uint i = 0; i < TOK; ++i) {
@@ -1077,7 +1092,7 @@ void main() {
         if (int_path[d]) {
           r = float(double(ti) * double(in_s[d]) * double(rs));
         } else {
-          r = quant ? tf * rs : tf;
+          r = float(quant ? tf * ACCF(rs) : tf);
         }
         if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
         v[d] = r;

@@ -1,0 +1,886 @@
+// Internal to the Vulkan backend (not installed): the backend class, split over files by concept.
+//   vulkan_backend.cc  steps: Forward, prompt chunks, step inputs, readback; the public functions
+//   vulkan_build.cc    device state: kernel choices, cache geometry, weights, buffers, statistics
+//   vulkan_linear.cc   the command recorder (Dispatch, Barrier) and the linear, norm and
+//                      prompt-attention ops
+//   vulkan_layers.cc   the layer loop, the head, a prompt chunk, the decode command buffers
+//   vulkan_measure.cc  bandwidth, dispatch cost, profiles, kernel probes, kernel test hooks
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "backend/cache_window.h"
+#include "backend/cpu/reference_ops.h"
+#include "backend/vulkan/vk_device.h"
+#include "backend/vulkan/vulkan_backend.h"
+#include "core/thread_pool.h"
+#include "gemma/error.h"
+#include "model/model.h"
+
+namespace gemma::vulkan_internal {
+
+using vk::BufRange;
+using vk::Device;
+using vk::Pool;
+
+inline constexpr uint32_t kWG = 256;
+inline constexpr int kCombineCounters =
+    256;  // (token, head) arrival counters of the merging attention
+inline constexpr uint32_t kVocabBlock =
+    4096;  // logits_reduce's block (GEMMA_VULKAN_VOCAB_BLOCK: tests)
+inline constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
+
+inline uint32_t KindCode(WeightKind k) {
+  switch (k) {
+    case WeightKind::kF32:
+      return 0;
+    case WeightKind::kBF16:
+      return 1;
+    case WeightKind::kF16:
+      return 2;
+    case WeightKind::kQ2:
+      return 3;
+    case WeightKind::kQ4:
+      return 4;
+    case WeightKind::kQ8:
+      return 5;
+  }
+  return 0;
+}
+inline uint32_t ElemsPerWord(WeightKind k) {
+  switch (k) {
+    case WeightKind::kF32:
+      return 1;
+    case WeightKind::kBF16:
+    case WeightKind::kF16:
+      return 2;
+    case WeightKind::kQ2:
+      return 16;
+    case WeightKind::kQ4:
+      return 8;
+    case WeightKind::kQ8:
+      return 4;
+  }
+  return 1;
+}
+inline uint8_t ZeroByte(WeightKind k) {
+  return k == WeightKind::kQ4 ? 0x88 : k == WeightKind::kQ2 ? 0xAA : 0;
+}
+
+struct LinPush {
+  uint32_t rows, cols, wstride, x_stride, y_stride, y_off;
+  float in_s0, out_s0, in_s1, out_s1, cap;
+  uint32_t aux_stride, aux_off, x_row0, ntok;
+  uint32_t n, has_a, has_wa;  // residual-norm tail
+  float scale, eps;
+  float next_in_s;               // XQ 2
+  uint32_t xq_ld;                // linear_cm: uvec4 per token row of the quantized inputs
+  uint32_t kper;                 // linear_cm split K: K tiles per split (0: no split)
+  float pj_in_s, pj_out_s;       // EPI 4 / PRO_T: the next linear's SRQ scales
+  uint32_t pj_rows, pj_wstride;  // EPI 4, DJ: its rows and u32 words per row
+  float pt_in_s, pt_out_s;       // PRO_T: the SRQ scales of the linear whose sums t holds
+};
+struct QuantPush {
+  uint32_t cols, x_stride, x_row0, ld;
+  float in_s;
+};
+struct NormPush {
+  uint32_t n, has_t, has_a, has_wa;
+  float scale, eps;
+  uint32_t h_stride, t_stride, a_stride, h_row0;
+};
+struct RopePush {
+  uint32_t nh, nkv, hd, ring, rot;
+  float eps;
+  uint32_t q_stride, kv_stride;
+};
+struct AttnPush {
+  uint32_t nh, nkv, hd, ring, window, splits, q_stride;
+  uint32_t rot = 0, kv_stride = 0, has_kn = 0, kv_new = 0;  // attention_rope
+  float eps = 0.0f;
+};
+struct SplitQPush {  // split_f16.comp QROWS 1
+  uint32_t cols, x_stride, x_row0, ld, nh, group, m;
+};
+struct AttnCmPush {  // attention_cm.comp
+  uint32_t nh, nkv, hd, ring, window, q_stride, qld;
+};
+// attention_cm.comp's shared memory: K / V chunk (2 x 64 x 9 x 16), P (2 x 32 x 9 x 16), S
+// (32 x 68 x 4), three 32-float arrays.
+inline constexpr uint32_t kAttnCmShared = 18432 + 9216 + 8704 + 384;
+struct CombinePush {
+  uint32_t nh, hd, splits, o_stride;
+};
+struct FusedAttnPush {  // attn_fused.comp
+  uint32_t nh, nkv, ring, window, splits, rot, has_kn, kv_new, ml_base;
+  float eps;
+};
+struct PlePush {
+  uint32_t pdim, stride;
+  float proj_scale, input_scale, eps;
+};
+struct ReducePush {
+  uint32_t vocab, block, nblocks, use_mask;
+};
+struct ResidentPush {
+  uint32_t nops, grid, spin_limit, warp_rows, prof;
+};
+// resident.comp: words per recorded operation and the kernels it runs.
+inline constexpr size_t kOpWords = 64;
+inline int ResidentKernel(const char* shader) {
+  static const char* kNames[] = {"linear",       "linear_dp", "qkrope", "attention",
+                                 "attn_combine", "resnorm",   "ple",    "logits_reduce"};
+  for (int i = 0; i < 8; ++i)
+    if (std::strcmp(shader, kNames[i]) == 0) return i;
+  return -1;
+}
+
+// A residual norm applied by the last workgroup of a one-token linear (linear.comp TAIL):
+// h = (h + rmsnorm(y) * wt) * scale; a = rmsnorm(h) * wa when wa_or_none is given (has_a).
+struct Tail {
+  const BufRange* wt = nullptr;
+  float scale = 1.0f;
+  bool has_a = false;
+  const BufRange* wa = nullptr;  // may be null with has_a (no weight)
+};
+
+// A residual norm applied by every workgroup of the next one-token linear to its input
+// (linear.comp PRO, GEMMA_VULKAN_CNORM=1): x is the previous linear's raw output t;
+// h' = (h_in + rmsnorm(t) * wt) * scale, input rmsnorm(h') * wa (mode 1) or h' (mode 2);
+// workgroup 0 writes h' to h_out when given.
+struct DevLinear;
+struct Pro {
+  uint32_t mode = 1;
+  const BufRange* h_in = nullptr;
+  const BufRange* wt = nullptr;
+  const BufRange* wa = nullptr;
+  const BufRange* h_out = nullptr;
+  float scale = 1.0f;
+  // PRO_T: t is the int32 sums `t_acc` of linear `t_sums` (its epilogue applied in the prologue).
+  const DevLinear* t_sums = nullptr;
+  const BufRange* t_acc = nullptr;
+  uint32_t t_copies = 1;  // ... in this many copies of the sums (linear.comp ACC_COPIES)
+  // linear.comp PRO_VEC allowed (the head's prologue keeps the element map of the norm kernels,
+  // whose sums it reproduces bit for bit: on the H200 the PRO_VEC head's logits differed from
+  // theirs byte-wise in HeadNormInPrologueMatchesNormKernels, cause not found;
+  // bench/journal/2026-11-sessions.md, seventeenth session)
+  bool vec = true;
+};
+// EPI 4 (one token, the PLE gate) or DJ (one token, gate/up and the down projection): the next
+// linear `proj`'s products over the gate's rows added to the int32 sums `acc` (zeroed before the
+// step) instead of a dispatch of its own.
+struct PleFuse {
+  const DevLinear* proj = nullptr;
+  BufRange acc;
+};
+
+// A device buffer reserved before Commit and resolved after.
+struct Buf {
+  int handle = -1;
+  BufRange r;
+};
+
+struct DevLinear {
+  const Linear* src = nullptr;
+  int rows = 0, cols = 0;
+  uint32_t wstride = 0;
+  struct Part {
+    int row0 = 0, rows = 0;
+    Buf w, s;
+  };
+  std::vector<Part> parts;
+  // DJ with GEMMA_VULKAN_DOWN_FUSE_PAIRS (one part): the words again, pair-major (pair c of row j,
+  // words 2c and 2c + 1, at pair index c * rows + j), so a row block's pairs are contiguous.
+  Buf pairs;
+};
+
+struct DevLayer {
+  DevLinear q, k, v, o, gate, up, down, ple_gate, ple_proj;
+  Buf input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm, q_norm, k_norm, post_ple_norm;
+};
+
+struct CacheSlot {
+  Buf k, v;
+  int ring = 0, width = 0;
+};
+
+class VulkanBackend : public Backend {
+ public:
+  VulkanBackend(const Model& model, const BackendOptions& options, const VulkanOptions& vopt)
+      : model_(model), cfg_(model.text()), vopt_(vopt), options_(options) {
+    // (Build plans the caches and the prompt chunk once the device is known: PlanGeometry.)
+    Build();
+  }
+
+  std::string name() const override { return "vulkan"; }
+  BackendCapabilities capabilities() const override { return {true, true, chunk_}; }
+  int cached() const override { return window_.cached(); }
+  int capacity() const override { return capacity_; }
+
+  void Reset() override {
+    window_.Reset();
+    history_.clear();
+  }
+
+  bool Truncate(int n) override {
+    if (!window_.Truncate(n)) {
+      history_.clear();
+      return false;
+    }
+    history_.resize(n);
+    return true;
+  }
+
+  size_t resident_bytes() const override {
+    if (!dev_) return 0;
+    return dev_->committed_bytes(Pool::kDevice) - weight_bytes_ +
+           dev_->committed_bytes(Pool::kHost) + dev_->committed_bytes(Pool::kUpload);
+  }
+
+  void Forward(const ForwardRequest& req, ForwardResult* out) override;
+
+  void GetStats(VulkanStats* s) const;
+  double CopyBandwidth(size_t bytes) { return dev_->CopyBandwidth(bytes, 5); }
+  // Every resident weight buffer (each part of every linear).
+  std::vector<BufRange> WeightRanges() const;
+  // readbw over each range (its 16-byte words, with that many workgroups), the dispatches back to
+  // back in one command buffer: bytes read per second, the median of `iters` timed passes after
+  // one more; 0 without timestamps.
+  double ReadBandwidth(const std::vector<std::pair<BufRange, uint32_t>>& reads, int iters);
+  // Bytes per second a compute shader reads from every resident weight buffer once (the decode's
+  // traffic), median of `iters` timed passes; 0 without timestamps.
+  double WeightReadBandwidth(int iters);
+  // The device's streaming read bandwidth: readbw over the largest weight buffer (larger than
+  // the caches on the models benchmarked), passes of at least 512 MiB in all per command buffer,
+  // the median of `iters`. A floor that does not depend on how the weights are split into buffers
+  // (WeightReadBandwidth reads every buffer once, many of them small). 0 without timestamps.
+  double StreamReadBandwidth(int iters, size_t* range_bytes);
+  // Empty dispatches (readbw with n = 0): timestamps around `n` of them, median of 5 passes.
+  VulkanDispatchCost DispatchCost(int n);
+  void FailNextSubmit() {
+    if (dev_) dev_->FailNextSubmit();
+  }
+
+ private:
+  // ---- building device state ----
+  Buf Reserve(Pool pool, size_t bytes) { return {dev_->Reserve(pool, bytes), {}}; }
+  void Resolve(Buf& b) { b.r = dev_->Get(b.handle); }
+
+  // Largest weight buffer bound at once: the device's storage-buffer range (or a smaller test
+  // limit); longer matrices are split by rows into several dispatches.
+  size_t WeightPartLimit() const {
+    const size_t dev = dev_->max_range();
+    return vopt_.max_weight_part_bytes > 0 ? std::min(dev, vopt_.max_weight_part_bytes) : dev;
+  }
+
+  DevLinear PlanLinear(const Linear& lin);
+
+  void UploadLinear(DevLinear& d);
+
+  Buf PlanVec(const std::vector<float>& v) {
+    if (v.empty()) return {};
+    Buf b = Reserve(Pool::kDevice, 4 * v.size());
+    weight_bytes_ += 4 * v.size();
+    return b;
+  }
+  void UploadVec(Buf& b, const std::vector<float>& v) {
+    if (b.handle < 0) return;
+    Resolve(b);
+    dev_->Upload(b.r, 0, v.data(), 4 * v.size());
+  }
+
+  static int RotatedCount(const std::vector<float>& inv) {
+    int rot = 0;
+    for (int i = 0; i < static_cast<int>(inv.size()); ++i) {
+      if (inv[i] != 0.0f) rot = i + 1;
+    }
+    return std::max(rot, 1);
+  }
+  std::vector<float> RopeTable(const std::vector<float>& inv, int rot);
+
+  // The longest prompt chunk where neither the caller nor GEMMA_VULKAN_MAX_CHUNK sets it: 1,024
+  // tokens for models whose sliding window is at least 512 (E2B) on a discrete GPU with at least
+  // 8 GiB of device-local memory (prefill 38,050 against 32,665 tok/s on 1,024 tokens and 32,767
+  // against 27,409 on 8,192 on the H200 for +194 MiB at a 2,048-token capacity,
+  // bench/journal/2026-11-sessions.md twenty-fourth session), else 512.
+  static constexpr int kChunkLarge = 1024, kChunkSmall = 512;
+  static constexpr size_t kChunkLargeMemory = size_t(8) << 30;
+
+  // Cache geometry and prompt chunk, once (the first Build: a rebuild after a failure keeps them).
+  // The chunk is at most the sliding rings' slack (a chunk's keys must not overwrite keys its
+  // first token still sees). Where the caller leaves the slack to the backend (0: one window) and
+  // the chunk is the large default or VulkanOptions::max_chunk, the rings hold window + chunk.
+  void PlanGeometry();
+
+  void Build();
+
+  void Rebuild();
+
+  // ---- recording ----
+  struct Rec {
+    VkCommandBuffer cmd;
+    int dispatches = 0, barriers = 0;
+    std::vector<std::string>* labels = nullptr;  // profiling: a timestamp after every dispatch
+    // Capture (resident decode): dispatches become operation records of resident.comp and
+    // barriers set the previous record's grid-barrier flag; every binding must lie in `pool`.
+    std::vector<uint32_t>* ops = nullptr;
+    VkBuffer pool = VK_NULL_HANDLE;
+    bool capture_ok = true;
+    uint32_t xq_max = 1;  // shared words the captured linears' quantized inputs need
+    std::vector<std::string>* phase_labels = nullptr;  // a label per grid barrier (profiling)
+    std::string pending;
+    // Kernel probe: the `probe_nth` dispatch labelled `probe_label` runs the kernel's PROBE
+    // variant, writing device-clock probes into prof_ (probe_wgs: its workgroup count).
+    const std::string* probe_label = nullptr;
+    int probe_nth = 0, probe_seen = 0;
+    uint32_t probe_wgs = 0;
+    // Between two compute dispatches (the one-token layer loop): Barrier records light_barrier_.
+    bool light = false;
+    // One-token steps from attn_hpw_from_ on: attn_fused with HPW heads per workgroup.
+    bool long_ctx = false;
+    // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index (barriers seen; =9
+    // uses it too), workgroups of the previous phase (0: no wait) and of the current one.
+    uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
+    // GEMMA_VULKAN_EMPTY=8: dispatch index, the previous phase's first dispatch + 1 (0: no wait)
+    // and count, the current phase's first dispatch.
+    uint32_t flag_disp = 0, flag_wait = 0, flag_wait_n = 0, flag_first = 0;
+    // GEMMA_VULKAN_FLAG_EVERY=k with =8: light barriers seen (every k-th stays a pipeline barrier).
+    uint32_t flag_light = 0;
+    // GEMMA_VULKAN_EMPTY=9: dispatches since the last barrier.
+    uint32_t min_sub = 0;
+    // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
+    // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
+    // final norm.
+    bool fuse_head = false;
+    bool head_pend = false;
+    const Buf* head_wt = nullptr;
+    float head_scale = 1.0f;
+    BufRange head_h{};
+    // Early-submit one-token steps: the PLE rows' and mask's copies (after the host's second
+    // event) are recorded by RecordBody after the first phase's dispatches, before its barrier.
+    bool side_pending = false;
+    OutputMode side_mode = OutputMode::kNone;
+  };
+
+  void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
+                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
+                 uint32_t gx, uint32_t gy, uint32_t gz, uint32_t local_size);
+
+  // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
+  static std::string Label(const char* shader, const std::vector<uint32_t>& spec, uint32_t gy,
+                           const void* push, size_t push_bytes) {
+    std::string label = shader;
+    if (label == "linear" || label == "linear_dp" || label == "linear_ds" ||
+        label == "linear_dp_ds") {
+      static const char* kKinds[] = {"f32", "bf16", "f16", "q2", "q4", "q8"};
+      label += std::string(" ") + kKinds[spec[1]] + " epi" + std::to_string(spec[2]) + " " +
+               std::to_string(push_bytes ? static_cast<const LinPush*>(push)->rows : gy) + "x" +
+               std::to_string(push_bytes ? static_cast<const LinPush*>(push)->cols : 0);
+    }
+    return label;
+  }
+
+  void Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
+                const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t local_size = kWG);
+  void Barrier(Rec& rc);
+
+  // The register-tiled prefill kernel sums int2/int4 products in f32 without flushing, exact while
+  // max|w| * 128 * cols < 2^24; GEMMA_VULKAN_MM=1 selects the 64x64 kernel (comparison runs).
+  bool UseRegisterTiled(const Linear& lin) const {
+    if (mm_kernel_ == 1) return false;
+    if (lin.kind == WeightKind::kQ2) return static_cast<int64_t>(lin.cols) * 2 * 128 < (1 << 24);
+    if (lin.kind == WeightKind::kQ4) return static_cast<int64_t>(lin.cols) * 8 * 128 < (1 << 24);
+    return true;
+  }
+
+  // Matrix units (linear_cm) take the SRQ integer path of int2/int4/int8 weights; int2/int4 sum in
+  // f32 without flushing, exact while max|w| * 128 * cols < 2^24 (int8 flushes every 512 columns).
+  // Dense (bf16 / f16) linears on matrix units: whole 16-byte weight vectors on 16-byte aligned
+  // bindings (rows of a multiple of 8 columns).
+  bool UseCoopDense(const DevLinear& d, const DevLinear* second) const {
+    if (!coop_ || !coop_dense_) return false;
+    for (const DevLinear* l : {&d, second}) {
+      if (!l) continue;
+      if (l->src->kind != WeightKind::kBF16 && l->src->kind != WeightKind::kF16) return false;
+      if (l->src->kind != d.src->kind || l->cols % 8 != 0) return false;
+      for (const DevLinear::Part& p : l->parts)
+        if (p.w.r.offset % 16 != 0) return false;
+    }
+    return true;
+  }
+
+  bool UseCoop(const Linear& lin, const Linear* second) const {
+    if (!coop_) return false;
+    for (const Linear* l : {&lin, second}) {
+      if (!l) continue;
+      if (l->kind != WeightKind::kQ2 && l->kind != WeightKind::kQ4 && l->kind != WeightKind::kQ8)
+        return false;
+      if (!(l->in_scale > 0) || l->kind != lin.kind) return false;
+      const int64_t maxw = l->kind == WeightKind::kQ2 ? 2 : l->kind == WeightKind::kQ4 ? 8 : 0;
+      if (static_cast<int64_t>(l->cols) * maxw * 128 >= (1 << 24)) return false;
+    }
+    return true;
+  }
+
+  // Appends linear.comp's defaults for the specialization constants missing before index n of
+  // `spec` (spec[k] is constant k + 1; PRO_N, constant 10, and ACC_COPIES, constant 22, default
+  // to 1, the others to 0).
+  static void PadLinearSpec(std::vector<uint32_t>& spec, size_t n) {
+    while (spec.size() < n) spec.push_back(spec.size() == 9 || spec.size() == 21 ? 1u : 0u);
+  }
+
+  // y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
+  // Returns whether `pj` was taken (EPI 4, DJ: the caller then records no dispatch for pj->proj).
+  bool LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride, const BufRange& y,
+                int y_stride, int y_off, int m, uint32_t epi = 0, const DevLinear* second = nullptr,
+                const BufRange* aux = nullptr, int aux_stride = 0, int aux_off = 0, int x_row0 = 0,
+                const Tail* tail = nullptr, uint32_t xq_mode = 0, const BufRange* xq = nullptr,
+                float next_in_s = 0.0f, const Pro* pro = nullptr, uint32_t xq_perm = 0,
+                const PleFuse* pj = nullptr);
+
+  // GEMMA_VULKAN_XQ_PERM=1: the kind code in whose packed-dot order gate/up writes the down
+  // projection's quantized input (one-token steps, where the down projection stages it in shared
+  // memory and multiplies with packed dot products); 0: natural order. Both ends ask this.
+  uint32_t XqPerm(const DevLinear& down) const {
+    if (!xq_perm_ || !int_dot_ || !xq_shared_) return 0;
+    const WeightKind k = down.src->kind;
+    if (k != WeightKind::kQ2 && k != WeightKind::kQ4) return 0;
+    const uint32_t xwords = std::max<uint32_t>(1, down.wstride * ElemsPerWord(k) / 4);
+    return xwords * 4 <= 16384 ? KindCode(k) : 0;
+  }
+
+  // The residual stream is h_ unless `h` is given.
+  void NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float scale, const Buf* wa, bool has_a,
+              const BufRange& a, int h_row0 = 0, const BufRange* h = nullptr);
+
+  // Records the model body for m tokens (inputs already in h_/tok_), then the head for rows
+  // [out_first, out_first + out_count) when out_count > 0.
+  // Layers [l_begin, l_end) (all by default); l_begin == 0 also records the step's prologue (PLE
+  // projection, first input norm, PLE rows).
+  void RecordBody(Rec& rc, int m, int splits, int l_begin = 0, int l_end = -1);
+
+  // The head; copy_out false leaves the readback copy to RecordHeadCopy (resident capture).
+  void RecordHead(Rec& rc, int out_first, int count, OutputMode mode, bool copy_out = true);
+  void RecordHeadCopy(Rec& rc, int count, OutputMode mode);
+
+  // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
+  // writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
+  void ZeroOneTokenScratch(VkCommandBuffer cmd);
+
+  // early (one-token steps of the early-submit path): the copies wait for the host's events,
+  // ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
+  // RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
+  // what follows it), else ev_in_ covers them too.
+  void RecordInputs(Rec& rc, int m, OutputMode mode, bool early = false);
+
+  // The PLE rows' and mask's copies (from the split staging or the main one) and a one-token
+  // step's scratch fills.
+  void RecordRestInputs(Rec& rc, int m, OutputMode mode, bool split);
+
+  // The split staging's copies of an early-submit step, after the host's second event.
+  void RecordSideInputs(Rec& rc) {
+    rc.side_pending = false;
+    dev_->WaitHostEvent(rc.cmd, ev_side_);
+    RecordRestInputs(rc, 1, rc.side_mode, true);
+  }
+
+  void Begin(VkCommandBuffer cmd, bool reusable) {
+    vkResetCommandBuffer(cmd, 0);
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = reusable ? 0 : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    if (vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
+      throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
+  }
+  void End(VkCommandBuffer cmd) {
+    if (vkEndCommandBuffer(cmd) != VK_SUCCESS)
+      throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
+  }
+
+  // Whether a one-token step at the current position runs the long-context attention (HPW).
+  bool LongContextStep() const { return attn_hpw_ > 1 && window_.cached() >= attn_hpw_from_; }
+
+  // The pre-recorded command buffer of one decoded token for an output mode (and context tier:
+  // LongContextStep).
+  VkCommandBuffer DecodeCommand(OutputMode mode);
+
+  // The resident decode step for an output mode: the one-token body and head captured as
+  // resident.comp operations (uploaded once), run by one dispatch of resident_wgs_ workgroups.
+  // Returns VK_NULL_HANDLE (and turns the resident path off) where the step cannot be captured.
+  VkCommandBuffer ResidentCommand(OutputMode mode);
+
+  // GEMMA_VULKAN_RESIDENT_PROFILE=1: the device clock after every grid barrier of argmax steps,
+  // summed per phase label; printed to stderr after 16 steps (clock units of the device: ns on
+  // NVIDIA).
+  void AccumulateProfile();
+
+  // One decoded token: the resident step where it is on, else (or after a resident step whose grid
+  // barrier timed out: the step is redone, the path turned off) the dispatch path.
+  void SubmitDecode(OutputMode mode);
+
+  // A one-token step's command buffer (DecodeCommand) submitted with its inputs already written
+  // (the resident path's fallback, and where it could not be captured): with early submission the
+  // buffer waits on the host's events, so they are set first (a wait nobody sets would hold the
+  // queue forever) and reset after.
+  void SubmitFilledDecode(VkCommandBuffer cb);
+
+  // GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
+  void NoteStepTimes(std::chrono::steady_clock::time_point t0,
+                     std::chrono::steady_clock::time_point t1);
+
+  // Test hooks: test-sized matrix-unit input slots and split-K regions in place of the step's,
+  // restored when the scope ends (an exception included).
+  class CoopSlotsSwap {
+   public:
+    CoopSlotsSwap(VulkanBackend& b, const Buf& slots, size_t slot_bytes, const Buf& parts,
+                  size_t part_bytes)
+        : b_(b),
+          slots_(b.xqc_),
+          parts_(b.partc_),
+          slot_bytes_(b.coop_slot_bytes_),
+          part_bytes_(b.coop_part_bytes_) {
+      b.xqc_ = slots;
+      b.partc_ = parts;
+      b.coop_slot_bytes_ = slot_bytes;
+      b.coop_part_bytes_ = part_bytes;
+    }
+    ~CoopSlotsSwap() {
+      b_.xqc_ = slots_;
+      b_.partc_ = parts_;
+      b_.coop_slot_bytes_ = slot_bytes_;
+      b_.coop_part_bytes_ = part_bytes_;
+    }
+    CoopSlotsSwap(const CoopSlotsSwap&) = delete;
+    CoopSlotsSwap& operator=(const CoopSlotsSwap&) = delete;
+
+   private:
+    VulkanBackend& b_;
+    const Buf slots_, parts_;
+    const size_t slot_bytes_, part_bytes_;
+  };
+
+  // Public to the free functions of vulkan_backend.h.
+ public:
+  // Runs one linear (epilogue 0 store, 1 gelu(lin) * second, 2 softcap) over n tokens on this
+  // backend's device, through the kernel a step of n tokens would use. Buffers are added per call.
+  std::vector<float> RunLinear(const Linear& lin, const Linear* second, const float* x, int n,
+                               uint32_t epi);
+
+  // Prefill attention on matrix units over m query rows (q[t][nh hd]) and the K / V cache rings
+  // k / v ([ring][nkv hd]; step.pos0 / step.m set): q split into hi + lo f16 rows (split_f16
+  // QROWS: [K/V head][token][group] order, a power of two per row), then attention_cm, 32 rows of
+  // one K/V head per workgroup, into out[t][nh hd].
+  void AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, const BufRange& v,
+                const BufRange& out, int nh, int nkv, int hd, int ring, int window, int m);
+
+  // Kernel test hook: AttnCmOp over uploaded q and K / V rings at position pos0 (empty where the
+  // device or the shape does not take the matrix-unit path).
+  std::vector<float> RunAttnCm(const float* q, const float* k, const float* v, int nh, int nkv,
+                               int hd, int ring, int window, int pos0, int m);
+
+  // One step over `tokens` with the `nth` dispatch labelled `label` (linear_dp or attention) run
+  // as its PROBE variant: per-stage device-clock times of its workgroups, as a markdown table.
+  std::string ProbeKernel(std::span<const int32_t> tokens, const std::string& label, int nth);
+
+  std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens);
+
+ private:
+  // Writes a step's inputs into the host staging buffer: step values, embedding rows, PLE rows
+  // and (select) the allowed mask.
+  // embed_rows.comp's kind code for a table it decodes (0: the host decodes it): bf16, f16, and
+  // quantized kinds with whole scale blocks, whose record (codes, then scales) is no longer than
+  // the f32 row the staging region holds.
+  static uint32_t GpuRowKind(const Embedding& e);
+  // u32 words of a token's record: the stored row (padded to a word), then its scale blocks.
+  static size_t GpuRowCodeWords(const Embedding& e) { return (e.row_bytes + 3) / 4; }
+  static size_t GpuRowRecordWords(const Embedding& e) {
+    return GpuRowCodeWords(e) + (IsQuantized(e.kind) ? size_t(e.scale_blocks) : 0);
+  }
+  // A token's record: the stored row, then (quantized kinds) its scales.
+  static void CopyGpuRowRecord(const Embedding& e, int32_t id, uint8_t* dst) {
+    std::memcpy(dst, e.data + size_t(id) * e.row_bytes, e.row_bytes);
+    if (IsQuantized(e.kind))
+      std::memcpy(dst + GpuRowCodeWords(e) * 4, e.scale + size_t(id) * e.scale_blocks,
+                  size_t(e.scale_blocks) * 4);
+  }
+  // The records of the staging region at byte `off` decoded into m rows of `out` (f32).
+  void RecordGpuRows(Rec& rc, const Embedding& e, VkDeviceSize off, const BufRange& out, int m);
+
+  // `beside` (prompt chunks): run as one more task of the fill's pool, task 0, so it starts at once
+  // beside the rows' tasks (after them without a pool or below 64 tokens); its exception, if any,
+  // is rethrown here after the rows are written.
+  void FillInputs(std::span<const int32_t> tokens, OutputMode mode,
+                  const std::vector<uint64_t>* allowed,
+                  const std::function<void()>* beside = nullptr);
+
+  // The step's position and token count (the step buffer's values) at the staging buffer's start.
+  // Then (words 4-7) the step values of a prompt chunk's trailing shared layers, run for its last
+  // position alone (RecordPromptStep).
+  void WriteStepValues(int m);
+
+  // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
+  // each (the staging memory may be uncached, where element-by-element stores are slow). The
+  // embedding row first, then the PLE rows (the split staging when there is one).
+  void FillOneTokenRow(int32_t token);
+  void FillOneTokenSide(int32_t token);
+  void FillMask(int m, const std::vector<uint64_t>* allowed);
+
+  // A one-token step submitted before its inputs are written (GEMMA_VULKAN_EARLY_SUBMIT): the
+  // command buffer waits on ev_in_ for the position and embedding row and on ev_side_ for the PLE
+  // rows and mask (RecordInputs), so vkQueueSubmit and the PLE rows' decode run while the GPU
+  // starts. The events are set on every path (a throw would otherwise leave the queue waiting).
+  void EarlyDecode(int32_t token, OutputMode cmd_mode, OutputMode fill_mode,
+                   const std::vector<uint64_t>* allowed);
+
+  // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
+  // with one output row (the last) or none, the layers from Model::shared_tail() (they feed only
+  // their own position's logits) run for that row alone
+  // (moved to row 0, the step's position and count rewritten on the device) or are skipped.
+  // Returns the row the head reads from (out_first, or 0 after the move).
+  int RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int count);
+
+  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
+                ForwardResult* out);
+
+  void ReadHead(int count, OutputMode mode, ForwardResult* out);
+
+  const Model& model_;
+  const TextConfig& cfg_;
+  VulkanOptions vopt_;
+  KernelConfig kc_;  // the kernel choices set (options, then GEMMA_VULKAN_KERNELS)
+  int Knob(const char* name, int fallback) const { return kc_.Get(name, fallback); }
+  BackendOptions options_;
+  bool planned_ = false;  // PlanGeometry has run
+  int capacity_ = 0, slack_ = 0, sliding_ring_ = 0, chunk_ = 1;
+  CacheWindow window_;
+  std::vector<int32_t> history_;  // committed tokens, replayed after a device rebuild
+  bool broken_ = false;
+  int rebuilds_ = 0;
+
+  std::unique_ptr<Device> dev_;
+  uint32_t lanes_ = 32;
+  int mm_kernel_ = 1;          // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)
+  uint32_t lanes_k_ = 6;       // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
+  bool attn_tiled_ = false;    // prefill attention through attention_tiled
+  bool fuse_tails_ = true;     // one-token steps fold residual norms into the preceding linear
+  bool cnorm_ = false;         // one-token steps apply residual norms in the next linear (Pro)
+  bool fuse_rope_ = false;     // one-token steps: q/k norm + RoPE inside attention_rope
+  bool xq_shared_ = true;      // matvecs stage a pre-quantized input in shared memory
+  bool xq_perm_ = false;       // gate/up writes the down projection's input in packed-dot order
+  bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
+  bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
+  bool attn_fused_rope_ = true;     // ... with qkrope's work inside (ROPE)
+  uint32_t attn_fused_mode_ = 0;    // ... 0: the last split merges, 1: a second dispatch merges
+  bool attn_vpf_ = true;            // ... the next block's V rows loaded with its K rows (VPF)
+  uint32_t attn_fused_dbg_ = 0;     // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
+  uint32_t attn_hpw_ = 2;           // ... GEMMA_VULKAN_ATTN_HPW (HPW; full-attention layers)
+  int attn_hpw_from_ = 12288;       // ... from this position on (GEMMA_VULKAN_ATTN_HPW_FROM)
+  int extra_dispatches_ = 0;        // GEMMA_VULKAN_EXTRA_DISPATCHES (timing only)
+  uint32_t attn_kw_ = 0;            // ... keys per row group and block (0: by head dim)
+  uint32_t attn_mb_ = 16;           // ... partials per round of the merge
+  bool attn_vec_ = true;            // ... 16-byte loads (VEC)
+  uint32_t attn_rl_max_ = 64;       // ... at most this many lanes per key row
+  bool attn_nc_merge_ = true;       // ... MODE 0: partials read through the read-only alias
+  bool attn_fence_ = true;          // ... MODE 0: an acquire-release arrival atomic (FENCE)
+  int fused_splits_ = 0;            // ... key splits (0: by compute units)
+  bool splits_set_ = false;         // the decode splits were set (options or environment)
+  bool ple_fuse_ = true;            // one-token PLE projection in the gate's workgroups (EPI 4)
+  uint32_t ple_lanes_ = 64;         // ... lanes per gate row (0: the general choice)
+  bool down_fuse_ = true;           // one-token down projection in gate/up's workgroups (DJ)
+  int down_fuse_wgs_ = 0;           // ... gate/up's workgroup cap there (0: mv_wgs_)
+  bool down_fuse_late_ = true;      // ... the down words loaded after the multiply
+  bool down_fuse_pairs_ = true;     // ... from a pair-major copy
+  uint32_t down_fuse_copies_ = 4;   // ... copies of the sums
+  bool head_norm_ = true;           // one-token decode steps: the last norms in the head's prologue
+  bool dense_prefetch_ = true;      // FXW linears looping over blocks: the next block's early
+  bool reduce_last_ = true;         // logits_reduce in one dispatch (LAST)
+  bool head_nocap_ = false;         // GEMMA_VULKAN_HEAD_NOCAP (timing only)
+  bool mv_prefetch_block_ = true;   // FAST linears looping over blocks: the next block's early
+  uint32_t mv_prefetch_early_ = 2;  // ... the first block's at the start, grids <= this per unit
+  uint32_t mv_prefetch_early_set_ = 7;  // ... for these linears (bits above)
+  bool mv_prefetch_early_late_ = true;  // ... issued after a norm prologue's operand loads
+  static int RoundUp32(int n) { return (n + 31) / 32 * 32; }
+  int FusedSplits(int nh) const {
+    const int cu = static_cast<int>(dev_->compute_units());
+    int s = fused_splits_ > 0                          ? fused_splits_
+            : splits_set_ || dev_->is_cpu() || cu == 0 ? splits_
+                                                       : cu / nh;
+    // (the merge holds 8 splits per lane of the smallest subgroup the driver may pick)
+    return std::clamp(s, 1, std::min(256, 8 * static_cast<int>(dev_->min_subgroup_size())));
+  }
+  // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
+  // false where the kernel does not fit (then the three-kernel path runs).
+  bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
+    if (!attn_fused_ || attn_dec_ || hd <= 0) return false;
+    // A key row's lanes lie within the smallest subgroup the driver may pick.
+    uint32_t r = 1;
+    while (r * 2 <= std::min(dev_->min_subgroup_size(), attn_rl_max_) && hd % (4 * r) == 0) r *= 2;
+    const uint32_t d = static_cast<uint32_t>(hd) / r;
+    if (hd % (2 * r) != 0 || d < 2 || d > 16 || kWG % dev_->subgroup_size() != 0) return false;
+    *rl = r;
+    *dpl = d;
+    *kw = attn_kw_ > 0 ? attn_kw_ : std::clamp(32u / d, 1u, 4u);
+    return true;
+  }
+  uint32_t mv_lanes_min_ = 4;     // one-token integer matvecs: fewest lanes per row (CLUSTER < SG)
+  uint32_t mv_lanes_vec_ = 3;     // ... chosen for about this many 16-byte vectors per lane
+  int mv_wgs_ = 0;                // one-token linears: workgroup cap (0 = one per row block)
+  uint32_t mv_max_rows_ = 32768;  // ... for parts of at most this many rows
+  int mv_wgs_long_ = 0;           // the cap for longer parts (0: none)
+  uint32_t dense_lanes_ = 32;     // one-token dense rows of <= 8 x this many vectors: lanes per row
+  int dense_wgs_ = 0;             // ... their workgroup cap (0: mv_wgs_)
+  bool pack_atomic_ = false;      // the prologue packs with atomics (linear.comp PACK_ATOMIC)
+  bool rms_all_ = false;          // every invocation evaluates the RMS factor (RMS_ALL)
+  bool rms_fast_ = true;          // the prologues' RMS factors by Newton steps (RMS_FAST)
+  bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
+  bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears
+  uint32_t mv_dbg_ = 0;           // linear.comp DBG (measurement only)
+  bool dense_vec4_ = true;        // one-token dense rows read a vec4-staged input (FXW)
+  bool int_dot_ = false;          // matvecs use packed integer dot products (linear_dp)
+  bool mv_fast_ = true;           // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
+  uint32_t mv_dual_loop_ = 1;     // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
+  uint32_t mv_pair_loop_ = 2;     // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
+  uint32_t atomic_dbg_ = 0;       // GEMMA_VULKAN_ATOMIC_DBG (timing only)
+  bool pro_vec_ = false;          // GEMMA_VULKAN_PRO_VEC: the prologue on 16-byte operand loads
+  bool head_pro_vec_ = false;     // GEMMA_VULKAN_HEAD_PRO_VEC: the head's prologue too
+  uint32_t mv_xcm_ = 1;  // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
+  bool coop_ = false;    // prefill SRQ (and dense) linears on matrix units (linear_cm)
+  std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
+  std::vector<float> fill_row_;            // a one-token step's rows before the staging copy
+  int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots
+  static constexpr int kCoopSlots = 4;
+  Buf xqc_;  // linear_cm's quantized inputs, kCoopSlots slots
+  size_t coop_slot_bytes_ = 0;
+  uint32_t coop_ld_max_ = 0;
+  int coop_next_ = 0, coop_slot_[2] = {0, 0};
+  // The next of the rotating input slots (with its split-K region).
+  int TakeCoopSlot() {
+    const int slot = coop_next_;
+    coop_next_ = (coop_next_ + 1) % kCoopSlots;
+    return slot;
+  }
+  BufRange CoopSlot(int i) const {
+    return BufRange{xqc_.r.buf, xqc_.r.offset + coop_slot_bytes_ * i, coop_slot_bytes_, nullptr};
+  }
+  // Split-K partial sums, one region per quantized-input slot (the same rotation keeps them apart).
+  static constexpr uint32_t kCoopTargetTiles = 264;  // output tiles wanted in flight (2 per SM)
+  int coop_splitk_ = 0;
+  bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
+  bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
+  vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
+  bool gpu_rows_ = false;  // prompt chunks' rows decoded by embed_rows.comp (GEMMA_VULKAN_GPU_ROWS)
+  bool record_beside_ = true;  // prompt chunks recorded beside the rows' fill (..._RECORD_BESIDE)
+  // Recorded prompt chunks kept for replay, by (tokens, first output, outputs, mode).
+  struct PromptKey {
+    int m = 0, out_first = -1, count = -1, mode = -1;
+    bool operator==(const PromptKey&) const = default;
+  };
+  struct PromptCmd {
+    PromptKey key;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    int out_first = 0;  // RecordPromptStep's value
+    uint64_t used = 0;  // the clock at its last use
+  };
+  std::vector<PromptCmd> prompt_cmds_;
+  uint64_t prompt_cmd_clock_ = 0;
+  int chunk_cache_ = 4;      // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
+  bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
+  int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
+  VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written
+  VkEvent ev_side_ = VK_NULL_HANDLE;  // ... once the PLE rows and the mask are
+  std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
+  int probe_twice_ = 0;      // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
+  bool probe_all_ = false;   // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
+  Buf probe_sink_;           // ... where the ones not reported write
+  int empty_mode_ = 0;       // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
+  int flag_every_ = 0;       // GEMMA_VULKAN_FLAG_EVERY: =8's pipeline barriers kept (every k-th)
+  uint32_t flag_split_ = 1;  // GEMMA_VULKAN_FLAG_SPLIT: =8's counter lines per dispatch
+  // GEMMA_VULKAN_EMPTY=9: 16-byte weight vectors per invocation (GEMMA_VULKAN_EMPTY_VECS), the
+  // weight region's vec4s (GEMMA_VULKAN_EMPTY_WMB MiB, at most the storage-buffer range), extra
+  // reduction rounds (GEMMA_VULKAN_EMPTY_RED), atomic adds per invocation (..._ATOMS) and more
+  // vectors read with the input (..._INV)
+  uint32_t min_vecs_ = 3, min_wn_ = 64, min_red_ = 0, min_atoms_ = 0, min_inv_ = 0;
+  uint32_t empty_code_ = 8;    // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
+  int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
+  bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
+  uint32_t coop_bm_ = 64;
+  bool attn_cm_ = false;      // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
+  uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC
+  uint32_t attn_cm_rot_ = 1;  // GEMMA_VULKAN_ATTN_CM_ROT: its key blocks in a rotated order
+  // attention_cm's 64-dim chunks of a head (its build: attention_cm1 / 4 / 8); q's split rows
+  // hold 8 x that many 16-byte vectors.
+  static uint32_t AttnCmChunks(int hd) { return hd <= 64 ? 1u : hd <= 256 ? 4u : 8u; }
+  // attention_cm's shapes: head dims up to 512 in 16-byte vectors, query heads per K/V head
+  // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot
+  // and their split_f16 workgroups (one a row) within the guaranteed grid height.
+  bool AttnCmShape(int hd, int nh, int nkv, int m) const {
+    const int group = nh / nkv;
+    if (hd % 4 != 0 || hd > 512 || nh % nkv != 0 || group > 32 || 32 % group != 0) return false;
+    const size_t rows = size_t(m) * nh + 32;
+    return rows - 32 <= 65535 && rows * AttnCmChunks(hd) * 8 * 16 <= coop_slot_bytes_ &&
+           rows * 4 <= coop_part_bytes_;
+  }
+  bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
+  Buf partc_;
+  size_t coop_part_bytes_ = 0;
+  BufRange CoopPart(int i) const {
+    return BufRange{partc_.r.buf, partc_.r.offset + coop_part_bytes_ * i, coop_part_bytes_,
+                    nullptr};
+  }
+  int splits_ = 1;
+  size_t weight_bytes_ = 0;
+  std::vector<DevLayer> layers_;
+  DevLinear ple_proj_, lm_head_;
+  Buf ple_norm_, final_norm_;
+  std::vector<float> inv_s_, inv_f_;
+  int rot_s_ = 1, rot_f_ = 1;
+  Buf rope_s_, rope_f_;
+  std::vector<CacheSlot> slots_;
+  Buf pacc_;
+  Buf flags_;  // GEMMA_VULKAN_EMPTY=7: phase counters  // EPI 4: int32 sums of each layer's PLE
+               // projection
+  Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_,
+      res_, mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
+  size_t xq_region_ = 0;
+  size_t in_x0_off_ = 0, in_tok_off_ = 0, in_mask_off_ = 0;
+  Buf in_side_;  // one-token steps' PLE rows and mask (host memory)
+  size_t in_side_mask_off_ = 0;
+  bool upload_split_ = true;  // GEMMA_VULKAN_UPLOAD_SPLIT
+  int head_rows_ = 1, nblocks_ = 1;
+  uint32_t vocab_block_ = kVocabBlock;
+  std::array<std::array<VkCommandBuffer, 4>, 2> decode_cmd_{};  // [long context][mode]
+  VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
+  int decode_dispatches_ = 0, decode_barriers_ = 0;
+  // Resident decode (resident.comp).
+  int resident_wgs_ = 0;
+  uint32_t resident_spin_ = 1u << 22;
+  bool resident_ = false;
+  std::array<VkCommandBuffer, 4> resident_cmd_{};
+  std::array<Buf, 4> ops_buf_{};
+  Buf grid_, flag_host_;  // {arrivals, error} and its host copy
+  int resident_ops_ = 0, resident_phases_ = 0, resident_fallbacks_ = 0;
+  std::string resident_note_;  // why the resident path is off (where it was asked for)
+  bool resident_profile_ = false;
+  Buf prof_, prof_host_;
+  Buf reduce_cnt_;
+  std::vector<std::string> phase_labels_;
+  std::map<std::string, double> prof_sum_;
+  double prof_total_ = 0;
+  int prof_steps_ = 0;
+};
+
+}  // namespace gemma::vulkan_internal

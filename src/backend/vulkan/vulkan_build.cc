@@ -1,0 +1,746 @@
+#include "backend/vulkan/vulkan_backend_impl.h"
+
+namespace gemma::vulkan_internal {
+
+void VulkanBackend::Build() {
+  dev_.reset();
+  for (auto& tier : decode_cmd_) tier.fill(VK_NULL_HANDLE);
+  prefill_cmd_ = VK_NULL_HANDLE;
+  prompt_cmds_.clear();  // (their command buffers went with the device)
+  weight_bytes_ = 0;
+  // The kernel choices: the options', then the developer override (GEMMA_VULKAN_KERNELS).
+  kc_ = vopt_.kernels;
+  kc_.Apply(KernelConfig::FromEnvironment());
+  vk::DeviceOptions dopt;
+  dopt.index = vopt_.device_index;
+  dopt.skip_cpu = vopt_.skip_cpu_devices;
+  dopt.spin_us = Knob("SPIN_US", -1);
+  dopt.pipeline_stats = Knob("PIPE_STATS", 0) != 0;
+  dopt.pipeline_dump_dir = vopt_.pipeline_dump_dir;
+  dev_ = std::make_unique<Device>(dopt);
+  if (!planned_) PlanGeometry();
+  lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
+  // Kernel-variant knobs for comparison runs (the defaults are the measured best).
+  // linear_mm2 is opt-in: its spec-constant build ran 2x slower than linear_mm on the H200 and
+  // its unrolled build has not completed a run there (bench/journal/2026-11-sessions.md, Vulkan,
+  // 2026-11-29 v5).
+  mm_kernel_ = Knob("MM", 1);
+  lanes_k_ = static_cast<uint32_t>(std::max(1, Knob("LANES_K", 6)));
+  // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
+  // the per-query kernel: off unless asked for.
+  attn_tiled_ = Knob("ATTN_TILED", 0) != 0;
+  // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products,
+  // 3 / 4: four (hd <= 256) / two queries per subgroup sharing each K/V load (f32 dots,
+  // hd % 4 == 0); 4 measured fastest on the H200 (bench/journal/2026-11-sessions.md).
+  attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_ ? std::clamp(Knob("ATTN_PF", 4), 0, 4) : 0;
+  fuse_tails_ = Knob("TAILS", 1) != 0;
+  // Residual norms in the next linear's prologue (linear.comp PRO) instead of the last
+  // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
+  // H200 (bench/journal/2026-11-sessions.md, fifth session). Off by default where resident decode
+  // is asked for (the resident kernel runs the tails).
+  const bool resident_asked = vopt_.resident_workgroups > 0 ||
+                              (vopt_.resident_workgroups < 0 && Knob("RESIDENT_WGS", 0) != 0);
+  cnorm_ = Knob("CNORM", resident_asked ? 0 : 1) != 0;
+  // Opt-in: q/k norm + RoPE in the decode attention (one dispatch and one barrier fewer per
+  // layer); measured slower on the H200 (3.83 against 3.67 ms per token; ninth session 2.85
+  // against 2.50).
+  fuse_rope_ = Knob("FUSE_ROPE", 0) != 0;
+  const int fill_threads =
+      std::clamp(Knob("FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())), 1, 8);
+  if (!fill_pool_ || fill_pool_->size() != fill_threads)
+    fill_pool_ = fill_threads > 1 ? std::make_unique<ThreadPool>(fill_threads) : nullptr;
+  xq_shared_ = Knob("XQ_SHARED", 1) != 0;
+  // One-token linears with a capped grid (each workgroup loops over row blocks): N workgroups,
+  // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
+  // -4 measured best on the H200 with the consumer norms (-3: 3.25, -6: 3.41, -8: 3.38 ms).
+  mv_wgs_ = Knob("MV_WGS", -4);
+  if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
+  // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
+  // per layer); slower on the H200 before the sixth session's merge (3.97 against 3.68 ms per
+  // token), then equal (2.80 against 2.80-2.81), slower with the ninth session's kernels (2.79
+  // against 2.50-2.51; bench/journal/2026-11-sessions.md).
+  attn_combine_ = Knob("ATTN_COMBINE", 0) != 0;
+  // One-token decode attention as attn_fused.comp (q/k norm + RoPE and the key splits in one
+  // dispatch, f32 dot products; 2.15-2.18 against 2.44-2.47 ms per token for the three kernels
+  // on the H200, bench/journal/2026-11-sessions.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0
+  // restores qkrope + attention + attn_combine; _ROPE=0 keeps qkrope's dispatch; _MODE=0 (default)
+  // merges the splits in the last split's workgroup, 1 in a second dispatch over (heads x dim
+  // blocks) (MODE 0 with its arrival as one acquire-release atomic and the partials read through
+  // the read-only alias, FENCE + NC_MERGE below: 2.08-2.13 against 2.15-2.17 ms per token, 2.29
+  // against 2.30 at 4,096 context on the H200; with coherent loads 2.18-2.26 against 2.15,
+  // bench/journal/2026-11-sessions.md eleventh session); GEMMA_VULKAN_ATTN_KW sets the keys per row
+  // group and block. Off where resident decode is asked for (its kernel runs the three). Opt-in
+  // since issue 34: its f32 softmax and sums differ from the reference's double ones by ~1e-7
+  // relative, enough to move an SRQ rounding of o_proj's input now and then; the flip lands in the
+  // residual and the next layers' K/V rows and moves later steps' logits by several head quanta
+  // (beyond the documented allowance). The three-kernel path is double, as the reference
+  // (vulkan_diff_test).
+  attn_fused_ = Knob("ATTN_FUSED", 0) != 0;
+  attn_fused_rope_ = Knob("ATTN_FUSED_ROPE", 1) != 0;
+  attn_fused_mode_ = Knob("ATTN_FUSED_MODE", 0) != 0 ? 1u : 0u;
+  attn_kw_ = static_cast<uint32_t>(std::clamp(Knob("ATTN_KW", 0), 0, 8));
+  // Key splits of the fused attention: one workgroup per compute unit over the heads (a single
+  // wave, its ~140-180 registers allow one per unit), the decode splits where they are set or
+  // on CPU devices; GEMMA_VULKAN_ATTN_FUSED_SPLITS overrides.
+  fused_splits_ = Knob("ATTN_FUSED_SPLITS", 0);
+  splits_set_ = vopt_.decode_splits > 0 || kc_.Has("SPLITS");
+  // The merge's partials per round (tests: fewer, so that the fixtures' contexts take several).
+  attn_mb_ = static_cast<uint32_t>(std::clamp(Knob("ATTN_MB", 16), 1, 16));
+  // 16-byte cache loads where a lane holds a multiple of 8 dims (VEC); lanes per key row
+  // capped (tests: so that the fixtures' small heads take VEC).
+  attn_vec_ = Knob("ATTN_VEC", 1) != 0;
+  attn_rl_max_ = static_cast<uint32_t>(std::clamp(Knob("ATTN_RL", 64), 1, 64));
+  // MODE 0's arrival count as one acquire-release atomic (FENCE) instead of full barriers, and
+  // the last split's reads of the partials through the read-only alias (NC_MERGE) instead of
+  // the coherent binding (the merge 4.5 against 5.9 us in the probes).
+  attn_fence_ = Knob("ATTN_FENCE", 1) != 0;
+  attn_nc_merge_ = Knob("ATTN_NC_MERGE", 1) != 0;
+  // The next key block's V rows loaded with its K rows (attn_fused VPF): 1.796 against 1.890 ms
+  // per token at 4,096 context on the H200 (the attention 545 against 594 us timestamped), equal
+  // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/journal/2026-11-sessions.md, fifteenth
+  // session).
+  attn_vpf_ = Knob("ATTN_VPF", 1) != 0;
+  attn_fused_dbg_ = static_cast<uint32_t>(Knob("ATTN_FUSED_DBG", 0));
+  // Two query heads of a K/V head per attn_fused workgroup in the full-attention layers from
+  // position attn_hpw_from_ on (each cache row loaded serves both: half the L2 reads, twice
+  // the splits): 2.07 against 2.26 ms per token at 32K context on the H200, slower at 512 and
+  // 4,096 (bench/journal/2026-11-sessions.md, twenty-first session). One-token steps from that
+  // position on run a second pre-recorded command buffer.
+  attn_hpw_ = static_cast<uint32_t>(std::clamp(Knob("ATTN_HPW", 2), 1, 2));
+  attn_hpw_from_ = std::max(0, Knob("ATTN_HPW_FROM", 12288));
+  extra_dispatches_ = std::clamp(Knob("EXTRA_DISPATCHES", 0), 0, 16);
+  // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
+  // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
+  // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
+  ple_fuse_ = Knob("PLE_FUSE", 1) != 0;
+  // ... with blocks of 4 rows (kWG / 4 lanes per row: twice the workgroups of the general
+  // choice for E2B's gate, one projection word per row and block): 2.02-2.04 against 2.08-2.20
+  // ms per token on the H200 (bench/journal/2026-11-sessions.md, eleventh session); 0: the general
+  // choice.
+  ple_lanes_ =
+      static_cast<uint32_t>(std::clamp(Knob("PLE_LANES", static_cast<int>(kWG / 4)), 0, 256));
+  if (ple_lanes_ > 0) ple_lanes_ = std::bit_floor(ple_lanes_);
+  // One-token steps: gate/up's workgroups also multiply the down projection's columns of their
+  // rows and add the int32 sums atomically (linear.comp DJ / PRO_T): no down dispatch.
+  down_fuse_ = Knob("DOWN_FUSE", 1) != 0;
+  // ... gate/up's workgroup cap there (-k: k per compute unit; 0: the matvec cap): fewer
+  // workgroups, fewer atomics (each adds the sums of all its blocks once).
+  down_fuse_wgs_ = Knob("DOWN_FUSE_WGS", 0);
+  // ... the down projection's words loaded after gate/up's multiply instead of before it, read
+  // from a pair-major copy of the down weights (coalesced: a block's words of all rows
+  // contiguous; +157 MiB on E2B) instead of 8 bytes per row from the row-major matrix, and the
+  // sums in 4 copies (the workgroups' atomics spread over more addresses; the consumer adds
+  // the copies): 1.865 / 1.878 against 2.024-2.178 ms per token without the fusion, 1.961 /
+  // 1.966 without the pair-major copy (8 copies); 4 copies 1.851 / 1.853 against 1.863-1.978
+  // for 8 and 1.867-1.896 for 16 (bench/journal/2026-11-sessions.md, thirteenth session).
+  down_fuse_late_ = Knob("DOWN_FUSE_LATE", 1) != 0;
+  down_fuse_pairs_ = Knob("DOWN_FUSE_PAIRS", 1) != 0;
+  // One-token decode steps: the last layer's residual norm and the final norm in the LM head's
+  // prologue (its grid capped), not two norm dispatches and the residual's copy: the norms 8.7
+  // against 23.0 us per token, the head 74.5 against 71.7 (bench/journal/2026-11-sessions.md,
+  // thirteenth session).
+  head_norm_ = Knob("HEAD_NORM", 1) != 0;
+  // One-token FAST linears whose workgroups loop over several row blocks (the LM head): the
+  // next block's weight vectors loaded before this block's multiply (linear.comp PFB): the head
+  // 64.5 / 65.0 against 74.0 / 73.0 us per token (bench/journal/2026-11-sessions.md, thirteenth
+  // session).
+  mv_prefetch_block_ = Knob("MV_PREFETCH_BLOCK", 1) != 0;
+  // ... and the first block's vectors at the kernel's start where a grid has at most this many
+  // workgroups per compute unit (linear.comp PFE; set bits: 1 linears without a prologue, 2 the
+  // PLE gate, 4 other prologue linears): 1.594-1.596 against 1.607-1.612 ms per token.
+  mv_prefetch_early_ = static_cast<uint32_t>(std::max(0, Knob("MV_PREFETCH_EARLY", 2)));
+  mv_prefetch_early_set_ =
+      static_cast<uint32_t>(std::clamp(Knob("MV_PREFETCH_EARLY_SET", 7), 0, 7));
+  // ... issued after a norm prologue's operand loads, which otherwise queue behind them
+  // (PFE_LATE; with the PLE gate in the set: 1.567-1.576 against 1.594-1.597 ms per token on the
+  // H200, bench/journal/2026-11-sessions.md eighteenth session).
+  mv_prefetch_early_late_ = Knob("MV_PREFETCH_EARLY_LATE", 1) != 0;
+  // ... and the dense one-token linears with a staged input (FXW): the bf16 PLE model
+  // projection.
+  dense_prefetch_ = Knob("DENSE_PREFETCH", 1) != 0;
+  // The head's argmax / pick: one logits_reduce dispatch whose last block per row merges
+  // (LAST); 0: a second dispatch merges.
+  reduce_last_ = Knob("REDUCE_LAST", 1) != 0;
+  // (timing only) GEMMA_VULKAN_HEAD_NOCAP=1: the LM head without its softcap (wrong logits).
+  head_nocap_ = Knob("HEAD_NOCAP", 0) != 0;
+  down_fuse_copies_ = static_cast<uint32_t>(std::clamp(Knob("DOWN_FUSE_COPIES", 4), 1, 16));
+  if (down_fuse_wgs_ < 0)
+    down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
+  // The down projection's quantized input written in its packed-dot order by gate/up (the
+  // down projection stages plain words instead of four byte gathers per word): 2.60 / 2.57
+  // against 2.65 / 2.62 ms per token on the H200 (bench/journal/2026-11-sessions.md, seventh
+  // session).
+  xq_perm_ = Knob("XQ_PERM", 1) != 0;
+  // 4 (rows of 1,536 int2 / int4 columns on 8 / 16 lanes): 2.91 against 3.30 ms per token on the
+  // H200 in one run (bench/journal/2026-11-sessions.md, fifth session); 32 = a subgroup or more per
+  // row.
+  mv_lanes_min_ = static_cast<uint32_t>(std::clamp(Knob("MV_LANES", 4), 4, 256));
+  mv_lanes_min_ = std::bit_floor(mv_lanes_min_);
+  mv_lanes_vec_ = static_cast<uint32_t>(std::clamp(Knob("MV_LANES_VEC", 3), 1, 64));
+  mv_max_rows_ = static_cast<uint32_t>(std::max(1, Knob("MV_MAX_ROWS", 32768)));
+  // One-token dense (bf16 / f16) rows of at most 8 x DENSE_LANES 16-byte vectors (E2B's 1,536-
+  // and 2,048-column linears): this many lanes per row (a row's sum within one subgroup: no
+  // shared reduction or barrier per block) and at most DENSE_WGS workgroups (-k: k per compute
+  // unit; fewer copies of the norm prologue). bench/journal/2026-11-sessions.md, twenty-second
+  // session.
+  dense_lanes_ = static_cast<uint32_t>(std::max(0, Knob("DENSE_LANES", 32)));
+  dense_wgs_ = Knob("DENSE_WGS", -2);
+  if (dense_wgs_ < 0) dense_wgs_ = -dense_wgs_ * static_cast<int>(dev_->compute_units());
+  // Opt-in: the longer matrices (the LM head) capped at their own count (-k: k per compute
+  // unit); 0 = a workgroup per row block.
+  mv_wgs_long_ = Knob("MV_WGS_LONG", 0);
+  if (mv_wgs_long_ < 0) mv_wgs_long_ = -mv_wgs_long_ * static_cast<int>(dev_->compute_units());
+  // Opt-in: the norm prologue packs its quantized bytes with shared-memory atomics (the
+  // previous default) instead of subgroup shuffles.
+  pack_atomic_ = Knob("PACK_ATOMIC", 0) != 0;
+  // Opt-in: the prologue's RMS factors evaluated by every invocation (one barrier fewer each).
+  rms_all_ = Knob("RMS_ALL", 0) != 0;
+  // The prologues' RMS factors by Newton steps instead of a double division and square root
+  // (linear.comp RMS_FAST; 1.531 / 1.539 against 1.558 / 1.554 ms on the H200).
+  rms_fast_ = Knob("RMS_FAST", 1) != 0;
+  // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
+  // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
+  share_x_ = Knob("SHARE_X", 1) != 0;
+  // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
+  // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
+  // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token
+  // with PRO_VEC off on the H200's E2B QAT decode (2.13 -> 2.37 ms, issue 34). Dense models keep
+  // f32 sums (their contract with the reference is a tolerance).
+  dsum_ = false;
+  for (const LayerWeights& w : model_.layer_weights())
+    for (const Linear* l :
+         {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate, &w.ple_proj})
+      dsum_ = dsum_ || (l->data && l->in_scale > 0.0f);
+  // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
+  // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
+  // words by register values (linear.comp DBG).
+  mv_dbg_ = static_cast<uint32_t>(std::clamp(Knob("MV_DBG", 0), 0, 15));
+  dense_vec4_ = Knob("DENSE_VEC4", 1) != 0;
+  int_dot_ = dev_->int_dot() && Knob("DP", 1) != 0;
+  mv_fast_ = Knob("MV_FAST", 1) != 0;
+  // One-token gate/up with both weight sets' vectors loaded in one loop (linear.comp DUAL_LOOP):
+  // 1.709 / 1.718 against 1.732 / 1.732 ms per token on the H200, gate/up 196-199 against
+  // 212-217 us per token on the int4 layers, 324-329 against 333-337 on the int2 ones
+  // (bench/journal/2026-11-sessions.md, fifteenth session); 0: a loop per weight set.
+  mv_dual_loop_ = static_cast<uint32_t>(std::clamp(Knob("MV_DUAL_LOOP", 1), 0, 4));
+  // ... and single weight sets with two of a lane's vectors loaded per iteration (PAIR_LOOP):
+  // 1.675 / 1.680 against 1.703 / 1.698 ms per token on the H200, q 222-223 against 236-238 us
+  // per token, o 158-159 against 169-173 (bench/journal/2026-11-sessions.md, fifteenth session).
+  // The value is the vectors in flight (1-4; DUAL_LOOP's per set), 0 / 1 a vector an iteration.
+  mv_pair_loop_ = static_cast<uint32_t>(std::clamp(Knob("MV_PAIR_LOOP", 2), 0, 4));
+  // The FAST int2 / int4 linears' shared input chunk-major (linear.comp XCM): a row's lanes read
+  // consecutive 16-byte chunks instead of chunks 64 (int2) / 32 (int4) bytes apart. Bits: 1 int2,
+  // 2 int4. H200: 1.652 / 1.659 against 1.696 / 1.696 ms per token with both, int2 gate/up 285
+  // against 325 us per token, the LM head 45 against 65; int4 alone gained nothing (1.660 / 1.660
+  // with int2 only against 1.664 / 1.665 with both; bench/journal/2026-11-sessions.md, sixteenth
+  // session).
+  mv_xcm_ = static_cast<uint32_t>(std::clamp(Knob("MV_XCM", 1), 0, 3));
+  // Measurement only (wrong results): the PLE gate's (1) / gate/up's (2) integer atomics for the
+  // upper half of the rows skipped (linear.comp ADBG): what the atomics cost their phase and the
+  // prologue reading their sums.
+  atomic_dbg_ = static_cast<uint32_t>(std::clamp(Knob("ATOMIC_DBG", 0), 0, 3));
+  // The norm prologues' columns 8 per invocation on 16-byte operand loads, whole words packed in
+  // registers (linear.comp PRO_VEC): 1.609 / 1.611 against 1.665 / 1.663 ms per token, but off:
+  // on the H200 it moved SRQ roundings against the CPU reference in 3 of 4 random QAT models
+  // that pass without it (issue 34, bench/journal/2026-12-02-issue34.md; cause not found, as for
+  // the LM head's prologue below), on lavapipe it is exact.
+  pro_vec_ = Knob("PRO_VEC", 0) != 0;
+  // (investigation only) the LM head's prologue on PRO_VEC too:
+  // HeadNormInPrologueMatchesNormKernels found its logits differing on the H200 after argmax
+  // steps (bench/journal/2026-11-sessions.md, seventeenth and eighteenth sessions).
+  head_pro_vec_ = Knob("HEAD_PRO_VEC", 0) != 0;
+  coop_ = dev_->coop_matrix() && Knob("CM", 1) != 0;
+  // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
+  attn_dec_ = dev_->subgroup_size() == 32 && Knob("ATTN_DEC", 0) != 0;
+  // GEMMA_VULKAN_BARRIER: the one-token layer loop's barriers: 1 (default) compute stage only
+  // (2.150-2.152 against 2.161-2.192 ms per token on the H200; 287 barriers between empty
+  // kernels 0.58 against 0.67 ms: bench/journal/2026-11-sessions.md, eleventh session), 0 compute
+  // and transfer stages (as every other barrier), 2 execution only (timing only: results may be
+  // wrong).
+  switch (Knob("BARRIER", 1)) {
+    case 1:
+      light_barrier_ = vk::Device::BarrierKind::kCompute;
+      break;
+    case 2:
+      light_barrier_ = vk::Device::BarrierKind::kExecOnly;
+      break;
+    default:
+      light_barrier_ = vk::Device::BarrierKind::kFull;
+  }
+  empty_mode_ = Knob("EMPTY", 0);
+  flag_every_ = Knob("FLAG_EVERY", 0);
+  flag_split_ = static_cast<uint32_t>(std::clamp(Knob("FLAG_SPLIT", 1), 1, 16));
+  min_vecs_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_VECS", 3), 0, 4));
+  min_red_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_RED", 0), 0, 8));
+  min_atoms_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_ATOMS", 0), 0, 16));
+  min_inv_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_INV", 0), 0, 4));
+  probe_twice_ = Knob("BENCH_PROBE_TWICE", 0);
+  step_times_ = Knob("STEP_TIMES", 0) != 0 && dev_->has_timestamps();
+  // One-token steps submitted before their inputs are written: the command buffer waits on a
+  // host event before its first copy (the step's position and embedding row) and on a second
+  // before the PLE rows' and mask's copies (after the first phase), so vkQueueSubmit and the
+  // row decode overlap the GPU instead of preceding it; 0: fill, then submit.
+  // 2 (tests): the buffers record the waits, the inputs are written before the submission and the
+  // events set then, as the resident path's fallback submits them.
+  early_submit_ = std::clamp(Knob("EARLY_SUBMIT", 1), 0, 2);
+  ev_in_ = dev_->CreateEvent();
+  ev_side_ = dev_->CreateEvent();
+  probe_all_ = Knob("BENCH_PROBE_ALL", 0) != 0;
+  empty_code_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_CODE", 8), 1, 16));
+  attn_dbg_ = Knob("ATTN_DBG", 0);
+  // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
+  // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on
+  // CPU devices and where resident decode is asked for (its attention has equal splits).
+  splits_adapt_ = Knob("SPLITS_ADAPT", dev_->is_cpu() || resident_asked ? 0 : 1) != 0;
+  // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
+  // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
+  skip_tail_ = Knob("SKIP_TAIL", 1) != 0;
+  coop_splitk_ = std::clamp(Knob("CM_SPLITK", 1), 0, 2);
+  // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
+  // slower on the H200: 7,292 against 8,091 tok/s prefill).
+  coop_bm_ = Knob("CM_BM", 64) == 128 ? 128 : 64;
+  // Dense (bf16 / f16) prefill linears on matrix units too (hi + lo f16 inputs, f32 sums), where
+  // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
+  // vectors (45 KiB; the SRQ forms need 27-36).
+  coop_dense_ = Knob("CM_DENSE", 1) != 0 && dev_->max_shared_bytes() >= (64 + 2 * 128) * 9 * 16;
+  // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
+  // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
+  // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the
+  // 1,024-token prefill 31.6 against 44.6 ms, 8,192 tokens 28,900 against 11,600 tok/s
+  // (bench/journal/2026-11-sessions.md, twenty-fourth session).
+  // The K rows are split into f16 terms unscaled: every layer's largest K norm weight times
+  // sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes)
+  // must stay well inside f16 (V's norm has no weights).
+  attn_cm_ = coop_ && !attn_tiled_ && dev_->subgroup_size() == 32 &&
+             dev_->max_shared_bytes() >= kAttnCmShared && Knob("ATTN_CM", 1) != 0;
+  // (ACC 1: the most accurate of the three forms on the H200 at the speed of the fastest; the
+  // kernel test's worst rows 6.9e-5 / 6.7e-5 against 9.9e-5 / 1.0e-4 with 0 and 1.0e-4 / 1.3e-4
+  // with 2, which took 1.6x the time.)
+  attn_cm_acc_ = static_cast<uint32_t>(std::clamp(Knob("ATTN_CM_ACC", 1), 0, 2));
+  // (ROT 1: 8,192- / 32,768-token prompts 28,400 / 17,400 against 27,800 / 17,000 tok/s, a
+  // 512-token chunk's attention 990 + 474 against 1,006 + 483 us; h200_v239.)
+  attn_cm_rot_ = Knob("ATTN_CM_ROT", 1) != 0 ? 1u : 0u;
+  for (const LayerWeights& w : model_.layer_weights()) {
+    float kmax = 1.0f;  // layers without K norm weights (KV-shared layers read their owner's)
+    for (float v : w.k_norm) kmax = std::max(kmax, std::fabs(v));
+    if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm_ = false;
+  }
+  // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
+  // on the H200 it measured slower than the dispatch path (bench/journal/2026-11-sessions.md).
+  // Workgroups: the option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all
+  // resident). Not on CPU devices: lavapipe computed wrong values once a workgroup spun at a grid
+  // barrier (bench/journal/2026-11-sessions.md).
+  resident_note_.clear();
+  resident_wgs_ =
+      vopt_.resident_workgroups >= 0 ? vopt_.resident_workgroups : Knob("RESIDENT_WGS", 0);
+  if (resident_wgs_ < 0) resident_wgs_ = 2 * static_cast<int>(dev_->compute_units());
+  if (resident_wgs_ > 0 && dev_->is_cpu()) {
+    resident_note_ = "resident decode not on CPU devices";
+    resident_wgs_ = 0;
+  }
+  if (resident_wgs_ > 0 && attn_dec_) resident_note_ = "resident decode not with attention_dec";
+  if (resident_wgs_ > 0 && (cnorm_ || fuse_rope_))
+    resident_note_ = "resident decode not with GEMMA_VULKAN_CNORM or GEMMA_VULKAN_FUSE_ROPE";
+  resident_ = resident_wgs_ > 0 && !attn_dec_ && !cnorm_ && !fuse_rope_;
+  resident_profile_ =
+      resident_ && int_dot_ && dev_->device_clock() && Knob("RESIDENT_PROFILE", 0) != 0;
+  prof_sum_.clear();
+  prof_total_ = 0;
+  prof_steps_ = 0;
+  // Polls of a grid barrier before the step gives up (seconds).
+  resident_spin_ = static_cast<uint32_t>(std::max(1, Knob("RESIDENT_SPIN", 1 << 22)));
+  resident_cmd_.fill(VK_NULL_HANDLE);
+  ops_buf_.fill(Buf{});
+  splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
+                                    : Knob("SPLITS", dev_->is_cpu()  ? 2
+                                                     : splits_adapt_ ? 64
+                                                                     : 16);
+
+  const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
+  const int V = cfg_.vocab_size, C = chunk_;
+  int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
+  for (const LayerPlan& p : model_.layers()) {
+    qw = std::max(qw, p.num_heads * p.head_dim);
+    kvw = std::max(kvw, p.num_kv_heads * p.head_dim);
+    imax = std::max(imax, p.intermediate);
+    hdmax = std::max(hdmax, p.head_dim);
+    nh = std::max(nh, p.num_heads);
+  }
+  if (hdmax > 512) throw Error(ErrorCode::kUnsupported, "vulkan: head_dim above 512");
+
+  // Weights.
+  layers_.assign(L, {});
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& w = model_.layer_weights()[l];
+    const LayerPlan& p = model_.layers()[l];
+    DevLayer& d = layers_[l];
+    d.q = PlanLinear(w.q);
+    if (!p.kv_shared) {
+      d.k = PlanLinear(w.k);
+      d.v = PlanLinear(w.v);
+    }
+    d.o = PlanLinear(w.o);
+    d.gate = PlanLinear(w.gate);
+    d.up = PlanLinear(w.up);
+    d.down = PlanLinear(w.down);
+    if (down_fuse_ && down_fuse_pairs_ && d.down.parts.size() == 1 && w.down.in_scale > 0.0f &&
+        (w.down.kind == WeightKind::kQ2 || w.down.kind == WeightKind::kQ4)) {
+      d.down.pairs = Reserve(Pool::kDevice, size_t(d.down.wstride) * 4 * d.down.rows);
+      weight_bytes_ += size_t(d.down.wstride) * 4 * d.down.rows;
+    }
+    if (P > 0) {
+      d.ple_gate = PlanLinear(w.ple_gate);
+      d.ple_proj = PlanLinear(w.ple_proj);
+      d.post_ple_norm = PlanVec(w.post_ple_norm);
+    }
+    d.input_norm = PlanVec(w.input_norm);
+    d.post_attn_norm = PlanVec(w.post_attn_norm);
+    d.pre_ffn_norm = PlanVec(w.pre_ffn_norm);
+    d.post_ffn_norm = PlanVec(w.post_ffn_norm);
+    d.q_norm = PlanVec(w.q_norm);
+    d.k_norm = PlanVec(w.k_norm);
+  }
+  if (P > 0) {
+    ple_proj_ = PlanLinear(model_.ple_model_proj());
+    ple_norm_ = PlanVec(model_.ple_proj_norm());
+  }
+  final_norm_ = PlanVec(model_.final_norm());
+  lm_head_ = PlanLinear(model_.lm_head());
+
+  // RoPE tables.
+  inv_s_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
+  inv_f_ = ref::RopeInvFreq(cfg_.rope_full,
+                            cfg_.global_head_dim > 0 ? cfg_.global_head_dim : cfg_.head_dim);
+  rot_s_ = RotatedCount(inv_s_);
+  rot_f_ = RotatedCount(inv_f_);
+  rope_s_ = Reserve(Pool::kDevice, size_t(capacity_) * rot_s_ * 8);
+  rope_f_ = Reserve(Pool::kDevice, size_t(capacity_) * rot_f_ * 8);
+
+  // Caches.
+  slots_.assign(model_.num_caches(), {});
+  for (const LayerPlan& p : model_.layers()) {
+    if (p.cache_slot < 0) continue;
+    CacheSlot& s = slots_[p.cache_slot];
+    s.width = p.num_kv_heads * p.head_dim;
+    s.ring = p.window > 0 ? sliding_ring_ : capacity_;
+    const size_t bytes = size_t(s.ring) * s.width * 4;
+    if (bytes > dev_->max_range()) {
+      throw Error(ErrorCode::kCapacity,
+                  "vulkan: a K/V cache of " + std::to_string(bytes >> 20) +
+                      " MiB exceeds the device's storage-buffer range; lower the capacity");
+    }
+    s.k = Reserve(Pool::kDevice, bytes);
+    s.v = Reserve(Pool::kDevice, bytes);
+  }
+
+  // Activations.
+  head_rows_ = static_cast<int>(
+      std::clamp<size_t>(std::min<size_t>(64u << 20, dev_->max_range()) / (size_t(V) * 4), 1, C));
+  const int S = std::max(splits_, 1);
+  auto F = [&](size_t floats) { return Reserve(Pool::kDevice, floats * 4); };
+  h_ = F(size_t(C) * H);
+  h2_ = F(H);
+  a_ = F(size_t(C) * H);
+  t_ = F(size_t(C) * H);
+  q_ = F(size_t(C) * qw);
+  kt_ = F(size_t(C) * kvw);
+  vt_ = F(size_t(C) * kvw);
+  attn_ = F(size_t(C) * qw);
+  g_ = F(size_t(C) * imax);
+  // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
+  // up to 32 floats for (m, l)
+  po_ = F(size_t(std::max({C, S, 256})) * nh * RoundUp32(hdmax) * 2 + size_t(nh) * 512);
+  pml_ = F(size_t(std::max(C, S)) * nh * 4);
+  if (P > 0) {
+    ple_ = F(size_t(C) * L * P);
+    tok_ = F(size_t(C) * L * P);
+    gp_ = F(size_t(C) * P);
+  }
+  // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
+  // down_fuse_copies_ copies), zeroed per step
+  pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);
+  hn_ = F(size_t(head_rows_) * H);
+  logits_ = F(size_t(head_rows_) * V);
+  vocab_block_ = static_cast<uint32_t>(
+      std::clamp(Knob("VOCAB_BLOCK", static_cast<int>(kVocabBlock)), 1, 1 << 20));
+  nblocks_ = (V + static_cast<int>(vocab_block_) - 1) / static_cast<int>(vocab_block_);
+  part_ = F(size_t(head_rows_) * nblocks_ * 4);
+  res_ = F(size_t(head_rows_) * 2);
+  reduce_cnt_ = F(size_t(head_rows_));  // logits_reduce LAST: arrivals per row, zero between
+  mask_ = F((V + 31) / 32);
+  step_ = F(4);
+  counter_ = F(64);
+  hcount_ = F(kCombineCounters);
+  // GEMMA_VULKAN_EMPTY=7 / 8's counters; =9: two 2,048-float vectors and the weight region
+  if (empty_mode_ == 9) {
+    const size_t want = size_t(std::clamp(Knob("EMPTY_WMB", 256), 1, 4096)) << 20;
+    min_wn_ = static_cast<uint32_t>(std::min(want, dev_->max_range() - 65536) / 16 / 64 * 64);
+    flags_ = F(4096 + size_t(min_wn_) * 4 + 4 * 2048);  // (+ the INV vectors)
+  } else {
+    flags_ = F(empty_mode_ == 8 ? 64 * 4096 : 1024);
+  }
+  grid_ = F(64);
+  prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
+  probe_sink_ = probe_all_ ? F(2 * 16 * 4096) : Buf{};
+  xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
+  xq_ = Reserve(Pool::kDevice, xq_region_ * L);
+  xqc_ = {};
+  partc_ = {};
+  if (coop_) {
+    // Quantized inputs of the matrix-unit linears: kCoopSlots rotating slots of C tokens x the
+    // widest input (padded to 64 columns) in f16.
+    int max_cols = std::max({H, qw, imax, P});
+    coop_ld_max_ = static_cast<uint32_t>((max_cols + 63) / 64 * 8);
+    coop_slot_bytes_ = size_t(C) * coop_ld_max_ * 16;
+    // attention_cm's split q rows (a chunk's tokens x heads, a workgroup's padding rows past
+    // them) in two slots, their scales in a slot's split-K region.
+    const size_t qrows = size_t(C) * nh + 32;
+    if (attn_cm_)
+      coop_slot_bytes_ = std::max(coop_slot_bytes_, qrows * AttnCmChunks(hdmax) * 8 * 16);
+    xqc_ = Reserve(Pool::kDevice, coop_slot_bytes_ * kCoopSlots);
+    coop_part_bytes_ =
+        (std::max(size_t(C) * std::max({H, qw, P, kvw}), attn_cm_ ? qrows : 0) * 4 + 255) / 256 *
+        256;
+    partc_ = Reserve(Pool::kDevice, coop_part_bytes_ * kCoopSlots);
+  }
+  record_beside_ = Knob("RECORD_BESIDE", 1) != 0;
+  chunk_cache_ = std::clamp(Knob("CHUNK_CACHE", 4), 0, 64);
+  // Prompt chunks' embedding and PLE rows decoded on the device (embed_rows.comp) from the
+  // checkpoint's stored rows, where the kernel knows both tables' kinds (GEMMA_VULKAN_GPU_ROWS;
+  // 0: the host decodes them into f32 rows, 8x the staged bytes for the QAT checkpoint).
+  gpu_rows_ = Knob("GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
+              (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
+  // Host: inputs of a step and the readback.
+  in_x0_off_ = 256;
+  in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
+  in_mask_off_ = in_tok_off_ + (size_t(C) * L * P * 4 + 255) / 256 * 256;
+  // (written once per element, never read by the host: device-local where it can be mapped,
+  // so the step's copies out of it stay on the device; GEMMA_VULKAN_UPLOAD_LOCAL=0: host memory)
+  in_host_ = Reserve(Knob("UPLOAD_LOCAL", 1) != 0 ? Pool::kUpload : Pool::kHost,
+                     in_mask_off_ + size_t((V + 31) / 32) * 4);
+  // One-token steps: the PLE rows and the mask in host memory instead (in_side_; the host
+  // writes them fast, their copies run beside the body's first phase).
+  upload_split_ = Knob("UPLOAD_SPLIT", 1) != 0;
+  in_side_mask_off_ = (size_t(L) * P * 4 + 255) / 256 * 256;
+  in_side_ =
+      upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4) : Buf{};
+  out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
+  flag_host_ = Reserve(Pool::kHost, 64);
+  prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
+
+  dev_->Commit();
+
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& w = model_.layer_weights()[l];
+    DevLayer& d = layers_[l];
+    for (DevLinear* lin :
+         {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj}) {
+      if (lin->src) UploadLinear(*lin);
+    }
+    UploadVec(d.input_norm, w.input_norm);
+    UploadVec(d.post_attn_norm, w.post_attn_norm);
+    UploadVec(d.pre_ffn_norm, w.pre_ffn_norm);
+    UploadVec(d.post_ffn_norm, w.post_ffn_norm);
+    UploadVec(d.q_norm, w.q_norm);
+    UploadVec(d.k_norm, w.k_norm);
+    UploadVec(d.post_ple_norm, w.post_ple_norm);
+  }
+  if (P > 0) {
+    UploadLinear(ple_proj_);
+    UploadVec(ple_norm_, model_.ple_proj_norm());
+  }
+  UploadVec(final_norm_, model_.final_norm());
+  UploadLinear(lm_head_);
+  Resolve(rope_s_);
+  Resolve(rope_f_);
+  {
+    std::vector<float> t = RopeTable(inv_s_, rot_s_);
+    dev_->Upload(rope_s_.r, 0, t.data(), t.size() * 4);
+    t = RopeTable(inv_f_, rot_f_);
+    dev_->Upload(rope_f_.r, 0, t.data(), t.size() * 4);
+  }
+  for (CacheSlot& s : slots_) {
+    Resolve(s.k);
+    Resolve(s.v);
+  }
+  for (Buf* b : {&h_,         &h2_,   &a_,       &t_,          &q_,          &kt_,
+                 &vt_,        &attn_, &g_,       &po_,         &pml_,        &ple_,
+                 &tok_,       &gp_,   &hn_,      &logits_,     &part_,       &res_,
+                 &mask_,      &step_, &in_host_, &out_host_,   &counter_,    &hcount_,
+                 &xq_,        &xqc_,  &partc_,   &grid_,       &flag_host_,  &prof_,
+                 &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_}) {
+    if (b->handle >= 0) Resolve(*b);
+  }
+  dev_->Fill(counter_.r, 0);
+  dev_->Fill(hcount_.r, 0);
+  dev_->Fill(reduce_cnt_.r, 0);
+  prefill_cmd_ = dev_->AllocCommandBuffer();
+  head_cmd_ = dev_->AllocCommandBuffer();
+  // Pre-record the decode step once to count its work.
+  DecodeCommand(OutputMode::kArgmax);
+  if (resident_) ResidentCommand(OutputMode::kArgmax);
+}
+
+// Cache geometry and prompt chunk, once (the first Build: a rebuild after a failure keeps them).
+// The chunk is at most the sliding rings' slack (a chunk's keys must not overwrite keys its
+// first token still sees). Where the caller leaves the slack to the backend (0: one window) and
+// the chunk is the large default or VulkanOptions::max_chunk, the rings hold window + chunk.
+void VulkanBackend::PlanGeometry() {
+  const bool large = vopt_.max_chunk <= 0 && !dev_->is_cpu() && dev_->is_discrete() &&
+                     dev_->device_local_bytes() >= kChunkLargeMemory &&
+                     cfg_.sliding_window >= kChunkSmall;
+  int cap = vopt_.max_chunk > 0 ? vopt_.max_chunk : large ? kChunkLarge : kChunkSmall;
+  cap = std::max(8, Knob("MAX_CHUNK", cap));
+  BackendOptions o = options_;
+  if (o.slack <= 0 && (large || vopt_.max_chunk > 0)) o.slack = std::max(cfg_.sliding_window, cap);
+  const CacheGeometry geo = PlanCacheGeometry(cfg_, o);
+  capacity_ = geo.capacity;
+  slack_ = geo.slack;
+  sliding_ring_ = geo.ring;
+  window_ = CacheWindow(cfg_.sliding_window, sliding_ring_);
+  chunk_ = std::min(std::max(1, slack_), cap);
+  history_.reserve(capacity_);  // no per-token allocations on the decode path
+  planned_ = true;
+}
+
+DevLinear VulkanBackend::PlanLinear(const Linear& lin) {
+  DevLinear d;
+  d.src = &lin;
+  if (!lin.data) return d;
+  if (IsQuantized(lin.kind) && !lin.row_scale)
+    throw Error(ErrorCode::kUnsupported,
+                "vulkan: quantized linear without row scales: " + lin.name);
+  d.rows = lin.rows;
+  d.cols = lin.cols;
+  d.wstride = static_cast<uint32_t>((lin.row_bytes + 15) / 16 * 4);  // rows of whole uvec4
+  const size_t row_b = d.wstride * 4u;
+  const int per_part =
+      static_cast<int>(std::min<size_t>(lin.rows, std::max<size_t>(1, WeightPartLimit() / row_b)));
+  for (int r0 = 0; r0 < lin.rows; r0 += per_part) {
+    DevLinear::Part p;
+    p.row0 = r0;
+    p.rows = std::min(per_part, lin.rows - r0);
+    p.w = Reserve(Pool::kDevice, row_b * p.rows);
+    weight_bytes_ += row_b * p.rows;
+    if (IsQuantized(lin.kind)) {
+      p.s = Reserve(Pool::kDevice, 4u * p.rows);
+      weight_bytes_ += 4u * p.rows;
+    }
+    d.parts.push_back(p);
+  }
+  return d;
+}
+
+void VulkanBackend::UploadLinear(DevLinear& d) {
+  const Linear& lin = *d.src;
+  for (DevLinear::Part& p : d.parts) {
+    Resolve(p.w);
+    const size_t row_b = d.wstride * 4u;
+    std::vector<uint8_t> buf(row_b * p.rows, ZeroByte(lin.kind));
+    for (int r = 0; r < p.rows; ++r) {
+      std::memcpy(&buf[row_b * r], lin.data + (p.row0 + r) * lin.row_bytes, lin.row_bytes);
+    }
+    dev_->Upload(p.w.r, 0, buf.data(), buf.size());
+    if (d.pairs.handle >= 0) {
+      Resolve(d.pairs);
+      const size_t npair = d.wstride / 2;
+      std::vector<uint8_t> pb(buf.size());
+      for (int r = 0; r < p.rows; ++r)
+        for (size_t c = 0; c < npair; ++c)
+          std::memcpy(&pb[(c * p.rows + r) * 8], &buf[row_b * r + c * 8], 8);
+      dev_->Upload(d.pairs.r, 0, pb.data(), pb.size());
+    }
+    if (p.s.handle >= 0) {
+      Resolve(p.s);
+      dev_->Upload(p.s.r, 0, lin.row_scale + p.row0, 4u * p.rows);
+    }
+  }
+}
+
+std::vector<float> VulkanBackend::RopeTable(const std::vector<float>& inv, int rot) {
+  // cos/sin exactly as the reference: f = float(pos) * inv_freq (f32), std::cos/std::sin.
+  std::vector<float> t(static_cast<size_t>(capacity_) * rot * 2);
+  for (int pos = 0; pos < capacity_; ++pos) {
+    for (int k = 0; k < rot; ++k) {
+      const float f = static_cast<float>(pos) * inv[k];
+      t[(static_cast<size_t>(pos) * rot + k) * 2] = std::cos(f);
+      t[(static_cast<size_t>(pos) * rot + k) * 2 + 1] = std::sin(f);
+    }
+  }
+  return t;
+}
+
+void VulkanBackend::GetStats(VulkanStats* s) const {
+  s->device = dev_ ? dev_->name() : "";
+  s->cpu_device = dev_ && dev_->is_cpu();
+  s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
+  s->weight_bytes = weight_bytes_;
+  s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;
+  s->barriers_per_token = resident_ ? resident_phases_ : decode_barriers_;
+  s->rebuilds = rebuilds_;
+  s->resident_workgroups = resident_ ? resident_wgs_ : 0;
+  s->resident_ops = resident_ ? resident_ops_ : 0;
+  s->resident_fallbacks = resident_fallbacks_;
+  s->kernels =
+      std::string("prefill linears ") +
+      (!coop_        ? ""
+       : coop_dense_ ? "linear_cm (matrix units: SRQ, dense) + "
+                     : "linear_cm (matrix units: SRQ) + ") +
+      (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") + ", matvec " +
+      (int_dot_ ? "packed int dot" : "scalar int") +
+      (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
+      (mv_fast_ && int_dot_ ? ", branch-free multiply" : "") +
+      (xq_shared_ ? ", quantized input in shared" : ", quantized input global") + ", lanes_k " +
+      std::to_string(lanes_k_) + ", decode splits " + std::to_string(splits_) +
+      ", prefill attention " +
+      (attn_cm_        ? "matrix units"
+       : attn_tiled_   ? "tiled"
+       : attn_pf_ == 4 ? "2 queries per subgroup, f32 dots"
+       : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
+       : attn_pf_ == 2 ? "subgroup per query, f32 dots"
+       : attn_pf_ == 1 ? "subgroup per query"
+                       : "per query") +
+      (cnorm_        ? ", norms in the consumer's prologue"
+       : fuse_tails_ ? ", norm tails"
+                     : "") +
+      (mv_wgs_ > 0 ? ", matvec grid <= " + std::to_string(mv_wgs_) : "") +
+      (mv_lanes_min_ < dev_->min_subgroup_size()
+           ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
+           : "") +
+      (attn_combine_ ? ", splits merged by the last workgroup" : "") +
+      (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
+      (down_fuse_ && int_dot_ ? ", down projection summed by gate/up's workgroups" : "") +
+      (head_norm_ ? ", last norms in the LM head's prologue" : "") +
+      (gpu_rows_ ? ", prompt rows decoded on the device" : "") +
+      (attn_fused_ ? std::string(", one-token attention fused (") +
+                         (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
+                         (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
+                   : "") +
+      (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) + " workgroups, " +
+                       std::to_string(resident_ops_) + " operations, " +
+                       std::to_string(resident_phases_) + " grid barriers)"
+                 : ", decode as dispatches" +
+                       (resident_note_.empty() ? "" : " (" + resident_note_ + ")"));
+  if (!kc_.empty()) s->kernels += "; kernel config: " + kc_.ToString();
+}
+
+void VulkanBackend::Rebuild() {
+  std::vector<int32_t> replay = history_;
+  Reset();
+  Build();
+  ++rebuilds_;
+  broken_ = false;
+  ForwardResult ignored;
+  if (!replay.empty()) {
+    try {
+      Forward({.tokens = replay, .mode = OutputMode::kNone}, &ignored);
+    } catch (...) {
+      history_ = replay;
+      window_.Commit(static_cast<int>(replay.size()));
+      broken_ = true;
+      throw;
+    }
+  }
+}
+
+}  // namespace gemma::vulkan_internal

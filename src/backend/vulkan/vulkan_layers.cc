@@ -1,0 +1,625 @@
+#include "backend/vulkan/vulkan_backend_impl.h"
+
+namespace gemma::vulkan_internal {
+
+// Records the model body for m tokens (inputs already in h_/tok_), then the head for rows
+// [out_first, out_first + out_count) when out_count > 0.
+// Layers [l_begin, l_end) (all by default); l_begin == 0 also records the step's prologue (PLE
+// projection, first input norm, PLE rows).
+void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_end) {
+  const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
+  const int LP = L * P;
+  if (l_end < 0) l_end = L;
+  if (l_begin == 0) {
+    if (P > 0) {
+      LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
+    }
+    NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
+    if (rc.side_pending) RecordSideInputs(rc);
+    Barrier(rc);
+    if (P > 0) {
+      PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
+                 model_.ple_input_scale(), cfg_.rms_norm_eps};
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = ple_.r;
+      b[1] = tok_.r;
+      b[2] = ple_norm_.r;
+      Dispatch(rc, "ple", {}, b, &pc, sizeof(pc), L, m);
+      // No barrier: the ple rows are first read after several barriers below.
+    }
+  }
+  // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
+  // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
+  // PRO holds 8 values per invocation and keeps one vector in shared memory (with the
+  // quantized inputs and reduction slots: at most ~16 KiB more).
+  const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
+                  4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
+  BufRange hcur = h_.r, hnext = h2_.r;
+  const Buf* pend_wt = nullptr;  // the norm the next linear applies
+  float pend_scale = 1.0f;
+  // The PLE projection's sums left for the next layer's prologue (EPI 4 / PRO_T), or none.
+  const DevLinear* pend_sums = nullptr;
+  uint32_t pend_copies = 1;
+  BufRange pend_acc{};
+  // One-token steps: the layer loop records dispatches only (no transfers), so its barriers
+  // need the compute stage only (GEMMA_VULKAN_BARRIER).
+  rc.light = m == 1;
+  for (int l = l_begin; l < l_end; ++l) {
+    const LayerPlan& p = model_.layers()[l];
+    const LayerWeights& w = model_.layer_weights()[l];
+    DevLayer& d = layers_[l];
+    const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+    const int qw = nh * hd, kvw = nkv * hd;
+    if (cn && pend_wt) {
+      const BufRange* wa = d.input_norm.handle >= 0 ? &d.input_norm.r : nullptr;
+      const Pro pq{1,          &hcur,     &pend_wt->r, wa,         &hnext,
+                   pend_scale, pend_sums, &pend_acc,   pend_copies};
+      const Pro pkv{1,          &hcur,     &pend_wt->r, wa,         nullptr,
+                    pend_scale, pend_sums, &pend_acc,   pend_copies};
+      LinearOp(rc, d.q, t_.r, H, q_.r, qw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0, nullptr,
+               0.0f, &pq);
+      if (!p.kv_shared) {
+        LinearOp(rc, d.k, t_.r, H, kt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
+                 nullptr, 0.0f, &pkv);
+        LinearOp(rc, d.v, t_.r, H, vt_.r, kvw, 0, m, 0, nullptr, nullptr, 0, 0, 0, nullptr, 0,
+                 nullptr, 0.0f, &pkv);
+      }
+      std::swap(hcur, hnext);
+      pend_wt = nullptr;
+      pend_sums = nullptr;
+    } else {
+      LinearOp(rc, d.q, a_.r, H, q_.r, qw, 0, m);
+      if (!p.kv_shared) {
+        LinearOp(rc, d.k, a_.r, H, kt_.r, kvw, 0, m);
+        LinearOp(rc, d.v, a_.r, H, vt_.r, kvw, 0, m);
+      }
+    }
+    Barrier(rc);
+    CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+    const bool sliding = p.type == LayerType::kSliding;
+    // One-token steps: attn_fused.comp where the shapes fit (not captured for the resident
+    // kernel, which runs the three-kernel path).
+    uint32_t frl = 0, fd = 0, fkw = 0;
+    const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
+    // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
+    const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
+    if (!fuse_rope && !(fused && attn_fused_rope_)) {
+      RopePush pc{static_cast<uint32_t>(nh),
+                  static_cast<uint32_t>(nkv),
+                  static_cast<uint32_t>(hd),
+                  static_cast<uint32_t>(slot.ring),
+                  static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                  cfg_.rms_norm_eps,
+                  static_cast<uint32_t>(qw),
+                  static_cast<uint32_t>(kvw)};
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = q_.r;
+      b[1] = kt_.r;
+      b[2] = vt_.r;
+      b[3] = d.q_norm.r;
+      if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
+      b[5] = slot.k.r;
+      b[6] = slot.v.r;
+      b[7] = sliding ? rope_s_.r : rope_f_.r;
+      Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), m);
+      Barrier(rc);
+    }
+    {
+      AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
+                  static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
+                  static_cast<uint32_t>(p.window), static_cast<uint32_t>(splits),
+                  static_cast<uint32_t>(qw)};
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = q_.r;
+      b[1] = slot.k.r;
+      b[2] = slot.v.r;
+      b[3] = po_.r;
+      b[4] = pml_.r;
+      if (fused) {
+        // HPW query heads of one K/V head per workgroup (full-attention layers, MODE 0; its
+        // row groups' states in shared memory: HPW x row groups x hd floats).
+        const size_t hpw_shared = size_t(attn_hpw_) * (kWG / frl) * hd * 4 + 2048;
+        const uint32_t hpw = rc.long_ctx && !sliding && attn_fused_mode_ == 0 &&
+                                     nh % attn_hpw_ == 0 && (nh / nkv) % attn_hpw_ == 0 &&
+                                     hpw_shared <= dev_->max_shared_bytes()
+                                 ? attn_hpw_
+                                 : 1u;
+        const int fsplits = FusedSplits(nh / static_cast<int>(hpw));
+        const FusedAttnPush fp{static_cast<uint32_t>(nh),
+                               static_cast<uint32_t>(nkv),
+                               static_cast<uint32_t>(slot.ring),
+                               static_cast<uint32_t>(p.window),
+                               static_cast<uint32_t>(fsplits),
+                               static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                               d.k_norm.handle >= 0 ? 1u : 0u,
+                               p.kv_shared ? 0u : 1u,
+                               static_cast<uint32_t>(fsplits * nh * RoundUp32(hd)),
+                               cfg_.rms_norm_eps};
+        b[4] = sliding ? rope_s_.r : rope_f_.r;
+        b[5] = attn_.r;
+        b[6] = hcount_.r;
+        b[7] = kt_.r;
+        b[8] = vt_.r;
+        b[9] = d.q_norm.r;
+        b[10] = d.k_norm.handle >= 0 ? d.k_norm.r : d.q_norm.r;
+        b[12] = slot.k.r;
+        b[13] = slot.v.r;
+        b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
+        const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
+        const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
+        Dispatch(rc, "attn_fused",
+                 {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
+                  attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
+                  attn_fused_dbg_, hpw},
+                 b, &fp, sizeof(fp), nh / hpw, 1, fsplits);
+        Barrier(rc);
+        if (attn_fused_mode_ == 1) {
+          // Merge units of 4 dims with VEC, else 1.
+          const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
+          Dispatch(rc, "attn_fused",
+                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
+                   sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
+          Barrier(rc);
+        }
+      } else if (m >= kMatmulMinTokens && attn_cm_ && AttnCmShape(hd, nh, nkv, m)) {
+        AttnCmOp(rc, q_.r, slot.k.r, slot.v.r, attn_.r, nh, nkv, hd, slot.ring, p.window, m);
+      } else if (m >= kMatmulMinTokens && attn_pf_) {
+        // Prefill: a subgroup per (token, head), no splits to merge.
+        b[5] = attn_.r;
+        if (attn_pf_ >= 3 && hd % 4 == 0 && hd <= 512) {
+          // 3: four queries per subgroup where hd <= 256, else two; 4: two everywhere.
+          const bool narrow = hd <= 256;
+          const int qps = attn_pf_ == 3 && narrow ? 4 : 2;
+          const char* kernel = qps == 4 ? "attention_pfq4v2"
+                               : narrow ? "attention_pfq2v2"
+                                        : "attention_pfq2v4";
+          Dispatch(rc, kernel, {}, b, &pc, sizeof(pc), (nh + 3) / 4, (m + qps - 1) / qps, 1, false);
+        } else {
+          Dispatch(rc, attn_pf_ == 1 ? "attention_pf" : "attention_pf32", {}, b, &pc, sizeof(pc),
+                   (nh + 3) / 4, m, 1, false);
+        }
+        Barrier(rc);
+      } else if (m >= kMatmulMinTokens && attn_tiled_) {
+        // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
+        // same with the token count in place of the splits.
+        AttnPush tp = pc;
+        tp.splits = static_cast<uint32_t>(m);
+        b[5] = attn_.r;
+        Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
+        Barrier(rc);
+      } else {
+        // GEMMA_VULKAN_ATTN_COMBINE=1 (not captured: the resident kernel merges separately).
+        const bool merge = !fuse_rope && !(attn_dec_ && hd <= 512) && attn_combine_ && !rc.ops &&
+                           m * nh <= kCombineCounters;
+        if (fuse_rope) {
+          pc.rot = static_cast<uint32_t>(sliding ? rot_s_ : rot_f_);
+          pc.kv_stride = static_cast<uint32_t>(kvw);
+          pc.has_kn = d.k_norm.handle >= 0;
+          pc.kv_new = !p.kv_shared;
+          pc.eps = cfg_.rms_norm_eps;
+          b[5] = kt_.r;
+          b[6] = vt_.r;
+          b[7] = d.q_norm.r;
+          if (d.k_norm.handle >= 0) b[8] = d.k_norm.r;
+          b[9] = sliding ? rope_s_.r : rope_f_.r;
+          Dispatch(rc, "attention_rope", {}, b, &pc, sizeof(pc), nh, m, splits);
+        } else if (attn_dec_ && hd <= 512) {
+          Dispatch(rc, "attention_dec", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, splits, false);
+        } else if (merge) {
+          // The last split workgroup of each head merges the splits (no combine dispatch).
+          b[5] = attn_.r;
+          b[6] = hcount_.r;
+          Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
+        } else if (attn_dbg_ != 0 || (splits_adapt_ && !rc.ops)) {
+          // (not captured: the resident kernel's attention has no ADAPT)
+          Dispatch(rc, "attention",
+                   {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ && !rc.ops ? 1u : 0u}, b,
+                   &pc, sizeof(pc), nh, m, splits);
+        } else {
+          Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
+        }
+        Barrier(rc);
+        if (!merge) {
+          CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
+                         static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
+          b[5] = attn_.r;
+          Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
+          Barrier(rc);
+        }
+      }
+    }
+    // One-token steps fold each residual norm into the linear before it (TAIL).
+    const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
+                      d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
+                      (P == 0 || d.ple_proj.parts.size() == 1);
+    if (cn) {
+      LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
+    } else if (fuse) {
+      const Tail tl{&d.post_attn_norm.r, 1.0f, true, &d.pre_ffn_norm.r};
+      LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
+    } else {
+      LinearOp(rc, d.o, attn_.r, qw, t_.r, H, 0, m);
+      Barrier(rc);
+      NormOp(rc, m, &t_, &d.post_attn_norm, 1.0f, &d.pre_ffn_norm, true, a_.r);
+    }
+    Barrier(rc);
+    // One-token steps: gate/up also write the down projection's quantized input (XQ).
+    const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
+                    d.gate.parts.size() == 1;
+    const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
+    // One-token steps with the norms in the consumers: the down projection summed by gate/up's
+    // workgroups (DJ) where a prologue takes its sums next (the PLE gate's, or the next
+    // layer's q/k/v: not after the last layer, which a norm kernel follows).
+    const size_t dcopy = size_t(down_fuse_copies_) * H * 4;
+    const PleFuse df{&d.down,
+                     {pacc_.r.buf, pacc_.r.offset + size_t(L) * H * 4 + l * dcopy, dcopy, nullptr}};
+    bool down_fused = false;
+    if (cn) {
+      const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
+      const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
+      const bool try_df = down_fuse_ && (P > 0 || l + 1 < l_end);
+      down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0,
+                            0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale,
+                            &pg, XqPerm(d.down), try_df ? &df : nullptr);
+      std::swap(hcur, hnext);
+    } else if (xq) {
+      LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0, 0, 0, nullptr,
+               2, &xq_l, d.down.src->in_scale, nullptr, XqPerm(d.down));
+    } else {
+      LinearOp(rc, d.gate, a_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up);
+    }
+    Barrier(rc);
+    const Buf* next_norm = l + 1 < L ? &layers_[l + 1].input_norm : nullptr;
+    const BufRange* next_w = next_norm && next_norm->handle >= 0 ? &next_norm->r : nullptr;
+    if (cn) {
+      if (!down_fused) {
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
+                 nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
+        Barrier(rc);
+      }
+      pend_wt = &d.post_ffn_norm;
+      pend_scale = w.layer_scalar;
+      pend_sums = down_fused ? &d.down : nullptr;
+      pend_copies = down_fused ? down_fuse_copies_ : 1u;
+      pend_acc = df.acc;
+      if (P > 0) {
+        const Pro pp{2,    &hcur,     &pend_wt->r, nullptr,    &hnext,
+                     1.0f, pend_sums, &pend_acc,   pend_copies};
+        // The projection's products added by the gate's workgroups (EPI 4) where the next
+        // layer's prologue takes its sums (not after the last layer: a norm kernel follows).
+        const PleFuse pf{&d.ple_proj,
+                         {pacc_.r.buf, pacc_.r.offset + size_t(l) * H * 4, size_t(H) * 4, nullptr}};
+        const bool fused =
+            LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P, 0,
+                     nullptr, 0, nullptr, 0.0f, &pp, 0, ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
+        std::swap(hcur, hnext);
+        if (!fused) {
+          Barrier(rc);
+          LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+        }
+        pend_wt = &d.post_ple_norm;
+        pend_sums = fused ? &d.ple_proj : nullptr;
+        pend_copies = 1;
+        pend_acc = pf.acc;
+      }
+    } else if (P > 0) {
+      if (fuse) {
+        const Tail tl{&d.post_ffn_norm.r, 1.0f, false, nullptr};
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl,
+                 xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
+      } else {
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
+        Barrier(rc);
+        NormOp(rc, m, &t_, &d.post_ffn_norm, 1.0f, nullptr, false, {});
+      }
+      Barrier(rc);
+      LinearOp(rc, d.ple_gate, h_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P);
+      Barrier(rc);
+      if (fuse) {
+        const Tail tl{&d.post_ple_norm.r, w.layer_scalar, next_norm != nullptr, next_w};
+        LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl);
+      } else {
+        LinearOp(rc, d.ple_proj, gp_.r, P, t_.r, H, 0, m);
+        Barrier(rc);
+        NormOp(rc, m, &t_, &d.post_ple_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
+      }
+    } else if (fuse) {
+      const Tail tl{&d.post_ffn_norm.r, w.layer_scalar, next_norm != nullptr, next_w};
+      LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl,
+               xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
+    } else {
+      LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
+      Barrier(rc);
+      NormOp(rc, m, &t_, &d.post_ffn_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
+    }
+    Barrier(rc);
+  }
+  rc.light = false;
+  if (cn && pend_wt && rc.fuse_head && !rc.ops && !pend_sums && l_end == L && m == 1) {
+    // The last layer's norm and the final norm in the LM head's prologue (RecordHead).
+    rc.head_pend = true;
+    rc.head_wt = pend_wt;
+    rc.head_scale = pend_scale;
+    rc.head_h = hcur;
+  } else if (cn && pend_wt) {
+    // The last layer's norm, on the current residual buffer, which then goes back to h_.
+    NormOp(rc, 1, &t_, pend_wt, pend_scale, nullptr, false, {}, 0, &hcur);
+    Barrier(rc);
+    if (hcur.offset != h_.r.offset || hcur.buf != h_.r.buf) {
+      VkBufferCopy cp{hcur.offset, h_.r.offset, size_t(H) * 4};
+      vkCmdCopyBuffer(rc.cmd, hcur.buf, h_.r.buf, 1, &cp);
+      Barrier(rc);
+    }
+  }
+}
+
+// The head; copy_out false leaves the readback copy to RecordHeadCopy (resident capture).
+void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mode, bool copy_out) {
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (rc.head_pend && out_first == 0 && count == 1) {
+    // h' = (h + rmsnorm(t) wt) scale, x = rmsnorm(h') final_norm in every workgroup of the head
+    // (PRO 1; its grid capped as the other one-token linears', so once per workgroup)
+    rc.head_pend = false;
+    Pro ph{
+        1,       &rc.head_h,   &rc.head_wt->r, final_norm_.handle >= 0 ? &final_norm_.r : nullptr,
+        nullptr, rc.head_scale};
+    ph.vec = head_pro_vec_;
+    LinearOp(rc, lm_head_, t_.r, H, logits_.r, V, 0, count, 2, nullptr, nullptr, 0, 0, 0, nullptr,
+             0, nullptr, 0.0f, &ph);
+  } else {
+    if (rc.head_pend) throw Error(ErrorCode::kInternal, "vulkan: the head's pending norm");
+    NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
+    Barrier(rc);
+    LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
+  }
+  Barrier(rc);
+  if (mode == OutputMode::kLogits) {
+    if (copy_out) RecordHeadCopy(rc, count, mode);
+    return;
+  }
+  ReducePush pc{static_cast<uint32_t>(V), vocab_block_, static_cast<uint32_t>(nblocks_),
+                mode == OutputMode::kSelect ? 1u : 0u};
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = logits_.r;
+  b[1] = mask_.r;
+  b[2] = part_.r;
+  b[3] = res_.r;
+  b[4] = reduce_cnt_.r;
+  const uint32_t reg = (vocab_block_ + kWG - 1) / kWG;
+  if (reduce_last_ && reg <= 16 && !rc.ops) {
+    // One dispatch: each block reduced from registers, the row's last block merging them all.
+    Dispatch(rc, "logits_reduce", {0, 1, reg}, b, &pc, sizeof(pc), nblocks_, count);
+    Barrier(rc);
+  } else {
+    Dispatch(rc, "logits_reduce", {0}, b, &pc, sizeof(pc), nblocks_, count);
+    Barrier(rc);
+    Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
+    Barrier(rc);
+  }
+  if (copy_out) RecordHeadCopy(rc, count, mode);
+}
+
+// The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
+// with one output row (the last) or none, the layers from Model::shared_tail() (they feed only
+// their own position's logits) run for that row alone
+// (moved to row 0, the step's position and count rewritten on the device) or are skipped.
+// Returns the row the head reads from (out_first, or 0 after the move).
+int VulkanBackend::RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int count) {
+  const int L = cfg_.num_layers, H = cfg_.hidden_size;
+  const int LP = L * cfg_.hidden_size_per_layer_input;
+  const int lc = model_.shared_tail();
+  if (!skip_tail_ || lc >= L || count > 1 || (count == 1 && out_first != m - 1)) {
+    RecordBody(rc, m, 1);
+    return out_first;
+  }
+  RecordBody(rc, m, 1, 0, lc);  // ends with a barrier
+  if (count == 0) return out_first;
+  // Row m - 1 of the residual stream, its normed input to layer lc and its PLE rows -> row 0.
+  const VkDeviceSize row = size_t(m - 1) * H * 4;
+  VkBufferCopy cp{h_.r.offset + row, h_.r.offset, size_t(H) * 4};
+  vkCmdCopyBuffer(rc.cmd, h_.r.buf, h_.r.buf, 1, &cp);
+  cp = {a_.r.offset + row, a_.r.offset, size_t(H) * 4};
+  vkCmdCopyBuffer(rc.cmd, a_.r.buf, a_.r.buf, 1, &cp);
+  if (LP > 0) {
+    cp = {ple_.r.offset + size_t(m - 1) * LP * 4, ple_.r.offset, size_t(LP) * 4};
+    vkCmdCopyBuffer(rc.cmd, ple_.r.buf, ple_.r.buf, 1, &cp);
+  }
+  // The tail's step values (position pos0 + m - 1, one token): written by FillInputs at the
+  // staging buffer's word 4 (WriteStepValues), so the recorded chunk does not depend on pos0 and
+  // can be replayed (RunChunk's cache of recorded chunks).
+  (void)pos0;
+  cp = {in_host_.r.offset + 16, step_.r.offset, 16};
+  vkCmdCopyBuffer(rc.cmd, in_host_.r.buf, step_.r.buf, 1, &cp);
+  ZeroOneTokenScratch(rc.cmd);  // as a one-token step
+  Barrier(rc);
+  RecordBody(rc, 1, splits_, lc, L);
+  return 0;
+}
+
+// early (one-token steps of the early-submit path): the copies wait for the host's events,
+// ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
+// RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
+// what follows it), else ev_in_ covers them too.
+void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool early) {
+  const int H = cfg_.hidden_size;
+  const VkBuffer src = in_host_.r.buf;
+  const VkDeviceSize base = in_host_.r.offset;
+  if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
+  VkBufferCopy cp{base, step_.r.offset, 16};
+  vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
+  if (m > 1 && gpu_rows_) {
+    RecordGpuRows(rc, model_.embed(), in_x0_off_, h_.r, m);
+  } else {
+    cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};
+    vkCmdCopyBuffer(rc.cmd, src, h_.r.buf, 1, &cp);
+  }
+  // One-token steps (split): the PLE rows and the mask come from host memory, copied (with the
+  // scratch fills) after the barrier: they are first read after the body's first phase (by the
+  // ple kernel, the head, the first gate/up), which ends with a full barrier, so their copies
+  // run beside it. Every caller records the body (or, resident, a barrier) next.
+  const bool split = m == 1 && in_side_.handle >= 0;
+  if (split) Barrier(rc);
+  if (split && early) {
+    rc.side_pending = true;
+    rc.side_mode = mode;
+    return;
+  }
+  RecordRestInputs(rc, m, mode, split);
+  if (!split) Barrier(rc);
+}
+
+// The PLE rows' and mask's copies (from the split staging or the main one) and a one-token
+// step's scratch fills.
+void VulkanBackend::RecordRestInputs(Rec& rc, int m, OutputMode mode, bool split) {
+  const int LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
+  const VkDeviceSize base = in_host_.r.offset;
+  const VkBuffer rest = split ? in_side_.r.buf : in_host_.r.buf;
+  const VkDeviceSize tok_at = split ? in_side_.r.offset : base + in_tok_off_;
+  const VkDeviceSize mask_at = split ? in_side_.r.offset + in_side_mask_off_ : base + in_mask_off_;
+  if (LP > 0 && m > 1 && gpu_rows_) {
+    RecordGpuRows(rc, model_.ple_embed(), in_tok_off_, tok_.r, m);
+  } else if (LP > 0) {
+    const VkBufferCopy cp{tok_at, tok_.r.offset, size_t(m) * LP * 4};
+    vkCmdCopyBuffer(rc.cmd, rest, tok_.r.buf, 1, &cp);
+  }
+  if (mode == OutputMode::kSelect) {
+    const VkBufferCopy cp{mask_at, mask_.r.offset, mask_.r.size};
+    vkCmdCopyBuffer(rc.cmd, rest, mask_.r.buf, 1, &cp);
+  }
+  if (m == 1) ZeroOneTokenScratch(rc.cmd);
+}
+
+// The records of the staging region at byte `off` decoded into m rows of `out` (f32).
+void VulkanBackend::RecordGpuRows(Rec& rc, const Embedding& e, VkDeviceSize off,
+                                  const BufRange& out, int m) {
+  struct {
+    uint32_t cols, rec_words, rec0, scale_word, block, y_stride;
+    float embed_scale;
+  } pc{static_cast<uint32_t>(e.cols),
+       static_cast<uint32_t>(GpuRowRecordWords(e)),
+       static_cast<uint32_t>(off / 4),
+       static_cast<uint32_t>(GpuRowCodeWords(e)),
+       static_cast<uint32_t>(IsQuantized(e.kind) ? e.cols / e.scale_blocks : 1),
+       static_cast<uint32_t>(e.cols),
+       e.embed_scale};
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = in_host_.r;
+  b[3] = out;
+  const uint32_t gx = std::min<uint32_t>(64, (static_cast<uint32_t>(e.cols) + 1023) / 1024);
+  Dispatch(rc, "embed_rows", {GpuRowKind(e)}, b, &pc, sizeof(pc), gx, static_cast<uint32_t>(m), 1,
+           /*local_size=*/0);
+}
+
+// The pre-recorded command buffer of one decoded token for an output mode (and context tier:
+// LongContextStep).
+VkCommandBuffer VulkanBackend::DecodeCommand(OutputMode mode) {
+  const bool long_ctx = LongContextStep();
+  VkCommandBuffer& cb = decode_cmd_[long_ctx ? 1 : 0][static_cast<int>(mode)];
+  if (cb) return cb;
+  cb = dev_->AllocCommandBuffer();
+  Begin(cb, true);
+  Rec rc{cb};
+  rc.long_ctx = long_ctx;
+  rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
+  if (step_times_) {
+    dev_->ResetTimestamps(cb, 2);
+    // (with early submission the first timestamp follows the input event's wait; the wait holds
+    // back transfers only, so a driver may still write the timestamp before it ends)
+    if (early_submit_) dev_->WaitHostEvent(cb, ev_in_);
+    dev_->WriteTimestamp(cb, 0);
+  }
+  RecordInputs(rc, 1, mode, early_submit_ != 0);
+  RecordBody(rc, 1, splits_);
+  if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
+  if (step_times_) dev_->WriteTimestamp(cb, 1);
+  End(cb);
+  if (mode == OutputMode::kArgmax) {
+    decode_dispatches_ = rc.dispatches;
+    decode_barriers_ = rc.barriers;
+  }
+  return cb;
+}
+
+// The resident decode step for an output mode: the one-token body and head captured as
+// resident.comp operations (uploaded once), run by one dispatch of resident_wgs_ workgroups.
+// Returns VK_NULL_HANDLE (and turns the resident path off) where the step cannot be captured.
+VkCommandBuffer VulkanBackend::ResidentCommand(OutputMode mode) {
+  const int mi = static_cast<int>(mode);
+  VkCommandBuffer& cb = resident_cmd_[mi];
+  if (cb) return cb;
+  std::vector<uint32_t> ops;
+  Rec cap{VK_NULL_HANDLE};
+  cap.ops = &ops;
+  cap.pool = h_.r.buf;
+  std::vector<std::string> labels;
+  cap.phase_labels = &labels;
+  RecordBody(cap, 1, splits_);
+  if (mode != OutputMode::kNone) RecordHead(cap, 0, 1, mode, /*copy_out=*/false);
+  const BufRange whole = dev_->Whole(cap.pool);
+  if (!cap.capture_ok || ops.empty() || !whole.buf || whole.size > dev_->max_range() ||
+      grid_.r.buf != cap.pool) {
+    if (resident_note_.empty()) resident_note_ = "the device pool is not one bindable buffer";
+    resident_ = false;
+    return VK_NULL_HANDLE;
+  }
+  Buf& ob = ops_buf_[mi];
+  ob = Reserve(Pool::kDevice, ops.size() * 4);
+  dev_->Commit();
+  Resolve(ob);
+  dev_->Upload(ob.r, 0, ops.data(), ops.size() * 4);
+  cb = dev_->AllocCommandBuffer();
+  Begin(cb, true);
+  Rec rc{cb};
+  RecordInputs(rc, 1, mode);
+  vkCmdFillBuffer(cb, grid_.r.buf, grid_.r.offset, 8, 0);
+  Barrier(rc);
+  ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
+                  static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_,
+                  static_cast<uint32_t>(Knob("RESIDENT_ROWS", 1) != 0), 0};
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = whole;
+  b[1] = ob.r;
+  const bool prof = resident_profile_ && mode == OutputMode::kArgmax;
+  if (prof) {
+    pc.prof = static_cast<uint32_t>(prof_.r.offset / 4);
+    phase_labels_ = labels;
+  }
+  const char* shader = prof ? "resident_dp_prof" : int_dot_ ? "resident_dp" : "resident";
+  Dispatch(rc, shader, {cap.xq_max}, b, &pc, sizeof(pc), static_cast<uint32_t>(resident_wgs_), 1, 1,
+           /*local_size=*/0);
+  Barrier(rc);
+  if (mode != OutputMode::kNone) RecordHeadCopy(rc, 1, mode);
+  VkBufferCopy cp{grid_.r.offset, flag_host_.r.offset, 8};
+  vkCmdCopyBuffer(cb, grid_.r.buf, flag_host_.r.buf, 1, &cp);
+  if (prof) {
+    cp = {prof_.r.offset, prof_host_.r.offset, std::min<size_t>(prof_.r.size, prof_host_.r.size)};
+    vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
+  }
+  End(cb);
+  if (mode == OutputMode::kArgmax) {
+    resident_ops_ = static_cast<int>(ops.size() / kOpWords);
+    resident_phases_ = cap.barriers;
+  }
+  return cb;
+}
+
+void VulkanBackend::RecordHeadCopy(Rec& rc, int count, OutputMode mode) {
+  if (mode == OutputMode::kLogits) {
+    VkBufferCopy cp{logits_.r.offset, out_host_.r.offset, size_t(count) * cfg_.vocab_size * 4};
+    vkCmdCopyBuffer(rc.cmd, logits_.r.buf, out_host_.r.buf, 1, &cp);
+  } else {
+    VkBufferCopy cp{res_.r.offset, out_host_.r.offset, size_t(count) * 8};
+    vkCmdCopyBuffer(rc.cmd, res_.r.buf, out_host_.r.buf, 1, &cp);
+  }
+}
+
+// The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
+// writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
+void VulkanBackend::ZeroOneTokenScratch(VkCommandBuffer cmd) {
+  if (empty_mode_ == 7 || empty_mode_ == 8)
+    vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
+  vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
+  if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
+}
+
+}  // namespace gemma::vulkan_internal

@@ -1,0 +1,679 @@
+#include "backend/vulkan/vulkan_backend_impl.h"
+
+namespace gemma::vulkan_internal {
+
+// y[t][y_off + r] = epi(lin(x[t])) for t in [x_row0, x_row0 + m); epi 1 fuses `second`.
+// Returns whether `pj` was taken (EPI 4, DJ: the caller then records no dispatch for pj->proj).
+bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int x_stride,
+                             const BufRange& y, int y_stride, int y_off, int m, uint32_t epi,
+                             const DevLinear* second, const BufRange* aux, int aux_stride,
+                             int aux_off, int x_row0, const Tail* tail, uint32_t xq_mode,
+                             const BufRange* xq, float next_in_s, const Pro* pro, uint32_t xq_perm,
+                             const PleFuse* pj) {
+  const Linear& lin = *d.src;
+  const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
+  const uint32_t epw = ElemsPerWord(lin.kind);
+  const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
+  // Invocations per row: enough that each loads one or two 16-byte vectors (more workgroups in
+  // flight for long rows), at least one subgroup.
+  const uint32_t nvec = d.wstride / 4;
+  uint32_t vec = nvec >= lanes_ ? 4 : 1;
+  uint32_t lanes = lanes_;
+  while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
+  const bool dense_short = m == 1 && !rc.ops && vec == 4 && dense &&
+                           dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
+                           nvec <= 8 * dense_lanes_;
+  if (dense_short) lanes = dense_lanes_;
+  // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
+  // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
+  // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
+  bool cluster = false;
+  if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->min_subgroup_size() && IsQuantized(lin.kind) &&
+      lin.in_scale > 0 && (!second || second->src->in_scale > 0)) {
+    // Clusters lie within one subgroup (the shader sums them by xor shuffles), of the smallest
+    // width the driver may pick.
+    const uint32_t sg = dev_->min_subgroup_size();
+    uint32_t l = mv_lanes_min_;
+    while (l < sg && l * mv_lanes_vec_ < nvec) l *= 2;
+    if (l < sg) {
+      lanes = l;
+      vec = 4;
+      cluster = true;
+    }
+  }
+  // EPI 4 where the linears allow it: the gate (EPI 3) on the packed-dot path in one part, the
+  // projection int8 SRQ in one part with at most 8 rows per invocation; such a gate runs on
+  // ple_lanes_ lanes per row: row blocks (the projection's column blocks) of kWG / ple_lanes_.
+  const DevLinear* pjl = pj ? pj->proj : nullptr;
+  const bool pj_fits = pjl && m == 1 && !rc.ops && epi == 3 && !second && d.parts.size() == 1 &&
+                       int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 &&
+                       !tail && pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
+                       pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
+                       pjl->src->rows <= 8 * static_cast<int>(kWG);
+  if (pj_fits && ple_lanes_ > 0 && vec == 4) {
+    lanes = ple_lanes_;
+    cluster = lanes < dev_->min_subgroup_size();
+    if (cluster && lanes < mv_lanes_min_) lanes = mv_lanes_min_;
+  }
+  const uint32_t rows_per_wg = kWG / lanes;
+  // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
+  uint32_t tok = 1;
+  const uint32_t dual = second ? 2 : 1;
+  const uint32_t max_tok = 4;  // chunks of 8+ tokens take the tiled kernel
+  while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
+    tok *= 2;
+  // ... and row blocks of whole int8 words of the projection (4-64 rows).
+  const bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
+  const uint32_t epi_k = pj_ok ? 4u : epi;
+  // DJ where the linears allow it: gate/up (EPI 1) on the packed-dot path in one part, 2, 4 or 8
+  // words of the int2 / int4 SRQ down projection per row block, up to 8 rows of it per
+  // invocation.
+  const bool dj_ok = pjl && m == 1 && !rc.ops && epi == 1 && second && d.parts.size() == 1 &&
+                     second->parts.size() == 1 && int_dot_ && IsQuantized(lin.kind) &&
+                     lin.in_scale > 0.0f && second->src->in_scale > 0.0f &&
+                     (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 &&
+                     pjl->parts.size() == 1 &&
+                     (pjl->src->kind == WeightKind::kQ2 || pjl->src->kind == WeightKind::kQ4) &&
+                     pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
+                     pjl->src->rows <= 8 * static_cast<int>(kWG) &&
+                     rows_per_wg % (2 * ElemsPerWord(pjl->src->kind)) == 0 &&
+                     rows_per_wg <= 8 * ElemsPerWord(pjl->src->kind);
+  if (dj_ok) xq_mode = 0;  // (no down kernel reads what XQ 2 would write)
+  for (size_t i = 0; i < d.parts.size(); ++i) {
+    const DevLinear::Part& p = d.parts[i];
+    LinPush pc{};
+    pc.rows = p.rows;
+    pc.cols = d.cols;
+    pc.wstride = d.wstride;
+    pc.x_stride = x_stride;
+    pc.y_stride = y_stride;
+    pc.y_off = y_off + p.row0;
+    pc.in_s0 = lin.in_scale;
+    pc.out_s0 = lin.out_scale;
+    pc.cap = head_nocap_ ? 0.0f : cfg_.final_logit_softcapping.value_or(0.0f);
+    pc.aux_stride = aux_stride;
+    pc.aux_off = aux_off + p.row0;
+    pc.x_row0 = x_row0;
+    pc.ntok = m;
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = p.w.r;
+    b[1] = p.s.handle >= 0 ? p.s.r : BufRange{};
+    b[2] = x;
+    b[3] = y;
+    if (second) {
+      const DevLinear::Part& p2 = second->parts[i];
+      pc.in_s1 = second->src->in_scale;
+      pc.out_s1 = second->src->out_scale;
+      b[4] = p2.w.r;
+      b[5] = p2.s.handle >= 0 ? p2.s.r : BufRange{};
+    }
+    if (aux) b[6] = *aux;
+    uint32_t use_tail = 0;
+    if (tail) {
+      use_tail = 1;
+      pc.n = d.rows;
+      pc.has_a = tail->has_a;
+      pc.has_wa = tail->wa != nullptr;
+      pc.scale = tail->scale;
+      pc.eps = cfg_.rms_norm_eps;
+      b[6] = counter_.r;
+      b[7] = h_.r;
+      b[8] = *tail->wt;
+      if (tail->wa) b[9] = *tail->wa;
+      b[10] = a_.r;
+    }
+    uint32_t xqm = xq_mode;
+    if (xq_mode == 1) b[5] = *xq;
+    // Mode 3: as 1, but the workgroup copies the quantized input to shared memory first.
+    if (xq_mode == 1 && xq_shared_ && xwords * 4 * tok <= 16384) xqm = 3;
+    // The producer wrote this input in the packed-dot order (XqPerm): plain copies.
+    const uint32_t perm = m == 1 && !rc.ops ? xq_perm : 0;
+    if (xqm == 3 && perm) xqm = 4;
+    if (xq_mode == 2) {
+      b[6] = *xq;
+      pc.next_in_s = next_in_s;
+    }
+    if (m >= kMatmulMinTokens) {
+      // The tiled kernels have a fixed 256-invocation workgroup (no local-size constant).
+      const bool coop_dense = UseCoopDense(d, second);
+      if (coop_dense || UseCoop(lin, second ? second->src : nullptr)) {
+        // Inputs quantized once per weight set into rotating slots (a slot is rewritten only
+        // after at least one more barrier, so no reader of its previous contents is in flight).
+        const uint32_t ld = (d.cols + 63) / 64 * 8;
+        pc.xq_ld = ld;
+        // Split K where the output tiles alone would leave the GPU mostly idle (few rows, long
+        // rows): the splits add exact int32 partial sums atomically, linear_cm_epi finishes.
+        uint32_t splits = 1;
+        const uint32_t ktiles = (d.cols + 63) / 64;
+        const uint32_t bm = second || coop_dense ? 64 : coop_bm_;
+        const uint32_t tiles = ((m + 127) / 128) * ((p.rows + bm - 1) / bm);
+        if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
+            size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
+            (tiles < kCoopTargetTiles || coop_splitk_ == 2)) {
+          splits = coop_splitk_ == 2 ? ktiles
+                                     : std::min((kCoopTargetTiles + tiles - 1) / tiles, ktiles / 4);
+          if (splits > 1) {
+            pc.kper = (ktiles + splits - 1) / splits;
+            splits = (ktiles + pc.kper - 1) / pc.kper;
+          }
+          if (splits <= 1) {
+            splits = 1;
+            pc.kper = 0;
+          }
+        }
+        if (i == 0 && coop_dense) {
+          // f32 inputs as hi + lo f16 terms scaled per token (split_f16.comp): two slots, the
+          // tokens' scales in the first slot's split-K region (dense linears do not split K)
+          for (int set = 0; set < 2; ++set) coop_slot_[set] = TakeCoopSlot();
+          QuantPush qp{static_cast<uint32_t>(d.cols), static_cast<uint32_t>(x_stride),
+                       static_cast<uint32_t>(x_row0), ld, 0.0f};
+          std::array<BufRange, vk::kBindings> qb{};
+          qb[2] = x;
+          qb[3] = CoopSlot(coop_slot_[0]);
+          qb[4] = CoopSlot(coop_slot_[1]);
+          qb[9] = CoopPart(coop_slot_[0]);
+          Dispatch(rc, "split_f16", {}, qb, &qp, sizeof(uint32_t) * 4, 1, m, 1,
+                   /*local_size=*/0);
+          Barrier(rc);
+        } else if (i == 0) {
+          if (splits > 1) {
+            const BufRange part = CoopPart(coop_next_);
+            vkCmdFillBuffer(rc.cmd, part.buf, part.offset, size_t(m) * p.rows * 4, 0);
+          }
+          for (int set = 0; set < (second ? 2 : 1); ++set) {
+            const float in_s = set == 0 ? lin.in_scale : second->src->in_scale;
+            coop_slot_[set] = TakeCoopSlot();
+            QuantPush qp{static_cast<uint32_t>(d.cols), static_cast<uint32_t>(x_stride),
+                         static_cast<uint32_t>(x_row0), ld, in_s};
+            std::array<BufRange, vk::kBindings> qb{};
+            qb[2] = x;
+            qb[3] = CoopSlot(coop_slot_[set]);
+            Dispatch(rc, "srq_quant", {}, qb, &qp, sizeof(qp), (ld + 255) / 256, m, 1,
+                     /*local_size=*/0);
+          }
+          Barrier(rc);
+        }
+        b[7] = CoopSlot(coop_slot_[0]);
+        b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
+        b[9] = CoopPart(coop_slot_[0]);
+        const uint32_t bn = second ? 64 : 128;
+        Dispatch(rc,
+                 second      ? "linear_cmd"
+                 : bm == 128 ? "linear_cm128"
+                             : "linear_cm",
+                 {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
+                 (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
+        if (splits > 1) {
+          Barrier(rc);
+          Dispatch(rc, "linear_cm_epi", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc),
+                   (p.rows + 255) / 256, m, 1, /*local_size=*/0);
+        }
+      } else if (UseRegisterTiled(lin)) {
+        const uint32_t bn = second ? 64 : 128;
+        Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
+                 sizeof(pc), (m + bn - 1) / bn, (p.rows + 127) / 128, 1,
+                 /*local_size=*/0);
+      } else {
+        Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
+                 (p.rows + 63) / 64, 1, /*local_size=*/0);
+      }
+      continue;
+    }
+    // Packed dot products for the SRQ integer path (not with XQ 1: its input stays unpermuted).
+    const bool dp = int_dot_ && IsQuantized(lin.kind) && xqm != 1;
+    std::vector<uint32_t> spec = {KindCode(lin.kind), epi_k, lanes, xwords, tok, vec,
+                                  use_tail,           xqm};
+    if (dj_ok) {
+      b[13] = pjl->pairs.handle >= 0 ? pjl->pairs.r : pjl->parts[0].w.r;
+      b[12] = pj->acc;
+      pc.next_in_s = pjl->src->in_scale;
+      pc.pj_rows = static_cast<uint32_t>(pjl->src->rows);
+      pc.pj_wstride = static_cast<uint32_t>(pjl->wstride);
+    } else if (pj_ok) {
+      b[4] = pjl->parts[0].w.r;
+      b[12] = pj->acc;
+      pc.pj_in_s = pjl->src->in_scale;
+      pc.pj_rows = static_cast<uint32_t>(pjl->src->rows);
+      pc.pj_wstride = static_cast<uint32_t>(pjl->wstride);
+    }
+    if (pro) {
+      if (m != 1 || tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(kWG))
+        throw Error(ErrorCode::kInternal, "vulkan: input norm prologue on a wrong linear");
+      spec.push_back(pro->mode);
+      spec.push_back(static_cast<uint32_t>(d.cols));
+      pc.n = static_cast<uint32_t>(d.cols);
+      pc.scale = pro->scale;
+      pc.eps = cfg_.rms_norm_eps;
+      pc.has_a = pro->h_out && i == 0;
+      pc.has_wa = pro->wa != nullptr;
+      b[7] = *pro->h_in;
+      b[8] = *pro->wt;
+      // Without wa, wt (the same length) stands in: the prologue loads binding 9 unconditionally
+      // and ignores the values when has_wa is 0.
+      b[9] = pro->wa ? *pro->wa : *pro->wt;
+      if (pro->h_out) b[10] = *pro->h_out;
+      if (pro->t_sums) {
+        // PRO_T: t is the sums of t_sums (one part), with its row scales and SRQ scales.
+        b[2] = *pro->t_acc;
+        b[5] = pro->t_sums->parts[0].s.r;
+        pc.pt_in_s = pro->t_sums->src->in_scale;
+        pc.pt_out_s = pro->t_sums->src->out_scale;
+      }
+    }
+    const uint32_t perm_out = xqm == 2 ? perm : 0;
+    // The multiply without per-word branches (linear.comp FAST): both weight sets on the
+    // SRQ integer path, 16-byte loads, the input in shared memory.
+    const bool fast = dp && mv_fast_ && !rc.ops && vec == 4 && lin.in_scale > 0.0f &&
+                      (!second || second->src->in_scale > 0.0f);
+    if (fast || cluster || perm_out) {
+      PadLinearSpec(spec, 10);
+      spec.push_back(fast ? 1u : 0u);  // FAST
+      spec.push_back(cluster ? 1u : 0u);
+      if (perm_out) spec.push_back(perm_out);
+    }
+    if (pro && (pack_atomic_ || rms_all_ || pro->t_sums)) {
+      PadLinearSpec(spec, 14);
+      spec.push_back(pack_atomic_ ? 1u : 0u);  // PACK_ATOMIC
+      spec.push_back(pro->t_sums ? 1u : 0u);   // PRO_T
+      spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
+    }
+    if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
+      PadLinearSpec(spec, 17);
+      spec.push_back(mv_dbg_);  // DBG
+    }
+    // One-token dense bf16 / f16 rows on 16-byte loads: the input (or a norm prologue's
+    // output) staged as vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the
+    // device's shared memory (the kernel's other shared arrays, the prologue's floats).
+    const bool dense_vec = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !tail &&
+                           (!second || second->src->kind == lin.kind) && xqm == 0;
+    const size_t fx_bytes = size_t(d.wstride) / 2 * 16;
+    const size_t fx_other = 4096 + (pro ? size_t(d.cols) * 4 : 0);
+    const bool fxw =
+        dense_vec && fx_bytes <= 16384 && fx_bytes + fx_other <= dev_->max_shared_bytes();
+    if (fxw) {
+      PadLinearSpec(spec, 18);
+      spec.push_back(d.wstride / 2);  // FXW
+    }
+    // ... longer inputs without a prologue (the down projections): read as vec4s from global
+    // memory (linear.comp FXG; rows of whole vectors, the token's row on a 16-byte boundary).
+    const bool fxg = dense_vec && !fxw && !pro && d.cols % 8 == 0 &&
+                     static_cast<int>(d.wstride) * 2 == d.cols && x_stride % 4 == 0;
+    if (dj_ok) {
+      PadLinearSpec(spec, 19);
+      spec.push_back(KindCode(pjl->src->kind));                                          // DJ
+      spec.push_back((down_fuse_late_ ? 1u : 0u) | (pjl->pairs.handle >= 0 ? 2u : 0u));  // DJM
+      spec.push_back(down_fuse_copies_);  // ACC_COPIES
+    }
+    if (pro && pro->t_sums && pro->t_copies > 1) {
+      PadLinearSpec(spec, 21);
+      spec.push_back(pro->t_copies);  // ACC_COPIES
+    }
+
+    // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
+    // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
+    // resident kernel takes the blocks as virtual workgroups.
+    const uint32_t nblk = (p.rows + rows_per_wg - 1) / rows_per_wg;
+    uint32_t gy = nblk;
+    if (m == 1 && !rc.ops) {
+      // (a prologue caps the longer matrices too: it runs once per workgroup)
+      int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ || pro ? mv_wgs_ : mv_wgs_long_;
+      if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
+      if (dense_short && dense_wgs_ > 0) cap = dense_wgs_;
+      if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
+    }
+    // Workgroups looping over several blocks of a single FAST weight set: the next block's
+    // vectors loaded before this one's multiply (linear.comp PFB).
+    const uint32_t nvl = (nvec + lanes - 1) / lanes;
+    // ... and where the grid is at most mv_prefetch_early_ workgroups per compute unit, the
+    // first block's loaded early (PFE: at the kernel's start, or after a norm prologue's operand
+    // loads, PFE_LATE), also without a loop over blocks.
+    // (mv_prefetch_early_set_ bits: 1 linears without a prologue, 2 the PLE gate, 4 the other
+    // prologue linears)
+    const bool pf_shape = !second && tok == 1 && nvl >= 1 && nvl <= 4;
+    const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
+    const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
+                     pf_shape && m == 1 && !rc.ops &&
+                     gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
+    const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && (fxw || fxg))) &&
+                      pf_shape && !pj_ok && gy < nblk) ||
+                     pfe;
+    if (pfb) {
+      PadLinearSpec(spec, 22);
+      spec.push_back(nvl);  // PFB
+    }
+    if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
+      PadLinearSpec(spec, 23);
+      spec.push_back(mv_dual_loop_);  // DUAL_LOOP
+    }
+    if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && !pfb && mv_dbg_ == 0) {
+      PadLinearSpec(spec, 24);
+      spec.push_back(mv_pair_loop_);  // PAIR_LOOP
+    }
+    // (the shared input spans whole weight vectors: xwords is a multiple of a vector's words)
+    if (fast && ((lin.kind == WeightKind::kQ2 && (mv_xcm_ & 1) != 0 && xwords % 16 == 0) ||
+                 (lin.kind == WeightKind::kQ4 && (mv_xcm_ & 2) != 0 && xwords % 8 == 0))) {
+      PadLinearSpec(spec, 25);
+      spec.push_back(1);  // XCM
+    }
+    if (atomic_dbg_ && (pj_ok || dj_ok)) {
+      PadLinearSpec(spec, 26);
+      spec.push_back(atomic_dbg_);  // ADBG
+    }
+    // The prologue's columns 8 per invocation, read as 16-byte vectors (linear.comp PRO_VEC;
+    // not with PACK_ATOMIC, the first form's other packing, nor where the caller says so).
+    if (pro && pro->vec && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
+      PadLinearSpec(spec, 27);
+      spec.push_back(1);  // PRO_VEC
+    }
+    if (pfe) {
+      PadLinearSpec(spec, 28);
+      spec.push_back(1);  // PFE
+    }
+    if (pfe && pro && mv_prefetch_early_late_) {
+      PadLinearSpec(spec, 29);
+      spec.push_back(1);  // PFE_LATE
+    }
+    if (pro && rms_fast_) {
+      PadLinearSpec(spec, 30);
+      spec.push_back(1);  // RMS_FAST
+    }
+    // Both sets on the integer path with the same input scale: one quantized input (one-token
+    // steps; the words are staged per workgroup).
+    if (share_x_ && second && m == 1 && !rc.ops && xqm != 1 && IsQuantized(lin.kind) &&
+        IsQuantized(second->src->kind) && lin.in_scale > 0.0f &&
+        lin.in_scale == second->src->in_scale) {
+      PadLinearSpec(spec, 31);
+      spec.push_back(1);  // SHARE_X
+    }
+
+    if (fxg) {
+      PadLinearSpec(spec, 32);
+      spec.push_back(1);  // FXG
+    }
+
+    // Dense sums in double (DSUM) where SRQ roundings follow them: checkpoints with SRQ linears.
+    const bool ds =
+        dsum_ && (dense || lin.in_scale <= 0.0f || (second && second->src->in_scale <= 0.0f));
+    const char* module = dp ? (ds ? "linear_dp_ds" : "linear_dp") : (ds ? "linear_ds" : "linear");
+    Dispatch(rc, module, spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
+  }
+  return pj_ok || dj_ok;
+}
+
+// The residual stream is h_ unless `h` is given.
+void VulkanBackend::NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float scale, const Buf* wa,
+                           bool has_a, const BufRange& a, int h_row0, const BufRange* h) {
+  const int H = cfg_.hidden_size;
+  NormPush pc{};
+  pc.n = H;
+  pc.has_t = t != nullptr;
+  pc.has_a = has_a;
+  pc.has_wa = wa && wa->handle >= 0;
+  pc.scale = scale;
+  pc.eps = cfg_.rms_norm_eps;
+  pc.h_stride = pc.t_stride = pc.a_stride = H;
+  pc.h_row0 = h_row0;
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = h ? *h : h_.r;
+  if (t) b[1] = t->r;
+  if (wt) b[2] = wt->r;
+  if (has_a) b[3] = a;
+  if (pc.has_wa) b[4] = wa->r;
+  Dispatch(rc, "resnorm", {}, b, &pc, sizeof(pc), m);
+}
+
+void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,
+                             const std::array<BufRange, vk::kBindings>& b, const void* push,
+                             size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz,
+                             uint32_t local_size) {
+  if (gx == 0 || gy == 0 || gz == 0) return;
+  // Constant 0 is the local size (0 for shaders with a fixed size, which ignore it).
+  spec.insert(spec.begin(), local_size);
+  if (rc.ops) {
+    CaptureOp(rc, shader, spec, b, push, push_bytes, gx, gy, gz, local_size);
+    return;
+  }
+  std::array<BufRange, vk::kBindings> bb = b;
+  bb[11] = step_.r;
+  // One dispatch of `pipe` with `set` and the push constants.
+  auto record = [&](VkPipeline pipe, VkDescriptorSet set) {
+    vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
+                            nullptr);
+    if (push_bytes)
+      vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                         static_cast<uint32_t>(push_bytes), push);
+    vkCmdDispatch(rc.cmd, gx, gy, gz);
+  };
+  std::string probe_shader;
+  bool probe_reported = false;
+  // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue;
+  // attention_probe2: the first key block's V loop, round by round).
+  const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
+  if (rc.probe_label &&
+      (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
+       std::strcmp(shader, "attn_fused") == 0) &&
+      Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
+    const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
+    if (rc.probe_seen++ == rc.probe_nth) {
+      probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
+      bb[pb] = prof_.r;
+      rc.probe_wgs = gx * gy * gz;
+      probe_reported = true;
+    } else if (probe_all_) {
+      // GEMMA_BENCH_PROBE_ALL (timing only): every dispatch with the label runs the probe
+      // pipeline (the others into a scratch buffer), so the probed one finds its code where
+      // the step's earlier dispatches of it left it, as the plain pipeline does.
+      probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
+      bb[pb] = probe_sink_.r;
+    }
+  }
+  if (empty_mode_ != 0 && std::strcmp(shader, "readbw") != 0) {
+    // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
+    std::vector<uint32_t> es{kWG};
+    if (empty_mode_ == 7) {
+      // each workgroup waits until the previous phase's workgroups have all counted themselves,
+      // then counts itself in this phase's flag (acquire / release at device scope)
+      es.resize(20, 0);
+      es[17] = rc.flag_phase > 0 ? rc.flag_phase - 1 : 0;
+      es[18] = rc.flag_prev;
+      es[19] = rc.flag_phase + 1;
+      rc.flag_cur += gx * gy * gz;
+      bb[12] = flags_.r;
+    }
+    if (empty_mode_ == 8) {
+      // GEMMA_VULKAN_FLAG_SPLIT=k: each dispatch counts itself on k lines (workgroup index mod
+      // k), so k atomics proceed at once
+      const uint32_t split = flag_split_;
+      es.resize(23, 0);
+      es[17] = rc.flag_wait;
+      es[18] = rc.flag_wait_n;
+      es[19] = std::min(rc.flag_disp, 4096u / split - 1) + 1;
+      es[20] = gx * gy * gz;
+      es[22] = split;
+      ++rc.flag_disp;
+      bb[12] = flags_.r;
+    }
+    if (empty_mode_ == 9) {
+      // the least work of a dependent phase (empty.comp MW): the phase's parity picks the input
+      // vector; phases take 16 slots of the weight region in turn, a phase's dispatches a
+      // quarter slot each, so no dispatch finds its weights in L2
+      es.resize(30, 0);
+      es[23] = 1 + min_vecs_;
+      es[24] = rc.flag_phase & 1u;
+      es[25] = (rc.flag_phase % 16) * (min_wn_ / 16) + (rc.min_sub % 4) * (min_wn_ / 64);
+      es[26] = min_wn_;
+      es[27] = min_red_;
+      es[28] = min_atoms_;
+      es[29] = min_inv_;
+      ++rc.min_sub;
+      bb[12] = flags_.r;
+    }
+    if (empty_mode_ == 3 || empty_mode_ == 4) {
+      es.resize(17, 0);
+      es[15] = empty_code_;
+      es[16] = empty_mode_ == 4 ? 1 : 0;
+    }
+    if (empty_mode_ == 2 || empty_mode_ == 5 || empty_mode_ == 6) {
+      es = spec;
+      es.resize(14, 0);
+      es[0] = kWG;
+      uint32_t code = 2166136261u;
+      for (const char* c = shader; *c; ++c) code = (code ^ static_cast<uint8_t>(*c)) * 16777619u;
+      es.push_back(code);
+      if (empty_mode_ != 2) {  // 5, 6: mode 3 / 4's code in each original pipeline's own binary
+        es.resize(17, 0);
+        es[15] = empty_code_;
+        es[16] = empty_mode_ == 6 ? 1 : 0;
+      }
+    }
+    record(dev_->Pipeline("empty", es), dev_->Set(bb));
+    ++rc.dispatches;
+    return;
+  }
+  const VkPipeline pipe =
+      dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
+  const VkDescriptorSet set = dev_->Set(bb);
+  if (probe_reported && probe_twice_ != 0) {
+    // GEMMA_BENCH_PROBE_TWICE (timing only; kernels that accumulate give wrong results): the
+    // probed kernel runs first once more, behind a barrier, as its plain pipeline (1: its data
+    // warm in the caches, its code cold) or as the probe pipeline itself (2: both warm).
+    record(probe_twice_ == 2 ? pipe : dev_->Pipeline(shader, spec), set);
+    dev_->Barrier(rc.cmd, vk::Device::BarrierKind::kFull);
+  }
+  record(pipe, set);
+  ++rc.dispatches;
+  // GEMMA_VULKAN_EXTRA_DISPATCHES=k (timing only): k one-workgroup empty dispatches after each
+  // of the one-token layer loop's dispatches, no barrier between: what a dispatch beside a
+  // phase's kernel costs the step.
+  for (int i = 0; rc.light && i < extra_dispatches_; ++i) {
+    vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->Pipeline("empty", {kWG}));
+    vkCmdDispatch(rc.cmd, 1, 1, 1);
+  }
+  if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
+    rc.labels->push_back(Label(shader, spec, gy, push, push_bytes));
+    dev_->WriteTimestamp(rc.cmd, static_cast<uint32_t>(rc.labels->size()));
+  }
+}
+
+void VulkanBackend::CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
+                              const std::array<BufRange, vk::kBindings>& b, const void* push,
+                              size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz,
+                              uint32_t local_size) {
+  const int kernel = ResidentKernel(shader);
+  const bool lin = kernel == 0 || kernel == 1;
+  // Linears: one token (token groups of one, a single token group).
+  if (kernel < 0 || local_size != kWG || spec.size() > 11 || push_bytes > 32 * 4 ||
+      (lin && (gx != 1 || spec.size() != 9 || spec[5] != 1))) {
+    rc.capture_ok = false;
+    resident_note_ = std::string("cannot capture ") + shader;
+    return;
+  }
+  std::vector<uint32_t> op(kOpWords, 0);
+  op[0] = static_cast<uint32_t>(kernel);
+  op[1] = gx;
+  op[2] = gy;
+  op[3] = gz;
+  for (size_t i = 0; i < spec.size(); ++i) op[5 + i] = spec[i];
+  for (int i = 0; i < 11; ++i) {
+    if (!b[i].buf) continue;
+    if (b[i].buf != rc.pool || b[i].offset % 16 != 0) {
+      rc.capture_ok = false;
+      resident_note_ = std::string(shader) + " binding " + std::to_string(i) +
+                       " outside the device pool's first buffer";
+      return;
+    }
+    op[16 + i] = static_cast<uint32_t>(b[i].offset / 4);
+  }
+  std::memcpy(&op[32], push, push_bytes);
+  if (lin) rc.xq_max = std::max(rc.xq_max, spec[4] * (spec[2] == 1 ? 2u : 1u));
+  rc.ops->insert(rc.ops->end(), op.begin(), op.end());
+  ++rc.dispatches;
+  if (rc.phase_labels) {
+    const std::string l = Label(shader, spec, gy, push, push_bytes);
+    if (rc.pending.empty())
+      rc.pending = l;
+    else if (rc.pending.find(" + ") == std::string::npos)
+      rc.pending += " + more";
+  }
+}
+
+void VulkanBackend::Barrier(Rec& rc) {
+  ++rc.barriers;
+  ++rc.flag_phase;
+  rc.min_sub = 0;
+  if (empty_mode_ == 8 && !rc.ops) {
+    // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags;
+    // with GEMMA_VULKAN_FLAG_EVERY=k every k-th light barrier stays a pipeline barrier, so at
+    // most k phases' workgroups are in flight (and spinning) at once
+    const bool flag = rc.light && (flag_every_ <= 0 || ++rc.flag_light % flag_every_ != 0);
+    rc.flag_wait = flag ? rc.flag_first + 1 : 0;
+    rc.flag_wait_n = flag ? rc.flag_disp - rc.flag_first : 0;
+    rc.flag_first = rc.flag_disp;
+    if (flag) return;
+  }
+  if (empty_mode_ == 7 && !rc.ops) {
+    // (timing only) the next phase's workgroups wait for this one's count instead of a barrier
+    rc.flag_prev = rc.light ? rc.flag_cur : 0;
+    rc.flag_cur = 0;
+    if (rc.light) return;
+  }
+  if (rc.ops) {
+    if (!rc.ops->empty()) (*rc.ops)[rc.ops->size() - kOpWords + 4] |= 1u;
+    if (rc.phase_labels) rc.phase_labels->push_back(rc.pending);
+    rc.pending.clear();
+    return;
+  }
+  dev_->Barrier(rc.cmd, rc.light ? light_barrier_ : vk::Device::BarrierKind::kFull);
+}
+
+// Prefill attention on matrix units over m query rows (q[t][nh hd]) and the K / V cache rings
+// k / v ([ring][nkv hd]; step.pos0 / step.m set): q split into hi + lo f16 rows (split_f16
+// QROWS: [K/V head][token][group] order, a power of two per row), then attention_cm, 32 rows of
+// one K/V head per workgroup, into out[t][nh hd].
+void VulkanBackend::AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, const BufRange& v,
+                             const BufRange& out, int nh, int nkv, int hd, int ring, int window,
+                             int m) {
+  const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
+  const uint32_t group = static_cast<uint32_t>(nh / nkv), tpw = 32 / group;
+  const int sh = TakeCoopSlot(), sl = TakeCoopSlot();
+  const SplitQPush qp{static_cast<uint32_t>(hd),
+                      static_cast<uint32_t>(nh * hd),
+                      0u,
+                      qld,
+                      static_cast<uint32_t>(nh),
+                      group,
+                      static_cast<uint32_t>(m)};
+  std::array<BufRange, vk::kBindings> qb{};
+  qb[2] = q;
+  qb[3] = CoopSlot(sh);
+  qb[4] = CoopSlot(sl);
+  qb[9] = CoopPart(sh);
+  Dispatch(rc, "split_f16", {1u}, qb, &qp, sizeof(qp), 1, static_cast<uint32_t>(m * nh), 1,
+           /*local_size=*/0);
+  Barrier(rc);
+  const AttnCmPush ap{static_cast<uint32_t>(nh),
+                      static_cast<uint32_t>(nkv),
+                      static_cast<uint32_t>(hd),
+                      static_cast<uint32_t>(ring),
+                      static_cast<uint32_t>(window),
+                      static_cast<uint32_t>(nh * hd),
+                      qld};
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = CoopSlot(sh);
+  b[1] = k;
+  b[2] = v;
+  b[3] = CoopSlot(sl);
+  b[4] = CoopPart(sh);
+  b[5] = out;
+  Dispatch(rc,
+           nch == 1   ? "attention_cm1"
+           : nch == 4 ? "attention_cm4"
+                      : "attention_cm8",
+           {attn_cm_acc_, attn_cm_rot_}, b, &ap, sizeof(ap),
+           (static_cast<uint32_t>(m) + tpw - 1) / tpw, static_cast<uint32_t>(nkv), 1,
+           /*local_size=*/0);
+  Barrier(rc);
+}
+
+}  // namespace gemma::vulkan_internal

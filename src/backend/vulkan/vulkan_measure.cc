@@ -1,0 +1,390 @@
+#include "backend/vulkan/vulkan_backend_impl.h"
+
+namespace gemma::vulkan_internal {
+
+// readbw over each range (its 16-byte words, with that many workgroups), the dispatches back to
+// back in one command buffer: bytes read per second, the median of `iters` timed passes after
+// one more; 0 without timestamps.
+double VulkanBackend::ReadBandwidth(const std::vector<std::pair<BufRange, uint32_t>>& reads,
+                                    int iters) {
+  if (!dev_->has_timestamps() || reads.empty()) return 0.0;
+  double bytes = 0;
+  for (const auto& [r, wgs] : reads) bytes += static_cast<double>(r.size / 16 * 16);
+  VkCommandBuffer cb = head_cmd_;
+  std::vector<double> secs;
+  for (int it = 0; it < iters + 1; ++it) {
+    Begin(cb, false);
+    dev_->ResetTimestamps(cb, 2);
+    dev_->WriteTimestamp(cb, 0);
+    Rec rc{cb};
+    for (const auto& [r, wgs] : reads) {
+      std::array<BufRange, vk::kBindings> b{};
+      b[0] = r;
+      b[3] = counter_.r;
+      const uint32_t n = static_cast<uint32_t>(std::min<size_t>(r.size / 16, 0xFFFFFFFFu));
+      Dispatch(rc, "readbw", {}, b, &n, sizeof(n), std::min<uint32_t>(wgs, (n + 255) / 256), 1, 1,
+               false);
+    }
+    dev_->WriteTimestamp(cb, 1);
+    End(cb);
+    dev_->Submit(cb);
+    const std::vector<double> ts = dev_->ReadTimestamps(2);
+    if (it > 0) secs.push_back((ts[1] - ts[0]) * 1e-9);
+  }
+  std::sort(secs.begin(), secs.end());
+  return bytes / secs[secs.size() / 2];
+}
+
+// Bytes per second a compute shader reads from every resident weight buffer once (the decode's
+// traffic), median of `iters` timed passes; 0 without timestamps.
+double VulkanBackend::WeightReadBandwidth(int iters) {
+  std::vector<std::pair<BufRange, uint32_t>> reads;
+  for (const BufRange& r : WeightRanges()) reads.push_back({r, 2048});
+  return ReadBandwidth(reads, iters);
+}
+
+// The device's streaming read bandwidth: readbw over the largest weight buffer (larger than
+// the caches on the models benchmarked), passes of at least 512 MiB in all per command buffer,
+// the median of `iters`. A floor that does not depend on how the weights are split into buffers
+// (WeightReadBandwidth reads every buffer once, many of them small). 0 without timestamps.
+double VulkanBackend::StreamReadBandwidth(int iters, size_t* range_bytes) {
+  BufRange big{};
+  for (const BufRange& r : WeightRanges())
+    if (r.size > big.size) big = r;
+  if (range_bytes) *range_bytes = big.size;
+  if (big.size < 16) return 0.0;
+  const int passes = static_cast<int>(std::clamp<size_t>((size_t(512) << 20) / big.size, 1, 64));
+  const uint32_t cus = dev_->compute_units();
+  const uint32_t wgs = cus > 0 ? std::min<uint32_t>(65535, 8 * cus) : 256;
+  return ReadBandwidth(std::vector<std::pair<BufRange, uint32_t>>(passes, {big, wgs}), iters);
+}
+
+// Empty dispatches (readbw with n = 0): timestamps around `n` of them, median of 5 passes.
+VulkanDispatchCost VulkanBackend::DispatchCost(int n) {
+  VulkanDispatchCost c;
+  if (!dev_->has_timestamps() || n <= 0) return c;
+  c.wide = std::max<uint32_t>(256, 4 * dev_->compute_units());
+  auto time = [&](uint32_t wgs, bool barriers) {
+    std::vector<double> us;
+    for (int it = 0; it < 6; ++it) {
+      VkCommandBuffer cb = head_cmd_;
+      Begin(cb, false);
+      dev_->ResetTimestamps(cb, 2);
+      dev_->WriteTimestamp(cb, 0);
+      Rec rc{cb};
+      for (int i = 0; i < n; ++i) {
+        std::array<BufRange, vk::kBindings> b{};
+        b[0] = counter_.r;
+        b[3] = counter_.r;
+        const uint32_t zero = 0;
+        Dispatch(rc, "readbw", {}, b, &zero, sizeof(zero), wgs, 1, 1, false);
+        if (barriers) Barrier(rc);
+      }
+      dev_->WriteTimestamp(cb, 1);
+      End(cb);
+      dev_->Submit(cb);
+      const std::vector<double> ts = dev_->ReadTimestamps(2);
+      if (it > 0) us.push_back((ts[1] - ts[0]) * 1e-3 / n);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  };
+  c.dependent_us = time(1, true);
+  c.dependent_wide_us = time(c.wide, true);
+  c.independent_us = time(1, false);
+  return c;
+}
+
+// One step over `tokens` with the `nth` dispatch labelled `label` (linear_dp or attention) run
+// as its PROBE variant: per-stage device-clock times of its workgroups, as a markdown table.
+std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const std::string& label,
+                                       int nth) {
+  const int m = static_cast<int>(tokens.size());
+  if (!dev_->device_clock() || !dev_->subgroup_clock())
+    return "probe: the device has no shader device clock or no subgroup clock\n";
+  if (m == 0 || m > chunk_ || window_.cached() + m > capacity_) return "probe: bad step\n";
+  FillInputs(tokens, OutputMode::kArgmax, nullptr);
+  VkCommandBuffer cb = head_cmd_;
+  Begin(cb, false);
+  vkCmdFillBuffer(cb, prof_.r.buf, prof_.r.offset, prof_.r.size, 0);
+  dev_->Barrier(cb);
+  Rec rc{cb};
+  RecordInputs(rc, m, OutputMode::kArgmax);
+  rc.probe_label = &label;
+  rc.probe_nth = nth;
+  if (m == 1) {
+    rc.fuse_head = head_norm_;  // (as DecodeCommand)
+    rc.long_ctx = LongContextStep();
+    RecordBody(rc, 1, splits_);
+    RecordHead(rc, 0, 1, OutputMode::kArgmax);
+  } else {
+    RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
+  }
+  dev_->Barrier(cb);
+  const VkBufferCopy cp{prof_.r.offset, prof_host_.r.offset,
+                        std::min<size_t>(prof_.r.size, prof_host_.r.size)};
+  vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
+  End(cb);
+  dev_->Submit(cb);
+  if (!rc.probe_wgs) return "probe: no dispatch labelled '" + label + "'\n";
+  const uint32_t* raw = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
+  const uint32_t n = std::min<uint32_t>(rc.probe_wgs, 4096);
+  // Slot k of workgroup w: the device clock (ns); slot 8 + k: its compute unit's cycles.
+  auto word = [&](uint32_t w, int slot) {
+    return uint64_t(raw[(w * 16 + slot) * 2]) | (uint64_t(raw[(w * 16 + slot) * 2 + 1]) << 32);
+  };
+  auto at = [&](uint32_t w, int k) { return static_cast<double>(word(w, k)); };
+  // Per workgroup: its first and last written points (a kernel may skip some, e.g. the
+  // prologue points of a linear without a prologue).
+  double t0 = 1e300, s1 = 0, e1 = 0, span_ns = 0, span_cycles = 0;
+  int first = 8, last = -1;
+  for (uint32_t w = 0; w < n; ++w) {
+    int wf = -1, wl = -1;
+    for (int k = 0; k < 8; ++k) {
+      if (word(w, k) == 0) continue;
+      if (wf < 0) wf = k;
+      wl = k;
+      first = std::min(first, k);
+      last = std::max(last, k);
+    }
+    if (wf < 0) continue;
+    t0 = std::min(t0, at(w, wf));
+    s1 = std::max(s1, at(w, wf));
+    e1 = std::max(e1, at(w, wl));
+    span_ns += at(w, wl) - at(w, wf);
+    span_cycles += static_cast<double>(word(w, 8 + wl) - word(w, 8 + wf));
+  }
+  if (last < 0) return "probe: '" + label + "' wrote no points\n";
+  // Cycles per ns from the workgroups' spans (the device clock ticks coarsely: ~0.26 us on the
+  // H200); stage durations come from the cycle counter. Spans too short to time: cycles.
+  const double ghz = span_ns >= 1000.0 ? span_cycles / span_ns : 0.0;
+  char buf[256];
+  std::string out = "| probe: " + label + " #" + std::to_string(nth) + " | " +
+                    std::to_string(rc.probe_wgs) + " workgroups |\n|---|---|\n";
+  std::snprintf(buf, sizeof(buf),
+                "| first start to last end | %.2f us |\n"
+                "| first start to last start | %.2f us |\n",
+                (e1 - t0) * 1e-3, (s1 - t0) * 1e-3);
+  out += buf;
+  if (ghz > 0) {
+    std::snprintf(buf, sizeof(buf), "| compute-unit clock during the probe | %.0f MHz |\n",
+                  ghz * 1e3);
+    out += buf;
+  }
+  // Stages: from each written point to the workgroup's next written point, in cycles.
+  std::map<std::pair<int, int>, std::array<double, 3>> stages;  // sum, max, count
+  for (uint32_t w = 0; w < n; ++w) {
+    int prev = -1;
+    for (int k = first; k <= last; ++k) {
+      if (word(w, k) == 0) continue;
+      if (prev >= 0) {
+        std::array<double, 3>& st = stages[{prev, k}];
+        const double d = static_cast<double>(word(w, 8 + k) - word(w, 8 + prev));
+        st[0] += d;
+        st[1] = std::max(st[1], d);
+        st[2] += 1;
+      }
+      prev = k;
+    }
+  }
+  for (const auto& [ks, st] : stages) {
+    if (ghz > 0) {
+      std::snprintf(buf, sizeof(buf),
+                    "| probe %d -> %d: mean / max over %d workgroups | %.3f / %.3f us |\n",
+                    ks.first, ks.second, static_cast<int>(st[2]), st[0] / st[2] / ghz * 1e-3,
+                    st[1] / ghz * 1e-3);
+    } else {
+      std::snprintf(buf, sizeof(buf),
+                    "| probe %d -> %d: mean / max over %d workgroups | %.0f / %.0f cycles |\n",
+                    ks.first, ks.second, static_cast<int>(st[2]), st[0] / st[2], st[1]);
+    }
+    out += buf;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
+    std::span<const int32_t> tokens) {
+  std::vector<std::pair<std::string, double>> out;
+  const int m = static_cast<int>(tokens.size());
+  if (!dev_->has_timestamps() || m == 0 || m > chunk_ || window_.cached() + m > capacity_)
+    return out;
+  FillInputs(tokens, OutputMode::kArgmax, nullptr);
+  std::vector<std::string> labels;
+  VkCommandBuffer cb = head_cmd_;
+  Begin(cb, false);
+  dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
+  dev_->WriteTimestamp(cb, 0);
+  Rec rc{cb};
+  RecordInputs(rc, m, OutputMode::kArgmax);
+  labels.push_back("step inputs (copies, fills, barrier)");
+  dev_->WriteTimestamp(cb, 1);
+  rc.labels = &labels;
+  if (m == 1) {
+    rc.fuse_head = head_norm_;  // (as DecodeCommand)
+    rc.long_ctx = LongContextStep();
+    RecordBody(rc, 1, splits_);
+    RecordHead(rc, 0, 1, OutputMode::kArgmax);
+  } else {
+    RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
+  }
+  End(cb);
+  dev_->Submit(cb);
+  const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));
+  for (size_t i = 0; i < labels.size(); ++i) {
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == labels[i]; });
+    const double d = ts[i + 1] - ts[i];
+    if (it == out.end())
+      out.emplace_back(labels[i], d);
+    else
+      it->second += d;
+  }
+  return out;
+}
+
+// Runs one linear (epilogue 0 store, 1 gelu(lin) * second, 2 softcap) over n tokens on this
+// backend's device, through the kernel a step of n tokens would use. Buffers are added per call.
+std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* second, const float* x,
+                                            int n, uint32_t epi) {
+  DevLinear d = PlanLinear(lin), d2;
+  if (second) d2 = PlanLinear(*second);
+  Buf xb = Reserve(Pool::kDevice, size_t(n) * lin.cols * 4);
+  Buf yb = Reserve(Pool::kDevice, size_t(n) * lin.rows * 4);
+  Buf host = Reserve(Pool::kHost, size_t(n) * lin.rows * 4);
+  // linear_cm's quantized-input slots are sized for a chunk; a test may pass more tokens.
+  const size_t part_bytes = (size_t(n) * lin.rows * 4 + 255) / 256 * 256;
+  Buf slots = coop_ ? Reserve(Pool::kDevice, size_t(n) * coop_ld_max_ * 16 * kCoopSlots) : Buf{};
+  Buf parts = coop_ ? Reserve(Pool::kDevice, part_bytes * kCoopSlots) : Buf{};
+  dev_->Commit();
+  std::optional<CoopSlotsSwap> swap;
+  if (coop_) {
+    Resolve(slots);
+    Resolve(parts);
+    swap.emplace(*this, slots, size_t(n) * coop_ld_max_ * 16, parts, part_bytes);
+  }
+  UploadLinear(d);
+  if (second) UploadLinear(d2);
+  Resolve(xb);
+  Resolve(yb);
+  Resolve(host);
+  dev_->Upload(xb.r, 0, x, size_t(n) * lin.cols * 4);
+  VkCommandBuffer cb = head_cmd_;
+  Begin(cb, false);
+  Rec rc{cb};
+  LinearOp(rc, d, xb.r, lin.cols, yb.r, lin.rows, 0, n, epi, second ? &d2 : nullptr);
+  Barrier(rc);
+  VkBufferCopy cp{yb.r.offset, host.r.offset, size_t(n) * lin.rows * 4};
+  vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
+  End(cb);
+  dev_->Submit(cb);
+  const float* f = reinterpret_cast<const float*>(host.r.mapped);
+  return std::vector<float>(f, f + size_t(n) * lin.rows);
+}
+
+// Kernel test hook: AttnCmOp over uploaded q and K / V rings at position pos0 (empty where the
+// device or the shape does not take the matrix-unit path).
+std::vector<float> VulkanBackend::RunAttnCm(const float* q, const float* k, const float* v, int nh,
+                                            int nkv, int hd, int ring, int window, int pos0,
+                                            int m) {
+  if (!attn_cm_ || nh % nkv != 0) return {};
+  const size_t qn = size_t(m) * nh * hd, kvn = size_t(ring) * nkv * hd;
+  const size_t slot_bytes = (size_t(m) * nh + 32) * AttnCmChunks(hd) * 8 * 16;
+  const size_t part_bytes = ((size_t(m) * nh + 32) * 4 + 255) / 256 * 256;
+  Buf qb = Reserve(Pool::kDevice, qn * 4), kb = Reserve(Pool::kDevice, kvn * 4),
+      vb = Reserve(Pool::kDevice, kvn * 4), ob = Reserve(Pool::kDevice, qn * 4),
+      host = Reserve(Pool::kHost, qn * 4), slots = Reserve(Pool::kDevice, slot_bytes * kCoopSlots),
+      parts = Reserve(Pool::kDevice, part_bytes * kCoopSlots);
+  dev_->Commit();
+  for (Buf* b : {&qb, &kb, &vb, &ob, &host, &slots, &parts}) Resolve(*b);
+  const CoopSlotsSwap swap(*this, slots, slot_bytes, parts, part_bytes);
+  const bool shape = AttnCmShape(hd, nh, nkv, m);
+  std::vector<float> r;
+  if (shape) {
+    dev_->Upload(qb.r, 0, q, qn * 4);
+    dev_->Upload(kb.r, 0, k, kvn * 4);
+    dev_->Upload(vb.r, 0, v, kvn * 4);
+    VkCommandBuffer cb = head_cmd_;
+    Begin(cb, false);
+    Rec rc{cb};
+    const uint32_t st[4] = {static_cast<uint32_t>(pos0), static_cast<uint32_t>(m), 0u, 0u};
+    vkCmdUpdateBuffer(cb, step_.r.buf, step_.r.offset, sizeof(st), st);
+    Barrier(rc);
+    AttnCmOp(rc, qb.r, kb.r, vb.r, ob.r, nh, nkv, hd, ring, window, m);
+    VkBufferCopy cp{ob.r.offset, host.r.offset, qn * 4};
+    vkCmdCopyBuffer(cb, ob.r.buf, host.r.buf, 1, &cp);
+    End(cb);
+    dev_->Submit(cb);
+    const float* f = reinterpret_cast<const float*>(host.r.mapped);
+    r.assign(f, f + qn);
+  }
+  return r;
+}
+
+// GEMMA_VULKAN_RESIDENT_PROFILE=1: the device clock after every grid barrier of argmax steps,
+// summed per phase label; printed to stderr after 16 steps (clock units of the device: ns on
+// NVIDIA).
+void VulkanBackend::AccumulateProfile() {
+  const uint32_t* t = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
+  const size_t n = std::min(phase_labels_.size(), prof_host_.r.size / 8 - 1);
+  auto at = [&](size_t i) { return uint64_t(t[2 * i]) | (uint64_t(t[2 * i + 1]) << 32); };
+  for (size_t i = 0; i < n; ++i) prof_sum_[phase_labels_[i]] += double(at(i + 1) - at(i));
+  prof_total_ += double(at(n) - at(0));
+  if (++prof_steps_ != 16) return;
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [k, v] : prof_sum_) rows.emplace_back(v, k);
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr,
+               "\n| resident phase (first operation), %d argmax steps | us per token | share |\n"
+               "|---|---|---|\n",
+               prof_steps_);
+  for (const auto& [v, k] : rows) {
+    std::fprintf(stderr, "| %s | %.1f | %.1f%% |\n", k.c_str(), v / prof_steps_ / 1e3,
+                 100 * v / prof_total_);
+  }
+  std::fprintf(stderr, "| total (%zu grid barriers) | %.1f | |\n", n,
+               prof_total_ / prof_steps_ / 1e3);
+}
+
+// GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
+void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
+                                  std::chrono::steady_clock::time_point t1) {
+  const std::vector<double> ts = dev_->ReadTimestamps(2);
+  step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
+  step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  step_call_us_.push_back(dev_->last_submit_call_us());
+  if (step_gpu_us_.size() == 64) {
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::fprintf(stderr,
+                 "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
+                 "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
+                 early_submit_ == 1 && !resident_ ? ", early submit" : "", med(step_gpu_us_),
+                 med(step_submit_us_), med(step_call_us_),
+                 step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
+    step_call_us_.clear();
+    step_gpu_us_.clear();
+    step_submit_us_.clear();
+    step_fill_us_.clear();
+  }
+}
+
+// Every resident weight buffer (each part of every linear).
+std::vector<BufRange> VulkanBackend::WeightRanges() const {
+  std::vector<BufRange> parts;
+  auto add = [&](const DevLinear& d) {
+    for (const DevLinear::Part& p : d.parts)
+      if (p.w.handle >= 0) parts.push_back(p.w.r);
+  };
+  for (const DevLayer& l : layers_)
+    for (const DevLinear* d :
+         {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
+      add(*d);
+  add(ple_proj_);
+  add(lm_head_);
+  return parts;
+}
+
+}  // namespace gemma::vulkan_internal

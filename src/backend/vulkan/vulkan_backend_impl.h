@@ -351,16 +351,6 @@ class VulkanBackend : public Backend {
     bool light = false;
     // One-token steps from attn_hpw_from_ on: attn_fused with HPW heads per workgroup.
     bool long_ctx = false;
-    // GEMMA_VULKAN_EMPTY=7: the layer loop's barriers as flags: phase index (barriers seen; =9
-    // uses it too), workgroups of the previous phase (0: no wait) and of the current one.
-    uint32_t flag_phase = 0, flag_prev = 0, flag_cur = 0;
-    // GEMMA_VULKAN_EMPTY=8: dispatch index, the previous phase's first dispatch + 1 (0: no wait)
-    // and count, the current phase's first dispatch.
-    uint32_t flag_disp = 0, flag_wait = 0, flag_wait_n = 0, flag_first = 0;
-    // GEMMA_VULKAN_FLAG_EVERY=k with =8: light barriers seen (every k-th stays a pipeline barrier).
-    uint32_t flag_light = 0;
-    // GEMMA_VULKAN_EMPTY=9: dispatches since the last barrier.
-    uint32_t min_sub = 0;
     // One-token decode steps (GEMMA_VULKAN_HEAD_NORM): the caller records the head next, so the
     // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
     // final norm.
@@ -689,7 +679,6 @@ class VulkanBackend : public Backend {
   uint32_t attn_fused_dbg_ = 0;     // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
   uint32_t attn_hpw_ = 2;           // ... GEMMA_VULKAN_ATTN_HPW (HPW; full-attention layers)
   int attn_hpw_from_ = 12288;       // ... from this position on (GEMMA_VULKAN_ATTN_HPW_FROM)
-  int extra_dispatches_ = 0;        // GEMMA_VULKAN_EXTRA_DISPATCHES (timing only)
   uint32_t attn_kw_ = 0;            // ... keys per row group and block (0: by head dim)
   uint32_t attn_mb_ = 16;           // ... partials per round of the merge
   bool attn_vec_ = true;            // ... 16-byte loads (VEC)
@@ -803,18 +792,6 @@ class VulkanBackend : public Backend {
   VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written
   VkEvent ev_side_ = VK_NULL_HANDLE;  // ... once the PLE rows and the mask are
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
-  int probe_twice_ = 0;      // GEMMA_BENCH_PROBE_TWICE: the probed kernel runs twice (timing only)
-  bool probe_all_ = false;   // GEMMA_BENCH_PROBE_ALL: every dispatch of the label probes (timing)
-  Buf probe_sink_;           // ... where the ones not reported write
-  int empty_mode_ = 0;       // GEMMA_VULKAN_EMPTY: every dispatch runs empty.comp (timing only)
-  int flag_every_ = 0;       // GEMMA_VULKAN_FLAG_EVERY: =8's pipeline barriers kept (every k-th)
-  uint32_t flag_split_ = 1;  // GEMMA_VULKAN_FLAG_SPLIT: =8's counter lines per dispatch
-  // GEMMA_VULKAN_EMPTY=9: 16-byte weight vectors per invocation (GEMMA_VULKAN_EMPTY_VECS), the
-  // weight region's vec4s (GEMMA_VULKAN_EMPTY_WMB MiB, at most the storage-buffer range), extra
-  // reduction rounds (GEMMA_VULKAN_EMPTY_RED), atomic adds per invocation (..._ATOMS) and more
-  // vectors read with the input (..._INV)
-  uint32_t min_vecs_ = 3, min_wn_ = 64, min_red_ = 0, min_atoms_ = 0, min_inv_ = 0;
-  uint32_t empty_code_ = 8;    // GEMMA_VULKAN_EMPTY_CODE: blocks of the fetch probe (modes 3, 4)
   int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
   uint32_t coop_bm_ = 64;
@@ -850,9 +827,7 @@ class VulkanBackend : public Backend {
   int rot_s_ = 1, rot_f_ = 1;
   Buf rope_s_, rope_f_;
   std::vector<CacheSlot> slots_;
-  Buf pacc_;
-  Buf flags_;  // GEMMA_VULKAN_EMPTY=7: phase counters  // EPI 4: int32 sums of each layer's PLE
-               // projection
+  Buf pacc_;  // EPI 4 / DJ: int32 sums of each layer's PLE and down projections
   Buf h_, h2_, a_, t_, q_, kt_, vt_, attn_, g_, po_, pml_, ple_, tok_, gp_, hn_, logits_, part_,
       res_, mask_, step_, in_host_, out_host_, counter_, hcount_, xq_;
   size_t xq_region_ = 0;

@@ -108,7 +108,6 @@ void VulkanBackend::Build() {
   // position on run a second pre-recorded command buffer.
   attn_hpw_ = static_cast<uint32_t>(std::clamp(Knob("ATTN_HPW", 2), 1, 2));
   attn_hpw_from_ = std::max(0, Knob("ATTN_HPW_FROM", 12288));
-  extra_dispatches_ = std::clamp(Knob("EXTRA_DISPATCHES", 0), 0, 16);
   // One-token steps: the PLE gate's workgroups add the PLE projection's products (int8 SRQ:
   // integer sums, exact in any order) into per-layer sums that the next layer's prologue scales
   // (linear.comp EPI 4 / PRO_T): one dispatch and one barrier fewer per layer.
@@ -267,14 +266,6 @@ void VulkanBackend::Build() {
     default:
       light_barrier_ = vk::Device::BarrierKind::kFull;
   }
-  empty_mode_ = Knob("EMPTY", 0);
-  flag_every_ = Knob("FLAG_EVERY", 0);
-  flag_split_ = static_cast<uint32_t>(std::clamp(Knob("FLAG_SPLIT", 1), 1, 16));
-  min_vecs_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_VECS", 3), 0, 4));
-  min_red_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_RED", 0), 0, 8));
-  min_atoms_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_ATOMS", 0), 0, 16));
-  min_inv_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_INV", 0), 0, 4));
-  probe_twice_ = Knob("BENCH_PROBE_TWICE", 0);
   step_times_ = Knob("STEP_TIMES", 0) != 0 && dev_->has_timestamps();
   // One-token steps submitted before their inputs are written: the command buffer waits on a
   // host event before its first copy (the step's position and embedding row) and on a second
@@ -285,8 +276,6 @@ void VulkanBackend::Build() {
   early_submit_ = std::clamp(Knob("EARLY_SUBMIT", 1), 0, 2);
   ev_in_ = dev_->CreateEvent();
   ev_side_ = dev_->CreateEvent();
-  probe_all_ = Knob("BENCH_PROBE_ALL", 0) != 0;
-  empty_code_ = static_cast<uint32_t>(std::clamp(Knob("EMPTY_CODE", 8), 1, 16));
   attn_dbg_ = Knob("ATTN_DBG", 0);
   // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
   // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on
@@ -471,17 +460,8 @@ void VulkanBackend::Build() {
   step_ = F(4);
   counter_ = F(64);
   hcount_ = F(kCombineCounters);
-  // GEMMA_VULKAN_EMPTY=7 / 8's counters; =9: two 2,048-float vectors and the weight region
-  if (empty_mode_ == 9) {
-    const size_t want = size_t(std::clamp(Knob("EMPTY_WMB", 256), 1, 4096)) << 20;
-    min_wn_ = static_cast<uint32_t>(std::min(want, dev_->max_range() - 65536) / 16 / 64 * 64);
-    flags_ = F(4096 + size_t(min_wn_) * 4 + 4 * 2048);  // (+ the INV vectors)
-  } else {
-    flags_ = F(empty_mode_ == 8 ? 64 * 4096 : 1024);
-  }
   grid_ = F(64);
   prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
-  probe_sink_ = probe_all_ ? F(2 * 16 * 4096) : Buf{};
   xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
   xq_ = Reserve(Pool::kDevice, xq_region_ * L);
   xqc_ = {};
@@ -563,12 +543,11 @@ void VulkanBackend::Build() {
     Resolve(s.k);
     Resolve(s.v);
   }
-  for (Buf* b : {&h_,         &h2_,   &a_,       &t_,          &q_,          &kt_,
-                 &vt_,        &attn_, &g_,       &po_,         &pml_,        &ple_,
-                 &tok_,       &gp_,   &hn_,      &logits_,     &part_,       &res_,
-                 &mask_,      &step_, &in_host_, &out_host_,   &counter_,    &hcount_,
-                 &xq_,        &xqc_,  &partc_,   &grid_,       &flag_host_,  &prof_,
-                 &prof_host_, &pacc_, &flags_,   &probe_sink_, &reduce_cnt_, &in_side_}) {
+  for (Buf* b : {&h_,         &h2_,      &a_,         &t_,    &q_,          &kt_,     &vt_,
+                 &attn_,      &g_,       &po_,        &pml_,  &ple_,        &tok_,    &gp_,
+                 &hn_,        &logits_,  &part_,      &res_,  &mask_,       &step_,   &in_host_,
+                 &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,        &partc_,  &grid_,
+                 &flag_host_, &prof_,    &prof_host_, &pacc_, &reduce_cnt_, &in_side_}) {
     if (b->handle >= 0) Resolve(*b);
   }
   dev_->Fill(counter_.r, 0);

@@ -616,8 +616,6 @@ void VulkanBackend::RecordHeadCopy(Rec& rc, int count, OutputMode mode) {
 // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
 // writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
 void VulkanBackend::ZeroOneTokenScratch(VkCommandBuffer cmd) {
-  if (empty_mode_ == 7 || empty_mode_ == 8)
-    vkCmdFillBuffer(cmd, flags_.r.buf, flags_.r.offset, flags_.r.size, 0);
   vkCmdFillBuffer(cmd, xq_.r.buf, xq_.r.offset, xq_.r.size, 0);
   if (pacc_.handle >= 0) vkCmdFillBuffer(cmd, pacc_.r.buf, pacc_.r.offset, pacc_.r.size, 0);
 }

@@ -460,96 +460,13 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
       bb[pb] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
       probe_reported = true;
-    } else if (probe_all_) {
-      // GEMMA_BENCH_PROBE_ALL (timing only): every dispatch with the label runs the probe
-      // pipeline (the others into a scratch buffer), so the probed one finds its code where
-      // the step's earlier dispatches of it left it, as the plain pipeline does.
-      probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
-      bb[pb] = probe_sink_.r;
     }
-  }
-  if (empty_mode_ != 0 && std::strcmp(shader, "readbw") != 0) {
-    // GEMMA_VULKAN_EMPTY (timing only): empty.comp in place of the kernel.
-    std::vector<uint32_t> es{kWG};
-    if (empty_mode_ == 7) {
-      // each workgroup waits until the previous phase's workgroups have all counted themselves,
-      // then counts itself in this phase's flag (acquire / release at device scope)
-      es.resize(20, 0);
-      es[17] = rc.flag_phase > 0 ? rc.flag_phase - 1 : 0;
-      es[18] = rc.flag_prev;
-      es[19] = rc.flag_phase + 1;
-      rc.flag_cur += gx * gy * gz;
-      bb[12] = flags_.r;
-    }
-    if (empty_mode_ == 8) {
-      // GEMMA_VULKAN_FLAG_SPLIT=k: each dispatch counts itself on k lines (workgroup index mod
-      // k), so k atomics proceed at once
-      const uint32_t split = flag_split_;
-      es.resize(23, 0);
-      es[17] = rc.flag_wait;
-      es[18] = rc.flag_wait_n;
-      es[19] = std::min(rc.flag_disp, 4096u / split - 1) + 1;
-      es[20] = gx * gy * gz;
-      es[22] = split;
-      ++rc.flag_disp;
-      bb[12] = flags_.r;
-    }
-    if (empty_mode_ == 9) {
-      // the least work of a dependent phase (empty.comp MW): the phase's parity picks the input
-      // vector; phases take 16 slots of the weight region in turn, a phase's dispatches a
-      // quarter slot each, so no dispatch finds its weights in L2
-      es.resize(30, 0);
-      es[23] = 1 + min_vecs_;
-      es[24] = rc.flag_phase & 1u;
-      es[25] = (rc.flag_phase % 16) * (min_wn_ / 16) + (rc.min_sub % 4) * (min_wn_ / 64);
-      es[26] = min_wn_;
-      es[27] = min_red_;
-      es[28] = min_atoms_;
-      es[29] = min_inv_;
-      ++rc.min_sub;
-      bb[12] = flags_.r;
-    }
-    if (empty_mode_ == 3 || empty_mode_ == 4) {
-      es.resize(17, 0);
-      es[15] = empty_code_;
-      es[16] = empty_mode_ == 4 ? 1 : 0;
-    }
-    if (empty_mode_ == 2 || empty_mode_ == 5 || empty_mode_ == 6) {
-      es = spec;
-      es.resize(14, 0);
-      es[0] = kWG;
-      uint32_t code = 2166136261u;
-      for (const char* c = shader; *c; ++c) code = (code ^ static_cast<uint8_t>(*c)) * 16777619u;
-      es.push_back(code);
-      if (empty_mode_ != 2) {  // 5, 6: mode 3 / 4's code in each original pipeline's own binary
-        es.resize(17, 0);
-        es[15] = empty_code_;
-        es[16] = empty_mode_ == 6 ? 1 : 0;
-      }
-    }
-    record(dev_->Pipeline("empty", es), dev_->Set(bb));
-    ++rc.dispatches;
-    return;
   }
   const VkPipeline pipe =
       dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
   const VkDescriptorSet set = dev_->Set(bb);
-  if (probe_reported && probe_twice_ != 0) {
-    // GEMMA_BENCH_PROBE_TWICE (timing only; kernels that accumulate give wrong results): the
-    // probed kernel runs first once more, behind a barrier, as its plain pipeline (1: its data
-    // warm in the caches, its code cold) or as the probe pipeline itself (2: both warm).
-    record(probe_twice_ == 2 ? pipe : dev_->Pipeline(shader, spec), set);
-    dev_->Barrier(rc.cmd, vk::Device::BarrierKind::kFull);
-  }
   record(pipe, set);
   ++rc.dispatches;
-  // GEMMA_VULKAN_EXTRA_DISPATCHES=k (timing only): k one-workgroup empty dispatches after each
-  // of the one-token layer loop's dispatches, no barrier between: what a dispatch beside a
-  // phase's kernel costs the step.
-  for (int i = 0; rc.light && i < extra_dispatches_; ++i) {
-    vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->Pipeline("empty", {kWG}));
-    vkCmdDispatch(rc.cmd, 1, 1, 1);
-  }
   if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
     rc.labels->push_back(Label(shader, spec, gy, push, push_bytes));
     dev_->WriteTimestamp(rc.cmd, static_cast<uint32_t>(rc.labels->size()));
@@ -600,24 +517,6 @@ void VulkanBackend::CaptureOp(Rec& rc, const char* shader, const std::vector<uin
 
 void VulkanBackend::Barrier(Rec& rc) {
   ++rc.barriers;
-  ++rc.flag_phase;
-  rc.min_sub = 0;
-  if (empty_mode_ == 8 && !rc.ops) {
-    // (timing only) the next phase's workgroups wait for this phase's dispatches' ready flags;
-    // with GEMMA_VULKAN_FLAG_EVERY=k every k-th light barrier stays a pipeline barrier, so at
-    // most k phases' workgroups are in flight (and spinning) at once
-    const bool flag = rc.light && (flag_every_ <= 0 || ++rc.flag_light % flag_every_ != 0);
-    rc.flag_wait = flag ? rc.flag_first + 1 : 0;
-    rc.flag_wait_n = flag ? rc.flag_disp - rc.flag_first : 0;
-    rc.flag_first = rc.flag_disp;
-    if (flag) return;
-  }
-  if (empty_mode_ == 7 && !rc.ops) {
-    // (timing only) the next phase's workgroups wait for this one's count instead of a barrier
-    rc.flag_prev = rc.light ? rc.flag_cur : 0;
-    rc.flag_cur = 0;
-    if (rc.light) return;
-  }
   if (rc.ops) {
     if (!rc.ops->empty()) (*rc.ops)[rc.ops->size() - kOpWords + 4] |= 1u;
     if (rc.phase_labels) rc.phase_labels->push_back(rc.pending);

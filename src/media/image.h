@@ -31,6 +31,13 @@ Image DecodeImage(std::span<const uint8_t> bytes, const std::string& origin,
                   const DecodeOptions& options = {});
 Image LoadImageFile(const std::string& path, const DecodeOptions& options = {});
 
+// Base64 (RFC 4648, padding optional, whitespace ignored) -> bytes; Error(kInvalidArgument) naming
+// `origin` for invalid text.
+std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& origin);
+// "data:[<mime>][;base64],<data>" -> the bytes; Error(kInvalidArgument) for anything else (remote
+// URLs are not fetched).
+std::vector<uint8_t> DecodeDataUrl(const std::string& url, const std::string& origin);
+
 // The EXIF orientation (1..8) of a JPEG (APP1), PNG (eXIf) or WebP (EXIF chunk); 1 when absent or
 // unreadable (a broken EXIF block never fails the image, as PIL ignores it).
 int ExifOrientation(std::span<const uint8_t> bytes);

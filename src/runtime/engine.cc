@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "format/generation_config.h"
 #include "runtime/backend_factory.h"
+#include "media/image.h"
 #include "runtime/engine_impl.h"
 
 namespace gemma {
@@ -172,11 +173,65 @@ int CountInputs(const Input& in) {
   return in.text.has_value() + in.token_ids.has_value() + in.messages.has_value();
 }
 
+bool IsImagePart(const std::string& t) { return t == "image" || t == "image_url"; }
+
+// The image content parts of messages, in order, as ImageInputs. Audio and video parts are refused
+// (their towers do not exist yet) rather than rendered as placeholders the model cannot see.
+std::vector<ImageInput> ImageParts(const nlohmann::json& messages) {
+  std::vector<ImageInput> out;
+  if (!messages.is_array()) return out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::json& m = messages[i];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    for (size_t k = 0; k < m["content"].size(); ++k) {
+      const nlohmann::json& part = m["content"][k];
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
+      const std::string type = part["type"];
+      const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
+      if (type == "audio" || type == "input_audio" || type == "video")
+        throw Error(ErrorCode::kUnsupported, at + " (" + type + "): audio and video input are not supported yet");
+      if (!IsImagePart(type)) continue;
+      ImageInput img;
+      auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
+        if (!j.contains(key)) return "";
+        if (!j[key].is_string())
+          throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
+        return j[key].get<std::string>();
+      };
+      std::string url = str(part, "url");
+      if (part.contains("image_url")) {
+        const nlohmann::json& iu = part["image_url"];
+        url = iu.is_string() ? iu.get<std::string>() : iu.is_object() ? str(iu, "url") : "";
+      }
+      const std::string path = !str(part, "path").empty() ? str(part, "path") : str(part, "image");
+      const std::string b64 = str(part, "bytes");
+      if (!path.empty()) {
+        img.path = path.rfind("file://", 0) == 0 ? path.substr(7) : path;
+      } else if (!b64.empty()) {
+        img.bytes = media::DecodeBase64(b64, at + ".bytes");
+      } else if (!url.empty()) {
+        if (url.rfind("file://", 0) == 0) {
+          img.path = url.substr(7);
+        } else {
+          img.bytes = media::DecodeDataUrl(url, at + ".url");
+        }
+      } else {
+        throw Error(ErrorCode::kInvalidArgument,
+                    at + ": an image part needs \"path\", \"url\" (a data URL) or \"bytes\" (base64)");
+      }
+      if (part.contains("budget")) {
+        if (!part["budget"].is_number_integer())
+          throw Error(ErrorCode::kInvalidArgument, at + ".budget: must be an integer");
+        img.budget = part["budget"];
+      }
+      out.push_back(std::move(img));
+    }
+  }
+  return out;
+}
+
 std::string RenderMessages(const Input& in) {
-  // Until the media towers exist, an image, audio or video part is refused rather than rendered
-  // as a bare placeholder the model cannot see.
-  if (const std::string at = chat::FirstMediaPart(*in.messages); !at.empty())
-    throw Error(ErrorCode::kUnsupported, at + ": image, audio and video input are not supported yet");
+  ImageParts(*in.messages);  // refuses audio / video parts before rendering
   return RenderChat(*in.messages, in.tools, in.enable_thinking);
 }
 
@@ -198,7 +253,107 @@ std::string EngineImpl::PromptText(const Input& in) const {
   return RenderMessages(in);
 }
 
-std::vector<int32_t> EngineImpl::PromptTokens(const Input& in) const {
+std::vector<int32_t> EngineImpl::PromptTokens(const Input& in) const { return Prepare(in).ids; }
+
+PreparedPrompt EngineImpl::Prepare(const Input& in) const {
+  Timer timer;
+  PreparedPrompt out;
+  std::vector<ImageInput> images = in.images;
+  if (in.messages) {
+    if (!in.images.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the images of a messages request go in its content parts, not Input::images");
+    }
+    images = ImageParts(*in.messages);
+  }
+  std::vector<int32_t> ids = RawPromptTokens(in);
+  const ModelConfig& mc = model_->config();
+  const int image_id = mc.image_token_id;
+  size_t placeholders = 0;
+  if (image_id >= 0) placeholders = std::count(ids.begin(), ids.end(), image_id);
+  if (images.empty()) {
+    if (placeholders > 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the prompt has image placeholder tokens (id " + std::to_string(image_id) +
+                      ") but no images");
+    }
+    out.ids = std::move(ids);
+    return out;
+  }
+  const VisionTower* tower = model_->vision();
+  if (!tower || image_id < 0) {
+    throw Error(ErrorCode::kUnsupported,
+                "this model cannot read images: " + (tower ? std::string("no image token id in config.json")
+                                                           : model_->vision_error()));
+  }
+  const VisionConfig& vc = tower->config;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const ImageInput& im = images[i];
+    const std::string origin = im.path.empty() ? "image " + std::to_string(i + 1) : im.path;
+    const media::Image decoded = im.path.empty() ? media::DecodeImage(im.bytes, origin)
+                                                 : media::LoadImageFile(im.path);
+    const int budget = im.budget > 0 ? im.budget : in.vision_budget;
+    if (!media::IsVisionBudget(budget)) {
+      throw Error(ErrorCode::kInvalidArgument, origin + ": vision budget " + std::to_string(budget) +
+                                                   " is not one of 70, 140, 280, 560, 1120");
+    }
+    PreparedImage p;
+    p.patched = media::PreprocessImage(decoded, budget, vc.patch_size, vc.pooling_kernel_size);
+    out.images.push_back(std::move(p));
+  }
+  auto mismatch = [&](size_t found) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "the prompt has " + std::to_string(found) + " image placeholder(s) but " +
+                     std::to_string(images.size()) + " image(s) were given");
+  };
+  if (in.token_ids) {
+    // The ids carry the expanded runs: each maximal run of image ids is one image.
+    size_t k = 0;
+    for (size_t i = 0; i < ids.size();) {
+      if (ids[i] != image_id) {
+        ++i;
+        continue;
+      }
+      size_t e = i;
+      while (e < ids.size() && ids[e] == image_id) ++e;
+      if (k >= out.images.size()) throw mismatch(k + 1);
+      const int want = out.images[k].patched.soft_tokens;
+      if (static_cast<int>(e - i) != want) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "image " + std::to_string(k + 1) + " has " + std::to_string(want) +
+                        " soft tokens but its run of placeholder ids has " + std::to_string(e - i));
+      }
+      out.images[k++].begin = static_cast<int>(i);
+      i = e;
+    }
+    if (k != out.images.size()) throw mismatch(k);
+    out.ids = std::move(ids);
+  } else {
+    if (placeholders != out.images.size()) throw mismatch(placeholders);
+    size_t k = 0;
+    for (int32_t id : ids) {
+      if (id != image_id) {
+        out.ids.push_back(id);
+        continue;
+      }
+      out.ids.push_back(mc.boi_token_id);
+      out.images[k].begin = static_cast<int>(out.ids.size());
+      out.ids.insert(out.ids.end(), out.images[k].patched.soft_tokens, image_id);
+      out.ids.push_back(mc.eoi_token_id);
+      ++k;
+    }
+  }
+  for (int32_t id : out.ids) {
+    if (id < 0 || id >= model_->text().vocab_size) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "prompt token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+  out.prepare_ms = timer.Ms();
+  return out;
+}
+
+std::vector<int32_t> EngineImpl::RawPromptTokens(const Input& in) const {
   if (CountInputs(in) != 1) {
     throw Error(ErrorCode::kInvalidArgument, "input needs exactly one of text, token_ids, messages");
   }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cache_window.h"
+#include "backend/cpu/vision_ops.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "backend/cpu/fast/weight_copy.h"
 #include "backend/cpu/reference_ops.h"
@@ -80,6 +81,14 @@ class CpuFastModel : public BackendModel {
   std::string name() const override { return "cpu-fast"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override;
   size_t shared_bytes() const override { return weights_.bytes(); }
+  // The vision tower runs the reference kernels for now (exact, single-threaded).
+  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override {
+    const VisionTower* t = model_.vision();
+    if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
+    const std::vector<float> pooled = ref::VisionTowerForward(*t, image);
+    const int k = t->config.pooling_kernel_size;
+    *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k));
+  }
 
   const Model& model_;
   ThreadPool pool_;
@@ -125,7 +134,9 @@ class CpuFastBackend : public Backend {
   }
 
   std::string name() const override { return "cpu-fast"; }
-  BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
+  BackendCapabilities capabilities() const override {
+    return {.logits = true, .select = true, .max_chunk = std::max(1, slack_), .soft_tokens = true};
+  }
   int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
@@ -155,7 +166,8 @@ class CpuFastBackend : public Backend {
     const int chunk = std::max(1, slack_);
     for (int begin = 0; begin < n; begin += chunk) {
       const int m = std::min(chunk, n - begin);
-      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+      RunChunk(req.tokens.subspan(begin, m),
+               req.soft.empty() ? req.soft : req.soft.subspan(begin, m), begin + m == n, req, out);
     }
   }
 
@@ -366,8 +378,8 @@ class CpuFastBackend : public Backend {
     for (int i = hb * hd; i < he * hd; ++i) o[i] = static_cast<float>(acc[i]);
   }
 
-  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
-                ForwardResult* out) {
+  void RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft,
+                bool last_chunk, const ForwardRequest& req, ForwardResult* out) {
     int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
@@ -388,8 +400,12 @@ class CpuFastBackend : public Backend {
     float* tmp = tmp_.data();
 
     ForTokens(m, [&](int t) {
-      ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]),
-                            x + static_cast<size_t>(t) * H);
+      if (!soft.empty() && soft[t]) {
+        std::memcpy(x + static_cast<size_t>(t) * H, soft[t], sizeof(float) * H);
+      } else {
+        ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]),
+                              x + static_cast<size_t>(t) * H);
+      }
     });
 
     // RoPE tables for this chunk's positions: sliding then full, half a head each.

@@ -1,0 +1,133 @@
+// The vision path against transformers 5.17 float32 (tools/fixtures/vision_goldens.py): a tiny
+// random Gemma4ForConditionalGeneration (2-layer ViT with clipped linears, 5-layer text model with
+// PLE, KV sharing and a double-wide MLP), its tower outputs for five images (wide, 1x500 strip,
+// alpha dropped, tall, budget 280) and the text logits with one and two images spliced in.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "backend/cpu/vision_ops.h"
+#include "gemma/engine.h"
+#include "media/image_processor.h"
+#include "model/model.h"
+
+
+namespace gemma {
+namespace {
+
+const std::string kDir = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/";
+
+nlohmann::json Goldens() {
+  std::ifstream f(kDir + "goldens.json");
+  return nlohmann::json::parse(f);
+}
+
+std::vector<float> ReadF32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f) << path;
+  std::vector<char> b((std::istreambuf_iterator<char>(f)), {});
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+double RelL2(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+media::PatchedImage Prep(const std::string& image, int budget) {
+  return media::PreprocessImage(media::LoadImageFile(kDir + "images/" + image), budget);
+}
+
+std::vector<std::string> Backends() {
+  std::vector<std::string> b = {"cpu-ref"};
+#ifdef GEMMA_HAVE_CPU_FAST
+  b.push_back("cpu");
+#endif
+  return b;
+}
+
+TEST(VisionGolden, TowerMatchesTransformers) {
+  auto model = Model::Load(kDir + "model");
+  ASSERT_NE(model->vision(), nullptr) << model->vision_error();
+  const VisionTower& t = *model->vision();
+  for (const auto& c : Goldens()["tower"]) {
+    const std::string tag = c["tag"];
+    SCOPED_TRACE(tag);
+    const media::PatchedImage p = Prep(c["image"], c["budget"]);
+    ASSERT_EQ(p.soft_tokens, c["soft_tokens"].get<int>());
+    const VisionPatches in{p.patches_h, p.patches_w, p.pixels.data()};
+    const std::vector<float> pooled = ref::VisionTowerForward(t, in);
+    const std::vector<float> want_pooled = ReadF32(kDir + "vision_" + tag + ".f32");
+    ASSERT_EQ(pooled.size(), want_pooled.size());
+    EXPECT_LE(RelL2(pooled.data(), want_pooled.data(), pooled.size()), 1e-4);
+    const std::vector<float> soft = ref::EmbedVision(t, pooled, p.soft_tokens);
+    const std::vector<float> want = ReadF32(kDir + "tower_" + tag + ".f32");
+    ASSERT_EQ(soft.size(), want.size());
+    EXPECT_LE(RelL2(soft.data(), want.data(), soft.size()), 1e-4);
+    std::printf("tower %s: rel L2 pooled %.2e, soft tokens %.2e\n", tag.c_str(),
+                RelL2(pooled.data(), want_pooled.data(), pooled.size()),
+                RelL2(soft.data(), want.data(), soft.size()));
+    // Per soft token too: no token may hide behind the whole image's norm.
+    const int H = model->text().hidden_size;
+    for (int i = 0; i < p.soft_tokens; ++i)
+      ASSERT_LE(RelL2(&soft[i * H], &want[i * H], H), 1e-4) << "soft token " << i;
+  }
+}
+
+// Logits at every position of prompt + greedy[:-1] through the engine's own splicing (Input ids
+// with the placeholder runs + images) and identical greedy continuations, on every CPU backend.
+TEST(VisionGolden, LogitsWithImagesMatchTransformers) {
+  const nlohmann::json g = Goldens();
+  for (const std::string& backend : Backends()) {
+    auto engine = Engine::Load({.model_path = kDir + "model", .backend = backend,
+                                .context_capacity = 1024});
+    for (const auto& pr : g["prompts"]) {
+      const std::string tag = pr["tag"];
+      SCOPED_TRACE(backend + " " + tag);
+      std::vector<int32_t> ids = pr["ids"].get<std::vector<int32_t>>();
+      const std::vector<int32_t> greedy = pr["greedy"].get<std::vector<int32_t>>();
+      Input in = Input::Ids(ids);
+      for (size_t i = 0; i < pr["images"].size(); ++i) {
+        in.images.push_back(ImageInput::File(kDir + "images/" + pr["images"][i].get<std::string>(),
+                                             pr["budgets"][i].get<int>()));
+      }
+      auto session = engine->NewSession();
+      GenerateOptions opt;
+      opt.max_new_tokens = static_cast<int>(greedy.size());
+      opt.ignore_eos = true;
+      const Result r = session->Generate(in, opt);
+      EXPECT_EQ(r.tokens, greedy);
+
+      std::vector<int32_t> full = ids;
+      full.insert(full.end(), greedy.begin(), greedy.end() - 1);
+      Input all = in;
+      all.token_ids = full;
+      const ScoreResult s = session->ScoreInput(all, /*return_logits=*/true);
+      const std::vector<float> want = ReadF32(kDir + "logits_" + tag + ".f32");
+      ASSERT_EQ(s.logits.size(), want.size());
+      const int V = engine->vocab_size();
+      double worst = 0;
+      for (size_t pos = 0; pos < full.size(); ++pos) {
+        const double e = RelL2(&s.logits[pos * V], &want[pos * V], V);
+        worst = std::max(worst, e);
+        ASSERT_LE(e, 1e-4) << "position " << pos;
+      }
+      std::printf("%s %s: %zu positions, worst rel L2 %.2e, greedy %s\n", backend.c_str(),
+                  tag.c_str(), full.size(), worst, r.tokens == greedy ? "identical" : "DIFFERENT");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gemma

@@ -61,7 +61,9 @@ TEST(VisionGolden, TowerMatchesTransformers) {
   auto model = Model::Load(kDir + "model");
   ASSERT_NE(model->vision(), nullptr) << model->vision_error();
   const VisionTower& t = *model->vision();
-  for (const auto& c : Goldens()["tower"]) {
+  const nlohmann::json g = Goldens();
+  ASSERT_EQ(g["tower"].size(), 5u);
+  for (const auto& c : g["tower"]) {
     const std::string tag = c["tag"];
     SCOPED_TRACE(tag);
     const media::PatchedImage p = Prep(c["image"], c["budget"]);
@@ -127,6 +129,78 @@ TEST(VisionGolden, LogitsWithImagesMatchTransformers) {
                   tag.c_str(), full.size(), worst, r.tokens == greedy ? "identical" : "DIFFERENT");
     }
   }
+}
+
+}  // namespace
+}  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// Prefix reuse keys images by their digest: the same image in a follow-up request skips the
+// tower; a changed image, budget or order re-encodes from the first differing image.
+TEST(VisionReuse, SameImageSkipsTheTowerChangedImageReencodes) {
+  auto engine = Engine::Load({.model_path = kDir + "model", .backend = "cpu-ref",
+                              .context_capacity = 2048});
+  auto session = engine->NewSession();
+  GenerateOptions opt;
+  opt.max_new_tokens = 2;
+  const std::string a = kDir + "images/photo_300x200.png", b = kDir + "images/alpha_120x80.png";
+  // No tokenizer in this fixture: token-id prompts with the runs expanded by hand.
+  const int boi = 501, img = 500, eoi = 502;
+  auto ids = [&](int n1, int n2, int tail) {
+    std::vector<int32_t> v = {2, 10, 11, boi};
+    v.insert(v.end(), n1, img);
+    v.insert(v.end(), {eoi, 12, boi});
+    v.insert(v.end(), n2, img);
+    v.insert(v.end(), {eoi, 13});
+    for (int i = 0; i < tail; ++i) v.push_back(20 + i);
+    return v;
+  };
+  auto req = [&](const std::string& i1, int b1, const std::string& i2, int tail) {
+    Input in = Input::Ids(ids(b1 == 70 ? 60 : 126, 60, tail));
+    in.images = {ImageInput::File(i1, b1), ImageInput::File(i2, 70)};
+    return in;
+  };
+  Result r = session->Generate(req(a, 70, b, 1), opt);
+  EXPECT_EQ(r.telemetry.images, 2);
+  EXPECT_EQ(r.telemetry.images_encoded, 2);
+  const std::vector<int32_t> first = r.tokens;
+  // The same images and more text: both reused.
+  r = session->Generate(req(a, 70, b, 3), opt);
+  EXPECT_EQ(r.telemetry.images_encoded, 0);
+  EXPECT_GT(r.telemetry.reused_tokens, 120);
+  // What a fresh session answers: reuse must never change it.
+  auto fresh = [&](const Input& in) { return engine->NewSession()->Generate(in, opt).tokens; };
+  // The second image changed (same size, other pixels): the prefix ends before it (this model's
+  // sliding window of 16 makes a longer rewind restart from 0, so the first may be re-encoded).
+  const Input changed = req(a, 70, kDir + "images/palette_60x40.png", 3);
+  r = session->Generate(changed, opt);
+  EXPECT_GE(r.telemetry.images_encoded, 1);
+  EXPECT_LE(r.telemetry.reused_tokens, 67);
+  EXPECT_EQ(r.tokens, fresh(changed));
+  // The same request again: nothing to encode.
+  r = session->Generate(changed, opt);
+  EXPECT_EQ(r.telemetry.images_encoded, 0);
+  // Swapped order: everything from the first image on is re-encoded.
+  const Input swapped = req(b, 70, a, 3);
+  r = session->Generate(swapped, opt);
+  EXPECT_EQ(r.telemetry.images_encoded, 2);
+  EXPECT_LE(r.telemetry.reused_tokens, 4);
+  EXPECT_EQ(r.tokens, fresh(swapped));
+  // The first image at another budget: a different run length, re-encoded.
+  r = session->Generate(req(a, 140, b, 3), opt);
+  EXPECT_EQ(r.telemetry.images_encoded, 2);
+  // And back to the first request: the answer is the one a fresh session gives.
+  r = session->Generate(req(a, 70, b, 1), opt);
+  EXPECT_EQ(r.tokens, first);
+  // Placeholder runs that do not match the images are refused.
+  Input bad = req(a, 70, b, 1);
+  bad.images.pop_back();
+  EXPECT_THROW(session->Generate(bad, opt), Error);
+  Input wrong_budget = req(a, 140, b, 1);
+  wrong_budget.images[0].budget = 70;
+  EXPECT_THROW(session->Generate(wrong_budget, opt), Error);
 }
 
 }  // namespace

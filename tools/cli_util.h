@@ -43,7 +43,11 @@ struct ChatSettings {
   std::string system;
   bool think = false;
   GenerateOptions gen;
+  std::vector<std::string> images;  // attached to the first message (then /image FILE)
+  int vision_budget = 280;
 };
+// A user turn's content: the text alone, or image parts (files) followed by the text.
+nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images);
 void RunChat(Engine& engine, ChatSettings settings, std::FILE* in);
 
 }  // namespace gemma::cli

@@ -23,6 +23,8 @@
 #include <stb/stb_image.h>
 #pragma GCC diagnostic pop
 
+using namespace std::literals;
+
 namespace gemma::media {
 namespace {
 
@@ -32,11 +34,11 @@ Kind Sniff(std::span<const uint8_t> b) {
   auto starts = [&](std::string_view s) {
     return b.size() >= s.size() && std::memcmp(b.data(), s.data(), s.size()) == 0;
   };
-  if (starts("\x89PNG\r\n\x1a\n")) return Kind::kPng;
-  if (starts("\xFF\xD8\xFF")) return Kind::kJpeg;
-  if (starts("GIF87a") || starts("GIF89a")) return Kind::kGif;
-  if (starts("BM")) return Kind::kBmp;
-  if (starts("RIFF") && b.size() >= 12 && std::memcmp(&b[8], "WEBP", 4) == 0) return Kind::kWebp;
+  if (starts("\x89PNG\r\n\x1a\n"sv)) return Kind::kPng;
+  if (starts("\xFF\xD8\xFF"sv)) return Kind::kJpeg;
+  if (starts("GIF87a"sv) || starts("GIF89a"sv)) return Kind::kGif;
+  if (starts("BM"sv)) return Kind::kBmp;
+  if (starts("RIFF"sv) && b.size() >= 12 && std::memcmp(&b[8], "WEBP", 4) == 0) return Kind::kWebp;
   return Kind::kUnknown;
 }
 
@@ -44,11 +46,11 @@ std::string Unknown(std::span<const uint8_t> b) {
   auto starts = [&](std::string_view s, size_t at = 0) {
     return b.size() >= at + s.size() && std::memcmp(b.data() + at, s.data(), s.size()) == 0;
   };
-  if (starts("II*\0") || starts("MM\0*")) return "TIFF";
-  if (starts("ftypheic", 4) || starts("ftypheix", 4) || starts("ftypmif1", 4)) return "HEIC/HEIF";
-  if (starts("ftypavif", 4)) return "AVIF";
-  if (starts("\0\0\1\0")) return "ICO";
-  if (starts("<svg") || starts("<?xml")) return "SVG";
+  if (starts("II*\0"sv) || starts("MM\0*"sv)) return "TIFF";
+  if (starts("ftypheic"sv, 4) || starts("ftypheix"sv, 4) || starts("ftypmif1"sv, 4)) return "HEIC/HEIF";
+  if (starts("ftypavif"sv, 4)) return "AVIF";
+  if (starts("\0\0\1\0"sv)) return "ICO";
+  if (starts("<svg"sv) || starts("<?xml"sv)) return "SVG";
   return "unknown";
 }
 

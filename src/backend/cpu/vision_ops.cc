@@ -18,17 +18,53 @@ void BackendModel::EncodeImage(const VisionPatches&, std::vector<float>*) {
 namespace ref {
 namespace {
 
-void ClippedForward(const ClippedLinear& cl, const float* x, int n, float* y) {
+void ClippedForward(const VisionKernels& kern, const ClippedLinear& cl, const float* x, int n,
+                    float* y) {
   std::vector<float> xc(x, x + static_cast<size_t>(n) * cl.lin.cols);
   for (float& v : xc) v = std::min(std::max(v, cl.in_min), cl.in_max);
-  LinearForward(cl.lin, xc.data(), n, y);
+  kern.Linear(cl.lin, xc.data(), n, y);
   const size_t m = static_cast<size_t>(n) * cl.lin.rows;
   for (size_t i = 0; i < m; ++i) y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
 }
 
 }  // namespace
 
-std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches& img) {
+void VisionKernels::Linear(const gemma::Linear& lin, const float* x, int n, float* y) const {
+  LinearForward(lin, x, n, y);
+}
+
+void VisionKernels::Attention(const float* q, const float* kk, const float* v, int n, int nh,
+                              int nkv, int hd, float* att) const {
+  std::vector<double> scores(n), acc(hd);
+  const int group = nh / nkv;
+  for (int i = 0; i < n; ++i) {
+    for (int hh = 0; hh < nh; ++hh) {
+      const float* qh = &q[(static_cast<size_t>(i) * nh + hh) * hd];
+      const int kv = hh / group;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j < n; ++j) {
+        const float* kj = &kk[(static_cast<size_t>(j) * nkv + kv) * hd];
+        double s = 0;
+        for (int d = 0; d < hd; ++d) s += static_cast<double>(qh[d]) * kj[d];
+        scores[j] = s;
+        mx = std::max(mx, s);
+      }
+      double sum = 0;
+      for (int j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int j = 0; j < n; ++j) {
+        const double pj = scores[j] / sum;
+        const float* vj = &v[(static_cast<size_t>(j) * nkv + kv) * hd];
+        for (int d = 0; d < hd; ++d) acc[d] += pj * vj[d];
+      }
+      float* oh = &att[(static_cast<size_t>(i) * nh + hh) * hd];
+      for (int d = 0; d < hd; ++d) oh[d] = static_cast<float>(acc[d]);
+    }
+  }
+}
+
+std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches& img,
+                                      const VisionKernels& kern) {
   const VisionConfig& c = t.config;
   const int n = img.patches_h * img.patches_w;
   const int D = c.hidden_size, hd = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
@@ -48,7 +84,7 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
   std::vector<float> pix(static_cast<size_t>(n) * p2);
   for (size_t i = 0; i < pix.size(); ++i) pix[i] = 2.0f * (img.pixels[i] - 0.5f);
   std::vector<float> h(static_cast<size_t>(n) * D);
-  LinearForward(t.input_proj, pix.data(), n, h.data());
+  kern.Linear(t.input_proj, pix.data(), n, h.data());
   std::vector<float> px(D), py(D);
   for (int i = 0; i < n; ++i) {
     const int x = i % img.patches_w, y = i / img.patches_w;
@@ -66,12 +102,11 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
   std::vector<float> a(h.size()), tmp(h.size());
   std::vector<float> q(static_cast<size_t>(n) * nh * hd), kk(static_cast<size_t>(n) * nkv * hd),
       v(kk.size()), att(q.size());
-  std::vector<double> scores(n), acc(hd);
   for (const VisionLayerWeights& w : t.layers) {
     for (int i = 0; i < n; ++i) RmsNorm(&h[i * D], D, w.input_norm, eps, &a[i * D]);
-    ClippedForward(w.q, a.data(), n, q.data());
-    ClippedForward(w.k, a.data(), n, kk.data());
-    ClippedForward(w.v, a.data(), n, v.data());
+    ClippedForward(kern, w.q, a.data(), n, q.data());
+    ClippedForward(kern, w.k, a.data(), n, kk.data());
+    ClippedForward(kern, w.v, a.data(), n, v.data());
     for (int i = 0; i < n; ++i) {
       const int x = i % img.patches_w, y = i / img.patches_w;
       for (int hh = 0; hh < nh; ++hh) {
@@ -89,32 +124,8 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
         RmsNorm(vh, hd, {}, eps, vh);
       }
     }
-    const int group = nh / nkv;
-    for (int i = 0; i < n; ++i) {
-      for (int hh = 0; hh < nh; ++hh) {
-        const float* qh = &q[(static_cast<size_t>(i) * nh + hh) * hd];
-        const int kv = hh / group;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < n; ++j) {
-          const float* kj = &kk[(static_cast<size_t>(j) * nkv + kv) * hd];
-          double s = 0;
-          for (int d = 0; d < hd; ++d) s += static_cast<double>(qh[d]) * kj[d];
-          scores[j] = s;
-          mx = std::max(mx, s);
-        }
-        double sum = 0;
-        for (int j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = 0; j < n; ++j) {
-          const double pj = scores[j] / sum;
-          const float* vj = &v[(static_cast<size_t>(j) * nkv + kv) * hd];
-          for (int d = 0; d < hd; ++d) acc[d] += pj * vj[d];
-        }
-        float* oh = &att[(static_cast<size_t>(i) * nh + hh) * hd];
-        for (int d = 0; d < hd; ++d) oh[d] = static_cast<float>(acc[d]);
-      }
-    }
-    ClippedForward(w.o, att.data(), n, tmp.data());
+    kern.Attention(q.data(), kk.data(), v.data(), n, nh, nkv, hd, att.data());
+    ClippedForward(kern, w.o, att.data(), n, tmp.data());
     for (int i = 0; i < n; ++i) {
       RmsNorm(&tmp[i * D], D, w.post_attn_norm, eps, &tmp[i * D]);
       for (int d = 0; d < D; ++d) h[i * D + d] += tmp[i * D + d];
@@ -122,10 +133,10 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
     }
     const int I = c.intermediate_size;
     std::vector<float> g(static_cast<size_t>(n) * I), u(g.size());
-    ClippedForward(w.gate, a.data(), n, g.data());
-    ClippedForward(w.up, a.data(), n, u.data());
+    ClippedForward(kern, w.gate, a.data(), n, g.data());
+    ClippedForward(kern, w.up, a.data(), n, u.data());
     for (size_t i = 0; i < g.size(); ++i) g[i] = GeluTanh(g[i]) * u[i];
-    ClippedForward(w.down, g.data(), n, tmp.data());
+    ClippedForward(kern, w.down, g.data(), n, tmp.data());
     for (int i = 0; i < n; ++i) {
       RmsNorm(&tmp[i * D], D, w.post_ffn_norm, eps, &tmp[i * D]);
       for (int d = 0; d < D; ++d) h[i * D + d] += tmp[i * D + d];
@@ -154,12 +165,13 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
   return pooled;
 }
 
-std::vector<float> EmbedVision(const VisionTower& t, const std::vector<float>& pooled, int n) {
+std::vector<float> EmbedVision(const VisionTower& t, const std::vector<float>& pooled, int n,
+                               const VisionKernels& kern) {
   const int D = t.config.hidden_size;
   std::vector<float> normed(pooled.size());
   for (int i = 0; i < n; ++i) RmsNorm(&pooled[i * D], D, {}, t.config.rms_norm_eps, &normed[i * D]);
   std::vector<float> out(static_cast<size_t>(n) * t.embed_proj.rows);
-  LinearForward(t.embed_proj, normed.data(), n, out.data());
+  kern.Linear(t.embed_proj, normed.data(), n, out.data());
   return out;
 }
 

@@ -81,14 +81,9 @@ class CpuFastModel : public BackendModel {
   std::string name() const override { return "cpu-fast"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override;
   size_t shared_bytes() const override { return weights_.bytes(); }
-  // The vision tower runs the reference kernels for now (exact, single-threaded).
-  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override {
-    const VisionTower* t = model_.vision();
-    if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
-    const std::vector<float> pooled = ref::VisionTowerForward(*t, image);
-    const int k = t->config.pooling_kernel_size;
-    *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k));
-  }
+  // The vision tower: the reference's arithmetic with the linears and the attention on the
+  // thread pool and the f64 SIMD kernels of the text path.
+  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override;
 
   const Model& model_;
   ThreadPool pool_;
@@ -97,6 +92,64 @@ class CpuFastModel : public BackendModel {
   std::vector<float> cap_table_;
   std::mutex run_mutex_;
 };
+
+// The tower's linears and attention on the shared pool (rows / query blocks per task).
+class FastVisionKernels : public ref::VisionKernels {
+ public:
+  explicit FastVisionKernels(ThreadPool& pool) : pool_(pool) {}
+  void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
+    if (IsQuantized(lin.kind) && lin.in_scale > 0) return ref::LinearForward(lin, x, n, y);
+    constexpr int kTile = 32;
+    const int tasks = (lin.rows + kTile - 1) / kTile;
+    pool_.Run(tasks, [&](int task, int) {
+      const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
+      if (IsQuantized(lin.kind)) {
+        fast::QuantFloatLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
+      } else {
+        fast::DenseLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
+      }
+    });
+  }
+  void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
+                 float* out) const override {
+    constexpr int kBlock = 32;
+    const int blocks = (n + kBlock - 1) / kBlock;
+    const int group = nh / nkv;
+    pool_.Run(nh * blocks, [&](int task, int) {
+      const int h = task / blocks, i0 = (task % blocks) * kBlock, i1 = std::min(n, i0 + kBlock);
+      const int kv = h / group;
+      const size_t kv_stride = static_cast<size_t>(nkv) * hd;
+      std::vector<double> qd(hd), p(n), acc(hd);
+      for (int i = i0; i < i1; ++i) {
+        const float* qh = q + (static_cast<size_t>(i) * nh + h) * hd;
+        for (int d = 0; d < hd; ++d) qd[d] = qh[d];
+        fast::QueryKeyDotsF64(qd.data(), 1, hd, k + kv * hd, kv_stride, n, p.data(), n);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+        double sum = 0;
+        for (int j = 0; j < n; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int j = 0; j < n; ++j) p[j] /= sum;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        fast::WeightedValuesF64(p.data(), n, 1, v + kv * hd, kv_stride, n, hd, acc.data());
+        float* o = out + (static_cast<size_t>(i) * nh + h) * hd;
+        for (int d = 0; d < hd; ++d) o[d] = static_cast<float>(acc[d]);
+      }
+    });
+  }
+
+ private:
+  ThreadPool& pool_;
+};
+
+void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {
+  const VisionTower* t = model_.vision();
+  if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
+  std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
+  const FastVisionKernels kernels(pool_);
+  const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
+  const int k = t->config.pooling_kernel_size;
+  *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
+}
 
 class CpuFastBackend : public Backend {
  public:

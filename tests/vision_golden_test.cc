@@ -205,3 +205,52 @@ TEST(VisionReuse, SameImageSkipsTheTowerChangedImageReencodes) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// A video through the engine: ffmpeg frames at 1 fps, each frame's soft tokens in its run of
+// video ids (token-id input: the runs are written here), the same as the frames given as images.
+TEST(VisionVideo, FramesFillTheirRunsLikeImages) {
+  if (std::system("ffmpeg -version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg";
+  const std::string dir = ::testing::TempDir();
+  const std::string png = kDir + "images/photo_300x200.png";
+  const std::string clip = dir + "/vision_video.mkv";
+  // Two seconds of the same picture (lossless), so each frame equals the PNG.
+  const std::string cmd = "ffmpeg -nostdin -v error -y -loop 1 -framerate 2 -t 2 -i " + png +
+                          " -c:v ffv1 -pix_fmt bgr0 " + clip;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto engine = Engine::Load({.model_path = kDir + "model", .backend = "cpu", .context_capacity = 1024});
+  const int boi = 501, img = 500, eoi = 502, vid = 503;
+  std::vector<int32_t> vids = {2, 10}, imgs = {2, 10};
+  for (int f = 0; f < 2; ++f) {
+    vids.push_back(boi);
+    vids.insert(vids.end(), 60, vid);
+    vids.push_back(eoi);
+    imgs.push_back(boi);
+    imgs.insert(imgs.end(), 60, img);
+    imgs.push_back(eoi);
+  }
+  vids.push_back(11);
+  imgs.push_back(11);
+  Input v = Input::Ids(vids);
+  v.videos = {VideoInput::File(clip, 70)};
+  Input i = Input::Ids(imgs);
+  i.images = {ImageInput::File(png, 70), ImageInput::File(png, 70)};
+  GenerateOptions opt;
+  opt.max_new_tokens = 4;
+  const Result rv = engine->NewSession()->Generate(v, opt);
+  EXPECT_EQ(rv.telemetry.images, 2);  // frames
+  // Video placeholders embed as pad too, so the logits equal the image prompt's.
+  const ScoreResult sv = engine->NewSession()->ScoreInput(v, true);
+  const ScoreResult si = engine->NewSession()->ScoreInput(i, true);
+  ASSERT_EQ(sv.logits.size(), si.logits.size());
+  EXPECT_LE(RelL2(sv.logits.data(), si.logits.data(), sv.logits.size()), 1e-6);
+  // A run that does not fit the frames is refused.
+  Input bad = v;
+  bad.token_ids->erase(bad.token_ids->begin() + 5);
+  EXPECT_THROW(engine->NewSession()->Generate(bad, opt), Error);
+}
+
+}  // namespace
+}  // namespace gemma

@@ -379,3 +379,24 @@ TEST_F(CliImage, RunWithImagesAndBadImages) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// --video: ffmpeg frames with mm:ss timestamps in the prompt (when ffmpeg is installed).
+TEST_F(CliImage, RunWithVideo) {
+  if (std::system("ffmpeg -version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg";
+  const std::string model = dir_ + "/vision_model_v";
+  Synthesize({.preset = "tiny", .out_dir = model, .seed = 5});
+  const std::string png = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/images/small_64x48.png";
+  const std::string clip = dir_ + "/clip.mkv";
+  ASSERT_EQ(std::system(("ffmpeg -nostdin -v error -y -loop 1 -framerate 2 -t 3 -i " + png +
+                         " -c:v ffv1 " + clip).c_str()),
+            0);
+  Outcome o = Run({"run", "--model", model, "--video", clip, "-p", "What happens?", "-n", "2"});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("[vision] 3 images"), std::string::npos) << o.err;  // 3 frames
+}
+
+}  // namespace
+}  // namespace gemma

@@ -61,10 +61,12 @@ void Stream(const TokenEvent& ev) {
   std::fflush(stdout);
 }
 
-nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images) {
-  if (images.empty()) return text;
+nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images,
+                           const std::vector<std::string>& videos) {
+  if (images.empty() && videos.empty()) return text;
   nlohmann::json parts = nlohmann::json::array();
   for (const std::string& f : images) parts.push_back({{"type", "image"}, {"path", f}});
+  for (const std::string& f : videos) parts.push_back({{"type", "video"}, {"path", f}});
   parts.push_back({{"type", "text"}, {"text", text}});
   return parts;
 }

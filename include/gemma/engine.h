@@ -71,6 +71,23 @@ struct ImageInput {
   }
 };
 
+// One video: frames at `fps` (at most `max_frames`, spread over the whole video when it is
+// longer), decoded by the ffmpeg command (Error(kUnsupported) when it is not installed), each
+// frame preprocessed like an image. With text or messages every "<|video|>" becomes, per frame,
+// "mm:ss <|image>" + N x "<|video|>" + "<image|>", frames joined by spaces (Gemma4Processor).
+struct VideoInput {
+  std::string path;
+  int budget = 70;  // soft tokens per frame (Gemma4VideoProcessor's default)
+  double fps = 1.0;
+  int max_frames = 32;
+  static VideoInput File(std::string p, int budget = 70) {
+    VideoInput v;
+    v.path = std::move(p);
+    v.budget = budget;
+    return v;
+  }
+};
+
 // What to generate from: exactly one of text, token ids or messages.
 struct Input {
   std::optional<std::string> text;  // raw text; <bos> is prepended unless add_bos=false
@@ -85,6 +102,9 @@ struct Input {
   // "bytes": BASE64} (also "image_url": {"url": ...}); each part may set "budget".
   std::vector<ImageInput> images;
   int vision_budget = 280;  // soft tokens per image unless the image sets its own
+  // Videos for the "<|video|>" placeholders of text or token-id input; messages use content parts
+  // {"type": "video", "path": FILE} (optional "budget", "fps", "max_frames").
+  std::vector<VideoInput> videos;
 
   static Input Text(std::string t) {
     Input i;

@@ -34,7 +34,7 @@ struct ForwardRequest {
   // tokens and otherwise the token's input embedding (text hidden floats, from EncodeImage) in
   // place of its embedding row. The token id (an image placeholder) still picks the PLE row,
   // which is the pad row for placeholders (Model::EmbedId), as transformers does.
-  std::span<const float* const> soft;
+  std::span<const float* const> soft = {};
   OutputMode mode = OutputMode::kArgmax;
   bool all_positions = false;  // outputs for every token, else only the last one
   const std::vector<uint64_t>* allowed = nullptr;  // kSelect: bitmask over the vocabulary

@@ -3,6 +3,7 @@
 // backend context each.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,7 +51,9 @@ class EngineImpl : public Engine {
   // placeholders that does not match the images).
   PreparedPrompt Prepare(const Input& input) const;
   // The rendered and tokenized prompt before image runs are expanded.
-  std::vector<int32_t> RawPromptTokens(const Input& input) const;
+  // `rewrite` (text and messages input) transforms the prompt text before tokenizing.
+  std::vector<int32_t> RawPromptTokens(
+      const Input& input, const std::function<std::string(const std::string&)>& rewrite = {}) const;
   std::string PromptText(const Input& input) const override;
   GenerateOptions DefaultGenerateOptions() const override { return defaults_; }
 

@@ -126,6 +126,7 @@ class SessionImpl : public Session {
   }
   const std::vector<int32_t>& evaluated() const override { return evaluated_; }
   ScoreResult ScoreInput(const Input& input, bool return_logits, std::stop_token stop) override;
+  ScoreResult ScorePrepared(const PreparedPrompt& prep, bool return_logits, std::stop_token stop);
 
  private:
   // An image's soft tokens among the evaluated tokens: positions [begin, begin + count) hold the
@@ -431,14 +432,20 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
 
 ScoreResult SessionImpl::Score(const std::vector<int32_t>& tokens, bool return_logits,
                                std::stop_token stop) {
-  if (tokens.size() < 2) throw Error(ErrorCode::kInvalidArgument, "Score needs at least 2 tokens");
-  return ScoreInput(Input::Ids(tokens), return_logits, stop);
+  // Raw ids, no media: placeholder ids are scored as the pad embedding they look up.
+  PreparedPrompt prep;
+  prep.ids = tokens;
+  return ScorePrepared(prep, return_logits, stop);
 }
 
 ScoreResult SessionImpl::ScoreInput(const Input& input, bool return_logits, std::stop_token stop) {
+  return ScorePrepared(engine_->Prepare(input), return_logits, stop);
+}
+
+ScoreResult SessionImpl::ScorePrepared(const PreparedPrompt& prep, bool return_logits,
+                                       std::stop_token stop) {
   BusyGuard guard(busy_);
   Timer total;
-  const PreparedPrompt prep = engine_->Prepare(input);
   const std::vector<int32_t>& tokens = prep.ids;
   const int V = engine_->vocab_size();
   if (tokens.size() < 2) throw Error(ErrorCode::kInvalidArgument, "Score needs at least 2 tokens");

@@ -68,7 +68,7 @@ Child RunTool(const std::vector<std::string>& args, bool* missing) {
       if (errno == EINTR) continue;
       break;
     }
-    if (c.err.size() < 4096) c.err.append(buf, static_cast<size_t>(n));
+    if (c.err.size() < (1u << 20)) c.err.append(buf, static_cast<size_t>(n));
   }
   close(out_pipe[0]);
   close(err_pipe[0]);
@@ -79,9 +79,12 @@ Child RunTool(const std::vector<std::string>& args, bool* missing) {
   return c;
 }
 
-std::string FirstLine(const std::string& s) {
-  std::string t = s.substr(0, s.find('\n'));
-  return t.empty() ? "(no message)" : t;
+// The last non-empty line (ffmpeg's reason for failing).
+std::string LastLine(const std::string& s) {
+  size_t e = s.find_last_not_of("\r\n ");
+  if (e == std::string::npos) return "(no message)";
+  const size_t b = s.find_last_of("\n", e);
+  return s.substr(b == std::string::npos ? 0 : b + 1, e + 1 - (b == std::string::npos ? 0 : b + 1));
 }
 
 }  // namespace
@@ -109,11 +112,15 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
     const double duration = std::atof(probe.out.c_str());
     if (duration * fps > o.max_frames) fps = o.max_frames / duration;
   }
-  char rate[64];
-  std::snprintf(rate, sizeof rate, "fps=%.9g", fps);
-  const Child c = RunTool({o.ffmpeg, "-nostdin", "-v", "error", "-i", path, "-vf", rate,
-                           "-frames:v", std::to_string(o.max_frames), "-f", "image2pipe",
-                           "-vcodec", "ppm", "-"},
+  // The first frame, then the first frame at least 1 / fps after the last one taken (as
+  // transformers' frame indices pick the first frame of each interval); showinfo reports each
+  // taken frame's time.
+  char filter[160];
+  std::snprintf(filter, sizeof filter,
+                "select='isnan(prev_selected_t)+gte(t-prev_selected_t\\,%.9g)',showinfo", 1.0 / fps);
+  const Child c = RunTool({o.ffmpeg, "-nostdin", "-hide_banner", "-v", "info", "-i", path, "-vf",
+                           filter, "-fps_mode", "vfr", "-frames:v", std::to_string(o.max_frames),
+                           "-f", "image2pipe", "-vcodec", "ppm", "-"},
                           &missing);
   if (missing) {
     throw Error(ErrorCode::kUnsupported,
@@ -121,8 +128,11 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
                 "install ffmpeg)");
   }
   if (c.status != 0)
-    throw Error(ErrorCode::kFormat, path + ": ffmpeg cannot decode it: " + FirstLine(c.err));
+    throw Error(ErrorCode::kFormat, path + ": ffmpeg cannot decode it: " + LastLine(c.err));
   VideoFrames v;
+  std::vector<double> times;
+  for (size_t at = 0; (at = c.err.find("pts_time:", at)) != std::string::npos; at += 9)
+    times.push_back(std::atof(c.err.c_str() + at + 9));
   size_t p = 0;
   const std::string& s = c.out;
   auto token = [&]() {
@@ -149,7 +159,8 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
     img.rgb.assign(s.begin() + static_cast<std::ptrdiff_t>(p),
                    s.begin() + static_cast<std::ptrdiff_t>(p + bytes));
     p += bytes;
-    v.timestamps.push_back(static_cast<double>(v.frames.size()) / fps);
+    const size_t k = v.frames.size();
+    v.timestamps.push_back(k < times.size() ? times[k] : static_cast<double>(k) / fps);
     v.frames.push_back(std::move(img));
     while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
   }

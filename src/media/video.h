@@ -2,7 +2,8 @@
 // libraries' API churns between releases; the tool's flags do not, and a missing tool is a clear
 // error instead of a link failure). Frames are sampled at `fps` (1 per second by default, what
 // Gemma 4's model card describes), at most `max_frames`: a longer video is sampled more sparsely
-// over its whole duration (ffprobe's duration), never cut. Each frame's timestamp is i / fps.
+// over its whole duration (ffprobe's duration), never cut. A frame is the first one at least
+// 1 / fps after the previous frame taken; its timestamp is its presentation time.
 #pragma once
 
 #include <string>

@@ -254,3 +254,65 @@ TEST(VisionVideo, FramesFillTheirRunsLikeImages) {
 
 }  // namespace
 }  // namespace gemma
+
+#include "model/synth.h"
+
+namespace gemma {
+namespace {
+
+std::string Base64(const std::string& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = uint8_t(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= uint8_t(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= uint8_t(bytes[i + 2]);
+    out += k[v >> 18];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? k[v & 63] : '=';
+  }
+  return out;
+}
+
+// Message parts name an image four ways (path, data URL, OpenAI image_url, base64 bytes); each
+// becomes <|image>, its soft tokens, <image|> in the rendered prompt (synthetic "tiny": Gemma 4's
+// special token ids and a 2-layer tower).
+TEST(VisionMessages, EveryPartFormRendersAnImageRun) {
+  const std::string dir = ::testing::TempDir() + "/vision_tiny";
+  Synthesize({.preset = "tiny", .out_dir = dir, .seed = 9});
+  auto engine = Engine::Load({.model_path = dir, .backend = "cpu", .context_capacity = 4096});
+  const std::string file = kDir + "images/plain_50x40.bmp";
+  std::ifstream f(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  const std::string url = "data:image/bmp;base64," + Base64(bytes);
+  nlohmann::json parts = nlohmann::json::array({
+      {{"type", "image"}, {"path", file}},
+      {{"type", "image"}, {"url", url}},
+      {{"type", "image_url"}, {"image_url", {{"url", url}}}},
+      {{"type", "image"}, {"bytes", Base64(bytes)}, {"budget", 140}},
+      {{"type", "text"}, {"text", "Which is different?"}},
+  });
+  Input in = Input::Messages({{{"role", "user"}, {"content", parts}}});
+  in.vision_budget = 70;
+  const std::vector<int32_t> ids = engine->PromptTokens(in);
+  // 50x40 at 70 -> 336x432 (63 tokens); at 140 -> 480x624 (130 tokens).
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 258880), 3 * 63 + 130);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 255999), 4);  // <|image>
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 258882), 4);  // <image|>
+  GenerateOptions opt;
+  opt.max_new_tokens = 2;
+  const Result r = engine->NewSession()->Generate(in, opt);
+  EXPECT_EQ(r.telemetry.images, 4);
+  // Bad parts are typed errors naming the part.
+  parts[1]["url"] = "https://example.com/cat.png";
+  EXPECT_THROW(engine->PromptTokens(Input::Messages({{{"role", "user"}, {"content", parts}}})), Error);
+  nlohmann::json audio = {{{"role", "user"}, {"content", {{{"type", "input_audio"}}}}}};
+  EXPECT_THROW(engine->PromptTokens(Input::Messages(audio)), Error);
+  Input text_only = Input::Messages({{{"role", "user"}, {"content", "hi"}}});
+  text_only.images = {ImageInput::File(file)};
+  EXPECT_THROW(engine->PromptTokens(text_only), Error);  // images of messages go in the parts
+}
+
+}  // namespace
+}  // namespace gemma

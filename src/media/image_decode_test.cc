@@ -165,3 +165,40 @@ TEST(ImageDecode, BadInputsAreTypedErrors) {
 
 }  // namespace
 }  // namespace gemma::media
+
+namespace gemma::media {
+namespace {
+
+TEST(DataUrl, Base64AndDataUrlsDecodeOthersAreRefused) {
+  const std::vector<uint8_t> want = {'h', 'e', 'l', 'l', 'o', '!'};
+  EXPECT_EQ(DecodeBase64("aGVsbG8h", "t"), want);
+  EXPECT_EQ(DecodeBase64("aGVs\nbG8h", "t"), want);
+  EXPECT_EQ(DecodeBase64("aGVsbA==", "t"), (std::vector<uint8_t>{'h', 'e', 'l', 'l'}));
+  EXPECT_EQ(DecodeBase64("aGVsbA", "t"), (std::vector<uint8_t>{'h', 'e', 'l', 'l'}));  // unpadded
+  EXPECT_EQ(DecodeDataUrl("data:image/png;base64,aGVsbG8h", "t"), want);
+  EXPECT_EQ(DecodeDataUrl("data:,hello!", "t"), want);
+  EXPECT_THROW(DecodeBase64("aGV*bG8h", "t"), Error);
+  EXPECT_THROW(DecodeBase64("a", "t"), Error);
+  EXPECT_THROW(DecodeDataUrl("https://example.com/cat.png", "t"), Error);
+  EXPECT_THROW(DecodeDataUrl("data:image/png;base64", "t"), Error);
+  // A real image through a data URL equals the file.
+  std::ifstream f(kDir + "images/plain_50x40.bmp", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = uint8_t(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= uint8_t(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= uint8_t(bytes[i + 2]);
+    b64 += k[v >> 18];
+    b64 += k[(v >> 12) & 63];
+    b64 += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    b64 += i + 2 < bytes.size() ? k[v & 63] : '=';
+  }
+  const Image a = DecodeImage(DecodeDataUrl("data:image/bmp;base64," + b64, "t"), "t");
+  const Image b = LoadImageFile(kDir + "images/plain_50x40.bmp");
+  EXPECT_EQ(a.rgb, b.rgb);
+}
+
+}  // namespace
+}  // namespace gemma::media

@@ -256,6 +256,9 @@ TEST(VisionVideo, FramesFillTheirRunsLikeImages) {
 }  // namespace gemma
 
 #include "model/synth.h"
+#ifdef GEMMA_HAVE_CPU_FAST
+#include "backend/cpu/fast/cpu_fast_backend.h"
+#endif
 
 namespace gemma {
 namespace {
@@ -312,6 +315,34 @@ TEST(VisionMessages, EveryPartFormRendersAnImageRun) {
   Input text_only = Input::Messages({{{"role", "user"}, {"content", "hi"}}});
   text_only.images = {ImageInput::File(file)};
   EXPECT_THROW(engine->PromptTokens(text_only), Error);  // images of messages go in the parts
+}
+
+}  // namespace
+}  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// The QAT layout's int8 vision tower (synthetic "tiny-qat"): the fast backend's tower matches the
+// reference's.
+TEST(VisionQat, FastTowerMatchesTheReference) {
+  const std::string dir = ::testing::TempDir() + "/vision_tiny_qat";
+  Synthesize({.preset = "tiny-qat", .out_dir = dir, .seed = 4});
+  auto model = Model::Load(dir);
+  ASSERT_NE(model->vision(), nullptr) << model->vision_error();
+  ASSERT_TRUE(IsQuantized(model->vision()->layers[0].q.lin.kind));
+  const media::PatchedImage p = Prep("photo_300x200.png", 70);
+  const VisionPatches in{p.patches_h, p.patches_w, p.pixels.data()};
+  std::vector<float> a, b;
+  CreateCpuReferenceModel(*model)->EncodeImage(in, &a);
+#ifdef GEMMA_HAVE_CPU_FAST
+  CreateCpuFastModel(*model, 2)->EncodeImage(in, &b);
+  ASSERT_EQ(a.size(), b.size());
+  const double e = RelL2(b.data(), a.data(), a.size());
+  std::printf("tiny-qat tower, cpu vs cpu-ref: rel L2 %.2e\n", e);
+  EXPECT_LE(e, 1e-5);  // f32 rounding of the integer sums before the row scale
+#endif
+  EXPECT_EQ(a.size(), static_cast<size_t>(p.soft_tokens) * model->text().hidden_size);
 }
 
 }  // namespace

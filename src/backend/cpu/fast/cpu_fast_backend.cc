@@ -98,15 +98,51 @@ class FastVisionKernels : public ref::VisionKernels {
  public:
   explicit FastVisionKernels(ThreadPool& pool) : pool_(pool) {}
   void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
-    if (IsQuantized(lin.kind) && lin.in_scale > 0) return ref::LinearForward(lin, x, n, y);
     constexpr int kTile = 32;
     const int tasks = (lin.rows + kTile - 1) / kTile;
+    if (!IsQuantized(lin.kind)) {
+      pool_.Run(tasks, [&](int task, int) {
+        const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
+        fast::DenseLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
+      });
+      return;
+    }
+    // QAT (int8 in the published vision layout): the integer codes as an f32 matrix (exact), the
+    // dense f64 kernel, then the reference's epilogue (row scale, input SRQ scale, output SRQ).
+    // The sums are exact integers with SRQ inputs (|sum| < 2^24 rounds nothing); without SRQ
+    // they round to f32 once before the row scale (the reference rounds once after it).
+    const int cols = lin.cols;
+    std::vector<float> codes(static_cast<size_t>(lin.rows) * cols);
+    pool_.Run(tasks, [&](int task, int) {
+      std::vector<int8_t> v(cols);
+      for (int r = task * kTile; r < std::min(lin.rows, (task + 1) * kTile); ++r) {
+        ref::DecodeRowInt(lin.kind, lin.data + static_cast<size_t>(r) * lin.row_bytes, cols, v.data());
+        for (int i = 0; i < cols; ++i) codes[static_cast<size_t>(r) * cols + i] = v[i];
+      }
+    });
+    gemma::Linear dense;
+    dense.kind = WeightKind::kF32;
+    dense.rows = lin.rows;
+    dense.cols = cols;
+    dense.data = reinterpret_cast<const uint8_t*>(codes.data());
+    dense.row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    std::vector<float> xq;
+    const float* xin = x;
+    if (lin.in_scale > 0) {
+      xq.resize(static_cast<size_t>(n) * cols);
+      for (size_t i = 0; i < xq.size(); ++i) xq[i] = ref::QuantizeSrq(x[i], lin.in_scale);
+      xin = xq.data();
+    }
     pool_.Run(tasks, [&](int task, int) {
       const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
-      if (IsQuantized(lin.kind)) {
-        fast::QuantFloatLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
-      } else {
-        fast::DenseLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
+      fast::DenseLinearRows(dense, xin, cols, n, r0, r1, y, lin.rows);
+      for (int t = 0; t < n; ++t) {
+        float* yt = y + static_cast<size_t>(t) * lin.rows;
+        for (int r = r0; r < r1; ++r) {
+          const double s = static_cast<double>(lin.row_scale[r]) * (lin.in_scale > 0 ? lin.in_scale : 1.0);
+          yt[r] = static_cast<float>(static_cast<double>(yt[r]) * s);
+          if (lin.out_scale > 0) yt[r] = ref::Srq(yt[r], lin.out_scale);
+        }
       }
     });
   }

@@ -16,7 +16,6 @@
 #include "media/image_processor.h"
 #include "model/model.h"
 
-
 namespace gemma {
 namespace {
 
@@ -92,8 +91,8 @@ TEST(VisionGolden, TowerMatchesTransformers) {
 TEST(VisionGolden, LogitsWithImagesMatchTransformers) {
   const nlohmann::json g = Goldens();
   for (const std::string& backend : Backends()) {
-    auto engine = Engine::Load({.model_path = kDir + "model", .backend = backend,
-                                .context_capacity = 1024});
+    auto engine =
+        Engine::Load({.model_path = kDir + "model", .backend = backend, .context_capacity = 1024});
     for (const auto& pr : g["prompts"]) {
       const std::string tag = pr["tag"];
       SCOPED_TRACE(backend + " " + tag);
@@ -140,8 +139,8 @@ namespace {
 // Prefix reuse keys images by their digest: the same image in a follow-up request skips the
 // tower; a changed image, budget or order re-encodes from the first differing image.
 TEST(VisionReuse, SameImageSkipsTheTowerChangedImageReencodes) {
-  auto engine = Engine::Load({.model_path = kDir + "model", .backend = "cpu-ref",
-                              .context_capacity = 2048});
+  auto engine =
+      Engine::Load({.model_path = kDir + "model", .backend = "cpu-ref", .context_capacity = 2048});
   auto session = engine->NewSession();
   GenerateOptions opt;
   opt.max_new_tokens = 2;
@@ -220,7 +219,8 @@ TEST(VisionVideo, FramesFillTheirRunsLikeImages) {
   const std::string cmd = "ffmpeg -nostdin -v error -y -loop 1 -framerate 2 -t 2 -i " + png +
                           " -c:v ffv1 -pix_fmt bgr0 " + clip;
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  auto engine = Engine::Load({.model_path = kDir + "model", .backend = "cpu", .context_capacity = 1024});
+  auto engine =
+      Engine::Load({.model_path = kDir + "model", .backend = "cpu", .context_capacity = 1024});
   const int boi = 501, img = 500, eoi = 502, vid = 503;
   std::vector<int32_t> vids = {2, 10}, imgs = {2, 10};
   for (int f = 0; f < 2; ++f) {
@@ -309,7 +309,8 @@ TEST(VisionMessages, EveryPartFormRendersAnImageRun) {
   EXPECT_EQ(r.telemetry.images, 4);
   // Bad parts are typed errors naming the part.
   parts[1]["url"] = "https://example.com/cat.png";
-  EXPECT_THROW(engine->PromptTokens(Input::Messages({{{"role", "user"}, {"content", parts}}})), Error);
+  EXPECT_THROW(engine->PromptTokens(Input::Messages({{{"role", "user"}, {"content", parts}}})),
+               Error);
   nlohmann::json audio = {{{"role", "user"}, {"content", {{{"type", "input_audio"}}}}}};
   EXPECT_THROW(engine->PromptTokens(Input::Messages(audio)), Error);
   Input text_only = Input::Messages({{{"role", "user"}, {"content", "hi"}}});
@@ -366,8 +367,8 @@ TEST(VisionQat, MatchesTransformersQuantizer) {
   const std::vector<float> want = ReadF32(dir + "tower_photo_300x200_70.f32");
   for (const std::string& backend : Backends()) {
     SCOPED_TRACE(backend);
-    auto engine = Engine::Load({.model_path = dir + "model", .backend = backend,
-                                .context_capacity = 512});
+    auto engine =
+        Engine::Load({.model_path = dir + "model", .backend = backend, .context_capacity = 512});
     Input in = Input::Ids(g["ids"].get<std::vector<int32_t>>());
     in.images = {ImageInput::File(kDir + "images/" + g["image"].get<std::string>(), g["budget"])};
     GenerateOptions opt;

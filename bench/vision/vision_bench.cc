@@ -22,7 +22,9 @@
 int main(int argc, char** argv) {
   using namespace gemma;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: vision_bench MODEL_DIR [--backend B] [--budgets a,b] [--reps N] [--threads N]\n");
+    std::fprintf(
+        stderr,
+        "usage: vision_bench MODEL_DIR [--backend B] [--budgets a,b] [--reps N] [--threads N]\n");
     return 2;
   }
   std::string backend = "cpu", budgets = "70,140,280";
@@ -52,24 +54,29 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "no vision tower: %s\n", model->vision_error().c_str());
       return 2;
     }
-    BackendStart start = StartBackend({.name = backend, .threads = threads}, *model, {.capacity = 64});
+    BackendStart start =
+        StartBackend({.name = backend, .threads = threads}, *model, {.capacity = 64});
     const VisionConfig& vc = model->vision()->config;
     // A 4:3 picture with some texture.
     media::Image img{1024, 768, {}};
     img.rgb.resize(1024 * 768 * 3);
-    for (size_t i = 0; i < img.rgb.size(); ++i) img.rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-    std::printf("backend %s, vision tower %d layers x %d, %d heads\n", start.context->name().c_str(),
-                vc.num_layers, vc.hidden_size, vc.num_heads);
+    for (size_t i = 0; i < img.rgb.size(); ++i)
+      img.rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    std::printf("backend %s, vision tower %d layers x %d, %d heads\n",
+                start.context->name().c_str(), vc.num_layers, vc.hidden_size, vc.num_heads);
     size_t pos = 0;
     while (pos < budgets.size()) {
       const size_t e = std::min(budgets.find(',', pos), budgets.size());
       const int budget = std::atoi(budgets.substr(pos, e - pos).c_str());
       pos = e + 1;
-      const media::PatchedImage p = media::PreprocessImage(img, budget, vc.patch_size, vc.pooling_kernel_size);
+      const media::PatchedImage p =
+          media::PreprocessImage(img, budget, vc.patch_size, vc.pooling_kernel_size);
       const double n = p.patches(), D = vc.hidden_size, I = vc.intermediate_size;
-      const double qkvo = D * vc.num_heads * vc.head_dim * 2 + D * vc.num_kv_heads * vc.head_dim * 2;
-      const double macs = n * (3.0 * 256 * D) +
-                          vc.num_layers * (n * (qkvo + 3 * D * I) + 2.0 * n * n * vc.num_heads * vc.head_dim);
+      const double qkvo =
+          D * vc.num_heads * vc.head_dim * 2 + D * vc.num_kv_heads * vc.head_dim * 2;
+      const double macs =
+          n * (3.0 * 256 * D) +
+          vc.num_layers * (n * (qkvo + 3 * D * I) + 2.0 * n * n * vc.num_heads * vc.head_dim);
       std::vector<double> ms;
       std::vector<float> soft;
       for (int r = 0; r <= reps; ++r) {
@@ -79,8 +86,11 @@ int main(int argc, char** argv) {
       }
       std::sort(ms.begin(), ms.end());
       const double med = ms[ms.size() / 2];
-      std::printf("budget %4d: %4d patches -> %3d soft tokens | median %.1f ms (min %.1f) | %.1f GFLOP, %.1f GFLOP/s\n",
-                  budget, p.patches(), p.soft_tokens, med, ms.front(), 2 * macs / 1e9, 2 * macs / 1e6 / med);
+      std::printf(
+          "budget %4d: %4d patches -> %3d soft tokens | median %.1f ms (min %.1f) | %.1f GFLOP, "
+          "%.1f GFLOP/s\n",
+          budget, p.patches(), p.soft_tokens, med, ms.front(), 2 * macs / 1e9,
+          2 * macs / 1e6 / med);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -97,13 +97,32 @@ Image ApplyOrientation(const Image& in, int o) {
     for (int x = 0; x < out.width; ++x) {
       int sx = x, sy = y;
       switch (o) {
-        case 2: sx = W - 1 - x; break;                       // FLIP_LEFT_RIGHT
-        case 3: sx = W - 1 - x; sy = H - 1 - y; break;       // ROTATE_180
-        case 4: sy = H - 1 - y; break;                       // FLIP_TOP_BOTTOM
-        case 5: sx = y; sy = x; break;                       // TRANSPOSE
-        case 6: sx = y; sy = H - 1 - x; break;               // ROTATE_270 (clockwise)
-        case 7: sx = W - 1 - y; sy = H - 1 - x; break;       // TRANSVERSE
-        case 8: sx = W - 1 - y; sy = x; break;               // ROTATE_90 (counter-clockwise)
+        case 2:
+          sx = W - 1 - x;
+          break;  // FLIP_LEFT_RIGHT
+        case 3:
+          sx = W - 1 - x;
+          sy = H - 1 - y;
+          break;  // ROTATE_180
+        case 4:
+          sy = H - 1 - y;
+          break;  // FLIP_TOP_BOTTOM
+        case 5:
+          sx = y;
+          sy = x;
+          break;  // TRANSPOSE
+        case 6:
+          sx = y;
+          sy = H - 1 - x;
+          break;  // ROTATE_270 (clockwise)
+        case 7:
+          sx = W - 1 - y;
+          sy = H - 1 - x;
+          break;  // TRANSVERSE
+        case 8:
+          sx = W - 1 - y;
+          sy = x;
+          break;  // ROTATE_90 (counter-clockwise)
       }
       std::memcpy(&out.rgb[(static_cast<size_t>(y) * out.width + x) * 3],
                   &in.rgb[(static_cast<size_t>(sy) * W + sx) * 3], 3);

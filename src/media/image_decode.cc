@@ -47,7 +47,8 @@ std::string Unknown(std::span<const uint8_t> b) {
     return b.size() >= at + s.size() && std::memcmp(b.data() + at, s.data(), s.size()) == 0;
   };
   if (starts("II*\0"sv) || starts("MM\0*"sv)) return "TIFF";
-  if (starts("ftypheic"sv, 4) || starts("ftypheix"sv, 4) || starts("ftypmif1"sv, 4)) return "HEIC/HEIF";
+  if (starts("ftypheic"sv, 4) || starts("ftypheix"sv, 4) || starts("ftypmif1"sv, 4))
+    return "HEIC/HEIF";
   if (starts("ftypavif"sv, 4)) return "AVIF";
   if (starts("\0\0\1\0"sv)) return "ICO";
   if (starts("<svg"sv) || starts("<?xml"sv)) return "SVG";
@@ -60,10 +61,10 @@ void CheckSize(int64_t w, int64_t h, const std::string& origin, const DecodeOpti
                                         "x" + std::to_string(h) + ")");
   }
   if (w * h > o.max_pixels) {
-    throw Error(ErrorCode::kCapacity,
-                origin + ": " + std::to_string(w) + "x" + std::to_string(h) + " is " +
-                    std::to_string(w * h) + " pixels, over the limit of " +
-                    std::to_string(o.max_pixels));
+    throw Error(ErrorCode::kCapacity, origin + ": " + std::to_string(w) + "x" + std::to_string(h) +
+                                          " is " + std::to_string(w * h) +
+                                          " pixels, over the limit of " +
+                                          std::to_string(o.max_pixels));
   }
 }
 
@@ -126,15 +127,16 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
   if (kind == Kind::kPng && b.size() >= 24) {
     // stb's own size guard fails the header as "unknown image type"; check the IHDR first.
     auto be32 = [&](size_t o) {
-      return (int64_t{b[o]} << 24) | (int64_t{b[o + 1]} << 16) | (int64_t{b[o + 2]} << 8) | b[o + 3];
+      return (int64_t{b[o]} << 24) | (int64_t{b[o + 1]} << 16) | (int64_t{b[o + 2]} << 8) |
+             b[o + 3];
     };
     CheckSize(be32(16), be32(20), origin, o);
   }
   if (!stbi_info_from_memory(b.data(), len, &w, &h, &comp)) {
     if (std::string_view(stbi_failure_reason()) == "too large")
       throw Error(ErrorCode::kCapacity, origin + ": the header's size is over the pixel limit");
-    throw Error(ErrorCode::kFormat, origin + ": truncated or corrupt header (" +
-                                        stbi_failure_reason() + ")");
+    throw Error(ErrorCode::kFormat,
+                origin + ": truncated or corrupt header (" + stbi_failure_reason() + ")");
   }
   CheckSize(w, h, origin, o);
   if (kind == Kind::kJpeg && JpegTruncated(b))
@@ -184,9 +186,9 @@ Image DecodeImage(std::span<const uint8_t> bytes, const std::string& origin,
   Image img;
   switch (kind) {
     case Kind::kUnknown:
-      throw Error(ErrorCode::kUnsupported,
-                  origin + ": not a PNG, JPEG, WebP, BMP or GIF image (format: " +
-                      Unknown(bytes) + ")");
+      throw Error(
+          ErrorCode::kUnsupported,
+          origin + ": not a PNG, JPEG, WebP, BMP or GIF image (format: " + Unknown(bytes) + ")");
     case Kind::kWebp:
       img = DecodeWebp(bytes, origin, options);
       break;
@@ -207,7 +209,8 @@ std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& or
     clean.push_back(c == '-' ? '+' : c == '_' ? '/' : c);
   }
   while (!clean.empty() && clean.back() == '=') clean.pop_back();
-  if (clean.size() % 4 == 1) throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
+  if (clean.size() % 4 == 1)
+    throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
   static const std::string kAlphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::vector<uint8_t> out;
@@ -216,7 +219,8 @@ std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& or
   int bits = 0;
   for (char c : clean) {
     const size_t v = kAlphabet.find(c);
-    if (v == std::string::npos) throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
+    if (v == std::string::npos)
+      throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -230,8 +234,9 @@ std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& or
 std::vector<uint8_t> DecodeDataUrl(const std::string& url, const std::string& origin) {
   if (url.rfind("data:", 0) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
-                origin + ": only data: URLs are accepted (remote URLs are not fetched; pass a "
-                         "local file as \"path\")");
+                origin +
+                    ": only data: URLs are accepted (remote URLs are not fetched; pass a "
+                    "local file as \"path\")");
   }
   const size_t comma = url.find(',');
   if (comma == std::string::npos)
@@ -245,9 +250,9 @@ std::vector<uint8_t> DecodeDataUrl(const std::string& url, const std::string& or
 
 Image LoadImageFile(const std::string& path, const DecodeOptions& options) {
   const std::string data = ReadFileToString(path);
-  return DecodeImage(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()),
-                                              data.size()),
-                     path, options);
+  return DecodeImage(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()), path,
+      options);
 }
 
 }  // namespace gemma::media

@@ -119,8 +119,8 @@ TEST(ImageDecode, OneByOneAndSmallestSizes) {
 }
 
 TEST(ImageDecode, BadInputsAreTypedErrors) {
-  EXPECT_EQ(CodeOf({}), ErrorCode::kFormat);                                 // empty
-  EXPECT_EQ(CodeOf({'h', 'e', 'l', 'l', 'o'}), ErrorCode::kUnsupported);     // not an image
+  EXPECT_EQ(CodeOf({}), ErrorCode::kFormat);                                   // empty
+  EXPECT_EQ(CodeOf({'h', 'e', 'l', 'l', 'o'}), ErrorCode::kUnsupported);       // not an image
   EXPECT_EQ(CodeOf({'I', 'I', '*', 0, 8, 0, 0, 0}), ErrorCode::kUnsupported);  // TIFF
   try {
     DecodeImage(std::vector<uint8_t>{'I', 'I', '*', 0, 8, 0, 0, 0}, "x.tif");

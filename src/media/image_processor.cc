@@ -96,12 +96,12 @@ ImageGeometry TargetSize(int height, int width, int patch_size, int max_patches,
   const int64_t max_side = static_cast<int64_t>(max_patches / (pooling * pooling)) * side;
   if (th == 0) {
     th = side;
-    tw = std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(width) / height)) * side,
-                           max_side);
+    tw = std::min<int64_t>(
+        static_cast<int64_t>(std::floor(static_cast<double>(width) / height)) * side, max_side);
   } else if (tw == 0) {
     tw = side;
-    th = std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(height) / width)) * side,
-                           max_side);
+    th = std::min<int64_t>(
+        static_cast<int64_t>(std::floor(static_cast<double>(height) / width)) * side, max_side);
   }
   if (static_cast<double>(th) * tw > target_px) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -187,7 +187,8 @@ PatchedImage PreprocessImage(const Image& image, int budget, int patch_size, int
       float* dst = &p.pixels[(static_cast<size_t>(py) * p.patches_w + px) * pd];
       for (int y = 0; y < patch_size; ++y) {
         const uint8_t* src =
-            &p.resized.rgb[((static_cast<size_t>(py) * patch_size + y) * p.width + px * patch_size) * 3];
+            &p.resized
+                 .rgb[((static_cast<size_t>(py) * patch_size + y) * p.width + px * patch_size) * 3];
         for (int i = 0; i < patch_size * 3; ++i) dst[y * patch_size * 3 + i] = src[i] * inv255;
       }
     }

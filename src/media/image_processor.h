@@ -32,15 +32,15 @@ ImageGeometry TargetSize(int height, int width, int patch_size, int max_patches,
 Image ResizeBicubicAA(const Image& in, int out_height, int out_width);
 
 struct PatchedImage {
-  int budget = 0;         // max_soft_tokens
+  int budget = 0;  // max_soft_tokens
   int patch_size = 16;
   int pooling = 3;
-  int height = 0, width = 0;      // resized image
+  int height = 0, width = 0;  // resized image
   int patches_h = 0, patches_w = 0;
-  int soft_tokens = 0;            // patches / pooling^2
-  int max_patches = 0;            // budget * pooling^2 (transformers' padded length)
-  Image resized;                  // uint8 RGB after the resize
-  std::vector<float> pixels;      // [patches, patch_size^2 * 3], [py][px][c], value u8 * f32(1/255)
+  int soft_tokens = 0;        // patches / pooling^2
+  int max_patches = 0;        // budget * pooling^2 (transformers' padded length)
+  Image resized;              // uint8 RGB after the resize
+  std::vector<float> pixels;  // [patches, patch_size^2 * 3], [py][px][c], value u8 * f32(1/255)
   // SHA-256 over the resized pixels, their geometry, the patch/pooling sizes and the budget: the
   // media identity in prefix reuse.
   std::array<uint8_t, 32> digest{};

@@ -47,8 +47,10 @@ TEST(ImageProcessor, MatchesTransformers) {
     const int pd = 16 * 16 * 3;
     for (int i : {0, p.patches() - 1}) {
       const int py = i / p.patches_w, px = i % p.patches_w;
-      const uint8_t v = p.resized.rgb[(static_cast<size_t>(py * 16 + 15) * p.width + px * 16 + 15) * 3 + 2];
-      EXPECT_EQ(p.pixels[static_cast<size_t>(i) * pd + pd - 1], v * static_cast<float>(1.0 / 255.0));
+      const uint8_t v =
+          p.resized.rgb[(static_cast<size_t>(py * 16 + 15) * p.width + px * 16 + 15) * 3 + 2];
+      EXPECT_EQ(p.pixels[static_cast<size_t>(i) * pd + pd - 1],
+                v * static_cast<float>(1.0 / 255.0));
     }
     ++n;
   }

@@ -117,11 +117,12 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
   // taken frame's time.
   char filter[160];
   std::snprintf(filter, sizeof filter,
-                "select='isnan(prev_selected_t)+gte(t-prev_selected_t\\,%.9g)',showinfo", 1.0 / fps);
-  const Child c = RunTool({o.ffmpeg, "-nostdin", "-hide_banner", "-v", "info", "-i", path, "-vf",
-                           filter, "-fps_mode", "vfr", "-frames:v", std::to_string(o.max_frames),
-                           "-f", "image2pipe", "-vcodec", "ppm", "-"},
-                          &missing);
+                "select='isnan(prev_selected_t)+gte(t-prev_selected_t\\,%.9g)',showinfo",
+                1.0 / fps);
+  const Child c = RunTool(
+      {o.ffmpeg, "-nostdin", "-hide_banner", "-v", "info", "-i", path, "-vf", filter, "-fps_mode",
+       "vfr", "-frames:v", std::to_string(o.max_frames), "-f", "image2pipe", "-vcodec", "ppm", "-"},
+      &missing);
   if (missing) {
     throw Error(ErrorCode::kUnsupported,
                 "video input needs the ffmpeg command, which is not installed (Debian: apt-get "
@@ -142,7 +143,8 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
     return s.substr(b, p - b);
   };
   while (p < s.size()) {
-    if (token() != "P6") throw Error(ErrorCode::kFormat, path + ": unexpected frame data from ffmpeg");
+    if (token() != "P6")
+      throw Error(ErrorCode::kFormat, path + ": unexpected frame data from ffmpeg");
     const int64_t w = std::atoll(token().c_str()), h = std::atoll(token().c_str());
     const int maxval = std::atoi(token().c_str());
     ++p;  // the single whitespace before the pixels
@@ -152,7 +154,8 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
       throw Error(ErrorCode::kCapacity, path + ": frames of " + std::to_string(w) + "x" +
                                             std::to_string(h) + " exceed the pixel limit");
     const size_t bytes = static_cast<size_t>(w * h * 3);
-    if (p + bytes > s.size()) throw Error(ErrorCode::kFormat, path + ": truncated frame from ffmpeg");
+    if (p + bytes > s.size())
+      throw Error(ErrorCode::kFormat, path + ": truncated frame from ffmpeg");
     Image img;
     img.width = static_cast<int>(w);
     img.height = static_cast<int>(h);

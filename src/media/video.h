@@ -16,8 +16,8 @@ namespace gemma::media {
 struct VideoOptions {
   double fps = 1.0;
   int max_frames = 32;
-  std::string ffmpeg = "ffmpeg";    // looked up in PATH
-  std::string ffprobe = "ffprobe";  // for the duration
+  std::string ffmpeg = "ffmpeg";          // looked up in PATH
+  std::string ffprobe = "ffprobe";        // for the duration
   int64_t max_pixels = int64_t{1} << 26;  // per frame
 };
 

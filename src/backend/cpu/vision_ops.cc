@@ -70,12 +70,14 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
   const int D = c.hidden_size, hd = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
   const int k = c.pooling_kernel_size;
   if (n <= 0 || img.patches_h % k != 0 || img.patches_w % k != 0) {
-    throw Error(ErrorCode::kInvalidArgument, "vision input: the patch grid must be a positive "
-                                             "multiple of the pooling kernel");
+    throw Error(ErrorCode::kInvalidArgument,
+                "vision input: the patch grid must be a positive "
+                "multiple of the pooling kernel");
   }
   if (img.patches_w > c.position_embedding_size || img.patches_h > c.position_embedding_size) {
-    throw Error(ErrorCode::kInvalidArgument, "vision input: more patches per side than the "
-                                             "position table has rows");
+    throw Error(ErrorCode::kInvalidArgument,
+                "vision input: more patches per side than the "
+                "position table has rows");
   }
   const float eps = c.rms_norm_eps;
   const int p2 = 3 * c.patch_size * c.patch_size;

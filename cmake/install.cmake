@@ -8,7 +8,7 @@ include(CMakePackageConfigHelpers)
 # The rooms behind the public headers (the server and hub rooms serve the CLI; they have no
 # public API yet).
 set(GEMMA_PRODUCT_ROOMS gemma_core gemma_format gemma_model gemma_backend gemma_cpu_fast
-    gemma_vulkan gemma_tokenizer gemma_chat gemma_decode gemma_constrain gemma_runtime)
+    gemma_vulkan gemma_tokenizer gemma_chat gemma_decode gemma_constrain gemma_media gemma_runtime)
 set(GEMMA_PRODUCT_OBJECTS)
 set(GEMMA_PRODUCT_HAS_HWY OFF)
 set(GEMMA_PRODUCT_HAS_VULKAN OFF)
@@ -25,6 +25,7 @@ if(TARGET gemma_vulkan)
   find_package(Vulkan REQUIRED)
 endif()
 
+find_package(OpenSSL REQUIRED)
 foreach(kind STATIC SHARED)
   string(TOLOWER ${kind} k)
   set(t gemma_engine_${k})
@@ -33,6 +34,9 @@ foreach(kind STATIC SHARED)
                                         VERSION ${PROJECT_VERSION} SOVERSION 0)
   target_include_directories(${t} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(${t} PUBLIC Threads::Threads nlohmann_json::nlohmann_json)
+  # Image decoding (libwebp) and the media digests (OpenSSL's libcrypto).
+  target_link_libraries(${t} PRIVATE $<BUILD_INTERFACE:PkgConfig::WEBP> $<INSTALL_INTERFACE:webp>
+                                     $<BUILD_INTERFACE:OpenSSL::Crypto> $<INSTALL_INTERFACE:crypto>)
   if(GEMMA_PRODUCT_HAS_HWY)
     target_link_libraries(${t} PRIVATE $<BUILD_INTERFACE:PkgConfig::HWY>
                                        $<INSTALL_INTERFACE:hwy>)
@@ -64,7 +68,7 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/gemma-engine-config-version
 install(FILES ${CMAKE_BINARY_DIR}/gemma-engine-config.cmake
               ${CMAKE_BINARY_DIR}/gemma-engine-config-version.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gemma-engine)
-set(GEMMA_PC_PRIVATE_LIBS "-lpthread")
+set(GEMMA_PC_PRIVATE_LIBS "-lpthread -lwebp -lcrypto")
 if(GEMMA_PRODUCT_HAS_HWY)
   string(APPEND GEMMA_PC_PRIVATE_LIBS " -lhwy")
 endif()

@@ -13,7 +13,8 @@ namespace {
 
 constexpr const char* kHelp =
     "commands: /help  /reset (forget the conversation)  /edit K TEXT (replace user turn K, drop "
-    "what followed)  /system TEXT (empty removes it)  /think on|off  /bye or /quit (Ctrl-D)\n"
+    "what followed)  /system TEXT (empty removes it)  /think on|off  /image FILE, /video FILE "
+    "(attach to the next message)  /bye or /quit (Ctrl-D)\n"
     "input: a line is one message; \"\"\" on its own line starts and ends a multi-line message.\n"
     "Ctrl-C stops a reply (the conversation stays) or clears the line at the prompt.\n";
 
@@ -101,6 +102,16 @@ void RunChat(Engine& engine, ChatSettings settings, std::FILE* in) {
         std::fprintf(stderr, "(system prompt %s)\n", system.empty() ? "removed" : "set");
         continue;
       }
+      if (line.rfind("/image ", 0) == 0) {
+        settings.images.push_back(line.substr(7));
+        std::fprintf(stderr, "(image %s attached to the next message)\n", line.substr(7).c_str());
+        continue;
+      }
+      if (line.rfind("/video ", 0) == 0) {
+        settings.videos.push_back(line.substr(7));
+        std::fprintf(stderr, "(video %s attached to the next message)\n", line.substr(7).c_str());
+        continue;
+      }
       if (line.rfind("/think", 0) == 0) {
         think = line.find("on") != std::string::npos;
         std::fprintf(stderr, "(thinking %s)\n", think ? "on" : "off");
@@ -135,7 +146,10 @@ void RunChat(Engine& engine, ChatSettings settings, std::FILE* in) {
       std::fprintf(stderr, "(message %s; not sent, history kept)\n", bad.c_str());
       continue;
     }
-    pending.push_back({{"role", "user"}, {"content", line}});
+    pending.push_back(
+        {{"role", "user"}, {"content", UserContent(line, settings.images, settings.videos)}});
+    settings.images.clear();
+    settings.videos.clear();
     std::stop_source stop;
     SetCancelTarget(&stop);
     int dropped = 0;
@@ -143,9 +157,9 @@ void RunChat(Engine& engine, ChatSettings settings, std::FILE* in) {
       Result r;
       while (true) {
         try {
-          r = session->Generate(
-              Input::Messages(WithSystem(system, pending), nlohmann::json::array(), think),
-              settings.gen, Stream, stop.get_token());
+          Input in = Input::Messages(WithSystem(system, pending), nlohmann::json::array(), think);
+          in.vision_budget = settings.vision_budget;
+          r = session->Generate(in, settings.gen, Stream, stop.get_token());
           break;
         } catch (const Error& e) {
           // A full context: forget the oldest exchanges (the system prompt stays), as llama.cpp

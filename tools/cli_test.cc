@@ -340,3 +340,63 @@ TEST(CliDefaults, GenerationConfigFillsUnsetSamplingFlags) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// --image on the tiny preset with its real 262,144-id vocabulary (the image ids exist) and its
+// 2-layer vision tower: an answer, and one-line errors for bad images and budgets.
+class CliImage : public Cli {};
+
+TEST_F(CliImage, RunWithImagesAndBadImages) {
+  const std::string model = dir_ + "/vision_model";
+  Synthesize({.preset = "tiny", .out_dir = model, .seed = 5});
+  const std::string img = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/images/";
+  Outcome o = Run({"run", "--model", model, "--image", img + "photo_300x200.png", "--image",
+                   img + "exif8_64x40.jpg", "-p", "Describe the image.", "-n", "3",
+                   "--vision-budget", "70"});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("[vision] 2 images, 2 through the tower"), std::string::npos) << o.err;
+  o = Run({"run", "--model", model, "--image", dir_ + "/missing.png", "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("error: io: ", 0), 0u) << o.err;
+  const std::string bad = Write("bad.png", Slurp(img + "photo_300x200.png").substr(0, 200));
+  o = Run({"run", "--model", model, "--image", bad, "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("error: format: ", 0), 0u) << o.err;
+  o = Run({"run", "--model", model, "--image", Write("t.txt", "hello"), "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("error: unsupported: ", 0), 0u) << o.err;
+  o = Run({"run", "--model", model, "--image", img + "photo_300x200.png", "--vision-budget", "100",
+           "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  // A model without image token ids in its vocabulary says so.
+  o = Run({"run", "--model", dir_ + "/model", "--image", img + "photo_300x200.png", "-p", "x",
+           "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("image"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// --video: ffmpeg frames with mm:ss timestamps in the prompt (when ffmpeg is installed).
+TEST_F(CliImage, RunWithVideo) {
+  if (std::system("ffmpeg -version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg";
+  const std::string model = dir_ + "/vision_model_v";
+  Synthesize({.preset = "tiny", .out_dir = model, .seed = 5});
+  const std::string png = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/images/small_64x48.png";
+  const std::string clip = dir_ + "/clip.mkv";
+  ASSERT_EQ(std::system(("ffmpeg -nostdin -v error -y -loop 1 -framerate 2 -t 3 -i " + png +
+                         " -c:v ffv1 " + clip).c_str()),
+            0);
+  Outcome o = Run({"run", "--model", model, "--video", clip, "-p", "What happens?", "-n", "2"});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("[vision] 3 images"), std::string::npos) << o.err;  // 3 frames
+}
+
+}  // namespace
+}  // namespace gemma

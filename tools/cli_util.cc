@@ -61,6 +61,16 @@ void Stream(const TokenEvent& ev) {
   std::fflush(stdout);
 }
 
+nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images,
+                           const std::vector<std::string>& videos) {
+  if (images.empty() && videos.empty()) return text;
+  nlohmann::json parts = nlohmann::json::array();
+  for (const std::string& f : images) parts.push_back({{"type", "image"}, {"path", f}});
+  for (const std::string& f : videos) parts.push_back({{"type", "video"}, {"path", f}});
+  parts.push_back({{"type", "text"}, {"text", text}});
+  return parts;
+}
+
 void PrintTelemetry(const Result& r) {
   const Telemetry& t = r.telemetry;
   std::fprintf(
@@ -70,6 +80,11 @@ void PrintTelemetry(const Result& r) {
       t.backend.c_str(), StopReasonName(r.stop_reason), t.prompt_tokens, t.reused_tokens, t.ttft_ms,
       t.prefill_ms, r.tokens.size(), t.decode_tok_s, t.itl_median_ms, t.itl_p95_ms,
       t.resident_bytes / 1048576.0);
+  if (t.images > 0) {
+    std::fprintf(stderr, "[vision] %d image%s, %d through the tower (%d reused) | %.1f ms\n",
+                 t.images, t.images == 1 ? "" : "s", t.images_encoded,
+                 t.images - t.images_encoded, t.vision_ms);
+  }
 }
 
 bool ConstraintComplete(const GenerateOptions& g, const Result& r) {

@@ -43,7 +43,13 @@ struct ChatSettings {
   std::string system;
   bool think = false;
   GenerateOptions gen;
+  std::vector<std::string> images;  // attached to the first message (then /image FILE)
+  std::vector<std::string> videos;  // likewise (/video FILE)
+  int vision_budget = 280;
 };
+// A user turn's content: the text alone, or image and video parts (files) followed by the text.
+nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images,
+                           const std::vector<std::string>& videos = {});
 void RunChat(Engine& engine, ChatSettings settings, std::FILE* in);
 
 }  // namespace gemma::cli

@@ -26,6 +26,8 @@ struct CommonOpts {
   GenerateOptions gen;
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
+  std::vector<std::string> images, videos;
+  int vision_budget = 280;
   std::string regex, schema_file, whitespace = "none";
   bool json = false, json_object = false, tool_calls = false, require_tool_call = false;
   CLI::Option* regex_opt = nullptr;  // to tell --constrain-regex "" from no regex
@@ -44,6 +46,14 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--threads", o.threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   GenerateOptions& g = o.gen;
+  cmd->add_option("--image", o.images,
+                  "Image file (PNG, JPEG, WebP, BMP, GIF; repeatable), placed before the text");
+  cmd->add_option("--vision-budget", o.vision_budget,
+                  "Soft tokens per image: 70, 140, 280, 560 or 1120")
+      ->check(CLI::IsMember({70, 140, 280, 560, 1120}));
+  cmd->add_option("--video", o.videos,
+                  "Video file (repeatable; 1 frame per second, at most 32, 70 soft tokens each; "
+                  "needs the ffmpeg command)");
   cmd->add_option("-n,--max-new-tokens", g.max_new_tokens, "Tokens to generate");
   // Unset, these six take the checkpoint's generation_config.json values (ApplyModelDefaults).
   o.temperature_opt = cmd->add_option("--temperature", g.temperature,
@@ -375,25 +385,44 @@ void AddRunCommand(CLI::App& app) {
       prompt = ReadAll(std::cin);
       have_prompt = !prompt.empty();
     }
+    auto images = [&] {
+      std::vector<ImageInput> v;
+      for (const std::string& f : o->images) v.push_back(ImageInput::File(f));
+      return v;
+    };
+    auto videos = [&] {
+      std::vector<VideoInput> v;
+      for (const std::string& f : o->videos) v.push_back(VideoInput::File(f));
+      return v;
+    };
     if (!o->ids.empty()) {
       in = Input::Ids(ParseIdList(o->ids));
+      in.images = images();
+      in.videos = videos();
     } else if (!o->messages_file.empty()) {
+      if (!o->images.empty() || !o->videos.empty()) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "--image/--video with --messages: put them in the messages' content parts");
+      }
       in = MessagesFromFile(o->messages_file, o->think);
     } else if (have_prompt) {
       if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "the prompt is empty");
       CheckUtf8(prompt, "the prompt");
       CheckUtf8(o->system, "--system");
       if (o->raw) {
-        in = Input::Text(prompt);
+        in = Input::Text(prompt);  // the text carries one <|image|> / <|video|> per file
+        in.images = images();
+        in.videos = videos();
       } else {
         nlohmann::json msgs = nlohmann::json::array();
         if (!o->system.empty()) msgs.push_back({{"role", "system"}, {"content", o->system}});
-        msgs.push_back({{"role", "user"}, {"content", prompt}});
+        msgs.push_back({{"role", "user"}, {"content", UserContent(prompt, o->images, o->videos)}});
         in = Input::Messages(msgs, nlohmann::json::array(), o->think);
       }
     } else {
       throw Error(ErrorCode::kInvalidArgument, "give --prompt, --file, --ids or --messages");
     }
+    in.vision_budget = o->vision_budget;
     auto engine = Open(*o, g);
     ApplyModelDefaults(*o, *engine, &g);
     std::stop_source stop;
@@ -466,7 +495,10 @@ void AddChatCommand(CLI::App& app) {
     auto engine = Open(*o, g);
     ApplyModelDefaults(*o, *engine, &g);
     if (!engine->has_tokenizer()) throw Error(ErrorCode::kTokenizer, "chat needs a tokenizer.json");
-    RunChat(*engine, {.system = o->system, .think = o->think, .gen = g}, stdin);
+    RunChat(*engine,
+            {.system = o->system, .think = o->think, .gen = g, .images = o->images,
+             .videos = o->videos, .vision_budget = o->vision_budget},
+            stdin);
   });
 }
 

@@ -47,6 +47,47 @@ struct EngineOptions {
   int device_index = -1;
 };
 
+// One image of a request. With Input::text or Input::messages every "<|image|>" placeholder (the
+// template renders one per image content part) becomes <|image>, the image's soft tokens and
+// <image|>, as transformers' Gemma4Processor expands it; with Input::token_ids the ids already hold
+// those runs (<boi>, N image ids, <eoi>) and the images fill them in order. Decoded as
+// transformers' load_image does (EXIF orientation applied, alpha dropped), resized and patched as
+// Gemma4ImageProcessor does.
+struct ImageInput {
+  std::string path;            // a PNG, JPEG, WebP, BMP or GIF file, or
+  std::vector<uint8_t> bytes;  // the file's bytes
+  int budget = 0;  // soft tokens at most: 70, 140, 280, 560 or 1120; 0 = Input::vision_budget
+  static ImageInput File(std::string p, int budget = 0) {
+    ImageInput i;
+    i.path = std::move(p);
+    i.budget = budget;
+    return i;
+  }
+  static ImageInput Bytes(std::vector<uint8_t> b, int budget = 0) {
+    ImageInput i;
+    i.bytes = std::move(b);
+    i.budget = budget;
+    return i;
+  }
+};
+
+// One video: frames at `fps` (at most `max_frames`, spread over the whole video when it is
+// longer), decoded by the ffmpeg command (Error(kUnsupported) when it is not installed), each
+// frame preprocessed like an image. With text or messages every "<|video|>" becomes, per frame,
+// "mm:ss <|image>" + N x "<|video|>" + "<image|>", frames joined by spaces (Gemma4Processor).
+struct VideoInput {
+  std::string path;
+  int budget = 70;  // soft tokens per frame (Gemma4VideoProcessor's default)
+  double fps = 1.0;
+  int max_frames = 32;
+  static VideoInput File(std::string p, int budget = 70) {
+    VideoInput v;
+    v.path = std::move(p);
+    v.budget = budget;
+    return v;
+  }
+};
+
 // What to generate from: exactly one of text, token ids or messages.
 struct Input {
   std::optional<std::string> text;  // raw text; <bos> is prepended unless add_bos=false
@@ -56,6 +97,14 @@ struct Input {
   nlohmann::json tools = nlohmann::json::array();  // function declarations (with messages)
   bool enable_thinking = false;                    // reasoning channel (with messages)
   bool add_bos = true;                             // with text
+  // Images for the placeholders of text or token-id input, in order. Messages carry theirs as
+  // content parts: {"type": "image", "path": FILE | "url": "data:image/...;base64,..." |
+  // "bytes": BASE64} (also "image_url": {"url": ...}); each part may set "budget".
+  std::vector<ImageInput> images;
+  int vision_budget = 280;  // soft tokens per image unless the image sets its own
+  // Videos for the "<|video|>" placeholders of text or token-id input; messages use content parts
+  // {"type": "video", "path": FILE} (optional "budget", "fps", "max_frames").
+  std::vector<VideoInput> videos;
 
   static Input Text(std::string t) {
     Input i;
@@ -150,6 +199,9 @@ struct Telemetry {
   double load_ms = 0;  // engine load (model mapping and validation)
   int prompt_tokens = 0;
   int reused_tokens = 0;  // prompt tokens served from the cache
+  int images = 0;          // images in the prompt
+  int images_encoded = 0;  // of them, run through the vision tower (the others were reused)
+  double vision_ms = 0;    // decoding, preprocessing and the vision tower
   double ttft_ms = 0;     // request start -> first token emitted
   double prefill_ms = 0;
   std::vector<double> token_ms;              // per generated token, decode step + sampling
@@ -226,6 +278,9 @@ class Session {
   // Error(kCancelled) when stopped (the session keeps what was fully evaluated).
   virtual ScoreResult Score(const std::vector<int32_t>& tokens, bool return_logits = false,
                             std::stop_token stop = {}) = 0;
+  // Score for a request's prompt (images included): the prompt ids as PromptTokens gives them.
+  virtual ScoreResult ScoreInput(const Input& input, bool return_logits = false,
+                                 std::stop_token stop = {}) = 0;
   virtual void Reset() = 0;
   // Tokens whose K/V are in the caches, oldest first.
   virtual const std::vector<int32_t>& evaluated() const = 0;

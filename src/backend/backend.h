@@ -30,6 +30,11 @@ enum class OutputMode {
 
 struct ForwardRequest {
   std::span<const int32_t> tokens;
+  // Image soft tokens spliced into the input: empty, or one entry per token, null for ordinary
+  // tokens and otherwise the token's input embedding (text hidden floats, from EncodeImage) in
+  // place of its embedding row. The token id (an image placeholder) still picks the PLE row,
+  // which is the pad row for placeholders (Model::EmbedId), as transformers does.
+  std::span<const float* const> soft = {};
   OutputMode mode = OutputMode::kArgmax;
   bool all_positions = false;  // outputs for every token, else only the last one
   const std::vector<uint64_t>* allowed = nullptr;  // kSelect: bitmask over the vocabulary
@@ -45,6 +50,14 @@ struct BackendCapabilities {
   bool logits = true;
   bool select = true;
   int max_chunk = 0;  // largest prefill chunk evaluated at once (0 = any)
+  bool soft_tokens = false;  // honors ForwardRequest::soft (image input)
+};
+
+// One image after Gemma4ImageProcessor, real patches only (row-major, position x = i % patches_w,
+// y = i / patches_w).
+struct VisionPatches {
+  int patches_h = 0, patches_w = 0;
+  const float* pixels = nullptr;  // [patches_h * patches_w, 3 * patch_size^2]
 };
 
 class Backend {
@@ -87,6 +100,10 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // The device contexts run on ("" for the CPU backends) and whether it is a CPU-type device
   // emulating a GPU (much slower than the CPU backends); known once a context exists.
   virtual std::string device() const { return ""; }
+  // The vision tower and embed_vision for one image: `soft_tokens` gets [patches / pooling^2,
+  // text hidden] floats, the rows that replace the image's placeholder tokens. The default says
+  // the backend has no vision tower yet (Error kUnsupported).
+  virtual void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens);
   virtual bool software_device() const { return false; }
 };
 

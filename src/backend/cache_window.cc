@@ -48,6 +48,9 @@ void ValidateForward(const ForwardRequest& req, int cached, int capacity, int vo
                                                    std::to_string(vocab_size) + ")");
     }
   }
+  if (!req.soft.empty() && req.soft.size() != req.tokens.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "soft tokens: one entry per token expected");
+  }
   if (req.mode == OutputMode::kSelect &&
       (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(vocab_size))) {
     throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");

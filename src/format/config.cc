@@ -304,6 +304,42 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
   return qc;
 }
 
+VisionConfig ParseVision(const json& j, const std::string& origin) {
+  Reader r(j, origin, "vision_config.");
+  VisionConfig v;
+  const std::string model_type = r.Str("model_type", "gemma4_vision");
+  if (model_type != "gemma4_vision")
+    r.Fail(ErrorCode::kUnsupported, "model_type", "'" + model_type + "' is not gemma4_vision");
+  v.hidden_size = r.Int("hidden_size", 768, 1);
+  v.intermediate_size = r.Int("intermediate_size", 3072, 1);
+  v.num_layers = r.Int("num_hidden_layers", 16, 1);
+  v.num_heads = r.Int("num_attention_heads", 12, 1);
+  v.num_kv_heads = r.Int("num_key_value_heads", 12, 1);
+  v.head_dim = r.Int("head_dim", 64, 4);
+  v.patch_size = r.Int("patch_size", 16, 1);
+  v.pooling_kernel_size = r.Int("pooling_kernel_size", 3, 1);
+  v.position_embedding_size = r.Int("position_embedding_size", 10240, 1);
+  v.use_clipped_linears = r.Bool("use_clipped_linears", false);
+  v.standardize = r.Bool("standardize", false);
+  v.rms_norm_eps = static_cast<float>(r.Num("rms_norm_eps", 1e-6));
+  const std::string act = r.Str("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+    r.Fail(ErrorCode::kUnsupported, "hidden_activation", "'" + act + "' is not supported");
+  if (r.Bool("attention_bias", false))
+    r.Fail(ErrorCode::kUnsupported, "attention_bias", "attention biases are not supported");
+  v.rope.theta = 100.0;
+  if (r.Has("rope_parameters")) {
+    const json& rp = r.Raw("rope_parameters");
+    const std::string type = rp.is_object() ? rp.value("rope_type", std::string("default")) : "";
+    if (type != "default" && type != "axial")
+      r.Fail(ErrorCode::kUnsupported, "rope_parameters.rope_type", "'" + type + "' is not supported");
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) v.rope.theta = rp["rope_theta"];
+  }
+  if (v.num_heads % v.num_kv_heads != 0 || v.head_dim % 4 != 0)
+    r.Fail(ErrorCode::kConfig, "num_attention_heads", "heads, kv heads and head_dim do not fit");
+  return v;
+}
+
 }  // namespace
 
 std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embedding) const {
@@ -393,6 +429,22 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& or
                                              : (std::string(key) == "image_token_id"   ? 258880
                                                 : std::string(key) == "audio_token_id" ? 258881
                                                                                        : 258884));
+    }
+    auto id = [&](const char* key, int def) {
+      return j.contains(key) && j[key].is_number_integer() ? j[key].get<int>() : def;
+    };
+    mc.image_token_id = id("image_token_id", 258880);
+    mc.boi_token_id = id("boi_token_id", 255999);
+    mc.eoi_token_id = id("eoi_token_id", 258882);
+    mc.video_token_id = id("video_token_id", 258884);
+    if (j.contains("vision_config") && j["vision_config"].is_object()) {
+      // A vision_config the engine cannot use leaves the text model loadable; image requests
+      // then fail with this reason.
+      try {
+        mc.vision = ParseVision(j["vision_config"], origin);
+      } catch (const Error& e) {
+        mc.vision_error = e.what();
+      }
     }
   } else if (model_type == "gemma4_text") {
     mc.text = ParseText(j, origin, "");

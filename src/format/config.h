@@ -68,12 +68,34 @@ struct TextConfig {
   std::vector<int> eos_token_ids;
 };
 
+// vision_config of a Gemma4Config (Gemma4VisionConfig): the ViT image tower.
+struct VisionConfig {
+  int hidden_size = 768;
+  int intermediate_size = 3072;
+  int num_layers = 16;
+  int num_heads = 12;
+  int num_kv_heads = 12;
+  int head_dim = 64;
+  int patch_size = 16;
+  int pooling_kernel_size = 3;
+  int position_embedding_size = 10240;
+  RopeParams rope;  // "default" or "axial": theta, frequencies over head_dim / 2 per axis
+  bool use_clipped_linears = false;
+  bool standardize = false;
+  float rms_norm_eps = 1e-6f;
+};
+
 struct ModelConfig {
   TextConfig text;
   QuantConfig quant;
   bool multimodal_wrapper = false;  // top-level Gemma4Config (model_type "gemma4")
   // Multimodal placeholder ids replaced by pad for the embedding lookups (gemma4 wrapper only).
   std::vector<int> placeholder_token_ids;
+  // The image tower (gemma4 wrapper with a usable vision_config); vision_error says why not when
+  // a vision_config is present but cannot be used.
+  std::optional<VisionConfig> vision;
+  std::string vision_error;
+  int image_token_id = -1, boi_token_id = -1, eoi_token_id = -1, video_token_id = -1;
   std::string origin;  // path, for error messages
 };
 

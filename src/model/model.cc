@@ -334,6 +334,78 @@ void Model::Bind() {
     w.layer_scalar = ScalarF32(ls);
   }
 
+  // The image tower: bound when the config has a usable vision_config and every tower tensor is
+  // there; otherwise text keeps working and image requests report vision_error_.
+  if (!config_.vision) {
+    vision_error_ = config_.vision_error.empty() ? config_.origin + ": no vision_config (a text-only checkpoint)"
+                                                 : config_.vision_error;
+  } else {
+    try {
+      const VisionConfig& vc = *config_.vision;
+      VisionTower t;
+      t.config = vc;
+      const std::string V = "model.vision_tower.";
+      const int D = vc.hidden_size, p2 = 3 * vc.patch_size * vc.patch_size;
+      t.input_proj = linear(V + "patch_embedder.input_proj", D, p2);
+      {
+        const TensorInfo& pt = src.Get(V + "patch_embedder.position_embedding_table");
+        if (pt.shape.size() != 3 || pt.shape[0] != 2 || pt.shape[1] != vc.position_embedding_size ||
+            pt.shape[2] != D) {
+          ShapeError(pt, "[2, " + std::to_string(vc.position_embedding_size) + ", " +
+                             std::to_string(D) + "]");
+        }
+        t.position_table.name = pt.name;
+        t.position_table.kind = DenseKind(pt, "F32/BF16/F16");
+        t.position_table.rows = 2 * vc.position_embedding_size;
+        t.position_table.cols = D;
+        t.position_table.data = pt.data;
+        t.position_table.row_bytes = static_cast<size_t>(D) * DTypeSize(pt.dtype);
+      }
+      auto clipped = [&](const std::string& module, int rows, int cols) {
+        ClippedLinear cl;
+        cl.lin = linear(module + ".linear", rows, cols);
+        if (vc.use_clipped_linears) {
+          auto scalar = [&](const char* leaf, float* out) {
+            if (const TensorInfo* ti = src.Find(module + "." + leaf)) *out = ScalarF32(*ti);
+          };
+          scalar("input_min", &cl.in_min);
+          scalar("input_max", &cl.in_max);
+          scalar("output_min", &cl.out_min);
+          scalar("output_max", &cl.out_max);
+        }
+        return cl;
+      };
+      const int hd = vc.head_dim, nh = vc.num_heads, nkv = vc.num_kv_heads;
+      for (int l = 0; l < vc.num_layers; ++l) {
+        const std::string L = V + "encoder.layers." + std::to_string(l) + ".";
+        VisionLayerWeights w;
+        w.input_norm = norm(L + "input_layernorm.weight", D);
+        w.post_attn_norm = norm(L + "post_attention_layernorm.weight", D);
+        w.pre_ffn_norm = norm(L + "pre_feedforward_layernorm.weight", D);
+        w.post_ffn_norm = norm(L + "post_feedforward_layernorm.weight", D);
+        w.q_norm = norm(L + "self_attn.q_norm.weight", hd);
+        w.k_norm = norm(L + "self_attn.k_norm.weight", hd);
+        w.q = clipped(L + "self_attn.q_proj", nh * hd, D);
+        w.k = clipped(L + "self_attn.k_proj", nkv * hd, D);
+        w.v = clipped(L + "self_attn.v_proj", nkv * hd, D);
+        w.o = clipped(L + "self_attn.o_proj", D, nh * hd);
+        w.gate = clipped(L + "mlp.gate_proj", vc.intermediate_size, D);
+        w.up = clipped(L + "mlp.up_proj", vc.intermediate_size, D);
+        w.down = clipped(L + "mlp.down_proj", D, vc.intermediate_size);
+        t.layers.push_back(std::move(w));
+      }
+      if (vc.standardize) {
+        t.std_bias = norm(V + "std_bias", D);
+        t.std_scale = norm(V + "std_scale", D);
+      }
+      t.embed_proj = linear("model.embed_vision.embedding_projection", c.hidden_size, D);
+      vision_ = std::move(t);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kMissingTensor && e.code() != ErrorCode::kShape) throw;
+      vision_error_ = std::string("the vision tower cannot be used: ") + e.what();
+    }
+  }
+
   if (c.tie_word_embeddings) {
     if (IsQuantized(embed_.kind)) {
       throw Error(

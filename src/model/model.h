@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +79,33 @@ struct LayerWeights {
   float layer_scalar = 1.0f;
 };
 
+// A Gemma4ClippableLinear: y = clamp(W clamp(x, in_min, in_max), out_min, out_max); the bounds
+// are +-inf without use_clipped_linears.
+struct ClippedLinear {
+  Linear lin;
+  float in_min = -std::numeric_limits<float>::infinity();
+  float in_max = std::numeric_limits<float>::infinity();
+  float out_min = -std::numeric_limits<float>::infinity();
+  float out_max = std::numeric_limits<float>::infinity();
+};
+
+struct VisionLayerWeights {
+  std::vector<float> input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
+  std::vector<float> q_norm, k_norm;  // [head_dim]
+  ClippedLinear q, k, v, o, gate, up, down;
+};
+
+// The image tower (model.vision_tower.*) and its projection into the text model
+// (model.embed_vision.*).
+struct VisionTower {
+  VisionConfig config;
+  Linear input_proj;             // [hidden, 3 * patch^2]
+  Embedding position_table;      // [2 * position_embedding_size, hidden]: x rows, then y rows
+  std::vector<VisionLayerWeights> layers;
+  std::vector<float> std_bias, std_scale;  // standardize only
+  Linear embed_proj;             // embed_vision.embedding_projection [text hidden, hidden]
+};
+
 class Model {
  public:
   // Loads config.json and the checkpoint from a directory (or a .safetensors file with
@@ -100,6 +129,9 @@ class Model {
   const std::vector<float>& final_norm() const { return final_norm_; }
   const Linear& lm_head() const { return lm_head_; }
   const TensorSource& source() const { return *source_; }
+  // The vision tower, or null (vision_error() says why: no vision_config, or tensors missing).
+  const VisionTower* vision() const { return vision_ ? &*vision_ : nullptr; }
+  const std::string& vision_error() const { return vision_error_; }
   bool quantized() const { return config_.quant.enabled; }
   // The token id used for embedding lookups (multimodal placeholders map to pad).
   int32_t EmbedId(int32_t token) const;
@@ -127,6 +159,8 @@ class Model {
   Linear ple_model_proj_;
   std::vector<float> ple_proj_norm_, final_norm_;
   Linear lm_head_;
+  std::optional<VisionTower> vision_;
+  std::string vision_error_;
   float ple_model_proj_scale_ = 1.0f, ple_input_scale_ = 1.0f;
   double load_ms_ = 0;
 };

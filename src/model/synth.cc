@@ -43,6 +43,8 @@ Shape MakeShape(const std::string& preset) {
   if (preset == "e2b-bf16" || preset == "e2b-qat") {
     Shape s = Base(262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, preset == "e2b-qat");
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
+    s.vision_hidden = 768, s.vision_inter = 3072, s.vision_layers = 16, s.vision_heads = 12;
+    s.vision_head_dim = 64, s.vision_positions = 10240;
     return s;
   }
   if (preset == "e2b-qat-mini" || preset == "e2b-bf16-mini") {
@@ -56,6 +58,8 @@ Shape MakeShape(const std::string& preset) {
   if (preset == "tiny" || preset == "tiny-qat") {
     Shape s = Base(262144, 128, 256, 6, 2, 1, 32, 64, 16, 2, 16, preset == "tiny-qat");
     s.full = {false, false, true, false, false, true};
+    s.vision_hidden = 64, s.vision_inter = 128, s.vision_layers = 2, s.vision_heads = 2;
+    s.vision_head_dim = 32, s.vision_positions = 1024;
     return s;
   }
   std::string names;
@@ -125,6 +129,20 @@ class Builder {
         Rng rng(key + static_cast<uint64_t>(r));
         uint16_t* row = reinterpret_cast<uint16_t*>(dst) + (r - b) * cols;
         for (int64_t c = 0; c < cols; ++c) row[c] = F32ToBf16(offset + amp * rng.Uniform());
+      }
+    });
+  }
+
+  // Dense bf16 tensor of any rank, uniform in [-amp, amp]: one fill row = the first dimension.
+  void Bf16Block(const std::string& name, std::vector<int64_t> shape, float amp) {
+    int64_t cols = 1;
+    for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+    const uint64_t key = Hash(name, seed_);
+    w_.Add(name, DType::kBF16, shape, [=](int64_t b, int64_t e, uint8_t* dst) {
+      for (int64_t r = b; r < e; ++r) {
+        Rng rng(key + static_cast<uint64_t>(r));
+        uint16_t* row = reinterpret_cast<uint16_t*>(dst) + (r - b) * cols;
+        for (int64_t c = 0; c < cols; ++c) row[c] = F32ToBf16(amp * rng.Uniform());
       }
     });
   }
@@ -280,7 +298,26 @@ nlohmann::ordered_json Config(const Shape& s) {
             {"image_token_id", 258880},
             {"audio_token_id", 258881},
             {"video_token_id", 258884},
+            {"boi_token_id", 255999},
+            {"eoi_token_id", 258882},
             {"synthetic", "gemma-engine synth: random weights, not a trained model"}};
+  if (s.vision_layers > 0) {
+    cfg["vision_config"] = {{"model_type", "gemma4_vision"},
+                            {"hidden_size", s.vision_hidden},
+                            {"intermediate_size", s.vision_inter},
+                            {"num_hidden_layers", s.vision_layers},
+                            {"num_attention_heads", s.vision_heads},
+                            {"num_key_value_heads", s.vision_heads},
+                            {"head_dim", s.vision_head_dim},
+                            {"patch_size", 16},
+                            {"pooling_kernel_size", 3},
+                            {"position_embedding_size", s.vision_positions},
+                            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 100.0}}},
+                            {"use_clipped_linears", true},
+                            {"standardize", false},
+                            {"hidden_activation", "gelu_pytorch_tanh"},
+                            {"rms_norm_eps", 1e-6}};
+  }
   if (s.qat) {
     const int first_shared = s.layers - s.kv_shared;
     oj rules = oj::object();
@@ -326,8 +363,10 @@ nlohmann::ordered_json Config(const Shape& s) {
 
 // The files besides the weights that the published repositories carry (layout "hub").
 void AddHubConfig(nlohmann::ordered_json& cfg) {
-  cfg["vision_config"] = {{"model_type", "gemma4_vision"}, {"hidden_size", 64},
-                          {"num_hidden_layers", 1}, {"patch_size", 16}};
+  if (!cfg.contains("vision_config")) {
+    cfg["vision_config"] = {{"model_type", "gemma4_vision"}, {"hidden_size", 64},
+                            {"num_hidden_layers", 1}, {"patch_size", 16}};
+  }
   cfg["audio_config"] = {{"model_type", "gemma4_audio"}, {"hidden_size", 64},
                          {"num_hidden_layers", 1}};
   cfg["boi_token_id"] = 255999;
@@ -514,11 +553,42 @@ void Synthesize(const SynthOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "synth: unknown layout '" + options.layout + "' (hub)");
   }
+  if (s.vision_layers > 0) {
+    const std::string V = "model.vision_tower.";
+    const int64_t D = s.vision_hidden, hd = s.vision_head_dim, nh = s.vision_heads;
+    const int vb = s.qat ? 8 : 0;  // the published rule: "vision_tower" -> 8 bits
+    b.Linear(V + "patch_embedder.input_proj", D, 3 * 16 * 16, 0, 0, 0);
+    b.Bf16Block(V + "patch_embedder.position_embedding_table", {2, s.vision_positions, D}, 0.5f);
+    auto clipped = [&](const std::string& m, int64_t out, int64_t in) {
+      b.Linear(m + ".linear", out, in, vb, 0, 0);
+      b.F32Scalar(m + ".input_min", {}, -12.0f);
+      b.F32Scalar(m + ".input_max", {}, 12.0f);
+      b.F32Scalar(m + ".output_min", {}, -24.0f);
+      b.F32Scalar(m + ".output_max", {}, 24.0f);
+    };
+    for (int l = 0; l < s.vision_layers; ++l) {
+      const std::string L = V + "encoder.layers." + std::to_string(l) + ".";
+      for (const char* n : {"input_layernorm", "post_attention_layernorm",
+                            "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
+        b.Bf16(L + n + ".weight", {D}, 0.1f, 1.0f);
+      }
+      b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f, 1.0f);
+      b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f, 1.0f);
+      for (const char* n : {"q_proj", "k_proj", "v_proj"}) clipped(L + "self_attn." + n, nh * hd, D);
+      clipped(L + "self_attn.o_proj", D, nh * hd);
+      clipped(L + "mlp.gate_proj", s.vision_inter, D);
+      clipped(L + "mlp.up_proj", s.vision_inter, D);
+      clipped(L + "mlp.down_proj", D, s.vision_inter);
+    }
+    b.Linear("model.embed_vision.embedding_projection", H, D, 0, 0, 0);
+  }
   if (hub) {
     // Stand-ins for the towers (names as published, shapes small): present, and ignored by text.
-    b.Bf16("model.vision_tower.patch_embedder.input_proj.weight", {64, 48}, 0.1f);
-    b.Bf16("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight", {64, 64}, 0.1f);
-    b.Bf16("model.embed_vision.embedding_projection.weight", {H, 64}, 0.1f);
+    if (s.vision_layers == 0) {
+      b.Bf16("model.vision_tower.patch_embedder.input_proj.weight", {64, 48}, 0.1f);
+      b.Bf16("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight", {64, 64}, 0.1f);
+      b.Bf16("model.embed_vision.embedding_projection.weight", {H, 64}, 0.1f);
+    }
     b.Bf16("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", {64, 32}, 0.1f);
     b.Bf16("model.audio_tower.layers.0.lconv1d.linear_start.linear.weight", {64, 64}, 0.1f);
     b.Bf16("model.embed_audio.embedding_projection.weight", {H, 64}, 0.1f);

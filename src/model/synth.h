@@ -22,7 +22,8 @@ struct SynthPreset {
 // SRQ scales, separate int2 lm_head), "e2b-qat-mini" (e2b-qat's widths and kinds on 10 layers and
 // a 32,768 vocabulary: the full-width kernels at test cost), "e2b-bf16-mini" (the same in bf16),
 // "tiny" and "tiny-qat" (E2B structure
-// scaled down, real 262,144 vocabulary so the demo can use the Gemma tokenizer).
+// scaled down, real 262,144 vocabulary so the demo can use the Gemma tokenizer). e2b-bf16, e2b-qat,
+// tiny and tiny-qat include a vision tower (E2B's: 16 layers of 768; tiny: 2 layers of 64).
 std::vector<SynthPreset> SynthPresets();
 
 // A checkpoint's structure. The presets fill the first fields; the rest default to the presets'
@@ -44,6 +45,10 @@ struct SynthShape {
   // > 0: every linear's SRQ input/output scale multiplied by its own factor in [1 - j, 1 + j]
   // (gate and up then have different input scales, as in real checkpoints).
   float scale_jitter = 0;
+  // The image tower (model.vision_tower.*, model.embed_vision.*); vision_layers 0 = none. Dense
+  // bf16, int8 in QAT checkpoints (the published rule), clippable linears with finite bounds.
+  int vision_hidden = 0, vision_inter = 0, vision_layers = 0, vision_heads = 0,
+      vision_head_dim = 0, vision_positions = 0;
 };
 
 // A random small structure for differential tests: window 4-32, 3-12 layers, any sliding/full

@@ -11,6 +11,8 @@
 #include "core/timer.h"
 #include "format/generation_config.h"
 #include "runtime/backend_factory.h"
+#include "media/image.h"
+#include "media/video.h"
 #include "runtime/engine_impl.h"
 
 namespace gemma {
@@ -172,11 +174,88 @@ int CountInputs(const Input& in) {
   return in.text.has_value() + in.token_ids.has_value() + in.messages.has_value();
 }
 
+bool IsImagePart(const std::string& t) { return t == "image" || t == "image_url"; }
+
+// The image content parts of messages, in order, as ImageInputs. Audio and video parts are refused
+// (their towers do not exist yet) rather than rendered as placeholders the model cannot see.
+struct MediaParts {
+  std::vector<ImageInput> images;
+  std::vector<VideoInput> videos;
+};
+
+MediaParts CollectMediaParts(const nlohmann::json& messages) {
+  MediaParts media;
+  std::vector<ImageInput>& out = media.images;
+  if (!messages.is_array()) return media;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::json& m = messages[i];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    for (size_t k = 0; k < m["content"].size(); ++k) {
+      const nlohmann::json& part = m["content"][k];
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
+      const std::string type = part["type"];
+      const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
+      if (type == "audio" || type == "input_audio")
+        throw Error(ErrorCode::kUnsupported, at + " (" + type + "): audio input is not supported yet");
+      if (type == "video") {
+        VideoInput v;
+        std::string path;
+        for (const char* key : {"path", "video", "url"}) {
+          if (part.contains(key) && part[key].is_string()) path = part[key].get<std::string>();
+        }
+        if (path.rfind("file://", 0) == 0) path = path.substr(7);
+        if (path.empty() || path.rfind("data:", 0) == 0 || path.find("://") != std::string::npos)
+          throw Error(ErrorCode::kInvalidArgument, at + ": a video part needs \"path\" (a local file)");
+        v.path = path;
+        if (part.contains("budget") && part["budget"].is_number_integer()) v.budget = part["budget"];
+        if (part.contains("fps") && part["fps"].is_number()) v.fps = part["fps"];
+        if (part.contains("max_frames") && part["max_frames"].is_number_integer())
+          v.max_frames = part["max_frames"];
+        media.videos.push_back(std::move(v));
+        continue;
+      }
+      if (!IsImagePart(type)) continue;
+      ImageInput img;
+      auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
+        if (!j.contains(key)) return "";
+        if (!j[key].is_string())
+          throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
+        return j[key].get<std::string>();
+      };
+      std::string url = str(part, "url");
+      if (part.contains("image_url")) {
+        const nlohmann::json& iu = part["image_url"];
+        url = iu.is_string() ? iu.get<std::string>() : iu.is_object() ? str(iu, "url") : "";
+      }
+      const std::string path = !str(part, "path").empty() ? str(part, "path") : str(part, "image");
+      const std::string b64 = str(part, "bytes");
+      if (!path.empty()) {
+        img.path = path.rfind("file://", 0) == 0 ? path.substr(7) : path;
+      } else if (!b64.empty()) {
+        img.bytes = media::DecodeBase64(b64, at + ".bytes");
+      } else if (!url.empty()) {
+        if (url.rfind("file://", 0) == 0) {
+          img.path = url.substr(7);
+        } else {
+          img.bytes = media::DecodeDataUrl(url, at + ".url");
+        }
+      } else {
+        throw Error(ErrorCode::kInvalidArgument,
+                    at + ": an image part needs \"path\", \"url\" (a data URL) or \"bytes\" (base64)");
+      }
+      if (part.contains("budget")) {
+        if (!part["budget"].is_number_integer())
+          throw Error(ErrorCode::kInvalidArgument, at + ".budget: must be an integer");
+        img.budget = part["budget"];
+      }
+      out.push_back(std::move(img));
+    }
+  }
+  return media;
+}
+
 std::string RenderMessages(const Input& in) {
-  // Until the media towers exist, an image, audio or video part is refused rather than rendered
-  // as a bare placeholder the model cannot see.
-  if (const std::string at = chat::FirstMediaPart(*in.messages); !at.empty())
-    throw Error(ErrorCode::kUnsupported, at + ": image, audio and video input are not supported yet");
+  CollectMediaParts(*in.messages);  // refuses audio parts and bad media parts before rendering
   return RenderChat(*in.messages, in.tools, in.enable_thinking);
 }
 
@@ -198,7 +277,176 @@ std::string EngineImpl::PromptText(const Input& in) const {
   return RenderMessages(in);
 }
 
-std::vector<int32_t> EngineImpl::PromptTokens(const Input& in) const {
+std::vector<int32_t> EngineImpl::PromptTokens(const Input& in) const { return Prepare(in).ids; }
+
+PreparedPrompt EngineImpl::Prepare(const Input& in) const {
+  Timer timer;
+  PreparedPrompt out;
+  std::vector<ImageInput> images = in.images;
+  std::vector<VideoInput> videos = in.videos;
+  if (in.messages) {
+    if (!in.images.empty() || !in.videos.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the images and videos of a messages request go in its content parts");
+    }
+    MediaParts parts = CollectMediaParts(*in.messages);
+    images = std::move(parts.images);
+    videos = std::move(parts.videos);
+  }
+  const ModelConfig& mc = model_->config();
+  const int image_id = mc.image_token_id, video_id = mc.video_token_id;
+  if (images.empty() && videos.empty()) {
+    out.ids = RawPromptTokens(in);
+    for (int32_t id : out.ids) {
+      if ((id == image_id && image_id >= 0) || (id == video_id && video_id >= 0)) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "the prompt has image or video placeholder tokens (id " + std::to_string(id) +
+                        ") but no images or videos");
+      }
+    }
+    return out;
+  }
+  const VisionTower* tower = model_->vision();
+  if (!tower || image_id < 0) {
+    throw Error(ErrorCode::kUnsupported,
+                "this model cannot read images: " + (tower ? std::string("no image token id in config.json")
+                                                           : model_->vision_error()));
+  }
+  const VisionConfig& vc = tower->config;
+  auto prepare = [&](const media::Image& decoded, int budget, const std::string& origin) {
+    if (!media::IsVisionBudget(budget)) {
+      throw Error(ErrorCode::kInvalidArgument, origin + ": vision budget " + std::to_string(budget) +
+                                                   " is not one of 70, 140, 280, 560, 1120");
+    }
+    PreparedImage p;
+    p.patched = media::PreprocessImage(decoded, budget, vc.patch_size, vc.pooling_kernel_size);
+    return p;
+  };
+  std::vector<PreparedImage> image_items, frame_items;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const ImageInput& im = images[i];
+    const std::string origin = im.path.empty() ? "image " + std::to_string(i + 1) : im.path;
+    const media::Image decoded = im.path.empty() ? media::DecodeImage(im.bytes, origin)
+                                                 : media::LoadImageFile(im.path);
+    image_items.push_back(prepare(decoded, im.budget > 0 ? im.budget : in.vision_budget, origin));
+  }
+  // Each video's frames, and the text that replaces its placeholder (text and messages input).
+  std::vector<std::string> video_text;
+  for (const VideoInput& v : videos) {
+    if (video_id < 0) throw Error(ErrorCode::kUnsupported, "this model has no video token id");
+    const media::VideoFrames f =
+        media::DecodeVideo(v.path, {.fps = v.fps, .max_frames = v.max_frames});
+    std::string text;
+    for (size_t k = 0; k < f.frames.size(); ++k) {
+      frame_items.push_back(prepare(f.frames[k], v.budget, v.path));
+      if (!in.token_ids) {
+        const Tokenizer& tok = tokenizer();
+        if (k > 0) text += " ";
+        text += media::VideoTimestamp(f.timestamps[k]) + " " + tok.TokenBytes(mc.boi_token_id);
+        for (int n = 0; n < frame_items.back().patched.soft_tokens; ++n)
+          text += tok.TokenBytes(video_id);
+        text += tok.TokenBytes(mc.eoi_token_id);
+      }
+    }
+    video_text.push_back(std::move(text));
+  }
+  std::vector<int32_t> ids;
+  if (in.token_ids || videos.empty()) {
+    ids = RawPromptTokens(in);
+  } else {
+    // Gemma4Processor replaces each "<|video|>" in the prompt text before tokenizing.
+    const std::string placeholder = tokenizer().TokenBytes(video_id);
+    ids = RawPromptTokens(in, [&](const std::string& text) {
+      std::string outt;
+      size_t pos = 0, k = 0;
+      for (size_t at; (at = text.find(placeholder, pos)) != std::string::npos; pos = at + placeholder.size()) {
+        if (k >= video_text.size()) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      "the prompt has more video placeholders than videos (" +
+                          std::to_string(video_text.size()) + ")");
+        }
+        outt.append(text, pos, at - pos);
+        outt += video_text[k++];
+      }
+      outt.append(text, pos);
+      if (k != video_text.size()) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "the prompt has " + std::to_string(k) + " video placeholder(s) but " +
+                        std::to_string(video_text.size()) + " video(s) were given");
+      }
+      return outt;
+    });
+  }
+  if (!in.token_ids) {
+    // Each <|image|> becomes <|image>, the image's soft tokens, <image|>.
+    size_t placeholders = std::count(ids.begin(), ids.end(), image_id);
+    if (placeholders != image_items.size()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the prompt has " + std::to_string(placeholders) + " image placeholder(s) but " +
+                      std::to_string(image_items.size()) + " image(s) were given");
+    }
+    std::vector<int32_t> expanded;
+    size_t k = 0;
+    for (int32_t id : ids) {
+      if (id != image_id) {
+        expanded.push_back(id);
+        continue;
+      }
+      expanded.push_back(mc.boi_token_id);
+      expanded.insert(expanded.end(), image_items[k++].patched.soft_tokens, image_id);
+      expanded.push_back(mc.eoi_token_id);
+    }
+    ids = std::move(expanded);
+  }
+  // Every maximal run of image ids is the next image, every run of video ids the next frame.
+  size_t next_image = 0, next_frame = 0;
+  for (size_t i = 0; i < ids.size();) {
+    const bool is_image = ids[i] == image_id, is_video = video_id >= 0 && ids[i] == video_id;
+    if (!is_image && !is_video) {
+      ++i;
+      continue;
+    }
+    size_t e = i;
+    while (e < ids.size() && ids[e] == ids[i]) ++e;
+    std::vector<PreparedImage>& items = is_image ? image_items : frame_items;
+    size_t& next = is_image ? next_image : next_frame;
+    const char* what = is_image ? "image" : "video frame";
+    if (next >= items.size()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("the prompt has more ") + what + " placeholder runs than " + what +
+                      "s (" + std::to_string(items.size()) + ")");
+    }
+    const int want = items[next].patched.soft_tokens;
+    if (static_cast<int>(e - i) != want) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(what) + " " + std::to_string(next + 1) + " has " +
+                      std::to_string(want) + " soft tokens but its run of placeholder ids has " +
+                      std::to_string(e - i));
+    }
+    items[next].begin = static_cast<int>(i);
+    out.images.push_back(std::move(items[next++]));
+    i = e;
+  }
+  if (next_image != image_items.size() || next_frame != frame_items.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the prompt has " + std::to_string(next_image) + " image and " +
+                    std::to_string(next_frame) + " video-frame placeholder runs for " +
+                    std::to_string(image_items.size()) + " image(s) and " +
+                    std::to_string(frame_items.size()) + " video frame(s)");
+  }
+  for (int32_t id : ids) {
+    if (id < 0 || id >= model_->text().vocab_size) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "prompt token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+  out.ids = std::move(ids);
+  out.prepare_ms = timer.Ms();
+  return out;
+}
+
+std::vector<int32_t> EngineImpl::RawPromptTokens(
+    const Input& in, const std::function<std::string(const std::string&)>& rewrite) const {
   if (CountInputs(in) != 1) {
     throw Error(ErrorCode::kInvalidArgument, "input needs exactly one of text, token_ids, messages");
   }
@@ -207,10 +455,10 @@ std::vector<int32_t> EngineImpl::PromptTokens(const Input& in) const {
     ids = *in.token_ids;
   } else if (in.text) {
     if (in.add_bos) ids.push_back(model_->text().bos_token_id);
-    tokenizer().EncodeTo(*in.text, &ids);
+    tokenizer().EncodeTo(rewrite ? rewrite(*in.text) : *in.text, &ids);
   } else {
     const std::string rendered = RenderMessages(in);  // input errors before a missing tokenizer
-    ids = tokenizer().Encode(rendered);
+    ids = tokenizer().Encode(rewrite ? rewrite(rendered) : rendered);
   }
   if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "the prompt is empty");
   for (int32_t id : ids) {

@@ -3,18 +3,33 @@
 // backend context each.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "media/image_processor.h"
 #include "constrain/constraint.h"
 #include "gemma/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gemma {
+
+// An image of a prepared prompt: its patches and where its soft tokens sit in the ids.
+struct PreparedImage {
+  media::PatchedImage patched;
+  int begin = 0;  // index of the first soft token (after <boi>)
+};
+
+// A request's prompt: ids with image runs expanded, and the images that fill them.
+struct PreparedPrompt {
+  std::vector<int32_t> ids;
+  std::vector<PreparedImage> images;
+  double prepare_ms = 0;  // image decoding and preprocessing
+};
 
 class EngineImpl : public Engine {
  public:
@@ -32,11 +47,19 @@ class EngineImpl : public Engine {
   std::vector<int32_t> Tokenize(std::string_view text) const override;
   std::string Detokenize(const std::vector<int32_t>& ids) const override;
   std::vector<int32_t> PromptTokens(const Input& input) const override;
+  // PromptTokens plus the images, decoded and preprocessed (Error for bad images or a count of
+  // placeholders that does not match the images).
+  PreparedPrompt Prepare(const Input& input) const;
+  // The rendered and tokenized prompt before image runs are expanded.
+  // `rewrite` (text and messages input) transforms the prompt text before tokenizing.
+  std::vector<int32_t> RawPromptTokens(
+      const Input& input, const std::function<std::string(const std::string&)>& rewrite = {}) const;
   std::string PromptText(const Input& input) const override;
   GenerateOptions DefaultGenerateOptions() const override { return defaults_; }
 
   const Tokenizer& tokenizer() const;  // Error(kTokenizer) without one
   const Model& model() const { return *model_; }
+  BackendModel& backend_model() const { return *backend_model_; }
   // Null for OutputConstraint::Kind::kNone; Error(kConstraint / kInvalidArgument) when it cannot
   // be compiled.
   std::shared_ptr<const constrain::Constraint> CompileConstraint(

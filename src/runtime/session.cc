@@ -3,6 +3,7 @@
 // computes what the TokenPolicy asks for (argmax, select among allowed ids, or logits), the
 // policy picks the token and decides stops, the session streams text and keeps telemetry.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -121,42 +122,121 @@ class SessionImpl : public Session {
     BusyGuard guard(busy_);
     backend_->Reset();
     evaluated_.clear();
+    media_.clear();
   }
   const std::vector<int32_t>& evaluated() const override { return evaluated_; }
+  ScoreResult ScoreInput(const Input& input, bool return_logits, std::stop_token stop) override;
+  ScoreResult ScorePrepared(const PreparedPrompt& prep, bool return_logits, std::stop_token stop);
 
  private:
+  // An image's soft tokens among the evaluated tokens: positions [begin, begin + count) hold the
+  // image with this digest (pixels, geometry, budget). Part of the prefix identity.
+  struct MediaSpan {
+    int begin = 0, count = 0;
+    std::array<uint8_t, 32> digest{};
+    bool operator==(const MediaSpan&) const = default;
+  };
+
   // Keeps only the first n evaluated tokens (n <= evaluated_.size()).
   void Rollback(size_t n) {
     n = std::min({n, evaluated_.size(), static_cast<size_t>(backend_->cached())});
     if (!backend_->Truncate(static_cast<int>(n))) n = 0;
     evaluated_.resize(n);
+    std::erase_if(media_, [&](const MediaSpan& m) { return static_cast<size_t>(m.begin) >= n; });
   }
+  // The longest prefix of `prep` the caches hold: equal ids, and every image overlapping it the
+  // same image at the same place.
+  size_t ReusablePrefix(const PreparedPrompt& prep) const {
+    size_t keep = 0;
+    while (keep < evaluated_.size() && keep < prep.ids.size() && evaluated_[keep] == prep.ids[keep])
+      ++keep;
+    for (int pass = 0; pass < 2; ++pass) {  // a cut may expose another span: settle it
+      for (const MediaSpan& m : media_) {
+        if (static_cast<size_t>(m.begin) >= keep) continue;
+        const bool same = std::any_of(prep.images.begin(), prep.images.end(), [&](const PreparedImage& im) {
+          return im.begin == m.begin && im.patched.soft_tokens == m.count && im.patched.digest == m.digest;
+        });
+        if (!same) keep = m.begin;
+      }
+      for (const PreparedImage& im : prep.images) {
+        if (static_cast<size_t>(im.begin) >= keep) continue;
+        const MediaSpan want{im.begin, im.patched.soft_tokens, im.patched.digest};
+        if (std::find(media_.begin(), media_.end(), want) == media_.end()) keep = im.begin;
+      }
+    }
+    return keep;
+  }
+  // Runs the vision tower for every image with soft tokens at or after `from` and returns one
+  // pointer per prompt token (null for text), pointing into `storage`.
+  std::vector<const float*> EncodeImages(const PreparedPrompt& prep, size_t from,
+                                         std::vector<std::vector<float>>* storage, Telemetry* tel);
   // Evaluates prompt[evaluated_.size() ..] in chunks (cancellation checked before each); the last
   // chunk produces `mode` for its last position (or every position with all_positions).
-  void Prefill(const std::vector<int32_t>& prompt, size_t chunk, OutputMode mode,
-               const std::vector<uint64_t>* allowed, std::stop_token stop, ForwardResult* fr);
-  Result Run(const std::vector<int32_t>& prompt, const Input& input, const GenerateOptions& options,
+  void Prefill(const PreparedPrompt& prep, std::span<const float* const> soft, size_t chunk,
+               OutputMode mode, const std::vector<uint64_t>* allowed, std::stop_token stop,
+               ForwardResult* fr);
+  Result Run(const PreparedPrompt& prep, const Input& input, const GenerateOptions& options,
              const TokenCallback& on_token, std::stop_token stop);
 
   std::shared_ptr<const EngineImpl> engine_;
   std::unique_ptr<Backend> backend_;
   std::vector<int32_t> evaluated_;
+  std::vector<MediaSpan> media_;  // images among evaluated_
   size_t safe_ = 0;  // evaluated_ entries a failure of the running request keeps
   std::atomic<bool> busy_{false};
 };
 
-void SessionImpl::Prefill(const std::vector<int32_t>& prompt, size_t chunk, OutputMode mode,
-                          const std::vector<uint64_t>* allowed, std::stop_token stop,
-                          ForwardResult* fr) {
+std::vector<const float*> SessionImpl::EncodeImages(const PreparedPrompt& prep, size_t from,
+                                                    std::vector<std::vector<float>>* storage,
+                                                    Telemetry* tel) {
+  std::vector<const float*> soft;
+  tel->images = static_cast<int>(prep.images.size());
+  tel->vision_ms = prep.prepare_ms;
+  storage->clear();
+  storage->reserve(prep.images.size());
+  const int H = engine_->model().text().hidden_size;
+  for (const PreparedImage& im : prep.images) {
+    const media::PatchedImage& p = im.patched;
+    if (static_cast<size_t>(im.begin + p.soft_tokens) <= from) continue;  // fully reused
+    if (!backend_->capabilities().soft_tokens) {
+      throw Error(ErrorCode::kUnsupported, "the " + backend_->name() +
+                                               " backend cannot take image input yet: use "
+                                               "--backend cpu or cpu-ref");
+    }
+    Timer t;
+    storage->emplace_back();
+    engine_->backend_model().EncodeImage({p.patches_h, p.patches_w, p.pixels.data()},
+                                         &storage->back());
+    if (storage->back().size() != static_cast<size_t>(p.soft_tokens) * H)
+      throw Error(ErrorCode::kInternal, "vision tower: wrong number of soft tokens");
+    tel->vision_ms += t.Ms();
+    ++tel->images_encoded;
+    if (soft.empty()) soft.assign(prep.ids.size(), nullptr);
+    for (int i = 0; i < p.soft_tokens; ++i)
+      soft[im.begin + i] = storage->back().data() + static_cast<size_t>(i) * H;
+  }
+  return soft;
+}
+
+void SessionImpl::Prefill(const PreparedPrompt& prep, std::span<const float* const> soft,
+                          size_t chunk, OutputMode mode, const std::vector<uint64_t>* allowed,
+                          std::stop_token stop, ForwardResult* fr) {
+  const std::vector<int32_t>& prompt = prep.ids;
   for (size_t b = evaluated_.size(); b < prompt.size(); b += chunk) {
     if (stop.stop_requested()) throw Error(ErrorCode::kCancelled, "cancelled during prefill");
     const size_t e = std::min(prompt.size(), b + chunk);
     const bool last = e == prompt.size();
     backend_->Forward({.tokens = std::span<const int32_t>(prompt.data() + b, e - b),
+                       .soft = soft.empty() ? soft : soft.subspan(b, e - b),
                        .mode = last ? mode : OutputMode::kNone,
                        .allowed = last ? allowed : nullptr},
                       fr);
     evaluated_.insert(evaluated_.end(), prompt.begin() + b, prompt.begin() + e);
+    for (const PreparedImage& im : prep.images) {
+      // An image enters the identity once its first soft token is evaluated.
+      if (static_cast<size_t>(im.begin) >= b && static_cast<size_t>(im.begin) < e)
+        media_.push_back({im.begin, im.patched.soft_tokens, im.patched.digest});
+    }
     safe_ = evaluated_.size();
   }
 }
@@ -164,21 +244,22 @@ void SessionImpl::Prefill(const std::vector<int32_t>& prompt, size_t chunk, Outp
 Result SessionImpl::Generate(const Input& input, const GenerateOptions& options,
                              const TokenCallback& on_token, std::stop_token stop) {
   BusyGuard guard(busy_);
-  const std::vector<int32_t> prompt = engine_->PromptTokens(input);
+  const PreparedPrompt prep = engine_->Prepare(input);
   // Until the caches are touched, a failure keeps everything as it was; after, only fully
   // evaluated prompt tokens are kept (a half-finished generation is never reused).
   safe_ = evaluated_.size();
   try {
-    return Run(prompt, input, options, on_token, stop);
+    return Run(prep, input, options, on_token, stop);
   } catch (...) {
     Rollback(safe_);
     throw;
   }
 }
 
-Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
+Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                         const GenerateOptions& options, const TokenCallback& on_token,
                         std::stop_token stop) {
+  const std::vector<int32_t>& prompt = prep.ids;
   Timer total;
   const Model& model = engine_->model();
   if (options.max_new_tokens < 1) {
@@ -214,14 +295,12 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
   // Exact prefix reuse: keep the longest common prefix, but always evaluate at least the last
   // prompt token (its outputs are not stored).
   size_t keep = 0;
-  if (options.reuse_prompt_cache) {
-    while (keep < evaluated_.size() && keep < prompt.size() && evaluated_[keep] == prompt[keep])
-      ++keep;
-    keep = std::min(keep, prompt.size() - 1);
-  }
+  if (options.reuse_prompt_cache) keep = std::min(ReusablePrefix(prep), prompt.size() - 1);
   Rollback(keep);
   safe_ = evaluated_.size();
   tel.reused_tokens = static_cast<int>(evaluated_.size());
+  std::vector<std::vector<float>> soft_storage;
+  const std::vector<const float*> soft = EncodeImages(prep, evaluated_.size(), &soft_storage, &tel);
 
   const OutputMode mode = ToOutputMode(policy.Output());
   const std::vector<uint64_t>* mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
@@ -237,7 +316,7 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
     const int max_chunk = backend_->capabilities().max_chunk;
     if (options.prefill == PrefillStrategy::kAuto && max_chunk > 0)
       chunk = static_cast<size_t>(max_chunk);
-    Prefill(prompt, chunk, mode, mask, stop, &fr);
+    Prefill(prep, soft, chunk, mode, mask, stop, &fr);
   }
   tel.prefill_ms = prefill.Ms();
   policy.SetPrompt(prompt);
@@ -353,8 +432,21 @@ Result SessionImpl::Run(const std::vector<int32_t>& prompt, const Input& input,
 
 ScoreResult SessionImpl::Score(const std::vector<int32_t>& tokens, bool return_logits,
                                std::stop_token stop) {
+  // Raw ids, no media: placeholder ids are scored as the pad embedding they look up.
+  PreparedPrompt prep;
+  prep.ids = tokens;
+  return ScorePrepared(prep, return_logits, stop);
+}
+
+ScoreResult SessionImpl::ScoreInput(const Input& input, bool return_logits, std::stop_token stop) {
+  return ScorePrepared(engine_->Prepare(input), return_logits, stop);
+}
+
+ScoreResult SessionImpl::ScorePrepared(const PreparedPrompt& prep, bool return_logits,
+                                       std::stop_token stop) {
   BusyGuard guard(busy_);
   Timer total;
+  const std::vector<int32_t>& tokens = prep.ids;
   const int V = engine_->vocab_size();
   if (tokens.size() < 2) throw Error(ErrorCode::kInvalidArgument, "Score needs at least 2 tokens");
   if (static_cast<int64_t>(tokens.size()) > engine_->context_capacity()) {
@@ -371,6 +463,9 @@ ScoreResult SessionImpl::Score(const std::vector<int32_t>& tokens, bool return_l
   // Earlier positions' logits are not kept, so scoring evaluates from the start, in chunks of at
   // most 64 positions (64 x vocab floats of logits at a time).
   Rollback(0);
+  Telemetry tel;
+  std::vector<std::vector<float>> soft_storage;
+  const std::vector<const float*> soft = EncodeImages(prep, 0, &soft_storage, &tel);
   ScoreResult out;
   out.logprobs.reserve(tokens.size() - 1);
   const int max_chunk = backend_->capabilities().max_chunk;
@@ -381,10 +476,16 @@ ScoreResult SessionImpl::Score(const std::vector<int32_t>& tokens, bool return_l
       if (stop.stop_requested()) throw Error(ErrorCode::kCancelled, "cancelled while scoring");
       const size_t e = std::min(tokens.size(), b + chunk);
       backend_->Forward({.tokens = std::span<const int32_t>(tokens.data() + b, e - b),
+                         .soft = soft.empty() ? std::span<const float* const>()
+                                              : std::span<const float* const>(soft).subspan(b, e - b),
                          .mode = OutputMode::kLogits,
                          .all_positions = true},
                         &fr);
       evaluated_.insert(evaluated_.end(), tokens.begin() + b, tokens.begin() + e);
+      for (const PreparedImage& im : prep.images) {
+        if (static_cast<size_t>(im.begin) >= b && static_cast<size_t>(im.begin) < e)
+          media_.push_back({im.begin, im.patched.soft_tokens, im.patched.digest});
+      }
       for (size_t p = b; p < e; ++p) {
         const float* row = fr.logits.data() + (p - b) * V;
         if (return_logits) out.logits.insert(out.logits.end(), row, row + V);

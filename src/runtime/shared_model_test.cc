@@ -286,7 +286,9 @@ TEST(SharedModel, DefaultGenerateOptionsFollowGenerationConfig) {
 namespace gemma {
 namespace {
 
-TEST(SharedModel, MediaPartsAreRefusedUntilTheTowersExist) {
+// A text-only checkpoint (no vision_config) refuses image parts, saying why; audio parts are
+// refused everywhere until the audio tower exists.
+TEST(SharedModel, MediaPartsNeedTheirTower) {
   auto engine = Engine::Load({.model_path = Fixture("tiny_dense_bf16"), .backend = "cpu-ref"});
   const nlohmann::json msgs = {
       {{"role", "user"},
@@ -298,7 +300,16 @@ TEST(SharedModel, MediaPartsAreRefusedUntilTheTowersExist) {
     FAIL() << "an image part was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("messages[0].content[1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot read images"), std::string::npos) << e.what();
+  }
+  const nlohmann::json audio = {
+      {{"role", "user"}, {"content", {{{"type", "input_audio"}, {"data", "AAAA"}}}}}};
+  try {
+    engine->NewSession()->Generate(Input::Messages(audio), Greedy(2));
+    FAIL() << "an audio part was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("messages[0].content[0]"), std::string::npos) << e.what();
   }
 }
 

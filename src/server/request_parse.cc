@@ -255,6 +255,26 @@ json NormalizeMessagesImpl(const json& messages) {
         !m["content"].is_array())
       throw BadField(at + ".content", "must be a string or an array of content parts");
     if (m.contains("content") && m["content"].is_null()) m.erase("content");
+    if (m.contains("content") && m["content"].is_array()) {
+      // Image parts from a client carry their bytes (data URLs or base64): a client never names a
+      // file on the server's disk.
+      for (size_t k = 0; k < m["content"].size(); ++k) {
+        const json& part = m["content"][k];
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
+        const std::string type = part["type"];
+        if (type != "image" && type != "image_url") continue;
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        if (part.contains("path") || part.contains("image"))
+          throw BadField(pat, "server requests carry images as data URLs, not file paths");
+        const json* url = part.contains("url") ? &part["url"] : nullptr;
+        if (part.contains("image_url"))
+          url = part["image_url"].is_object() && part["image_url"].contains("url")
+                    ? &part["image_url"]["url"]
+                    : &part["image_url"];
+        if (url && !(url->is_string() && url->get<std::string>().rfind("data:", 0) == 0))
+          throw BadField(pat, "image URLs must be data: URLs (remote and file URLs are not fetched)");
+      }
+    }
     m.erase("reasoning_content");  // earlier turns' reasoning is not replayed (Gemma 4 template)
     if (!m.contains("tool_calls")) continue;
     if (m["tool_calls"].is_null()) {

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cache_window.h"
 #include "backend/cpu/reference_ops.h"
+#include "backend/cpu/vision_ops.h"
 #include "gemma/error.h"
 #include "model/model.h"
 
@@ -38,7 +39,9 @@ class CpuReferenceBackend : public Backend {
   }
 
   std::string name() const override { return "cpu-reference"; }
-  BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
+  BackendCapabilities capabilities() const override {
+    return {.logits = true, .select = true, .max_chunk = std::max(1, slack_), .soft_tokens = true};
+  }
   int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
@@ -59,15 +62,16 @@ class CpuReferenceBackend : public Backend {
     const int chunk = std::max(1, slack_);
     for (int begin = 0; begin < n; begin += chunk) {
       const int m = std::min(chunk, n - begin);
-      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+      RunChunk(req.tokens.subspan(begin, m),
+               req.soft.empty() ? req.soft : req.soft.subspan(begin, m), begin + m == n, req, out);
     }
   }
 
  private:
   using Slot = CpuKvSlot;
 
-  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
-                ForwardResult* out) {
+  void RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft,
+                bool last_chunk, const ForwardRequest& req, ForwardResult* out) {
     const int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
@@ -78,8 +82,13 @@ class CpuReferenceBackend : public Backend {
     window_.BeginWrite(pos0, m);
 
     std::vector<float> x(static_cast<size_t>(m) * H);
-    for (int t = 0; t < m; ++t)
-      ref::EmbeddingRow(model_.embed(), model_.EmbedId(tokens[t]), &x[t * H]);
+    for (int t = 0; t < m; ++t) {
+      if (!soft.empty() && soft[t]) {
+        std::copy_n(soft[t], H, &x[t * H]);
+      } else {
+        ref::EmbeddingRow(model_.embed(), model_.EmbedId(tokens[t]), &x[t * H]);
+      }
+    }
 
     std::vector<float> ple;
     if (P > 0) {
@@ -272,6 +281,13 @@ class CpuReferenceModel : public BackendModel {
     return std::make_unique<CpuReferenceBackend>(model_, options, shared_from_this());
   }
   size_t shared_bytes() const override { return 0; }
+  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override {
+    const VisionTower* t = model_.vision();
+    if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
+    const std::vector<float> pooled = ref::VisionTowerForward(*t, image);
+    const int k = t->config.pooling_kernel_size;
+    *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k));
+  }
 
  private:
   const Model& model_;

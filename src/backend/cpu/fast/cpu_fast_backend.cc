@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cache_window.h"
+#include "backend/cpu/vision_ops.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "backend/cpu/fast/weight_copy.h"
 #include "backend/cpu/reference_ops.h"
@@ -80,6 +81,9 @@ class CpuFastModel : public BackendModel {
   std::string name() const override { return "cpu-fast"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override;
   size_t shared_bytes() const override { return weights_.bytes(); }
+  // The vision tower: the reference's arithmetic with the linears and the attention on the
+  // thread pool and the f64 SIMD kernels of the text path.
+  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override;
 
   const Model& model_;
   ThreadPool pool_;
@@ -88,6 +92,100 @@ class CpuFastModel : public BackendModel {
   std::vector<float> cap_table_;
   std::mutex run_mutex_;
 };
+
+// The tower's linears and attention on the shared pool (rows / query blocks per task).
+class FastVisionKernels : public ref::VisionKernels {
+ public:
+  explicit FastVisionKernels(ThreadPool& pool) : pool_(pool) {}
+  void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
+    constexpr int kTile = 32;
+    const int tasks = (lin.rows + kTile - 1) / kTile;
+    if (!IsQuantized(lin.kind)) {
+      pool_.Run(tasks, [&](int task, int) {
+        const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
+        fast::DenseLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
+      });
+      return;
+    }
+    // QAT (int8 in the published vision layout): the integer codes as an f32 matrix (exact), the
+    // dense f64 kernel, then the reference's epilogue (row scale, input SRQ scale, output SRQ).
+    // The sums are exact integers with SRQ inputs (|sum| < 2^24 rounds nothing); without SRQ
+    // they round to f32 once before the row scale (the reference rounds once after it).
+    const int cols = lin.cols;
+    std::vector<float> codes(static_cast<size_t>(lin.rows) * cols);
+    pool_.Run(tasks, [&](int task, int) {
+      std::vector<int8_t> v(cols);
+      for (int r = task * kTile; r < std::min(lin.rows, (task + 1) * kTile); ++r) {
+        ref::DecodeRowInt(lin.kind, lin.data + static_cast<size_t>(r) * lin.row_bytes, cols, v.data());
+        for (int i = 0; i < cols; ++i) codes[static_cast<size_t>(r) * cols + i] = v[i];
+      }
+    });
+    gemma::Linear dense;
+    dense.kind = WeightKind::kF32;
+    dense.rows = lin.rows;
+    dense.cols = cols;
+    dense.data = reinterpret_cast<const uint8_t*>(codes.data());
+    dense.row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    std::vector<float> xq;
+    const float* xin = x;
+    if (lin.in_scale > 0) {
+      xq.resize(static_cast<size_t>(n) * cols);
+      for (size_t i = 0; i < xq.size(); ++i) xq[i] = ref::QuantizeSrq(x[i], lin.in_scale);
+      xin = xq.data();
+    }
+    pool_.Run(tasks, [&](int task, int) {
+      const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
+      fast::DenseLinearRows(dense, xin, cols, n, r0, r1, y, lin.rows);
+      for (int t = 0; t < n; ++t) {
+        float* yt = y + static_cast<size_t>(t) * lin.rows;
+        for (int r = r0; r < r1; ++r) {
+          const double s = static_cast<double>(lin.row_scale[r]) * (lin.in_scale > 0 ? lin.in_scale : 1.0);
+          yt[r] = static_cast<float>(static_cast<double>(yt[r]) * s);
+          if (lin.out_scale > 0) yt[r] = ref::Srq(yt[r], lin.out_scale);
+        }
+      }
+    });
+  }
+  void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
+                 float* out) const override {
+    constexpr int kBlock = 32;
+    const int blocks = (n + kBlock - 1) / kBlock;
+    const int group = nh / nkv;
+    pool_.Run(nh * blocks, [&](int task, int) {
+      const int h = task / blocks, i0 = (task % blocks) * kBlock, i1 = std::min(n, i0 + kBlock);
+      const int kv = h / group;
+      const size_t kv_stride = static_cast<size_t>(nkv) * hd;
+      std::vector<double> qd(hd), p(n), acc(hd);
+      for (int i = i0; i < i1; ++i) {
+        const float* qh = q + (static_cast<size_t>(i) * nh + h) * hd;
+        for (int d = 0; d < hd; ++d) qd[d] = qh[d];
+        fast::QueryKeyDotsF64(qd.data(), 1, hd, k + kv * hd, kv_stride, n, p.data(), n);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+        double sum = 0;
+        for (int j = 0; j < n; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int j = 0; j < n; ++j) p[j] /= sum;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        fast::WeightedValuesF64(p.data(), n, 1, v + kv * hd, kv_stride, n, hd, acc.data());
+        float* o = out + (static_cast<size_t>(i) * nh + h) * hd;
+        for (int d = 0; d < hd; ++d) o[d] = static_cast<float>(acc[d]);
+      }
+    });
+  }
+
+ private:
+  ThreadPool& pool_;
+};
+
+void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {
+  const VisionTower* t = model_.vision();
+  if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
+  std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
+  const FastVisionKernels kernels(pool_);
+  const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
+  const int k = t->config.pooling_kernel_size;
+  *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
+}
 
 class CpuFastBackend : public Backend {
  public:
@@ -125,7 +223,9 @@ class CpuFastBackend : public Backend {
   }
 
   std::string name() const override { return "cpu-fast"; }
-  BackendCapabilities capabilities() const override { return {true, true, std::max(1, slack_)}; }
+  BackendCapabilities capabilities() const override {
+    return {.logits = true, .select = true, .max_chunk = std::max(1, slack_), .soft_tokens = true};
+  }
   int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
@@ -155,7 +255,8 @@ class CpuFastBackend : public Backend {
     const int chunk = std::max(1, slack_);
     for (int begin = 0; begin < n; begin += chunk) {
       const int m = std::min(chunk, n - begin);
-      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+      RunChunk(req.tokens.subspan(begin, m),
+               req.soft.empty() ? req.soft : req.soft.subspan(begin, m), begin + m == n, req, out);
     }
   }
 
@@ -366,8 +467,8 @@ class CpuFastBackend : public Backend {
     for (int i = hb * hd; i < he * hd; ++i) o[i] = static_cast<float>(acc[i]);
   }
 
-  void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
-                ForwardResult* out) {
+  void RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft,
+                bool last_chunk, const ForwardRequest& req, ForwardResult* out) {
     int m = static_cast<int>(tokens.size());
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
@@ -388,8 +489,12 @@ class CpuFastBackend : public Backend {
     float* tmp = tmp_.data();
 
     ForTokens(m, [&](int t) {
-      ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]),
-                            x + static_cast<size_t>(t) * H);
+      if (!soft.empty() && soft[t]) {
+        std::memcpy(x + static_cast<size_t>(t) * H, soft[t], sizeof(float) * H);
+      } else {
+        ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]),
+                              x + static_cast<size_t>(t) * H);
+      }
     });
 
     // RoPE tables for this chunk's positions: sliding then full, half a head each.

@@ -1,0 +1,258 @@
+// Image decoding with Debian's stb_image (PNG, JPEG, BMP, GIF first frame) and libwebp.
+#include <webp/decode.h>
+
+#include <cstring>
+#include <string_view>
+
+#include "core/mapped_file.h"
+#include "gemma/error.h"
+#include "media/image.h"
+
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#define STBI_NO_STDIO
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_ONLY_GIF
+#define STBI_NO_FAILURE_STRINGS_DISABLED
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
+
+using namespace std::literals;
+
+namespace gemma::media {
+namespace {
+
+enum class Kind { kPng, kJpeg, kGif, kBmp, kWebp, kUnknown };
+
+Kind Sniff(std::span<const uint8_t> b) {
+  auto starts = [&](std::string_view s) {
+    return b.size() >= s.size() && std::memcmp(b.data(), s.data(), s.size()) == 0;
+  };
+  if (starts("\x89PNG\r\n\x1a\n"sv)) return Kind::kPng;
+  if (starts("\xFF\xD8\xFF"sv)) return Kind::kJpeg;
+  if (starts("GIF87a"sv) || starts("GIF89a"sv)) return Kind::kGif;
+  if (starts("BM"sv)) return Kind::kBmp;
+  if (starts("RIFF"sv) && b.size() >= 12 && std::memcmp(&b[8], "WEBP", 4) == 0) return Kind::kWebp;
+  return Kind::kUnknown;
+}
+
+std::string Unknown(std::span<const uint8_t> b) {
+  auto starts = [&](std::string_view s, size_t at = 0) {
+    return b.size() >= at + s.size() && std::memcmp(b.data() + at, s.data(), s.size()) == 0;
+  };
+  if (starts("II*\0"sv) || starts("MM\0*"sv)) return "TIFF";
+  if (starts("ftypheic"sv, 4) || starts("ftypheix"sv, 4) || starts("ftypmif1"sv, 4))
+    return "HEIC/HEIF";
+  if (starts("ftypavif"sv, 4)) return "AVIF";
+  if (starts("\0\0\1\0"sv)) return "ICO";
+  if (starts("<svg"sv) || starts("<?xml"sv)) return "SVG";
+  return "unknown";
+}
+
+void CheckSize(int64_t w, int64_t h, const std::string& origin, const DecodeOptions& o) {
+  if (w <= 0 || h <= 0) {
+    throw Error(ErrorCode::kFormat, origin + ": the image has zero size (" + std::to_string(w) +
+                                        "x" + std::to_string(h) + ")");
+  }
+  if (w * h > o.max_pixels) {
+    throw Error(ErrorCode::kCapacity, origin + ": " + std::to_string(w) + "x" + std::to_string(h) +
+                                          " is " + std::to_string(w * h) +
+                                          " pixels, over the limit of " +
+                                          std::to_string(o.max_pixels));
+  }
+}
+
+// A JPEG whose last scan is not followed by an end-of-image marker was cut short (stb would
+// silently pad the missing data; PIL refuses the file).
+bool JpegTruncated(std::span<const uint8_t> b) {
+  size_t last_sos = std::string::npos;
+  for (size_t i = 0; i + 1 < b.size(); ++i) {
+    if (b[i] == 0xFF && b[i + 1] == 0xDA) last_sos = i;
+  }
+  if (last_sos == std::string::npos) return true;
+  for (size_t i = last_sos + 2; i + 1 < b.size(); ++i) {
+    if (b[i] == 0xFF && b[i + 1] == 0xD9) return false;
+  }
+  return true;
+}
+
+// A GIF whose first image's data blocks run past the end (stb would decode zeros).
+bool GifTruncated(std::span<const uint8_t> b) {
+  size_t p = 13;
+  if (b.size() < p) return true;
+  if (b[10] & 0x80) p += 3u << ((b[10] & 7) + 1);
+  auto skip_blocks = [&]() {
+    while (p < b.size() && b[p] != 0) p += 1 + b[p];
+    if (p >= b.size()) return false;
+    ++p;
+    return true;
+  };
+  while (p < b.size()) {
+    if (b[p] == 0x21) {  // extension: label, then data sub-blocks
+      p += 2;
+      if (!skip_blocks()) return true;
+    } else if (b[p] == 0x2C) {  // the first image: descriptor, local table, LZW data
+      if (p + 10 > b.size()) return true;
+      const uint8_t flags = b[p + 9];
+      p += 10;
+      if (flags & 0x80) p += 3u << ((flags & 7) + 1);
+      p += 1;  // LZW minimum code size
+      return !skip_blocks();
+    } else {
+      return true;
+    }
+  }
+  return true;
+}
+
+// A BMP shorter than its header's file size.
+bool BmpTruncated(std::span<const uint8_t> b) {
+  if (b.size() < 14) return true;
+  const uint32_t size = b[2] | (b[3] << 8) | (b[4] << 16) | (uint32_t{b[5]} << 24);
+  return size > b.size();
+}
+
+Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin,
+                const DecodeOptions& o) {
+  if (b.size() > static_cast<size_t>(INT32_MAX))
+    throw Error(ErrorCode::kCapacity, origin + ": file over 2 GiB");
+  const int len = static_cast<int>(b.size());
+  int w = 0, h = 0, comp = 0;
+  if (kind == Kind::kPng && b.size() >= 24) {
+    // stb's own size guard fails the header as "unknown image type"; check the IHDR first.
+    auto be32 = [&](size_t o) {
+      return (int64_t{b[o]} << 24) | (int64_t{b[o + 1]} << 16) | (int64_t{b[o + 2]} << 8) |
+             b[o + 3];
+    };
+    CheckSize(be32(16), be32(20), origin, o);
+  }
+  if (!stbi_info_from_memory(b.data(), len, &w, &h, &comp)) {
+    if (std::string_view(stbi_failure_reason()) == "too large")
+      throw Error(ErrorCode::kCapacity, origin + ": the header's size is over the pixel limit");
+    throw Error(ErrorCode::kFormat,
+                origin + ": truncated or corrupt header (" + stbi_failure_reason() + ")");
+  }
+  CheckSize(w, h, origin, o);
+  if (kind == Kind::kJpeg && JpegTruncated(b))
+    throw Error(ErrorCode::kFormat, origin + ": truncated JPEG (no end-of-image marker)");
+  if (kind == Kind::kGif && GifTruncated(b))
+    throw Error(ErrorCode::kFormat, origin + ": truncated GIF (the first frame's data is cut)");
+  if (kind == Kind::kBmp && BmpTruncated(b))
+    throw Error(ErrorCode::kFormat, origin + ": truncated BMP (shorter than its header says)");
+  uint8_t* px = stbi_load_from_memory(b.data(), len, &w, &h, &comp, 3);
+  if (!px) {
+    throw Error(ErrorCode::kFormat,
+                origin + ": truncated or corrupt image data (" + stbi_failure_reason() + ")");
+  }
+  Image img;
+  img.width = w;
+  img.height = h;
+  img.rgb.assign(px, px + static_cast<size_t>(w) * h * 3);
+  stbi_image_free(px);
+  return img;
+}
+
+Image DecodeWebp(std::span<const uint8_t> b, const std::string& origin, const DecodeOptions& o) {
+  WebPBitstreamFeatures f;
+  const VP8StatusCode st = WebPGetFeatures(b.data(), b.size(), &f);
+  if (st == VP8_STATUS_NOT_ENOUGH_DATA)
+    throw Error(ErrorCode::kFormat, origin + ": truncated WebP header");
+  if (st != VP8_STATUS_OK) throw Error(ErrorCode::kFormat, origin + ": corrupt WebP header");
+  if (f.has_animation)
+    throw Error(ErrorCode::kUnsupported, origin + ": animated WebP is not supported");
+  CheckSize(f.width, f.height, origin, o);
+  Image img;
+  img.width = f.width;
+  img.height = f.height;
+  img.rgb.resize(static_cast<size_t>(f.width) * f.height * 3);
+  if (!WebPDecodeRGBInto(b.data(), b.size(), img.rgb.data(), img.rgb.size(), f.width * 3)) {
+    throw Error(ErrorCode::kFormat, origin + ": truncated or corrupt WebP data");
+  }
+  return img;
+}
+
+}  // namespace
+
+Image DecodeImage(std::span<const uint8_t> bytes, const std::string& origin,
+                  const DecodeOptions& options) {
+  if (bytes.empty()) throw Error(ErrorCode::kFormat, origin + ": empty file");
+  const Kind kind = Sniff(bytes);
+  Image img;
+  switch (kind) {
+    case Kind::kUnknown:
+      throw Error(
+          ErrorCode::kUnsupported,
+          origin + ": not a PNG, JPEG, WebP, BMP or GIF image (format: " + Unknown(bytes) + ")");
+    case Kind::kWebp:
+      img = DecodeWebp(bytes, origin, options);
+      break;
+    default:
+      img = DecodeStb(bytes, kind, origin, options);
+  }
+  return ApplyOrientation(img, ExifOrientation(bytes));
+}
+
+std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& origin) {
+  std::string clean;
+  clean.reserve(text.size());
+  for (char c : text) {
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '+' || c == '/' || c == '=' || c == '-' || c == '_';
+    if (!ok) throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
+    clean.push_back(c == '-' ? '+' : c == '_' ? '/' : c);
+  }
+  while (!clean.empty() && clean.back() == '=') clean.pop_back();
+  if (clean.size() % 4 == 1)
+    throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<uint8_t> out;
+  out.reserve(clean.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : clean) {
+    const size_t v = kAlphabet.find(c);
+    if (v == std::string::npos)
+      throw Error(ErrorCode::kInvalidArgument, origin + ": not valid base64");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<uint8_t>(acc >> bits));
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> DecodeDataUrl(const std::string& url, const std::string& origin) {
+  if (url.rfind("data:", 0) != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                origin +
+                    ": only data: URLs are accepted (remote URLs are not fetched; pass a "
+                    "local file as \"path\")");
+  }
+  const size_t comma = url.find(',');
+  if (comma == std::string::npos)
+    throw Error(ErrorCode::kInvalidArgument, origin + ": data URL without ','");
+  const std::string meta = url.substr(5, comma - 5);
+  const std::string data = url.substr(comma + 1);
+  if (meta.size() >= 7 && meta.compare(meta.size() - 7, 7, ";base64") == 0)
+    return DecodeBase64(data, origin);
+  return std::vector<uint8_t>(data.begin(), data.end());
+}
+
+Image LoadImageFile(const std::string& path, const DecodeOptions& options) {
+  const std::string data = ReadFileToString(path);
+  return DecodeImage(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()), path,
+      options);
+}
+
+}  // namespace gemma::media

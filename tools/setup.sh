@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(build-essential cmake ninja-build pkg-config git
+pkgs=(build-essential cmake ninja-build pkg-config git clang-14 libclang-rt-14-dev
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev
       libvulkan-dev glslc glslang-tools mesa-vulkan-drivers vulkan-tools
       libre2-dev libpcre2-dev

@@ -127,6 +127,34 @@ class Parser {
     return static_cast<int>(v);
   }
 
+  // A decimal count without a leading zero (RE2), or -1 (pos_ then undefined: callers restore).
+  int TryParseCount() {
+    if (AtEnd() || !isdigit(static_cast<unsigned char>(Peek()))) return -1;
+    if (Peek() == '0' && pos_ + 1 < end_ && isdigit(static_cast<unsigned char>(p_[pos_ + 1])))
+      return -1;
+    return ParseInt();
+  }
+
+  // After '{' at pos_: the counts of a repetition and pos_ after its '}', or false.
+  bool ParseCounts(int* mn, int* mx) {
+    ++pos_;
+    *mn = TryParseCount();
+    if (*mn < 0) return false;
+    *mx = *mn;
+    if (!AtEnd() && Peek() == ',') {
+      ++pos_;
+      if (!AtEnd() && Peek() == '}') {
+        *mx = -1;
+      } else {
+        *mx = TryParseCount();
+        if (*mx < 0) return false;
+      }
+    }
+    if (AtEnd() || Peek() != '}') return false;
+    ++pos_;
+    return true;
+  }
+
   std::unique_ptr<Node> ParseRepeat() {
     auto atom = ParseAtom();
     for (;;) {
@@ -141,19 +169,12 @@ class Parser {
       } else if (c == '?') {
         mn = 0, mx = 1, ++pos_;
       } else if (c == '{') {
-        ++pos_;
-        if (AtEnd() || !isdigit(static_cast<unsigned char>(Peek()))) {
-          pos_ = save;  // a literal '{' as in RE2
+        // RE2's rule: `{n}`, `{n,}` or `{n,m}` with decimal counts without leading zeros is a
+        // repetition; anything else (`{`, `{x}`, `{01,3}`, `{1,2`) is a literal '{'.
+        if (!ParseCounts(&mn, &mx)) {
+          pos_ = save;
           break;
         }
-        mn = ParseInt();
-        mx = mn;
-        if (!AtEnd() && Peek() == ',') {
-          ++pos_;
-          mx = (!AtEnd() && Peek() == '}') ? -1 : ParseInt();
-        }
-        if (AtEnd() || Peek() != '}') Fail("bad repetition");
-        ++pos_;
         if (mx != -1 && mx < mn) Fail("bad repetition range");
       } else {
         break;
@@ -220,7 +241,21 @@ class Parser {
       case 'a':
         return {{7, 7}};
       case '0':
-        return {{0, 0}};
+      case '1':
+      case '2':
+      case '3':
+      case '4':
+      case '5':
+      case '6':
+      case '7': {
+        // Octal as in RE2: \0 plus up to two more octal digits; \1-\7 only when another octal
+        // digit follows (alone they would be backreferences). The value is a code point (<= 0777).
+        auto octal = [&] { return !AtEnd() && Peek() >= '0' && Peek() <= '7'; };
+        if (c != '0' && !octal()) Fail("backreferences are not supported");
+        uint32_t v = static_cast<uint32_t>(c - '0');
+        for (int n = 0; n < 2 && octal(); ++n) v = v * 8 + static_cast<uint32_t>(Peek() - '0'), ++pos_;
+        return {{v, v}};
+      }
       case 'x': {
         uint32_t v;
         if (!AtEnd() && Peek() == '{') {

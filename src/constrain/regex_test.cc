@@ -174,6 +174,51 @@ TEST(RegexOracleTest, DfaAgreesWithRe2) {
   EXPECT_LT(positives, strings);
 }
 
+// Found by fuzz/fuzz_regex.cc: RE2 reads \0 and \1-\7 followed by octal digits as one octal
+// escape (up to three digits), so /\00/ is one NUL and /\12/ a newline; we once read \0 alone.
+TEST(RegexOracleTest, OctalEscapesAgreeWithRe2) {
+  const std::pair<const char*, std::string> cases[] = {
+      {"\\w:+\\00", std::string("a:", 2) + std::string(1, '\0')},
+      {"\\00", std::string(1, '\0')},
+      {"\\000", std::string(1, '\0')},
+      {"\\0000", std::string(1, '\0') + "0"},
+      {"\\12", "\n"},
+      {"\\101\\1018", "AA8"},
+      {"\\377", "\xc3\xbf"},  // U+00FF: an octal escape is a code point, not a byte
+      {"[\\060-\\062]+", "012"},
+  };
+  for (const auto& [p, s] : cases) {
+    RE2 re(p, RE2::Quiet);
+    ASSERT_TRUE(re.ok()) << p;
+    ASSERT_TRUE(RE2::FullMatch(s, re)) << p;  // the oracle agrees with the case
+    const Dfa d = RegexToDfa(p);
+    EXPECT_TRUE(d.Matches(s)) << p;
+    EXPECT_FALSE(d.Matches(s + "x")) << p;
+  }
+  // \1 to \7 with no octal digit after them are backreferences, refused as before.
+  for (const char* p : {"(a)\\1", "\\7", "\\38"}) {
+    EXPECT_FALSE(RE2(p, RE2::Quiet).ok()) << p;
+    EXPECT_THROW(RegexToDfa(p), Error) << p;
+  }
+}
+
+// Found by fuzz/fuzz_regex.cc: RE2 reads `{` as a repetition only in the forms {n} {n,} {n,m} with
+// counts written without leading zeros; any other `{` is a literal. We once read /a{01,3}/ as
+// a repetition (and refused /a{1,2/).
+TEST(RegexOracleTest, BraceIsLiteralUnlessAWellFormedRepetitionLikeRe2) {
+  const std::pair<const char*, std::string> cases[] = {
+      {"\\x1d{01,3}.", "\x1d{01,3}x"}, {"a{01}", "a{01}"},   {"a{1,02}", "a{1,02}"},
+      {"a{1,2", "a{1,2"},               {"a{x}", "a{x}"},     {"a{,2}", "a{,2}"},
+      {"a{0}b", "b"},                   {"a{0,1}b", "ab"},    {"a{10,}", "aaaaaaaaaaaa"},
+  };
+  for (const auto& [p, s] : cases) {
+    RE2 re(p, RE2::Quiet);
+    ASSERT_TRUE(re.ok()) << p;
+    ASSERT_TRUE(RE2::FullMatch(s, re)) << p << " on " << s;
+    EXPECT_TRUE(RegexToDfa(p).Matches(s)) << p << " on " << s;
+  }
+}
+
 TEST(RegexOracleTest, RejectsUnsupportedConstructsWithClearErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"a(?=b)", "lookahead"},   {"a(?!b)", "lookahead"},     {"(?<=a)b", "lookbehind"},

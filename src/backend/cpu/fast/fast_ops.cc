@@ -23,7 +23,13 @@
 #ifndef GEMMA_FAST_OPS_VNNI_ATTR
 #define GEMMA_FAST_OPS_VNNI_ATTR
 // Highway 1.0's AVX3_DL target string lacks avx512vnni (it names avxvnni); these kernels add it.
+// GCC adds a function's target attribute to the pragma's; clang replaces it, so there the
+// attribute repeats Highway's string (expanded where used, inside the AVX3_DL pass).
+#if defined(__clang__)
+#define GEMMA_VNNI __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+#else
 #define GEMMA_VNNI __attribute__((target("avx512vnni")))
+#endif
 #endif
 
 HWY_BEFORE_NAMESPACE();

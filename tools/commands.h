@@ -15,5 +15,6 @@ void AddTokenizeCommand(CLI::App& app);
 void AddTemplateCommand(CLI::App& app);
 void AddPerplexityCommand(CLI::App& app);  // perplexity_command.cc
 void AddServeCommand(CLI::App& app);  // serve_command.cc
+void AddSoakCommand(CLI::App& app);   // soak_command.cc (builds with src/soak)
 
 }  // namespace gemma::cli

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   gemma::cli::AddTemplateCommand(app);
   gemma::cli::AddPerplexityCommand(app);
   gemma::cli::AddServeCommand(app);
+#if GEMMA_HAVE_SOAK
+  gemma::cli::AddSoakCommand(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

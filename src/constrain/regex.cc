@@ -63,6 +63,20 @@ class Parser {
     }
     auto n = ParseAlt();
     if (pos_ < end_) Fail("unbalanced ')'");
+    // RE2's bound on nested counted repetition: dividing 1000 by each count on the way down (the
+    // maximum, or the minimum when unbounded) must never reach 0, so /(a{100}){11}/ is refused.
+    // Without it /((a{1000}){1000}){1000}/ would build a 10^9-state automaton.
+    if (RepeatBudget(*n, kMaxRepeat) == 0) {
+      pos_ = 0;
+      Fail("nested repetition counts multiply past 1000 (the limit RE2 also applies)");
+    }
+    // Sequences of repetitions also add up (a{1000}b{1000}... in a long pattern): bound the
+    // automaton the pattern expands to before building it.
+    if (Expanded(*n) > kMaxExpanded) {
+      pos_ = 0;
+      Fail("the pattern expands to more than " + std::to_string(kMaxExpanded) +
+           " automaton states");
+    }
     return n;
   }
 
@@ -70,6 +84,29 @@ class Parser {
   [[noreturn]] void Fail(const std::string& what) const {
     throw Error(ErrorCode::kConstraint, "regex: " + what + " at offset " + std::to_string(pos_) +
                                             " in /" + std::string(p_) + "/");
+  }
+
+  static constexpr uint64_t kMaxExpanded = 1u << 20;
+
+  static int RepeatBudget(const Node& n, int budget) {
+    if (n.kind == Node::kRepeat) {
+      const int m = n.max < 0 ? n.min : n.max;
+      if (m > 0) budget /= m;
+    }
+    int least = budget;
+    for (const auto& k : n.kids) least = std::min(least, RepeatBudget(*k, budget));
+    return least;
+  }
+
+  // States the node expands to (an upper estimate: 4 per character range for UTF-8), saturating.
+  static uint64_t Expanded(const Node& n) {
+    uint64_t sum = n.kind == Node::kChars ? 4 * n.chars.size() + 1 : 1;
+    for (const auto& k : n.kids) sum = std::min<uint64_t>(sum + Expanded(*k), kMaxExpanded + 1);
+    if (n.kind == Node::kRepeat) {
+      const uint64_t times = static_cast<uint64_t>(std::max(1, std::max(n.min, n.max)));
+      sum = std::min<uint64_t>(sum * times, kMaxExpanded + 1);
+    }
+    return sum;
   }
 
   bool EscapedAt(size_t i) const {

@@ -219,6 +219,30 @@ TEST(RegexOracleTest, BraceIsLiteralUnlessAWellFormedRepetitionLikeRe2) {
   }
 }
 
+// Found by fuzz/fuzz_regex.cc (a timeout at 744 MB): /a?{244}{244}/ expanded to 59,536 copies
+// before the state bound applied; /((a{1000}){1000}){1000}/ would have been 10^9. Nested counts
+// now follow RE2's rule (1000 divided by each count on the way down must stay above 0), and a
+// pattern's whole expansion is bounded.
+TEST(RegexOracleTest, NestedRepetitionIsBoundedLikeRe2) {
+  for (const char* p : {"a?{244}{244}", "(a{100}){11}", "((a{1000}){1000}){1000}", "(a{2,}){501}",
+                        "(ab{0,2}){1000}"}) {
+    EXPECT_FALSE(RE2(p, RE2::Quiet).ok()) << p;
+    try {
+      RegexToDfa(p);
+      ADD_FAILURE() << "accepted /" << p << "/";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("past 1000"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* p : {"(a{10}){100}", "(ab?){1000}", "(x*){1000}", "a{1000}"}) {
+    EXPECT_TRUE(RE2(p, RE2::Quiet).ok()) << p;
+    EXPECT_NO_THROW(RegexToDfa(p)) << p;
+  }
+  std::string many;
+  for (int i = 0; i < 200; ++i) many += "[a-z]{1000}";
+  EXPECT_THROW(RegexToDfa(many), Error);
+}
+
 TEST(RegexOracleTest, RejectsUnsupportedConstructsWithClearErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"a(?=b)", "lookahead"},   {"a(?!b)", "lookahead"},     {"(?<=a)b", "lookbehind"},

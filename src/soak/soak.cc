@@ -1,0 +1,827 @@
+#include "soak/soak.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "core/timer.h"
+#include "gemma/engine.h"
+#include "gemma/error.h"
+
+#if GEMMA_HAVE_RE2
+#include <re2/re2.h>
+#endif
+
+namespace gemma::soak {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A failed check: what was expected and what came instead (goes into the reproducer).
+struct Failure {
+  std::string what;
+  json details;
+};
+
+[[noreturn]] void Fail(const std::string& what, json details = json::object()) {
+  throw Failure{what, std::move(details)};
+}
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+struct Profile {
+  int golden_tokens;     // greedy tokens per golden
+  int pool_sessions;     // sessions kept alive between steps
+  int concurrent;        // threads in the concurrent scenario
+  int context;           // engine context capacity
+  int constrained_max;   // max_new_tokens of constrained requests
+  int reload_weight;     // relative frequency of engine_reload
+};
+
+Profile GetProfile(const std::string& name) {
+  if (name == "smoke") return {12, 3, 3, 1024, 64, 1};
+  if (name == "full") return {32, 8, 4, 4096, 96, 1};
+  throw Error(ErrorCode::kInvalidArgument, "soak --profile: smoke or full, not '" + name + "'");
+}
+
+// Prompts of the golden and cancellation scenarios (user messages; the tiny model answers them
+// in English about Debian, the E2B-width checkpoints with noise: the goldens hold either way).
+const std::vector<std::string>& Prompts() {
+  static const std::vector<std::string> p = {
+      "Hello! Who are you?",
+      "What is Debian?",
+      "How do I install a package with apt?",
+      "Explain what a shell script is.",
+      "What does the command ls -l show?",
+      "Write one sentence about free software.",
+      "What is Python used for?",
+      "How can I see which services are running?",
+      "Tell me about the Linux kernel in two sentences.",
+      "What is a man page?",
+  };
+  return p;
+}
+
+json UserMessages(const std::string& text) {
+  return json::array({{{"role", "user"}, {"content", text}}});
+}
+
+const std::vector<std::string>& Regexes() {
+  static const std::vector<std::string> r = {
+      "(yes|no|maybe)",
+      "[0-9]{1,4}-[0-9]{2}",
+      "[A-Z][a-z]{1,8}( [a-z]{1,8}){0,4}\\.",
+      "(apt|dpkg|snap) (install|remove) [a-z]{2,10}",
+      "\\d{3}\\.\\d{1,3}",
+      "[a-z_]{1,12}\\(\\)",
+  };
+  return r;
+}
+
+const std::vector<std::string>& Schemas() {
+  static const std::vector<std::string> s = {
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},)"
+      R"("age":{"type":"integer","minimum":0,"maximum":150}},"required":["name","age"],)"
+      R"("additionalProperties":false})",
+      R"({"type":"array","items":{"enum":["apt","dpkg","snap",1,2,null]},"minItems":1,"maxItems":4})",
+      R"({"type":"object","properties":{"ok":{"type":"boolean"},"tags":{"type":"array",)"
+      R"("items":{"type":"string","maxLength":6},"maxItems":3}},"required":["ok"],)"
+      R"("additionalProperties":false})",
+      R"({"anyOf":[{"type":"integer","minimum":-5,"maximum":5},{"enum":["none","all"]}]})",
+  };
+  return s;
+}
+
+json Tools() {
+  return json::parse(R"([
+    {"type":"function","function":{"name":"get_weather","description":"Weather in a city",
+      "parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":16},
+        "unit":{"enum":["celsius","fahrenheit"]}},"required":["city"],"additionalProperties":false}}},
+    {"type":"function","function":{"name":"add","description":"Adds two numbers",
+      "parameters":{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":999},
+        "b":{"type":"integer","minimum":0,"maximum":999}},"required":["a","b"],
+        "additionalProperties":false}}}])");
+}
+
+// Validates JSON texts against schemas with AJV through node (tests/constrain/ajv_validate.js).
+class AjvValidator {
+ public:
+  AjvValidator(std::string script, std::string modules, std::string tmp_dir)
+      : script_(std::move(script)), modules_(std::move(modules)), tmp_(std::move(tmp_dir)) {
+    available_ = !script_.empty() && fs::exists(script_) && fs::exists(modules_ + "/ajv") &&
+                 std::system("node --version > /dev/null 2>&1") == 0;
+  }
+  bool available() const { return available_; }
+  // "" when valid, else AJV's message.
+  std::string Check(const json& schema, const std::string& text) {
+    const std::string path = tmp_ + "/ajv_input.json";
+    {
+      std::ofstream f(path);
+      f << json::array({{{"schema", schema}, {"outputs", json::array({text})}}}).dump();
+    }
+    const std::string cmd = "node '" + script_ + "' '" + modules_ + "' '" + path + "'";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return "could not run node";
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    if (pclose(p) != 0) return "node failed: " + out;
+    const json r = json::parse(out, nullptr, false);
+    if (r.is_discarded()) return "unreadable AJV output: " + out;
+    if (!r["ajv_rejected"].empty()) return "AJV rejected the schema: " + r["ajv_rejected"].dump();
+    if (!r["failures"].empty()) return r["failures"][0]["errors"].get<std::string>();
+    return "";
+  }
+
+ private:
+  std::string script_, modules_, tmp_;
+  bool available_ = false;
+};
+
+struct Golden {
+  std::vector<int32_t> tokens;
+  std::string stop;
+};
+
+class Soak {
+ public:
+  explicit Soak(const SoakOptions& o) : o_(o), prof_(GetProfile(o.profile)) {}
+
+  json Run();
+
+ private:
+  void Log(const std::string& s) {
+    if (o_.log) o_.log(s);
+  }
+  EngineOptions EngineOpts(const std::string& backend) const {
+    return {.model_path = o_.model_path,
+            .backend = backend,
+            .context_capacity = prof_.context,
+            .threads = o_.threads};
+  }
+  void LoadEngine() {
+    pool_.clear();
+    engine_.reset();
+    engine_ = Engine::Load(EngineOpts(o_.backend));
+    for (int i = 0; i < prof_.pool_sessions; ++i) pool_.push_back(engine_->NewSession());
+  }
+  GenerateOptions Greedy(int max_new) const {
+    GenerateOptions g;
+    g.max_new_tokens = max_new;
+    return g;
+  }
+  void RecordGoldens();
+  void ExpectGolden(Session& s, size_t prompt, const GenerateOptions& g, json* ev,
+                    const char* where);
+
+  json Step(int64_t k, std::mt19937_64& rng, std::string* scenario);
+  void GreedyGolden(std::mt19937_64& rng, json* ev);
+  void SamplingRepeat(std::mt19937_64& rng, json* ev);
+  void RegexScenario(std::mt19937_64& rng, json* ev);
+  void JsonScenario(std::mt19937_64& rng, json* ev);
+  void SchemaScenario(std::mt19937_64& rng, json* ev);
+  void ToolCallScenario(std::mt19937_64& rng, json* ev);
+  void MultiTurn(std::mt19937_64& rng, json* ev);
+  void CancelDecode(std::mt19937_64& rng, json* ev);
+  void CancelPrefill(std::mt19937_64& rng, json* ev);
+  void SessionDestroy(std::mt19937_64& rng, json* ev);
+  void EngineReload(std::mt19937_64& rng, json* ev);
+  void Concurrent(std::mt19937_64& rng, json* ev);
+
+  void WriteProgress(bool final);
+  void Event(const json& ev) {
+    events_ << ev.dump() << '\n';
+    events_.flush();
+  }
+
+  const SoakOptions o_;
+  const Profile prof_;
+  std::shared_ptr<Engine> engine_;
+  std::vector<std::unique_ptr<Session>> pool_;
+  std::vector<Golden> goldens_;
+  std::map<std::string, std::vector<int32_t>> sampled_;  // request -> tokens, across the run
+  std::unique_ptr<AjvValidator> ajv_;
+  std::ofstream events_;
+  Clock::time_point start_;
+  std::map<std::string, int64_t> counts_, incomplete_;
+  std::vector<double> rss_t_, rss_bytes_;
+  int64_t steps_ = 0;
+  json failure_;
+};
+
+void Soak::RecordGoldens() {
+  Timer t;
+  auto ref = Engine::Load(EngineOpts(o_.reference_backend));
+  for (size_t i = 0; i < Prompts().size(); ++i) {
+    auto s = ref->NewSession();
+    Result r = s->Generate(Input::Messages(UserMessages(Prompts()[i])), Greedy(prof_.golden_tokens));
+    goldens_.push_back({r.tokens, StopReasonName(r.stop_reason)});
+  }
+  Log("goldens: " + std::to_string(goldens_.size()) + " prompts x " +
+      std::to_string(prof_.golden_tokens) + " greedy tokens on " + ref->backend_name() + " in " +
+      std::to_string(static_cast<int>(t.Ms())) + " ms");
+}
+
+void Soak::ExpectGolden(Session& s, size_t prompt, const GenerateOptions& g, json* ev,
+                        const char* where) {
+  Result r = s.Generate(Input::Messages(UserMessages(Prompts()[prompt])), g);
+  if (r.tokens != goldens_[prompt].tokens) {
+    Fail(std::string(where) + ": greedy tokens differ from the reference backend's golden",
+         {{"prompt", Prompts()[prompt]},
+          {"options", r.resolved_config},
+          {"expected_tokens", goldens_[prompt].tokens},
+          {"got_tokens", r.tokens},
+          {"got_text", r.text}});
+  }
+  (*ev)["reused_tokens"] = r.telemetry.reused_tokens;
+}
+
+void Soak::GreedyGolden(std::mt19937_64& rng, json* ev) {
+  const size_t p = rng() % Prompts().size();
+  Session& s = *pool_[rng() % pool_.size()];
+  GenerateOptions g = Greedy(prof_.golden_tokens);
+  switch (rng() % 3) {  // every prefill path must give the same tokens
+    case 0:
+      g.prefill = PrefillStrategy::kAuto;
+      break;
+    case 1:
+      g.prefill = PrefillStrategy::kSequential;
+      break;
+    case 2:
+      g.prefill = PrefillStrategy::kChunked;
+      g.prefill_chunk = 1 + static_cast<int>(rng() % 48);
+      break;
+  }
+  g.reuse_prompt_cache = rng() % 4 != 0;
+  (*ev)["prompt"] = p;
+  (*ev)["prefill_chunk"] = g.prefill == PrefillStrategy::kChunked ? g.prefill_chunk : 0;
+  ExpectGolden(s, p, g, ev, "greedy_golden");
+}
+
+void Soak::SamplingRepeat(std::mt19937_64& rng, json* ev) {
+  const size_t p = rng() % Prompts().size();
+  GenerateOptions g = Greedy(prof_.golden_tokens);
+  g.seed = rng() % 1000;  // few seeds: repeats across the run are compared too
+  static const double kTemps[] = {0.6, 0.9, 1.2};
+  static const int kTopK[] = {0, 20, 64};
+  static const double kTopP[] = {1.0, 0.95, 0.8};
+  g.temperature = kTemps[rng() % 3];
+  g.top_k = kTopK[rng() % 3];
+  g.top_p = kTopP[rng() % 3];
+  g.min_p = rng() % 2 ? 0.05 : 0.0;
+  g.repetition_penalty = rng() % 2 ? 1.1 : 1.0;
+  const Input in = Input::Messages(UserMessages(Prompts()[p]));
+  Session& a = *pool_[rng() % pool_.size()];
+  Session& b = *pool_[rng() % pool_.size()];
+  const Result r1 = a.Generate(in, g);
+  const Result r2 = b.Generate(in, g);
+  const json request = {{"prompt", Prompts()[p]}, {"options", r1.resolved_config}};
+  if (r1.tokens != r2.tokens) {
+    Fail("the same seeded request gave different tokens on two sessions",
+         {{"request", request}, {"first", r1.tokens}, {"second", r2.tokens}});
+  }
+  const std::string key = request.dump();
+  auto [it, inserted] = sampled_.emplace(key, r1.tokens);
+  if (!inserted && it->second != r1.tokens) {
+    Fail("a seeded request repeated later in the run gave different tokens",
+         {{"request", request}, {"earlier", it->second}, {"now", r1.tokens}});
+  }
+  (*ev)["prompt"] = p;
+  (*ev)["seed"] = *g.seed;
+  (*ev)["repeat_of_earlier"] = !inserted;
+}
+
+// A constrained output is checkable when generation ended where the grammar allows it.
+bool Complete(const Result& r) {
+  return r.stop_reason == StopReason::kConstraintComplete || r.stop_reason == StopReason::kEos ||
+         r.stop_reason == StopReason::kStopId;
+}
+
+GenerateOptions Sampled(std::mt19937_64& rng, int max_new) {
+  GenerateOptions g;
+  g.max_new_tokens = max_new;
+  if (rng() % 2) {
+    g.temperature = 0.8;
+    g.top_p = 0.95;
+    g.seed = rng() % 100000;
+  }
+  return g;
+}
+
+void Soak::RegexScenario(std::mt19937_64& rng, json* ev) {
+  const std::string& re = Regexes()[rng() % Regexes().size()];
+  GenerateOptions g = Sampled(rng, prof_.constrained_max);
+  g.constraint.kind = OutputConstraint::Kind::kRegex;
+  g.constraint.regex = re;
+  const std::string prompt = Prompts()[rng() % Prompts().size()];
+  Result r = pool_[rng() % pool_.size()]->Generate(Input::Messages(UserMessages(prompt)), g);
+  (*ev)["regex"] = re;
+  (*ev)["complete"] = Complete(r);
+  if (!Complete(r)) {
+    ++incomplete_["regex"];
+    return;
+  }
+#if GEMMA_HAVE_RE2
+  RE2 oracle(re);
+  if (!RE2::FullMatch(r.text, oracle)) {
+    Fail("regex-constrained output does not match under RE2",
+         {{"prompt", prompt}, {"options", r.resolved_config}, {"output", r.text}});
+  }
+  (*ev)["validator"] = "re2";
+#else
+  (*ev)["validator"] = "none (built without RE2)";
+#endif
+}
+
+void Soak::JsonScenario(std::mt19937_64& rng, json* ev) {
+  GenerateOptions g = Sampled(rng, prof_.constrained_max);
+  g.constraint.kind = OutputConstraint::Kind::kJson;
+  g.constraint.object_root = true;
+  g.constraint.max_depth = 3;
+  g.constraint.whitespace = rng() % 2 ? "none" : "compact";
+  const std::string prompt = "Reply with a JSON object describing " + Prompts()[rng() % 4];
+  Result r = pool_[rng() % pool_.size()]->Generate(Input::Messages(UserMessages(prompt)), g);
+  (*ev)["complete"] = Complete(r);
+  if (!Complete(r)) {
+    ++incomplete_["json"];
+    return;
+  }
+  const json v = json::parse(r.text, nullptr, false);
+  if (v.is_discarded() || !v.is_object()) {
+    Fail("JSON-constrained output is not a JSON object (nlohmann)",
+         {{"prompt", prompt}, {"options", r.resolved_config}, {"output", r.text}});
+  }
+}
+
+void Soak::SchemaScenario(std::mt19937_64& rng, json* ev) {
+  const size_t si = rng() % Schemas().size();
+  GenerateOptions g = Sampled(rng, prof_.constrained_max);
+  g.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  g.constraint.schema_json = Schemas()[si];
+  g.constraint.whitespace = rng() % 2 ? "none" : "compact";  // "any" lets a model pad forever
+  const std::string prompt = "Answer in JSON: " + Prompts()[rng() % Prompts().size()];
+  Result r = pool_[rng() % pool_.size()]->Generate(Input::Messages(UserMessages(prompt)), g);
+  (*ev)["schema"] = si;
+  (*ev)["complete"] = Complete(r);
+  if (!Complete(r)) {
+    ++incomplete_["schema"];
+    return;
+  }
+  const json schema = json::parse(Schemas()[si]);
+  if (!json::accept(r.text)) {
+    Fail("schema-constrained output is not JSON",
+         {{"prompt", prompt}, {"schema", schema}, {"options", r.resolved_config}, {"output", r.text}});
+  }
+  if (ajv_->available()) {
+    const std::string err = ajv_->Check(schema, r.text);
+    if (!err.empty()) {
+      Fail("schema-constrained output is invalid under AJV: " + err,
+           {{"prompt", prompt}, {"schema", schema}, {"options", r.resolved_config}, {"output", r.text}});
+    }
+    (*ev)["validator"] = "ajv";
+  } else {
+    (*ev)["validator"] = "json parse only (node/AJV missing)";
+  }
+}
+
+void Soak::ToolCallScenario(std::mt19937_64& rng, json* ev) {
+  GenerateOptions g = Sampled(rng, prof_.constrained_max);
+  g.constraint.kind = OutputConstraint::Kind::kToolCalls;
+  g.constraint.require_tool_call = true;
+  static const char* kAsks[] = {"What is the weather in Paris?", "Add 12 and 30.",
+                                "Is it cold in Oslo today?", "What is 7 plus 8?"};
+  const std::string prompt = kAsks[rng() % 4];
+  const json tools = Tools();
+  Result r = pool_[rng() % pool_.size()]->Generate(
+      Input::Messages(UserMessages(prompt), tools), g);
+  (*ev)["complete"] = Complete(r);
+  if (!Complete(r)) {
+    ++incomplete_["tool_call"];
+    return;
+  }
+  const json failure = {{"prompt", prompt}, {"options", r.resolved_config}, {"raw", r.raw_text}};
+  if (r.tool_calls.empty()) Fail("a required tool call was not produced", failure);
+  if (!r.parse_errors.empty()) Fail("the tool-call output has malformed blocks", failure);
+  for (const ToolCall& c : r.tool_calls) {
+    const json* params = nullptr;
+    for (const json& t : tools)
+      if (t["function"]["name"] == c.name) params = &t["function"]["parameters"];
+    if (!params) Fail("a tool call names an undeclared tool '" + c.name + "'", failure);
+    if (ajv_->available()) {
+      const std::string err = ajv_->Check(*params, c.arguments.dump());
+      if (!err.empty()) Fail("tool-call arguments invalid under AJV: " + err, failure);
+    }
+  }
+  (*ev)["calls"] = r.tool_calls.size();
+  (*ev)["validator"] = ajv_->available() ? "ajv" : "declared tool only (node/AJV missing)";
+}
+
+void Soak::MultiTurn(std::mt19937_64& rng, json* ev) {
+  const size_t p1 = rng() % Prompts().size(), p2 = rng() % Prompts().size();
+  Session& s = *pool_[rng() % pool_.size()];
+  const GenerateOptions g = Greedy(prof_.golden_tokens);
+  json messages = UserMessages(Prompts()[p1]);
+  const Result r1 = s.Generate(Input::Messages(messages), g);
+  messages.push_back({{"role", "assistant"}, {"content", r1.text}});
+  messages.push_back({{"role", "user"}, {"content", Prompts()[p2]}});
+  const Result reused = s.Generate(Input::Messages(messages), g);
+  auto fresh_session = engine_->NewSession();
+  GenerateOptions no_reuse = g;
+  no_reuse.reuse_prompt_cache = false;
+  const Result fresh = fresh_session->Generate(Input::Messages(messages), no_reuse);
+  if (reused.tokens != fresh.tokens) {
+    Fail("a second turn on a session that reused its prefix differs from a fresh session",
+         {{"messages", messages},
+          {"reused_tokens", reused.telemetry.reused_tokens},
+          {"with_reuse", reused.tokens},
+          {"fresh", fresh.tokens}});
+  }
+  if (reused.telemetry.reused_tokens == 0) {
+    Fail("the second turn reused no prefix of the first", {{"messages", messages}});
+  }
+  (*ev)["reused_tokens"] = reused.telemetry.reused_tokens;
+  (*ev)["prompt_tokens"] = reused.telemetry.prompt_tokens;
+}
+
+// The session must hold a prefix of what the failed request evaluated (its prompt, never a
+// half-finished generation).
+void ExpectPrefixOf(const Session& s, const std::vector<int32_t>& prompt, const char* where) {
+  const auto& e = s.evaluated();
+  if (e.size() > prompt.size() || !std::equal(e.begin(), e.end(), prompt.begin())) {
+    Fail(std::string(where) + ": after cancellation the session holds tokens beyond the prompt",
+         {{"evaluated", e}, {"prompt", prompt}});
+  }
+}
+
+void Soak::CancelDecode(std::mt19937_64& rng, json* ev) {
+  const size_t p = rng() % Prompts().size();
+  const size_t next = rng() % Prompts().size();
+  Session& s = *pool_[rng() % pool_.size()];
+  const int after = 1 + static_cast<int>(rng() % std::max(1, prof_.golden_tokens / 2));
+  std::stop_source stop;
+  const Input in = Input::Messages(UserMessages(Prompts()[p]));
+  bool cancelled = false;
+  try {
+    s.Generate(in, Greedy(prof_.golden_tokens),
+               [&](const TokenEvent& e) {
+                 if (e.index + 1 >= after) stop.request_stop();
+               },
+               stop.get_token());
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kCancelled) throw;
+    cancelled = true;
+  }
+  if (cancelled) ExpectPrefixOf(s, engine_->PromptTokens(in), "cancel_decode");
+  (*ev)["cancelled_after"] = after;
+  (*ev)["cancelled"] = cancelled;
+  ExpectGolden(s, next, Greedy(prof_.golden_tokens), ev, "after cancel_decode");
+}
+
+void Soak::CancelPrefill(std::mt19937_64& rng, json* ev) {
+  // A long prompt (every prompt in one message) in small chunks, cancelled from another thread
+  // after a random delay: the request fails during prefill (or, when slow to cancel, decode).
+  std::string text;
+  for (const std::string& p : Prompts()) text += p + " ";
+  const Input in = Input::Messages(UserMessages(text));
+  Session& s = *pool_[rng() % pool_.size()];
+  GenerateOptions g = Greedy(4);
+  g.prefill = PrefillStrategy::kChunked;
+  g.prefill_chunk = 4 + static_cast<int>(rng() % 12);
+  g.reuse_prompt_cache = false;
+  const int delay_us = static_cast<int>(rng() % 20000);
+  std::stop_source stop;
+  std::jthread canceller([&stop, delay_us] {
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    stop.request_stop();
+  });
+  bool cancelled = false;
+  try {
+    s.Generate(in, g, {}, stop.get_token());
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kCancelled) throw;
+    cancelled = true;
+  }
+  canceller.join();
+  const std::vector<int32_t> prompt = engine_->PromptTokens(in);
+  if (cancelled) ExpectPrefixOf(s, prompt, "cancel_prefill");
+  (*ev)["delay_us"] = delay_us;
+  (*ev)["cancelled"] = cancelled;
+  (*ev)["kept_tokens"] = s.evaluated().size();
+  (*ev)["prompt_tokens"] = prompt.size();
+  const size_t next = rng() % Prompts().size();
+  ExpectGolden(s, next, Greedy(prof_.golden_tokens), ev, "after cancel_prefill");
+}
+
+void Soak::SessionDestroy(std::mt19937_64& rng, json* ev) {
+  const size_t i = rng() % pool_.size();
+  pool_[i].reset();
+  pool_[i] = engine_->NewSession();
+  const size_t p = rng() % Prompts().size();
+  ExpectGolden(*pool_[i], p, Greedy(prof_.golden_tokens), ev, "session_destroy");
+}
+
+void Soak::EngineReload(std::mt19937_64& rng, json* ev) {
+  Timer t;
+  LoadEngine();
+  (*ev)["load_ms"] = t.Ms();
+  const size_t p = rng() % Prompts().size();
+  ExpectGolden(*pool_[rng() % pool_.size()], p, Greedy(prof_.golden_tokens), ev, "engine_reload");
+}
+
+void Soak::Concurrent(std::mt19937_64& rng, json* ev) {
+  const int n = std::min<int>(prof_.concurrent, static_cast<int>(pool_.size()));
+  std::vector<size_t> prompts(n);
+  for (size_t& p : prompts) p = rng() % Prompts().size();
+  std::vector<std::optional<Failure>> failures(n);
+  std::vector<std::string> errors(n);
+  {
+    std::vector<std::jthread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          json sub;
+          ExpectGolden(*pool_[i], prompts[i], Greedy(prof_.golden_tokens), &sub, "concurrent");
+        } catch (const Failure& f) {
+          failures[i] = f;
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (failures[i]) throw *failures[i];
+    if (!errors[i].empty()) Fail("concurrent session " + std::to_string(i) + " failed: " + errors[i]);
+  }
+  // One session, two threads: the second Generate while the first is inside its token callback
+  // must be refused with kBusy, and the first must finish with its golden.
+  Session& s = *pool_[0];
+  const size_t p = rng() % Prompts().size();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_callback = false, tried = false, first_done = false;
+  std::string second;
+  std::jthread other([&] {
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return in_callback || first_done; });
+      if (!in_callback) {  // the first request emitted no token: nothing was concurrent
+        second = "skipped";
+        return;
+      }
+    }
+    try {
+      s.Generate(Input::Messages(UserMessages(Prompts()[p])), Greedy(2));
+      second = "accepted";
+    } catch (const Error& e) {
+      second = e.code() == ErrorCode::kBusy ? "busy" : e.what();
+    }
+    std::lock_guard lock(mu);
+    tried = true;
+    cv.notify_all();
+  });
+  Result r = s.Generate(Input::Messages(UserMessages(Prompts()[p])), Greedy(prof_.golden_tokens),
+                        [&](const TokenEvent& e) {
+                          if (e.index != 0) return;
+                          std::unique_lock lock(mu);
+                          in_callback = true;
+                          cv.notify_all();
+                          cv.wait(lock, [&] { return tried; });
+                        });
+  {
+    std::lock_guard lock(mu);
+    first_done = true;
+    cv.notify_all();
+  }
+  other.join();
+  if (second != "busy" && second != "skipped") {
+    Fail("a concurrent Generate on a busy session was not refused with kBusy: " + second);
+  }
+  if (r.tokens != goldens_[p].tokens) {
+    Fail("the request that held the session while another was refused differs from its golden",
+         {{"prompt", Prompts()[p]}, {"expected_tokens", goldens_[p].tokens}, {"got_tokens", r.tokens}});
+  }
+  (*ev)["threads"] = n;
+  (*ev)["busy_refused"] = second == "busy";
+}
+
+json Soak::Step(int64_t k, std::mt19937_64& rng, std::string* scenario) {
+  struct Kind {
+    const char* name;
+    int weight;
+    void (Soak::*fn)(std::mt19937_64&, json*);
+  };
+  const Kind kinds[] = {
+      {"greedy_golden", 6, &Soak::GreedyGolden},     {"sampling_repeat", 4, &Soak::SamplingRepeat},
+      {"regex", 3, &Soak::RegexScenario},            {"json", 2, &Soak::JsonScenario},
+      {"schema", 3, &Soak::SchemaScenario},          {"tool_call", 3, &Soak::ToolCallScenario},
+      {"multi_turn", 3, &Soak::MultiTurn},           {"cancel_decode", 3, &Soak::CancelDecode},
+      {"cancel_prefill", 3, &Soak::CancelPrefill},   {"session_destroy", 2, &Soak::SessionDestroy},
+      {"engine_reload", prof_.reload_weight, &Soak::EngineReload},
+      {"concurrent", 2, &Soak::Concurrent},
+  };
+  int total = 0;
+  for (const Kind& x : kinds) total += x.weight;
+  int pick = static_cast<int>(rng() % total);
+  const Kind* kind = &kinds[0];
+  for (const Kind& x : kinds) {
+    if (pick < x.weight) {
+      kind = &x;
+      break;
+    }
+    pick -= x.weight;
+  }
+  *scenario = kind->name;
+  json ev = {{"step", k}, {"scenario", kind->name}};
+  (this->*(kind->fn))(rng, &ev);
+  return ev;
+}
+
+void Soak::WriteProgress(bool final) {
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  json p = {{"elapsed_s", elapsed},
+            {"steps", steps_},
+            {"scenarios", counts_},
+            {"incomplete_constrained", incomplete_},
+            {"rss_bytes", rss_bytes_.empty() ? 0.0 : rss_bytes_.back()},
+            {"failed", !failure_.is_null()},
+            {"done", final}};
+  const fs::path tmp = fs::path(o_.out_dir) / "progress.json.tmp";
+  {
+    std::ofstream f(tmp);
+    f << p.dump(2) << '\n';
+  }
+  fs::rename(tmp, fs::path(o_.out_dir) / "progress.json");  // atomic on one file system
+}
+
+json Soak::Run() {
+  fs::create_directories(o_.out_dir);
+  events_.open(fs::path(o_.out_dir) / "events.jsonl", std::ios::app);
+  if (!events_) throw Error(ErrorCode::kIo, "cannot write " + o_.out_dir + "/events.jsonl");
+  ajv_ = std::make_unique<AjvValidator>(o_.ajv_script, o_.node_modules, o_.out_dir);
+  start_ = Clock::now();
+  Event({{"event", "start"},
+         {"seed", o_.seed},
+         {"profile", o_.profile},
+         {"backend", o_.backend},
+         {"model", o_.model_path},
+         {"minutes", o_.minutes},
+         {"only_step", o_.only_step}});
+  RecordGoldens();
+  LoadEngine();
+  Log("engine under test: " + engine_->backend_name() + ", " + std::to_string(pool_.size()) +
+      " sessions, schema validator: " + (ajv_->available() ? "AJV" : "none (JSON parse only)"));
+  const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(o_.minutes * 60));
+  const double warmup_s = o_.minutes * 60 * 0.25;
+  int64_t k = o_.only_step >= 0 ? o_.only_step : 0;
+  json last_failed_step;
+  while (true) {
+    if (o_.only_step >= 0 ? steps_ == 1 : Clock::now() >= deadline) break;
+    std::mt19937_64 rng(SplitMix(o_.seed * 0x100000001b3ull + static_cast<uint64_t>(k)));
+    std::string scenario;
+    Timer t;
+    json ev;
+    try {
+      ev = Step(k, rng, &scenario);
+      ev["ok"] = true;
+    } catch (const Failure& f) {
+      ev = {{"step", k}, {"scenario", scenario}, {"ok", false}, {"error", f.what}, {"details", f.details}};
+    } catch (const std::exception& e) {
+      ev = {{"step", k}, {"scenario", scenario}, {"ok", false}, {"error", std::string("unexpected: ") + e.what()}};
+    }
+    ev["ms"] = t.Ms();
+    ++steps_;
+    ++counts_[scenario];
+    const double now = std::chrono::duration<double>(Clock::now() - start_).count();
+    rss_t_.push_back(now);
+    rss_bytes_.push_back(static_cast<double>(ResidentBytes()));
+    ev["t_s"] = now;
+    ev["rss"] = rss_bytes_.back();
+    Event(ev);
+    if (!ev["ok"].get<bool>()) {
+      failure_ = {{"seed", o_.seed},
+                  {"step", k},
+                  {"scenario", scenario},
+                  {"error", ev["error"]},
+                  {"details", ev.value("details", json::object())},
+                  {"rerun", o_.command + " --only-step " + std::to_string(k)}};
+      Log("FAILED at step " + std::to_string(k) + " (" + scenario + "): " + ev["error"].get<std::string>());
+      WriteProgress(false);
+      break;
+    }
+    WriteProgress(false);
+    ++k;
+  }
+  // Memory: the slope of RSS over time after warm-up (the first quarter of the run).
+  std::vector<double> xt, yb;
+  for (size_t i = 0; i < rss_t_.size(); ++i) {
+    if (rss_t_[i] >= warmup_s) {
+      xt.push_back(rss_t_[i] / 60.0);
+      yb.push_back(rss_bytes_[i] / (1 << 20));
+    }
+  }
+  const double slope = Slope(xt, yb);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  json rss = {{"samples", rss_bytes_.size()},
+              {"warmup_s", warmup_s},
+              {"first_mib", rss_bytes_.empty() ? 0 : rss_bytes_.front() / (1 << 20)},
+              {"after_warmup_first_mib", yb.empty() ? 0 : yb.front()},
+              {"last_mib", rss_bytes_.empty() ? 0 : rss_bytes_.back() / (1 << 20)},
+              {"max_mib", rss_bytes_.empty() ? 0 : *std::max_element(rss_bytes_.begin(), rss_bytes_.end()) / (1 << 20)},
+              {"slope_mib_per_min", slope}};
+  if (failure_.is_null() && o_.max_rss_slope_mib_per_min > 0 && slope > o_.max_rss_slope_mib_per_min) {
+    failure_ = {{"seed", o_.seed},
+                {"scenario", "memory_plateau"},
+                {"error", "RSS grows " + std::to_string(slope) + " MiB/min after warm-up (limit " +
+                              std::to_string(o_.max_rss_slope_mib_per_min) + ")"},
+                {"rerun", o_.command}};
+  }
+  json summary = {{"ok", failure_.is_null()},
+                  {"seed", o_.seed},
+                  {"profile", o_.profile},
+                  {"backend", engine_ ? engine_->backend_name() : o_.backend},
+                  {"reference_backend", o_.reference_backend},
+                  {"model", o_.model_path},
+                  {"minutes_requested", o_.minutes},
+                  {"elapsed_s", elapsed},
+                  {"steps", steps_},
+                  {"scenarios", counts_},
+                  {"incomplete_constrained", incomplete_},
+                  {"schema_validator", ajv_->available() ? "ajv" : "json parse only"},
+#if GEMMA_HAVE_RE2
+                  {"regex_validator", "re2"},
+#else
+                  {"regex_validator", "none"},
+#endif
+                  {"failures", failure_.is_null() ? 0 : 1},
+                  {"rss", rss},
+                  {"command", o_.command}};
+  if (!failure_.is_null()) summary["reproducer"] = failure_;
+  Event({{"event", "end"}, {"ok", summary["ok"]}, {"steps", steps_}});
+  WriteProgress(true);
+  const fs::path tmp = fs::path(o_.out_dir) / "summary.json.tmp";
+  {
+    std::ofstream f(tmp);
+    f << summary.dump(2) << '\n';
+  }
+  fs::rename(tmp, fs::path(o_.out_dir) / "summary.json");
+  return summary;
+}
+
+}  // namespace
+
+double Slope(const std::vector<double>& x, const std::vector<double>& y) {
+  const size_t n = std::min(x.size(), y.size());
+  if (n < 2) return 0;
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < n; ++i) mx += x[i], my += y[i];
+  mx /= n;
+  my /= n;
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    sxy += (x[i] - mx) * (y[i] - my);
+  }
+  return sxx > 0 ? sxy / sxx : 0;
+}
+
+size_t ResidentBytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages_total = 0, pages_resident = 0;
+  if (!(f >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+json RunSoak(const SoakOptions& options) {
+  if (options.model_path.empty()) throw Error(ErrorCode::kInvalidArgument, "soak needs --model");
+  if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "soak needs --out");
+  if (!(options.minutes > 0)) throw Error(ErrorCode::kInvalidArgument, "soak --minutes must be > 0");
+  Soak s(options);
+  return s.Run();
+}
+
+}  // namespace gemma::soak

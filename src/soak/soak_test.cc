@@ -1,0 +1,66 @@
+// The soak harness's own arithmetic and a short run on the trained tiny model whose files are
+// checked: events.jsonl one JSON object per line, progress.json and summary.json complete. (The
+// timed CI run is the soak_smoke test: tools/CMakeLists.txt.)
+#include "soak/soak.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace gemma::soak {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(SoakTest, SlopeIsLeastSquares) {
+  // y = 3x + 1 exactly, then with symmetric noise that leaves the slope unchanged.
+  EXPECT_DOUBLE_EQ(Slope({0, 1, 2, 3}, {1, 4, 7, 10}), 3.0);
+  EXPECT_DOUBLE_EQ(Slope({0, 1, 2, 3}, {2, 3, 8, 9}), 2.6);  // sxy / sxx = 13 / 5
+  EXPECT_EQ(Slope({1}, {5}), 0.0);
+  EXPECT_EQ(Slope({2, 2}, {1, 5}), 0.0);
+}
+
+TEST(SoakTest, ResidentBytesIsPlausible) {
+  const size_t rss = ResidentBytes();
+  EXPECT_GT(rss, 1u << 20);
+  EXPECT_LT(rss, size_t{1} << 40);
+}
+
+TEST(SoakTest, OneStepWritesItsFilesAndReproducesFromTheSeed) {
+  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_unit";
+  fs::remove_all(out);
+  SoakOptions o;
+  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  o.out_dir = out.string();
+  o.threads = 1;
+  o.seed = 7;
+  o.only_step = 3;
+  const nlohmann::json s1 = RunSoak(o);
+  ASSERT_TRUE(s1["ok"].get<bool>()) << s1.dump(2);
+  EXPECT_EQ(s1["steps"], 1);
+  std::ifstream ev(out / "events.jsonl");
+  std::string line;
+  int lines = 0;
+  nlohmann::json step;
+  while (std::getline(ev, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);  // throws on a torn line
+    if (j.contains("step")) step = j;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3);  // start, the step, end
+  EXPECT_TRUE(step["ok"].get<bool>());
+  const nlohmann::json progress = nlohmann::json::parse(std::ifstream(out / "progress.json"));
+  EXPECT_TRUE(progress["done"].get<bool>());
+  EXPECT_FALSE(fs::exists(out / "progress.json.tmp"));
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(out / "summary.json"));
+  EXPECT_EQ(summary, s1);
+  // The same seed and step run the same scenario again.
+  fs::remove_all(out);
+  const nlohmann::json s2 = RunSoak(o);
+  EXPECT_EQ(s2["scenarios"], s1["scenarios"]);
+}
+
+}  // namespace
+}  // namespace gemma::soak

@@ -4,6 +4,7 @@
 
 #include "format/config.h"
 #include "gemma/error.h"
+#include "model/model.h"
 
 namespace gemma {
 
@@ -55,6 +56,22 @@ void ValidateForward(const ForwardRequest& req, int cached, int capacity, int vo
       (!req.allowed || req.allowed->size() * 64 < static_cast<size_t>(vocab_size))) {
     throw Error(ErrorCode::kInvalidArgument, "select output needs an allowed-token bitmask");
   }
+}
+
+CpuContextBytes PlanCpuContextBytes(const Model& model, const BackendOptions& options,
+                                    int positions, int threads) {
+  const TextConfig& cfg = model.text();
+  const CacheGeometry geo = PlanCacheGeometry(cfg, options);
+  CpuContextBytes b;
+  const size_t p = static_cast<size_t>(std::max(0, std::min(positions, geo.capacity)));
+  for (const LayerPlan& l : model.layers()) {
+    if (l.cache_slot < 0) continue;
+    const size_t ring = static_cast<size_t>(l.window > 0 ? geo.ring : geo.capacity);
+    b.kv += 2 * std::min(p, ring) * static_cast<size_t>(l.num_kv_heads) * l.head_dim * sizeof(float);
+  }
+  const size_t group = static_cast<size_t>(cfg.num_heads / std::max(1, cfg.num_kv_heads));
+  b.scratch = static_cast<size_t>(std::max(1, threads)) * group * geo.capacity * sizeof(double);
+  return b;
 }
 
 }  // namespace gemma

@@ -54,6 +54,21 @@ struct CacheGeometry {
 };
 CacheGeometry PlanCacheGeometry(const TextConfig& config, const BackendOptions& options);
 
+class Model;
+
+// Host memory a CPU context (cpu, cpu-ref) holds once `positions` tokens are cached: the K/V of
+// every owned cache (float32; sliding caches stop growing at their ring) plus the attention-score
+// scratch of `threads` threads sized for the full capacity (the fast backend's, allocated when
+// the context is made). The runtime compares it with the memory available before a context is
+// made and before a request makes the caches grow, so a context too large for the machine is a
+// kCapacity error naming the bytes, not an out-of-memory kill midway through a prefill.
+struct CpuContextBytes {
+  size_t kv = 0;       // K/V caches at `positions`
+  size_t scratch = 0;  // allocated with the context
+};
+CpuContextBytes PlanCpuContextBytes(const Model& model, const BackendOptions& options,
+                                    int positions, int threads);
+
 // One owner layer's K and V on the CPU: `ring` positions of `width` floats (kv_heads x head_dim),
 // position p at p % ring. Storage grows with use, in steps, so decoding does not reallocate per
 // token.
@@ -67,10 +82,16 @@ struct CpuKvSlot {
     const size_t need = static_cast<size_t>(std::min(positions, ring)) * width;
     if (k.size() >= need) return;
     const size_t step = static_cast<size_t>(256) * width;
-    const size_t want =
-        std::min(static_cast<size_t>(ring) * width, (need + step - 1) / step * step);
-    k.resize(std::max(need, want));
-    v.resize(std::max(need, want));
+    const size_t full = static_cast<size_t>(ring) * width;
+    const size_t want = std::max(need, std::min(full, (need + step - 1) / step * step));
+    // Geometric growth (few copies over a long prefill) but never past the full ring: a plain
+    // resize would double the allocation and could hold up to twice the caches' bytes at full
+    // context, more than PlanCpuContextBytes promises.
+    const size_t cap = std::min(full, std::max(want, 2 * k.size()));
+    k.reserve(cap);
+    v.reserve(cap);
+    k.resize(want);
+    v.resize(want);
   }
 };
 

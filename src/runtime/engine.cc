@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "gemma/text.h"
 #include "chat/chat_template.h"
 #include "constrain/vocabulary.h"
+#include "backend/cache_window.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "format/generation_config.h"
 #include "runtime/backend_factory.h"
@@ -57,6 +60,10 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   }
   capacity_ = std::min(options.context_capacity, model_->text().max_position_embeddings);
   if (capacity_ <= 0) throw Error(ErrorCode::kInvalidArgument, "context_capacity must be positive");
+  // A CPU context that could not grow to its capacity on this machine is refused now, naming the
+  // bytes, instead of being killed for memory in the middle of a long prefill.
+  host_memory_checks_ = options.backend == "cpu" || options.backend == "cpu-ref";
+  if (host_memory_checks_) CheckHostMemory(options);
   // The backend model holds the weights once; its first context is made now so a bad backend
   // name or a missing device fails at load time, and the first session takes it.
   BackendStart start = StartBackend(
@@ -74,6 +81,36 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   if (g.repetition_penalty) defaults_.repetition_penalty = *g.repetition_penalty;
   if (g.max_new_tokens) defaults_.max_new_tokens = *g.max_new_tokens;
   load_ms_ = t.Ms();
+}
+
+void EngineImpl::CheckHostMemory(const EngineOptions& options) const {
+  const size_t available = AvailableMemoryBytes();
+  if (!available) return;  // unknown here: nothing to compare with
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto need = [&](int capacity) {
+    const CpuContextBytes b = PlanCpuContextBytes(*model_, {.capacity = capacity}, capacity, threads);
+    return b.kv + b.scratch;
+  };
+  const size_t want = need(capacity_);
+  if (want <= available) return;
+  int lo = 0, hi = capacity_;  // the largest capacity that fits: need() grows with capacity
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (need(mid) <= available) lo = mid;
+    else hi = mid - 1;
+  }
+  const CpuContextBytes b = PlanCpuContextBytes(*model_, {.capacity = capacity_}, capacity_, threads);
+  throw Error(ErrorCode::kCapacity,
+              "a session of " + std::to_string(capacity_) + " tokens needs " +
+                  std::to_string(want) + " bytes (" + FormatBytes(static_cast<double>(want)) +
+                  ": K/V caches " + FormatBytes(static_cast<double>(b.kv)) +
+                  ", attention scratch " + FormatBytes(static_cast<double>(b.scratch)) + ") but " +
+                  std::to_string(available) + " bytes (" +
+                  FormatBytes(static_cast<double>(available)) +
+                  ") are available; lower the context capacity to at most " + std::to_string(lo) +
+                  " tokens");
 }
 
 std::unique_ptr<Session> EngineImpl::NewSession() {

@@ -60,6 +60,9 @@ class EngineImpl : public Engine {
   const Tokenizer& tokenizer() const;  // Error(kTokenizer) without one
   const Model& model() const { return *model_; }
   BackendModel& backend_model() const { return *backend_model_; }
+  // Whether sessions' caches live in host memory sized by PlanCpuContextBytes (the CPU backends):
+  // requests then check the memory they would add before the caches grow.
+  bool host_memory_checks() const { return host_memory_checks_; }
   // Null for OutputConstraint::Kind::kNone; Error(kConstraint / kInvalidArgument) when it cannot
   // be compiled.
   std::shared_ptr<const constrain::Constraint> CompileConstraint(
@@ -79,6 +82,9 @@ class EngineImpl : public Engine {
   std::mutex first_context_mutex_;
   std::string backend_name_;
   int capacity_ = 0;
+  bool host_memory_checks_ = false;
+  // Error(kCapacity) with the bytes when one CPU context at capacity_ would not fit in memory.
+  void CheckHostMemory(const EngineOptions& options) const;
   double load_ms_ = 0;
   GenerateOptions defaults_;
 };

@@ -10,8 +10,10 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "backend/cache_window.h"
 #include "chat/output_parser.h"
 #include "constrain/constraint.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "decode/token_policy.h"
 #include "runtime/engine_impl.h"
@@ -273,6 +275,22 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                 "prompt (" + std::to_string(prompt.size()) + " tokens) + max_new_tokens (" +
                     std::to_string(options.max_new_tokens) + ") exceeds the context capacity " +
                     std::to_string(capacity));
+  }
+  if (engine_->host_memory_checks()) {
+    // The caches grow with use: what this request adds must fit before it starts.
+    const int target = static_cast<int>(prompt.size()) + options.max_new_tokens;
+    const CpuContextBytes b = PlanCpuContextBytes(model, {.capacity = capacity}, target, 1);
+    const size_t have = backend_->resident_bytes();
+    const size_t grow = b.kv > have ? b.kv - have : 0;
+    const size_t available = grow ? AvailableMemoryBytes() : 0;
+    if (grow && available && grow > available) {
+      throw Error(ErrorCode::kCapacity,
+                  "this request (" + std::to_string(target) + " tokens in context) needs " +
+                      std::to_string(grow) + " more bytes (" +
+                      FormatBytes(static_cast<double>(grow)) + ") of K/V cache but " +
+                      std::to_string(available) + " bytes (" +
+                      FormatBytes(static_cast<double>(available)) + ") are available");
+    }
   }
   const decode::SamplingOptions sopt = ToSampling(options);
   const std::vector<int32_t>& eos = model.text().eos_token_ids;

@@ -79,7 +79,7 @@ void SafetensorsWriter::Write(const std::string& path) const {
       if (progress_) progress_(done, offset);
     }
   }
-  if (!ok || std::fflush(f.get()) != 0)
+  if (!ok || std::fflush(f.get()) != 0 || std::fclose(f.release()) != 0)
     throw Error(ErrorCode::kIo, path + ": write failed (disk full?)");
 }
 

@@ -600,6 +600,21 @@ void Synthesize(const SynthOptions& options) {
   const fs::path out(options.out_dir);
   const std::string tmp_suffix = ".tmp." + std::to_string(::getpid());
   std::vector<std::string> names;  // final names, in rename order
+  // On any failure (a full disk above all) the temporary files go too: nothing half-written stays.
+  struct Cleanup {
+    const fs::path& out;
+    const std::string& suffix;
+    bool done = false;
+    ~Cleanup() {
+      if (done) return;
+      std::error_code ec;
+      for (const auto& f : fs::directory_iterator(out, ec)) {
+        const std::string n = f.path().filename().string();
+        if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+          fs::remove(f.path(), ec);
+      }
+    }
+  } cleanup{out, tmp_suffix};
   auto text_file = [&](const std::string& name, const std::string& text) {
     std::ofstream f(out / (name + tmp_suffix));
     f << text;
@@ -643,6 +658,7 @@ void Synthesize(const SynthOptions& options) {
   } else {
     names.push_back(entry);
   }
+  cleanup.done = true;  // from here on files move into place
   for (const std::string& name : names) {
     fs::rename(out / (name + tmp_suffix), out / name, ec);
     if (ec) {

@@ -44,8 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json body;
     try {
       body = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error&) {
-      return 0;  // the server's 400 invalid_json
+    } catch (const nlohmann::json::exception&) {
+      return 0;  // the server's 400 invalid_json (ParseBody in server.cc)
     }
     s::ParsedRequest pr = chat ? s::ParseChatRequest(body, ctx) : s::ParseCompletionRequest(body, ctx);
     std::vector<int32_t> prompt;

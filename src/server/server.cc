@@ -42,8 +42,10 @@ json ParseBody(const httplib::Request& req) {
   if (req.body.empty()) throw ApiError(400, "the request body is empty; send a JSON object");
   try {
     return json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    // nlohmann reports invalid UTF-8 here too, with the byte offset.
+  } catch (const json::exception& e) {
+    // nlohmann reports invalid UTF-8 here too, with the byte offset; a number beyond double's
+    // range (1e999) is its out_of_range 406, also the client's fault (fuzz/fuzz_server.cc found
+    // it answered 500).
     throw ApiError(400, std::string("malformed JSON: ") + e.what(), "", "invalid_json");
   }
 }

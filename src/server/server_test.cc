@@ -274,6 +274,8 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
   const json ok = Chat("hi", 2);
   const std::vector<Case> cases = {
       {"malformed JSON", "{\"messages\": [", 400, ""},
+      // Found by fuzz/fuzz_server.cc: nlohmann's number overflow was a 500.
+      {"number beyond double", "{\"messages\": [], \"temperature\": 5e555555}", 400, ""},
       {"not an object", "[1, 2]", 400, ""},
       {"empty body", "", 400, ""},
       {"non-UTF-8 bytes", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, ""},

@@ -1,5 +1,7 @@
 #include "constrain/json_grammar.h"
 
+#include <cctype>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -265,7 +267,20 @@ Fragment JsonGrammar::StringBytes(const std::string& s) {
 }
 
 Fragment JsonGrammar::Key(const std::string& name) {
-  if (cfg_.syntax == Syntax::kGemma) return nfa_->Literal(name);
+  if (cfg_.syntax == Syntax::kGemma) {
+    // A bare key runs to the ':' and may not hold a structural character or edge whitespace
+    // (chat/output_parser.cc); any other name is written <|"|>-quoted, which the parser also
+    // reads. (fuzz/fuzz_schema.cc found "locat]ion" written bare: a tool call nobody could parse.)
+    if (name.find("<|\"|>") != std::string::npos) {
+      throw Error(ErrorCode::kConstraint, "property name '" + name +
+                                              "' holds <|\"|> and cannot be written as a Gemma "
+                                              "tool-call key");
+    }
+    const bool bare = !name.empty() && name.find_first_of("{}[],:") == std::string::npos &&
+                      !std::isspace(static_cast<unsigned char>(name.front())) &&
+                      !std::isspace(static_cast<unsigned char>(name.back()));
+    return bare ? nfa_->Literal(name) : StringBytes(name);
+  }
   return StringBytes(name);
 }
 

@@ -487,5 +487,42 @@ TEST(ToolCallTest, ArgumentsUseGemmaSyntax) {
                Error);  // city is required and sorts first
 }
 
+// Found by fuzz/fuzz_schema.cc: a property name that is not a valid bare key ("locat]ion") was
+// written bare, so the tool call could not be parsed back. Such names are <|"|>-quoted now (the
+// parser reads quoted keys); one holding the quote token itself cannot be written and is refused.
+TEST(ToolCallTest, KeysThatCannotBeBareAreQuoted) {
+  static auto vocab = testing::SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kToolCalls;
+  o.require_tool_call = true;
+  o.tools = Json::parse(R"([{"name":"f","parameters":{"type":"object","properties":{
+      "a]b":{"type":"integer"},"plain":{"type":"integer"}," lead":{"type":"integer"}},
+      "required":["a]b","plain"," lead"]}}])");
+  auto c = Constraint::Compile(vocab, o);
+  ConstraintState st(c);
+  st.Accept(48);
+  st.AcceptBytes("call:f{");
+  st.Accept(52);
+  st.AcceptBytes(" lead");
+  st.Accept(52);
+  st.AcceptBytes(":1,");
+  st.Accept(52);
+  st.AcceptBytes("a]b");
+  st.Accept(52);
+  EXPECT_NO_THROW(st.AcceptBytes(":2,plain:3}"));
+  ConstraintState bare(c);
+  bare.Accept(48);
+  bare.AcceptBytes("call:f{");
+  EXPECT_THROW(bare.AcceptBytes(" lead:"), Error);
+  o.tools = Json::parse(R"([{"name":"f","parameters":{"type":"object","properties":{
+      "x<|\"|>y":{"type":"integer"}},"required":["x<|\"|>y"]}}])");
+  EXPECT_THROW(Constraint::Compile(vocab, o), Error);
+  // Tool names the output parser would not read back are refused the same way.
+  for (const char* name : {"g,et", "a b", "x:y", "t\tab", "p}q"}) {
+    o.tools = Json::array({{{"name", name}}});
+    EXPECT_THROW(Constraint::Compile(vocab, o), Error) << name;
+  }
+}
+
 }  // namespace
 }  // namespace gemma::constrain

@@ -195,17 +195,23 @@ TextConfig ParseText(const json& j, const std::string& origin, const std::string
     if (!plc.is_object()) r.Fail(ErrorCode::kConfig, "per_layer_config", "must be an object");
     bool first_full = true;
     for (auto it = plc.begin(); it != plc.end(); ++it) {
+      // The whole key is the index ("2ion_heads" is not layer 2; std::stoi alone would say so).
+      const std::string& key = it.key();
       int layer = -1;
-      try {
-        layer = std::stoi(it.key());
-      } catch (...) {
+      if (!key.empty() && key.size() <= 6 &&
+          key.find_first_not_of("0123456789") == std::string::npos) {
+        layer = std::stoi(key);
       }
       if (layer < 0 || layer >= c.num_layers) {
         r.Fail(ErrorCode::kConfig, "per_layer_config." + it.key(), "not a layer index");
       }
+      if (!it.value().is_object()) {
+        r.Fail(ErrorCode::kConfig, "per_layer_config." + it.key(), "must be an object");
+      }
       for (auto f = it.value().begin(); f != it.value().end(); ++f) {
         if (f.key() == "head_dim") {
-          if (!f.value().is_number_integer() || f.value().get<int>() < 2) {
+          if (!f.value().is_number_integer() || f.value().get<int64_t>() < 2 ||
+              f.value().get<int64_t>() > (1 << 16)) {
             r.Fail(ErrorCode::kConfig, "per_layer_config." + it.key() + ".head_dim", "bad value");
           }
           c.layer_head_dim[layer] = f.value().get<int>();

@@ -43,6 +43,28 @@ TEST(ConfigLimits, Gemma4EosTokenIdIsStrictlyTyped) {
             (std::vector<int>{1, 106}));
 }
 
+// Found by fuzz/fuzz_config.cc (its replay's mutator): a per_layer_config entry that is not an
+// object escaped as nlohmann's invalid_iterator ("error: internal" on the command line), and
+// std::stoi read the key "2ion_heads" as layer 2.
+TEST(ConfigLimits, PerLayerConfigEntriesAreChecked) {
+  auto with_plc = [](const std::string& plc) {
+    return R"({"model_type":"gemma4_text","hidden_size":8,"intermediate_size":8,
+      "num_hidden_layers":5,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":4,
+      "per_layer_config":)" + plc + "}";
+  };
+  EXPECT_NE(ErrorOf([&] { ParseModelConfig(with_plc(R"({"2":4})"), "c.json"); }, ErrorCode::kConfig)
+                .find("per_layer_config.2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParseModelConfig(with_plc(R"({"2ion_heads":{"head_dim":8}})"), "c.json"); },
+                    ErrorCode::kConfig)
+                .find("not a layer index"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParseModelConfig(with_plc(R"({"4":{"head_dim":4294967300}})"), "c.json"); },
+                    ErrorCode::kConfig)
+                .find("head_dim"),
+            std::string::npos);
+}
+
 TEST(ConfigLimits, DeepConfigIsATypedError) {
   const int n = 100'000;
   const std::string deep =

@@ -1,5 +1,6 @@
 #include "format/config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -66,7 +67,11 @@ RopeParams ParseRope(const Reader& r, const json& j, const std::string& key) {
   RopeParams p;
   if (!j.is_object()) r.Fail(ErrorCode::kConfig, key, "must be an object");
   Reader rr(j, "", "");
-  const std::string type = j.value("rope_type", std::string("default"));
+  // (j.value() with a typed default throws nlohmann's type_error on a non-string: found by the
+  // config fuzz target as an internal error.)
+  if (j.contains("rope_type") && !j["rope_type"].is_string())
+    r.Fail(ErrorCode::kConfig, key + ".rope_type", "must be a string");
+  const std::string type = j.contains("rope_type") ? j["rope_type"].get<std::string>() : "default";
   if (type == "default") {
     p.type = RopeParams::Type::kDefault;
   } else if (type == "proportional") {
@@ -273,15 +278,19 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
     for (auto it = om.begin(); it != om.end(); ++it) {
       const std::string key = "module_quant_configs['" + it.key() + "']";
       int bits = qc.default_bits;
+      // Bit widths out of int's range must not wrap into a valid one (2^32 + 2 is not 2).
+      auto bits_of = [](const nlohmann::ordered_json& v) {
+        return static_cast<int>(std::clamp<int64_t>(v.get<int64_t>(), -1, 64));
+      };
       if (it.value().is_number_integer()) {
-        bits = it.value().get<int>();
+        bits = bits_of(it.value());
       } else if (it.value().is_object()) {
         for (auto f = it.value().begin(); f != it.value().end(); ++f) {
           if (f.key() != "num_bits")
             r.Fail(ErrorCode::kUnsupported, key + "." + f.key(), "unknown option");
           if (!f.value().is_number_integer())
             r.Fail(ErrorCode::kConfig, key, "num_bits not an integer");
-          bits = f.value().get<int>();
+          bits = bits_of(f.value());
         }
       } else {
         r.Fail(ErrorCode::kConfig, key, "must be {num_bits: N} or N");
@@ -392,7 +401,9 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& or
   if (!j.is_object()) throw Error(ErrorCode::kConfig, origin + ": not a JSON object");
   ModelConfig mc;
   mc.origin = origin;
-  const std::string model_type = j.value("model_type", std::string());
+  if (j.contains("model_type") && !j["model_type"].is_string())
+    throw Error(ErrorCode::kConfig, origin + ": model_type: must be a string");
+  const std::string model_type = j.contains("model_type") ? j["model_type"].get<std::string>() : "";
   if (model_type == "gemma4") {
     mc.multimodal_wrapper = true;
     if (!j.contains("text_config") || !j["text_config"].is_object()) {

@@ -65,6 +65,24 @@ TEST(ConfigLimits, PerLayerConfigEntriesAreChecked) {
             std::string::npos);
 }
 
+// Found by the config fuzz target: json::value() with a typed default threw nlohmann's
+// type_error (an internal error) on a value of another type; a 2^32 + 2 bit width read as 2.
+TEST(ConfigLimits, WrongTypesAndOutOfRangeBitsAreConfigErrors) {
+  const std::string base = R"("hidden_size":8,"intermediate_size":8,"num_hidden_layers":5,
+      "num_attention_heads":2,"num_key_value_heads":1,"head_dim":4)";
+  ErrorOf([&] { ParseModelConfig("{\"model_type\":7," + base + "}", "c.json"); }, ErrorCode::kConfig);
+  ErrorOf([&] {
+    ParseModelConfig(R"({"model_type":"gemma4_text",)" + base +
+                         R"(,"rope_parameters":{"sliding_attention":{"rope_type":1,"rope_theta":1e4},)"
+                         R"("full_attention":{"rope_theta":1e6}}})", "c.json");
+  }, ErrorCode::kConfig);
+  ErrorOf([&] {
+    ParseModelConfig(R"({"model_type":"gemma4_text",)" + base +
+                         R"(,"quantization_config":{"quant_method":"gemma","module_quant_configs":)"
+                         R"({"lm_head":4294967298}}})", "c.json");
+  }, ErrorCode::kUnsupported);  // "bits must be 2, 4 or 8", as for any other width
+}
+
 TEST(ConfigLimits, DeepConfigIsATypedError) {
   const int n = 100'000;
   const std::string deep =

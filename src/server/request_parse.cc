@@ -315,7 +315,7 @@ void ParseTools(const json& body, const ParseContext& ctx, ParsedRequest* r) {
   for (size_t i = 0; i < tools->size(); ++i) {
     const json& t = (*tools)[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+    if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") ||
         !t["function"].is_object() || !t["function"].contains("name") ||
         !t["function"]["name"].is_string())
       throw BadField(at, "must be {type: 'function', function: {name, description, parameters}}");

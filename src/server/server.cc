@@ -493,16 +493,23 @@ void Server::Impl::Setup() {
         [this](const httplib::Request& req, httplib::Response& res) {
           const json body = ParseBody(req);
           if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+          // Optional booleans: anything else is the client's 400 (j.value() with a bool default
+          // would throw nlohmann's type_error, answered 500).
+          auto flag = [&](const char* name) {
+            if (!body.contains(name)) return false;
+            if (!body[name].is_boolean()) throw BadField(name, "must be true or false");
+            return body[name].get<bool>();
+          };
           std::vector<int32_t> ids;
           try {
             if (body.contains("messages")) {
               ids = engine->PromptTokens(Input::Messages(NormalizeMessages(body["messages"]),
                                                          body.value("tools", json::array()),
-                                                         body.value("enable_thinking", false)));
+                                                         flag("enable_thinking")));
             } else {
               if (!body.contains("content") || !body["content"].is_string())
                 throw BadField("content", "must be a string (or send 'messages')");
-              const bool special = body.value("add_special", false);
+              const bool special = flag("add_special");
               Input in = Input::Text(body["content"].get<std::string>());
               in.add_bos = special;
               ids = special ? engine->PromptTokens(in) : engine->Tokenize(*in.text);
@@ -511,7 +518,7 @@ void Server::Impl::Setup() {
             throw FromEngineError(e);
           }
           json out = {{"tokens", ids}};
-          if (body.value("with_pieces", false)) {
+          if (flag("with_pieces")) {
             json pieces = json::array();
             for (int32_t id : ids)
               pieces.push_back({{"id", id}, {"piece", engine->Detokenize({id})}});

@@ -400,8 +400,9 @@ class Loader {
     json j = ParseSmall(s_.pre_tokenizer, origin_, "pre_tokenizer");
     if (j.is_null()) return;
     // The normalizer leaves no ' ' behind, so a Split on " " never splits, whatever its behavior.
-    bool ok = j.is_object() && j.value("type", "") == "Split" && j.contains("pattern") &&
-              j["pattern"] == json{{"String", " "}} && j.value("invert", true) == false &&
+    // Comparisons, not j.value(): a typed default throws on a value of another type.
+    bool ok = j.is_object() && j.contains("type") && j["type"] == "Split" && j.contains("pattern") &&
+              j["pattern"] == json{{"String", " "}} && j.contains("invert") && j["invert"] == false &&
               j.contains("behavior") && j.size() == 4;
     if (!ok) {
       Fail(origin_, "pre_tokenizer " + j.dump() +

@@ -252,6 +252,17 @@ TEST(TokenizerLoad, UnsupportedPreTokenizer) {
   ExpectError(p.Json(), "pre_tokenizer");
 }
 
+// Found by the tokenizer fuzz target: a non-string "type" or non-bool "invert" threw nlohmann's
+// type_error from json::value() instead of a kTokenizer error.
+TEST(TokenizerLoad, PreTokenizerFieldsOfTheWrongTypeAreRejected) {
+  Parts p;
+  p.pre_tokenizer = R"({"type":5,"pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":false})";
+  ExpectError(p.Json(), "pre_tokenizer");
+  p.pre_tokenizer =
+      R"({"type":"Split","pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":0})";
+  ExpectError(p.Json(), "pre_tokenizer");
+}
+
 TEST(TokenizerLoad, UnsupportedDecoder) {
   Parts p;
   p.decoder = R"({"type":"ByteLevel"})";

@@ -24,10 +24,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     GEMMA_FUZZ_CHECK(t.num_layers > 0, "layers");
     GEMMA_FUZZ_CHECK(t.layer_types.size() == static_cast<size_t>(t.num_layers), "layer_types");
     GEMMA_FUZZ_CHECK(t.layer_head_dim.size() == static_cast<size_t>(t.num_layers), "head dims");
-    static const char* kModules[] = {
-        "model.language_model.layers.0.self_attn.q_proj", "model.layers.3.mlp.up_proj",
-        "model.language_model.embed_tokens", "lm_head", "model.vision_tower.x",
-        "model.language_model.layers.1.per_layer_input_gate"};
+    static const char* kModules[] = {"model.language_model.layers.0.self_attn.q_proj",
+                                     "model.layers.3.mlp.up_proj",
+                                     "model.language_model.embed_tokens",
+                                     "lm_head",
+                                     "model.vision_tower.x",
+                                     "model.language_model.layers.1.per_layer_input_gate"};
     for (const char* m : kModules) {
       (void)c.quant.BitsFor(m, false);
       (void)c.quant.BitsFor(m, true);

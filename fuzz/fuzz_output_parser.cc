@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pos += n;
   }
   add(p.Finish());
-  GEMMA_FUZZ_CHECK(out_text == whole.text, "text: streamed '" + out_text + "' whole '" + whole.text + "'");
+  GEMMA_FUZZ_CHECK(out_text == whole.text,
+                   "text: streamed '" + out_text + "' whole '" + whole.text + "'");
   GEMMA_FUZZ_CHECK(reasoning == whole.reasoning, "reasoning");
   GEMMA_FUZZ_CHECK(calls.size() == whole.tool_calls.size(), "tool call count");
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -51,7 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (gemma::InvalidUtf8Offset(s) != std::string::npos) continue;
     const bool ours = dfa.Matches(s);
     const bool theirs = RE2::FullMatch(s, re);
-    GEMMA_FUZZ_CHECK(ours == theirs, "/" + gemma::fuzz::Escape(pattern) + "/ on \"" + gemma::fuzz::Escape(s) + "\": ours " +
+    GEMMA_FUZZ_CHECK(ours == theirs, "/" + gemma::fuzz::Escape(pattern) + "/ on \"" +
+                                         gemma::fuzz::Escape(s) + "\": ours " +
                                          std::to_string(ours) + ", RE2 " + std::to_string(theirs));
   }
   return 0;

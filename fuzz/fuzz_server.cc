@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const nlohmann::json::exception&) {
       return 0;  // the server's 400 invalid_json (ParseBody in server.cc)
     }
-    s::ParsedRequest pr = chat ? s::ParseChatRequest(body, ctx) : s::ParseCompletionRequest(body, ctx);
+    s::ParsedRequest pr =
+        chat ? s::ParseChatRequest(body, ctx) : s::ParseCompletionRequest(body, ctx);
     std::vector<int32_t> prompt;
     try {
       prompt = g_engine->PromptTokens(pr.input);

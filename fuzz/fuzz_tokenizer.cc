@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string json = in.ConsumeRemainingBytesAsString();
   try {
     gemma::Tokenizer tok = gemma::Tokenizer::FromJson(json, "fuzz");
-    for (auto mode : {gemma::Tokenizer::SpecialText::kMatch, gemma::Tokenizer::SpecialText::kAsText}) {
+    for (auto mode :
+         {gemma::Tokenizer::SpecialText::kMatch, gemma::Tokenizer::SpecialText::kAsText}) {
       const std::vector<int32_t> ids = tok.Encode(probe, mode);
       for (int32_t id : ids) GEMMA_FUZZ_CHECK(id >= 0 && id < tok.vocab_size(), "id range");
       (void)tok.Decode(ids);

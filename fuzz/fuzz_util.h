@@ -41,8 +41,8 @@ inline std::string Escape(std::string_view s) {
   std::abort();
 }
 
-#define GEMMA_FUZZ_CHECK(cond, what)                                             \
-  do {                                                                           \
+#define GEMMA_FUZZ_CHECK(cond, what)                                          \
+  do {                                                                        \
     if (!(cond)) ::gemma::fuzz::Violated(std::string(#cond " :: ") + (what)); \
   } while (0)
 

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -119,8 +119,8 @@ int main(int argc, char** argv) {
   std::printf("replayed %zu inputs\n", pool.size());
   if (mutate_seconds > 0 && !pool.empty()) {
     std::mt19937_64 rng(seed);
-    const auto end = std::chrono::steady_clock::now() +
-                     std::chrono::duration<double>(mutate_seconds);
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(mutate_seconds);
     long n = 0;
     while (std::chrono::steady_clock::now() < end) {
       const std::string s = Mutate(pool[rng() % pool.size()], pool, rng);

@@ -25,8 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("gemma_ckpt_fault_" + name + "_" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("gemma_ckpt_fault_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -42,10 +42,11 @@ TEST(CheckpointFault, ReplacedByRenameWhileLoadedKeepsTheMappedFile) {
   const std::string a = Scratch("a"), b = Scratch("b");
   Synthesize({.preset = "tiny", .out_dir = a, .seed = 1, .vocab_size = 1024});
   Synthesize({.preset = "tiny", .out_dir = b, .seed = 2, .vocab_size = 1024});
-  auto engine = Engine::Load({.model_path = a, .backend = "cpu", .context_capacity = 256, .threads = 1});
+  auto engine =
+      Engine::Load({.model_path = a, .backend = "cpu", .context_capacity = 256, .threads = 1});
   const std::vector<int32_t> before = Greedy(*engine);
-  const std::vector<int32_t> other =
-      Greedy(*Engine::Load({.model_path = b, .backend = "cpu", .context_capacity = 256, .threads = 1}));
+  const std::vector<int32_t> other = Greedy(
+      *Engine::Load({.model_path = b, .backend = "cpu", .context_capacity = 256, .threads = 1}));
   ASSERT_NE(before, other) << "the two random checkpoints must answer differently";
   fs::rename(fs::path(b) / "model.safetensors", fs::path(a) / "model.safetensors");
   EXPECT_EQ(Greedy(*engine), before);  // the old inode stays mapped
@@ -62,7 +63,8 @@ TEST(CheckpointFault, TruncatedInPlaceWhileMappedIsSigbusAsDocumented) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     // Child: cpu-ref reads the weights from the mapping on every token.
-    auto engine = Engine::Load({.model_path = dir, .backend = "cpu-ref", .context_capacity = 256, .threads = 1});
+    auto engine = Engine::Load(
+        {.model_path = dir, .backend = "cpu-ref", .context_capacity = 256, .threads = 1});
     fs::resize_file(fs::path(dir) / "model.safetensors", 4096);
     Greedy(*engine);
     _exit(0);  // reached only if no lost page was touched
@@ -70,8 +72,9 @@ TEST(CheckpointFault, TruncatedInPlaceWhileMappedIsSigbusAsDocumented) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS)
-      << "status " << status << ": docs/reliability.md says a checkpoint truncated in place while "
-                                "loaded ends the process with SIGBUS";
+      << "status " << status
+      << ": docs/reliability.md says a checkpoint truncated in place while "
+         "loaded ends the process with SIGBUS";
   fs::remove_all(dir);
 }
 

@@ -30,9 +30,11 @@ void AddSoakCommand(CLI::App& app) {
   cmd->add_option("--reference-backend", o->s.reference_backend,
                   "Backend that records the greedy goldens at start");
   cmd->add_option("--threads", o->s.threads, "CPU threads per engine (0 = all cores)");
-  cmd->add_option("--only-step", o->s.only_step, "Run only this step (the reproducer of a failure)");
-  cmd->add_option("--max-rss-slope", o->s.max_rss_slope_mib_per_min,
-                  "Fail when RSS grows faster than this many MiB/min after warm-up (0 = report only)");
+  cmd->add_option("--only-step", o->s.only_step,
+                  "Run only this step (the reproducer of a failure)");
+  cmd->add_option(
+      "--max-rss-slope", o->s.max_rss_slope_mib_per_min,
+      "Fail when RSS grows faster than this many MiB/min after warm-up (0 = report only)");
   cmd->callback([o, cmd] {
     soak::SoakOptions s = o->s;
     s.model_path = hub::ResolveModelPath(o->model);
@@ -42,11 +44,13 @@ void AddSoakCommand(CLI::App& app) {
                 std::to_string(s.seed) + " --backend " + s.backend + " --out " + s.out_dir;
     s.log = [](const std::string& line) { std::fprintf(stderr, "soak: %s\n", line.c_str()); };
     const nlohmann::json summary = soak::RunSoak(s);
-    std::fprintf(stderr, "soak: %s: %lld steps in %.0f s, scenarios %s, RSS slope %.3f MiB/min; %s/summary.json\n",
-                 summary["ok"].get<bool>() ? "passed" : "FAILED",
-                 static_cast<long long>(summary["steps"].get<int64_t>()),
-                 summary["elapsed_s"].get<double>(), summary["scenarios"].dump().c_str(),
-                 summary["rss"]["slope_mib_per_min"].get<double>(), s.out_dir.c_str());
+    std::fprintf(
+        stderr,
+        "soak: %s: %lld steps in %.0f s, scenarios %s, RSS slope %.3f MiB/min; %s/summary.json\n",
+        summary["ok"].get<bool>() ? "passed" : "FAILED",
+        static_cast<long long>(summary["steps"].get<int64_t>()), summary["elapsed_s"].get<double>(),
+        summary["scenarios"].dump().c_str(), summary["rss"]["slope_mib_per_min"].get<double>(),
+        s.out_dir.c_str());
     if (!summary["ok"].get<bool>()) {
       std::fprintf(stderr, "soak: reproducer: %s\n", summary["reproducer"].dump(2).c_str());
       std::exit(1);

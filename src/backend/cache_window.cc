@@ -67,7 +67,8 @@ CpuContextBytes PlanCpuContextBytes(const Model& model, const BackendOptions& op
   for (const LayerPlan& l : model.layers()) {
     if (l.cache_slot < 0) continue;
     const size_t ring = static_cast<size_t>(l.window > 0 ? geo.ring : geo.capacity);
-    b.kv += 2 * std::min(p, ring) * static_cast<size_t>(l.num_kv_heads) * l.head_dim * sizeof(float);
+    b.kv +=
+        2 * std::min(p, ring) * static_cast<size_t>(l.num_kv_heads) * l.head_dim * sizeof(float);
   }
   const size_t group = static_cast<size_t>(cfg.num_heads / std::max(1, cfg.num_kv_heads));
   b.scratch = static_cast<size_t>(std::max(1, threads)) * group * geo.capacity * sizeof(double);

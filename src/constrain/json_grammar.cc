@@ -1,8 +1,7 @@
 #include "constrain/json_grammar.h"
 
-#include <cctype>
-
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <functional>

@@ -290,7 +290,8 @@ class Parser {
         auto octal = [&] { return !AtEnd() && Peek() >= '0' && Peek() <= '7'; };
         if (c != '0' && !octal()) Fail("backreferences are not supported");
         uint32_t v = static_cast<uint32_t>(c - '0');
-        for (int n = 0; n < 2 && octal(); ++n) v = v * 8 + static_cast<uint32_t>(Peek() - '0'), ++pos_;
+        for (int n = 0; n < 2 && octal(); ++n)
+          v = v * 8 + static_cast<uint32_t>(Peek() - '0'), ++pos_;
         return {{v, v}};
       }
       case 'x': {

@@ -2,11 +2,11 @@
 //
 // Supported: literals (UTF-8), `.` (any code point but \n), classes `[a-z]`, `[^...]` with ranges
 // and escapes, `\d \w \s \D \W \S`, escapes `\n \r \t \f \v \0 \ooo (octal, as RE2) \xHH \x{H..}
-// \uHHHH` and escaped punctuation, alternation `|`, groups `(...)`, `(?:...)`, `(?P<name>...)`, `(?<name>...)`,
-// repetition `* + ? {n} {n,} {n,m}` (lazy `?` suffixes accepted; they do not change the language),
-// and `^` / `$` as the first / last character (no-ops: matching is always anchored at both ends).
-// Counted repetition is limited to 1000 (as in RE2).
-// Rejected with Error(kConstraint): lookaround `(?=` `(?!` `(?<=` `(?<!`, backreferences `\1`
+// \uHHHH` and escaped punctuation, alternation `|`, groups `(...)`, `(?:...)`, `(?P<name>...)`,
+// `(?<name>...)`, repetition `* + ? {n} {n,} {n,m}` (lazy `?` suffixes accepted; they do not change
+// the language), and `^` / `$` as the first / last character (no-ops: matching is always anchored
+// at both ends). Counted repetition is limited to 1000 (as in RE2). Rejected with
+// Error(kConstraint): lookaround `(?=` `(?!` `(?<=` `(?<!`, backreferences `\1`
 // `\k<..>`, word boundaries `\b \B`, other anchors, inline flags `(?i)`, and malformed patterns;
 // the message names the construct and its byte offset.
 #pragma once

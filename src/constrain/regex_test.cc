@@ -207,9 +207,15 @@ TEST(RegexOracleTest, OctalEscapesAgreeWithRe2) {
 // a repetition (and refused /a{1,2/).
 TEST(RegexOracleTest, BraceIsLiteralUnlessAWellFormedRepetitionLikeRe2) {
   const std::pair<const char*, std::string> cases[] = {
-      {"\\x1d{01,3}.", "\x1d{01,3}x"}, {"a{01}", "a{01}"},   {"a{1,02}", "a{1,02}"},
-      {"a{1,2", "a{1,2"},               {"a{x}", "a{x}"},     {"a{,2}", "a{,2}"},
-      {"a{0}b", "b"},                   {"a{0,1}b", "ab"},    {"a{10,}", "aaaaaaaaaaaa"},
+      {"\\x1d{01,3}.", "\x1d{01,3}x"},
+      {"a{01}", "a{01}"},
+      {"a{1,02}", "a{1,02}"},
+      {"a{1,2", "a{1,2"},
+      {"a{x}", "a{x}"},
+      {"a{,2}", "a{,2}"},
+      {"a{0}b", "b"},
+      {"a{0,1}b", "ab"},
+      {"a{10,}", "aaaaaaaaaaaa"},
   };
   for (const auto& [p, s] : cases) {
     RE2 re(p, RE2::Quiet);

@@ -50,19 +50,22 @@ TEST(ConfigLimits, PerLayerConfigEntriesAreChecked) {
   auto with_plc = [](const std::string& plc) {
     return R"({"model_type":"gemma4_text","hidden_size":8,"intermediate_size":8,
       "num_hidden_layers":5,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":4,
-      "per_layer_config":)" + plc + "}";
+      "per_layer_config":)" +
+           plc + "}";
   };
   EXPECT_NE(ErrorOf([&] { ParseModelConfig(with_plc(R"({"2":4})"), "c.json"); }, ErrorCode::kConfig)
                 .find("per_layer_config.2"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParseModelConfig(with_plc(R"({"2ion_heads":{"head_dim":8}})"), "c.json"); },
-                    ErrorCode::kConfig)
-                .find("not a layer index"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParseModelConfig(with_plc(R"({"4":{"head_dim":4294967300}})"), "c.json"); },
-                    ErrorCode::kConfig)
-                .find("head_dim"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf([&] { ParseModelConfig(with_plc(R"({"2ion_heads":{"head_dim":8}})"), "c.json"); },
+              ErrorCode::kConfig)
+          .find("not a layer index"),
+      std::string::npos);
+  EXPECT_NE(
+      ErrorOf([&] { ParseModelConfig(with_plc(R"({"4":{"head_dim":4294967300}})"), "c.json"); },
+              ErrorCode::kConfig)
+          .find("head_dim"),
+      std::string::npos);
 }
 
 // Found by the config fuzz target: json::value() with a typed default threw nlohmann's
@@ -70,17 +73,26 @@ TEST(ConfigLimits, PerLayerConfigEntriesAreChecked) {
 TEST(ConfigLimits, WrongTypesAndOutOfRangeBitsAreConfigErrors) {
   const std::string base = R"("hidden_size":8,"intermediate_size":8,"num_hidden_layers":5,
       "num_attention_heads":2,"num_key_value_heads":1,"head_dim":4)";
-  ErrorOf([&] { ParseModelConfig("{\"model_type\":7," + base + "}", "c.json"); }, ErrorCode::kConfig);
-  ErrorOf([&] {
-    ParseModelConfig(R"({"model_type":"gemma4_text",)" + base +
-                         R"(,"rope_parameters":{"sliding_attention":{"rope_type":1,"rope_theta":1e4},)"
-                         R"("full_attention":{"rope_theta":1e6}}})", "c.json");
-  }, ErrorCode::kConfig);
-  ErrorOf([&] {
-    ParseModelConfig(R"({"model_type":"gemma4_text",)" + base +
-                         R"(,"quantization_config":{"quant_method":"gemma","module_quant_configs":)"
-                         R"({"lm_head":4294967298}}})", "c.json");
-  }, ErrorCode::kUnsupported);  // "bits must be 2, 4 or 8", as for any other width
+  ErrorOf([&] { ParseModelConfig("{\"model_type\":7," + base + "}", "c.json"); },
+          ErrorCode::kConfig);
+  ErrorOf(
+      [&] {
+        ParseModelConfig(
+            R"({"model_type":"gemma4_text",)" + base +
+                R"(,"rope_parameters":{"sliding_attention":{"rope_type":1,"rope_theta":1e4},)"
+                R"("full_attention":{"rope_theta":1e6}}})",
+            "c.json");
+      },
+      ErrorCode::kConfig);
+  ErrorOf(
+      [&] {
+        ParseModelConfig(
+            R"({"model_type":"gemma4_text",)" + base +
+                R"(,"quantization_config":{"quant_method":"gemma","module_quant_configs":)"
+                R"({"lm_head":4294967298}}})",
+            "c.json");
+      },
+      ErrorCode::kUnsupported);  // "bits must be 2, 4 or 8", as for any other width
 }
 
 TEST(ConfigLimits, DeepConfigIsATypedError) {

@@ -610,7 +610,8 @@ void Synthesize(const SynthOptions& options) {
       std::error_code ec;
       for (const auto& f : fs::directory_iterator(out, ec)) {
         const std::string n = f.path().filename().string();
-        if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        if (n.size() > suffix.size() &&
+            n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
           fs::remove(f.path(), ec);
       }
     }

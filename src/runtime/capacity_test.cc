@@ -48,7 +48,8 @@ TEST_F(Capacity, HugeContextIsACapacityErrorNamingTheBytesBeforeAllocating) {
   for (const char* backend : {"cpu", "cpu-ref"}) {
     const size_t before = Rss();
     try {
-      Engine::Load({.model_path = dir_, .backend = backend, .context_capacity = 1 << 30, .threads = 2});
+      Engine::Load(
+          {.model_path = dir_, .backend = backend, .context_capacity = 1 << 30, .threads = 2});
       ADD_FAILURE() << backend << ": a 2^30-token context loaded";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
@@ -60,7 +61,8 @@ TEST_F(Capacity, HugeContextIsACapacityErrorNamingTheBytesBeforeAllocating) {
     EXPECT_LT(Rss(), before + (64u << 20)) << backend << ": allocated before refusing";
   }
   // A context that fits still loads and answers.
-  auto engine = Engine::Load({.model_path = dir_, .backend = "cpu", .context_capacity = 4096, .threads = 2});
+  auto engine =
+      Engine::Load({.model_path = dir_, .backend = "cpu", .context_capacity = 4096, .threads = 2});
   auto session = engine->NewSession();
   GenerateOptions g;
   g.max_new_tokens = 4;

@@ -6,13 +6,13 @@
 #include <filesystem>
 #include <thread>
 
-#include "gemma/text.h"
+#include "backend/cache_window.h"
 #include "chat/chat_template.h"
 #include "constrain/vocabulary.h"
-#include "backend/cache_window.h"
 #include "core/memory.h"
 #include "core/timer.h"
 #include "format/generation_config.h"
+#include "gemma/text.h"
 #include "runtime/backend_factory.h"
 #include "media/image.h"
 #include "media/video.h"
@@ -90,7 +90,8 @@ void EngineImpl::CheckHostMemory(const EngineOptions& options) const {
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto need = [&](int capacity) {
-    const CpuContextBytes b = PlanCpuContextBytes(*model_, {.capacity = capacity}, capacity, threads);
+    const CpuContextBytes b =
+        PlanCpuContextBytes(*model_, {.capacity = capacity}, capacity, threads);
     return b.kv + b.scratch;
   };
   const size_t want = need(capacity_);
@@ -98,10 +99,13 @@ void EngineImpl::CheckHostMemory(const EngineOptions& options) const {
   int lo = 0, hi = capacity_;  // the largest capacity that fits: need() grows with capacity
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    if (need(mid) <= available) lo = mid;
-    else hi = mid - 1;
+    if (need(mid) <= available)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
-  const CpuContextBytes b = PlanCpuContextBytes(*model_, {.capacity = capacity_}, capacity_, threads);
+  const CpuContextBytes b =
+      PlanCpuContextBytes(*model_, {.capacity = capacity_}, capacity_, threads);
   throw Error(ErrorCode::kCapacity,
               "a session of " + std::to_string(capacity_) + " tokens needs " +
                   std::to_string(want) + " bytes (" + FormatBytes(static_cast<double>(want)) +

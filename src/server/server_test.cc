@@ -330,8 +330,9 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
   EXPECT_EQ(Post(s.port(), "/detokenize", json{{"tokens", {1, -5}}}.dump()).status, 400);
   EXPECT_EQ(Post(s.port(), "/tokenize", json{{"content", 5}}.dump()).status, 400);
   // A flag of the wrong type was nlohmann's type_error, answered 500 (found while fuzzing).
-  EXPECT_EQ(Post(s.port(), "/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump()).status,
-            400);
+  EXPECT_EQ(
+      Post(s.port(), "/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump()).status,
+      400);
   EXPECT_EQ(Post(s.port(), "/v1/nothing", "{}").status, 404);
   // Still serving, and the tokenizer round trip works.
   EXPECT_EQ(Post(s.port(), "/v1/chat/completions", ok.dump()).status, 200);

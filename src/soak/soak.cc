@@ -52,12 +52,12 @@ uint64_t SplitMix(uint64_t x) {
 }
 
 struct Profile {
-  int golden_tokens;     // greedy tokens per golden
-  int pool_sessions;     // sessions kept alive between steps
-  int concurrent;        // threads in the concurrent scenario
-  int context;           // engine context capacity
-  int constrained_max;   // max_new_tokens of constrained requests
-  int reload_weight;     // relative frequency of engine_reload
+  int golden_tokens;    // greedy tokens per golden
+  int pool_sessions;    // sessions kept alive between steps
+  int concurrent;       // threads in the concurrent scenario
+  int context;          // engine context capacity
+  int constrained_max;  // max_new_tokens of constrained requests
+  int reload_weight;    // relative frequency of engine_reload
 };
 
 Profile GetProfile(const std::string& name) {
@@ -237,7 +237,8 @@ void Soak::RecordGoldens() {
   auto ref = Engine::Load(EngineOpts(o_.reference_backend));
   for (size_t i = 0; i < Prompts().size(); ++i) {
     auto s = ref->NewSession();
-    Result r = s->Generate(Input::Messages(UserMessages(Prompts()[i])), Greedy(prof_.golden_tokens));
+    Result r =
+        s->Generate(Input::Messages(UserMessages(Prompts()[i])), Greedy(prof_.golden_tokens));
     goldens_.push_back({r.tokens, StopReasonName(r.stop_reason)});
   }
   Log("goldens: " + std::to_string(goldens_.size()) + " prompts x " +
@@ -392,14 +393,19 @@ void Soak::SchemaScenario(std::mt19937_64& rng, json* ev) {
   }
   const json schema = json::parse(Schemas()[si]);
   if (!json::accept(r.text)) {
-    Fail("schema-constrained output is not JSON",
-         {{"prompt", prompt}, {"schema", schema}, {"options", r.resolved_config}, {"output", r.text}});
+    Fail("schema-constrained output is not JSON", {{"prompt", prompt},
+                                                   {"schema", schema},
+                                                   {"options", r.resolved_config},
+                                                   {"output", r.text}});
   }
   if (ajv_->available()) {
     const std::string err = ajv_->Check(schema, r.text);
     if (!err.empty()) {
       Fail("schema-constrained output is invalid under AJV: " + err,
-           {{"prompt", prompt}, {"schema", schema}, {"options", r.resolved_config}, {"output", r.text}});
+           {{"prompt", prompt},
+            {"schema", schema},
+            {"options", r.resolved_config},
+            {"output", r.text}});
     }
     (*ev)["validator"] = "ajv";
   } else {
@@ -415,8 +421,7 @@ void Soak::ToolCallScenario(std::mt19937_64& rng, json* ev) {
                                 "Is it cold in Oslo today?", "What is 7 plus 8?"};
   const std::string prompt = kAsks[rng() % 4];
   const json tools = Tools();
-  Result r = pool_[rng() % pool_.size()]->Generate(
-      Input::Messages(UserMessages(prompt), tools), g);
+  Result r = pool_[rng() % pool_.size()]->Generate(Input::Messages(UserMessages(prompt), tools), g);
   (*ev)["complete"] = Complete(r);
   if (!Complete(r)) {
     ++incomplete_["tool_call"];
@@ -485,11 +490,12 @@ void Soak::CancelDecode(std::mt19937_64& rng, json* ev) {
   const Input in = Input::Messages(UserMessages(Prompts()[p]));
   bool cancelled = false;
   try {
-    s.Generate(in, Greedy(prof_.golden_tokens),
-               [&](const TokenEvent& e) {
-                 if (e.index + 1 >= after) stop.request_stop();
-               },
-               stop.get_token());
+    s.Generate(
+        in, Greedy(prof_.golden_tokens),
+        [&](const TokenEvent& e) {
+          if (e.index + 1 >= after) stop.request_stop();
+        },
+        stop.get_token());
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kCancelled) throw;
     cancelled = true;
@@ -574,7 +580,8 @@ void Soak::Concurrent(std::mt19937_64& rng, json* ev) {
   }
   for (int i = 0; i < n; ++i) {
     if (failures[i]) throw *failures[i];
-    if (!errors[i].empty()) Fail("concurrent session " + std::to_string(i) + " failed: " + errors[i]);
+    if (!errors[i].empty())
+      Fail("concurrent session " + std::to_string(i) + " failed: " + errors[i]);
   }
   // One session, two threads: the second Generate while the first is inside its token callback
   // must be refused with kBusy, and the first must finish with its golden.
@@ -622,7 +629,9 @@ void Soak::Concurrent(std::mt19937_64& rng, json* ev) {
   }
   if (r.tokens != goldens_[p].tokens) {
     Fail("the request that held the session while another was refused differs from its golden",
-         {{"prompt", Prompts()[p]}, {"expected_tokens", goldens_[p].tokens}, {"got_tokens", r.tokens}});
+         {{"prompt", Prompts()[p]},
+          {"expected_tokens", goldens_[p].tokens},
+          {"got_tokens", r.tokens}});
   }
   (*ev)["threads"] = n;
   (*ev)["busy_refused"] = second == "busy";
@@ -635,11 +644,16 @@ json Soak::Step(int64_t k, std::mt19937_64& rng, std::string* scenario) {
     void (Soak::*fn)(std::mt19937_64&, json*);
   };
   const Kind kinds[] = {
-      {"greedy_golden", 6, &Soak::GreedyGolden},     {"sampling_repeat", 4, &Soak::SamplingRepeat},
-      {"regex", 3, &Soak::RegexScenario},            {"json", 2, &Soak::JsonScenario},
-      {"schema", 3, &Soak::SchemaScenario},          {"tool_call", 3, &Soak::ToolCallScenario},
-      {"multi_turn", 3, &Soak::MultiTurn},           {"cancel_decode", 3, &Soak::CancelDecode},
-      {"cancel_prefill", 3, &Soak::CancelPrefill},   {"session_destroy", 2, &Soak::SessionDestroy},
+      {"greedy_golden", 6, &Soak::GreedyGolden},
+      {"sampling_repeat", 4, &Soak::SamplingRepeat},
+      {"regex", 3, &Soak::RegexScenario},
+      {"json", 2, &Soak::JsonScenario},
+      {"schema", 3, &Soak::SchemaScenario},
+      {"tool_call", 3, &Soak::ToolCallScenario},
+      {"multi_turn", 3, &Soak::MultiTurn},
+      {"cancel_decode", 3, &Soak::CancelDecode},
+      {"cancel_prefill", 3, &Soak::CancelPrefill},
+      {"session_destroy", 2, &Soak::SessionDestroy},
       {"engine_reload", prof_.reload_weight, &Soak::EngineReload},
       {"concurrent", 2, &Soak::Concurrent},
   };
@@ -709,9 +723,16 @@ json Soak::Run() {
       ev = Step(k, rng, &scenario);
       ev["ok"] = true;
     } catch (const Failure& f) {
-      ev = {{"step", k}, {"scenario", scenario}, {"ok", false}, {"error", f.what}, {"details", f.details}};
+      ev = {{"step", k},
+            {"scenario", scenario},
+            {"ok", false},
+            {"error", f.what},
+            {"details", f.details}};
     } catch (const std::exception& e) {
-      ev = {{"step", k}, {"scenario", scenario}, {"ok", false}, {"error", std::string("unexpected: ") + e.what()}};
+      ev = {{"step", k},
+            {"scenario", scenario},
+            {"ok", false},
+            {"error", std::string("unexpected: ") + e.what()}};
     }
     ev["ms"] = t.Ms();
     ++steps_;
@@ -729,7 +750,8 @@ json Soak::Run() {
                   {"error", ev["error"]},
                   {"details", ev.value("details", json::object())},
                   {"rerun", o_.command + " --only-step " + std::to_string(k)}};
-      Log("FAILED at step " + std::to_string(k) + " (" + scenario + "): " + ev["error"].get<std::string>());
+      Log("FAILED at step " + std::to_string(k) + " (" + scenario +
+          "): " + ev["error"].get<std::string>());
       WriteProgress(false);
       break;
     }
@@ -746,40 +768,46 @@ json Soak::Run() {
   }
   const double slope = Slope(xt, yb);
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-  json rss = {{"samples", rss_bytes_.size()},
-              {"warmup_s", warmup_s},
-              {"first_mib", rss_bytes_.empty() ? 0 : rss_bytes_.front() / (1 << 20)},
-              {"after_warmup_first_mib", yb.empty() ? 0 : yb.front()},
-              {"last_mib", rss_bytes_.empty() ? 0 : rss_bytes_.back() / (1 << 20)},
-              {"max_mib", rss_bytes_.empty() ? 0 : *std::max_element(rss_bytes_.begin(), rss_bytes_.end()) / (1 << 20)},
-              {"slope_mib_per_min", slope}};
-  if (failure_.is_null() && o_.max_rss_slope_mib_per_min > 0 && slope > o_.max_rss_slope_mib_per_min) {
+  json rss = {
+      {"samples", rss_bytes_.size()},
+      {"warmup_s", warmup_s},
+      {"first_mib", rss_bytes_.empty() ? 0 : rss_bytes_.front() / (1 << 20)},
+      {"after_warmup_first_mib", yb.empty() ? 0 : yb.front()},
+      {"last_mib", rss_bytes_.empty() ? 0 : rss_bytes_.back() / (1 << 20)},
+      {"max_mib", rss_bytes_.empty()
+                      ? 0
+                      : *std::max_element(rss_bytes_.begin(), rss_bytes_.end()) / (1 << 20)},
+      {"slope_mib_per_min", slope}};
+  if (failure_.is_null() && o_.max_rss_slope_mib_per_min > 0 &&
+      slope > o_.max_rss_slope_mib_per_min) {
     failure_ = {{"seed", o_.seed},
                 {"scenario", "memory_plateau"},
                 {"error", "RSS grows " + std::to_string(slope) + " MiB/min after warm-up (limit " +
                               std::to_string(o_.max_rss_slope_mib_per_min) + ")"},
                 {"rerun", o_.command}};
   }
-  json summary = {{"ok", failure_.is_null()},
-                  {"seed", o_.seed},
-                  {"profile", o_.profile},
-                  {"backend", engine_ ? engine_->backend_name() : o_.backend},
-                  {"reference_backend", o_.reference_backend},
-                  {"model", o_.model_path},
-                  {"minutes_requested", o_.minutes},
-                  {"elapsed_s", elapsed},
-                  {"steps", steps_},
-                  {"scenarios", counts_},
-                  {"incomplete_constrained", incomplete_},
-                  {"schema_validator", ajv_->available() ? "ajv" : "json parse only"},
+  json summary = {
+    {"ok", failure_.is_null()},
+    {"seed", o_.seed},
+    {"profile", o_.profile},
+    {"backend", engine_ ? engine_->backend_name() : o_.backend},
+    {"reference_backend", o_.reference_backend},
+    {"model", o_.model_path},
+    {"minutes_requested", o_.minutes},
+    {"elapsed_s", elapsed},
+    {"steps", steps_},
+    {"scenarios", counts_},
+    {"incomplete_constrained", incomplete_},
+    {"schema_validator", ajv_->available() ? "ajv" : "json parse only"},
 #if GEMMA_HAVE_RE2
-                  {"regex_validator", "re2"},
+    {"regex_validator", "re2"},
 #else
-                  {"regex_validator", "none"},
+    {"regex_validator", "none"},
 #endif
-                  {"failures", failure_.is_null() ? 0 : 1},
-                  {"rss", rss},
-                  {"command", o_.command}};
+    {"failures", failure_.is_null() ? 0 : 1},
+    {"rss", rss},
+    {"command", o_.command}
+  };
   if (!failure_.is_null()) summary["reproducer"] = failure_;
   Event({{"event", "end"}, {"ok", summary["ok"]}, {"steps", steps_}});
   WriteProgress(true);
@@ -819,7 +847,8 @@ size_t ResidentBytes() {
 json RunSoak(const SoakOptions& options) {
   if (options.model_path.empty()) throw Error(ErrorCode::kInvalidArgument, "soak needs --model");
   if (options.out_dir.empty()) throw Error(ErrorCode::kInvalidArgument, "soak needs --out");
-  if (!(options.minutes > 0)) throw Error(ErrorCode::kInvalidArgument, "soak --minutes must be > 0");
+  if (!(options.minutes > 0))
+    throw Error(ErrorCode::kInvalidArgument, "soak --minutes must be > 0");
   Soak s(options);
   return s.Run();
 }

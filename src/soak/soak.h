@@ -35,14 +35,14 @@ namespace gemma::soak {
 
 struct SoakOptions {
   std::string model_path;
-  std::string backend = "cpu";            // engine under test
+  std::string backend = "cpu";                // engine under test
   std::string reference_backend = "cpu-ref";  // records the goldens at start
-  std::string profile = "smoke";          // smoke | full (sizes: docs/reliability.md)
-  double minutes = 2;                     // steps start until this much wall time has passed
-  std::string out_dir;                    // created if missing
+  std::string profile = "smoke";              // smoke | full (sizes: docs/reliability.md)
+  double minutes = 2;                         // steps start until this much wall time has passed
+  std::string out_dir;                        // created if missing
   uint64_t seed = 1;
-  int threads = 0;                        // CPU threads per engine (0 = all cores)
-  int64_t only_step = -1;                 // >= 0: run only this step (a reproducer)
+  int threads = 0;         // CPU threads per engine (0 = all cores)
+  int64_t only_step = -1;  // >= 0: run only this step (a reproducer)
   // AJV: tests/constrain/ajv_validate.js and the npm assets' node_modules (tools/setup.sh).
   std::string ajv_script;
   std::string node_modules;

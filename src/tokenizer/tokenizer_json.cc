@@ -401,9 +401,10 @@ class Loader {
     if (j.is_null()) return;
     // The normalizer leaves no ' ' behind, so a Split on " " never splits, whatever its behavior.
     // Comparisons, not j.value(): a typed default throws on a value of another type.
-    bool ok = j.is_object() && j.contains("type") && j["type"] == "Split" && j.contains("pattern") &&
-              j["pattern"] == json{{"String", " "}} && j.contains("invert") && j["invert"] == false &&
-              j.contains("behavior") && j.size() == 4;
+    bool ok = j.is_object() && j.contains("type") && j["type"] == "Split" &&
+              j.contains("pattern") && j["pattern"] == json{{"String", " "}} &&
+              j.contains("invert") && j["invert"] == false && j.contains("behavior") &&
+              j.size() == 4;
     if (!ok) {
       Fail(origin_, "pre_tokenizer " + j.dump() +
                         " is not supported (only null or Split on the string \" \")");

@@ -256,7 +256,8 @@ TEST(TokenizerLoad, UnsupportedPreTokenizer) {
 // type_error from json::value() instead of a kTokenizer error.
 TEST(TokenizerLoad, PreTokenizerFieldsOfTheWrongTypeAreRejected) {
   Parts p;
-  p.pre_tokenizer = R"({"type":5,"pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":false})";
+  p.pre_tokenizer =
+      R"({"type":5,"pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":false})";
   ExpectError(p.Json(), "pre_tokenizer");
   p.pre_tokenizer =
       R"({"type":"Split","pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":0})";

@@ -253,8 +253,15 @@ Dfa Determinize(const Nfa& nfa, Fragment f, const std::array<uint16_t, kNumSymbo
   ids.emplace(init, 0);
   sets.push_back(std::move(init));
   std::vector<std::vector<uint32_t>> targets(num_classes);
+  // The state bound alone does not bound the work: with large subsets (a pattern like
+  // `.{20}.*x.{30}` inside a JSON string) 200,000 states took minutes and gigabytes. NFA states
+  // visited (which also bounds the subsets kept) are capped too; fuzz_schema found a 150-byte
+  // schema pattern that compiled for 3 min 41 s.
+  constexpr size_t kMaxWork = size_t{100} << 20;
+  size_t work = 0;
   for (size_t i = 0; i < sets.size(); ++i) {
     for (auto& t : targets) t.clear();
+    work += sets[i].size();
     bool acc = false;
     for (uint32_t s : sets[i]) {
       if (s == f.end) acc = true;
@@ -272,6 +279,12 @@ Dfa Determinize(const Nfa& nfa, Fragment f, const std::array<uint16_t, kNumSymbo
       std::sort(t.begin(), t.end());
       t.erase(std::unique(t.begin(), t.end()), t.end());
       Closure(nfa, &t, &mark);
+      work += t.size();
+      if (work > kMaxWork) {
+        throw Error(ErrorCode::kConstraint,
+                    "automaton construction exceeds its work bound (" + std::to_string(sets.size()) +
+                        " states so far); simplify the regex/schema (many '.' around '.*'?)");
+      }
       auto it = ids.find(t);
       if (it == ids.end()) {
         if (sets.size() >= max_states) {

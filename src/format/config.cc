@@ -63,6 +63,20 @@ class Reader {
   std::string prefix_;
 };
 
+// libstdc++'s std::regex overflows a signed long reading a repetition count of 19+ digits
+// (undefined behaviour, found by fuzz/fuzz_config.cc under UBSan) and recurses per pattern
+// element: QAT module patterns (tens of characters in real configs) are bounded before it sees
+// them. "" when acceptable, else what is wrong.
+std::string QatPatternProblem(const std::string& p) {
+  if (p.size() > 1024) return "longer than 1,024 characters";
+  size_t digits = 0;
+  for (char c : p) {
+    digits = (c >= '0' && c <= '9') ? digits + 1 : 0;
+    if (digits > 6) return "holds a number of more than 6 digits";
+  }
+  return "";
+}
+
 RopeParams ParseRope(const Reader& r, const json& j, const std::string& key) {
   RopeParams p;
   if (!j.is_object()) r.Fail(ErrorCode::kConfig, key, "must be an object");
@@ -296,6 +310,8 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
         r.Fail(ErrorCode::kConfig, key, "must be {num_bits: N} or N");
       }
       check_bits(bits, key);
+      if (const std::string why = QatPatternProblem(it.key()); !why.empty())
+        r.Fail(ErrorCode::kConfig, key, "pattern " + why);
       try {
         qc.rules.push_back({it.key(), std::regex(it.key(), std::regex::ECMAScript), bits});
       } catch (const std::regex_error& e) {
@@ -309,6 +325,8 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
     for (const json& x : m) {
       if (!x.is_string()) r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "non-string entry");
       qc.not_convert.push_back(x.get<std::string>());
+      if (const std::string why = QatPatternProblem(x.get<std::string>()); !why.empty())
+        r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "entry " + x.dump() + " " + why);
       try {
         qc.not_convert_re.emplace_back(x.get<std::string>(), std::regex::ECMAScript);
       } catch (const std::regex_error& e) {

@@ -584,6 +584,7 @@ class VulkanBackend : public Backend {
 
   // One step over `tokens` with the `nth` dispatch labelled `label` (linear_dp or attention) run
   // as its PROBE variant: per-stage device-clock times of its workgroups, as a markdown table.
+  void RecordArgmaxStep(Rec& rc, int m);
   std::string ProbeKernel(std::span<const int32_t> tokens, const std::string& label, int nth);
 
   std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens);

@@ -2,6 +2,19 @@
 
 namespace gemma::vulkan_internal {
 
+// The body and head of an argmax step over m tokens at the current position, recorded as a step
+// records them (one token: as DecodeCommand; more: as a prompt chunk's last position).
+void VulkanBackend::RecordArgmaxStep(Rec& rc, int m) {
+  if (m == 1) {
+    rc.fuse_head = head_norm_;  // (as DecodeCommand)
+    rc.long_ctx = LongContextStep();
+    RecordBody(rc, 1, splits_);
+    RecordHead(rc, 0, 1, OutputMode::kArgmax);
+  } else {
+    RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
+  }
+}
+
 // readbw over each range (its 16-byte words, with that many workgroups), the dispatches back to
 // back in one command buffer: bytes read per second, the median of `iters` timed passes after
 // one more; 0 without timestamps.
@@ -112,14 +125,7 @@ std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const st
   RecordInputs(rc, m, OutputMode::kArgmax);
   rc.probe_label = &label;
   rc.probe_nth = nth;
-  if (m == 1) {
-    rc.fuse_head = head_norm_;  // (as DecodeCommand)
-    rc.long_ctx = LongContextStep();
-    RecordBody(rc, 1, splits_);
-    RecordHead(rc, 0, 1, OutputMode::kArgmax);
-  } else {
-    RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
-  }
+  RecordArgmaxStep(rc, m);
   dev_->Barrier(cb);
   const VkBufferCopy cp{prof_.r.offset, prof_host_.r.offset,
                         std::min<size_t>(prof_.r.size, prof_host_.r.size)};
@@ -220,14 +226,7 @@ std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
   labels.push_back("step inputs (copies, fills, barrier)");
   dev_->WriteTimestamp(cb, 1);
   rc.labels = &labels;
-  if (m == 1) {
-    rc.fuse_head = head_norm_;  // (as DecodeCommand)
-    rc.long_ctx = LongContextStep();
-    RecordBody(rc, 1, splits_);
-    RecordHead(rc, 0, 1, OutputMode::kArgmax);
-  } else {
-    RecordHead(rc, RecordPromptStep(rc, m, window_.cached(), m - 1, 1), 1, OutputMode::kArgmax);
-  }
+  RecordArgmaxStep(rc, m);
   End(cb);
   dev_->Submit(cb);
   const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));

@@ -7,10 +7,36 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "gemma/error.h"
 
 namespace gemma::vk {
+
+// What a device's contexts share: the handles (destroyed with the last context), the queue's lock
+// (vkQueueSubmit needs external synchronization) and the pipelines, built once under their lock.
+struct Core {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDevice dev = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  std::mutex queue_mu, pipe_mu;
+  std::map<std::string, VkShaderModule> modules;
+  std::map<std::pair<std::string, std::vector<uint32_t>>, VkPipeline> pipelines;
+
+  ~Core() {
+    if (dev) {
+      vkDeviceWaitIdle(dev);
+      for (auto& [k, p] : pipelines) vkDestroyPipeline(dev, p, nullptr);
+      for (auto& [k, m] : modules) vkDestroyShaderModule(dev, m, nullptr);
+      if (layout) vkDestroyPipelineLayout(dev, layout, nullptr);
+      if (set_layout) vkDestroyDescriptorSetLayout(dev, set_layout, nullptr);
+      vkDestroyDevice(dev, nullptr);
+    }
+    if (instance) vkDestroyInstance(instance, nullptr);
+  }
+};
+
 namespace {
 
 const char* ResultName(VkResult r) {
@@ -58,15 +84,52 @@ int TypeRank(VkPhysicalDeviceType t) {
 
 }  // namespace
 
-Device::Device(const DeviceOptions& options) {
+Device::Device(const DeviceOptions& options) : core_(std::make_shared<Core>()) {
   try {
     Init(options);
+    InitContext();
   } catch (...) {
-    // The destructor does not run for a throwing constructor: release what Init created.
-    if (dev_) vkDestroyDevice(dev_, nullptr);
-    if (instance_) vkDestroyInstance(instance_, nullptr);
+    // The destructor does not run for a throwing constructor: release what Init created (the
+    // core goes with its last owner).
+    DestroyContext();
     throw;
   }
+}
+
+std::unique_ptr<Device> Device::NewContext() const {
+  std::unique_ptr<Device> d(new Device());
+  d->core_ = core_;
+  d->instance_ = instance_;
+  d->phys_ = phys_;
+  d->dev_ = dev_;
+  d->queue_ = queue_;
+  d->family_ = family_;
+  d->set_layout_ = set_layout_;
+  d->layout_ = layout_;
+  d->mem_props_ = mem_props_;
+  d->name_ = name_;
+  d->subgroup_size_ = subgroup_size_;
+  d->min_subgroup_size_ = min_subgroup_size_;
+  d->int_dot_ = int_dot_;
+  d->int_dot_accelerated_ = int_dot_accelerated_;
+  d->coop_matrix_ = coop_matrix_;
+  d->device_clock_ = device_clock_;
+  d->subgroup_clock_ = subgroup_clock_;
+  d->pipe_stats_ = pipe_stats_;
+  d->dump_dir_ = dump_dir_;
+  d->max_range_ = max_range_;
+  d->align_ = align_;
+  d->max_alloc_ = max_alloc_;
+  d->cpu_ = cpu_;
+  d->discrete_ = discrete_;
+  d->device_local_bytes_ = device_local_bytes_;
+  d->spin_us_ = spin_us_;
+  d->ts_period_ = ts_period_;
+  d->compute_units_ = compute_units_;
+  d->max_shared_ = max_shared_;
+  d->ts_valid_ = ts_valid_;
+  d->InitContext();  // (a throw destroys d, and with it what InitContext made)
+  return d;
 }
 
 void Device::Init(const DeviceOptions& options) {
@@ -76,6 +139,7 @@ void Device::Init(const DeviceOptions& options) {
   VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   ici.pApplicationInfo = &app;
   VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
+  if (r == VK_SUCCESS) core_->instance = instance_;
   if (r != VK_SUCCESS) {
     throw Error(ErrorCode::kDevice,
                 std::string("vulkan: no Vulkan driver (vkCreateInstance: ") + ResultName(r) + ")");
@@ -136,8 +200,6 @@ void Device::Init(const DeviceOptions& options) {
     }
   }
   if (pick < 0) {
-    vkDestroyInstance(instance_, nullptr);
-    instance_ = VK_NULL_HANDLE;
     throw Error(ErrorCode::kDevice,
                 "vulkan: no usable Vulkan device (need Vulkan 1.1 compute with subgroup "
                 "arithmetic and shuffles and " +
@@ -341,14 +403,9 @@ void Device::Init(const DeviceOptions& options) {
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   Check(vkCreateDevice(phys_, &dci, nullptr, &dev_), "vkCreateDevice");
+  core_->dev = dev_;
   vkGetDeviceQueue(dev_, family_, 0, &queue_);
-
-  VkCommandPoolCreateInfo cpi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  cpi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  cpi.queueFamilyIndex = family_;
-  Check(vkCreateCommandPool(dev_, &cpi, nullptr, &cmd_pool_), "vkCreateCommandPool");
-  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  Check(vkCreateFence(dev_, &fci, nullptr, &fence_), "vkCreateFence");
+  ts_valid_ = qf[family_].timestampValidBits > 0 && ts_period_ > 0;
 
   std::array<VkDescriptorSetLayoutBinding, kBindings> b{};
   for (int i = 0; i < kBindings; ++i) {
@@ -361,6 +418,7 @@ void Device::Init(const DeviceOptions& options) {
   dl.bindingCount = kBindings;
   dl.pBindings = b.data();
   Check(vkCreateDescriptorSetLayout(dev_, &dl, nullptr, &set_layout_), "descriptor set layout");
+  core_->set_layout = set_layout_;
   VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
   VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   pl.setLayoutCount = 1;
@@ -368,6 +426,16 @@ void Device::Init(const DeviceOptions& options) {
   pl.pushConstantRangeCount = 1;
   pl.pPushConstantRanges = &pc;
   Check(vkCreatePipelineLayout(dev_, &pl, nullptr, &layout_), "pipeline layout");
+  core_->layout = layout_;
+}
+
+void Device::InitContext() {
+  VkCommandPoolCreateInfo cpi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  cpi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  cpi.queueFamilyIndex = family_;
+  Check(vkCreateCommandPool(dev_, &cpi, nullptr, &cmd_pool_), "vkCreateCommandPool");
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  Check(vkCreateFence(dev_, &fci, nullptr, &fence_), "vkCreateFence");
   const uint32_t kMaxSets = 8192;
   VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSets * kBindings};
   VkDescriptorPoolCreateInfo dp{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
@@ -376,38 +444,48 @@ void Device::Init(const DeviceOptions& options) {
   dp.pPoolSizes = &ps;
   Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &desc_pool_), "descriptor pool");
 
-  if (qf[family_].timestampValidBits > 0 && ts_period_ > 0) {
+  if (ts_valid_) {
     VkQueryPoolCreateInfo qp{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qp.queryType = VK_QUERY_TYPE_TIMESTAMP;
     qp.queryCount = kMaxTimestamps;
     if (vkCreateQueryPool(dev_, &qp, nullptr, &ts_pool_) != VK_SUCCESS) ts_pool_ = VK_NULL_HANDLE;
   }
-  staging_bytes_ = 64u << 20;
-  staging_ = MakeChunk(Pool::kHost, staging_bytes_);
   upload_cmd_ = AllocCommandBuffer();
   dummy_handle_ = Reserve(Pool::kDevice, 256);
 }
 
-Device::~Device() {
-  if (dev_) {
-    vkDeviceWaitIdle(dev_);
-    for (auto& [k, p] : pipelines_) vkDestroyPipeline(dev_, p, nullptr);
-    for (auto& [k, m] : modules_) vkDestroyShaderModule(dev_, m, nullptr);
-    if (desc_pool_) vkDestroyDescriptorPool(dev_, desc_pool_, nullptr);
-    if (layout_) vkDestroyPipelineLayout(dev_, layout_, nullptr);
-    if (set_layout_) vkDestroyDescriptorSetLayout(dev_, set_layout_, nullptr);
-    chunks_.push_back(staging_);
-    for (Chunk& c : chunks_) {
-      if (c.buf) vkDestroyBuffer(dev_, c.buf, nullptr);
-      if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
-    }
-    if (fence_) vkDestroyFence(dev_, fence_, nullptr);
-    for (VkEvent e : events_) vkDestroyEvent(dev_, e, nullptr);
-    if (ts_pool_) vkDestroyQueryPool(dev_, ts_pool_, nullptr);
-    if (cmd_pool_) vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
-    vkDestroyDevice(dev_, nullptr);
+Device::~Device() { DestroyContext(); }
+
+void Device::DestroyContext() {
+  if (!dev_) return;
+  if (queue_) {
+    // (this context's submissions end; waiting on the queue needs its lock)
+    std::lock_guard<std::mutex> lock(core_->queue_mu);
+    vkQueueWaitIdle(queue_);
   }
-  if (instance_) vkDestroyInstance(instance_, nullptr);
+  if (desc_pool_) vkDestroyDescriptorPool(dev_, desc_pool_, nullptr);
+  ReleaseStaging();
+  for (Chunk& c : chunks_) {
+    if (c.buf) vkDestroyBuffer(dev_, c.buf, nullptr);
+    if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
+  }
+  chunks_.clear();
+  if (fence_) vkDestroyFence(dev_, fence_, nullptr);
+  for (VkEvent e : events_) vkDestroyEvent(dev_, e, nullptr);
+  if (ts_pool_) vkDestroyQueryPool(dev_, ts_pool_, nullptr);
+  if (cmd_pool_) vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
+  desc_pool_ = VK_NULL_HANDLE;
+  fence_ = VK_NULL_HANDLE;
+  events_.clear();
+  ts_pool_ = VK_NULL_HANDLE;
+  cmd_pool_ = VK_NULL_HANDLE;
+}
+
+void Device::ReleaseStaging() {
+  if (staging_.buf) vkDestroyBuffer(dev_, staging_.buf, nullptr);
+  if (staging_.mem) vkFreeMemory(dev_, staging_.mem, nullptr);
+  staging_ = {};
+  staging_bytes_ = 0;
 }
 
 uint32_t Device::FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want,
@@ -529,6 +607,12 @@ BufRange Device::Whole(VkBuffer buf) const {
 
 void Device::Upload(const BufRange& dst, size_t dst_off, const void* src, size_t bytes) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
+  constexpr size_t kStagingMax = 64u << 20;
+  if (staging_bytes_ < std::min(bytes, kStagingMax)) {
+    ReleaseStaging();
+    staging_bytes_ = std::min(bytes, kStagingMax);
+    staging_ = MakeChunk(Pool::kHost, staging_bytes_);
+  }
   while (bytes > 0) {
     const size_t n = std::min(bytes, staging_bytes_);
     std::memcpy(staging_.mapped, s, n);
@@ -556,10 +640,11 @@ void Device::Fill(const BufRange& dst, uint32_t value) {
 }
 
 VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spec) {
+  std::lock_guard<std::mutex> lock(core_->pipe_mu);
   auto key = std::make_pair(std::string(shader), spec);
-  auto it = pipelines_.find(key);
-  if (it != pipelines_.end()) return it->second;
-  VkShaderModule& mod = modules_[shader];
+  auto it = core_->pipelines.find(key);
+  if (it != core_->pipelines.end()) return it->second;
+  VkShaderModule& mod = core_->modules[shader];
   if (!mod) {
     std::span<const uint32_t> code = SpirvModule(shader);
     if (code.empty()) throw Error(ErrorCode::kInternal, std::string("no SPIR-V for ") + shader);
@@ -592,7 +677,7 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   VkPipeline p;
   Check(vkCreateComputePipelines(dev_, cache, 1, &ci, nullptr, &p),
         (std::string("vkCreateComputePipelines ") + shader).c_str());
-  pipelines_[key] = p;
+  core_->pipelines[key] = p;
   if (pipe_stats_) PrintPipelineStats(shader, spec, p);
   if (cache != VK_NULL_HANDLE) {
     size_t n = 0;
@@ -745,7 +830,12 @@ void Device::SubmitBegin(VkCommandBuffer cmd) {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd;
   const auto s0 = std::chrono::steady_clock::now();
-  Check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  VkResult r;
+  {
+    std::lock_guard<std::mutex> lock(core_->queue_mu);
+    r = vkQueueSubmit(queue_, 1, &si, fence_);
+  }
+  Check(r, "vkQueueSubmit");
   last_submit_call_us_ =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count();
 }

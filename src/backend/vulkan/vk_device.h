@@ -5,9 +5,14 @@
 // large allocations per pool (device-local for weights, caches and activations; host-visible for
 // staging and readback); each buffer is a sub-range bound at its own offset. A single reservation
 // must fit maxStorageBufferRange (callers split larger tensors).
-// Every pipeline shares one layout: 12 storage buffers in set 0 and 128 bytes of push constants.
+// Every pipeline shares one layout: 16 storage buffers in set 0 and 128 bytes of push constants.
 // Errors (including VK_ERROR_DEVICE_LOST) throw gemma::Error(kDevice); a Device that threw from
 // Submit() must be discarded.
+//
+// Contexts: NewContext() makes another Device on the same VkDevice, queue and pipelines (a Core
+// they share) with its own memory, command pool, fence, events, descriptor sets and timestamps,
+// so buffers of one context may be bound by another (the shared weights) and contexts may record
+// and submit on different threads at once (the queue and the pipeline cache are locked).
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -58,10 +63,17 @@ struct DeviceOptions {
 // can map where the device offers it (a copy from it stays on the device), else as kHost.
 enum class Pool { kDevice, kHost, kUpload };
 
+struct Core;  // the instance, device, queue and pipelines a device's contexts share
+
 class Device {
  public:
   explicit Device(const DeviceOptions& options);
   ~Device();
+  // Another context on this device (see above).
+  std::unique_ptr<Device> NewContext() const;
+  // Frees the upload staging memory (allocated again, as large as needed up to 64 MiB, by the
+  // next Upload).
+  void ReleaseStaging();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -153,11 +165,16 @@ class Device {
     size_t bytes;
     BufRange range;
   };
+  Device() = default;
   void Init(const DeviceOptions& options);
+  void InitContext();
+  void DestroyContext();
   uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
   Chunk MakeChunk(Pool pool, size_t bytes);
   void PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec, VkPipeline p);
 
+  std::shared_ptr<Core> core_;
+  // Copies of the core's handles and properties (the core owns the handles).
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice phys_ = VK_NULL_HANDLE;
   VkDevice dev_ = VK_NULL_HANDLE;
@@ -185,6 +202,8 @@ class Device {
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;
   uint32_t max_shared_ = 16384;
+  bool ts_valid_ = false;  // the queue family writes timestamps
+  // This context's own objects.
   bool fail_next_submit_ = false;
 
   std::vector<Chunk> chunks_;
@@ -195,8 +214,6 @@ class Device {
   BufRange dummy_;
   int dummy_handle_ = -1;
   VkCommandBuffer upload_cmd_ = VK_NULL_HANDLE;
-  std::map<std::string, VkShaderModule> modules_;
-  std::map<std::pair<std::string, std::vector<uint32_t>>, VkPipeline> pipelines_;
   std::map<std::array<BufRange, kBindings>, VkDescriptorSet> sets_;
 };
 

@@ -6,6 +6,8 @@ namespace vulkan_internal {
 void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   const int n = static_cast<int>(req.tokens.size());
   ValidateForward(req, window_.cached(), capacity_, cfg_.vocab_size);
+  // Another context's device failure replaced the engine's device: rebuild on the new one.
+  if (!broken_ && weights_->generation != shared_->generation()) broken_ = true;
   if (broken_) Rebuild();
   *out = ForwardResult();
   const CacheWindow entry = window_;
@@ -371,7 +373,8 @@ using vulkan_internal::VulkanBackend;
 
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
                                              const VulkanOptions& vulkan) {
-  return std::make_unique<VulkanBackend>(model, options, vulkan);
+  return std::make_unique<VulkanBackend>(std::make_shared<vulkan_internal::VulkanShared>(model, vulkan),
+                                         options);
 }
 
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options) {

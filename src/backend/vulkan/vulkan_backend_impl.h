@@ -18,6 +18,8 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -217,10 +219,59 @@ struct CacheSlot {
   int ring = 0, width = 0;
 };
 
+// Weight planning and upload on a device (the shared weights' builder; kernel tests' linears):
+// rows split into parts of at most part_limit bytes; *bytes grows by the bytes reserved.
+DevLinear PlanDevLinear(Device& dev, size_t part_limit, const Linear& lin, size_t* bytes);
+void UploadDevLinear(Device& dev, DevLinear& d);
+
+// The weights on the device, shared by a model's contexts: the Device whose memory holds them
+// (the first context on its core; the contexts are further contexts on that core) and where each
+// tensor lies.
+struct DeviceWeights {
+  std::unique_ptr<Device> dev;
+  std::vector<DevLayer> layers;
+  DevLinear ple_proj, lm_head;
+  Buf ple_norm, final_norm;
+  size_t bytes = 0;
+  int generation = 0;
+};
+
+// The engine-level state of the Vulkan backend (one per BackendModel): the device and weights,
+// built once and again after a device failure. Thread-safe.
+class VulkanShared {
+ public:
+  VulkanShared(const Model& model, const VulkanOptions& vopt) : model_(model), vopt_(vopt) {}
+  const Model& model() const { return model_; }
+  const VulkanOptions& options() const { return vopt_; }
+  // The current device and weights, built on first use and after Lost (Error kDevice when no
+  // usable device exists).
+  std::shared_ptr<const DeviceWeights> Acquire();
+  // A context's device `w` failed: the next Acquire builds a new device and uploads the weights
+  // again (other contexts still on `w` rebuild on their next step; `w` lives until they do).
+  void Lost(const DeviceWeights* w);
+  // The current weights' generation (-1 after Lost, until the next Acquire).
+  int generation() const;
+
+ private:
+  const Model& model_;
+  const VulkanOptions vopt_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const DeviceWeights> current_;
+  int next_generation_ = 0;
+};
+
+// The kernel choices of a model's contexts: the options', then the developer override
+// (GEMMA_VULKAN_KERNELS).
+KernelConfig EffectiveKernels(const VulkanOptions& vopt);
+
 class VulkanBackend : public Backend {
  public:
-  VulkanBackend(const Model& model, const BackendOptions& options, const VulkanOptions& vopt)
-      : model_(model), cfg_(model.text()), vopt_(vopt), options_(options) {
+  VulkanBackend(std::shared_ptr<VulkanShared> shared, const BackendOptions& options)
+      : model_(shared->model()),
+        cfg_(model_.text()),
+        vopt_(shared->options()),
+        options_(options),
+        shared_(std::move(shared)) {
     // (Build plans the caches and the prompt chunk once the device is known: PlanGeometry.)
     Build();
   }
@@ -246,8 +297,8 @@ class VulkanBackend : public Backend {
 
   size_t resident_bytes() const override {
     if (!dev_) return 0;
-    return dev_->committed_bytes(Pool::kDevice) - weight_bytes_ +
-           dev_->committed_bytes(Pool::kHost) + dev_->committed_bytes(Pool::kUpload);
+    return dev_->committed_bytes(Pool::kDevice) + dev_->committed_bytes(Pool::kHost) +
+           dev_->committed_bytes(Pool::kUpload);
   }
 
   void Forward(const ForwardRequest& req, ForwardResult* out) override;
@@ -286,21 +337,12 @@ class VulkanBackend : public Backend {
     return vopt_.max_weight_part_bytes > 0 ? std::min(dev, vopt_.max_weight_part_bytes) : dev;
   }
 
-  DevLinear PlanLinear(const Linear& lin);
-
-  void UploadLinear(DevLinear& d);
-
-  Buf PlanVec(const std::vector<float>& v) {
-    if (v.empty()) return {};
-    Buf b = Reserve(Pool::kDevice, 4 * v.size());
-    weight_bytes_ += 4 * v.size();
-    return b;
+  // A linear of this context's own (kernel tests).
+  DevLinear PlanLinear(const Linear& lin) {
+    size_t bytes = 0;
+    return PlanDevLinear(*dev_, WeightPartLimit(), lin, &bytes);
   }
-  void UploadVec(Buf& b, const std::vector<float>& v) {
-    if (b.handle < 0) return;
-    Resolve(b);
-    dev_->Upload(b.r, 0, v.data(), 4 * v.size());
-  }
+  void UploadLinear(DevLinear& d) { UploadDevLinear(*dev_, d); }
 
   static int RotatedCount(const std::vector<float>& inv) {
     int rot = 0;
@@ -662,6 +704,10 @@ class VulkanBackend : public Backend {
   bool broken_ = false;
   int rebuilds_ = 0;
 
+  // The engine-level state, the device and weights this context was built on (declared before
+  // dev_: this context's Device goes first), and this context's Device on their core.
+  std::shared_ptr<VulkanShared> shared_;
+  std::shared_ptr<const DeviceWeights> weights_;
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
   int mm_kernel_ = 1;          // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)

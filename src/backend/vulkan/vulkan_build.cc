@@ -2,22 +2,151 @@
 
 namespace gemma::vulkan_internal {
 
+KernelConfig EffectiveKernels(const VulkanOptions& vopt) {
+  KernelConfig kc = vopt.kernels;
+  kc.Apply(KernelConfig::FromEnvironment());
+  return kc;
+}
+
+namespace {
+
+// The down projections' pair-major copies (linear.comp DJ with DOWN_FUSE_PAIRS) are part of the
+// weights: whether the kernel choices take them.
+bool DownPairCopies(const KernelConfig& kc) {
+  return kc.Get("DOWN_FUSE", 1) != 0 && kc.Get("DOWN_FUSE_PAIRS", 1) != 0;
+}
+
+Buf PlanVec(Device& dev, const std::vector<float>& v, size_t* bytes) {
+  if (v.empty()) return {};
+  *bytes += 4 * v.size();
+  return {dev.Reserve(Pool::kDevice, 4 * v.size()), {}};
+}
+
+void UploadVec(Device& dev, Buf& b, const std::vector<float>& v) {
+  if (b.handle < 0) return;
+  b.r = dev.Get(b.handle);
+  dev.Upload(b.r, 0, v.data(), 4 * v.size());
+}
+
+// A new device (its first context) with every weight the decoder reads uploaded.
+std::shared_ptr<DeviceWeights> BuildDeviceWeights(const Model& model, const VulkanOptions& vopt,
+                                                  int generation) {
+  const KernelConfig kc = EffectiveKernels(vopt);
+  vk::DeviceOptions dopt;
+  dopt.index = vopt.device_index;
+  dopt.skip_cpu = vopt.skip_cpu_devices;
+  dopt.spin_us = kc.Get("SPIN_US", -1);
+  dopt.pipeline_stats = kc.Get("PIPE_STATS", 0) != 0;
+  dopt.pipeline_dump_dir = vopt.pipeline_dump_dir;
+  auto w = std::make_shared<DeviceWeights>();
+  w->generation = generation;
+  w->dev = std::make_unique<Device>(dopt);
+  Device& dev = *w->dev;
+  const size_t limit = vopt.max_weight_part_bytes > 0
+                           ? std::min<size_t>(dev.max_range(), vopt.max_weight_part_bytes)
+                           : dev.max_range();
+  const TextConfig& cfg = model.text();
+  const int L = cfg.num_layers, P = cfg.hidden_size_per_layer_input;
+  size_t& bytes = w->bytes;
+  auto lin = [&](const Linear& l) { return PlanDevLinear(dev, limit, l, &bytes); };
+  auto vec = [&](const std::vector<float>& v) { return PlanVec(dev, v, &bytes); };
+  w->layers.assign(L, {});
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& lw = model.layer_weights()[l];
+    const LayerPlan& p = model.layers()[l];
+    DevLayer& d = w->layers[l];
+    d.q = lin(lw.q);
+    if (!p.kv_shared) {
+      d.k = lin(lw.k);
+      d.v = lin(lw.v);
+    }
+    d.o = lin(lw.o);
+    d.gate = lin(lw.gate);
+    d.up = lin(lw.up);
+    d.down = lin(lw.down);
+    if (DownPairCopies(kc) && d.down.parts.size() == 1 && lw.down.in_scale > 0.0f &&
+        (lw.down.kind == WeightKind::kQ2 || lw.down.kind == WeightKind::kQ4)) {
+      const size_t n = size_t(d.down.wstride) * 4 * d.down.rows;
+      d.down.pairs = {dev.Reserve(Pool::kDevice, n), {}};
+      bytes += n;
+    }
+    if (P > 0) {
+      d.ple_gate = lin(lw.ple_gate);
+      d.ple_proj = lin(lw.ple_proj);
+      d.post_ple_norm = vec(lw.post_ple_norm);
+    }
+    d.input_norm = vec(lw.input_norm);
+    d.post_attn_norm = vec(lw.post_attn_norm);
+    d.pre_ffn_norm = vec(lw.pre_ffn_norm);
+    d.post_ffn_norm = vec(lw.post_ffn_norm);
+    d.q_norm = vec(lw.q_norm);
+    d.k_norm = vec(lw.k_norm);
+  }
+  if (P > 0) {
+    w->ple_proj = lin(model.ple_model_proj());
+    w->ple_norm = vec(model.ple_proj_norm());
+  }
+  w->final_norm = vec(model.final_norm());
+  w->lm_head = lin(model.lm_head());
+  dev.Commit();
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& lw = model.layer_weights()[l];
+    DevLayer& d = w->layers[l];
+    for (DevLinear* x :
+         {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj}) {
+      if (x->src) UploadDevLinear(dev, *x);
+    }
+    UploadVec(dev, d.input_norm, lw.input_norm);
+    UploadVec(dev, d.post_attn_norm, lw.post_attn_norm);
+    UploadVec(dev, d.pre_ffn_norm, lw.pre_ffn_norm);
+    UploadVec(dev, d.post_ffn_norm, lw.post_ffn_norm);
+    UploadVec(dev, d.q_norm, lw.q_norm);
+    UploadVec(dev, d.k_norm, lw.k_norm);
+    UploadVec(dev, d.post_ple_norm, lw.post_ple_norm);
+  }
+  if (P > 0) {
+    UploadDevLinear(dev, w->ple_proj);
+    UploadVec(dev, w->ple_norm, model.ple_proj_norm());
+  }
+  UploadVec(dev, w->final_norm, model.final_norm());
+  UploadDevLinear(dev, w->lm_head);
+  dev.ReleaseStaging();
+  return w;
+}
+
+}  // namespace
+
+std::shared_ptr<const DeviceWeights> VulkanShared::Acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!current_) current_ = BuildDeviceWeights(model_, vopt_, next_generation_++);
+  return current_;
+}
+
+void VulkanShared::Lost(const DeviceWeights* w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_.get() == w) current_.reset();
+}
+
+int VulkanShared::generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ ? current_->generation : -1;
+}
+
 void VulkanBackend::Build() {
   dev_.reset();
   for (auto& tier : decode_cmd_) tier.fill(VK_NULL_HANDLE);
   prefill_cmd_ = VK_NULL_HANDLE;
   prompt_cmds_.clear();  // (their command buffers went with the device)
-  weight_bytes_ = 0;
-  // The kernel choices: the options', then the developer override (GEMMA_VULKAN_KERNELS).
-  kc_ = vopt_.kernels;
-  kc_.Apply(KernelConfig::FromEnvironment());
-  vk::DeviceOptions dopt;
-  dopt.index = vopt_.device_index;
-  dopt.skip_cpu = vopt_.skip_cpu_devices;
-  dopt.spin_us = Knob("SPIN_US", -1);
-  dopt.pipeline_stats = Knob("PIPE_STATS", 0) != 0;
-  dopt.pipeline_dump_dir = vopt_.pipeline_dump_dir;
-  dev_ = std::make_unique<Device>(dopt);
+  kc_ = EffectiveKernels(vopt_);
+  // This context on the engine's device, whose weights it reads.
+  weights_ = shared_->Acquire();
+  dev_ = weights_->dev->NewContext();
+  layers_ = weights_->layers;
+  ple_proj_ = weights_->ple_proj;
+  lm_head_ = weights_->lm_head;
+  ple_norm_ = weights_->ple_norm;
+  final_norm_ = weights_->final_norm;
+  weight_bytes_ = weights_->bytes;
   if (!planned_) PlanGeometry();
   lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
   // Kernel-variant knobs for comparison runs (the defaults are the measured best).
@@ -357,45 +486,6 @@ void VulkanBackend::Build() {
   }
   if (hdmax > 512) throw Error(ErrorCode::kUnsupported, "vulkan: head_dim above 512");
 
-  // Weights.
-  layers_.assign(L, {});
-  for (int l = 0; l < L; ++l) {
-    const LayerWeights& w = model_.layer_weights()[l];
-    const LayerPlan& p = model_.layers()[l];
-    DevLayer& d = layers_[l];
-    d.q = PlanLinear(w.q);
-    if (!p.kv_shared) {
-      d.k = PlanLinear(w.k);
-      d.v = PlanLinear(w.v);
-    }
-    d.o = PlanLinear(w.o);
-    d.gate = PlanLinear(w.gate);
-    d.up = PlanLinear(w.up);
-    d.down = PlanLinear(w.down);
-    if (down_fuse_ && down_fuse_pairs_ && d.down.parts.size() == 1 && w.down.in_scale > 0.0f &&
-        (w.down.kind == WeightKind::kQ2 || w.down.kind == WeightKind::kQ4)) {
-      d.down.pairs = Reserve(Pool::kDevice, size_t(d.down.wstride) * 4 * d.down.rows);
-      weight_bytes_ += size_t(d.down.wstride) * 4 * d.down.rows;
-    }
-    if (P > 0) {
-      d.ple_gate = PlanLinear(w.ple_gate);
-      d.ple_proj = PlanLinear(w.ple_proj);
-      d.post_ple_norm = PlanVec(w.post_ple_norm);
-    }
-    d.input_norm = PlanVec(w.input_norm);
-    d.post_attn_norm = PlanVec(w.post_attn_norm);
-    d.pre_ffn_norm = PlanVec(w.pre_ffn_norm);
-    d.post_ffn_norm = PlanVec(w.post_ffn_norm);
-    d.q_norm = PlanVec(w.q_norm);
-    d.k_norm = PlanVec(w.k_norm);
-  }
-  if (P > 0) {
-    ple_proj_ = PlanLinear(model_.ple_model_proj());
-    ple_norm_ = PlanVec(model_.ple_proj_norm());
-  }
-  final_norm_ = PlanVec(model_.final_norm());
-  lm_head_ = PlanLinear(model_.lm_head());
-
   // RoPE tables.
   inv_s_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
   inv_f_ = ref::RopeInvFreq(cfg_.rope_full,
@@ -510,27 +600,6 @@ void VulkanBackend::Build() {
 
   dev_->Commit();
 
-  for (int l = 0; l < L; ++l) {
-    const LayerWeights& w = model_.layer_weights()[l];
-    DevLayer& d = layers_[l];
-    for (DevLinear* lin :
-         {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj}) {
-      if (lin->src) UploadLinear(*lin);
-    }
-    UploadVec(d.input_norm, w.input_norm);
-    UploadVec(d.post_attn_norm, w.post_attn_norm);
-    UploadVec(d.pre_ffn_norm, w.pre_ffn_norm);
-    UploadVec(d.post_ffn_norm, w.post_ffn_norm);
-    UploadVec(d.q_norm, w.q_norm);
-    UploadVec(d.k_norm, w.k_norm);
-    UploadVec(d.post_ple_norm, w.post_ple_norm);
-  }
-  if (P > 0) {
-    UploadLinear(ple_proj_);
-    UploadVec(ple_norm_, model_.ple_proj_norm());
-  }
-  UploadVec(final_norm_, model_.final_norm());
-  UploadLinear(lm_head_);
   Resolve(rope_s_);
   Resolve(rope_f_);
   {
@@ -582,7 +651,7 @@ void VulkanBackend::PlanGeometry() {
   planned_ = true;
 }
 
-DevLinear VulkanBackend::PlanLinear(const Linear& lin) {
+DevLinear PlanDevLinear(Device& dev, size_t part_limit, const Linear& lin, size_t* bytes) {
   DevLinear d;
   d.src = &lin;
   if (!lin.data) return d;
@@ -594,44 +663,44 @@ DevLinear VulkanBackend::PlanLinear(const Linear& lin) {
   d.wstride = static_cast<uint32_t>((lin.row_bytes + 15) / 16 * 4);  // rows of whole uvec4
   const size_t row_b = d.wstride * 4u;
   const int per_part =
-      static_cast<int>(std::min<size_t>(lin.rows, std::max<size_t>(1, WeightPartLimit() / row_b)));
+      static_cast<int>(std::min<size_t>(lin.rows, std::max<size_t>(1, part_limit / row_b)));
   for (int r0 = 0; r0 < lin.rows; r0 += per_part) {
     DevLinear::Part p;
     p.row0 = r0;
     p.rows = std::min(per_part, lin.rows - r0);
-    p.w = Reserve(Pool::kDevice, row_b * p.rows);
-    weight_bytes_ += row_b * p.rows;
+    p.w = {dev.Reserve(Pool::kDevice, row_b * p.rows), {}};
+    *bytes += row_b * p.rows;
     if (IsQuantized(lin.kind)) {
-      p.s = Reserve(Pool::kDevice, 4u * p.rows);
-      weight_bytes_ += 4u * p.rows;
+      p.s = {dev.Reserve(Pool::kDevice, 4u * p.rows), {}};
+      *bytes += 4u * p.rows;
     }
     d.parts.push_back(p);
   }
   return d;
 }
 
-void VulkanBackend::UploadLinear(DevLinear& d) {
+void UploadDevLinear(Device& dev, DevLinear& d) {
   const Linear& lin = *d.src;
   for (DevLinear::Part& p : d.parts) {
-    Resolve(p.w);
+    p.w.r = dev.Get(p.w.handle);
     const size_t row_b = d.wstride * 4u;
     std::vector<uint8_t> buf(row_b * p.rows, ZeroByte(lin.kind));
     for (int r = 0; r < p.rows; ++r) {
       std::memcpy(&buf[row_b * r], lin.data + (p.row0 + r) * lin.row_bytes, lin.row_bytes);
     }
-    dev_->Upload(p.w.r, 0, buf.data(), buf.size());
+    dev.Upload(p.w.r, 0, buf.data(), buf.size());
     if (d.pairs.handle >= 0) {
-      Resolve(d.pairs);
+      d.pairs.r = dev.Get(d.pairs.handle);
       const size_t npair = d.wstride / 2;
       std::vector<uint8_t> pb(buf.size());
       for (int r = 0; r < p.rows; ++r)
         for (size_t c = 0; c < npair; ++c)
           std::memcpy(&pb[(c * p.rows + r) * 8], &buf[row_b * r + c * 8], 8);
-      dev_->Upload(d.pairs.r, 0, pb.data(), pb.size());
+      dev.Upload(d.pairs.r, 0, pb.data(), pb.size());
     }
     if (p.s.handle >= 0) {
-      Resolve(p.s);
-      dev_->Upload(p.s.r, 0, lin.row_scale + p.row0, 4u * p.rows);
+      p.s.r = dev.Get(p.s.handle);
+      dev.Upload(p.s.r, 0, lin.row_scale + p.row0, 4u * p.rows);
     }
   }
 }
@@ -652,7 +721,8 @@ std::vector<float> VulkanBackend::RopeTable(const std::vector<float>& inv, int r
 void VulkanBackend::GetStats(VulkanStats* s) const {
   s->device = dev_ ? dev_->name() : "";
   s->cpu_device = dev_ && dev_->is_cpu();
-  s->device_bytes = dev_ ? dev_->committed_bytes(Pool::kDevice) : 0;
+  s->device_bytes = (dev_ ? dev_->committed_bytes(Pool::kDevice) : 0) +
+                    (weights_ ? weights_->dev->committed_bytes(Pool::kDevice) : 0);
   s->weight_bytes = weight_bytes_;
   s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;
   s->barriers_per_token = resident_ ? resident_phases_ : decode_barriers_;
@@ -706,6 +776,8 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
 void VulkanBackend::Rebuild() {
   std::vector<int32_t> replay = history_;
   Reset();
+  // (the device failed under this context, or another context's failure replaced it)
+  shared_->Lost(weights_.get());
   Build();
   ++rebuilds_;
   broken_ = false;

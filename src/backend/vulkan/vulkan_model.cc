@@ -1,45 +1,33 @@
-// The Vulkan backend's engine-level object. Not yet shared: each context still creates its own
-// device state and uploads the weights (the split of VulkanBackend into a shared device/weights
-// part and per-session caches is open work, see bench/journal/2026-12-02.md); the first context is
-// made at creation so a missing device fails at engine load.
-#include <mutex>
-#include <utility>
-
-#include "backend/vulkan/vulkan_backend.h"
+// The Vulkan backend's engine-level object: one device, its pipelines and the uploaded weights,
+// shared by every context (session). The device and weights are made at creation, so a missing
+// device fails at engine load and a new session adds only its caches and working buffers.
+#include "backend/vulkan/vulkan_backend_impl.h"
 
 namespace gemma {
 namespace {
 
+using vulkan_internal::DeviceWeights;
+using vulkan_internal::VulkanBackend;
+using vulkan_internal::VulkanShared;
+
 class VulkanModel : public BackendModel {
  public:
-  VulkanModel(const Model& model, const VulkanOptions& vulkan) : model_(model), vulkan_(vulkan) {}
+  VulkanModel(const Model& model, const VulkanOptions& vulkan)
+      : shared_(std::make_shared<VulkanShared>(model, vulkan)) {
+    shared_->Acquire();
+  }
   std::string name() const override { return "vulkan"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
-    std::unique_ptr<Backend> b = CreateVulkanBackend(model_, options, vulkan_);
-    VulkanStats s;
-    if (GetVulkanStats(*b, &s)) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      device_ = s.device;
-      software_ = s.cpu_device;
-    }
-    return b;
+    return std::make_unique<VulkanBackend>(shared_, options);
   }
-  size_t shared_bytes() const override { return 0; }
-  std::string device() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return device_;
+  size_t shared_bytes() const override {
+    return shared_->Acquire()->dev->committed_bytes(vk::Pool::kDevice);
   }
-  bool software_device() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return software_;
-  }
+  std::string device() const override { return shared_->Acquire()->dev->name(); }
+  bool software_device() const override { return shared_->Acquire()->dev->is_cpu(); }
 
  private:
-  const Model& model_;
-  VulkanOptions vulkan_;
-  mutable std::mutex mutex_;
-  std::string device_;
-  bool software_ = false;
+  std::shared_ptr<VulkanShared> shared_;
 };
 
 }  // namespace

@@ -381,6 +381,13 @@ std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOp
   return CreateVulkanBackend(model, options, VulkanOptions());
 }
 
+std::unique_ptr<Backend> CreateVulkanSibling(const Backend& backend, const BackendOptions& options,
+                                             const KernelConfig& kernels) {
+  const auto* vb = dynamic_cast<const VulkanBackend*>(&backend);
+  if (!vb) return nullptr;
+  return std::make_unique<VulkanBackend>(vb->shared(), options, kernels);
+}
+
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats) {
   const auto* vb = dynamic_cast<const VulkanBackend*>(&backend);
   if (!vb) return false;

@@ -72,6 +72,13 @@ std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOp
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
                                              const VulkanOptions& vulkan);
 
+// Another context on `backend`'s device, pipelines and weights (nullptr for other backends), with
+// `kernels` over the model's kernel choices: benchmarks and tests compare kernel variants on one
+// device without building it and uploading the weights again. (The down projections' pair-major
+// copies are the model's choice: DOWN_FUSE_PAIRS has no effect here.)
+std::unique_ptr<Backend> CreateVulkanSibling(const Backend& backend, const BackendOptions& options,
+                                             const KernelConfig& kernels = {});
+
 // Diagnostics and test hooks for a backend made by CreateVulkanBackend (nullptr otherwise).
 struct VulkanStats {
   std::string device;

@@ -262,14 +262,18 @@ class VulkanShared {
 
 // The kernel choices of a model's contexts: the options', then the developer override
 // (GEMMA_VULKAN_KERNELS).
-KernelConfig EffectiveKernels(const VulkanOptions& vopt);
+KernelConfig EffectiveKernels(const VulkanOptions& vopt, const KernelConfig& context = {});
 
 class VulkanBackend : public Backend {
  public:
-  VulkanBackend(std::shared_ptr<VulkanShared> shared, const BackendOptions& options)
+  // `kernels`: this context's kernel choices over the model's (the weights' layout is the
+  // model's: a context cannot add the down projections' pair-major copies).
+  VulkanBackend(std::shared_ptr<VulkanShared> shared, const BackendOptions& options,
+                const KernelConfig& kernels = {})
       : model_(shared->model()),
         cfg_(model_.text()),
         vopt_(shared->options()),
+        context_kernels_(kernels),
         options_(options),
         shared_(std::move(shared)) {
     // (Build plans the caches and the prompt chunk once the device is known: PlanGeometry.)
@@ -694,7 +698,8 @@ class VulkanBackend : public Backend {
   const Model& model_;
   const TextConfig& cfg_;
   VulkanOptions vopt_;
-  KernelConfig kc_;  // the kernel choices set (options, then GEMMA_VULKAN_KERNELS)
+  KernelConfig context_kernels_;  // this context's choices over the model's
+  KernelConfig kc_;  // the kernel choices set (options, context, then GEMMA_VULKAN_KERNELS)
   int Knob(const char* name, int fallback) const { return kc_.Get(name, fallback); }
   BackendOptions options_;
   bool planned_ = false;  // PlanGeometry has run
@@ -708,6 +713,10 @@ class VulkanBackend : public Backend {
   // dev_: this context's Device goes first), and this context's Device on their core.
   std::shared_ptr<VulkanShared> shared_;
   std::shared_ptr<const DeviceWeights> weights_;
+ public:
+  const std::shared_ptr<VulkanShared>& shared() const { return shared_; }
+
+ private:
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
   int mm_kernel_ = 1;          // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)

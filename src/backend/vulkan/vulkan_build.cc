@@ -2,8 +2,9 @@
 
 namespace gemma::vulkan_internal {
 
-KernelConfig EffectiveKernels(const VulkanOptions& vopt) {
+KernelConfig EffectiveKernels(const VulkanOptions& vopt, const KernelConfig& context) {
   KernelConfig kc = vopt.kernels;
+  kc.Apply(context);
   kc.Apply(KernelConfig::FromEnvironment());
   return kc;
 }
@@ -137,7 +138,7 @@ void VulkanBackend::Build() {
   for (auto& tier : decode_cmd_) tier.fill(VK_NULL_HANDLE);
   prefill_cmd_ = VK_NULL_HANDLE;
   prompt_cmds_.clear();  // (their command buffers went with the device)
-  kc_ = EffectiveKernels(vopt_);
+  kc_ = EffectiveKernels(vopt_, context_kernels_);
   // This context on the engine's device, whose weights it reads.
   weights_ = shared_->Acquire();
   dev_ = weights_->dev->NewContext();

@@ -24,8 +24,25 @@
 namespace gemma {
 namespace {
 
-std::unique_ptr<Model> LoadFixture(const char* name) {
-  return Model::Load(std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name);
+// Fixtures are loaded once per process and kept (their backends share a device: BaseContexts).
+std::map<std::string, std::shared_ptr<Model>>& Fixtures() {
+  static std::map<std::string, std::shared_ptr<Model>> loaded;
+  return loaded;
+}
+std::shared_ptr<Model> LoadFixture(const char* name) {
+  std::shared_ptr<Model>& m = Fixtures()[name];
+  if (!m) m = Model::Load(std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name);
+  return m;
+}
+
+// One device per model in a test: the backends a test makes for a model are contexts on the
+// device, pipelines and weights of the first (a base context kept here), with their kernel
+// choices per context, so a table of kernel variants builds each pipeline and uploads the weights
+// once (on lavapipe, pipeline creation was ~90% of a variant test's time).
+std::map<const Model*, std::unique_ptr<Backend>>& BaseContexts() {
+  Fixtures();  // (made first, destroyed after the contexts)
+  static std::map<const Model*, std::unique_ptr<Backend>> m;
+  return m;
 }
 
 // A synthesized checkpoint in a temporary directory (removed with this object), loaded.
@@ -34,19 +51,13 @@ struct SynthModel {
     Synthesize(o);
     model = Model::Load(dir);
   }
-  ~SynthModel() { std::filesystem::remove_all(dir); }
+  ~SynthModel() {
+    BaseContexts().erase(model.get());
+    std::filesystem::remove_all(dir);
+  }
   std::string dir;
   std::unique_ptr<Model> model;
 };
-
-std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.capacity = 128}) {
-  try {
-    return CreateVulkanBackend(model, opt);
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kDevice) return nullptr;
-    throw;
-  }
-}
 
 // Kernel choices (kernel_config.h) for the backends created while they are set: kept in
 // GEMMA_VULKAN_KERNELS, the backend's developer override, so that every backend a test makes
@@ -74,11 +85,31 @@ void ClearKnob(const char* name) {
 
 using Knobs = std::vector<std::pair<const char*, const char*>>;
 
+// A context for `model` with the kernel choices `env` over the defaults (and GEMMA_VULKAN_KERNELS,
+// as SetKnob leaves it), on the model's shared device; nullptr without a usable device. Choices
+// the device or weights depend on (DOWN_FUSE_PAIRS: the weights' layout; SPIN_US, PIPE_STATS: the
+// device) get a device of their own.
 std::unique_ptr<Backend> MakeVulkanWith(const Model& model, const Knobs& env, BackendOptions opt) {
-  for (const auto& [k, v] : env) SetKnob(k, v);
-  auto vk = MakeVulkan(model, opt);
-  for (const auto& [k, v] : env) ClearKnob(k);
-  return vk;
+  KernelConfig kc;
+  bool own_device = false;
+  for (const auto& [k, v] : env) {
+    kc.Set(k, std::atoi(v));
+    for (const char* d : {"DOWN_FUSE_PAIRS", "SPIN_US", "PIPE_STATS"})
+      own_device = own_device || std::string(k).ends_with(d);
+  }
+  try {
+    if (own_device) return CreateVulkanBackend(model, opt, {.kernels = kc});
+    std::unique_ptr<Backend>& base = BaseContexts()[&model];
+    if (!base) base = CreateVulkanBackend(model, {.capacity = 8});
+    return CreateVulkanSibling(*base, opt, kc);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) return nullptr;
+    throw;
+  }
+}
+
+std::unique_ptr<Backend> MakeVulkan(const Model& model, BackendOptions opt = {.capacity = 128}) {
+  return MakeVulkanWith(model, {}, opt);
 }
 
 std::string KnobsText(const Knobs& env) {
@@ -329,7 +360,7 @@ TEST(VulkanKernels, LinearMatchesReferenceForEveryKindAndTokenCount) {
   SCOPED_TRACE(std::string("GEMMA_VULKAN_CM_SPLITK=") + splitk + " GEMMA_VULKAN_CM_BM=" + bm);
   std::string loaded;
   std::unique_ptr<Backend> vk;
-  std::unique_ptr<Model> model;
+  std::shared_ptr<Model> model;
   for (const LinearCase& c : cases) {
     if (std::strcmp(splitk, "2") == 0 && std::strcmp(c.fixture, "tiny_qat") != 0) continue;
     if (loaded != c.fixture) {

@@ -1,0 +1,168 @@
+// One device for many sessions: the contexts of a Vulkan model share its device, pipelines and
+// weights (uploaded once), decode independently (interleaved and on several threads) exactly as
+// the CPU reference does, and a device failure in one context rebuilds the shared device while
+// every conversation is kept.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/vulkan/vulkan_backend.h"
+#include "gemma/error.h"
+#include "model/model.h"
+
+namespace gemma {
+namespace {
+
+std::unique_ptr<Model> LoadFixture(const char* name) {
+  return Model::Load(std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name);
+}
+
+std::shared_ptr<BackendModel> MakeVulkanModel(const Model& model) {
+  try {
+    return CreateVulkanModel(model, {});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) return nullptr;
+    throw;
+  }
+}
+
+// Greedy decoding: the prompt, then one-token steps until `out` holds n ids.
+std::vector<int32_t> Decode(Backend& b, const std::vector<int32_t>& prompt, size_t n) {
+  ForwardResult r;
+  b.Forward({.tokens = prompt}, &r);
+  std::vector<int32_t> out = {r.ids.back()};
+  while (out.size() < n) {
+    const int32_t t = out.back();
+    b.Forward({.tokens = std::span<const int32_t>(&t, 1)}, &r);
+    out.push_back(r.ids.back());
+  }
+  return out;
+}
+
+// One greedy step from the last id of `out`.
+void Step(Backend& b, std::vector<int32_t>& out) {
+  ForwardResult r;
+  const int32_t t = out.back();
+  b.Forward({.tokens = std::span<const int32_t>(&t, 1)}, &r);
+  out.push_back(r.ids.back());
+}
+
+const std::vector<int32_t> kPromptA = {2, 17, 93, 5, 211, 48, 7, 300, 12};
+const std::vector<int32_t> kPromptB = {2, 105, 44, 9, 61, 250, 3};
+
+TEST(VulkanSessions, ContextsShareTheWeightsAndDecodeIndependently) {
+  auto model = LoadFixture("tiny_qat");
+  auto vm = MakeVulkanModel(*model);
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 128});
+  const auto want_a = Decode(*ref, kPromptA, 10);
+  ref->Reset();
+  const auto want_b = Decode(*ref, kPromptB, 10);
+
+  const size_t shared = vm->shared_bytes();
+  ASSERT_GT(shared, 0u);
+  std::vector<std::unique_ptr<Backend>> ctx;
+  for (int i = 0; i < 3; ++i) ctx.push_back(vm->NewContext({.capacity = 128}));
+  EXPECT_EQ(vm->shared_bytes(), shared) << "new contexts upload no weights";
+  VulkanStats s0, s1;
+  ASSERT_TRUE(GetVulkanStats(*ctx[0], &s0));
+  ASSERT_TRUE(GetVulkanStats(*ctx[1], &s1));
+  EXPECT_EQ(s0.weight_bytes, s1.weight_bytes);
+  EXPECT_EQ(s0.device, vm->device());
+  EXPECT_GE(s1.device_bytes, shared);
+
+  // Interleaved: A's prompt, B's prompt, then alternating steps; each equals its own run.
+  ForwardResult r;
+  ctx[0]->Forward({.tokens = kPromptA}, &r);
+  std::vector<int32_t> got_a = {r.ids.back()};
+  ctx[1]->Forward({.tokens = kPromptB}, &r);
+  std::vector<int32_t> got_b = {r.ids.back()};
+  while (got_a.size() < want_a.size()) {
+    Step(*ctx[0], got_a);
+    Step(*ctx[1], got_b);
+  }
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+
+  // Concurrent: three contexts on three threads.
+  std::vector<std::vector<int32_t>> out(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      ctx[i]->Reset();
+      out[i] = Decode(*ctx[i], i == 1 ? kPromptB : kPromptA, 10);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(out[0], want_a);
+  EXPECT_EQ(out[1], want_b);
+  EXPECT_EQ(out[2], want_a);
+}
+
+// A sibling context takes its own kernel choices on the shared device and weights.
+TEST(VulkanSessions, SiblingContextsTakeTheirOwnKernelChoices) {
+  auto model = LoadFixture("tiny_qat");
+  std::unique_ptr<Backend> base;
+  try {
+    base = CreateVulkanBackend(*model, {.capacity = 64});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
+    throw;
+  }
+  auto capped = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig().Set("MV_WGS", 64));
+  ASSERT_TRUE(capped);
+  EXPECT_EQ(CreateVulkanSibling(*CreateCpuReferenceBackend(*model, {.capacity = 64}), {}), nullptr);
+  VulkanStats a, b;
+  ASSERT_TRUE(GetVulkanStats(*base, &a) && GetVulkanStats(*capped, &b));
+  EXPECT_EQ(a.kernels.find("matvec grid <= 64"), std::string::npos) << a.kernels;
+  EXPECT_NE(b.kernels.find("matvec grid <= 64"), std::string::npos) << b.kernels;
+  EXPECT_EQ(a.weight_bytes, b.weight_bytes);
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 64});
+  EXPECT_EQ(Decode(*capped, kPromptA, 8), Decode(*ref, kPromptA, 8));
+}
+
+TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
+  auto model = LoadFixture("tiny_qat");
+  auto vm = MakeVulkanModel(*model);
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 128});
+  const auto want_a = Decode(*ref, kPromptA, 12);
+  ref->Reset();
+  const auto want_b = Decode(*ref, kPromptB, 12);
+
+  auto a = vm->NewContext({.capacity = 128});
+  auto b = vm->NewContext({.capacity = 128});
+  std::vector<int32_t> got_a = Decode(*a, kPromptA, 6);
+  std::vector<int32_t> got_b = Decode(*b, kPromptB, 6);
+  ASSERT_TRUE(SimulateVulkanDeviceLoss(*a));
+  const int committed = a->cached();
+  std::vector<int32_t> tried = got_a;
+  try {
+    Step(*a, tried);
+    FAIL() << "expected a device error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDevice);
+  }
+  EXPECT_EQ(a->cached(), committed);
+  // A's next step builds a new device and replays A; B, still on the old one, moves over on its
+  // next step and replays its own conversation.
+  while (got_a.size() < want_a.size()) {
+    Step(*a, got_a);
+    Step(*b, got_b);
+  }
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+  VulkanStats sa, sb;
+  GetVulkanStats(*a, &sa);
+  GetVulkanStats(*b, &sb);
+  EXPECT_EQ(sa.rebuilds, 1);
+  EXPECT_EQ(sb.rebuilds, 1);
+  // A context made after the loss runs on the new device.
+  auto c = vm->NewContext({.capacity = 128});
+  EXPECT_EQ(Decode(*c, kPromptB, 12), want_b);
+}
+
+}  // namespace
+}  // namespace gemma

@@ -196,12 +196,7 @@ int main(int argc, char** argv) {
         dc = again;
     }
 
-    // The stats again after decoding: a resident decode whose grid barrier timed out has fallen
-    // back to dispatches (and says so).
     gemma::GetVulkanStats(*vk, &st);
-    if (st.resident_fallbacks > 0)
-      std::printf("\nresident decode fell back to dispatches %d time(s): the figures below are the "
-                  "dispatch path's\n", st.resident_fallbacks);
     const double bpt = static_cast<double>(model->BytesPerToken());
     // Floor: the bytes per token over the compute-shader read bandwidth of the resident weights
     // (the copy's read+write figure when there are no timestamps).

@@ -314,7 +314,7 @@ void Device::Init(const DeviceOptions& options) {
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT});
     if (sc.minSubgroupSize > 0) min_subgroup_size_ = std::min(subgroup_size_, sc.minSubgroupSize);
   }
-  // Compute units (sizes the resident decode's grid).
+  // Compute units (sizes the grids of the decode's kernels).
   if (has_ext(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
     compute_units_ = props(VkPhysicalDeviceShaderSMBuiltinsPropertiesNV{
                                VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV})
@@ -364,7 +364,7 @@ void Device::Init(const DeviceOptions& options) {
     enable.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
     enable.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
   }
-  // Optional: a device-wide clock in shaders (the resident decode's phase profile).
+  // Optional: a device-wide clock in shaders (kernel probes).
   VkPhysicalDeviceShaderClockFeaturesKHR clk{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
   if (has_ext(VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
@@ -558,7 +558,7 @@ int Device::Reserve(Pool pool, size_t bytes) {
 }
 
 void Device::Commit() {
-  // Chunks as large as one binding can address (the resident decode kernel binds a whole chunk),
+  // Chunks as large as one binding can address,
   // at most 4 GiB.
   const VkDeviceSize cap = std::min<VkDeviceSize>(
       {max_alloc_ ? max_alloc_ : (1ull << 30), max_range_, 4ull << 30});

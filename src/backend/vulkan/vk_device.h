@@ -93,12 +93,12 @@ class Device {
   // VK_NV_cooperative_matrix (16x16x16 f16 -> f32, subgroup scope) with f16 arithmetic and the
   // Vulkan memory model enabled: linear_cm.comp can run.
   bool coop_matrix() const { return coop_matrix_; }
-  // VK_KHR_shader_clock with shaderDeviceClock enabled (profiling builds of resident.comp).
+  // VK_KHR_shader_clock with shaderDeviceClock enabled (kernel probes).
   bool device_clock() const { return device_clock_; }
   bool subgroup_clock() const { return subgroup_clock_; }
   float timestamp_period_ns() const { return ts_period_; }
   // Streaming multiprocessors (VK_NV_shader_sm_builtins) or compute units (VK_AMD_shader_core_
-  // properties); 0 where the device does not say. Sizes the resident decode kernel's grid.
+  // properties); 0 where the device does not say. Sizes the decode kernels' grids.
   uint32_t compute_units() const { return compute_units_; }
   size_t committed_bytes(Pool pool) const { return committed_[static_cast<int>(pool)]; }
 

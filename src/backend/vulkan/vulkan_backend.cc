@@ -34,7 +34,7 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
   int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
   int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
   const bool inline_head = count <= head_rows_;
-  const bool early = m == 1 && early_submit_ == 1 && !resident_;
+  const bool early = m == 1 && early_submit_ == 1;
   const auto f0 = std::chrono::steady_clock::now();
   if (!early && m == 1) {
     FillInputs(tokens, req.mode, req.allowed);
@@ -255,29 +255,8 @@ void VulkanBackend::ReadHead(int count, OutputMode mode, ForwardResult* out) {
   }
 }
 
-// One decoded token: the resident step where it is on, else (or after a resident step whose grid
-// barrier timed out: the step is redone, the path turned off) the dispatch path.
+// One decoded token (inputs written).
 void VulkanBackend::SubmitDecode(OutputMode mode) {
-  if (resident_) {
-    VkCommandBuffer cb = ResidentCommand(mode);
-    if (cb) {
-      dev_->Submit(cb);
-      uint32_t flags[2];
-      std::memcpy(flags, flag_host_.r.mapped, sizeof(flags));
-      if (flags[1] == 0) {
-        if (resident_profile_ && mode == OutputMode::kArgmax) AccumulateProfile();
-        return;
-      }
-      resident_ = false;
-      ++resident_fallbacks_;
-      std::fprintf(stderr,
-                   "gemma: vulkan: resident decode with %d workgroups timed out at a grid "
-                   "barrier (not all resident?); decoding with dispatches\n",
-                   resident_wgs_);
-      dev_->Fill(counter_.r, 0);  // tail counters a cut-short step may have left
-      dev_->Fill(hcount_.r, 0);
-    }
-  }
   if (!step_times_) {
     SubmitFilledDecode(DecodeCommand(mode));
     return;
@@ -292,7 +271,7 @@ void VulkanBackend::SubmitDecode(OutputMode mode) {
 }
 
 // A one-token step's command buffer (DecodeCommand) submitted with its inputs already written
-// (the resident path's fallback, and where it could not be captured): with early submission the
+// (where the inputs are written before the submission): with early submission the
 // buffer waits on the host's events, so they are set first (a wait nobody sets would hold the
 // queue forever) and reset after.
 void VulkanBackend::SubmitFilledDecode(VkCommandBuffer cb) {

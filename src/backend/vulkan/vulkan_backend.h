@@ -48,11 +48,6 @@ struct VulkanOptions {
   // Weight matrices larger than the device's maxStorageBufferRange are split by rows; a non-zero
   // value lowers that limit (tests exercise the split on small models with it).
   size_t max_weight_part_bytes = 0;
-  // Resident decode (opt-in): one dispatch per token of this many persistent workgroups running
-  // the whole step with grid barriers (they must all be resident at once; a grid barrier that
-  // times out redoes the step with dispatches and turns the path off). -1: the kernel config's
-  // RESIDENT_WGS (unset: off; -1: 2 per compute unit), 0 off. Not on CPU devices.
-  int resident_workgroups = -1;
   // Longest prompt chunk evaluated at once (0: 1,024 tokens for models with a sliding window of
   // at least 512 on a discrete GPU with at least 8 GiB of device-local memory, else 512;
   // the kernel config's MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at 0, the
@@ -88,11 +83,6 @@ struct VulkanStats {
   int dispatches_per_token = 0;  // in the decode command buffer
   int barriers_per_token = 0;
   int rebuilds = 0;  // device-state rebuilds after failures
-  // Resident decode: workgroups (0: decode runs as dispatches), operations and grid barriers per
-  // token, and steps that fell back to the dispatch path (a grid barrier timed out).
-  int resident_workgroups = 0;
-  int resident_ops = 0;
-  int resident_fallbacks = 0;
   std::string kernels;  // the kernel variants in use (and the kernel config's overrides)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);

@@ -137,19 +137,6 @@ struct PlePush {
 struct ReducePush {
   uint32_t vocab, block, nblocks, use_mask;
 };
-struct ResidentPush {
-  uint32_t nops, grid, spin_limit, warp_rows, prof;
-};
-// resident.comp: words per recorded operation and the kernels it runs.
-inline constexpr size_t kOpWords = 64;
-inline int ResidentKernel(const char* shader) {
-  static const char* kNames[] = {"linear",       "linear_dp", "qkrope", "attention",
-                                 "attn_combine", "resnorm",   "ple",    "logits_reduce"};
-  for (int i = 0; i < 8; ++i)
-    if (std::strcmp(shader, kNames[i]) == 0) return i;
-  return -1;
-}
-
 // A residual norm applied by the last workgroup of a one-token linear (linear.comp TAIL):
 // h = (h + rmsnorm(y) * wt) * scale; a = rmsnorm(h) * wa when wa_or_none is given (has_a).
 struct Tail {
@@ -380,14 +367,6 @@ class VulkanBackend : public Backend {
     VkCommandBuffer cmd;
     int dispatches = 0, barriers = 0;
     std::vector<std::string>* labels = nullptr;  // profiling: a timestamp after every dispatch
-    // Capture (resident decode): dispatches become operation records of resident.comp and
-    // barriers set the previous record's grid-barrier flag; every binding must lie in `pool`.
-    std::vector<uint32_t>* ops = nullptr;
-    VkBuffer pool = VK_NULL_HANDLE;
-    bool capture_ok = true;
-    uint32_t xq_max = 1;  // shared words the captured linears' quantized inputs need
-    std::vector<std::string>* phase_labels = nullptr;  // a label per grid barrier (profiling)
-    std::string pending;
     // Kernel probe: the `probe_nth` dispatch labelled `probe_label` runs the kernel's PROBE
     // variant, writing device-clock probes into prof_ (probe_wgs: its workgroup count).
     const std::string* probe_label = nullptr;
@@ -410,10 +389,6 @@ class VulkanBackend : public Backend {
     bool side_pending = false;
     OutputMode side_mode = OutputMode::kNone;
   };
-
-  void CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
-                 const std::array<BufRange, vk::kBindings>& b, const void* push, size_t push_bytes,
-                 uint32_t gx, uint32_t gy, uint32_t gz, uint32_t local_size);
 
   // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
   static std::string Label(const char* shader, const std::vector<uint32_t>& spec, uint32_t gy,
@@ -509,8 +484,7 @@ class VulkanBackend : public Backend {
   // projection, first input norm, PLE rows).
   void RecordBody(Rec& rc, int m, int splits, int l_begin = 0, int l_end = -1);
 
-  // The head; copy_out false leaves the readback copy to RecordHeadCopy (resident capture).
-  void RecordHead(Rec& rc, int out_first, int count, OutputMode mode, bool copy_out = true);
+  void RecordHead(Rec& rc, int out_first, int count, OutputMode mode);
   void RecordHeadCopy(Rec& rc, int count, OutputMode mode);
 
   // The buffers a one-token step accumulates into, zeroed before it: the quantized inputs gate/up
@@ -554,22 +528,11 @@ class VulkanBackend : public Backend {
   // LongContextStep).
   VkCommandBuffer DecodeCommand(OutputMode mode);
 
-  // The resident decode step for an output mode: the one-token body and head captured as
-  // resident.comp operations (uploaded once), run by one dispatch of resident_wgs_ workgroups.
-  // Returns VK_NULL_HANDLE (and turns the resident path off) where the step cannot be captured.
-  VkCommandBuffer ResidentCommand(OutputMode mode);
-
-  // GEMMA_VULKAN_RESIDENT_PROFILE=1: the device clock after every grid barrier of argmax steps,
-  // summed per phase label; printed to stderr after 16 steps (clock units of the device: ns on
-  // NVIDIA).
-  void AccumulateProfile();
-
-  // One decoded token: the resident step where it is on, else (or after a resident step whose grid
-  // barrier timed out: the step is redone, the path turned off) the dispatch path.
+  // One decoded token (inputs written).
   void SubmitDecode(OutputMode mode);
 
   // A one-token step's command buffer (DecodeCommand) submitted with its inputs already written
-  // (the resident path's fallback, and where it could not be captured): with early submission the
+  // (where the inputs are written before the submission): with early submission the
   // buffer waits on the host's events, so they are set first (a wait nobody sets would hold the
   // queue forever) and reset after.
   void SubmitFilledDecode(VkCommandBuffer cb);
@@ -896,22 +859,8 @@ class VulkanBackend : public Backend {
   std::array<std::array<VkCommandBuffer, 4>, 2> decode_cmd_{};  // [long context][mode]
   VkCommandBuffer prefill_cmd_ = VK_NULL_HANDLE, head_cmd_ = VK_NULL_HANDLE;
   int decode_dispatches_ = 0, decode_barriers_ = 0;
-  // Resident decode (resident.comp).
-  int resident_wgs_ = 0;
-  uint32_t resident_spin_ = 1u << 22;
-  bool resident_ = false;
-  std::array<VkCommandBuffer, 4> resident_cmd_{};
-  std::array<Buf, 4> ops_buf_{};
-  Buf grid_, flag_host_;  // {arrivals, error} and its host copy
-  int resident_ops_ = 0, resident_phases_ = 0, resident_fallbacks_ = 0;
-  std::string resident_note_;  // why the resident path is off (where it was asked for)
-  bool resident_profile_ = false;
   Buf prof_, prof_host_;
   Buf reduce_cnt_;
-  std::vector<std::string> phase_labels_;
-  std::map<std::string, double> prof_sum_;
-  double prof_total_ = 0;
-  int prof_steps_ = 0;
 };
 
 }  // namespace gemma::vulkan_internal

@@ -166,11 +166,8 @@ void VulkanBackend::Build() {
   fuse_tails_ = Knob("TAILS", 1) != 0;
   // Residual norms in the next linear's prologue (linear.comp PRO) instead of the last
   // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
-  // H200 (bench/journal/2026-11-sessions.md, fifth session). Off by default where resident decode
-  // is asked for (the resident kernel runs the tails).
-  const bool resident_asked = vopt_.resident_workgroups > 0 ||
-                              (vopt_.resident_workgroups < 0 && Knob("RESIDENT_WGS", 0) != 0);
-  cnorm_ = Knob("CNORM", resident_asked ? 0 : 1) != 0;
+  // H200 (bench/journal/2026-11-sessions.md, fifth session).
+  cnorm_ = Knob("CNORM", 1) != 0;
   // Opt-in: q/k norm + RoPE in the decode attention (one dispatch and one barrier fewer per
   // layer); measured slower on the H200 (3.83 against 3.67 ms per token; ninth session 2.85
   // against 2.50).
@@ -199,7 +196,7 @@ void VulkanBackend::Build() {
   // the read-only alias, FENCE + NC_MERGE below: 2.08-2.13 against 2.15-2.17 ms per token, 2.29
   // against 2.30 at 4,096 context on the H200; with coherent loads 2.18-2.26 against 2.15,
   // bench/journal/2026-11-sessions.md eleventh session); GEMMA_VULKAN_ATTN_KW sets the keys per row
-  // group and block. Off where resident decode is asked for (its kernel runs the three). Opt-in
+  // group and block. Opt-in
   // since issue 34: its f32 softmax and sums differ from the reference's double ones by ~1e-7
   // relative, enough to move an SRQ rounding of o_proj's input now and then; the flip lands in the
   // residual and the next layers' K/V rows and moves later steps' logits by several head quanta
@@ -402,15 +399,15 @@ void VulkanBackend::Build() {
   // before the PLE rows' and mask's copies (after the first phase), so vkQueueSubmit and the
   // row decode overlap the GPU instead of preceding it; 0: fill, then submit.
   // 2 (tests): the buffers record the waits, the inputs are written before the submission and the
-  // events set then, as the resident path's fallback submits them.
+  // events set then.
   early_submit_ = std::clamp(Knob("EARLY_SUBMIT", 1), 0, 2);
   ev_in_ = dev_->CreateEvent();
   ev_side_ = dev_->CreateEvent();
   attn_dbg_ = Knob("ATTN_DBG", 0);
   // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
   // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on
-  // CPU devices and where resident decode is asked for (its attention has equal splits).
-  splits_adapt_ = Knob("SPLITS_ADAPT", dev_->is_cpu() || resident_asked ? 0 : 1) != 0;
+  // CPU devices.
+  splits_adapt_ = Knob("SPLITS_ADAPT", dev_->is_cpu() ? 0 : 1) != 0;
   // Split K on matrix units: 0 off, 1 where the output tiles are few, 2 every K tile (tests).
   // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
   skip_tail_ = Knob("SKIP_TAIL", 1) != 0;
@@ -444,32 +441,6 @@ void VulkanBackend::Build() {
     for (float v : w.k_norm) kmax = std::max(kmax, std::fabs(v));
     if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm_ = false;
   }
-  // Resident decode (resident.comp: one dispatch of persistent workgroups per token) is opt-in:
-  // on the H200 it measured slower than the dispatch path (bench/journal/2026-11-sessions.md).
-  // Workgroups: the option, else GEMMA_VULKAN_RESIDENT_WGS (-1: 2 per compute unit; 4 are not all
-  // resident). Not on CPU devices: lavapipe computed wrong values once a workgroup spun at a grid
-  // barrier (bench/journal/2026-11-sessions.md).
-  resident_note_.clear();
-  resident_wgs_ =
-      vopt_.resident_workgroups >= 0 ? vopt_.resident_workgroups : Knob("RESIDENT_WGS", 0);
-  if (resident_wgs_ < 0) resident_wgs_ = 2 * static_cast<int>(dev_->compute_units());
-  if (resident_wgs_ > 0 && dev_->is_cpu()) {
-    resident_note_ = "resident decode not on CPU devices";
-    resident_wgs_ = 0;
-  }
-  if (resident_wgs_ > 0 && attn_dec_) resident_note_ = "resident decode not with attention_dec";
-  if (resident_wgs_ > 0 && (cnorm_ || fuse_rope_))
-    resident_note_ = "resident decode not with GEMMA_VULKAN_CNORM or GEMMA_VULKAN_FUSE_ROPE";
-  resident_ = resident_wgs_ > 0 && !attn_dec_ && !cnorm_ && !fuse_rope_;
-  resident_profile_ =
-      resident_ && int_dot_ && dev_->device_clock() && Knob("RESIDENT_PROFILE", 0) != 0;
-  prof_sum_.clear();
-  prof_total_ = 0;
-  prof_steps_ = 0;
-  // Polls of a grid barrier before the step gives up (seconds).
-  resident_spin_ = static_cast<uint32_t>(std::max(1, Knob("RESIDENT_SPIN", 1 << 22)));
-  resident_cmd_.fill(VK_NULL_HANDLE);
-  ops_buf_.fill(Buf{});
   splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
                                     : Knob("SPLITS", dev_->is_cpu()  ? 2
                                                      : splits_adapt_ ? 64
@@ -551,8 +522,7 @@ void VulkanBackend::Build() {
   step_ = F(4);
   counter_ = F(64);
   hcount_ = F(kCombineCounters);
-  grid_ = F(64);
-  prof_ = F(2 * 16 * 4096);  // resident phase clocks; kernel probes (8 x 2 clocks a workgroup)
+  prof_ = F(2 * 16 * 4096);  // kernel probes (8 x 2 clocks a workgroup)
   xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
   xq_ = Reserve(Pool::kDevice, xq_region_ * L);
   xqc_ = {};
@@ -596,7 +566,6 @@ void VulkanBackend::Build() {
   in_side_ =
       upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4) : Buf{};
   out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
-  flag_host_ = Reserve(Pool::kHost, 64);
   prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
 
   dev_->Commit();
@@ -616,8 +585,8 @@ void VulkanBackend::Build() {
   for (Buf* b : {&h_,         &h2_,      &a_,         &t_,    &q_,          &kt_,     &vt_,
                  &attn_,      &g_,       &po_,        &pml_,  &ple_,        &tok_,    &gp_,
                  &hn_,        &logits_,  &part_,      &res_,  &mask_,       &step_,   &in_host_,
-                 &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,        &partc_,  &grid_,
-                 &flag_host_, &prof_,    &prof_host_, &pacc_, &reduce_cnt_, &in_side_}) {
+                 &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,        &partc_,
+                 &prof_,    &prof_host_, &pacc_, &reduce_cnt_, &in_side_}) {
     if (b->handle >= 0) Resolve(*b);
   }
   dev_->Fill(counter_.r, 0);
@@ -627,7 +596,6 @@ void VulkanBackend::Build() {
   head_cmd_ = dev_->AllocCommandBuffer();
   // Pre-record the decode step once to count its work.
   DecodeCommand(OutputMode::kArgmax);
-  if (resident_) ResidentCommand(OutputMode::kArgmax);
 }
 
 // Cache geometry and prompt chunk, once (the first Build: a rebuild after a failure keeps them).
@@ -725,12 +693,9 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
   s->device_bytes = (dev_ ? dev_->committed_bytes(Pool::kDevice) : 0) +
                     (weights_ ? weights_->dev->committed_bytes(Pool::kDevice) : 0);
   s->weight_bytes = weight_bytes_;
-  s->dispatches_per_token = resident_ ? 1 : decode_dispatches_;
-  s->barriers_per_token = resident_ ? resident_phases_ : decode_barriers_;
+  s->dispatches_per_token = decode_dispatches_;
+  s->barriers_per_token = decode_barriers_;
   s->rebuilds = rebuilds_;
-  s->resident_workgroups = resident_ ? resident_wgs_ : 0;
-  s->resident_ops = resident_ ? resident_ops_ : 0;
-  s->resident_fallbacks = resident_fallbacks_;
   s->kernels =
       std::string("prefill linears ") +
       (!coop_        ? ""
@@ -766,11 +731,7 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
                          (attn_fused_rope_ ? "q/k norm + RoPE, " : "") +
                          (attn_fused_mode_ == 0 ? "merged by the last split)" : "merge dispatch)")
                    : "") +
-      (resident_ ? ", resident decode (" + std::to_string(resident_wgs_) + " workgroups, " +
-                       std::to_string(resident_ops_) + " operations, " +
-                       std::to_string(resident_phases_) + " grid barriers)"
-                 : ", decode as dispatches" +
-                       (resident_note_.empty() ? "" : " (" + resident_note_ + ")"));
+      "";
   if (!kc_.empty()) s->kernels += "; kernel config: " + kc_.ToString();
 }
 

@@ -77,10 +77,9 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     Barrier(rc);
     CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
     const bool sliding = p.type == LayerType::kSliding;
-    // One-token steps: attn_fused.comp where the shapes fit (not captured for the resident
-    // kernel, which runs the three-kernel path).
+    // One-token steps: attn_fused.comp where the shapes fit.
     uint32_t frl = 0, fd = 0, fkw = 0;
-    const bool fused = m == 1 && !rc.ops && FusedAttnShape(hd, &frl, &fd, &fkw);
+    const bool fused = m == 1 && FusedAttnShape(hd, &frl, &fd, &fkw);
     // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
     const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
     if (!fuse_rope && !(fused && attn_fused_rope_)) {
@@ -188,8 +187,8 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
         Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
         Barrier(rc);
       } else {
-        // GEMMA_VULKAN_ATTN_COMBINE=1 (not captured: the resident kernel merges separately).
-        const bool merge = !fuse_rope && !(attn_dec_ && hd <= 512) && attn_combine_ && !rc.ops &&
+        // GEMMA_VULKAN_ATTN_COMBINE=1.
+        const bool merge = !fuse_rope && !(attn_dec_ && hd <= 512) && attn_combine_ &&
                            m * nh <= kCombineCounters;
         if (fuse_rope) {
           pc.rot = static_cast<uint32_t>(sliding ? rot_s_ : rot_f_);
@@ -210,10 +209,9 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
           b[5] = attn_.r;
           b[6] = hcount_.r;
           Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
-        } else if (attn_dbg_ != 0 || (splits_adapt_ && !rc.ops)) {
-          // (not captured: the resident kernel's attention has no ADAPT)
+        } else if (attn_dbg_ != 0 || splits_adapt_) {
           Dispatch(rc, "attention",
-                   {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ && !rc.ops ? 1u : 0u}, b,
+                   {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ ? 1u : 0u}, b,
                    &pc, sizeof(pc), nh, m, splits);
         } else {
           Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
@@ -335,7 +333,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     Barrier(rc);
   }
   rc.light = false;
-  if (cn && pend_wt && rc.fuse_head && !rc.ops && !pend_sums && l_end == L && m == 1) {
+  if (cn && pend_wt && rc.fuse_head && !pend_sums && l_end == L && m == 1) {
     // The last layer's norm and the final norm in the LM head's prologue (RecordHead).
     rc.head_pend = true;
     rc.head_wt = pend_wt;
@@ -353,8 +351,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   }
 }
 
-// The head; copy_out false leaves the readback copy to RecordHeadCopy (resident capture).
-void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mode, bool copy_out) {
+void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mode) {
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
   if (rc.head_pend && out_first == 0 && count == 1) {
     // h' = (h + rmsnorm(t) wt) scale, x = rmsnorm(h') final_norm in every workgroup of the head
@@ -374,7 +371,7 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
   }
   Barrier(rc);
   if (mode == OutputMode::kLogits) {
-    if (copy_out) RecordHeadCopy(rc, count, mode);
+    RecordHeadCopy(rc, count, mode);
     return;
   }
   ReducePush pc{static_cast<uint32_t>(V), vocab_block_, static_cast<uint32_t>(nblocks_),
@@ -386,7 +383,7 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
   b[3] = res_.r;
   b[4] = reduce_cnt_.r;
   const uint32_t reg = (vocab_block_ + kWG - 1) / kWG;
-  if (reduce_last_ && reg <= 16 && !rc.ops) {
+  if (reduce_last_ && reg <= 16) {
     // One dispatch: each block reduced from registers, the row's last block merging them all.
     Dispatch(rc, "logits_reduce", {0, 1, reg}, b, &pc, sizeof(pc), nblocks_, count);
     Barrier(rc);
@@ -396,7 +393,7 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
     Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
     Barrier(rc);
   }
-  if (copy_out) RecordHeadCopy(rc, count, mode);
+  RecordHeadCopy(rc, count, mode);
 }
 
 // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
@@ -456,7 +453,7 @@ void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool early) {
   // One-token steps (split): the PLE rows and the mask come from host memory, copied (with the
   // scratch fills) after the barrier: they are first read after the body's first phase (by the
   // ple kernel, the head, the first gate/up), which ends with a full barrier, so their copies
-  // run beside it. Every caller records the body (or, resident, a barrier) next.
+  // run beside it. Every caller records the body next.
   const bool split = m == 1 && in_side_.handle >= 0;
   if (split) Barrier(rc);
   if (split && early) {
@@ -536,69 +533,6 @@ VkCommandBuffer VulkanBackend::DecodeCommand(OutputMode mode) {
   if (mode == OutputMode::kArgmax) {
     decode_dispatches_ = rc.dispatches;
     decode_barriers_ = rc.barriers;
-  }
-  return cb;
-}
-
-// The resident decode step for an output mode: the one-token body and head captured as
-// resident.comp operations (uploaded once), run by one dispatch of resident_wgs_ workgroups.
-// Returns VK_NULL_HANDLE (and turns the resident path off) where the step cannot be captured.
-VkCommandBuffer VulkanBackend::ResidentCommand(OutputMode mode) {
-  const int mi = static_cast<int>(mode);
-  VkCommandBuffer& cb = resident_cmd_[mi];
-  if (cb) return cb;
-  std::vector<uint32_t> ops;
-  Rec cap{VK_NULL_HANDLE};
-  cap.ops = &ops;
-  cap.pool = h_.r.buf;
-  std::vector<std::string> labels;
-  cap.phase_labels = &labels;
-  RecordBody(cap, 1, splits_);
-  if (mode != OutputMode::kNone) RecordHead(cap, 0, 1, mode, /*copy_out=*/false);
-  const BufRange whole = dev_->Whole(cap.pool);
-  if (!cap.capture_ok || ops.empty() || !whole.buf || whole.size > dev_->max_range() ||
-      grid_.r.buf != cap.pool) {
-    if (resident_note_.empty()) resident_note_ = "the device pool is not one bindable buffer";
-    resident_ = false;
-    return VK_NULL_HANDLE;
-  }
-  Buf& ob = ops_buf_[mi];
-  ob = Reserve(Pool::kDevice, ops.size() * 4);
-  dev_->Commit();
-  Resolve(ob);
-  dev_->Upload(ob.r, 0, ops.data(), ops.size() * 4);
-  cb = dev_->AllocCommandBuffer();
-  Begin(cb, true);
-  Rec rc{cb};
-  RecordInputs(rc, 1, mode);
-  vkCmdFillBuffer(cb, grid_.r.buf, grid_.r.offset, 8, 0);
-  Barrier(rc);
-  ResidentPush pc{static_cast<uint32_t>(ops.size() / kOpWords),
-                  static_cast<uint32_t>(grid_.r.offset / 4), resident_spin_,
-                  static_cast<uint32_t>(Knob("RESIDENT_ROWS", 1) != 0), 0};
-  std::array<BufRange, vk::kBindings> b{};
-  b[0] = whole;
-  b[1] = ob.r;
-  const bool prof = resident_profile_ && mode == OutputMode::kArgmax;
-  if (prof) {
-    pc.prof = static_cast<uint32_t>(prof_.r.offset / 4);
-    phase_labels_ = labels;
-  }
-  const char* shader = prof ? "resident_dp_prof" : int_dot_ ? "resident_dp" : "resident";
-  Dispatch(rc, shader, {cap.xq_max}, b, &pc, sizeof(pc), static_cast<uint32_t>(resident_wgs_), 1, 1,
-           /*local_size=*/0);
-  Barrier(rc);
-  if (mode != OutputMode::kNone) RecordHeadCopy(rc, 1, mode);
-  VkBufferCopy cp{grid_.r.offset, flag_host_.r.offset, 8};
-  vkCmdCopyBuffer(cb, grid_.r.buf, flag_host_.r.buf, 1, &cp);
-  if (prof) {
-    cp = {prof_.r.offset, prof_host_.r.offset, std::min<size_t>(prof_.r.size, prof_host_.r.size)};
-    vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
-  }
-  End(cb);
-  if (mode == OutputMode::kArgmax) {
-    resident_ops_ = static_cast<int>(ops.size() / kOpWords);
-    resident_phases_ = cap.barriers;
   }
   return cb;
 }

@@ -20,7 +20,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   uint32_t vec = nvec >= lanes_ ? 4 : 1;
   uint32_t lanes = lanes_;
   while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
-  const bool dense_short = m == 1 && !rc.ops && vec == 4 && dense &&
+  const bool dense_short = m == 1 && vec == 4 && dense &&
                            dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
                            nvec <= 8 * dense_lanes_;
   if (dense_short) lanes = dense_lanes_;
@@ -28,7 +28,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
   // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
   bool cluster = false;
-  if (m == 1 && !rc.ops && mv_lanes_min_ < dev_->min_subgroup_size() && IsQuantized(lin.kind) &&
+  if (m == 1 && mv_lanes_min_ < dev_->min_subgroup_size() && IsQuantized(lin.kind) &&
       lin.in_scale > 0 && (!second || second->src->in_scale > 0)) {
     // Clusters lie within one subgroup (the shader sums them by xor shuffles), of the smallest
     // width the driver may pick.
@@ -45,7 +45,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   // projection int8 SRQ in one part with at most 8 rows per invocation; such a gate runs on
   // ple_lanes_ lanes per row: row blocks (the projection's column blocks) of kWG / ple_lanes_.
   const DevLinear* pjl = pj ? pj->proj : nullptr;
-  const bool pj_fits = pjl && m == 1 && !rc.ops && epi == 3 && !second && d.parts.size() == 1 &&
+  const bool pj_fits = pjl && m == 1 && epi == 3 && !second && d.parts.size() == 1 &&
                        int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 &&
                        !tail && pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
                        pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
@@ -68,7 +68,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   // DJ where the linears allow it: gate/up (EPI 1) on the packed-dot path in one part, 2, 4 or 8
   // words of the int2 / int4 SRQ down projection per row block, up to 8 rows of it per
   // invocation.
-  const bool dj_ok = pjl && m == 1 && !rc.ops && epi == 1 && second && d.parts.size() == 1 &&
+  const bool dj_ok = pjl && m == 1 && epi == 1 && second && d.parts.size() == 1 &&
                      second->parts.size() == 1 && int_dot_ && IsQuantized(lin.kind) &&
                      lin.in_scale > 0.0f && second->src->in_scale > 0.0f &&
                      (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 &&
@@ -127,7 +127,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     // Mode 3: as 1, but the workgroup copies the quantized input to shared memory first.
     if (xq_mode == 1 && xq_shared_ && xwords * 4 * tok <= 16384) xqm = 3;
     // The producer wrote this input in the packed-dot order (XqPerm): plain copies.
-    const uint32_t perm = m == 1 && !rc.ops ? xq_perm : 0;
+    const uint32_t perm = m == 1 ? xq_perm : 0;
     if (xqm == 3 && perm) xqm = 4;
     if (xq_mode == 2) {
       b[6] = *xq;
@@ -263,7 +263,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     const uint32_t perm_out = xqm == 2 ? perm : 0;
     // The multiply without per-word branches (linear.comp FAST): both weight sets on the
     // SRQ integer path, 16-byte loads, the input in shared memory.
-    const bool fast = dp && mv_fast_ && !rc.ops && vec == 4 && lin.in_scale > 0.0f &&
+    const bool fast = dp && mv_fast_ && vec == 4 && lin.in_scale > 0.0f &&
                       (!second || second->src->in_scale > 0.0f);
     if (fast || cluster || perm_out) {
       PadLinearSpec(spec, 10);
@@ -277,14 +277,14 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       spec.push_back(pro->t_sums ? 1u : 0u);   // PRO_T
       spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
     }
-    if (m == 1 && !rc.ops && mv_dbg_ > 0 && vec == 4) {
+    if (m == 1 && mv_dbg_ > 0 && vec == 4) {
       PadLinearSpec(spec, 17);
       spec.push_back(mv_dbg_);  // DBG
     }
     // One-token dense bf16 / f16 rows on 16-byte loads: the input (or a norm prologue's
     // output) staged as vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the
     // device's shared memory (the kernel's other shared arrays, the prologue's floats).
-    const bool dense_vec = m == 1 && !rc.ops && dense_vec4_ && dense && vec == 4 && !tail &&
+    const bool dense_vec = m == 1 && dense_vec4_ && dense && vec == 4 && !tail &&
                            (!second || second->src->kind == lin.kind) && xqm == 0;
     const size_t fx_bytes = size_t(d.wstride) / 2 * 16;
     const size_t fx_other = 4096 + (pro ? size_t(d.cols) * 4 : 0);
@@ -310,11 +310,10 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     }
 
     // One-token steps: at most mv_wgs_ workgroups, each looping over row blocks (the input
-    // prologue runs once per workgroup, in one wave). Not for captured (resident) steps: the
-    // resident kernel takes the blocks as virtual workgroups.
+    // prologue runs once per workgroup, in one wave).
     const uint32_t nblk = (p.rows + rows_per_wg - 1) / rows_per_wg;
     uint32_t gy = nblk;
-    if (m == 1 && !rc.ops) {
+    if (m == 1) {
       // (a prologue caps the longer matrices too: it runs once per workgroup)
       int cap = static_cast<uint32_t>(p.rows) <= mv_max_rows_ || pro ? mv_wgs_ : mv_wgs_long_;
       if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
@@ -332,7 +331,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     const bool pf_shape = !second && tok == 1 && nvl >= 1 && nvl <= 4;
     const uint32_t pfe_kind = !pro ? 1u : pj_ok ? 2u : 4u;
     const bool pfe = mv_prefetch_early_ > 0 && (mv_prefetch_early_set_ & pfe_kind) != 0 && fast &&
-                     pf_shape && m == 1 && !rc.ops &&
+                     pf_shape && m == 1 &&
                      gy <= mv_prefetch_early_ * std::max(1u, dev_->compute_units());
     const bool pfb = (((mv_prefetch_block_ && fast) || (dense_prefetch_ && (fxw || fxg))) &&
                       pf_shape && !pj_ok && gy < nblk) ||
@@ -379,7 +378,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     }
     // Both sets on the integer path with the same input scale: one quantized input (one-token
     // steps; the words are staged per workgroup).
-    if (share_x_ && second && m == 1 && !rc.ops && xqm != 1 && IsQuantized(lin.kind) &&
+    if (share_x_ && second && m == 1 && xqm != 1 && IsQuantized(lin.kind) &&
         IsQuantized(second->src->kind) && lin.in_scale > 0.0f &&
         lin.in_scale == second->src->in_scale) {
       PadLinearSpec(spec, 31);
@@ -429,10 +428,6 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
   if (gx == 0 || gy == 0 || gz == 0) return;
   // Constant 0 is the local size (0 for shaders with a fixed size, which ignore it).
   spec.insert(spec.begin(), local_size);
-  if (rc.ops) {
-    CaptureOp(rc, shader, spec, b, push, push_bytes, gx, gy, gz, local_size);
-    return;
-  }
   std::array<BufRange, vk::kBindings> bb = b;
   bb[11] = step_.r;
   // One dispatch of `pipe` with `set` and the push constants.
@@ -446,7 +441,6 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
     vkCmdDispatch(rc.cmd, gx, gy, gz);
   };
   std::string probe_shader;
-  bool probe_reported = false;
   // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue;
   // attention_probe2: the first key block's V loop, round by round).
   const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
@@ -459,7 +453,6 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
       probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
       bb[pb] = prof_.r;
       rc.probe_wgs = gx * gy * gz;
-      probe_reported = true;
     }
   }
   const VkPipeline pipe =
@@ -473,56 +466,8 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
   }
 }
 
-void VulkanBackend::CaptureOp(Rec& rc, const char* shader, const std::vector<uint32_t>& spec,
-                              const std::array<BufRange, vk::kBindings>& b, const void* push,
-                              size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz,
-                              uint32_t local_size) {
-  const int kernel = ResidentKernel(shader);
-  const bool lin = kernel == 0 || kernel == 1;
-  // Linears: one token (token groups of one, a single token group).
-  if (kernel < 0 || local_size != kWG || spec.size() > 11 || push_bytes > 32 * 4 ||
-      (lin && (gx != 1 || spec.size() != 9 || spec[5] != 1))) {
-    rc.capture_ok = false;
-    resident_note_ = std::string("cannot capture ") + shader;
-    return;
-  }
-  std::vector<uint32_t> op(kOpWords, 0);
-  op[0] = static_cast<uint32_t>(kernel);
-  op[1] = gx;
-  op[2] = gy;
-  op[3] = gz;
-  for (size_t i = 0; i < spec.size(); ++i) op[5 + i] = spec[i];
-  for (int i = 0; i < 11; ++i) {
-    if (!b[i].buf) continue;
-    if (b[i].buf != rc.pool || b[i].offset % 16 != 0) {
-      rc.capture_ok = false;
-      resident_note_ = std::string(shader) + " binding " + std::to_string(i) +
-                       " outside the device pool's first buffer";
-      return;
-    }
-    op[16 + i] = static_cast<uint32_t>(b[i].offset / 4);
-  }
-  std::memcpy(&op[32], push, push_bytes);
-  if (lin) rc.xq_max = std::max(rc.xq_max, spec[4] * (spec[2] == 1 ? 2u : 1u));
-  rc.ops->insert(rc.ops->end(), op.begin(), op.end());
-  ++rc.dispatches;
-  if (rc.phase_labels) {
-    const std::string l = Label(shader, spec, gy, push, push_bytes);
-    if (rc.pending.empty())
-      rc.pending = l;
-    else if (rc.pending.find(" + ") == std::string::npos)
-      rc.pending += " + more";
-  }
-}
-
 void VulkanBackend::Barrier(Rec& rc) {
   ++rc.barriers;
-  if (rc.ops) {
-    if (!rc.ops->empty()) (*rc.ops)[rc.ops->size() - kOpWords + 4] |= 1u;
-    if (rc.phase_labels) rc.phase_labels->push_back(rc.pending);
-    rc.pending.clear();
-    return;
-  }
   dev_->Barrier(rc.cmd, rc.light ? light_barrier_ : vk::Device::BarrierKind::kFull);
 }
 

@@ -320,31 +320,6 @@ std::vector<float> VulkanBackend::RunAttnCm(const float* q, const float* k, cons
   return r;
 }
 
-// GEMMA_VULKAN_RESIDENT_PROFILE=1: the device clock after every grid barrier of argmax steps,
-// summed per phase label; printed to stderr after 16 steps (clock units of the device: ns on
-// NVIDIA).
-void VulkanBackend::AccumulateProfile() {
-  const uint32_t* t = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
-  const size_t n = std::min(phase_labels_.size(), prof_host_.r.size / 8 - 1);
-  auto at = [&](size_t i) { return uint64_t(t[2 * i]) | (uint64_t(t[2 * i + 1]) << 32); };
-  for (size_t i = 0; i < n; ++i) prof_sum_[phase_labels_[i]] += double(at(i + 1) - at(i));
-  prof_total_ += double(at(n) - at(0));
-  if (++prof_steps_ != 16) return;
-  std::vector<std::pair<double, std::string>> rows;
-  for (const auto& [k, v] : prof_sum_) rows.emplace_back(v, k);
-  std::sort(rows.rbegin(), rows.rend());
-  std::fprintf(stderr,
-               "\n| resident phase (first operation), %d argmax steps | us per token | share |\n"
-               "|---|---|---|\n",
-               prof_steps_);
-  for (const auto& [v, k] : rows) {
-    std::fprintf(stderr, "| %s | %.1f | %.1f%% |\n", k.c_str(), v / prof_steps_ / 1e3,
-                 100 * v / prof_total_);
-  }
-  std::fprintf(stderr, "| total (%zu grid barriers) | %.1f | |\n", n,
-               prof_total_ / prof_steps_ / 1e3);
-}
-
 // GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
 void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
                                   std::chrono::steady_clock::time_point t1) {
@@ -360,7 +335,7 @@ void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
     std::fprintf(stderr,
                  "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
                  "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
-                 early_submit_ == 1 && !resident_ ? ", early submit" : "", med(step_gpu_us_),
+                 early_submit_ == 1 ? ", early submit" : "", med(step_gpu_us_),
                  med(step_submit_us_), med(step_call_us_),
                  step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
     step_call_us_.clear();

@@ -150,9 +150,7 @@ TEST(VulkanBackend, ReportsDeviceAndDecodeWork) {
               s.device_bytes, s.dispatches_per_token);
   EXPECT_FALSE(s.device.empty());
   EXPECT_GT(s.weight_bytes, 0u);
-  // Resident decode: one dispatch running that many recorded operations.
-  EXPECT_GT(s.resident_workgroups > 0 ? s.resident_ops : s.dispatches_per_token,
-            model->text().num_layers);
+  EXPECT_GT(s.dispatches_per_token, model->text().num_layers);
   EXPECT_EQ(vk->name(), "vulkan");
 }
 
@@ -1278,139 +1276,6 @@ TEST(VulkanKernels, FusedAttentionMergesManySplits) {
   }
 }
 
-// The resident decode step (resident.comp: one dispatch of persistent workgroups with grid
-// barriers, opt-in) against the dispatch path of the same backend kind: logits of every decoded
-// position equal to the bit, ids of argmax / select steps equal and log-probs within 1e-5, for
-// several workgroup counts (fewer workgroups than operations' virtual workgroups, so each runs
-// several), fixtures with quantized / bf16 / f16 weights and KV sharing, weights split by rows,
-// and the sliding ring wrapping. CPU devices refuse the path (lavapipe computes wrong values in
-// spinning workgroups; bench/journal/2026-11-sessions.md): there the test checks the refusal and skips.
-TEST(VulkanResident, DecodeMatchesDispatchPath) {
-  for (const char* fixture : {"tiny_qat", "tiny_dense_bf16", "tiny_e4b_like_f16"}) {
-    for (int wgs : {2, 3}) {
-      for (size_t part : {size_t(0), size_t(1024)}) {
-        SCOPED_TRACE(std::string(fixture) + " workgroups " + std::to_string(wgs) + " part " +
-                     std::to_string(part));
-        auto model = LoadFixture(fixture);
-        const int V = model->text().vocab_size;
-        const BackendOptions opt{.capacity = 96, .slack = 8};
-        std::unique_ptr<Backend> disp, res;
-        // The dispatch path with the norm tails, equal key splits and the three-kernel
-        // attention (as the resident kernel runs them).
-        SetKnob("GEMMA_VULKAN_CNORM", "0");
-        SetKnob("GEMMA_VULKAN_SPLITS_ADAPT", "0");
-        SetKnob("GEMMA_VULKAN_ATTN_FUSED", "0");
-        try {
-          disp = CreateVulkanBackend(*model, opt,
-                                     {.max_weight_part_bytes = part, .resident_workgroups = 0});
-          res = CreateVulkanBackend(*model, opt,
-                                    {.max_weight_part_bytes = part, .resident_workgroups = wgs});
-          ClearKnob("GEMMA_VULKAN_CNORM");
-          ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
-          ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
-        } catch (const Error& e) {
-          ClearKnob("GEMMA_VULKAN_CNORM");
-          ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
-          ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
-          if (e.code() != ErrorCode::kDevice) throw;
-          GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-        }
-        VulkanStats s;
-        ASSERT_TRUE(GetVulkanStats(*res, &s));
-        if (s.kernels.find("resident decode not on CPU devices") != std::string::npos) {
-          EXPECT_EQ(s.resident_workgroups, 0);
-          GTEST_SKIP() << "SKIPPED: resident decode is not offered on CPU devices (" << s.device
-                       << ")";
-        }
-        ASSERT_EQ(s.resident_workgroups, wgs) << s.kernels;
-        EXPECT_EQ(s.dispatches_per_token, 1);
-        EXPECT_GT(s.resident_ops, model->text().num_layers);
-        std::vector<int32_t> tokens(part ? 40 : 80);
-        for (size_t i = 0; i < tokens.size(); ++i)
-          tokens[i] = static_cast<int32_t>((i * 71 + 9) % V);
-        ForwardResult a, b;
-        const std::span<const int32_t> prompt(tokens.data(), 5);
-        disp->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-        res->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-        std::vector<uint64_t> allowed((V + 63) / 64, 0);
-        for (int i = 0; i < V; i += 3) allowed[i / 64] |= uint64_t(1) << (i % 64);
-        for (size_t t = 5; t < tokens.size(); ++t) {
-          const std::span<const int32_t> one(&tokens[t], 1);
-          const OutputMode mode = t % 4 == 2   ? OutputMode::kArgmax
-                                  : t % 4 == 3 ? OutputMode::kSelect
-                                  : t % 4 == 0 ? OutputMode::kNone
-                                               : OutputMode::kLogits;
-          ForwardRequest req{.tokens = one, .mode = mode};
-          if (mode == OutputMode::kSelect) req.allowed = &allowed;
-          disp->Forward(req, &a);
-          res->Forward(req, &b);
-          ASSERT_EQ(a.logits.size(), b.logits.size());
-          for (size_t i = 0; i < a.logits.size(); ++i)
-            ASSERT_EQ(a.logits[i], b.logits[i]) << "position " << t << " logit " << i;
-          ASSERT_EQ(a.ids, b.ids) << "position " << t;
-          // The softmax sums use exp/log, whose last bits may differ between shader modules.
-          ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
-          for (size_t i = 0; i < a.logprobs.size(); ++i)
-            ASSERT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5 * (1 + std::fabs(a.logprobs[i])))
-                << "position " << t;
-        }
-        ASSERT_TRUE(GetVulkanStats(*res, &s));
-        EXPECT_EQ(s.resident_fallbacks, 0);
-        EXPECT_EQ(s.resident_workgroups, wgs);
-      }
-    }
-  }
-}
-
-// More workgroups than any GPU runs at once: the first grid barrier times out
-// (GEMMA_VULKAN_RESIDENT_SPIN polls), the step is redone with dispatches and the path turned off;
-// the results stay those of the dispatch path.
-TEST(VulkanResident, GridBarrierTimeoutFallsBackToDispatches) {
-  auto model = LoadFixture("tiny_qat");
-  const int V = model->text().vocab_size;
-  const BackendOptions opt{.capacity = 64};
-  std::unique_ptr<Backend> disp, res;
-  SetKnob("GEMMA_VULKAN_RESIDENT_SPIN", "20000");
-  SetKnob("GEMMA_VULKAN_CNORM", "0");  // the dispatch path the fallback runs
-  SetKnob("GEMMA_VULKAN_SPLITS_ADAPT", "0");
-  SetKnob("GEMMA_VULKAN_ATTN_FUSED", "0");
-  try {
-    disp = CreateVulkanBackend(*model, opt, {.resident_workgroups = 0});
-    res = CreateVulkanBackend(*model, opt, {.resident_workgroups = 16384});
-    ClearKnob("GEMMA_VULKAN_RESIDENT_SPIN");
-    ClearKnob("GEMMA_VULKAN_CNORM");
-    ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
-    ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
-  } catch (const Error& e) {
-    ClearKnob("GEMMA_VULKAN_RESIDENT_SPIN");
-    ClearKnob("GEMMA_VULKAN_CNORM");
-    ClearKnob("GEMMA_VULKAN_SPLITS_ADAPT");
-    ClearKnob("GEMMA_VULKAN_ATTN_FUSED");
-    if (e.code() != ErrorCode::kDevice) throw;
-    GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-  }
-  VulkanStats s;
-  ASSERT_TRUE(GetVulkanStats(*res, &s));
-  if (s.kernels.find("resident decode not on CPU devices") != std::string::npos)
-    GTEST_SKIP() << "SKIPPED: resident decode is not offered on CPU devices (" << s.device << ")";
-  ASSERT_EQ(s.resident_workgroups, 16384);
-  const std::vector<int32_t> prompt = {2, 17, 93, 5};
-  ForwardResult a, b;
-  disp->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &a);
-  res->Forward({.tokens = prompt, .mode = OutputMode::kLogits}, &b);
-  for (int32_t t : {40, 41, 300}) {
-    const std::span<const int32_t> one(&t, 1);
-    disp->Forward({.tokens = one, .mode = OutputMode::kLogits}, &a);
-    res->Forward({.tokens = one, .mode = OutputMode::kLogits}, &b);
-    ASSERT_EQ(a.logits.size(), size_t(V));
-    ASSERT_EQ(a.logits, b.logits);
-  }
-  ASSERT_TRUE(GetVulkanStats(*res, &s));
-  EXPECT_EQ(s.resident_fallbacks, 1);
-  EXPECT_EQ(s.resident_workgroups, 0);
-  EXPECT_EQ(res->cached(), disp->cached());
-}
-
 // One-token-step fusions against the default step and the CPU reference: the residual norms
 // applied in the next linear's prologue (GEMMA_VULKAN_CNORM=1, linear.comp PRO; the residual
 // stream alternates between two buffers), q/k norm + RoPE inside the decode attention
@@ -1661,7 +1526,7 @@ TEST(VulkanKernels, StepInputStagingLayoutsGiveIdenticalSteps) {
       {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
       {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}},
       {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
-      // the waiting buffers submitted after the inputs are written (the resident path's fallback)
+      // the waiting buffers submitted after the inputs are written
       {{"GEMMA_VULKAN_EARLY_SUBMIT", "2"}}};
   for (const Knobs& env : variants) {
     SCOPED_TRACE("knobs:" + KnobsText(env));

@@ -1,5 +1,4 @@
-// One workgroup's share of a head's keys j in [jb, je) (attention.comp and resident.comp's copy of
-// it, so both compute the same bits):
+// One workgroup's share of a head's keys j in [jb, je) (attention.comp):
 //   m = max_j s_j, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) V_j,   s_j = q . K_j (scale 1),
 // an online softmax over blocks of ATT_KPB keys, in double as the CPU reference.
 // The includer defines WG, ATT_QS(i) (the head's q in shared memory, staged by ATT_STAGE_Q(), which

@@ -409,15 +409,6 @@ class VulkanBackend : public Backend {
                 uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t local_size = kWG);
   void Barrier(Rec& rc);
 
-  // The register-tiled prefill kernel sums int2/int4 products in f32 without flushing, exact while
-  // max|w| * 128 * cols < 2^24; GEMMA_VULKAN_MM=1 selects the 64x64 kernel (comparison runs).
-  bool UseRegisterTiled(const Linear& lin) const {
-    if (mm_kernel_ == 1) return false;
-    if (lin.kind == WeightKind::kQ2) return static_cast<int64_t>(lin.cols) * 2 * 128 < (1 << 24);
-    if (lin.kind == WeightKind::kQ4) return static_cast<int64_t>(lin.cols) * 8 * 128 < (1 << 24);
-    return true;
-  }
-
   // Matrix units (linear_cm) take the SRQ integer path of int2/int4/int8 weights; int2/int4 sum in
   // f32 without flushing, exact while max|w| * 128 * cols < 2^24 (int8 flushes every 512 columns).
   // Dense (bf16 / f16) linears on matrix units: whole 16-byte weight vectors on 16-byte aligned
@@ -682,9 +673,7 @@ class VulkanBackend : public Backend {
  private:
   std::unique_ptr<Device> dev_;
   uint32_t lanes_ = 32;
-  int mm_kernel_ = 1;          // prefill linears: 1 linear_mm, 2 register-tiled (linear_mm2)
   uint32_t lanes_k_ = 6;       // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
-  bool attn_tiled_ = false;    // prefill attention through attention_tiled
   bool fuse_tails_ = true;     // one-token steps fold residual norms into the preceding linear
   bool cnorm_ = false;         // one-token steps apply residual norms in the next linear (Pro)
   bool fuse_rope_ = false;     // one-token steps: q/k norm + RoPE inside attention_rope

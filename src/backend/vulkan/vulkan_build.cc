@@ -151,18 +151,11 @@ void VulkanBackend::Build() {
   if (!planned_) PlanGeometry();
   lanes_ = std::max<uint32_t>(32, dev_->subgroup_size());
   // Kernel-variant knobs for comparison runs (the defaults are the measured best).
-  // linear_mm2 is opt-in: its spec-constant build ran 2x slower than linear_mm on the H200 and
-  // its unrolled build has not completed a run there (bench/journal/2026-11-sessions.md, Vulkan,
-  // 2026-11-29 v5).
-  mm_kernel_ = Knob("MM", 1);
   lanes_k_ = static_cast<uint32_t>(std::max(1, Knob("LANES_K", 6)));
-  // The tiled prefill attention measured 75 ms per 512-token chunk on the H200 against 28 ms for
-  // the per-query kernel: off unless asked for.
-  attn_tiled_ = Knob("ATTN_TILED", 0) != 0;
   // Subgroup-per-query prefill attention (32-wide subgroups only): 1 double, 2 f32 dot products,
   // 3 / 4: four (hd <= 256) / two queries per subgroup sharing each K/V load (f32 dots,
   // hd % 4 == 0); 4 measured fastest on the H200 (bench/journal/2026-11-sessions.md).
-  attn_pf_ = dev_->subgroup_size() == 32 && !attn_tiled_ ? std::clamp(Knob("ATTN_PF", 4), 0, 4) : 0;
+  attn_pf_ = dev_->subgroup_size() == 32 ? std::clamp(Knob("ATTN_PF", 4), 0, 4) : 0;
   fuse_tails_ = Knob("TAILS", 1) != 0;
   // Residual norms in the next linear's prologue (linear.comp PRO) instead of the last
   // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
@@ -427,7 +420,7 @@ void VulkanBackend::Build() {
   // The K rows are split into f16 terms unscaled: every layer's largest K norm weight times
   // sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes)
   // must stay well inside f16 (V's norm has no weights).
-  attn_cm_ = coop_ && !attn_tiled_ && dev_->subgroup_size() == 32 &&
+  attn_cm_ = coop_ && dev_->subgroup_size() == 32 &&
              dev_->max_shared_bytes() >= kAttnCmShared && Knob("ATTN_CM", 1) != 0;
   // (ACC 1: the most accurate of the three forms on the H200 at the speed of the fastest; the
   // kernel test's worst rows 6.9e-5 / 6.7e-5 against 9.9e-5 / 1.0e-4 with 0 and 1.0e-4 / 1.3e-4
@@ -701,7 +694,7 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
       (!coop_        ? ""
        : coop_dense_ ? "linear_cm (matrix units: SRQ, dense) + "
                      : "linear_cm (matrix units: SRQ) + ") +
-      (mm_kernel_ == 1 ? "linear_mm" : "linear_mm2") + ", matvec " +
+      "linear_mm, matvec " +
       (int_dot_ ? "packed int dot" : "scalar int") +
       (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
       (mv_fast_ && int_dot_ ? ", branch-free multiply" : "") +
@@ -709,7 +702,6 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
       std::to_string(lanes_k_) + ", decode splits " + std::to_string(splits_) +
       ", prefill attention " +
       (attn_cm_        ? "matrix units"
-       : attn_tiled_   ? "tiled"
        : attn_pf_ == 4 ? "2 queries per subgroup, f32 dots"
        : attn_pf_ == 3 ? "4 (hd <= 256) or 2 queries per subgroup, f32 dots"
        : attn_pf_ == 2 ? "subgroup per query, f32 dots"

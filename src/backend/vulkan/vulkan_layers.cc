@@ -178,14 +178,6 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
                    (nh + 3) / 4, m, 1, false);
         }
         Barrier(rc);
-      } else if (m >= kMatmulMinTokens && attn_tiled_) {
-        // Prefill: query tiles share each K/V row; no splits to merge. The push block is the
-        // same with the token count in place of the splits.
-        AttnPush tp = pc;
-        tp.splits = static_cast<uint32_t>(m);
-        b[5] = attn_.r;
-        Dispatch(rc, "attention_tiled", {}, b, &tp, sizeof(tp), nh, (m + 7) / 8, 1, false);
-        Barrier(rc);
       } else {
         // GEMMA_VULKAN_ATTN_COMBINE=1.
         const bool merge = !fuse_rope && !(attn_dec_ && hd <= 512) && attn_combine_ &&

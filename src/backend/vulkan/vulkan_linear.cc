@@ -208,11 +208,6 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
           Dispatch(rc, "linear_cm_epi", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc),
                    (p.rows + 255) / 256, m, 1, /*local_size=*/0);
         }
-      } else if (UseRegisterTiled(lin)) {
-        const uint32_t bn = second ? 64 : 128;
-        Dispatch(rc, second ? "linear_mm2d" : "linear_mm2", {KindCode(lin.kind), epi}, b, &pc,
-                 sizeof(pc), (m + bn - 1) / bn, (p.rows + 127) / 128, 1,
-                 /*local_size=*/0);
       } else {
         Dispatch(rc, "linear_mm", {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + 63) / 64,
                  (p.rows + 63) / 64, 1, /*local_size=*/0);

@@ -716,8 +716,7 @@ TEST(VulkanBackend, WeightsSplitByRowsGiveTheSameLogits) {
 namespace gemma {
 namespace {
 
-// Prefill chunks of 20 tokens: the tiled attention (three query tiles, the last one partial, the
-// sliding window crossing tiles; opt-in through GEMMA_VULKAN_ATTN_TILED), the subgroup-per-query one
+// Prefill chunks of 20 tokens: the subgroup-per-query attention
 // (GEMMA_VULKAN_ATTN_PF 1 double, 2 f32 dot products, 3 / 4 with four / two queries per subgroup;
 // 32-wide subgroups only) and the per-query one
 // (GEMMA_VULKAN_ATTN_PF=0), and the tiled
@@ -1632,22 +1631,18 @@ TEST(VulkanKernels, HeadNormInPrologueMatchesNormKernels) {
 
 // (GEMMA_VULKAN_ATTN_CM=1: the matrix-unit attention where the device runs it, the default; the
 // other variants turn it off.)
-TEST(VulkanKernels, TiledPrefillAttentionMatchesReference) {
+TEST(VulkanKernels, PrefillAttentionVariantsMatchReference) {
   struct Knob {
-    const char *tiled, *pf, *cm;
+    const char *pf, *cm;
   };
-  const Knob knobs[] = {{"1", "0", "0"}, {"0", "1", "0"}, {"0", "2", "0"}, {"0", "3", "0"},
-                        {"0", "4", "0"}, {"0", "0", "0"}, {"0", "4", "1"}};
-  for (const auto& [tiled, pf, cm] : knobs) {
-    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_TILED=") + tiled + " GEMMA_VULKAN_ATTN_PF=" + pf +
-                 " GEMMA_VULKAN_ATTN_CM=" + cm);
+  const Knob knobs[] = {{"1", "0"}, {"2", "0"}, {"3", "0"}, {"4", "0"}, {"0", "0"}, {"4", "1"}};
+  for (const auto& [pf, cm] : knobs) {
+    SCOPED_TRACE(std::string("GEMMA_VULKAN_ATTN_PF=") + pf + " GEMMA_VULKAN_ATTN_CM=" + cm);
     auto model = LoadFixture("tiny_dense_bf16");
     std::unique_ptr<Backend> vk;
-    SetKnob("GEMMA_VULKAN_ATTN_TILED", tiled);
     SetKnob("GEMMA_VULKAN_ATTN_PF", pf);
     SetKnob("GEMMA_VULKAN_ATTN_CM", cm);
     auto unset = [] {
-      ClearKnob("GEMMA_VULKAN_ATTN_TILED");
       ClearKnob("GEMMA_VULKAN_ATTN_PF");
       ClearKnob("GEMMA_VULKAN_ATTN_CM");
     };

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/vulkan/vulkan_backend.h"
+#include "bench/vulkan/vulkan_lab.h"
 #include "gemma/error.h"
 #include "model/model.h"
 #include "model/synth.h"

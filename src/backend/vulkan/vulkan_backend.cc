@@ -346,14 +346,39 @@ uint32_t VulkanBackend::GpuRowKind(const Embedding& e) {
   }
 }
 
+// GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
+void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
+                                  std::chrono::steady_clock::time_point t1) {
+  const std::vector<double> ts = dev_->ReadTimestamps(2);
+  step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
+  step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  step_call_us_.push_back(dev_->last_submit_call_us());
+  if (step_gpu_us_.size() == 64) {
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::fprintf(stderr,
+                 "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
+                 "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
+                 early_submit_ == 1 ? ", early submit" : "", med(step_gpu_us_),
+                 med(step_submit_us_), med(step_call_us_),
+                 step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
+    step_call_us_.clear();
+    step_gpu_us_.clear();
+    step_submit_us_.clear();
+    step_fill_us_.clear();
+  }
+}
+
 }  // namespace vulkan_internal
 
 using vulkan_internal::VulkanBackend;
 
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options,
                                              const VulkanOptions& vulkan) {
-  return std::make_unique<VulkanBackend>(std::make_shared<vulkan_internal::VulkanShared>(model, vulkan),
-                                         options);
+  return std::make_unique<VulkanBackend>(
+      std::make_shared<vulkan_internal::VulkanShared>(model, vulkan), options);
 }
 
 std::unique_ptr<Backend> CreateVulkanBackend(const Model& model, const BackendOptions& options) {
@@ -371,62 +396,6 @@ bool GetVulkanStats(const Backend& backend, VulkanStats* stats) {
   const auto* vb = dynamic_cast<const VulkanBackend*>(&backend);
   if (!vb) return false;
   vb->GetStats(stats);
-  return true;
-}
-
-double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  return vb ? vb->CopyBandwidth(bytes) : 0.0;
-}
-
-VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  return vb ? vb->DispatchCost(n) : VulkanDispatchCost{};
-}
-
-double MeasureVulkanWeightReadBandwidth(Backend& backend) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  return vb ? vb->WeightReadBandwidth(5) : 0.0;
-}
-
-double MeasureVulkanStreamReadBandwidth(Backend& backend, size_t* range_bytes) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  return vb ? vb->StreamReadBandwidth(5, range_bytes) : 0.0;
-}
-
-std::string ProbeVulkanKernel(Backend& backend, std::span<const int32_t> tokens,
-                              const std::string& label, int nth) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  if (!vb) return {};
-  return vb->ProbeKernel(tokens, label, nth);
-}
-
-std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
-                                                              std::span<const int32_t> tokens) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  if (!vb) return {};
-  return vb->Profile(tokens);
-}
-
-std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
-                                       const float* x, int n, int epilogue) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  if (!vb) return {};
-  return vb->RunLinear(lin, second, x, n, static_cast<uint32_t>(epilogue));
-}
-
-std::vector<float> VulkanPrefillAttentionForTest(Backend& backend, const float* q, const float* k,
-                                                 const float* v, int nh, int nkv, int hd, int ring,
-                                                 int window, int pos0, int m) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  if (!vb) return {};
-  return vb->RunAttnCm(q, k, v, nh, nkv, hd, ring, window, pos0, m);
-}
-
-bool SimulateVulkanDeviceLoss(Backend& backend) {
-  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
-  if (!vb) return false;
-  vb->FailNextSubmit();
   return true;
 }
 

@@ -50,9 +50,9 @@ struct VulkanOptions {
   size_t max_weight_part_bytes = 0;
   // Longest prompt chunk evaluated at once (0: 1,024 tokens for models with a sliding window of
   // at least 512 on a discrete GPU with at least 8 GiB of device-local memory, else 512;
-  // the kernel config's MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at 0, the
-  // sliding rings then hold window + max(window, chunk) entries; a caller's slack bounds the chunk
-  // instead (the chunk is at most the slack).
+  // the kernel config's MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at
+  // 0, the sliding rings then hold window + max(window, chunk) entries; a caller's slack bounds the
+  // chunk instead (the chunk is at most the slack).
   int max_chunk = 0;
   // Kernel choices other than their measured defaults (kernel_config.h; benchmarks and tests).
   // The environment variable GEMMA_VULKAN_KERNELS (the same text) applies over it.
@@ -77,55 +77,19 @@ std::unique_ptr<Backend> CreateVulkanSibling(const Backend& backend, const Backe
 // Diagnostics and test hooks for a backend made by CreateVulkanBackend (nullptr otherwise).
 struct VulkanStats {
   std::string device;
-  bool cpu_device = false;  // a CPU-type device (e.g. Mesa's lavapipe)
+  bool cpu_device = false;       // a CPU-type device (e.g. Mesa's lavapipe)
   size_t device_bytes = 0;       // resident device memory (weights, caches, activations)
   size_t weight_bytes = 0;       // of which weights
   int dispatches_per_token = 0;  // in the decode command buffer
   int barriers_per_token = 0;
-  int rebuilds = 0;  // device-state rebuilds after failures
+  int rebuilds = 0;     // device-state rebuilds after failures
   std::string kernels;  // the kernel variants in use (and the kernel config's overrides)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);
-// Device-to-device copy bandwidth (bytes read + written per second) on the backend's device.
-double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes);
-// Bytes per second a compute shader reads from all resident weight buffers at once (a pass over
-// the decode's weight traffic, timed with GPU timestamps; 0 without timestamps).
-double MeasureVulkanWeightReadBandwidth(Backend& backend);
-// Bytes per second a compute shader streams from the largest resident weight buffer (its size in
-// *range_bytes), read over and over: the device's streaming read bandwidth, a floor independent of
-// how the weights are split into buffers (0 without timestamps).
-double MeasureVulkanStreamReadBandwidth(Backend& backend, size_t* range_bytes = nullptr);
-// GPU time (us, timestamps) per dispatch of an empty kernel in a command buffer of `n` of them:
-// one workgroup each with a pipeline barrier between (what a dependent step pays per phase), the
-// same with `wide` workgroups, and one workgroup without barriers. Zeros without timestamps.
+// GPU time per empty dispatch (bench/vulkan/vulkan_lab.h: MeasureVulkanDispatchCost).
 struct VulkanDispatchCost {
   double dependent_us = 0, dependent_wide_us = 0, independent_us = 0;
   uint32_t wide = 0;
 };
-VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n = 320);
-// GPU time per kernel label (ns, summed over the step) of one step over `tokens` (at most
-// capabilities().max_chunk) at the current position, from timestamps after every dispatch; the
-// caches are not advanced. Empty without timestamps.
-std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
-                                                              std::span<const int32_t> tokens);
-// One step over `tokens` (caches not advanced) with the `nth` dispatch labelled `label` (a
-// "linear_dp ..." label of ProfileVulkanStep, or "attention") run as its probe variant: per-stage
-// device-clock times of its workgroups as a markdown table (or a line saying why not).
-std::string ProbeVulkanKernel(Backend& backend, std::span<const int32_t> tokens,
-                              const std::string& label, int nth = 0);
-// Kernel test hook: y[n][lin.rows] from one linear over x[n][lin.cols] on the backend's device,
-// through the kernel an n-token step uses (one-token matvec, multi-token matvec, or the tiled
-// kernel from 8 tokens). epilogue 0: store; 1: gelu_tanh(lin) * second (gate/up); 2: softcap.
-std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
-                                       const float* x, int n, int epilogue);
-// Kernel test hook: the prefill attention on matrix units (attention_cm.comp) over q[m][nh hd]
-// at positions pos0 .. pos0 + m - 1 and K / V cache rings k / v [ring][nkv hd] (key j in row
-// j % ring; window 0: full attention), out[m][nh hd]; empty where the device does not run that
-// path or the shape does not fit it.
-std::vector<float> VulkanPrefillAttentionForTest(Backend& backend, const float* q, const float* k,
-                                                 const float* v, int nh, int nkv, int hd, int ring,
-                                                 int window, int pos0, int m);
-// Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
-bool SimulateVulkanDeviceLoss(Backend& backend);
 
 }  // namespace gemma

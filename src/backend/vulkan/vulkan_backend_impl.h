@@ -201,6 +201,18 @@ struct DevLayer {
   Buf input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm, q_norm, k_norm, post_ple_norm;
 };
 
+// The one measurement hook of the recorder (bench/vulkan's profiles and kernel probes, which the
+// library does not link): it sees each dispatch of a recording by its profile label (Label) and
+// may, before it, run a probe build of the kernel (its shader name) with extra bindings (the probe
+// buffer); after it, record into the command buffer (a timestamp).
+class DispatchObserver {
+ public:
+  virtual ~DispatchObserver() = default;
+  virtual void Before(const char* shader, const std::string& label, uint32_t workgroups,
+                      std::string* probe_shader, std::array<BufRange, vk::kBindings>* bindings) {}
+  virtual void After(VkCommandBuffer cmd, const std::string& label) {}
+};
+
 struct CacheSlot {
   Buf k, v;
   int ring = 0, width = 0;
@@ -366,12 +378,8 @@ class VulkanBackend : public Backend {
   struct Rec {
     VkCommandBuffer cmd;
     int dispatches = 0, barriers = 0;
-    std::vector<std::string>* labels = nullptr;  // profiling: a timestamp after every dispatch
-    // Kernel probe: the `probe_nth` dispatch labelled `probe_label` runs the kernel's PROBE
-    // variant, writing device-clock probes into prof_ (probe_wgs: its workgroup count).
-    const std::string* probe_label = nullptr;
-    int probe_nth = 0, probe_seen = 0;
-    uint32_t probe_wgs = 0;
+    // Measurement (bench/vulkan: profiles, kernel probes) sees every dispatch; null in steps.
+    DispatchObserver* observer = nullptr;
     // Between two compute dispatches (the one-token layer loop): Barrier records light_barrier_.
     bool light = false;
     // One-token steps from attn_hpw_from_ on: attn_fused with HPW heads per workgroup.
@@ -667,6 +675,7 @@ class VulkanBackend : public Backend {
   // dev_: this context's Device goes first), and this context's Device on their core.
   std::shared_ptr<VulkanShared> shared_;
   std::shared_ptr<const DeviceWeights> weights_;
+
  public:
   const std::shared_ptr<VulkanShared>& shared() const { return shared_; }
 

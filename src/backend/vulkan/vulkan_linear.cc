@@ -20,9 +20,8 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   uint32_t vec = nvec >= lanes_ ? 4 : 1;
   uint32_t lanes = lanes_;
   while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
-  const bool dense_short = m == 1 && vec == 4 && dense &&
-                           dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
-                           nvec <= 8 * dense_lanes_;
+  const bool dense_short = m == 1 && vec == 4 && dense && dense_lanes_ >= dev_->subgroup_size() &&
+                           dense_lanes_ <= kWG && nvec <= 8 * dense_lanes_;
   if (dense_short) lanes = dense_lanes_;
   // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
   // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
@@ -45,9 +44,9 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   // projection int8 SRQ in one part with at most 8 rows per invocation; such a gate runs on
   // ple_lanes_ lanes per row: row blocks (the projection's column blocks) of kWG / ple_lanes_.
   const DevLinear* pjl = pj ? pj->proj : nullptr;
-  const bool pj_fits = pjl && m == 1 && epi == 3 && !second && d.parts.size() == 1 &&
-                       int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 &&
-                       !tail && pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
+  const bool pj_fits = pjl && m == 1 && epi == 3 && !second && d.parts.size() == 1 && int_dot_ &&
+                       IsQuantized(lin.kind) && lin.in_scale > 0.0f && xq_mode == 0 && !tail &&
+                       pjl->parts.size() == 1 && pjl->src->kind == WeightKind::kQ8 &&
                        pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
                        pjl->src->rows <= 8 * static_cast<int>(kWG);
   if (pj_fits && ple_lanes_ > 0 && vec == 4) {
@@ -68,16 +67,15 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   // DJ where the linears allow it: gate/up (EPI 1) on the packed-dot path in one part, 2, 4 or 8
   // words of the int2 / int4 SRQ down projection per row block, up to 8 rows of it per
   // invocation.
-  const bool dj_ok = pjl && m == 1 && epi == 1 && second && d.parts.size() == 1 &&
-                     second->parts.size() == 1 && int_dot_ && IsQuantized(lin.kind) &&
-                     lin.in_scale > 0.0f && second->src->in_scale > 0.0f &&
-                     (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 &&
-                     pjl->parts.size() == 1 &&
-                     (pjl->src->kind == WeightKind::kQ2 || pjl->src->kind == WeightKind::kQ4) &&
-                     pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
-                     pjl->src->rows <= 8 * static_cast<int>(kWG) &&
-                     rows_per_wg % (2 * ElemsPerWord(pjl->src->kind)) == 0 &&
-                     rows_per_wg <= 8 * ElemsPerWord(pjl->src->kind);
+  const bool dj_ok =
+      pjl && m == 1 && epi == 1 && second && d.parts.size() == 1 && second->parts.size() == 1 &&
+      int_dot_ && IsQuantized(lin.kind) && lin.in_scale > 0.0f && second->src->in_scale > 0.0f &&
+      (xq_mode == 0 || xq_mode == 2) && !tail && vec == 4 && pjl->parts.size() == 1 &&
+      (pjl->src->kind == WeightKind::kQ2 || pjl->src->kind == WeightKind::kQ4) &&
+      pjl->src->in_scale > 0.0f && pjl->cols == lin.rows &&
+      pjl->src->rows <= 8 * static_cast<int>(kWG) &&
+      rows_per_wg % (2 * ElemsPerWord(pjl->src->kind)) == 0 &&
+      rows_per_wg <= 8 * ElemsPerWord(pjl->src->kind);
   if (dj_ok) xq_mode = 0;  // (no down kernel reads what XQ 2 would write)
   for (size_t i = 0; i < d.parts.size(); ++i) {
     const DevLinear::Part& p = d.parts[i];
@@ -435,30 +433,17 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
                          static_cast<uint32_t>(push_bytes), push);
     vkCmdDispatch(rc.cmd, gx, gy, gz);
   };
-  std::string probe_shader;
-  // A label "2:..." selects the finer probe set (linear_dp_probe2: inside the norm prologue;
-  // attention_probe2: the first key block's V loop, round by round).
-  const bool fine = rc.probe_label && rc.probe_label->rfind("2:", 0) == 0;
-  if (rc.probe_label &&
-      (std::strcmp(shader, "linear_dp") == 0 || std::strcmp(shader, "attention") == 0 ||
-       std::strcmp(shader, "attn_fused") == 0) &&
-      Label(shader, spec, gy, push, push_bytes) == rc.probe_label->substr(fine ? 2 : 0)) {
-    const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
-    if (rc.probe_seen++ == rc.probe_nth) {
-      probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
-      bb[pb] = prof_.r;
-      rc.probe_wgs = gx * gy * gz;
-    }
+  std::string probe_shader, label;
+  if (rc.observer) {
+    label = Label(shader, spec, gy, push, push_bytes);
+    rc.observer->Before(shader, label, gx * gy * gz, &probe_shader, &bb);
   }
   const VkPipeline pipe =
       dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
   const VkDescriptorSet set = dev_->Set(bb);
   record(pipe, set);
   ++rc.dispatches;
-  if (rc.labels && rc.labels->size() + 1 < Device::kMaxTimestamps) {
-    rc.labels->push_back(Label(shader, spec, gy, push, push_bytes));
-    dev_->WriteTimestamp(rc.cmd, static_cast<uint32_t>(rc.labels->size()));
-  }
+  if (rc.observer) rc.observer->After(rc.cmd, label);
 }
 
 void VulkanBackend::Barrier(Rec& rc) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/vulkan/vulkan_backend.h"
+#include "backend/vulkan/vulkan_test_hooks.h"
 #include "gemma/error.h"
 #include "model/model.h"
 

@@ -22,6 +22,8 @@
 
 #include "backend/cpu/reference_ops.h"
 #include "backend/vulkan/vulkan_backend.h"
+#include "backend/vulkan/vulkan_test_hooks.h"
+#include "bench/vulkan/vulkan_lab.h"
 #include "gemma/error.h"
 #include "golden_util.h"  // RelL2, IsSrqFlip
 #include "model/model.h"

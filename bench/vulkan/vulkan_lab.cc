@@ -1,6 +1,11 @@
+// The Vulkan backend's measurement lab (not linked by the library): read and copy bandwidth,
+// dispatch cost, per-kernel profiles and kernel probes, through the recorder's DispatchObserver.
+#include "bench/vulkan/vulkan_lab.h"
+
 #include "backend/vulkan/vulkan_backend_impl.h"
 
-namespace gemma::vulkan_internal {
+namespace gemma {
+namespace vulkan_internal {
 
 // The body and head of an argmax step over m tokens at the current position, recorded as a step
 // records them (one token: as DecodeCommand; more: as a prompt chunk's last position).
@@ -123,8 +128,31 @@ std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const st
   dev_->Barrier(cb);
   Rec rc{cb};
   RecordInputs(rc, m, OutputMode::kArgmax);
-  rc.probe_label = &label;
-  rc.probe_nth = nth;
+  // The `nth` dispatch labelled `label` (linear_dp, attention or attn_fused) runs its probe build
+  // with the probe buffer bound; a label "2:..." selects the finer probe set (linear_dp_probe2:
+  // inside the norm prologue; attention_probe2: the first key block's V loop, round by round).
+  struct Probe : DispatchObserver {
+    const std::string* want;
+    int nth, seen = 0;
+    uint32_t wgs = 0;
+    BufRange buf;
+    void Before(const char* shader, const std::string& l, uint32_t workgroups,
+                std::string* probe_shader, std::array<BufRange, vk::kBindings>* b) override {
+      const bool fine = want->rfind("2:", 0) == 0;
+      const bool probed = std::strcmp(shader, "linear_dp") == 0 ||
+                          std::strcmp(shader, "attention") == 0 ||
+                          std::strcmp(shader, "attn_fused") == 0;
+      if (!probed || l != want->substr(fine ? 2 : 0) || seen++ != nth) return;
+      const uint32_t pb = shader[0] == 'l' ? 11 : std::strcmp(shader, "attention") == 0 ? 10 : 14;
+      *probe_shader = std::string(shader) + (fine ? "_probe2" : "_probe");
+      (*b)[pb] = buf;
+      wgs = workgroups;
+    }
+  } probe;
+  probe.want = &label;
+  probe.nth = nth;
+  probe.buf = prof_.r;
+  rc.observer = &probe;
   RecordArgmaxStep(rc, m);
   dev_->Barrier(cb);
   const VkBufferCopy cp{prof_.r.offset, prof_host_.r.offset,
@@ -132,9 +160,9 @@ std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const st
   vkCmdCopyBuffer(cb, prof_.r.buf, prof_host_.r.buf, 1, &cp);
   End(cb);
   dev_->Submit(cb);
-  if (!rc.probe_wgs) return "probe: no dispatch labelled '" + label + "'\n";
+  if (!probe.wgs) return "probe: no dispatch labelled '" + label + "'\n";
   const uint32_t* raw = reinterpret_cast<const uint32_t*>(prof_host_.r.mapped);
-  const uint32_t n = std::min<uint32_t>(rc.probe_wgs, 4096);
+  const uint32_t n = std::min<uint32_t>(probe.wgs, 4096);
   // Slot k of workgroup w: the device clock (ns); slot 8 + k: its compute unit's cycles.
   auto word = [&](uint32_t w, int slot) {
     return uint64_t(raw[(w * 16 + slot) * 2]) | (uint64_t(raw[(w * 16 + slot) * 2 + 1]) << 32);
@@ -166,7 +194,7 @@ std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const st
   const double ghz = span_ns >= 1000.0 ? span_cycles / span_ns : 0.0;
   char buf[256];
   std::string out = "| probe: " + label + " #" + std::to_string(nth) + " | " +
-                    std::to_string(rc.probe_wgs) + " workgroups |\n|---|---|\n";
+                    std::to_string(probe.wgs) + " workgroups |\n|---|---|\n";
   std::snprintf(buf, sizeof(buf),
                 "| first start to last end | %.2f us |\n"
                 "| first start to last start | %.2f us |\n",
@@ -225,7 +253,19 @@ std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
   RecordInputs(rc, m, OutputMode::kArgmax);
   labels.push_back("step inputs (copies, fills, barrier)");
   dev_->WriteTimestamp(cb, 1);
-  rc.labels = &labels;
+  // A timestamp after every dispatch, labelled.
+  struct Stamps : DispatchObserver {
+    Device* dev;
+    std::vector<std::string>* labels;
+    void After(VkCommandBuffer cmd, const std::string& l) override {
+      if (labels->size() + 1 >= Device::kMaxTimestamps) return;
+      labels->push_back(l);
+      dev->WriteTimestamp(cmd, static_cast<uint32_t>(labels->size()));
+    }
+  } stamps;
+  stamps.dev = dev_.get();
+  stamps.labels = &labels;
+  rc.observer = &stamps;
   RecordArgmaxStep(rc, m);
   End(cb);
   dev_->Submit(cb);
@@ -240,109 +280,6 @@ std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
       it->second += d;
   }
   return out;
-}
-
-// Runs one linear (epilogue 0 store, 1 gelu(lin) * second, 2 softcap) over n tokens on this
-// backend's device, through the kernel a step of n tokens would use. Buffers are added per call.
-std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* second, const float* x,
-                                            int n, uint32_t epi) {
-  DevLinear d = PlanLinear(lin), d2;
-  if (second) d2 = PlanLinear(*second);
-  Buf xb = Reserve(Pool::kDevice, size_t(n) * lin.cols * 4);
-  Buf yb = Reserve(Pool::kDevice, size_t(n) * lin.rows * 4);
-  Buf host = Reserve(Pool::kHost, size_t(n) * lin.rows * 4);
-  // linear_cm's quantized-input slots are sized for a chunk; a test may pass more tokens.
-  const size_t part_bytes = (size_t(n) * lin.rows * 4 + 255) / 256 * 256;
-  Buf slots = coop_ ? Reserve(Pool::kDevice, size_t(n) * coop_ld_max_ * 16 * kCoopSlots) : Buf{};
-  Buf parts = coop_ ? Reserve(Pool::kDevice, part_bytes * kCoopSlots) : Buf{};
-  dev_->Commit();
-  std::optional<CoopSlotsSwap> swap;
-  if (coop_) {
-    Resolve(slots);
-    Resolve(parts);
-    swap.emplace(*this, slots, size_t(n) * coop_ld_max_ * 16, parts, part_bytes);
-  }
-  UploadLinear(d);
-  if (second) UploadLinear(d2);
-  Resolve(xb);
-  Resolve(yb);
-  Resolve(host);
-  dev_->Upload(xb.r, 0, x, size_t(n) * lin.cols * 4);
-  VkCommandBuffer cb = head_cmd_;
-  Begin(cb, false);
-  Rec rc{cb};
-  LinearOp(rc, d, xb.r, lin.cols, yb.r, lin.rows, 0, n, epi, second ? &d2 : nullptr);
-  Barrier(rc);
-  VkBufferCopy cp{yb.r.offset, host.r.offset, size_t(n) * lin.rows * 4};
-  vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
-  End(cb);
-  dev_->Submit(cb);
-  const float* f = reinterpret_cast<const float*>(host.r.mapped);
-  return std::vector<float>(f, f + size_t(n) * lin.rows);
-}
-
-// Kernel test hook: AttnCmOp over uploaded q and K / V rings at position pos0 (empty where the
-// device or the shape does not take the matrix-unit path).
-std::vector<float> VulkanBackend::RunAttnCm(const float* q, const float* k, const float* v, int nh,
-                                            int nkv, int hd, int ring, int window, int pos0,
-                                            int m) {
-  if (!attn_cm_ || nh % nkv != 0) return {};
-  const size_t qn = size_t(m) * nh * hd, kvn = size_t(ring) * nkv * hd;
-  const size_t slot_bytes = (size_t(m) * nh + 32) * AttnCmChunks(hd) * 8 * 16;
-  const size_t part_bytes = ((size_t(m) * nh + 32) * 4 + 255) / 256 * 256;
-  Buf qb = Reserve(Pool::kDevice, qn * 4), kb = Reserve(Pool::kDevice, kvn * 4),
-      vb = Reserve(Pool::kDevice, kvn * 4), ob = Reserve(Pool::kDevice, qn * 4),
-      host = Reserve(Pool::kHost, qn * 4), slots = Reserve(Pool::kDevice, slot_bytes * kCoopSlots),
-      parts = Reserve(Pool::kDevice, part_bytes * kCoopSlots);
-  dev_->Commit();
-  for (Buf* b : {&qb, &kb, &vb, &ob, &host, &slots, &parts}) Resolve(*b);
-  const CoopSlotsSwap swap(*this, slots, slot_bytes, parts, part_bytes);
-  const bool shape = AttnCmShape(hd, nh, nkv, m);
-  std::vector<float> r;
-  if (shape) {
-    dev_->Upload(qb.r, 0, q, qn * 4);
-    dev_->Upload(kb.r, 0, k, kvn * 4);
-    dev_->Upload(vb.r, 0, v, kvn * 4);
-    VkCommandBuffer cb = head_cmd_;
-    Begin(cb, false);
-    Rec rc{cb};
-    const uint32_t st[4] = {static_cast<uint32_t>(pos0), static_cast<uint32_t>(m), 0u, 0u};
-    vkCmdUpdateBuffer(cb, step_.r.buf, step_.r.offset, sizeof(st), st);
-    Barrier(rc);
-    AttnCmOp(rc, qb.r, kb.r, vb.r, ob.r, nh, nkv, hd, ring, window, m);
-    VkBufferCopy cp{ob.r.offset, host.r.offset, qn * 4};
-    vkCmdCopyBuffer(cb, ob.r.buf, host.r.buf, 1, &cp);
-    End(cb);
-    dev_->Submit(cb);
-    const float* f = reinterpret_cast<const float*>(host.r.mapped);
-    r.assign(f, f + qn);
-  }
-  return r;
-}
-
-// GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
-void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
-                                  std::chrono::steady_clock::time_point t1) {
-  const std::vector<double> ts = dev_->ReadTimestamps(2);
-  step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
-  step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-  step_call_us_.push_back(dev_->last_submit_call_us());
-  if (step_gpu_us_.size() == 64) {
-    auto med = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    std::fprintf(stderr,
-                 "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
-                 "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
-                 early_submit_ == 1 ? ", early submit" : "", med(step_gpu_us_),
-                 med(step_submit_us_), med(step_call_us_),
-                 step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
-    step_call_us_.clear();
-    step_gpu_us_.clear();
-    step_submit_us_.clear();
-    step_fill_us_.clear();
-  }
 }
 
 // Every resident weight buffer (each part of every linear).
@@ -361,4 +298,42 @@ std::vector<BufRange> VulkanBackend::WeightRanges() const {
   return parts;
 }
 
-}  // namespace gemma::vulkan_internal
+}  // namespace vulkan_internal
+
+using vulkan_internal::VulkanBackend;
+
+double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->CopyBandwidth(bytes) : 0.0;
+}
+
+VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->DispatchCost(n) : VulkanDispatchCost{};
+}
+
+double MeasureVulkanWeightReadBandwidth(Backend& backend) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->WeightReadBandwidth(5) : 0.0;
+}
+
+double MeasureVulkanStreamReadBandwidth(Backend& backend, size_t* range_bytes) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->StreamReadBandwidth(5, range_bytes) : 0.0;
+}
+
+std::string ProbeVulkanKernel(Backend& backend, std::span<const int32_t> tokens,
+                              const std::string& label, int nth) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->ProbeKernel(tokens, label, nth);
+}
+
+std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
+                                                              std::span<const int32_t> tokens) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->Profile(tokens);
+}
+
+}  // namespace gemma

@@ -1,0 +1,25 @@
+// Test-only hooks of the Vulkan backend (target gemma_vulkan_testing, linked by tests only).
+#pragma once
+
+#include <vector>
+
+#include "backend/vulkan/vulkan_backend.h"
+
+namespace gemma {
+
+// Kernel test hook: y[n][lin.rows] from one linear over x[n][lin.cols] on the backend's device,
+// through the kernel an n-token step uses (one-token matvec, multi-token matvec, or the tiled
+// kernel from 8 tokens). epilogue 0: store; 1: gelu_tanh(lin) * second (gate/up); 2: softcap.
+std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
+                                       const float* x, int n, int epilogue);
+// Kernel test hook: the prefill attention on matrix units (attention_cm.comp) over q[m][nh hd]
+// at positions pos0 .. pos0 + m - 1 and K / V cache rings k / v [ring][nkv hd] (key j in row
+// j % ring; window 0: full attention), out[m][nh hd]; empty where the device does not run that
+// path or the shape does not fit it.
+std::vector<float> VulkanPrefillAttentionForTest(Backend& backend, const float* q, const float* k,
+                                                 const float* v, int nh, int nkv, int hd, int ring,
+                                                 int window, int pos0, int m);
+// Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
+bool SimulateVulkanDeviceLoss(Backend& backend);
+
+}  // namespace gemma

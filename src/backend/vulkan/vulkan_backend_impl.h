@@ -111,7 +111,7 @@ struct RopePush {
 };
 struct AttnPush {
   uint32_t nh, nkv, hd, ring, window, splits, q_stride;
-  uint32_t rot = 0, kv_stride = 0, has_kn = 0, kv_new = 0;  // attention_rope
+  uint32_t rot = 0, kv_stride = 0, has_kn = 0, kv_new = 0;  // attn_fused
   float eps = 0.0f;
 };
 struct SplitQPush {  // split_f16.comp QROWS 1
@@ -685,7 +685,6 @@ class VulkanBackend : public Backend {
   uint32_t lanes_k_ = 6;       // a row gets 2x the lanes while it has >= lanes_k_ vectors per lane
   bool fuse_tails_ = true;     // one-token steps fold residual norms into the preceding linear
   bool cnorm_ = false;         // one-token steps apply residual norms in the next linear (Pro)
-  bool fuse_rope_ = false;     // one-token steps: q/k norm + RoPE inside attention_rope
   bool xq_shared_ = true;      // matvecs stage a pre-quantized input in shared memory
   bool xq_perm_ = false;       // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
@@ -731,7 +730,7 @@ class VulkanBackend : public Backend {
   // attn_fused.comp's lanes per key row, dims per lane and keys per row group for head dim hd;
   // false where the kernel does not fit (then the three-kernel path runs).
   bool FusedAttnShape(int hd, uint32_t* rl, uint32_t* dpl, uint32_t* kw) const {
-    if (!attn_fused_ || attn_dec_ || hd <= 0) return false;
+    if (!attn_fused_ || hd <= 0) return false;
     // A key row's lanes lie within the smallest subgroup the driver may pick.
     uint32_t r = 1;
     while (r * 2 <= std::min(dev_->min_subgroup_size(), attn_rl_max_) && hd % (4 * r) == 0) r *= 2;
@@ -786,7 +785,6 @@ class VulkanBackend : public Backend {
   static constexpr uint32_t kCoopTargetTiles = 264;  // output tiles wanted in flight (2 per SM)
   int coop_splitk_ = 0;
   bool skip_tail_ = true;  // RecordPromptStep: trailing KV-shared layers for the output row only
-  bool attn_dec_ = false;  // decode attention: attention_dec (a subgroup per head and split)
   vk::Device::BarrierKind light_barrier_ = vk::Device::BarrierKind::kFull;  // GEMMA_VULKAN_BARRIER
   bool gpu_rows_ = false;  // prompt chunks' rows decoded by embed_rows.comp (GEMMA_VULKAN_GPU_ROWS)
   bool record_beside_ = true;  // prompt chunks recorded beside the rows' fill (..._RECORD_BESIDE)
@@ -811,7 +809,6 @@ class VulkanBackend : public Backend {
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
   int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
-  uint32_t coop_bm_ = 64;
   bool attn_cm_ = false;      // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
   uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC
   uint32_t attn_cm_rot_ = 1;  // GEMMA_VULKAN_ATTN_CM_ROT: its key blocks in a rotated order

@@ -161,10 +161,6 @@ void VulkanBackend::Build() {
   // workgroup's tail: with the capped matvec grid measured 3.22 against 3.69 ms per token on the
   // H200 (bench/journal/2026-11-sessions.md, fifth session).
   cnorm_ = Knob("CNORM", 1) != 0;
-  // Opt-in: q/k norm + RoPE in the decode attention (one dispatch and one barrier fewer per
-  // layer); measured slower on the H200 (3.83 against 3.67 ms per token; ninth session 2.85
-  // against 2.50).
-  fuse_rope_ = Knob("FUSE_ROPE", 0) != 0;
   const int fill_threads =
       std::clamp(Knob("FILL_THREADS", static_cast<int>(std::thread::hardware_concurrency())), 1, 8);
   if (!fill_pool_ || fill_pool_->size() != fill_threads)
@@ -369,8 +365,6 @@ void VulkanBackend::Build() {
   // steps (bench/journal/2026-11-sessions.md, seventeenth and eighteenth sessions).
   head_pro_vec_ = Knob("HEAD_PRO_VEC", 0) != 0;
   coop_ = dev_->coop_matrix() && Knob("CM", 1) != 0;
-  // Opt-in: decode attention as a subgroup per (head, key split) (32-wide subgroups only).
-  attn_dec_ = dev_->subgroup_size() == 32 && Knob("ATTN_DEC", 0) != 0;
   // GEMMA_VULKAN_BARRIER: the one-token layer loop's barriers: 1 (default) compute stage only
   // (2.150-2.152 against 2.161-2.192 ms per token on the H200; 287 barriers between empty
   // kernels 0.58 against 0.67 ms: bench/journal/2026-11-sessions.md, eleventh session), 0 compute
@@ -405,9 +399,6 @@ void VulkanBackend::Build() {
   // Prompt chunks run the trailing KV-shared layers only for the returned position (exact).
   skip_tail_ = Knob("SKIP_TAIL", 1) != 0;
   coop_splitk_ = std::clamp(Knob("CM_SPLITK", 1), 0, 2);
-  // Rows per workgroup of the single-set matrix-unit kernel: 64, or 128 (linear_cm128, measured
-  // slower on the H200: 7,292 against 8,091 tok/s prefill).
-  coop_bm_ = Knob("CM_BM", 64) == 128 ? 128 : 64;
   // Dense (bf16 / f16) prefill linears on matrix units too (hi + lo f16 inputs, f32 sums), where
   // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
   // vectors (45 KiB; the SRQ forms need 27-36).

@@ -80,9 +80,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     // One-token steps: attn_fused.comp where the shapes fit.
     uint32_t frl = 0, fd = 0, fkw = 0;
     const bool fused = m == 1 && FusedAttnShape(hd, &frl, &fd, &fkw);
-    // GEMMA_VULKAN_FUSE_ROPE=1, one-token steps: attention_rope does qkrope's work.
-    const bool fuse_rope = !fused && m == 1 && fuse_rope_ && !attn_dec_ && hd <= 512;
-    if (!fuse_rope && !(fused && attn_fused_rope_)) {
+    if (!(fused && attn_fused_rope_)) {
       RopePush pc{static_cast<uint32_t>(nh),
                   static_cast<uint32_t>(nkv),
                   static_cast<uint32_t>(hd),
@@ -180,23 +178,8 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
         Barrier(rc);
       } else {
         // GEMMA_VULKAN_ATTN_COMBINE=1.
-        const bool merge = !fuse_rope && !(attn_dec_ && hd <= 512) && attn_combine_ &&
-                           m * nh <= kCombineCounters;
-        if (fuse_rope) {
-          pc.rot = static_cast<uint32_t>(sliding ? rot_s_ : rot_f_);
-          pc.kv_stride = static_cast<uint32_t>(kvw);
-          pc.has_kn = d.k_norm.handle >= 0;
-          pc.kv_new = !p.kv_shared;
-          pc.eps = cfg_.rms_norm_eps;
-          b[5] = kt_.r;
-          b[6] = vt_.r;
-          b[7] = d.q_norm.r;
-          if (d.k_norm.handle >= 0) b[8] = d.k_norm.r;
-          b[9] = sliding ? rope_s_.r : rope_f_.r;
-          Dispatch(rc, "attention_rope", {}, b, &pc, sizeof(pc), nh, m, splits);
-        } else if (attn_dec_ && hd <= 512) {
-          Dispatch(rc, "attention_dec", {}, b, &pc, sizeof(pc), (nh + 3) / 4, m, splits, false);
-        } else if (merge) {
+        const bool merge = attn_combine_ && m * nh <= kCombineCounters;
+        if (merge) {
           // The last split workgroup of each head merges the splits (no combine dispatch).
           b[5] = attn_.r;
           b[6] = hcount_.r;

@@ -143,7 +143,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         // rows): the splits add exact int32 partial sums atomically, linear_cm_epi finishes.
         uint32_t splits = 1;
         const uint32_t ktiles = (d.cols + 63) / 64;
-        const uint32_t bm = second || coop_dense ? 64 : coop_bm_;
+        const uint32_t bm = 64;
         const uint32_t tiles = ((m + 127) / 128) * ((p.rows + bm - 1) / bm);
         if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
             size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
@@ -195,10 +195,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
         b[9] = CoopPart(coop_slot_[0]);
         const uint32_t bn = second ? 64 : 128;
-        Dispatch(rc,
-                 second      ? "linear_cmd"
-                 : bm == 128 ? "linear_cm128"
-                             : "linear_cm",
+        Dispatch(rc, second ? "linear_cmd" : "linear_cm",
                  {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
                  (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
         if (splits > 1) {

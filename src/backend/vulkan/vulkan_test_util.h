@@ -110,7 +110,11 @@ inline std::unique_ptr<Backend> MakeVulkanWith(const Model& model, const Knobs& 
       own_device = own_device || std::string(k).ends_with(d);
   }
   try {
-    if (own_device) return CreateVulkanBackend(model, opt, {.kernels = kc});
+    if (own_device) {
+      VulkanOptions vo;
+      vo.kernels = kc;
+      return CreateVulkanBackend(model, opt, vo);
+    }
     std::unique_ptr<Backend>& base = BaseContexts()[&model];
     if (!base) base = CreateVulkanBackend(model, {.capacity = 8});
     return CreateVulkanSibling(*base, opt, kc);

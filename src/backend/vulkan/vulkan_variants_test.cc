@@ -12,8 +12,7 @@ namespace {
 // the last split (the default: arrival by one acquire-release atomic, partials read through the
 // non-coherent alias; or full barriers, coherent loads) or by a second dispatch (MODE 1), scalar
 // or 16-byte cache loads; the three-kernel path (the default: qkrope +
-// attention.comp + attn_combine) and the opt-in subgroup-per-split kernel (GEMMA_VULKAN_ATTN_DEC=1,
-// 32-wide subgroups only; elsewhere the three-kernel path). Slack 8 gives the sliding layers a
+// attention.comp + attn_combine). Slack 8 gives the sliding layers a
 // ring shorter than a key block (rows by division), slack 40 one that holds attention.comp's
 // 32-key block (rows by one wrap from the block's first row). Fixtures: one K/V head of dim 32,
 // two of dim 24 (KV sharing in both).
@@ -74,7 +73,6 @@ const std::vector<Knobs> kDecodeAttentionKnobs = {
     {{"GEMMA_VULKAN_ATTN_FUSED", "1"},
      {"GEMMA_VULKAN_ATTN_RL", "4"},
      {"GEMMA_VULKAN_ATTN_KW", "1"}},
-    {{"GEMMA_VULKAN_ATTN_DEC", "1"}},
     // two query heads per workgroup in the full-attention layers (HPW) from position 40 (the
     // one-token steps switch command buffers there), and from the start with several blocks a
     // split
@@ -175,10 +173,7 @@ TEST(VulkanKernels, FusedAttentionMergesManySplits) {
 
 // One-token-step fusions against the default step and the CPU reference: the residual norms
 // applied in the next linear's prologue (GEMMA_VULKAN_CNORM=1, linear.comp PRO; the residual
-// stream alternates between two buffers), q/k norm + RoPE inside the decode attention
-// (GEMMA_VULKAN_FUSE_ROPE=1, attention_rope: the split holding the new position writes its K/V
-// rows), and both (these two with the three-kernel attention, GEMMA_VULKAN_ATTN_FUSED=0, which
-// they modify). Logits of every decoded position past the sliding window (two key splits on
+// stream alternates between two buffers). Logits of every decoded position past the sliding window (two key splits on
 // lavapipe), with weights whole and split by rows (several dispatches per linear, one writes the
 // residual), and the prompt's trailing-layer pass (which ends on a one-token body).
 // Opt-in one-token variants, each against the default step and the CPU reference. MV_WGS 3: the
@@ -186,10 +181,6 @@ TEST(VulkanKernels, FusedAttentionMergesManySplits) {
 // (the NVIDIA driver refuses Vulkan instances after ~30 in a process).
 const std::vector<Knobs> kOneTokenKnobs = {
     {{"GEMMA_VULKAN_CNORM", "1"}},
-    {{"GEMMA_VULKAN_FUSE_ROPE", "1"}, {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
-    {{"GEMMA_VULKAN_CNORM", "1"},
-     {"GEMMA_VULKAN_FUSE_ROPE", "1"},
-     {"GEMMA_VULKAN_ATTN_FUSED", "0"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"}, {"GEMMA_VULKAN_CNORM", "1"}},
     {{"GEMMA_VULKAN_MV_WGS", "3"},

@@ -9,47 +9,27 @@
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
-// ROPE 1 (attention_rope, one-token steps, GEMMA_VULKAN_FUSE_ROPE=1): qkrope.comp's work done here
-// instead of a dispatch before: binding 0 holds the raw q; every workgroup normalizes and rotates
-// its head's q into shared memory; the workgroups whose split holds the new position first write
-// that position's normalized, rotated K and normalized V rows (raw at bindings 5, 6) into the
-// caches (all query heads of a K/V head write the same values). Same arithmetic as qkrope.comp.
-#ifndef ROPE
-#define ROPE 0
-#endif
 #include "common.glsl"
 #define PROBE_BINDING 10
 #include "probe.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
-#if ROPE
-layout(std430, binding = 1) coherent buffer KC { float kc[]; };
-layout(std430, binding = 2) coherent buffer VC { float vc[]; };
-layout(std430, binding = 5) readonly buffer KT { float kt[]; };
-layout(std430, binding = 6) readonly buffer VT { float vt[]; };
-layout(std430, binding = 7) readonly buffer QN { float qn[]; };
-layout(std430, binding = 8) readonly buffer KN { float kn[]; };
-layout(std430, binding = 9) readonly buffer Rope { vec2 rope[]; };
-#else
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
-#endif
 layout(std430, binding = 3) coherent buffer PO { double po[]; };   // [t][h][split][hd]
 layout(std430, binding = 4) coherent buffer PML { dvec2 pml[]; };  // [t][h][split]
-// COMBINE 1 (not with ROPE): the last split workgroup of each (token, head) to finish merges the
+// COMBINE 1: the last split workgroup of each (token, head) to finish merges the
 // splits (attn_combine.comp's arithmetic) into binding 5, counting arrivals in binding 6 (zero
 // between steps; the merging workgroup resets its counter), instead of a dispatch after.
 layout(constant_id = 1) const uint COMBINE = 0;
-#if !ROPE
 layout(std430, binding = 5) writeonly buffer O { float o[]; };
 layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };
-#endif
 
 layout(push_constant) uniform P {
   uint nh, nkv, hd, ring, window, splits;
   uint q_stride;
-  uint rot, kv_stride, has_kn, kv_new;  // ROPE; kv_new 0: a KV-shared layer (no new K/V)
+  uint rot, kv_stride, has_kn, kv_new;  // (unused here: AttnPush's attn_fused fields)
   float eps;
 } p;
 
@@ -60,14 +40,10 @@ shared bool last_split;
 #define ATT_K(i) kc[i]
 #define ATT_V(i) vc[i]
 #define ATT_PROBES
-uint att_qbase;  // q's index (ROPE: staged before AttnSplit, by NormRope)
-#if ROPE
-#define ATT_STAGE_Q()
-#else
+uint att_qbase;  // q's index
 #define ATT_STAGE_Q()                                                        \
   for (uint i = gl_LocalInvocationID.x; i < hd; i += WG) qs[i] = q[att_qbase + i]; \
   barrier()
-#endif
 layout(constant_id = 2) const uint DBG = 0;
 // ADAPT 1 (GEMMA_VULKAN_SPLITS_ADAPT=1): each split's key count is a multiple of the block size
 // (whole blocks), so at short contexts only the leading splits have keys and at long contexts
@@ -75,43 +51,7 @@ layout(constant_id = 2) const uint DBG = 0;
 layout(constant_id = 3) const uint ADAPT = 0;
 #define ATT_DBG DBG
 #include "attn_split.glsl"
-#if !ROPE
 #include "combine.glsl"
-#endif
-#if ROPE
-shared double red[128];
-shared float xs[512];
-
-double BlockSum(double v) {
-  double s = subgroupAdd(v);
-  if (subgroupElect()) red[gl_SubgroupID] = s;
-  barrier();
-  double tot = 0.0LF;
-  for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red[i];
-  barrier();
-  return tot;
-}
-
-// qkrope.comp's work for one head: kind 0 (q -> qs), 1 (k -> K cache row), 2 (v -> V row).
-uint nr_head, nr_crow;
-#define NR_LOAD(kind, i)                                                     \
-  ((kind) == 0 ? q[nr_head * p.hd + (i)] : (kind) == 1 ? kt[nr_head * p.hd + (i)] \
-                                                       : vt[nr_head * p.hd + (i)])
-#define NR_WEIGHT(kind, i, v) \
-  ((kind) == 0 ? (v) * qn[i] : (kind) == 1 && p.has_kn != 0 ? (v) * kn[i] : (v))
-#define NR_STORE(kind, i, o)                  \
-  if ((kind) == 0) qs[i] = (o);               \
-  else if ((kind) == 1) kc[nr_crow + (i)] = (o); \
-  else vc[nr_crow + (i)] = (o)
-#include "norm_rope.glsl"
-
-void NormRope(uint kind, uint head, uint pos) {
-  nr_head = head;
-  nr_crow = (pos % p.ring) * (p.nkv * p.hd) + head * p.hd;
-  NormRopeHead(kind, p.hd, p.rot, p.eps, pos);
-  barrier();
-}
-#endif
 
 void main() {
   Probe(0);
@@ -127,18 +67,7 @@ void main() {
   const uint je = min(pos + 1, jb + per);
   const uint kvh = h / (p.nh / p.nkv);
   const uint width = p.nkv * hd;
-#if ROPE
-  // One token (t = 0): this head's q; the new K/V row where this split reads it.
-  NormRope(0, h, pos);
-  if (p.kv_new != 0 && je == pos + 1 && jb < je) {
-    NormRope(1, kvh, pos);
-    NormRope(2, kvh, pos);
-    memoryBarrierBuffer();
-    barrier();
-  }
-#else
   att_qbase = t * p.q_stride + h * hd;  // staged inside AttnSplit, after the first loads
-#endif
   Probe(1);
   double m, l, acc0, acc1;
   AttnSplit(kvh * hd, kvh * hd, jb, je, p.ring, width, hd, m, l, acc0, acc1);
@@ -148,7 +77,6 @@ void main() {
   if (tid + WG < hd) po[ob * hd + tid + WG] = acc1;
   if (tid == 0) pml[ob] = dvec2(m, l);
   Probe(6);
-#if !ROPE
   if (COMBINE != 0) {
     memoryBarrierBuffer();
     barrier();
@@ -160,6 +88,5 @@ void main() {
       if (tid == 0) cnt[t * p.nh + h] = 0;
     }
   }
-#endif
   Probe(7);
 }

@@ -9,8 +9,6 @@
 // Built twice: with doubles as above (attention_pf), and with -DPF_F32=1 (attention_pf32), where
 // the O(hd) work (dot products, their subgroup sums, the weighted V sums) is f32 FMAs as in
 // transformers' eager attention, and only the per-block softmax (max, exp, sum) stays double.
-// With -DPF_SPLIT=1 (attention_dec) it is the decode kernel: keys split over workgroup z, partial
-// sums for attn_combine.comp.
 // (Staging each K/V block in shared memory for the 8 heads of a KV head measured slower: 41 ms
 // per 512-token chunk against 32 ms; the double conversions and FMAs bound it, not L2.)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -22,17 +20,7 @@ layout(local_size_x = 128) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
-#ifndef PF_SPLIT
-#define PF_SPLIT 0
-#endif
-#if PF_SPLIT
-// Decode build (attention_dec): workgroup z = key split as in attention.comp, partial results for
-// attn_combine.comp: o_s unnormalized (relative to m_s) and (m_s, l_s), in double.
-layout(std430, binding = 3) writeonly buffer PO { double po[]; };   // [t][h][split][hd]
-layout(std430, binding = 4) writeonly buffer PML { dvec2 pml[]; };  // [t][h][split]
-#else
 layout(std430, binding = 5) writeonly buffer O { float o[]; };
-#endif
 
 layout(push_constant) uniform P {
   uint nh, nkv, hd, ring, window, splits;
@@ -65,13 +53,7 @@ void main() {
   const uint hd = p.hd, nd = (hd + 31) / 32;
   const uint pos = step.pos0 + t;
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
-#if PF_SPLIT
-  const uint sp = gl_WorkGroupID.z;
-  const uint per = (pos + 1 - first + p.splits - 1) / p.splits;
-  const uint kbeg = first + sp * per, kend = min(pos + 1, kbeg + per);
-#else
   const uint kbeg = first, kend = pos + 1;
-#endif
   const uint kvh = h / (p.nh / p.nkv);
   const uint width = p.nkv * hd;
   REAL qv[MAXD];  // converted once
@@ -124,17 +106,8 @@ void main() {
       }
     }
   }
-#if PF_SPLIT
-  const uint ob = (t * p.nh + h) * p.splits + sp;
-  [[unroll]] for (uint i = 0; i < MAXD; ++i) {
-    const uint d = lane + 32 * i;
-    if (i < nd && d < hd) po[ob * hd + d] = double(acc[i]);
-  }
-  if (lane == 0) pml[ob] = dvec2(m, l);
-#else
   [[unroll]] for (uint i = 0; i < MAXD; ++i) {
     const uint d = lane + 32 * i;
     if (i < nd && d < hd) o[t * p.q_stride + h * hd + d] = float(double(acc[i]) / l);
   }
-#endif
 }

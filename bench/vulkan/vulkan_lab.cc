@@ -5,7 +5,14 @@
 #include "backend/vulkan/vulkan_backend_impl.h"
 
 namespace gemma {
+namespace vk {
+std::span<const uint32_t> LabSpirvModule(const char* name);  // vulkan_lab_spirv.cc (generated)
+}  // namespace vk
 namespace vulkan_internal {
+namespace {
+// The lab's modules (readbw, the kernels' probe builds) become visible to every device.
+const bool kLabModules = (vk::SetExtraSpirv(&vk::LabSpirvModule), true);
+}  // namespace
 
 // The body and head of an argmax step over m tokens at the current position, recorded as a step
 // records them (one token: as DecodeCommand; more: as a prompt chunk's last position).

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,8 @@ struct Core {
 };
 
 namespace {
+
+std::atomic<std::span<const uint32_t> (*)(const char*)> g_extra_spirv{nullptr};
 
 const char* ResultName(VkResult r) {
   switch (r) {
@@ -83,6 +86,10 @@ int TypeRank(VkPhysicalDeviceType t) {
 }
 
 }  // namespace
+
+void SetExtraSpirv(std::span<const uint32_t> (*lookup)(const char* name)) {
+  g_extra_spirv.store(lookup);
+}
 
 Device::Device(const DeviceOptions& options) : core_(std::make_shared<Core>()) {
   try {
@@ -647,6 +654,7 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   VkShaderModule& mod = core_->modules[shader];
   if (!mod) {
     std::span<const uint32_t> code = SpirvModule(shader);
+    if (code.empty() && g_extra_spirv.load()) code = g_extra_spirv.load()(shader);
     if (code.empty()) throw Error(ErrorCode::kInternal, std::string("no SPIR-V for ") + shader);
     VkShaderModuleCreateInfo sci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     sci.codeSize = code.size() * 4;

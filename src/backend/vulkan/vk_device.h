@@ -29,6 +29,9 @@
 namespace gemma::vk {
 
 std::span<const uint32_t> SpirvModule(const char* name);  // embedded, generated at build time
+// Modules of another embedded table (the measurement lab's, bench/vulkan), looked up where
+// SpirvModule has none; set once, before the pipelines that need them.
+void SetExtraSpirv(std::span<const uint32_t> (*lookup)(const char* name));
 
 // Storage-buffer bindings of the one descriptor-set layout every kernel uses (11: the step's
 // values; 12-15: attn_fused.comp's cache write aliases, probe and read-only partials).

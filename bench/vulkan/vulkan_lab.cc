@@ -128,6 +128,7 @@ std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const st
   if (!dev_->device_clock() || !dev_->subgroup_clock())
     return "probe: the device has no shader device clock or no subgroup clock\n";
   if (m == 0 || m > chunk_ || window_.cached() + m > capacity_) return "probe: bad step\n";
+  const StepActivations activations(*this, m);
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
   VkCommandBuffer cb = head_cmd_;
   Begin(cb, false);
@@ -250,6 +251,7 @@ std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
   const int m = static_cast<int>(tokens.size());
   if (!dev_->has_timestamps() || m == 0 || m > chunk_ || window_.cached() + m > capacity_)
     return out;
+  const StepActivations activations(*this, m);
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
   std::vector<std::string> labels;
   VkCommandBuffer cb = head_cmd_;

@@ -29,6 +29,7 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
 void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
                              const ForwardRequest& req, ForwardResult* out) {
   const int m = static_cast<int>(tokens.size());
+  const StepActivations activations(*this, m);  // (the engine's set for long prompt chunks)
   const int pos0 = window_.cached();
   window_.BeginWrite(pos0, m);
   int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);

@@ -223,6 +223,27 @@ struct CacheSlot {
 DevLinear PlanDevLinear(Device& dev, size_t part_limit, const Linear& lin, size_t* bytes);
 void UploadDevLinear(Device& dev, DevLinear& d);
 
+// The activations and staging of a step, sized for `rows` tokens (a prompt chunk's rows): a context
+// keeps a set for short steps (decode; short prompts), and prompt chunks longer than that take the
+// engine's shared set (SharedActivations), so a session holds caches and short-step buffers only.
+struct Activations {
+  int rows = 0;
+  Buf h, a, t, q, kt, vt, attn, g, po, pml, ple, tok, gp, hn, logits, part, res, reduce_cnt, xqc,
+      partc, in_host, out_host;
+  size_t in_x0_off = 0, in_tok_off = 0, in_mask_off = 0;
+  size_t coop_slot_bytes = 0, coop_part_bytes = 0;
+  int head_rows = 1;
+};
+
+// The engine's activations for prompt chunks of `rows` tokens, used by one context at a time
+// (`mu` held from the chunk's inputs to its outputs' readback): memory of a context of its own on
+// the engine's device.
+struct SharedActivations {
+  std::unique_ptr<Device> dev;
+  Activations act;
+  std::mutex mu;
+};
+
 // The weights on the device, shared by a model's contexts: the Device whose memory holds them
 // (the first context on its core; the contexts are further contexts on that core) and where each
 // tensor lies.
@@ -233,6 +254,9 @@ struct DeviceWeights {
   Buf ple_norm, final_norm;
   size_t bytes = 0;
   int generation = 0;
+  // The prompt chunks' shared activations by row count (made by the first context that needs them).
+  mutable std::mutex workspace_mu;
+  mutable std::map<int, std::shared_ptr<SharedActivations>> workspaces;
 };
 
 // The engine-level state of the Vulkan backend (one per BackendModel): the device and weights,
@@ -250,6 +274,11 @@ class VulkanShared {
   void Lost(const DeviceWeights* w);
   // The current weights' generation (-1 after Lost, until the next Acquire).
   int generation() const;
+  // The current device and weights without building them (null after Lost, until Acquire).
+  std::shared_ptr<const DeviceWeights> Current() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
 
  private:
   const Model& model_;
@@ -373,6 +402,31 @@ class VulkanBackend : public Backend {
   void Build();
 
   void Rebuild();
+
+  // Steps of at most this many tokens run on the context's own activations; longer prompt chunks
+  // on the engine's shared set.
+  static constexpr int kShortStepRows = 16;
+  int short_rows_ = 1;
+  // Reserves on `dev` the activations of steps of `rows` tokens (committed and resolved by the
+  // caller: ResolveActivations).
+  Activations PlanActivations(Device& dev, int rows);
+  static void ResolveActivations(Device& dev, Activations& act);
+  // Exchanges the activation members with `act` (a shared set in, then out again).
+  void SwapActivations(Activations& act);
+  // For a step of m tokens: holds the engine's shared activations (swapped in) where m exceeds the
+  // context's own set, until destroyed.
+  class StepActivations {
+   public:
+    StepActivations(VulkanBackend& b, int m);
+    ~StepActivations();
+    StepActivations(const StepActivations&) = delete;
+    StepActivations& operator=(const StepActivations&) = delete;
+
+   private:
+    VulkanBackend& b_;
+    std::shared_ptr<SharedActivations> shared_;
+    std::unique_lock<std::mutex> lock_;
+  };
 
   // ---- recording ----
   struct Rec {
@@ -849,6 +903,7 @@ class VulkanBackend : public Backend {
   Buf in_side_;  // one-token steps' PLE rows and mask (host memory)
   size_t in_side_mask_off_ = 0;
   bool upload_split_ = true;  // GEMMA_VULKAN_UPLOAD_SPLIT
+  bool upload_local_ = true;  // GEMMA_VULKAN_UPLOAD_LOCAL
   int head_rows_ = 1, nblocks_ = 1;
   uint32_t vocab_block_ = kVocabBlock;
   std::array<std::array<VkCommandBuffer, 4>, 2> decode_cmd_{};  // [long context][mode]

@@ -431,7 +431,7 @@ void VulkanBackend::Build() {
                                                                      : 16);
 
   const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
-  const int V = cfg_.vocab_size, C = chunk_;
+  const int V = cfg_.vocab_size;
   int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
   for (const LayerPlan& p : model_.layers()) {
     qw = std::max(qw, p.num_heads * p.head_dim);
@@ -468,40 +468,16 @@ void VulkanBackend::Build() {
     s.v = Reserve(Pool::kDevice, bytes);
   }
 
-  // Activations.
-  head_rows_ = static_cast<int>(
-      std::clamp<size_t>(std::min<size_t>(64u << 20, dev_->max_range()) / (size_t(V) * 4), 1, C));
-  const int S = std::max(splits_, 1);
+  // Activations: the context's own set for short steps (up to kShortStepRows tokens); longer
+  // prompt chunks take the engine's (StepActivations).
   auto F = [&](size_t floats) { return Reserve(Pool::kDevice, floats * 4); };
-  h_ = F(size_t(C) * H);
   h2_ = F(H);
-  a_ = F(size_t(C) * H);
-  t_ = F(size_t(C) * H);
-  q_ = F(size_t(C) * qw);
-  kt_ = F(size_t(C) * kvw);
-  vt_ = F(size_t(C) * kvw);
-  attn_ = F(size_t(C) * qw);
-  g_ = F(size_t(C) * imax);
-  // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
-  // up to 32 floats for (m, l)
-  po_ = F(size_t(std::max({C, S, 256})) * nh * RoundUp32(hdmax) * 2 + size_t(nh) * 512);
-  pml_ = F(size_t(std::max(C, S)) * nh * 4);
-  if (P > 0) {
-    ple_ = F(size_t(C) * L * P);
-    tok_ = F(size_t(C) * L * P);
-    gp_ = F(size_t(C) * P);
-  }
   // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
   // down_fuse_copies_ copies), zeroed per step
   pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);
-  hn_ = F(size_t(head_rows_) * H);
-  logits_ = F(size_t(head_rows_) * V);
   vocab_block_ = static_cast<uint32_t>(
       std::clamp(Knob("VOCAB_BLOCK", static_cast<int>(kVocabBlock)), 1, 1 << 20));
   nblocks_ = (V + static_cast<int>(vocab_block_) - 1) / static_cast<int>(vocab_block_);
-  part_ = F(size_t(head_rows_) * nblocks_ * 4);
-  res_ = F(size_t(head_rows_) * 2);
-  reduce_cnt_ = F(size_t(head_rows_));  // logits_reduce LAST: arrivals per row, zero between
   mask_ = F((V + 31) / 32);
   step_ = F(4);
   counter_ = F(64);
@@ -509,24 +485,9 @@ void VulkanBackend::Build() {
   prof_ = F(2 * 16 * 4096);  // kernel probes (8 x 2 clocks a workgroup)
   xq_region_ = (size_t(imax + 3) / 4 * 4 + 255) / 256 * 256;
   xq_ = Reserve(Pool::kDevice, xq_region_ * L);
-  xqc_ = {};
-  partc_ = {};
   if (coop_) {
-    // Quantized inputs of the matrix-unit linears: kCoopSlots rotating slots of C tokens x the
-    // widest input (padded to 64 columns) in f16.
     int max_cols = std::max({H, qw, imax, P});
     coop_ld_max_ = static_cast<uint32_t>((max_cols + 63) / 64 * 8);
-    coop_slot_bytes_ = size_t(C) * coop_ld_max_ * 16;
-    // attention_cm's split q rows (a chunk's tokens x heads, a workgroup's padding rows past
-    // them) in two slots, their scales in a slot's split-K region.
-    const size_t qrows = size_t(C) * nh + 32;
-    if (attn_cm_)
-      coop_slot_bytes_ = std::max(coop_slot_bytes_, qrows * AttnCmChunks(hdmax) * 8 * 16);
-    xqc_ = Reserve(Pool::kDevice, coop_slot_bytes_ * kCoopSlots);
-    coop_part_bytes_ =
-        (std::max(size_t(C) * std::max({H, qw, P, kvw}), attn_cm_ ? qrows : 0) * 4 + 255) / 256 *
-        256;
-    partc_ = Reserve(Pool::kDevice, coop_part_bytes_ * kCoopSlots);
   }
   record_beside_ = Knob("RECORD_BESIDE", 1) != 0;
   chunk_cache_ = std::clamp(Knob("CHUNK_CACHE", 4), 0, 64);
@@ -535,24 +496,20 @@ void VulkanBackend::Build() {
   // 0: the host decodes them into f32 rows, 8x the staged bytes for the QAT checkpoint).
   gpu_rows_ = Knob("GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
               (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
-  // Host: inputs of a step and the readback.
-  in_x0_off_ = 256;
-  in_tok_off_ = in_x0_off_ + (size_t(C) * H * 4 + 255) / 256 * 256;
-  in_mask_off_ = in_tok_off_ + (size_t(C) * L * P * 4 + 255) / 256 * 256;
-  // (written once per element, never read by the host: device-local where it can be mapped,
-  // so the step's copies out of it stay on the device; GEMMA_VULKAN_UPLOAD_LOCAL=0: host memory)
-  in_host_ = Reserve(Knob("UPLOAD_LOCAL", 1) != 0 ? Pool::kUpload : Pool::kHost,
-                     in_mask_off_ + size_t((V + 31) / 32) * 4);
+  upload_local_ = Knob("UPLOAD_LOCAL", 1) != 0;
+  short_rows_ = std::min(chunk_, kShortStepRows);
+  Activations own = PlanActivations(*dev_, short_rows_);
   // One-token steps: the PLE rows and the mask in host memory instead (in_side_; the host
   // writes them fast, their copies run beside the body's first phase).
   upload_split_ = Knob("UPLOAD_SPLIT", 1) != 0;
   in_side_mask_off_ = (size_t(L) * P * 4 + 255) / 256 * 256;
   in_side_ =
       upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4) : Buf{};
-  out_host_ = Reserve(Pool::kHost, std::max<size_t>(size_t(head_rows_) * V * 4, 64));
   prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
 
   dev_->Commit();
+  ResolveActivations(*dev_, own);
+  SwapActivations(own);
 
   Resolve(rope_s_);
   Resolve(rope_f_);
@@ -566,11 +523,8 @@ void VulkanBackend::Build() {
     Resolve(s.k);
     Resolve(s.v);
   }
-  for (Buf* b : {&h_,         &h2_,      &a_,         &t_,    &q_,          &kt_,     &vt_,
-                 &attn_,      &g_,       &po_,        &pml_,  &ple_,        &tok_,    &gp_,
-                 &hn_,        &logits_,  &part_,      &res_,  &mask_,       &step_,   &in_host_,
-                 &out_host_,  &counter_, &hcount_,    &xq_,   &xqc_,        &partc_,
-                 &prof_,    &prof_host_, &pacc_, &reduce_cnt_, &in_side_}) {
+  for (Buf* b : {&h2_, &mask_, &step_, &counter_, &hcount_, &xq_, &prof_, &prof_host_, &pacc_,
+                 &in_side_}) {
     if (b->handle >= 0) Resolve(*b);
   }
   dev_->Fill(counter_.r, 0);
@@ -580,6 +534,126 @@ void VulkanBackend::Build() {
   head_cmd_ = dev_->AllocCommandBuffer();
   // Pre-record the decode step once to count its work.
   DecodeCommand(OutputMode::kArgmax);
+  dev_->ReleaseStaging();  // (the uploads above are done; a later Upload allocates it again)
+}
+
+Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
+  const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
+  const int V = cfg_.vocab_size, C = rows;
+  int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
+  for (const LayerPlan& p : model_.layers()) {
+    qw = std::max(qw, p.num_heads * p.head_dim);
+    kvw = std::max(kvw, p.num_kv_heads * p.head_dim);
+    imax = std::max(imax, p.intermediate);
+    hdmax = std::max(hdmax, p.head_dim);
+    nh = std::max(nh, p.num_heads);
+  }
+  const int S = std::max(splits_, 1);
+  Activations a;
+  a.rows = rows;
+  auto F = [&](size_t floats) { return Buf{dev.Reserve(Pool::kDevice, floats * 4), {}}; };
+  a.head_rows = static_cast<int>(
+      std::clamp<size_t>(std::min<size_t>(64u << 20, dev.max_range()) / (size_t(V) * 4), 1, C));
+  a.h = F(size_t(C) * H);
+  a.a = F(size_t(C) * H);
+  a.t = F(size_t(C) * H);
+  a.q = F(size_t(C) * qw);
+  a.kt = F(size_t(C) * kvw);
+  a.vt = F(size_t(C) * kvw);
+  a.attn = F(size_t(C) * qw);
+  a.g = F(size_t(C) * imax);
+  // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
+  // up to 32 floats for (m, l)
+  a.po = F(size_t(std::max({C, S, 256})) * nh * RoundUp32(hdmax) * 2 + size_t(nh) * 512);
+  a.pml = F(size_t(std::max(C, S)) * nh * 4);
+  if (P > 0) {
+    a.ple = F(size_t(C) * L * P);
+    a.tok = F(size_t(C) * L * P);
+    a.gp = F(size_t(C) * P);
+  }
+  a.hn = F(size_t(a.head_rows) * H);
+  a.logits = F(size_t(a.head_rows) * V);
+  a.part = F(size_t(a.head_rows) * nblocks_ * 4);
+  a.res = F(size_t(a.head_rows) * 2);
+  a.reduce_cnt = F(size_t(a.head_rows));  // logits_reduce LAST: arrivals per row, zero between
+  if (coop_) {
+    // Quantized inputs of the matrix-unit linears: kCoopSlots rotating slots of C tokens x the
+    // widest input (padded to 64 columns) in f16.
+    a.coop_slot_bytes = size_t(C) * coop_ld_max_ * 16;
+    // attention_cm's split q rows (a chunk's tokens x heads, a workgroup's padding rows past
+    // them) in two slots, their scales in a slot's split-K region.
+    const size_t qrows = size_t(C) * nh + 32;
+    if (attn_cm_)
+      a.coop_slot_bytes = std::max(a.coop_slot_bytes, qrows * AttnCmChunks(hdmax) * 8 * 16);
+    a.xqc = {dev.Reserve(Pool::kDevice, a.coop_slot_bytes * kCoopSlots), {}};
+    a.coop_part_bytes =
+        (std::max(size_t(C) * std::max({H, qw, P, kvw}), attn_cm_ ? qrows : 0) * 4 + 255) / 256 *
+        256;
+    a.partc = {dev.Reserve(Pool::kDevice, a.coop_part_bytes * kCoopSlots), {}};
+  }
+  // Host: inputs of a step and the readback.
+  a.in_x0_off = 256;
+  a.in_tok_off = a.in_x0_off + (size_t(C) * H * 4 + 255) / 256 * 256;
+  a.in_mask_off = a.in_tok_off + (size_t(C) * L * P * 4 + 255) / 256 * 256;
+  // (written once per element, never read by the host: device-local where it can be mapped,
+  // so the step's copies out of it stay on the device; GEMMA_VULKAN_UPLOAD_LOCAL=0: host memory)
+  a.in_host = {dev.Reserve(upload_local_ ? Pool::kUpload : Pool::kHost,
+                           a.in_mask_off + size_t((V + 31) / 32) * 4),
+               {}};
+  a.out_host = {dev.Reserve(Pool::kHost, std::max<size_t>(size_t(a.head_rows) * V * 4, 64)), {}};
+  return a;
+}
+
+void VulkanBackend::ResolveActivations(Device& dev, Activations& a) {
+  for (Buf* b : {&a.h, &a.a, &a.t, &a.q, &a.kt, &a.vt, &a.attn, &a.g, &a.po, &a.pml, &a.ple,
+                 &a.tok, &a.gp, &a.hn, &a.logits, &a.part, &a.res, &a.reduce_cnt, &a.xqc,
+                 &a.partc, &a.in_host, &a.out_host}) {
+    if (b->handle >= 0) b->r = dev.Get(b->handle);
+  }
+  dev.Fill(a.reduce_cnt.r, 0);
+}
+
+void VulkanBackend::SwapActivations(Activations& a) {
+  std::swap(short_rows_, a.rows);
+  for (auto [mine, theirs] : std::initializer_list<std::pair<Buf*, Buf*>>{
+           {&h_, &a.h},         {&a_, &a.a},       {&t_, &a.t},       {&q_, &a.q},
+           {&kt_, &a.kt},       {&vt_, &a.vt},     {&attn_, &a.attn}, {&g_, &a.g},
+           {&po_, &a.po},       {&pml_, &a.pml},   {&ple_, &a.ple},   {&tok_, &a.tok},
+           {&gp_, &a.gp},       {&hn_, &a.hn},     {&logits_, &a.logits}, {&part_, &a.part},
+           {&res_, &a.res},     {&reduce_cnt_, &a.reduce_cnt}, {&xqc_, &a.xqc},
+           {&partc_, &a.partc}, {&in_host_, &a.in_host}, {&out_host_, &a.out_host}}) {
+    std::swap(*mine, *theirs);
+  }
+  std::swap(in_x0_off_, a.in_x0_off);
+  std::swap(in_tok_off_, a.in_tok_off);
+  std::swap(in_mask_off_, a.in_mask_off);
+  std::swap(coop_slot_bytes_, a.coop_slot_bytes);
+  std::swap(coop_part_bytes_, a.coop_part_bytes);
+  std::swap(head_rows_, a.head_rows);
+}
+
+VulkanBackend::StepActivations::StepActivations(VulkanBackend& b, int m) : b_(b) {
+  if (m <= b.short_rows_) return;
+  const int rows = b.chunk_;
+  {
+    std::lock_guard<std::mutex> lock(b.weights_->workspace_mu);
+    std::shared_ptr<SharedActivations>& ws = b.weights_->workspaces[rows];
+    if (!ws) {
+      auto made = std::make_shared<SharedActivations>();
+      made->dev = b.weights_->dev->NewContext();
+      made->act = b.PlanActivations(*made->dev, rows);
+      made->dev->Commit();
+      ResolveActivations(*made->dev, made->act);
+      ws = made;
+    }
+    shared_ = ws;
+  }
+  lock_ = std::unique_lock<std::mutex>(shared_->mu);
+  b.SwapActivations(shared_->act);
+}
+
+VulkanBackend::StepActivations::~StepActivations() {
+  if (shared_) b_.SwapActivations(shared_->act);
 }
 
 // Cache geometry and prompt chunk, once (the first Build: a rebuild after a failure keeps them).

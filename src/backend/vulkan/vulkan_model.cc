@@ -14,20 +14,27 @@ class VulkanModel : public BackendModel {
  public:
   VulkanModel(const Model& model, const VulkanOptions& vulkan)
       : shared_(std::make_shared<VulkanShared>(model, vulkan)) {
-    shared_->Acquire();
+    const auto w = shared_->Acquire();
+    device_ = w->dev->name();
+    software_ = w->dev->is_cpu();
   }
   std::string name() const override { return "vulkan"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
     return std::make_unique<VulkanBackend>(shared_, options);
   }
+  // (Between a device failure and the next step's rebuild there is no current device: the last
+  // one's name stays.)
   size_t shared_bytes() const override {
-    return shared_->Acquire()->dev->committed_bytes(vk::Pool::kDevice);
+    const auto w = shared_->Current();
+    return w ? w->dev->committed_bytes(vk::Pool::kDevice) : 0;
   }
-  std::string device() const override { return shared_->Acquire()->dev->name(); }
-  bool software_device() const override { return shared_->Acquire()->dev->is_cpu(); }
+  std::string device() const override { return device_; }
+  bool software_device() const override { return software_; }
 
  private:
   std::shared_ptr<VulkanShared> shared_;
+  std::string device_;
+  bool software_ = false;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 // every conversation is kept.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,66 @@ TEST(VulkanSessions, SiblingContextsTakeTheirOwnKernelChoices) {
   EXPECT_EQ(a.weight_bytes, b.weight_bytes);
   auto ref = CreateCpuReferenceBackend(*model, {.capacity = 64});
   EXPECT_EQ(Decode(*capped, kPromptA, 8), Decode(*ref, kPromptA, 8));
+}
+
+// Prompt chunks longer than a context's own activations (16 rows) run on the engine's shared set,
+// one context at a time: two contexts prefilling 60-token prompts (one chunk each) on two threads
+// give every position's logits as the CPU reference does, and decode on after it.
+TEST(VulkanSessions, LongPromptChunksShareTheEnginesActivations) {
+  auto model = LoadFixture("tiny_dense_bf16");
+  auto vm = MakeVulkanModel(*model);
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  const BackendOptions opt = {.capacity = 128, .slack = 64};
+  const int V = model->text().vocab_size, n = 60;
+  std::vector<std::vector<int32_t>> prompts(2, std::vector<int32_t>(n));
+  for (int i = 0; i < n; ++i) {
+    prompts[0][i] = static_cast<int32_t>((i * 37 + 11) % V);
+    prompts[1][i] = static_cast<int32_t>((i * 53 + 5) % V);
+  }
+  std::vector<ForwardResult> want(2);
+  for (int c = 0; c < 2; ++c) {
+    auto ref = CreateCpuReferenceBackend(*model, opt);
+    ref->Forward({.tokens = prompts[c], .mode = OutputMode::kLogits, .all_positions = true},
+                 &want[c]);
+  }
+  std::vector<std::unique_ptr<Backend>> ctx;
+  for (int c = 0; c < 2; ++c) ctx.push_back(vm->NewContext(opt));
+  ASSERT_GE(ctx[0]->capabilities().max_chunk, n);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<ForwardResult> got(2);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < 2; ++c) {
+      threads.emplace_back([&, c] {
+        ctx[c]->Reset();
+        ctx[c]->Forward(
+            {.tokens = prompts[c], .mode = OutputMode::kLogits, .all_positions = true}, &got[c]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int c = 0; c < 2; ++c) {
+      ASSERT_EQ(got[c].logits.size(), want[c].logits.size());
+      for (int t = 0; t < n; ++t) {
+        double num = 0, den = 0;
+        for (int v = 0; v < V; ++v) {
+          const double d = got[c].logits[size_t(t) * V + v] - want[c].logits[size_t(t) * V + v];
+          num += d * d;
+          den += double(want[c].logits[size_t(t) * V + v]) * want[c].logits[size_t(t) * V + v];
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-4) << "context " << c << " position " << t;
+      }
+    }
+  }
+  // Decoding on from the shared chunk's caches (one-token steps on the context's own set).
+  auto ref = CreateCpuReferenceBackend(*model, opt);
+  ForwardResult r;
+  ref->Forward({.tokens = prompts[1]}, &r);
+  std::vector<int32_t> want_ids = {r.ids.back()};
+  for (int i = 0; i < 6; ++i) Step(*ref, want_ids);
+  ctx[1]->Reset();
+  ctx[1]->Forward({.tokens = prompts[1]}, &r);
+  std::vector<int32_t> got_ids = {r.ids.back()};
+  for (int i = 0; i < 6; ++i) Step(*ctx[1], got_ids);
+  EXPECT_EQ(got_ids, want_ids);
 }
 
 TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {

@@ -128,6 +128,19 @@ struct Input {
 
 enum class PrefillStrategy { kAuto, kSequential, kChunked };
 
+// Speculative decoding: tokens drafted ahead and verified by one backend step that evaluates them
+// all (the caches roll back past the first rejected one). Greedy output is token for token what
+// plain decoding gives. Applied to exact greedy decoding (temperature 0, no penalties, logit bias
+// or constraint that needs the full logits, no logprobs) of text prompts; elsewhere it is off and
+// Result::resolved_config says so.
+struct SpeculativeOptions {
+  enum class Mode { kOff, kPromptLookup };
+  Mode mode = Mode::kOff;
+  // Tokens drafted per step (1..6: a step then evaluates at most 7 tokens, which every backend
+  // computes as it does one-token steps).
+  int max_draft = 4;
+};
+
 // Constrained decoding: the output must match a regex, be JSON, follow a JSON Schema (subset), or
 // be Gemma 4 native tool calls for the request's tools. Masks apply before every other filter; EOS
 // and stop ids are allowed only where the output is complete. An unsupported regex or schema is an
@@ -168,6 +181,7 @@ struct GenerateOptions {
   PrefillStrategy prefill = PrefillStrategy::kAuto;
   int prefill_chunk = 256;  // tokens per chunk for kChunked (kAuto picks)
   OutputConstraint constraint;  // kToolCalls uses Input::tools; thinking follows the input
+  SpeculativeOptions speculative;
 };
 
 struct TokenEvent {
@@ -211,6 +225,8 @@ struct Telemetry {
   double decode_tok_s = 0;    // (tokens - 1) / decode time
   double overall_tok_s = 0;   // tokens / total time
   size_t resident_bytes = 0;  // process RSS at the end
+  // Speculative decoding: verification steps, tokens drafted and of them accepted.
+  int verify_steps = 0, drafted = 0, accepted = 0;
 };
 
 struct Result {

@@ -6,8 +6,10 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/cache_window.h"
@@ -15,6 +17,7 @@
 #include "constrain/constraint.h"
 #include "core/memory.h"
 #include "core/timer.h"
+#include "decode/draft.h"
 #include "decode/token_policy.h"
 #include "runtime/engine_impl.h"
 #include "tokenizer/tokenizer.h"
@@ -145,6 +148,23 @@ class SessionImpl : public Session {
     if (!backend_->Truncate(static_cast<int>(n))) n = 0;
     evaluated_.resize(n);
     std::erase_if(media_, [&](const MediaSpan& m) { return static_cast<size_t>(m.begin) >= n; });
+  }
+  // Keeps the first n evaluated tokens exactly: a rewind the sliding rings cannot restore
+  // re-evaluates them (text only: callers hold no images in the caches).
+  void TruncateExact(size_t n) {
+    if (backend_->Truncate(static_cast<int>(n))) {
+      evaluated_.resize(n);
+      return;
+    }
+    const int chunk = std::max(1, backend_->capabilities().max_chunk);
+    ForwardResult ignored;
+    for (size_t b = 0; b < n; b += chunk) {
+      const size_t e = std::min(n, b + static_cast<size_t>(chunk));
+      backend_->Forward({.tokens = std::span<const int32_t>(evaluated_.data() + b, e - b),
+                         .mode = OutputMode::kNone},
+                        &ignored);
+    }
+    evaluated_.resize(n);
   }
   // The longest prefix of `prep` the caches hold: equal ids, and every image overlapping it the
   // same image at the same place.
@@ -322,6 +342,13 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
 
   const OutputMode mode = ToOutputMode(policy.Output());
   const std::vector<uint64_t>* mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
+  // Speculative decoding (exact greedy on text only): drafted tokens verified in one step.
+  const SpeculativeOptions& spec = options.speculative;
+  if (spec.mode != SpeculativeOptions::Mode::kOff && (spec.max_draft < 1 || spec.max_draft > 6))
+    throw Error(ErrorCode::kInvalidArgument, "speculative.max_draft must be in 1..6");
+  const bool speculate = spec.mode == SpeculativeOptions::Mode::kPromptLookup &&
+                         mode == OutputMode::kArgmax && !options.logprobs &&
+                         prep.images.empty() && media_.empty();
   ForwardResult fr;
   Timer prefill;
   {
@@ -343,6 +370,17 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   if (tok) stream.emplace(*tok);
   std::string emitted;  // raw text released to the caller (stop strings held back)
   Timer step;
+  decode::PromptLookupDraft lookup;
+  decode::DraftPolicy drafts(spec.max_draft);
+  std::vector<int32_t> history;
+  // Drafted tokens the caches hold, verified (each with the model's choice after it), not yet
+  // emitted.
+  std::deque<std::pair<int32_t, int32_t>> ahead;
+  auto drop_ahead = [&] {
+    if (ahead.empty()) return;
+    TruncateExact(evaluated_.size() - ahead.size());
+    ahead.clear();
+  };
   result.stop_reason = StopReason::kLength;
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const std::span<const float> logits(fr.logits);
@@ -387,11 +425,50 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     if (stop.stop_requested())
       throw Error(ErrorCode::kCancelled, "cancelled before evaluating a token");
     step.Reset();
-    const std::vector<uint64_t>* step_mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
-    backend_->Forward(
-        {.tokens = std::span<const int32_t>(&token, 1), .mode = mode, .allowed = step_mask}, &fr);
-    evaluated_.push_back(token);
+    if (!ahead.empty() && ahead.front().first == token) {
+      // Verified already: the caches hold `token` and the step gave its successor.
+      fr.ids.assign(1, ahead.front().second);
+      ahead.pop_front();
+      continue;
+    }
+    drop_ahead();  // (greedy never departs from a verified draft; kept for safety)
+    int k = speculate ? drafts.Next() : 0;
+    k = std::min({k, options.max_new_tokens - i - 1,
+                  backend_->capacity() - backend_->cached() - 1});
+    std::vector<int32_t> draft;
+    if (k > 0) {
+      history.assign(evaluated_.begin(), evaluated_.end());
+      history.push_back(token);
+      draft = lookup.Propose(history, k);
+    }
+    if (draft.empty()) {
+      const std::vector<uint64_t>* step_mask =
+          mode == OutputMode::kSelect ? policy.Mask() : nullptr;
+      backend_->Forward(
+          {.tokens = std::span<const int32_t>(&token, 1), .mode = mode, .allowed = step_mask},
+          &fr);
+      evaluated_.push_back(token);
+      continue;
+    }
+    // One step over the token and its draft: the argmax after each; drafts are kept while they
+    // equal the model's choice, the rest rolled back.
+    std::vector<int32_t> seq = {token};
+    seq.insert(seq.end(), draft.begin(), draft.end());
+    ForwardResult vr;
+    backend_->Forward({.tokens = seq, .mode = OutputMode::kArgmax, .all_positions = true}, &vr);
+    size_t a = 0;
+    while (a < draft.size() && draft[a] == vr.ids[a]) ++a;
+    evaluated_.insert(evaluated_.end(), seq.begin(), seq.end());
+    if (a < draft.size()) TruncateExact(evaluated_.size() - (draft.size() - a));
+    for (size_t j = 0; j < a; ++j) ahead.emplace_back(draft[j], vr.ids[j + 1]);
+    fr.ids.assign(1, vr.ids[0]);
+    ++tel.verify_steps;
+    tel.drafted += static_cast<int>(draft.size());
+    tel.accepted += static_cast<int>(a);
+    drafts.Record(static_cast<int>(draft.size()), static_cast<int>(a));
   }
+  // Verified tokens past the last one evaluated as plain decoding would have it: dropped.
+  drop_ahead();
   if (result.stop_reason != StopReason::kStopString)
     policy.Finish(stream ? stream->Flush() : std::string(), &emitted);
   if (result.tokens.empty() && tel.ttft_ms == 0) tel.ttft_ms = total.Ms();
@@ -415,6 +492,10 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   result.resolved_config["max_new_tokens"] = options.max_new_tokens;
   result.resolved_config["reuse_prompt_cache"] = options.reuse_prompt_cache;
   result.resolved_config["ignore_eos"] = options.ignore_eos;
+  result.resolved_config["speculative"] = {
+      {"mode", spec.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup" : "off"},
+      {"max_draft", spec.max_draft},
+      {"applied", speculate}};
   result.resolved_config["backend"] = tel.backend;
   {
     const OutputConstraint& oc = options.constraint;

@@ -1,0 +1,52 @@
+// Drafts for speculative decoding: tokens guessed ahead of the model, which one backend step then
+// verifies (every drafted position's output at once). Greedy decoding keeps exactly the tokens it
+// would have produced alone: a draft token is kept only where it equals the model's own choice.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace gemma::decode {
+
+// Where drafts come from (prompt lookup here; a small draft model can implement the same).
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  // Up to k tokens likely to follow `history` (the prompt and the tokens generated so far, the
+  // last one included); empty when there is no guess.
+  virtual std::vector<int32_t> Propose(std::span<const int32_t> history, int k) = 0;
+};
+
+// Prompt lookup: the longest suffix of the history (max_ngram tokens down to min_ngram) that
+// occurred earlier, and the tokens that followed its most recent earlier occurrence. Strong where
+// the output repeats its input: code edits, quotes, retrieved passages, echoed JSON.
+class PromptLookupDraft : public DraftSource {
+ public:
+  explicit PromptLookupDraft(int max_ngram = 3, int min_ngram = 1)
+      : max_ngram_(max_ngram), min_ngram_(min_ngram) {}
+  std::vector<int32_t> Propose(std::span<const int32_t> history, int k) override;
+
+ private:
+  int max_ngram_, min_ngram_;
+};
+
+// How many tokens to draft: `max_draft` while drafts are accepted, none for a while when they are
+// not (a verification step costs more than a one-token step, so low acceptance would slow
+// decoding down). Acceptance is tracked as a moving average of accepted / drafted per step.
+class DraftPolicy {
+ public:
+  explicit DraftPolicy(int max_draft) : max_draft_(max_draft) {}
+  // Tokens to draft for the next step (0: decode one token plainly).
+  int Next();
+  // A verification step's outcome.
+  void Record(int drafted, int accepted);
+
+ private:
+  int max_draft_;
+  double rate_ = 1.0;  // moving average of accepted / drafted
+  int pause_ = 0;      // plain steps left before drafting again
+  int steps_ = 0;
+};
+
+}  // namespace gemma::decode

@@ -1,0 +1,47 @@
+#include "decode/draft.h"
+
+#include <gtest/gtest.h>
+
+namespace gemma::decode {
+namespace {
+
+TEST(PromptLookupDraft, ProposesWhatFollowedTheLongestEarlierMatch) {
+  PromptLookupDraft d(3, 1);
+  // Suffix "7 8 9" occurred at 1..3, followed by 4 5 6 7.
+  const std::vector<int32_t> h = {1, 7, 8, 9, 4, 5, 6, 7, 2, 7, 8, 9};
+  EXPECT_EQ(d.Propose(h, 3), (std::vector<int32_t>{4, 5, 6}));
+  // Bounded by the history's end: only what followed exists.
+  EXPECT_EQ(d.Propose(std::vector<int32_t>{5, 6, 5}, 4), (std::vector<int32_t>{6, 5}));
+  EXPECT_TRUE(d.Propose(h, 0).empty());
+}
+
+TEST(PromptLookupDraft, PrefersLongerSuffixesAndTheMostRecentOccurrence) {
+  PromptLookupDraft d(2, 1);
+  // "3 4" occurs once (followed by 9); "4" alone most recently is followed by 8.
+  const std::vector<int32_t> h = {3, 4, 9, 1, 4, 8, 2, 3, 4};
+  EXPECT_EQ(d.Propose(h, 1), (std::vector<int32_t>{9}));
+  PromptLookupDraft unigram(1, 1);
+  EXPECT_EQ(unigram.Propose(h, 2), (std::vector<int32_t>{8, 2}));
+  // No earlier occurrence of any suffix: no draft.
+  EXPECT_TRUE(d.Propose(std::vector<int32_t>{1, 2, 3}, 4).empty());
+  EXPECT_TRUE(d.Propose(std::vector<int32_t>{}, 4).empty());
+}
+
+TEST(DraftPolicy, PausesWhenDraftsAreRejectedAndResumes) {
+  DraftPolicy p(4);
+  EXPECT_EQ(p.Next(), 4);
+  for (int i = 0; i < 3; ++i) p.Record(4, 0);
+  int plain = 0;
+  while (p.Next() == 0) ++plain;
+  EXPECT_EQ(plain, 16);
+  // Accepted drafts keep drafting.
+  DraftPolicy q(4);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(q.Next(), 4);
+    q.Record(4, 3);
+  }
+  EXPECT_EQ(DraftPolicy(0).Next(), 0);
+}
+
+}  // namespace
+}  // namespace gemma::decode

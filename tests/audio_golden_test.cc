@@ -139,3 +139,213 @@ TEST(AudioGolden, TowerMatchesTransformers) {
 
 }  // namespace
 }  // namespace gemma
+
+#include "gemma/engine.h"
+#include "model/synth.h"
+#ifdef GEMMA_HAVE_CPU_FAST
+#include "backend/cpu/fast/cpu_fast_backend.h"
+#endif
+
+namespace gemma {
+namespace {
+
+// Gemma 4's audio ids (synthetic "tiny": the real 262,144-id vocabulary, a 2-layer audio tower).
+constexpr int32_t kAudio = 258881, kBoa = 256000, kEoa = 258883;
+
+std::string Base64(const std::vector<char>& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = uint8_t(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= uint8_t(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= uint8_t(bytes[i + 2]);
+    out += k[v >> 18];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? k[v & 63] : '=';
+  }
+  return out;
+}
+
+class AudioEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/audio_tiny");
+    Synthesize({.preset = "tiny", .out_dir = *dir_, .seed = 11});
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string* dir_;
+};
+std::string* AudioEngine::dir_ = nullptr;
+
+// Every part form becomes <|audio>, the clip's soft tokens (41 for the speech clip, as
+// transformers' mask gives), <audio|>; bad parts are typed errors naming the part.
+TEST_F(AudioEngine, MessagePartsRenderAudioRuns) {
+  auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu", .context_capacity = 4096});
+  const std::string file = kDir + "clips/speech.wav";
+  const std::string b64 = Base64(ReadBytes(file));
+  nlohmann::json parts = nlohmann::json::array({
+      {{"type", "audio"}, {"path", file}},
+      {{"type", "audio"}, {"bytes", b64}},
+      {{"type", "audio"}, {"url", "data:audio/wav;base64," + b64}},
+      {{"type", "input_audio"}, {"input_audio", {{"data", b64}, {"format", "wav"}}}},
+      {{"type", "text"}, {"text", "Transcribe these."}},
+  });
+  const Input in = Input::Messages({{{"role", "user"}, {"content", parts}}});
+  const std::vector<int32_t> ids = engine->PromptTokens(in);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kAudio), 4 * 41);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kBoa), 4);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kEoa), 4);
+  GenerateOptions opt;
+  opt.max_new_tokens = 2;
+  const Result r = engine->NewSession()->Generate(in, opt);
+  EXPECT_EQ(r.telemetry.audios, 4);
+  EXPECT_EQ(r.telemetry.audios_encoded, 4);
+  auto code = [&](nlohmann::json part) {
+    try {
+      engine->PromptTokens(Input::Messages({{{"role", "user"}, {"content", {part}}}}));
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kInternal;
+  };
+  EXPECT_EQ(code({{"type", "audio"}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio"}, {"url", "https://example.com/a.wav"}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "input_audio"}, {"input_audio", {{"data", "@@@"}}}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "clips/tiny.wav"}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "model/config.json"}}), ErrorCode::kUnsupported);
+  // Text input: each <|audio|> in the text is a clip; the count must match.
+  Input text = Input::Text("<|audio|>Hi");
+  EXPECT_THROW(engine->PromptTokens(text), Error);  // no clip given
+  text.audios = {AudioInput::File(file)};
+  const std::vector<int32_t> t = engine->PromptTokens(text);
+  EXPECT_EQ(std::count(t.begin(), t.end(), kAudio), 41);
+}
+
+// The soft tokens land on their run: the engine's logits equal a forward pass fed the tower's
+// output (the tower itself is checked against transformers above) at the placeholder rows.
+TEST_F(AudioEngine, SoftTokensFillTheirRun) {
+  auto model = Model::Load(*dir_);
+  ASSERT_NE(model->audio(), nullptr) << model->audio_error();
+  const media::Audio a = media::LoadAudioFile(kDir + "clips/tone.wav");
+  const media::AudioFeatures f = media::ExtractAudioFeatures(a.samples);
+  const std::vector<float> soft = ref::EmbedAudio(
+      *model->audio(), ref::AudioTowerForward(*model->audio(), {f.frames, f.mel.data(), f.mask.data()}),
+      f.soft_tokens);
+  std::vector<int32_t> ids = {2, 10, 11, kBoa};
+  ids.insert(ids.end(), f.soft_tokens, kAudio);
+  ids.insert(ids.end(), {kEoa, 12, 13});
+  std::vector<const float*> rows(ids.size(), nullptr);
+  const int H = model->text().hidden_size;
+  for (int i = 0; i < f.soft_tokens; ++i) rows[4 + i] = &soft[static_cast<size_t>(i) * H];
+  auto backend = CreateCpuReferenceBackend(*model, {.capacity = 256});
+  ForwardResult fr;
+  backend->Forward({.tokens = ids, .soft = rows, .mode = OutputMode::kLogits, .all_positions = true}, &fr);
+  auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu-ref", .context_capacity = 256});
+  Input in = Input::Ids(ids);
+  in.audios = {AudioInput::File(kDir + "clips/tone.wav")};
+  const ScoreResult s = engine->NewSession()->ScoreInput(in, /*return_logits=*/true);
+  ASSERT_EQ(s.logits.size(), fr.logits.size());
+  EXPECT_EQ(std::memcmp(s.logits.data(), fr.logits.data(), s.logits.size() * 4), 0);
+  // A run whose length does not match the clip is refused.
+  in.token_ids->erase(in.token_ids->begin() + 5);
+  EXPECT_THROW(engine->NewSession()->ScoreInput(in), Error);
+}
+
+// Prefix reuse keys clips by the SHA-256 of their 16 kHz samples: the same clip skips the tower,
+// a changed clip re-encodes, and the answer is always a fresh session's.
+TEST_F(AudioEngine, SameClipIsReusedChangedClipReencodes) {
+  auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu", .context_capacity = 1024});
+  auto session = engine->NewSession();
+  GenerateOptions opt;
+  opt.max_new_tokens = 2;
+  auto req = [&](const std::string& clip, int tail) {
+    std::vector<int32_t> ids = {2, 10, kBoa};
+    ids.insert(ids.end(), 13, kAudio);  // tone and silence: 13 soft tokens each
+    ids.push_back(kEoa);
+    for (int i = 0; i < tail; ++i) ids.push_back(20 + i);
+    Input in = Input::Ids(ids);
+    in.audios = {AudioInput::File(kDir + "clips/" + clip + ".wav")};
+    return in;
+  };
+  auto fresh = [&](const Input& in) { return engine->NewSession()->Generate(in, opt).tokens; };
+  Result r = session->Generate(req("tone", 1), opt);
+  EXPECT_EQ(r.telemetry.audios_encoded, 1);
+  r = session->Generate(req("tone", 3), opt);
+  EXPECT_EQ(r.telemetry.audios_encoded, 0);
+  EXPECT_GE(r.telemetry.reused_tokens, 16);
+  r = session->Generate(req("silence", 3), opt);
+  EXPECT_EQ(r.telemetry.audios_encoded, 1);
+  EXPECT_LE(r.telemetry.reused_tokens, 3);
+  EXPECT_EQ(r.tokens, fresh(req("silence", 3)));
+}
+
+// Longer than 30 s: 30 s chunks, each through the tower on its own, in one run (750 + 25 tokens
+// for 31 s).
+TEST_F(AudioEngine, LongClipsAreChunkedIntoOneRun) {
+  const std::string path = ::testing::TempDir() + "/tone31.wav";
+  {
+    // 31 s of a 440 Hz tone, PCM16 mono 16 kHz, written here.
+    const int n = 31 * 16000;
+    std::ofstream f(path, std::ios::binary);
+    auto u32 = [&](uint32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
+    auto u16 = [&](uint16_t v) { f.write(reinterpret_cast<const char*>(&v), 2); };
+    f.write("RIFF", 4);
+    u32(36 + 2 * n);
+    f.write("WAVEfmt ", 8);
+    u32(16), u16(1), u16(1), u32(16000), u32(32000), u16(2), u16(16);
+    f.write("data", 4);
+    u32(2 * n);
+    for (int i = 0; i < n; ++i) u16(static_cast<uint16_t>(static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * i / 16000.0))));
+  }
+  auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu", .context_capacity = 2048});
+  Input in = Input::Text("<|audio|>");
+  in.audios = {AudioInput::File(path)};
+  const std::vector<int32_t> ids = engine->PromptTokens(in);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kAudio), 775);
+  GenerateOptions opt;
+  opt.max_new_tokens = 1;
+  const Result r = engine->NewSession()->Generate(in, opt);
+  EXPECT_EQ(r.telemetry.audios_encoded, 1);
+  std::printf("31 s clip: %d prompt tokens, audio tower %.0f ms, decode+features %.0f ms\n",
+              r.telemetry.prompt_tokens, r.telemetry.audio_ms, r.telemetry.vision_ms);
+}
+
+#ifdef GEMMA_HAVE_CPU_FAST
+// The fast backend's tower (its linears) against the reference's, dense and in the QAT layout
+// (2-bit audio linears, 4-bit linear_start).
+TEST_F(AudioEngine, FastTowerMatchesTheReference) {
+  const std::string qat = ::testing::TempDir() + "/audio_tiny_qat";
+  Synthesize({.preset = "tiny-qat", .out_dir = qat, .seed = 12});
+  const media::Audio a = media::LoadAudioFile(kDir + "clips/speech.wav");
+  const media::AudioFeatures f = media::ExtractAudioFeatures(a.samples);
+  for (const std::string& dir : {*dir_, qat}) {
+    SCOPED_TRACE(dir);
+    auto model = Model::Load(dir);
+    ASSERT_NE(model->audio(), nullptr) << model->audio_error();
+    std::vector<float> r, q;
+    CreateCpuReferenceModel(*model)->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &r);
+    CreateCpuFastModel(*model, 2)->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &q);
+    ASSERT_EQ(r.size(), q.size());
+    EXPECT_EQ(r.size(), static_cast<size_t>(41) * model->text().hidden_size);
+    EXPECT_LE(RelL2(q.data(), r.data(), r.size()), 1e-5);
+  }
+}
+#endif
+
+// A model without an audio tower says so.
+TEST(AudioEngineErrors, ModelWithoutAudioTower) {
+  auto engine = Engine::Load({.model_path = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/model",
+                              .backend = "cpu-ref", .context_capacity = 256});
+  Input in = Input::Ids({2, 10});
+  in.audios = {AudioInput::File(kDir + "clips/tone.wav")};
+  try {
+    engine->PromptTokens(in);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gemma

@@ -131,26 +131,65 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
   const int ch = info.channels;
   const sf_count_t max_frames =
       static_cast<sf_count_t>(std::ceil(options.max_seconds * info.samplerate));
-  std::vector<float> inter;
-  std::vector<float> buf(static_cast<size_t>(4096) * ch);
+  // Read, mix to mono and resample block by block: memory follows the 16 kHz output, whatever
+  // the file's rate and channel count.
+  const bool resample = info.samplerate != kAudioSampleRate;
+  const double ratio = static_cast<double>(kAudioSampleRate) / info.samplerate;
+  int src_err = 0;
+  std::unique_ptr<SRC_STATE, SRC_STATE* (*)(SRC_STATE*)> src(
+      resample ? src_new(SRC_SINC_BEST_QUALITY, 1, &src_err) : nullptr, src_delete);
+  if (resample && !src) throw Error(ErrorCode::kInternal, std::string("libsamplerate: ") + src_strerror(src_err));
+  constexpr int kBlock = 4096;
+  std::vector<float> buf(static_cast<size_t>(kBlock) * ch), mono(kBlock);
+  std::vector<float> res(static_cast<size_t>(std::ceil(kBlock * ratio)) + 64);
+  Audio a;
   sf_count_t total = 0;
-  while (true) {
-    const sf_count_t n = sf_readf_float(f.get(), buf.data(), 4096);
-    if (n <= 0) break;
-    total += n;
+  bool last = false;
+  while (!last) {
+    const sf_count_t n = sf_readf_float(f.get(), buf.data(), kBlock);
+    last = n < kBlock;
+    total += std::max<sf_count_t>(n, 0);
     if (total > max_frames) {
       throw Error(ErrorCode::kCapacity, origin + ": more than " + std::to_string(options.max_seconds) +
                                             " s of audio (the limit)");
     }
-    inter.insert(inter.end(), buf.begin(), buf.begin() + n * ch);
+    for (sf_count_t i = 0; i < n; ++i) {
+      const float* fr = &buf[static_cast<size_t>(i * ch)];
+      float v = fr[0];
+      for (int c = 1; c < ch; ++c) v += fr[c];
+      if (ch > 1) v /= static_cast<float>(ch);
+      if (!std::isfinite(v)) {
+        throw Error(ErrorCode::kFormat, origin + ": non-finite sample at frame " + std::to_string(total - n + i));
+      }
+      mono[static_cast<size_t>(i)] = v;
+    }
+    if (!resample) {
+      a.samples.insert(a.samples.end(), mono.begin(), mono.begin() + std::max<sf_count_t>(n, 0));
+      continue;
+    }
+    // Feed the block; at the end, drain until the converter has nothing left.
+    SRC_DATA d{};
+    d.data_in = mono.data();
+    d.input_frames = static_cast<long>(std::max<sf_count_t>(n, 0));
+    d.src_ratio = ratio;
+    d.end_of_input = last ? 1 : 0;
+    do {
+      d.data_out = res.data();
+      d.output_frames = static_cast<long>(res.size());
+      if (const int err = src_process(src.get(), &d))
+        throw Error(ErrorCode::kInternal, std::string("libsamplerate: ") + src_strerror(err));
+      a.samples.insert(a.samples.end(), res.begin(), res.begin() + d.output_frames_gen);
+      if (d.input_frames_used == 0 && d.output_frames_gen == 0) break;  // nothing moves
+      d.data_in += d.input_frames_used;
+      d.input_frames -= d.input_frames_used;
+    } while (d.input_frames > 0 || (last && d.output_frames_gen > 0));
   }
   if (const int err = sf_error(f.get()); err != SF_ERR_NO_ERROR) {
     throw Error(ErrorCode::kFormat, origin + ": corrupt " + FormatName(info.format) +
                                         " data: " + sf_strerror(f.get()));
   }
   if (total == 0) throw Error(ErrorCode::kFormat, origin + ": no audio samples");
-  // A header that promises more frames than the data holds: the file was cut short. (libsndfile
-  // shortens WAV headers to the bytes present, so the check there is on the data chunk below.)
+  // A header that promises more frames than the data holds: the file was cut short.
   // MP3 lengths are estimates (exact with a Xing/LAME header): a tenth short counts as cut.
   const sf_count_t expected = major == SF_FORMAT_MPEG ? info.frames * 9 / 10 : info.frames;
   if (!unknown_length && total < expected) {
@@ -159,32 +198,18 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
                                         " frames");
   }
   if (major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX || major == SF_FORMAT_RF64) {
-    // The RIFF data chunk's declared size against the bytes that follow it.
+    // libsndfile logs "data : <declared> (should be <present>)" and shortens the stream.
     char log[4096] = {};
     sf_command(f.get(), SFC_GET_LOG_INFO, log, sizeof(log));
     const std::string_view l(log);
-    // libsndfile logs "data : <declared> (should be <present>)" and shortens the stream.
     const size_t d = l.find("data : ");
     if (d != std::string_view::npos && l.substr(d, l.find('\n', d) - d).find("should be") !=
                                             std::string_view::npos) {
       throw Error(ErrorCode::kFormat, origin + ": truncated WAV file (the data chunk is shorter than its header says)");
     }
   }
-  Audio a;
   a.source_rate = info.samplerate;
   a.source_channels = ch;
-  std::vector<float> mono(static_cast<size_t>(total));
-  for (sf_count_t i = 0; i < total; ++i) {
-    const float* fr = &inter[static_cast<size_t>(i * ch)];
-    float s = fr[0];
-    for (int c = 1; c < ch; ++c) s += fr[c];
-    if (ch > 1) s /= static_cast<float>(ch);
-    if (!std::isfinite(s)) {
-      throw Error(ErrorCode::kFormat, origin + ": non-finite sample at frame " + std::to_string(i));
-    }
-    mono[static_cast<size_t>(i)] = s;
-  }
-  a.samples = Resample(mono, info.samplerate, kAudioSampleRate);
   return a;
 }
 

@@ -54,6 +54,19 @@ std::string Sniff(std::span<const uint8_t> b) {
   return "";
 }
 
+// Whether an OGG stream's last page is there (a page header "OggS" with the end-of-stream flag).
+// Debian's libsndfile 1.2 leaks libvorbis' codec setup (5.7 KB) on Vorbis streams cut before
+// that page, so they are refused before libsndfile sees them.
+bool OggHasFinalPage(std::span<const uint8_t> b) {
+  if (b.size() < 6) return false;
+  const size_t lowest = b.size() > (1u << 16) ? b.size() - (1u << 16) : 0;  // a page is < 64 KiB
+  for (size_t i = b.size() - 6 + 1; i-- > lowest;) {
+    if (b[i] == 'O' && b[i + 1] == 'g' && b[i + 2] == 'g' && b[i + 3] == 'S' && b[i + 4] == 0)
+      return (b[i + 5] & 0x04) != 0;
+  }
+  return false;
+}
+
 struct SndCloser {
   void operator()(SNDFILE* f) const { sf_close(f); }
 };
@@ -88,6 +101,9 @@ std::vector<float> Resample(std::span<const float> in, int from_rate, int to_rat
 Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
                   const AudioDecodeOptions& options) {
   if (bytes.empty()) throw Error(ErrorCode::kFormat, origin + ": empty audio file");
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "OggS", 4) == 0 && !OggHasFinalPage(bytes)) {
+    throw Error(ErrorCode::kFormat, origin + ": truncated OGG file (no final page)");
+  }
   Reader reader{bytes, 0};
   SF_VIRTUAL_IO io{VLength, VSeek, VRead, VWrite, VTell};
   SF_INFO info{};

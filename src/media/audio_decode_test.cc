@@ -170,6 +170,8 @@ TEST(AudioDecode, BadFilesAreTypedErrors) {
   EXPECT_EQ(CodeOf([&] { DecodeAudio(noise, "noise"); }), ErrorCode::kUnsupported);
   const std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13};
   EXPECT_EQ(CodeOf([&] { DecodeAudio(png, "png"); }), ErrorCode::kUnsupported);
+  const std::vector<uint8_t> ogg4 = {'O', 'g', 'g', 'S'};  // a fuzzer's find: 4 bytes of OGG magic
+  EXPECT_EQ(CodeOf([&] { DecodeAudio(ogg4, "ogg4"); }), ErrorCode::kFormat);
   // Cut files: a WAV inside its header and inside its data, FLAC, OGG and MP3 at half.
   const std::vector<uint8_t> wav = ReadBytes(kClips + "speech.wav");
   EXPECT_EQ(CodeOf([&] { DecodeAudio(std::span(wav).first(30), "wav/30"); }), ErrorCode::kFormat);

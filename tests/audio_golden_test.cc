@@ -147,7 +147,6 @@ TEST(AudioGolden, TowerMatchesTransformers) {
 }  // namespace
 }  // namespace gemma
 
-
 namespace gemma {
 namespace {
 
@@ -163,7 +162,8 @@ TEST(AudioGolden, LogitsWithAudioMatchTransformers) {
   backends.push_back("cpu");
 #endif
   for (const std::string& backend : backends) {
-    auto engine = Engine::Load({.model_path = kDir + "model", .backend = backend, .context_capacity = 1024});
+    auto engine =
+        Engine::Load({.model_path = kDir + "model", .backend = backend, .context_capacity = 1024});
     for (const auto& pr : g["prompts"]) {
       const std::string tag = pr["tag"];
       SCOPED_TRACE(backend + " " + tag);
@@ -263,10 +263,14 @@ TEST_F(AudioEngine, MessagePartsRenderAudioRuns) {
     return ErrorCode::kInternal;
   };
   EXPECT_EQ(code({{"type", "audio"}}), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code({{"type", "audio"}, {"url", "https://example.com/a.wav"}}), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code({{"type", "input_audio"}, {"input_audio", {{"data", "@@@"}}}}), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "clips/tiny.wav"}}), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "model/config.json"}}), ErrorCode::kUnsupported);
+  EXPECT_EQ(code({{"type", "audio"}, {"url", "https://example.com/a.wav"}}),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "input_audio"}, {"input_audio", {{"data", "@@@"}}}}),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "clips/tiny.wav"}}),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "model/config.json"}}),
+            ErrorCode::kUnsupported);
   // Text input: each <|audio|> in the text is a clip; the count must match.
   Input text = Input::Text("<|audio|>Hi");
   EXPECT_THROW(engine->PromptTokens(text), Error);  // no clip given
@@ -283,7 +287,8 @@ TEST_F(AudioEngine, SoftTokensFillTheirRun) {
   const media::Audio a = media::LoadAudioFile(kDir + "clips/tone.wav");
   const media::AudioFeatures f = media::ExtractAudioFeatures(a.samples);
   const std::vector<float> soft = ref::EmbedAudio(
-      *model->audio(), ref::AudioTowerForward(*model->audio(), {f.frames, f.mel.data(), f.mask.data()}),
+      *model->audio(),
+      ref::AudioTowerForward(*model->audio(), {f.frames, f.mel.data(), f.mask.data()}),
       f.soft_tokens);
   std::vector<int32_t> ids = {2, 10, 11, kBoa};
   ids.insert(ids.end(), f.soft_tokens, kAudio);
@@ -293,7 +298,8 @@ TEST_F(AudioEngine, SoftTokensFillTheirRun) {
   for (int i = 0; i < f.soft_tokens; ++i) rows[4 + i] = &soft[static_cast<size_t>(i) * H];
   auto backend = CreateCpuReferenceBackend(*model, {.capacity = 256});
   ForwardResult fr;
-  backend->Forward({.tokens = ids, .soft = rows, .mode = OutputMode::kLogits, .all_positions = true}, &fr);
+  backend->Forward(
+      {.tokens = ids, .soft = rows, .mode = OutputMode::kLogits, .all_positions = true}, &fr);
   auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu-ref", .context_capacity = 256});
   Input in = Input::Ids(ids);
   in.audios = {AudioInput::File(kDir + "clips/tone.wav")};
@@ -349,7 +355,9 @@ TEST_F(AudioEngine, LongClipsAreChunkedIntoOneRun) {
     u32(16), u16(1), u16(1), u32(16000), u32(32000), u16(2), u16(16);
     f.write("data", 4);
     u32(2 * n);
-    for (int i = 0; i < n; ++i) u16(static_cast<uint16_t>(static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * i / 16000.0))));
+    for (int i = 0; i < n; ++i)
+      u16(static_cast<uint16_t>(
+          static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * i / 16000.0))));
   }
   auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu", .context_capacity = 2048});
   Input in = Input::Text("<|audio|>");
@@ -388,8 +396,10 @@ TEST_F(AudioEngine, FastTowerMatchesTheReference) {
 
 // A model without an audio tower says so.
 TEST(AudioEngineErrors, ModelWithoutAudioTower) {
-  auto engine = Engine::Load({.model_path = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/model",
-                              .backend = "cpu-ref", .context_capacity = 256});
+  auto engine =
+      Engine::Load({.model_path = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/model",
+                    .backend = "cpu-ref",
+                    .context_capacity = 256});
   Input in = Input::Ids({2, 10});
   in.audios = {AudioInput::File(kDir + "clips/tone.wav")};
   try {
@@ -424,7 +434,8 @@ TEST(AudioTiming, DISABLED_E2bTower30s) {
   auto model = Model::Load(dir);
   ASSERT_NE(model->audio(), nullptr) << model->audio_error();
   std::vector<float> x(480000);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.3f * std::sin(0.07f * i) + 0.1f * std::sin(0.9f * i);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.3f * std::sin(0.07f * i) + 0.1f * std::sin(0.9f * i);
   auto t0 = std::chrono::steady_clock::now();
   const media::AudioFeatures f = media::ExtractAudioFeatures(x);
   auto t1 = std::chrono::steady_clock::now();
@@ -434,8 +445,9 @@ TEST(AudioTiming, DISABLED_E2bTower30s) {
   auto t2 = std::chrono::steady_clock::now();
   const double fe = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const double tw = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  std::printf("30 s: %d frames, %d soft tokens; features %.0f ms, tower (cpu, %u threads) %.0f ms\n",
-              f.frames, f.soft_tokens, fe, std::thread::hardware_concurrency(), tw);
+  std::printf(
+      "30 s: %d frames, %d soft tokens; features %.0f ms, tower (cpu, %u threads) %.0f ms\n",
+      f.frames, f.soft_tokens, fe, std::thread::hardware_concurrency(), tw);
   EXPECT_EQ(soft.size(), static_cast<size_t>(750) * model->text().hidden_size);
 }
 #endif

@@ -13,7 +13,8 @@ namespace {
 
 constexpr const char* kHelp =
     "commands: /help  /reset (forget the conversation)  /edit K TEXT (replace user turn K, drop "
-    "what followed)  /system TEXT (empty removes it)  /think on|off  /image FILE, /video FILE, /audio FILE "
+    "what followed)  /system TEXT (empty removes it)  /think on|off  /image FILE, /video FILE, "
+    "/audio FILE "
     "(attach to the next message)  /bye or /quit (Ctrl-D)\n"
     "input: a line is one message; \"\"\" on its own line starts and ends a multi-line message.\n"
     "Ctrl-C stops a reply (the conversation stays) or clears the line at the prompt.\n";
@@ -152,7 +153,8 @@ void RunChat(Engine& engine, ChatSettings settings, std::FILE* in) {
       continue;
     }
     pending.push_back(
-        {{"role", "user"}, {"content", UserContent(line, settings.images, settings.videos, settings.audios)}});
+        {{"role", "user"},
+         {"content", UserContent(line, settings.images, settings.videos, settings.audios)}});
     settings.images.clear();
     settings.videos.clear();
     settings.audios.clear();

@@ -64,8 +64,8 @@ struct VisionPatches {
 // validity mask (the valid frames are a prefix).
 struct AudioMel {
   int frames = 0;
-  const float* mel = nullptr;      // [frames, 128]
-  const uint8_t* mask = nullptr;   // [frames], 1 = valid
+  const float* mel = nullptr;     // [frames, 128]
+  const uint8_t* mask = nullptr;  // [frames], 1 = valid
 };
 
 class Backend {

@@ -1,8 +1,8 @@
 #include "format/config.h"
 
 #include <algorithm>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/json_depth.h"
@@ -385,7 +385,8 @@ AudioConfig ParseAudio(const json& j, const std::string& origin) {
   a.num_heads = r.Int("num_attention_heads", 8, 1);
   if (r.Has("subsampling_conv_channels")) {
     const json& ch = r.Raw("subsampling_conv_channels");
-    if (!ch.is_array() || ch.size() != 2 || !ch[0].is_number_integer() || !ch[1].is_number_integer())
+    if (!ch.is_array() || ch.size() != 2 || !ch[0].is_number_integer() ||
+        !ch[1].is_number_integer())
       r.Fail(ErrorCode::kConfig, "subsampling_conv_channels", "must be two integers");
     a.sscp_channels0 = ch[0].get<int>();
     a.sscp_channels1 = ch[1].get<int>();
@@ -404,8 +405,8 @@ AudioConfig ParseAudio(const json& j, const std::string& origin) {
   a.invalid_logits = static_cast<float>(r.Num("attention_invalid_logits_value", -1e9));
   a.use_clipped_linears = r.Bool("use_clipped_linears", true);
   a.rms_norm_eps = static_cast<float>(r.Num("rms_norm_eps", 1e-6));
-  a.gradient_clipping = static_cast<float>(
-      std::min(r.Num("gradient_clipping", 1e10), static_cast<double>(std::numeric_limits<float>::max())));
+  a.gradient_clipping = static_cast<float>(std::min(
+      r.Num("gradient_clipping", 1e10), static_cast<double>(std::numeric_limits<float>::max())));
   a.output_proj_dims = r.Int("output_proj_dims", 1536, 1);
   const std::string act = r.Str("hidden_act", "silu");
   if (act != "silu" && act != "swish")

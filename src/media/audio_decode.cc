@@ -23,7 +23,9 @@ struct Reader {
   sf_count_t pos = 0;
 };
 
-sf_count_t VLength(void* user) { return static_cast<sf_count_t>(static_cast<Reader*>(user)->bytes.size()); }
+sf_count_t VLength(void* user) {
+  return static_cast<sf_count_t>(static_cast<Reader*>(user)->bytes.size());
+}
 sf_count_t VSeek(sf_count_t offset, int whence, void* user) {
   Reader* r = static_cast<Reader*>(user);
   sf_count_t base = whence == SEEK_CUR ? r->pos : whence == SEEK_END ? VLength(user) : 0;
@@ -46,7 +48,8 @@ std::string Sniff(std::span<const uint8_t> b) {
   auto starts = [&](std::string_view s, size_t at = 0) {
     return b.size() >= at + s.size() && std::memcmp(b.data() + at, s.data(), s.size()) == 0;
   };
-  if (starts("ftypM4A"sv, 4) || starts("ftypmp4"sv, 4) || starts("ftypiso"sv, 4)) return "MP4/M4A (AAC)";
+  if (starts("ftypM4A"sv, 4) || starts("ftypmp4"sv, 4) || starts("ftypiso"sv, 4))
+    return "MP4/M4A (AAC)";
   if (starts("\x1A\x45\xDF\xA3"sv)) return "Matroska/WebM";
   if (starts("\xFF\xF1"sv) || starts("\xFF\xF9"sv)) return "AAC (ADTS)";
   if (starts("#!AMR"sv)) return "AMR";
@@ -74,7 +77,8 @@ struct SndCloser {
 std::string FormatName(int format) {
   SF_FORMAT_INFO info{};
   info.format = format & SF_FORMAT_TYPEMASK;
-  if (sf_command(nullptr, SFC_GET_FORMAT_INFO, &info, sizeof(info)) == 0 && info.name) return info.name;
+  if (sf_command(nullptr, SFC_GET_FORMAT_INFO, &info, sizeof(info)) == 0 && info.name)
+    return info.name;
   return "audio";
 }
 
@@ -113,23 +117,26 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
     const std::string kind = Sniff(bytes);
     if (!kind.empty()) {
       throw Error(ErrorCode::kUnsupported,
-                  origin + ": " + kind + " is not a supported audio format (WAV, FLAC, OGG Vorbis/Opus, MP3, AIFF)");
+                  origin + ": " + kind +
+                      " is not a supported audio format (WAV, FLAC, OGG Vorbis/Opus, MP3, AIFF)");
     }
     // libsndfile says "unknown format" for bytes it does not recognise, and names the problem for
     // a recognised but broken header.
     const bool unknown = what.find("nknown format") != std::string::npos ||
                          what.find("not recognised") != std::string::npos ||
                          what.find("not recognized") != std::string::npos;
-    throw Error(unknown ? ErrorCode::kUnsupported : ErrorCode::kFormat,
-                origin + ": " + (unknown ? "not a supported audio format (WAV, FLAC, OGG Vorbis/Opus, MP3, AIFF)"
-                                         : "cannot decode: " + what));
+    throw Error(
+        unknown ? ErrorCode::kUnsupported : ErrorCode::kFormat,
+        origin + ": " +
+            (unknown ? "not a supported audio format (WAV, FLAC, OGG Vorbis/Opus, MP3, AIFF)"
+                     : "cannot decode: " + what));
   }
   if (info.channels <= 0 || info.channels > 64) {
     throw Error(ErrorCode::kFormat, origin + ": " + std::to_string(info.channels) + " channels");
   }
   if (info.samplerate < 1000 || info.samplerate > 768000) {
-    throw Error(ErrorCode::kFormat,
-                origin + ": sample rate " + std::to_string(info.samplerate) + " Hz is out of range");
+    throw Error(ErrorCode::kFormat, origin + ": sample rate " + std::to_string(info.samplerate) +
+                                        " Hz is out of range");
   }
   const int major = info.format & SF_FORMAT_TYPEMASK;
   // An OGG stream whose last page is missing has no length: the file was cut short.
@@ -154,7 +161,8 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
   int src_err = 0;
   std::unique_ptr<SRC_STATE, SRC_STATE* (*)(SRC_STATE*)> src(
       resample ? src_new(SRC_SINC_BEST_QUALITY, 1, &src_err) : nullptr, src_delete);
-  if (resample && !src) throw Error(ErrorCode::kInternal, std::string("libsamplerate: ") + src_strerror(src_err));
+  if (resample && !src)
+    throw Error(ErrorCode::kInternal, std::string("libsamplerate: ") + src_strerror(src_err));
   constexpr int kBlock = 4096;
   std::vector<float> buf(static_cast<size_t>(kBlock) * ch), mono(kBlock);
   std::vector<float> res(static_cast<size_t>(std::ceil(kBlock * ratio)) + 64);
@@ -166,7 +174,8 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
     last = n < kBlock;
     total += std::max<sf_count_t>(n, 0);
     if (total > max_frames) {
-      throw Error(ErrorCode::kCapacity, origin + ": more than " + std::to_string(options.max_seconds) +
+      throw Error(ErrorCode::kCapacity, origin + ": more than " +
+                                            std::to_string(options.max_seconds) +
                                             " s of audio (the limit)");
     }
     for (sf_count_t i = 0; i < n; ++i) {
@@ -175,7 +184,8 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
       for (int c = 1; c < ch; ++c) v += fr[c];
       if (ch > 1) v /= static_cast<float>(ch);
       if (!std::isfinite(v)) {
-        throw Error(ErrorCode::kFormat, origin + ": non-finite sample at frame " + std::to_string(total - n + i));
+        throw Error(ErrorCode::kFormat,
+                    origin + ": non-finite sample at frame " + std::to_string(total - n + i));
       }
       mono[static_cast<size_t>(i)] = v;
     }
@@ -201,17 +211,17 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
     } while (d.input_frames > 0 || (last && d.output_frames_gen > 0));
   }
   if (const int err = sf_error(f.get()); err != SF_ERR_NO_ERROR) {
-    throw Error(ErrorCode::kFormat, origin + ": corrupt " + FormatName(info.format) +
-                                        " data: " + sf_strerror(f.get()));
+    throw Error(ErrorCode::kFormat,
+                origin + ": corrupt " + FormatName(info.format) + " data: " + sf_strerror(f.get()));
   }
   if (total == 0) throw Error(ErrorCode::kFormat, origin + ": no audio samples");
   // A header that promises more frames than the data holds: the file was cut short.
   // MP3 lengths are estimates (exact with a Xing/LAME header): a tenth short counts as cut.
   const sf_count_t expected = major == SF_FORMAT_MPEG ? info.frames * 9 / 10 : info.frames;
   if (!unknown_length && total < expected) {
-    throw Error(ErrorCode::kFormat, origin + ": truncated " + FormatName(info.format) + " file: " +
-                                        std::to_string(total) + " of " + std::to_string(info.frames) +
-                                        " frames");
+    throw Error(ErrorCode::kFormat, origin + ": truncated " + FormatName(info.format) +
+                                        " file: " + std::to_string(total) + " of " +
+                                        std::to_string(info.frames) + " frames");
   }
   if (major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX || major == SF_FORMAT_RF64) {
     // libsndfile logs "data : <declared> (should be <present>)" and shortens the stream.
@@ -219,9 +229,10 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
     sf_command(f.get(), SFC_GET_LOG_INFO, log, sizeof(log));
     const std::string_view l(log);
     const size_t d = l.find("data : ");
-    if (d != std::string_view::npos && l.substr(d, l.find('\n', d) - d).find("should be") !=
-                                            std::string_view::npos) {
-      throw Error(ErrorCode::kFormat, origin + ": truncated WAV file (the data chunk is shorter than its header says)");
+    if (d != std::string_view::npos &&
+        l.substr(d, l.find('\n', d) - d).find("should be") != std::string_view::npos) {
+      throw Error(ErrorCode::kFormat,
+                  origin + ": truncated WAV file (the data chunk is shorter than its header says)");
     }
   }
   a.source_rate = info.samplerate;

@@ -48,7 +48,8 @@ std::vector<float> WavPcm16(const std::string& path) {
 
 // Writes frames (interleaved) with libsndfile; the writer is not what is tested. PCM16 formats get
 // round(x * 32768) exactly.
-void Write(const std::string& path, int format, int rate, int channels, const std::vector<float>& x) {
+void Write(const std::string& path, int format, int rate, int channels,
+           const std::vector<float>& x) {
   if ((format & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16) {
     std::vector<short> s(x.size());
     for (size_t i = 0; i < x.size(); ++i) s[i] = static_cast<short>(std::lrint(x[i] * 32768.0f));
@@ -85,7 +86,8 @@ ErrorCode CodeOf(const std::function<void()>& fn) {
 }
 
 // Best signal-to-noise ratio (dB) of `got` against `want` over lags in [-max_lag, max_lag].
-double SnrDb(const std::vector<float>& got, const std::vector<float>& want, int max_lag, int* lag_out) {
+double SnrDb(const std::vector<float>& got, const std::vector<float>& want, int max_lag,
+             int* lag_out) {
   double best = -1e9;
   for (int lag = -max_lag; lag <= max_lag; ++lag) {
     double sig = 0, err = 0;
@@ -133,7 +135,8 @@ TEST(AudioDecode, OggVorbisAndMp3AreCloseToTheWav) {
     const double snr = SnrDb(a.samples, want, 1200, &lag);
     std::printf("%s: %zu samples (wav %zu), SNR %.1f dB at lag %d\n", name, a.samples.size(),
                 want.size(), snr, lag);
-    EXPECT_GE(snr, 14.0);  // measured 16.4 (OGG) and 17.4 dB (MP3): low-rate encodes of 16 kHz speech
+    EXPECT_GE(snr,
+              14.0);  // measured 16.4 (OGG) and 17.4 dB (MP3): low-rate encodes of 16 kHz speech
   }
 }
 
@@ -154,7 +157,8 @@ TEST(AudioDecode, StereoMixesToTheMeanAndResamplesTo16k) {
   double worst = 0;
   for (size_t i = 800; i + 800 < a.samples.size(); ++i) {  // away from the edges
     const double t = static_cast<double>(i) / 16000.0;
-    const double want = 0.5 * (0.5 * std::sin(2 * M_PI * 440.0 * t) + 0.3 * std::sin(2 * M_PI * 1000.0 * t));
+    const double want =
+        0.5 * (0.5 * std::sin(2 * M_PI * 440.0 * t) + 0.3 * std::sin(2 * M_PI * 1000.0 * t));
     worst = std::max(worst, std::abs(a.samples[i] - want));
   }
   std::printf("stereo 22.05 kHz -> mono 16 kHz: worst error %.2e\n", worst);

@@ -79,7 +79,8 @@ const std::vector<double>& MelFilterBank() {
       const double fft_freq = f == kBins - 1 ? 8000.0 : f * fstep;
       for (int m = 0; m < n_mels; ++m) {
         const double down = -(filter_freqs[m] - fft_freq) / (filter_freqs[m + 1] - filter_freqs[m]);
-        const double up = (filter_freqs[m + 2] - fft_freq) / (filter_freqs[m + 2] - filter_freqs[m + 1]);
+        const double up =
+            (filter_freqs[m + 2] - fft_freq) / (filter_freqs[m + 2] - filter_freqs[m + 1]);
         b[static_cast<size_t>(f) * n_mels + m] = std::max(0.0, std::min(down, up));
       }
     }
@@ -100,7 +101,8 @@ AudioFeatures ExtractAudioFeatures(std::span<const float> samples) {
   const size_t real = std::min(samples.size(), static_cast<size_t>(kAudioChunkSamples));
   const size_t padded = (real + kPadMultiple - 1) / kPadMultiple * kPadMultiple;
   const size_t left = kFrameLength / 2;
-  // The padded clip with its semicausal prefix; index j holds real audio iff left <= j < left + real.
+  // The padded clip with its semicausal prefix; index j holds real audio iff left <= j < left +
+  // real.
   std::vector<float> x(left + padded, 0.0f);
   std::copy(samples.begin(), samples.begin() + real, x.begin() + left);
   AudioFeatures out;
@@ -147,9 +149,9 @@ PreparedAudio PrepareAudio(std::span<const float> samples, const std::string& or
     p.chunks.push_back(std::move(f));
   }
   if (p.soft_tokens == 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                origin + ": the audio is too short (" + std::to_string(samples.size()) +
-                    " samples at 16 kHz) to give one soft token");
+    throw Error(ErrorCode::kInvalidArgument, origin + ": the audio is too short (" +
+                                                 std::to_string(samples.size()) +
+                                                 " samples at 16 kHz) to give one soft token");
   }
   // Identity: the samples' bits and the chunking policy.
   const char tag[] = "gemma4-audio-16k-chunks-480000";

@@ -1,12 +1,13 @@
 // The audio front end: frame and soft-token counts transformers 5.17 gave (docs/gemma4-spec.md
 // section 9); the features themselves are checked against Gemma4AudioFeatureExtractor in
 // tests/audio_golden_test.cc.
+#include "media/audio_features.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "gemma/error.h"
-#include "media/audio_features.h"
 
 namespace gemma::media {
 namespace {
@@ -17,7 +18,8 @@ TEST(AudioFeatures, FrameAndTokenCountsAsTransformers) {
     int frames, valid, tokens;
   };
   // 44,555 samples -> 279 frames, 278 valid -> 70 tokens; 0.5 s -> 13; 1 s -> 25 (spec section 9).
-  for (const Case& c : {Case{44555, 279, 278, 70}, Case{8000, 50, 49, 13}, Case{16000, 99, 99, 25}}) {
+  for (const Case& c :
+       {Case{44555, 279, 278, 70}, Case{8000, 50, 49, 13}, Case{16000, 99, 99, 25}}) {
     SCOPED_TRACE(c.samples);
     std::vector<float> x(c.samples);
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * std::sin(0.05f * i);

@@ -82,8 +82,8 @@ std::vector<float> BindNorm(const TensorSource& src, const std::string& name, in
   return ToF32(t);
 }
 
-Linear BindLinear(const TensorSource& src, const QuantConfig& q, const std::string& module, int rows,
-                int cols) {
+Linear BindLinear(const TensorSource& src, const QuantConfig& q, const std::string& module,
+                  int rows, int cols) {
   Linear lin;
   lin.name = module;
   lin.rows = rows;
@@ -229,7 +229,8 @@ AudioTower BindAudioTower(const ModelConfig& config, const TensorSource& src) {
   }
   t.output_proj = linear(A + "output_proj", ac.output_proj_dims, D);
   t.output_bias = norm(A + "output_proj.bias", ac.output_proj_dims);
-  t.embed_proj = linear("model.embed_audio.embedding_projection", config.text.hidden_size, ac.output_proj_dims);
+  t.embed_proj = linear("model.embed_audio.embedding_projection", config.text.hidden_size,
+                        ac.output_proj_dims);
   return t;
 }
 

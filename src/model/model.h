@@ -114,7 +114,7 @@ struct AudioLayerWeights {
   FeedForward ff1, ff2;
   std::vector<float> norm_pre_attn, norm_post_attn, norm_out;
   ClippedLinear q, k, v, post;
-  Linear relative_k;               // relative_k_proj [hidden, hidden]
+  Linear relative_k;                 // relative_k_proj [hidden, hidden]
   std::vector<float> per_dim_scale;  // [head_dim]
   std::vector<float> lconv_pre_norm, lconv_conv_norm;
   ClippedLinear lconv_start, lconv_end;  // [2 hidden, hidden], [hidden, hidden]
@@ -125,13 +125,13 @@ struct AudioLayerWeights {
 // (model.embed_audio.*).
 struct AudioTower {
   AudioConfig config;
-  std::vector<float> conv0, conv1;         // [C0, 1, 3, 3], [C1, C0, 3, 3]
-  std::vector<float> norm0, norm1;         // LayerNorm weights [C0], [C1]
-  Linear input_proj;                       // [hidden, 32 * C1]
+  std::vector<float> conv0, conv1;  // [C0, 1, 3, 3], [C1, C0, 3, 3]
+  std::vector<float> norm0, norm1;  // LayerNorm weights [C0], [C1]
+  Linear input_proj;                // [hidden, 32 * C1]
   std::vector<AudioLayerWeights> layers;
-  Linear output_proj;                      // [output_proj_dims, hidden]
-  std::vector<float> output_bias;          // [output_proj_dims]
-  Linear embed_proj;                       // embed_audio.embedding_projection [text hidden, dims]
+  Linear output_proj;              // [output_proj_dims, hidden]
+  std::vector<float> output_bias;  // [output_proj_dims]
+  Linear embed_proj;               // embed_audio.embedding_projection [text hidden, dims]
 };
 
 // Binds the audio tower of a checkpoint on its own (Model::Load does this for a whole model).

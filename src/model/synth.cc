@@ -393,8 +393,8 @@ void AddHubConfig(nlohmann::ordered_json& cfg) {
                             {"num_hidden_layers", 1}, {"patch_size", 16}};
   }
   if (!cfg.contains("audio_config")) {
-    cfg["audio_config"] = {{"model_type", "gemma4_audio"}, {"hidden_size", 64},
-                           {"num_hidden_layers", 1}};
+    cfg["audio_config"] = {
+        {"model_type", "gemma4_audio"}, {"hidden_size", 64}, {"num_hidden_layers", 1}};
   }
   cfg["boi_token_id"] = 255999;
   cfg["eoi_token_id"] = 258882;
@@ -636,7 +636,8 @@ void Synthesize(const SynthOptions& options) {
       }
       for (const char* n : {"norm_pre_attn", "norm_post_attn", "norm_out"})
         b.Bf16(L + n + ".weight", {D}, 0.1f, 1.0f);
-      for (const char* n : {"q_proj", "k_proj", "v_proj", "post"}) clipped(L + "self_attn." + n, D, D, ab);
+      for (const char* n : {"q_proj", "k_proj", "v_proj", "post"})
+        clipped(L + "self_attn." + n, D, D, ab);
       b.Linear(L + "self_attn.relative_k_proj", D, D, 0, 0, 0);
       b.Bf16(L + "self_attn.per_dim_scale", {hd}, 0.3f);
       b.Bf16(L + "lconv1d.pre_layer_norm.weight", {D}, 0.1f, 1.0f);
@@ -657,7 +658,8 @@ void Synthesize(const SynthOptions& options) {
       b.Bf16("model.embed_vision.embedding_projection.weight", {H, 64}, 0.1f);
     }
     if (s.audio_layers == 0) {
-      b.Bf16("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", {64, 32}, 0.1f);
+      b.Bf16("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", {64, 32},
+             0.1f);
       b.Bf16("model.audio_tower.layers.0.lconv1d.linear_start.linear.weight", {64, 64}, 0.1f);
       b.Bf16("model.embed_audio.embedding_projection.weight", {H, 64}, 0.1f);
     }

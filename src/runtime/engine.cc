@@ -13,11 +13,11 @@
 #include "core/timer.h"
 #include "format/generation_config.h"
 #include "gemma/text.h"
-#include "runtime/backend_factory.h"
 #include "media/audio.h"
 #include "media/audio_features.h"
 #include "media/image.h"
 #include "media/video.h"
+#include "runtime/backend_factory.h"
 #include "runtime/engine_impl.h"
 
 namespace gemma {
@@ -249,7 +249,8 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         std::string path = str(part, "path"), b64 = str(part, "bytes"), url = str(part, "url");
         if (type == "input_audio") {  // OpenAI: {"input_audio": {"data": BASE64, "format": "wav"}}
           if (!part.contains("input_audio") || !part["input_audio"].is_object())
-            throw Error(ErrorCode::kInvalidArgument, at + ": an input_audio part needs \"input_audio\": {\"data\": ...}");
+            throw Error(ErrorCode::kInvalidArgument,
+                        at + ": an input_audio part needs \"input_audio\": {\"data\": ...}");
           b64 = str(part["input_audio"], "data");
         } else if (part.contains("audio") && part["audio"].is_string()) {
           path = part["audio"].get<std::string>();
@@ -263,8 +264,9 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         } else if (!url.empty()) {
           a.bytes = media::DecodeDataUrl(url, at + ".url");
         } else {
-          throw Error(ErrorCode::kInvalidArgument,
-                      at + ": an audio part needs \"path\", \"bytes\" (base64) or \"url\" (a data URL)");
+          throw Error(
+              ErrorCode::kInvalidArgument,
+              at + ": an audio part needs \"path\", \"bytes\" (base64) or \"url\" (a data URL)");
         }
         media.audios.push_back(std::move(a));
         continue;
@@ -376,8 +378,8 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
       if ((id == image_id && image_id >= 0) || (id == video_id && video_id >= 0) ||
           (id == mc.audio_token_id && mc.audio_token_id >= 0 && mc.multimodal_wrapper)) {
         throw Error(ErrorCode::kInvalidArgument,
-                    "the prompt has image, video or audio placeholder tokens (id " + std::to_string(id) +
-                        ") but no images, videos or audio");
+                    "the prompt has image, video or audio placeholder tokens (id " +
+                        std::to_string(id) + ") but no images, videos or audio");
       }
     }
     return out;
@@ -392,7 +394,8 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
     const std::string origin = a.path.empty() ? "audio " + std::to_string(i + 1) : a.path;
     const media::Audio decoded =
         a.path.empty() ? media::DecodeAudio(a.bytes, origin) : media::LoadAudioFile(a.path);
-    auto prepared = std::make_shared<media::PreparedAudio>(media::PrepareAudio(decoded.samples, origin));
+    auto prepared =
+        std::make_shared<media::PreparedAudio>(media::PrepareAudio(decoded.samples, origin));
     PreparedImage p;
     p.patched.soft_tokens = prepared->soft_tokens;
     p.patched.digest = prepared->digest;
@@ -495,8 +498,9 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
       const size_t audio_placeholders = std::count(ids.begin(), ids.end(), audio_id);
       if (audio_placeholders != audio_items.size()) {
         throw Error(ErrorCode::kInvalidArgument,
-                    "the prompt has " + std::to_string(audio_placeholders) + " audio placeholder(s) but " +
-                        std::to_string(audio_items.size()) + " audio clip(s) were given");
+                    "the prompt has " + std::to_string(audio_placeholders) +
+                        " audio placeholder(s) but " + std::to_string(audio_items.size()) +
+                        " audio clip(s) were given");
       }
       std::vector<int32_t> with_audio;
       size_t a = 0;
@@ -524,7 +528,9 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
     }
     size_t e = i;
     while (e < ids.size() && ids[e] == ids[i]) ++e;
-    std::vector<PreparedImage>& items = is_image ? image_items : is_video ? frame_items : audio_items;
+    std::vector<PreparedImage>& items = is_image   ? image_items
+                                        : is_video ? frame_items
+                                                   : audio_items;
     size_t& next = is_image ? next_image : is_video ? next_frame : next_audio;
     const char* what = is_image ? "image" : is_video ? "video frame" : "audio clip";
     if (next >= items.size()) {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "media/audio_features.h"
-#include "media/image_processor.h"
 #include "constrain/constraint.h"
 #include "gemma/engine.h"
+#include "media/audio_features.h"
+#include "media/image_processor.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

@@ -304,7 +304,8 @@ TEST(SharedModel, MediaPartsNeedTheirTower) {
   }
   const nlohmann::json audio = {
       {{"role", "user"},
-       {"content", {{{"type", "input_audio"}, {"input_audio", {{"data", "AAAA"}, {"format", "wav"}}}}}}}};
+       {"content",
+        {{{"type", "input_audio"}, {"input_audio", {{"data", "AAAA"}, {"format", "wav"}}}}}}}};
   try {
     engine->NewSession()->Generate(Input::Messages(audio), Greedy(2));
     FAIL() << "an audio part was accepted";

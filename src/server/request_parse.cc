@@ -269,7 +269,8 @@ json NormalizeMessagesImpl(const json& messages) {
             throw BadField(pat, "server requests carry audio as base64 data, not file paths");
           if (part.contains("url") &&
               !(part["url"].is_string() && part["url"].get<std::string>().rfind("data:", 0) == 0))
-            throw BadField(pat, "audio URLs must be data: URLs (remote and file URLs are not fetched)");
+            throw BadField(pat,
+                           "audio URLs must be data: URLs (remote and file URLs are not fetched)");
           continue;
         }
         if (type != "image" && type != "image_url") continue;

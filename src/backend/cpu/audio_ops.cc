@@ -32,7 +32,8 @@ void Clamp(std::vector<float>& x, float lim) {
 }
 
 void NormRows(std::vector<float>& x, int n, int d, const std::vector<float>& w, float eps) {
-  for (int t = 0; t < n; ++t) RmsNorm(&x[static_cast<size_t>(t) * d], d, w, eps, &x[static_cast<size_t>(t) * d]);
+  for (int t = 0; t < n; ++t)
+    RmsNorm(&x[static_cast<size_t>(t) * d], d, w, eps, &x[static_cast<size_t>(t) * d]);
 }
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -95,7 +96,8 @@ std::vector<float> ToChannelsFirst(const std::vector<float>& x, int T, int F, in
     const float m = mask[t] ? 1.0f : 0.0f;
     for (int f = 0; f < F; ++f)
       for (int c = 0; c < C; ++c)
-        y[(static_cast<size_t>(c) * T + t) * F + f] = x[(static_cast<size_t>(t) * F + f) * C + c] * m;
+        y[(static_cast<size_t>(c) * T + t) * F + f] =
+            x[(static_cast<size_t>(t) * F + f) * C + c] * m;
   }
   return y;
 }
@@ -218,7 +220,9 @@ void LightConv(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
       double a = 0;
       for (int kk = 0; kk < K; ++kk) {
         const int ti = t - (K - 1) + kk;
-        if (ti >= 0) a += static_cast<double>(w.dwconv[static_cast<size_t>(i) * K + kk]) * g[static_cast<size_t>(ti) * D + i];
+        if (ti >= 0)
+          a += static_cast<double>(w.dwconv[static_cast<size_t>(i) * K + kk]) *
+               g[static_cast<size_t>(ti) * D + i];
       }
       y[static_cast<size_t>(t) * D + i] = static_cast<float>(a);
     }
@@ -242,17 +246,21 @@ std::vector<float> AudioTowerForward(const AudioTower& t, const AudioMel& mel,
   std::vector<float> in0(static_cast<size_t>(T) * kMel);
   for (int f = 0; f < T; ++f)
     for (int b = 0; b < kMel; ++b)
-      in0[static_cast<size_t>(f) * kMel + b] = m0[f] ? mel.mel[static_cast<size_t>(f) * kMel + b] : 0.0f;
+      in0[static_cast<size_t>(f) * kMel + b] =
+          m0[f] ? mel.mel[static_cast<size_t>(f) * kMel + b] : 0.0f;
   int T1, F1, T2, F2;
-  const std::vector<float> o0 = ConvBlock(in0, 1, T, kMel, t.conv0, t.norm0, C0, c.rms_norm_eps, &T1, &F1);
+  const std::vector<float> o0 =
+      ConvBlock(in0, 1, T, kMel, t.conv0, t.norm0, C0, c.rms_norm_eps, &T1, &F1);
   const std::vector<uint8_t> m1 = Halve(m0);
   const std::vector<float> in1 = ToChannelsFirst(o0, T1, F1, C0, m1);
-  const std::vector<float> o1 = ConvBlock(in1, C0, T1, F1, t.conv1, t.norm1, C1, c.rms_norm_eps, &T2, &F2);
+  const std::vector<float> o1 =
+      ConvBlock(in1, C0, T1, F1, t.conv1, t.norm1, C1, c.rms_norm_eps, &T2, &F2);
   const std::vector<uint8_t> m2 = Halve(m1);
   int n = 0;
   while (n < T2 && m2[n]) ++n;
   for (int i = n; i < T2; ++i) {
-    if (m2[i]) throw Error(ErrorCode::kInvalidArgument, "audio input: the valid frames are not a prefix");
+    if (m2[i])
+      throw Error(ErrorCode::kInvalidArgument, "audio input: the valid frames are not a prefix");
   }
   if (n == 0) return {};
   // [T2, F2, C1] is already (time, freq, channel): flattened f * C1 + c per frame.
@@ -285,7 +293,9 @@ std::vector<float> EmbedAudio(const AudioTower& t, const std::vector<float>& x, 
                               const VisionKernels& kern) {
   const int O = t.config.output_proj_dims;
   std::vector<float> normed(static_cast<size_t>(n) * O);
-  for (int i = 0; i < n; ++i) RmsNorm(&x[static_cast<size_t>(i) * O], O, {}, t.config.rms_norm_eps, &normed[static_cast<size_t>(i) * O]);
+  for (int i = 0; i < n; ++i)
+    RmsNorm(&x[static_cast<size_t>(i) * O], O, {}, t.config.rms_norm_eps,
+            &normed[static_cast<size_t>(i) * O]);
   std::vector<float> out(static_cast<size_t>(n) * t.embed_proj.rows);
   kern.Linear(t.embed_proj, normed.data(), n, out.data());
   return out;

@@ -7,7 +7,8 @@
 //    keys 0 <= q - k < context_left - 1 that are valid, logits q.k + q.R[q - k] with R the
 //    relative_k_proj of sinusoidal positions, q scaled by head_dim^-0.5 / ln 2 * softplus
 //    (per_dim_scale), k by ln(1 + e) / ln 2, softcap 50), light conv (GLU, causal depthwise conv,
-//    RMSNorm, SiLU), FF2, output RMSNorm; clamps at +-gradient_clipping where transformers has them;
+//    RMSNorm, SiLU), FF2, output RMSNorm; clamps at +-gradient_clipping where transformers has
+//    them;
 //  - output_proj (with bias) and embed_audio (RMSNorm without weight, projection).
 //
 // Only valid frames are computed past the SSCP: they are a prefix, and nothing after the SSCP lets

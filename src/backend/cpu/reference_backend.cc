@@ -9,8 +9,8 @@
 
 #include "backend/backend.h"
 #include "backend/cache_window.h"
-#include "backend/cpu/reference_ops.h"
 #include "backend/cpu/audio_ops.h"
+#include "backend/cpu/reference_ops.h"
 #include "backend/cpu/vision_ops.h"
 #include "gemma/error.h"
 #include "model/model.h"
@@ -293,7 +293,8 @@ class CpuReferenceModel : public BackendModel {
     const AudioTower* t = model_.audio();
     if (!t) throw Error(ErrorCode::kUnsupported, model_.audio_error());
     const std::vector<float> out = ref::AudioTowerForward(*t, audio);
-    *soft_tokens = ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims));
+    *soft_tokens =
+        ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims));
   }
 
  private:

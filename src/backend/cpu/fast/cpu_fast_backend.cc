@@ -11,10 +11,10 @@
 
 #include "backend/cache_window.h"
 #include "backend/cpu/audio_ops.h"
-#include "backend/cpu/vision_ops.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "backend/cpu/fast/weight_copy.h"
 #include "backend/cpu/reference_ops.h"
+#include "backend/cpu/vision_ops.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "gemma/error.h"

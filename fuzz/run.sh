@@ -16,7 +16,7 @@ shift
 build=${BUILD:-build-fuzz}
 nice_level=${NICE:-10}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors config tokenizer chat_template output_parser regex schema server)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors config tokenizer chat_template output_parser regex schema server audio)
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DGEMMA_FUZZ=ON -DGEMMA_BUILD_TESTS=OFF \
@@ -35,7 +35,7 @@ for t in "${targets[@]}"; do
   # memory per process; leaks are detected (the default) and count as findings.
   timeout=10
   case $t in regex | schema) timeout=30 ;; esac
-  nice -n "$nice_level" "$build/fuzz/fuzz_$t" "$work" "fuzz/corpus/$t" -max_total_time="$secs" \
+  LSAN_OPTIONS=suppressions=fuzz/lsan.supp nice -n "$nice_level" "$build/fuzz/fuzz_$t" "$work" "fuzz/corpus/$t" -max_total_time="$secs" \
     -timeout=$timeout -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art" >"$log" 2>&1
   rc=$?
   execs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')

@@ -13,7 +13,8 @@ namespace {
 
 constexpr const char* kHelp =
     "commands: /help  /reset (forget the conversation)  /edit K TEXT (replace user turn K, drop "
-    "what followed)  /system TEXT (empty removes it)  /think on|off  /image FILE, /video FILE "
+    "what followed)  /system TEXT (empty removes it)  /think on|off  /image FILE, /video FILE, "
+    "/audio FILE "
     "(attach to the next message)  /bye or /quit (Ctrl-D)\n"
     "input: a line is one message; \"\"\" on its own line starts and ends a multi-line message.\n"
     "Ctrl-C stops a reply (the conversation stays) or clears the line at the prompt.\n";
@@ -107,6 +108,11 @@ void RunChat(Engine& engine, ChatSettings settings, std::FILE* in) {
         std::fprintf(stderr, "(image %s attached to the next message)\n", line.substr(7).c_str());
         continue;
       }
+      if (line.rfind("/audio ", 0) == 0) {
+        settings.audios.push_back(line.substr(7));
+        std::fprintf(stderr, "(audio %s attached to the next message)\n", line.substr(7).c_str());
+        continue;
+      }
       if (line.rfind("/video ", 0) == 0) {
         settings.videos.push_back(line.substr(7));
         std::fprintf(stderr, "(video %s attached to the next message)\n", line.substr(7).c_str());
@@ -147,9 +153,11 @@ void RunChat(Engine& engine, ChatSettings settings, std::FILE* in) {
       continue;
     }
     pending.push_back(
-        {{"role", "user"}, {"content", UserContent(line, settings.images, settings.videos)}});
+        {{"role", "user"},
+         {"content", UserContent(line, settings.images, settings.videos, settings.audios)}});
     settings.images.clear();
     settings.videos.clear();
+    settings.audios.clear();
     std::stop_source stop;
     SetCancelTarget(&stop);
     int dropped = 0;

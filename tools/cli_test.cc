@@ -400,3 +400,31 @@ TEST_F(CliImage, RunWithVideo) {
 
 }  // namespace
 }  // namespace gemma
+
+namespace gemma {
+namespace {
+
+// --audio on the tiny preset (its 2-layer audio tower): an answer, and one-line errors for
+// missing, unsupported and truncated files.
+TEST_F(CliImage, RunWithAudioAndBadAudio) {
+  const std::string model = dir_ + "/audio_model";
+  Synthesize({.preset = "tiny", .out_dir = model, .seed = 5});
+  const std::string clips = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/audio/clips/";
+  Outcome o = Run({"run", "--model", model, "--audio", clips + "speech.mp3", "-p",
+                   "Transcribe this.", "-n", "2"});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("[audio] 1 clip, 1 through the tower"), std::string::npos) << o.err;
+  o = Run({"run", "--model", model, "--audio", dir_ + "/missing.wav", "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("error: io: ", 0), 0u) << o.err;
+  o = Run({"run", "--model", model, "--audio", Write("t.txt", "hello"), "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("error: unsupported: ", 0), 0u) << o.err;
+  const std::string cut = Write("cut.wav", Slurp(clips + "speech.wav").substr(0, 20000));
+  o = Run({"run", "--model", model, "--audio", cut, "-p", "x", "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("error: format: ", 0), 0u) << o.err;
+}
+
+}  // namespace
+}  // namespace gemma

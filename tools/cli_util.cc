@@ -62,11 +62,13 @@ void Stream(const TokenEvent& ev) {
 }
 
 nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images,
-                           const std::vector<std::string>& videos) {
-  if (images.empty() && videos.empty()) return text;
+                           const std::vector<std::string>& videos,
+                           const std::vector<std::string>& audios) {
+  if (images.empty() && videos.empty() && audios.empty()) return text;
   nlohmann::json parts = nlohmann::json::array();
   for (const std::string& f : images) parts.push_back({{"type", "image"}, {"path", f}});
   for (const std::string& f : videos) parts.push_back({{"type", "video"}, {"path", f}});
+  for (const std::string& f : audios) parts.push_back({{"type", "audio"}, {"path", f}});
   parts.push_back({{"type", "text"}, {"text", text}});
   return parts;
 }
@@ -84,6 +86,11 @@ void PrintTelemetry(const Result& r) {
     std::fprintf(stderr, "[vision] %d image%s, %d through the tower (%d reused) | %.1f ms\n",
                  t.images, t.images == 1 ? "" : "s", t.images_encoded,
                  t.images - t.images_encoded, t.vision_ms);
+  }
+  if (t.audios > 0) {
+    std::fprintf(stderr, "[audio] %d clip%s, %d through the tower (%d reused) | tower %.1f ms\n",
+                 t.audios, t.audios == 1 ? "" : "s", t.audios_encoded, t.audios - t.audios_encoded,
+                 t.audio_ms);
   }
 }
 

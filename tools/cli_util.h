@@ -45,11 +45,14 @@ struct ChatSettings {
   GenerateOptions gen;
   std::vector<std::string> images;  // attached to the first message (then /image FILE)
   std::vector<std::string> videos;  // likewise (/video FILE)
+  std::vector<std::string> audios;  // likewise (/audio FILE)
   int vision_budget = 280;
 };
-// A user turn's content: the text alone, or image and video parts (files) followed by the text.
+// A user turn's content: the text alone, or image, video and audio parts (files) followed by the
+// text.
 nlohmann::json UserContent(const std::string& text, const std::vector<std::string>& images,
-                           const std::vector<std::string>& videos = {});
+                           const std::vector<std::string>& videos = {},
+                           const std::vector<std::string>& audios = {});
 void RunChat(Engine& engine, ChatSettings settings, std::FILE* in);
 
 }  // namespace gemma::cli

@@ -26,7 +26,7 @@ struct CommonOpts {
   GenerateOptions gen;
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
-  std::vector<std::string> images, videos;
+  std::vector<std::string> images, videos, audios;
   int vision_budget = 280;
   std::string regex, schema_file, whitespace = "none";
   bool json = false, json_object = false, tool_calls = false, require_tool_call = false;
@@ -54,6 +54,10 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--video", o.videos,
                   "Video file (repeatable; 1 frame per second, at most 32, 70 soft tokens each; "
                   "needs the ffmpeg command)");
+  cmd->add_option(
+      "--audio", o.audios,
+      "Audio file (WAV, FLAC, OGG, MP3; repeatable; 16 kHz mono after decoding, one soft "
+      "token per 40 ms, 30 s chunks, at most 10 minutes)");
   cmd->add_option("-n,--max-new-tokens", g.max_new_tokens, "Tokens to generate");
   // Unset, these six take the checkpoint's generation_config.json values (ApplyModelDefaults).
   o.temperature_opt = cmd->add_option("--temperature", g.temperature,
@@ -395,14 +399,21 @@ void AddRunCommand(CLI::App& app) {
       for (const std::string& f : o->videos) v.push_back(VideoInput::File(f));
       return v;
     };
+    auto audios = [&] {
+      std::vector<AudioInput> v;
+      for (const std::string& f : o->audios) v.push_back(AudioInput::File(f));
+      return v;
+    };
     if (!o->ids.empty()) {
       in = Input::Ids(ParseIdList(o->ids));
       in.images = images();
       in.videos = videos();
+      in.audios = audios();
     } else if (!o->messages_file.empty()) {
-      if (!o->images.empty() || !o->videos.empty()) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    "--image/--video with --messages: put them in the messages' content parts");
+      if (!o->images.empty() || !o->videos.empty() || !o->audios.empty()) {
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            "--image/--video/--audio with --messages: put them in the messages' content parts");
       }
       in = MessagesFromFile(o->messages_file, o->think);
     } else if (have_prompt) {
@@ -410,13 +421,16 @@ void AddRunCommand(CLI::App& app) {
       CheckUtf8(prompt, "the prompt");
       CheckUtf8(o->system, "--system");
       if (o->raw) {
-        in = Input::Text(prompt);  // the text carries one <|image|> / <|video|> per file
+        in =
+            Input::Text(prompt);  // the text carries one <|image|> / <|video|> / <|audio|> per file
         in.images = images();
         in.videos = videos();
+        in.audios = audios();
       } else {
         nlohmann::json msgs = nlohmann::json::array();
         if (!o->system.empty()) msgs.push_back({{"role", "system"}, {"content", o->system}});
-        msgs.push_back({{"role", "user"}, {"content", UserContent(prompt, o->images, o->videos)}});
+        msgs.push_back(
+            {{"role", "user"}, {"content", UserContent(prompt, o->images, o->videos, o->audios)}});
         in = Input::Messages(msgs, nlohmann::json::array(), o->think);
       }
     } else {
@@ -496,8 +510,13 @@ void AddChatCommand(CLI::App& app) {
     ApplyModelDefaults(*o, *engine, &g);
     if (!engine->has_tokenizer()) throw Error(ErrorCode::kTokenizer, "chat needs a tokenizer.json");
     RunChat(*engine,
-            {.system = o->system, .think = o->think, .gen = g, .images = o->images,
-             .videos = o->videos, .vision_budget = o->vision_budget},
+            {.system = o->system,
+             .think = o->think,
+             .gen = g,
+             .images = o->images,
+             .videos = o->videos,
+             .audios = o->audios,
+             .vision_budget = o->vision_budget},
             stdin);
   });
 }

@@ -88,6 +88,28 @@ struct VideoInput {
   }
 };
 
+// One audio clip. With Input::text or Input::messages every "<|audio|>" placeholder (the template
+// renders one per audio content part) becomes <|audio>, the clip's soft tokens (one per 40 ms) and
+// <audio|>, as transformers' Gemma4Processor expands it; with Input::token_ids the ids already
+// hold those runs. Decoded with libsndfile (WAV, FLAC, OGG Vorbis/Opus, MP3, AIFF), mixed to mono,
+// resampled to 16 kHz, then Gemma4AudioFeatureExtractor's log-mel frames. Clips longer than 30 s
+// (transformers truncates there) are split into 30 s chunks, each through the tower on its own,
+// their soft tokens in one run; at most 10 minutes per clip.
+struct AudioInput {
+  std::string path;            // an audio file, or
+  std::vector<uint8_t> bytes;  // the file's bytes
+  static AudioInput File(std::string p) {
+    AudioInput a;
+    a.path = std::move(p);
+    return a;
+  }
+  static AudioInput Bytes(std::vector<uint8_t> b) {
+    AudioInput a;
+    a.bytes = std::move(b);
+    return a;
+  }
+};
+
 // What to generate from: exactly one of text, token ids or messages.
 struct Input {
   std::optional<std::string> text;  // raw text; <bos> is prepended unless add_bos=false
@@ -105,6 +127,10 @@ struct Input {
   // Videos for the "<|video|>" placeholders of text or token-id input; messages use content parts
   // {"type": "video", "path": FILE} (optional "budget", "fps", "max_frames").
   std::vector<VideoInput> videos;
+  // Audio clips for the "<|audio|>" placeholders of text or token-id input; messages use content
+  // parts {"type": "audio", "path": FILE | "bytes": BASE64 | "url": "data:audio/...;base64,..."}
+  // or OpenAI's {"type": "input_audio", "input_audio": {"data": BASE64, "format": "wav"}}.
+  std::vector<AudioInput> audios;
 
   static Input Text(std::string t) {
     Input i;
@@ -216,6 +242,9 @@ struct Telemetry {
   int images = 0;          // images in the prompt
   int images_encoded = 0;  // of them, run through the vision tower (the others were reused)
   double vision_ms = 0;    // decoding, preprocessing and the vision tower
+  int audios = 0;          // audio clips in the prompt
+  int audios_encoded = 0;  // of them, run through the audio tower (the others were reused)
+  double audio_ms = 0;     // the audio tower (decoding and log-mel features count in vision_ms)
   double ttft_ms = 0;     // request start -> first token emitted
   double prefill_ms = 0;
   std::vector<double> token_ms;              // per generated token, decode step + sampling

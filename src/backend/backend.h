@@ -60,6 +60,14 @@ struct VisionPatches {
   const float* pixels = nullptr;  // [patches_h * patches_w, 3 * patch_size^2]
 };
 
+// One audio chunk (at most 30 s) after Gemma4AudioFeatureExtractor: log-mel frames and their
+// validity mask (the valid frames are a prefix).
+struct AudioMel {
+  int frames = 0;
+  const float* mel = nullptr;     // [frames, 128]
+  const uint8_t* mask = nullptr;  // [frames], 1 = valid
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -104,6 +112,9 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // text hidden] floats, the rows that replace the image's placeholder tokens. The default says
   // the backend has no vision tower yet (Error kUnsupported).
   virtual void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens);
+  // The audio tower and embed_audio for one chunk: `soft_tokens` gets [tokens, text hidden] floats
+  // (tokens = the valid entries of mask[::2][::2]). Default: Error kUnsupported.
+  virtual void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens);
   virtual bool software_device() const { return false; }
 };
 

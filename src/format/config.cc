@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/json_depth.h"
@@ -373,6 +374,55 @@ VisionConfig ParseVision(const json& j, const std::string& origin) {
   return v;
 }
 
+AudioConfig ParseAudio(const json& j, const std::string& origin) {
+  Reader r(j, origin, "audio_config.");
+  AudioConfig a;
+  const std::string model_type = r.Str("model_type", "gemma4_audio");
+  if (model_type != "gemma4_audio")
+    r.Fail(ErrorCode::kUnsupported, "model_type", "'" + model_type + "' is not gemma4_audio");
+  a.hidden_size = r.Int("hidden_size", 1024, 1);
+  a.num_layers = r.Int("num_hidden_layers", 12, 1);
+  a.num_heads = r.Int("num_attention_heads", 8, 1);
+  if (r.Has("subsampling_conv_channels")) {
+    const json& ch = r.Raw("subsampling_conv_channels");
+    if (!ch.is_array() || ch.size() != 2 || !ch[0].is_number_integer() ||
+        !ch[1].is_number_integer())
+      r.Fail(ErrorCode::kConfig, "subsampling_conv_channels", "must be two integers");
+    a.sscp_channels0 = ch[0].get<int>();
+    a.sscp_channels1 = ch[1].get<int>();
+  }
+  // transformers sizes the input projection (channels[0] / 4) * channels[1]; the convolutions
+  // give (128 mel bins / 4) * channels[1] values per frame, so only channels[0] = 128 runs.
+  if (a.sscp_channels0 != 128 || a.sscp_channels1 < 1 || a.sscp_channels1 > 4096)
+    r.Fail(ErrorCode::kUnsupported, "subsampling_conv_channels",
+           "only [128, C] fits 128 mel bins (transformers sizes its projection from channels[0])");
+  a.conv_kernel_size = r.Int("conv_kernel_size", 5, 1);
+  a.residual_weight = static_cast<float>(r.Num("residual_weight", 0.5));
+  a.chunk_size = r.Int("attention_chunk_size", 12, 1);
+  a.context_left = r.Int("attention_context_left", 13, 2);
+  a.context_right = r.Int("attention_context_right", 0, 0);
+  a.logit_cap = static_cast<float>(r.Num("attention_logit_cap", 50.0));
+  a.invalid_logits = static_cast<float>(r.Num("attention_invalid_logits_value", -1e9));
+  a.use_clipped_linears = r.Bool("use_clipped_linears", true);
+  a.rms_norm_eps = static_cast<float>(r.Num("rms_norm_eps", 1e-6));
+  a.gradient_clipping = static_cast<float>(std::min(
+      r.Num("gradient_clipping", 1e10), static_cast<double>(std::numeric_limits<float>::max())));
+  a.output_proj_dims = r.Int("output_proj_dims", 1536, 1);
+  const std::string act = r.Str("hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    r.Fail(ErrorCode::kUnsupported, "hidden_act", "'" + act + "' is not supported");
+  if (a.hidden_size % a.num_heads != 0)
+    r.Fail(ErrorCode::kConfig, "num_attention_heads", "does not divide hidden_size");
+  // The relative-position table covers distances 0..chunk; transformers' block layout and the
+  // sliding mask agree with "keys q-k in [0, context_left - 1)" only for this shape.
+  if (a.context_right != 0 || a.chunk_size != a.context_left - 1)
+    r.Fail(ErrorCode::kUnsupported, "attention_context_left",
+           "only attention_context_right = 0 and attention_chunk_size = attention_context_left - 1 "
+           "(E2B: 12 and 13) are supported");
+  if (!(a.logit_cap > 0)) r.Fail(ErrorCode::kConfig, "attention_logit_cap", "must be positive");
+  return a;
+}
+
 }  // namespace
 
 std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embedding) const {
@@ -472,6 +522,16 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& or
     mc.boi_token_id = id("boi_token_id", 255999);
     mc.eoi_token_id = id("eoi_token_id", 258882);
     mc.video_token_id = id("video_token_id", 258884);
+    mc.audio_token_id = id("audio_token_id", 258881);
+    mc.boa_token_id = id("boa_token_id", 256000);
+    mc.eoa_token_id = id("eoa_token_id", id("eoa_token_index", 258883));
+    if (j.contains("audio_config") && j["audio_config"].is_object()) {
+      try {
+        mc.audio = ParseAudio(j["audio_config"], origin);
+      } catch (const Error& e) {
+        mc.audio_error = e.what();
+      }
+    }
     if (j.contains("vision_config") && j["vision_config"].is_object()) {
       // A vision_config the engine cannot use leaves the text model loadable; image requests
       // then fail with this reason.

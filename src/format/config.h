@@ -85,6 +85,26 @@ struct VisionConfig {
   float rms_norm_eps = 1e-6f;
 };
 
+// audio_config of a Gemma4Config (Gemma4AudioConfig): the USM conformer audio tower.
+struct AudioConfig {
+  int hidden_size = 1024;
+  int num_layers = 12;
+  int num_heads = 8;
+  int sscp_channels0 = 128, sscp_channels1 = 32;  // subsampling_conv_channels
+  int conv_kernel_size = 5;
+  float residual_weight = 0.5f;
+  int chunk_size = 12;
+  int context_left = 13;  // keys 0 <= q - k < context_left - 1 (transformers' sliding mask)
+  int context_right = 0;
+  float logit_cap = 50.0f;
+  float invalid_logits = -1e9f;
+  bool use_clipped_linears = true;
+  float rms_norm_eps = 1e-6f;
+  float gradient_clipping = 1e10f;  // min(config, f32 max)
+  int output_proj_dims = 1536;
+  int head_dim() const { return hidden_size / num_heads; }
+};
+
 struct ModelConfig {
   TextConfig text;
   QuantConfig quant;
@@ -96,6 +116,10 @@ struct ModelConfig {
   std::optional<VisionConfig> vision;
   std::string vision_error;
   int image_token_id = -1, boi_token_id = -1, eoi_token_id = -1, video_token_id = -1;
+  // The audio tower (gemma4 wrapper with a usable audio_config); audio_error says why not.
+  std::optional<AudioConfig> audio;
+  std::string audio_error;
+  int audio_token_id = -1, boa_token_id = -1, eoa_token_id = -1;
   std::string origin;  // path, for error messages
 };
 

@@ -76,6 +76,53 @@ float ScalarF32(const TensorInfo& t) {
   return ToF32(t)[0];
 }
 
+std::vector<float> BindNorm(const TensorSource& src, const std::string& name, int dim) {
+  const TensorInfo& t = src.Get(name);
+  if (t.shape.size() != 1 || t.shape[0] != dim) ShapeError(t, "[" + std::to_string(dim) + "]");
+  return ToF32(t);
+}
+
+Linear BindLinear(const TensorSource& src, const QuantConfig& q, const std::string& module,
+                  int rows, int cols) {
+  Linear lin;
+  lin.name = module;
+  lin.rows = rows;
+  lin.cols = cols;
+  const std::optional<int> bits = q.BitsFor(module, /*is_embedding=*/false);
+  const TensorInfo& w = src.Get(module + ".weight");
+  if (bits) {
+    lin.kind = QuantKind(*bits);
+    const int64_t pc = PackedCols(cols, *bits);
+    const DType want = *bits == 8 ? DType::kI8 : DType::kU8;
+    const std::string expect = std::string(DTypeName(want)) + " " + Shape2(rows, pc) + " (" +
+                               std::to_string(*bits) + "-bit packed)";
+    if (w.dtype != want || w.shape.size() != 2 || w.shape[0] != rows || w.shape[1] != pc) {
+      ShapeError(w, expect);
+    }
+    lin.row_bytes = static_cast<size_t>(pc);
+    const TensorInfo& s = src.Get(module + ".weight_scale");
+    if (s.dtype != DType::kF32 || s.numel() != rows) ShapeError(s, "F32 " + Shape2(rows, 1));
+    lin.row_scale = reinterpret_cast<const float*>(s.data);
+    if (const TensorInfo* t = src.Find(module + ".input_activation_scale"))
+      lin.in_scale = ScalarF32(*t);
+    if (const TensorInfo* t = src.Find(module + ".output_activation_scale"))
+      lin.out_scale = ScalarF32(*t);
+    if (!(lin.in_scale >= 0) || !(lin.out_scale >= 0) || !std::isfinite(lin.in_scale) ||
+        !std::isfinite(lin.out_scale)) {
+      throw Error(ErrorCode::kFormat,
+                  *w.file + ": " + module + ": activation scales must be finite and >= 0");
+    }
+  } else {
+    lin.kind = DenseKind(w, "F32/BF16/F16 " + Shape2(rows, cols));
+    if (w.shape.size() != 2 || w.shape[0] != rows || w.shape[1] != cols) {
+      ShapeError(w, std::string(DTypeName(w.dtype)) + " " + Shape2(rows, cols));
+    }
+    lin.row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
+  }
+  lin.data = w.data;
+  return lin;
+}
+
 }  // namespace
 
 const char* WeightKindName(WeightKind k) {
@@ -111,6 +158,80 @@ int WeightKindBits(WeightKind k) {
       return 8;
   }
   return 0;
+}
+
+AudioTower BindAudioTower(const ModelConfig& config, const TensorSource& src) {
+  if (!config.audio) throw Error(ErrorCode::kConfig, config.origin + ": no audio_config");
+  auto norm = [&](const std::string& name, int dim) { return BindNorm(src, name, dim); };
+  auto linear = [&](const std::string& module, int rows, int cols) {
+    return BindLinear(src, config.quant, module, rows, cols);
+  };
+  const AudioConfig& ac = *config.audio;
+  AudioTower t;
+  t.config = ac;
+  const std::string A = "model.audio_tower.";
+  const int D = ac.hidden_size, C0 = ac.sscp_channels0, C1 = ac.sscp_channels1;
+  auto dense = [&](const std::string& name, std::vector<int64_t> shape) {
+    const TensorInfo& ti = src.Get(name);
+    if (ti.shape != shape) {
+      std::string want = "[";
+      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+      ShapeError(ti, want + "]");
+    }
+    return ToF32(ti);
+  };
+  auto clipped = [&](const std::string& module, int rows, int cols) {
+    ClippedLinear cl;
+    cl.lin = linear(module + ".linear", rows, cols);
+    if (ac.use_clipped_linears) {
+      auto scalar = [&](const char* leaf, float* out) {
+        if (const TensorInfo* ti = src.Find(module + "." + leaf)) *out = ScalarF32(*ti);
+      };
+      scalar("input_min", &cl.in_min);
+      scalar("input_max", &cl.in_max);
+      scalar("output_min", &cl.out_min);
+      scalar("output_max", &cl.out_max);
+    }
+    return cl;
+  };
+  const std::string S = A + "subsample_conv_projection.";
+  t.conv0 = dense(S + "layer0.conv.weight", {C0, 1, 3, 3});
+  t.conv1 = dense(S + "layer1.conv.weight", {C1, C0, 3, 3});
+  t.norm0 = norm(S + "layer0.norm.weight", C0);
+  t.norm1 = norm(S + "layer1.norm.weight", C1);
+  t.input_proj = linear(S + "input_proj_linear", D, (C0 / 4) * C1);
+  for (int l = 0; l < ac.num_layers; ++l) {
+    const std::string L = A + "layers." + std::to_string(l) + ".";
+    AudioLayerWeights w;
+    for (int f = 0; f < 2; ++f) {
+      AudioLayerWeights::FeedForward& ff = f == 0 ? w.ff1 : w.ff2;
+      const std::string F = L + (f == 0 ? "feed_forward1." : "feed_forward2.");
+      ff.pre_norm = norm(F + "pre_layer_norm.weight", D);
+      ff.post_norm = norm(F + "post_layer_norm.weight", D);
+      ff.up = clipped(F + "ffw_layer_1", 4 * D, D);
+      ff.down = clipped(F + "ffw_layer_2", D, 4 * D);
+    }
+    w.norm_pre_attn = norm(L + "norm_pre_attn.weight", D);
+    w.norm_post_attn = norm(L + "norm_post_attn.weight", D);
+    w.norm_out = norm(L + "norm_out.weight", D);
+    w.q = clipped(L + "self_attn.q_proj", D, D);
+    w.k = clipped(L + "self_attn.k_proj", D, D);
+    w.v = clipped(L + "self_attn.v_proj", D, D);
+    w.post = clipped(L + "self_attn.post", D, D);
+    w.relative_k = linear(L + "self_attn.relative_k_proj", D, D);
+    w.per_dim_scale = norm(L + "self_attn.per_dim_scale", ac.head_dim());
+    w.lconv_pre_norm = norm(L + "lconv1d.pre_layer_norm.weight", D);
+    w.lconv_conv_norm = norm(L + "lconv1d.conv_norm.weight", D);
+    w.lconv_start = clipped(L + "lconv1d.linear_start", 2 * D, D);
+    w.lconv_end = clipped(L + "lconv1d.linear_end", D, D);
+    w.dwconv = dense(L + "lconv1d.depthwise_conv1d.weight", {D, 1, ac.conv_kernel_size});
+    t.layers.push_back(std::move(w));
+  }
+  t.output_proj = linear(A + "output_proj", ac.output_proj_dims, D);
+  t.output_bias = norm(A + "output_proj.bias", ac.output_proj_dims);
+  t.embed_proj = linear("model.embed_audio.embedding_projection", config.text.hidden_size,
+                        ac.output_proj_dims);
+  return t;
 }
 
 std::unique_ptr<Model> Model::Load(const std::string& path) {
@@ -205,50 +326,9 @@ void Model::Bind() {
                     "model.embed_tokens, embed_tokens)");
   }
 
-  auto norm = [&](const std::string& name, int dim) {
-    const TensorInfo& t = src.Get(name);
-    if (t.shape.size() != 1 || t.shape[0] != dim) ShapeError(t, "[" + std::to_string(dim) + "]");
-    return ToF32(t);
-  };
-
+  auto norm = [&](const std::string& name, int dim) { return BindNorm(src, name, dim); };
   auto linear = [&](const std::string& module, int rows, int cols) {
-    Linear lin;
-    lin.name = module;
-    lin.rows = rows;
-    lin.cols = cols;
-    const std::optional<int> bits = q.BitsFor(module, /*is_embedding=*/false);
-    const TensorInfo& w = src.Get(module + ".weight");
-    if (bits) {
-      lin.kind = QuantKind(*bits);
-      const int64_t pc = PackedCols(cols, *bits);
-      const DType want = *bits == 8 ? DType::kI8 : DType::kU8;
-      const std::string expect = std::string(DTypeName(want)) + " " + Shape2(rows, pc) + " (" +
-                                 std::to_string(*bits) + "-bit packed)";
-      if (w.dtype != want || w.shape.size() != 2 || w.shape[0] != rows || w.shape[1] != pc) {
-        ShapeError(w, expect);
-      }
-      lin.row_bytes = static_cast<size_t>(pc);
-      const TensorInfo& s = src.Get(module + ".weight_scale");
-      if (s.dtype != DType::kF32 || s.numel() != rows) ShapeError(s, "F32 " + Shape2(rows, 1));
-      lin.row_scale = reinterpret_cast<const float*>(s.data);
-      if (const TensorInfo* t = src.Find(module + ".input_activation_scale"))
-        lin.in_scale = ScalarF32(*t);
-      if (const TensorInfo* t = src.Find(module + ".output_activation_scale"))
-        lin.out_scale = ScalarF32(*t);
-      if (!(lin.in_scale >= 0) || !(lin.out_scale >= 0) || !std::isfinite(lin.in_scale) ||
-          !std::isfinite(lin.out_scale)) {
-        throw Error(ErrorCode::kFormat,
-                    *w.file + ": " + module + ": activation scales must be finite and >= 0");
-      }
-    } else {
-      lin.kind = DenseKind(w, "F32/BF16/F16 " + Shape2(rows, cols));
-      if (w.shape.size() != 2 || w.shape[0] != rows || w.shape[1] != cols) {
-        ShapeError(w, std::string(DTypeName(w.dtype)) + " " + Shape2(rows, cols));
-      }
-      lin.row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
-    }
-    lin.data = w.data;
-    return lin;
+    return BindLinear(src, q, module, rows, cols);
   };
 
   auto embedding = [&](const std::string& module, int rows, int cols, int blocks_hint,
@@ -403,6 +483,20 @@ void Model::Bind() {
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kMissingTensor && e.code() != ErrorCode::kShape) throw;
       vision_error_ = std::string("the vision tower cannot be used: ") + e.what();
+    }
+  }
+
+  // The audio tower, bound like the vision tower: text keeps working without it.
+  if (!config_.audio) {
+    audio_error_ = config_.audio_error.empty()
+                       ? config_.origin + ": no audio_config (a checkpoint without an audio tower)"
+                       : config_.audio_error;
+  } else {
+    try {
+      audio_ = BindAudioTower(config_, src);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kMissingTensor && e.code() != ErrorCode::kShape) throw;
+      audio_error_ = std::string("the audio tower cannot be used: ") + e.what();
     }
   }
 

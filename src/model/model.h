@@ -106,6 +106,38 @@ struct VisionTower {
   Linear embed_proj;             // embed_vision.embedding_projection [text hidden, hidden]
 };
 
+struct AudioLayerWeights {
+  struct FeedForward {
+    std::vector<float> pre_norm, post_norm;
+    ClippedLinear up, down;  // ffw_layer_1 [4 hidden, hidden], ffw_layer_2 [hidden, 4 hidden]
+  };
+  FeedForward ff1, ff2;
+  std::vector<float> norm_pre_attn, norm_post_attn, norm_out;
+  ClippedLinear q, k, v, post;
+  Linear relative_k;                 // relative_k_proj [hidden, hidden]
+  std::vector<float> per_dim_scale;  // [head_dim]
+  std::vector<float> lconv_pre_norm, lconv_conv_norm;
+  ClippedLinear lconv_start, lconv_end;  // [2 hidden, hidden], [hidden, hidden]
+  std::vector<float> dwconv;             // depthwise_conv1d [hidden, kernel]
+};
+
+// The audio tower (model.audio_tower.*) and its projection into the text model
+// (model.embed_audio.*).
+struct AudioTower {
+  AudioConfig config;
+  std::vector<float> conv0, conv1;  // [C0, 1, 3, 3], [C1, C0, 3, 3]
+  std::vector<float> norm0, norm1;  // LayerNorm weights [C0], [C1]
+  Linear input_proj;                // [hidden, 32 * C1]
+  std::vector<AudioLayerWeights> layers;
+  Linear output_proj;              // [output_proj_dims, hidden]
+  std::vector<float> output_bias;  // [output_proj_dims]
+  Linear embed_proj;               // embed_audio.embedding_projection [text hidden, dims]
+};
+
+// Binds the audio tower of a checkpoint on its own (Model::Load does this for a whole model).
+// Throws gemma::Error (kMissingTensor, kShape, ...) when tensors are missing or wrong.
+AudioTower BindAudioTower(const ModelConfig& config, const TensorSource& source);
+
 class Model {
  public:
   // Loads config.json and the checkpoint from a directory (or a .safetensors file with
@@ -132,6 +164,9 @@ class Model {
   // The vision tower, or null (vision_error() says why: no vision_config, or tensors missing).
   const VisionTower* vision() const { return vision_ ? &*vision_ : nullptr; }
   const std::string& vision_error() const { return vision_error_; }
+  // The audio tower, or null (audio_error() says why).
+  const AudioTower* audio() const { return audio_ ? &*audio_ : nullptr; }
+  const std::string& audio_error() const { return audio_error_; }
   bool quantized() const { return config_.quant.enabled; }
   // The token id used for embedding lookups (multimodal placeholders map to pad).
   int32_t EmbedId(int32_t token) const;
@@ -161,6 +196,8 @@ class Model {
   Linear lm_head_;
   std::optional<VisionTower> vision_;
   std::string vision_error_;
+  std::optional<AudioTower> audio_;
+  std::string audio_error_;
   float ple_model_proj_scale_ = 1.0f, ple_input_scale_ = 1.0f;
   double load_ms_ = 0;
 };

@@ -45,6 +45,8 @@ Shape MakeShape(const std::string& preset) {
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
     s.vision_hidden = 768, s.vision_inter = 3072, s.vision_layers = 16, s.vision_heads = 12;
     s.vision_head_dim = 64, s.vision_positions = 10240;
+    s.audio_hidden = 1024, s.audio_layers = 12, s.audio_heads = 8, s.audio_channels = 32;
+    s.audio_out = 1536;
     return s;
   }
   if (preset == "e2b-qat-mini" || preset == "e2b-bf16-mini") {
@@ -60,6 +62,8 @@ Shape MakeShape(const std::string& preset) {
     s.full = {false, false, true, false, false, true};
     s.vision_hidden = 64, s.vision_inter = 128, s.vision_layers = 2, s.vision_heads = 2;
     s.vision_head_dim = 32, s.vision_positions = 1024;
+    s.audio_hidden = 64, s.audio_layers = 2, s.audio_heads = 2, s.audio_channels = 8;
+    s.audio_out = 96;
     return s;
   }
   std::string names;
@@ -318,6 +322,27 @@ nlohmann::ordered_json Config(const Shape& s) {
                             {"hidden_activation", "gelu_pytorch_tanh"},
                             {"rms_norm_eps", 1e-6}};
   }
+  if (s.audio_layers > 0) {
+    cfg["audio_config"] = {{"model_type", "gemma4_audio"},
+                           {"hidden_size", s.audio_hidden},
+                           {"num_hidden_layers", s.audio_layers},
+                           {"num_attention_heads", s.audio_heads},
+                           {"hidden_act", "silu"},
+                           {"subsampling_conv_channels", {128, s.audio_channels}},
+                           {"conv_kernel_size", 5},
+                           {"residual_weight", 0.5},
+                           {"attention_chunk_size", 12},
+                           {"attention_context_left", 13},
+                           {"attention_context_right", 0},
+                           {"attention_logit_cap", 50.0},
+                           {"attention_invalid_logits_value", -1e9},
+                           {"use_clipped_linears", true},
+                           {"rms_norm_eps", 1e-6},
+                           {"gradient_clipping", 1e10},
+                           {"output_proj_dims", s.audio_out}};
+    cfg["boa_token_id"] = 256000;
+    cfg["eoa_token_index"] = 258883;
+  }
   if (s.qat) {
     const int first_shared = s.layers - s.kv_shared;
     oj rules = oj::object();
@@ -367,8 +392,10 @@ void AddHubConfig(nlohmann::ordered_json& cfg) {
     cfg["vision_config"] = {{"model_type", "gemma4_vision"}, {"hidden_size", 64},
                             {"num_hidden_layers", 1}, {"patch_size", 16}};
   }
-  cfg["audio_config"] = {{"model_type", "gemma4_audio"}, {"hidden_size", 64},
-                         {"num_hidden_layers", 1}};
+  if (!cfg.contains("audio_config")) {
+    cfg["audio_config"] = {
+        {"model_type", "gemma4_audio"}, {"hidden_size", 64}, {"num_hidden_layers", 1}};
+  }
   cfg["boi_token_id"] = 255999;
   cfg["eoi_token_id"] = 258882;
 }
@@ -582,6 +609,47 @@ void Synthesize(const SynthOptions& options) {
     }
     b.Linear("model.embed_vision.embedding_projection", H, D, 0, 0, 0);
   }
+  if (s.audio_layers > 0) {
+    const std::string A = "model.audio_tower.";
+    const int64_t D = s.audio_hidden, C1 = s.audio_channels, hd = s.audio_hidden / s.audio_heads;
+    const int ab = s.qat ? 2 : 0, sb = s.qat ? 4 : 0;  // the published rules
+    const std::string S = A + "subsample_conv_projection.";
+    b.Bf16Block(S + "layer0.conv.weight", {128, 1, 3, 3}, std::sqrt(3.0f / 9));
+    b.Bf16(S + "layer0.norm.weight", {128}, 0.1f, 1.0f);
+    b.Bf16Block(S + "layer1.conv.weight", {C1, 128, 3, 3}, std::sqrt(3.0f / (128 * 9)));
+    b.Bf16(S + "layer1.norm.weight", {C1}, 0.1f, 1.0f);
+    b.Linear(S + "input_proj_linear", D, 32 * C1, 0, 0, 0);
+    auto clipped = [&](const std::string& m, int64_t out, int64_t in, int bits) {
+      b.Linear(m + ".linear", out, in, bits, 0, 0);
+      b.F32Scalar(m + ".input_min", {}, -12.0f);
+      b.F32Scalar(m + ".input_max", {}, 12.0f);
+      b.F32Scalar(m + ".output_min", {}, -24.0f);
+      b.F32Scalar(m + ".output_max", {}, 24.0f);
+    };
+    for (int l = 0; l < s.audio_layers; ++l) {
+      const std::string L = A + "layers." + std::to_string(l) + ".";
+      for (const char* ff : {"feed_forward1.", "feed_forward2."}) {
+        b.Bf16(L + ff + "pre_layer_norm.weight", {D}, 0.1f, 1.0f);
+        b.Bf16(L + ff + "post_layer_norm.weight", {D}, 0.1f, 1.0f);
+        clipped(L + ff + "ffw_layer_1", 4 * D, D, ab);
+        clipped(L + ff + "ffw_layer_2", D, 4 * D, ab);
+      }
+      for (const char* n : {"norm_pre_attn", "norm_post_attn", "norm_out"})
+        b.Bf16(L + n + ".weight", {D}, 0.1f, 1.0f);
+      for (const char* n : {"q_proj", "k_proj", "v_proj", "post"})
+        clipped(L + "self_attn." + n, D, D, ab);
+      b.Linear(L + "self_attn.relative_k_proj", D, D, 0, 0, 0);
+      b.Bf16(L + "self_attn.per_dim_scale", {hd}, 0.3f);
+      b.Bf16(L + "lconv1d.pre_layer_norm.weight", {D}, 0.1f, 1.0f);
+      b.Bf16(L + "lconv1d.conv_norm.weight", {D}, 0.1f, 1.0f);
+      clipped(L + "lconv1d.linear_start", 2 * D, D, sb);
+      clipped(L + "lconv1d.linear_end", D, D, ab);
+      b.Bf16Block(L + "lconv1d.depthwise_conv1d.weight", {D, 1, 5}, std::sqrt(3.0f / 5));
+    }
+    b.Linear(A + "output_proj", s.audio_out, D, 0, 0, 0);
+    b.Bf16(A + "output_proj.bias", {s.audio_out}, 0.1f);
+    b.Linear("model.embed_audio.embedding_projection", H, s.audio_out, 0, 0, 0);
+  }
   if (hub) {
     // Stand-ins for the towers (names as published, shapes small): present, and ignored by text.
     if (s.vision_layers == 0) {
@@ -589,9 +657,12 @@ void Synthesize(const SynthOptions& options) {
       b.Bf16("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight", {64, 64}, 0.1f);
       b.Bf16("model.embed_vision.embedding_projection.weight", {H, 64}, 0.1f);
     }
-    b.Bf16("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", {64, 32}, 0.1f);
-    b.Bf16("model.audio_tower.layers.0.lconv1d.linear_start.linear.weight", {64, 64}, 0.1f);
-    b.Bf16("model.embed_audio.embedding_projection.weight", {H, 64}, 0.1f);
+    if (s.audio_layers == 0) {
+      b.Bf16("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", {64, 32},
+             0.1f);
+      b.Bf16("model.audio_tower.layers.0.lconv1d.linear_start.linear.weight", {64, 64}, 0.1f);
+      b.Bf16("model.embed_audio.embedding_projection.weight", {H, 64}, 0.1f);
+    }
   }
   b.writer().SetMetadata("format", "pt");
   b.writer().SetMetadata("synthetic", "gemma-engine synth " + options.preset);

@@ -23,7 +23,8 @@ struct SynthPreset {
 // a 32,768 vocabulary: the full-width kernels at test cost), "e2b-bf16-mini" (the same in bf16),
 // "tiny" and "tiny-qat" (E2B structure
 // scaled down, real 262,144 vocabulary so the demo can use the Gemma tokenizer). e2b-bf16, e2b-qat,
-// tiny and tiny-qat include a vision tower (E2B's: 16 layers of 768; tiny: 2 layers of 64).
+// tiny and tiny-qat include a vision tower (E2B's: 16 layers of 768; tiny: 2 layers of 64) and an
+// audio tower (E2B's: 12 conformer layers of 1024; tiny: 2 layers of 64).
 std::vector<SynthPreset> SynthPresets();
 
 // A checkpoint's structure. The presets fill the first fields; the rest default to the presets'
@@ -49,6 +50,10 @@ struct SynthShape {
   // bf16, int8 in QAT checkpoints (the published rule), clippable linears with finite bounds.
   int vision_hidden = 0, vision_inter = 0, vision_layers = 0, vision_heads = 0,
       vision_head_dim = 0, vision_positions = 0;
+  // The audio tower (model.audio_tower.*, model.embed_audio.*); audio_layers 0 = none. Dense bf16,
+  // in QAT checkpoints the published rules (2-bit, linear_start 4-bit; the SSCP, relative_k_proj,
+  // output_proj and embed_audio dense).
+  int audio_hidden = 0, audio_layers = 0, audio_heads = 0, audio_channels = 0, audio_out = 0;
 };
 
 // A random small structure for differential tests: window 4-32, 3-12 layers, any sliding/full

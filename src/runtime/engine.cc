@@ -13,9 +13,11 @@
 #include "core/timer.h"
 #include "format/generation_config.h"
 #include "gemma/text.h"
-#include "runtime/backend_factory.h"
+#include "media/audio.h"
+#include "media/audio_features.h"
 #include "media/image.h"
 #include "media/video.h"
+#include "runtime/backend_factory.h"
 #include "runtime/engine_impl.h"
 
 namespace gemma {
@@ -217,11 +219,11 @@ int CountInputs(const Input& in) {
 
 bool IsImagePart(const std::string& t) { return t == "image" || t == "image_url"; }
 
-// The image content parts of messages, in order, as ImageInputs. Audio and video parts are refused
-// (their towers do not exist yet) rather than rendered as placeholders the model cannot see.
+// The image, video and audio content parts of messages, in order.
 struct MediaParts {
   std::vector<ImageInput> images;
   std::vector<VideoInput> videos;
+  std::vector<AudioInput> audios;
 };
 
 MediaParts CollectMediaParts(const nlohmann::json& messages) {
@@ -236,8 +238,39 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
       const std::string type = part["type"];
       const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
-      if (type == "audio" || type == "input_audio")
-        throw Error(ErrorCode::kUnsupported, at + " (" + type + "): audio input is not supported yet");
+      if (type == "audio" || type == "input_audio") {
+        auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
+          if (!j.contains(key)) return "";
+          if (!j[key].is_string())
+            throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
+          return j[key].get<std::string>();
+        };
+        AudioInput a;
+        std::string path = str(part, "path"), b64 = str(part, "bytes"), url = str(part, "url");
+        if (type == "input_audio") {  // OpenAI: {"input_audio": {"data": BASE64, "format": "wav"}}
+          if (!part.contains("input_audio") || !part["input_audio"].is_object())
+            throw Error(ErrorCode::kInvalidArgument,
+                        at + ": an input_audio part needs \"input_audio\": {\"data\": ...}");
+          b64 = str(part["input_audio"], "data");
+        } else if (part.contains("audio") && part["audio"].is_string()) {
+          path = part["audio"].get<std::string>();
+        }
+        if (path.rfind("file://", 0) == 0) path = path.substr(7);
+        if (url.rfind("file://", 0) == 0) path = url.substr(7), url.clear();
+        if (!path.empty()) {
+          a.path = path;
+        } else if (!b64.empty()) {
+          a.bytes = media::DecodeBase64(b64, at + ".bytes");
+        } else if (!url.empty()) {
+          a.bytes = media::DecodeDataUrl(url, at + ".url");
+        } else {
+          throw Error(
+              ErrorCode::kInvalidArgument,
+              at + ": an audio part needs \"path\", \"bytes\" (base64) or \"url\" (a data URL)");
+        }
+        media.audios.push_back(std::move(a));
+        continue;
+      }
       if (type == "video") {
         VideoInput v;
         std::string path;
@@ -296,7 +329,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
 }
 
 std::string RenderMessages(const Input& in) {
-  CollectMediaParts(*in.messages);  // refuses audio parts and bad media parts before rendering
+  CollectMediaParts(*in.messages);  // refuses bad media parts before rendering
   return RenderChat(*in.messages, in.tools, in.enable_thinking);
 }
 
@@ -325,35 +358,57 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
   PreparedPrompt out;
   std::vector<ImageInput> images = in.images;
   std::vector<VideoInput> videos = in.videos;
+  std::vector<AudioInput> audios = in.audios;
   if (in.messages) {
-    if (!in.images.empty() || !in.videos.empty()) {
+    if (!in.images.empty() || !in.videos.empty() || !in.audios.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
-                  "the images and videos of a messages request go in its content parts");
+                  "the images, videos and audio of a messages request go in its content parts");
     }
     MediaParts parts = CollectMediaParts(*in.messages);
     images = std::move(parts.images);
     videos = std::move(parts.videos);
+    audios = std::move(parts.audios);
   }
   const ModelConfig& mc = model_->config();
   const int image_id = mc.image_token_id, video_id = mc.video_token_id;
-  if (images.empty() && videos.empty()) {
+  const int audio_id = model_->audio() ? mc.audio_token_id : -1;
+  if (images.empty() && videos.empty() && audios.empty()) {
     out.ids = RawPromptTokens(in);
     for (int32_t id : out.ids) {
-      if ((id == image_id && image_id >= 0) || (id == video_id && video_id >= 0)) {
+      if ((id == image_id && image_id >= 0) || (id == video_id && video_id >= 0) ||
+          (id == mc.audio_token_id && mc.audio_token_id >= 0 && mc.multimodal_wrapper)) {
         throw Error(ErrorCode::kInvalidArgument,
-                    "the prompt has image or video placeholder tokens (id " + std::to_string(id) +
-                        ") but no images or videos");
+                    "the prompt has image, video or audio placeholder tokens (id " +
+                        std::to_string(id) + ") but no images, videos or audio");
       }
     }
     return out;
   }
+  // Audio clips: decoded, resampled, log-mel features in 30 s chunks.
+  std::vector<PreparedImage> audio_items;
+  if (!audios.empty() && (!model_->audio() || mc.audio_token_id < 0)) {
+    throw Error(ErrorCode::kUnsupported, "this model cannot hear: " + model_->audio_error());
+  }
+  for (size_t i = 0; i < audios.size(); ++i) {
+    const AudioInput& a = audios[i];
+    const std::string origin = a.path.empty() ? "audio " + std::to_string(i + 1) : a.path;
+    const media::Audio decoded =
+        a.path.empty() ? media::DecodeAudio(a.bytes, origin) : media::LoadAudioFile(a.path);
+    auto prepared =
+        std::make_shared<media::PreparedAudio>(media::PrepareAudio(decoded.samples, origin));
+    PreparedImage p;
+    p.patched.soft_tokens = prepared->soft_tokens;
+    p.patched.digest = prepared->digest;
+    p.audio = std::move(prepared);
+    audio_items.push_back(std::move(p));
+  }
   const VisionTower* tower = model_->vision();
-  if (!tower || image_id < 0) {
+  if ((!images.empty() || !videos.empty()) && (!tower || image_id < 0)) {
     throw Error(ErrorCode::kUnsupported,
                 "this model cannot read images: " + (tower ? std::string("no image token id in config.json")
                                                            : model_->vision_error()));
   }
-  const VisionConfig& vc = tower->config;
+  const VisionConfig vc = tower ? tower->config : VisionConfig{};
   auto prepare = [&](const media::Image& decoded, int budget, const std::string& origin) {
     if (!media::IsVisionBudget(budget)) {
       throw Error(ErrorCode::kInvalidArgument, origin + ": vision budget " + std::to_string(budget) +
@@ -438,20 +493,46 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
       expanded.push_back(mc.eoi_token_id);
     }
     ids = std::move(expanded);
+    // Each <|audio|> becomes <|audio>, the clip's soft tokens, <audio|>.
+    if (audio_id >= 0) {
+      const size_t audio_placeholders = std::count(ids.begin(), ids.end(), audio_id);
+      if (audio_placeholders != audio_items.size()) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "the prompt has " + std::to_string(audio_placeholders) +
+                        " audio placeholder(s) but " + std::to_string(audio_items.size()) +
+                        " audio clip(s) were given");
+      }
+      std::vector<int32_t> with_audio;
+      size_t a = 0;
+      for (int32_t id : ids) {
+        if (id != audio_id) {
+          with_audio.push_back(id);
+          continue;
+        }
+        with_audio.push_back(mc.boa_token_id);
+        with_audio.insert(with_audio.end(), audio_items[a++].patched.soft_tokens, audio_id);
+        with_audio.push_back(mc.eoa_token_id);
+      }
+      ids = std::move(with_audio);
+    }
   }
-  // Every maximal run of image ids is the next image, every run of video ids the next frame.
-  size_t next_image = 0, next_frame = 0;
+  // Every maximal run of image ids is the next image, every run of video ids the next frame,
+  // every run of audio ids the next clip.
+  size_t next_image = 0, next_frame = 0, next_audio = 0;
   for (size_t i = 0; i < ids.size();) {
     const bool is_image = ids[i] == image_id, is_video = video_id >= 0 && ids[i] == video_id;
-    if (!is_image && !is_video) {
+    const bool is_audio = audio_id >= 0 && ids[i] == audio_id;
+    if (!is_image && !is_video && !is_audio) {
       ++i;
       continue;
     }
     size_t e = i;
     while (e < ids.size() && ids[e] == ids[i]) ++e;
-    std::vector<PreparedImage>& items = is_image ? image_items : frame_items;
-    size_t& next = is_image ? next_image : next_frame;
-    const char* what = is_image ? "image" : "video frame";
+    std::vector<PreparedImage>& items = is_image   ? image_items
+                                        : is_video ? frame_items
+                                                   : audio_items;
+    size_t& next = is_image ? next_image : is_video ? next_frame : next_audio;
+    const char* what = is_image ? "image" : is_video ? "video frame" : "audio clip";
     if (next >= items.size()) {
       throw Error(ErrorCode::kInvalidArgument,
                   std::string("the prompt has more ") + what + " placeholder runs than " + what +
@@ -467,6 +548,11 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
     items[next].begin = static_cast<int>(i);
     out.images.push_back(std::move(items[next++]));
     i = e;
+  }
+  if (next_audio != audio_items.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the prompt has " + std::to_string(next_audio) + " audio placeholder runs for " +
+                    std::to_string(audio_items.size()) + " audio clip(s)");
   }
   if (next_image != image_items.size() || next_frame != frame_items.size()) {
     throw Error(ErrorCode::kInvalidArgument,

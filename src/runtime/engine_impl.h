@@ -10,18 +10,22 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "media/image_processor.h"
 #include "constrain/constraint.h"
 #include "gemma/engine.h"
+#include "media/audio_features.h"
+#include "media/image_processor.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gemma {
 
-// An image of a prepared prompt: its patches and where its soft tokens sit in the ids.
+// An image, video frame or audio clip of a prepared prompt: its patches (or log-mel chunks) and
+// where its soft tokens sit in the ids. For audio, `patched` carries only soft_tokens and digest
+// (the identity prefix reuse compares) and `audio` the features.
 struct PreparedImage {
   media::PatchedImage patched;
-  int begin = 0;  // index of the first soft token (after <boi>)
+  std::shared_ptr<const media::PreparedAudio> audio;
+  int begin = 0;  // index of the first soft token (after <boi> / <boa>)
 };
 
 // A request's prompt: ids with image runs expanded, and the images that fill them.

@@ -212,7 +212,9 @@ std::vector<const float*> SessionImpl::EncodeImages(const PreparedPrompt& prep, 
                                                     std::vector<std::vector<float>>* storage,
                                                     Telemetry* tel) {
   std::vector<const float*> soft;
-  tel->images = static_cast<int>(prep.images.size());
+  tel->images = 0;
+  tel->audios = 0;
+  for (const PreparedImage& im : prep.images) ++(im.audio ? tel->audios : tel->images);
   tel->vision_ms = prep.prepare_ms;
   storage->clear();
   storage->reserve(prep.images.size());
@@ -221,18 +223,31 @@ std::vector<const float*> SessionImpl::EncodeImages(const PreparedPrompt& prep, 
     const media::PatchedImage& p = im.patched;
     if (static_cast<size_t>(im.begin + p.soft_tokens) <= from) continue;  // fully reused
     if (!backend_->capabilities().soft_tokens) {
-      throw Error(ErrorCode::kUnsupported, "the " + backend_->name() +
-                                               " backend cannot take image input yet: use "
-                                               "--backend cpu or cpu-ref");
+      throw Error(ErrorCode::kUnsupported, "the " + backend_->name() + " backend cannot take " +
+                                               (im.audio ? "audio" : "image") +
+                                               " input yet: use --backend cpu or cpu-ref");
     }
     Timer t;
     storage->emplace_back();
-    engine_->backend_model().EncodeImage({p.patches_h, p.patches_w, p.pixels.data()},
-                                         &storage->back());
+    if (im.audio) {
+      // Each 30 s chunk through the tower on its own; their soft tokens follow each other.
+      std::vector<float> chunk;
+      for (const media::AudioFeatures& f : im.audio->chunks) {
+        engine_->backend_model().EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &chunk);
+        if (chunk.size() != static_cast<size_t>(f.soft_tokens) * H)
+          throw Error(ErrorCode::kInternal, "audio tower: wrong number of soft tokens");
+        storage->back().insert(storage->back().end(), chunk.begin(), chunk.end());
+      }
+      tel->audio_ms += t.Ms();
+      ++tel->audios_encoded;
+    } else {
+      engine_->backend_model().EncodeImage({p.patches_h, p.patches_w, p.pixels.data()},
+                                           &storage->back());
+      tel->vision_ms += t.Ms();
+      ++tel->images_encoded;
+    }
     if (storage->back().size() != static_cast<size_t>(p.soft_tokens) * H)
-      throw Error(ErrorCode::kInternal, "vision tower: wrong number of soft tokens");
-    tel->vision_ms += t.Ms();
-    ++tel->images_encoded;
+      throw Error(ErrorCode::kInternal, "media tower: wrong number of soft tokens");
     if (soft.empty()) soft.assign(prep.ids.size(), nullptr);
     for (int i = 0; i < p.soft_tokens; ++i)
       soft[im.begin + i] = storage->back().data() + static_cast<size_t>(i) * H;

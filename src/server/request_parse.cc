@@ -262,8 +262,18 @@ json NormalizeMessagesImpl(const json& messages) {
         const json& part = m["content"][k];
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
         const std::string type = part["type"];
-        if (type != "image" && type != "image_url") continue;
         const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        if (type == "audio" || type == "input_audio") {
+          // Audio likewise: base64 bytes (OpenAI's input_audio.data) or a data: URL, never a path.
+          if (part.contains("path") || part.contains("audio"))
+            throw BadField(pat, "server requests carry audio as base64 data, not file paths");
+          if (part.contains("url") &&
+              !(part["url"].is_string() && part["url"].get<std::string>().rfind("data:", 0) == 0))
+            throw BadField(pat,
+                           "audio URLs must be data: URLs (remote and file URLs are not fetched)");
+          continue;
+        }
+        if (type != "image" && type != "image_url") continue;
         if (part.contains("path") || part.contains("image"))
           throw BadField(pat, "server requests carry images as data URLs, not file paths");
         const json* url = part.contains("url") ? &part["url"] : nullptr;

@@ -303,14 +303,22 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
        "messages"},
       {"image from a server path",
        with(ok, "messages",
-            json::array({{{"role", "user"},
-                          {"content", json::array({{{"type", "image"}, {"path", "/etc/passwd"}}})}}})),
+            json::array(
+                {{{"role", "user"},
+                  {"content", json::array({{{"type", "image"}, {"path", "/etc/passwd"}}})}}})),
        400, "messages[0].content[0]"},
       {"image from a file URL",
        with(ok, "messages",
-            json::array({{{"role", "user"},
-                          {"content", json::array({{{"type", "image_url"},
-                                                    {"image_url", {{"url", "file:///etc/passwd"}}}}})}}})),
+            json::array(
+                {{{"role", "user"},
+                  {"content", json::array({{{"type", "image_url"},
+                                            {"image_url", {{"url", "file:///etc/passwd"}}}}})}}})),
+       400, "messages[0].content[0]"},
+      {"audio from a server path",
+       with(ok, "messages",
+            json::array(
+                {{{"role", "user"},
+                  {"content", json::array({{{"type", "audio"}, {"path", "/etc/passwd"}}})}}})),
        400, "messages[0].content[0]"},
       {"body over the limit", with(ok, "pad", std::string(80 * 1024, 'x')), 413, ""},
   };

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cache_window.h"
+#include "backend/cpu/audio_ops.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/cpu/vision_ops.h"
 #include "gemma/error.h"
@@ -287,6 +288,13 @@ class CpuReferenceModel : public BackendModel {
     const std::vector<float> pooled = ref::VisionTowerForward(*t, image);
     const int k = t->config.pooling_kernel_size;
     *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k));
+  }
+  void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override {
+    const AudioTower* t = model_.audio();
+    if (!t) throw Error(ErrorCode::kUnsupported, model_.audio_error());
+    const std::vector<float> out = ref::AudioTowerForward(*t, audio);
+    *soft_tokens =
+        ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims));
   }
 
  private:

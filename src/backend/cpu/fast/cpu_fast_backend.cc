@@ -10,10 +10,11 @@
 #include <utility>
 
 #include "backend/cache_window.h"
-#include "backend/cpu/vision_ops.h"
+#include "backend/cpu/audio_ops.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "backend/cpu/fast/weight_copy.h"
 #include "backend/cpu/reference_ops.h"
+#include "backend/cpu/vision_ops.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "gemma/error.h"
@@ -84,6 +85,9 @@ class CpuFastModel : public BackendModel {
   // The vision tower: the reference's arithmetic with the linears and the attention on the
   // thread pool and the f64 SIMD kernels of the text path.
   void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override;
+  // The audio tower: the reference's arithmetic with the linears on the pool (as the vision
+  // tower's); the attention and convolutions stay the reference's.
+  void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override;
 
   const Model& model_;
   ThreadPool pool_;
@@ -185,6 +189,16 @@ void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* s
   const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
   const int k = t->config.pooling_kernel_size;
   *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
+}
+
+void CpuFastModel::EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) {
+  const AudioTower* t = model_.audio();
+  if (!t) throw Error(ErrorCode::kUnsupported, model_.audio_error());
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  const FastVisionKernels kernels(pool_);
+  const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
+  *soft_tokens =
+      ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);
 }
 
 class CpuFastBackend : public Backend {

@@ -87,6 +87,10 @@ void PrintTelemetry(const Result& r) {
                  t.images, t.images == 1 ? "" : "s", t.images_encoded,
                  t.images - t.images_encoded, t.vision_ms);
   }
+  if (t.verify_steps > 0) {
+    std::fprintf(stderr, "[speculative] %d verification steps, %d drafted, %d accepted\n",
+                 t.verify_steps, t.drafted, t.accepted);
+  }
   if (t.audios > 0) {
     std::fprintf(stderr, "[audio] %d clip%s, %d through the tower (%d reused) | tower %.1f ms\n",
                  t.audios, t.audios == 1 ? "" : "s", t.audios_encoded, t.audios - t.audios_encoded,

@@ -26,6 +26,7 @@ struct CommonOpts {
   GenerateOptions gen;
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
+  std::string speculative = "off";
   std::vector<std::string> images, videos, audios;
   int vision_budget = 280;
   std::string regex, schema_file, whitespace = "none";
@@ -81,6 +82,12 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--top-logprobs", g.top_logprobs, "alternatives per token (needs --logprobs)");
   cmd->add_option("--prefill", o.prefill, "auto | sequential | chunked");
   cmd->add_option("--prefill-chunk", g.prefill_chunk, "tokens per prefill chunk (chunked)");
+  cmd->add_option("--speculative", o.speculative,
+                  "off | prompt-lookup: drafts from the prompt and history verified in one step "
+                  "(exact greedy decoding; same tokens as without)")
+      ->check(CLI::IsMember({"off", "prompt-lookup"}));
+  cmd->add_option("--draft", g.speculative.max_draft, "tokens drafted per step (1..6)")
+      ->check(CLI::Range(1, 6));
   auto* re = cmd->add_option("--constrain-regex", o.regex, "output must fully match this regex");
   o.regex_opt = re;
   auto* js = cmd->add_flag("--constrain-json", o.json, "output must be a JSON value");
@@ -150,6 +157,9 @@ GenerateOptions Resolve(const CommonOpts& o) {
   } else if (o.tool_calls) {
     c.kind = OutputConstraint::Kind::kToolCalls;
   }
+  g.speculative.mode = o.speculative == "prompt-lookup"
+                           ? SpeculativeOptions::Mode::kPromptLookup
+                           : SpeculativeOptions::Mode::kOff;
   if (o.prefill == "auto")
     g.prefill = PrefillStrategy::kAuto;
   else if (o.prefill == "sequential")
@@ -244,7 +254,10 @@ nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
                     {"total_ms", t.total_ms},
                     {"decode_tok_s", t.decode_tok_s},
                     {"overall_tok_s", t.overall_tok_s},
-                    {"resident_bytes", t.resident_bytes}};
+                    {"resident_bytes", t.resident_bytes},
+                    {"verify_steps", t.verify_steps},
+                    {"drafted", t.drafted},
+                    {"accepted", t.accepted}};
   return j;
 }
 

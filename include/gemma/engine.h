@@ -208,13 +208,23 @@ struct GenerateOptions {
   int prefill_chunk = 256;  // tokens per chunk for kChunked (kAuto picks)
   OutputConstraint constraint;  // kToolCalls uses Input::tools; thinking follows the input
   SpeculativeOptions speculative;
+  // Called once, on the generating thread, when the request has passed every check (options,
+  // constraint, capacity, images) and prefill is about to start; not called when Generate fails
+  // before. Later failures are cancellation or the backend's own. A server answers its status here
+  // (its headers then go out while the prompt is evaluated, off the time to first token).
+  std::function<void()> on_accepted;
 };
 
+struct TokenLogprob;
 struct TokenEvent {
   int32_t id;
   int index;               // 0-based among generated tokens
   std::string_view delta;  // newly completed raw text (complete UTF-8; may be empty)
   std::string_view text;   // raw text so far
+  // With GenerateOptions::logprobs: this token's entry of Result::logprobs (valid during the
+  // call); null otherwise. The entry of a token that ends generation (EOS, a stop id) has no
+  // event: it is only in the Result.
+  const TokenLogprob* logprob = nullptr;
 };
 // Called once per generated token, on the generating thread. A callback that blocks applies
 // backpressure (generation waits); one that throws fails the request with ErrorCode::kCallback.

@@ -364,6 +364,17 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   const bool speculate = spec.mode == SpeculativeOptions::Mode::kPromptLookup &&
                          mode == OutputMode::kArgmax && !options.logprobs &&
                          prep.images.empty() && media_.empty();
+  if (options.on_accepted) {
+    try {
+      options.on_accepted();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kCallback, std::string("on_accepted threw: ") + e.what());
+    } catch (...) {
+      throw Error(ErrorCode::kCallback, "on_accepted threw");
+    }
+  }
   ForwardResult fr;
   Timer prefill;
   {
@@ -423,7 +434,8 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     if (i == 0) tel.ttft_ms = total.Ms();
     if (on_token) {
       try {
-        on_token(TokenEvent{token, i, std::string_view(emitted).substr(before), emitted});
+        on_token(TokenEvent{token, i, std::string_view(emitted).substr(before), emitted,
+                            options.logprobs ? &result.logprobs.back() : nullptr});
       } catch (const Error&) {
         throw;
       } catch (const std::exception& e) {

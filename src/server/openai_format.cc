@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <span>
 
 #include "chat/output_parser.h"
 
@@ -26,9 +27,9 @@ json ToolCallJson(const std::string& name, const json& args, int index, bool wit
   return c;
 }
 
-json ChatLogprobs(const Result& r, const Engine& e) {
+json ChatLogprobEntries(std::span<const TokenLogprob> lps, const Engine& e) {
   json content = json::array();
-  for (const TokenLogprob& lp : r.logprobs) {
+  for (const TokenLogprob& lp : lps) {
     const std::string t = TokenText(e, lp.id);
     json top = json::array();
     for (const auto& [id, p] : lp.top) {
@@ -38,24 +39,36 @@ json ChatLogprobs(const Result& r, const Engine& e) {
     content.push_back(
         {{"token", t}, {"logprob", lp.logprob}, {"bytes", Bytes(t)}, {"top_logprobs", top}});
   }
-  return {{"content", content}};
+  return content;
 }
 
-json CompletionLogprobs(const Result& r, const Engine& e) {
-  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  size_t off = 0;
-  for (const TokenLogprob& lp : r.logprobs) {
+json ChatLogprobs(std::span<const TokenLogprob> lps, const Engine& e) {
+  return {{"content", ChatLogprobEntries(lps, e)}};
+}
+
+// `offset`: the text offset of the first token (streamed chunks continue where the last ended).
+json CompletionLogprobs(std::span<const TokenLogprob> lps, const Engine& e, size_t* offset) {
+  json tokens = json::array(), values = json::array(), tops = json::array(),
+       offs = json::array();
+  for (const TokenLogprob& lp : lps) {
     const std::string t = TokenText(e, lp.id);
     tokens.push_back(t);
-    lps.push_back(lp.logprob);
-    offs.push_back(off);
-    off += t.size();
+    values.push_back(lp.logprob);
+    offs.push_back(*offset);
+    *offset += t.size();
     json top = json::object();
     for (const auto& [id, p] : lp.top) top[TokenText(e, id)] = p;
     tops.push_back(top);
   }
-  return {
-      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offs}};
+}
+
+json CompletionLogprobs(const Result& r, const Engine& e) {
+  size_t offset = 0;
+  return CompletionLogprobs(r.logprobs, e, &offset);
 }
 
 int64_t Now() {
@@ -152,7 +165,7 @@ json ChatResponse(const ParsedRequest& req, const std::vector<Result>& results,
     json choice = {{"index", i},
                    {"message", msg},
                    {"finish_reason", FinishReason(r)},
-                   {"logprobs", req.logprobs ? ChatLogprobs(r, engine) : json()}};
+                   {"logprobs", req.logprobs ? ChatLogprobs(r.logprobs, engine) : json()}};
     choices.push_back(choice);
   }
   return Envelope("chat.completion", req, std::move(choices), results, id, created);
@@ -192,6 +205,9 @@ json StreamFormatter::Chunk(json choice) const {
 std::vector<json> StreamFormatter::Begin(int choice) {
   parser_ = std::make_unique<chat::StreamingParser>();
   tool_index_ = 0;
+  pending_.clear();
+  logprobs_sent_ = 0;
+  text_offset_ = 0;
   if (!req_.chat) return {};
   return {Chunk({{"index", choice},
                  {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -199,14 +215,27 @@ std::vector<json> StreamFormatter::Begin(int choice) {
                  {"finish_reason", nullptr}})};
 }
 
-std::vector<json> StreamFormatter::Token(int choice, std::string_view delta) {
+json StreamFormatter::TakeLogprobs(std::span<const TokenLogprob> lps) {
+  if (!req_.logprobs || lps.empty()) return nullptr;
+  logprobs_sent_ += lps.size();
+  return req_.chat ? ChatLogprobs(lps, engine_) : CompletionLogprobs(lps, engine_, &text_offset_);
+}
+
+std::vector<json> StreamFormatter::Token(int choice, std::string_view delta,
+                                         const TokenLogprob* logprob) {
   std::vector<json> out;
+  if (logprob && req_.logprobs) pending_.push_back(*logprob);
+  // A token's log-probs travel with the first chunk that carries text after it; those of tokens
+  // whose text is held back (a stop string's prefix, a marker) wait for the next one, and End
+  // sends the rest (the stop token's among them), so the chunks' entries add up to the whole
+  // answer's.
   if (delta.empty()) return out;
   if (!req_.chat) {
     out.push_back(Chunk({{"index", choice},
                          {"text", std::string(delta)},
-                         {"logprobs", nullptr},
+                         {"logprobs", TakeLogprobs(pending_)},
                          {"finish_reason", nullptr}}));
+    pending_.clear();
     return out;
   }
   for (const chat::StreamEvent& ev : parser_->Push(delta)) {
@@ -228,8 +257,11 @@ std::vector<json> StreamFormatter::Token(int choice, std::string_view delta) {
       case chat::StreamEvent::Kind::kMalformed:
         continue;  // reported nowhere in OpenAI's shape; the text stays out of content
     }
-    out.push_back(Chunk(
-        {{"index", choice}, {"delta", d}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+    out.push_back(Chunk({{"index", choice},
+                         {"delta", d},
+                         {"logprobs", TakeLogprobs(pending_)},
+                         {"finish_reason", nullptr}}));
+    pending_.clear();
   }
   return out;
 }
@@ -246,14 +278,18 @@ std::vector<json> StreamFormatter::End(int choice, const Result& r) {
                              {"finish_reason", nullptr}}));
     }
   }
+  // Every entry not sent yet: held-back tokens' and the stop token's.
+  std::span<const TokenLogprob> rest;
+  if (logprobs_sent_ < r.logprobs.size())
+    rest = std::span<const TokenLogprob>(r.logprobs).subspan(logprobs_sent_);
   json last = {{"index", choice}, {"finish_reason", FinishReason(r)}};
   if (req_.chat) {
     last["delta"] = json::object();
-    last["logprobs"] = req_.logprobs ? ChatLogprobs(r, engine_) : json();
   } else {
     last["text"] = "";
-    last["logprobs"] = req_.logprobs ? CompletionLogprobs(r, engine_) : json();
   }
+  last["logprobs"] = TakeLogprobs(rest);
+  pending_.clear();
   json c = Chunk(last);
   c["timings"] = Timings(r.telemetry, r.tokens.size());
   out.push_back(c);

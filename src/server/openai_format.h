@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,18 +37,24 @@ class StreamFormatter {
   StreamFormatter(const ParsedRequest& req, const Engine& engine, std::string model);
   ~StreamFormatter();
   std::vector<json> Begin(int choice);
-  std::vector<json> Token(int choice, std::string_view delta);
+  // `logprob`: the token's entry when the request asked for log-probs (TokenEvent::logprob).
+  std::vector<json> Token(int choice, std::string_view delta, const TokenLogprob* logprob);
   std::vector<json> End(int choice, const Result& r);
   json UsageChunk(const std::vector<Result>& results) const;
 
  private:
   json Chunk(json choice) const;
+  // The chunk field for these entries (null when none or not asked for); counts them as sent.
+  json TakeLogprobs(std::span<const TokenLogprob> lps);
   const ParsedRequest& req_;
   const Engine& engine_;
   std::string model_, id_;
   int64_t created_;
   std::unique_ptr<chat::StreamingParser> parser_;
   int tool_index_ = 0;
+  std::vector<TokenLogprob> pending_;  // streamed tokens whose text no chunk has carried yet
+  size_t logprobs_sent_ = 0;           // Result::logprobs entries already in chunks
+  size_t text_offset_ = 0;             // completions: text_offset of the next entry
 };
 
 // "data: {...}\n\n"

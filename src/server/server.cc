@@ -64,22 +64,48 @@ double SumLogprob(const Result& r) {
   return s;
 }
 
-// A streamed request: the generation thread fills `out`; the HTTP writer drains it.
+// A streamed request. Its generation runs on the slot's worker and says when the request passed
+// its checks: the handler then answers 200 and httplib writes the headers while the prompt is
+// evaluated. The response's content provider (on the HTTP thread) writes the events the worker
+// queues, except the first token's: the worker writes those to the socket itself when the writer
+// is idle, so the first token reaches the client with no thread hand-off. (Writing every token
+// itself would put a send() on the decode loop: ~60 us a token here, 11% of the tiny model's
+// decode rate.)
 struct StreamState {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::string> out;
+  std::string out;                    // events not written yet
+  httplib::DataSink* sink = nullptr;  // the response's writer, while the provider runs
+  bool writing = false;               // the provider is writing (without the lock)
+  bool accepted = false;              // the status is 200: what follows goes in the stream
   bool done = false;
-  bool any = false;
-  std::optional<ApiError> early;  // failed before the first chunk: answered with a status
+  bool broken = false;                // a write failed: the client is gone
+  std::optional<ApiError> early;      // failed before it was accepted: answered with a status
   std::stop_source stop;
-  void Push(std::string s) {
+  // On the generating thread.
+  void Push(std::string s, bool direct) {
     {
       std::lock_guard lock(mu);
-      out.push_back(std::move(s));
-      any = true;
+      if (broken) return;
+      if (direct && sink && !writing && out.empty()) {
+        if (!sink->write(s.data(), s.size())) Broken();
+        return;
+      }
+      out += s;
     }
     cv.notify_all();
+  }
+  void Accept() {
+    {
+      std::lock_guard lock(mu);
+      accepted = true;
+    }
+    cv.notify_all();
+  }
+  void Broken() {  // with mu held
+    broken = true;
+    out.clear();
+    stop.request_stop();  // the client is gone: cancel at the next token
   }
 };
 
@@ -111,6 +137,55 @@ struct Runner {
   }
   StreamCount* count;
   std::shared_ptr<StreamState> state;
+};
+
+// httplib's ThreadPool, with one call of `warm` on each thread before it takes work. The handlers
+// tokenize every prompt (the slot choice and the context checks need its ids) and the tokenizer
+// keeps per-thread caches whose first use costs ~1.5 ms of page faults on this machine; httplib
+// hands consecutive requests to different threads, so without this the first request on each of
+// the pool's threads paid it inside its TTFT.
+class WarmThreadPool : public httplib::TaskQueue {
+ public:
+  WarmThreadPool(size_t n, std::function<void()> warm) {
+    for (size_t i = 0; i < n; ++i) {
+      threads_.emplace_back([this, warm] {
+        if (warm) warm();
+        while (true) {
+          std::function<void()> fn;
+          {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
+            if (shutdown_ && jobs_.empty()) return;
+            fn = std::move(jobs_.front());
+            jobs_.pop_front();
+          }
+          fn();
+        }
+      });
+    }
+  }
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      shutdown_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  std::vector<std::thread> threads_;
+  std::deque<std::function<void()>> jobs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shutdown_ = false;
 };
 
 }  // namespace
@@ -160,7 +235,8 @@ struct Server::Impl {
   void HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat);
   std::vector<Result> RunSamples(const ParsedRequest& pr, Session& s, std::stop_token stop,
                                  StreamFormatter* fmt,
-                                 const std::function<void(const json&)>& emit);
+                                 const std::function<void(std::string, bool)>& emit,
+                                 const std::function<void()>& on_accepted = {});
   json Props() const;
 };
 
@@ -188,28 +264,36 @@ void Server::Impl::Route(const std::string& name, const std::string& method,
 
 std::vector<Result> Server::Impl::RunSamples(const ParsedRequest& pr, Session& s,
                                              std::stop_token stop, StreamFormatter* fmt,
-                                             const std::function<void(const json&)>& emit) {
+                                             const std::function<void(std::string, bool)>& emit,
+                                             const std::function<void()>& on_accepted) {
   std::vector<Result> results;
   for (int i = 0; i < pr.best_of; ++i) {
     GenerateOptions o = pr.options;
     if (o.seed && i > 0) o.seed = *o.seed + i;  // n samples, each reproducible
+    if (i == 0) o.on_accepted = on_accepted;
     TokenCallback cb;
-    // The opening chunk waits for the first token: an error before it (a bad constraint, say)
-    // is still answered with a status and an error body instead of a broken stream.
+    // The opening chunk (the role) leaves with the first token, in the same write.
     std::vector<json> opening;
     if (fmt) {
       opening = fmt->Begin(i);
       cb = [&](const TokenEvent& ev) {
-        for (const json& c : opening) emit(c);
+        // One token's chunks (the opening one with the first) leave together: one wake-up of
+        // the writer and one write, not one per chunk.
+        std::string events;
+        for (const json& c : opening) events += SseEvent(c);
         opening.clear();
-        for (const json& c : fmt->Token(i, ev.delta)) emit(c);
+        for (const json& c : fmt->Token(i, ev.delta, ev.logprob)) events += SseEvent(c);
+        if (!events.empty()) emit(std::move(events), ev.index == 0);
       };
     }
     Result r = s.Generate(pr.input, o, cb, stop);
-    for (const json& c : opening) emit(c);
     metrics.ObserveGeneration(r.telemetry, r.tokens.size());
-    if (fmt)
-      for (const json& c : fmt->End(i, r)) emit(c);
+    if (fmt) {
+      std::string events;
+      for (const json& c : opening) events += SseEvent(c);
+      for (const json& c : fmt->End(i, r)) events += SseEvent(c);
+      emit(std::move(events), false);
+    }
     results.push_back(std::move(r));
   }
   if (pr.best_of > pr.n) {
@@ -314,39 +398,39 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
     std::stop_source stop = st->stop;
     InFlight guard(this, &stop);
     StreamFormatter fmt(*pr, *engine, opt.model_id);
-    auto emit = [&](const json& j) { st->Push(SseEvent(j)); };
-    std::vector<std::string> tail;  // sent after the slot is free, so a client that reads the
-                                    // end and asks again at once finds the slot idle
+    auto emit = [&](std::string events, bool first) { st->Push(std::move(events), first); };
+    std::string tail;  // sent after the slot is free, so a client that reads the end and asks
+                       // again at once finds the slot idle
     std::optional<ApiError> early;
     try {
-      std::vector<Result> results = RunSamples(*pr, held->session(), stop.get_token(), &fmt, emit);
-      if (pr->include_usage) tail.push_back(SseEvent(fmt.UsageChunk(results)));
-      tail.push_back("data: [DONE]\n\n");
+      std::vector<Result> results = RunSamples(*pr, held->session(), stop.get_token(), &fmt, emit,
+                                               [&] { st->Accept(); });
+      if (pr->include_usage) tail += SseEvent(fmt.UsageChunk(results));
+      tail += "data: [DONE]\n\n";
     } catch (const std::exception& ex) {
       const Error* ge = dynamic_cast<const Error*>(&ex);
       if (ge && ge->code() == ErrorCode::kCancelled) metrics.CountCancelled();
       ApiError err = ge ? FromEngineError(*ge, *pr) : ApiError(500, ex.what());
       std::lock_guard lock(st->mu);
-      if (!st->any) {
+      if (!st->accepted) {
         early = err;
       } else {
         // Headers are gone: the error travels in the stream, as OpenAI's API does.
-        tail.push_back(SseEvent(err.ToJson()));
-        tail.push_back("data: [DONE]\n\n");
+        tail = SseEvent(err.ToJson()) + "data: [DONE]\n\n";
       }
     }
     held.reset();
+    if (!tail.empty()) st->Push(std::move(tail), false);
     {
       std::lock_guard lock(st->mu);
       st->early = early;
-      for (std::string& t : tail) st->out.push_back(std::move(t));
       st->done = true;
     }
     st->cv.notify_all();
   });
   {
     std::unique_lock lock(st->mu);
-    st->cv.wait(lock, [&] { return st->any || st->done; });
+    st->cv.wait(lock, [&] { return st->accepted || st->done; });
     if (st->early) {
       ApiError e = *st->early;
       lock.unlock();
@@ -360,19 +444,22 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
   res.set_chunked_content_provider(
       "text/event-stream", [st, runner](size_t, httplib::DataSink& sink) {
         std::unique_lock lock(st->mu);
-        st->cv.wait(lock, [&] { return !st->out.empty() || st->done; });
-        while (!st->out.empty()) {
-          std::string s = std::move(st->out.front());
-          st->out.pop_front();
+        st->sink = &sink;
+        while (true) {
+          st->cv.wait(lock, [&] { return !st->out.empty() || st->done || st->broken; });
+          if (st->broken || st->out.empty()) break;
+          const std::string events = std::move(st->out);
+          st->out.clear();
+          st->writing = true;
           lock.unlock();
-          const bool ok = sink.write(s.data(), s.size());
+          const bool ok = sink.write(events.data(), events.size());
           lock.lock();
-          if (!ok) {
-            st->stop.request_stop();  // the client is gone: cancel at the next token
-            return false;
-          }
+          st->writing = false;
+          if (!ok) st->Broken();
         }
-        if (st->done) sink.done();
+        st->sink = nullptr;  // under the lock: the worker writes through it no more
+        if (st->broken) return false;
+        sink.done();
         return true;
       });
 }
@@ -395,9 +482,20 @@ void Server::Impl::Setup() {
   // Enough HTTP threads for every slot, every queued request and a few cheap requests (health,
   // metrics, the console) beside them; admission itself is the slot pool's job.
   const size_t threads = static_cast<size_t>(std::max(1, opt.slots) + opt.max_queue + 8);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.new_task_queue = [this, threads] {
+    return new WarmThreadPool(threads, [this] {
+      if (!engine->has_tokenizer()) return;
+      try {
+        engine->PromptTokens(Input::Messages(json::array({{{"role", "user"}, {"content", "Hi"}}})));
+      } catch (...) {  // only a warm-up: the requests meet any real failure themselves
+      }
+    });
+  };
   http.set_payload_max_length(opt.body_limit);
   http.set_keep_alive_timeout(2);
+  // httplib closes a kept-alive connection after 5 requests by default: a client would pay a new
+  // connection (connect, accept, a thread hand-off) on every fifth request.
+  http.set_keep_alive_max_count(1000);
   // One small SSE event per token: without this, Nagle's algorithm holds an event back until the
   // client's delayed ACK (tens of ms of added latency per token).
   http.set_tcp_nodelay(true);

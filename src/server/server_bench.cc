@@ -2,7 +2,7 @@
 // same greedy requests through Session::Generate and through HTTP streaming (loopback, measured at
 // the client), then aggregate throughput of 4 and 8 concurrent streams, and memory per slot.
 //
-//   gemma_server_bench MODEL_DIR [TOKENS=64] [RUNS=7]
+//   gemma_server_bench MODEL_DIR [TOKENS=64] [RUNS=7] [THREADS=0 (all cores)]
 #include <httplib.h>
 
 #include <algorithm>
@@ -31,6 +31,7 @@ const json kMessages = json::array(
 
 struct Sample {
   double ttft_ms, tok_s;
+  double engine_tok_s;  // as the server's timings.predicted_per_second counts it
 };
 
 // The same work as a server slot: one long-lived session, no prefix reuse; a token counts when it
@@ -42,17 +43,23 @@ Sample Library(gemma::Session& s, int tokens) {
   o.reuse_prompt_cache = false;
   const auto t0 = Clock::now();
   std::vector<Clock::time_point> at;
-  s.Generate(gemma::Input::Messages(kMessages), o, [&](const gemma::TokenEvent& ev) {
-    if (!ev.delta.empty()) at.push_back(Clock::now());
-  });
-  return {Ms(t0, at.front()), (at.size() - 1) * 1000.0 / Ms(at.front(), at.back())};
+  const gemma::Result r =
+      s.Generate(gemma::Input::Messages(kMessages), o, [&](const gemma::TokenEvent& ev) {
+        if (!ev.delta.empty()) at.push_back(Clock::now());
+      });
+  const double predicted_ms = r.telemetry.total_ms - r.telemetry.prefill_ms;
+  return {Ms(t0, at.front()), (at.size() - 1) * 1000.0 / Ms(at.front(), at.back()),
+          r.tokens.size() * 1000.0 / predicted_ms};
 }
 
 // One streamed request; arrival times of the content chunks.
 double g_server_ttft = 0;  // the engine's own TTFT inside the server (final chunk's timings)
+double g_server_rate = 0;  // and its decode rate there (predicted_per_second)
 
-std::vector<Clock::time_point> Http(int port, int tokens, Clock::time_point* sent) {
-  httplib::Client c("127.0.0.1", port);
+std::vector<Clock::time_point> Http(int port, int tokens, Clock::time_point* sent,
+                                    httplib::Client* keep = nullptr) {
+  httplib::Client fresh("127.0.0.1", port);
+  httplib::Client& c = keep ? *keep : fresh;
   c.set_read_timeout(300);
   c.set_tcp_nodelay(true);  // as browsers and node's fetch do; else the body waits for an ACK
   json body = {{"messages", kMessages}, {"max_tokens", tokens}, {"temperature", 0},
@@ -74,6 +81,8 @@ std::vector<Clock::time_point> Http(int port, int tokens, Clock::time_point* sen
       // the chunks that carry generated text, as a client sees them.
       if (const size_t k = ev.find("\"ttft_ms\":"); k != std::string::npos)
         g_server_ttft = std::atof(ev.c_str() + k + 10);
+      if (const size_t k = ev.find("\"predicted_per_second\":"); k != std::string::npos)
+        g_server_rate = std::atof(ev.c_str() + k + 23);
       if (ev.find("\"content\":\"") != std::string::npos &&
           ev.find("\"role\"") == std::string::npos)
         at.push_back(Clock::now());
@@ -96,26 +105,52 @@ int main(int argc, char** argv) {
   }
   const int tokens = argc > 2 ? std::atoi(argv[2]) : 64;
   const int runs = argc > 3 ? std::atoi(argv[3]) : 7;
-  auto engine = gemma::Engine::Load({.model_path = argv[1], .context_capacity = 1024});
-  std::printf("model %s, backend %s, %d tokens, %d runs (medians)\n", argv[1],
-              engine->backend_name().c_str(), tokens, runs);
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  auto engine = gemma::Engine::Load(
+      {.model_path = argv[1], .context_capacity = 1024, .threads = threads});
+  std::printf("model %s, backend %s, %d tokens, %d runs (medians), %d engine threads (0: all)\n",
+              argv[1], engine->backend_name().c_str(), tokens, runs, threads);
   {
     gemma::server::Server srv(engine, {.port = 0, .slots = 1, .model_id = "m"});
     const int port = srv.Bind();
     std::thread t([&] { srv.Run(); });
-    std::vector<double> lt, ls, ht, hs, et;
+    // Three paths, interleaved so that the machine's load falls on all of them alike: the library,
+    // HTTP on one kept-alive connection (what the openai clients and browsers do), and HTTP with a
+    // new connection per request (connect + accept + a fresh handler thread).
+    std::vector<double> lt, ls, kt, ks, ke, nt, ns, engine_rate, lib_rate;
     auto session = engine->NewSession();
-    Library(*session, 8);  // warm both paths
+    httplib::Client keep("127.0.0.1", port);
+    keep.set_keep_alive(true);
+    Library(*session, 8);  // warm every path
     Clock::time_point sent;
+    Http(port, 8, &sent, &keep);
     Http(port, 8, &sent);
+    auto server_run = [&](httplib::Client* c, std::vector<double>* ttft, std::vector<double>* rate,
+                          std::vector<double>* engine_ttft) {
+      auto at = Http(port, tokens, &sent, c);
+      ttft->push_back(Ms(sent, at.front()));
+      rate->push_back((at.size() - 1) * 1000.0 / Ms(at.front(), at.back()));
+      if (engine_ttft) engine_ttft->push_back(g_server_ttft);
+      if (engine_ttft) engine_rate.push_back(g_server_rate);
+    };
+    std::vector<double> unused;
     for (int r = 0; r < runs; ++r) {
-      const Sample l = Library(*session, tokens);
-      lt.push_back(l.ttft_ms);
-      ls.push_back(l.tok_s);
-      auto at = Http(port, tokens, &sent);
-      ht.push_back(Ms(sent, at.front()));
-      et.push_back(g_server_ttft);
-      hs.push_back((at.size() - 1) * 1000.0 / Ms(at.front(), at.back()));
+      for (int k = 0; k < 3; ++k) {
+        switch ((r + k) % 3) {
+          case 0: {
+            const Sample l = Library(*session, tokens);
+            lt.push_back(l.ttft_ms);
+            ls.push_back(l.tok_s);
+            lib_rate.push_back(l.engine_tok_s);
+            break;
+          }
+          case 1:
+            server_run(&keep, &kt, &ks, &ke);
+            break;
+          default:
+            server_run(nullptr, &nt, &ns, nullptr);
+        }
+      }
     }
     std::vector<double> pt;
     for (int r = 0; r < runs; ++r) {
@@ -123,13 +158,20 @@ int main(int argc, char** argv) {
       engine->PromptTokens(gemma::Input::Messages(kMessages));
       pt.push_back(Ms(a, Clock::now()));
     }
-    std::printf("PromptTokens (template + tokenize, done again by the handler): %.2f ms\n",
+    std::printf("PromptTokens (template + tokenize, done again by the handler): %.3f ms\n",
                 Median(pt));
     std::printf("library: TTFT %.2f ms, decode %.1f tok/s\n", Median(lt), Median(ls));
     std::printf(
-        "server : TTFT %.2f ms (+%.2f ms; the engine's own TTFT in the server %.2f ms), "
-        "decode %.1f tok/s (%.1f%%)\n",
-        Median(ht), Median(ht) - Median(lt), Median(et), Median(hs), 100 * Median(hs) / Median(ls));
+        "server, kept-alive connection: TTFT %.2f ms (%+.2f ms; the engine's own TTFT in the "
+        "server %.2f ms), decode %.1f tok/s (%.1f%%)\n",
+        Median(kt), Median(kt) - Median(lt), Median(ke), Median(ks), 100 * Median(ks) / Median(ls));
+    std::printf(
+        "decode rate as the engine counts it (timings.predicted_per_second): library %.1f, "
+        "server %.1f tok/s (%.1f%%)\n",
+        Median(lib_rate), Median(engine_rate), 100 * Median(engine_rate) / Median(lib_rate));
+    std::printf(
+        "server, new connection each  : TTFT %.2f ms (%+.2f ms), decode %.1f tok/s (%.1f%%)\n",
+        Median(nt), Median(nt) - Median(lt), Median(ns), 100 * Median(ns) / Median(ls));
     srv.Stop();
     t.join();
   }

@@ -170,6 +170,57 @@ TEST(Session, ThrowingCallbackFailsCleanlyAndTheSessionStaysUsable) {
   EXPECT_EQ(r.tokens, std::vector<int32_t>(g.greedy[1].begin(), g.greedy[1].begin() + 10));
 }
 
+TEST(Session, EventsCarryTheirLogprobAndAcceptanceComesBeforeThem) {
+  const Golden g = LoadGolden("tiny_dense_bf16");
+  auto engine = LoadEngine("tiny_dense_bf16");
+  auto session = engine->NewSession();
+  GenerateOptions o = Greedy(6);
+  o.logprobs = true;
+  o.top_logprobs = 2;
+  int accepted = 0, events = 0;
+  std::vector<TokenLogprob> seen;
+  o.on_accepted = [&] {
+    EXPECT_EQ(events, 0);
+    ++accepted;
+  };
+  Result r = session->Generate(Input::Ids(g.prompts[1]), o, [&](const TokenEvent& ev) {
+    ++events;
+    ASSERT_NE(ev.logprob, nullptr);
+    EXPECT_EQ(ev.logprob->id, ev.id);
+    seen.push_back(*ev.logprob);
+  });
+  EXPECT_EQ(accepted, 1);
+  ASSERT_EQ(seen.size(), r.logprobs.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].id, r.logprobs[i].id);
+    EXPECT_EQ(seen[i].logprob, r.logprobs[i].logprob);
+    EXPECT_EQ(seen[i].top, r.logprobs[i].top);
+  }
+  // Without logprobs, no entry; a request refused by its options is never accepted; a throwing
+  // acceptance fails the request like a throwing token callback.
+  o.logprobs = false;
+  o.top_logprobs = 0;
+  events = 0;
+  session->Generate(Input::Ids(g.prompts[1]), o,
+                    [&](const TokenEvent& ev) {
+                      ++events;
+                      EXPECT_EQ(ev.logprob, nullptr);
+                    });
+  EXPECT_EQ(accepted, 2);
+  GenerateOptions bad = o;
+  bad.top_p = 1.5;
+  EXPECT_THROW(session->Generate(Input::Ids(g.prompts[1]), bad), Error);
+  EXPECT_EQ(accepted, 2);
+  bad = Greedy(4);
+  bad.on_accepted = [] { throw std::runtime_error("no"); };
+  try {
+    session->Generate(Input::Ids(g.prompts[1]), bad);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCallback);
+  }
+}
+
 TEST(Session, BadOptionsAreTypedErrorsAndLoseNothing) {
   const Golden g = LoadGolden("tiny_dense_bf16");
   auto engine = LoadEngine("tiny_dense_bf16");

@@ -198,6 +198,37 @@ await check('chat: logprobs with top_logprobs, one entry per generated token', a
   }
 });
 
+await check('chat: streamed logprobs come with their tokens and add up to the whole answer\'s', async () => {
+  const req = { model, messages: user('Hi there'), max_tokens: 8, temperature: 0, logprobs: true,
+                top_logprobs: 2 };
+  const whole = await client.chat.completions.create(req);
+  // The client's own stream helper assembles the chunks' logprobs.content (openai's
+  // ChatCompletionStream), as an application would read them.
+  const stream = client.chat.completions.stream({ ...req, stream: true });
+  let withLogprobs = 0, withText = 0;
+  stream.on('chunk', (chunk) => {
+    for (const ch of chunk.choices) {
+      if (ch.logprobs?.content?.length) withLogprobs++;
+      if (ch.delta?.content) {
+        withText++;
+        // A chunk that carries text carries the log-probs of the tokens that made it.
+        assert.ok(ch.logprobs?.content?.length >= 1, JSON.stringify(ch));
+      }
+    }
+  });
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].message.content, whole.choices[0].message.content);
+  const a = final.choices[0].logprobs.content, b = whole.choices[0].logprobs.content;
+  assert.equal(a.length, b.length);
+  assert.ok(withText >= 2 && withLogprobs >= withText, `${withText} text, ${withLogprobs} logprobs`);
+  for (let i = 0; i < a.length; i++) {
+    assert.equal(a[i].token, b[i].token);
+    assert.deepEqual(a[i].bytes, b[i].bytes);
+    assert.ok(Math.abs(a[i].logprob - b[i].logprob) < 1e-4, `${a[i].logprob} vs ${b[i].logprob}`);
+    assert.deepEqual(a[i].top_logprobs.map((t) => t.token), b[i].top_logprobs.map((t) => t.token));
+  }
+});
+
 await check('chat: stop strings are honoured and not returned', async () => {
   const free = await client.chat.completions.create(
       { model, messages: user('Go'), max_tokens: 12, temperature: 0 });
@@ -233,6 +264,24 @@ await check('completions: text prompt, logprobs, streaming', async () => {
   let text = '';
   for await (const chunk of stream) for (const ch of chunk.choices) text += ch.text;
   assert.equal(text, r.choices[0].text);
+  // Streamed logprobs: each chunk's arrays cover its tokens; together they are the whole answer's.
+  const lpStream = await client.completions.create(
+      { model, prompt: 'Once upon a time', max_tokens: 5, temperature: 0, logprobs: 2, stream: true });
+  const tokens = [], offsets = [];
+  let textChunks = 0;
+  for await (const chunk of lpStream) {
+    for (const ch of chunk.choices) {
+      if (ch.text) textChunks++;
+      if (!ch.logprobs) continue;
+      assert.equal(ch.logprobs.tokens.length, ch.logprobs.token_logprobs.length);
+      assert.equal(ch.logprobs.tokens.length, ch.logprobs.top_logprobs.length);
+      tokens.push(...ch.logprobs.tokens);
+      offsets.push(...ch.logprobs.text_offset);
+    }
+  }
+  assert.ok(textChunks >= 2);
+  assert.deepEqual(tokens, r.choices[0].logprobs.tokens);
+  assert.deepEqual(offsets, r.choices[0].logprobs.text_offset);
 });
 
 await check('errors: 400 naming the field, 404 unknown model', async () => {

@@ -1,6 +1,10 @@
 #include "server/server.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +52,54 @@ json ParseBody(const httplib::Request& req) {
     // it answered 500).
     throw ApiError(400, std::string("malformed JSON: ") + e.what(), "", "invalid_json");
   }
+}
+
+constexpr auto kWatchEvery = std::chrono::milliseconds(20);
+
+// The descriptor of the request's connection: the socket whose local and peer addresses are the
+// request's (httplib 0.11 does not hand it to handlers). It stays open until the handler returns.
+// -1 when none matches.
+int ConnectionSocket(const httplib::Request& req) {
+  auto address = [](const sockaddr_storage& a, socklen_t len, std::string* host, int* port) {
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      return false;
+    *host = h;
+    *port = std::atoi(p);
+    return true;
+  };
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == ::dirfd(dir)) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_len = sizeof peer, local_len = sizeof local;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    std::string peer_host, local_host;
+    int peer_port = -1, local_port = -1;
+    if (address(peer, peer_len, &peer_host, &peer_port) && peer_port == req.remote_port &&
+        peer_host == req.remote_addr && address(local, local_len, &local_host, &local_port) &&
+        local_port == req.local_port && local_host == req.local_addr) {
+      found = fd;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// The client closed its side: its end of the stream was read (recv returns 0), or the socket
+// failed. Bytes it sent meanwhile (a pipelined request) are not read.
+bool PeerClosed(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
+  char c;
+  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 bool SameSecret(const std::string& a, const std::string& b) {
@@ -374,6 +426,17 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
       else
         done->set_value(std::move(results));
     });
+    // cpp-httplib 0.11 tells a handler nothing of its connection: watch the socket meanwhile,
+    // and cancel at the next token when the client has hung up.
+    if (future.wait_for(kWatchEvery) != std::future_status::ready) {
+      const int fd = ConnectionSocket(req);
+      while (future.wait_for(kWatchEvery) != std::future_status::ready) {
+        if (fd >= 0 && PeerClosed(fd)) {
+          stop.request_stop();
+          break;
+        }
+      }
+    }
     std::vector<Result> results;
     try {
       results = future.get();

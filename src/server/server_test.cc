@@ -387,6 +387,34 @@ TEST(Server, ClientThatHangsUpCancelsItsGeneration) {
   EXPECT_EQ(r.status, 200) << r.body.dump();
 }
 
+TEST(Server, NonStreamingClientThatHangsUpCancelsItsGeneration) {
+  Running s({.slots = 1, .max_queue = 0});
+  json longer = Chat("Write at length", 960);
+  longer["ignore_eos"] = true;
+  {
+    // Gives up after 100 ms and closes the connection; the generation would take far longer.
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(0, 100000);
+    EXPECT_FALSE(c.Post("/v1/chat/completions", longer.dump(), "application/json"));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  double cancelled = 0;
+  for (int i = 0; i < 500 && cancelled < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    cancelled = Metric(s.port(), "gemma_cancelled_total");
+  }
+  EXPECT_EQ(cancelled, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  // The slot is usable again, and an answer that is waited for (past several of the server's
+  // looks at the connection) is not cancelled.
+  json slow = Chat("Write at length", 24);
+  slow["ignore_eos"] = true;
+  const Reply full = Post(s.port(), "/v1/chat/completions", slow.dump());
+  EXPECT_EQ(full.status, 200) << full.body.dump();
+  EXPECT_EQ(full.body["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(Metric(s.port(), "gemma_cancelled_total"), 1);
+}
+
 TEST(Server, StreamInFlightAtShutdownEndsWithAnErrorEventAndDone) {
   auto s = std::make_unique<Running>(ServerOptions{.slots = 1});
   json longer = Chat("Write at length", 400);

@@ -1,8 +1,12 @@
 // Server overhead against the library, in one process on one engine: TTFT and decode tok/s of the
 // same greedy requests through Session::Generate and through HTTP streaming (loopback, measured at
-// the client), then aggregate throughput of 4 and 8 concurrent streams, and memory per slot.
+// the client), then aggregate throughput of 1, 4 and 8 concurrent streams, and memory per slot.
+// The same work on both paths: the same messages, greedy, no prefix reuse, one long-lived session,
+// the clock started before the template is rendered, and a token counted when it brings text.
+// The HTTP client runs in this process: on a machine with few cores it takes CPU the engine's
+// threads would have (THREADS=1 leaves it a core).
 //
-//   gemma_server_bench MODEL_DIR [TOKENS=64] [RUNS=7] [THREADS=0 (all cores)]
+//   gemma_server_bench MODEL_DIR [TOKENS=64] [RUNS=7] [THREADS=0 (all cores)] [BACKEND=cpu]
 #include <httplib.h>
 
 #include <algorithm>
@@ -100,14 +104,15 @@ std::vector<Clock::time_point> Http(int port, int tokens, Clock::time_point* sen
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [TOKENS] [RUNS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL_DIR [TOKENS] [RUNS] [THREADS] [BACKEND]\n", argv[0]);
     return 2;
   }
   const int tokens = argc > 2 ? std::atoi(argv[2]) : 64;
   const int runs = argc > 3 ? std::atoi(argv[3]) : 7;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  const std::string backend = argc > 5 ? argv[5] : "cpu";
   auto engine = gemma::Engine::Load(
-      {.model_path = argv[1], .context_capacity = 1024, .threads = threads});
+      {.model_path = argv[1], .backend = backend, .context_capacity = 1024, .threads = threads});
   std::printf("model %s, backend %s, %d tokens, %d runs (medians), %d engine threads (0: all)\n",
               argv[1], engine->backend_name().c_str(), tokens, runs, threads);
   {
@@ -130,10 +135,11 @@ int main(int argc, char** argv) {
       auto at = Http(port, tokens, &sent, c);
       ttft->push_back(Ms(sent, at.front()));
       rate->push_back((at.size() - 1) * 1000.0 / Ms(at.front(), at.back()));
-      if (engine_ttft) engine_ttft->push_back(g_server_ttft);
-      if (engine_ttft) engine_rate.push_back(g_server_rate);
+      if (engine_ttft) {
+        engine_ttft->push_back(g_server_ttft);
+        engine_rate.push_back(g_server_rate);
+      }
     };
-    std::vector<double> unused;
     for (int r = 0; r < runs; ++r) {
       for (int k = 0; k < 3; ++k) {
         switch ((r + k) % 3) {
@@ -199,8 +205,9 @@ int main(int argc, char** argv) {
     const size_t rss1 = gemma::server::ResidentBytes();
     std::printf(
         "%d concurrent streams: %.1f tok/s aggregate, %.1f tok/s per stream (median), RSS +%.1f "
-        "MiB for %d slot(s) after the run\n",
-        streams, total * 1000.0 / wall, Median(per), (rss1 - rss0) / 1048576.0, streams);
+        "MiB for %d slot(s) after the run (%.1f MiB per slot)\n",
+        streams, total * 1000.0 / wall, Median(per), (rss1 - rss0) / 1048576.0, streams,
+        (rss1 - rss0) / 1048576.0 / streams);
     srv.Stop();
     t.join();
   }

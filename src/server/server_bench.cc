@@ -6,15 +6,19 @@
 // The HTTP client runs in this process: on a machine with few cores it takes CPU the engine's
 // threads would have (THREADS=1 leaves it a core).
 //
-//   gemma_server_bench MODEL_DIR [TOKENS=64] [RUNS=7] [THREADS=0 (all cores)] [BACKEND=cpu]
+//   [GEMMA_BENCH_SYNTH=PRESET] gemma_server_bench MODEL_DIR [TOKENS=64] [RUNS=7] [THREADS=0 (all
+//   cores)] [BACKEND=cpu]
 #include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "gemma/engine.h"
+#include "model/synth.h"
 #include "server/metrics.h"
 #include "server/server.h"
 
@@ -111,6 +115,11 @@ int main(int argc, char** argv) {
   const int runs = argc > 3 ? std::atoi(argv[3]) : 7;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
   const std::string backend = argc > 5 ? argv[5] : "cpu";
+  // GEMMA_BENCH_SYNTH=PRESET: synthesize MODEL_DIR first when it holds no model (machines that
+  // only carry the bench).
+  if (const char* preset = std::getenv("GEMMA_BENCH_SYNTH");
+      preset && !std::filesystem::exists(std::filesystem::path(argv[1]) / "config.json"))
+    gemma::Synthesize({.preset = preset, .out_dir = argv[1]});
   auto engine = gemma::Engine::Load(
       {.model_path = argv[1], .backend = backend, .context_capacity = 1024, .threads = threads});
   std::printf("model %s, backend %s, %d tokens, %d runs (medians), %d engine threads (0: all)\n",

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   // GEMMA_BENCH_SYNTH=PRESET: synthesize MODEL_DIR first when it holds no model (machines that
   // only carry the bench).
   if (const char* preset = std::getenv("GEMMA_BENCH_SYNTH");
-      preset && !std::filesystem::exists(std::filesystem::path(argv[1]) / "config.json"))
+      preset && *preset && !std::filesystem::exists(std::filesystem::path(argv[1]) / "config.json"))
     gemma::Synthesize({.preset = preset, .out_dir = argv[1]});
   auto engine = gemma::Engine::Load(
       {.model_path = argv[1], .backend = backend, .context_capacity = 1024, .threads = threads});

@@ -34,8 +34,11 @@ foreach(kind STATIC SHARED)
                                         VERSION ${PROJECT_VERSION} SOVERSION 0)
   target_include_directories(${t} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(${t} PUBLIC Threads::Threads nlohmann_json::nlohmann_json)
-  # Image decoding (libwebp) and the media digests (OpenSSL's libcrypto).
+  # Image decoding (libwebp), audio decoding and resampling (libsndfile, libsamplerate) and the
+  # media digests (OpenSSL's libcrypto).
   target_link_libraries(${t} PRIVATE $<BUILD_INTERFACE:PkgConfig::WEBP> $<INSTALL_INTERFACE:webp>
+                                     $<BUILD_INTERFACE:PkgConfig::SNDFILE>
+                                     $<INSTALL_INTERFACE:sndfile> $<INSTALL_INTERFACE:samplerate>
                                      $<BUILD_INTERFACE:OpenSSL::Crypto> $<INSTALL_INTERFACE:crypto>)
   if(GEMMA_PRODUCT_HAS_HWY)
     target_link_libraries(${t} PRIVATE $<BUILD_INTERFACE:PkgConfig::HWY>
@@ -68,7 +71,7 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/gemma-engine-config-version
 install(FILES ${CMAKE_BINARY_DIR}/gemma-engine-config.cmake
               ${CMAKE_BINARY_DIR}/gemma-engine-config-version.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gemma-engine)
-set(GEMMA_PC_PRIVATE_LIBS "-lpthread -lwebp -lcrypto")
+set(GEMMA_PC_PRIVATE_LIBS "-lpthread -lwebp -lsndfile -lsamplerate -lcrypto")
 if(GEMMA_PRODUCT_HAS_HWY)
   string(APPEND GEMMA_PC_PRIVATE_LIBS " -lhwy")
 endif()

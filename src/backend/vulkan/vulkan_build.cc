@@ -11,6 +11,22 @@ KernelConfig EffectiveKernels(const VulkanOptions& vopt, const KernelConfig& con
 
 namespace {
 
+// The widest layer's sizes: q and K/V row widths, MLP width, head dim, query heads.
+struct Widths {
+  int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
+};
+Widths LayerWidths(const Model& model) {
+  Widths w;
+  for (const LayerPlan& p : model.layers()) {
+    w.qw = std::max(w.qw, p.num_heads * p.head_dim);
+    w.kvw = std::max(w.kvw, p.num_kv_heads * p.head_dim);
+    w.imax = std::max(w.imax, p.intermediate);
+    w.hdmax = std::max(w.hdmax, p.head_dim);
+    w.nh = std::max(w.nh, p.num_heads);
+  }
+  return w;
+}
+
 // The down projections' pair-major copies (linear.comp DJ with DOWN_FUSE_PAIRS) are part of the
 // weights: whether the kernel choices take them.
 bool DownPairCopies(const KernelConfig& kc) {
@@ -432,14 +448,7 @@ void VulkanBackend::Build() {
 
   const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
   const int V = cfg_.vocab_size;
-  int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
-  for (const LayerPlan& p : model_.layers()) {
-    qw = std::max(qw, p.num_heads * p.head_dim);
-    kvw = std::max(kvw, p.num_kv_heads * p.head_dim);
-    imax = std::max(imax, p.intermediate);
-    hdmax = std::max(hdmax, p.head_dim);
-    nh = std::max(nh, p.num_heads);
-  }
+  const auto [qw, kvw, imax, hdmax, nh] = LayerWidths(model_);
   if (hdmax > 512) throw Error(ErrorCode::kUnsupported, "vulkan: head_dim above 512");
 
   // RoPE tables.
@@ -540,14 +549,7 @@ void VulkanBackend::Build() {
 Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
   const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
   const int V = cfg_.vocab_size, C = rows;
-  int qw = 0, kvw = 0, imax = 0, hdmax = 0, nh = 0;
-  for (const LayerPlan& p : model_.layers()) {
-    qw = std::max(qw, p.num_heads * p.head_dim);
-    kvw = std::max(kvw, p.num_kv_heads * p.head_dim);
-    imax = std::max(imax, p.intermediate);
-    hdmax = std::max(hdmax, p.head_dim);
-    nh = std::max(nh, p.num_heads);
-  }
+  const auto [qw, kvw, imax, hdmax, nh] = LayerWidths(model_);
   const int S = std::max(splits_, 1);
   Activations a;
   a.rows = rows;

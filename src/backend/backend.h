@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -86,6 +87,15 @@ class Backend {
   virtual size_t resident_bytes() const = 0;
 };
 
+// One sequence's step in a batch (BackendModel::ForwardBatch): a context of the model and its
+// request, which must be one token.
+struct BatchStep {
+  Backend* context = nullptr;
+  ForwardRequest request;
+  ForwardResult* result = nullptr;
+  std::exception_ptr error = nullptr;  // set when this step failed (the others may have succeeded)
+};
+
 struct BackendOptions {
   int capacity = 32768;  // max tokens in context
   int slack = 0;         // extra sliding-ring entries (0 = one window)
@@ -116,6 +126,14 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // (tokens = the valid entries of mask[::2][::2]). Default: Error kUnsupported.
   virtual void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens);
   virtual bool software_device() const { return false; }
+  // Advances several contexts of this model by one token each in one step, reading the weights
+  // once for all of them. Each step's result (and its context's caches) is bit for bit what
+  // `context->Forward(request)` would give; a step that fails gets its `error` and leaves its
+  // context's caches as a failed Forward does. The contexts must not be in use elsewhere. The
+  // default evaluates the steps one after another.
+  virtual void ForwardBatch(std::span<BatchStep> steps);
+  // Whether ForwardBatch is faster than the steps one by one (the runtime batches only then).
+  virtual bool batches_steps() const { return false; }
 };
 
 std::shared_ptr<BackendModel> CreateCpuReferenceModel(const Model& model);

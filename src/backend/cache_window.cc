@@ -75,4 +75,14 @@ CpuContextBytes PlanCpuContextBytes(const Model& model, const BackendOptions& op
   return b;
 }
 
+void BackendModel::ForwardBatch(std::span<BatchStep> steps) {
+  for (BatchStep& s : steps) {
+    try {
+      s.context->Forward(s.request, s.result);
+    } catch (...) {
+      s.error = std::current_exception();
+    }
+  }
+}
+
 }  // namespace gemma

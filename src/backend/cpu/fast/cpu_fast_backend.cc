@@ -88,6 +88,10 @@ class CpuFastModel : public BackendModel {
   // The audio tower: the reference's arithmetic with the linears on the pool (as the vision
   // tower's); the attention and convolutions stay the reference's.
   void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override;
+  // One step over the contexts' tokens: one pass over the weights (the linears and the head take
+  // all rows at once), attention per row on its own context's caches.
+  void ForwardBatch(std::span<BatchStep> steps) override;
+  bool batches_steps() const override { return true; }
 
   const Model& model_;
   ThreadPool pool_;
@@ -237,6 +241,7 @@ class CpuFastBackend : public Backend {
   }
 
   std::string name() const override { return "cpu-fast"; }
+  bool belongs_to(const CpuFastModel* model) const { return shared_.get() == model; }
   BackendCapabilities capabilities() const override {
     return {.logits = true, .select = true, .max_chunk = std::max(1, slack_), .soft_tokens = true};
   }
@@ -274,7 +279,41 @@ class CpuFastBackend : public Backend {
     }
   }
 
+  // ForwardBatch's work for validated one-token steps, on this context's scratch (the caller holds
+  // the model's run mutex; ctx[i] is steps[i]'s context, every one distinct).
+  void RunBatch(std::span<CpuFastBackend* const> ctx, std::span<BatchStep* const> steps) {
+    const int m = static_cast<int>(steps.size());
+    row_tok_.resize(m);
+    row_soft_.resize(m);
+    row_pos_.resize(m);
+    out_rows_.resize(m);
+    bool soft = false;
+    for (int t = 0; t < m; ++t) {
+      const ForwardRequest& req = steps[t]->request;
+      row_tok_[t] = req.tokens[0];
+      row_soft_[t] = req.soft.empty() ? nullptr : req.soft[0];
+      soft = soft || row_soft_[t];
+      row_pos_[t] = ctx[t]->cached();
+      out_rows_[t] = {&req, steps[t]->result};
+      steps[t]->result->ids.clear();
+      steps[t]->result->logprobs.clear();
+      steps[t]->result->logits.clear();
+    }
+    const int first_out = steps[0]->request.mode == OutputMode::kNone ? m : 0;
+    for (int t = 0; t < m; ++t) {
+      if ((steps[t]->request.mode == OutputMode::kNone) != (first_out == m))
+        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: kNone mixed with outputs");
+    }
+    RunRows(m, first_out, row_tok_.data(), soft ? row_soft_.data() : nullptr, ctx.data(),
+            row_pos_.data(), out_rows_.data());
+  }
+
  private:
+  // Where a row's outputs go.
+  struct OutRow {
+    const ForwardRequest* req;
+    ForwardResult* out;
+  };
   using Slot = CpuKvSlot;
 
   float Softcap(float z) const { return gemma::Softcap(cfg_, z); }
@@ -410,32 +449,36 @@ class CpuFastBackend : public Backend {
     }
   }
 
-  void Attention(const LayerPlan& p, Slot& slot, int m, int pos0) {
+  // Row t attends to the keys of cache `cache` of context ctx[t] up to position pos[t].
+  void Attention(const LayerPlan& p, int cache, int m, CpuFastBackend* const* ctx,
+                 const int* pos) {
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int group = nh / nkv;
-    const int need = p.window > 0 ? std::min(p.window, pos0 + m) : pos0 + m;  // keys per query
-    if (static_cast<int64_t>(m) * nh * need * hd < kMinParallelWork) {
-      for (int task = 0; task < m * nkv; ++task) TokenGroup(p, slot, pos0, task, 0, 1, 0);
+    int64_t keys = 0;  // keys read by all rows
+    for (int t = 0; t < m; ++t) keys += p.window > 0 ? std::min(p.window, pos[t] + 1) : pos[t] + 1;
+    if (keys * nh * hd < kMinParallelWork) {
+      for (int task = 0; task < m * nkv; ++task) TokenGroup(p, cache, ctx, pos, task, 0, 1, 0);
     } else {
       // One task per (token, kv head, part of its query heads); the heads of a task read each key
       // and value once (f32 -> f64 conversion amortized over them). Prefill: the whole group per
       // task; decode: the group split over the pool (E2B: 8 query heads, 1 kv head).
       const int parts = m < 2 * pool_.size() ? std::min(group, pool_.size()) : 1;
       pool_.Run(m * nkv * parts, [&](int task, int thread) {
-        TokenGroup(p, slot, pos0, task / parts, task % parts, parts, thread);
+        TokenGroup(p, cache, ctx, pos, task / parts, task % parts, parts, thread);
       });
     }
   }
 
   // Query heads [part * group / parts, (part + 1) * group / parts) of kv head task % nkv for
-  // token task / nkv.
-  void TokenGroup(const LayerPlan& p, Slot& slot, int pos0, int task, int part, int parts,
-                  int thread) {
+  // row task / nkv.
+  void TokenGroup(const LayerPlan& p, int cache, CpuFastBackend* const* ctx, const int* positions,
+                  int task, int part, int parts, int thread) {
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int group = nh / nkv;
     const int hb = part * group / parts, he = (part + 1) * group / parts;
     const int t = task / nkv, kvh = task % nkv;
-    const int pos = pos0 + t;
+    Slot& slot = ctx[t]->slots_[cache];
+    const int pos = positions[t];
     const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
     const int nk = pos - first + 1;
     const size_t ld = static_cast<size_t>(capacity_);
@@ -481,49 +524,67 @@ class CpuFastBackend : public Backend {
     for (int i = hb * hd; i < he * hd; ++i) o[i] = static_cast<float>(acc[i]);
   }
 
+  // Consecutive tokens of this context: rows of RunRows.
   void RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft,
                 bool last_chunk, const ForwardRequest& req, ForwardResult* out) {
-    int m = static_cast<int>(tokens.size());
+    const int m = static_cast<int>(tokens.size());
+    // Positions whose logits this chunk returns: [first_out, m).
+    const int first_out = req.mode == OutputMode::kNone ? m
+                          : req.all_positions           ? 0
+                          : last_chunk                  ? m - 1
+                                                        : m;
+    row_ctx_.assign(m, this);
+    row_pos_.resize(m);
+    for (int t = 0; t < m; ++t) row_pos_[t] = window_.cached() + t;
+    out_rows_.assign(m - first_out, OutRow{&req, out});
+    RunRows(m, first_out, tokens.data(), soft.empty() ? nullptr : soft.data(), row_ctx_.data(),
+            row_pos_.data(), out_rows_.data());
+  }
+
+  // Evaluates m rows on this context's scratch: row t is token tok[t] (or the soft token soft[t]
+  // where that is set) at position pos[t] of context ctx[t], whose caches it extends (a chunk: this
+  // context at consecutive positions; a batch: one row per context). Rows [first_out, m) produce
+  // outputs, row first_out + i for outs[i].
+  void RunRows(int m, int first_out, const int32_t* tok, const float* const* soft,
+               CpuFastBackend* const* ctx, const int* pos, const OutRow* outs) {
     const int H = cfg_.hidden_size;
     const int P = cfg_.hidden_size_per_layer_input;
     const int L = cfg_.num_layers;
-    int pos0 = window_.cached();
-    const int end = pos0 + m;
-    // Positions whose logits this chunk returns: [first_out, m).
-    int first_out = req.mode == OutputMode::kNone ? m
-                    : req.all_positions           ? 0
-                    : last_chunk                  ? m - 1
-                                                  : m;
-    window_.BeginWrite(pos0, m);
+    const int rows = m;
+    CpuFastBackend* const* row_ctx = ctx;
+    const int* row_pos = pos;
+    for (int t = 0; t < m; ++t) {
+      ctx[t]->window_.BeginWrite(pos[t], 1);
+      for (Slot& s : ctx[t]->slots_) s.Reserve(pos[t] + 1);
+    }
     const float eps = cfg_.rms_norm_eps;
-    for (Slot& s : slots_) s.Reserve(pos0 + m);
     EnsureScratch(m);
     float* x = x_.data();
     float* a = a_.data();
     float* tmp = tmp_.data();
 
     ForTokens(m, [&](int t) {
-      if (!soft.empty() && soft[t]) {
+      if (soft && soft[t]) {
         std::memcpy(x + static_cast<size_t>(t) * H, soft[t], sizeof(float) * H);
       } else {
-        ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]),
+        ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tok[t]),
                               x + static_cast<size_t>(t) * H);
       }
     });
 
-    // RoPE tables for this chunk's positions: sliding then full, half a head each.
+    // RoPE tables for the rows' positions: sliding then full, half a head each.
     const int hs = cfg_.head_dim / 2, hf = cfg_.global_head_dim / 2;
     for (int t = 0; t < m; ++t) {
       float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf)];
       float* sn = &rope_sin_[static_cast<size_t>(t) * (hs + hf)];
-      const float pos = static_cast<float>(pos0 + t);
+      const float pos_f = static_cast<float>(pos[t]);
       for (int i = 0; i < hs; ++i) {
-        const float f = pos * inv_freq_sliding_[i];
+        const float f = pos_f * inv_freq_sliding_[i];
         cs[i] = std::cos(f);
         sn[i] = std::sin(f);
       }
       for (int i = 0; i < hf; ++i) {
-        const float f = pos * inv_freq_full_[i];
+        const float f = pos_f * inv_freq_full_[i];
         cs[hs + i] = std::cos(f);
         sn[hs + i] = std::sin(f);
       }
@@ -536,7 +597,7 @@ class CpuFastBackend : public Backend {
       const float in_scale = model_.ple_input_scale();
       const float* norm = model_.ple_proj_norm().data();
       for (int t = 0; t < m; ++t) {
-        ref::EmbeddingRowFast(model_.ple_embed(), model_.EmbedId(tokens[t]), ple_tok_.data());
+        ref::EmbeddingRowFast(model_.ple_embed(), model_.EmbedId(tok[t]), ple_tok_.data());
         float* row = &ple_[static_cast<size_t>(t) * LP];
         fast::ScaleF32(proj_scale, LP, row);
         for (int l = 0; l < L; ++l) fast::RmsNorm(row + l * P, P, norm, eps, row + l * P);
@@ -562,7 +623,8 @@ class CpuFastBackend : public Backend {
           const size_t lp = static_cast<size_t>(L) * P;
           std::memmove(ple_.data(), ple_.data() + first_out * lp, sizeof(float) * keep * lp);
         }
-        pos0 += first_out;
+        ctx += first_out;
+        pos += first_out;
         m = keep;
         first_out = 0;
       }
@@ -590,7 +652,7 @@ class CpuFastBackend : public Backend {
           Rope(qh, hd, cs, sn);
         }
       });
-      Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+      const int cache = model_.layers()[p.kv_layer].cache_slot;
       if (!p.kv_shared) {
         ForTokens(m, [&](int t) {
           const float* cs = &rope_cos_[static_cast<size_t>(t) * (hs + hf) + rope_off];
@@ -602,12 +664,13 @@ class CpuFastBackend : public Backend {
             Rope(kh, hd, cs, sn);
             fast::RmsNorm(vh, hd, nullptr, eps, vh);
           }
-          std::copy_n(&k_[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.K(pos0 + t));
-          std::copy_n(&v_[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.V(pos0 + t));
+          Slot& slot = ctx[t]->slots_[cache];
+          std::copy_n(&k_[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.K(pos[t]));
+          std::copy_n(&v_[static_cast<size_t>(t) * nkv * hd], nkv * hd, slot.V(pos[t]));
         });
       }
 
-      Attention(p, slot, m, pos0);
+      Attention(p, cache, m, ctx, pos);
       RunLinear(lw.o, attn_.data(), m, tmp);
       ForTokens(m, [&](int t) {
         float* tt = tmp + static_cast<size_t>(t) * H;
@@ -659,22 +722,30 @@ class CpuFastBackend : public Backend {
       fast::ScaleF32(w.layer_scalar, m * H, x);
     }
 
-    window_.Commit(end);
+    for (int t = 0; t < rows; ++t) row_ctx[t]->window_.Commit(row_pos[t] + 1);
 
-    if (req.mode == OutputMode::kNone) return;
-    for (int t = first_out; t < m; ++t) {
-      fast::RmsNorm(x + static_cast<size_t>(t) * H, H, model_.final_norm().data(), eps,
-                    hnorm_.data());
-      RunLinear(weights_.lm_head(), hnorm_.data(), 1, logits_.data());
-      Emit(req, out);
+    // The head over the output rows, kHeadRows at a time (its weights read once per group).
+    const int V = cfg_.vocab_size;
+    for (int t0 = first_out; t0 < m; t0 += kHeadRows) {
+      const int g = std::min(kHeadRows, m - t0);
+      Grow(hnorm_, static_cast<size_t>(g) * H);
+      Grow(logits_, static_cast<size_t>(g) * V);
+      for (int t = 0; t < g; ++t) {
+        fast::RmsNorm(x + static_cast<size_t>(t0 + t) * H, H, model_.final_norm().data(), eps,
+                      hnorm_.data() + static_cast<size_t>(t) * H);
+      }
+      RunLinear(weights_.lm_head(), hnorm_.data(), g, logits_.data());
+      for (int t = 0; t < g; ++t) {
+        const OutRow& o = outs[t0 + t - first_out];
+        Emit(*o.req, o.out, logits_.data() + static_cast<size_t>(t) * V);
+      }
     }
   }
 
-  // Softcaps logits_ in place (exactly as the reference).
-  void CapAll() {
+  // Softcaps the logits z in place (exactly as the reference).
+  void CapAll(float* z) {
     if (!cfg_.final_logit_softcapping) return;
     const int V = cfg_.vocab_size;
-    float* z = logits_.data();
     if (!cap_table_.empty()) {
       const float s = model_.lm_head().out_scale;
       fast::TableLookupMul(z, V, s, cap_table_.data(), nullptr, z);
@@ -690,9 +761,8 @@ class CpuFastBackend : public Backend {
   // Lowest id with the largest softcapped logit, computing the softcap for few candidates only:
   // tanh is monotone, so the ids whose capped value equals the maximum are exactly those whose raw
   // logit is at least the smallest raw value that caps to the maximum.
-  int ArgmaxCapped() const {
+  int ArgmaxCapped(const float* z) const {
     const int V = cfg_.vocab_size;
-    const float* z = logits_.data();
     int best = 0;
     for (int i = 1; i < V; ++i) {
       if (z[i] > z[best]) best = i;
@@ -724,9 +794,8 @@ class CpuFastBackend : public Backend {
   // capped logit, log-softmax in f64 summed in id order) with the capped logits' levels kept, so
   // the 262,144 exps are 256 (every capped logit is a table value) and the capping, maximum and
   // allowed argmax run in chunks on the pool; only the f64 sum stays sequential.
-  void SelectByLevels(const ForwardRequest& req, ForwardResult* out) {
+  void SelectByLevels(const ForwardRequest& req, ForwardResult* out, float* z) {
     const int V = cfg_.vocab_size;
-    float* z = logits_.data();
     uint8_t* lev = levels_.data();
     const std::vector<uint64_t>& allowed = *req.allowed;
     std::array<int, 64> arg{};
@@ -762,7 +831,8 @@ class CpuFastBackend : public Backend {
     out->logprobs.push_back(static_cast<float>(z[best] - mx - std::log(sum)));
   }
 
-  void Emit(const ForwardRequest& req, ForwardResult* out) {
+  // The request's output from one position's logits z (capped in place).
+  void Emit(const ForwardRequest& req, ForwardResult* out, float* z) {
     const int V = cfg_.vocab_size;
     switch (req.mode) {
       case OutputMode::kArgmax:
@@ -775,42 +845,42 @@ class CpuFastBackend : public Backend {
           pool_.Run(used, [&](int c, int) {
             const int b = c * clen, e = std::min(V, b + clen);
             arg[c] =
-                b < e ? b + fast::TableLookupArgmax(logits_.data() + b, e - b,
-                                                    model_.lm_head().out_scale, cap_table_.data())
+                b < e ? b + fast::TableLookupArgmax(z + b, e - b, model_.lm_head().out_scale,
+                                                    cap_table_.data())
                       : -1;
           });
           int best = arg[0];
           for (int c = 1; c < used; ++c) {
-            if (arg[c] >= 0 && logits_[arg[c]] > logits_[best]) best = arg[c];
+            if (arg[c] >= 0 && z[arg[c]] > z[best]) best = arg[c];
           }
           out->ids.push_back(best);
         } else {
-          out->ids.push_back(ArgmaxCapped());
+          out->ids.push_back(ArgmaxCapped(z));
         }
         break;
       case OutputMode::kLogits:
-        CapAll();
-        out->logits.insert(out->logits.end(), logits_.begin(), logits_.begin() + V);
+        CapAll(z);
+        out->logits.insert(out->logits.end(), z, z + V);
         break;
       case OutputMode::kSelect: {
         if (!cap_table_.empty()) {
-          SelectByLevels(req, out);
+          SelectByLevels(req, out, z);
           break;
         }
-        CapAll();
+        CapAll(z);
         int best = -1;
         double mx = -std::numeric_limits<double>::infinity();
         for (int i = 0; i < V; ++i) {
-          mx = std::max(mx, static_cast<double>(logits_[i]));
+          mx = std::max(mx, static_cast<double>(z[i]));
           if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
-            if (best < 0 || logits_[i] > logits_[best]) best = i;
+            if (best < 0 || z[i] > z[best]) best = i;
           }
         }
         if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
         double sum = 0;
-        for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits_[i]) - mx);
+        for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(z[i]) - mx);
         out->ids.push_back(best);
-        out->logprobs.push_back(static_cast<float>(logits_[best] - mx - std::log(sum)));
+        out->logprobs.push_back(static_cast<float>(z[best] - mx - std::log(sum)));
         break;
       }
       case OutputMode::kNone:
@@ -839,11 +909,50 @@ class CpuFastBackend : public Backend {
   std::vector<int8_t> qa_[kMaxJobs];  // quantized activations, one buffer per job slot
   std::vector<int32_t> qsum_[kMaxJobs];
   std::vector<std::vector<double>> scores_, acc_, qd_;  // per thread
+  // RunRows' row descriptions (RunChunk, RunBatch).
+  std::vector<CpuFastBackend*> row_ctx_;
+  std::vector<int> row_pos_;
+  std::vector<int32_t> row_tok_;
+  std::vector<const float*> row_soft_;
+  std::vector<OutRow> out_rows_;
+  // Output rows per pass of the head (E2B: 1 MiB of logits each).
+  static constexpr int kHeadRows = 16;
 };
 
 std::unique_ptr<Backend> CpuFastModel::NewContext(const BackendOptions& options) {
   return std::make_unique<CpuFastBackend>(
       std::static_pointer_cast<CpuFastModel>(shared_from_this()), options);
+}
+
+void CpuFastModel::ForwardBatch(std::span<BatchStep> steps) {
+  std::vector<CpuFastBackend*> ctx;
+  std::vector<BatchStep*> valid;
+  for (BatchStep& s : steps) {
+    try {
+      auto* c = dynamic_cast<CpuFastBackend*>(s.context);
+      if (!c || !c->belongs_to(this))
+        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context of another model");
+      if (s.request.tokens.size() != 1)
+        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a step is one token");
+      if (std::find(ctx.begin(), ctx.end(), c) != ctx.end())
+        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context twice in one batch");
+      ValidateForward(s.request, c->cached(), c->capacity(), model_.text().vocab_size);
+      ctx.push_back(c);
+      valid.push_back(&s);
+    } catch (...) {
+      s.error = std::current_exception();
+    }
+  }
+  if (valid.empty()) return;
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  // The scratch of the context with the largest capacity (attention scores are sized by it).
+  CpuFastBackend* lead = *std::max_element(
+      ctx.begin(), ctx.end(), [](auto* a, auto* b) { return a->capacity() < b->capacity(); });
+  try {
+    lead->RunBatch(ctx, valid);
+  } catch (...) {
+    for (BatchStep* s : valid) s->error = std::current_exception();
+  }
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 // 34): see tests/decode_diff_util.h. GEMMA_DIFF_CONFIGS=N runs N configurations of each format.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
+#include <random>
 
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #include "decode_diff_util.h"
+#include "gemma/error.h"
 
 namespace gemma {
 namespace {
@@ -33,6 +36,102 @@ TEST(CpuFastDecodeDiff, IssueLayoutDecodesLikeTheReference) {
 
 TEST(CpuFastDecodeDiff, RandomConfigsDecodeLikeTheReference) {
   RunDiffConfigs(/*configs=*/6, /*first_seed=*/100, /*steps=*/250, kDenseTol, MakeFast);
+}
+
+// Batched decode (issue 43): contexts of one model advanced together by ForwardBatch give bit for
+// bit what each gives alone, in every output mode, as sequences join and leave between steps, with
+// caches wrapping their sliding rings; a bad step fails alone and leaves its context unchanged.
+TEST(CpuFastBatch, BatchedStepsAreBitIdenticalToSoloSteps) {
+  for (uint64_t seed : {300u, 301u}) {
+    for (bool qat : {false, true}) {
+      DiffModel dm(seed, qat);
+      const Model& model = *dm.model;
+      const int V = model.text().vocab_size;
+      auto batched = CreateCpuFastModel(model, 2);
+      auto solo = CreateCpuFastModel(model, 2);
+      constexpr int kSeqs = 6;
+      std::mt19937_64 rng(seed * 7 + qat);
+      std::vector<std::unique_ptr<Backend>> b, s;
+      for (int i = 0; i < kSeqs; ++i) {
+        b.push_back(batched->NewContext({.capacity = 256, .slack = 4}));
+        s.push_back(solo->NewContext({.capacity = 256, .slack = 4}));
+        std::vector<int32_t> prompt(1 + rng() % 40);
+        for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
+        ForwardResult r1, r2;
+        b[i]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r1);
+        s[i]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r2);
+      }
+      std::vector<uint64_t> mask((V + 63) / 64);
+      for (int step = 0; step < 60; ++step) {
+        for (uint64_t& w : mask) w = rng() | rng();
+        std::vector<BatchStep> steps;
+        std::vector<int32_t> tokens(kSeqs);
+        std::vector<int> who;
+        std::vector<ForwardResult> got(kSeqs + 1), want(kSeqs);
+        std::vector<OutputMode> modes(kSeqs);
+        for (int i = 0; i < kSeqs; ++i) {
+          if (rng() % 10 < 3) continue;  // this sequence sits the step out
+          tokens[i] = static_cast<int32_t>(rng() % V);
+          const OutputMode modes_all[] = {OutputMode::kArgmax, OutputMode::kLogits,
+                                          OutputMode::kSelect};
+          modes[i] = modes_all[rng() % 3];
+          who.push_back(i);
+        }
+        for (int i : who) {
+          steps.push_back({.context = b[i].get(),
+                           .request = {.tokens = std::span<const int32_t>(&tokens[i], 1),
+                                       .mode = modes[i],
+                                       .allowed = modes[i] == OutputMode::kSelect ? &mask : nullptr},
+                           .result = &got[i]});
+        }
+        // Every fifth step a bad one (a token outside the vocabulary) on a sitting-out context.
+        const int32_t bad = V;
+        int bad_ctx = -1;
+        if (step % 5 == 0 && static_cast<int>(who.size()) < kSeqs) {
+          for (int i = 0; i < kSeqs && bad_ctx < 0; ++i)
+            if (std::find(who.begin(), who.end(), i) == who.end()) bad_ctx = i;
+          steps.push_back({.context = b[bad_ctx].get(),
+                           .request = {.tokens = std::span<const int32_t>(&bad, 1)},
+                           .result = &got[kSeqs]});
+        }
+        std::shuffle(steps.begin(), steps.end(), rng);
+        const int bad_cached = bad_ctx >= 0 ? b[bad_ctx]->cached() : 0;
+        batched->ForwardBatch(steps);
+        for (const BatchStep& st : steps) {
+          if (st.context == (bad_ctx >= 0 ? b[bad_ctx].get() : nullptr)) {
+            ASSERT_TRUE(st.error) << "the bad step did not fail";
+            EXPECT_THROW(std::rethrow_exception(st.error), Error);
+          } else {
+            ASSERT_FALSE(st.error) << "a good step failed";
+          }
+        }
+        if (bad_ctx >= 0) EXPECT_EQ(b[bad_ctx]->cached(), bad_cached);
+        for (int i : who) {
+          s[i]->Forward({.tokens = std::span<const int32_t>(&tokens[i], 1),
+                         .mode = modes[i],
+                         .allowed = modes[i] == OutputMode::kSelect ? &mask : nullptr},
+                        &want[i]);
+          ASSERT_EQ(b[i]->cached(), s[i]->cached());
+          ASSERT_EQ(got[i].ids, want[i].ids) << "seed " << seed << " step " << step << " seq " << i;
+          ASSERT_EQ(got[i].logprobs, want[i].logprobs) << "seed " << seed << " step " << step;
+          ASSERT_EQ(got[i].logits.size(), want[i].logits.size());
+          ASSERT_EQ(0, std::memcmp(got[i].logits.data(), want[i].logits.data(),
+                                   got[i].logits.size() * sizeof(float)))
+              << "seed " << seed << (qat ? " qat" : " dense") << " step " << step << " seq " << i;
+        }
+      }
+      // Contexts of another model are refused.
+      auto other = solo->NewContext({.capacity = 16});
+      const int32_t t0 = 0;
+      ForwardResult r;
+      std::vector<BatchStep> foreign = {
+          {.context = other.get(), .request = {.tokens = std::span<const int32_t>(&t0, 1)},
+           .result = &r}};
+      batched->ForwardBatch(foreign);
+      EXPECT_TRUE(foreign[0].error);
+      EXPECT_EQ(other->cached(), 0);
+    }
+  }
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ struct EngineOptions {
   // as lavapipe only with backend "vulkan"). GEMMA_VULKAN_DEVICE (index or name substring)
   // overrides it.
   int device_index = -1;
+  // Batched decode: one-token steps of sessions decoding at the same time are evaluated together,
+  // up to this many per step (the weights read once for all), each with exactly its solo result.
+  // Backends that gain from it only (the fast CPU backend); 1 = every session steps alone.
+  int max_batch = 16;
 };
 
 // One image of a request. With Input::text or Input::messages every "<|image|>" placeholder (the
@@ -266,6 +270,8 @@ struct Telemetry {
   size_t resident_bytes = 0;  // process RSS at the end
   // Speculative decoding: verification steps, tokens drafted and of them accepted.
   int verify_steps = 0, drafted = 0, accepted = 0;
+  // Batched decode: steps evaluated together with other sessions' steps, and the largest batch.
+  int batched_steps = 0, max_batch = 0;
 };
 
 struct Result {

@@ -19,6 +19,7 @@
 #include "media/video.h"
 #include "runtime/backend_factory.h"
 #include "runtime/engine_impl.h"
+#include "runtime/step_batcher.h"
 
 namespace gemma {
 
@@ -62,6 +63,8 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   }
   capacity_ = std::min(options.context_capacity, model_->text().max_position_embeddings);
   if (capacity_ <= 0) throw Error(ErrorCode::kInvalidArgument, "context_capacity must be positive");
+  if (options.max_batch < 1 || options.max_batch > 256)
+    throw Error(ErrorCode::kInvalidArgument, "max_batch must be in 1..256");
   // A CPU context that could not grow to its capacity on this machine is refused now, naming the
   // bytes, instead of being killed for memory in the middle of a long prefill.
   host_memory_checks_ = options.backend == "cpu" || options.backend == "cpu-ref";
@@ -74,6 +77,8 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   backend_model_ = std::move(start.model);
   first_context_ = std::move(start.context);
   backend_name_ = first_context_->name();
+  if (options.max_batch > 1 && backend_model_->batches_steps())
+    batcher_ = std::make_unique<StepBatcher>(*backend_model_, options.max_batch);
   const GenerationDefaults g = LoadGenerationDefaults(options.model_path);
   if (auto t = g.EffectiveTemperature()) defaults_.temperature = *t;
   if (g.top_k) defaults_.top_k = *g.top_k;

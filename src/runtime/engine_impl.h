@@ -15,6 +15,7 @@
 #include "media/audio_features.h"
 #include "media/image_processor.h"
 #include "model/model.h"
+#include "runtime/step_batcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gemma {
@@ -64,6 +65,9 @@ class EngineImpl : public Engine {
   const Tokenizer& tokenizer() const;  // Error(kTokenizer) without one
   const Model& model() const { return *model_; }
   BackendModel& backend_model() const { return *backend_model_; }
+  // Batched decode across sessions; null when off (EngineOptions::max_batch 1, or a backend that
+  // does not gain from it).
+  StepBatcher* batcher() const { return batcher_.get(); }
   // Whether sessions' caches live in host memory sized by PlanCpuContextBytes (the CPU backends):
   // requests then check the memory they would add before the caches grow.
   bool host_memory_checks() const { return host_memory_checks_; }
@@ -82,6 +86,7 @@ class EngineImpl : public Engine {
   std::shared_ptr<BackendModel> backend_model_;
   mutable std::once_flag vocab_once_;
   mutable std::shared_ptr<const constrain::Vocabulary> vocab_;
+  std::unique_ptr<StepBatcher> batcher_;
   std::unique_ptr<Backend> first_context_;  // made at load so a bad device fails there
   std::mutex first_context_mutex_;
   std::string backend_name_;

@@ -407,6 +407,16 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     TruncateExact(evaluated_.size() - ahead.size());
     ahead.clear();
   };
+  // Batched decode: plain one-token steps go through the engine's batcher (with other sessions'
+  // steps pending at the same time); this session leaves it when the loop ends, however it ends.
+  StepBatcher* const batcher = engine_->batcher();
+  struct LeaveBatcher {
+    StepBatcher* b;
+    Backend* c;
+    ~LeaveBatcher() {
+      if (b) b->Leave(c);
+    }
+  } leave_batcher{batcher, backend_.get()};
   result.stop_reason = StopReason::kLength;
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const std::span<const float> logits(fr.logits);
@@ -471,12 +481,19 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     if (draft.empty()) {
       const std::vector<uint64_t>* step_mask =
           mode == OutputMode::kSelect ? policy.Mask() : nullptr;
-      backend_->Forward(
-          {.tokens = std::span<const int32_t>(&token, 1), .mode = mode, .allowed = step_mask},
-          &fr);
+      const ForwardRequest one{
+          .tokens = std::span<const int32_t>(&token, 1), .mode = mode, .allowed = step_mask};
+      if (batcher) {
+        const int size = batcher->Step(backend_.get(), one, &fr);
+        if (size > 1) ++tel.batched_steps;
+        tel.max_batch = std::max(tel.max_batch, size);
+      } else {
+        backend_->Forward(one, &fr);
+      }
       evaluated_.push_back(token);
       continue;
     }
+    if (batcher) batcher->Leave(backend_.get());  // (a verification step runs alone)
     // One step over the token and its draft: the argmax after each; drafts are kept while they
     // equal the model's choice, the rest rolled back.
     std::vector<int32_t> seq = {token};

@@ -160,9 +160,12 @@ enum class PrefillStrategy { kAuto, kSequential, kChunked };
 
 // Speculative decoding: tokens drafted ahead and verified by one backend step that evaluates them
 // all (the caches roll back past the first rejected one). Greedy output is token for token what
-// plain decoding gives. Applied to exact greedy decoding (temperature 0, no penalties, logit bias
-// or constraint that needs the full logits, no logprobs) of text prompts; elsewhere it is off and
-// Result::resolved_config says so.
+// plain decoding gives; sampled output follows the standard accept/reject rule (a drafted token
+// is accepted with its probability under the request's final distribution, after every filter
+// and penalty, else the token is drawn from the rest), carried out with the sampler's own draw, so
+// a seeded request gives plain decoding's tokens. Applied to text prompts decoded greedily without
+// a constraint or from the logits (sampling, penalties, logprobs, constraints with sampling); off
+// for constrained greedy decoding and media prompts, where Result::resolved_config says so.
 struct SpeculativeOptions {
   enum class Mode { kOff, kPromptLookup };
   Mode mode = Mode::kOff;

@@ -361,8 +361,10 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   const SpeculativeOptions& spec = options.speculative;
   if (spec.mode != SpeculativeOptions::Mode::kOff && (spec.max_draft < 1 || spec.max_draft > 6))
     throw Error(ErrorCode::kInvalidArgument, "speculative.max_draft must be in 1..6");
+  // Greedy (argmax) and sampled (logits) steps; not constrained greedy (kSelect: each position's
+  // mask depends on the tokens accepted before it) nor media prompts.
   const bool speculate = spec.mode == SpeculativeOptions::Mode::kPromptLookup &&
-                         mode == OutputMode::kArgmax && !options.logprobs &&
+                         (mode == OutputMode::kArgmax || mode == OutputMode::kLogits) &&
                          prep.images.empty() && media_.empty();
   if (options.on_accepted) {
     try {
@@ -399,10 +401,25 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   decode::PromptLookupDraft lookup;
   decode::DraftPolicy drafts(spec.max_draft);
   std::vector<int32_t> history;
-  // Drafted tokens the caches hold, verified (each with the model's choice after it), not yet
-  // emitted.
-  std::deque<std::pair<int32_t, int32_t>> ahead;
+  // Speculation. A verification step evaluates the token and its draft and returns the output
+  // (argmax id or logits) after each. The draft is a point mass, so the standard rule (accept
+  // draft d with probability p(d), else draw from the residual p without d) is carried out by
+  // drawing the next token from p as plain decoding does and accepting d when the draw is d: the
+  // emitted tokens have exactly plain decoding's distribution and, with a seed, are plain
+  // decoding's tokens (one draw per token either way, on logits the backends give bit for bit).
+  ForwardResult vr;
+  const int V = engine_->vocab_size();
+  int row = -1;  // the output the next choice reads: -1 = fr, else row `row` of vr
+  std::deque<int32_t> ahead;  // drafted tokens the caches hold past the emitted ones
+  int run_drafted = 0, run_accepted = 0;  // the current draft's length and tokens accepted
+  auto end_run = [&] {
+    if (run_drafted == 0) return;
+    tel.accepted += run_accepted;
+    drafts.Record(run_drafted, run_accepted);
+    run_drafted = run_accepted = 0;
+  };
   auto drop_ahead = [&] {
+    end_run();
     if (ahead.empty()) return;
     TruncateExact(evaluated_.size() - ahead.size());
     ahead.clear();
@@ -419,9 +436,16 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   } leave_batcher{batcher, backend_.get()};
   result.stop_reason = StopReason::kLength;
   for (int i = 0; i < options.max_new_tokens; ++i) {
-    const std::span<const float> logits(fr.logits);
-    const decode::SampleResult s = policy.Choose(logits, fr.ids.empty() ? -1 : fr.ids.back(),
-                                                 fr.logprobs.empty() ? 0.f : fr.logprobs.back());
+    decode::SampleResult s;
+    if (row < 0) {
+      s = policy.Choose(fr.logits, fr.ids.empty() ? -1 : fr.ids.back(),
+                        fr.logprobs.empty() ? 0.f : fr.logprobs.back());
+    } else if (mode == OutputMode::kLogits) {
+      s = policy.Choose(std::span<const float>(vr.logits).subspan(static_cast<size_t>(row) * V, V),
+                        -1, 0.f);
+    } else {
+      s = policy.Choose({}, vr.ids[row], 0.f);
+    }
     const int32_t token = s.token;
     if (options.logprobs) {
       TokenLogprob lp{token, s.logprob, {}};
@@ -462,13 +486,16 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     if (stop.stop_requested())
       throw Error(ErrorCode::kCancelled, "cancelled before evaluating a token");
     step.Reset();
-    if (!ahead.empty() && ahead.front().first == token) {
-      // Verified already: the caches hold `token` and the step gave its successor.
-      fr.ids.assign(1, ahead.front().second);
+    if (!ahead.empty() && ahead.front() == token) {
+      // The draft's token: the caches hold it and the verification step gave the output after it.
       ahead.pop_front();
+      ++row;
+      ++run_accepted;
+      if (ahead.empty()) end_run();
       continue;
     }
-    drop_ahead();  // (greedy never departs from a verified draft; kept for safety)
+    drop_ahead();  // the draw departed from the draft: its remaining tokens leave the caches
+    row = -1;
     int k = speculate ? drafts.Next() : 0;
     k = std::min({k, options.max_new_tokens - i - 1,
                   backend_->capacity() - backend_->cached() - 1});
@@ -494,22 +521,17 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
       continue;
     }
     if (batcher) batcher->Leave(backend_.get());  // (a verification step runs alone)
-    // One step over the token and its draft: the argmax after each; drafts are kept while they
-    // equal the model's choice, the rest rolled back.
+    // One step over the token and its draft, the output after each; the choices then walk the
+    // rows while they draw the drafted tokens.
     std::vector<int32_t> seq = {token};
     seq.insert(seq.end(), draft.begin(), draft.end());
-    ForwardResult vr;
-    backend_->Forward({.tokens = seq, .mode = OutputMode::kArgmax, .all_positions = true}, &vr);
-    size_t a = 0;
-    while (a < draft.size() && draft[a] == vr.ids[a]) ++a;
+    backend_->Forward({.tokens = seq, .mode = mode, .all_positions = true}, &vr);
     evaluated_.insert(evaluated_.end(), seq.begin(), seq.end());
-    if (a < draft.size()) TruncateExact(evaluated_.size() - (draft.size() - a));
-    for (size_t j = 0; j < a; ++j) ahead.emplace_back(draft[j], vr.ids[j + 1]);
-    fr.ids.assign(1, vr.ids[0]);
+    ahead.assign(draft.begin(), draft.end());
+    row = 0;
+    run_drafted = static_cast<int>(draft.size());
     ++tel.verify_steps;
-    tel.drafted += static_cast<int>(draft.size());
-    tel.accepted += static_cast<int>(a);
-    drafts.Record(static_cast<int>(draft.size()), static_cast<int>(a));
+    tel.drafted += run_drafted;
   }
   // Verified tokens past the last one evaluated as plain decoding would have it: dropped.
   drop_ahead();

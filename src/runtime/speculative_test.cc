@@ -4,6 +4,10 @@
 // leaves them (a following turn reuses them and decodes the same).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -89,15 +93,141 @@ TEST(Speculative, GreedyTokensEqualPlainDecodingOnEveryBackend) {
   }
 }
 
+// Sampling: the draft is accepted when the sampler's own draw equals it, so with a seed the tokens,
+// their log-probs and the caches are plain sampling's, under every filter and penalty and a
+// constraint applied to the logits.
+TEST(Speculative, SeededSamplingGivesPlainSamplingsTokens) {
+  const std::string trained = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  int drafted = 0, accepted = 0;
+  for (const std::string& backend : {"cpu-ref", "cpu"}) {
+    for (const std::string& dir : {trained, trained + "/qat"}) {
+      SCOPED_TRACE(backend + " " + dir);
+      auto engine = Engine::Load({.model_path = dir, .backend = backend, .context_capacity = 512});
+      const Input input = Input::Messages(nlohmann::json::array(
+          {{{"role", "user"},
+            {"content",
+             "Repeat after me: the package manager installs the package and the package manager "
+             "removes the package. The package manager installs the package."}}}));
+      // (the reference backend is slow: one case there)
+      const bool ref = backend == "cpu-ref";
+      if (ref && dir == trained) continue;
+      for (int variant = 0; variant < (ref ? 1 : 3); ++variant) {
+        GenerateOptions o;
+        o.max_new_tokens = 40;
+        o.temperature = variant == 0 ? 0.7 : 1.0;
+        o.top_k = variant == 1 ? 20 : 0;
+        o.top_p = variant == 1 ? 0.9 : 1.0;
+        o.min_p = variant == 2 ? 0.02 : 0.0;
+        o.repetition_penalty = variant == 1 ? 1.15 : 1.0;
+        o.presence_penalty = variant == 2 ? 0.3 : 0.0;
+        o.logprobs = variant == 0;
+        o.top_logprobs = variant == 0 ? 2 : 0;
+        if (variant == 2) {
+          o.constraint.kind = OutputConstraint::Kind::kRegex;
+          o.constraint.regex = "[a-z ]{1,80}\\.";
+        }
+        for (uint64_t seed : {1u, 2u, 3u}) {
+          if (ref && seed > 1) break;
+          o.seed = seed;
+          o.speculative.mode = SpeculativeOptions::Mode::kOff;
+          auto plain_session = engine->NewSession();
+          const Result plain = plain_session->Generate(input, o);
+          o.speculative.mode = SpeculativeOptions::Mode::kPromptLookup;
+          o.speculative.max_draft = 4;
+          auto spec_session = engine->NewSession();
+          const Result spec = spec_session->Generate(input, o);
+          ASSERT_EQ(spec.tokens, plain.tokens) << "variant " << variant << " seed " << seed;
+          ASSERT_EQ(spec.logprobs.size(), plain.logprobs.size());
+          for (size_t t = 0; t < spec.logprobs.size(); ++t) {
+            EXPECT_EQ(spec.logprobs[t].logprob, plain.logprobs[t].logprob);
+            EXPECT_EQ(spec.logprobs[t].top, plain.logprobs[t].top);
+          }
+          EXPECT_EQ(spec.stop_reason, plain.stop_reason);
+          EXPECT_EQ(spec_session->evaluated(), plain_session->evaluated());
+          EXPECT_TRUE(spec.resolved_config["speculative"]["applied"].get<bool>());
+          drafted += spec.telemetry.drafted;
+          accepted += spec.telemetry.accepted;
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+}
+
+// The same as a statistical statement, independent of seeds: the second generated token's
+// distribution over 400 seeds with speculation and 400 other seeds without. Their total-variation
+// distance must be within what two samples of one distribution show at the 0.1% level (its null
+// distribution by a permutation test on the pooled samples, 2,000 permutations).
+TEST(Speculative, SampledTokenDistributionEqualsPlainSampling) {
+  auto engine = Engine::Load({.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained",
+                              .backend = "cpu",
+                              .context_capacity = 1024});
+  // A long, varied prompt: the first sampled token has most often occurred in it, so a draft
+  // (what followed it there) is verified for the second.
+  std::ifstream f(std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained/heldout_sample.txt");
+  std::string text(1500, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(f.gcount()));
+  text.resize(text.rfind(". ") + 1);  // (a sentence's end: the next token starts a word)
+  const Input input = Input::Text(text);
+  int drafted = 0;
+  constexpr int kSeeds = 400;
+  auto sample = [&](bool spec, uint64_t seed0) {
+    std::vector<int32_t> second;
+    auto session = engine->NewSession();
+    for (int i = 0; i < kSeeds; ++i) {
+      GenerateOptions o;
+      o.max_new_tokens = 2;
+      o.ignore_eos = true;
+      o.temperature = 1.0;
+      o.seed = seed0 + i;
+      if (spec) o.speculative.mode = SpeculativeOptions::Mode::kPromptLookup;
+      const Result r = session->Generate(input, o);
+      second.push_back(r.tokens.at(1));
+      drafted += r.telemetry.drafted;
+    }
+    return second;
+  };
+  const std::vector<int32_t> a = sample(true, 0), b = sample(false, 100000);
+  auto tv = [](const std::vector<int32_t>& x, const std::vector<int32_t>& y) {
+    std::map<int32_t, double> d;
+    for (int32_t t : x) d[t] += 1.0 / x.size();
+    for (int32_t t : y) d[t] -= 1.0 / y.size();
+    double s = 0;
+    for (const auto& [t, v] : d) s += std::abs(v);
+    return s / 2;
+  };
+  const double observed = tv(a, b);
+  std::vector<int32_t> pool = a;
+  pool.insert(pool.end(), b.begin(), b.end());
+  std::mt19937_64 rng(7);
+  int as_large = 0;
+  constexpr int kPermutations = 2000;
+  for (int p = 0; p < kPermutations; ++p) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    const std::vector<int32_t> x(pool.begin(), pool.begin() + kSeeds), y(pool.begin() + kSeeds, pool.end());
+    if (tv(x, y) >= observed) ++as_large;
+  }
+  const double p_value = static_cast<double>(as_large + 1) / (kPermutations + 1);
+  EXPECT_GT(drafted, kSeeds / 2) << "too few drafts for the test to see the rule: " << drafted;
+  RecordProperty("tv", std::to_string(observed));
+  EXPECT_GT(p_value, 0.001) << "total variation " << observed;
+}
+
 TEST(Speculative, OffWhereItCannotBeExactAndRejectsBadSettings) {
-  auto engine = Engine::Load({.model_path = Fixture("tiny_qat"), .backend = "cpu-ref"});
+  auto engine = Engine::Load(
+      {.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained", .backend = "cpu-ref"});
   const std::vector<int32_t> prompt = {2, 17, 93, 5, 17, 93, 5};
   GenerateOptions o = Greedy(6, true);
-  o.logprobs = true;  // needs every token's log-prob: plain steps
+  // Constrained greedy (select steps: each position's mask depends on the tokens before it).
+  o.constraint.kind = OutputConstraint::Kind::kRegex;
+  o.constraint.regex = "(.|\n)*";
   const Result r = engine->NewSession()->Generate(Input::Ids(prompt), o);
   EXPECT_FALSE(r.resolved_config["speculative"]["applied"].get<bool>());
   EXPECT_EQ(r.telemetry.verify_steps, 0);
-  EXPECT_EQ(r.tokens, engine->NewSession()->Generate(Input::Ids(prompt), Greedy(6, false)).tokens);
+  o.speculative.mode = SpeculativeOptions::Mode::kOff;
+  EXPECT_EQ(r.tokens, engine->NewSession()->Generate(Input::Ids(prompt), o).tokens);
   GenerateOptions bad = Greedy(6, true, 7);
   try {
     engine->NewSession()->Generate(Input::Ids(prompt), bad);

@@ -264,8 +264,9 @@ void ExpectFullWidthSteps(const Model& model, const BackendOptions& opt, double 
 // first block early (PFE), the PLE gate's and the looping head's too, at the kernel's start
 // (PFE_LATE 0; the default issues them after a prologue's operand loads). The prompt's rows are
 // decoded on the device (embed_rows.comp: E2B's int2 embedding rows, int4 PLE rows with a scale
-// block per layer, rows longer than a workgroup's pass).
-TEST(VulkanBackend, FullWidthModelMatchesReference) {
+// block per layer, rows longer than a workgroup's pass). CI runs the default setting; the others
+// are opt-in arms (the slow tier: FullWidthModelVariantsMatchReference).
+void FullWidthQat(bool variants) {
   const SynthModel synth(
       {.preset = "e2b-qat-mini",
        .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_qat_mini_" + std::to_string(getpid()),
@@ -275,8 +276,11 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
   std::vector<std::vector<int32_t>> inputs;
   std::vector<std::vector<float>> want;
   ASSERT_NO_FATAL_FAILURE(FullWidthReferenceSteps(*model, opt, 5, &inputs, &want));
-  const std::vector<Knobs> settings = {{},
-                                       {{"GEMMA_VULKAN_MV_LANES_VEC", "6"},
+  if (!variants) {
+    ExpectFullWidthSteps(*model, opt, 1e-4, {{}}, inputs, want);
+    return;
+  }
+  const std::vector<Knobs> settings = {{{"GEMMA_VULKAN_MV_LANES_VEC", "6"},
                                         {"GEMMA_VULKAN_MV_XCM", "3"},
                                         {"GEMMA_VULKAN_MV_WGS", "64"}},
                                        {{"GEMMA_VULKAN_PRO_VEC", "0"},
@@ -293,6 +297,9 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
   ExpectFullWidthSteps(*model, opt, 1e-4, settings, inputs, want);
 }
 
+TEST(VulkanBackend, FullWidthModelMatchesReference) { FullWidthQat(false); }
+TEST(VulkanBackend, FullWidthModelVariantsMatchReference) { FullWidthQat(true); }
+
 // The bf16 checkpoint at E2B's widths (e2b-bf16-mini), whose one-token linears the tiny dense
 // fixtures do not reach: 16-byte weight vectors on the vec4-staged input (FXW) behind the norm
 // prologues (q/k/v, gate/up's two weight sets, the PLE gate, the tied head) and without one (o,
@@ -304,8 +311,9 @@ TEST(VulkanBackend, FullWidthModelMatchesReference) {
 // which amplifies rounding; with the prologues' first form, PRO_VEC 0, whose sums of squares run
 // in another order, 1.4e-3 by the fourth step on the H200); then bit-identical
 // logits against the general float path (DENSE_VEC4 0: the same FMAs in the same order), argmax
-// steps between, with the capped grid and with the prologues' first form (the head's form).
-TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) {
+// steps between, with the capped grid and with the prologues' first form (the head's form). CI runs
+// the default against the reference; the rest is the slow tier (FullWidthBf16ModelVariants...).
+void FullWidthBf16(bool variants) {
   const SynthModel synth(
       {.preset = "e2b-bf16-mini",
        .out_dir = testing::TempDir() + "/gemma_vulkan_e2b_bf16_mini_" + std::to_string(getpid()),
@@ -315,8 +323,12 @@ TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) {
   std::vector<std::vector<int32_t>> inputs;
   std::vector<std::vector<float>> want;
   ASSERT_NO_FATAL_FAILURE(FullWidthReferenceSteps(*model, opt, 4, &inputs, &want));
-  ExpectFullWidthSteps(*model, opt, 1e-3, {{}, {{"GEMMA_VULKAN_MV_WGS", "64"}}}, inputs, want);
-  if (IsSkipped()) return;  // (no Vulkan device: the helper skipped)
+  if (!variants) {
+    ExpectFullWidthSteps(*model, opt, 1e-3, {{}}, inputs, want);
+    return;
+  }
+  ExpectFullWidthSteps(*model, opt, 1e-3, {{{"GEMMA_VULKAN_MV_WGS", "64"}}}, inputs, want);
+  if (testing::Test::IsSkipped()) return;  // (no Vulkan device: the helper skipped)
   for (const Knobs& env :
        std::vector<Knobs>{{{"GEMMA_VULKAN_MV_WGS", "64"}}, {{"GEMMA_VULKAN_PRO_VEC", "0"}}}) {
     SCOPED_TRACE(KnobsText(env));
@@ -328,6 +340,9 @@ TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) {
     ExpectIdenticalSteps(*staged, *general, model->text().vocab_size, 12, 7919, 13, true);
   }
 }
+
+TEST(VulkanBackend, FullWidthBf16ModelMatchesReference) { FullWidthBf16(false); }
+TEST(VulkanBackend, FullWidthBf16ModelVariantsMatchReference) { FullWidthBf16(true); }
 
 // A 100-token chunk: its embedding rows are gathered on several host threads (64+ tokens), then
 // the chunk's logits at every position against the CPU reference (a dense fixture: with SRQ, f32

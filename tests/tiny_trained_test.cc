@@ -132,6 +132,10 @@ TEST(TinyTrainedPerplexityOptions, BadOptionsAreTypedErrors) {
   const PerplexityReport r = ComputePerplexity(*backend, V, ids, {.context = 32});
   EXPECT_EQ(r.tokens_scored, 5);
   EXPECT_EQ(r.windows.size(), 1u);
+  ASSERT_EQ(r.token_nll.size(), 5u);  // per-token NLLs, in text order, summing to the total
+  double sum = 0;
+  for (double x : r.token_nll) sum += x;
+  EXPECT_NEAR(sum, r.nll_sum, 1e-9);
 }
 
 Input PromptInput(const nlohmann::json& p) {

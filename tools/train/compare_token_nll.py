@@ -4,8 +4,8 @@ the engine's (`gemma-engine perplexity --json --per-token` reports). Pure Python
 
 For every pair of runs of one checkpoint and window setting it prints the perplexity ratio, the rms
 and largest per-token NLL difference, how many tokens differ by more than 1e-3 nats, and how
-concentrated the summed difference is (the share of it carried by the 10 tokens that contribute
-most): a semantic mismatch shifts many tokens the same way, rounding noise a few tokens both ways.
+concentrated the difference is (the share of the summed |difference| carried by the 10 tokens
+that differ most).
 
 usage: python3 tools/train/compare_token_nll.py qat_numerics.json [NAME=ENGINE_REPORT.json ...]
   NAME is "<checkpoint>/<label>/c<context>s<stride>", e.g. qat/engine-cpu-ref/c256s255
@@ -19,14 +19,14 @@ import sys
 def stats(a, b):
     d = [x - y for x, y in zip(a, b)]
     n = len(d)
-    total = sum(d)
-    top = sorted(d, key=abs, reverse=True)[:10]
+    mass = sum(abs(x) for x in d)
+    top = sorted((abs(x) for x in d), reverse=True)[:10]
     return {
         "ppl_rel": math.exp(sum(a) / n) / math.exp(sum(b) / n) - 1,
         "rms": math.sqrt(sum(x * x for x in d) / n),
         "max": max(abs(x) for x in d),
         "over_1e-3": sum(abs(x) > 1e-3 for x in d),
-        "top10_share": sum(top) / total if total else float("nan"),
+        "top10_share": sum(top) / mass if mass else float("nan"),
     }
 
 

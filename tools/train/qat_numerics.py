@@ -16,7 +16,9 @@ It records every scored token's NLL (to compare per position with `gemma-engine 
 given the same float64 inputs (teacher-forced, layer by layer): the reference's own rounding noise.
 
 usage: python3 tools/train/qat_numerics.py --dir models/tiny-trained --out OUTDIR [--threads N]
-writes OUTDIR/qat_numerics.json
+writes OUTDIR/qat_numerics.json (per-token NLLs, 1.4 MB) and OUTDIR/goldens_numerics.json (the
+compact goldens that tests/tiny_trained_test.cc reads: every run's perplexity, and the SRQ-off
+checkpoint's per-window NLLs); --compact-from QAT_NUMERICS_JSON remakes only the latter.
 """
 import argparse
 import json
@@ -27,8 +29,11 @@ import tempfile
 import time
 import traceback
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # --compact-from needs neither
+    torch = F = None
 
 T0 = time.time()
 SETTINGS = [(256, 255), (128, 64)]
@@ -94,13 +99,45 @@ def flip_census(model, ids, context):
     return stats
 
 
+def window_sums(nll, context, stride):
+    """Per-window NLL sums of score()'s windows, from its per-token NLLs."""
+    n, out, prev_end, begin = len(nll), [], 0, 0
+    while True:
+        end = min(begin + context - 1, n)
+        out.append(sum(nll[prev_end:end]))
+        prev_end = end
+        if end == n:
+            return out
+        begin += stride
+
+
+def compact(res, out_dir):
+    g = {"source": "tools/train/qat_numerics.py (transformers %s, torch %s), held-out sample, %d tokens"
+                   % (res["transformers"], res["torch"], res["tokens"]),
+         "ppl": {k: r["ppl"] for k, r in res["runs"].items()},
+         "zeroed_scales": res["zeroed_scales"],
+         "flip_census_c256": res.get("flip_census_c256"),
+         "qat_nosrq_window_nll": {}}
+    for c, s in SETTINGS:
+        key = f"qat_nosrq/cpu/float32/c{c}s{s}"
+        if key in res["runs"]:
+            g["qat_nosrq_window_nll"][f"c{c}s{s}"] = window_sums(res["runs"][key]["token_nll"], c, s)
+    with open(os.path.join(out_dir, "goldens_numerics.json"), "w") as f:
+        json.dump(g, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--compact-from", help="qat_numerics.json of an earlier run: write only goldens_numerics.json")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.compact_from:
+        with open(args.compact_from) as f:
+            compact(json.load(f), args.out)
+        return
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -151,6 +188,7 @@ def main():
     shutil.rmtree(tmp)
     with open(os.path.join(args.out, "qat_numerics.json"), "w") as f:
         json.dump(res, f)
+    compact(res, args.out)
     log("done")
 
 

@@ -21,7 +21,7 @@ void AddPerplexityCommand(CLI::App& app) {
   struct Opts {
     std::string model, file, tokenizer, backend = "cpu";
     int context = 512, stride = 0, chunks = 0, threads = 0;
-    bool json = false;
+    bool json = false, per_token = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -37,6 +37,8 @@ void AddPerplexityCommand(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
   cmd->add_flag("--json", o->json, "Print one JSON report on stdout (progress goes to stderr)");
+  cmd->add_flag("--per-token", o->per_token,
+                "With --json: add token_nll, each scored token's NLL in text order");
   cmd->callback([o] {
     namespace fs = std::filesystem;
     Timer load;
@@ -93,6 +95,7 @@ void AddPerplexityCommand(CLI::App& app) {
         w.push_back({{"begin", x.begin}, {"end", x.end}, {"scored", x.scored}, {"nll", x.nll}});
       }
       j["window_nll"] = std::move(w);
+      if (o->per_token) j["token_nll"] = r.token_nll;
       std::printf("%s\n", j.dump(1).c_str());
     } else {
       std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);

@@ -92,6 +92,7 @@ PerplexityReport ComputePerplexity(Backend& backend, int vocab_size, std::span<c
           for (int v = 0; v < vocab_size; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
           const double nll = mx + std::log(sum) - row[ids[begin + i]];
           report.nll_sum += nll;
+          report.token_nll.push_back(nll);
           nll_sq_sum += nll * nll;
           report.windows.back().nll += nll;
         }

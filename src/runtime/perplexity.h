@@ -41,6 +41,9 @@ struct PerplexityReport {
   double ppl_stderr = 0;  // ppl * standard error of nll_mean over the scored tokens
   int context = 0, stride = 0;
   std::vector<PerplexityWindow> windows;
+  // token_nll[i]: the NLL of text token ids[i], i < tokens_scored (for per-position comparisons
+  // with a reference; 8 bytes per token).
+  std::vector<double> token_nll;
 };
 
 // Scores `ids` (text tokens, no <bos>) with `backend`, which is reset before each window. Calls

@@ -430,6 +430,7 @@ def lm_loss(model, x, mask=None):
 
 
 def main():
+    global SEED
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--template", required=True)
@@ -442,7 +443,10 @@ def main():
     ap.add_argument("--pretrain-max-s", type=float, default=200)
     ap.add_argument("--sft-max-s", type=float, default=60)
     ap.add_argument("--qat-max-s", type=float, default=70)
+    ap.add_argument("--seed", type=int, default=SEED, help="the shipped model's is the default")
+    ap.add_argument("--no-goldens", action="store_true", help="stop after the checkpoints (seed studies)")
     args = ap.parse_args()
+    SEED = args.seed
     os.makedirs(args.out, exist_ok=True)
     import tokenizers
     import transformers
@@ -629,6 +633,11 @@ def main():
         log("QAT FAILED\n" + meta["qat_error"])
     write_meta(args.out, meta)
 
+    if args.no_goldens:
+        meta["total_seconds"] = time.time() - T0
+        write_meta(args.out, meta)
+        log("done (no goldens)")
+        return
     # 6. goldens (CPU float32 eager, from the reloaded checkpoints)
     held_sample = held_text_sample(held_docs)
     torch.set_num_threads(min(16, os.cpu_count() or 1))

@@ -400,7 +400,7 @@ class CpuFastBackend : public Backend {
           qs[t] = fast::QuantizeActs(lin.kind, jobs[j].x + static_cast<size_t>(t) * lin.cols,
                                      lin.cols, lin.in_scale, qa + static_cast<size_t>(t) * pc[j]);
         };
-        if (n >= 4 && static_cast<int64_t>(n) * lin.cols >= kMinParallelWork / 16) {
+        if (n >= 16 && static_cast<int64_t>(n) * lin.cols >= kMinParallelWork / 16) {
           pool_.Run(n, quant);
         } else {
           for (int t = 0; t < n; ++t) quant(t, 0);
@@ -429,10 +429,11 @@ class CpuFastBackend : public Backend {
     RunLinears({{&lin, x, y}}, n);
   }
 
-  // Runs fn(t) for each token, on the pool when there are several.
+  // Runs fn(t) for each token, on the pool when there are many (a hand-off costs more than a few
+  // tokens' norms: batched decode steps of up to 16 rows stay on the calling thread).
   template <class Fn>
   void ForTokens(int m, const Fn& fn) {
-    if (m >= 4 && static_cast<int64_t>(m) * cfg_.hidden_size >= kMinParallelWork / 16) {
+    if (m >= 16 && static_cast<int64_t>(m) * cfg_.hidden_size >= kMinParallelWork / 16) {
       pool_.Run(m, [&](int t, int) { fn(t); });
     } else {
       for (int t = 0; t < m; ++t) fn(t);

@@ -172,6 +172,13 @@ struct SpeculativeOptions {
   // Tokens drafted per step (1..6: a step then evaluates at most 7 tokens, which every backend
   // computes as it does one-token steps).
   int max_draft = 4;
+  // Constrained jump-forward: with a constraint, the text it forces next (a JSON Schema's fixed
+  // keys and punctuation, a tool-call frame, a regex literal) is tokenized canonically and drafted
+  // (up to max_draft tokens), ahead of prompt lookup and in any mode, constrained greedy included.
+  // The model's own choices still decide every token (a forced draft is kept where the choice
+  // equals it): output identical to token-by-token constrained decoding, with the model-chosen
+  // tokenization of the forced text. Off by default (its steps return logits, not a select).
+  bool jump_forward = false;
 };
 
 // Constrained decoding: the output must match a regex, be JSON, follow a JSON Schema (subset), or
@@ -273,6 +280,7 @@ struct Telemetry {
   size_t resident_bytes = 0;  // process RSS at the end
   // Speculative decoding: verification steps, tokens drafted and of them accepted.
   int verify_steps = 0, drafted = 0, accepted = 0;
+  int jump_forward_steps = 0;  // of the verification steps, those over a constraint's forced text
   // Batched decode: steps evaluated together with other sessions' steps, and the largest batch.
   int batched_steps = 0, max_batch = 0;
 };

@@ -496,6 +496,55 @@ bool ConstraintState::StepSymbol(int symbol) {
   return true;
 }
 
+ConstraintState::Forced ConstraintState::ForcedContinuation(int max_bytes) const {
+  Forced f;
+  if (complete_) return f;
+  const Program& p = *c_->program_;
+  uint32_t s = top_;
+  std::vector<uint32_t> stk = stack_;
+  const int specials = static_cast<int>(c_->special_symbol_ids_.size());
+  while (static_cast<int>(f.bytes.size()) < max_bytes &&
+         !p.CanEnd(s, ConstStack{stk.data(), stk.size()})) {
+    int only = -1;
+    uint32_t only_s = 0;
+    std::vector<uint32_t> only_stk;
+    for (int sym = 0; sym < kSpecialBase + specials; ++sym) {
+      uint32_t t = s;
+      std::vector<uint32_t> ts = stk;
+      VectorStack vs{&ts};
+      if (!p.Step(&t, vs, sym)) continue;
+      if (only >= 0) return Trim(std::move(f));  // two or more may follow
+      only = sym;
+      only_s = t;
+      only_stk = std::move(ts);
+    }
+    if (only < 0) break;
+    if (only >= kSpecialBase) {
+      f.special = c_->special_symbol_ids_[only - kSpecialBase];
+      break;
+    }
+    f.bytes.push_back(static_cast<char>(only));
+    s = only_s;
+    stk = std::move(only_stk);
+  }
+  return Trim(std::move(f));
+}
+
+ConstraintState::Forced ConstraintState::Trim(Forced f) {
+  // Drop a trailing partial UTF-8 character (and the special token that would follow it).
+  size_t n = f.bytes.size(), i = n;
+  while (i > 0 && (static_cast<unsigned char>(f.bytes[i - 1]) & 0xC0) == 0x80) --i;
+  if (i > 0) {
+    const unsigned char lead = static_cast<unsigned char>(f.bytes[i - 1]);
+    const size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (n - (i - 1) < len) {
+      f.bytes.resize(i - 1);
+      f.special = -1;
+    }
+  }
+  return f;
+}
+
 void ConstraintState::Accept(int32_t token) {
   const Vocabulary& v = *c_->vocab_;
   auto fail = [&](const std::string& why) {

@@ -147,9 +147,19 @@ class ConstraintState {
   // Lower bound on the symbols still needed to be able to stop (0 when CanStop()); lets test and
   // benchmark generators steer to completion.
   size_t MinRemainingSymbols() const;
+  // What the constraint forces from here (jump-forward): while the output cannot end and exactly
+  // one symbol may follow, that symbol, up to max_bytes bytes. `bytes` is cut at the last whole
+  // UTF-8 character; a forced grammar special token (a tool-call quote, frame) ends the walk and
+  // is `special` (its token id; -1 when none).
+  struct Forced {
+    std::string bytes;
+    int32_t special = -1;
+  };
+  Forced ForcedContinuation(int max_bytes) const;
 
  private:
   bool StepSymbol(int symbol);
+  static Forced Trim(Forced f);
   std::shared_ptr<const Constraint> c_;
   uint32_t top_;
   std::vector<uint32_t> stack_;  // return states, outermost first

@@ -365,3 +365,42 @@ TEST(ConstraintTest, MaskLogits) {
 
 }  // namespace
 }  // namespace gemma::constrain
+
+namespace gemma::constrain {
+namespace {
+
+// Jump-forward: what a constraint forces, from the grammar's definition (whitespace none: the
+// object's braces, quotes and colons, required keys in declared order, a fixed enum value's only
+// continuation), stopping where anything else could follow or the output could end.
+TEST(ConstraintTest, ForcedContinuationIsWhatTheGrammarFixes) {
+  auto v = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kJsonSchema;
+  o.schema = Json::parse(R"({"type":"object","properties":{"name":{"type":"string"},
+      "kind":{"enum":["alpha-one"]},"n":{"type":"integer"}},"required":["name","kind","n"],
+      "additionalProperties":false})");
+  ConstraintState st(Compile(v, o));
+  EXPECT_EQ(st.ForcedContinuation(100).bytes, "{\"name\":\"");
+  EXPECT_EQ(st.ForcedContinuation(3).bytes, "{\"n");  // (the byte limit)
+  st.AcceptBytes("{\"name\":\"x");
+  EXPECT_EQ(st.ForcedContinuation(100).bytes, "");  // string content is free
+  st.AcceptBytes("\"");
+  EXPECT_EQ(st.ForcedContinuation(100).bytes, ",\"kind\":\"alpha-one\",\"n\":");
+  st.AcceptBytes(",\"kind\":\"alpha-one\",\"n\":12");
+  EXPECT_EQ(st.ForcedContinuation(100).bytes, "");  // more digits or the closing brace
+  st.AcceptBytes("}");
+  EXPECT_EQ(st.ForcedContinuation(100).bytes, "");  // the output may end here
+
+  ConstraintOptions r;
+  r.kind = ConstraintKind::kRegex;
+  r.regex = "caf\xC3\xA9 (au lait|noir)";
+  ConstraintState rs(Compile(v, r));
+  EXPECT_EQ(rs.ForcedContinuation(100).bytes, "caf\xC3\xA9 ");
+  EXPECT_EQ(rs.ForcedContinuation(4).bytes, "caf");  // (no half of the two-byte character)
+  rs.AcceptBytes("caf\xC3\xA9 a");
+  EXPECT_EQ(rs.ForcedContinuation(100).bytes, "u lait");
+  EXPECT_EQ(rs.ForcedContinuation(100).special, -1);
+}
+
+}  // namespace
+}  // namespace gemma::constrain

@@ -65,6 +65,11 @@ class TokenPolicy {
   // The next token from the backend's output: the argmax id (kArgmax), the selected id and its
   // log-prob (kSelect), or the full logits (kLogits, sampled with the mask).
   SampleResult Choose(std::span<const float> logits, int32_t backend_id, float backend_logprob);
+  // The next token from full logits whatever Output() is (a verification step's rows): the same
+  // token Choose gives from the argmax or select output of the same logits.
+  SampleResult ChooseFromLogits(std::span<const float> logits) {
+    return sampler_.Sample(logits, Mask());
+  }
 
   // Accepts the emitted token into the penalty history and the constraint; reports a stop by id
   // (constraint complete, then EOS, then a stop id). A stopping token is not part of the text.

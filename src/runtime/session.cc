@@ -82,6 +82,9 @@ class ConstraintAdapter : public decode::TokenConstraint {
   void AllowedTokens(std::vector<uint64_t>* mask) override { state_.AllowedTokens(mask); }
   void Accept(int32_t token) override { state_.Accept(token); }
   bool IsComplete() const override { return state_.IsComplete(); }
+  constrain::ConstraintState::Forced Forced(int max_bytes) const {
+    return state_.ForcedContinuation(max_bytes);
+  }
 
  private:
   constrain::ConstraintState state_;
@@ -359,13 +362,18 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   const std::vector<uint64_t>* mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
   // Speculative decoding (exact greedy on text only): drafted tokens verified in one step.
   const SpeculativeOptions& spec = options.speculative;
-  if (spec.mode != SpeculativeOptions::Mode::kOff && (spec.max_draft < 1 || spec.max_draft > 6))
+  if ((spec.mode != SpeculativeOptions::Mode::kOff || spec.jump_forward) &&
+      (spec.max_draft < 1 || spec.max_draft > 6))
     throw Error(ErrorCode::kInvalidArgument, "speculative.max_draft must be in 1..6");
-  // Greedy (argmax) and sampled (logits) steps; not constrained greedy (kSelect: each position's
-  // mask depends on the tokens accepted before it) nor media prompts.
+  // Prompt lookup: greedy (argmax) and sampled (logits) steps; not constrained greedy (kSelect:
+  // its select carries one mask, and each position's depends on the tokens before it). Jump-forward
+  // (a constraint's forced text): any mode, verified on logits. Not with media prompts.
+  const bool text_only = prep.images.empty() && media_.empty();
   const bool speculate = spec.mode == SpeculativeOptions::Mode::kPromptLookup &&
-                         (mode == OutputMode::kArgmax || mode == OutputMode::kLogits) &&
-                         prep.images.empty() && media_.empty();
+                         (mode == OutputMode::kArgmax || mode == OutputMode::kLogits) && text_only;
+  const bool jump = spec.jump_forward && constraint && tok && text_only;
+  // Verification steps' output: logits where a select would need a mask per position.
+  const OutputMode verify_mode = mode == OutputMode::kSelect ? OutputMode::kLogits : mode;
   if (options.on_accepted) {
     try {
       options.on_accepted();
@@ -412,11 +420,12 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   int row = -1;  // the output the next choice reads: -1 = fr, else row `row` of vr
   std::deque<int32_t> ahead;  // drafted tokens the caches hold past the emitted ones
   int run_drafted = 0, run_accepted = 0;  // the current draft's length and tokens accepted
+  int forced_run = 0;                     // ... when it is a constraint's forced text
   auto end_run = [&] {
-    if (run_drafted == 0) return;
+    if (run_drafted == 0 && forced_run == 0) return;
     tel.accepted += run_accepted;
-    drafts.Record(run_drafted, run_accepted);
-    run_drafted = run_accepted = 0;
+    if (run_drafted > 0) drafts.Record(run_drafted, run_accepted);
+    run_drafted = run_accepted = forced_run = 0;
   };
   auto drop_ahead = [&] {
     end_run();
@@ -440,9 +449,10 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     if (row < 0) {
       s = policy.Choose(fr.logits, fr.ids.empty() ? -1 : fr.ids.back(),
                         fr.logprobs.empty() ? 0.f : fr.logprobs.back());
-    } else if (mode == OutputMode::kLogits) {
-      s = policy.Choose(std::span<const float>(vr.logits).subspan(static_cast<size_t>(row) * V, V),
-                        -1, 0.f);
+    } else if (verify_mode == OutputMode::kLogits) {
+      const std::span<const float> z =
+          std::span<const float>(vr.logits).subspan(static_cast<size_t>(row) * V, V);
+      s = mode == OutputMode::kLogits ? policy.Choose(z, -1, 0.f) : policy.ChooseFromLogits(z);
     } else {
       s = policy.Choose({}, vr.ids[row], 0.f);
     }
@@ -491,15 +501,25 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
       ahead.pop_front();
       ++row;
       ++run_accepted;
-      if (ahead.empty()) end_run();
+      if (ahead.empty()) end_run();  // (all accepted)
       continue;
     }
     drop_ahead();  // the draw departed from the draft: its remaining tokens leave the caches
     row = -1;
-    int k = speculate ? drafts.Next() : 0;
-    k = std::min({k, options.max_new_tokens - i - 1,
-                  backend_->capacity() - backend_->cached() - 1});
+    const int room = std::min(options.max_new_tokens - i - 1,
+                              backend_->capacity() - backend_->cached() - 1);
     std::vector<int32_t> draft;
+    bool forced = false;
+    if (jump && room > 0) {
+      // The text the constraint forces after `token`, tokenized canonically.
+      const constrain::ConstraintState::Forced f = constraint->Forced(64);
+      if (!f.bytes.empty()) draft = engine_->Tokenize(f.bytes);
+      if (f.special >= 0) draft.push_back(f.special);
+      if (static_cast<int>(draft.size()) > std::min(spec.max_draft, room))
+        draft.resize(std::min(spec.max_draft, room));
+      forced = !draft.empty();
+    }
+    const int k = std::min(speculate && !forced ? drafts.Next() : 0, room);
     if (k > 0) {
       history.assign(evaluated_.begin(), evaluated_.end());
       history.push_back(token);
@@ -525,13 +545,15 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     // rows while they draw the drafted tokens.
     std::vector<int32_t> seq = {token};
     seq.insert(seq.end(), draft.begin(), draft.end());
-    backend_->Forward({.tokens = seq, .mode = mode, .all_positions = true}, &vr);
+    backend_->Forward({.tokens = seq, .mode = verify_mode, .all_positions = true}, &vr);
     evaluated_.insert(evaluated_.end(), seq.begin(), seq.end());
     ahead.assign(draft.begin(), draft.end());
     row = 0;
-    run_drafted = static_cast<int>(draft.size());
+    run_drafted = forced ? 0 : static_cast<int>(draft.size());  // (the policy adapts to lookup)
+    if (forced) forced_run = static_cast<int>(draft.size());
     ++tel.verify_steps;
-    tel.drafted += run_drafted;
+    if (forced) ++tel.jump_forward_steps;
+    tel.drafted += static_cast<int>(draft.size());
   }
   // Verified tokens past the last one evaluated as plain decoding would have it: dropped.
   drop_ahead();
@@ -561,7 +583,9 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   result.resolved_config["speculative"] = {
       {"mode", spec.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup" : "off"},
       {"max_draft", spec.max_draft},
-      {"applied", speculate}};
+      {"applied", speculate},
+      {"jump_forward", spec.jump_forward},
+      {"jump_forward_applied", jump}};
   result.resolved_config["backend"] = tel.backend;
   {
     const OutputConstraint& oc = options.constraint;

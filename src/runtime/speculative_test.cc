@@ -216,6 +216,65 @@ TEST(Speculative, SampledTokenDistributionEqualsPlainSampling) {
   EXPECT_GT(p_value, 0.001) << "total variation " << observed;
 }
 
+// Jump-forward: a constraint's forced text (a schema's keys and punctuation, a tool-call frame)
+// drafted and verified; the tokens are token-by-token constrained decoding's, greedy (select
+// steps without it) and sampled, with forced drafts taken.
+TEST(Speculative, JumpForwardGivesTokenByTokenConstrainedOutput) {
+  const std::string trained = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  int steps = 0, accepted = 0;
+  for (const std::string& backend : {"cpu", "cpu-ref"}) {
+    auto engine = Engine::Load({.model_path = trained, .backend = backend, .context_capacity = 512});
+    const nlohmann::json tools = nlohmann::json::parse(R"([{"type":"function","function":{
+        "name":"install_package","description":"Install a package",
+        "parameters":{"type":"object","properties":{"package_name":{"type":"string"},
+        "assume_yes":{"type":"boolean"}},"required":["package_name","assume_yes"]}}}])");
+    for (int variant = 0; variant < 4; ++variant) {
+      if (backend == "cpu-ref" && variant != 0) continue;  // (slow: one case)
+      SCOPED_TRACE(backend + " variant " + std::to_string(variant));
+      GenerateOptions o;
+      o.max_new_tokens = 48;
+      Input input = Input::Messages(nlohmann::json::array(
+          {{{"role", "user"}, {"content", "Describe the package manager as JSON."}}}));
+      if (variant < 2) {
+        o.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+        o.constraint.schema_json = R"({"type":"object","properties":{
+            "package_manager_name":{"type":"string","maxLength":12},
+            "package_manager_kind":{"enum":["system-wide"]},
+            "number_of_packages":{"type":"integer"}},
+            "required":["package_manager_name","package_manager_kind","number_of_packages"],
+            "additionalProperties":false})";
+      } else {
+        input = Input::Messages(nlohmann::json::array(
+                                    {{{"role", "user"}, {"content", "Install the vim package."}}}),
+                                tools);
+        o.constraint.kind = OutputConstraint::Kind::kToolCalls;
+        o.constraint.require_tool_call = true;
+      }
+      if (variant % 2 == 1) {
+        o.temperature = 0.8;
+        o.top_k = 30;
+        o.seed = 11;
+      }
+      auto plain_session = engine->NewSession();
+      const Result plain = plain_session->Generate(input, o);
+      o.speculative.jump_forward = true;
+      o.speculative.max_draft = 6;
+      auto jump_session = engine->NewSession();
+      const Result jump = jump_session->Generate(input, o);
+      EXPECT_EQ(jump.tokens, plain.tokens);
+      EXPECT_EQ(jump.stop_reason, plain.stop_reason);
+      EXPECT_EQ(jump_session->evaluated(), plain_session->evaluated());
+      EXPECT_TRUE(jump.resolved_config["speculative"]["jump_forward_applied"].get<bool>());
+      steps += jump.telemetry.jump_forward_steps;
+      accepted += jump.telemetry.accepted;
+    }
+  }
+  RecordProperty("jump_forward_steps", steps);
+  RecordProperty("accepted", accepted);
+  EXPECT_GT(steps, 0);
+  EXPECT_GT(accepted, 0);
+}
+
 TEST(Speculative, OffWhereItCannotBeExactAndRejectsBadSettings) {
   auto engine = Engine::Load(
       {.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained", .backend = "cpu-ref"});

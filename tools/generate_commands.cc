@@ -84,8 +84,11 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--prefill-chunk", g.prefill_chunk, "tokens per prefill chunk (chunked)");
   cmd->add_option("--speculative", o.speculative,
                   "off | prompt-lookup: drafts from the prompt and history verified in one step "
-                  "(exact greedy decoding; same tokens as without)")
+                  "(greedy or sampled; the same tokens as without, seeded)")
       ->check(CLI::IsMember({"off", "prompt-lookup"}));
+  cmd->add_flag("--jump-forward", g.speculative.jump_forward,
+                "with a constraint, draft the text it forces (keys, punctuation, tool-call "
+                "frames) and verify it in one step (same output)");
   cmd->add_option("--draft", g.speculative.max_draft, "tokens drafted per step (1..6)")
       ->check(CLI::Range(1, 6));
   auto* re = cmd->add_option("--constrain-regex", o.regex, "output must fully match this regex");
@@ -257,6 +260,8 @@ nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
                     {"resident_bytes", t.resident_bytes},
                     {"verify_steps", t.verify_steps},
                     {"drafted", t.drafted},
+                    {"jump_forward_steps", t.jump_forward_steps},
+                    {"batched_steps", t.batched_steps},
                     {"accepted", t.accepted}};
   return j;
 }

@@ -419,13 +419,16 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   const int V = engine_->vocab_size();
   int row = -1;  // the output the next choice reads: -1 = fr, else row `row` of vr
   std::deque<int32_t> ahead;  // drafted tokens the caches hold past the emitted ones
+  // Jump-forward drafts have their own adaptive policy: a model that does not tokenize the forced
+  // text canonically rejects them, and drafting pauses.
+  decode::DraftPolicy forced_drafts(spec.max_draft);
   int run_drafted = 0, run_accepted = 0;  // the current draft's length and tokens accepted
-  int forced_run = 0;                     // ... when it is a constraint's forced text
+  bool run_forced = false;                // ... and whether it is a constraint's forced text
   auto end_run = [&] {
-    if (run_drafted == 0 && forced_run == 0) return;
+    if (run_drafted == 0) return;
     tel.accepted += run_accepted;
-    if (run_drafted > 0) drafts.Record(run_drafted, run_accepted);
-    run_drafted = run_accepted = forced_run = 0;
+    (run_forced ? forced_drafts : drafts).Record(run_drafted, run_accepted);
+    run_drafted = run_accepted = 0;
   };
   auto drop_ahead = [&] {
     end_run();
@@ -510,7 +513,7 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                               backend_->capacity() - backend_->cached() - 1);
     std::vector<int32_t> draft;
     bool forced = false;
-    if (jump && room > 0) {
+    if (jump && room > 0 && forced_drafts.Next() > 0) {
       // The text the constraint forces after `token`, tokenized canonically.
       const constrain::ConstraintState::Forced f = constraint->Forced(64);
       if (!f.bytes.empty()) draft = engine_->Tokenize(f.bytes);
@@ -549,8 +552,8 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     evaluated_.insert(evaluated_.end(), seq.begin(), seq.end());
     ahead.assign(draft.begin(), draft.end());
     row = 0;
-    run_drafted = forced ? 0 : static_cast<int>(draft.size());  // (the policy adapts to lookup)
-    if (forced) forced_run = static_cast<int>(draft.size());
+    run_drafted = static_cast<int>(draft.size());
+    run_forced = forced;
     ++tel.verify_steps;
     if (forced) ++tel.jump_forward_steps;
     tel.drafted += static_cast<int>(draft.size());

@@ -16,7 +16,7 @@ shift
 build=${BUILD:-build-fuzz}
 nice_level=${NICE:-10}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors config tokenizer chat_template output_parser regex schema server audio)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors config tokenizer chat_template output_parser regex schema server audio image)
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DGEMMA_FUZZ=ON -DGEMMA_BUILD_TESTS=OFF \

@@ -360,7 +360,7 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
 
   const OutputMode mode = ToOutputMode(policy.Output());
   const std::vector<uint64_t>* mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
-  // Speculative decoding (exact greedy on text only): drafted tokens verified in one step.
+  // Speculative decoding and jump-forward: drafted tokens verified in one step.
   const SpeculativeOptions& spec = options.speculative;
   if ((spec.mode != SpeculativeOptions::Mode::kOff || spec.jump_forward) &&
       (spec.max_draft < 1 || spec.max_draft > 6))

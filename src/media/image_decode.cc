@@ -60,9 +60,10 @@ void CheckSize(int64_t w, int64_t h, const std::string& origin, const DecodeOpti
     throw Error(ErrorCode::kFormat, origin + ": the image has zero size (" + std::to_string(w) +
                                         "x" + std::to_string(h) + ")");
   }
-  if (w * h > o.max_pixels) {
+  // (w > limit / h: the product of two 32-bit header fields can overflow 64 bits; fuzzing)
+  if (w > o.max_pixels / h) {
     throw Error(ErrorCode::kCapacity, origin + ": " + std::to_string(w) + "x" + std::to_string(h) +
-                                          " is " + std::to_string(w * h) +
+                                          " is " + std::to_string(static_cast<double>(w) * h) +
                                           " pixels, over the limit of " +
                                           std::to_string(o.max_pixels));
   }

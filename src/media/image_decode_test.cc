@@ -143,6 +143,12 @@ TEST(ImageDecode, BadInputsAreTypedErrors) {
   SetPngSize(&huge, 20000, 20000);
   EXPECT_EQ(CodeOf(huge), ErrorCode::kCapacity);
   EXPECT_EQ(CodeOf(png, {.max_pixels = 64 * 48 - 1}), ErrorCode::kCapacity);
+  // Dimensions whose product overflows 64 bits (found by fuzz_image under UBSan: 3,937,849,463 x
+  // 3,543,246,266 was undefined behaviour in the limit check; fuzz/corpus/image/regress_png_vast
+  // replays it).
+  std::vector<uint8_t> vast = png;
+  SetPngSize(&vast, 0xEAB6D077u, 0xD331A5BAu);
+  EXPECT_EQ(CodeOf(vast), ErrorCode::kCapacity);
 
   for (const char* name : {"photo_160x120.jpg", "anim_80x60.gif", "plain_50x40.bmp",
                            "lossless_100x70.webp", "lossy_100x70.webp"}) {

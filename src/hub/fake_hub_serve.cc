@@ -4,8 +4,9 @@
 //   HF_ENDPOINT=<endpoint> HF_HUB_CACHE=/tmp/c gemma-engine pull ORG/NAME
 // Small files are read into memory; large ones are served from a memory map (a full-size
 // checkpoint is not copied). Safetensors are served as LFS files. Every oid is hashed once at
-// start. On SIGINT/SIGTERM it prints the bytes it served per file (download bodies only) to
-// stderr and exits.
+// start. SIGUSR1 prints the bytes served since the last report (download bodies only) to stderr
+// as "fake_hub_serve: served N bytes" and starts counting again; SIGINT/SIGTERM print the same and
+// exit.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   namespace fs = std::filesystem;
   gemma::hub::testing::FakeHub hub;
@@ -62,16 +64,22 @@ int main(int argc, char** argv) {
                paths.size(), total / 1e9, t.Ms() / 1000);
   std::printf("%s\n", hub.endpoint().c_str());
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&set, &sig);
-  uint64_t served = 0;
-  for (const std::string& p : paths) {
-    const uint64_t b = hub.bytes_served(p);
-    served += b;
-    if (b) std::fprintf(stderr, "fake_hub_serve: served %s: %llu bytes\n", p.c_str(),
-                        static_cast<unsigned long long>(b));
+  for (;;) {
+    int sig = 0;
+    sigwait(&set, &sig);
+    uint64_t served = 0;
+    for (const std::string& p : paths) {
+      const uint64_t b = hub.bytes_served(p);
+      served += b;
+      if (b) {
+        std::fprintf(stderr, "fake_hub_serve:   %s: %llu bytes\n", p.c_str(),
+                     static_cast<unsigned long long>(b));
+      }
+    }
+    std::fprintf(stderr, "fake_hub_serve: served %llu bytes\n",
+                 static_cast<unsigned long long>(served));
+    hub.ResetCounters();
+    if (sig != SIGUSR1) break;
   }
-  std::fprintf(stderr, "fake_hub_serve: served %llu bytes in all\n",
-               static_cast<unsigned long long>(served));
   return 0;
 }

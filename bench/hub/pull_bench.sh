@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 
 log() { printf '%s\n' "$*" | tee -a "$WORK/report.txt"; }
-bytes_in() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
+bytes_in() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 mbps() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.0f", b / s / 1e6}'; }
 # Asks the server for the bytes it served since the last request (and resets its count).
 served() {

@@ -7,6 +7,7 @@
 #   nice -n 10 bash bench/hub/pull_bench.sh      # from the repository root, after a build
 #
 # Reports: the pull's MB/s (and with the final sync), the disk's own write rate (dd, fdatasync),
+# curl's rate from the same server (to /dev/null and to a file: this machine's ceiling),
 # the pull's CPU time and the SHA-256 share of it (OpenSSL's rate on this CPU, measured here), the
 # bytes on disk at the kill, the bytes the resume transferred (counted by the client and by the
 # server) against what was missing, and a coreutils sha256sum of every resumed blob against its name.
@@ -47,6 +48,7 @@ served() {
 
 : > "$WORK/report.txt"
 log "# pull bench: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+log "load average at start: $(cut -d" " -f1-3 /proc/loadavg) (2 cores shared with other engineers)"
 log "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/ {print $2}') GiB RAM, nice $(nice)"
 
 # 1. The repository.
@@ -90,9 +92,22 @@ read -r SHA_WALL SHA_USER SHA_SYS < "$WORK/t_sha"
 SHA_RATE=$(awk -v b="$(stat -c %s "$BIG")" -v u="$SHA_USER" 'BEGIN {printf "%.0f", b / u / 1e6}')
 SHA_CPU=$(awk -v b="$GOT1" -v r="$SHA_RATE" 'BEGIN {printf "%.1f", b / (r * 1e6)}')
 log "SHA-256 (openssl dgst, one core): $SHA_RATE MB/s of CPU; the pull's $GOT1 bytes = $SHA_CPU CPU s = $(awk -v a="$SHA_CPU" -v u="$USER1" -v s="$SYS1" 'BEGIN {printf "%.0f", 100 * a / (u + s)}')% of the pull's CPU time, $(awk -v a="$SHA_CPU" -v w="$WALL1" 'BEGIN {printf "%.0f", 100 * a / w}')% of its wall time (on its own thread)"
+
+# 6. The same machine's ceiling: curl fetching the largest shard from the same server, to
+# /dev/null (server + loopback only) and to a file on the same disk (another client's rate).
+SHARD=$(cd "$REPO" && ls -S model-*.safetensors | head -1)
+URL="$ENDPOINT/$REPO_ID/resolve/c0ffee0000000000000000000000000000000001/$SHARD"
+SHARD_BYTES=$(stat -c %s "$REPO/$SHARD")
+/usr/bin/time -f '%e %U %S' -o "$WORK/t_curl0" curl -sfL -o /dev/null "$URL"
+read -r C0_WALL C0_USER C0_SYS < "$WORK/t_curl0"
+/usr/bin/time -f '%e %U %S' -o "$WORK/t_curl1" curl -sfL -o "$WORK/curl.bin" "$URL"
+read -r C1_WALL C1_USER C1_SYS < "$WORK/t_curl1"
+rm -f "$WORK/curl.bin"
+served > /dev/null
+log "curl, $SHARD ($SHARD_BYTES bytes) from the same server: to /dev/null $(mbps "$SHARD_BYTES" "$C0_WALL") MB/s (CPU $C0_USER + $C0_SYS s); to a file $(mbps "$SHARD_BYTES" "$C1_WALL") MB/s (CPU $C1_USER + $C1_SYS s)"
 rm -rf "$H1"
 
-# 6. A second pull into a fresh HF_HOME, killed at ~50%, then resumed.
+# 7. A second pull into a fresh HF_HOME, killed at ~50%, then resumed.
 H2=$WORK/home2
 BLOBS=$H2/hub/models--google--gemma-4-E2B-it/blobs
 env -u HF_HUB_CACHE -u HF_TOKEN -u HF_HUB_OFFLINE HF_HOME="$H2" HF_ENDPOINT="$ENDPOINT" "$BIN" pull "$REPO_ID" \
@@ -116,7 +131,7 @@ FINAL=$(bytes_in "$BLOBS")
 log "resume: $(tail -1 "$WORK/resume.log")"
 log "resume: served $SERVED_RESUME bytes; missing at the kill $((FINAL - AT_KILL)); ratio $(awk -v a="$SERVED_RESUME" -v m="$((FINAL - AT_KILL))" 'BEGIN {printf "%.4f", a / m}'); before the kill the server had sent $SERVED_BEFORE; wall $WALL3 s, CPU user $USER3 s + sys $SYS3 s"
 
-# 7. Every resumed blob against its name (the LFS sha256 or git sha1), with coreutils.
+# 8. Every resumed blob against its name (the LFS sha256 or git sha1), with coreutils.
 BAD=0
 for f in "$BLOBS"/*; do
   name=$(basename "$f")
@@ -126,5 +141,6 @@ for f in "$BLOBS"/*; do
 done
 log "resumed blobs' sha256sum = their names: $([ $BAD = 0 ] && echo yes || echo NO)"
 log "snapshot: $(ls "$H2/hub/models--google--gemma-4-E2B-it/snapshots/"*/ | tr '\n' ' ')"
+log "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"
 cp "$WORK/report.txt" "${REPORT:-/tmp/gemma-hub-bench-report.txt}"
 exit $BAD

@@ -264,11 +264,6 @@ struct Transfer {
   // stall_timeout_s", checked here.
   std::chrono::steady_clock::time_point last_byte{};
   bool stalled = false;
-  // Received bytes not yet written. Writes go out in page-aligned runs of kStage: a write that
-  // ends inside a page makes the kernel zero the rest of that page first, which (with a write per
-  // network read) cost a full-size pull about half its rate on a 2-core machine.
-  static constexpr size_t kStage = 4u << 20;
-  std::vector<char> stage;
 
   ~Transfer() {
     hasher.reset();
@@ -281,36 +276,8 @@ struct Transfer {
                                   : std::make_unique<Digest>(Digest::Kind::kSha256);
     hasher = std::make_unique<TrailingHasher>(fd, digest.get(), have);
   }
-  // Writes the staged bytes: all of them, or (all = false) those before the last 4 KiB boundary
-  // of the file. False on a write error (write_error set; what reached the file stays a valid
-  // prefix).
-  bool Flush(bool all) {
-    uint64_t n = stage.size();
-    if (!all) {
-      const uint64_t end = (have + n) & ~uint64_t{4095};
-      n = end > have ? end - have : 0;
-    }
-    size_t done = 0;
-    bool ok = true;
-    while (done < n) {
-      const ssize_t w = ::pwrite(fd, stage.data() + done, n - done, static_cast<off_t>(have + done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        write_failed_enospc = errno == ENOSPC || errno == EDQUOT;
-        write_error = std::strerror(errno);
-        ok = false;
-        break;
-      }
-      done += static_cast<size_t>(w);
-    }
-    have += done;
-    stage.erase(stage.begin(), stage.begin() + static_cast<std::ptrdiff_t>(done));
-    if (done) hasher->Advance(have);
-    return ok;
-  }
   // Empties the partial file (a server that ignored Range, or a size disagreement).
   bool Restart() {
-    stage.clear();
     hasher.reset();
     if (::ftruncate(fd, 0) != 0) return false;
     have = resumed = 0;
@@ -319,22 +286,33 @@ struct Transfer {
   }
   void Report(bool finished) {
     if (!o->progress) return;
-    // Staged bytes count: they reach the file before any exit path that keeps the partial.
-    o->progress({file->path, have + stage.size(), file->size, resumed, finished});
+    o->progress({file->path, have, file->size, resumed, finished});
   }
 };
 
 size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t len = size * n;
-  if (t->have + t->stage.size() + len > t->file->size) {
+  if (t->have + len > t->file->size) {
     t->write_error = "the server sent more bytes than the file's size";
     return 0;
   }
-  t->stage.insert(t->stage.end(), data, data + len);
+  for (size_t done = 0; done < len;) {
+    const ssize_t w = ::pwrite(t->fd, data + done, len - done, static_cast<off_t>(t->have + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      t->write_failed_enospc = errno == ENOSPC || errno == EDQUOT;
+      t->write_error = std::strerror(errno);
+      t->have += done;  // what reached the file stays a valid prefix
+      t->hasher->Advance(t->have);
+      return 0;
+    }
+    done += static_cast<size_t>(w);
+  }
   t->last_byte = std::chrono::steady_clock::now();
+  t->have += len;
   t->received += len;
-  if (t->stage.size() >= Transfer::kStage && !t->Flush(false)) return 0;
+  t->hasher->Advance(t->have);
   return len;
 }
 
@@ -394,7 +372,6 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
   t.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (t.fd < 0) throw Error(ErrorCode::kIo, part + ": cannot open: " + std::strerror(errno));
   t.StartHashing();  // a resumed prefix is hashed while the rest arrives
-  t.stage.reserve(Transfer::kStage + (1u << 20));
 
   for (int attempt = 0; t.have < file.size || attempt == 0; ++attempt) {
     if (t.have >= file.size) break;  // zero-byte files and already-complete partials
@@ -425,7 +402,6 @@ std::string DownloadResumable(const HubOptions& o, const std::string& repo, cons
     curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, XferInfo);
     curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &t);
     const CURLcode rc = curl_easy_perform(c.h);
-    t.Flush(true);  // whatever arrived is a valid continuation, even if the transfer broke off
     long status = 0;
     curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
     *received = t.received;

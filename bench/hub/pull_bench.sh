@@ -33,6 +33,9 @@ trap cleanup EXIT
 
 log() { printf '%s\n' "$*" | tee -a "$WORK/report.txt"; }
 bytes_in() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
+# Dirty pages of the step before (synth's 10 GB above all) written back before a timed step, so
+# the kernel's writeback does not compete with it for the disk.
+quiesce() { sync; sleep 2; }
 mbps() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.0f", b / s / 1e6}'; }
 # Asks the server for the bytes it served since the last request (and resets its count).
 served() {
@@ -60,6 +63,7 @@ log "repository: $(ls "$REPO" | tr '\n' ' ')"
 log "repository bytes: $TOTAL (synthesized in $(cat "$WORK/t_synth") s)"
 
 # 2. The disk's own sequential write rate (4 GiB, flushed), for comparison.
+quiesce
 /usr/bin/time -f '%e' -o "$WORK/t_dd" dd if=/dev/zero of="$WORK/dd.bin" bs=4M count=1024 \
   conv=fdatasync status=none
 log "disk write (dd 4 GiB, conv=fdatasync): $(mbps $((4 << 30)) "$(cat "$WORK/t_dd")") MB/s"
@@ -74,6 +78,7 @@ log "$(grep 'oids hashed' "$WORK/server.log")"
 served > /dev/null
 
 # 4. A full pull into a fresh HF_HOME.
+quiesce
 H1=$WORK/home1
 /usr/bin/time -f '%e %U %S' -o "$WORK/t_pull1" env -u HF_HUB_CACHE -u HF_TOKEN -u HF_HUB_OFFLINE HF_HOME="$H1" \
   HF_ENDPOINT="$ENDPOINT" "$BIN" pull "$REPO_ID" > /dev/null 2> "$WORK/pull1.log"
@@ -98,16 +103,19 @@ log "SHA-256 (openssl dgst, one core): $SHA_RATE MB/s of CPU; the pull's $GOT1 b
 SHARD=$(cd "$REPO" && ls -S model-*.safetensors | head -1)
 URL="$ENDPOINT/$REPO_ID/resolve/c0ffee0000000000000000000000000000000001/$SHARD"
 SHARD_BYTES=$(stat -c %s "$REPO/$SHARD")
+quiesce
 /usr/bin/time -f '%e %U %S' -o "$WORK/t_curl0" curl -sfL -o /dev/null "$URL"
 read -r C0_WALL C0_USER C0_SYS < "$WORK/t_curl0"
 /usr/bin/time -f '%e %U %S' -o "$WORK/t_curl1" curl -sfL -o "$WORK/curl.bin" "$URL"
 read -r C1_WALL C1_USER C1_SYS < "$WORK/t_curl1"
 rm -f "$WORK/curl.bin"
 served > /dev/null
+quiesce
 log "curl, $SHARD ($SHARD_BYTES bytes) from the same server: to /dev/null $(mbps "$SHARD_BYTES" "$C0_WALL") MB/s (CPU $C0_USER + $C0_SYS s); to a file $(mbps "$SHARD_BYTES" "$C1_WALL") MB/s (CPU $C1_USER + $C1_SYS s)"
 rm -rf "$H1"
 
 # 7. A second pull into a fresh HF_HOME, killed at ~50%, then resumed.
+quiesce
 H2=$WORK/home2
 BLOBS=$H2/hub/models--google--gemma-4-E2B-it/blobs
 env -u HF_HUB_CACHE -u HF_TOKEN -u HF_HUB_OFFLINE HF_HOME="$H2" HF_ENDPOINT="$ENDPOINT" "$BIN" pull "$REPO_ID" \

@@ -7,12 +7,13 @@
 #   nice -n 10 bash bench/hub/pull_bench.sh      # from the repository root, after a build
 #
 # Reports: the pull's MB/s (and with the final sync), the disk's own write rate (dd, fdatasync),
-# curl's rate from the same server (to /dev/null and to a file: this machine's ceiling),
+# curl's rate for the same files from the same server, interleaved with the pulls (to /dev/null,
+# and to files on the same disk: what a plain downloader gets here at the same moment),
 # the pull's CPU time and the SHA-256 share of it (OpenSSL's rate on this CPU, measured here), the
 # bytes on disk at the kill, the bytes the resume transferred (counted by the client and by the
 # server) against what was missing, and a coreutils sha256sum of every resumed blob against its name.
 # Environment: BUILD (build), WORK (/tmp/gemma-hub-bench; ~30 GB free needed), KILL_SIGNAL (KILL
-# or INT), KEEP=1 keeps WORK, PRESET (e2b-bf16; a small one for a trial run). Needs 2x the repository on disk at once (the repository and one cache).
+# or INT), ROUNDS (2 curl/pull pairs), KEEP=1 keeps WORK, PRESET (e2b-bf16; a small one for a trial run). Needs 2x the repository on disk at once (the repository and one cache).
 set -euo pipefail
 
 BUILD=${BUILD:-build}
@@ -77,17 +78,46 @@ ENDPOINT=$(head -1 "$WORK/endpoint")
 log "$(grep 'oids hashed' "$WORK/server.log")"
 served > /dev/null
 
-# 4. A full pull into a fresh HF_HOME.
+# 4. Pulls into a fresh HF_HOME, each after curl fetching the same files from the same server into
+# a fresh directory (a plain downloader on the same disk, the same moment: this shared machine's
+# rate varies by tens of percent from one minute to the next). ROUNDS pairs; the last pull's cache
+# stays for the SHA-256 step. First the server and loopback alone: curl into /dev/null.
+COMMIT=c0ffee0000000000000000000000000000000001
+FILES=$(cd "$REPO" && ls)
+curl_all() {  # DIR: every file, one curl each; DIR /dev/null: discarded
+  for f in $FILES; do
+    if [ "$1" = /dev/null ]; then out=/dev/null; else out="$1/$f"; fi
+    curl -sfL -o "$out" "$ENDPOINT/$REPO_ID/resolve/$COMMIT/$f"
+  done
+}
+export -f curl_all
+export FILES ENDPOINT REPO_ID COMMIT
 quiesce
+/usr/bin/time -f '%e %U %S' -o "$WORK/t_curl0" bash -c 'curl_all /dev/null'
+read -r C0_WALL C0_USER C0_SYS < "$WORK/t_curl0"
+served > /dev/null
+log "curl of every file to /dev/null (server + loopback only): $(mbps "$TOTAL" "$C0_WALL") MB/s (curl CPU $C0_USER + $C0_SYS s)"
 H1=$WORK/home1
-/usr/bin/time -f '%e %U %S' -o "$WORK/t_pull1" env -u HF_HUB_CACHE -u HF_TOKEN -u HF_HUB_OFFLINE HF_HOME="$H1" \
-  HF_ENDPOINT="$ENDPOINT" "$BIN" pull "$REPO_ID" > /dev/null 2> "$WORK/pull1.log"
-/usr/bin/time -f '%e' -o "$WORK/t_sync1" sync
-read -r WALL1 USER1 SYS1 < "$WORK/t_pull1"
-SERVED1=$(served)
-GOT1=$(bytes_in "$H1/hub/models--google--gemma-4-E2B-it/blobs")
-log "pull 1: $(tail -1 "$WORK/pull1.log")"
-log "pull 1: $GOT1 bytes in the cache, $SERVED1 served; wall $WALL1 s = $(mbps "$GOT1" "$WALL1") MB/s; with the sync after it ($(cat "$WORK/t_sync1") s) $(mbps "$GOT1" "$(awk -v a="$WALL1" -v b="$(cat "$WORK/t_sync1")" 'BEGIN {print a + b}')") MB/s; CPU user $USER1 s + sys $SYS1 s"
+for round in $(seq "${ROUNDS:-2}"); do
+  rm -rf "$H1" "$WORK/curl"
+  mkdir -p "$WORK/curl"
+  quiesce
+  /usr/bin/time -f '%e %U %S' -o "$WORK/t_curl1" bash -c "curl_all $WORK/curl"
+  read -r C1_WALL C1_USER C1_SYS < "$WORK/t_curl1"
+  /usr/bin/time -f '%e' -o "$WORK/t_csync" sync
+  served > /dev/null
+  rm -rf "$WORK/curl"
+  quiesce
+  /usr/bin/time -f '%e %U %S' -o "$WORK/t_pull1" env -u HF_HUB_CACHE -u HF_TOKEN -u HF_HUB_OFFLINE \
+    HF_HOME="$H1" HF_ENDPOINT="$ENDPOINT" "$BIN" pull "$REPO_ID" > /dev/null 2> "$WORK/pull1.log"
+  /usr/bin/time -f '%e' -o "$WORK/t_sync1" sync
+  read -r WALL1 USER1 SYS1 < "$WORK/t_pull1"
+  SERVED1=$(served)
+  GOT1=$(bytes_in "$H1/hub/models--google--gemma-4-E2B-it/blobs")
+  log "round $round: curl of every file to files: $(mbps "$TOTAL" "$C1_WALL") MB/s ($C1_WALL s; $(mbps "$TOTAL" "$(awk -v a="$C1_WALL" -v b="$(cat "$WORK/t_csync")" 'BEGIN {print a + b}')") MB/s with the sync after it; CPU $C1_USER + $C1_SYS s)"
+  log "round $round: $(tail -1 "$WORK/pull1.log")"
+  log "round $round: pull: $GOT1 bytes in the cache, $SERVED1 served; $(mbps "$GOT1" "$WALL1") MB/s ($WALL1 s; $(mbps "$GOT1" "$(awk -v a="$WALL1" -v b="$(cat "$WORK/t_sync1")" 'BEGIN {print a + b}')") MB/s with the sync after it); CPU user $USER1 s + sys $SYS1 s"
+done
 
 # 5. SHA-256's cost: OpenSSL (the client's library) over the largest blob, from the page cache.
 BIG=$(find "$H1/hub/models--google--gemma-4-E2B-it/blobs" -type f -printf '%s %p\n' | sort -n | tail -1 | cut -d' ' -f2)
@@ -96,25 +126,10 @@ cat "$BIG" > /dev/null
 read -r SHA_WALL SHA_USER SHA_SYS < "$WORK/t_sha"
 SHA_RATE=$(awk -v b="$(stat -c %s "$BIG")" -v u="$SHA_USER" 'BEGIN {printf "%.0f", b / u / 1e6}')
 SHA_CPU=$(awk -v b="$GOT1" -v r="$SHA_RATE" 'BEGIN {printf "%.1f", b / (r * 1e6)}')
-log "SHA-256 (openssl dgst, one core): $SHA_RATE MB/s of CPU; the pull's $GOT1 bytes = $SHA_CPU CPU s = $(awk -v a="$SHA_CPU" -v u="$USER1" -v s="$SYS1" 'BEGIN {printf "%.0f", 100 * a / (u + s)}')% of the pull's CPU time, $(awk -v a="$SHA_CPU" -v w="$WALL1" 'BEGIN {printf "%.0f", 100 * a / w}')% of its wall time (on its own thread)"
-
-# 6. The same machine's ceiling: curl fetching the largest shard from the same server, to
-# /dev/null (server + loopback only) and to a file on the same disk (another client's rate).
-SHARD=$(cd "$REPO" && ls -S model-*.safetensors | head -1)
-URL="$ENDPOINT/$REPO_ID/resolve/c0ffee0000000000000000000000000000000001/$SHARD"
-SHARD_BYTES=$(stat -c %s "$REPO/$SHARD")
-quiesce
-/usr/bin/time -f '%e %U %S' -o "$WORK/t_curl0" curl -sfL -o /dev/null "$URL"
-read -r C0_WALL C0_USER C0_SYS < "$WORK/t_curl0"
-/usr/bin/time -f '%e %U %S' -o "$WORK/t_curl1" curl -sfL -o "$WORK/curl.bin" "$URL"
-read -r C1_WALL C1_USER C1_SYS < "$WORK/t_curl1"
-rm -f "$WORK/curl.bin"
-served > /dev/null
-quiesce
-log "curl, $SHARD ($SHARD_BYTES bytes) from the same server: to /dev/null $(mbps "$SHARD_BYTES" "$C0_WALL") MB/s (CPU $C0_USER + $C0_SYS s); to a file $(mbps "$SHARD_BYTES" "$C1_WALL") MB/s (CPU $C1_USER + $C1_SYS s)"
+log "SHA-256 (openssl dgst, one core): $SHA_RATE MB/s of CPU; the pull's $GOT1 bytes = $SHA_CPU CPU s = $(awk -v a="$SHA_CPU" -v u="$USER1" -v s="$SYS1" 'BEGIN {printf "%.0f", 100 * a / (u + s)}')% of the last pull's CPU time, $(awk -v a="$SHA_CPU" -v w="$WALL1" 'BEGIN {printf "%.0f", 100 * a / w}')% of its wall time (on its own thread)"
 rm -rf "$H1"
 
-# 7. A second pull into a fresh HF_HOME, killed at ~50%, then resumed.
+# 6. A further pull into a fresh HF_HOME, killed at ~50%, then resumed.
 quiesce
 H2=$WORK/home2
 BLOBS=$H2/hub/models--google--gemma-4-E2B-it/blobs
@@ -139,7 +154,7 @@ FINAL=$(bytes_in "$BLOBS")
 log "resume: $(tail -1 "$WORK/resume.log")"
 log "resume: served $SERVED_RESUME bytes; missing at the kill $((FINAL - AT_KILL)); ratio $(awk -v a="$SERVED_RESUME" -v m="$((FINAL - AT_KILL))" 'BEGIN {printf "%.4f", a / m}'); before the kill the server had sent $SERVED_BEFORE; wall $WALL3 s, CPU user $USER3 s + sys $SYS3 s"
 
-# 8. Every resumed blob against its name (the LFS sha256 or git sha1), with coreutils.
+# 7. Every resumed blob against its name (the LFS sha256 or git sha1), with coreutils.
 BAD=0
 for f in "$BLOBS"/*; do
   name=$(basename "$f")

@@ -13,7 +13,9 @@
 # bytes on disk at the kill, the bytes the resume transferred (counted by the client and by the
 # server) against what was missing, and a coreutils sha256sum of every resumed blob against its name.
 # Environment: BUILD (build), WORK (/tmp/gemma-hub-bench; ~30 GB free needed), KILL_SIGNAL (KILL
-# or INT), ROUNDS (2 curl/pull pairs), KEEP=1 keeps WORK, PRESET (e2b-bf16; a small one for a trial run). Needs 2x the repository on disk at once (the repository and one cache).
+# or INT), ROUNDS (2 curl/pull pairs), KEEP=1 keeps WORK, PRESET (e2b-bf16; a small one for a trial run).
+# Needs 2x the repository on disk at once (the repository and one cache), and the curl, openssl
+# and GNU time (/usr/bin/time) commands.
 set -euo pipefail
 
 BUILD=${BUILD:-build}

@@ -203,6 +203,11 @@ std::shared_ptr<Engine> Open(const CommonOpts& o, const GenerateOptions& g) {
                  "--backend cpu)\n",
                  engine->backend_device().c_str());
   }
+  // Once per load: a repository template that is not the built-in one is not what renders.
+  if (const ChatTemplateInfo t = engine->chat_template_info();
+      t.repository == ChatTemplateInfo::Repository::kDifferent) {
+    std::fprintf(stderr, "warning: chat template: %s\n", t.Describe().c_str());
+  }
   const int vocab = engine->vocab_size();
   for (int32_t id : g.stop_ids) {
     if (id < 0 || id >= vocab) {

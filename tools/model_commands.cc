@@ -27,7 +27,8 @@
 namespace gemma::cli {
 namespace {
 
-// generation_config.json's sampling defaults and which chat template applies (inspect).
+// generation_config.json's sampling defaults and which chat template applies (inspect): the
+// built-in one always renders; the repository's own is compared with it.
 void PrintCheckpointExtras(const std::string& path) {
   const GenerationDefaults g = LoadGenerationDefaults(path);
   if (g.empty()) {
@@ -42,13 +43,7 @@ void PrintCheckpointExtras(const std::string& path) {
                 g.origin.c_str(), num(g.EffectiveTemperature()).c_str(), num(g.top_k).c_str(),
                 num(g.top_p).c_str(), g.do_sample ? (*g.do_sample ? "true" : "false") : "unset");
   }
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
-  std::printf("chat template: the built-in canonical Gemma 4 template%s\n",
-              fs::exists(dir / "chat_template.jinja", ec)
-                  ? " (the checkpoint's chat_template.jinja is not rendered)"
-                  : "");
+  std::printf("chat template: %s\n", ChatTemplateInfo::Read(path).Describe().c_str());
 }
 
 }  // namespace

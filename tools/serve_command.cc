@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "hub/model_path.h"
 #include "server/server.h"
 
 namespace gemma::cli {
@@ -22,13 +23,18 @@ void AddServeCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "serve",
       "OpenAI-compatible HTTP server (/v1/chat/completions, ...) and the web console at /");
-  cmd->add_option("--model", o->model, "Checkpoint directory or .safetensors file")->required();
+  cmd->add_option("--model", o->model,
+                  "Checkpoint directory, .safetensors file or ORG/NAME[@REV] (the Hugging Face "
+                  "cache, pulled when missing)")
+      ->required();
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: beside the model)");
   cmd->add_option("--backend", o->backend, "cpu | cpu-ref | vulkan | auto");
   cmd->add_option("--context", o->context, "Context capacity per slot in tokens")
       ->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
-  cmd->add_option("--alias", o->alias, "Model id clients use (default: the model directory name)");
+  cmd->add_option("--alias", o->alias,
+                  "Model id clients use (default: ORG/NAME for a Hub model, else the model "
+                  "directory name)");
   cmd->add_option("--host", o->server.host,
                   "Address to bind (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->server.port, "Port (0 = any free port)")
@@ -43,6 +49,12 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--body-limit", o->server.body_limit, "Largest request body in bytes")
       ->check(CLI::Range(1024, 1 << 30));
   cmd->callback([o] {
+    // ORG/NAME[@REV]: the Hub cache (offline when a loadable snapshot is there), else a pull with
+    // progress on stderr; Ctrl-C during it ends the program and keeps the partial file. Done
+    // before signals are redirected to the watcher below.
+    const std::string spec = o->model;
+    const std::string model_path = hub::ResolveModelPath(spec);
+    const bool from_hub = model_path != spec;
     // Signals go to one watcher thread (blocked everywhere else, inherited by every thread made
     // from here on), which stops the server from an ordinary context.
     sigset_t set;
@@ -52,15 +64,17 @@ void AddServeCommand(CLI::App& app) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
 
-    auto engine = Engine::Load({.model_path = o->model,
+    auto engine = Engine::Load({.model_path = model_path,
                                 .tokenizer_path = o->tokenizer,
                                 .backend = o->backend,
                                 .context_capacity = o->context,
                                 .threads = o->threads});
     server::ServerOptions so = o->server;
     so.model_id = o->alias;
-    if (so.model_id.empty()) {
-      std::filesystem::path p = std::filesystem::path(o->model).lexically_normal();
+    if (so.model_id.empty() && from_hub) {
+      so.model_id = hub::ParseRepoSpec(spec).repo;  // as vLLM names a Hub model: ORG/NAME
+    } else if (so.model_id.empty()) {
+      std::filesystem::path p = std::filesystem::path(model_path).lexically_normal();
       if (p.filename().empty()) p = p.parent_path();
       so.model_id = std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string();
     }
@@ -80,6 +94,11 @@ void AddServeCommand(CLI::App& app) {
                  so.model_id.c_str(), engine->backend_name().c_str(), so.slots,
                  engine->context_capacity(), host.c_str(), port,
                  so.api_key.empty() ? "" : ", API key required");
+    // The template in use, always; a warning when the repository ships a different one.
+    const ChatTemplateInfo t = engine->chat_template_info();
+    std::fprintf(stderr, "gemma-engine serve: %schat template: %s\n",
+                 t.repository == ChatTemplateInfo::Repository::kDifferent ? "warning: " : "",
+                 t.Describe().c_str());
     std::fflush(stderr);
     srv.Run();
     // Run() also returns when listening fails; wake the watcher so the program can end.

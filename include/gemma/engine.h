@@ -298,6 +298,27 @@ struct Result {
   Telemetry telemetry;
 };
 
+// The chat template that renders messages. The engine always renders the built-in Gemma 4
+// canonical template natively (it does not evaluate Jinja); this says how the checkpoint's own
+// template (chat_template.jinja, chat_template.json or tokenizer_config.json's chat_template)
+// compares with the built-in one's Jinja source, trailing whitespace aside.
+struct ChatTemplateInfo {
+  enum class Repository { kNone, kIdentical, kDifferent };
+  Repository repository = Repository::kNone;
+  std::string repository_file;    // the file the repository's template was read from
+  std::string repository_sha256;  // SHA-256 (hex) of the repository template's text
+  std::string builtin_sha256;     // SHA-256 (hex) of the built-in template's Jinja source
+  // One line: "repository template, identical to the built-in (chat_template.jinja)", "the
+  // built-in Gemma 4 template is used instead of the repository's chat_template.jinja (...)", or
+  // "the built-in Gemma 4 template (the repository has none)".
+  std::string Describe() const;
+  nlohmann::json ToJson() const;
+  // Reads the template files beside a checkpoint (a directory or a .safetensors file) without
+  // loading it. Error(kConfig) naming the file for a chat_template.json or tokenizer_config.json
+  // that is not readable JSON.
+  static ChatTemplateInfo Read(const std::string& model_path);
+};
+
 class Session;
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -326,6 +347,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // false means greedy) applied over the library's defaults (greedy). Start from these to decode as
   // the model card says unless the request says otherwise; Generate itself never applies them.
   virtual GenerateOptions DefaultGenerateOptions() const = 0;
+  // Which chat template renders messages (read at load).
+  virtual ChatTemplateInfo chat_template_info() const = 0;
   // The rendered prompt text of a request (messages through the chat template; text as given,
   // with "<bos>" when add_bos); Error(kInvalidArgument) for token-id input.
   virtual std::string PromptText(const Input& input) const = 0;

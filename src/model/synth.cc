@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "chat/template_check.h"
 #include "core/dtype.h"
 #include "format/safetensors_writer.h"
 #include "gemma/error.h"
@@ -724,6 +725,8 @@ void Synthesize(const SynthOptions& options) {
   if (hub) {
     text_file("generation_config.json", kGenerationConfig);
     text_file("processor_config.json", kProcessorConfig);
+    // The published repositories carry the canonical template as chat_template.jinja.
+    text_file("chat_template.jinja", std::string(chat::BuiltinTemplateSource()));
   }
   if (options.shards > 1) {
     text_file(entry, index.dump(2) + "\n");

@@ -72,7 +72,7 @@ struct SynthOptions {
   std::optional<SynthShape> shape;  // set: this structure instead of the preset's
   // "hub": the published repositories' file set (google/gemma-4-E2B-it and its QAT sibling) on
   // top of the weights: generation_config.json (model-card sampling defaults),
-  // processor_config.json, vision_config/audio_config in config.json and small vision/audio
+  // processor_config.json, chat_template.jinja (the built-in canonical template's source), vision_config/audio_config in config.json and small vision/audio
   // tower tensors that a text-only loader must skip. "" writes weights and config.json only.
   std::string layout = {};
   // > 1: model-0000k-of-0000N.safetensors shards plus model.safetensors.index.json, as

@@ -61,6 +61,7 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
                                         " ids but the model's vocabulary is " +
                                         std::to_string(model_->text().vocab_size));
   }
+  template_info_ = ChatTemplateInfo::Read(options.model_path);
   capacity_ = std::min(options.context_capacity, model_->text().max_position_embeddings);
   if (capacity_ <= 0) throw Error(ErrorCode::kInvalidArgument, "context_capacity must be positive");
   if (options.max_batch < 1 || options.max_batch > 256)

@@ -61,6 +61,7 @@ class EngineImpl : public Engine {
       const Input& input, const std::function<std::string(const std::string&)>& rewrite = {}) const;
   std::string PromptText(const Input& input) const override;
   GenerateOptions DefaultGenerateOptions() const override { return defaults_; }
+  ChatTemplateInfo chat_template_info() const override { return template_info_; }
 
   const Tokenizer& tokenizer() const;  // Error(kTokenizer) without one
   const Model& model() const { return *model_; }
@@ -96,6 +97,7 @@ class EngineImpl : public Engine {
   void CheckHostMemory(const EngineOptions& options) const;
   double load_ms_ = 0;
   GenerateOptions defaults_;
+  ChatTemplateInfo template_info_;
 };
 
 // A session over one backend context of `engine` (session.cc).

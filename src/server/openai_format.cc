@@ -141,8 +141,12 @@ json Envelope(const char* object, const ParsedRequest& req, json choices,
               {"system_fingerprint", "gemma-engine"},
               {"choices", std::move(choices)},
               {"usage", Usage(results)}};
-  if (!results.empty())
+  if (!results.empty()) {
     out["timings"] = Timings(results.back().telemetry, results.back().tokens.size());
+    // Every decoding option as used (the request's, else the checkpoint's generation_config.json
+    // defaults): the first sample's; sample i of n / best_of uses seed + i.
+    out["resolved_config"] = results.front().resolved_config;
+  }
   return out;
 }
 
@@ -292,6 +296,7 @@ std::vector<json> StreamFormatter::End(int choice, const Result& r) {
   pending_.clear();
   json c = Chunk(last);
   c["timings"] = Timings(r.telemetry, r.tokens.size());
+  c["resolved_config"] = r.resolved_config;
   out.push_back(c);
   return out;
 }

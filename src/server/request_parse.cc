@@ -114,12 +114,15 @@ void CheckModel(const json& body, const ParseContext& ctx, ParsedRequest* r) {
 
 void ParseSampling(const json& body, const ParseContext& ctx, ParsedRequest* r) {
   GenerateOptions& o = r->options;
-  o.temperature = Number(body, "temperature", 1.0, 0.0, 100.0);
-  o.top_p = Number(body, "top_p", 1.0, 0.0, 1.0);
-  o.top_k = static_cast<int>(Integer(body, "top_k", 0, 0, ctx.engine->vocab_size()));
-  o.min_p = Number(body, "min_p", 0.0, 0.0, 1.0);
-  o.typical_p = Number(body, "typical_p", 1.0, 0.0, 1.0);
-  o.repetition_penalty = Number(body, "repetition_penalty", 1.0, 1e-3, 100.0);
+  // Sampling fields the request leaves out take the checkpoint's published defaults
+  // (generation_config.json; greedy without one), as `run` and `chat` do.
+  const GenerateOptions d = ctx.engine->DefaultGenerateOptions();
+  o.temperature = Number(body, "temperature", d.temperature, 0.0, 100.0);
+  o.top_p = Number(body, "top_p", d.top_p, 0.0, 1.0);
+  o.top_k = static_cast<int>(Integer(body, "top_k", d.top_k, 0, ctx.engine->vocab_size()));
+  o.min_p = Number(body, "min_p", d.min_p, 0.0, 1.0);
+  o.typical_p = Number(body, "typical_p", d.typical_p, 0.0, 1.0);
+  o.repetition_penalty = Number(body, "repetition_penalty", d.repetition_penalty, 1e-3, 100.0);
   o.frequency_penalty = Number(body, "frequency_penalty", 0.0, -2.0, 2.0);
   o.presence_penalty = Number(body, "presence_penalty", 0.0, -2.0, 2.0);
   o.penalty_window = static_cast<int>(Integer(body, "penalty_window", -1, -1, 1 << 24));
@@ -474,6 +477,13 @@ ParsedRequest ParseCompletionRequest(const json& body, const ParseContext& ctx) 
   if (Field(body, "top_logprobs")) throw BadField("top_logprobs", "use 'logprobs': N here");
   r.options.logprobs = r.logprobs || r.best_of > r.n;
   return r;
+}
+
+nlohmann::json SamplingDefaultsJson(const Engine& engine) {
+  const GenerateOptions d = engine.DefaultGenerateOptions();
+  return {{"temperature", d.temperature}, {"top_k", d.top_k},
+          {"top_p", d.top_p},             {"min_p", d.min_p},
+          {"typical_p", d.typical_p},     {"repetition_penalty", d.repetition_penalty}};
 }
 
 ApiError FromEngineError(const Error& e) {

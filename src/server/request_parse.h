@@ -37,6 +37,10 @@ ParsedRequest ParseCompletionRequest(const nlohmann::json& body, const ParseCont
 // ApiError naming the bad message.
 nlohmann::json NormalizeMessages(const nlohmann::json& messages);
 
+// What a request's unset sampling fields take: the checkpoint's generation_config.json defaults
+// (Engine::DefaultGenerateOptions), reported by /props and /v1/models.
+nlohmann::json SamplingDefaultsJson(const Engine& engine);
+
 // Maps an engine error raised while serving a request to an API error (4xx for what the request
 // caused, 5xx for the engine's own failures).
 ApiError FromEngineError(const Error& e);

@@ -567,7 +567,9 @@ json Server::Impl::Props() const {
           {"max_queue", opt.max_queue},
           {"auth", !opt.api_key.empty()},
           {"shared_bytes", engine->shared_bytes()},
-          {"resident_bytes", ResidentBytes()}};
+          {"resident_bytes", ResidentBytes()},
+          {"chat_template", engine->chat_template_info().ToJson()},
+          {"generation_defaults", SamplingDefaultsJson(*engine)}};
 }
 
 void Server::Impl::Setup() {

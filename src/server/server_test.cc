@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "gemma/engine.h"
@@ -53,7 +54,8 @@ std::shared_ptr<Engine> TinyEngine() {
 
 class Running {
  public:
-  explicit Running(ServerOptions o) : server_(TinyEngine(), WithDefaults(std::move(o))) {
+  explicit Running(ServerOptions o, std::shared_ptr<Engine> engine = TinyEngine())
+      : server_(std::move(engine), WithDefaults(std::move(o))) {
     port_ = server_.Bind();
     thread_ = std::thread([this] { server_.Run(); });
     httplib::Client c("127.0.0.1", port_);
@@ -225,6 +227,64 @@ std::string RunCommand(const std::string& cmd, int* status) {
   while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   *status = ::pclose(p);
   return out;
+}
+
+// The sampling fields a request leaves out take the checkpoint's generation_config.json values,
+// as `run` does (CliDefaults.GenerationConfigFillsUnsetSamplingFlags); fields given win. The
+// response's resolved_config (and the final stream chunk's) says what was used; /props and
+// /v1/models report the defaults and which chat template renders (the repository's own differs
+// here: its hash is checked against coreutils' sha256sum).
+TEST(Server, GenerationConfigFillsUnsetSamplingFields) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gemma_server_gencfg_" + std::to_string(::getpid()));
+  Synthesize({.preset = "tiny", .out_dir = dir.string(), .seed = 4, .vocab_size = 4096});
+  std::ofstream(dir / "generation_config.json")
+      << R"({"do_sample": true, "temperature": 1.0, "top_k": 64, "top_p": 0.95})";
+  std::ofstream(dir / "chat_template.jinja") << "{{ messages[0]['content'] }}\n";
+  Running s({}, Engine::Load({.model_path = dir.string(),
+                              .backend = "cpu",
+                              .context_capacity = 256,
+                              .threads = 1}));
+  auto complete = [&](json extra) {
+    json body = {{"model", "tiny"}, {"prompt", "Hello"}, {"max_tokens", 2}, {"seed", 1}};
+    body.update(extra);
+    const Reply r = Post(s.port(), "/v1/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body.dump();
+    return r.body["resolved_config"];
+  };
+  const json d = complete(json::object());
+  EXPECT_EQ(d["temperature"], 1.0);
+  EXPECT_EQ(d["top_k"], 64);
+  EXPECT_EQ(d["top_p"], 0.95);
+  const json given = complete({{"temperature", 0}, {"top_k", 5}});
+  EXPECT_EQ(given["temperature"], 0.0);
+  EXPECT_EQ(given["top_k"], 5);
+  EXPECT_EQ(given["top_p"], 0.95);
+  // Streamed: the final chunk carries it beside the timings.
+  httplib::Client c("127.0.0.1", s.port());
+  auto st = c.Post("/v1/completions",
+                   json({{"prompt", "Hello"}, {"max_tokens", 2}, {"stream", true}}).dump(),
+                   "application/json");
+  ASSERT_TRUE(st);
+  const size_t at = st->body.find("\"resolved_config\"");
+  ASSERT_NE(at, std::string::npos) << st->body;
+  EXPECT_NE(st->body.find("\"top_k\":64", at), std::string::npos) << st->body;
+
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json meta = json::parse(models->body)["data"][0]["meta"];
+  EXPECT_EQ(meta["generation_defaults"]["top_k"], 64);
+  EXPECT_EQ(meta["generation_defaults"]["temperature"], 1.0);
+  const json t = meta["chat_template"];
+  EXPECT_EQ(t["repository"], "different");
+  EXPECT_EQ(t["used"], "built-in");
+  int status = -1;
+  const std::string sum = RunCommand("sha256sum " + (dir / "chat_template.jinja").string(), &status);
+  EXPECT_EQ(t["repository_sha256"], sum.substr(0, 64));
+  EXPECT_NE(t["description"].get<std::string>().find(
+                "the built-in Gemma 4 template is used instead of the repository's"),
+            std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST(Server, OfficialOpenAIClient) {

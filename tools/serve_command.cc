@@ -16,10 +16,12 @@ namespace gemma::cli {
 void AddServeCommand(CLI::App& app) {
   struct Opts {
     std::string model, tokenizer, backend = "cpu", alias;
-    int context = 8192, threads = 0;
+    int context = 8192, threads = 0, max_batch = 16;
     server::ServerOptions server;
   };
   auto o = std::make_shared<Opts>();
+  // Four slots by default: requests generating at once share decode steps (batched decode).
+  o->server.slots = 4;
   CLI::App* cmd = app.add_subcommand(
       "serve",
       "OpenAI-compatible HTTP server (/v1/chat/completions, ...) and the web console at /");
@@ -40,7 +42,13 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--port", o->server.port, "Port (0 = any free port)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--slots", o->server.slots, "Requests generating at once (one session each)")
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--max-batch", o->max_batch,
+                  "Decode steps of concurrent slots evaluated together (1 = off; backends that "
+                  "gain from it: cpu)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   cmd->add_option("--queue", o->server.max_queue, "Requests waiting for a slot before 429")
       ->check(CLI::Range(0, 4096));
   cmd->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on the API");
@@ -68,7 +76,8 @@ void AddServeCommand(CLI::App& app) {
                                 .tokenizer_path = o->tokenizer,
                                 .backend = o->backend,
                                 .context_capacity = o->context,
-                                .threads = o->threads});
+                                .threads = o->threads,
+                                .max_batch = o->max_batch});
     server::ServerOptions so = o->server;
     so.model_id = o->alias;
     if (so.model_id.empty() && from_hub) {

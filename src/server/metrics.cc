@@ -42,6 +42,7 @@ void Metrics::ObserveGeneration(const Telemetry& t, size_t completion_tokens) {
   prompt_tokens_ += t.prompt_tokens;
   reused_tokens_ += t.reused_tokens;
   completion_tokens_ += completion_tokens;
+  batched_steps_ += static_cast<uint64_t>(t.batched_steps);
   if (completion_tokens > 0) ttft_.Observe(t.ttft_ms / 1000);
   for (size_t i = 1; i < t.token_ms.size(); ++i) itl_.Observe(t.token_ms[i] / 1000);
 }
@@ -71,6 +72,9 @@ std::string Metrics::Render(int slots, int busy, int queued) const {
   counter("gemma_prompt_tokens_reused_total", "Prompt tokens served from a slot's cache.",
           reused_tokens_);
   counter("gemma_completion_tokens_total", "Generated tokens.", completion_tokens_);
+  counter("gemma_batched_decode_steps_total",
+          "Decode steps evaluated in one batch with other slots' steps (batched decode).",
+          batched_steps_);
   ttft_.Write("gemma_ttft_seconds", "Time to first token.", &o);
   itl_.Write("gemma_inter_token_seconds", "Time between generated tokens.", &o);
   gauge("gemma_slots", "Slots (sessions).", slots);

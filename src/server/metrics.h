@@ -45,6 +45,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t rejected_ = 0, cancelled_ = 0;
   uint64_t prompt_tokens_ = 0, reused_tokens_ = 0, completion_tokens_ = 0;
+  uint64_t batched_steps_ = 0;  // decode steps evaluated together with other slots' (batching)
   Histogram ttft_, itl_;
 };
 

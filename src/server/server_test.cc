@@ -555,6 +555,12 @@ TEST(Server, BoundedLoadEveryRequestAnsweredOr429NoLeak) {
   }
   EXPECT_EQ(h["slots_idle"], 2);
   EXPECT_EQ(h["queue"], 0);
+  // The two slots' decode steps met in batches (batched decode is on by default).
+  const std::string metrics = c.Get("/metrics")->body;
+  const std::string key = "\ngemma_batched_decode_steps_total ";
+  const size_t at = metrics.find(key);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GT(std::stoll(metrics.substr(at + key.size())), 0);
   const size_t after = s.Rss();
   std::printf("load: %d requests in %.1f s: %d ok, %d x 429; RSS %.1f -> %.1f MiB\n", kRequests,
               secs, ok, busy, before / 1048576.0, after / 1048576.0);

@@ -83,6 +83,52 @@ bool JpegTruncated(std::span<const uint8_t> b) {
   return true;
 }
 
+// Whether every Huffman table (DHT segment) holds at most 256 codes. Debian's stb_image
+// (2022-09) does not check it: a table whose 16 code counts sum past 256 writes past its 257-entry
+// size array and 256-entry value array (memory corruption; found by fuzz_image under UBSan). The
+// walk reads the bytes stb's parser would (its DHT loop reads counts from the stream, zeros past
+// the end), through every marker segment and over entropy-coded data, so tables after a scan
+// (progressive JPEGs) are checked too.
+bool JpegHuffmanTablesFit(std::span<const uint8_t> b) {
+  const size_t n = b.size();
+  auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };
+  size_t p = 2;  // after SOI
+  while (p + 1 < n) {
+    if (b[p] != 0xFF) return true;  // not a marker: stb refuses the file itself
+    const unsigned m = b[p + 1];
+    if (m == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // no length
+      p += 2;
+      continue;
+    }
+    if (m == 0xD9) return true;  // EOI
+    const size_t len = (at(p + 2) << 8) | at(p + 3);
+    if (len < 2) return true;
+    if (m == 0xC4) {
+      size_t q = p + 4;
+      long left = static_cast<long>(len) - 2;
+      while (left > 0) {
+        const unsigned tc_th = at(q++);
+        if ((tc_th >> 4) > 1 || (tc_th & 15) > 3) return true;  // stb refuses it
+        unsigned codes = 0;
+        for (int i = 0; i < 16; ++i) codes += at(q++);
+        if (codes > 256) return false;
+        q += codes;
+        left -= 17 + static_cast<long>(codes);
+      }
+    }
+    p += 2 + len;
+    if (m == 0xDA) {  // entropy-coded data up to the next marker (not a stuffed 00 or a RSTn)
+      while (p + 1 < n && !(b[p] == 0xFF && b[p + 1] != 0 && !(b[p + 1] >= 0xD0 && b[p + 1] <= 0xD7)))
+        ++p;
+    }
+  }
+  return true;
+}
+
 // A GIF whose first image's data blocks run past the end (stb would decode zeros).
 bool GifTruncated(std::span<const uint8_t> b) {
   size_t p = 13;
@@ -133,6 +179,9 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
     };
     CheckSize(be32(16), be32(20), origin, o);
   }
+  // (before stb reads the header: its DHT parser runs there too)
+  if (kind == Kind::kJpeg && !JpegHuffmanTablesFit(b))
+    throw Error(ErrorCode::kFormat, origin + ": corrupt JPEG (a Huffman table of over 256 codes)");
   if (!stbi_info_from_memory(b.data(), len, &w, &h, &comp)) {
     if (std::string_view(stbi_failure_reason()) == "too large")
       throw Error(ErrorCode::kCapacity, origin + ": the header's size is over the pixel limit");

@@ -166,6 +166,29 @@ TEST(ImageDecode, BadInputsAreTypedErrors) {
     }
   }
   EXPECT_EQ(CodeOf(jpg), ErrorCode::kCapacity);
+  // A Huffman table whose code counts sum past 256 (Debian's stb_image writes past its tables:
+  // found by fuzz_image under UBSan; fuzz/corpus/image/regress_jpeg_dht replays it).
+  for (const char* name : {"photo_160x120.jpg", "gray_40x30.jpg", "exif8_64x40.jpg"}) {
+    std::vector<uint8_t> dht = ReadBytes(kDir + "images/" + name);
+    bool found = false;
+    for (size_t i = 2; i + 21 < dht.size() && !found; ++i) {
+      if (dht[i] == 0xFF && dht[i + 1] == 0xC4) {
+        for (int k = 0; k < 16; ++k) dht[i + 5 + k] = 0xFF;  // 16 x 255 codes
+        found = true;
+      }
+    }
+    ASSERT_TRUE(found) << name;
+    // Refused by the table check, before stb parses anything (stb would fail later, after the
+    // out-of-bounds writes).
+    try {
+      DecodeImage(dht, "test");
+      ADD_FAILURE() << name << " decoded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFormat) << name;
+      EXPECT_NE(std::string(e.what()).find("Huffman table of over 256 codes"), std::string::npos)
+          << name << ": " << e.what();
+    }
+  }
   EXPECT_THROW(LoadImageFile("/nonexistent/cat.png"), Error);
 }
 

@@ -94,7 +94,10 @@ bool JpegHuffmanTablesFit(std::span<const uint8_t> b) {
   auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };
   size_t p = 2;  // after SOI
   while (p + 1 < n) {
-    if (b[p] != 0xFF) return true;  // not a marker: stb refuses the file itself
+    if (b[p] != 0xFF) {  // padding between segments: stb scans on for the next marker too
+      ++p;
+      continue;
+    }
     const unsigned m = b[p + 1];
     if (m == 0xFF) {  // fill byte
       ++p;

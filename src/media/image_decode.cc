@@ -86,12 +86,28 @@ bool JpegTruncated(std::span<const uint8_t> b) {
 // Whether every Huffman table (DHT segment) holds at most 256 codes. Debian's stb_image
 // (2022-09) does not check it: a table whose 16 code counts sum past 256 writes past its 257-entry
 // size array and 256-entry value array (memory corruption; found by fuzz_image under UBSan). The
-// walk reads the bytes stb's parser would (its DHT loop reads counts from the stream, zeros past
-// the end), through every marker segment and over entropy-coded data, so tables after a scan
-// (progressive JPEGs) are checked too.
+// checks read the bytes stb's parser would (its DHT loop reads counts from the stream, zeros past
+// the end). Up to the first scan the segments are walked as stb's header parser walks them
+// (padding between segments skipped); after it, where stb resynchronizes on any 0xFF after
+// entropy-coded data it could not finish, every FF C4 is checked as a table (in a valid file
+// entropy-coded data never holds one: 0xFF there is followed by 00 or a marker).
 bool JpegHuffmanTablesFit(std::span<const uint8_t> b) {
   const size_t n = b.size();
   auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };
+  auto dht_fits = [&](size_t p) {  // the DHT segment whose marker is at p
+    size_t q = p + 4;
+    long left = static_cast<long>((at(p + 2) << 8) | at(p + 3)) - 2;
+    while (left > 0) {
+      const unsigned tc_th = at(q++);
+      if ((tc_th >> 4) > 1 || (tc_th & 15) > 3) return true;  // stb refuses it
+      unsigned codes = 0;
+      for (int i = 0; i < 16; ++i) codes += at(q++);
+      if (codes > 256) return false;
+      q += codes;
+      left -= 17 + static_cast<long>(codes);
+    }
+    return true;
+  };
   size_t p = 2;  // after SOI
   while (p + 1 < n) {
     if (b[p] != 0xFF) {  // padding between segments: stb scans on for the next marker too
@@ -108,26 +124,15 @@ bool JpegHuffmanTablesFit(std::span<const uint8_t> b) {
       continue;
     }
     if (m == 0xD9) return true;  // EOI
+    if (m == 0xDA) {             // the first scan: every later FF C4
+      for (size_t i = p + 2; i + 1 < n; ++i)
+        if (b[i] == 0xFF && b[i + 1] == 0xC4 && !dht_fits(i)) return false;
+      return true;
+    }
     const size_t len = (at(p + 2) << 8) | at(p + 3);
     if (len < 2) return true;
-    if (m == 0xC4) {
-      size_t q = p + 4;
-      long left = static_cast<long>(len) - 2;
-      while (left > 0) {
-        const unsigned tc_th = at(q++);
-        if ((tc_th >> 4) > 1 || (tc_th & 15) > 3) return true;  // stb refuses it
-        unsigned codes = 0;
-        for (int i = 0; i < 16; ++i) codes += at(q++);
-        if (codes > 256) return false;
-        q += codes;
-        left -= 17 + static_cast<long>(codes);
-      }
-    }
+    if (m == 0xC4 && !dht_fits(p)) return false;
     p += 2 + len;
-    if (m == 0xDA) {  // entropy-coded data up to the next marker (not a stuffed 00 or a RSTn)
-      while (p + 1 < n && !(b[p] == 0xFF && b[p + 1] != 0 && !(b[p + 1] >= 0xD0 && b[p + 1] <= 0xD7)))
-        ++p;
-    }
   }
   return true;
 }

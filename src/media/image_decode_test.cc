@@ -178,15 +178,24 @@ TEST(ImageDecode, BadInputsAreTypedErrors) {
       }
     }
     ASSERT_TRUE(found) << name;
+    // ... and the valid file with such a table after its scan, before the end-of-image marker
+    // (stb reads tables between scans).
+    std::vector<uint8_t> late = ReadBytes(kDir + "images/" + name);
+    ASSERT_GE(late.size(), 2u);
+    std::vector<uint8_t> seg = {0xFF, 0xC4, 0x00, 0x13, 0x00};
+    seg.insert(seg.end(), 16, 0xFF);
+    late.insert(late.end() - 2, seg.begin(), seg.end());
     // Refused by the table check, before stb parses anything (stb would fail later, after the
     // out-of-bounds writes).
-    try {
-      DecodeImage(dht, "test");
-      ADD_FAILURE() << name << " decoded";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kFormat) << name;
-      EXPECT_NE(std::string(e.what()).find("Huffman table of over 256 codes"), std::string::npos)
-          << name << ": " << e.what();
+    for (const std::vector<uint8_t>* bad : {&dht, &late}) {
+      try {
+        DecodeImage(*bad, "test");
+        ADD_FAILURE() << name << " decoded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kFormat) << name;
+        EXPECT_NE(std::string(e.what()).find("Huffman table of over 256 codes"), std::string::npos)
+            << name << ": " << e.what();
+      }
     }
   }
   EXPECT_THROW(LoadImageFile("/nonexistent/cat.png"), Error);

@@ -1,6 +1,10 @@
 # Helpers shared by every room.
 set(GEMMA_ROOT ${CMAKE_CURRENT_SOURCE_DIR})
 set(GEMMA_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+# Test code (not the libraries it tests) is compiled at -Og: the tests' time goes into the
+# libraries, and -O2 on the gtest-heavy test files cost ~35% more compile time (bench/journal/
+# 2026-12-02-ci-build-time.md). Empty keeps the build type's level.
+set(GEMMA_TEST_OPT "-Og" CACHE STRING "Optimisation flag for test code (empty: the build type's)")
 # Position-independent objects (they also make the shared product library) without the cost of
 # assuming that global functions may be interposed: calls inside the library stay direct.
 add_compile_options(-fno-semantic-interposition)
@@ -30,7 +34,7 @@ function(gemma_test name)
   endif()
   add_executable(${name} ${A_SOURCES})
   target_include_directories(${name} PRIVATE ${GEMMA_ROOT}/include ${GEMMA_ROOT}/src)
-  target_compile_options(${name} PRIVATE ${GEMMA_WARNINGS})
+  target_compile_options(${name} PRIVATE ${GEMMA_WARNINGS} ${GEMMA_TEST_OPT})
   target_compile_definitions(${name} PRIVATE GEMMA_SOURCE_DIR="${GEMMA_ROOT}"
                                              GEMMA_BINARY_DIR="${CMAKE_BINARY_DIR}")
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)

@@ -242,18 +242,19 @@ TEST_F(AudioEngine, MessagePartsRenderAudioRuns) {
       {{"type", "audio"}, {"bytes", b64}},
       {{"type", "audio"}, {"url", "data:audio/wav;base64," + b64}},
       {{"type", "input_audio"}, {"input_audio", {{"data", b64}, {"format", "wav"}}}},
+      {{"type", "audio_url"}, {"audio_url", {{"url", "data:audio/wav;base64," + b64}}}},
       {{"type", "text"}, {"text", "Transcribe these."}},
   });
   const Input in = Input::Messages({{{"role", "user"}, {"content", parts}}});
   const std::vector<int32_t> ids = engine->PromptTokens(in);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), kAudio), 4 * 41);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), kBoa), 4);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), kEoa), 4);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kAudio), 5 * 41);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kBoa), 5);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kEoa), 5);
   GenerateOptions opt;
   opt.max_new_tokens = 2;
   const Result r = engine->NewSession()->Generate(in, opt);
-  EXPECT_EQ(r.telemetry.audios, 4);
-  EXPECT_EQ(r.telemetry.audios_encoded, 4);
+  EXPECT_EQ(r.telemetry.audios, 5);
+  EXPECT_EQ(r.telemetry.audios_encoded, 5);
   auto code = [&](nlohmann::json part) {
     try {
       engine->PromptTokens(Input::Messages({{{"role", "user"}, {"content", {part}}}}));
@@ -266,6 +267,9 @@ TEST_F(AudioEngine, MessagePartsRenderAudioRuns) {
   EXPECT_EQ(code({{"type", "audio"}, {"url", "https://example.com/a.wav"}}),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code({{"type", "input_audio"}, {"input_audio", {{"data", "@@@"}}}}),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio_url"}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({{"type", "audio_url"}, {"audio_url", {{"url", "https://example.com/a.wav"}}}}),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code({{"type", "audio"}, {"path", kDir + "clips/tiny.wav"}}),
             ErrorCode::kInvalidArgument);

@@ -25,7 +25,9 @@ bool IsKnownRole(const std::string& role) {
 }
 
 bool IsImage(const std::string& t) { return t == "image" || t == "image_url"; }
-bool IsAudio(const std::string& t) { return t == "audio" || t == "input_audio"; }
+bool IsAudio(const std::string& t) {
+  return t == "audio" || t == "input_audio" || t == "audio_url";
+}
 
 // `dict.get(key)`: None for a missing key.
 const Json* Get(const Json& object, const char* key) {

@@ -34,6 +34,8 @@ Image LoadImageFile(const std::string& path, const DecodeOptions& options = {});
 // Base64 (RFC 4648, padding optional, whitespace ignored) -> bytes; Error(kInvalidArgument) naming
 // `origin` for invalid text.
 std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& origin);
+// Bytes -> base64 (RFC 4648, padded).
+std::string EncodeBase64(std::span<const uint8_t> bytes);
 // "data:[<mime>][;base64],<data>" -> the bytes; Error(kInvalidArgument) for anything else (remote
 // URLs are not fetched).
 std::vector<uint8_t> DecodeDataUrl(const std::string& url, const std::string& origin);

@@ -256,6 +256,24 @@ Image DecodeImage(std::span<const uint8_t> bytes, const std::string& origin,
   return ApplyOrientation(img, ExifOrientation(bytes));
 }
 
+std::string EncodeBase64(std::span<const uint8_t> bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t v = uint32_t{bytes[i]} << 16;
+    if (n > 1) v |= uint32_t{bytes[i + 1]} << 8;
+    if (n > 2) v |= bytes[i + 2];
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += n > 1 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += n > 2 ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
 std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& origin) {
   std::string clean;
   clean.reserve(text.size());

@@ -244,7 +244,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
       const std::string type = part["type"];
       const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
-      if (type == "audio" || type == "input_audio") {
+      if (type == "audio" || type == "input_audio" || type == "audio_url") {
         auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
           if (!j.contains(key)) return "";
           if (!j[key].is_string())
@@ -258,6 +258,13 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
             throw Error(ErrorCode::kInvalidArgument,
                         at + ": an input_audio part needs \"input_audio\": {\"data\": ...}");
           b64 = str(part["input_audio"], "data");
+        } else if (type == "audio_url") {  // vLLM's shape: {"audio_url": {"url": "data:..."}}
+          const nlohmann::json* au = part.contains("audio_url") ? &part["audio_url"] : nullptr;
+          if (au && au->is_object()) url = str(*au, "url");
+          else if (au && au->is_string()) url = au->get<std::string>();
+          if (url.empty())
+            throw Error(ErrorCode::kInvalidArgument,
+                        at + ": an audio_url part needs \"audio_url\": {\"url\": ...}");
         } else if (part.contains("audio") && part["audio"].is_string()) {
           path = part["audio"].get<std::string>();
         }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <span>
@@ -108,6 +109,51 @@ json Usage(const std::vector<Result>& results) {
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+namespace {
+
+// Seconds as "HH:MM:SS<sep>mmm" (SubRip uses ',', WebVTT '.').
+std::string Timestamp(double seconds, char sep) {
+  const long ms = std::lround(seconds * 1000.0);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60,
+                ms / 1000 % 60, sep, ms % 1000);
+  return buf;
+}
+
+}  // namespace
+
+AudioBody AudioResponse(const AudioRequest& req, const Result& r) {
+  std::string text = r.text;
+  const size_t b = text.find_first_not_of(" \t\r\n");
+  text = b == std::string::npos ? "" : text.substr(b, text.find_last_not_of(" \t\r\n") - b + 1);
+  const std::string& f = req.response_format;
+  if (f == "text") return {"text/plain; charset=utf-8", text + "\n"};
+  if (f == "srt")
+    return {"application/x-subrip",
+            "1\n" + Timestamp(0, ',') + " --> " + Timestamp(req.seconds, ',') + "\n" + text + "\n\n"};
+  if (f == "vtt")
+    return {"text/vtt", "WEBVTT\n\n" + Timestamp(0, '.') + " --> " + Timestamp(req.seconds, '.') +
+                            "\n" + text + "\n\n"};
+  const int input = r.telemetry.prompt_tokens, output = static_cast<int>(r.tokens.size());
+  json j = {{"text", text},
+            {"usage",
+             {{"type", "tokens"},
+              {"input_tokens", input},
+              {"output_tokens", output},
+              {"total_tokens", input + output}}}};
+  if (f == "verbose_json") {
+    j["task"] = req.translate ? "translate" : "transcribe";
+    j["language"] = req.translate ? "en" : req.language;
+    j["duration"] = req.seconds;
+    j["segments"] = json::array({{{"id", 0},
+                                  {"start", 0.0},
+                                  {"end", req.seconds},
+                                  {"text", text},
+                                  {"tokens", r.tokens}}});
+  }
+  return {"application/json", Dump(j)};
 }
 
 json Timings(const Telemetry& t, size_t completion_tokens) {

@@ -30,6 +30,14 @@ json ChatResponse(const ParsedRequest& req, const std::vector<Result>& results,
 json CompletionResponse(const ParsedRequest& req, const std::vector<Result>& results,
                         const Engine& engine, const std::string& id, int64_t created);
 
+// The body of a transcription / translation (AudioRequest::response_format): its content type and
+// text. The text is the model's output trimmed of surrounding whitespace; verbose_json, srt and vtt
+// hold the clip as one segment (the model gives no finer timings).
+struct AudioBody {
+  std::string content_type, body;
+};
+AudioBody AudioResponse(const AudioRequest& req, const Result& r);
+
 // Builds the chunks of one streamed request. Chat output is split into content, reasoning_content
 // and whole tool calls as it arrives, so a client never sees Gemma's markers.
 class StreamFormatter {

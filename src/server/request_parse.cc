@@ -4,6 +4,9 @@
 #include <limits>
 #include <set>
 
+#include "media/audio.h"
+#include "media/image.h"
+
 namespace gemma::server {
 namespace {
 
@@ -266,12 +269,16 @@ json NormalizeMessagesImpl(const json& messages) {
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
         const std::string type = part["type"];
         const std::string pat = at + ".content[" + std::to_string(k) + "]";
-        if (type == "audio" || type == "input_audio") {
+        if (type == "audio" || type == "input_audio" || type == "audio_url") {
           // Audio likewise: base64 bytes (OpenAI's input_audio.data) or a data: URL, never a path.
           if (part.contains("path") || part.contains("audio"))
             throw BadField(pat, "server requests carry audio as base64 data, not file paths");
-          if (part.contains("url") &&
-              !(part["url"].is_string() && part["url"].get<std::string>().rfind("data:", 0) == 0))
+          const json* aurl = part.contains("url") ? &part["url"] : nullptr;
+          if (part.contains("audio_url"))
+            aurl = part["audio_url"].is_object() && part["audio_url"].contains("url")
+                       ? &part["audio_url"]["url"]
+                       : &part["audio_url"];
+          if (aurl && !(aurl->is_string() && aurl->get<std::string>().rfind("data:", 0) == 0))
             throw BadField(pat,
                            "audio URLs must be data: URLs (remote and file URLs are not fetched)");
           continue;
@@ -430,6 +437,117 @@ ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
     throw BadField("top_logprobs", "needs logprobs: true");
   r.options.logprobs = r.logprobs || r.best_of > r.n;
   return r;
+}
+
+namespace {
+
+// A few ISO-639-1 codes by name, for the instruction; other codes are named as given.
+std::string LanguageName(const std::string& code) {
+  static const std::map<std::string, std::string> kNames = {
+      {"ar", "Arabic"},   {"de", "German"},   {"en", "English"},    {"es", "Spanish"},
+      {"fr", "French"},   {"hi", "Hindi"},    {"id", "Indonesian"}, {"it", "Italian"},
+      {"ja", "Japanese"}, {"ko", "Korean"},   {"nl", "Dutch"},      {"pl", "Polish"},
+      {"pt", "Portuguese"}, {"ru", "Russian"}, {"sv", "Swedish"},   {"th", "Thai"},
+      {"tr", "Turkish"},  {"uk", "Ukrainian"}, {"vi", "Vietnamese"}, {"zh", "Chinese"}};
+  auto it = kNames.find(code);
+  return it == kNames.end() ? "the language '" + code + "'" : it->second;
+}
+
+}  // namespace
+
+std::string AudioInstruction(bool translate, const std::string& language,
+                             const std::string& prompt) {
+  // Our wording; the model card's ASR / AST prompts ask for the same things.
+  std::string s;
+  if (translate) {
+    s = "Translate the speech in this audio into English text. Output only the translation, "
+        "with no other text.";
+  } else {
+    s = "Transcribe the speech in this audio" +
+        (language.empty() ? std::string() : " (" + LanguageName(language) + ")") +
+        " exactly as spoken. Output only the transcription, with no other text.";
+  }
+  if (!prompt.empty()) s += "\nContext and spellings to follow: " + prompt;
+  return s;
+}
+
+AudioRequest ParseAudioRequest(const std::multimap<std::string, std::string>& fields,
+                               const std::string* file, bool translate, const ParseContext& ctx) {
+  static const std::set<std::string> kKnown = {"model",           "language", "prompt",
+                                               "response_format", "temperature", "stream",
+                                               "timestamp_granularities[]", "timestamp_granularities",
+                                               "max_tokens"};
+  for (const auto& [name, value] : fields) {
+    if (!kKnown.count(name)) throw ApiError(400, "unknown field '" + name + "'", name, "unknown_field");
+    if (fields.count(name) > 1 && name.find("timestamp_granularities") == std::string::npos)
+      throw BadField(name, "is given more than once");
+  }
+  auto get = [&](const char* name) -> const std::string* {
+    auto it = fields.find(name);
+    return it == fields.end() ? nullptr : &it->second;
+  };
+  if (!file) throw BadField("file", "is required (the audio file, as a multipart file field)");
+  AudioRequest ar;
+  ar.translate = translate;
+  if (const std::string* f = get("response_format")) ar.response_format = *f;
+  static const std::set<std::string> kFormats = {"json", "text", "verbose_json", "srt", "vtt"};
+  if (!kFormats.count(ar.response_format))
+    throw BadField("response_format",
+                   "must be json, text, verbose_json, srt or vtt, got '" + ar.response_format + "'");
+  if (const std::string* s = get("stream"); s && *s != "false")
+    throw BadField("stream", "streamed transcriptions are not supported; leave it out");
+  for (auto [it, end] = fields.equal_range("timestamp_granularities[]"); it != end; ++it) {
+    if (it->second != "segment")
+      throw BadField("timestamp_granularities[]",
+                     "only 'segment' (the whole clip as one segment) is supported; the model "
+                     "gives no word timings");
+  }
+  if (const std::string* l = get("language")) {
+    ar.language = *l;
+    if (ar.language.empty() || ar.language.size() > 16 ||
+        ar.language.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-") !=
+            std::string::npos)
+      throw BadField("language", "must be a language code such as 'en' (ISO-639-1)");
+  }
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(file->data()),
+                                       file->size());
+  try {
+    ar.seconds = media::DecodeAudio(bytes, "file").seconds();
+  } catch (const Error& e) {
+    throw ApiError(e.code() == ErrorCode::kCapacity ? 413 : 400, e.what(), "file",
+                   e.code() == ErrorCode::kUnsupported ? "unsupported_audio" : "invalid_audio");
+  }
+  const std::string* prompt = get("prompt");
+  const std::string instruction =
+      AudioInstruction(translate, ar.language, prompt ? *prompt : std::string());
+  json body = {{"messages",
+                json::array({{{"role", "user"},
+                              {"content", json::array({{{"type", "audio"},
+                                                         {"bytes", media::EncodeBase64(bytes)}},
+                                                        {{"type", "text"}, {"text", instruction}}})}}})}};
+  if (const std::string* m = get("model")) body["model"] = *m;
+  double temperature = 0.0;  // OpenAI's default for these endpoints
+  if (const std::string* t = get("temperature")) {
+    char* end = nullptr;
+    temperature = std::strtod(t->c_str(), &end);
+    if (t->empty() || *end != '\0' || !std::isfinite(temperature) || temperature < 0 ||
+        temperature > 2)
+      throw BadField("temperature", "must be a number in [0, 2]");
+  }
+  body["temperature"] = temperature;
+  // OpenAI's form has no length limit; a model that never ends must not fill the context: 64
+  // tokens and 16 a second of audio (speech runs at 2-5 tokens a second), or `max_tokens`.
+  int64_t max_tokens = 64 + static_cast<int64_t>(std::ceil(16 * ar.seconds));
+  if (const std::string* m = get("max_tokens")) {
+    char* end = nullptr;
+    max_tokens = std::strtoll(m->c_str(), &end, 10);
+    if (m->empty() || *end != '\0' || max_tokens < 1)
+      throw BadField("max_tokens", "must be a positive integer");
+  }
+  body["max_tokens"] = std::min<int64_t>(
+      max_tokens, std::max<int64_t>(1, ctx.engine->context_capacity() - 1));
+  ar.chat = ParseChatRequest(body, ctx);
+  return ar;
 }
 
 ParsedRequest ParseCompletionRequest(const json& body, const ParseContext& ctx) {

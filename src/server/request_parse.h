@@ -2,6 +2,7 @@
 // bad request is answered with a 400 naming the field before it takes a slot.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,23 @@ struct ParseContext {
 // Throws ApiError (400 naming the field, 404 for an unknown model).
 ParsedRequest ParseChatRequest(const nlohmann::json& body, const ParseContext& ctx);
 ParsedRequest ParseCompletionRequest(const nlohmann::json& body, const ParseContext& ctx);
+
+// POST /v1/audio/transcriptions and /v1/audio/translations: the multipart fields as a chat request
+// (the clip and an instruction in one user message; greedy unless `temperature` is given) and what
+// the response needs.
+struct AudioRequest {
+  ParsedRequest chat;
+  bool translate = false;
+  std::string response_format = "json";  // json, text, verbose_json, srt, vtt
+  std::string language;                  // as given (ISO-639-1), "" when not
+  double seconds = 0;                    // the clip's duration
+};
+// The user message's text beside the clip (`prompt`: the request's hint, may be empty).
+std::string AudioInstruction(bool translate, const std::string& language, const std::string& prompt);
+// `fields`: the form's text fields by name; `file`: the "file" part's bytes (nullptr when absent).
+// Throws ApiError (400 naming the field; 404 for an unknown model).
+AudioRequest ParseAudioRequest(const std::multimap<std::string, std::string>& fields,
+                               const std::string* file, bool translate, const ParseContext& ctx);
 
 // OpenAI chat messages -> the chat template's shape (tool-call arguments as objects). Throws
 // ApiError naming the bad message.

@@ -309,6 +309,14 @@ struct Server::Impl {
   void Route(const std::string& name, const std::string& method, const std::string& path,
              std::function<void(const httplib::Request&, httplib::Response&)> fn);
   void HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat);
+  // POST /v1/audio/transcriptions and /v1/audio/translations (OpenAI's multipart shape).
+  void HandleAudio(const httplib::Request& req, httplib::Response& res, bool translate);
+  // Checks the prompt against the context and takes a slot (ApiError 400 / 429 / 503).
+  std::unique_ptr<SlotPool::Lease> Admit(ParsedRequest& pr, const char* prompt_field);
+  // Runs a request to its end on its slot; cancels it when the client hangs up.
+  std::vector<Result> RunToEnd(const httplib::Request& req,
+                               std::shared_ptr<const ParsedRequest> pr,
+                               std::unique_ptr<SlotPool::Lease> lease);
   std::vector<Result> RunSamples(const ParsedRequest& pr, Session& s, std::stop_token stop,
                                  StreamFormatter* fmt,
                                  const std::function<void(std::string, bool)>& emit,
@@ -386,35 +394,29 @@ std::vector<Result> Server::Impl::RunSamples(const ParsedRequest& pr, Session& s
   return results;
 }
 
-void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const json body = ParseBody(req);
-  auto pr = std::make_shared<ParsedRequest>(chat ? ParseChatRequest(body, ctx)
-                                                 : ParseCompletionRequest(body, ctx));
-  if (pr->stream && pr->best_of > pr->n)
-    throw BadField("best_of", "cannot rank samples while streaming them; use stream: false");
-  if ((pr->options.constraint.kind != OutputConstraint::Kind::kNone || pr->tools_given) &&
+std::unique_ptr<SlotPool::Lease> Server::Impl::Admit(ParsedRequest& pr, const char* prompt_field) {
+  if ((pr.options.constraint.kind != OutputConstraint::Kind::kNone || pr.tools_given) &&
       !engine->has_tokenizer())
     throw ApiError(400, "constraints and tools need the model's tokenizer.json");
   std::vector<int32_t> prompt;
   try {
-    prompt = engine->PromptTokens(pr->input);
+    prompt = engine->PromptTokens(pr.input);
   } catch (const Error& e) {
     throw FromEngineError(e);
   }
   const int64_t cap = engine->context_capacity();
-  const char* prompt_field = chat ? "messages" : "prompt";
   if (static_cast<int64_t>(prompt.size()) >= cap) {
     throw ApiError(400,
                    "the prompt has " + std::to_string(prompt.size()) +
                        " tokens; the context holds " + std::to_string(cap),
                    prompt_field, "context_length_exceeded");
   }
-  if (pr->options.max_new_tokens == 0) {
-    pr->options.max_new_tokens = static_cast<int>(cap - prompt.size());
-  } else if (static_cast<int64_t>(prompt.size()) + pr->options.max_new_tokens > cap) {
+  if (pr.options.max_new_tokens == 0) {
+    pr.options.max_new_tokens = static_cast<int>(cap - prompt.size());
+  } else if (static_cast<int64_t>(prompt.size()) + pr.options.max_new_tokens > cap) {
     throw ApiError(400,
                    "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
-                       std::to_string(pr->options.max_new_tokens) + ") exceeds the context of " +
+                       std::to_string(pr.options.max_new_tokens) + ") exceeds the context of " +
                        std::to_string(cap) + " tokens",
                    "max_tokens", "context_length_exceeded");
   }
@@ -429,50 +431,90 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
                        std::to_string(opt.max_queue) + " requests are waiting; retry later",
                    "", "queue_full");
   }
+  return lease;
+}
+
+std::vector<Result> Server::Impl::RunToEnd(const httplib::Request& req,
+                                           std::shared_ptr<const ParsedRequest> pr,
+                                           std::unique_ptr<SlotPool::Lease> lease) {
+  // Generation runs on the slot's worker, like streams: the few threads that touch the large
+  // per-token buffers keep the allocator's footprint flat under load.
+  std::stop_source stop;
+  InFlight guard(this, &stop);
+  // The job owns what it touches after handing over its result: the handler may be gone by
+  // the time set_value returns.
+  auto done = std::make_shared<std::promise<std::vector<Result>>>();
+  std::future<std::vector<Result>> future = done->get_future();
+  SlotPool::Lease* slot = lease.get();
+  std::shared_ptr<SlotPool::Lease> held(std::move(lease));
+  slot->Post([this, pr, held, stop, done]() mutable {
+    std::vector<Result> results;
+    std::exception_ptr failure;
+    try {
+      results = RunSamples(*pr, held->session(), stop.get_token(), nullptr, {});
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    held.reset();  // free before the answer, so the client's next request finds it idle
+    if (failure)
+      done->set_exception(failure);
+    else
+      done->set_value(std::move(results));
+  });
+  // cpp-httplib 0.11 tells a handler nothing of its connection: watch the socket meanwhile,
+  // and cancel at the next token when the client has hung up.
+  if (future.wait_for(kWatchEvery) != std::future_status::ready) {
+    const int fd = ConnectionSocket(req);
+    while (future.wait_for(kWatchEvery) != std::future_status::ready) {
+      if (fd >= 0 && PeerClosed(fd)) {
+        stop.request_stop();
+        break;
+      }
+    }
+  }
+  try {
+    return future.get();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kCancelled) metrics.CountCancelled();
+    throw FromEngineError(e, *pr);
+  }
+}
+
+void Server::Impl::HandleAudio(const httplib::Request& req, httplib::Response& res,
+                              bool translate) {
+  if (!req.is_multipart_form_data())
+    throw ApiError(400, "send multipart/form-data with the audio in a 'file' field", "file");
+  std::multimap<std::string, std::string> fields;
+  const std::string* file = nullptr;
+  for (const auto& [name, part] : req.files) {
+    if (name != "file") {
+      fields.emplace(name, part.content);
+    } else if (file) {
+      throw BadField("file", "is given more than once");
+    } else {
+      file = &part.content;
+    }
+  }
+  auto ar = std::make_shared<AudioRequest>(ParseAudioRequest(fields, file, translate, ctx));
+  // The request shares `ar`'s lifetime with the slot's job.
+  std::shared_ptr<const ParsedRequest> pr(ar, &ar->chat);
+  std::unique_ptr<SlotPool::Lease> lease = Admit(ar->chat, "file");
+  const std::vector<Result> results = RunToEnd(req, pr, std::move(lease));
+  const AudioBody out = AudioResponse(*ar, results.at(0));
+  res.status = 200;
+  res.set_content(out.body, out.content_type);
+}
+
+void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const json body = ParseBody(req);
+  auto pr = std::make_shared<ParsedRequest>(chat ? ParseChatRequest(body, ctx)
+                                                 : ParseCompletionRequest(body, ctx));
+  if (pr->stream && pr->best_of > pr->n)
+    throw BadField("best_of", "cannot rank samples while streaming them; use stream: false");
+  std::unique_ptr<SlotPool::Lease> lease = Admit(*pr, chat ? "messages" : "prompt");
 
   if (!pr->stream) {
-    // Generation runs on the slot's worker, like streams: the few threads that touch the large
-    // per-token buffers keep the allocator's footprint flat under load.
-    std::stop_source stop;
-    InFlight guard(this, &stop);
-    // The job owns what it touches after handing over its result: the handler may be gone by
-    // the time set_value returns.
-    auto done = std::make_shared<std::promise<std::vector<Result>>>();
-    std::future<std::vector<Result>> future = done->get_future();
-    SlotPool::Lease* slot = lease.get();
-    std::shared_ptr<SlotPool::Lease> held(std::move(lease));
-    slot->Post([this, pr, held, stop, done]() mutable {
-      std::vector<Result> results;
-      std::exception_ptr failure;
-      try {
-        results = RunSamples(*pr, held->session(), stop.get_token(), nullptr, {});
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      held.reset();  // free before the answer, so the client's next request finds it idle
-      if (failure)
-        done->set_exception(failure);
-      else
-        done->set_value(std::move(results));
-    });
-    // cpp-httplib 0.11 tells a handler nothing of its connection: watch the socket meanwhile,
-    // and cancel at the next token when the client has hung up.
-    if (future.wait_for(kWatchEvery) != std::future_status::ready) {
-      const int fd = ConnectionSocket(req);
-      while (future.wait_for(kWatchEvery) != std::future_status::ready) {
-        if (fd >= 0 && PeerClosed(fd)) {
-          stop.request_stop();
-          break;
-        }
-      }
-    }
-    std::vector<Result> results;
-    try {
-      results = future.get();
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kCancelled) metrics.CountCancelled();
-      throw FromEngineError(e, *pr);
-    }
+    const std::vector<Result> results = RunToEnd(req, pr, std::move(lease));
     const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
     SendJson(res, 200,
              chat ? ChatResponse(*pr, results, *engine, id, UnixNow())
@@ -646,6 +688,10 @@ void Server::Impl::Setup() {
         [this](const auto& q, auto& r) { HandleGenerate(q, r, true); });
   Route("chat", "POST", "/chat/completions",
         [this](const auto& q, auto& r) { HandleGenerate(q, r, true); });
+  Route("transcriptions", "POST", "/v1/audio/transcriptions",
+        [this](const auto& q, auto& r) { HandleAudio(q, r, false); });
+  Route("translations", "POST", "/v1/audio/translations",
+        [this](const auto& q, auto& r) { HandleAudio(q, r, true); });
   Route("completions", "POST", "/v1/completions",
         [this](const auto& q, auto& r) { HandleGenerate(q, r, false); });
   Route("completions", "POST", "/completions",

@@ -20,6 +20,7 @@
 
 #include "gemma/engine.h"
 #include "model/synth.h"
+#include "server/request_parse.h"
 #include "tokenizer/test_support.h"
 
 namespace gemma::server {
@@ -285,6 +286,124 @@ TEST(Server, GenerationConfigFillsUnsetSamplingFields) {
                 "the built-in Gemma 4 template is used instead of the repository's"),
             std::string::npos);
   fs::remove_all(dir);
+}
+
+// POST /v1/audio/transcriptions and /translations (OpenAI's multipart shape): the answer is the
+// greedy chat answer to the clip with the endpoint's instruction (the same tokens as a session
+// given the file), in every response_format; duration is the clip's length as transformers'
+// goldens' script decodes it (tests/goldens/audio/goldens.json); bad forms get a 400 naming the field.
+TEST(Server, AudioTranscriptionsAndTranslations) {
+  const std::string audio_dir = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/audio/";
+  const std::string clip = audio_dir + "clips/speech.wav";
+  std::ifstream in(clip, std::ios::binary);
+  const std::string wav((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(wav.empty());
+  double seconds = 0;  // the samples the goldens' script decoded (tools/fixtures/audio_goldens.py)
+  {
+    std::ifstream g(audio_dir + "goldens.json");
+    const json goldens = json::parse(g);
+    for (const json& f : goldens["features"])
+      if (f["clip"] == "speech") seconds = f["samples"].get<double>() / 16000;
+  }
+  ASSERT_GT(seconds, 1.0);
+  Running srv({.slots = 1});
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(120);
+  auto post = [&](const char* path, httplib::MultipartFormDataItems items) {
+    auto r = c.Post(path, items);
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+  };
+  const httplib::MultipartFormData file{"file", wav, "speech.wav", "audio/wav"};
+  // What a session answers for the file on disk with the same instruction, greedily.
+  auto expected = [&](bool translate, const std::string& language, const std::string& prompt,
+                      int max_tokens) {
+    json parts = json::array({{{"type", "audio"}, {"path", clip}},
+                              {{"type", "text"},
+                               {"text", AudioInstruction(translate, language, prompt)}}});
+    GenerateOptions o;
+    o.temperature = 0;
+    o.max_new_tokens = max_tokens;
+    Result r = TinyEngine()->NewSession()->Generate(
+        Input::Messages({{{"role", "user"}, {"content", parts}}}), o);
+    std::string t = r.text;
+    t.erase(0, t.find_first_not_of(" \t\r\n"));
+    t.erase(t.find_last_not_of(" \t\r\n") + 1);
+    return t;
+  };
+  const auto out_tokens = [](const json& j) { return j["usage"]["output_tokens"].get<int>(); };
+  std::string plain;
+  {
+    auto [status, body] = post("/v1/audio/transcriptions", {file, {"model", "tiny", "", ""}});
+    ASSERT_EQ(status, 200) << body;
+    const json j = json::parse(body);
+    // The tiny model's random weights never say end-of-turn: the default limit (64 tokens and
+    // 16 a second) ends it.
+    EXPECT_EQ(out_tokens(j), 64 + static_cast<int>(std::ceil(16 * seconds)));
+    plain = expected(false, "", "", out_tokens(j));
+    EXPECT_EQ(j["text"], plain);
+    EXPECT_EQ(j["usage"]["type"], "tokens");
+    EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 41);  // the clip's 41 soft tokens and more
+  }
+  {
+    auto [status, body] = post("/v1/audio/transcriptions",
+                               {file, {"response_format", "verbose_json", "", ""},
+                                {"language", "de", "", ""}, {"prompt", "Names: Zoe", "", ""},
+                                {"max_tokens", "7", "", ""}});
+    ASSERT_EQ(status, 200) << body;
+    const json j = json::parse(body);
+    EXPECT_EQ(out_tokens(j), 7);
+    EXPECT_EQ(j["text"], expected(false, "de", "Names: Zoe", 7));
+    EXPECT_EQ(j["task"], "transcribe");
+    EXPECT_EQ(j["language"], "de");
+    EXPECT_NEAR(j["duration"].get<double>(), seconds, 1e-3);
+    ASSERT_EQ(j["segments"].size(), 1u);
+    EXPECT_NEAR(j["segments"][0]["end"].get<double>(), seconds, 1e-3);
+  }
+  {
+    auto [status, body] = post("/v1/audio/transcriptions", {file, {"response_format", "text", "", ""}});
+    ASSERT_EQ(status, 200);
+    EXPECT_EQ(body, plain + "\n");
+    auto [s2, srt] = post("/v1/audio/transcriptions",
+                          {file, {"response_format", "srt", "", ""}, {"max_tokens", "3", "", ""}});
+    ASSERT_EQ(s2, 200);
+    EXPECT_EQ(srt.rfind("1\n00:00:00,000 --> 00:00:0", 0), 0u) << srt;
+    auto [s3, vtt] = post("/v1/audio/transcriptions",
+                          {file, {"response_format", "vtt", "", ""}, {"max_tokens", "3", "", ""}});
+    ASSERT_EQ(s3, 200);
+    EXPECT_EQ(vtt.rfind("WEBVTT\n\n00:00:00.000 --> 00:00:0", 0), 0u) << vtt;
+  }
+  {
+    auto [status, body] = post("/v1/audio/translations",
+                               {file, {"response_format", "verbose_json", "", ""},
+                                {"max_tokens", "5", "", ""}});
+    ASSERT_EQ(status, 200) << body;
+    const json j = json::parse(body);
+    EXPECT_EQ(j["text"], expected(true, "", "", 5));
+    EXPECT_EQ(j["task"], "translate");
+  }
+  // Bad forms: 400 naming the field, and the server keeps serving.
+  auto param = [&](httplib::MultipartFormDataItems items) {
+    auto [status, body] = post("/v1/audio/transcriptions", std::move(items));
+    const json j = json::parse(body, nullptr, false);
+    EXPECT_TRUE(status >= 400 && status < 500) << status << " " << body;
+    return j.is_object() && j.contains("error") && j["error"]["param"].is_string()
+               ? j["error"]["param"].get<std::string>()
+               : std::string("?");
+  };
+  EXPECT_EQ(param({{"model", "tiny", "", ""}}), "file");
+  EXPECT_EQ(param({{"file", "not audio at all", "x.wav", "audio/wav"}}), "file");
+  EXPECT_EQ(param({{"file", wav.substr(0, 30), "x.wav", "audio/wav"}}), "file");
+  EXPECT_EQ(param({file, {"response_format", "mp4", "", ""}}), "response_format");
+  EXPECT_EQ(param({file, {"temperature", "hot", "", ""}}), "temperature");
+  EXPECT_EQ(param({file, {"timestamp_granularities[]", "word", "", ""}}),
+            "timestamp_granularities[]");
+  EXPECT_EQ(param({file, {"stream", "true", "", ""}}), "stream");
+  EXPECT_EQ(param({file, {"languag", "en", "", ""}}), "languag");
+  EXPECT_EQ(param({file, {"model", "other", "", ""}}), "model");
+  EXPECT_EQ(Post(srv.port(), "/v1/audio/transcriptions", "{}").status, 400);
+  EXPECT_EQ(param({file, {"max_tokens", "0", "", ""}}), "max_tokens");
+  auto [status, body] = post("/v1/audio/transcriptions", {file, {"max_tokens", "2", "", ""}});
+  EXPECT_EQ(status, 200) << body;
 }
 
 TEST(Server, OfficialOpenAIClient) {

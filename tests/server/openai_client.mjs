@@ -284,6 +284,27 @@ await check('completions: text prompt, logprobs, streaming', async () => {
   assert.deepEqual(offsets, r.choices[0].logprobs.text_offset);
 });
 
+await check('audio: transcriptions and translations through the client\'s multipart upload', async () => {
+  const { toFile } = await import(require.resolve('openai'));
+  const fs = await import('node:fs');
+  const clip = fs.readFileSync(path.join(root, 'tests/goldens/audio/clips/speech.wav'));
+  const t = await client.audio.transcriptions.create(
+      { file: await toFile(clip, 'speech.wav'), model });
+  assert.equal(typeof t.text, 'string');
+  assert.equal(t.usage.type, 'tokens');
+  const v = await client.audio.transcriptions.create(
+      { file: await toFile(clip, 'speech.wav'), model, response_format: 'verbose_json',
+        language: 'en' });
+  assert.equal(typeof v.text, 'string');
+  assert.equal(v.language, 'en');
+  assert.ok(v.duration > 1 && v.duration < 30, `duration ${v.duration}`);
+  const text = await client.audio.translations.create(
+      { file: await toFile(clip, 'speech.wav'), model, response_format: 'text' });
+  assert.equal(typeof text, 'string');
+  const junk = await toFile(Buffer.from('not audio'), 'x.wav');
+  await expectStatus(400, () => client.audio.transcriptions.create({ file: junk, model }), 'file');
+});
+
 await check('errors: 400 naming the field, 404 unknown model', async () => {
   await expectStatus(400, () => client.chat.completions.create(
       { model, messages: user('x'), temperature: 'hot' }), 'temperature');

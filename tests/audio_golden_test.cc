@@ -4,13 +4,11 @@
 // clipped linears, bf16 weights) with embed_audio: its outputs at the valid frames.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "backend/backend.h"
 #include "backend/cpu/audio_ops.h"
@@ -417,44 +415,3 @@ TEST(AudioEngineErrors, ModelWithoutAudioTower) {
 }  // namespace
 }  // namespace gemma
 
-namespace gemma {
-namespace {
-
-#ifdef GEMMA_HAVE_CPU_FAST
-// Timing, not a test (run with --gtest_also_run_disabled_tests): 30 s of audio through the front
-// end and E2B's audio tower shapes (12 conformer layers of 1,024, SSCP channels [128, 32], bf16
-// random weights) on the `cpu` backend.
-TEST(AudioTiming, DISABLED_E2bTower30s) {
-  SynthShape s{};
-  s.vocab = 4096, s.hidden = 128, s.inter = 256, s.layers = 2, s.heads = 2, s.kv_heads = 1;
-  s.head_dim = 32, s.global_head_dim = 64, s.window = 16, s.kv_shared = 0, s.ple_dim = 16;
-  s.full = {false, true};
-  s.double_wide = false;
-  s.qat = false;
-  s.audio_hidden = 1024, s.audio_layers = 12, s.audio_heads = 8, s.audio_channels = 32;
-  s.audio_out = 1536;
-  const std::string dir = ::testing::TempDir() + "/audio_e2b_tower";
-  Synthesize({.preset = "tiny", .out_dir = dir, .seed = 3, .shape = s});
-  auto model = Model::Load(dir);
-  ASSERT_NE(model->audio(), nullptr) << model->audio_error();
-  std::vector<float> x(480000);
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = 0.3f * std::sin(0.07f * i) + 0.1f * std::sin(0.9f * i);
-  auto t0 = std::chrono::steady_clock::now();
-  const media::AudioFeatures f = media::ExtractAudioFeatures(x);
-  auto t1 = std::chrono::steady_clock::now();
-  std::vector<float> soft;
-  auto fast = CreateCpuFastModel(*model, 0);
-  fast->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &soft);
-  auto t2 = std::chrono::steady_clock::now();
-  const double fe = std::chrono::duration<double, std::milli>(t1 - t0).count();
-  const double tw = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  std::printf(
-      "30 s: %d frames, %d soft tokens; features %.0f ms, tower (cpu, %u threads) %.0f ms\n",
-      f.frames, f.soft_tokens, fe, std::thread::hardware_concurrency(), tw);
-  EXPECT_EQ(soft.size(), static_cast<size_t>(750) * model->text().hidden_size);
-}
-#endif
-
-}  // namespace
-}  // namespace gemma

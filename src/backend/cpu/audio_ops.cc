@@ -20,8 +20,12 @@ namespace {
 constexpr int kMel = 128;
 
 void Clipped(const VisionKernels& kern, const ClippedLinear& cl, const float* x, int n, float* y) {
-  std::vector<float> xc(x, x + static_cast<size_t>(n) * cl.lin.cols);
-  for (float& v : xc) v = std::min(std::max(v, cl.in_min), cl.in_max);
+  // The clamped input in a buffer kept per thread: fresh pages for every linear (up to 12 MB at
+  // E2B's shapes) cost more than the copy.
+  thread_local std::vector<float> xc;
+  const size_t count = static_cast<size_t>(n) * cl.lin.cols;
+  if (xc.size() < count) xc.resize(count);
+  for (size_t i = 0; i < count; ++i) xc[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
   kern.Linear(cl.lin, xc.data(), n, y);
   const size_t m = static_cast<size_t>(n) * cl.lin.rows;
   for (size_t i = 0; i < m; ++i) y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);

@@ -109,9 +109,14 @@ class FastVisionKernels : public ref::VisionKernels {
     constexpr int kTile = 32;
     const int tasks = (lin.rows + kTile - 1) / kTile;
     if (!IsQuantized(lin.kind)) {
-      pool_.Run(tasks, [&](int task, int) {
-        const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
-        fast::DenseLinearRows(lin, x, lin.cols, n, r0, r1, y, lin.rows);
+      // f32 accumulation (fast_ops.h), a task per packed panel, scratch per thread.
+      const int panel = fast::GemmPanelRows();
+      if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
+      pool_.Run((lin.rows + panel - 1) / panel, [&](int task, int thread) {
+        std::vector<float>& s = scratch_[thread];
+        if (s.size() < fast::GemmScratchFloats(lin.cols)) s.resize(fast::GemmScratchFloats(lin.cols));
+        const int r0 = task * panel, r1 = std::min(lin.rows, r0 + panel);
+        fast::DenseGemmRowsF32(lin, x, lin.cols, n, r0, r1, y, lin.rows, s.data());
       });
       return;
     }
@@ -163,26 +168,39 @@ class FastVisionKernels : public ref::VisionKernels {
       const int h = task / blocks, i0 = (task % blocks) * kBlock, i1 = std::min(n, i0 + kBlock);
       const int kv = h / group;
       const size_t kv_stride = static_cast<size_t>(nkv) * hd;
-      std::vector<double> qd(hd), p(n), acc(hd);
-      for (int i = i0; i < i1; ++i) {
-        const float* qh = q + (static_cast<size_t>(i) * nh + h) * hd;
-        for (int d = 0; d < hd; ++d) qd[d] = qh[d];
-        fast::QueryKeyDotsF64(qd.data(), 1, hd, k + kv * hd, kv_stride, n, p.data(), n);
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < n; ++j) mx = std::max(mx, p[j]);
-        double sum = 0;
-        for (int j = 0; j < n; ++j) sum += (p[j] = std::exp(p[j] - mx));
-        for (int j = 0; j < n; ++j) p[j] /= sum;
+      // Up to kQ queries of the head at once: each key and value row is read once for all of
+      // them (the kernels' per-query arithmetic and order are the one-query call's).
+      constexpr int kQ = 8;
+      std::vector<double> qd(static_cast<size_t>(kQ) * hd), p(static_cast<size_t>(kQ) * n),
+          acc(static_cast<size_t>(kQ) * hd);
+      for (int i = i0; i < i1; i += kQ) {
+        const int nq = std::min(kQ, i1 - i);
+        for (int m = 0; m < nq; ++m) {
+          const float* qh = q + (static_cast<size_t>(i + m) * nh + h) * hd;
+          for (int d = 0; d < hd; ++d) qd[static_cast<size_t>(m) * hd + d] = qh[d];
+        }
+        fast::QueryKeyDotsF64(qd.data(), nq, hd, k + kv * hd, kv_stride, n, p.data(), n);
+        for (int m = 0; m < nq; ++m) {
+          double* pm = p.data() + static_cast<size_t>(m) * n;
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int j = 0; j < n; ++j) mx = std::max(mx, pm[j]);
+          double sum = 0;
+          for (int j = 0; j < n; ++j) sum += (pm[j] = std::exp(pm[j] - mx));
+          for (int j = 0; j < n; ++j) pm[j] /= sum;
+        }
         std::fill(acc.begin(), acc.end(), 0.0);
-        fast::WeightedValuesF64(p.data(), n, 1, v + kv * hd, kv_stride, n, hd, acc.data());
-        float* o = out + (static_cast<size_t>(i) * nh + h) * hd;
-        for (int d = 0; d < hd; ++d) o[d] = static_cast<float>(acc[d]);
+        fast::WeightedValuesF64(p.data(), n, nq, v + kv * hd, kv_stride, n, hd, acc.data());
+        for (int m = 0; m < nq; ++m) {
+          float* o = out + (static_cast<size_t>(i + m) * nh + h) * hd;
+          for (int d = 0; d < hd; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(m) * hd + d]);
+        }
       }
     });
   }
 
  private:
   ThreadPool& pool_;
+  mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread
 };
 
 void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {

@@ -54,6 +54,15 @@ void QuantFloatLinearRows(const Linear& lin, const float* x, size_t x_stride, in
 void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
                      float* y, size_t y_stride);
 
+// Rows [r0, r1) of a dense (f32 / bf16 / f16) linear for many tokens with f32 accumulation (the
+// towers: design §4 computes bf16 weights in f32): y[t * y_stride + r] = the f32 FMA chain of
+// f32(w[r][i]) * x[t][i], i ascending: the same values whatever the threads or row ranges.
+// `scratch`: GemmScratchFloats(lin.cols) floats of the calling thread (gemm_f32.cc).
+void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                      float* y, size_t y_stride, float* scratch);
+size_t GemmScratchFloats(int cols);
+// Rows per packed panel (a task of DenseGemmRowsF32 should cover whole panels).
+int GemmPanelRows();
 // sum_i f64(a_i) * b_i.
 double DotF64(const float* a, const float* b, int n);
 // Attention for a group of query heads sharing one key/value head (MQA/GQA), f64 like the

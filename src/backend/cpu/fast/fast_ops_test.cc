@@ -199,6 +199,57 @@ TEST(FastOps, DenseLinearsMatchReferenceToF32Rounding) {
   });
 }
 
+// The towers' f32 GEMM against the f64 reference within the f32 FMA chain's error bound
+// (cols * 2^-24 * sum |w x|), on every target, for shapes that leave partial panels and tiles; a
+// row range split anywhere gives the same values bit for bit.
+TEST(FastOps, GemmF32MatchesReferenceWithinItsErrorBound) {
+  ForEachTarget([] {
+    uint32_t seed = 500;
+    for (WeightKind kind : {WeightKind::kF32, WeightKind::kBF16, WeightKind::kF16}) {
+      for (int cols : {1, 17, 64, 1024}) {
+        for (int n : {1, 6, 7, 40}) {
+          const int rows = 3 * fast::GemmPanelRows() + 5;
+          const TestLinear t = MakeLinear(kind, rows, cols, 0, 0, ++seed);
+          const std::vector<float> x = RandomActs(n, cols, ++seed);
+          std::vector<float> want(static_cast<size_t>(n) * rows);
+          ref::LinearForward(t.lin, x.data(), n, want.data());
+          std::vector<float> scratch(fast::GemmScratchFloats(cols));
+          std::vector<float> got(want.size(), -1.0f), split(want.size(), -2.0f);
+          fast::DenseGemmRowsF32(t.lin, x.data(), cols, n, 0, rows, got.data(), rows,
+                                 scratch.data());
+          const int mid = fast::GemmPanelRows() + 3;
+          fast::DenseGemmRowsF32(t.lin, x.data(), cols, n, 0, mid, split.data(), rows,
+                                 scratch.data());
+          fast::DenseGemmRowsF32(t.lin, x.data(), cols, n, mid, rows, split.data(), rows,
+                                 scratch.data());
+          std::vector<float> w(cols);
+          for (int r = 0; r < rows; ++r) {
+            for (int i = 0; i < cols; ++i) {
+              const uint8_t* row = t.lin.data + static_cast<size_t>(r) * t.lin.row_bytes;
+              if (kind == WeightKind::kF32) {
+                std::memcpy(&w[i], row + 4 * i, 4);
+              } else {
+                uint16_t h;
+                std::memcpy(&h, row + 2 * i, 2);
+                w[i] = kind == WeightKind::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+              }
+            }
+            for (int tk = 0; tk < n; ++tk) {
+              double mag = 0;
+              for (int i = 0; i < cols; ++i)
+                mag += std::fabs(double(w[i]) * x[static_cast<size_t>(tk) * cols + i]);
+              const size_t at = static_cast<size_t>(tk) * rows + r;
+              ASSERT_NEAR(got[at], want[at], cols * std::ldexp(mag, -24) + 1e-30)
+                  << "row " << r << " token " << tk << " cols " << cols;
+              ASSERT_EQ(got[at], split[at]) << "row " << r << " token " << tk;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(FastOps, ReportsTargets) {
   std::string names;
   ForEachTarget([&] { names += std::string(fast::TargetName()) + " "; });

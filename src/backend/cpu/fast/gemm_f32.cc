@@ -1,0 +1,143 @@
+// Dense linears over many tokens with f32 accumulation (fast_ops.h: DenseGemmRowsF32), compiled
+// once per SIMD target (foreach_target.h). A panel of 2 vectors of rows is packed k-major as f32
+// ([cols][NR]); a tile of kMr tokens x NR rows accumulates in registers over all of k (one FMA
+// chain per output, k ascending), so results do not depend on threads or tiles.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/fast/fast_ops.h"
+#include "core/dtype.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/fast/gemm_f32.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace gemma::fast {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+// Tokens per register tile: 2 x kMr accumulators + 2 weight vectors + 1 broadcast fit the 16
+// vector registers of AVX2 / NEON (AVX-512's 32 would take 8, measured no faster here).
+constexpr int kMr = 6;
+
+int PanelRows() { return 2 * static_cast<int>(hn::Lanes(DF())); }
+
+// Rows [r0, r0 + NR) of `lin` (missing rows zero) as panel[i * NR + r] = f32(w[r0 + r][i]).
+void PackPanel(const Linear& lin, int r0, float* panel, float* row_f32) {
+  const DF d;
+  const int nr = PanelRows(), cols = lin.cols;
+  for (int r = 0; r < nr; ++r) {
+    if (r0 + r >= lin.rows) {
+      for (int i = 0; i < cols; ++i) panel[static_cast<size_t>(i) * nr + r] = 0.0f;
+      continue;
+    }
+    const uint8_t* row = lin.data + static_cast<size_t>(r0 + r) * lin.row_bytes;
+    const float* src = row_f32;
+    if (lin.kind == WeightKind::kF32) {
+      src = reinterpret_cast<const float*>(row);
+    } else {
+      const size_t N = hn::Lanes(d);
+      int i = 0;
+      if (lin.kind == WeightKind::kBF16) {
+        const hn::Rebind<hwy::bfloat16_t, DF> dbf;
+        const auto* p = reinterpret_cast<const hwy::bfloat16_t*>(row);
+        for (; i + static_cast<int>(N) <= cols; i += N)
+          hn::StoreU(hn::PromoteTo(d, hn::LoadU(dbf, p + i)), d, row_f32 + i);
+      }
+      for (; i < cols; ++i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        row_f32[i] = lin.kind == WeightKind::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+      }
+    }
+    for (int i = 0; i < cols; ++i) panel[static_cast<size_t>(i) * nr + r] = src[i];
+  }
+}
+
+// y rows t0 .. t0 + mt (mt <= kMr) x the panel's rows [0, valid).
+HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int mt, int valid,
+                       float* y, size_t y_stride, int t0, int r0) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const int nr = 2 * static_cast<int>(N);
+  auto a00 = hn::Zero(d), a01 = hn::Zero(d), a10 = hn::Zero(d), a11 = hn::Zero(d);
+  auto a20 = hn::Zero(d), a21 = hn::Zero(d), a30 = hn::Zero(d), a31 = hn::Zero(d);
+  auto a40 = hn::Zero(d), a41 = hn::Zero(d), a50 = hn::Zero(d), a51 = hn::Zero(d);
+  const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5];
+  for (int k = 0; k < cols; ++k) {
+    const float* w = panel + static_cast<size_t>(k) * nr;
+    const auto w0 = hn::LoadU(d, w), w1 = hn::LoadU(d, w + N);
+    auto b = hn::Set(d, x0[k]);
+    a00 = hn::MulAdd(b, w0, a00);
+    a01 = hn::MulAdd(b, w1, a01);
+    b = hn::Set(d, x1[k]);
+    a10 = hn::MulAdd(b, w0, a10);
+    a11 = hn::MulAdd(b, w1, a11);
+    b = hn::Set(d, x2[k]);
+    a20 = hn::MulAdd(b, w0, a20);
+    a21 = hn::MulAdd(b, w1, a21);
+    b = hn::Set(d, x3[k]);
+    a30 = hn::MulAdd(b, w0, a30);
+    a31 = hn::MulAdd(b, w1, a31);
+    b = hn::Set(d, x4[k]);
+    a40 = hn::MulAdd(b, w0, a40);
+    a41 = hn::MulAdd(b, w1, a41);
+    b = hn::Set(d, x5[k]);
+    a50 = hn::MulAdd(b, w0, a50);
+    a51 = hn::MulAdd(b, w1, a51);
+  }
+  HWY_ALIGN float out[kMr * 2 * (HWY_MAX_BYTES / sizeof(float))];
+  hn::StoreU(a00, d, out + 0 * nr), hn::StoreU(a01, d, out + 0 * nr + N);
+  hn::StoreU(a10, d, out + 1 * nr), hn::StoreU(a11, d, out + 1 * nr + N);
+  hn::StoreU(a20, d, out + 2 * nr), hn::StoreU(a21, d, out + 2 * nr + N);
+  hn::StoreU(a30, d, out + 3 * nr), hn::StoreU(a31, d, out + 3 * nr + N);
+  hn::StoreU(a40, d, out + 4 * nr), hn::StoreU(a41, d, out + 4 * nr + N);
+  hn::StoreU(a50, d, out + 5 * nr), hn::StoreU(a51, d, out + 5 * nr + N);
+  for (int m = 0; m < mt; ++m) {
+    std::memcpy(y + static_cast<size_t>(t0 + m) * y_stride + r0, out + m * nr,
+                static_cast<size_t>(valid) * sizeof(float));
+  }
+}
+
+void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                      float* y, size_t y_stride, float* scratch) {
+  const int nr = PanelRows(), cols = lin.cols;
+  float* panel = scratch;
+  float* row_f32 = scratch + static_cast<size_t>(cols) * nr;
+  for (int p0 = r0; p0 < r1; p0 += nr) {
+    PackPanel(lin, p0, panel, row_f32);
+    const int valid = std::min(nr, r1 - p0);
+    for (int t = 0; t < n; t += kMr) {
+      const int mt = std::min(kMr, n - t);
+      const float* xr[kMr];
+      for (int m = 0; m < kMr; ++m) xr[m] = x + static_cast<size_t>(t + std::min(m, mt - 1)) * x_stride;
+      Tile(panel, cols, xr, mt, valid, y, y_stride, t, p0);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace gemma::fast
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gemma::fast {
+
+HWY_EXPORT(DenseGemmRowsF32);
+HWY_EXPORT(PanelRows);
+
+int GemmPanelRows() { return HWY_DYNAMIC_DISPATCH(PanelRows)(); }
+size_t GemmScratchFloats(int cols) {
+  return static_cast<size_t>(cols) * (GemmPanelRows() + 1);
+}
+void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
+                      float* y, size_t y_stride, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(DenseGemmRowsF32)(lin, x, x_stride, n, r0, r1, y, y_stride, scratch);
+}
+
+}  // namespace gemma::fast
+#endif  // HWY_ONCE

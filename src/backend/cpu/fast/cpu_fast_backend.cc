@@ -120,10 +120,25 @@ class FastVisionKernels : public ref::VisionKernels {
       });
       return;
     }
-    // QAT (int8 in the published vision layout): the integer codes as an f32 matrix (exact), the
-    // dense f64 kernel, then the reference's epilogue (row scale, input SRQ scale, output SRQ).
-    // The sums are exact integers with SRQ inputs (|sum| < 2^24 rounds nothing); without SRQ
-    // they round to f32 once before the row scale (the reference rounds once after it).
+    if (lin.in_scale > 0) {
+      // SRQ inputs: the text model's integer kernels, bit-identical to ref::LinearForward.
+      const int pc = fast::PaddedCols(lin.kind, lin.cols);
+      std::vector<int8_t> q(static_cast<size_t>(n) * pc);
+      std::vector<int32_t> sums(n);
+      pool_.Run((n + 63) / 64, [&](int task, int) {
+        for (int t = task * 64; t < std::min(n, task * 64 + 64); ++t)
+          sums[t] = fast::QuantizeActs(lin.kind, x + static_cast<size_t>(t) * lin.cols, lin.cols,
+                                       lin.in_scale, q.data() + static_cast<size_t>(t) * pc);
+      });
+      pool_.Run(tasks, [&](int task, int) {
+        const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
+        fast::QuantLinearRows(lin, q.data(), pc, sums.data(), n, r0, r1, y, lin.rows);
+      });
+      return;
+    }
+    // QAT without SRQ inputs: the integer codes as an f32 matrix (exact), the dense f64 kernel,
+    // then the reference's epilogue (row scale, output SRQ); the sums round to f32 once before
+    // the row scale (the reference rounds once after it).
     const int cols = lin.cols;
     std::vector<float> codes(static_cast<size_t>(lin.rows) * cols);
     pool_.Run(tasks, [&](int task, int) {
@@ -139,20 +154,13 @@ class FastVisionKernels : public ref::VisionKernels {
     dense.cols = cols;
     dense.data = reinterpret_cast<const uint8_t*>(codes.data());
     dense.row_bytes = static_cast<size_t>(cols) * sizeof(float);
-    std::vector<float> xq;
-    const float* xin = x;
-    if (lin.in_scale > 0) {
-      xq.resize(static_cast<size_t>(n) * cols);
-      for (size_t i = 0; i < xq.size(); ++i) xq[i] = ref::QuantizeSrq(x[i], lin.in_scale);
-      xin = xq.data();
-    }
     pool_.Run(tasks, [&](int task, int) {
       const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
-      fast::DenseLinearRows(dense, xin, cols, n, r0, r1, y, lin.rows);
+      fast::DenseLinearRows(dense, x, cols, n, r0, r1, y, lin.rows);
       for (int t = 0; t < n; ++t) {
         float* yt = y + static_cast<size_t>(t) * lin.rows;
         for (int r = r0; r < r1; ++r) {
-          const double s = static_cast<double>(lin.row_scale[r]) * (lin.in_scale > 0 ? lin.in_scale : 1.0);
+          const double s = lin.row_scale[r];
           yt[r] = static_cast<float>(static_cast<double>(yt[r]) * s);
           if (lin.out_scale > 0) yt[r] = ref::Srq(yt[r], lin.out_scale);
         }

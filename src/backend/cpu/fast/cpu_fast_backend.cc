@@ -109,15 +109,7 @@ class FastVisionKernels : public ref::VisionKernels {
     constexpr int kTile = 32;
     const int tasks = (lin.rows + kTile - 1) / kTile;
     if (!IsQuantized(lin.kind)) {
-      // f32 accumulation (fast_ops.h), a task per packed panel, scratch per thread.
-      const int panel = fast::GemmPanelRows();
-      if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
-      pool_.Run((lin.rows + panel - 1) / panel, [&](int task, int thread) {
-        std::vector<float>& s = scratch_[thread];
-        if (s.size() < fast::GemmScratchFloats(lin.cols)) s.resize(fast::GemmScratchFloats(lin.cols));
-        const int r0 = task * panel, r1 = std::min(lin.rows, r0 + panel);
-        fast::DenseGemmRowsF32(lin, x, lin.cols, n, r0, r1, y, lin.rows, s.data());
-      });
+      Gemm(lin, x, n, y, [](int, int) {});
       return;
     }
     if (lin.in_scale > 0) {
@@ -136,32 +128,13 @@ class FastVisionKernels : public ref::VisionKernels {
       });
       return;
     }
-    // QAT without SRQ inputs: the integer codes as an f32 matrix (exact), the dense f64 kernel,
-    // then the reference's epilogue (row scale, output SRQ); the sums round to f32 once before
-    // the row scale (the reference rounds once after it).
-    const int cols = lin.cols;
-    std::vector<float> codes(static_cast<size_t>(lin.rows) * cols);
-    pool_.Run(tasks, [&](int task, int) {
-      std::vector<int8_t> v(cols);
-      for (int r = task * kTile; r < std::min(lin.rows, (task + 1) * kTile); ++r) {
-        ref::DecodeRowInt(lin.kind, lin.data + static_cast<size_t>(r) * lin.row_bytes, cols, v.data());
-        for (int i = 0; i < cols; ++i) codes[static_cast<size_t>(r) * cols + i] = v[i];
-      }
-    });
-    gemma::Linear dense;
-    dense.kind = WeightKind::kF32;
-    dense.rows = lin.rows;
-    dense.cols = cols;
-    dense.data = reinterpret_cast<const uint8_t*>(codes.data());
-    dense.row_bytes = static_cast<size_t>(cols) * sizeof(float);
-    pool_.Run(tasks, [&](int task, int) {
-      const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
-      fast::DenseLinearRows(dense, x, cols, n, r0, r1, y, lin.rows);
+    // QAT without SRQ inputs: the integer codes through the f32 GEMM (like the reference's
+    // f32-sums mode), then the reference's epilogue (row scale in f64, output SRQ).
+    Gemm(lin, x, n, y, [&](int r0, int r1) {
       for (int t = 0; t < n; ++t) {
         float* yt = y + static_cast<size_t>(t) * lin.rows;
         for (int r = r0; r < r1; ++r) {
-          const double s = lin.row_scale[r];
-          yt[r] = static_cast<float>(static_cast<double>(yt[r]) * s);
+          yt[r] = static_cast<float>(static_cast<double>(yt[r]) * lin.row_scale[r]);
           if (lin.out_scale > 0) yt[r] = ref::Srq(yt[r], lin.out_scale);
         }
       }
@@ -207,6 +180,21 @@ class FastVisionKernels : public ref::VisionKernels {
   }
 
  private:
+  // y = DenseGemmRowsF32 (f32 accumulation, fast_ops.h), a task per packed panel with the
+  // thread's scratch; then epilogue(r0, r1) on the task's rows.
+  template <class Epilogue>
+  void Gemm(const gemma::Linear& lin, const float* x, int n, float* y,
+            const Epilogue& epilogue) const {
+    const int panel = fast::GemmPanelRows();
+    if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
+    pool_.Run((lin.rows + panel - 1) / panel, [&](int task, int thread) {
+      std::vector<float>& s = scratch_[thread];
+      if (s.size() < fast::GemmScratchFloats(lin.cols)) s.resize(fast::GemmScratchFloats(lin.cols));
+      const int r0 = task * panel, r1 = std::min(lin.rows, r0 + panel);
+      fast::DenseGemmRowsF32(lin, x, lin.cols, n, r0, r1, y, lin.rows, s.data());
+      epilogue(r0, r1);
+    });
+  }
   ThreadPool& pool_;
   mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread
 };

@@ -57,6 +57,7 @@ void DenseLinearRows(const Linear& lin, const float* x, size_t x_stride, int n, 
 // Rows [r0, r1) of a dense (f32 / bf16 / f16) linear for many tokens with f32 accumulation (the
 // towers: design §4 computes bf16 weights in f32): y[t * y_stride + r] = the f32 FMA chain of
 // f32(w[r][i]) * x[t][i], i ascending: the same values whatever the threads or row ranges.
+// A quantized (QAT) `lin` gives the sums over its integer codes, without row scales or SRQ.
 // `scratch`: GemmScratchFloats(lin.cols) floats of the calling thread (gemm_f32.cc).
 void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
                       float* y, size_t y_stride, float* scratch);

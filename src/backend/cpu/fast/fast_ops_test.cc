@@ -205,16 +205,15 @@ TEST(FastOps, DenseLinearsMatchReferenceToF32Rounding) {
 TEST(FastOps, GemmF32MatchesReferenceWithinItsErrorBound) {
   ForEachTarget([] {
     uint32_t seed = 500;
-    for (WeightKind kind : {WeightKind::kF32, WeightKind::kBF16, WeightKind::kF16}) {
+    for (WeightKind kind : {WeightKind::kF32, WeightKind::kBF16, WeightKind::kF16, WeightKind::kQ8,
+                            WeightKind::kQ4, WeightKind::kQ2}) {
       for (int cols : {1, 17, 64, 1024}) {
         for (int n : {1, 6, 7, 40}) {
           const int rows = 3 * fast::GemmPanelRows() + 5;
           const TestLinear t = MakeLinear(kind, rows, cols, 0, 0, ++seed);
           const std::vector<float> x = RandomActs(n, cols, ++seed);
-          std::vector<float> want(static_cast<size_t>(n) * rows);
-          ref::LinearForward(t.lin, x.data(), n, want.data());
           std::vector<float> scratch(fast::GemmScratchFloats(cols));
-          std::vector<float> got(want.size(), -1.0f), split(want.size(), -2.0f);
+          std::vector<float> got(static_cast<size_t>(n) * rows, -1.0f), split(got.size(), -2.0f);
           fast::DenseGemmRowsF32(t.lin, x.data(), cols, n, 0, rows, got.data(), rows,
                                  scratch.data());
           const int mid = fast::GemmPanelRows() + 3;
@@ -223,9 +222,14 @@ TEST(FastOps, GemmF32MatchesReferenceWithinItsErrorBound) {
           fast::DenseGemmRowsF32(t.lin, x.data(), cols, n, mid, rows, split.data(), rows,
                                  scratch.data());
           std::vector<float> w(cols);
+          std::vector<int8_t> codes(cols);
           for (int r = 0; r < rows; ++r) {
-            for (int i = 0; i < cols; ++i) {
-              const uint8_t* row = t.lin.data + static_cast<size_t>(r) * t.lin.row_bytes;
+            const uint8_t* row = t.lin.data + static_cast<size_t>(r) * t.lin.row_bytes;
+            if (IsQuantized(kind)) {  // the sums over the integer codes (no row scale)
+              ref::DecodeRowInt(kind, row, cols, codes.data());
+              for (int i = 0; i < cols; ++i) w[i] = codes[i];
+            }
+            for (int i = 0; i < cols && !IsQuantized(kind); ++i) {
               if (kind == WeightKind::kF32) {
                 std::memcpy(&w[i], row + 4 * i, 4);
               } else {
@@ -235,11 +239,14 @@ TEST(FastOps, GemmF32MatchesReferenceWithinItsErrorBound) {
               }
             }
             for (int tk = 0; tk < n; ++tk) {
-              double mag = 0;
-              for (int i = 0; i < cols; ++i)
-                mag += std::fabs(double(w[i]) * x[static_cast<size_t>(tk) * cols + i]);
+              double want = 0, mag = 0;
+              for (int i = 0; i < cols; ++i) {
+                const double p = double(w[i]) * x[static_cast<size_t>(tk) * cols + i];
+                want += p;
+                mag += std::fabs(p);
+              }
               const size_t at = static_cast<size_t>(tk) * rows + r;
-              ASSERT_NEAR(got[at], want[at], cols * std::ldexp(mag, -24) + 1e-30)
+              ASSERT_NEAR(got[at], want, cols * std::ldexp(mag, -24) + 1e-30)
                   << "row " << r << " token " << tk << " cols " << cols;
               ASSERT_EQ(got[at], split[at]) << "row " << r << " token " << tk;
             }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/fast/fast_ops.h"
+#include "backend/cpu/reference_ops.h"
 #include "core/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -37,7 +38,13 @@ void PackPanel(const Linear& lin, int r0, float* panel, float* row_f32) {
     }
     const uint8_t* row = lin.data + static_cast<size_t>(r0 + r) * lin.row_bytes;
     const float* src = row_f32;
-    if (lin.kind == WeightKind::kF32) {
+    if (IsQuantized(lin.kind)) {
+      // QAT codes as exact f32 integers (the caller applies the row scales).
+      thread_local std::vector<int8_t> codes;
+      if (codes.size() < static_cast<size_t>(cols)) codes.resize(cols);
+      ref::DecodeRowInt(lin.kind, row, cols, codes.data());
+      for (int i = 0; i < cols; ++i) row_f32[i] = codes[i];
+    } else if (lin.kind == WeightKind::kF32) {
       src = reinterpret_cast<const float*>(row);
     } else {
       const size_t N = hn::Lanes(d);

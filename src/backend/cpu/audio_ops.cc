@@ -47,35 +47,52 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // Conv2d(3x3, stride 2, pad 1, no bias) on [cin, T, F] -> [cout, T', F'], then LayerNorm over the
 // channels (weight, no bias) and ReLU. Output layout [T', F', cout] (channels last).
-std::vector<float> ConvBlock(const std::vector<float>& in, int cin, int T, int F,
-                             const std::vector<float>& w, const std::vector<float>& ln, int cout,
-                             float eps, int* To, int* Fo) {
+std::vector<float> ConvBlock(const VisionKernels& kern, const std::vector<float>& in, int cin,
+                             int T, int F, const std::vector<float>& w, const std::vector<float>& ln,
+                             int cout, float eps, int* To, int* Fo) {
   const int T2 = (T - 1) / 2 + 1, F2 = (F - 1) / 2 + 1;
   *To = T2;
   *Fo = F2;
-  std::vector<float> out(static_cast<size_t>(T2) * F2 * cout);
-  std::vector<double> acc(cout);
-  for (int t = 0; t < T2; ++t) {
-    for (int f = 0; f < F2; ++f) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int ci = 0; ci < cin; ++ci) {
-        for (int kt = 0; kt < 3; ++kt) {
-          const int ti = 2 * t - 1 + kt;
-          if (ti < 0 || ti >= T) continue;
-          for (int kf = 0; kf < 3; ++kf) {
-            const int fi = 2 * f - 1 + kf;
-            if (fi < 0 || fi >= F) continue;
-            const double x = in[(static_cast<size_t>(ci) * T + ti) * F + fi];
-            if (x == 0.0) continue;
-            const float* wk = &w[(static_cast<size_t>(ci) * 3 + kt) * 3 + kf];
-            const size_t stride = static_cast<size_t>(cin) * 9;
-            for (int co = 0; co < cout; ++co) acc[co] += x * wk[co * stride];
+  // The convolution as a linear over im2col rows (tap order ci, kt, kf: the weight's [cout, cin,
+  // 3, 3] row order; padding taps are zeros, which add nothing), a chunk of output rows at a time.
+  const int K = cin * 9;
+  Linear lin;
+  lin.name = "sscp conv";
+  lin.kind = WeightKind::kF32;
+  lin.rows = cout;
+  lin.cols = K;
+  lin.data = reinterpret_cast<const uint8_t*>(w.data());
+  lin.row_bytes = static_cast<size_t>(K) * sizeof(float);
+  std::vector<float> conv(static_cast<size_t>(T2) * F2 * cout);
+  const int chunk = std::max(1, (1 << 21) / (F2 * K));  // im2col of ~8 MB
+  std::vector<float> col;
+  for (int t0 = 0; t0 < T2; t0 += chunk) {
+    const int t1 = std::min(T2, t0 + chunk);
+    col.assign(static_cast<size_t>(t1 - t0) * F2 * K, 0.0f);
+    for (int t = t0; t < t1; ++t) {
+      for (int f = 0; f < F2; ++f) {
+        float* c = &col[(static_cast<size_t>(t - t0) * F2 + f) * K];
+        for (int ci = 0; ci < cin; ++ci) {
+          for (int kt = 0; kt < 3; ++kt) {
+            const int ti = 2 * t - 1 + kt;
+            if (ti < 0 || ti >= T) continue;
+            for (int kf = 0; kf < 3; ++kf) {
+              const int fi = 2 * f - 1 + kf;
+              if (fi < 0 || fi >= F) continue;
+              c[ci * 9 + kt * 3 + kf] = in[(static_cast<size_t>(ci) * T + ti) * F + fi];
+            }
           }
         }
       }
+    }
+    kern.Linear(lin, col.data(), (t1 - t0) * F2, &conv[static_cast<size_t>(t0) * F2 * cout]);
+  }
+  std::vector<float> out(conv.size()), v(cout);
+  for (int t = 0; t < T2; ++t) {
+    for (int f = 0; f < F2; ++f) {
+      const float* acc = &conv[(static_cast<size_t>(t) * F2 + f) * cout];
       // LayerNorm over channels: f32 conv outputs, statistics in double, f32 result.
       double mean = 0;
-      std::vector<float> v(cout);
       for (int co = 0; co < cout; ++co) mean += (v[co] = static_cast<float>(acc[co]));
       mean /= cout;
       double var = 0;
@@ -118,9 +135,12 @@ void FeedForward(const VisionKernels& kern, const AudioLayerWeights::FeedForward
   std::vector<float> x = h;
   Clamp(x, c.gradient_clipping);
   NormRows(x, n, D, ff.pre_norm, c.rms_norm_eps);
-  std::vector<float> u(static_cast<size_t>(n) * 4 * D);
+  // The 4x-wide hidden in a buffer kept per thread (fresh pages per layer cost more than its use).
+  thread_local std::vector<float> u;
+  const size_t un = static_cast<size_t>(n) * 4 * D;
+  if (u.size() < un) u.resize(un);
   Clipped(kern, ff.up, x.data(), n, u.data());
-  for (float& v : u) v = Silu(v);
+  for (size_t i = 0; i < un; ++i) u[i] = Silu(u[i]);
   Clipped(kern, ff.down, u.data(), n, x.data());
   Clamp(x, c.gradient_clipping);
   NormRows(x, n, D, ff.post_norm, c.rms_norm_eps);
@@ -254,11 +274,11 @@ std::vector<float> AudioTowerForward(const AudioTower& t, const AudioMel& mel,
           m0[f] ? mel.mel[static_cast<size_t>(f) * kMel + b] : 0.0f;
   int T1, F1, T2, F2;
   const std::vector<float> o0 =
-      ConvBlock(in0, 1, T, kMel, t.conv0, t.norm0, C0, c.rms_norm_eps, &T1, &F1);
+      ConvBlock(kern, in0, 1, T, kMel, t.conv0, t.norm0, C0, c.rms_norm_eps, &T1, &F1);
   const std::vector<uint8_t> m1 = Halve(m0);
   const std::vector<float> in1 = ToChannelsFirst(o0, T1, F1, C0, m1);
   const std::vector<float> o1 =
-      ConvBlock(in1, C0, T1, F1, t.conv1, t.norm1, C1, c.rms_norm_eps, &T2, &F2);
+      ConvBlock(kern, in1, C0, T1, F1, t.conv1, t.norm1, C1, c.rms_norm_eps, &T2, &F2);
   const std::vector<uint8_t> m2 = Halve(m1);
   int n = 0;
   while (n < T2 && m2[n]) ++n;

@@ -186,14 +186,23 @@ class FastVisionKernels : public ref::VisionKernels {
   void Gemm(const gemma::Linear& lin, const float* x, int n, float* y,
             const Epilogue& epilogue) const {
     const int panel = fast::GemmPanelRows();
+    const int panels = (lin.rows + panel - 1) / panel;
+    // Few panels (the SSCP convolutions' 32 or 128 channels): the tokens split too, so every
+    // thread has work (each token block packs its panel again: cheap at these row counts).
+    const int blocks = std::clamp(2 * pool_.size() / panels, 1, std::max(1, n / 64));
+    const int per = (n + blocks - 1) / blocks;
     if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
-    pool_.Run((lin.rows + panel - 1) / panel, [&](int task, int thread) {
+    pool_.Run(panels * blocks, [&](int task, int thread) {
       std::vector<float>& s = scratch_[thread];
       if (s.size() < fast::GemmScratchFloats(lin.cols)) s.resize(fast::GemmScratchFloats(lin.cols));
-      const int r0 = task * panel, r1 = std::min(lin.rows, r0 + panel);
-      fast::DenseGemmRowsF32(lin, x, lin.cols, n, r0, r1, y, lin.rows, s.data());
-      epilogue(r0, r1);
+      const int r0 = task / blocks * panel, r1 = std::min(lin.rows, r0 + panel);
+      const int t0 = task % blocks * per, t1 = std::min(n, t0 + per);
+      if (t0 >= t1) return;
+      fast::DenseGemmRowsF32(lin, x + static_cast<size_t>(t0) * lin.cols, lin.cols, t1 - t0, r0,
+                             r1, y + static_cast<size_t>(t0) * lin.rows, lin.rows, s.data());
+      if (blocks == 1) epilogue(r0, r1);
     });
+    if (blocks > 1) epilogue(0, lin.rows);
   }
   ThreadPool& pool_;
   mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread

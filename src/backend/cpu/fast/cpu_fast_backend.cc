@@ -104,7 +104,10 @@ class CpuFastModel : public BackendModel {
 // The tower's linears and attention on the shared pool (rows / query blocks per task).
 class FastVisionKernels : public ref::VisionKernels {
  public:
-  explicit FastVisionKernels(ThreadPool& pool) : pool_(pool) {}
+  // f32_attention: the attention on the f32 GEMM (dense towers); else in f64 like the reference
+  // (QAT towers: their SRQ steps turn f32 rounding differences into int8 flips).
+  FastVisionKernels(ThreadPool& pool, bool f32_attention)
+      : pool_(pool), f32_attention_(f32_attention) {}
   void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
     constexpr int kTile = 32;
     const int tasks = (lin.rows + kTile - 1) / kTile;
@@ -142,6 +145,10 @@ class FastVisionKernels : public ref::VisionKernels {
   }
   void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
                  float* out) const override {
+    if (f32_attention_ && n >= 64) {
+      GemmAttention(q, k, v, n, nh, nkv, hd, out);
+      return;
+    }
     constexpr int kBlock = 32;
     const int blocks = (n + kBlock - 1) / kBlock;
     const int group = nh / nkv;
@@ -180,11 +187,51 @@ class FastVisionKernels : public ref::VisionKernels {
   }
 
  private:
+  // Per head: scores = q k^T and out = softmax(scores) v on the f32 GEMM (design §4's f32
+  // accumulation; the reference sums in f64), the softmax in f32 with f64 row sums.
+  void GemmAttention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
+                     float* out) const {
+    const int group = nh / nkv;
+    const size_t kv_stride = static_cast<size_t>(nkv) * hd, q_stride = static_cast<size_t>(nh) * hd;
+    scores_.resize(static_cast<size_t>(n) * n);
+    vt_.resize(static_cast<size_t>(hd) * n);
+    for (int h = 0; h < nh; ++h) {
+      const int kv = h / group;
+      gemma::Linear keys;
+      keys.kind = WeightKind::kF32;
+      keys.rows = n;
+      keys.cols = hd;
+      keys.data = reinterpret_cast<const uint8_t*>(k + kv * hd);
+      keys.row_bytes = kv_stride * sizeof(float);
+      Gemm(keys, q + h * hd, q_stride, n, scores_.data(), n, [](int, int) {});
+      pool_.Run((n + 31) / 32, [&](int task, int) {
+        for (int i = task * 32; i < std::min(n, task * 32 + 32); ++i)
+          fast::SoftmaxF32(scores_.data() + static_cast<size_t>(i) * n, n);
+      });
+      if (h % group == 0) {  // this K/V head's values transposed: [hd][n]
+        for (int j = 0; j < n; ++j)
+          for (int d = 0; d < hd; ++d)
+            vt_[static_cast<size_t>(d) * n + j] = v[j * kv_stride + kv * hd + d];
+      }
+      gemma::Linear values;
+      values.kind = WeightKind::kF32;
+      values.rows = hd;
+      values.cols = n;
+      values.data = reinterpret_cast<const uint8_t*>(vt_.data());
+      values.row_bytes = static_cast<size_t>(n) * sizeof(float);
+      Gemm(values, scores_.data(), n, n, out + h * hd, q_stride, [](int, int) {});
+    }
+  }
   // y = DenseGemmRowsF32 (f32 accumulation, fast_ops.h), a task per packed panel with the
   // thread's scratch; then epilogue(r0, r1) on the task's rows.
   template <class Epilogue>
   void Gemm(const gemma::Linear& lin, const float* x, int n, float* y,
             const Epilogue& epilogue) const {
+    Gemm(lin, x, lin.cols, n, y, lin.rows, epilogue);
+  }
+  template <class Epilogue>
+  void Gemm(const gemma::Linear& lin, const float* x, size_t x_stride, int n, float* y,
+            size_t y_stride, const Epilogue& epilogue) const {
     const int panel = fast::GemmPanelRows();
     const int panels = (lin.rows + panel - 1) / panel;
     // Few panels (the SSCP convolutions' 32 or 128 channels): the tokens split too, so every
@@ -198,21 +245,25 @@ class FastVisionKernels : public ref::VisionKernels {
       const int r0 = task / blocks * panel, r1 = std::min(lin.rows, r0 + panel);
       const int t0 = task % blocks * per, t1 = std::min(n, t0 + per);
       if (t0 >= t1) return;
-      fast::DenseGemmRowsF32(lin, x + static_cast<size_t>(t0) * lin.cols, lin.cols, t1 - t0, r0,
-                             r1, y + static_cast<size_t>(t0) * lin.rows, lin.rows, s.data());
+      fast::DenseGemmRowsF32(lin, x + t0 * x_stride, x_stride, t1 - t0, r0, r1,
+                             y + t0 * y_stride, y_stride, s.data());
       if (blocks == 1) epilogue(r0, r1);
     });
     if (blocks > 1) epilogue(0, lin.rows);
   }
   ThreadPool& pool_;
+  const bool f32_attention_;
   mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread
+  mutable std::vector<float> scores_, vt_;             // GemmAttention's
 };
 
 void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {
   const VisionTower* t = model_.vision();
   if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
   std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
-  const FastVisionKernels kernels(pool_);
+  bool qat = false;
+  for (const auto& l : t->layers) qat = qat || IsQuantized(l.q.lin.kind);
+  const FastVisionKernels kernels(pool_, /*f32_attention=*/!qat);
   const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
   const int k = t->config.pooling_kernel_size;
   *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
@@ -222,7 +273,7 @@ void CpuFastModel::EncodeAudio(const AudioMel& audio, std::vector<float>* soft_t
   const AudioTower* t = model_.audio();
   if (!t) throw Error(ErrorCode::kUnsupported, model_.audio_error());
   std::lock_guard<std::mutex> lock(run_mutex_);
-  const FastVisionKernels kernels(pool_);
+  const FastVisionKernels kernels(pool_, /*f32_attention=*/false);  // its attention is its own
   const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
   *soft_tokens =
       ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);

@@ -64,6 +64,8 @@ void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n,
 size_t GemmScratchFloats(int cols);
 // Rows per packed panel (a task of DenseGemmRowsF32 should cover whole panels).
 int GemmPanelRows();
+// x = softmax(x) in f32 (Highway's Exp, a few ulp; the sum in f64 across lanes' f32 partials).
+void SoftmaxF32(float* x, int n);
 // sum_i f64(a_i) * b_i.
 double DotF64(const float* a, const float* b, int n);
 // Attention for a group of query heads sharing one key/value head (MQA/GQA), f64 like the

@@ -3,7 +3,9 @@
 // ([cols][NR]); a tile of kMr tokens x NR rows accumulates in registers over all of k (one FMA
 // chain per output, k ascending), so results do not depend on threads or tiles.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/fast/fast_ops.h"
@@ -14,6 +16,7 @@
 #define HWY_TARGET_INCLUDE "backend/cpu/fast/gemm_f32.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gemma::fast {
@@ -127,6 +130,32 @@ void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n,
   }
 }
 
+void SoftmaxF32(float* x, int n) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  float mx = -std::numeric_limits<float>::infinity();
+  int i = 0;
+  if (n >= N) {
+    auto m = hn::LoadU(d, x);
+    for (i = N; i + N <= n; i += N) m = hn::Max(m, hn::LoadU(d, x + i));
+    mx = hn::GetLane(hn::MaxOfLanes(d, m));
+  }
+  for (; i < n; ++i) mx = std::max(mx, x[i]);
+  const auto vmx = hn::Set(d, mx);
+  auto vsum = hn::Zero(d);
+  double sum = 0;
+  for (i = 0; i + N <= n; i += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmx));
+    hn::StoreU(e, d, x + i);
+    vsum = hn::Add(vsum, e);
+  }
+  for (; i < n; ++i) sum += (x[i] = std::exp(x[i] - mx));
+  sum += hn::GetLane(hn::SumOfLanes(d, vsum));
+  const auto inv = hn::Set(d, static_cast<float>(1.0 / sum));
+  for (i = 0; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), inv), d, x + i);
+  for (; i < n; ++i) x[i] *= static_cast<float>(1.0 / sum);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace gemma::fast
 HWY_AFTER_NAMESPACE();
@@ -136,6 +165,9 @@ namespace gemma::fast {
 
 HWY_EXPORT(DenseGemmRowsF32);
 HWY_EXPORT(PanelRows);
+HWY_EXPORT(SoftmaxF32);
+
+void SoftmaxF32(float* x, int n) { HWY_DYNAMIC_DISPATCH(SoftmaxF32)(x, n); }
 
 int GemmPanelRows() { return HWY_DYNAMIC_DISPATCH(PanelRows)(); }
 size_t GemmScratchFloats(int cols) {

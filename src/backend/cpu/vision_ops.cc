@@ -33,6 +33,10 @@ void VisionKernels::Linear(const gemma::Linear& lin, const float* x, int n, floa
   LinearForward(lin, x, n, y);
 }
 
+void VisionKernels::GeluMul(float* g, const float* u, size_t n) const {
+  for (size_t i = 0; i < n; ++i) g[i] = GeluTanh(g[i]) * u[i];
+}
+
 void VisionKernels::Attention(const float* q, const float* kk, const float* v, int n, int nh,
                               int nkv, int hd, float* att) const {
   std::vector<double> scores(n), acc(hd);
@@ -137,7 +141,7 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
     std::vector<float> g(static_cast<size_t>(n) * I), u(g.size());
     ClippedForward(kern, w.gate, a.data(), n, g.data());
     ClippedForward(kern, w.up, a.data(), n, u.data());
-    for (size_t i = 0; i < g.size(); ++i) g[i] = GeluTanh(g[i]) * u[i];
+    kern.GeluMul(g.data(), u.data(), g.size());
     ClippedForward(kern, w.down, g.data(), n, tmp.data());
     for (int i = 0; i < n; ++i) {
       RmsNorm(&tmp[i * D], D, w.post_ffn_norm, eps, &tmp[i * D]);

@@ -27,6 +27,8 @@ class VisionKernels {
   // out [n, nh * hd]; query head h reads key/value head h / (nh / nkv).
   virtual void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv,
                          int hd, float* out) const;
+  // g[i] = GeluTanh(g[i]) * u[i] for i < n (the MLP's gate times its up projection).
+  virtual void GeluMul(float* g, const float* u, size_t n) const;
 };
 
 // The tower's output before embed_vision: [patches / pooling^2, vision hidden].

@@ -104,10 +104,21 @@ class CpuFastModel : public BackendModel {
 // The tower's linears and attention on the shared pool (rows / query blocks per task).
 class FastVisionKernels : public ref::VisionKernels {
  public:
-  // f32_attention: the attention on the f32 GEMM (dense towers); else in f64 like the reference
-  // (QAT towers: their SRQ steps turn f32 rounding differences into int8 flips).
-  FastVisionKernels(ThreadPool& pool, bool f32_attention)
-      : pool_(pool), f32_attention_(f32_attention) {}
+  // f32_ops: the attention on the f32 GEMM and a vectorized f32 GELU (dense towers); else both
+  // as the reference computes them (QAT towers: their SRQ steps turn f32 rounding differences
+  // into int8 flips).
+  FastVisionKernels(ThreadPool& pool, bool f32_ops) : pool_(pool), f32_ops_(f32_ops) {}
+  void GeluMul(float* g, const float* u, size_t n) const override {
+    if (!f32_ops_) {
+      ref::VisionKernels::GeluMul(g, u, n);
+      return;
+    }
+    constexpr size_t kChunk = 16384;
+    pool_.Run(static_cast<int>((n + kChunk - 1) / kChunk), [&](int task, int) {
+      const size_t i0 = task * kChunk;
+      fast::GeluTanhMulF32(g + i0, u + i0, std::min(kChunk, n - i0));
+    });
+  }
   void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
     constexpr int kTile = 32;
     const int tasks = (lin.rows + kTile - 1) / kTile;
@@ -145,7 +156,7 @@ class FastVisionKernels : public ref::VisionKernels {
   }
   void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
                  float* out) const override {
-    if (f32_attention_ && n >= 64) {
+    if (f32_ops_ && n >= 64) {
       GemmAttention(q, k, v, n, nh, nkv, hd, out);
       return;
     }
@@ -252,7 +263,7 @@ class FastVisionKernels : public ref::VisionKernels {
     if (blocks > 1) epilogue(0, lin.rows);
   }
   ThreadPool& pool_;
-  const bool f32_attention_;
+  const bool f32_ops_;
   mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread
   mutable std::vector<float> scores_, vt_;             // GemmAttention's
 };
@@ -263,7 +274,7 @@ void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* s
   std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
   bool qat = false;
   for (const auto& l : t->layers) qat = qat || IsQuantized(l.q.lin.kind);
-  const FastVisionKernels kernels(pool_, /*f32_attention=*/!qat);
+  const FastVisionKernels kernels(pool_, /*f32_ops=*/!qat);
   const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
   const int k = t->config.pooling_kernel_size;
   *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
@@ -273,7 +284,8 @@ void CpuFastModel::EncodeAudio(const AudioMel& audio, std::vector<float>* soft_t
   const AudioTower* t = model_.audio();
   if (!t) throw Error(ErrorCode::kUnsupported, model_.audio_error());
   std::lock_guard<std::mutex> lock(run_mutex_);
-  const FastVisionKernels kernels(pool_, /*f32_attention=*/false);  // its attention is its own
+  // The audio tower's attention and activations are its own (audio_ops.cc).
+  const FastVisionKernels kernels(pool_, /*f32_ops=*/false);
   const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
   *soft_tokens =
       ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);

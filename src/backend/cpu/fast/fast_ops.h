@@ -66,6 +66,8 @@ size_t GemmScratchFloats(int cols);
 int GemmPanelRows();
 // x = softmax(x) in f32 (Highway's Exp, a few ulp; the sum in f64 across lanes' f32 partials).
 void SoftmaxF32(float* x, int n);
+// g[i] = gelu_tanh(g[i]) * u[i] in f32 (Highway's Tanh, a few ulp from the reference's).
+void GeluTanhMulF32(float* g, const float* u, size_t n);
 // sum_i f64(a_i) * b_i.
 double DotF64(const float* a, const float* b, int n);
 // Attention for a group of query heads sharing one key/value head (MQA/GQA), f64 like the

@@ -257,6 +257,37 @@ TEST(FastOps, GemmF32MatchesReferenceWithinItsErrorBound) {
   });
 }
 
+// The dense towers' f32 softmax and GELU against the reference's (f64 softmax, ref::GeluTanh):
+// a few f32 ulps, on every target, with lengths that leave vector tails.
+TEST(FastOps, TowerSoftmaxAndGeluMatchTheReference) {
+  ForEachTarget([] {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.0f, 4.0f);
+    for (int n : {1, 7, 16, 33, 1000}) {
+      std::vector<float> x(n), u(n);
+      for (int i = 0; i < n; ++i) x[i] = nd(rng), u[i] = nd(rng);
+      x[0] = n > 1 ? 60.0f : x[0];  // a dominant logit
+      std::vector<float> sm = x;
+      fast::SoftmaxF32(sm.data(), n);
+      double mx = -1e300, sum = 0;
+      for (float v : x) mx = std::max(mx, double(v));
+      for (float v : x) sum += std::exp(double(v) - mx);
+      for (int i = 0; i < n; ++i) {
+        // x - max is rounded to f32 first: exp amplifies its rounding by |x - max|.
+        const double want = std::exp(double(x[i]) - mx) / sum;
+        const double rel = 1e-6 + std::fabs(x[i] - mx) * std::ldexp(1.0, -23);
+        ASSERT_NEAR(sm[i], want, rel * want + 1e-30) << "softmax n " << n << " i " << i;
+      }
+      std::vector<float> g = x;
+      fast::GeluTanhMulF32(g.data(), u.data(), n);
+      for (int i = 0; i < n; ++i) {
+        const float want = ref::GeluTanh(x[i]) * u[i];
+        ASSERT_NEAR(g[i], want, 2e-6f * std::fabs(x[i] * u[i]) + 1e-30f) << "gelu " << x[i];
+      }
+    }
+  });
+}
+
 TEST(FastOps, ReportsTargets) {
   std::string names;
   ForEachTarget([&] { names += std::string(fast::TargetName()) + " "; });

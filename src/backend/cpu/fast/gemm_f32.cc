@@ -130,6 +130,24 @@ void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n,
   }
 }
 
+void GeluTanhMulF32(float* g, const float* u, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+  const auto beta = hn::Set(d, 0.7978845608028654f), kappa = hn::Set(d, 0.044715f);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(d, g + i);
+    const auto inner = hn::Mul(beta, hn::MulAdd(hn::Mul(kappa, hn::Mul(x, x)), x, x));
+    const auto gelu = hn::Mul(hn::Mul(half, x), hn::Add(one, hn::Tanh(d, inner)));
+    hn::StoreU(hn::Mul(gelu, hn::LoadU(d, u + i)), d, g + i);
+  }
+  for (; i < n; ++i) {
+    const float x = g[i], inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    g[i] = 0.5f * x * (1.0f + std::tanh(inner)) * u[i];
+  }
+}
+
 void SoftmaxF32(float* x, int n) {
   const DF d;
   const int N = static_cast<int>(hn::Lanes(d));
@@ -166,6 +184,11 @@ namespace gemma::fast {
 HWY_EXPORT(DenseGemmRowsF32);
 HWY_EXPORT(PanelRows);
 HWY_EXPORT(SoftmaxF32);
+HWY_EXPORT(GeluTanhMulF32);
+
+void GeluTanhMulF32(float* g, const float* u, size_t n) {
+  HWY_DYNAMIC_DISPATCH(GeluTanhMulF32)(g, u, n);
+}
 
 void SoftmaxF32(float* x, int n) { HWY_DYNAMIC_DISPATCH(SoftmaxF32)(x, n); }
 

@@ -300,9 +300,9 @@ class ModulePatternParser {
         return w;
       }
       case Kind::kAlt: {
-        const int64_t w = Width(node.kids[0]);
-        for (int k : node.kids)
-          if (Width(k) != w) return -1;
+        const int64_t w = Width(node.kids[0]);  // each kid once: nested alternations stay linear
+        for (size_t k = 1; k < node.kids.size(); ++k)
+          if (w < 0 || Width(node.kids[k]) != w) return -1;
         return w;
       }
       case Kind::kRepeat: {

@@ -66,6 +66,10 @@ TEST(ModulePattern, WhatPythonAcceptsButThisRefusesIsAConfigError) {
   EXPECT_THROW(ModulePattern(std::string(1025, 'a')), Error);
   EXPECT_THROW(ModulePattern(std::string(101, '(') + std::string(101, ')')), Error);
   EXPECT_NO_THROW(ModulePattern(std::string(100, '(') + std::string(100, ')')));
+  // A lookbehind over alternations nested 99 deep: its width is computed in linear time.
+  std::string deep = "a";
+  for (int i = 0; i < 99; ++i) deep = "(" + deep + "|b)";
+  EXPECT_EQ(ModulePattern("(?<=" + deep + ")c").Search("xbc"), 2u);
 }
 
 // transformers' procedure (joined alternation + re.search; should_convert_module) on the

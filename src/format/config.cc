@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/json_depth.h"
@@ -63,20 +64,6 @@ class Reader {
   std::string origin_;
   std::string prefix_;
 };
-
-// libstdc++'s std::regex overflows a signed long reading a repetition count of 19+ digits
-// (undefined behaviour, found by fuzz/fuzz_config.cc under UBSan) and recurses per pattern
-// element: QAT module patterns (tens of characters in real configs) are bounded before it sees
-// them. "" when acceptable, else what is wrong.
-std::string QatPatternProblem(const std::string& p) {
-  if (p.size() > 1024) return "longer than 1,024 characters";
-  size_t digits = 0;
-  for (char c : p) {
-    digits = (c >= '0' && c <= '9') ? digits + 1 : 0;
-    if (digits > 6) return "holds a number of more than 6 digits";
-  }
-  return "";
-}
 
 RopeParams ParseRope(const Reader& r, const json& j, const std::string& key) {
   RopeParams p;
@@ -311,12 +298,22 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
         r.Fail(ErrorCode::kConfig, key, "must be {num_bits: N} or N");
       }
       check_bits(bits, key);
-      if (const std::string why = QatPatternProblem(it.key()); !why.empty())
-        r.Fail(ErrorCode::kConfig, key, "pattern " + why);
       try {
-        qc.rules.push_back({it.key(), std::regex(it.key(), std::regex::ECMAScript), bits});
-      } catch (const std::regex_error& e) {
-        r.Fail(ErrorCode::kConfig, key, std::string("invalid regex: ") + e.what());
+        qc.rules.push_back({it.key(), ModulePattern(it.key()), bits});
+      } catch (const Error& e) {
+        r.Fail(ErrorCode::kConfig, key, e.what());
+      }
+    }
+    // transformers joins the patterns into one regex, (?P<g0>p0)|(?P<g1>p1)|...: a group name
+    // used twice there is Python's "redefinition of group name".
+    std::set<std::string> names;
+    for (size_t i = 0; i < qc.rules.size(); ++i) names.insert("g" + std::to_string(i));
+    for (const QuantConfig::Rule& rule : qc.rules) {
+      for (const std::string& name : rule.re.group_names()) {
+        if (!names.insert(name).second) {
+          r.Fail(ErrorCode::kConfig, "module_quant_configs['" + rule.pattern + "']",
+                 "group name '" + name + "' is defined twice in the joined pattern");
+        }
       }
     }
   }
@@ -326,12 +323,10 @@ QuantConfig ParseQuant(const json& q, const std::string& origin) {
     for (const json& x : m) {
       if (!x.is_string()) r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "non-string entry");
       qc.not_convert.push_back(x.get<std::string>());
-      if (const std::string why = QatPatternProblem(x.get<std::string>()); !why.empty())
-        r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "entry " + x.dump() + " " + why);
       try {
-        qc.not_convert_re.emplace_back(x.get<std::string>(), std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        r.Fail(ErrorCode::kConfig, "modules_to_not_convert", "invalid regex " + x.dump());
+        qc.not_convert_re.emplace_back(x.get<std::string>());
+      } catch (const Error& e) {
+        r.Fail(ErrorCode::kConfig, "modules_to_not_convert", e.what());
       }
     }
   }
@@ -430,9 +425,8 @@ std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embed
   if (is_embedding && !quantize_embeddings) return std::nullopt;
   for (size_t i = 0; i < not_convert.size(); ++i) {
     const std::string& key = not_convert[i];
-    if (std::regex_search(module, not_convert_re[i], std::regex_constants::match_continuous)) {
-      return std::nullopt;
-    }
+    // re.match(key + r"\.") implies re.match(key) for every pattern ModulePattern accepts.
+    if (not_convert_re[i].MatchesAtStart(module)) return std::nullopt;
     if (module.size() >= key.size() &&
         module.compare(module.size() - key.size(), key.size(), key) == 0) {
       return std::nullopt;
@@ -442,13 +436,13 @@ std::optional<int> QuantConfig::BitsFor(const std::string& module, bool is_embed
   size_t best_pos = std::string::npos;
   int bits = default_bits;
   for (const Rule& rule : rules) {
-    std::smatch m;
-    if (std::regex_search(module, m, rule.re)) {
-      const size_t pos = static_cast<size_t>(m.position(0));
-      if (best_pos == std::string::npos || pos < best_pos) {
-        best_pos = pos;
-        bits = rule.bits;
-      }
+    if (best_pos == 0) break;
+    // Only a start before the best so far can win.
+    const size_t last = best_pos == std::string::npos ? ModulePattern::kNoMatch : best_pos - 1;
+    const size_t pos = rule.re.Search(module, last);
+    if (pos != ModulePattern::kNoMatch) {
+      best_pos = pos;
+      bits = rule.bits;
     }
   }
   return bits;

@@ -5,9 +5,10 @@
 #pragma once
 
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
+
+#include "format/module_pattern.h"
 
 namespace gemma {
 
@@ -27,17 +28,19 @@ struct QuantConfig {
   bool quantize_embeddings = false;
   struct Rule {
     std::string pattern;
-    std::regex re;
+    ModulePattern re;
     int bits;
   };
   std::vector<Rule> rules;               // module_quant_configs, declaration order
   std::vector<std::string> not_convert;  // modules_to_not_convert
-  std::vector<std::regex> not_convert_re;
+  std::vector<ModulePattern> not_convert_re;
 
   // Bits for a module (HF module name, e.g. "model.layers.3.mlp.up_proj"), or nullopt when the
   // module stays dense (quantization off, or listed in modules_to_not_convert). Semantics follow
   // transformers: skip-list entries match as a regex at the start of the name or as a suffix; the
   // override is the leftmost match of the joined alternation, first pattern winning ties.
+  // Patterns are Python regexes matched in bounded time (format/module_pattern.h); a name or
+  // pattern beyond its bounds is Error(kConfig).
   std::optional<int> BitsFor(const std::string& module, bool is_embedding) const;
 };
 

@@ -366,6 +366,29 @@ TEST_F(HubTest, NotEnoughDiskStopsBeforeAnyTransfer) {
   EXPECT_EQ(hub_.bytes_served(kShard1), 0u);
 }
 
+// A disk that fills during the transfer (the partial file is pointed at /dev/full, where every
+// write fails with ENOSPC; docs/reliability.md records the same on a 1 MiB tmpfs): a typed
+// kDiskFull naming the partial file, nothing in the cache that looks complete (no blob under its
+// hash, no snapshot entry), and the cache still works: the next pull fetches the file whole.
+TEST_F(HubTest, DiskFullMidTransferIsTypedAndLeavesTheCacheUsable) {
+  const std::string etag = hub_.sha256("acme/tiny-model", kShard1);
+  const fs::path blobs = RepoDir() / "blobs";
+  fs::create_directories(blobs);
+  const fs::path part = blobs / (etag + ".incomplete");
+  fs::create_symlink("/dev/full", part);
+  EXPECT_EQ(PullError(Options(), "acme/tiny-model"), HubErrorKind::kDiskFull);
+  EXPECT_NE(last_error_.find(part.string()), std::string::npos) << last_error_;
+  EXPECT_NE(last_error_.find("disk full"), std::string::npos) << last_error_;
+  EXPECT_FALSE(fs::exists(blobs / etag));
+  EXPECT_FALSE(fs::exists(RepoDir() / "snapshots" / kCommit / kShard1));
+  fs::remove(part);
+  const PullResult r = HubClient(Options()).Pull(ParseRepoSpec("acme/tiny-model"));
+  EXPECT_EQ(ReadAll(fs::path(r.snapshot_dir) / kShard1), TestRepo().files[4].content);
+  EXPECT_EQ(ReadAll(fs::path(r.snapshot_dir) / kShard2), TestRepo().files[5].content);
+  for (const auto& e : fs::directory_iterator(blobs))
+    EXPECT_EQ(e.path().string().find(".incomplete"), std::string::npos) << e.path();
+}
+
 TEST_F(HubTest, ConcurrentPullsShareOneTransfer) {
   std::thread a([&] { HubClient(Options()).Pull(ParseRepoSpec("acme/tiny-model")); });
   std::thread b([&] { HubClient(Options()).Pull(ParseRepoSpec("acme/tiny-model")); });

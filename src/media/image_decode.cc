@@ -2,7 +2,9 @@
 #include <webp/decode.h>
 
 #include <cstring>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/mapped_file.h"
 #include "gemma/error.h"
@@ -166,6 +168,39 @@ bool GifTruncated(std::span<const uint8_t> b) {
   return true;
 }
 
+// The PNG without its zero-length IDAT chunks, or an empty vector when it has none. Debian's
+// stb_image (2022-09) copies each IDAT's data into a buffer it allocates at the first non-empty
+// one: a zero-length IDAT before it is memcpy(NULL, data, 0), undefined behaviour (UBSan; found
+// by fuzz_image, fuzz/corpus/image/regress_png_empty_idat). Empty IDATs carry no data, so
+// dropping them changes no pixel. The chunks are walked as stb walks them (length, type, data,
+// CRC) up to IEND or a chunk that runs past the end, where stb stops too; the rest is kept as is.
+std::vector<uint8_t> PngWithoutEmptyIdat(std::span<const uint8_t> b) {
+  std::vector<uint8_t> out;
+  size_t p = 8;
+  size_t copied = 0;  // b[copied, p) is still to be copied
+  auto flush = [&](size_t to) {
+    if (out.empty()) out.reserve(b.size());
+    out.insert(out.end(), b.begin() + static_cast<std::ptrdiff_t>(copied),
+               b.begin() + static_cast<std::ptrdiff_t>(to));
+  };
+  bool dropped = false;
+  while (p + 12 <= b.size()) {
+    const uint64_t len = (uint64_t{b[p]} << 24) | (uint64_t{b[p + 1]} << 16) |
+                         (uint64_t{b[p + 2]} << 8) | b[p + 3];
+    const std::string_view type(reinterpret_cast<const char*>(b.data() + p + 4), 4);
+    if (type == "IEND" || len > b.size() - p - 12) break;
+    if (type == "IDAT" && len == 0) {
+      flush(p);
+      copied = p + 12;
+      dropped = true;
+    }
+    p += 12 + len;
+  }
+  if (!dropped) return {};
+  flush(b.size());
+  return out;
+}
+
 // A BMP shorter than its header's file size.
 bool BmpTruncated(std::span<const uint8_t> b) {
   if (b.size() < 14) return true;
@@ -177,6 +212,11 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
                 const DecodeOptions& o) {
   if (b.size() > static_cast<size_t>(INT32_MAX))
     throw Error(ErrorCode::kCapacity, origin + ": file over 2 GiB");
+  std::vector<uint8_t> stripped;
+  if (kind == Kind::kPng) {
+    stripped = PngWithoutEmptyIdat(b);
+    if (!stripped.empty()) b = stripped;
+  }
   const int len = static_cast<int>(b.size());
   int w = 0, h = 0, comp = 0;
   if (kind == Kind::kPng && b.size() >= 24) {

@@ -111,6 +111,35 @@ TEST(ImageDecode, ExifOrientationReadFromEveryContainer) {
   }
 }
 
+// A zero-length IDAT before the first one with data was memcpy(NULL, data, 0) inside stb_image
+// (UBSan, fuzz_image: fuzz/corpus/image/regress_png_empty_idat). Empty IDATs are valid PNG and
+// carry no data: the image decodes to the same pixels as without them.
+TEST(ImageDecode, EmptyIdatChunksChangeNothing) {
+  const std::vector<uint8_t> png = Png(64, 48);
+  // An empty IDAT (CRC-32 of "IDAT" is 0x35AF061E) before the first IDAT and after the last.
+  const std::vector<uint8_t> empty = {0, 0, 0, 0, 'I', 'D', 'A', 'T', 0x35, 0xAF, 0x06, 0x1E};
+  size_t idat = 8;
+  while (std::string(png.begin() + idat + 4, png.begin() + idat + 8) != "IDAT") {
+    idat += 12 + ((size_t{png[idat + 2]} << 8) | png[idat + 3]);
+  }
+  const size_t len = (size_t{png[idat]} << 24) | (size_t{png[idat + 1]} << 16) |
+                     (size_t{png[idat + 2]} << 8) | png[idat + 3];
+  std::vector<uint8_t> with = png;
+  with.insert(with.begin() + static_cast<std::ptrdiff_t>(idat + 12 + len), empty.begin(), empty.end());
+  with.insert(with.begin() + static_cast<std::ptrdiff_t>(idat), empty.begin(), empty.end());
+  with.insert(with.begin() + static_cast<std::ptrdiff_t>(idat), empty.begin(), empty.end());
+  const Image a = DecodeImage(png, "png");
+  const Image b = DecodeImage(with, "with empty IDATs");
+  EXPECT_EQ(b.width, a.width);
+  EXPECT_EQ(b.height, a.height);
+  EXPECT_EQ(b.rgb, a.rgb);
+  // Only empty IDATs: no image data, a typed error.
+  std::vector<uint8_t> none(png.begin(), png.begin() + static_cast<std::ptrdiff_t>(idat));
+  none.insert(none.end(), empty.begin(), empty.end());
+  none.insert(none.end(), png.begin() + static_cast<std::ptrdiff_t>(idat + 12 + len), png.end());
+  EXPECT_EQ(CodeOf(none), ErrorCode::kFormat);
+}
+
 TEST(ImageDecode, OneByOneAndSmallestSizes) {
   const Image one = DecodeImage(Png(1, 1), "1x1");
   EXPECT_EQ(one.width, 1);

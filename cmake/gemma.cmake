@@ -43,3 +43,30 @@ function(gemma_test name)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900 LABELS ${A_LABEL})
   endif()
 endfunction()
+
+# gemma_node_test(NAME SCRIPT file.mjs [DEPENDS targets...]) -> a Node.js test script registered
+# with ctest, label "web" (web/test/). The script gets GEMMA_SOURCE_DIR, GEMMA_BINARY_DIR,
+# GEMMA_WEB_BUILD_DIR and, per DEPENDS target, GEMMA_BIN_<TARGET> (its path) in the environment;
+# exit status 77 is a skip (the WebAssembly build is absent).
+function(gemma_node_test name)
+  if(NOT GEMMA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "SCRIPT" "DEPENDS" ${ARGN})
+  find_program(GEMMA_NODE node)
+  if(NOT GEMMA_NODE)
+    return()
+  endif()
+  set(env GEMMA_SOURCE_DIR=${GEMMA_ROOT} GEMMA_BINARY_DIR=${CMAKE_BINARY_DIR}
+          GEMMA_WEB_BUILD_DIR=${GEMMA_WEB_BUILD_DIR})
+  foreach(t ${A_DEPENDS})
+    if(TARGET ${t})
+      string(MAKE_C_IDENTIFIER ${t} id)
+      string(TOUPPER ${id} id)
+      list(APPEND env GEMMA_BIN_${id}=$<TARGET_FILE:${t}>)
+    endif()
+  endforeach()
+  add_test(NAME ${name} COMMAND ${GEMMA_NODE} ${CMAKE_CURRENT_SOURCE_DIR}/${A_SCRIPT})
+  set_tests_properties(${name} PROPERTIES LABELS web TIMEOUT 300 SKIP_RETURN_CODE 77
+                                          ENVIRONMENT "${env}")
+endfunction()

@@ -3,7 +3,9 @@ set(GEMMA_ROOT ${CMAKE_CURRENT_SOURCE_DIR})
 set(GEMMA_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 # Position-independent objects (they also make the shared product library) without the cost of
 # assuming that global functions may be interposed: calls inside the library stay direct.
-add_compile_options(-fno-semantic-interposition)
+if(NOT GEMMA_WEB)  # clang for wasm32 ignores it (and says so per file)
+  add_compile_options(-fno-semantic-interposition)
+endif()
 
 # gemma_library(NAME SOURCES a.cc b.cc DEPS x y)
 function(gemma_library name)
@@ -44,7 +46,7 @@ function(gemma_test name)
   endif()
 endfunction()
 
-# gemma_node_test(NAME SCRIPT file.mjs [DEPENDS targets...]) -> a Node.js test script registered
+# gemma_node_test(NAME SCRIPT file.mjs [DEPENDS targets...] [NODE_ARGS args...]) -> a Node.js test script registered
 # with ctest, label "web" (web/test/). The script gets GEMMA_SOURCE_DIR, GEMMA_BINARY_DIR,
 # GEMMA_WEB_BUILD_DIR and, per DEPENDS target, GEMMA_BIN_<TARGET> (its path) in the environment;
 # exit status 77 is a skip (the WebAssembly build is absent).
@@ -52,7 +54,7 @@ function(gemma_node_test name)
   if(NOT GEMMA_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(A "" "SCRIPT" "DEPENDS" ${ARGN})
+  cmake_parse_arguments(A "" "SCRIPT" "DEPENDS;NODE_ARGS" ${ARGN})
   find_program(GEMMA_NODE node)
   if(NOT GEMMA_NODE)
     return()
@@ -66,7 +68,7 @@ function(gemma_node_test name)
       list(APPEND env GEMMA_BIN_${id}=$<TARGET_FILE:${t}>)
     endif()
   endforeach()
-  add_test(NAME ${name} COMMAND ${GEMMA_NODE} ${CMAKE_CURRENT_SOURCE_DIR}/${A_SCRIPT})
+  add_test(NAME ${name} COMMAND ${GEMMA_NODE} ${A_NODE_ARGS} ${CMAKE_CURRENT_SOURCE_DIR}/${A_SCRIPT})
   set_tests_properties(${name} PROPERTIES LABELS web TIMEOUT 300 SKIP_RETURN_CODE 77
                                           ENVIRONMENT "${env}")
 endfunction()

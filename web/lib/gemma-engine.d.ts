@@ -125,6 +125,13 @@ export class Session {
   generate(input: Input, options?: GenerateOptions): Promise<Result>;
   score(ids: number[], options?: { logits?: boolean }):
     Promise<{ logprobs: number[]; logits?: number[]; total_ms: number }>;
+  /**
+   * The HTTP server's /v1/chat/completions (chat) or /v1/completions body answered on this
+   * session by the server's code: the response body, or with `stream: true` the SSE text through
+   * onEvent. A refusal rejects with a GemmaError carrying `status` and the server's error `body`.
+   */
+  openai(chat: boolean, body: object, options?: { signal?: AbortSignal; onEvent?: (sse: string) => void }):
+    Promise<object | null>;
   reset(): Promise<null>;
   destroy(): Promise<null>;
 }
@@ -135,12 +142,16 @@ export class Engine {
   tokenize(text: string): Promise<number[]>;
   detokenize(ids: number[]): Promise<string>;
   prompt(input: Input, options?: GenerateOptions): Promise<{ text?: string; tokens: number[] }>;
+  /** The HTTP server's /props for this engine. */
+  props(): Promise<object>;
   destroy(): Promise<void>;
 }
 
 export interface LoadOptions {
   /** A directory path (Node), File objects (read in slices), or files fetched from a URL. */
   model: string | File[] | { url: string | URL; files?: string[]; optional?: string[] };
+  /** The model's name in OpenAI bodies (default "model"). */
+  name?: string;
   backend?: 'cpu' | 'cpu-ref' | 'auto';
   context?: number;
   onProgress?: (p: { file: string; loaded: number; total: number }) => void;

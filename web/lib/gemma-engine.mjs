@@ -36,11 +36,13 @@ class Channel {
     const onMessage = (m) => {
       const p = this.pending.get(m.id);
       if (!p) return;
-      if (m.type === 'token' || m.type === 'progress') {
+      if (m.type === 'token' || m.type === 'progress' || m.type === 'sse') {
         p.onEvent?.(m);
       } else {
         this.pending.delete(m.id);
-        m.error ? p.reject(new GemmaError(m.error)) : p.resolve(m.ok);
+        m.error ? p.reject(m.error.code === 'http' ? Object.assign(new GemmaError({ code: 'invalid_argument', message: m.error.message }), { status: m.error.status, body: m.error.body })
+                                                   : new GemmaError(m.error))
+                : p.resolve(m.ok);
       }
     };
     const onError = (e) => {
@@ -139,6 +141,22 @@ export class Session {
   async score(ids, { logits = false } = {}) {
     return this.engine.channel.call('score', { session: await this.ready, ids, logits });
   }
+  // The HTTP server's /v1/chat/completions (chat) or /v1/completions body, answered on this
+  // session by the same code: the response body, or with "stream": true the SSE text through
+  // onEvent(text) as it comes. A refused request rejects with a GemmaError carrying the HTTP
+  // `status` and the server's error `body`. signal cancels (as a dropped connection does).
+  async openai(chat, body, { signal, onEvent } = {}) {
+    const shared = typeof SharedArrayBuffer === 'function' && (isNode || globalThis.crossOriginIsolated);
+    const control = shared ? new SharedArrayBuffer(8) : null;
+    const abort = () => { if (control) Atomics.store(new Int32Array(control), 0, 1); };
+    signal?.addEventListener('abort', abort);
+    try {
+      return await this.engine.channel.call('openai', { session: await this.ready, chat, body, control },
+                                            (m) => onEvent?.(m.text));
+    } finally {
+      signal?.removeEventListener('abort', abort);
+    }
+  }
   async reset() { return this.engine.channel.call('reset', { session: await this.ready }); }
   async destroy() { return this.engine.channel.call('destroySession', { session: await this.ready }); }
 }
@@ -157,6 +175,8 @@ export class Engine {
     const body = inputBody(input, options);
     return this.channel.call('prompt', { engine: this.handle, input: body });
   }
+  // The HTTP server's /props for this engine.
+  props() { return this.channel.call('props', { engine: this.handle }); }
   conformance(request) { return this.channel.call('conformance', { request }); }
   async destroy() {
     await this.channel.call('destroy', { engine: this.handle });
@@ -164,11 +184,12 @@ export class Engine {
   }
 }
 
-// model: a directory path (Node), File objects (a user's pick; read in slices, never whole), or
+// name: the model's name in OpenAI bodies (Session.openai). model: a directory path (Node), File
+// objects (a user's pick, or the cache's: model-cache.mjs; read in slices, never whole), or
 // {url, files?, optional?} (fetched: config.json, model.safetensors, tokenizer.json, and
 // generation_config.json, chat_template.jinja when present). backend: "cpu" | "auto" (WebGPU is
 // later work; "auto" is the CPU). onProgress({file, loaded, total}) while fetching.
-export async function loadEngine({ model, backend = 'auto', context = 4096, onProgress,
+export async function loadEngine({ model, name, backend = 'auto', context = 4096, onProgress,
                                    moduleUrl = new URL('../gemma-engine.js', import.meta.url).href,
                                    wasmUrl } = {}) {
   if (!['cpu', 'cpu-ref', 'auto'].includes(backend)) {
@@ -184,7 +205,7 @@ export async function loadEngine({ model, backend = 'auto', context = 4096, onPr
     channel = new Channel(new Worker(workerUrl, { type: 'module' }), false);
   }
   try {
-    const info = await channel.call('load', { model, backend, context, moduleUrl, wasmUrl },
+    const info = await channel.call('load', { model, name, backend, context, moduleUrl, wasmUrl },
                                     (p) => onProgress?.(p));
     return new Engine(channel, info);
   } catch (e) {

@@ -99,7 +99,7 @@ const handlers = {
     const dir = await mountModel(msg.model, progress);
     const info = unwrap(M.Engine.load(JSON.stringify({
       model_path: dir, backend: msg.backend === 'auto' ? 'cpu' : (msg.backend ?? 'cpu'),
-      context: msg.context ?? 4096, threads: 1 })));
+      context: msg.context ?? 4096, threads: 1, model_id: msg.name ?? 'model' })));
     engines.set(info.handle, M.Engine.get(info.handle));
     return info;
   },
@@ -128,6 +128,22 @@ const handlers = {
     };
     return unwrap(s.generate(JSON.stringify(input), JSON.stringify(options), onToken));
   },
+  // The server's OpenAI endpoints on a session: SSE text streams as {type: "sse", text} events.
+  openai({ id, session, chat, body, control }) {
+    const ctl = control ? new Int32Array(control) : null;
+    const onEvent = (text) => {
+      try {
+        port.post({ id, type: 'sse', text });
+        return ctl ? Atomics.load(ctl, 0) !== 0 : false;
+      } catch {
+        return true;
+      }
+    };
+    const r = JSON.parse(sessions.get(session).openai(!!chat, JSON.stringify(body), onEvent));
+    if (r.error) throw Object.assign(new Error(r.error.body?.error?.message ?? 'refused'), { gemma: { code: 'http', ...r.error } });
+    return r.ok;
+  },
+  props({ engine }) { return unwrap(engines.get(engine).props()); },
   reset({ session }) { return unwrap(sessions.get(session).reset()); },
   score({ session, ids, logits }) {
     return unwrap(sessions.get(session).score(JSON.stringify(ids), !!logits));

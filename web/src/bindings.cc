@@ -12,17 +12,21 @@
 #include <emscripten/bind.h>
 #include <emscripten/val.h>
 
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "conformance.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
-#include "conformance.h"
 #include "runtime/result_json.h"
+#include "server/openai_format.h"
+#include "server/openai_run.h"
 #include "server/request_parse.h"
 
 namespace gemma::web {
@@ -108,8 +112,60 @@ json EngineInfo(const Engine& e) {
 
 class WebSession {
  public:
-  explicit WebSession(std::shared_ptr<Engine> engine)
-      : engine_(std::move(engine)), session_(engine_->NewSession()) {}
+  WebSession(std::shared_ptr<Engine> engine, std::string model_id)
+      : engine_(std::move(engine)), model_id_(std::move(model_id)), session_(engine_->NewSession()) {}
+
+  // The server's /v1/chat/completions (chat) or /v1/completions on this session, for an in-page
+  // transport (web/console): the same checks, samples and response bodies (openai_run.h). With
+  // "stream": true every event's SSE text ("data: {...}\n\n", "data: [DONE]\n\n") goes to
+  // on_event(text) as it comes (a truthy return cancels) and the answer is {"ok": null};
+  // otherwise {"ok": RESPONSE}. A refused request is {"error": {"status", "body"}} with the body
+  // the server would send; an error after streaming began travels in the stream, as the server's.
+  std::string OpenAi(bool chat, const std::string& body_json, emscripten::val on_event) {
+    std::optional<server::ParsedRequest> pr;
+    bool streaming = false;
+    auto refuse = [&](const server::ApiError& e) {
+      if (streaming) {
+        on_event(server::SseEvent(e.ToJson()) + "data: [DONE]\n\n");
+        return Ok(nullptr);
+      }
+      return json{{"error", {{"status", e.status()}, {"body", e.ToJson()}}}}.dump(
+          -1, ' ', false, json::error_handler_t::replace);
+    };
+    try {
+      const json body = json::parse(body_json, nullptr, false);
+      if (body.is_discarded()) throw server::ApiError(400, "the request body is not valid JSON");
+      const server::ParseContext ctx{.engine = engine_.get(), .model_id = model_id_};
+      pr = chat ? server::ParseChatRequest(body, ctx) : server::ParseCompletionRequest(body, ctx);
+      server::PrepareRequest(&*pr, *engine_);
+      stop_ = std::stop_source();
+      const std::string id = server::NewId(chat ? "chatcmpl-" : "cmpl-");
+      if (!pr->stream) {
+        const std::vector<Result> results =
+            server::RunSamples(*pr, *session_, stop_.get_token(), nullptr, {});
+        const int64_t now = static_cast<int64_t>(std::time(nullptr));
+        return Ok(chat ? server::ChatResponse(*pr, results, *engine_, id, now)
+                       : server::CompletionResponse(*pr, results, *engine_, id, now));
+      }
+      server::StreamFormatter fmt(*pr, *engine_, model_id_);
+      auto emit = [&](std::string events, bool) {
+        streaming = true;
+        if (on_event(events).as<bool>()) stop_.request_stop();
+      };
+      const std::vector<Result> results =
+          server::RunSamples(*pr, *session_, stop_.get_token(), &fmt, emit);
+      std::string tail;
+      if (pr->include_usage) tail += server::SseEvent(fmt.UsageChunk(results));
+      on_event(tail + "data: [DONE]\n\n");
+      return Ok(nullptr);
+    } catch (const server::ApiError& e) {
+      return refuse(e);
+    } catch (const Error& e) {
+      return refuse(pr ? server::FromEngineError(e, *pr) : server::FromEngineError(e));
+    } catch (const std::exception& e) {
+      return refuse(server::ApiError(500, std::string("internal error: ") + e.what()));
+    }
+  }
 
   // on_token(id, index, delta, logprob) for every streamed token (logprob is null unless
   // requested); a truthy return value cancels. It must not throw (a JavaScript exception would
@@ -162,13 +218,15 @@ class WebSession {
 
  private:
   std::shared_ptr<Engine> engine_;
+  std::string model_id_;
   std::unique_ptr<Session> session_;
   std::stop_source stop_;
 };
 
 class WebEngine {
  public:
-  // {"model_path", "tokenizer_path", "backend", "context", "threads"}; loads the checkpoint.
+  // {"model_path", "tokenizer_path", "backend", "context", "threads", "model_id"}; loads the
+  // checkpoint. model_id names the model in OpenAI requests and responses (default "model").
   static std::string Load(const std::string& options_json) {
     return Call([&]() -> json {
       const json o = Parse(options_json, "options");
@@ -182,7 +240,7 @@ class WebEngine {
       eo.context_capacity = o.value("context", 4096);
       // One thread unless the module was built with pthreads (GEMMA_WEB_THREADS).
       eo.threads = o.value("threads", 1);
-      auto engine = std::make_shared<WebEngine>(Engine::Load(eo));
+      auto engine = std::make_shared<WebEngine>(Engine::Load(eo), o.value("model_id", "model"));
       const int handle = static_cast<int>(Registry().size());
       Registry().push_back(engine);
       json info = EngineInfo(*engine->engine_);
@@ -200,7 +258,8 @@ class WebEngine {
     if (handle >= 0 && handle < static_cast<int>(Registry().size())) Registry()[handle].reset();
   }
 
-  explicit WebEngine(std::shared_ptr<Engine> e) : engine_(std::move(e)) {}
+  WebEngine(std::shared_ptr<Engine> e, std::string model_id)
+      : engine_(std::move(e)), model_id_(std::move(model_id)) {}
 
   std::string Info() const {
     return Call([&]() -> json { return EngineInfo(*engine_); });
@@ -223,7 +282,21 @@ class WebEngine {
       return out;
     });
   }
-  std::unique_ptr<WebSession> NewSession() const { return std::make_unique<WebSession>(engine_); }
+  std::unique_ptr<WebSession> NewSession() const {
+    return std::make_unique<WebSession>(engine_, model_id_);
+  }
+  // The server's /props for this engine (one slot: the page's session).
+  std::string Props() const {
+    return Call([&]() -> json {
+      json p = EngineInfo(*engine_);
+      p.erase("handle");
+      p["model"] = model_id_;
+      p["context"] = engine_->context_capacity();
+      p["slots"] = 1;
+      p["auth"] = false;
+      return p;
+    });
+  }
 
  private:
   static std::vector<std::shared_ptr<WebEngine>>& Registry() {
@@ -231,6 +304,7 @@ class WebEngine {
     return r;
   }
   std::shared_ptr<Engine> engine_;
+  std::string model_id_;
 };
 
 }  // namespace
@@ -248,9 +322,11 @@ EMSCRIPTEN_BINDINGS(gemma_engine) {
       .function("tokenize", &WebEngine::Tokenize)
       .function("detokenize", &WebEngine::Detokenize)
       .function("prompt", &WebEngine::Prompt)
+      .function("props", &WebEngine::Props)
       .function("newSession", &WebEngine::NewSession);
   emscripten::class_<WebSession>("Session")
       .function("generate", &WebSession::Generate)
+      .function("openai", &WebSession::OpenAi)
       .function("cancel", &WebSession::Cancel)
       .function("reset", &WebSession::Reset)
       .function("score", &WebSession::Score)

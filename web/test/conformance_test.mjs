@@ -13,6 +13,8 @@ const M = await loadModule();
 const t0 = performance.now();
 const goldens = path.join(sourceDir, 'tests/goldens');
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+let last = performance.now();
+const lap = () => { const t = performance.now(); const s = ((t - last) / 1000).toFixed(1); last = t; return `${s} s`; };
 
 // Tokenizer: every golden string with the Gemma 3 tokenizer (special tokens matched and as text)
 // and the derived Gemma 4 test tokenizer.
@@ -38,7 +40,7 @@ if (!fs.existsSync(gemma3)) {
     });
     check(badNative === 0, `${file}: ${badNative} of ${rows.length} strings differ from the native build`);
     check(badGolden === 0, `${file}: ${badGolden} of ${rows.length} strings differ from HF tokenizers`);
-    console.log(`tokenizer ${file}: ${rows.length} strings, wasm = native = HF tokenizers`);
+    console.log(`tokenizer ${file}: ${rows.length} strings, wasm = native = HF tokenizers (${lap()})`);
   }
   fs.rmSync(gemma4, { force: true });
 }
@@ -61,7 +63,7 @@ if (!fs.existsSync(gemma3)) {
   });
   check(badNative === 0, `chat: ${badNative} of ${lines.length} cases differ from the native build`);
   check(badGolden === 0, `chat: ${badGolden} of ${lines.length} cases differ from transformers`);
-  console.log(`chat template: ${lines.length} cases, wasm = native = transformers`);
+  console.log(`chat template: ${lines.length} cases, wasm = native = transformers (${lap()})`);
 }
 
 // Sampling chain: processed logits (FNV of every float's bits), kept counts, top log-probs.
@@ -79,7 +81,7 @@ if (!fs.existsSync(gemma3)) {
   check(badInput === 0, `sampling: ${badInput} cases' logits differ from the goldens' recipe`);
   check(badNative === 0, `sampling: ${badNative} of ${doc.cases.length} cases differ from the native build (bit for bit)`);
   console.log(`sampling: ${doc.cases.length} cases bit-identical to the native build; kept sets of ${keptLikeGolden} ` +
-              `the size transformers keeps (the others: ties at a cut, as decode_test allows)`);
+              `the size transformers keeps (the others: ties at a cut, as decode_test allows) (${lap()})`);
 }
 
 // The trained tiny model (bf16 and QAT) on the CPU reference: greedy tokens and logits.
@@ -107,7 +109,7 @@ for (const sub of ['models/tiny-trained', 'models/tiny-trained/qat']) {
   }
   check(worst <= 1e-5, `${sub}: logits differ by ${worst.toExponential(2)} relative L2 (limit 1e-5)`);
   console.log(`${sub}: ${wasm.tokens.length} greedy tokens identical; logits at ${wasm.positions} positions ` +
-              `within ${worst.toExponential(2)} relative L2 (${(100 * identical / a.length).toFixed(1)}% bit-identical)`);
+              `within ${worst.toExponential(2)} relative L2 (${(100 * identical / a.length).toFixed(1)}% bit-identical) (${lap()})`);
 }
 
 console.log(`(${((performance.now() - t0) / 1000).toFixed(1)} s)`);

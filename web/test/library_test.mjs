@@ -89,6 +89,21 @@ check(s2.telemetry.reused_tokens > 0, 'the second identical prompt reused no cac
   check(e2 instanceof GemmaError && e2.code === 'io', `missing model: ${e2 && e2.code}: ${e2 && e2.message}`);
 }
 
+// The cache's incremental SHA-256 against Node's, over lengths around the block boundaries, fed
+// in pieces.
+{
+  const { Sha256 } = await import(pathToFileURL(path.join(webDir, 'lib/model-cache.mjs')).href);
+  const { createHash, randomBytes } = await import('node:crypto');
+  let bad = 0;
+  for (let n = 0; n < 300; n += 7) {
+    const data = randomBytes(n);
+    const sha = new Sha256();
+    for (let at = 0; at < n; at += 13) sha.update(new Uint8Array(data.subarray(at, at + 13)));
+    if (sha.hex() !== createHash('sha256').update(data).digest('hex')) ++bad;
+  }
+  check(bad === 0, `model-cache Sha256: ${bad} lengths differ from node:crypto`);
+}
+
 await session.reset();
 const ids = await engine.tokenize('Hello world');
 check(Array.isArray(ids) && ids.length > 0, 'tokenize');

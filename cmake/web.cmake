@@ -2,7 +2,7 @@
 # toolchain is in use; tools/build-web.sh configures it). docs/web.md.
 #
 # Emscripten's sysroot holds only its own libc/libc++; the header-only libraries the rooms use
-# (nlohmann-json) come from Debian's /usr/include through a staging directory that holds
+# (nlohmann-json, Highway) come from Debian's /usr/include through a staging directory that holds
 # just them, so no glibc header can leak into a wasm32 compile.
 set(GEMMA_BUILD_TESTS OFF CACHE BOOL "" FORCE)
 set(GEMMA_VULKAN OFF CACHE BOOL "" FORCE)
@@ -13,7 +13,7 @@ option(GEMMA_WEB_SIMD "WebAssembly SIMD (-msimd128: the compiler vectorizes the 
 
 set(GEMMA_WEB_SYSINC ${CMAKE_BINARY_DIR}/sysinc)
 file(MAKE_DIRECTORY ${GEMMA_WEB_SYSINC})
-foreach(dir nlohmann)
+foreach(dir nlohmann hwy)
   if(NOT EXISTS /usr/include/${dir})
     message(FATAL_ERROR "/usr/include/${dir} is missing: bash tools/setup.sh")
   endif()

@@ -7,7 +7,9 @@ set(GEMMA_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 set(GEMMA_TEST_OPT "-Og" CACHE STRING "Optimisation flag for test code (empty: the build type's)")
 # Position-independent objects (they also make the shared product library) without the cost of
 # assuming that global functions may be interposed: calls inside the library stay direct.
-add_compile_options(-fno-semantic-interposition)
+if(NOT GEMMA_WEB)  # clang for wasm32 ignores it (and says so per file)
+  add_compile_options(-fno-semantic-interposition)
+endif()
 
 # gemma_library(NAME SOURCES a.cc b.cc DEPS x y)
 function(gemma_library name)
@@ -46,4 +48,31 @@ function(gemma_test name)
   else()
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900 LABELS ${A_LABEL})
   endif()
+endfunction()
+
+# gemma_node_test(NAME SCRIPT file.mjs [DEPENDS targets...] [NODE_ARGS args...]) -> a Node.js test script registered
+# with ctest, label "web" (web/test/). The script gets GEMMA_SOURCE_DIR, GEMMA_BINARY_DIR,
+# GEMMA_WEB_BUILD_DIR and, per DEPENDS target, GEMMA_BIN_<TARGET> (its path) in the environment;
+# exit status 77 is a skip (the WebAssembly build is absent).
+function(gemma_node_test name)
+  if(NOT GEMMA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "SCRIPT" "DEPENDS;NODE_ARGS" ${ARGN})
+  find_program(GEMMA_NODE node)
+  if(NOT GEMMA_NODE)
+    return()
+  endif()
+  set(env GEMMA_SOURCE_DIR=${GEMMA_ROOT} GEMMA_BINARY_DIR=${CMAKE_BINARY_DIR}
+          GEMMA_WEB_BUILD_DIR=${GEMMA_WEB_BUILD_DIR})
+  foreach(t ${A_DEPENDS})
+    if(TARGET ${t})
+      string(MAKE_C_IDENTIFIER ${t} id)
+      string(TOUPPER ${id} id)
+      list(APPEND env GEMMA_BIN_${id}=$<TARGET_FILE:${t}>)
+    endif()
+  endforeach()
+  add_test(NAME ${name} COMMAND ${GEMMA_NODE} ${A_NODE_ARGS} ${CMAKE_CURRENT_SOURCE_DIR}/${A_SCRIPT})
+  set_tests_properties(${name} PROPERTIES LABELS web TIMEOUT 300 SKIP_RETURN_CODE 77
+                                          ENVIRONMENT "${env}")
 endfunction()

@@ -98,11 +98,6 @@ void PrintTelemetry(const Result& r) {
   }
 }
 
-bool ConstraintComplete(const GenerateOptions& g, const Result& r) {
-  if (g.constraint.kind == OutputConstraint::Kind::kNone) return true;
-  return r.stop_reason == StopReason::kConstraintComplete || r.stop_reason == StopReason::kEos ||
-         r.stop_reason == StopReason::kStopId;
-}
 
 void WarnIfIncomplete(const GenerateOptions& g, const Result& r) {
   if (ConstraintComplete(g, r)) return;

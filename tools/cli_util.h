@@ -9,6 +9,7 @@
 
 #include "core/utf8.h"
 #include "gemma/engine.h"
+#include "runtime/result_json.h"  // ConstraintComplete
 
 namespace gemma::cli {
 
@@ -34,7 +35,6 @@ void PrintTelemetry(const Result& r);
 // Whether the output satisfies the request's constraint: true without one; with one, only when
 // generation ended where the grammar allows it (complete, EOS or a stop id, which the grammar
 // permits only where the output is complete) and not at the -n limit, a stop string or Ctrl-C.
-bool ConstraintComplete(const GenerateOptions& g, const Result& r);
 // Prints a one-line warning to stderr when a constrained output is incomplete.
 void WarnIfIncomplete(const GenerateOptions& g, const Result& r);
 

@@ -1,6 +1,5 @@
 #include "chat/template_check.h"
 
-#include <openssl/evp.h>
 
 #include <filesystem>
 #include <optional>
@@ -8,6 +7,7 @@
 
 #include "core/json_depth.h"
 #include "core/mapped_file.h"
+#include "core/sha256.h"
 #include "gemma/error.h"
 
 namespace gemma::chat {
@@ -67,18 +67,7 @@ std::string NormalizeTemplateText(std::string_view text) {
   return out;
 }
 
-std::string Sha256Hex(std::string_view data) {
-  unsigned char d[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), d, &n, EVP_sha256(), nullptr);
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (unsigned int i = 0; i < n; ++i) {
-    s += kHex[d[i] >> 4];
-    s += kHex[d[i] & 15];
-  }
-  return s;
-}
+std::string Sha256Hex(std::string_view data) { return Sha256::Hex(Sha256::Of(data)); }
 
 TemplateComparison CompareRepositoryTemplate(const std::string& model_path) {
   std::error_code ec;

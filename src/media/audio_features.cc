@@ -1,11 +1,11 @@
 #include "media/audio_features.h"
 
-#include <openssl/evp.h>
 
 #include <cmath>
 #include <complex>
 #include <cstring>
 
+#include "core/sha256.h"
 #include "gemma/error.h"
 
 namespace gemma::media {
@@ -155,14 +155,10 @@ PreparedAudio PrepareAudio(std::span<const float> samples, const std::string& or
   }
   // Identity: the samples' bits and the chunking policy.
   const char tag[] = "gemma4-audio-16k-chunks-480000";
-  unsigned len = 0;
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  const bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) &&
-                  EVP_DigestUpdate(ctx, tag, sizeof(tag)) &&
-                  EVP_DigestUpdate(ctx, samples.data(), samples.size() * sizeof(float)) &&
-                  EVP_DigestFinal_ex(ctx, p.digest.data(), &len);
-  EVP_MD_CTX_free(ctx);
-  if (!ok) throw Error(ErrorCode::kInternal, "SHA-256 failed");
+  Sha256 sha;
+  sha.Update(tag, sizeof(tag));
+  sha.Update(samples.data(), samples.size() * sizeof(float));
+  p.digest = sha.Final();
   return p;
 }
 

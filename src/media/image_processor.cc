@@ -1,11 +1,11 @@
 #include "media/image_processor.h"
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "core/sha256.h"
 #include "gemma/error.h"
 
 namespace gemma::media {
@@ -193,15 +193,11 @@ PatchedImage PreprocessImage(const Image& image, int budget, int patch_size, int
       }
     }
   }
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   const int32_t geo[6] = {p.height, p.width, patch_size, pooling, budget, 3};
-  unsigned int len = 0;
-  const bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) &&
-                  EVP_DigestUpdate(ctx, geo, sizeof(geo)) &&
-                  EVP_DigestUpdate(ctx, p.resized.rgb.data(), p.resized.rgb.size()) &&
-                  EVP_DigestFinal_ex(ctx, p.digest.data(), &len);
-  EVP_MD_CTX_free(ctx);
-  if (!ok) throw Error(ErrorCode::kInternal, "SHA-256 failed");
+  Sha256 sha;
+  sha.Update(geo, sizeof(geo));
+  sha.Update(p.resized.rgb.data(), p.resized.rgb.size());
+  p.digest = sha.Final();
   return p;
 }
 

@@ -89,13 +89,6 @@ std::string LastLine(const std::string& s) {
 
 }  // namespace
 
-std::string VideoTimestamp(double seconds) {
-  const int s = static_cast<int>(seconds);
-  char b[32];
-  std::snprintf(b, sizeof b, "%02d:%02d", s / 60, s % 60);
-  return b;
-}
-
 VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))

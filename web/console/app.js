@@ -1,5 +1,7 @@
-// gemma-engine console: a chat over the server's OpenAI API (same origin, no other requests).
-'use strict';
+// gemma-engine console: a chat over the OpenAI API of `gemma-engine serve` (same origin, no other
+// requests), or, in the WebAssembly build's static files, over the same API answered in the page
+// by the engine in a worker (engine-transport.mjs): one code base, two transports. The page asks
+// for `props`; when no server answers it, it loads the in-page transport.
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -8,6 +10,24 @@ const state = {
   abort: null,
   editing: -1,      // index of the user turn being edited
 };
+
+// ---------------------------------------------------------------- transport
+
+// fetch(path, init) for the API's paths, relative to the page (the console works under any path).
+let transport = { kind: 'http', fetch: (path, init) => fetch(path, init) };
+
+async function chooseTransport() {
+  try {
+    const res = await fetch('props', { headers: headers() });
+    if (res.status !== 404 && (res.headers.get('content-type') || '').includes('json')) return;
+  } catch (e) { /* no server */ }
+  try {
+    const { engineTransport } = await import('./engine-transport.mjs');
+    transport = await engineTransport({ onReady: loadInfo });
+  } catch (e) {
+    $('model-info').textContent = 'no server, and no in-page engine: ' + e.message;
+  }
+}
 
 // ---------------------------------------------------------------- server
 
@@ -28,11 +48,12 @@ async function errorText(res) {
 
 async function loadInfo() {
   try {
-    const res = await fetch('/props', { headers: headers() });
+    const res = await transport.fetch('props', { headers: headers() });
     if (!res.ok) throw new Error(await errorText(res));
     const p = await res.json();
     $('model-info').textContent =
-        `${p.model} · ${p.backend} · context ${p.context} · ${p.slots} slot(s)` +
+        `${p.model} · ${p.backend} · context ${p.context} · ` +
+        (transport.kind === 'engine' ? 'in this page' : `${p.slots} slot(s)`) +
         (p.has_tokenizer ? '' : ' · no tokenizer');
     $('server-props').textContent = JSON.stringify(p, null, 2);
   } catch (e) {
@@ -118,7 +139,7 @@ async function generate() {
   state.abort = new AbortController();
   let timings = null, usage = null;
   try {
-    const res = await fetch('/v1/chat/completions', {
+    const res = await transport.fetch('v1/chat/completions', {
       method: 'POST', headers: headers(), body: JSON.stringify(body), signal: state.abort.signal });
     if (!res.ok) throw new Error(await errorText(res));
     if (!stream) {
@@ -405,7 +426,7 @@ function showConstraint() {
   $('tools-box').hidden = kind !== 'tools';
 }
 
-function init() {
+async function init() {
   $('tools').value = DEFAULT_TOOLS;
   $('schema').value = EXAMPLES.schema.controls.schema;
   $('api_key').value = localStorage.getItem('gemma-api-key') || '';
@@ -429,6 +450,7 @@ function init() {
   });
   showConstraint();
   setBusy(false);
+  await chooseTransport();
   loadInfo();
   $('prompt').focus();
 }

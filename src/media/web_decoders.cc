@@ -1,0 +1,38 @@
+// The WebAssembly build's media decoders (cmake: GEMMA_WEB). Image and audio files need libwebp,
+// stb, libsndfile and libsamplerate, and video the ffmpeg command; none is in that build yet, so a
+// request with media fails with Error(kUnsupported) before anything is evaluated. The processors
+// behind the decoders (image_processor.cc, audio_features.cc) are compiled as in native builds.
+#include <string>
+#include <vector>
+
+#include "gemma/error.h"
+#include "media/audio.h"
+#include "media/image.h"
+#include "media/video.h"
+
+namespace gemma::media {
+namespace {
+
+[[noreturn]] void NotInWebBuild(const std::string& what, const std::string& origin) {
+  throw Error(ErrorCode::kUnsupported,
+              origin + ": " + what + " decoding is not in the WebAssembly build yet (docs/web.md)");
+}
+
+}  // namespace
+
+Image DecodeImage(std::span<const uint8_t>, const std::string& origin, const DecodeOptions&) {
+  NotInWebBuild("image", origin);
+}
+Image LoadImageFile(const std::string& path, const DecodeOptions&) { NotInWebBuild("image", path); }
+Audio DecodeAudio(std::span<const uint8_t>, const std::string& origin, const AudioDecodeOptions&) {
+  NotInWebBuild("audio", origin);
+}
+Audio LoadAudioFile(const std::string& path, const AudioDecodeOptions&) {
+  NotInWebBuild("audio", path);
+}
+std::vector<float> Resample(std::span<const float>, int, int) { NotInWebBuild("audio", "resample"); }
+VideoFrames DecodeVideo(const std::string& path, const VideoOptions&) {
+  NotInWebBuild("video", path);
+}
+
+}  // namespace gemma::media

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the WebAssembly module and the web files into build-web/ (docs/web.md):
+#   build-web/gemma-engine.js, gemma-engine.wasm   the ES module (createGemmaModule) and its wasm
+#   build-web/lib/                                 the JavaScript library (gemma-engine.mjs, .d.ts)
+# Needs Debian's emscripten (tools/setup.sh). Options: BUILD_DIR (build-web), JOBS (2),
+# BUILD_TYPE (Release), and any extra CMake arguments, e.g. -DGEMMA_WEB_THREADS=ON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${BUILD_DIR:-build-web}
+# Node.js from outside Debian does not look in Debian's node module directory, where Emscripten's
+# JavaScript optimizer finds acorn.
+export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}
+command -v emcmake >/dev/null || { echo "emcmake not found: apt-get install emscripten" >&2; exit 2; }
+emcmake cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" "$@" >/dev/null
+ninja -C "$build_dir" -j"${JOBS:-2}" gemma-engine

@@ -1,0 +1,163 @@
+// Types of gemma-engine.mjs (docs/web.md).
+
+/** The engine's error codes (gemma::ErrorCode names). */
+export type ErrorCode =
+  | 'invalid_argument' | 'io' | 'format' | 'config' | 'missing_tensor' | 'shape' | 'unsupported'
+  | 'capacity' | 'cancelled' | 'callback' | 'tokenizer' | 'template' | 'constraint' | 'device'
+  | 'busy' | 'internal';
+
+export class GemmaError extends Error {
+  readonly code: ErrorCode;
+  /** The request field at fault, when one is. */
+  readonly param?: string;
+}
+
+export interface ChatMessage {
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  content?: string | Array<{ type: string; text?: string; [k: string]: unknown }> | null;
+  reasoning?: string;
+  tool_calls?: Array<{ type?: 'function'; function: { name: string; arguments: string | object } }>;
+  tool_call_id?: string;
+  name?: string;
+}
+
+export interface Tool {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: object };
+}
+
+/** Text (a raw prompt; <bos> is added), token ids, messages, or messages with tools. */
+export type Input =
+  | string
+  | number[]
+  | ChatMessage[]
+  | { messages?: ChatMessage[]; prompt?: string | number[]; tools?: Tool[]; thinking?: boolean };
+
+export interface TokenEvent {
+  id: number;
+  index: number;
+  /** Newly completed text (whole UTF-8 characters; may be empty). */
+  delta: string;
+  /** With logprobs: this token's log-probability. */
+  logprob: number | null;
+}
+
+/** The HTTP server's request fields (README, "Server"), with its defaults and checks. */
+export interface GenerateOptions {
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  temperature?: number;
+  top_k?: number;
+  top_p?: number;
+  min_p?: number;
+  typical_p?: number;
+  repetition_penalty?: number;
+  frequency_penalty?: number;
+  presence_penalty?: number;
+  penalty_window?: number;
+  seed?: number;
+  stop?: string | string[];
+  stop_token_ids?: number[];
+  logit_bias?: Record<string, number>;
+  logprobs?: boolean;
+  top_logprobs?: number;
+  ignore_eos?: boolean;
+  cache_prompt?: boolean;
+  response_format?: { type: 'text' | 'json_object' | 'json_schema' | 'regex'; [k: string]: unknown };
+  regex?: string;
+  tools?: Tool[];
+  tool_choice?: 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } };
+  chat_template_kwargs?: { enable_thinking?: boolean };
+  reasoning_effort?: string;
+  /** Cancels: GemmaError 'cancelled'. */
+  signal?: AbortSignal;
+  /** Called per token; a returned promise holds generation back (at most `window` tokens ahead). */
+  onToken?: (t: TokenEvent) => void | Promise<void>;
+  window?: number;
+}
+
+export interface Telemetry {
+  backend: string;
+  load_ms: number;
+  prompt_tokens: number;
+  reused_tokens: number;
+  ttft_ms: number;
+  prefill_ms: number;
+  token_ms: number[];
+  itl_median_ms: number;
+  itl_p95_ms: number;
+  tpot_ms: number;
+  total_ms: number;
+  decode_tok_s: number;
+  overall_tok_s: number;
+  resident_bytes: number;
+  [k: string]: unknown;
+}
+
+/** `gemma-engine run --json`'s object. */
+export interface Result {
+  text: string;
+  raw_text: string;
+  reasoning: string;
+  tool_calls: Array<{ name: string; arguments: unknown }>;
+  parse_errors: string[];
+  tokens: number[];
+  stop_reason: 'eos' | 'stop_id' | 'stop_string' | 'length' | 'cancelled' | 'constraint_complete';
+  constraint_complete?: boolean;
+  logprobs?: Array<{ id: number; logprob: number; top: Array<{ id: number; logprob: number }> }>;
+  resolved_config: Record<string, unknown>;
+  telemetry: Telemetry;
+}
+
+export interface EngineInfo {
+  backend: string;
+  vocab_size: number;
+  context_capacity: number;
+  has_tokenizer: boolean;
+  load_ms: number;
+  shared_bytes: number;
+  chat_template: Record<string, unknown>;
+  generation_defaults: Record<string, unknown>;
+  handle: number;
+}
+
+export class Session {
+  generate(input: Input, options?: GenerateOptions): Promise<Result>;
+  score(ids: number[], options?: { logits?: boolean }):
+    Promise<{ logprobs: number[]; logits?: number[]; total_ms: number }>;
+  /**
+   * The HTTP server's /v1/chat/completions (chat) or /v1/completions body answered on this
+   * session by the server's code: the response body, or with `stream: true` the SSE text through
+   * onEvent. A refusal rejects with a GemmaError carrying `status` and the server's error `body`.
+   */
+  openai(chat: boolean, body: object, options?: { signal?: AbortSignal; onEvent?: (sse: string) => void }):
+    Promise<object | null>;
+  reset(): Promise<null>;
+  destroy(): Promise<null>;
+}
+
+export class Engine {
+  readonly info: EngineInfo;
+  newSession(): Session;
+  tokenize(text: string): Promise<number[]>;
+  detokenize(ids: number[]): Promise<string>;
+  prompt(input: Input, options?: GenerateOptions): Promise<{ text?: string; tokens: number[] }>;
+  /** The HTTP server's /props for this engine. */
+  props(): Promise<object>;
+  destroy(): Promise<void>;
+}
+
+export interface LoadOptions {
+  /** A directory path (Node), File objects (read in slices), or files fetched from a URL. */
+  model: string | File[] | { url: string | URL; files?: string[]; optional?: string[] };
+  /** The model's name in OpenAI bodies (default "model"). */
+  name?: string;
+  backend?: 'cpu' | 'cpu-ref' | 'auto';
+  context?: number;
+  onProgress?: (p: { file: string; loaded: number; total: number }) => void;
+  /** Where gemma-engine.js and its .wasm are (default: beside lib/). */
+  moduleUrl?: string;
+  wasmUrl?: string;
+}
+
+export function loadEngine(options: LoadOptions): Promise<Engine>;

@@ -174,7 +174,10 @@ bool GifTruncated(std::span<const uint8_t> b) {
 // by fuzz_image, fuzz/corpus/image/regress_png_empty_idat). Empty IDATs carry no data, so
 // dropping them changes no pixel. The chunks are walked as stb walks them (length, type, data,
 // CRC) up to IEND or a chunk that runs past the end, where stb stops too; the rest is kept as is.
-std::vector<uint8_t> PngWithoutEmptyIdat(std::span<const uint8_t> b) {
+// An IDAT that runs past the end is refused here: stb grows its IDAT buffer to the length the
+// chunk claims before reading it (a 1 KB file made it allocate 2 GiB: fuzz_image's
+// out-of-memory finding, fuzz/corpus/image/regress_png_idat_past_end) and then fails anyway.
+std::vector<uint8_t> PngForStb(std::span<const uint8_t> b, const std::string& origin) {
   std::vector<uint8_t> out;
   size_t p = 8;
   size_t copied = 0;  // b[copied, p) is still to be copied
@@ -184,11 +187,18 @@ std::vector<uint8_t> PngWithoutEmptyIdat(std::span<const uint8_t> b) {
                b.begin() + static_cast<std::ptrdiff_t>(to));
   };
   bool dropped = false;
-  while (p + 12 <= b.size()) {
+  while (p + 8 <= b.size()) {
     const uint64_t len = (uint64_t{b[p]} << 24) | (uint64_t{b[p + 1]} << 16) |
                          (uint64_t{b[p + 2]} << 8) | b[p + 3];
     const std::string_view type(reinterpret_cast<const char*>(b.data() + p + 4), 4);
-    if (type == "IEND" || len > b.size() - p - 12) break;
+    if (type == "IEND") break;
+    if (len + 12 > b.size() - p) {  // data or CRC past the end
+      if (type == "IDAT") {
+        throw Error(ErrorCode::kFormat, origin + ": truncated PNG (an IDAT chunk of " +
+                                            std::to_string(len) + " bytes runs past the end)");
+      }
+      break;
+    }
     if (type == "IDAT" && len == 0) {
       flush(p);
       copied = p + 12;
@@ -214,7 +224,7 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
     throw Error(ErrorCode::kCapacity, origin + ": file over 2 GiB");
   std::vector<uint8_t> stripped;
   if (kind == Kind::kPng) {
-    stripped = PngWithoutEmptyIdat(b);
+    stripped = PngForStb(b, origin);
     if (!stripped.empty()) b = stripped;
   }
   const int len = static_cast<int>(b.size());

@@ -59,7 +59,8 @@ export interface GenerateOptions {
   stop?: string | string[];
   stop_token_ids?: number[];
   logit_bias?: Record<string, number>;
-  logprobs?: boolean;
+  /** Messages: true (with top_logprobs); a text prompt: the number of alternatives (/v1/completions). */
+  logprobs?: boolean | number;
   top_logprobs?: number;
   ignore_eos?: boolean;
   cache_prompt?: boolean;

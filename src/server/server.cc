@@ -4,6 +4,8 @@
 #include <httplib.h>
 #include <netdb.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -728,6 +730,29 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
 
 Server::~Server() { Stop(); }
 
+namespace {
+
+// Debian's cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into
+// its shared library): a burst of new connections beyond it while the accept loop is busy may be
+// dropped. listen() again on the bound socket raises it (Linux updates a listening socket's
+// backlog); the socket is found by its port.
+void RaiseListenBacklog(int port) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof ss;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) != 0) continue;
+    int p = -1;
+    if (ss.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    if (ss.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+    if (p == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
+
 int Server::Bind() {
   Impl& m = *impl_;
   if (m.opt.port == 0) {
@@ -739,6 +764,7 @@ int Server::Bind() {
                                       " (in use, or not an address of this machine)");
     m.port = m.opt.port;
   }
+  RaiseListenBacklog(m.port);
   return m.port;
 }
 

@@ -139,9 +139,11 @@ std::string Stream(int port, json body, int keep, int* status = nullptr,
     return keep == 0 || ++chunks < keep;
   };
   httplib::Response res;
-  httplib::Error err;
+  httplib::Error err = httplib::Error::Success;
   c.send(req, res, err);
   if (status) *status = res.status;
+  if (err != httplib::Error::Success && err != httplib::Error::Canceled)  // why no status (-1)
+    std::fprintf(stderr, "stream request: transport error %d\n", static_cast<int>(err));
   return got;
 }
 

@@ -245,6 +245,16 @@ void ParseResponseFormat(const json& body, ParsedRequest* r) {
   SetConstraint(r, c, "response_format");
 }
 
+// A media part's URL ("url", or `key` as a string or {"url": ...}) must be a data: URL.
+void CheckDataUrl(const json& part, const char* key, const std::string& at, const char* what) {
+  const json* url = part.contains("url") ? &part["url"] : nullptr;
+  if (part.contains(key))
+    url = part[key].is_object() && part[key].contains("url") ? &part[key]["url"] : &part[key];
+  if (url && !(url->is_string() && url->get<std::string>().rfind("data:", 0) == 0))
+    throw BadField(at, std::string(what) +
+                           " URLs must be data: URLs (remote and file URLs are not fetched)");
+}
+
 // OpenAI messages -> the chat template's shape: tool-call arguments arrive as JSON text and the
 // template wants objects.
 json NormalizeMessagesImpl(const json& messages) {
@@ -273,26 +283,13 @@ json NormalizeMessagesImpl(const json& messages) {
           // Audio likewise: base64 bytes (OpenAI's input_audio.data) or a data: URL, never a path.
           if (part.contains("path") || part.contains("audio"))
             throw BadField(pat, "server requests carry audio as base64 data, not file paths");
-          const json* aurl = part.contains("url") ? &part["url"] : nullptr;
-          if (part.contains("audio_url"))
-            aurl = part["audio_url"].is_object() && part["audio_url"].contains("url")
-                       ? &part["audio_url"]["url"]
-                       : &part["audio_url"];
-          if (aurl && !(aurl->is_string() && aurl->get<std::string>().rfind("data:", 0) == 0))
-            throw BadField(pat,
-                           "audio URLs must be data: URLs (remote and file URLs are not fetched)");
+          CheckDataUrl(part, "audio_url", pat, "audio");
           continue;
         }
         if (type != "image" && type != "image_url") continue;
         if (part.contains("path") || part.contains("image"))
           throw BadField(pat, "server requests carry images as data URLs, not file paths");
-        const json* url = part.contains("url") ? &part["url"] : nullptr;
-        if (part.contains("image_url"))
-          url = part["image_url"].is_object() && part["image_url"].contains("url")
-                    ? &part["image_url"]["url"]
-                    : &part["image_url"];
-        if (url && !(url->is_string() && url->get<std::string>().rfind("data:", 0) == 0))
-          throw BadField(pat, "image URLs must be data: URLs (remote and file URLs are not fetched)");
+        CheckDataUrl(part, "image_url", pat, "image");
       }
     }
     m.erase("reasoning_content");  // earlier turns' reasoning is not replayed (Gemma 4 template)

@@ -23,6 +23,7 @@ void AddSoakCommand(CLI::App& app) {
       "soak", "Runs engine and sessions through a seeded random schedule of checked scenarios");
   cmd->add_option("--model", o->model, "Checkpoint directory (or ORG/NAME[@REV])")->required();
   cmd->add_option("--minutes", o->s.minutes, "Wall time to keep starting steps");
+  cmd->add_option("--steps", o->s.max_steps, "Stop after this many steps (0 = at --minutes)");
   cmd->add_option("--profile", o->s.profile, "smoke | full (sizes: docs/reliability.md)");
   cmd->add_option("--out", o->s.out_dir, "Directory for events.jsonl, progress.json, summary.json");
   cmd->add_option("--seed", o->s.seed, "Schedule seed");
@@ -32,9 +33,12 @@ void AddSoakCommand(CLI::App& app) {
   cmd->add_option("--threads", o->s.threads, "CPU threads per engine (0 = all cores)");
   cmd->add_option("--only-step", o->s.only_step,
                   "Run only this step (the reproducer of a failure)");
-  cmd->add_option(
-      "--max-rss-slope", o->s.max_rss_slope_mib_per_min,
-      "Fail when RSS grows faster than this many MiB/min after warm-up (0 = report only)");
+  cmd->add_option("--scenarios", o->s.scenarios,
+                  "Only these scenarios, comma-separated (default: all that apply)")
+      ->delimiter(',');
+  cmd->add_option("--max-rss-slope", o->s.max_rss_slope_mib_per_min,
+                  "Fail when RSS (or device memory) grows faster than this many MiB/min after "
+                  "warm-up (0 = report only)");
   cmd->callback([o, cmd] {
     soak::SoakOptions s = o->s;
     s.model_path = hub::ResolveModelPath(o->model);
@@ -42,6 +46,11 @@ void AddSoakCommand(CLI::App& app) {
     s.node_modules = std::string(GEMMA_SOURCE_DIR) + "/.cache/npm-assets/node_modules";
     s.command = "gemma-engine soak --model " + o->model + " --profile " + s.profile + " --seed " +
                 std::to_string(s.seed) + " --backend " + s.backend + " --out " + s.out_dir;
+    if (!s.scenarios.empty()) {
+      std::string list;
+      for (const std::string& x : s.scenarios) list += (list.empty() ? "" : ",") + x;
+      s.command += " --scenarios " + list;
+    }
     s.log = [](const std::string& line) { std::fprintf(stderr, "soak: %s\n", line.c_str()); };
     const nlohmann::json summary = soak::RunSoak(s);
     std::fprintf(
@@ -51,6 +60,12 @@ void AddSoakCommand(CLI::App& app) {
         static_cast<long long>(summary["steps"].get<int64_t>()), summary["elapsed_s"].get<double>(),
         summary["scenarios"].dump().c_str(), summary["rss"]["slope_mib_per_min"].get<double>(),
         s.out_dir.c_str());
+    if (summary.contains("device_memory")) {
+      std::fprintf(stderr, "soak: device memory %.0f to %.0f MiB, slope %.3f MiB/min after warm-up\n",
+                   summary["device_memory"]["first_mib"].get<double>(),
+                   summary["device_memory"]["last_mib"].get<double>(),
+                   summary["device_memory"]["slope_mib_per_min"].get<double>());
+    }
     if (!summary["ok"].get<bool>()) {
       std::fprintf(stderr, "soak: reproducer: %s\n", summary["reproducer"].dump(2).c_str());
       std::exit(1);

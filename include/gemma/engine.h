@@ -337,6 +337,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual int vocab_size() const = 0;
   // Bytes the backend holds once for all sessions (weight copies, device weights).
   virtual size_t shared_bytes() const = 0;
+  // Device-local memory (GPU memory) the engine and all its sessions hold now; 0 on the CPU
+  // backends.
+  virtual size_t device_memory_bytes() const = 0;
   // Text <-> ids with the engine's tokenizer (Error(kTokenizer) without one).
   virtual std::vector<int32_t> Tokenize(std::string_view text) const = 0;
   virtual std::string Detokenize(const std::vector<int32_t>& ids) const = 0;

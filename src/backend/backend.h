@@ -105,6 +105,12 @@ struct BackendOptions {
 // run on different threads at once: a model serializes the work its contexts cannot overlap (one
 // thread pool, one device queue), so concurrent Forward calls on different contexts are safe.
 // One context is not thread-safe (the runtime's Session guards it).
+// Faults a backend with a device can be made to suffer (BackendModel::InjectDeviceFault).
+enum class DeviceFault {
+  kDeviceLoss,         // the next submission of any context fails as VK_ERROR_DEVICE_LOST
+  kOutOfDeviceMemory,  // the next device-memory allocation fails as out of memory
+};
+
 class BackendModel : public std::enable_shared_from_this<BackendModel> {
  public:
   virtual ~BackendModel() = default;
@@ -126,6 +132,11 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // (tokens = the valid entries of mask[::2][::2]). Default: Error kUnsupported.
   virtual void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens);
   virtual bool software_device() const { return false; }
+  // Device-local memory the model and all its contexts hold (0 for the CPU backends).
+  virtual size_t device_memory_bytes() const { return 0; }
+  // Fault injection for reliability runs (gemma-engine soak) and tests; false where the backend
+  // has no device.
+  virtual bool InjectDeviceFault(DeviceFault) { return false; }
   // Advances several contexts of this model by one token each in one step, reading the weights
   // once for all of them. Each step's result (and its context's caches) is bit for bit what
   // `context->Forward(request)` would give; a step that fails gets its `error` and leaves its

@@ -46,7 +46,11 @@ BackendStart StartBackend(const BackendChoice& choice, const Model& model,
       s.context = s.model->NewContext(options);
       return s;
     } catch (const Error& e) {
-      if (name == "vulkan" || e.code() != ErrorCode::kDevice) throw;
+      // "auto" runs on the CPU without a usable device, or one with too little memory.
+      if (name == "vulkan" ||
+          (e.code() != ErrorCode::kDevice && e.code() != ErrorCode::kCapacity)) {
+        throw;
+      }
     }
 #else
     if (name == "vulkan")

@@ -19,6 +19,7 @@
 #include "media/video.h"
 #include "runtime/backend_factory.h"
 #include "runtime/engine_impl.h"
+#include "runtime/fault_injection.h"
 #include "runtime/step_batcher.h"
 
 namespace gemma {
@@ -608,6 +609,11 @@ std::vector<int32_t> EngineImpl::RawPromptTokens(
     }
   }
   return ids;
+}
+
+bool InjectDeviceFault(Engine& engine, DeviceFault fault) {
+  auto* impl = dynamic_cast<EngineImpl*>(&engine);
+  return impl && impl->backend_model().InjectDeviceFault(fault);
 }
 
 std::shared_ptr<Engine> Engine::Load(const EngineOptions& options) {

@@ -49,6 +49,7 @@ class EngineImpl : public Engine {
   double load_ms() const override { return load_ms_; }
   int vocab_size() const override { return model_->text().vocab_size; }
   size_t shared_bytes() const override { return backend_model_->shared_bytes(); }
+  size_t device_memory_bytes() const override { return backend_model_->device_memory_bytes(); }
   std::vector<int32_t> Tokenize(std::string_view text) const override;
   std::string Detokenize(const std::vector<int32_t>& ids) const override;
   std::vector<int32_t> PromptTokens(const Input& input) const override;

@@ -22,6 +22,7 @@
 #include "core/timer.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "runtime/fault_injection.h"
 
 #if GEMMA_HAVE_RE2
 #include <re2/re2.h>
@@ -187,6 +188,7 @@ class Soak {
     engine_.reset();
     engine_ = Engine::Load(EngineOpts(o_.backend));
     for (int i = 0; i < prof_.pool_sessions; ++i) pool_.push_back(engine_->NewSession());
+    has_device_ = !engine_->backend_device().empty();
   }
   GenerateOptions Greedy(int max_new) const {
     GenerateOptions g;
@@ -197,6 +199,14 @@ class Soak {
   void ExpectGolden(Session& s, size_t prompt, const GenerateOptions& g, json* ev,
                     const char* where);
 
+  struct Kind {
+    const char* name;
+    int weight;
+    void (Soak::*fn)(std::mt19937_64&, json*);
+  };
+  // The scenarios with their weights for this engine and the chosen ones (others weigh 0).
+  std::vector<Kind> Kinds() const;
+  void CheckScenarios() const;  // Error(kInvalidArgument) for unknown or inapplicable ones
   json Step(int64_t k, std::mt19937_64& rng, std::string* scenario);
   void GreedyGolden(std::mt19937_64& rng, json* ev);
   void SamplingRepeat(std::mt19937_64& rng, json* ev);
@@ -210,6 +220,8 @@ class Soak {
   void SessionDestroy(std::mt19937_64& rng, json* ev);
   void EngineReload(std::mt19937_64& rng, json* ev);
   void Concurrent(std::mt19937_64& rng, json* ev);
+  void DeviceLoss(std::mt19937_64& rng, json* ev);
+  void DeviceOutOfMemory(std::mt19937_64& rng, json* ev);
 
   void WriteProgress(bool final);
   void Event(const json& ev) {
@@ -227,7 +239,8 @@ class Soak {
   std::ofstream events_;
   Clock::time_point start_;
   std::map<std::string, int64_t> counts_, incomplete_;
-  std::vector<double> rss_t_, rss_bytes_;
+  std::vector<double> rss_t_, rss_bytes_, device_bytes_;
+  bool has_device_ = false;  // the engine under test runs on a device (fault scenarios)
   int64_t steps_ = 0;
   json failure_;
 };
@@ -637,13 +650,87 @@ void Soak::Concurrent(std::mt19937_64& rng, json* ev) {
   (*ev)["busy_refused"] = second == "busy";
 }
 
-json Soak::Step(int64_t k, std::mt19937_64& rng, std::string* scenario) {
-  struct Kind {
-    const char* name;
-    int weight;
-    void (Soak::*fn)(std::mt19937_64&, json*);
-  };
-  const Kind kinds[] = {
+// The request in flight when the device is lost fails with kDevice and commits nothing; the next
+// request on the same session continues its conversation exactly (reusing its prefix: the backend
+// rebuilt the device and replayed the session's tokens), and the engine's other sessions go on.
+void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
+  const size_t p1 = rng() % Prompts().size(), p2 = rng() % Prompts().size();
+  Session& s = *pool_[rng() % pool_.size()];
+  const GenerateOptions g = Greedy(prof_.golden_tokens);
+  json messages = UserMessages(Prompts()[p1]);
+  const Result r1 = s.Generate(Input::Messages(messages), g);
+  messages.push_back({{"role", "assistant"}, {"content", r1.text}});
+  messages.push_back({{"role", "user"}, {"content", Prompts()[p2]}});
+  const std::vector<int32_t> before = s.evaluated();
+  // During prefill (the fault hits the turn's first submission) or after a few decoded tokens.
+  const int at_token = static_cast<int>(rng() % 3);  // 0: prefill
+  bool failed = false;
+  std::string error;
+  if (at_token == 0 && !InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss)) {
+    Fail("the engine under test has no device to lose");
+  }
+  try {
+    s.Generate(Input::Messages(messages), g, [&](const TokenEvent& e) {
+      if (at_token > 0 && e.index + 1 == at_token) InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss);
+    });
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kDevice) throw;
+    failed = true;
+    error = e.what();
+  }
+  if (!failed) {
+    Fail("a request during which the device was lost did not fail with kDevice",
+         {{"messages", messages}, {"at_token", at_token}});
+  }
+  // Nothing of the failed request is committed: the session holds a prefix of what it held
+  // before plus the turn's prompt.
+  const std::vector<int32_t> prompt = engine_->PromptTokens(Input::Messages(messages));
+  ExpectPrefixOf(s, prompt, "device_loss");
+  const Result again = s.Generate(Input::Messages(messages), g);
+  auto fresh_session = engine_->NewSession();
+  GenerateOptions no_reuse = g;
+  no_reuse.reuse_prompt_cache = false;
+  const Result fresh = fresh_session->Generate(Input::Messages(messages), no_reuse);
+  if (again.tokens != fresh.tokens) {
+    Fail("after a device loss the session's next turn differs from a fresh session's",
+         {{"messages", messages},
+          {"at_token", at_token},
+          {"after_loss", again.tokens},
+          {"fresh", fresh.tokens}});
+  }
+  (*ev)["at_token"] = at_token;
+  (*ev)["kept_tokens"] = s.evaluated().size();
+  (*ev)["held_before"] = before.size();
+  (*ev)["reused_tokens"] = again.telemetry.reused_tokens;
+  (*ev)["error"] = error;
+}
+
+// A session whose device memory cannot be allocated is refused with kCapacity; the engine and the
+// sessions it has go on, and the next new session works.
+void Soak::DeviceOutOfMemory(std::mt19937_64& rng, json* ev) {
+  const size_t i = rng() % pool_.size();
+  if (!InjectDeviceFault(*engine_, DeviceFault::kOutOfDeviceMemory)) {
+    Fail("the engine under test has no device");
+  }
+  std::string error;
+  try {
+    auto s = engine_->NewSession();
+    Fail("a new session was made although its device memory could not be allocated");
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kCapacity) throw;
+    error = e.what();
+  }
+  const size_t p = rng() % Prompts().size();
+  ExpectGolden(*pool_[(i + 1) % pool_.size()], p, Greedy(prof_.golden_tokens), ev,
+               "an existing session after device_oom");
+  pool_[i].reset();
+  pool_[i] = engine_->NewSession();
+  ExpectGolden(*pool_[i], p, Greedy(prof_.golden_tokens), ev, "a new session after device_oom");
+  (*ev)["error"] = error;
+}
+
+std::vector<Soak::Kind> Soak::Kinds() const {
+  std::vector<Kind> kinds = {
       {"greedy_golden", 6, &Soak::GreedyGolden},
       {"sampling_repeat", 4, &Soak::SamplingRepeat},
       {"regex", 3, &Soak::RegexScenario},
@@ -656,7 +743,35 @@ json Soak::Step(int64_t k, std::mt19937_64& rng, std::string* scenario) {
       {"session_destroy", 2, &Soak::SessionDestroy},
       {"engine_reload", prof_.reload_weight, &Soak::EngineReload},
       {"concurrent", 2, &Soak::Concurrent},
+      {"device_loss", has_device_ ? 2 : 0, &Soak::DeviceLoss},
+      {"device_oom", has_device_ ? 1 : 0, &Soak::DeviceOutOfMemory},
   };
+  if (!o_.scenarios.empty()) {  // only those chosen
+    for (Kind& x : kinds) {
+      if (std::find(o_.scenarios.begin(), o_.scenarios.end(), x.name) == o_.scenarios.end())
+        x.weight = 0;
+    }
+  }
+  return kinds;
+}
+
+void Soak::CheckScenarios() const {
+  const std::vector<Kind> kinds = Kinds();
+  for (const std::string& name : o_.scenarios) {
+    if (std::none_of(kinds.begin(), kinds.end(), [&](const Kind& x) { return name == x.name; }))
+      throw Error(ErrorCode::kInvalidArgument, "soak --scenarios: no scenario named '" + name + "'");
+  }
+  int total = 0;
+  for (const Kind& x : kinds) total += x.weight;
+  if (total == 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "soak --scenarios: none of them applies to backend " + engine_->backend_name() +
+                    " (device_loss and device_oom need a device)");
+  }
+}
+
+json Soak::Step(int64_t k, std::mt19937_64& rng, std::string* scenario) {
+  const std::vector<Kind> kinds = Kinds();
   int total = 0;
   for (const Kind& x : kinds) total += x.weight;
   int pick = static_cast<int>(rng() % total);
@@ -704,8 +819,9 @@ json Soak::Run() {
          {"model", o_.model_path},
          {"minutes", o_.minutes},
          {"only_step", o_.only_step}});
-  RecordGoldens();
   LoadEngine();
+  CheckScenarios();
+  RecordGoldens();
   Log("engine under test: " + engine_->backend_name() + ", " + std::to_string(pool_.size()) +
       " sessions, schema validator: " + (ajv_->available() ? "AJV" : "none (JSON parse only)"));
   const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(
@@ -715,6 +831,7 @@ json Soak::Run() {
   json last_failed_step;
   while (true) {
     if (o_.only_step >= 0 ? steps_ == 1 : Clock::now() >= deadline) break;
+    if (o_.max_steps > 0 && steps_ >= o_.max_steps) break;
     std::mt19937_64 rng(SplitMix(o_.seed * 0x100000001b3ull + static_cast<uint64_t>(k)));
     std::string scenario;
     Timer t;
@@ -740,8 +857,10 @@ json Soak::Run() {
     const double now = std::chrono::duration<double>(Clock::now() - start_).count();
     rss_t_.push_back(now);
     rss_bytes_.push_back(static_cast<double>(ResidentBytes()));
+    device_bytes_.push_back(engine_ ? static_cast<double>(engine_->device_memory_bytes()) : 0.0);
     ev["t_s"] = now;
     ev["rss"] = rss_bytes_.back();
+    if (has_device_) ev["device_bytes"] = device_bytes_.back();
     Event(ev);
     if (!ev["ok"].get<bool>()) {
       failure_ = {{"seed", o_.seed},
@@ -758,34 +877,38 @@ json Soak::Run() {
     WriteProgress(false);
     ++k;
   }
-  // Memory: the slope of RSS over time after warm-up (the first quarter of the run).
-  std::vector<double> xt, yb;
-  for (size_t i = 0; i < rss_t_.size(); ++i) {
-    if (rss_t_[i] >= warmup_s) {
-      xt.push_back(rss_t_[i] / 60.0);
-      yb.push_back(rss_bytes_[i] / (1 << 20));
+  // Memory: the slope of RSS (and of device memory) over time after warm-up (the first quarter of
+  // the run).
+  const auto plateau = [&](const std::vector<double>& bytes, const char* what) {
+    std::vector<double> xt, yb;
+    for (size_t i = 0; i < rss_t_.size(); ++i) {
+      if (rss_t_[i] >= warmup_s) {
+        xt.push_back(rss_t_[i] / 60.0);
+        yb.push_back(bytes[i] / (1 << 20));
+      }
     }
-  }
-  const double slope = Slope(xt, yb);
+    const double slope = Slope(xt, yb);
+    if (failure_.is_null() && o_.max_rss_slope_mib_per_min > 0 &&
+        slope > o_.max_rss_slope_mib_per_min) {
+      failure_ = {{"seed", o_.seed},
+                  {"scenario", "memory_plateau"},
+                  {"error", std::string(what) + " grows " + std::to_string(slope) +
+                                " MiB/min after warm-up (limit " +
+                                std::to_string(o_.max_rss_slope_mib_per_min) + ")"},
+                  {"rerun", o_.command}};
+    }
+    return json{
+        {"samples", bytes.size()},
+        {"warmup_s", warmup_s},
+        {"first_mib", bytes.empty() ? 0 : bytes.front() / (1 << 20)},
+        {"after_warmup_first_mib", yb.empty() ? 0 : yb.front()},
+        {"last_mib", bytes.empty() ? 0 : bytes.back() / (1 << 20)},
+        {"max_mib", bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end()) / (1 << 20)},
+        {"slope_mib_per_min", slope}};
+  };
+  const json rss = plateau(rss_bytes_, "RSS");
+  const json device = has_device_ ? plateau(device_bytes_, "device memory") : json();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-  json rss = {
-      {"samples", rss_bytes_.size()},
-      {"warmup_s", warmup_s},
-      {"first_mib", rss_bytes_.empty() ? 0 : rss_bytes_.front() / (1 << 20)},
-      {"after_warmup_first_mib", yb.empty() ? 0 : yb.front()},
-      {"last_mib", rss_bytes_.empty() ? 0 : rss_bytes_.back() / (1 << 20)},
-      {"max_mib", rss_bytes_.empty()
-                      ? 0
-                      : *std::max_element(rss_bytes_.begin(), rss_bytes_.end()) / (1 << 20)},
-      {"slope_mib_per_min", slope}};
-  if (failure_.is_null() && o_.max_rss_slope_mib_per_min > 0 &&
-      slope > o_.max_rss_slope_mib_per_min) {
-    failure_ = {{"seed", o_.seed},
-                {"scenario", "memory_plateau"},
-                {"error", "RSS grows " + std::to_string(slope) + " MiB/min after warm-up (limit " +
-                              std::to_string(o_.max_rss_slope_mib_per_min) + ")"},
-                {"rerun", o_.command}};
-  }
   json summary = {
     {"ok", failure_.is_null()},
     {"seed", o_.seed},
@@ -808,6 +931,7 @@ json Soak::Run() {
     {"rss", rss},
     {"command", o_.command}
   };
+  if (has_device_) summary["device_memory"] = device;
   if (!failure_.is_null()) summary["reproducer"] = failure_;
   Event({{"event", "end"}, {"ok", summary["ok"]}, {"steps", steps_}});
   WriteProgress(true);

@@ -16,6 +16,11 @@
 //   engine_reload     the engine and all sessions destroyed and loaded again
 //   concurrent        sessions on several threads at once all equal their goldens, and a second
 //                     concurrent Generate on one session is refused with kBusy
+//   device_loss       (engines on a device) the device is lost during a turn's prefill or decode:
+//                     the request fails with kDevice, nothing of it is committed, and the turn
+//                     again equals the same turn on a fresh session
+//   device_oom        (engines on a device) a new session whose device memory cannot be allocated
+//                     is refused with kCapacity; existing and later sessions equal their goldens
 //
 // Output (out_dir): events.jsonl (one line per step, appended and flushed), progress.json
 // (atomically replaced after every step), summary.json (at the end, also after a failure). The
@@ -23,13 +28,15 @@
 // inputs, expected and actual, and the command that reruns that step alone. Every step draws its
 // choices from (seed, step) only, so --only-step reruns it (on fresh sessions: a failure that
 // depends on earlier steps' session state may need the whole run again with the same seed).
-// RSS is sampled after every step; the summary reports the least-squares slope after warm-up.
+// RSS (and the engine's device memory) is sampled after every step; the summary reports the
+// least-squares slope after warm-up.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace gemma::soak {
 
@@ -39,14 +46,17 @@ struct SoakOptions {
   std::string reference_backend = "cpu-ref";  // records the goldens at start
   std::string profile = "smoke";              // smoke | full (sizes: docs/reliability.md)
   double minutes = 2;                         // steps start until this much wall time has passed
+  int64_t max_steps = 0;                      // > 0: stop after this many steps (or at `minutes`)
   std::string out_dir;                        // created if missing
   uint64_t seed = 1;
   int threads = 0;         // CPU threads per engine (0 = all cores)
   int64_t only_step = -1;  // >= 0: run only this step (a reproducer)
+  // Scenarios to draw from (names above; empty: all that apply to the backend).
+  std::vector<std::string> scenarios;
   // AJV: tests/constrain/ajv_validate.js and the npm assets' node_modules (tools/setup.sh).
   std::string ajv_script;
   std::string node_modules;
-  // > 0: fail when the RSS slope after warm-up exceeds this many MiB per minute.
+  // > 0: fail when the RSS (or device-memory) slope after warm-up exceeds this many MiB per minute.
   double max_rss_slope_mib_per_min = 0;
   // The command line that reproduces a run (for the reproducer), without --only-step.
   std::string command;

@@ -3,6 +3,8 @@
 // timed CI run is the soak_smoke test: tools/CMakeLists.txt.)
 #include "soak/soak.h"
 
+#include "gemma/error.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,6 +62,38 @@ TEST(SoakTest, OneStepWritesItsFilesAndReproducesFromTheSeed) {
   fs::remove_all(out);
   const nlohmann::json s2 = RunSoak(o);
   EXPECT_EQ(s2["scenarios"], s1["scenarios"]);
+}
+
+TEST(SoakTest, DeviceFaultScenariosOnVulkan) {
+  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_vulkan";
+  fs::remove_all(out);
+  SoakOptions o;
+  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  o.out_dir = out.string();
+  o.backend = "vulkan";
+  o.threads = 1;
+  o.seed = 3;
+  o.minutes = 10;
+  o.max_steps = 6;
+  o.scenarios = {"device_loss", "device_oom", "greedy_golden"};
+  nlohmann::json s;
+  try {
+    s = RunSoak(o);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
+    throw;
+  }
+  ASSERT_TRUE(s["ok"].get<bool>()) << s.dump(2);
+  EXPECT_EQ(s["steps"], 6);
+  EXPECT_GE(s["scenarios"].value("device_loss", 0), 1) << s["scenarios"];
+  EXPECT_GE(s["scenarios"].value("device_oom", 0), 1) << s["scenarios"];
+  EXPECT_GT(s["device_memory"]["max_mib"].get<double>(), 0.0);
+  // The CPU backends have no device to lose: asking for only device scenarios is an error.
+  o.backend = "cpu";
+  o.scenarios = {"device_loss"};
+  EXPECT_THROW(RunSoak(o), Error);
+  o.scenarios = {"no_such_scenario"};
+  EXPECT_THROW(RunSoak(o), Error);
 }
 
 }  // namespace

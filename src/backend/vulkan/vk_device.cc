@@ -22,6 +22,10 @@ struct Core {
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   std::mutex queue_mu, pipe_mu;
+  // Device-local bytes held by every context, what they may hold, and injected faults.
+  std::atomic<size_t> device_bytes{0};
+  size_t memory_limit = 0;
+  std::atomic<bool> fail_next_submit{false}, fail_next_alloc{false};
   std::map<std::string, VkShaderModule> modules;
   std::map<std::pair<std::string, std::vector<uint32_t>>, VkPipeline> pipelines;
 
@@ -235,6 +239,7 @@ void Device::Init(const DeviceOptions& options) {
   for (uint32_t i = 0; i < mem_props_.memoryHeapCount; ++i)
     if (mem_props_.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
       device_local_bytes_ = std::max(device_local_bytes_, mem_props_.memoryHeaps[i].size);
+  core_->memory_limit = options.memory_limit > 0 ? options.memory_limit : device_local_bytes_;
 
   uint32_t nq = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, nullptr);
@@ -472,10 +477,7 @@ void Device::DestroyContext() {
   }
   if (desc_pool_) vkDestroyDescriptorPool(dev_, desc_pool_, nullptr);
   ReleaseStaging();
-  for (Chunk& c : chunks_) {
-    if (c.buf) vkDestroyBuffer(dev_, c.buf, nullptr);
-    if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
-  }
+  for (Chunk& c : chunks_) FreeChunk(c);
   chunks_.clear();
   if (fence_) vkDestroyFence(dev_, fence_, nullptr);
   for (VkEvent e : events_) vkDestroyEvent(dev_, e, nullptr);
@@ -489,11 +491,27 @@ void Device::DestroyContext() {
 }
 
 void Device::ReleaseStaging() {
-  if (staging_.buf) vkDestroyBuffer(dev_, staging_.buf, nullptr);
-  if (staging_.mem) vkFreeMemory(dev_, staging_.mem, nullptr);
-  staging_ = {};
+  FreeChunk(staging_);
   staging_bytes_ = 0;
 }
+
+void Device::FreeChunk(Chunk& c) {
+  if (c.buf) vkDestroyBuffer(dev_, c.buf, nullptr);
+  if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
+  core_->device_bytes -= c.device_bytes;
+  c = {};
+}
+
+size_t Device::device_memory_in_use() const { return core_->device_bytes; }
+size_t Device::device_memory_limit() const { return core_->memory_limit; }
+void Device::FailNextSubmit() { core_->fail_next_submit = true; }
+void Device::FailNextAllocation() { core_->fail_next_alloc = true; }
+
+namespace {
+
+std::string Mib(size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+
+}  // namespace
 
 uint32_t Device::FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want,
                                 VkMemoryPropertyFlags prefer) {
@@ -510,7 +528,7 @@ uint32_t Device::FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want,
   return static_cast<uint32_t>(best);
 }
 
-Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
+Device::Chunk Device::MakeChunk(Pool pool, size_t bytes, const char* what) {
   Chunk c;
   c.size = bytes;
   VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -535,7 +553,12 @@ Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
       : pool == Pool::kUpload
           ? FindMemoryType(req.memoryTypeBits, mapped, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
           : host_type;
-  VkResult r = vkAllocateMemory(dev_, &ai, nullptr, &c.mem);
+  VkResult r = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+  const size_t in_use = core_->device_bytes;
+  if (pool != Pool::kDevice ||
+      (!core_->fail_next_alloc.exchange(false) && in_use + req.size <= core_->memory_limit)) {
+    r = vkAllocateMemory(dev_, &ai, nullptr, &c.mem);
+  }
   if (r != VK_SUCCESS && pool == Pool::kUpload && ai.memoryTypeIndex != host_type) {
     // (a small device-local window of host-visible memory may be full: host memory instead)
     ai.memoryTypeIndex = host_type;
@@ -543,7 +566,20 @@ Device::Chunk Device::MakeChunk(Pool pool, size_t bytes) {
   }
   if (r != VK_SUCCESS) {
     vkDestroyBuffer(dev_, c.buf, nullptr);
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
+      throw Error(ErrorCode::kCapacity,
+                  std::string("vulkan: out of ") +
+                      (pool == Pool::kDevice ? "device" : "host-visible") + " memory for " + what +
+                      ": allocating " + Mib(req.size) + " failed (" + ResultName(r) + "); " +
+                      name_ + " holds " + Mib(in_use) + " for this engine of " +
+                      Mib(core_->memory_limit) +
+                      " it may use. Lower the context capacity or close sessions");
+    }
     Check(r, ("vkAllocateMemory of " + std::to_string(bytes >> 20) + " MiB").c_str());
+  }
+  if (pool == Pool::kDevice) {
+    c.device_bytes = req.size;
+    core_->device_bytes += req.size;
   }
   Check(vkBindBufferMemory(dev_, c.buf, c.mem, 0), "vkBindBufferMemory");
   if (pool != Pool::kDevice) {
@@ -564,11 +600,23 @@ int Device::Reserve(Pool pool, size_t bytes) {
   return static_cast<int>(reservations_.size()) - 1;
 }
 
-void Device::Commit() {
+void Device::Commit(const char* what) {
   // Chunks as large as one binding can address,
   // at most 4 GiB.
   const VkDeviceSize cap = std::min<VkDeviceSize>(
       {max_alloc_ ? max_alloc_ : (1ull << 30), max_range_, 4ull << 30});
+  // Too little device memory is said before anything is allocated, with what it would take.
+  size_t want = 0;
+  for (const Reservation& rs : reservations_)
+    if (rs.pool == Pool::kDevice && !rs.range.buf) want += rs.bytes;
+  const size_t in_use = core_->device_bytes;
+  if (in_use + want > core_->memory_limit) {
+    throw Error(ErrorCode::kCapacity,
+                std::string("vulkan: ") + what + " need " + Mib(want) + " of device memory; " +
+                    name_ + " has " + Mib(core_->memory_limit) + " for this engine, " +
+                    Mib(in_use) + " of it in use. Lower the context capacity, close sessions " +
+                    "or use a CPU backend");
+  }
   for (Pool pool : {Pool::kDevice, Pool::kHost, Pool::kUpload}) {
     // Pack reservations in order into chunks of at most `cap` bytes.
     size_t i = 0;
@@ -584,7 +632,7 @@ void Device::Commit() {
         total = at + rs.bytes;
       }
       if (members.empty()) break;
-      Chunk c = MakeChunk(pool, total);
+      Chunk c = MakeChunk(pool, total, what);
       chunks_.push_back(c);
       committed_[static_cast<int>(pool)] += total;
       size_t off = 0;
@@ -830,8 +878,7 @@ void Device::Submit(VkCommandBuffer cmd) {
 }
 
 void Device::SubmitBegin(VkCommandBuffer cmd) {
-  if (fail_next_submit_) {
-    fail_next_submit_ = false;
+  if (core_->fail_next_submit.exchange(false)) {
     Check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit (simulated)");
   }
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
@@ -929,10 +976,8 @@ double Device::CopyBandwidth(size_t bytes, int iters) {
     if (i > 0) secs.push_back(s);  // first run warms up
   }
   vkFreeCommandBuffers(dev_, cmd_pool_, 1, &cmd);
-  for (Chunk* c : {&a, &b}) {
-    vkDestroyBuffer(dev_, c->buf, nullptr);
-    vkFreeMemory(dev_, c->mem, nullptr);
-  }
+  FreeChunk(a);
+  FreeChunk(b);
   std::sort(secs.begin(), secs.end());
   return 2.0 * static_cast<double>(bytes) / secs[secs.size() / 2];
 }

@@ -60,6 +60,9 @@ struct DeviceOptions {
   // pipeline's driver binary written to dump_dir/<n>_<shader>.bin (empty: not).
   bool pipeline_stats = false;
   std::string pipeline_dump_dir;
+  // Device-local bytes this device's contexts may hold together (0: the largest device-local
+  // heap). An allocation past it fails as VK_ERROR_OUT_OF_DEVICE_MEMORY does.
+  size_t memory_limit = 0;
 };
 
 // kUpload: written by the host, read by the device (a step's inputs): device-local memory the host
@@ -104,9 +107,15 @@ class Device {
   // properties); 0 where the device does not say. Sizes the decode kernels' grids.
   uint32_t compute_units() const { return compute_units_; }
   size_t committed_bytes(Pool pool) const { return committed_[static_cast<int>(pool)]; }
+  // Device-local bytes held by every context of this device together, and what they may hold
+  // (DeviceOptions::memory_limit, else the largest device-local heap).
+  size_t device_memory_in_use() const;
+  size_t device_memory_limit() const;
 
   int Reserve(Pool pool, size_t bytes);
-  void Commit();
+  // Allocates what was reserved. Error(kCapacity) naming `what` and the bytes when the device
+  // memory it needs is beyond device_memory_limit() or the driver reports it out of memory.
+  void Commit(const char* what = "buffers");
   BufRange Get(int handle) const;
   // The whole buffer (allocation chunk) a committed range lives in.
   BufRange Whole(VkBuffer buf) const;
@@ -153,8 +162,11 @@ class Device {
   std::vector<double> ReadTimestamps(uint32_t n);
   static constexpr uint32_t kMaxTimestamps = 4096;
 
-  // Test hook: the next Submit() fails as if the device were lost.
-  void FailNextSubmit() { fail_next_submit_ = true; }
+  // Fault injection (tests, the soak): the next submission of any context of this device fails
+  // as VK_ERROR_DEVICE_LOST does; the next device-local allocation of any context fails as
+  // VK_ERROR_OUT_OF_DEVICE_MEMORY does.
+  void FailNextSubmit();
+  void FailNextAllocation();
 
  private:
   struct Chunk {
@@ -162,6 +174,7 @@ class Device {
     VkBuffer buf = VK_NULL_HANDLE;
     uint8_t* mapped = nullptr;
     VkDeviceSize size = 0;
+    VkDeviceSize device_bytes = 0;  // counted in the core's device_bytes (kDevice chunks)
   };
   struct Reservation {
     Pool pool;
@@ -173,7 +186,8 @@ class Device {
   void InitContext();
   void DestroyContext();
   uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
-  Chunk MakeChunk(Pool pool, size_t bytes);
+  Chunk MakeChunk(Pool pool, size_t bytes, const char* what = "a buffer");
+  void FreeChunk(Chunk& c);
   void PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec, VkPipeline p);
 
   std::shared_ptr<Core> core_;
@@ -207,7 +221,6 @@ class Device {
   uint32_t max_shared_ = 16384;
   bool ts_valid_ = false;  // the queue family writes timestamps
   // This context's own objects.
-  bool fail_next_submit_ = false;
 
   std::vector<Chunk> chunks_;
   std::vector<Reservation> reservations_;

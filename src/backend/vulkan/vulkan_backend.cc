@@ -9,19 +9,39 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   // Another context's device failure replaced the engine's device: rebuild on the new one.
   if (!broken_ && weights_->generation != shared_->generation()) broken_ = true;
   if (broken_) Rebuild();
+  if (replay_) Replay();
   *out = ForwardResult();
   const CacheWindow entry = window_;
+  int begin = 0;
   try {
-    for (int begin = 0; begin < n; begin += chunk_) {
+    for (; begin < n; begin += chunk_) {
       const int m = std::min(chunk_, n - begin);
       RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
     }
   } catch (const Error& e) {
+    // Nothing of a failed request is committed (Backend::Forward).
+    window_ = entry;
+    history_.resize(entry.cached());
     if (e.code() == ErrorCode::kDevice) {
       broken_ = true;
-      window_ = entry;
-      history_.resize(entry.cached());
+    } else if (begin > 0) {
+      replay_ = true;  // (one chunk stays within the rings' slack: nothing it needs was lost)
     }
+    throw;
+  }
+}
+
+void VulkanBackend::Replay() {
+  const std::vector<int32_t> replay = history_;
+  Reset();
+  ForwardResult ignored;
+  if (replay.empty()) return;
+  try {
+    Forward({.tokens = replay, .mode = OutputMode::kNone}, &ignored);
+  } catch (...) {
+    history_ = replay;
+    window_.Commit(static_cast<int>(replay.size()));
+    replay_ = true;
     throw;
   }
 }

@@ -48,6 +48,10 @@ struct VulkanOptions {
   // Weight matrices larger than the device's maxStorageBufferRange are split by rows; a non-zero
   // value lowers that limit (tests exercise the split on small models with it).
   size_t max_weight_part_bytes = 0;
+  // Device-local memory the engine (weights and every session) may hold, in bytes (0: the
+  // device's largest device-local heap). Past it, loading or a new session is Error(kCapacity)
+  // saying what it needs, before anything is allocated; the "auto" backend then runs on the CPU.
+  size_t device_memory_limit = 0;
   // Longest prompt chunk evaluated at once (0: 1,024 tokens for models with a sliding window of
   // at least 512 on a discrete GPU with at least 8 GiB of device-local memory, else 512;
   // the kernel config's MAX_CHUNK overrides, to compare). Where BackendOptions leaves the slack at

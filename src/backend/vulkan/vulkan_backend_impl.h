@@ -316,6 +316,7 @@ class VulkanBackend : public Backend {
   void Reset() override {
     window_.Reset();
     history_.clear();
+    replay_ = false;
   }
 
   bool Truncate(int n) override {
@@ -402,6 +403,7 @@ class VulkanBackend : public Backend {
   void Build();
 
   void Rebuild();
+  void Replay();  // replay_: history_ evaluated again
 
   // Steps of at most this many tokens run on the context's own activations; longer prompt chunks
   // on the engine's shared set.
@@ -723,6 +725,10 @@ class VulkanBackend : public Backend {
   CacheWindow window_;
   std::vector<int32_t> history_;  // committed tokens, replayed after a device rebuild
   bool broken_ = false;
+  // A request failed (not on the device) after an earlier chunk of it was written: the sliding
+  // rings may have lost entries the committed tokens need, so the next Forward evaluates
+  // history_ again on the same device.
+  bool replay_ = false;
   int rebuilds_ = 0;
 
   // The engine-level state, the device and weights this context was built on (declared before

@@ -55,6 +55,7 @@ std::shared_ptr<DeviceWeights> BuildDeviceWeights(const Model& model, const Vulk
   dopt.spin_us = kc.Get("SPIN_US", -1);
   dopt.pipeline_stats = kc.Get("PIPE_STATS", 0) != 0;
   dopt.pipeline_dump_dir = vopt.pipeline_dump_dir;
+  dopt.memory_limit = vopt.device_memory_limit;
   auto w = std::make_shared<DeviceWeights>();
   w->generation = generation;
   w->dev = std::make_unique<Device>(dopt);
@@ -105,7 +106,7 @@ std::shared_ptr<DeviceWeights> BuildDeviceWeights(const Model& model, const Vulk
   }
   w->final_norm = vec(model.final_norm());
   w->lm_head = lin(model.lm_head());
-  dev.Commit();
+  dev.Commit("the weights");
   for (int l = 0; l < L; ++l) {
     const LayerWeights& lw = model.layer_weights()[l];
     DevLayer& d = w->layers[l];
@@ -516,7 +517,7 @@ void VulkanBackend::Build() {
       upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4) : Buf{};
   prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
 
-  dev_->Commit();
+  dev_->Commit("a session's caches and activations");
   ResolveActivations(*dev_, own);
   SwapActivations(own);
 
@@ -644,7 +645,7 @@ VulkanBackend::StepActivations::StepActivations(VulkanBackend& b, int m) : b_(b)
       auto made = std::make_shared<SharedActivations>();
       made->dev = b.weights_->dev->NewContext();
       made->act = b.PlanActivations(*made->dev, rows);
-      made->dev->Commit();
+      made->dev->Commit("a prompt chunk's activations");
       ResolveActivations(*made->dev, made->act);
       ws = made;
     }

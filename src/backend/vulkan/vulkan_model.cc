@@ -30,6 +30,19 @@ class VulkanModel : public BackendModel {
   }
   std::string device() const override { return device_; }
   bool software_device() const override { return software_; }
+  size_t device_memory_bytes() const override {
+    const auto w = shared_->Current();
+    return w ? w->dev->device_memory_in_use() : 0;
+  }
+  bool InjectDeviceFault(DeviceFault fault) override {
+    const auto w = shared_->Acquire();
+    if (fault == DeviceFault::kDeviceLoss) {
+      w->dev->FailNextSubmit();
+    } else {
+      w->dev->FailNextAllocation();
+    }
+    return true;
+  }
 
  private:
   std::shared_ptr<VulkanShared> shared_;

@@ -21,9 +21,10 @@ std::unique_ptr<Model> LoadFixture(const char* name) {
   return Model::Load(std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name);
 }
 
-std::shared_ptr<BackendModel> MakeVulkanModel(const Model& model) {
+std::shared_ptr<BackendModel> MakeVulkanModel(const Model& model,
+                                              const VulkanOptions& options = {}) {
   try {
-    return CreateVulkanModel(model, {});
+    return CreateVulkanModel(model, options);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kDevice) return nullptr;
     throw;
@@ -224,6 +225,109 @@ TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
   // A context made after the loss runs on the new device.
   auto c = vm->NewContext({.capacity = 128});
   EXPECT_EQ(Decode(*c, kPromptB, 12), want_b);
+}
+
+TEST(VulkanSessions, OutOfDeviceMemoryIsACapacityErrorAndLosesNothing) {
+  auto model = LoadFixture("tiny_qat");
+  // Prompt chunks of 32 rows take the engine's activations, made by the first one.
+  auto vm = MakeVulkanModel(*model, {.max_chunk = 32});
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 256});
+  std::vector<int32_t> long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt.push_back(3 + (i * 37) % 500);
+  std::vector<int32_t> want = Decode(*ref, kPromptA, 6);
+  {
+    ForwardResult r;
+    ref->Forward({.tokens = long_prompt}, &r);
+    want.push_back(r.ids.back());
+    while (want.size() < 14) Step(*ref, want);
+  }
+
+  auto a = vm->NewContext({.capacity = 256});
+  std::vector<int32_t> got = Decode(*a, kPromptA, 6);
+  const size_t held = vm->device_memory_bytes();
+  EXPECT_GT(held, 0u);
+
+  // A new session whose caches cannot be allocated.
+  ASSERT_TRUE(vm->InjectDeviceFault(DeviceFault::kOutOfDeviceMemory));
+  try {
+    vm->NewContext({.capacity = 256});
+    FAIL() << "expected a capacity error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+    EXPECT_NE(std::string(e.what()).find("out of device memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(vm->device_memory_bytes(), held);
+
+  // The first long prompt chunk's activations cannot be allocated: the request fails, the
+  // conversation stays as it was, and the same request then succeeds.
+  const int committed = a->cached();
+  ASSERT_TRUE(vm->InjectDeviceFault(DeviceFault::kOutOfDeviceMemory));
+  ForwardResult r;
+  try {
+    a->Forward({.tokens = long_prompt}, &r);
+    FAIL() << "expected a capacity error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+  }
+  EXPECT_EQ(a->cached(), committed);
+  a->Forward({.tokens = long_prompt}, &r);
+  got.push_back(r.ids.back());
+  while (got.size() < want.size()) Step(*a, got);
+  EXPECT_EQ(got, want);
+  auto b = vm->NewContext({.capacity = 256});
+  EXPECT_EQ(Decode(*b, kPromptA, 6), std::vector<int32_t>(want.begin(), want.begin() + 6));
+}
+
+TEST(VulkanSessions, TooLittleDeviceMemoryIsSaidBeforeAllocating) {
+  auto model = LoadFixture("tiny_qat");
+  auto vm = MakeVulkanModel(*model);
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  const size_t weights = vm->device_memory_bytes();
+  ASSERT_GT(weights, 0u);
+  try {
+    CreateVulkanModel(*model, {.device_memory_limit = weights / 2});
+    FAIL() << "expected a capacity error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the weights need"), std::string::npos) << e.what();
+  }
+  // Room for the weights but not for a session's caches.
+  auto small = CreateVulkanModel(*model, {.device_memory_limit = weights + 4096});
+  try {
+    small->NewContext({.capacity = 256});
+    FAIL() << "expected a capacity error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a session's caches"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(small->device_memory_bytes(), weights);
+}
+
+TEST(VulkanSessions, AFailedMultiChunkPromptReplaysTheConversation) {
+  // Chunks of 16 over sliding rings of 8 + 16 entries: a request that fails in its last chunk has
+  // overwritten ring entries the committed tokens need; nothing of it is committed and the next
+  // request evaluates the conversation again (on the same device).
+  auto model = LoadFixture("tiny_qat");
+  auto vm = MakeVulkanModel(*model, {.max_chunk = 16});
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  auto ref = CreateCpuReferenceBackend(*model, {.capacity = 256});
+  std::vector<int32_t> long_prompt;
+  for (int i = 0; i < 70; ++i) long_prompt.push_back(3 + (i * 53) % 500);
+  std::vector<int32_t> want = Decode(*ref, kPromptA, 12);
+  auto a = vm->NewContext({.capacity = 256});
+  std::vector<int32_t> got = Decode(*a, kPromptA, 6);
+  const int committed = a->cached();
+  const std::vector<uint64_t> none((model->text().vocab_size + 63) / 64, 0);
+  ForwardResult r;
+  EXPECT_THROW(a->Forward({.tokens = long_prompt, .mode = OutputMode::kSelect, .allowed = &none}, &r),
+               Error);
+  EXPECT_EQ(a->cached(), committed);
+  while (got.size() < want.size()) Step(*a, got);
+  EXPECT_EQ(got, want);
+  VulkanStats s;
+  GetVulkanStats(*a, &s);
+  EXPECT_EQ(s.rebuilds, 0);
 }
 
 }  // namespace

@@ -60,6 +60,12 @@ void AddSoakCommand(CLI::App& app) {
         static_cast<long long>(summary["steps"].get<int64_t>()), summary["elapsed_s"].get<double>(),
         summary["scenarios"].dump().c_str(), summary["rss"]["slope_mib_per_min"].get<double>(),
         s.out_dir.c_str());
+    if (summary["rss"].contains("after_reload_slope_mib_per_min")) {
+      std::fprintf(stderr, "soak: RSS after engine reloads %.0f to %.0f MiB, slope %.3f MiB/min\n",
+                   summary["rss"]["after_reload_first_mib"].get<double>(),
+                   summary["rss"]["after_reload_last_mib"].get<double>(),
+                   summary["rss"]["after_reload_slope_mib_per_min"].get<double>());
+    }
     if (summary.contains("device_memory")) {
       std::fprintf(stderr, "soak: device memory %.0f to %.0f MiB, slope %.3f MiB/min after warm-up\n",
                    summary["device_memory"]["first_mib"].get<double>(),

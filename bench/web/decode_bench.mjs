@@ -1,6 +1,7 @@
 // Decode speed of the WebAssembly module under Node against the native command line, one thread,
 // interleaved runs, medians (bench/journal/2026-12-02-web.md):
-//   node bench/web/decode_bench.mjs [MODEL_DIR] [TOKENS] [RUNS]
+//   node bench/web/decode_bench.mjs [MODEL_DIR] [TOKENS] [RUNS] [fast]
+// "fast" leaves out the reference backend (slow on E2B-width checkpoints).
 // Needs build-web/ (tools/build-web.sh) and build/tools/gemma-engine.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -12,6 +13,7 @@ const root = path.resolve(new URL('../..', import.meta.url).pathname);
 const model = fs.realpathSync(process.argv[2] ?? path.join(root, 'models/tiny-trained'));
 const tokens = Number(process.argv[3] ?? 128);
 const runs = Number(process.argv[4] ?? 3);
+const fastOnly = process.argv[5] === 'fast';
 const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
 const cli = process.env.GEMMA_ENGINE ?? path.join(root, 'build/tools/gemma-engine');
 const prompt = 'The Debian project';
@@ -24,7 +26,7 @@ const M = await create({ wasmBinary: fs.readFileSync(path.join(web, 'gemma-engin
 M.FS.mkdir('/model');
 M.FS.mount(M.NODEFS, { root: model }, '/model');
 const engines = {};
-for (const backend of ['cpu', 'cpu-ref']) {
+for (const backend of fastOnly ? ['cpu'] : ['cpu', 'cpu-ref']) {
   const info = JSON.parse(M.Engine.load(JSON.stringify({ model_path: '/model', backend, context: 1024 })));
   if (info.error) throw new Error(info.error.message);
   engines[backend] = M.Engine.get(info.ok.handle);
@@ -42,14 +44,14 @@ function native(backend) {
   return JSON.parse(out.toString()).telemetry;
 }
 const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
-const rows = { 'wasm cpu (Node)': [], 'wasm cpu-ref (Node)': [], 'native cpu-ref': [], 'native cpu (fast)': [] };
-const prefill = { 'wasm cpu (Node)': [], 'wasm cpu-ref (Node)': [], 'native cpu-ref': [], 'native cpu (fast)': [] };
-wasm('cpu');  // warm-up: faults in the heap
-wasm('cpu-ref');
+const arms = [['wasm cpu (Node)', () => wasm('cpu')], ['wasm cpu-ref (Node)', () => wasm('cpu-ref')],
+              ['native cpu-ref', () => native('cpu-ref')], ['native cpu (fast)', () => native('cpu')]]
+  .filter(([name]) => !fastOnly || !name.includes('cpu-ref'));
+const rows = Object.fromEntries(arms.map(([name]) => [name, []]));
+const prefill = Object.fromEntries(arms.map(([name]) => [name, []]));
+for (const backend of Object.keys(engines)) wasm(backend);  // warm-up: faults in the heap
 for (let i = 0; i < runs; ++i) {
-  for (const [name, f] of [['wasm cpu (Node)', () => wasm('cpu')], ['wasm cpu-ref (Node)', () => wasm('cpu-ref')],
-                           ['native cpu-ref', () => native('cpu-ref')],
-                           ['native cpu (fast)', () => native('cpu')]]) {
+  for (const [name, f] of arms) {
     const t = f();
     rows[name].push(t.decode_tok_s);
     prefill[name].push(t.prefill_ms);

@@ -58,9 +58,83 @@ HWY_INLINE float ScalarWeight(const uint8_t* row, int i) {
   }
 }
 
+#if GEMMA_WASM_KERNELS
+// WebAssembly SIMD (tiles.h): f64x2 lanes as EMU128's, each lane's products added in the same
+// order (EMU128's MulAdd is a multiply then an add: WebAssembly has no FMA).
+HWY_INLINE v128_t PromoteHigh(v128_t f32x4) {
+  return wasm_f64x2_promote_low_f32x4(wasm_i64x2_shuffle(f32x4, f32x4, 1, 1));
+}
+
+// Elements i..i+3 of a bf16 or f32 row as f32x4.
+template <WeightKind K>
+HWY_INLINE v128_t LoadF32x4(const uint8_t* row, int i) {
+  if constexpr (K == WeightKind::kF32) {
+    return wasm_v128_load(row + 4 * static_cast<size_t>(i));
+  } else {
+    return wasm_i32x4_shl(wasm_u32x4_load16x4(row + 2 * static_cast<size_t>(i)), 16);
+  }
+}
+
+template <WeightKind K, int T>
+HWY_NOINLINE void DenseTileWasm(const uint8_t* const* w, int cols, const float* const* x,
+                                double (&out)[kRows][kTokens]) {
+  v128_t acc[kRows][T];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[r][t] = wasm_f64x2_splat(0.0);
+  int i = 0;
+  for (; i + 4 <= cols; i += 4) {
+    v128_t lo[kRows], hi[kRows];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const v128_t f = LoadF32x4<K>(w[r], i);
+      lo[r] = wasm_f64x2_promote_low_f32x4(f);
+      hi[r] = PromoteHigh(f);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const v128_t xf = wasm_v128_load(x[t] + i);
+      const v128_t xlo = wasm_f64x2_promote_low_f32x4(xf), xhi = PromoteHigh(xf);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        acc[r][t] = wasm_f64x2_add(wasm_f64x2_mul(lo[r], xlo), acc[r][t]);
+        acc[r][t] = wasm_f64x2_add(wasm_f64x2_mul(hi[r], xhi), acc[r][t]);
+      }
+    }
+  }
+  for (; i + 2 <= cols; i += 2) {
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const v128_t xv = wasm_f64x2_make(x[t][i], x[t][i + 1]);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        const v128_t wv = wasm_f64x2_make(ScalarWeight<K>(w[r], i), ScalarWeight<K>(w[r], i + 1));
+        acc[r][t] = wasm_f64x2_add(wasm_f64x2_mul(wv, xv), acc[r][t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      // As EMU128's SumOfLanes: from 0, lane 0, then lane 1.
+      double s = 0.0;
+      s += wasm_f64x2_extract_lane(acc[r][t], 0);
+      s += wasm_f64x2_extract_lane(acc[r][t], 1);
+      for (int j = i; j < cols; ++j) s += static_cast<double>(ScalarWeight<K>(w[r], j)) * x[t][j];
+      out[r][t] = s;
+    }
+  }
+}
+#endif
+
 template <WeightKind K, int T>
 HWY_NOINLINE void DenseTile(const uint8_t* const* w, int cols, const float* const* x,
                             double (&out)[kRows][kTokens], size_t ahead) {
+#if GEMMA_WASM_KERNELS
+  if constexpr (K != WeightKind::kF16) return DenseTileWasm<K, T>(w, cols, x, out);
+#endif
   constexpr int kElemBytes = K == WeightKind::kF32 ? 4 : 2;
   const DF64 d64;
   const DF32H df;
@@ -164,9 +238,92 @@ double DotF64(const float* a, const float* b, int n) {
   return s;
 }
 
+#if GEMMA_WASM_KERNELS
+// f64x2 lanes as EMU128's (lane l sums dimensions i = l mod 2, ascending), four dimensions a step.
+template <int NQ>
+void QueryKeyDotsWasm(const double* q, int hd, const float* k, size_t k_stride, int nk,
+                      double* out, size_t ld) {
+  for (int j = 0; j < nk; ++j) {
+    const float* kj = k + j * k_stride;
+    v128_t acc[NQ];
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) acc[h] = wasm_f64x2_splat(0.0);
+    int i = 0;
+    for (; i + 4 <= hd; i += 4) {
+      const v128_t kf = wasm_v128_load(kj + i);
+      const v128_t k0 = wasm_f64x2_promote_low_f32x4(kf), k1 = PromoteHigh(kf);
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) {
+        acc[h] = wasm_f64x2_add(wasm_f64x2_mul(wasm_v128_load(q + h * hd + i), k0), acc[h]);
+        acc[h] = wasm_f64x2_add(wasm_f64x2_mul(wasm_v128_load(q + h * hd + i + 2), k1), acc[h]);
+      }
+    }
+    for (; i + 2 <= hd; i += 2) {
+      const v128_t kv = wasm_f64x2_make(kj[i], kj[i + 1]);
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h)
+        acc[h] = wasm_f64x2_add(wasm_f64x2_mul(wasm_v128_load(q + h * hd + i), kv), acc[h]);
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h) {
+      double s = 0.0;
+      s += wasm_f64x2_extract_lane(acc[h], 0);
+      s += wasm_f64x2_extract_lane(acc[h], 1);
+      for (int t = i; t < hd; ++t) s += q[h * hd + t] * static_cast<double>(kj[t]);
+      out[h * ld + j] = s;
+    }
+  }
+}
+
+// DV f64x2 vectors of dimensions per pass over the keys; each lane sums over keys ascending.
+template <int NQ>
+void WeightedValuesWasm(const double* p, size_t ld, const float* v, size_t v_stride, int nk,
+                        int hd, double* acc) {
+  constexpr int DV = NQ <= 4 ? 2 : 1;
+  int i = 0;
+  for (; i + 2 * DV <= hd; i += 2 * DV) {
+    v128_t a[NQ][DV];
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (int d = 0; d < DV; ++d) a[h][d] = wasm_v128_load(acc + h * hd + i + 2 * d);
+    for (int j = 0; j < nk; ++j) {
+      v128_t vv[DV];
+      if constexpr (DV == 2) {
+        const v128_t vf = wasm_v128_load(v + j * v_stride + i);
+        vv[0] = wasm_f64x2_promote_low_f32x4(vf);
+        vv[1] = PromoteHigh(vf);
+      } else {
+        vv[0] = wasm_f64x2_promote_low_f32x4(wasm_v128_load64_zero(v + j * v_stride + i));
+      }
+#pragma GCC unroll 16
+      for (int h = 0; h < NQ; ++h) {
+        const v128_t ph = wasm_f64x2_splat(p[h * ld + j]);
+#pragma GCC unroll 16
+        for (int d = 0; d < DV; ++d) a[h][d] = wasm_f64x2_add(wasm_f64x2_mul(ph, vv[d]), a[h][d]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (int d = 0; d < DV; ++d) wasm_v128_store(acc + h * hd + i + 2 * d, a[h][d]);
+  }
+  for (; i < hd; ++i) {
+    for (int h = 0; h < NQ; ++h) {
+      double a = acc[h * hd + i];
+      for (int j = 0; j < nk; ++j) a += p[h * ld + j] * static_cast<double>(v[j * v_stride + i]);
+      acc[h * hd + i] = a;
+    }
+  }
+}
+#endif
+
 template <int NQ>
 void QueryKeyDotsN(const double* q, int hd, const float* k, size_t k_stride, int nk, double* out,
                    size_t ld) {
+#if GEMMA_WASM_KERNELS
+  return QueryKeyDotsWasm<NQ>(q, hd, k, k_stride, nk, out, ld);
+#endif
   const DF64 d64;
   const DF32H df;
   const int N = static_cast<int>(hn::Lanes(d64));
@@ -248,6 +405,9 @@ void QueryKeyDotsF64(const double* q, int nq, int hd, const float* k, size_t k_s
 template <int NQ>
 void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride, int nk, int hd,
                      double* acc) {
+#if GEMMA_WASM_KERNELS
+  return WeightedValuesWasm<NQ>(p, ld, v, v_stride, nk, hd, acc);
+#endif
   const DF64 d64;
   const DF32H df;
   const int N = static_cast<int>(hn::Lanes(d64));

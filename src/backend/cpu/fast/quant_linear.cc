@@ -221,6 +221,91 @@ GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const in
   }
 }
 
+#elif GEMMA_WASM_KERNELS
+// WebAssembly SIMD (tiles.h), in i16 lanes: lane l of 16 packed bytes holds bytes 2l (low) and
+// 2l + 1 (high), so a group's codes of the even bytes are (lane >> bits * g) & mask and of the odd
+// bytes (lane >> (8 + bits * g)) & mask, each multiplied by the activations of the same bytes
+// (sign-extended into i16 lanes once per block for all rows) with i32x4.dot_i16x8_s, which sums
+// into i32 lanes. int8 weights are read as their signed values (offset 0). Exact integer sums.
+
+template <WeightKind K>
+constexpr int Offset() {
+  return K == WeightKind::kQ2 ? 2 : K == WeightKind::kQ4 ? 8 : 0;
+}
+
+// Sign-extended even and odd bytes of 16 activations as i16 lanes.
+HWY_INLINE void SplitActs(const int8_t* q, v128_t& even, v128_t& odd) {
+  const v128_t v = wasm_v128_load(q);
+  even = wasm_i16x8_shr(wasm_i16x8_shl(v, 8), 8);
+  odd = wasm_i16x8_shr(v, 8);
+}
+
+// Codes of group G of the even (Odd = 0) or odd (Odd = 1) bytes in i16 lanes.
+template <WeightKind K, int G, int Odd>
+HWY_INLINE v128_t Codes16(v128_t p) {
+  constexpr int kBits = K == WeightKind::kQ4 ? 4 : 2;
+  constexpr int kShift = 8 * Odd + kBits * G;
+  const v128_t s = kShift == 0 ? p : wasm_u16x8_shr(p, kShift);
+  if constexpr (kShift + kBits == 16) return s;
+  return wasm_v128_and(s, wasm_i16x8_splat((1 << kBits) - 1));
+}
+
+template <WeightKind K, int G>
+HWY_INLINE void GroupDots(const v128_t (&p)[kRows], const int8_t* qg, v128_t (&acc)[kRows]) {
+  v128_t qe, qo;
+  SplitActs(qg, qe, qo);
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+    acc[r] = wasm_i32x4_add(acc[r], wasm_i32x4_add(wasm_i32x4_dot_i16x8(Codes16<K, G, 0>(p[r]), qe),
+                                                   wasm_i32x4_dot_i16x8(Codes16<K, G, 1>(p[r]), qo)));
+  }
+}
+
+template <WeightKind K, int T>
+HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const* q,
+                       int32_t (&raw)[kRows][kTokens]) {
+  constexpr int BE = 64 * Groups<K>();
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    v128_t acc[kRows];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) acc[r] = wasm_i32x4_splat(0);
+    for (int b = 0; b < blocks; ++b) {
+      const size_t woff = static_cast<size_t>(b) * 64;
+      const int8_t* qb = q[t] + static_cast<size_t>(b) * BE;
+#pragma GCC unroll 4
+      for (int o = 0; o < 64; o += 16) {
+        v128_t p[kRows];
+#pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) p[r] = wasm_v128_load(w[r] + woff + o);
+        if constexpr (K == WeightKind::kQ8) {
+          v128_t qe, qo;
+          SplitActs(qb + o, qe, qo);
+#pragma GCC unroll 16
+          for (int r = 0; r < kRows; ++r) {
+            const v128_t we = wasm_i16x8_shr(wasm_i16x8_shl(p[r], 8), 8);
+            const v128_t wo = wasm_i16x8_shr(p[r], 8);
+            acc[r] = wasm_i32x4_add(acc[r], wasm_i32x4_add(wasm_i32x4_dot_i16x8(we, qe),
+                                                           wasm_i32x4_dot_i16x8(wo, qo)));
+          }
+        } else {
+          GroupDots<K, 0>(p, qb + o, acc);
+          if constexpr (Groups<K>() > 1) GroupDots<K, 1>(p, qb + 64 + o, acc);
+          if constexpr (Groups<K>() > 2) {
+            GroupDots<K, 2>(p, qb + 128 + o, acc);
+            GroupDots<K, 3>(p, qb + 192 + o, acc);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      raw[r][t] = wasm_i32x4_extract_lane(acc[r], 0) + wasm_i32x4_extract_lane(acc[r], 1) +
+                  wasm_i32x4_extract_lane(acc[r], 2) + wasm_i32x4_extract_lane(acc[r], 3);
+    }
+  }
+}
+
 #else  // portable path: widen to i16, pairwise multiply-add into i32.
 
 template <WeightKind K>
@@ -355,6 +440,26 @@ void Epilogue(const int32_t* dot, const float* row_scale, double in_scale, float
   const auto vout = hn::Set(df, out_scale);
   const auto lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
   int i = 0;
+#if GEMMA_WASM_KERNELS
+  // The same operations four lanes at a time; f32x4.nearest rounds half to even as nearbyint.
+  const v128_t win = wasm_f64x2_splat(in_scale);
+  const v128_t wout = wasm_f32x4_splat(out_scale);
+  const v128_t wlo = wasm_f32x4_splat(-128.0f), whi = wasm_f32x4_splat(127.0f);
+  for (; i + 4 <= count; i += 4) {
+    const v128_t di = wasm_v128_load(dot + i), rs = wasm_v128_load(row_scale + i);
+    const v128_t p0 = wasm_f64x2_mul(wasm_f64x2_mul(wasm_f64x2_convert_low_i32x4(di), win),
+                                     wasm_f64x2_promote_low_f32x4(rs));
+    const v128_t p1 = wasm_f64x2_mul(
+        wasm_f64x2_mul(wasm_f64x2_convert_low_i32x4(wasm_i64x2_shuffle(di, di, 1, 1)), win),
+        wasm_f64x2_promote_low_f32x4(wasm_i64x2_shuffle(rs, rs, 1, 1)));
+    v128_t v = wasm_i64x2_shuffle(wasm_f32x4_demote_f64x2_zero(p0), wasm_f32x4_demote_f64x2_zero(p1), 0, 2);
+    if (out_scale > 0) {
+      v = wasm_f32x4_mul(
+          wasm_f32x4_min(whi, wasm_f32x4_max(wlo, wasm_f32x4_nearest(wasm_f32x4_div(v, wout)))), wout);
+    }
+    wasm_v128_store(y + i, v);
+  }
+#endif
   for (; i + N <= count; i += N) {
     const auto prod = hn::Mul(hn::Mul(hn::PromoteTo(d64, hn::LoadU(di, dot + i)), vin),
                               hn::PromoteTo(d64, hn::LoadU(df, row_scale + i)));
@@ -562,10 +667,92 @@ HWY_INLINE int32_t QuantizePermuted(const float* x, int cols, float s, int8_t* q
 }
 #endif
 
+#if GEMMA_WASM_KERNELS
+// Four elements x / s rounded half to even (f32x4.nearest, as nearbyint), clamped, as i32.
+HWY_INLINE v128_t QuantizeF32x4(const float* x, v128_t vs) {
+  const v128_t r = wasm_f32x4_min(wasm_f32x4_splat(127.0f),
+                                  wasm_f32x4_max(wasm_f32x4_splat(-128.0f),
+                                                 wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x), vs))));
+  return wasm_i32x4_trunc_sat_f32x4(r);
+}
+
+// QuantizeK with the block permutation done by byte shuffles: 64 elements are quantized in natural
+// order into four vectors of bytes, then int4 takes their even and odd bytes, int2 bytes 4j + k.
+// Whole 64-element chunks only; the rest goes the portable way.
+template <WeightKind K>
+HWY_INLINE int32_t QuantizeWasm(const float* x, int cols, float s, int8_t* q, int& done) {
+  constexpr int G = Groups<K>();
+  constexpr int BE = 64 * G;
+  const v128_t vs = wasm_f32x4_splat(s);
+  v128_t vsum = wasm_i32x4_splat(0);
+  int e = 0;
+  for (; e + 64 <= cols; e += 64) {
+    v128_t b[4];
+    for (int c = 0; c < 4; ++c) {
+      const v128_t i0 = QuantizeF32x4(x + e + 16 * c, vs), i1 = QuantizeF32x4(x + e + 16 * c + 4, vs);
+      const v128_t i2 = QuantizeF32x4(x + e + 16 * c + 8, vs), i3 = QuantizeF32x4(x + e + 16 * c + 12, vs);
+      vsum = wasm_i32x4_add(vsum, wasm_i32x4_add(wasm_i32x4_add(i0, i1), wasm_i32x4_add(i2, i3)));
+      b[c] = wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(i0, i1), wasm_i16x8_narrow_i32x4(i2, i3));
+    }
+    const int blk = e / BE * BE, j0 = e % BE;  // this chunk: elements j0 .. j0 + 63 of its block
+    int8_t* qb = q + blk;
+    if constexpr (K == WeightKind::kQ8) {
+      for (int c = 0; c < 4; ++c) wasm_v128_store(qb + j0 + 16 * c, b[c]);
+    } else if constexpr (K == WeightKind::kQ4) {
+      // Element j goes to (j & 1) * 64 + (j >> 1).
+      for (int c = 0; c < 4; c += 2) {
+        const int o = (j0 + 16 * c) >> 1;
+        wasm_v128_store(qb + o, wasm_i8x16_shuffle(b[c], b[c + 1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                                                   20, 22, 24, 26, 28, 30));
+        wasm_v128_store(qb + 64 + o, wasm_i8x16_shuffle(b[c], b[c + 1], 1, 3, 5, 7, 9, 11, 13, 15,
+                                                        17, 19, 21, 23, 25, 27, 29, 31));
+      }
+    } else {
+      // Element j goes to (j & 3) * 64 + (j >> 2): 16 bytes per group from the 64.
+      const int o = j0 >> 2;
+#define GEMMA_Q2_GROUP(k)                                                                          \
+  {                                                                                                \
+    const v128_t lo = wasm_i8x16_shuffle(b[0], b[1], k, k + 4, k + 8, k + 12, k + 16, k + 20,      \
+                                         k + 24, k + 28, 0, 0, 0, 0, 0, 0, 0, 0);                  \
+    const v128_t hi = wasm_i8x16_shuffle(b[2], b[3], k, k + 4, k + 8, k + 12, k + 16, k + 20,      \
+                                         k + 24, k + 28, 0, 0, 0, 0, 0, 0, 0, 0);                  \
+    wasm_v128_store(qb + 64 * k + o, wasm_i64x2_shuffle(lo, hi, 0, 2));                            \
+  }
+      GEMMA_Q2_GROUP(0) GEMMA_Q2_GROUP(1) GEMMA_Q2_GROUP(2) GEMMA_Q2_GROUP(3)
+#undef GEMMA_Q2_GROUP
+    }
+  }
+  done = e;
+  return wasm_i32x4_extract_lane(vsum, 0) + wasm_i32x4_extract_lane(vsum, 1) +
+         wasm_i32x4_extract_lane(vsum, 2) + wasm_i32x4_extract_lane(vsum, 3);
+}
+#endif
+
 template <WeightKind K>
 int32_t QuantizeK(const float* x, int cols, float s, int8_t* q) {
 #if HWY_TARGET == HWY_AVX3_DL
   if constexpr (K != WeightKind::kQ8) return QuantizePermuted<K>(x, cols, s, q);
+#endif
+#if GEMMA_WASM_KERNELS
+  {
+    constexpr int BE = 64 * Groups<K>();
+    const int padded = (cols + BE - 1) / BE * BE;
+    int done = 0;
+    int32_t sum = QuantizeWasm<K>(x, cols, s, q, done);
+    if (done < padded) {
+      // Fewer than 64 elements left: the positions of their block that whole chunks did not
+      // write are cleared (the zero padding), then each element is placed.
+      const int blk = done / BE * BE;
+      for (int j = done - blk; j < BE; ++j) q[blk + PermInBlock<K>(j)] = 0;
+      for (int b = blk + BE; b < padded; ++b) q[b] = 0;
+      for (int i = done; i < cols; ++i) {
+        const int v = ref::QuantizeSrq(x[i], s);
+        q[(i / BE) * BE + PermInBlock<K>(i % BE)] = static_cast<int8_t>(v);
+        sum += v;
+      }
+    }
+    return sum;
+  }
 #endif
   constexpr int BE = 64 * Groups<K>();
   const int padded = (cols + BE - 1) / BE * BE;

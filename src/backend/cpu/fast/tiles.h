@@ -4,6 +4,18 @@
 
 #include <cstddef>
 
+// The WebAssembly build compiles Highway's portable EMU128 target only (Debian's Highway 1.0.3 has
+// no f64 vectors on its WASM target: src/backend/cpu/fast/CMakeLists.txt); the kernels that decode
+// spends its time in have WebAssembly SIMD paths there (`#if GEMMA_WASM_KERNELS`), with the same
+// lanes and the same operations in the same order as the EMU128 code they replace, so results are
+// bit-identical to it (docs/web.md).
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+#define GEMMA_WASM_KERNELS (HWY_TARGET == HWY_EMU128)
+#else
+#define GEMMA_WASM_KERNELS 0
+#endif
+
 namespace gemma::fast {
 
 constexpr int kRows = 4;    // rows per register tile

@@ -9,7 +9,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git clang-14 libclang-rt-14-d
       libvulkan-dev glslc glslang-tools mesa-vulkan-drivers vulkan-tools
       libre2-dev libpcre2-dev
       libcurl4-openssl-dev libssl-dev libcpp-httplib-dev chromium
-      libstb-dev libwebp-dev ffmpeg libsndfile1-dev libsamplerate0-dev)
+      libstb-dev libwebp-dev ffmpeg libsndfile1-dev libsamplerate0-dev
+      emscripten)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # node/npm: the machine image ships Node.js with npm; Debian's packages only where it is absent.

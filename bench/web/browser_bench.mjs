@@ -1,0 +1,130 @@
+// Decode speed of the WebAssembly module in headless Chromium (the library: the engine in a module
+// Web Worker, a cross-origin isolated page) against the native command line, one thread,
+// interleaved runs, medians (bench/journal/):
+//   node --experimental-websocket bench/web/browser_bench.mjs [MODEL_DIR] [TOKENS] [RUNS]
+// Needs build-web/ (tools/build-web.sh), build/tools/gemma-engine and Debian's chromium. The model
+// is fetched by the page from a loopback server ({url} models are read into the worker's memory).
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+
+const root = path.resolve(new URL('../..', import.meta.url).pathname);
+const model = fs.realpathSync(process.argv[2] ?? path.join(root, 'models/tiny-trained'));
+const tokens = Number(process.argv[3] ?? 128);
+const runs = Number(process.argv[4] ?? 3);
+const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
+const cli = process.env.GEMMA_ENGINE ?? path.join(root, 'build/tools/gemma-engine');
+const chromium = process.env.CHROMIUM || 'chromium';
+const prompt = 'The Debian project';
+
+const types = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript',
+                '.wasm': 'application/wasm', '.json': 'application/json' };
+const server = http.createServer((req, res) => {
+  const url = new URL(req.url, 'http://x');
+  const headers = { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp',
+                    'Cross-Origin-Resource-Policy': 'same-origin', 'Cache-Control': 'no-store' };
+  if (url.pathname === '/bench.html') {
+    res.writeHead(200, { ...headers, 'Content-Type': types['.html'] }).end('<!doctype html><title>bench</title>');
+    return;
+  }
+  const file = url.pathname.startsWith('/model/')
+    ? path.join(model, decodeURIComponent(url.pathname.slice('/model/'.length)))
+    : path.join(web, decodeURIComponent(url.pathname));
+  if (!fs.existsSync(file) || fs.statSync(file).isDirectory()) {
+    res.writeHead(404, headers).end();
+    return;
+  }
+  res.writeHead(200, { ...headers, 'Content-Type': types[path.extname(file)] ?? 'application/octet-stream',
+                       'Content-Length': fs.statSync(file).size });
+  fs.createReadStream(file).pipe(res);
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const base = `http://127.0.0.1:${server.address().port}`;
+
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'gemma-web-bench-'));
+const browser = spawn(chromium, [
+  '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
+  '--disable-extensions', '--disable-background-networking', '--remote-debugging-port=0',
+  `--user-data-dir=${profile}`, 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe'] });
+const wsUrl = await new Promise((resolve, reject) => {
+  let err = '';
+  browser.stderr.on('data', (d) => {
+    err += d;
+    const m = err.match(/DevTools listening on (ws:\/\/\S+)/);
+    if (m) resolve(m[1]);
+  });
+  browser.on('exit', (code) => reject(new Error(`chromium exited ${code}: ${err}`)));
+});
+const targets = await (await fetch(`http://127.0.0.1:${new URL(wsUrl).port}/json/list`)).json();
+const ws = new WebSocket(targets.find((t) => t.type === 'page').webSocketDebuggerUrl);
+await new Promise((r, j) => { ws.onopen = r; ws.onerror = j; });
+let nextId = 1;
+const pending = new Map();
+ws.onmessage = (m) => {
+  const msg = JSON.parse(m.data);
+  if (msg.id && pending.has(msg.id)) {
+    const { resolve, reject } = pending.get(msg.id);
+    pending.delete(msg.id);
+    if (msg.error) reject(new Error(msg.error.message)); else resolve(msg.result);
+  }
+};
+const cdp = (method, params = {}) => new Promise((resolve, reject) => {
+  const id = nextId++;
+  pending.set(id, { resolve, reject });
+  ws.send(JSON.stringify({ id, method, params }));
+});
+async function js(expression) {
+  const r = await cdp('Runtime.evaluate', { expression, awaitPromise: true, returnByValue: true });
+  if (r.exceptionDetails) throw new Error(r.exceptionDetails.exception?.description || expression);
+  return r.result.value;
+}
+
+try {
+  await cdp('Page.enable');
+  await cdp('Page.navigate', { url: `${base}/bench.html` });
+  for (let i = 0; i < 200 && !(await js('document.readyState === "complete"').catch(() => false)); ++i) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const browserInfo = await js('navigator.userAgent');
+  const isolated = await js('crossOriginIsolated');
+  await js(`(async () => {
+    const { loadEngine } = await import('./lib/gemma-engine.mjs');
+    const t0 = performance.now();
+    window.engine = await loadEngine({ model: { url: new URL('model/', location.href).href }, backend: 'cpu', context: 1024 });
+    window.loadMs = performance.now() - t0;
+    return true; })()`);
+  const wasm = () => js(`(async () => {
+    const s = engine.newSession();
+    const r = await s.generate(${JSON.stringify(prompt)}, { max_tokens: ${tokens}, ignore_eos: true, temperature: 0 });
+    await s.destroy();
+    return r.telemetry; })()`);
+  const native = () => JSON.parse(execFileSync(cli, [
+    'run', '--model', model, '-p', prompt, '-n', String(tokens), '--ignore-eos', '--temperature', '0',
+    '--threads', '1', '--backend', 'cpu', '--context', '1024', '--json']).toString()).telemetry;
+  await wasm();  // warm-up
+  const rows = { 'wasm cpu (Chromium)': [], 'native cpu (fast)': [] };
+  for (let i = 0; i < runs; ++i) {
+    rows['wasm cpu (Chromium)'].push((await wasm()).decode_tok_s);
+    rows['native cpu (fast)'].push(native().decode_tok_s);
+  }
+  const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
+  const fast = median(rows['native cpu (fast)']);
+  console.log(`${path.basename(model)}: ${tokens} tokens after '${prompt}', 1 thread, median of ${runs}; ` +
+              `${browserInfo.match(/Chrome\/\S+/)?.[0]}, cross-origin isolated ${isolated}, page load ${(await js('loadMs')).toFixed(0)} ms`);
+  for (const [name, v] of Object.entries(rows)) {
+    console.log(`  ${name.padEnd(22)} decode ${median(v).toFixed(1).padStart(7)} tok/s  (${(median(v) / fast).toFixed(2)}x native fast)  ` +
+                `runs ${v.map((x) => x.toFixed(0)).join(' ')}`);
+  }
+} catch (e) {
+  console.log(`FAILED: ${e.message}`);
+  process.exitCode = 1;
+} finally {
+  ws.close();
+  const exited = new Promise((r) => browser.on('exit', r));
+  browser.kill();
+  await exited;
+  server.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}

@@ -120,6 +120,8 @@ export interface EngineInfo {
   chat_template: Record<string, unknown>;
   generation_defaults: Record<string, unknown>;
   handle: number;
+  /** Threads the engine runs on (1 unless the pthreads build was loaded). */
+  threads: number;
 }
 
 export class Session {
@@ -155,6 +157,9 @@ export interface LoadOptions {
   name?: string;
   backend?: 'cpu' | 'cpu-ref' | 'auto';
   context?: number;
+  /** > 1: the pthreads build (gemma-engine-mt.js beside the module) with that many threads where
+   *  SharedArrayBuffer works (Node, a cross-origin isolated page); otherwise one thread. */
+  threads?: number;
   onProgress?: (p: { file: string; loaded: number; total: number }) => void;
   /** Where gemma-engine.js and its .wasm are (default: beside lib/). */
   moduleUrl?: string;

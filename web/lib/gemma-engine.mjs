@@ -188,8 +188,10 @@ export class Engine {
 // objects (a user's pick, or the cache's: model-cache.mjs; read in slices, never whole), or
 // {url, files?, optional?} (fetched: config.json, model.safetensors, tokenizer.json, and
 // generation_config.json, chat_template.jinja when present). backend: "cpu" | "auto" (WebGPU is
-// later work; "auto" is the CPU). onProgress({file, loaded, total}) while fetching.
-export async function loadEngine({ model, name, backend = 'auto', context = 4096, onProgress,
+// later work; "auto" is the CPU). onProgress({file, loaded, total}) while fetching. threads: > 1
+// runs the pthreads build (gemma-engine-mt.js beside the module) where SharedArrayBuffer works
+// (Node, a cross-origin isolated page), else one thread; engine.info.threads says which.
+export async function loadEngine({ model, name, backend = 'auto', context = 4096, threads = 1, onProgress,
                                    moduleUrl = new URL('../gemma-engine.js', import.meta.url).href,
                                    wasmUrl } = {}) {
   if (!['cpu', 'cpu-ref', 'auto'].includes(backend)) {
@@ -205,7 +207,7 @@ export async function loadEngine({ model, name, backend = 'auto', context = 4096
     channel = new Channel(new Worker(workerUrl, { type: 'module' }), false);
   }
   try {
-    const info = await channel.call('load', { model, name, backend, context, moduleUrl, wasmUrl },
+    const info = await channel.call('load', { model, name, backend, context, threads, moduleUrl, wasmUrl },
                                     (p) => onProgress?.(p));
     return new Engine(channel, info);
   } catch (e) {

@@ -29,8 +29,28 @@ function unwrap(text) {
   return r.ok;
 }
 
-async function init({ moduleUrl, wasmUrl }) {
+// threads > 1 where SharedArrayBuffer works (Node; a cross-origin isolated page) loads the pthreads
+// build beside the module (gemma-engine-mt.js: tools/build-web.sh with THREADS=1) with threads - 1
+// Workers; without it, or when it is absent, the single-threaded module and one thread.
+let threadsUsed = 1;
+async function init(msg) {
   if (M) return;
+  const want = Math.max(1, Math.floor(msg.threads ?? 1));
+  const shared = typeof SharedArrayBuffer === 'function' && (isNode || globalThis.crossOriginIsolated);
+  if (want > 1 && shared) {
+    const mtUrl = msg.moduleUrl.replace(/\.js$/, '-mt.js');
+    try {
+      await load({ moduleUrl: mtUrl, wasmUrl: mtUrl.replace(/\.js$/, '.wasm'), pthreads: want - 1 });
+      threadsUsed = want;
+      return;
+    } catch {
+      M = null;  // no pthreads build here: the single-threaded module
+    }
+  }
+  await load(msg);
+}
+
+async function load({ moduleUrl, wasmUrl, pthreads }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -43,7 +63,11 @@ async function init({ moduleUrl, wasmUrl }) {
     wasmBinary = fs.readFileSync(fileURLToPath(wasmUrl));
   }
   const { default: create } = await import(moduleUrl);
-  M = await create(wasmBinary ? { wasmBinary } : { locateFile: () => wasmUrl });
+  // The pthreads build starts its Workers with the module (at least one: 3.1.6 never resolves an
+  // empty pool's load).
+  const opts = pthreads ? { gemmaPthreads: Math.max(1, pthreads) } : {};
+  M = await create(wasmBinary ? { wasmBinary, ...opts }
+                              : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });
 }
 
 let mounts = 0;
@@ -99,7 +123,8 @@ const handlers = {
     const dir = await mountModel(msg.model, progress);
     const info = unwrap(M.Engine.load(JSON.stringify({
       model_path: dir, backend: msg.backend === 'auto' ? 'cpu' : (msg.backend ?? 'cpu'),
-      context: msg.context ?? 4096, threads: 1, model_id: msg.name ?? 'model' })));
+      context: msg.context ?? 4096, threads: threadsUsed, model_id: msg.name ?? 'model' })));
+    info.threads = threadsUsed;
     engines.set(info.handle, M.Engine.get(info.handle));
     return info;
   },

@@ -104,6 +104,29 @@ check(s2.telemetry.reused_tokens > 0, 'the second identical prompt reused no cac
   check(bad === 0, `model-cache Sha256: ${bad} lengths differ from node:crypto`);
 }
 
+// Threads (the pthreads build, THREADS=1 bash tools/build-web.sh; not in CI): two threads give
+// the single-threaded module's tokens and log-probs bit for bit (rows are split between threads,
+// each row's sum is the same), bf16 and QAT.
+if (fs.existsSync(path.join(webDir, 'gemma-engine-mt.js'))) {
+  for (const sub of ['models/tiny-trained', 'models/tiny-trained/qat']) {
+    const out = [];
+    for (const threads of [1, 2]) {
+      const e = await loadEngine({ model: path.join(sourceDir, sub), backend: 'cpu', threads });
+      check(e.info.threads === threads, `${sub}: asked for ${threads} threads, runs ${e.info.threads}`);
+      const s = e.newSession();
+      out.push(await s.generate('The Debian project', { max_tokens: 48, ignore_eos: true, temperature: 0, logprobs: 5 }));
+      await e.destroy();
+    }
+    check(out[0].tokens.length === 48 && JSON.stringify(out[0].tokens) === JSON.stringify(out[1].tokens),
+          `${sub}: 2 threads' tokens differ from 1 thread's`);
+    check(JSON.stringify(out[0].logprobs) === JSON.stringify(out[1].logprobs), `${sub}: 2 threads' log-probs differ`);
+    console.log(`threads: ${sub}, 2 threads = 1 thread (48 tokens, top-5 log-probs bit for bit); decode ` +
+                `${out[0].telemetry.decode_tok_s.toFixed(0)} / ${out[1].telemetry.decode_tok_s.toFixed(0)} tok/s`);
+  }
+} else {
+  console.log('threads: skipped (no gemma-engine-mt.js: THREADS=1 bash tools/build-web.sh)');
+}
+
 await session.reset();
 const ids = await engine.tokenize('Hello world');
 check(Array.isArray(ids) && ids.length > 0, 'tokenize');

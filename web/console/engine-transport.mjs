@@ -23,11 +23,15 @@ export async function engineTransport({ onReady }) {
     if (loading) return loading;
     loading = (async () => {
       status(`loading ${name}…`);
-      const next = await loadEngine({ model, name, backend: 'auto' });
+      // A cross-origin isolated page runs the pthreads build when it is there (one thread per
+      // core, at most 4); otherwise the single-threaded module.
+      const threads = globalThis.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
+      const next = await loadEngine({ model, name, backend: 'auto', threads });
       if (engine) await engine.destroy();
       engine = next;
       session = engine.newSession();
-      status(`${name}: loaded in ${engine.info.load_ms.toFixed(0)} ms`);
+      status(`${name}: loaded in ${engine.info.load_ms.toFixed(0)} ms` +
+             (engine.info.threads > 1 ? `, ${engine.info.threads} threads` : ''));
       onReady();
     })();
     try {

@@ -191,6 +191,14 @@ await step('an interrupted download resumes with a Range request', async () => {
   console.log(`     dropped after ${parts[0].bytes} of ${size} bytes; resumed from byte ${kept}`);
   const info = await text('model-info');
   check(info.includes('cpu-fast') && info.includes('in this page'), `model info: ${info}`);
+  // The page is cross-origin isolated: with the pthreads build beside the module (THREADS=1
+  // tools/build-web.sh) it runs one thread per core (the answers below are then the threaded
+  // engine's); without it, the single-threaded module.
+  const cores = await js('navigator.hardwareConcurrency');
+  const threaded = fs.existsSync(path.join(webDir, 'gemma-engine-mt.js')) && cores > 1;
+  const st = await text('model-status');
+  check(threaded === /\d+ threads/.test(st), `model status '${st}' (pthreads build ${threaded ? '' : 'not '}expected)`);
+  console.log(`     ${st}`);
 });
 
 await step('generate: the greedy answer of the native build', async () => {

@@ -14,7 +14,10 @@ build_dir=${BUILD_DIR:-build-web}
 export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}
 command -v emcmake >/dev/null || { echo "emcmake not found: apt-get install emscripten" >&2; exit 2; }
 emcmake cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" "$@" >/dev/null
-ninja -C "$build_dir" -j"${JOBS:-2}" gemma-engine
+# The module, and the kernel tests compiled to WebAssembly where GoogleTest's sources are there.
+targets=(gemma-engine)
+ninja -C "$build_dir" -t targets all | grep -q "^gemma-fast-ops-test:" && targets+=(gemma-fast-ops-test)
+ninja -C "$build_dir" -j"${JOBS:-2}" "${targets[@]}"
 if [ "${THREADS:-0}" = 1 ]; then
   mt_dir=${build_dir}-threads
   emcmake cmake -S . -B "$mt_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DGEMMA_WEB_THREADS=ON "$@" >/dev/null

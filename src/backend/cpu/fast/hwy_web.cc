@@ -16,6 +16,10 @@ HWY_DLLEXPORT ChosenTarget& GetChosenTarget() {
 
 HWY_DLLEXPORT int64_t SupportedTargets() { return HWY_EMU128; }
 
+// The kernel tests (fast_ops_test.cc, compiled to WebAssembly by web/CMakeLists.txt) select each
+// target in turn; there is one.
+HWY_DLLEXPORT void SetSupportedTargetsForTest(int64_t) {}
+
 HWY_DLLEXPORT HWY_NORETURN void HWY_FORMAT(3, 4) Abort(const char* file, int line, const char* format, ...) {
   char buf[800];
   va_list args;

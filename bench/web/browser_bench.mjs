@@ -1,7 +1,10 @@
 // Decode speed of the WebAssembly module in headless Chromium (the library: the engine in a module
 // Web Worker, a cross-origin isolated page) against the native command line, one thread,
 // interleaved runs, medians (bench/journal/):
-//   node --experimental-websocket bench/web/browser_bench.mjs [MODEL_DIR] [TOKENS] [RUNS]
+//   node --experimental-websocket bench/web/browser_bench.mjs [MODEL_DIR] [TOKENS] [RUNS] [opfs]
+// opfs: instead, the load time of the checkpoint cached in the Origin Private File System (the
+// page downloads it with model-cache.mjs, reloads, then times the cache's File objects to the
+// first generated token: loadEngine (the module, the weights read in slices) + prefill).
 // Needs build-web/ (tools/build-web.sh), build/tools/gemma-engine and Debian's chromium. The model
 // is fetched by the page from a loopback server ({url} models are read into the worker's memory).
 import { execFileSync, spawn } from 'node:child_process';
@@ -14,6 +17,7 @@ const root = path.resolve(new URL('../..', import.meta.url).pathname);
 const model = fs.realpathSync(process.argv[2] ?? path.join(root, 'models/tiny-trained'));
 const tokens = Number(process.argv[3] ?? 128);
 const runs = Number(process.argv[4] ?? 3);
+const opfs = process.argv[5] === 'opfs';
 const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
 const cli = process.env.GEMMA_ENGINE ?? path.join(root, 'build/tools/gemma-engine');
 const chromium = process.env.CHROMIUM || 'chromium';
@@ -88,6 +92,39 @@ try {
     await new Promise((r) => setTimeout(r, 50));
   }
   const browserInfo = await js('navigator.userAgent');
+  if (opfs) {
+    await js(`(async () => {
+      const cache = await import('./lib/model-cache.mjs');
+      await cache.remove('bench').catch(() => {});
+      await cache.download('bench', new URL('model/', location.href).href);
+      return true; })()`);
+    const times = [];
+    for (let i = 0; i < runs; ++i) {
+      await cdp('Page.reload');
+      await new Promise((r) => setTimeout(r, 500));
+      for (let k = 0; k < 200 && !(await js('document.readyState === "complete"').catch(() => false)); ++k) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      times.push(await js(`(async () => {
+        const cache = await import('./lib/model-cache.mjs');
+        const { loadEngine } = await import('./lib/gemma-engine.mjs');
+        const t0 = performance.now();
+        const engine = await loadEngine({ model: await cache.files('bench'), backend: 'cpu', context: 1024 });
+        const t1 = performance.now();
+        const s = engine.newSession();
+        let first = 0;
+        await s.generate(${JSON.stringify(prompt)}, { max_tokens: 1, temperature: 0,
+                                                     onToken: () => { first ||= performance.now(); } });
+        await engine.destroy();
+        return { load: t1 - t0, first: first - t0 }; })()`));
+    }
+    const bytes = fs.readdirSync(model).reduce((a, f) => a + fs.statSync(path.join(model, f)).size, 0);
+    console.log(`${path.basename(model)} (${(bytes / 2 ** 20).toFixed(0)} MiB of files) cached in OPFS, ` +
+                `${browserInfo.match(/Chrome\/\S+/)?.[0]}: loadEngine ${times.map((t) => t.load.toFixed(0)).join(' / ')} ms, ` +
+                `first token ${times.map((t) => t.first.toFixed(0)).join(' / ')} ms after the start`);
+    await js(`import('./lib/model-cache.mjs').then((c) => c.remove('bench'))`);
+    throw null;  // done
+  }
   const isolated = await js('crossOriginIsolated');
   await js(`(async () => {
     const { loadEngine } = await import('./lib/gemma-engine.mjs');
@@ -118,13 +155,15 @@ try {
                 `runs ${v.map((x) => x.toFixed(0)).join(' ')}`);
   }
 } catch (e) {
-  console.log(`FAILED: ${e.message}`);
-  process.exitCode = 1;
+  if (e !== null) {
+    console.log(`FAILED: ${e.message}`);
+    process.exitCode = 1;
+  }
 } finally {
   ws.close();
   const exited = new Promise((r) => browser.on('exit', r));
   browser.kill();
   await exited;
   server.close();
-  fs.rmSync(profile, { recursive: true, force: true });
+  try { fs.rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 }); } catch {}
 }

@@ -725,9 +725,14 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   if (at_token == 0 && !InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss)) {
     Fail("the engine under test has no device to lose");
   }
+  // (EOS ignored: the turn goes on past the injection, so the fault hits this request)
+  GenerateOptions failing = g;
+  failing.ignore_eos = true;
   try {
-    s.Generate(Input::Messages(messages), g, [&](const TokenEvent& e) {
-      if (at_token > 0 && e.index + 1 == at_token) InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss);
+    s.Generate(Input::Messages(messages), failing, [&](const TokenEvent& e) {
+      if (at_token > 0 && e.index + 1 == at_token) {
+        InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss);
+      }
     });
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kDevice) throw;

@@ -39,6 +39,10 @@ function(gemma_test name)
   target_compile_options(${name} PRIVATE ${GEMMA_WARNINGS} ${GEMMA_TEST_OPT})
   target_compile_definitions(${name} PRIVATE GEMMA_SOURCE_DIR="${GEMMA_ROOT}"
                                              GEMMA_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  if(GEMMA_SANITIZE)
+    # (tests whose bounds measure RSS or time relax them: docs/reliability.md, "Sanitizer builds")
+    target_compile_definitions(${name} PRIVATE GEMMA_SANITIZED=1)
+  endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
   if(A_SLOW_FILTER)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "-${A_SLOW_FILTER}"

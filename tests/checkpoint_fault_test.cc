@@ -62,7 +62,11 @@ TEST(CheckpointFault, TruncatedInPlaceWhileMappedIsSigbusAsDocumented) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    // Child: cpu-ref reads the weights from the mapping on every token.
+    // Child: cpu-ref reads the weights from the mapping on every token. (The default action for
+    // SIGBUS: a sanitizer's runtime installs its own handler, which reports and exits.)
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGBUS, &dfl, nullptr);
     auto engine = Engine::Load(
         {.model_path = dir, .backend = "cpu-ref", .context_capacity = 256, .threads = 1});
     fs::resize_file(fs::path(dir) / "model.safetensors", 4096);

@@ -69,8 +69,11 @@ TEST_F(TinySynth, TenSessionsShareTheWeightsAndAddOnlyTheirCaches) {
   }
   const size_t added = RssBytes() - std::min(RssBytes(), before);
   // Nine more sessions, each with a weight copy, would add 9 x shared; they add caches only.
+  // (Under a sanitizer RSS also counts its shadow memory and allocator: not measured there.)
+#ifndef GEMMA_SANITIZED
   EXPECT_LT(added, shared / 2) << "nine sessions added " << (added >> 20) << " MiB; weights "
                                << (shared >> 20) << " MiB";
+#endif
   EXPECT_EQ(engine->shared_bytes(), shared);
 }
 

@@ -686,8 +686,14 @@ TEST(Server, BoundedLoadEveryRequestAnsweredOr429NoLeak) {
   std::printf("load: %d requests in %.1f s: %d ok, %d x 429; RSS %.1f -> %.1f MiB\n", kRequests,
               secs, ok, busy, before / 1048576.0, after / 1048576.0);
   // (some answered: on a loaded 2-core machine most of a burst gets 429 while two slots work)
+#ifndef GEMMA_SANITIZED
   EXPECT_GT(ok, kRequests / 20);
   EXPECT_LE(static_cast<double>(after), before * 1.05);
+#else
+  // (a sanitizer's slowdown leaves fewer answered, and its quarantine and shadow memory count in
+  // RSS; its leak checker covers what the RSS bound stands for)
+  EXPECT_GT(ok, 0);
+#endif
   // SIGTERM: a clean stop with status 0.
   const int status = s.Stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << s.log();

@@ -220,6 +220,8 @@ class Soak {
   void SchemaScenario(std::mt19937_64& rng, json* ev);
   void ToolCallScenario(std::mt19937_64& rng, json* ev);
   void MultiTurn(std::mt19937_64& rng, json* ev);
+  json FirstTurn(Session& s, size_t p1, size_t p2, const GenerateOptions& g);
+  Result FreshTurn(const json& messages, GenerateOptions g);
   void CancelDecode(std::mt19937_64& rng, json* ev);
   void CancelPrefill(std::mt19937_64& rng, json* ev);
   void SessionDestroy(std::mt19937_64& rng, json* ev);
@@ -509,19 +511,29 @@ void Soak::ToolCallScenario(std::mt19937_64& rng, json* ev) {
   (*ev)["validator"] = ajv_->available() ? "ajv" : "declared tool only (node/AJV missing)";
 }
 
-void Soak::MultiTurn(std::mt19937_64& rng, json* ev) {
-  const size_t p1 = rng() % Prompts().size(), p2 = rng() % Prompts().size();
-  Session& s = *pool_[rng() % pool_.size()];
-  const GenerateOptions g = Greedy(prof_.golden_tokens);
+// A first turn (prompt p1) on `s`, then the conversation with its answer and a second question
+// (prompt p2), not yet asked.
+json Soak::FirstTurn(Session& s, size_t p1, size_t p2, const GenerateOptions& g) {
   json messages = UserMessages(Prompts()[p1]);
   const Result r1 = s.Generate(Input::Messages(messages), g);
   messages.push_back({{"role", "assistant"}, {"content", r1.text}});
   messages.push_back({{"role", "user"}, {"content", Prompts()[p2]}});
+  return messages;
+}
+
+// `messages` on a new session, nothing reused: what a turn must equal.
+Result Soak::FreshTurn(const json& messages, GenerateOptions g) {
+  g.reuse_prompt_cache = false;
+  return engine_->NewSession()->Generate(Input::Messages(messages), g);
+}
+
+void Soak::MultiTurn(std::mt19937_64& rng, json* ev) {
+  const size_t p1 = rng() % Prompts().size(), p2 = rng() % Prompts().size();
+  Session& s = *pool_[rng() % pool_.size()];
+  const GenerateOptions g = Greedy(prof_.golden_tokens);
+  const json messages = FirstTurn(s, p1, p2, g);
   const Result reused = s.Generate(Input::Messages(messages), g);
-  auto fresh_session = engine_->NewSession();
-  GenerateOptions no_reuse = g;
-  no_reuse.reuse_prompt_cache = false;
-  const Result fresh = fresh_session->Generate(Input::Messages(messages), no_reuse);
+  const Result fresh = FreshTurn(messages, g);
   if (reused.tokens != fresh.tokens &&
       !IsTie(engine_->PromptTokens(Input::Messages(messages)), fresh.tokens, reused.tokens, ev)) {
     Fail("a second turn on a session that reused its prefix differs from a fresh session",
@@ -713,10 +725,7 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   const size_t p1 = rng() % Prompts().size(), p2 = rng() % Prompts().size();
   Session& s = *pool_[rng() % pool_.size()];
   const GenerateOptions g = Greedy(prof_.golden_tokens);
-  json messages = UserMessages(Prompts()[p1]);
-  const Result r1 = s.Generate(Input::Messages(messages), g);
-  messages.push_back({{"role", "assistant"}, {"content", r1.text}});
-  messages.push_back({{"role", "user"}, {"content", Prompts()[p2]}});
+  const json messages = FirstTurn(s, p1, p2, g);
   const std::vector<int32_t> before = s.evaluated();
   // During prefill (the fault hits the turn's first submission) or after a few decoded tokens.
   const int at_token = static_cast<int>(rng() % 3);  // 0: prefill
@@ -748,10 +757,7 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   const std::vector<int32_t> prompt = engine_->PromptTokens(Input::Messages(messages));
   ExpectPrefixOf(s, prompt, "device_loss");
   const Result again = s.Generate(Input::Messages(messages), g);
-  auto fresh_session = engine_->NewSession();
-  GenerateOptions no_reuse = g;
-  no_reuse.reuse_prompt_cache = false;
-  const Result fresh = fresh_session->Generate(Input::Messages(messages), no_reuse);
+  const Result fresh = FreshTurn(messages, g);
   if (again.tokens != fresh.tokens &&
       !IsTie(engine_->PromptTokens(Input::Messages(messages)), fresh.tokens, again.tokens, ev)) {
     Fail("after a device loss the session's next turn differs from a fresh session's",

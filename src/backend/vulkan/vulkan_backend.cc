@@ -31,21 +31,6 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   }
 }
 
-void VulkanBackend::Replay() {
-  const std::vector<int32_t> replay = history_;
-  Reset();
-  ForwardResult ignored;
-  if (replay.empty()) return;
-  try {
-    Forward({.tokens = replay, .mode = OutputMode::kNone}, &ignored);
-  } catch (...) {
-    history_ = replay;
-    window_.Commit(static_cast<int>(replay.size()));
-    replay_ = true;
-    throw;
-  }
-}
-
 void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
                              const ForwardRequest& req, ForwardResult* out) {
   const int m = static_cast<int>(tokens.size());

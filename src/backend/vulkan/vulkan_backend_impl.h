@@ -404,6 +404,9 @@ class VulkanBackend : public Backend {
 
   void Rebuild();
   void Replay();  // replay_: history_ evaluated again
+  // Evaluates the committed `tokens` into reset caches; on a failure they stay committed and
+  // *again is set (broken_ / replay_), so the next Forward tries again.
+  void Reevaluate(const std::vector<int32_t>& tokens, bool* again);
 
   // Steps of at most this many tokens run on the context's own activations; longer prompt chunks
   // on the engine's shared set.

@@ -803,16 +803,26 @@ void VulkanBackend::Rebuild() {
   Build();
   ++rebuilds_;
   broken_ = false;
+  Reevaluate(replay, &broken_);
+}
+
+void VulkanBackend::Replay() {
+  const std::vector<int32_t> replay = history_;
+  Reset();
+  Reevaluate(replay, &replay_);
+}
+
+void VulkanBackend::Reevaluate(const std::vector<int32_t>& tokens, bool* again) {
+  if (tokens.empty()) return;
   ForwardResult ignored;
-  if (!replay.empty()) {
-    try {
-      Forward({.tokens = replay, .mode = OutputMode::kNone}, &ignored);
-    } catch (...) {
-      history_ = replay;
-      window_.Commit(static_cast<int>(replay.size()));
-      broken_ = true;
-      throw;
-    }
+  try {
+    Forward({.tokens = tokens, .mode = OutputMode::kNone}, &ignored);
+  } catch (...) {
+    // (the tokens stay committed; the next Forward tries again)
+    history_ = tokens;
+    window_.Commit(static_cast<int>(tokens.size()));
+    *again = true;
+    throw;
   }
 }
 

@@ -44,6 +44,7 @@ Shape MakeShape(const std::string& preset) {
   if (preset == "e2b-bf16" || preset == "e2b-qat") {
     Shape s = Base(262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, preset == "e2b-qat");
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
+    s.conditioned = true;
     s.vision_hidden = 768, s.vision_inter = 3072, s.vision_layers = 16, s.vision_heads = 12;
     s.vision_head_dim = 64, s.vision_positions = 10240;
     s.audio_hidden = 1024, s.audio_layers = 12, s.audio_heads = 8, s.audio_channels = 32;
@@ -56,6 +57,7 @@ Shape MakeShape(const std::string& preset) {
     // double-wide layers. ~0.25 GB (QAT), ~0.8 GB (bf16).
     Shape s = Base(32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, preset == "e2b-qat-mini");
     for (int l = 0; l < 10; ++l) s.full.push_back(l % 5 == 4);
+    s.conditioned = true;
     return s;
   }
   if (preset == "tiny" || preset == "tiny-qat") {
@@ -551,25 +553,30 @@ void Synthesize(const SynthOptions& options) {
     const int hd = s.full[l] ? s.global_head_dim : s.head_dim;
     const bool shared = l >= first_shared;
     const int64_t inter = s.inter * (s.double_wide && shared ? 2 : 1);
+    // (SynthShape::conditioned: the branches' post norms small, q/k norms at unit score spread)
+    const float post = s.conditioned ? 0.03f : 1.0f;
+    const float qk = s.conditioned ? 0.25f : 1.0f;
     for (const char* n :
          {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
           "post_feedforward_layernorm", "post_per_layer_input_norm"}) {
-      b.Bf16(L + n + ".weight", {H}, 0.1f, 1.0f);
+      const float g = std::string_view(n).starts_with("post") ? post : 1.0f;
+      b.Bf16(L + n + ".weight", {H}, 0.1f * g, g);
     }
     const int ab = AttnBits(s, l), mb = MlpBits(s, l), pb = PleBits(s, l);
     b.Linear(L + "self_attn.q_proj", static_cast<int64_t>(s.heads) * hd, H, ab, kIn, kOut);
-    b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f, 1.0f);
+    b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f * qk, qk);
     // Published checkpoints carry k/v (and k_norm) on shared layers too; the engine ignores them.
     b.Linear(L + "self_attn.k_proj", static_cast<int64_t>(s.kv_heads) * hd, H, ab, kIn, kOut);
     b.Linear(L + "self_attn.v_proj", static_cast<int64_t>(s.kv_heads) * hd, H, ab, kIn, kOut);
-    b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f, 1.0f);
+    b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f * qk, qk);
     b.Linear(L + "self_attn.o_proj", H, static_cast<int64_t>(s.heads) * hd, ab, kIn, kOut);
     b.Linear(L + "mlp.gate_proj", inter, H, mb, kIn, kOut);
     b.Linear(L + "mlp.up_proj", inter, H, mb, kIn, kOut);
     b.Linear(L + "mlp.down_proj", H, inter, mb, kWide, kOut);
     b.Linear(L + "per_layer_input_gate", s.ple_dim, H, pb, kIn, kOut);
     b.Linear(L + "per_layer_projection", H, s.ple_dim, pb, kIn, kOut);
-    b.F32Scalar(L + "layer_scalar", {1}, 0.5f + 0.4f * static_cast<float>((l * 7919) % 10) / 10.0f);
+    const float spread = static_cast<float>((l * 7919) % 10) / 10.0f;
+    b.F32Scalar(L + "layer_scalar", {1}, s.conditioned ? 0.9f + 0.1f * spread : 0.5f + 0.4f * spread);
     if (s.qat) {
       b.F32Scalar(L + "self_attn.k_cache_scale", {}, 0.05f);
       b.F32Scalar(L + "self_attn.v_cache_scale", {}, 0.05f);

@@ -46,6 +46,14 @@ struct SynthShape {
   // > 0: every linear's SRQ input/output scale multiplied by its own factor in [1 - j, 1 + j]
   // (gate and up then have different input scales, as in real checkpoints).
   float scale_jitter = 0;
+  // A well-conditioned text model (the E2B-width presets): residual-dominant layers (the branches'
+  // post norms ~0.03, layer scalars 0.9-1), attention scores of unit spread (q/k norm weights
+  // ~0.25 at head dims 256-512). Without it a random model of E2B's widths is chaotic: one bf16
+  // ulp of one norm weight moves the reference's own logits by ~1 relative L2 (QAT: dozens of head
+  // quanta) within a few positions, so no backend short of bit-identity could be compared with
+  // it (bench/journal/2026-12-03-mini-conditioning.md). Off: the original draws (the tiny
+  // presets, whose goldens are committed).
+  bool conditioned = false;
   // The image tower (model.vision_tower.*, model.embed_vision.*); vision_layers 0 = none. Dense
   // bf16, int8 in QAT checkpoints (the published rule), clippable linears with finite bounds.
   int vision_hidden = 0, vision_inter = 0, vision_layers = 0, vision_heads = 0,

@@ -616,6 +616,14 @@ bool InjectDeviceFault(Engine& engine, DeviceFault fault) {
   return impl && impl->backend_model().InjectDeviceFault(fault);
 }
 
+HeadQuantization EngineHeadQuantization(const Engine& engine) {
+  const auto* impl = dynamic_cast<const EngineImpl*>(&engine);
+  if (!impl) return {};
+  const Model& m = impl->model();
+  return {.quantum = m.lm_head().out_scale,
+          .softcap = m.text().final_logit_softcapping.value_or(0.0f)};
+}
+
 std::shared_ptr<Engine> Engine::Load(const EngineOptions& options) {
   return std::make_shared<EngineImpl>(options);
 }

@@ -277,8 +277,12 @@ void Soak::RecordGoldens() {
 // top logits are close (random weights), greedy paths then part now and then. Such a parting is a
 // tie, not a failure, when the reference's own logits at that position put the two tokens within
 // what the contract allows: |l[a] - l[b]| <= sqrt(2) * 1e-3 * ||l||_2 (two entries of a deviation
-// of at most 1e-3 ||l||_2 move at most that much apart). CPU backends are held to exact tokens.
+// of at most 1e-3 ||l||_2 move at most that much apart). With a quantized LM head (QAT) the
+// contract also allows an SRQ flip: every logit moved by at most two head quanta before the
+// softcap, so two tokens whose uncapped logits are within four quanta may swap. CPU backends are
+// held to exact tokens.
 constexpr double kTieBound = 1e-3;
+constexpr double kTieQuanta = 4;
 
 bool Soak::IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>& a,
                  const std::vector<int32_t>& b, json* ev) {
@@ -297,7 +301,18 @@ bool Soak::IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>&
   const double margin = std::fabs(static_cast<double>(row[a[d]]) - row[b[d]]);
   const double bound = std::sqrt(2.0) * kTieBound * std::sqrt(norm);
   json tie = {{"position", d}, {"tokens", {a[d], b[d]}}, {"margin", margin}, {"bound", bound}};
-  if (margin > bound) {
+  bool within = margin <= bound;
+  const HeadQuantization hq = EngineHeadQuantization(*ref_);
+  if (hq.quantum > 0) {
+    auto uncap = [&](float l) {
+      return hq.softcap > 0 ? hq.softcap * std::atanh(static_cast<double>(l) / hq.softcap)
+                            : static_cast<double>(l);
+    };
+    const double quanta = std::fabs(uncap(row[a[d]]) - uncap(row[b[d]])) / hq.quantum;
+    tie["head_quanta"] = quanta;
+    within = within || quanta <= kTieQuanta + 1e-3;
+  }
+  if (!within) {
     (*ev)["not_a_tie"] = tie;
     return false;
   }

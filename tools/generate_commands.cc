@@ -24,6 +24,7 @@ struct CommonOpts {
   std::string model, tokenizer, backend = "cpu";
   int context = 32768;
   int threads = 0;
+  size_t device_memory_mib = 0;
   GenerateOptions gen;
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
@@ -47,6 +48,9 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--threads", o.threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--device-memory", o.device_memory_mib,
+                  "Vulkan: device memory the engine may use, in MiB (0 = the device's largest "
+                  "heap); past it a clear capacity error (auto: the CPU backend)");
   GenerateOptions& g = o.gen;
   cmd->add_option("--image", o.images,
                   "Image file (PNG, JPEG, WebP, BMP, GIF; repeatable), placed before the text");
@@ -197,7 +201,8 @@ std::shared_ptr<Engine> Open(const CommonOpts& o, const GenerateOptions& g) {
                               .tokenizer_path = o.tokenizer,
                               .backend = o.backend,
                               .context_capacity = o.context,
-                              .threads = o.threads});
+                              .threads = o.threads,
+                              .device_memory_limit = o.device_memory_mib << 20});
   if (engine->backend_device_is_cpu()) {
     std::fprintf(stderr,
                  "warning: the Vulkan device '%s' is a CPU emulation (far slower than "

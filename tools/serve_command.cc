@@ -17,6 +17,7 @@ void AddServeCommand(CLI::App& app) {
   struct Opts {
     std::string model, tokenizer, backend = "cpu", alias;
     int context = 8192, threads = 0, max_batch = 16;
+    size_t device_memory_mib = 0;
     server::ServerOptions server;
   };
   auto o = std::make_shared<Opts>();
@@ -34,6 +35,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--context", o->context, "Context capacity per slot in tokens")
       ->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
+  cmd->add_option("--device-memory", o->device_memory_mib,
+                  "Vulkan: device memory the engine may use, in MiB (0 = the device's largest "
+                  "heap); past it a clear capacity error (auto: the CPU backend)");
   cmd->add_option("--alias", o->alias,
                   "Model id clients use (default: ORG/NAME for a Hub model, else the model "
                   "directory name)");
@@ -77,7 +81,8 @@ void AddServeCommand(CLI::App& app) {
                                 .backend = o->backend,
                                 .context_capacity = o->context,
                                 .threads = o->threads,
-                                .max_batch = o->max_batch});
+                                .max_batch = o->max_batch,
+                                .device_memory_limit = o->device_memory_mib << 20});
     server::ServerOptions so = o->server;
     so.model_id = o->alias;
     if (so.model_id.empty() && from_hub) {

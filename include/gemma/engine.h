@@ -49,6 +49,11 @@ struct EngineOptions {
   // up to this many per step (the weights read once for all), each with exactly its solo result.
   // Backends that gain from it only (the fast CPU backend); 1 = every session steps alone.
   int max_batch = 16;
+  // Vulkan: device-local memory the engine (weights and every session) may hold, in bytes (0: the
+  // device's largest device-local heap). Past it, loading or a new session fails with
+  // Error(kCapacity) naming what needs how much, before anything is allocated; the "auto" backend
+  // then runs on the CPU. Raise it for a driver that spills device memory to system memory.
+  size_t device_memory_limit = 0;
 };
 
 // One image of a request. With Input::text or Input::messages every "<|image|>" placeholder (the

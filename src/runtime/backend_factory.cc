@@ -40,6 +40,7 @@ BackendStart StartBackend(const BackendChoice& choice, const Model& model,
 #ifdef GEMMA_HAVE_VULKAN
     VulkanOptions vulkan;
     vulkan.device_index = choice.device_index;
+    vulkan.device_memory_limit = choice.device_memory_limit;
     vulkan.skip_cpu_devices = name == "auto";
     try {
       s.model = CreateVulkanModel(model, vulkan);

@@ -69,6 +69,33 @@ TEST_F(Capacity, HugeContextIsACapacityErrorNamingTheBytesBeforeAllocating) {
   EXPECT_EQ(session->Generate(Input::Ids({2, 100, 200}), g).tokens.size(), 4u);
 }
 
+// EngineOptions::device_memory_limit reaches the Vulkan backend: below the weights, loading is
+// Error(kCapacity) naming the device memory; with room, the engine loads and answers.
+TEST_F(Capacity, DeviceMemoryLimitIsACapacityErrorOnVulkan) {
+  try {
+    Engine::Load({.model_path = dir_,
+                  .backend = "vulkan",
+                  .context_capacity = 256,
+                  .threads = 2,
+                  .device_memory_limit = 4096});
+    ADD_FAILURE() << "loaded within 4 KiB of device memory";
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice || e.code() == ErrorCode::kUnsupported ||
+        e.code() == ErrorCode::kInvalidArgument)
+      GTEST_SKIP() << "SKIPPED: no Vulkan backend or device here: " << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of device memory"), std::string::npos) << e.what();
+  }
+  auto engine = Engine::Load({.model_path = dir_,
+                              .backend = "vulkan",
+                              .context_capacity = 256,
+                              .threads = 2,
+                              .device_memory_limit = size_t(1) << 30});
+  GenerateOptions g;
+  g.max_new_tokens = 3;
+  EXPECT_EQ(engine->NewSession()->Generate(Input::Ids({2, 100, 200}), g).tokens.size(), 3u);
+}
+
 TEST_F(Capacity, ContextBytesMatchWhatAContextHolds) {
   // The formula against the reference context's own accounting once its caches are full: every
   // owned K/V cache, float32, sliding caches capped at their ring.

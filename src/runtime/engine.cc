@@ -74,7 +74,10 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   // The backend model holds the weights once; its first context is made now so a bad backend
   // name or a missing device fails at load time, and the first session takes it.
   BackendStart start = StartBackend(
-      {.name = options.backend, .threads = options.threads, .device_index = options.device_index},
+      {.name = options.backend,
+       .threads = options.threads,
+       .device_index = options.device_index,
+       .device_memory_limit = options.device_memory_limit},
       *model_, {.capacity = capacity_});
   backend_model_ = std::move(start.model);
   first_context_ = std::move(start.context);

@@ -75,6 +75,19 @@ void CheckLinear(gemma::Backend& vk, const gemma::Linear& lin, const std::string
   }
 }
 
+// `n` token ids below `vocab`, the same for every run.
+std::vector<int32_t> RandomIds(int n, int vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t s = 99;
+  for (int32_t& t : ids) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    t = int32_t(s % uint64_t(vocab));
+  }
+  return ids;
+}
+
 // First position (of `n` random tokens, fed one token per step where the capacity makes the
 // chunk 1) whose logits are off the CPU reference's by more than 1e-3 relative L2; -1: none.
 int FirstBad(const gemma::Model& model, int capacity, int n, double* worst) {
@@ -82,14 +95,7 @@ int FirstBad(const gemma::Model& model, int capacity, int n, double* worst) {
   gemma::BackendOptions opt{.capacity = capacity};
   auto vk = gemma::CreateVulkanBackend(model, opt);
   auto cpu = gemma::CreateCpuReferenceBackend(model, opt);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint64_t s = 99;
-  for (int32_t& t : ids) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    t = int32_t(s % uint64_t(V));
-  }
+  const std::vector<int32_t> ids = RandomIds(n, V);
   gemma::ForwardResult a, b;
   const std::span<const int32_t> all(ids);
   cpu->Forward({.tokens = all, .mode = gemma::OutputMode::kLogits, .all_positions = true}, &a);
@@ -190,14 +196,7 @@ int main(int argc, char** argv) {
     auto a = gemma::Model::Load(argv[2]);
     auto b = gemma::Model::Load(argv[3]);
     const int n = std::atoi(argv[4]), V = a->text().vocab_size;
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    uint64_t s = 99;
-    for (int32_t& t : ids) {
-      s ^= s << 13;
-      s ^= s >> 7;
-      s ^= s << 17;
-      t = int32_t(s % uint64_t(V));
-    }
+    const std::vector<int32_t> ids = RandomIds(n, V);
     gemma::BackendOptions opt{.capacity = n + 1};
     gemma::ForwardResult ra, rb;
     const std::span<const int32_t> all(ids);

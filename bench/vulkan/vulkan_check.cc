@@ -107,7 +107,8 @@ int FirstBad(const gemma::Model& model, int capacity, int n, double* worst) {
                              size_t(V));
     *worst = std::max(*worst, rel);
     if (rel > 1e-3 && bad < 0) bad = t;
-    if (std::getenv("CHECK_VERBOSE")) std::printf("  %d: token %d rel L2 %.3g\n", t, ids[size_t(t)], rel);
+    if (std::getenv("CHECK_VERBOSE"))
+      std::printf("  %d: token %d rel L2 %.3g\n", t, ids[size_t(t)], rel);
   }
   return bad;
 }
@@ -172,7 +173,10 @@ void Variants(int capacity, int n, const std::string& only) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: vulkan_check MODEL_DIR [--ids 1,2,3] [--split K] [--linears 0|1] [--capacity N]\n");
+    std::fprintf(stderr,
+                 "usage: vulkan_check MODEL_DIR [--ids 1,2,3] [--split K] [--linears 0|1] "
+                 "[--capacity N]\n       vulkan_check --variants N [NAME] [CAPACITY]\n"
+                 "       vulkan_check --pair DIR_A DIR_B N\n");
     return 2;
   }
   std::vector<int32_t> ids;

@@ -576,7 +576,8 @@ void Synthesize(const SynthOptions& options) {
     b.Linear(L + "per_layer_input_gate", s.ple_dim, H, pb, kIn, kOut);
     b.Linear(L + "per_layer_projection", H, s.ple_dim, pb, kIn, kOut);
     const float spread = static_cast<float>((l * 7919) % 10) / 10.0f;
-    b.F32Scalar(L + "layer_scalar", {1}, s.conditioned ? 0.9f + 0.1f * spread : 0.5f + 0.4f * spread);
+    b.F32Scalar(L + "layer_scalar", {1},
+                s.conditioned ? 0.9f + 0.1f * spread : 0.5f + 0.4f * spread);
     if (s.qat) {
       b.F32Scalar(L + "self_attn.k_cache_scale", {}, 0.05f);
       b.F32Scalar(L + "self_attn.v_cache_scale", {}, 0.05f);

@@ -163,8 +163,8 @@ inline DiffOutcome RunDecodeDiff(
       for (int v = 0; v < V; ++v) {
         moved += b.logits[v] != a.logits[v];
         if (q > 0 && cap > 0) {
-          most = std::max(most, std::fabs(cap * (std::atanh(double(b.logits[v]) / cap) -
-                                                 std::atanh(double(a.logits[v]) / cap))) /
+          most = std::max(most, std::fabs(UncappedLogit(b.logits[v], cap) -
+                                          UncappedLogit(a.logits[v], cap)) /
                                     q);
         }
       }

@@ -65,14 +65,11 @@ inline bool IsSrqFlip(const Model& model, const float* ours, const float* ref, i
   const float q = model.lm_head().out_scale;
   if (!(q > 0)) return false;
   const float cap = model.text().final_logit_softcapping.value_or(0.0f);
-  auto uncap = [&](float l) {
-    return cap > 0 ? cap * std::atanh(static_cast<double>(l) / cap) : l;
-  };
   int flipped = 0;
   for (int v = 0; v < V; ++v) {
     if (cap > 0 && (std::fabs(ours[v]) > 0.9999f * cap || std::fabs(ref[v]) > 0.9999f * cap))
       return false;
-    const double d = (uncap(ours[v]) - uncap(ref[v])) / q;
+    const double d = (UncappedLogit(ours[v], cap) - UncappedLogit(ref[v], cap)) / q;
     const double k = std::nearbyint(d);
     if (std::fabs(d - k) > 1e-2 || std::fabs(k) > 2) return false;
     flipped += k != 0;

@@ -210,7 +210,6 @@ int main(int argc, char** argv) {
         {.tokens = all, .mode = gemma::OutputMode::kLogits, .all_positions = true}, &rb);
     const float q = a->lm_head().out_scale;
     const float cap = a->text().final_logit_softcapping.value_or(0.0f);
-    auto uncap = [&](float l) { return cap > 0 ? cap * std::atanh(double(l) / cap) : double(l); };
     for (int t = 0; t < n; ++t) {
       const float* x = ra.logits.data() + size_t(t) * V;
       const float* y = rb.logits.data() + size_t(t) * V;
@@ -218,7 +217,8 @@ int main(int argc, char** argv) {
       int moved = 0;
       for (int v = 0; v < V; ++v) {
         moved += x[v] != y[v];
-        most = std::max(most, std::fabs(uncap(y[v]) - uncap(x[v])));
+        most = std::max(
+            most, std::fabs(gemma::UncappedLogit(y[v], cap) - gemma::UncappedLogit(x[v], cap)));
       }
       const int am = int(std::max_element(x, x + V) - x), bm = int(std::max_element(y, y + V) - y);
       std::printf("  %d: rel L2 %.3g, %d moved, most %.3g (%.2f head quanta), argmax %s\n", t,

@@ -5,6 +5,7 @@
 // except the small norm vectors and scalars, which are converted to f32 at bind time.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -26,6 +27,13 @@ const char* WeightKindName(WeightKind k);
 int WeightKindBits(WeightKind k);  // 2, 4, 8 for quantized kinds; 16/32 for dense
 inline bool IsQuantized(WeightKind k) {
   return k == WeightKind::kQ2 || k == WeightKind::kQ4 || k == WeightKind::kQ8;
+}
+
+// A logit before the final softcap: cap * atanh(logit / cap), the logit itself without a cap (0).
+// An SRQ-quantized LM head's outputs are whole quanta there (the QAT allowance's unit).
+inline double UncappedLogit(float logit, float softcap) {
+  return softcap > 0 ? softcap * std::atanh(static_cast<double>(logit) / softcap)
+                     : static_cast<double>(logit);
 }
 
 // A linear layer y = srq_out( srq_in(x) W^T ), W is [rows=out, cols=in].

@@ -23,6 +23,7 @@
 #include "core/timer.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "model/model.h"  // UncappedLogit
 #include "runtime/fault_injection.h"
 
 #if GEMMA_HAVE_RE2
@@ -304,11 +305,9 @@ bool Soak::IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>&
   bool within = margin <= bound;
   const HeadQuantization hq = EngineHeadQuantization(*ref_);
   if (hq.quantum > 0) {
-    auto uncap = [&](float l) {
-      return hq.softcap > 0 ? hq.softcap * std::atanh(static_cast<double>(l) / hq.softcap)
-                            : static_cast<double>(l);
-    };
-    const double quanta = std::fabs(uncap(row[a[d]]) - uncap(row[b[d]])) / hq.quantum;
+    const double quanta = std::fabs(UncappedLogit(row[a[d]], hq.softcap) -
+                                    UncappedLogit(row[b[d]], hq.softcap)) /
+                          hq.quantum;
     tie["head_quanta"] = quanta;
     within = within || quanta <= kTieQuanta + 1e-3;
   }

@@ -16,8 +16,8 @@ namespace gemma::vk {
 
 // What a device's contexts share: the handles (destroyed with the last context), the queue's lock
 // (vkQueueSubmit needs external synchronization) and the pipelines, built once under their lock.
+// The instance is not theirs: one per process (ProcessInstance).
 struct Core {
-  VkInstance instance = VK_NULL_HANDLE;
   VkDevice dev = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
@@ -38,7 +38,6 @@ struct Core {
       if (set_layout) vkDestroyDescriptorSetLayout(dev, set_layout, nullptr);
       vkDestroyDevice(dev, nullptr);
     }
-    if (instance) vkDestroyInstance(instance, nullptr);
   }
 };
 
@@ -65,6 +64,31 @@ const char* ResultName(VkResult r) {
     default:
       return "VkResult error";
   }
+}
+
+// One VkInstance for the process, made on first use and kept to exit. The loader unloads the driver
+// when the last instance is destroyed, and NVIDIA's driver cannot be loaded again indefinitely in
+// one process: on the H200 (driver 580) the ~100th instance of a soak failed with
+// VK_ERROR_INCOMPATIBLE_DRIVER (bench/journal/2026-12-03-vulkan-instance.md). A failed creation
+// is not kept: a later engine tries again.
+VkInstance ProcessInstance() {
+  static std::mutex mu;
+  static VkInstance instance = VK_NULL_HANDLE;
+  std::lock_guard<std::mutex> lock(mu);
+  if (instance != VK_NULL_HANDLE) return instance;
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "gemma-engine";
+  app.apiVersion = VK_API_VERSION_1_1;
+  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ici.pApplicationInfo = &app;
+  VkInstance made = VK_NULL_HANDLE;
+  const VkResult r = vkCreateInstance(&ici, nullptr, &made);
+  if (r != VK_SUCCESS) {
+    throw Error(ErrorCode::kDevice,
+                std::string("vulkan: no Vulkan driver (vkCreateInstance: ") + ResultName(r) + ")");
+  }
+  instance = made;
+  return instance;
 }
 
 void Check(VkResult r, const char* what) {
@@ -144,17 +168,7 @@ std::unique_ptr<Device> Device::NewContext() const {
 }
 
 void Device::Init(const DeviceOptions& options) {
-  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  app.pApplicationName = "gemma-engine";
-  app.apiVersion = VK_API_VERSION_1_1;
-  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  ici.pApplicationInfo = &app;
-  VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
-  if (r == VK_SUCCESS) core_->instance = instance_;
-  if (r != VK_SUCCESS) {
-    throw Error(ErrorCode::kDevice,
-                std::string("vulkan: no Vulkan driver (vkCreateInstance: ") + ResultName(r) + ")");
-  }
+  instance_ = ProcessInstance();
   uint32_t n = 0;
   vkEnumeratePhysicalDevices(instance_, &n, nullptr);
   std::vector<VkPhysicalDevice> devs(n);

@@ -1,5 +1,6 @@
 // Vulkan backend behaviour beyond the goldens: device-loss recovery, typed errors, stats, weights
 // split by rows, full-width models and prompt chunks against the CPU reference.
+#include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vulkan_test_util.h"
 
 namespace gemma {
@@ -164,6 +165,19 @@ TEST(VulkanBackend, EnvironmentOverrideThatMatchesNothingIsADeviceError) {
     EXPECT_EQ(e.code(), ErrorCode::kDevice);
   }
   unsetenv("GEMMA_VULKAN_DEVICE");
+}
+
+// Devices made and destroyed many times in one process (what engine reloads do) keep working. With
+// an instance per device, NVIDIA's driver (580, H200) refused the 31st: the loader unloads the
+// driver with the last instance, and that driver cannot be loaded again indefinitely.
+TEST(VulkanDevice, ManyDevicesOneAfterAnotherInOneProcess) {
+  auto model = LoadFixture("tiny_dense_bf16");
+  VULKAN_OR_SKIP(backend, *model);
+  const std::string name = vk::Device(vk::DeviceOptions{}).name();
+  for (int i = 0; i < 100; ++i) {
+    vk::Device d(vk::DeviceOptions{});
+    ASSERT_EQ(d.name(), name) << "device " << i;
+  }
 }
 
 // Matrices beyond maxStorageBufferRange are split by rows into several dispatches; a tiny part

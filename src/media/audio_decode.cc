@@ -217,8 +217,11 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
   if (total == 0) throw Error(ErrorCode::kFormat, origin + ": no audio samples");
   // A header that promises more frames than the data holds: the file was cut short.
   // MP3 lengths are estimates (exact with a Xing/LAME header): a tenth short counts as cut.
-  const sf_count_t expected = major == SF_FORMAT_MPEG ? info.frames * 9 / 10 : info.frames;
-  if (!unknown_length && total < expected) {
+  // (Unknown lengths are SF_COUNT_MAX: nothing to compare, and 9x of it overflows: fuzz_audio.)
+  const sf_count_t expected = unknown_length             ? 0
+                              : major == SF_FORMAT_MPEG ? info.frames / 10 * 9 + info.frames % 10 * 9 / 10
+                                                        : info.frames;
+  if (total < expected) {
     throw Error(ErrorCode::kFormat, origin + ": truncated " + FormatName(info.format) +
                                         " file: " + std::to_string(total) + " of " +
                                         std::to_string(info.frames) + " frames");

@@ -68,9 +68,9 @@ const char* ResultName(VkResult r) {
 
 // One VkInstance for the process, made on first use and kept to exit. The loader unloads the driver
 // when the last instance is destroyed, and NVIDIA's driver cannot be loaded again indefinitely in
-// one process: on the H200 (driver 580) the ~100th instance of a soak failed with
-// VK_ERROR_INCOMPATIBLE_DRIVER (bench/journal/2026-12-03-vulkan-instance.md). A failed creation
-// is not kept: a later engine tries again.
+// one process: on the H200 (driver 580) the 30th instance failed with VK_ERROR_INCOMPATIBLE_DRIVER
+// (each load takes static TLS: bench/journal/2026-12-03-vulkan-instance.md). A failed creation is
+// not kept: a later engine tries again.
 VkInstance ProcessInstance() {
   static std::mutex mu;
   static VkInstance instance = VK_NULL_HANDLE;

@@ -168,8 +168,8 @@ TEST(VulkanBackend, EnvironmentOverrideThatMatchesNothingIsADeviceError) {
 }
 
 // Devices made and destroyed many times in one process (what engine reloads do) keep working. With
-// an instance per device, NVIDIA's driver (580, H200) refused the 31st: the loader unloads the
-// driver with the last instance, and that driver cannot be loaded again indefinitely.
+// an instance per device, NVIDIA's driver (580, H200) refused the 30th: the loader unloads the
+// driver with the last instance, and each load of that driver takes static TLS for good.
 TEST(VulkanDevice, ManyDevicesOneAfterAnotherInOneProcess) {
   auto model = LoadFixture("tiny_dense_bf16");
   VULKAN_OR_SKIP(backend, *model);

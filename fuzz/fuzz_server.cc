@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool chat = in.ConsumeBool();
   const bool generate = in.ConsumeBool();
   const std::string text = in.ConsumeRemainingBytesAsString();
-  const s::ParseContext ctx{g_engine.get(), "tiny-trained"};
+  const s::ParseContext ctx{.engine = g_engine.get(), .model_id = "tiny-trained"};
   try {
     nlohmann::json body;
     try {

@@ -60,6 +60,10 @@ void AddServeCommand(CLI::App& app) {
                   "Allow cross-origin requests from this origin ('*' for any); off by default");
   cmd->add_option("--body-limit", o->server.body_limit, "Largest request body in bytes")
       ->check(CLI::Range(1024, 1 << 30));
+  cmd->add_option("--media-dir", o->server.media_dir,
+                  "Let image, audio and video parts name files inside DIR (a path relative to it "
+                  "or a file:// URL); off by default: media come as data URLs or base64")
+      ->check(CLI::ExistingDirectory);
   cmd->callback([o] {
     // ORG/NAME[@REV]: the Hub cache (offline when a loadable snapshot is there), else a pull with
     // progress on stderr; Ctrl-C during it ends the program and keeps the partial file. Done

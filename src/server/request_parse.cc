@@ -1,6 +1,7 @@
 #include "server/request_parse.h"
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -245,19 +246,106 @@ void ParseResponseFormat(const json& body, ParsedRequest* r) {
   SetConstraint(r, c, "response_format");
 }
 
-// A media part's URL ("url", or `key` as a string or {"url": ...}) must be a data: URL.
-void CheckDataUrl(const json& part, const char* key, const std::string& at, const char* what) {
-  const json* url = part.contains("url") ? &part["url"] : nullptr;
-  if (part.contains(key))
-    url = part[key].is_object() && part[key].contains("url") ? &part[key]["url"] : &part[key];
-  if (url && !(url->is_string() && url->get<std::string>().rfind("data:", 0) == 0))
-    throw BadField(at, std::string(what) +
-                           " URLs must be data: URLs (remote and file URLs are not fetched)");
+// "%2F" -> "/" in a file URL's path; a malformed escape is the client's 400.
+std::string PercentDecode(const std::string& s, const std::string& at) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    auto hex = [&](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    const int hi = i + 2 < s.size() ? hex(s[i + 1]) : -1, lo = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+    if (hi < 0 || lo < 0) throw BadField(at, "has a malformed %-escape in its file URL");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+// A media part (image, audio, video) either carries its bytes (a data: URL, base64) or names a
+// file. A file is read only inside the server's media folder (`serve --media-dir`); the part is
+// rewritten to {"type": image|audio|video, "path": CANONICAL, ...its other fields}.
+void CheckMediaPart(json& part, const std::string& at, const std::filesystem::path& media_dir) {
+  const std::string type = part["type"];
+  const bool image = type == "image" || type == "image_url";
+  const bool audio = type == "audio" || type == "audio_url" || type == "input_audio";
+  const bool video = type == "video";
+  if (!image && !audio && !video) return;
+  const char* what = image ? "image" : audio ? "audio" : "video";
+  const char* own = image ? "image_url" : audio ? "audio_url" : "video_url";
+  // Where a part can name a file: "path" and the bare type key ("image": "x.png") always (for
+  // video also "url"); "url" and the OpenAI-style {"image_url": {"url": ...}} with a file:// URL.
+  // Other URLs must be data: URLs (bytes); remote URLs are never fetched.
+  std::string ref, ref_key;
+  for (const char* key : {"path", what, "url", own}) {
+    const std::string k = key;
+    if (!part.contains(k) || (type == "input_audio" && k == "audio")) continue;
+    const json& v = part[k];
+    const json* str = v.is_object() && v.contains("url") ? &v["url"] : &v;
+    if (!str->is_string()) {
+      if (k == "path") throw BadField(at + ".path", "must be a string");
+      continue;
+    }
+    const std::string text = str->get<std::string>();
+    const bool names_file = k == "path" || k == what || (video && k == "url");
+    if (text.rfind("file://", 0) == 0 || (names_file && text.find("://") == std::string::npos &&
+                                          text.rfind("data:", 0) != 0)) {
+      ref = text;
+      ref_key = k;
+      break;
+    }
+    if (text.rfind("data:", 0) != 0 || video)
+      throw BadField(at, std::string(what) + (video ? " parts name a file" : " URLs must be data: URLs") +
+                             " (remote URLs are not fetched)");
+  }
+  if (ref.empty()) {
+    if (video)
+      throw BadField(at, "a video part names a file (\"path\"); this server reads video only from "
+                         "its media folder (serve --media-dir)");
+    return;
+  }
+  if (media_dir.empty()) {
+    throw BadField(at, std::string("this server reads no files: send the ") + what +
+                           (video ? " to a server started with --media-dir DIR"
+                                  : " as a data: URL or base64 bytes (or start the server with "
+                                    "--media-dir DIR to allow files inside DIR)"));
+  }
+  std::string path = ref;
+  if (path.rfind("file://", 0) == 0) {
+    path = path.substr(7);
+    if (path.rfind("localhost/", 0) == 0) path = path.substr(9);
+    if (path.empty() || path[0] != '/')
+      throw BadField(at, "a file URL must be file:///ABSOLUTE/PATH (no host)");
+    path = PercentDecode(path, at);
+  }
+  if (path.find('\0') != std::string::npos) throw BadField(at, "the file name holds a NUL byte");
+  std::filesystem::path p(path);
+  if (p.is_relative()) p = media_dir / p;
+  std::error_code ec;
+  const std::filesystem::path canon = std::filesystem::weakly_canonical(p, ec);
+  const std::filesystem::path rel = ec ? std::filesystem::path() : canon.lexically_relative(media_dir);
+  if (ec || rel.empty() || rel.is_absolute() || *rel.begin() == "..") {
+    throw BadField(at, std::string("the ") + what + " file is outside the server's media folder");
+  }
+  if (!std::filesystem::is_regular_file(canon, ec))
+    throw BadField(at, std::string("no ") + what + " file '" + rel.string() +
+                           "' in the server's media folder");
+  for (const char* key : {"path", what, "url", own}) {
+    if (part.contains(key) && (std::string(key) != what || !part[key].is_object())) part.erase(key);
+  }
+  part["type"] = what;
+  part["path"] = canon.string();
 }
 
 // OpenAI messages -> the chat template's shape: tool-call arguments arrive as JSON text and the
 // template wants objects.
-json NormalizeMessagesImpl(const json& messages) {
+json NormalizeMessagesImpl(const json& messages, const std::filesystem::path& media_dir) {
   if (!messages.is_array() || messages.empty())
     throw BadField("messages", "must be a non-empty array of messages");
   json out = messages;
@@ -272,24 +360,11 @@ json NormalizeMessagesImpl(const json& messages) {
       throw BadField(at + ".content", "must be a string or an array of content parts");
     if (m.contains("content") && m["content"].is_null()) m.erase("content");
     if (m.contains("content") && m["content"].is_array()) {
-      // Image parts from a client carry their bytes (data URLs or base64): a client never names a
-      // file on the server's disk.
       for (size_t k = 0; k < m["content"].size(); ++k) {
-        const json& part = m["content"][k];
+        json& part = m["content"][k];
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
-        const std::string type = part["type"];
         const std::string pat = at + ".content[" + std::to_string(k) + "]";
-        if (type == "audio" || type == "input_audio" || type == "audio_url") {
-          // Audio likewise: base64 bytes (OpenAI's input_audio.data) or a data: URL, never a path.
-          if (part.contains("path") || part.contains("audio"))
-            throw BadField(pat, "server requests carry audio as base64 data, not file paths");
-          CheckDataUrl(part, "audio_url", pat, "audio");
-          continue;
-        }
-        if (type != "image" && type != "image_url") continue;
-        if (part.contains("path") || part.contains("image"))
-          throw BadField(pat, "server requests carry images as data URLs, not file paths");
-        CheckDataUrl(part, "image_url", pat, "image");
+        CheckMediaPart(part, pat, media_dir);
       }
     }
     m.erase("reasoning_content");  // earlier turns' reasoning is not replayed (Gemma 4 template)
@@ -402,7 +477,9 @@ void ParseReasoning(const json& body, ParsedRequest* r) {
 
 }  // namespace
 
-json NormalizeMessages(const json& messages) { return NormalizeMessagesImpl(messages); }
+json NormalizeMessages(const json& messages, const ParseContext& ctx) {
+  return NormalizeMessagesImpl(messages, ctx.media_dir);
+}
 
 ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -412,7 +489,7 @@ ParsedRequest ParseChatRequest(const json& body, const ParseContext& ctx) {
   CheckModel(body, ctx, &r);
   const json* messages = Field(body, "messages");
   if (!messages) throw BadField("messages", "is required");
-  r.input = Input::Messages(NormalizeMessagesImpl(*messages));
+  r.input = Input::Messages(NormalizeMessagesImpl(*messages, ctx.media_dir));
   ParseSampling(body, ctx, &r);
   ParseReasoning(body, &r);
   ParseResponseFormat(body, &r);

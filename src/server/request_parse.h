@@ -2,6 +2,7 @@
 // bad request is answered with a 400 naming the field before it takes a slot.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct ParsedRequest {
 struct ParseContext {
   const Engine* engine = nullptr;
   std::string model_id;  // the only model served
+  // Canonical; empty: media parts carry their bytes (data URLs, base64) and never name a file.
+  // Set (`serve --media-dir`): image, audio and video parts may also name files inside it, by
+  // "path" (relative to it, or absolute) or a file:// URL.
+  std::filesystem::path media_dir;
 };
 
 // Throws ApiError (400 naming the field, 404 for an unknown model).
@@ -51,9 +56,9 @@ std::string AudioInstruction(bool translate, const std::string& language, const 
 AudioRequest ParseAudioRequest(const std::multimap<std::string, std::string>& fields,
                                const std::string* file, bool translate, const ParseContext& ctx);
 
-// OpenAI chat messages -> the chat template's shape (tool-call arguments as objects). Throws
-// ApiError naming the bad message.
-nlohmann::json NormalizeMessages(const nlohmann::json& messages);
+// OpenAI chat messages -> the chat template's shape (tool-call arguments as objects; files that
+// media parts name resolved inside ctx.media_dir). Throws ApiError naming the bad message.
+nlohmann::json NormalizeMessages(const nlohmann::json& messages, const ParseContext& ctx);
 
 // What a request's unset sampling fields take: the checkpoint's generation_config.json defaults
 // (Engine::DefaultGenerateOptions), reported by /props and /v1/models.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -270,6 +271,13 @@ struct Server::Impl {
         pool(*engine, std::max(1, opt.slots), std::max(0, opt.max_queue)) {
     ctx.engine = engine.get();
     ctx.model_id = opt.model_id;
+    if (!opt.media_dir.empty()) {
+      std::error_code ec;
+      ctx.media_dir = std::filesystem::canonical(opt.media_dir, ec);
+      if (ec || !std::filesystem::is_directory(ctx.media_dir))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "media folder '" + opt.media_dir + "' is not a directory");
+    }
   }
 
   std::shared_ptr<Engine> engine;
@@ -665,7 +673,7 @@ void Server::Impl::Setup() {
           std::vector<int32_t> ids;
           try {
             if (body.contains("messages")) {
-              ids = engine->PromptTokens(Input::Messages(NormalizeMessages(body["messages"]),
+              ids = engine->PromptTokens(Input::Messages(NormalizeMessages(body["messages"], ctx),
                                                          body.value("tools", json::array()),
                                                          flag("enable_thinking")));
             } else {

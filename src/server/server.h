@@ -23,6 +23,10 @@ struct ServerOptions {
   std::string cors_origin;         // non-empty: Access-Control-Allow-Origin value
   size_t body_limit = 8u << 20;    // bytes; larger bodies get 413
   std::string model_id;            // the name /v1/models reports and requests may use
+  // Non-empty: a folder whose files image, audio and video parts may name ("path" relative to it
+  // or absolute inside it, or a file:// URL); symlinks out of it are refused. Empty: media parts
+  // carry their bytes, and video (which only comes as a file) is refused.
+  std::string media_dir;
 };
 
 class Server {

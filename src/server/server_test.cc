@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "gemma/engine.h"
+#include "media/image.h"
 #include "model/synth.h"
 #include "server/request_parse.h"
 #include "tokenizer/test_support.h"
@@ -501,6 +502,25 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
                 {{{"role", "user"},
                   {"content", json::array({{{"type", "audio"}, {"path", "/etc/passwd"}}})}}})),
        400, "messages[0].content[0]"},
+      {"video from a server path (no media folder)",
+       with(ok, "messages",
+            json::array(
+                {{{"role", "user"},
+                  {"content", json::array({{{"type", "video"}, {"path", "/etc/passwd"}}})}}})),
+       400, "messages[0].content[0]"},
+      {"audio from a file URL",
+       with(ok, "messages",
+            json::array({{{"role", "user"},
+                          {"content", json::array({{{"type", "audio_url"},
+                                                    {"audio_url", {{"url", "file:///etc/passwd"}}}}})}}})),
+       400, "messages[0].content[0]"},
+      {"image from a remote URL",
+       with(ok, "messages",
+            json::array(
+                {{{"role", "user"},
+                  {"content", json::array({{{"type", "image_url"},
+                                            {"image_url", {{"url", "http://example.com/a.png"}}}}})}}})),
+       400, "messages[0].content[0]"},
       {"body over the limit", with(ok, "pad", std::string(80 * 1024, 'x')), 413, ""},
   };
   for (const Case& c : cases) {
@@ -529,6 +549,71 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
   ASSERT_EQ(t.status, 200);
   const Reply d = Post(s.port(), "/detokenize", json{{"tokens", t.body["tokens"]}}.dump());
   EXPECT_EQ(d.body["content"], "Hello world");
+}
+
+// `serve --media-dir DIR`: media parts may name files inside DIR (relative paths, absolute paths
+// inside it, file:// URLs) and answer exactly as the same bytes sent as a data URL; paths out of
+// it (.., absolute, a symlink pointing out) and missing files are the client's 400, and the
+// server keeps serving.
+TEST(Server, MediaFolderServesItsFilesAndNothingElse) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("media-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub dir");
+  const fs::path image = fs::path(GEMMA_SOURCE_DIR) / "tests/goldens/vision/images/gray_40x30.jpg";
+  fs::copy_file(image, dir / "cat.jpg");
+  fs::copy_file(image, dir / "sub dir" / "cat.jpg");
+  fs::create_symlink(fs::path(GEMMA_SOURCE_DIR) / "tests/goldens/vision/images/alpha_120x80.png",
+                     dir / "escape.png");
+  std::ifstream in(image, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data_url =
+      "data:image/jpeg;base64," +
+      media::EncodeBase64(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+
+  Running srv({.media_dir = dir.string()});
+  auto ask = [&](json part) {
+    json body = Chat("", 6);
+    body["messages"][0]["content"] =
+        json::array({part, {{"type", "text"}, {"text", "What is in the picture?"}}});
+    return Post(srv.port(), "/v1/chat/completions", body.dump());
+  };
+  const Reply by_bytes = ask({{"type", "image_url"}, {"image_url", {{"url", data_url}}}});
+  ASSERT_EQ(by_bytes.status, 200) << by_bytes.body.dump();
+  const json expected = by_bytes.body["choices"][0]["message"]["content"];
+  const json by_path[] = {
+      {{"type", "image"}, {"path", "cat.jpg"}},
+      {{"type", "image"}, {"path", (dir / "sub dir" / "cat.jpg").string()}},
+      {{"type", "image_url"}, {"image_url", {{"url", "file://" + dir.string() + "/sub%20dir/cat.jpg"}}}},
+      {{"type", "image"}, {"path", "sub dir/../cat.jpg"}},
+  };
+  for (const json& part : by_path) {
+    const Reply r = ask(part);
+    ASSERT_EQ(r.status, 200) << part.dump() << ": " << r.body.dump();
+    EXPECT_EQ(r.body["choices"][0]["message"]["content"], expected) << part.dump();
+    EXPECT_EQ(r.body["usage"]["prompt_tokens"], by_bytes.body["usage"]["prompt_tokens"]);
+  }
+  const json refused[] = {
+      {{"type", "image"}, {"path", "../" + dir.filename().string() + "-outside.png"}},
+      {{"type", "image"}, {"path", image.string()}},
+      {{"type", "image"}, {"path", "escape.png"}},
+      {{"type", "image"}, {"path", "missing.png"}},
+      {{"type", "image"}, {"path", "sub dir"}},
+      {{"type", "image_url"}, {"image_url", {{"url", "file://host/cat.jpg"}}}},
+      {{"type", "image_url"}, {"image_url", {{"url", "file://" + dir.string() + "/%zz.jpg"}}}},
+      {{"type", "video"}, {"path", "/etc/passwd"}},
+      {{"type", "audio"}, {"path", "../../etc/passwd"}},
+  };
+  for (const json& part : refused) {
+    const Reply r = ask(part);
+    EXPECT_EQ(r.status, 400) << part.dump() << ": " << r.body.dump();
+    EXPECT_EQ(r.body["error"]["param"], "messages[0].content[0]") << part.dump();
+    EXPECT_EQ(r.body.dump().find(dir.string()), std::string::npos)
+        << "an error names the server's folder: " << r.body.dump();
+  }
+  const Reply again = ask({{"type", "image"}, {"path", "cat.jpg"}});
+  EXPECT_EQ(again.status, 200);
+  EXPECT_THROW(Server(TinyEngine(), {.media_dir = (dir / "cat.jpg").string()}), Error);
+  fs::remove_all(dir);
 }
 
 TEST(Server, FullQueueIs429WithRetryAfterAndStopEndsTheStream) {

@@ -3,6 +3,8 @@
 // tower's multiply-adds (linears + attention, 2 FLOP each).
 //
 //   vision_bench MODEL_DIR [--backend cpu|cpu-ref] [--budgets 70,140,280] [--reps 3] [--threads N]
+//   (each line also gives the share of the machine's f32 FMA peak on that many threads, measured
+//   first: fma_peak.cc)
 //   vision_bench --synth DIR   writes a checkpoint with E2B's vision tower (bf16, 16 x 768) on a
 //                              small text model, for the command above
 #include <algorithm>
@@ -10,10 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/timer.h"
+#include "fma_peak.h"
 #include "media/image_processor.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -62,8 +66,12 @@ int main(int argc, char** argv) {
     img.rgb.resize(1024 * 768 * 3);
     for (size_t i = 0; i < img.rgb.size(); ++i)
       img.rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-    std::printf("backend %s, vision tower %d layers x %d, %d heads\n",
-                start.context->name().c_str(), vc.num_layers, vc.hidden_size, vc.num_heads);
+    const int peak_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+    const bench::FmaPeak peak = bench::MeasureFmaPeak(peak_threads);
+    std::printf("backend %s, vision tower %d layers x %d, %d heads; f32 FMA peak %.1f GFLOP/s on %d "
+                "threads (%s)\n",
+                start.context->name().c_str(), vc.num_layers, vc.hidden_size, vc.num_heads,
+                peak.gflops, peak_threads, peak.target);
     size_t pos = 0;
     while (pos < budgets.size()) {
       const size_t e = std::min(budgets.find(',', pos), budgets.size());
@@ -88,9 +96,9 @@ int main(int argc, char** argv) {
       const double med = ms[ms.size() / 2];
       std::printf(
           "budget %4d: %4d patches -> %3d soft tokens | median %.1f ms (min %.1f) | %.1f GFLOP, "
-          "%.1f GFLOP/s\n",
+          "%.1f GFLOP/s (%.0f%% of peak)\n",
           budget, p.patches(), p.soft_tokens, med, ms.front(), 2 * macs / 1e9,
-          2 * macs / 1e6 / med);
+          2 * macs / 1e6 / med, 100 * 2 * macs / 1e6 / med / peak.gflops);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

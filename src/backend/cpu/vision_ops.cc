@@ -23,16 +23,20 @@ namespace {
 // tens of MB per linear cost page faults and copies: ~20% of the fast tower's time at 280 tokens).
 void ClippedForward(const VisionKernels& kern, const ClippedLinear& cl, const float* x, int n,
                     float* y, std::vector<float>* scratch) {
-  const size_t in = static_cast<size_t>(n) * cl.lin.cols;
+  const size_t cols = cl.lin.cols, rows = cl.lin.rows;
   if (std::isfinite(cl.in_min) || std::isfinite(cl.in_max)) {
-    if (scratch->size() < in) scratch->resize(in);
-    for (size_t i = 0; i < in; ++i) (*scratch)[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
-    x = scratch->data();
+    if (scratch->size() < n * cols) scratch->resize(n * cols);
+    float* xc = scratch->data();
+    kern.ForTokens(n, [&](int t0, int t1) {
+      for (size_t i = t0 * cols; i < t1 * cols; ++i) xc[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
+    });
+    x = xc;
   }
   kern.Linear(cl.lin, x, n, y);
   if (std::isfinite(cl.out_min) || std::isfinite(cl.out_max)) {
-    const size_t m = static_cast<size_t>(n) * cl.lin.rows;
-    for (size_t i = 0; i < m; ++i) y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
+    kern.ForTokens(n, [&](int t0, int t1) {
+      for (size_t i = t0 * rows; i < t1 * rows; ++i) y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
+    });
   }
 }
 
@@ -120,42 +124,50 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
   const int I = c.intermediate_size;
   std::vector<float> g(static_cast<size_t>(n) * I), u(g.size()), clip;
   for (const VisionLayerWeights& w : t.layers) {
-    for (int i = 0; i < n; ++i) RmsNorm(&h[i * D], D, w.input_norm, eps, &a[i * D]);
+    kern.ForTokens(n, [&](int t0, int t1) {
+      for (int i = t0; i < t1; ++i) RmsNorm(&h[i * D], D, w.input_norm, eps, &a[i * D]);
+    });
     ClippedForward(kern, w.q, a.data(), n, q.data(), &clip);
     ClippedForward(kern, w.k, a.data(), n, kk.data(), &clip);
     ClippedForward(kern, w.v, a.data(), n, v.data(), &clip);
-    for (int i = 0; i < n; ++i) {
-      const int x = i % img.patches_w, y = i / img.patches_w;
-      for (int hh = 0; hh < nh; ++hh) {
-        float* qh = &q[(static_cast<size_t>(i) * nh + hh) * hd];
-        RmsNorm(qh, hd, w.q_norm, eps, qh);
-        ApplyRope(qh, half, inv, x);
-        ApplyRope(qh + half, half, inv, y);
+    kern.ForTokens(n, [&](int t0, int t1) {
+      for (int i = t0; i < t1; ++i) {
+        const int x = i % img.patches_w, y = i / img.patches_w;
+        for (int hh = 0; hh < nh; ++hh) {
+          float* qh = &q[(static_cast<size_t>(i) * nh + hh) * hd];
+          RmsNorm(qh, hd, w.q_norm, eps, qh);
+          ApplyRope(qh, half, inv, x);
+          ApplyRope(qh + half, half, inv, y);
+        }
+        for (int hh = 0; hh < nkv; ++hh) {
+          float* kh = &kk[(static_cast<size_t>(i) * nkv + hh) * hd];
+          RmsNorm(kh, hd, w.k_norm, eps, kh);
+          ApplyRope(kh, half, inv, x);
+          ApplyRope(kh + half, half, inv, y);
+          float* vh = &v[(static_cast<size_t>(i) * nkv + hh) * hd];
+          RmsNorm(vh, hd, {}, eps, vh);
+        }
       }
-      for (int hh = 0; hh < nkv; ++hh) {
-        float* kh = &kk[(static_cast<size_t>(i) * nkv + hh) * hd];
-        RmsNorm(kh, hd, w.k_norm, eps, kh);
-        ApplyRope(kh, half, inv, x);
-        ApplyRope(kh + half, half, inv, y);
-        float* vh = &v[(static_cast<size_t>(i) * nkv + hh) * hd];
-        RmsNorm(vh, hd, {}, eps, vh);
-      }
-    }
+    });
     kern.Attention(q.data(), kk.data(), v.data(), n, nh, nkv, hd, att.data());
     ClippedForward(kern, w.o, att.data(), n, tmp.data(), &clip);
-    for (int i = 0; i < n; ++i) {
-      RmsNorm(&tmp[i * D], D, w.post_attn_norm, eps, &tmp[i * D]);
-      for (int d = 0; d < D; ++d) h[i * D + d] += tmp[i * D + d];
-      RmsNorm(&h[i * D], D, w.pre_ffn_norm, eps, &a[i * D]);
-    }
+    kern.ForTokens(n, [&](int t0, int t1) {
+      for (int i = t0; i < t1; ++i) {
+        RmsNorm(&tmp[i * D], D, w.post_attn_norm, eps, &tmp[i * D]);
+        for (int d = 0; d < D; ++d) h[i * D + d] += tmp[i * D + d];
+        RmsNorm(&h[i * D], D, w.pre_ffn_norm, eps, &a[i * D]);
+      }
+    });
     ClippedForward(kern, w.gate, a.data(), n, g.data(), &clip);
     ClippedForward(kern, w.up, a.data(), n, u.data(), &clip);
     kern.GeluMul(g.data(), u.data(), g.size());
     ClippedForward(kern, w.down, g.data(), n, tmp.data(), &clip);
-    for (int i = 0; i < n; ++i) {
-      RmsNorm(&tmp[i * D], D, w.post_ffn_norm, eps, &tmp[i * D]);
-      for (int d = 0; d < D; ++d) h[i * D + d] += tmp[i * D + d];
-    }
+    kern.ForTokens(n, [&](int t0, int t1) {
+      for (int i = t0; i < t1; ++i) {
+        RmsNorm(&tmp[i * D], D, w.post_ffn_norm, eps, &tmp[i * D]);
+        for (int d = 0; d < D; ++d) h[i * D + d] += tmp[i * D + d];
+      }
+    });
   }
 
   // Pooling: mean of each k x k block of patches (weights float32(1/k^2)), then * sqrt(hidden).

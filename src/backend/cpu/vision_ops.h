@@ -9,6 +9,7 @@
 // their rows after pooling. Dot products accumulate in double (reference_ops' contract).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,6 +30,10 @@ class VisionKernels {
                          int hd, float* out) const;
   // g[i] = GeluTanh(g[i]) * u[i] for i < n (the MLP's gate times its up projection).
   virtual void GeluMul(float* g, const float* u, size_t n) const;
+  // fn(begin, end) over token ranges covering [0, n): per-token work (norms, RoPE, clamps,
+  // residual adds) that does not depend on other tokens, so any split gives the same numbers.
+  // Here: one call, in order; a backend may run ranges on threads.
+  virtual void ForTokens(int n, const std::function<void(int, int)>& fn) const { fn(0, n); }
 };
 
 // The tower's output before embed_vision: [patches / pooling^2, vision hidden].

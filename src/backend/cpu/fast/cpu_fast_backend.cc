@@ -119,6 +119,11 @@ class FastVisionKernels : public ref::VisionKernels {
       fast::GeluTanhMulF32(g + i0, u + i0, std::min(kChunk, n - i0));
     });
   }
+  void ForTokens(int n, const std::function<void(int, int)>& fn) const override {
+    constexpr int kBlock = 64;
+    pool_.Run((n + kBlock - 1) / kBlock,
+              [&](int task, int) { fn(task * kBlock, std::min(n, task * kBlock + kBlock)); });
+  }
   void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
     constexpr int kTile = 32;
     const int tasks = (lin.rows + kTile - 1) / kTile;

@@ -25,19 +25,33 @@ void Clipped(const VisionKernels& kern, const ClippedLinear& cl, const float* x,
   thread_local std::vector<float> xc;
   const size_t count = static_cast<size_t>(n) * cl.lin.cols;
   if (xc.size() < count) xc.resize(count);
-  for (size_t i = 0; i < count; ++i) xc[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
-  kern.Linear(cl.lin, xc.data(), n, y);
-  const size_t m = static_cast<size_t>(n) * cl.lin.rows;
-  for (size_t i = 0; i < m; ++i) y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
+  const size_t cols = cl.lin.cols, rows = cl.lin.rows;
+  float* in = xc.data();
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (size_t i = t0 * cols; i < t1 * cols; ++i)
+      in[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
+  });
+  kern.Linear(cl.lin, in, n, y);
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (size_t i = t0 * rows; i < t1 * rows; ++i)
+      y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
+  });
 }
 
-void Clamp(std::vector<float>& x, float lim) {
-  for (float& v : x) v = std::min(std::max(v, -lim), lim);
+// x (n rows) clamped to [-lim, lim].
+void Clamp(const VisionKernels& kern, std::vector<float>& x, int n, float lim) {
+  const size_t d = x.size() / std::max(n, 1);
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (size_t i = t0 * d; i < t1 * d; ++i) x[i] = std::min(std::max(x[i], -lim), lim);
+  });
 }
 
-void NormRows(std::vector<float>& x, int n, int d, const std::vector<float>& w, float eps) {
-  for (int t = 0; t < n; ++t)
-    RmsNorm(&x[static_cast<size_t>(t) * d], d, w, eps, &x[static_cast<size_t>(t) * d]);
+void NormRows(const VisionKernels& kern, std::vector<float>& x, int n, int d,
+              const std::vector<float>& w, float eps) {
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (int t = t0; t < t1; ++t)
+      RmsNorm(&x[static_cast<size_t>(t) * d], d, w, eps, &x[static_cast<size_t>(t) * d]);
+  });
 }
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -48,8 +62,8 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 // Conv2d(3x3, stride 2, pad 1, no bias) on [cin, T, F] -> [cout, T', F'], then LayerNorm over the
 // channels (weight, no bias) and ReLU. Output layout [T', F', cout] (channels last).
 std::vector<float> ConvBlock(const VisionKernels& kern, const std::vector<float>& in, int cin,
-                             int T, int F, const std::vector<float>& w, const std::vector<float>& ln,
-                             int cout, float eps, int* To, int* Fo) {
+                             int T, int F, const std::vector<float>& w,
+                             const std::vector<float>& ln, int cout, float eps, int* To, int* Fo) {
   const int T2 = (T - 1) / 2 + 1, F2 = (F - 1) / 2 + 1;
   *To = T2;
   *Fo = F2;
@@ -133,17 +147,21 @@ void FeedForward(const VisionKernels& kern, const AudioLayerWeights::FeedForward
                  const AudioConfig& c, std::vector<float>& h, int n) {
   const int D = c.hidden_size;
   std::vector<float> x = h;
-  Clamp(x, c.gradient_clipping);
-  NormRows(x, n, D, ff.pre_norm, c.rms_norm_eps);
+  Clamp(kern, x, n, c.gradient_clipping);
+  NormRows(kern, x, n, D, ff.pre_norm, c.rms_norm_eps);
   // The 4x-wide hidden in a buffer kept per thread (fresh pages per layer cost more than its use).
   thread_local std::vector<float> u;
   const size_t un = static_cast<size_t>(n) * 4 * D;
   if (u.size() < un) u.resize(un);
   Clipped(kern, ff.up, x.data(), n, u.data());
-  for (size_t i = 0; i < un; ++i) u[i] = Silu(u[i]);
+  float* up = u.data();
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (size_t i = t0 * 4 * static_cast<size_t>(D); i < t1 * 4 * static_cast<size_t>(D); ++i)
+      up[i] = Silu(up[i]);
+  });
   Clipped(kern, ff.down, u.data(), n, x.data());
-  Clamp(x, c.gradient_clipping);
-  NormRows(x, n, D, ff.post_norm, c.rms_norm_eps);
+  Clamp(kern, x, n, c.gradient_clipping);
+  NormRows(kern, x, n, D, ff.post_norm, c.rms_norm_eps);
   for (size_t i = 0; i < h.size(); ++i) h[i] += x[i] * c.residual_weight;
 }
 
@@ -190,37 +208,39 @@ void Attention(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
   const int window = c.context_left - 1;  // keys with 0 <= q - k < window
   const float cap = c.logit_cap;
   std::vector<float> att(static_cast<size_t>(n) * D);
-  std::vector<double> p(window), acc(hd);
-  for (int i = 0; i < n; ++i) {
-    const int keys = std::min(window, i + 1);
-    for (int h = 0; h < nh; ++h) {
-      const float* qh = &q[static_cast<size_t>(i) * D + h * hd];
-      double mx = -1e300;
-      for (int d = 0; d < keys; ++d) {
-        const float* kh = &k[static_cast<size_t>(i - d) * D + h * hd];
-        const float* rh = &R[static_cast<size_t>(d) * D + h * hd];
-        double ac = 0, bd = 0;
-        for (int e = 0; e < hd; ++e) {
-          ac += static_cast<double>(qh[e]) * kh[e];
-          bd += static_cast<double>(qh[e]) * rh[e];
+  kern.ForTokens(n, [&](int i0, int i1) {
+    std::vector<double> p(window), acc(hd);
+    for (int i = i0; i < i1; ++i) {
+      const int keys = std::min(window, i + 1);
+      for (int h = 0; h < nh; ++h) {
+        const float* qh = &q[static_cast<size_t>(i) * D + h * hd];
+        double mx = -1e300;
+        for (int d = 0; d < keys; ++d) {
+          const float* kh = &k[static_cast<size_t>(i - d) * D + h * hd];
+          const float* rh = &R[static_cast<size_t>(d) * D + h * hd];
+          double ac = 0, bd = 0;
+          for (int e = 0; e < hd; ++e) {
+            ac += static_cast<double>(qh[e]) * kh[e];
+            bd += static_cast<double>(qh[e]) * rh[e];
+          }
+          // f32 as transformers: (ac + bd) / cap, tanh, * cap.
+          const float s = static_cast<float>(static_cast<float>(ac) + static_cast<float>(bd));
+          p[d] = TanhF(s / cap) * cap;
+          mx = std::max(mx, p[d]);
         }
-        // f32 as transformers: (ac + bd) / cap, tanh, * cap.
-        const float s = static_cast<float>(static_cast<float>(ac) + static_cast<float>(bd));
-        p[d] = TanhF(s / cap) * cap;
-        mx = std::max(mx, p[d]);
+        double sum = 0;
+        for (int d = 0; d < keys; ++d) sum += (p[d] = std::exp(p[d] - mx));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int d = 0; d < keys; ++d) {
+          const float pw = static_cast<float>(p[d] / sum);
+          const float* vh = &v[static_cast<size_t>(i - d) * D + h * hd];
+          for (int e = 0; e < hd; ++e) acc[e] += static_cast<double>(pw) * vh[e];
+        }
+        float* o = &att[static_cast<size_t>(i) * D + h * hd];
+        for (int e = 0; e < hd; ++e) o[e] = static_cast<float>(acc[e]);
       }
-      double sum = 0;
-      for (int d = 0; d < keys; ++d) sum += (p[d] = std::exp(p[d] - mx));
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int d = 0; d < keys; ++d) {
-        const float pw = static_cast<float>(p[d] / sum);
-        const float* vh = &v[static_cast<size_t>(i - d) * D + h * hd];
-        for (int e = 0; e < hd; ++e) acc[e] += static_cast<double>(pw) * vh[e];
-      }
-      float* o = &att[static_cast<size_t>(i) * D + h * hd];
-      for (int e = 0; e < hd; ++e) o[e] = static_cast<float>(acc[e]);
     }
-  }
+  });
   out->assign(static_cast<size_t>(n) * D, 0.0f);
   Clipped(kern, w.post, att.data(), n, out->data());
 }
@@ -229,30 +249,34 @@ void LightConv(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
                std::vector<float>& h, int n) {
   const int D = c.hidden_size, K = c.conv_kernel_size;
   std::vector<float> x = h;
-  NormRows(x, n, D, w.lconv_pre_norm, c.rms_norm_eps);
+  NormRows(kern, x, n, D, w.lconv_pre_norm, c.rms_norm_eps);
   std::vector<float> s(static_cast<size_t>(n) * 2 * D);
   Clipped(kern, w.lconv_start, x.data(), n, s.data());
   std::vector<float> g(static_cast<size_t>(n) * D);  // GLU: a * sigmoid(b)
-  for (int t = 0; t < n; ++t)
-    for (int i = 0; i < D; ++i)
-      g[static_cast<size_t>(t) * D + i] = s[static_cast<size_t>(t) * 2 * D + i] *
-                                          Sigmoid(s[static_cast<size_t>(t) * 2 * D + D + i]);
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (int t = t0; t < t1; ++t)
+      for (int i = 0; i < D; ++i)
+        g[static_cast<size_t>(t) * D + i] = s[static_cast<size_t>(t) * 2 * D + i] *
+                                            Sigmoid(s[static_cast<size_t>(t) * 2 * D + D + i]);
+  });
   // Causal depthwise conv: y[t] = sum_k w[k] g[t - (K - 1) + k].
   std::vector<float> y(g.size());
-  for (int t = 0; t < n; ++t) {
-    for (int i = 0; i < D; ++i) {
-      double a = 0;
-      for (int kk = 0; kk < K; ++kk) {
-        const int ti = t - (K - 1) + kk;
-        if (ti >= 0)
-          a += static_cast<double>(w.dwconv[static_cast<size_t>(i) * K + kk]) *
-               g[static_cast<size_t>(ti) * D + i];
+  kern.ForTokens(n, [&](int t0, int t1) {
+    for (int t = t0; t < t1; ++t) {
+      for (int i = 0; i < D; ++i) {
+        double a = 0;
+        for (int kk = 0; kk < K; ++kk) {
+          const int ti = t - (K - 1) + kk;
+          if (ti >= 0)
+            a += static_cast<double>(w.dwconv[static_cast<size_t>(i) * K + kk]) *
+                 g[static_cast<size_t>(ti) * D + i];
+        }
+        y[static_cast<size_t>(t) * D + i] = static_cast<float>(a);
       }
-      y[static_cast<size_t>(t) * D + i] = static_cast<float>(a);
     }
-  }
-  Clamp(y, c.gradient_clipping);
-  NormRows(y, n, D, w.lconv_conv_norm, c.rms_norm_eps);
+  });
+  Clamp(kern, y, n, c.gradient_clipping);
+  NormRows(kern, y, n, D, w.lconv_conv_norm, c.rms_norm_eps);
   for (float& v : y) v = Silu(v);
   Clipped(kern, w.lconv_end, y.data(), n, x.data());
   for (size_t i = 0; i < h.size(); ++i) h[i] += x[i];
@@ -294,16 +318,16 @@ std::vector<float> AudioTowerForward(const AudioTower& t, const AudioMel& mel,
   for (const AudioLayerWeights& w : t.layers) {
     FeedForward(kern, w.ff1, c, h, n);
     std::vector<float> x = h;
-    Clamp(x, c.gradient_clipping);
-    NormRows(x, n, D, w.norm_pre_attn, c.rms_norm_eps);
+    Clamp(kern, x, n, c.gradient_clipping);
+    NormRows(kern, x, n, D, w.norm_pre_attn, c.rms_norm_eps);
     Attention(kern, w, c, x, n, &a);
-    Clamp(a, c.gradient_clipping);
-    NormRows(a, n, D, w.norm_post_attn, c.rms_norm_eps);
+    Clamp(kern, a, n, c.gradient_clipping);
+    NormRows(kern, a, n, D, w.norm_post_attn, c.rms_norm_eps);
     for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
     LightConv(kern, w, c, h, n);
     FeedForward(kern, w.ff2, c, h, n);
-    Clamp(h, c.gradient_clipping);
-    NormRows(h, n, D, w.norm_out, c.rms_norm_eps);
+    Clamp(kern, h, n, c.gradient_clipping);
+    NormRows(kern, h, n, D, w.norm_out, c.rms_norm_eps);
   }
   const int O = c.output_proj_dims;
   std::vector<float> out(static_cast<size_t>(n) * O);

@@ -28,14 +28,16 @@ void ClippedForward(const VisionKernels& kern, const ClippedLinear& cl, const fl
     if (scratch->size() < n * cols) scratch->resize(n * cols);
     float* xc = scratch->data();
     kern.ForTokens(n, [&](int t0, int t1) {
-      for (size_t i = t0 * cols; i < t1 * cols; ++i) xc[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
+      for (size_t i = t0 * cols; i < t1 * cols; ++i)
+        xc[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
     });
     x = xc;
   }
   kern.Linear(cl.lin, x, n, y);
   if (std::isfinite(cl.out_min) || std::isfinite(cl.out_max)) {
     kern.ForTokens(n, [&](int t0, int t1) {
-      for (size_t i = t0 * rows; i < t1 * rows; ++i) y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
+      for (size_t i = t0 * rows; i < t1 * rows; ++i)
+        y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
     });
   }
 }

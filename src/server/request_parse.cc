@@ -279,9 +279,10 @@ void CheckMediaPart(json& part, const std::string& at, const std::filesystem::pa
   if (!image && !audio && !video) return;
   const char* what = image ? "image" : audio ? "audio" : "video";
   const char* own = image ? "image_url" : audio ? "audio_url" : "video_url";
-  // Where a part can name a file: "path" and the bare type key ("image": "x.png") always (for
-  // video also "url"); "url" and the OpenAI-style {"image_url": {"url": ...}} with a file:// URL.
-  // Other URLs must be data: URLs (bytes); remote URLs are never fetched.
+  // Where a part can name a file: "path" and the bare type key ("image": "x.png"), whatever the
+  // string (the engine reads it as a path; for video also "url"); "url" and the OpenAI-style
+  // {"image_url": {"url": ...}} with a file:// URL. Other URLs must be data: URLs (bytes); remote
+  // URLs are never fetched.
   std::string ref, ref_key;
   for (const char* key : {"path", what, "url", own}) {
     const std::string k = key;
@@ -294,8 +295,7 @@ void CheckMediaPart(json& part, const std::string& at, const std::filesystem::pa
     }
     const std::string text = str->get<std::string>();
     const bool names_file = k == "path" || k == what || (video && k == "url");
-    if (text.rfind("file://", 0) == 0 || (names_file && text.find("://") == std::string::npos &&
-                                          text.rfind("data:", 0) != 0)) {
+    if (text.rfind("file://", 0) == 0 || (names_file && text.find("://") == std::string::npos)) {
       ref = text;
       ref_key = k;
       break;
@@ -336,9 +336,7 @@ void CheckMediaPart(json& part, const std::string& at, const std::filesystem::pa
   if (!std::filesystem::is_regular_file(canon, ec))
     throw BadField(at, std::string("no ") + what + " file '" + rel.string() +
                            "' in the server's media folder");
-  for (const char* key : {"path", what, "url", own}) {
-    if (part.contains(key) && (std::string(key) != what || !part[key].is_object())) part.erase(key);
-  }
+  for (const char* key : {"path", what, "url", own}) part.erase(key);
   part["type"] = what;
   part["path"] = canon.string();
 }

@@ -598,6 +598,7 @@ TEST(Server, MediaFolderServesItsFilesAndNothingElse) {
       {{"type", "image"}, {"path", "escape.png"}},
       {{"type", "image"}, {"path", "missing.png"}},
       {{"type", "image"}, {"path", "sub dir"}},
+      {{"type", "image"}, {"path", data_url}},
       {{"type", "image_url"}, {"image_url", {{"url", "file://host/cat.jpg"}}}},
       {{"type", "image_url"}, {"image_url", {{"url", "file://" + dir.string() + "/%zz.jpg"}}}},
       {{"type", "video"}, {"path", "/etc/passwd"}},

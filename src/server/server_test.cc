@@ -454,6 +454,11 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
     return j.dump();
   };
   const json ok = Chat("hi", 2);
+  // A user message whose content is one (media) part.
+  auto with_part = [&](json part) {
+    return with(ok, "messages",
+                json::array({{{"role", "user"}, {"content", json::array({std::move(part)})}}}));
+  };
   const std::vector<Case> cases = {
       {"malformed JSON", "{\"messages\": [", 400, ""},
       // Found by fuzz/fuzz_server.cc: nlohmann's number overflow was a 500.
@@ -483,43 +488,20 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
        400, "messages"},
       {"bad role", with(ok, "messages", json::array({{{"role", "robot"}, {"content", "x"}}})), 400,
        "messages"},
-      {"image from a server path",
-       with(ok, "messages",
-            json::array(
-                {{{"role", "user"},
-                  {"content", json::array({{{"type", "image"}, {"path", "/etc/passwd"}}})}}})),
-       400, "messages[0].content[0]"},
+      {"image from a server path", with_part({{"type", "image"}, {"path", "/etc/passwd"}}), 400,
+       "messages[0].content[0]"},
       {"image from a file URL",
-       with(ok, "messages",
-            json::array(
-                {{{"role", "user"},
-                  {"content", json::array({{{"type", "image_url"},
-                                            {"image_url", {{"url", "file:///etc/passwd"}}}}})}}})),
-       400, "messages[0].content[0]"},
-      {"audio from a server path",
-       with(ok, "messages",
-            json::array(
-                {{{"role", "user"},
-                  {"content", json::array({{{"type", "audio"}, {"path", "/etc/passwd"}}})}}})),
-       400, "messages[0].content[0]"},
+       with_part({{"type", "image_url"}, {"image_url", {{"url", "file:///etc/passwd"}}}}), 400,
+       "messages[0].content[0]"},
+      {"audio from a server path", with_part({{"type", "audio"}, {"path", "/etc/passwd"}}), 400,
+       "messages[0].content[0]"},
       {"video from a server path (no media folder)",
-       with(ok, "messages",
-            json::array(
-                {{{"role", "user"},
-                  {"content", json::array({{{"type", "video"}, {"path", "/etc/passwd"}}})}}})),
-       400, "messages[0].content[0]"},
+       with_part({{"type", "video"}, {"path", "/etc/passwd"}}), 400, "messages[0].content[0]"},
       {"audio from a file URL",
-       with(ok, "messages",
-            json::array({{{"role", "user"},
-                          {"content", json::array({{{"type", "audio_url"},
-                                                    {"audio_url", {{"url", "file:///etc/passwd"}}}}})}}})),
-       400, "messages[0].content[0]"},
+       with_part({{"type", "audio_url"}, {"audio_url", {{"url", "file:///etc/passwd"}}}}), 400,
+       "messages[0].content[0]"},
       {"image from a remote URL",
-       with(ok, "messages",
-            json::array(
-                {{{"role", "user"},
-                  {"content", json::array({{{"type", "image_url"},
-                                            {"image_url", {{"url", "http://example.com/a.png"}}}}})}}})),
+       with_part({{"type", "image_url"}, {"image_url", {{"url", "http://example.com/a.png"}}}}),
        400, "messages[0].content[0]"},
       {"body over the limit", with(ok, "pad", std::string(80 * 1024, 'x')), 413, ""},
   };

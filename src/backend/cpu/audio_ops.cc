@@ -19,25 +19,6 @@ namespace {
 
 constexpr int kMel = 128;
 
-void Clipped(const VisionKernels& kern, const ClippedLinear& cl, const float* x, int n, float* y) {
-  // The clamped input in a buffer kept per thread: fresh pages for every linear (up to 12 MB at
-  // E2B's shapes) cost more than the copy.
-  thread_local std::vector<float> xc;
-  const size_t count = static_cast<size_t>(n) * cl.lin.cols;
-  if (xc.size() < count) xc.resize(count);
-  const size_t cols = cl.lin.cols, rows = cl.lin.rows;
-  float* in = xc.data();
-  kern.ForTokens(n, [&](int t0, int t1) {
-    for (size_t i = t0 * cols; i < t1 * cols; ++i)
-      in[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
-  });
-  kern.Linear(cl.lin, in, n, y);
-  kern.ForTokens(n, [&](int t0, int t1) {
-    for (size_t i = t0 * rows; i < t1 * rows; ++i)
-      y[i] = std::min(std::max(y[i], cl.out_min), cl.out_max);
-  });
-}
-
 // x (n rows) clamped to [-lim, lim].
 void Clamp(const VisionKernels& kern, std::vector<float>& x, int n, float lim) {
   const size_t d = x.size() / std::max(n, 1);
@@ -153,13 +134,13 @@ void FeedForward(const VisionKernels& kern, const AudioLayerWeights::FeedForward
   thread_local std::vector<float> u;
   const size_t un = static_cast<size_t>(n) * 4 * D;
   if (u.size() < un) u.resize(un);
-  Clipped(kern, ff.up, x.data(), n, u.data());
+  ClippedForward(kern, ff.up, x.data(), n, u.data());
   float* up = u.data();
   kern.ForTokens(n, [&](int t0, int t1) {
     for (size_t i = t0 * 4 * static_cast<size_t>(D); i < t1 * 4 * static_cast<size_t>(D); ++i)
       up[i] = Silu(up[i]);
   });
-  Clipped(kern, ff.down, u.data(), n, x.data());
+  ClippedForward(kern, ff.down, u.data(), n, x.data());
   Clamp(kern, x, n, c.gradient_clipping);
   NormRows(kern, x, n, D, ff.post_norm, c.rms_norm_eps);
   for (size_t i = 0; i < h.size(); ++i) h[i] += x[i] * c.residual_weight;
@@ -190,9 +171,9 @@ void Attention(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
                const std::vector<float>& x, int n, std::vector<float>* out) {
   const int D = c.hidden_size, nh = c.num_heads, hd = c.head_dim();
   std::vector<float> q(static_cast<size_t>(n) * D), k(q.size()), v(q.size());
-  Clipped(kern, w.q, x.data(), n, q.data());
-  Clipped(kern, w.k, x.data(), n, k.data());
-  Clipped(kern, w.v, x.data(), n, v.data());
+  ClippedForward(kern, w.q, x.data(), n, q.data());
+  ClippedForward(kern, w.k, x.data(), n, k.data());
+  ClippedForward(kern, w.v, x.data(), n, v.data());
   const float q_scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5) / std::log(2.0));
   const float k_scale = static_cast<float>(std::log(1.0 + std::exp(1.0)) / std::log(2.0));
   std::vector<float> sp(hd);
@@ -242,7 +223,7 @@ void Attention(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
     }
   });
   out->assign(static_cast<size_t>(n) * D, 0.0f);
-  Clipped(kern, w.post, att.data(), n, out->data());
+  ClippedForward(kern, w.post, att.data(), n, out->data());
 }
 
 void LightConv(const VisionKernels& kern, const AudioLayerWeights& w, const AudioConfig& c,
@@ -251,7 +232,7 @@ void LightConv(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
   std::vector<float> x = h;
   NormRows(kern, x, n, D, w.lconv_pre_norm, c.rms_norm_eps);
   std::vector<float> s(static_cast<size_t>(n) * 2 * D);
-  Clipped(kern, w.lconv_start, x.data(), n, s.data());
+  ClippedForward(kern, w.lconv_start, x.data(), n, s.data());
   std::vector<float> g(static_cast<size_t>(n) * D);  // GLU: a * sigmoid(b)
   kern.ForTokens(n, [&](int t0, int t1) {
     for (int t = t0; t < t1; ++t)
@@ -278,7 +259,7 @@ void LightConv(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
   Clamp(kern, y, n, c.gradient_clipping);
   NormRows(kern, y, n, D, w.lconv_conv_norm, c.rms_norm_eps);
   for (float& v : y) v = Silu(v);
-  Clipped(kern, w.lconv_end, y.data(), n, x.data());
+  ClippedForward(kern, w.lconv_end, y.data(), n, x.data());
   for (size_t i = 0; i < h.size(); ++i) h[i] += x[i];
 }
 

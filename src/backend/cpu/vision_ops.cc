@@ -16,17 +16,17 @@ void BackendModel::EncodeImage(const VisionPatches&, std::vector<float>*) {
 }
 
 namespace ref {
-namespace {
 
 // y = clamp(lin(clamp(x))). Infinite bounds (checkpoints without clamps) skip the clamp, which
-// would be the identity (NaN included); `scratch` holds the clamped input across calls (fresh
-// tens of MB per linear cost page faults and copies: ~20% of the fast tower's time at 280 tokens).
+// would be the identity (NaN included). The clamped input is kept in a buffer per thread: fresh
+// pages for every linear (tens of MB at E2B's shapes) cost more than the copy.
 void ClippedForward(const VisionKernels& kern, const ClippedLinear& cl, const float* x, int n,
-                    float* y, std::vector<float>* scratch) {
+                    float* y) {
+  thread_local std::vector<float> scratch;
   const size_t cols = cl.lin.cols, rows = cl.lin.rows;
   if (std::isfinite(cl.in_min) || std::isfinite(cl.in_max)) {
-    if (scratch->size() < n * cols) scratch->resize(n * cols);
-    float* xc = scratch->data();
+    if (scratch.size() < n * cols) scratch.resize(n * cols);
+    float* xc = scratch.data();
     kern.ForTokens(n, [&](int t0, int t1) {
       for (size_t i = t0 * cols; i < t1 * cols; ++i)
         xc[i] = std::min(std::max(x[i], cl.in_min), cl.in_max);
@@ -41,8 +41,6 @@ void ClippedForward(const VisionKernels& kern, const ClippedLinear& cl, const fl
     });
   }
 }
-
-}  // namespace
 
 void VisionKernels::Linear(const gemma::Linear& lin, const float* x, int n, float* y) const {
   LinearForward(lin, x, n, y);
@@ -124,14 +122,14 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
   std::vector<float> q(static_cast<size_t>(n) * nh * hd), kk(static_cast<size_t>(n) * nkv * hd),
       v(kk.size()), att(q.size());
   const int I = c.intermediate_size;
-  std::vector<float> g(static_cast<size_t>(n) * I), u(g.size()), clip;
+  std::vector<float> g(static_cast<size_t>(n) * I), u(g.size());
   for (const VisionLayerWeights& w : t.layers) {
     kern.ForTokens(n, [&](int t0, int t1) {
       for (int i = t0; i < t1; ++i) RmsNorm(&h[i * D], D, w.input_norm, eps, &a[i * D]);
     });
-    ClippedForward(kern, w.q, a.data(), n, q.data(), &clip);
-    ClippedForward(kern, w.k, a.data(), n, kk.data(), &clip);
-    ClippedForward(kern, w.v, a.data(), n, v.data(), &clip);
+    ClippedForward(kern, w.q, a.data(), n, q.data());
+    ClippedForward(kern, w.k, a.data(), n, kk.data());
+    ClippedForward(kern, w.v, a.data(), n, v.data());
     kern.ForTokens(n, [&](int t0, int t1) {
       for (int i = t0; i < t1; ++i) {
         const int x = i % img.patches_w, y = i / img.patches_w;
@@ -152,7 +150,7 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
       }
     });
     kern.Attention(q.data(), kk.data(), v.data(), n, nh, nkv, hd, att.data());
-    ClippedForward(kern, w.o, att.data(), n, tmp.data(), &clip);
+    ClippedForward(kern, w.o, att.data(), n, tmp.data());
     kern.ForTokens(n, [&](int t0, int t1) {
       for (int i = t0; i < t1; ++i) {
         RmsNorm(&tmp[i * D], D, w.post_attn_norm, eps, &tmp[i * D]);
@@ -160,10 +158,10 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
         RmsNorm(&h[i * D], D, w.pre_ffn_norm, eps, &a[i * D]);
       }
     });
-    ClippedForward(kern, w.gate, a.data(), n, g.data(), &clip);
-    ClippedForward(kern, w.up, a.data(), n, u.data(), &clip);
+    ClippedForward(kern, w.gate, a.data(), n, g.data());
+    ClippedForward(kern, w.up, a.data(), n, u.data());
     kern.GeluMul(g.data(), u.data(), g.size());
-    ClippedForward(kern, w.down, g.data(), n, tmp.data(), &clip);
+    ClippedForward(kern, w.down, g.data(), n, tmp.data());
     kern.ForTokens(n, [&](int t0, int t1) {
       for (int i = t0; i < t1; ++i) {
         RmsNorm(&tmp[i * D], D, w.post_ffn_norm, eps, &tmp[i * D]);

@@ -36,6 +36,11 @@ class VisionKernels {
   virtual void ForTokens(int n, const std::function<void(int, int)>& fn) const { fn(0, n); }
 };
 
+// y[n, lin.rows] = clamp(lin(clamp(x))) with a clipped linear's bounds (the towers'
+// ClippableLinear).
+void ClippedForward(const VisionKernels& kernels, const ClippedLinear& cl, const float* x, int n,
+                    float* y);
+
 // The tower's output before embed_vision: [patches / pooling^2, vision hidden].
 std::vector<float> VisionTowerForward(const VisionTower& tower, const VisionPatches& image,
                                       const VisionKernels& kernels = VisionKernels());

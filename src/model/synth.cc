@@ -40,15 +40,20 @@ Shape Base(int vocab, int hidden, int inter, int layers, int heads, int kv_heads
   return s;
 }
 
+// E2B's vision tower (16 x 768, 12 heads) and audio tower (12 conformer layers x 1,024).
+void SetE2bTowers(Shape& s) {
+  s.vision_hidden = 768, s.vision_inter = 3072, s.vision_layers = 16, s.vision_heads = 12;
+  s.vision_head_dim = 64, s.vision_positions = 10240;
+  s.audio_hidden = 1024, s.audio_layers = 12, s.audio_heads = 8, s.audio_channels = 32;
+  s.audio_out = 1536;
+}
+
 Shape MakeShape(const std::string& preset) {
   if (preset == "e2b-bf16" || preset == "e2b-qat") {
     Shape s = Base(262144, 1536, 6144, 35, 8, 1, 256, 512, 512, 20, 256, preset == "e2b-qat");
     for (int l = 0; l < 35; ++l) s.full.push_back(l % 5 == 4);
     s.conditioned = true;
-    s.vision_hidden = 768, s.vision_inter = 3072, s.vision_layers = 16, s.vision_heads = 12;
-    s.vision_head_dim = 64, s.vision_positions = 10240;
-    s.audio_hidden = 1024, s.audio_layers = 12, s.audio_heads = 8, s.audio_channels = 32;
-    s.audio_out = 1536;
+    SetE2bTowers(s);
     return s;
   }
   if (preset == "e2b-qat-mini" || preset == "e2b-bf16-mini") {
@@ -58,6 +63,15 @@ Shape MakeShape(const std::string& preset) {
     Shape s = Base(32768, 1536, 6144, 10, 8, 1, 256, 512, 512, 3, 256, preset == "e2b-qat-mini");
     for (int l = 0; l < 10; ++l) s.full.push_back(l % 5 == 4);
     s.conditioned = true;
+    return s;
+  }
+  if (preset == "e2b-towers" || preset == "e2b-towers-qat") {
+    // E2B's vision and audio towers at full size (and embed_vision / embed_audio into E2B's
+    // hidden 1,536) on a small text model: the towers' goldens and benchmarks without the
+    // 9.5 GB text model. The media token ids lie outside its 4,096 vocabulary: towers only.
+    Shape s = Base(4096, 1536, 256, 6, 2, 1, 32, 64, 16, 2, 16, preset == "e2b-towers-qat");
+    s.full = {false, false, true, false, false, true};
+    SetE2bTowers(s);
     return s;
   }
   if (preset == "tiny" || preset == "tiny-qat") {
@@ -512,6 +526,10 @@ std::vector<SynthPreset> SynthPresets() {
       {"e2b-qat-mini",
        "e2b-qat's widths and kinds on 10 layers (2 full, 3 KV-shared) and a 32,768 vocab"},
       {"e2b-bf16-mini", "e2b-qat-mini's structure in bf16 (tied head)"},
+      {"e2b-towers",
+       "E2B's vision and audio towers, full size, bf16, on a small text model of E2B's width "
+       "(towers only: tower tests and benchmarks, ~0.9 GB)"},
+      {"e2b-towers-qat", "e2b-towers in the mobile-QAT layout (int8 vision, int2/int4 audio)"},
       {"tiny", "E2B structure scaled down (6 layers, hidden 128), bf16, 262,144 vocab"},
       {"tiny-qat", "tiny in the mobile-QAT layout"}};
   for (SynthPreset& x : p) x.vocab_size = MakeShape(x.name).vocab;

@@ -21,10 +21,12 @@ struct SynthPreset {
 // names), "e2b-qat" (the published mobile-QAT layout: int2/int4/int8 packed, per-layer PLE scales,
 // SRQ scales, separate int2 lm_head), "e2b-qat-mini" (e2b-qat's widths and kinds on 10 layers and
 // a 32,768 vocabulary: the full-width kernels at test cost), "e2b-bf16-mini" (the same in bf16),
-// "tiny" and "tiny-qat" (E2B structure
-// scaled down, real 262,144 vocabulary so the demo can use the Gemma tokenizer). e2b-bf16, e2b-qat,
-// tiny and tiny-qat include a vision tower (E2B's: 16 layers of 768; tiny: 2 layers of 64) and an
-// audio tower (E2B's: 12 conformer layers of 1024; tiny: 2 layers of 64).
+// "e2b-towers" and "e2b-towers-qat" (E2B's towers at full size on a small text model of width
+// 1,536 whose 4,096 vocabulary has no media tokens: tower goldens and benchmarks), "tiny" and
+// "tiny-qat" (E2B structure scaled down, real 262,144 vocabulary so the demo can use the Gemma
+// tokenizer). e2b-bf16, e2b-qat, the e2b-towers pair, tiny and tiny-qat include a vision tower
+// (E2B's: 16 layers of 768; tiny: 2 layers of 64) and an audio tower (E2B's: 12 conformer layers
+// of 1024; tiny: 2 layers of 64).
 std::vector<SynthPreset> SynthPresets();
 
 // A checkpoint's structure. The presets fill the first fields; the rest default to the presets'

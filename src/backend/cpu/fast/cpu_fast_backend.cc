@@ -203,40 +203,61 @@ class FastVisionKernels : public ref::VisionKernels {
   }
 
  private:
-  // Per head: scores = q k^T and out = softmax(scores) v on the f32 GEMM (design §4's f32
-  // accumulation; the reference sums in f64), the softmax in f32 with f64 row sums.
+  // Per head and block of kQueryBlock queries, on the f32 GEMM (design §4's f32 accumulation;
+  // the reference sums in f64): the block's scores q k^T into the thread's scratch, softmax in
+  // f32 with f64 row sums, then out = p v. The block's scores stay in cache: the n x n matrix of
+  // a head (23 MB at 2,394 patches) never goes through memory. Keys and values are packed once
+  // per K/V head for all blocks. DenseGemmRowsF32's sums do not depend on tiles, so this equals
+  // one GEMM over all queries bit for bit.
   void GemmAttention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
                      float* out) const {
+    constexpr int kQueryBlock = 48;
     const int group = nh / nkv;
     const size_t kv_stride = static_cast<size_t>(nkv) * hd, q_stride = static_cast<size_t>(nh) * hd;
-    scores_.resize(static_cast<size_t>(n) * n);
-    vt_.resize(static_cast<size_t>(hd) * n);
-    for (int h = 0; h < nh; ++h) {
-      const int kv = h / group;
+    const size_t key_floats = fast::PackedPanelsFloats(n, hd);
+    const size_t value_floats = fast::PackedPanelsFloats(hd, n);
+    const size_t per_kv = key_floats + value_floats + static_cast<size_t>(hd) * n;
+    if (packed_.size() < nkv * per_kv) packed_.resize(nkv * per_kv);
+    if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
+    if (scores_.size() < static_cast<size_t>(pool_.size())) scores_.resize(pool_.size());
+    auto keys_of = [&](int kv) { return packed_.data() + kv * per_kv; };
+    auto values_of = [&](int kv) { return packed_.data() + kv * per_kv + key_floats; };
+    pool_.Run(nkv, [&](int kv, int thread) {
+      std::vector<float>& s = scratch_[thread];
+      if (s.size() < fast::GemmScratchFloats(std::max(n, hd)))
+        s.resize(fast::GemmScratchFloats(std::max(n, hd)));
       gemma::Linear keys;
       keys.kind = WeightKind::kF32;
       keys.rows = n;
       keys.cols = hd;
       keys.data = reinterpret_cast<const uint8_t*>(k + kv * hd);
       keys.row_bytes = kv_stride * sizeof(float);
-      Gemm(keys, q + h * hd, q_stride, n, scores_.data(), n, [](int, int) {});
-      pool_.Run((n + 31) / 32, [&](int task, int) {
-        for (int i = task * 32; i < std::min(n, task * 32 + 32); ++i)
-          fast::SoftmaxF32(scores_.data() + static_cast<size_t>(i) * n, n);
-      });
-      if (h % group == 0) {  // this K/V head's values transposed: [hd][n]
-        for (int j = 0; j < n; ++j)
-          for (int d = 0; d < hd; ++d)
-            vt_[static_cast<size_t>(d) * n + j] = v[j * kv_stride + kv * hd + d];
-      }
+      const int panel = fast::GemmPanelRows();
+      fast::PackPanelsF32(keys, 0, (n + panel - 1) / panel, keys_of(kv), s.data());
+      // The values transposed ([hd][n]), then packed as the rows of a linear over the scores.
+      float* vt = values_of(kv) + value_floats;
+      for (int j = 0; j < n; ++j)
+        for (int d = 0; d < hd; ++d) vt[static_cast<size_t>(d) * n + j] = v[j * kv_stride + kv * hd + d];
       gemma::Linear values;
       values.kind = WeightKind::kF32;
       values.rows = hd;
       values.cols = n;
-      values.data = reinterpret_cast<const uint8_t*>(vt_.data());
+      values.data = reinterpret_cast<const uint8_t*>(vt);
       values.row_bytes = static_cast<size_t>(n) * sizeof(float);
-      Gemm(values, scores_.data(), n, n, out + h * hd, q_stride, [](int, int) {});
-    }
+      fast::PackPanelsF32(values, 0, (hd + panel - 1) / panel, values_of(kv), s.data());
+    });
+    const int blocks = (n + kQueryBlock - 1) / kQueryBlock;
+    pool_.Run(nh * blocks, [&](int task, int thread) {
+      const int h = task / blocks, kv = h / group;
+      const int i0 = task % blocks * kQueryBlock, m = std::min(kQueryBlock, n - i0);
+      std::vector<float>& p = scores_[thread];
+      if (p.size() < static_cast<size_t>(kQueryBlock) * n) p.resize(static_cast<size_t>(kQueryBlock) * n);
+      fast::PackedGemmRowsF32(keys_of(kv), n, hd, q + i0 * q_stride + h * hd, q_stride, m, 0, n,
+                              p.data(), n);
+      for (int i = 0; i < m; ++i) fast::SoftmaxF32(p.data() + static_cast<size_t>(i) * n, n);
+      fast::PackedGemmRowsF32(values_of(kv), hd, n, p.data(), n, m, 0, hd,
+                              out + i0 * q_stride + h * hd, q_stride);
+    });
   }
   // y = DenseGemmRowsF32 (f32 accumulation, fast_ops.h), a task per packed panel with the
   // thread's scratch; then epilogue(r0, r1) on the task's rows.
@@ -270,7 +291,8 @@ class FastVisionKernels : public ref::VisionKernels {
   ThreadPool& pool_;
   const bool f32_ops_;
   mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread
-  mutable std::vector<float> scores_, vt_;             // GemmAttention's
+  mutable std::vector<std::vector<float>> scores_;   // GemmAttention's, per pool thread
+  mutable std::vector<float> packed_;                 // GemmAttention's keys and values
 };
 
 void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {

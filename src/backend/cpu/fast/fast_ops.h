@@ -64,6 +64,15 @@ void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n,
 size_t GemmScratchFloats(int cols);
 // Rows per packed panel (a task of DenseGemmRowsF32 should cover whole panels).
 int GemmPanelRows();
+// DenseGemmRowsF32 in two steps, for a matrix that many token blocks share (the towers'
+// attention: keys and values once per head, not once per block of queries). PackPanelsF32 packs
+// panels [first, first + count) of `lin` into `packed` (PackedPanelsFloats(lin.rows, lin.cols)
+// floats for all; `scratch`: GemmScratchFloats(lin.cols)); PackedGemmRowsF32 then gives
+// DenseGemmRowsF32's values for rows [r0, r1) (r0 a multiple of GemmPanelRows()).
+size_t PackedPanelsFloats(int rows, int cols);
+void PackPanelsF32(const Linear& lin, int first, int count, float* packed, float* scratch);
+void PackedGemmRowsF32(const float* packed, int rows, int cols, const float* x, size_t x_stride,
+                       int n, int r0, int r1, float* y, size_t y_stride);
 // x = softmax(x) in f32 (Highway's Exp, a few ulp; the sum in f64 across lanes' f32 partials).
 void SoftmaxF32(float* x, int n);
 // g[i] = gelu_tanh(g[i]) * u[i] in f32 (Highway's Tanh, a few ulp from the reference's).

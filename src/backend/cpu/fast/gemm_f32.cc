@@ -113,6 +113,17 @@ HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int
   }
 }
 
+// y rows [0, n) x the packed panel's rows [p0, p0 + valid).
+void PanelTiles(const float* panel, int cols, const float* x, size_t x_stride, int n, int valid,
+                float* y, size_t y_stride, int p0) {
+  for (int t = 0; t < n; t += kMr) {
+    const int mt = std::min(kMr, n - t);
+    const float* xr[kMr];
+    for (int m = 0; m < kMr; ++m) xr[m] = x + static_cast<size_t>(t + std::min(m, mt - 1)) * x_stride;
+    Tile(panel, cols, xr, mt, valid, y, y_stride, t, p0);
+  }
+}
+
 void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
                       float* y, size_t y_stride, float* scratch) {
   const int nr = PanelRows(), cols = lin.cols;
@@ -120,13 +131,23 @@ void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n,
   float* row_f32 = scratch + static_cast<size_t>(cols) * nr;
   for (int p0 = r0; p0 < r1; p0 += nr) {
     PackPanel(lin, p0, panel, row_f32);
-    const int valid = std::min(nr, r1 - p0);
-    for (int t = 0; t < n; t += kMr) {
-      const int mt = std::min(kMr, n - t);
-      const float* xr[kMr];
-      for (int m = 0; m < kMr; ++m) xr[m] = x + static_cast<size_t>(t + std::min(m, mt - 1)) * x_stride;
-      Tile(panel, cols, xr, mt, valid, y, y_stride, t, p0);
-    }
+    PanelTiles(panel, cols, x, x_stride, n, std::min(nr, r1 - p0), y, y_stride, p0);
+  }
+}
+
+void PackPanelsF32(const Linear& lin, int first, int count, float* packed, float* scratch) {
+  const size_t size = static_cast<size_t>(lin.cols) * PanelRows();
+  for (int p = first; p < first + count; ++p)
+    PackPanel(lin, p * PanelRows(), packed + static_cast<size_t>(p) * size, scratch);
+}
+
+void PackedGemmRowsF32(const float* packed, int rows, int cols, const float* x, size_t x_stride,
+                       int n, int r0, int r1, float* y, size_t y_stride) {
+  const int nr = PanelRows();
+  const size_t size = static_cast<size_t>(cols) * nr;
+  for (int p0 = r0; p0 < r1; p0 += nr) {
+    PanelTiles(packed + static_cast<size_t>(p0 / nr) * size, cols, x, x_stride, n,
+               std::min({nr, r1 - p0, rows - p0}), y, y_stride, p0);
   }
 }
 
@@ -182,6 +203,8 @@ HWY_AFTER_NAMESPACE();
 namespace gemma::fast {
 
 HWY_EXPORT(DenseGemmRowsF32);
+HWY_EXPORT(PackPanelsF32);
+HWY_EXPORT(PackedGemmRowsF32);
 HWY_EXPORT(PanelRows);
 HWY_EXPORT(SoftmaxF32);
 HWY_EXPORT(GeluTanhMulF32);
@@ -199,6 +222,17 @@ size_t GemmScratchFloats(int cols) {
 void DenseGemmRowsF32(const Linear& lin, const float* x, size_t x_stride, int n, int r0, int r1,
                       float* y, size_t y_stride, float* scratch) {
   HWY_DYNAMIC_DISPATCH(DenseGemmRowsF32)(lin, x, x_stride, n, r0, r1, y, y_stride, scratch);
+}
+size_t PackedPanelsFloats(int rows, int cols) {
+  const int nr = GemmPanelRows();
+  return static_cast<size_t>((rows + nr - 1) / nr) * cols * nr;
+}
+void PackPanelsF32(const Linear& lin, int first, int count, float* packed, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(PackPanelsF32)(lin, first, count, packed, scratch);
+}
+void PackedGemmRowsF32(const float* packed, int rows, int cols, const float* x, size_t x_stride,
+                       int n, int r0, int r1, float* y, size_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(PackedGemmRowsF32)(packed, rows, cols, x, x_stride, n, r0, r1, y, y_stride);
 }
 
 }  // namespace gemma::fast

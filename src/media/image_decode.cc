@@ -1,6 +1,7 @@
 // Image decoding with Debian's stb_image (PNG, JPEG, BMP, GIF first frame) and libwebp.
 #include <webp/decode.h>
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string_view>
@@ -140,10 +141,25 @@ bool JpegHuffmanTablesFit(std::span<const uint8_t> b) {
 }
 
 // A GIF whose first image's data blocks run past the end (stb would decode zeros).
-bool GifTruncated(std::span<const uint8_t> b) {
+// The first frame of a GIF as far as PIL's pixels need it: whether its data is cut, its
+// rectangle, its transparent index (-1: none) and the colour table it uses.
+struct GifFrame {
+  bool truncated = true;
+  int x = 0, y = 0, w = 0, h = 0;
+  int transparent = -1;
+  size_t table = 0;  // offset of the colour table (0: none)
+  int table_size = 0;  // entries
+};
+
+GifFrame GifFirstFrame(std::span<const uint8_t> b) {
+  GifFrame f;
   size_t p = 13;
-  if (b.size() < p) return true;
-  if (b[10] & 0x80) p += 3u << ((b[10] & 7) + 1);
+  if (b.size() < p) return f;
+  if (b[10] & 0x80) {
+    f.table = p;
+    f.table_size = 1 << ((b[10] & 7) + 1);
+    p += 3u * f.table_size;
+  }
   auto skip_blocks = [&]() {
     while (p < b.size() && b[p] != 0) p += 1 + b[p];
     if (p >= b.size()) return false;
@@ -152,20 +168,32 @@ bool GifTruncated(std::span<const uint8_t> b) {
   };
   while (p < b.size()) {
     if (b[p] == 0x21) {  // extension: label, then data sub-blocks
+      // A graphic control extension before the frame: block size 4, flags, delay, index.
+      if (p + 7 < b.size() && b[p + 1] == 0xF9 && b[p + 2] == 4)
+        f.transparent = (b[p + 3] & 1) ? b[p + 6] : -1;
       p += 2;
-      if (!skip_blocks()) return true;
+      if (!skip_blocks()) return f;
     } else if (b[p] == 0x2C) {  // the first image: descriptor, local table, LZW data
-      if (p + 10 > b.size()) return true;
+      if (p + 10 > b.size()) return f;
+      f.x = b[p + 1] | (b[p + 2] << 8);
+      f.y = b[p + 3] | (b[p + 4] << 8);
+      f.w = b[p + 5] | (b[p + 6] << 8);
+      f.h = b[p + 7] | (b[p + 8] << 8);
       const uint8_t flags = b[p + 9];
       p += 10;
-      if (flags & 0x80) p += 3u << ((flags & 7) + 1);
+      if (flags & 0x80) {
+        f.table = p;
+        f.table_size = 1 << ((flags & 7) + 1);
+        p += 3u * f.table_size;
+      }
       p += 1;  // LZW minimum code size
-      return !skip_blocks();
+      f.truncated = !skip_blocks();
+      return f;
     } else {
-      return true;
+      return f;
     }
   }
-  return true;
+  return f;
 }
 
 // The PNG without its zero-length IDAT chunks, or an empty vector when it has none. Debian's
@@ -249,11 +277,38 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
   CheckSize(w, h, origin, o);
   if (kind == Kind::kJpeg && JpegTruncated(b))
     throw Error(ErrorCode::kFormat, origin + ": truncated JPEG (no end-of-image marker)");
-  if (kind == Kind::kGif && GifTruncated(b))
-    throw Error(ErrorCode::kFormat, origin + ": truncated GIF (the first frame's data is cut)");
+  GifFrame gif;
+  if (kind == Kind::kGif) {
+    gif = GifFirstFrame(b);
+    if (gif.truncated)
+      throw Error(ErrorCode::kFormat, origin + ": truncated GIF (the first frame's data is cut)");
+  }
   if (kind == Kind::kBmp && BmpTruncated(b))
     throw Error(ErrorCode::kFormat, origin + ": truncated BMP (shorter than its header says)");
-  uint8_t* px = stbi_load_from_memory(b.data(), len, &w, &h, &comp, 3);
+  // 16-bit grayscale PNGs: PIL reads them as 32-bit integers (mode "I", "I;16" in newer Pillow)
+  // and convert("RGB") clips each value to 255, where stb keeps the high byte.
+  if (kind == Kind::kPng && b.size() >= 26 && b[24] == 16 && b[25] == 0) {
+    uint16_t* px16 = stbi_load_16_from_memory(b.data(), len, &w, &h, &comp, 1);
+    if (!px16) {
+      throw Error(ErrorCode::kFormat,
+                  origin + ": truncated or corrupt image data (" + stbi_failure_reason() + ")");
+    }
+    Image img;
+    img.width = w;
+    img.height = h;
+    img.rgb.resize(static_cast<size_t>(w) * h * 3);
+    for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i)
+      img.rgb[3 * i] = img.rgb[3 * i + 1] = img.rgb[3 * i + 2] =
+          static_cast<uint8_t>(std::min<uint16_t>(px16[i], 255));
+    stbi_image_free(px16);
+    return img;
+  }
+  // A GIF's transparent pixels: stb leaves them (0, 0, 0, 0); PIL's convert("RGB") gives the
+  // transparent index's colour in the frame's table. So GIFs with one come as RGBA here.
+  const bool gif_transparency = kind == Kind::kGif && gif.transparent >= 0 &&
+                                gif.transparent < gif.table_size && gif.table != 0;
+  const int want = gif_transparency ? 4 : 3;
+  uint8_t* px = stbi_load_from_memory(b.data(), len, &w, &h, &comp, want);
   if (!px) {
     throw Error(ErrorCode::kFormat,
                 origin + ": truncated or corrupt image data (" + stbi_failure_reason() + ")");
@@ -261,7 +316,21 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
   Image img;
   img.width = w;
   img.height = h;
-  img.rgb.assign(px, px + static_cast<size_t>(w) * h * 3);
+  const size_t pixels = static_cast<size_t>(w) * h;
+  if (want == 3) {
+    img.rgb.assign(px, px + pixels * 3);
+  } else {
+    img.rgb.resize(pixels * 3);
+    const uint8_t* c = b.data() + gif.table + 3 * static_cast<size_t>(gif.transparent);
+    for (int yy = 0; yy < h; ++yy) {
+      for (int xx = 0; xx < w; ++xx) {
+        const size_t i = static_cast<size_t>(yy) * w + xx;
+        const bool in_frame = xx >= gif.x && xx < gif.x + gif.w && yy >= gif.y && yy < gif.y + gif.h;
+        const uint8_t* src = px[4 * i + 3] == 0 && in_frame ? c : px + 4 * i;
+        std::memcpy(&img.rgb[3 * i], src, 3);
+      }
+    }
+  }
   stbi_image_free(px);
   return img;
 }

@@ -93,6 +93,27 @@ TEST(ImageDecode, MatchesPil) {
   EXPECT_GE(checked, 14);
 }
 
+// The files stb_image reads differently from PIL (tools/fixtures/decode_goldens.py): 16-bit PNGs
+// (gray, gray + alpha, RGB, RGBA) and palette transparency (GIF transparent index, PNG tRNS).
+TEST(ImageDecode, SixteenBitAndTransparencyMatchPil) {
+  const nlohmann::json g = nlohmann::json::parse(ReadBytes(kDir + "decode.json"));
+  ASSERT_GE(g["images"].size(), 8u);
+  for (auto& [name, info] : g["images"].items()) {
+    SCOPED_TRACE(name + " (PIL mode " + info["pil_mode"].get<std::string>() + ")");
+    const Image img = LoadImageFile(kDir + "images/" + name);
+    ASSERT_EQ(img.width, info["width"].get<int>());
+    ASSERT_EQ(img.height, info["height"].get<int>());
+    const std::vector<uint8_t> want = ReadBytes(kDir + "decoded/" + name + ".rgb");
+    ASSERT_EQ(img.rgb.size(), want.size());
+    size_t differ = 0, first = want.size();
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (img.rgb[i] != want[i] && differ++ == 0) first = i;
+    }
+    EXPECT_EQ(differ, 0u) << "first at byte " << first << ": " << int{img.rgb[first]} << " vs PIL "
+                          << int{want[first]};
+  }
+}
+
 TEST(ImageDecode, ExifOrientationReadFromEveryContainer) {
   EXPECT_EQ(ExifOrientation(ReadBytes(kDir + "images/exif6_80x60.png")), 6);
   EXPECT_EQ(ExifOrientation(ReadBytes(kDir + "images/exif3_50x30.png")), 3);

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "backend/cpu/fast/tiles.h"
 #include "core/dtype.h"
@@ -682,6 +685,31 @@ int TableLookupArgmax(float* x, int n, float s, const float* table) {
   return HWY_DYNAMIC_DISPATCH(TableLookupArgmax)(x, n, s, table);
 }
 const char* TargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()); }
+
+namespace {
+
+// Highway 1.0.3 compiles its AVX3_DL target with "avxvnni" (the VEX-encoded AVX-VNNI of Alder
+// Lake and Sapphire Rapids) in the target string, but picks that target on every CPU with AVX-512
+// VNNI: GCC's VEX vpdpbusd in our AVX3_DL kernels is an illegal instruction on Ice Lake and Zen 4,
+// which have AVX-512 VNNI without AVX-VNNI (a QAT checkpoint crashed there with SIGILL). There
+// the AVX3 kernels run instead. Set before main, ahead of the first dispatch.
+bool CpuHasAvxVnni() {
+#if HWY_ARCH_X86
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+#else
+  return true;
+#endif
+}
+
+[[maybe_unused]] const bool kAvx3DlUsable = [] {
+#if HWY_ARCH_X86
+  if (!CpuHasAvxVnni()) hwy::DisableTargets(HWY_AVX3_DL);
+#endif
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace gemma::fast
 #endif  // HWY_ONCE

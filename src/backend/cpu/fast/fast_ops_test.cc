@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -123,6 +127,26 @@ void ForEachTarget(const Body& body) {
     body();
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Highway 1.0.3's AVX3_DL code may hold VEX AVX-VNNI instructions (fast_ops.cc): it must not be
+// chosen on a CPU without AVX-VNNI (CPUID 7.1 EAX bit 4), or the QAT kernels die with SIGILL.
+TEST(FastOps, Avx3DlOnlyWhereAvxVnniIs) {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+  std::printf("CPU AVX-VNNI: %s; target %s\n", avx_vnni ? "yes" : "no", fast::TargetName());
+  if (!avx_vnni) {
+    EXPECT_STRNE(fast::TargetName(), "AVX3_DL");
+    EXPECT_EQ(hwy::SupportedTargets() & HWY_AVX3_DL, 0);
+    // Highway 1.0.3's SupportedTargets() re-chooses among every detected target (disabled ones
+    // too) until the next Update: what SetSupportedTargetsForTest(0) does.
+    hwy::SetSupportedTargetsForTest(0);
+    EXPECT_STRNE(fast::TargetName(), "AVX3_DL");
+  }
+#else
+  GTEST_SKIP() << "x86 only";
+#endif
 }
 
 TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {

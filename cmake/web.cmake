@@ -37,14 +37,3 @@ endif()
 if(GEMMA_WEB_SIMD)
   add_compile_options(-msimd128)
 endif()
-
-# -DCMAKE_UNITY_BUILD=ON (CI: a clean build in about half the CPU time; docs/web.md) compiles each
-# library's sources in batches; these files define names in anonymous namespaces that a
-# neighbour defines too, so they stay out of the batches.
-if(CMAKE_UNITY_BUILD)
-  cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL set_source_files_properties
-    ${CMAKE_SOURCE_DIR}/src/tokenizer/gemma4_vocab.cc ${CMAKE_SOURCE_DIR}/src/tokenizer/tokenizer.cc
-    ${CMAKE_SOURCE_DIR}/src/chat/output_parser.cc
-    DIRECTORY ${CMAKE_SOURCE_DIR}/src/tokenizer ${CMAKE_SOURCE_DIR}/src/chat
-    PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
-endif()

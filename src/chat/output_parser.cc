@@ -4,12 +4,12 @@
 #include <charconv>
 #include <cstdint>
 
+#include "chat/tool_format.h"
 #include "gemma/error.h"
 
 namespace gemma::chat {
 namespace {
 
-constexpr std::string_view kQuote = "<|\"|>";
 constexpr std::string_view kChannelOpen = "<|channel>";
 constexpr std::string_view kChannelClose = "<channel|>";
 constexpr std::string_view kCallOpen = "<|tool_call>";

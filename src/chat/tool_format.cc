@@ -8,7 +8,6 @@
 namespace gemma::chat {
 namespace {
 
-constexpr std::string_view kQuote = "<|\"|>";
 
 std::string Quoted(std::string_view s) {
   std::string out(kQuote);

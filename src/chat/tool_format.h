@@ -11,6 +11,9 @@
 
 namespace gemma::chat {
 
+// The template's string delimiter in tool declarations, arguments and responses.
+inline constexpr std::string_view kQuote = "<|\"|>";
+
 // The template's `format_argument(argument, escape_keys)`. `argument` may be Undefined (nullptr).
 std::string FormatArgument(const Json* argument, bool escape_keys);
 

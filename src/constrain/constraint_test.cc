@@ -19,7 +19,7 @@ using Json = nlohmann::ordered_json;
 using testing::Generate;
 using testing::SyntheticVocab;
 
-bool Bit(const uint64_t* m, int32_t id) { return (m[id >> 6] >> (id & 63)) & 1; }
+using testing::Bit;
 
 int32_t TokenOf(const Vocabulary& v, const std::string& bytes) {
   for (int32_t id = 0; id < v.size(); ++id) {

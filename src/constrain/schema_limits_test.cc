@@ -14,13 +14,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::shared_ptr<const Constraint> CompileSchema(Json schema) {
-  static auto vocab = testing::SyntheticVocab();
-  ConstraintOptions o;
-  o.kind = ConstraintKind::kJsonSchema;
-  o.schema = std::move(schema);
-  return Constraint::Compile(vocab, o);
-}
+using testing::CompileSchema;
 
 // {"type":"array","items":{...}} nested `levels` deep, built as text and parsed (nlohmann's parser
 // is iterative, so any depth parses).

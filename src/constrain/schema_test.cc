@@ -52,15 +52,7 @@ Json AjvValidate(const std::vector<std::pair<Json, std::vector<std::string>>>& c
   return Json::parse(out);
 }
 
-std::shared_ptr<const Constraint> CompileSchema(const Json& schema,
-                                                Whitespace ws = Whitespace::kNone) {
-  static auto vocab = testing::SyntheticVocab();
-  ConstraintOptions o;
-  o.kind = ConstraintKind::kJsonSchema;
-  o.schema = schema;
-  o.whitespace = ws;
-  return Constraint::Compile(vocab, o);
-}
+using testing::CompileSchema;
 
 TEST(SchemaTest, GeneratedOutputsValidateUnderAjv) {
   if (!HaveNode()) GTEST_SKIP() << "node or AJV (.cache/npm-assets) missing: run tools/setup.sh";
@@ -418,7 +410,7 @@ int Count(const uint64_t* m, size_t words) {
   for (size_t w = 0; w < words; ++w) n += __builtin_popcountll(m[w]);
   return n;
 }
-bool Bit(const uint64_t* m, int32_t id) { return (m[id >> 6] >> (id & 63)) & 1; }
+using testing::Bit;
 
 TEST(ToolCallTest, ThinkingChannelIsUnconstrainedThenGrammarResumes) {
   auto c = CompileTools(true, true);

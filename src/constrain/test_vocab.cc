@@ -9,9 +9,19 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace gemma::constrain::testing {
+
+std::shared_ptr<const Constraint> CompileSchema(nlohmann::ordered_json schema, Whitespace ws) {
+  static const std::shared_ptr<Vocabulary> vocab = SyntheticVocab();
+  ConstraintOptions o;
+  o.kind = ConstraintKind::kJsonSchema;
+  o.schema = std::move(schema);
+  o.whitespace = ws;
+  return Constraint::Compile(vocab, o);
+}
 
 std::shared_ptr<Vocabulary> SyntheticVocab() {
   std::vector<std::string> bytes(300);

@@ -18,6 +18,14 @@ namespace gemma::constrain::testing {
 // of them, JSON punctuation runs, words and digits.
 std::shared_ptr<Vocabulary> SyntheticVocab();
 
+// A JSON Schema constraint over SyntheticVocab(). By value: a caller's temporary moves in (copying
+// a 100,000-deep document would recurse that deep).
+std::shared_ptr<const Constraint> CompileSchema(nlohmann::ordered_json schema,
+                                                Whitespace ws = Whitespace::kNone);
+
+// Bit `id` of a token mask.
+inline bool Bit(const uint64_t* mask, int32_t id) { return (mask[id >> 6] >> (id & 63)) & 1; }
+
 // The real Gemma 3 vocabulary from tokenizer.json (262,144 BPE pieces plus added tokens; pieces
 // with U+2581 -> ' ', <0xHH> byte fallback -> the byte, added tokens -> their content; special =
 // the file's special added tokens plus the Gemma 4 control ids 46..52, 98, 100, 101, 105, 106,

@@ -25,7 +25,7 @@ using golden::HexToFloat;
 using golden::OptionsFrom;
 using golden::RecipeLogits;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 TEST(SamplingGolden, RecipeMatchesThePythonReference) {
   // Hashes printed by `python3 tools/fixtures/sampling_goldens.py --self-test` (pure Python).
@@ -65,7 +65,7 @@ void ExpectTopLogprobs(const SampleResult& r, const nlohmann::json& golden, cons
 }
 
 bool WithinOneUlp(float a, float b) {
-  return a == b || std::nextafter(a, kInf) == b || std::nextafter(a, -kInf) == b;
+  return a == b || std::nextafter(a, kInfinity) == b || std::nextafter(a, -kInfinity) == b;
 }
 
 TEST(SamplingGolden, MatchesTransformers) {
@@ -101,7 +101,7 @@ TEST(SamplingGolden, MatchesTransformers) {
     for (size_t i = 0; i < logits.size(); ++i) {
       const int byte = std::stoi(bits.substr(i / 8 * 2, 2), nullptr, 16);
       const bool golden = (byte >> (i % 8)) & 1;
-      const bool ours = out[i] != -kInf;
+      const bool ours = out[i] != -kInfinity;
       n_kept += ours;
       golden_kept += golden;
       if (golden != ours) {
@@ -156,8 +156,8 @@ TEST(SamplingGolden, MatchesTransformers) {
       const size_t id = p.at(0).get<size_t>();
       if (std::find(diff.begin(), diff.end(), id) != diff.end()) continue;
       const float golden = HexToFloat(p.at(1).get<std::string>());
-      if (golden == -kInf) {
-        EXPECT_EQ(out[id], -kInf) << "id " << id;
+      if (golden == -kInfinity) {
+        EXPECT_EQ(out[id], -kInfinity) << "id " << id;
       } else {
         EXPECT_TRUE(WithinOneUlp(out[id], golden))
             << "id " << id << ": ours " << out[id] << ", transformers " << golden;

@@ -15,11 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 void MakeDirs(const fs::path& p) {
   std::error_code ec;
   fs::create_directories(p, ec);
@@ -45,6 +40,11 @@ std::string TempSuffix() {
 }
 
 }  // namespace
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
 
 bool LooksLikeRepoSpec(const std::string& s) {
   // Hub ids: [A-Za-z0-9][A-Za-z0-9._-]* for both parts; the revision may hold '/' (branches).

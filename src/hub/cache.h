@@ -32,6 +32,9 @@ bool IsCommitHash(const std::string& s);
 // The cache root from the environment (see above).
 std::string DefaultCacheRoot();
 
+// The environment variable `name`'s value ("" when unset).
+std::string Env(const char* name);
+
 class HubCache {
  public:
   explicit HubCache(std::string root) : root_(std::move(root)) {}

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "hub/cache.h"
 #include "hub/hashing.h"
 #include "hub/hub_error.h"
 
@@ -25,11 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
 
 bool Truthy(const std::string& v) {
   return v == "1" || v == "true" || v == "TRUE" || v == "True" || v == "yes" || v == "on";

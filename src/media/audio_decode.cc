@@ -44,7 +44,7 @@ sf_count_t VRead(void* ptr, sf_count_t count, void* user) {
 sf_count_t VWrite(const void*, sf_count_t, void*) { return 0; }
 sf_count_t VTell(void* user) { return static_cast<Reader*>(user)->pos; }
 
-std::string Sniff(std::span<const uint8_t> b) {
+std::string SniffAudio(std::span<const uint8_t> b) {
   auto starts = [&](std::string_view s, size_t at = 0) {
     return b.size() >= at + s.size() && std::memcmp(b.data() + at, s.data(), s.size()) == 0;
   };
@@ -114,7 +114,7 @@ Audio DecodeAudio(std::span<const uint8_t> bytes, const std::string& origin,
   std::unique_ptr<SNDFILE, SndCloser> f(sf_open_virtual(&io, SFM_READ, &info, &reader));
   if (!f) {
     const std::string what = sf_strerror(nullptr);
-    const std::string kind = Sniff(bytes);
+    const std::string kind = SniffAudio(bytes);
     if (!kind.empty()) {
       throw Error(ErrorCode::kUnsupported,
                   origin + ": " + kind +

@@ -13,7 +13,7 @@
 namespace gemma::media {
 namespace {
 
-const std::string kDir = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/";
+const std::string kGoldenDir = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/";
 
 std::string Sha256Hex(const std::vector<uint8_t>& b) {
   unsigned char md[32];
@@ -29,14 +29,14 @@ std::string Sha256Hex(const std::vector<uint8_t>& b) {
 }
 
 TEST(ImageProcessor, MatchesTransformers) {
-  std::ifstream f(kDir + "goldens.json");
+  std::ifstream f(kGoldenDir + "goldens.json");
   const nlohmann::json g = nlohmann::json::parse(f);
   int n = 0;
   for (const auto& c : g["processor"]) {
     const std::string name = c["image"];
     const int budget = c["budget"];
     SCOPED_TRACE(name + " @" + std::to_string(budget));
-    const Image img = LoadImageFile(kDir + "images/" + name);
+    const Image img = LoadImageFile(kGoldenDir + "images/" + name);
     const PatchedImage p = PreprocessImage(img, budget);
     EXPECT_EQ(p.height, c["height"].get<int>());
     EXPECT_EQ(p.width, c["width"].get<int>());

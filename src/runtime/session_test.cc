@@ -11,26 +11,16 @@
 #include "backend/backend.h"
 #include "gemma/engine.h"
 #include "model/synth.h"
+#include "runtime/test_support.h"
 #include "tokenizer/test_support.h"
 
 namespace gemma {
 namespace {
 
-std::string Fixture(const std::string& name) {
-  return std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name;
-}
-
 std::shared_ptr<Engine> LoadEngine(const std::string& name, int capacity = 4096,
                                    const std::string& backend = "cpu-ref") {
   return Engine::Load(
       {.model_path = Fixture(name), .backend = backend, .context_capacity = capacity});
-}
-
-GenerateOptions Greedy(int n) {
-  GenerateOptions o;
-  o.max_new_tokens = n;
-  o.ignore_eos = true;
-  return o;
 }
 
 TEST(Session, GreedyMatchesTransformersThroughTheSession) {

@@ -17,21 +17,11 @@
 #include "../../tests/golden_util.h"
 #include "gemma/engine.h"
 #include "model/synth.h"
+#include "runtime/test_support.h"
 #include "tokenizer/test_support.h"
 
 namespace gemma {
 namespace {
-
-std::string Fixture(const std::string& name) {
-  return std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name;
-}
-
-GenerateOptions Greedy(int n) {
-  GenerateOptions o;
-  o.max_new_tokens = n;
-  o.ignore_eos = true;
-  return o;
-}
 
 size_t RssBytes() {
   std::ifstream f("/proc/self/statm");

@@ -13,13 +13,10 @@
 
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "runtime/test_support.h"
 
 namespace gemma {
 namespace {
-
-std::string Fixture(const std::string& name) {
-  return std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/" + name;
-}
 
 GenerateOptions Greedy(int n, bool speculative, int max_draft = 4) {
   GenerateOptions o;

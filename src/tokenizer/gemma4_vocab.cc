@@ -16,7 +16,7 @@ namespace {
 using tokenizer_internal::AppendJsonString;
 using tokenizer_internal::JsonScanner;
 
-[[noreturn]] void Fail(std::string_view origin, const std::string& what) {
+[[noreturn]] void FailVariant(std::string_view origin, const std::string& what) {
   throw Error(ErrorCode::kTokenizer, std::string(origin) + ": Gemma 4 variant: " + what);
 }
 
@@ -41,15 +41,15 @@ std::string RewriteVocab(JsonScanner& sc, std::string_view origin) {
     sc.Expect(':', "model.vocab");
     int64_t id = sc.ReadInt("model.vocab");
     if (id < 0 || id >= kGemma4VocabSize || seen[id]) {
-      Fail(origin, "model.vocab id " + std::to_string(id) + " out of range or repeated");
+      FailVariant(origin, "model.vocab id " + std::to_string(id) + " out of range or repeated");
     }
-    if (new_texts.count(piece)) Fail(origin, "model.vocab already contains " + piece);
+    if (new_texts.count(piece)) FailVariant(origin, "model.vocab already contains " + piece);
     seen[id] = 1;
     pieces[id] = std::move(piece);
     ++count;
   }
   if (count != static_cast<size_t>(kGemma4VocabSize)) {
-    Fail(origin, "model.vocab has " + std::to_string(count) + " entries, expected " +
+    FailVariant(origin, "model.vocab has " + std::to_string(count) + " entries, expected " +
                      std::to_string(kGemma4VocabSize));
   }
   for (const auto& t : kGemma4SpecialTokens) pieces[t.id] = std::string(t.text);
@@ -71,14 +71,14 @@ std::string RewriteAddedTokens(std::string_view text, std::string_view origin) {
   try {
     arr = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    Fail(origin, std::string("added_tokens: ") + e.what());
+    FailVariant(origin, std::string("added_tokens: ") + e.what());
   }
-  if (!arr.is_array()) Fail(origin, "added_tokens is not an array");
+  if (!arr.is_array()) FailVariant(origin, "added_tokens is not an array");
   nlohmann::json out = nlohmann::json::array();
   std::vector<bool> present(kGemma4SpecialTokens.size(), false);
   for (auto& t : arr) {
     if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer()) {
-      Fail(origin, "added_tokens entry without an integer id");
+      FailVariant(origin, "added_tokens entry without an integer id");
     }
     int64_t id = t["id"].get<int64_t>();
     if (id >= kGemma4VocabSize) continue;
@@ -148,7 +148,7 @@ std::string DeriveGemma4TokenizerJson(std::string_view gemma3_json, std::string_
     }
   }
   if (!sc.AtEnd()) sc.Fail("tokenizer.json", "trailing characters");
-  if (!saw_vocab) Fail(origin, "no model.vocab");
+  if (!saw_vocab) FailVariant(origin, "no model.vocab");
   out.push_back('}');
   return out;
 }

@@ -19,7 +19,7 @@ namespace {
 using tokenizer_internal::DecodeUtf8;
 
 constexpr uint32_t kNoMerge = UINT32_MAX;
-constexpr char kSpaceMark[] = "\xE2\x96\x81";  // U+2581 '▁'
+using tokenizer_internal::kSpaceMark;
 // Words up to this many symbols use the quadratic scan (cheaper than the queue when short).
 constexpr size_t kScanLimit = 48;
 // Per-thread scratch buffers above this many bytes are released after use.
@@ -297,7 +297,7 @@ void Tokenizer::Impl::EncodeSegment(std::string_view raw, std::vector<int32_t>* 
   norm.reserve(raw.size() * 3);
   for (char c : raw) {
     if (c == ' ') {
-      norm.append(kSpaceMark, 3);
+      norm.append(kSpaceMark);
     } else {
       norm.push_back(c);
     }

@@ -76,6 +76,9 @@ struct Tokenizer::Impl {
 
 namespace tokenizer_internal {
 
+// SentencePiece's space: U+2581 '▁'.
+inline constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
+
 struct Access {
   static const Tokenizer::Impl& Of(const Tokenizer& t) { return *t.impl_; }
 };

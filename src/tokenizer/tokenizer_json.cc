@@ -23,7 +23,7 @@ using nlohmann::json;
 using tokenizer_internal::DecodeUtf8;
 using tokenizer_internal::JsonScanner;
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 '▁'
+using tokenizer_internal::kSpaceMark;
 constexpr int64_t kMaxVocab = 1 << 24;
 
 [[noreturn]] void Fail(std::string_view origin, const std::string& what) {

@@ -71,6 +71,7 @@ Shape MakeShape(const std::string& preset) {
     // 9.5 GB text model. The media token ids lie outside its 4,096 vocabulary: towers only.
     Shape s = Base(4096, 1536, 256, 6, 2, 1, 32, 64, 16, 2, 16, preset == "e2b-towers-qat");
     s.full = {false, false, true, false, false, true};
+    s.conditioned = true;
     SetE2bTowers(s);
     return s;
   }
@@ -620,14 +621,18 @@ void Synthesize(const SynthOptions& options) {
       b.F32Scalar(m + ".output_min", {}, -24.0f);
       b.F32Scalar(m + ".output_max", {}, 24.0f);
     };
+    // (SynthShape::conditioned, as the text layers: the branches' post norms small, q/k norms at
+    // attention scores of unit spread; unit q/k norms give scores of spread sqrt(head_dim).)
+    const float vpost = s.conditioned ? 0.2f : 1.0f;
+    const float vqk = s.conditioned ? 1.0f / std::sqrt(std::sqrt(static_cast<float>(hd))) : 1.0f;
     for (int l = 0; l < s.vision_layers; ++l) {
       const std::string L = V + "encoder.layers." + std::to_string(l) + ".";
-      for (const char* n : {"input_layernorm", "post_attention_layernorm",
-                            "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
+      for (const char* n : {"input_layernorm", "pre_feedforward_layernorm"})
         b.Bf16(L + n + ".weight", {D}, 0.1f, 1.0f);
-      }
-      b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f, 1.0f);
-      b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f, 1.0f);
+      for (const char* n : {"post_attention_layernorm", "post_feedforward_layernorm"})
+        b.Bf16(L + n + ".weight", {D}, 0.1f * vpost, vpost);
+      b.Bf16(L + "self_attn.q_norm.weight", {hd}, 0.1f * vqk, vqk);
+      b.Bf16(L + "self_attn.k_norm.weight", {hd}, 0.1f * vqk, vqk);
       for (const char* n : {"q_proj", "k_proj", "v_proj"}) clipped(L + "self_attn." + n, nh * hd, D);
       clipped(L + "self_attn.o_proj", D, nh * hd);
       clipped(L + "mlp.gate_proj", s.vision_inter, D);

@@ -16,6 +16,7 @@
 #include "format/safetensors.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "golden_util.h"
 #include "media/audio.h"
 #include "media/audio_features.h"
 #include "model/model.h"
@@ -35,23 +36,7 @@ std::vector<char> ReadBytes(const std::string& path) {
   return std::vector<char>((std::istreambuf_iterator<char>(f)), {});
 }
 
-std::vector<float> ReadF32(const std::string& path) {
-  const std::vector<char> b = ReadBytes(path);
-  std::vector<float> v(b.size() / 4);
-  std::memcpy(v.data(), b.data(), v.size() * 4);
-  return v;
-}
-
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
-
-double RelL2(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 TEST(AudioGolden, FeaturesMatchTheFeatureExtractor) {
   for (const char* clip : kClips) {

@@ -1,12 +1,14 @@
-// Shared helpers for tests against the transformers model goldens in tests/goldens/model/ (made by
-// tools/fixtures/model_goldens.py): loading, relative L2, and the SRQ-flip criterion for QAT
-// fixtures.
+// Shared helpers for tests against the transformers goldens in tests/goldens/ (made by
+// tools/fixtures/*_goldens.py): loading, .f32 files, relative L2, and the SRQ-flip criterion for
+// QAT fixtures.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -41,9 +43,18 @@ inline Golden LoadGolden(const std::string& name) {
   return g;
 }
 
-inline double RelL2(const float* a, const float* b, int n) {
+// A little-endian float32 file (the fixtures' .f32 goldens); empty when it cannot be read.
+inline std::vector<float> ReadF32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> b((std::istreambuf_iterator<char>(f)), {});
+  std::vector<float> v(b.size() / 4);
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+inline double RelL2(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
-  for (int i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
     den += static_cast<double>(b[i]) * b[i];
   }

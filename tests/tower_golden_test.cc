@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "golden_util.h"
 #include "media/audio.h"
 #include "media/audio_features.h"
 #include "media/image_processor.h"
@@ -30,24 +31,6 @@ namespace {
 
 const std::string kSrc = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/";
 const std::string kDir = kSrc + "towers/";
-
-std::vector<float> ReadF32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f) << path;
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), {});
-  std::vector<float> v(b.size() / 4);
-  std::memcpy(v.data(), b.data(), v.size() * 4);
-  return v;
-}
-
-double RelL2(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 // The checkpoints, written once per test binary (~0.9 GB each; the QAT one is smaller).
 const Model& Towers(bool qat) {

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/vision_ops.h"
 #include "gemma/engine.h"
+#include "golden_util.h"
 #include "media/image_processor.h"
 #include "model/model.h"
 
@@ -24,24 +25,6 @@ const std::string kDir = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/
 nlohmann::json Goldens() {
   std::ifstream f(kDir + "goldens.json");
   return nlohmann::json::parse(f);
-}
-
-std::vector<float> ReadF32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f) << path;
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), {});
-  std::vector<float> v(b.size() / 4);
-  std::memcpy(v.data(), b.data(), v.size() * 4);
-  return v;
-}
-
-double RelL2(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 media::PatchedImage Prep(const std::string& image, int budget) {

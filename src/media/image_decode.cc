@@ -287,12 +287,15 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
     throw Error(ErrorCode::kFormat, origin + ": truncated BMP (shorter than its header says)");
   // 16-bit grayscale PNGs: PIL reads them as 32-bit integers (mode "I", "I;16" in newer Pillow)
   // and convert("RGB") clips each value to 255, where stb keeps the high byte.
-  if (kind == Kind::kPng && b.size() >= 26 && b[24] == 16 && b[25] == 0) {
-    uint16_t* px16 = stbi_load_16_from_memory(b.data(), len, &w, &h, &comp, 1);
-    if (!px16) {
+  auto decoded = [&](const void* px) {
+    if (!px) {
       throw Error(ErrorCode::kFormat,
                   origin + ": truncated or corrupt image data (" + stbi_failure_reason() + ")");
     }
+  };
+  if (kind == Kind::kPng && b.size() >= 26 && b[24] == 16 && b[25] == 0) {
+    uint16_t* px16 = stbi_load_16_from_memory(b.data(), len, &w, &h, &comp, 1);
+    decoded(px16);
     Image img;
     img.width = w;
     img.height = h;
@@ -309,10 +312,7 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
                                 gif.transparent < gif.table_size && gif.table != 0;
   const int want = gif_transparency ? 4 : 3;
   uint8_t* px = stbi_load_from_memory(b.data(), len, &w, &h, &comp, want);
-  if (!px) {
-    throw Error(ErrorCode::kFormat,
-                origin + ": truncated or corrupt image data (" + stbi_failure_reason() + ")");
-  }
+  decoded(px);
   Image img;
   img.width = w;
   img.height = h;

@@ -1,6 +1,12 @@
 #include "server/request_parse.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -338,8 +344,73 @@ void CheckMediaPart(json& part, const std::string& at, const std::filesystem::pa
                            "' in the server's media folder");
   for (const char* key : {"path", what, "url", own}) part.erase(key);
   part["type"] = what;
-  part["path"] = canon.string();
+  if (video) {
+    // ffmpeg opens it by name later (a component swapped for a link in between would be followed:
+    // docs/server.md).
+    part["path"] = canon.string();
+    return;
+  }
+  // Images and audio are read now, through the checked path without following links, and travel
+  // as bytes: nothing opens the name again.
+  constexpr size_t kMaxMediaFileBytes = size_t{512} << 20;
+  try {
+    part["bytes"] = media::EncodeBase64(ReadInsideFolder(media_dir, rel, kMaxMediaFileBytes));
+  } catch (const Error& e) {
+    throw BadField(at, std::string("the ") + what + " file '" + rel.string() +
+                           "' cannot be read: " + e.what());
+  }
 }
+
+}  // namespace
+
+std::vector<uint8_t> ReadInsideFolder(const std::filesystem::path& dir,
+                                      const std::filesystem::path& rel, size_t max_bytes) {
+  std::vector<std::string> parts;
+  for (const std::filesystem::path& c : rel) parts.push_back(c.string());
+  if (parts.empty() || rel.is_absolute())
+    throw Error(ErrorCode::kIo, "not a relative path inside the folder");
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorCode::kIo, "the folder cannot be opened");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    if (parts[i].empty() || parts[i] == "." || parts[i] == "..") {
+      ::close(fd);
+      throw Error(ErrorCode::kIo, "'.' and '..' are not followed");
+    }
+    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
+    const int next = ::openat(fd, parts[i].c_str(), flags);
+    const int err = errno;
+    ::close(fd);
+    if (next < 0) {
+      throw Error(ErrorCode::kIo, err == ELOOP || err == ENOTDIR
+                                      ? "a symbolic link or a non-folder on the way"
+                                      : std::strerror(err));
+    }
+    fd = next;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorCode::kIo, "not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw Error(ErrorCode::kCapacity, "larger than " + std::to_string(max_bytes >> 20) + " MiB");
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(got);  // a file that shrank meanwhile: what was there
+  return bytes;
+}
+
+namespace {
 
 // OpenAI messages -> the chat template's shape: tool-call arguments arrive as JSON text and the
 // template wants objects.

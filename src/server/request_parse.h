@@ -35,6 +35,13 @@ struct ParseContext {
   std::filesystem::path media_dir;
 };
 
+// The bytes of `rel` (relative, without "." or ".." components) inside the folder `dir`, opened one
+// component at a time without following symbolic links (and without blocking on a FIFO): a path
+// that was checked inside the folder and then had a component swapped for a link is refused, not
+// followed out of it. Throws Error(kIo) with the reason, or Error(kCapacity) over `max_bytes`.
+std::vector<uint8_t> ReadInsideFolder(const std::filesystem::path& dir,
+                                      const std::filesystem::path& rel, size_t max_bytes);
+
 // Throws ApiError (400 naming the field, 404 for an unknown model).
 ParsedRequest ParseChatRequest(const nlohmann::json& body, const ParseContext& ctx);
 ParsedRequest ParseCompletionRequest(const nlohmann::json& body, const ParseContext& ctx);

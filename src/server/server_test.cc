@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -596,6 +597,36 @@ TEST(Server, MediaFolderServesItsFilesAndNothingElse) {
   const Reply again = ask({{"type", "image"}, {"path", "cat.jpg"}});
   EXPECT_EQ(again.status, 200);
   EXPECT_THROW(Server(TinyEngine(), {.media_dir = (dir / "cat.jpg").string()}), Error);
+  fs::remove_all(dir);
+}
+
+// The media folder's reader: the state a request's file would be in if a path component were
+// swapped for a link after the check (a directory link, a file link), a FIFO (must not block),
+// "..", and the size cap are refused with a reason; a plain file inside comes back whole.
+TEST(Server, MediaFolderReaderFollowsNoLinks) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("reader-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "a");
+  std::ofstream(dir / "a" / "b.bin", std::ios::binary) << "four";
+  fs::create_directory_symlink(dir / "a", dir / "link");
+  fs::create_symlink(dir / "a" / "b.bin", dir / "a" / "l.bin");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  const std::vector<uint8_t> got = ReadInsideFolder(dir, "a/b.bin", 1 << 20);
+  EXPECT_EQ(std::string(got.begin(), got.end()), "four");
+  for (const char* rel : {"link/b.bin", "a/l.bin", "fifo", "a/../a/b.bin", "a", "missing"}) {
+    try {
+      ReadInsideFolder(dir, rel, 1 << 20);
+      ADD_FAILURE() << rel << " was read";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo) << rel << ": " << e.what();
+    }
+  }
+  try {
+    ReadInsideFolder(dir, "a/b.bin", 3);
+    ADD_FAILURE() << "over the cap";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+  }
   fs::remove_all(dir);
 }
 

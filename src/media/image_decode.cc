@@ -325,7 +325,8 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
     for (int yy = 0; yy < h; ++yy) {
       for (int xx = 0; xx < w; ++xx) {
         const size_t i = static_cast<size_t>(yy) * w + xx;
-        const bool in_frame = xx >= gif.x && xx < gif.x + gif.w && yy >= gif.y && yy < gif.y + gif.h;
+        const bool in_frame =
+            xx >= gif.x && xx < gif.x + gif.w && yy >= gif.y && yy < gif.y + gif.h;
         const uint8_t* src = px[4 * i + 3] == 0 && in_frame ? c : px + 4 * i;
         std::memcpy(&img.rgb[3 * i], src, 3);
       }

@@ -237,7 +237,8 @@ class FastVisionKernels : public ref::VisionKernels {
       // The values transposed ([hd][n]), then packed as the rows of a linear over the scores.
       float* vt = values_of(kv) + value_floats;
       for (int j = 0; j < n; ++j)
-        for (int d = 0; d < hd; ++d) vt[static_cast<size_t>(d) * n + j] = v[j * kv_stride + kv * hd + d];
+        for (int d = 0; d < hd; ++d)
+          vt[static_cast<size_t>(d) * n + j] = v[j * kv_stride + kv * hd + d];
       gemma::Linear values;
       values.kind = WeightKind::kF32;
       values.rows = hd;
@@ -251,7 +252,8 @@ class FastVisionKernels : public ref::VisionKernels {
       const int h = task / blocks, kv = h / group;
       const int i0 = task % blocks * kQueryBlock, m = std::min(kQueryBlock, n - i0);
       std::vector<float>& p = scores_[thread];
-      if (p.size() < static_cast<size_t>(kQueryBlock) * n) p.resize(static_cast<size_t>(kQueryBlock) * n);
+      const size_t block_floats = static_cast<size_t>(kQueryBlock) * n;
+      if (p.size() < block_floats) p.resize(block_floats);
       fast::PackedGemmRowsF32(keys_of(kv), n, hd, q + i0 * q_stride + h * hd, q_stride, m, 0, n,
                               p.data(), n);
       for (int i = 0; i < m; ++i) fast::SoftmaxF32(p.data() + static_cast<size_t>(i) * n, n);

@@ -119,7 +119,8 @@ void PanelTiles(const float* panel, int cols, const float* x, size_t x_stride, i
   for (int t = 0; t < n; t += kMr) {
     const int mt = std::min(kMr, n - t);
     const float* xr[kMr];
-    for (int m = 0; m < kMr; ++m) xr[m] = x + static_cast<size_t>(t + std::min(m, mt - 1)) * x_stride;
+    for (int m = 0; m < kMr; ++m)
+      xr[m] = x + static_cast<size_t>(t + std::min(m, mt - 1)) * x_stride;
     Tile(panel, cols, xr, mt, valid, y, y_stride, t, p0);
   }
 }

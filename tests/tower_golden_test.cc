@@ -45,7 +45,9 @@ const Model& Towers(bool qat) {
   return *m;
 }
 
-bool HaveGoldens(bool qat) { return std::ifstream(kDir + (qat ? "qat/" : "") + "goldens.json").good(); }
+bool HaveGoldens(bool qat) {
+  return std::ifstream(kDir + (qat ? "qat/" : "") + "goldens.json").good();
+}
 
 nlohmann::json Goldens(bool qat) {
   std::ifstream f(kDir + (qat ? "qat/" : "") + "goldens.json");
@@ -65,7 +67,8 @@ void ExpectTokens(const std::vector<float>& got, const std::vector<float>& want,
   ASSERT_EQ(got.size(), want.size()) << what;
   const size_t n = want.size() / width;
   double worst = 0;
-  for (size_t i = 0; i < n; ++i) worst = std::max(worst, RelL2(&got[i * width], &want[i * width], width));
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, RelL2(&got[i * width], &want[i * width], width));
   const double all = RelL2(got.data(), want.data(), want.size());
   std::printf("%s: %zu tokens, rel L2 %.2e, worst token %.2e\n", what.c_str(), n, all, worst);
   EXPECT_LE(worst, 1e-4) << what;
@@ -135,8 +138,8 @@ TEST(TowerGolden, QatAudioFast) { CheckAudio(true, "cpu"); }
 // and 4 s of speech, bf16 and QAT (the tiny towers' version: audio_golden_test,
 // vision_golden_test).
 TEST(TowerFullSize, FastMatchesReference) {
-  const media::PatchedImage p = media::PreprocessImage(
-      media::LoadImageFile(kSrc + "vision/images/photo_300x200.png"), 70);
+  const media::PatchedImage p =
+      media::PreprocessImage(media::LoadImageFile(kSrc + "vision/images/photo_300x200.png"), 70);
   const media::AudioFeatures f =
       media::ExtractAudioFeatures(media::LoadAudioFile(kSrc + "audio/clips/speech.wav").samples);
   for (bool qat : {false, true}) {
@@ -147,10 +150,12 @@ TEST(TowerFullSize, FastMatchesReference) {
     std::vector<float> a, b;
     ref->EncodeImage({p.patches_h, p.patches_w, p.pixels.data()}, &a);
     fast->EncodeImage({p.patches_h, p.patches_w, p.pixels.data()}, &b);
-    ExpectTokens(b, a, model.text().hidden_size, std::string(qat ? "qat " : "") + "vision fast vs ref");
+    ExpectTokens(b, a, model.text().hidden_size,
+                 std::string(qat ? "qat " : "") + "vision fast vs ref");
     ref->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &a);
     fast->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &b);
-    ExpectTokens(b, a, model.text().hidden_size, std::string(qat ? "qat " : "") + "audio fast vs ref");
+    ExpectTokens(b, a, model.text().hidden_size,
+                 std::string(qat ? "qat " : "") + "audio fast vs ref");
   }
 }
 #endif

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "gemma/engine.h"
 #include "model/model.h"
 
 namespace gemma {
@@ -111,6 +113,31 @@ inline std::vector<std::string> Fixtures() {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// The backends the media golden tests run: the CPU reference, and the fast CPU and Vulkan backends
+// where they are built (GEMMA_HAVE_CPU_FAST, GEMMA_HAVE_VULKAN).
+inline std::vector<std::string> GoldenBackends() {
+  std::vector<std::string> b = {"cpu-ref"};
+#ifdef GEMMA_HAVE_CPU_FAST
+  b.push_back("cpu");
+#endif
+#ifdef GEMMA_HAVE_VULKAN
+  b.push_back("vulkan");
+#endif
+  return b;
+}
+
+// Engine::Load, or null (said on stdout) for the Vulkan backend on a machine without a usable
+// Vulkan device.
+inline std::shared_ptr<Engine> LoadForGolden(const EngineOptions& options) {
+  try {
+    return Engine::Load(options);
+  } catch (const Error& e) {
+    if (options.backend != "vulkan" || e.code() != ErrorCode::kDevice) throw;
+    std::printf("vulkan: no usable device, skipped (%s)\n", e.what());
+    return nullptr;
+  }
 }
 
 }  // namespace gemma

@@ -16,12 +16,14 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   try {
     for (; begin < n; begin += chunk_) {
       const int m = std::min(chunk_, n - begin);
-      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out);
+      RunChunk(req.tokens.subspan(begin, m), begin + m == n, req, out,
+               req.soft.empty() ? req.soft : req.soft.subspan(begin, m));
     }
   } catch (const Error& e) {
     // Nothing of a failed request is committed (Backend::Forward).
     window_ = entry;
     history_.resize(entry.cached());
+    DropSoftRows(entry.cached());
     if (e.code() == ErrorCode::kDevice) {
       broken_ = true;
     } else if (begin > 0) {
@@ -32,18 +34,23 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
 }
 
 void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
-                             const ForwardRequest& req, ForwardResult* out) {
+                             const ForwardRequest& req, ForwardResult* out,
+                             std::span<const float* const> soft) {
   const int m = static_cast<int>(tokens.size());
+  // Soft tokens (image or audio input): their rows come from the host as f32 (host_rows), in
+  // place of the embedding rows; a chunk with none keeps every fast path.
+  const bool host_rows = std::any_of(soft.begin(), soft.end(), [](const float* p) { return p; });
+  if (!host_rows) soft = {};
   const StepActivations activations(*this, m);  // (the engine's set for long prompt chunks)
   const int pos0 = window_.cached();
   window_.BeginWrite(pos0, m);
   int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
   int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
   const bool inline_head = count <= head_rows_;
-  const bool early = m == 1 && early_submit_ == 1;
+  const bool early = m == 1 && early_submit_ == 1 && !host_rows;
   const auto f0 = std::chrono::steady_clock::now();
   if (!early && m == 1) {
-    FillInputs(tokens, req.mode, req.allowed);
+    FillInputs(tokens, req.mode, req.allowed, nullptr, soft);
     if (step_times_)
       step_fill_us_.push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
@@ -60,7 +67,7 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
     // from the staging buffer), so recorded chunks are kept and replayed
     // (GEMMA_VULKAN_CHUNK_CACHE entries, 0: every chunk recorded anew): every full chunk of a
     // long prompt but the first.
-    const PromptKey key{m, out_first, count, static_cast<int>(req.mode)};
+    const PromptKey key{m, out_first, count, static_cast<int>(req.mode), host_rows};
     PromptCmd* pc = nullptr;
     for (PromptCmd& c : prompt_cmds_)
       if (c.key == key) pc = &c;
@@ -82,7 +89,7 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
       if (pc) pc->key = PromptKey{};  // (incomplete until End: a throw leaves no entry)
       Begin(cmd, pc != nullptr);
       Rec rc{cmd};
-      RecordInputs(rc, m, req.mode);
+      RecordInputs(rc, m, req.mode, false, host_rows);
       out_first = RecordPromptStep(rc, m, pos0, out_first, count);
       if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
       End(cmd);
@@ -94,12 +101,12 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r0).count();
     };
     if (hit) {
-      FillInputs(tokens, req.mode, req.allowed);
+      FillInputs(tokens, req.mode, req.allowed, nullptr, soft);
       out_first = pc->out_first;
     } else if (record_beside_) {
-      FillInputs(tokens, req.mode, req.allowed, &record);
+      FillInputs(tokens, req.mode, req.allowed, &record, soft);
     } else {
-      FillInputs(tokens, req.mode, req.allowed);
+      FillInputs(tokens, req.mode, req.allowed, nullptr, soft);
       record();
     }
     if (pc) pc->used = ++prompt_cmd_clock_;
@@ -121,6 +128,9 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
   }
   window_.Commit(pos0 + m);
   history_.insert(history_.end(), tokens.begin(), tokens.end());
+  const int H = cfg_.hidden_size;
+  for (int t = 0; t < static_cast<int>(soft.size()); ++t)
+    if (soft[t]) soft_rows_[pos0 + t].assign(soft[t], soft[t] + H);
   if (count == 0) return;
   if (inline_head) {
     ReadHead(count, req.mode, out);
@@ -142,27 +152,32 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
 // is rethrown here after the rows are written.
 void VulkanBackend::FillInputs(std::span<const int32_t> tokens, OutputMode mode,
                                const std::vector<uint64_t>* allowed,
-                               const std::function<void()>* beside) {
+                               const std::function<void()>* beside,
+                               std::span<const float* const> soft) {
   const int m = static_cast<int>(tokens.size());
   const int H = cfg_.hidden_size, LP = cfg_.num_layers * cfg_.hidden_size_per_layer_input;
   uint8_t* in = in_host_.r.mapped;
   WriteStepValues(m);
-  const bool gpu = m > 1 && gpu_rows_;
+  // Prompt chunks: the stored rows (RecordGpuRows decodes them), but f32 embedding rows from the
+  // host when the chunk has soft tokens (their rows are the tower's floats).
+  const bool gpu_ple = m > 1 && gpu_rows_, gpu_x0 = gpu_ple && soft.empty();
   auto rows = [&](int t0, int t1) {
     for (int t = t0; t < t1; ++t) {
       const int32_t id = model_.EmbedId(tokens[t]);
-      if (gpu) {  // the stored rows (RecordGpuRows decodes them)
+      if (gpu_x0) {
         CopyGpuRowRecord(model_.embed(), id,
                          in + in_x0_off_ + size_t(t) * GpuRowRecordWords(model_.embed()) * 4);
-        if (LP > 0)
-          CopyGpuRowRecord(
-              model_.ple_embed(), id,
-              in + in_tok_off_ + size_t(t) * GpuRowRecordWords(model_.ple_embed()) * 4);
-        continue;
+      } else if (!soft.empty() && soft[t]) {
+        std::memcpy(in + in_x0_off_ + size_t(t) * H * 4, soft[t], size_t(H) * 4);
+      } else {
+        ref::EmbeddingRowFast(model_.embed(), id,
+                              reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
       }
-      ref::EmbeddingRowFast(model_.embed(), id,
-                            reinterpret_cast<float*>(in + in_x0_off_) + size_t(t) * H);
-      if (LP > 0) {
+      if (LP == 0) continue;
+      if (gpu_ple) {
+        CopyGpuRowRecord(model_.ple_embed(), id,
+                         in + in_tok_off_ + size_t(t) * GpuRowRecordWords(model_.ple_embed()) * 4);
+      } else {
         ref::EmbeddingRowFast(model_.ple_embed(), id,
                               reinterpret_cast<float*>(in + in_tok_off_) + size_t(t) * LP);
       }
@@ -171,7 +186,7 @@ void VulkanBackend::FillInputs(std::span<const int32_t> tokens, OutputMode mode,
   // Prompt chunks: the rows (about 10,500 dequantized floats per token on E2B) on several host
   // threads while the GPU waits for them; one-token steps stay on the caller.
   if (m == 1) {
-    FillOneTokenRow(tokens[0]);
+    FillOneTokenRow(tokens[0], soft.empty() ? nullptr : soft[0]);
     FillOneTokenSide(tokens[0]);
   } else if (m < 64 || !fill_pool_) {
     rows(0, m);
@@ -295,8 +310,12 @@ void VulkanBackend::SubmitFilledDecode(VkCommandBuffer cb) {
 // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
 // each (the staging memory may be uncached, where element-by-element stores are slow). The
 // embedding row first, then the PLE rows (the split staging when there is one).
-void VulkanBackend::FillOneTokenRow(int32_t token) {
+void VulkanBackend::FillOneTokenRow(int32_t token, const float* soft) {
   const int H = cfg_.hidden_size;
+  if (soft) {
+    std::memcpy(in_host_.r.mapped + in_x0_off_, soft, size_t(H) * 4);
+    return;
+  }
   fill_row_.resize(H);
   ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(token), fill_row_.data());
   std::memcpy(in_host_.r.mapped + in_x0_off_, fill_row_.data(), size_t(H) * 4);

@@ -309,22 +309,27 @@ class VulkanBackend : public Backend {
   }
 
   std::string name() const override { return "vulkan"; }
-  BackendCapabilities capabilities() const override { return {true, true, chunk_}; }
+  BackendCapabilities capabilities() const override {
+    return {.logits = true, .select = true, .max_chunk = chunk_, .soft_tokens = true};
+  }
   int cached() const override { return window_.cached(); }
   int capacity() const override { return capacity_; }
 
   void Reset() override {
     window_.Reset();
     history_.clear();
+    soft_rows_.clear();
     replay_ = false;
   }
 
   bool Truncate(int n) override {
     if (!window_.Truncate(n)) {
       history_.clear();
+      soft_rows_.clear();
       return false;
     }
     history_.resize(n);
+    DropSoftRows(n);
     return true;
   }
 
@@ -406,7 +411,8 @@ class VulkanBackend : public Backend {
   void Replay();  // replay_: history_ evaluated again
   // Evaluates the committed `tokens` into reset caches; on a failure they stay committed and
   // *again is set (broken_ / replay_), so the next Forward tries again.
-  void Reevaluate(const std::vector<int32_t>& tokens, bool* again);
+  void Reevaluate(const std::vector<int32_t>& tokens, std::map<int, std::vector<float>> soft_rows,
+                  bool* again);
 
   // Steps of at most this many tokens run on the context's own activations; longer prompt chunks
   // on the engine's shared set.
@@ -553,7 +559,9 @@ class VulkanBackend : public Backend {
   // ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
   // RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
   // what follows it), else ev_in_ covers them too.
-  void RecordInputs(Rec& rc, int m, OutputMode mode, bool early = false);
+  // host_rows: a prompt chunk's embedding rows are f32 rows from the host (soft tokens), not
+  // the stored rows RecordGpuRows decodes.
+  void RecordInputs(Rec& rc, int m, OutputMode mode, bool early = false, bool host_rows = false);
 
   // The PLE rows' and mask's copies (from the split staging or the main one) and a one-token
   // step's scratch fills.
@@ -681,9 +689,11 @@ class VulkanBackend : public Backend {
   // `beside` (prompt chunks): run as one more task of the fill's pool, task 0, so it starts at once
   // beside the rows' tasks (after them without a pool or below 64 tokens); its exception, if any,
   // is rethrown here after the rows are written.
+  // `soft`: empty, or per token the soft token's row (ForwardRequest::soft) or null.
   void FillInputs(std::span<const int32_t> tokens, OutputMode mode,
                   const std::vector<uint64_t>* allowed,
-                  const std::function<void()>* beside = nullptr);
+                  const std::function<void()>* beside = nullptr,
+                  std::span<const float* const> soft = {});
 
   // The step's position and token count (the step buffer's values) at the staging buffer's start.
   // Then (words 4-7) the step values of a prompt chunk's trailing shared layers, run for its last
@@ -693,7 +703,7 @@ class VulkanBackend : public Backend {
   // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
   // each (the staging memory may be uncached, where element-by-element stores are slow). The
   // embedding row first, then the PLE rows (the split staging when there is one).
-  void FillOneTokenRow(int32_t token);
+  void FillOneTokenRow(int32_t token, const float* soft = nullptr);
   void FillOneTokenSide(int32_t token);
   void FillMask(int m, const std::vector<uint64_t>* allowed);
 
@@ -712,7 +722,9 @@ class VulkanBackend : public Backend {
   int RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int count);
 
   void RunChunk(std::span<const int32_t> tokens, bool last_chunk, const ForwardRequest& req,
-                ForwardResult* out);
+                ForwardResult* out, std::span<const float* const> soft);
+  // The soft rows of committed positions at or after n forgotten.
+  void DropSoftRows(int n) { soft_rows_.erase(soft_rows_.lower_bound(n), soft_rows_.end()); }
 
   void ReadHead(int count, OutputMode mode, ForwardResult* out);
 
@@ -727,6 +739,7 @@ class VulkanBackend : public Backend {
   int capacity_ = 0, slack_ = 0, sliding_ring_ = 0, chunk_ = 1;
   CacheWindow window_;
   std::vector<int32_t> history_;  // committed tokens, replayed after a device rebuild
+  std::map<int, std::vector<float>> soft_rows_;  // their soft rows (image, audio), by position
   bool broken_ = false;
   // A request failed (not on the device) after an earlier chunk of it was written: the sliding
   // rings may have lost entries the committed tokens need, so the next Forward evaluates
@@ -854,6 +867,7 @@ class VulkanBackend : public Backend {
   // Recorded prompt chunks kept for replay, by (tokens, first output, outputs, mode).
   struct PromptKey {
     int m = 0, out_first = -1, count = -1, mode = -1;
+    bool host_rows = false;
     bool operator==(const PromptKey&) const = default;
   };
   struct PromptCmd {

@@ -797,29 +797,39 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
 
 void VulkanBackend::Rebuild() {
   std::vector<int32_t> replay = history_;
+  std::map<int, std::vector<float>> rows = std::move(soft_rows_);
   Reset();
   // (the device failed under this context, or another context's failure replaced it)
   shared_->Lost(weights_.get());
   Build();
   ++rebuilds_;
   broken_ = false;
-  Reevaluate(replay, &broken_);
+  Reevaluate(replay, std::move(rows), &broken_);
 }
 
 void VulkanBackend::Replay() {
   const std::vector<int32_t> replay = history_;
+  std::map<int, std::vector<float>> rows = std::move(soft_rows_);
   Reset();
-  Reevaluate(replay, &replay_);
+  Reevaluate(replay, std::move(rows), &replay_);
 }
 
-void VulkanBackend::Reevaluate(const std::vector<int32_t>& tokens, bool* again) {
+void VulkanBackend::Reevaluate(const std::vector<int32_t>& tokens,
+                               std::map<int, std::vector<float>> rows, bool* again) {
   if (tokens.empty()) return;
   ForwardResult ignored;
+  std::vector<const float*> soft;  // (Forward commits copies of the rows again)
+  if (!rows.empty()) {
+    soft.assign(tokens.size(), nullptr);
+    for (const auto& [pos, row] : rows)
+      if (static_cast<size_t>(pos) < tokens.size()) soft[pos] = row.data();
+  }
   try {
-    Forward({.tokens = tokens, .mode = OutputMode::kNone}, &ignored);
+    Forward({.tokens = tokens, .soft = soft, .mode = OutputMode::kNone}, &ignored);
   } catch (...) {
     // (the tokens stay committed; the next Forward tries again)
     history_ = tokens;
+    soft_rows_ = std::move(rows);
     window_.Commit(static_cast<int>(tokens.size()));
     *again = true;
     throw;

@@ -412,14 +412,14 @@ int VulkanBackend::RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int
 // ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
 // RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
 // what follows it), else ev_in_ covers them too.
-void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool early) {
+void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool early, bool host_rows) {
   const int H = cfg_.hidden_size;
   const VkBuffer src = in_host_.r.buf;
   const VkDeviceSize base = in_host_.r.offset;
   if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
   VkBufferCopy cp{base, step_.r.offset, 16};
   vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
-  if (m > 1 && gpu_rows_) {
+  if (m > 1 && gpu_rows_ && !host_rows) {
     RecordGpuRows(rc, model_.embed(), in_x0_off_, h_.r, m);
   } else {
     cp = {base + in_x0_off_, h_.r.offset, size_t(m) * H * 4};

@@ -1,7 +1,11 @@
 // The Vulkan backend's engine-level object: one device, its pipelines and the uploaded weights,
 // shared by every context (session). The device and weights are made at creation, so a missing
 // device fails at engine load and a new session adds only its caches and working buffers.
+// The vision and audio towers run on the host with the fast CPU backend's kernels (a thread pool
+// made at the first image or audio); their soft tokens enter the GPU's text model as f32 rows.
+#include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/vulkan/vulkan_backend_impl.h"
+#include "core/thread_pool.h"
 
 namespace gemma {
 namespace {
@@ -34,6 +38,14 @@ class VulkanModel : public BackendModel {
     const auto w = shared_->Current();
     return w ? w->dev->device_memory_in_use() : 0;
   }
+  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override {
+    std::lock_guard<std::mutex> lock(tower_mutex_);  // one tower job on the pool at a time
+    FastEncodeImage(shared_->model(), TowerPool(), image, soft_tokens);
+  }
+  void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override {
+    std::lock_guard<std::mutex> lock(tower_mutex_);
+    FastEncodeAudio(shared_->model(), TowerPool(), audio, soft_tokens);
+  }
   bool InjectDeviceFault(DeviceFault fault) override {
     const auto w = shared_->Acquire();
     if (fault == DeviceFault::kDeviceLoss) {
@@ -45,9 +57,18 @@ class VulkanModel : public BackendModel {
   }
 
  private:
+  ThreadPool& TowerPool() {
+    if (!tower_pool_)
+      tower_pool_ = std::make_unique<ThreadPool>(
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    return *tower_pool_;
+  }
+
   std::shared_ptr<VulkanShared> shared_;
   std::string device_;
   bool software_ = false;
+  std::mutex tower_mutex_;
+  std::unique_ptr<ThreadPool> tower_pool_;  // under tower_mutex_
 };
 
 }  // namespace

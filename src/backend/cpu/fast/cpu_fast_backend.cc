@@ -297,27 +297,41 @@ class FastVisionKernels : public ref::VisionKernels {
   mutable std::vector<float> packed_;                 // GemmAttention's keys and values
 };
 
-void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {
-  const VisionTower* t = model_.vision();
-  if (!t) throw Error(ErrorCode::kUnsupported, model_.vision_error());
-  std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
+}  // namespace
+
+void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& image,
+                     std::vector<float>* soft_tokens) {
+  const VisionTower* t = model.vision();
+  if (!t) throw Error(ErrorCode::kUnsupported, model.vision_error());
   bool qat = false;
   for (const auto& l : t->layers) qat = qat || IsQuantized(l.q.lin.kind);
-  const FastVisionKernels kernels(pool_, /*f32_ops=*/!qat);
+  const FastVisionKernels kernels(pool, /*f32_ops=*/!qat);
   const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
   const int k = t->config.pooling_kernel_size;
   *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
 }
 
-void CpuFastModel::EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) {
-  const AudioTower* t = model_.audio();
-  if (!t) throw Error(ErrorCode::kUnsupported, model_.audio_error());
-  std::lock_guard<std::mutex> lock(run_mutex_);
+void FastEncodeAudio(const Model& model, ThreadPool& pool, const AudioMel& audio,
+                     std::vector<float>* soft_tokens) {
+  const AudioTower* t = model.audio();
+  if (!t) throw Error(ErrorCode::kUnsupported, model.audio_error());
   // The audio tower's attention and activations are its own (audio_ops.cc).
-  const FastVisionKernels kernels(pool_, /*f32_ops=*/false);
+  const FastVisionKernels kernels(pool, /*f32_ops=*/false);
   const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
   *soft_tokens =
       ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);
+}
+
+namespace {
+
+void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {
+  std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
+  FastEncodeImage(model_, pool_, image, soft_tokens);
+}
+
+void CpuFastModel::EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  FastEncodeAudio(model_, pool_, audio, soft_tokens);
 }
 
 class CpuFastBackend : public Backend {

@@ -16,16 +16,27 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/model.h"
 
 namespace gemma {
 
+class ThreadPool;
+
 // threads: worker threads including the caller; 0 = one per hardware thread. The model holds the
 // weight copy and the pool; its contexts share both and take turns on the pool.
 std::shared_ptr<BackendModel> CreateCpuFastModel(const Model& model, int threads = 0);
 std::unique_ptr<Backend> CreateCpuFastBackend(const Model& model, const BackendOptions& options,
                                               int threads = 0);
+
+// The vision and audio towers (with embed_vision / embed_audio) on `pool` with this backend's
+// kernels: its models' EncodeImage and EncodeAudio, and the Vulkan backend's towers. Error
+// kUnsupported when the model has no such tower.
+void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& image,
+                     std::vector<float>* soft_tokens);
+void FastEncodeAudio(const Model& model, ThreadPool& pool, const AudioMel& audio,
+                     std::vector<float>* soft_tokens);
 
 }  // namespace gemma

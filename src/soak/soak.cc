@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -128,6 +129,112 @@ json Tools() {
         "additionalProperties":false}}}])");
 }
 
+// Media made here, deterministic: a 24-bit BMP of bands, a disc and seeded noise, and a 16 kHz
+// mono PCM WAV of a tone sweep with seeded noise (the engine's decoders read both).
+std::vector<uint8_t> Bmp(int w, int h, uint32_t seed) {
+  const int stride = (w * 3 + 3) / 4 * 4;
+  const uint32_t size = 54 + static_cast<uint32_t>(stride) * h;
+  std::vector<uint8_t> b(size, 0);
+  auto put = [&](size_t at, uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  b[0] = 'B', b[1] = 'M';
+  put(2, size, 4), put(10, 54, 4), put(14, 40, 4), put(18, w, 4), put(22, h, 4);
+  put(26, 1, 2), put(28, 24, 2), put(34, size - 54, 4);
+  std::mt19937 rng(seed);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const int dx = x - w / 2, dy = y - h / 2;
+      const bool disc = dx * dx + dy * dy < (std::min(w, h) / 3) * (std::min(w, h) / 3);
+      uint8_t* px = &b[54 + static_cast<size_t>(h - 1 - y) * stride + x * 3];  // bottom-up, BGR
+      px[0] = static_cast<uint8_t>(disc ? 40 : (x * 255) / std::max(1, w - 1));
+      px[1] = static_cast<uint8_t>(disc ? 200 : ((y / 8 + seed) % 2) * 180);
+      px[2] = static_cast<uint8_t>(rng() % 256);
+    }
+  }
+  return b;
+}
+
+std::vector<uint8_t> Wav(double seconds, double f0, uint32_t seed) {
+  const uint32_t n = static_cast<uint32_t>(seconds * 16000);
+  std::vector<uint8_t> b(44 + 2 * static_cast<size_t>(n), 0);
+  auto put = [&](size_t at, uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  std::memcpy(&b[0], "RIFF", 4), put(4, 36 + 2 * n, 4), std::memcpy(&b[8], "WAVEfmt ", 8);
+  put(16, 16, 4), put(20, 1, 2), put(22, 1, 2), put(24, 16000, 4), put(28, 32000, 4);
+  put(32, 2, 2), put(34, 16, 2), std::memcpy(&b[36], "data", 4), put(40, 2 * n, 4);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  double phase = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    phase += 2 * M_PI * f0 * (1.0 + i / static_cast<double>(n)) / 16000;  // up an octave
+    const double v = 0.4 * std::sin(phase) + noise(rng);
+    put(44 + 2 * static_cast<size_t>(i),
+        static_cast<uint16_t>(static_cast<int16_t>(std::clamp(v, -1.0, 1.0) * 32767)), 2);
+  }
+  return b;
+}
+
+std::string Base64(const std::vector<uint8_t>& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint32_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint32_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= bytes[i + 2];
+    out += k[v >> 18];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? k[v & 63] : '=';
+  }
+  return out;
+}
+
+// The media scenario's requests: a user message with image and audio parts (base64 bytes), and
+// the same media as Input lists (scoring a tie with token ids fills their runs in order).
+struct MediaRequest {
+  std::string name;
+  json messages;
+  std::vector<ImageInput> images;
+  std::vector<AudioInput> audios;
+};
+
+const std::vector<MediaRequest>& MediaRequests() {
+  static const std::vector<MediaRequest> requests = [] {
+    struct Part {
+      bool audio;
+      std::vector<uint8_t> bytes;
+      int budget;
+    };
+    auto make = [](std::string name, std::vector<Part> parts, const std::string& text) {
+      MediaRequest r{std::move(name), json(), {}, {}};
+      json content = json::array();
+      for (Part& p : parts) {
+        if (p.audio) {
+          content.push_back({{"type", "audio"}, {"bytes", Base64(p.bytes)}});
+          r.audios.push_back(AudioInput::Bytes(std::move(p.bytes)));
+        } else {
+          content.push_back({{"type", "image"}, {"bytes", Base64(p.bytes)}, {"budget", p.budget}});
+          r.images.push_back(ImageInput::Bytes(std::move(p.bytes), p.budget));
+        }
+      }
+      content.push_back({{"type", "text"}, {"text", text}});
+      r.messages = json::array({{{"role", "user"}, {"content", content}}});
+      return r;
+    };
+    return std::vector<MediaRequest>{
+        make("image", {{false, Bmp(96, 64, 1), 70}}, "Describe the image."),
+        make("two_images", {{false, Bmp(40, 120, 2), 70}, {false, Bmp(64, 64, 3), 140}},
+             "What differs between these pictures?"),
+        make("audio", {{true, Wav(1.5, 220, 4), 0}}, "Transcribe the audio."),
+        make("image_audio", {{false, Bmp(96, 64, 1), 70}, {true, Wav(0.8, 440, 5), 0}},
+             "Does the sound fit the picture?"),
+    };
+  }();
+  return requests;
+}
+
 // Validates JSON texts against schemas with AJV through node (tests/constrain/ajv_validate.js).
 class AjvValidator {
  public:
@@ -200,8 +307,9 @@ class Soak {
   void RecordGoldens();
   // Whether greedy paths `a` and `b` after `prompt` part at a tie of the reference (device
   // backends only: see kTieBound); records the tie in `ev`.
+  // With `media`, the prompt's media runs are filled with its images and audio clips.
   bool IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>& a,
-             const std::vector<int32_t>& b, json* ev);
+             const std::vector<int32_t>& b, json* ev, const MediaRequest* media = nullptr);
   void ExpectGolden(Session& s, size_t prompt, const GenerateOptions& g, json* ev,
                     const char* where);
 
@@ -212,6 +320,10 @@ class Soak {
   };
   // The scenarios with their weights for this engine and the chosen ones (others weigh 0).
   std::vector<Kind> Kinds() const;
+  bool HasMedia() const {
+    return std::any_of(media_goldens_.begin(), media_goldens_.end(),
+                       [](const std::optional<Golden>& g) { return g.has_value(); });
+  }
   void CheckScenarios() const;  // Error(kInvalidArgument) for unknown or inapplicable ones
   json Step(int64_t k, std::mt19937_64& rng, std::string* scenario);
   void GreedyGolden(std::mt19937_64& rng, json* ev);
@@ -230,6 +342,7 @@ class Soak {
   void Concurrent(std::mt19937_64& rng, json* ev);
   void DeviceLoss(std::mt19937_64& rng, json* ev);
   void DeviceOutOfMemory(std::mt19937_64& rng, json* ev);
+  void Media(std::mt19937_64& rng, json* ev);
 
   void WriteProgress(bool final);
   void Event(const json& ev) {
@@ -245,6 +358,7 @@ class Soak {
   int64_t ties_ = 0;
   std::vector<std::unique_ptr<Session>> pool_;
   std::vector<Golden> goldens_;
+  std::vector<std::optional<Golden>> media_goldens_;  // per MediaRequests(); none: no such tower
   std::map<std::string, std::vector<int32_t>> sampled_;  // request -> tokens, across the run
   std::unique_ptr<AjvValidator> ajv_;
   std::ofstream events_;
@@ -261,15 +375,39 @@ void Soak::RecordGoldens() {
   Timer t;
   ref_ = Engine::Load(EngineOpts(o_.reference_backend));
   auto& ref = ref_;
-  for (size_t i = 0; i < Prompts().size(); ++i) {
+  // (every scenario but media checks against these)
+  const bool text = o_.scenarios.empty() ||
+                    std::any_of(o_.scenarios.begin(), o_.scenarios.end(),
+                                [](const std::string& x) { return x != "media"; });
+  for (size_t i = 0; text && i < Prompts().size(); ++i) {
     auto s = ref->NewSession();
     Result r =
         s->Generate(Input::Messages(UserMessages(Prompts()[i])), Greedy(prof_.golden_tokens));
     goldens_.push_back({r.tokens, StopReasonName(r.stop_reason)});
   }
-  Log("goldens: " + std::to_string(goldens_.size()) + " prompts x " +
-      std::to_string(prof_.golden_tokens) + " greedy tokens on " + ref->backend_name() + " in " +
-      std::to_string(static_cast<int>(t.Ms())) + " ms");
+  // The media requests the model's towers can take (a model without a vision or audio tower
+  // refuses those with kUnsupported: they are left out of the media scenario).
+  const bool with_media = o_.scenarios.empty() || std::count(o_.scenarios.begin(),
+                                                             o_.scenarios.end(), "media") > 0;
+  int media = 0;
+  for (const MediaRequest& m : MediaRequests()) {
+    if (!with_media) {
+      media_goldens_.push_back(std::nullopt);
+      continue;
+    }
+    try {
+      Result r = ref->NewSession()->Generate(Input::Messages(m.messages),
+                                             Greedy(prof_.golden_tokens));
+      media_goldens_.push_back(Golden{r.tokens, StopReasonName(r.stop_reason)});
+      ++media;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnsupported) throw;
+      media_goldens_.push_back(std::nullopt);
+    }
+  }
+  Log("goldens: " + std::to_string(goldens_.size()) + " prompts and " + std::to_string(media) +
+      " media requests x " + std::to_string(prof_.golden_tokens) + " greedy tokens on " +
+      ref->backend_name() + " in " + std::to_string(static_cast<int>(t.Ms())) + " ms");
 }
 
 // Device backends are not bit-identical to the CPU reference: their contract is logits within
@@ -286,7 +424,7 @@ constexpr double kTieBound = 1e-3;
 constexpr double kTieQuanta = 4;
 
 bool Soak::IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>& a,
-                 const std::vector<int32_t>& b, json* ev) {
+                 const std::vector<int32_t>& b, json* ev, const MediaRequest* media) {
   if (!has_device_ || !ref_) return false;
   size_t d = 0;
   while (d < a.size() && d < b.size() && a[d] == b[d]) ++d;
@@ -294,7 +432,15 @@ bool Soak::IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>&
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), a.begin(), a.begin() + d);
   if (seq.size() < 2) return false;
-  const ScoreResult sr = ref_->NewSession()->Score(seq, /*return_logits=*/true);
+  ScoreResult sr;
+  if (media) {
+    Input in = Input::Ids(seq);
+    in.images = media->images;
+    in.audios = media->audios;
+    sr = ref_->NewSession()->ScoreInput(in, /*return_logits=*/true);
+  } else {
+    sr = ref_->NewSession()->Score(seq, /*return_logits=*/true);
+  }
   const int V = ref_->vocab_size();
   const float* row = sr.logits.data() + (seq.size() - 1) * static_cast<size_t>(V);
   double norm = 0;
@@ -539,6 +685,52 @@ json Soak::FirstTurn(Session& s, size_t p1, size_t p2, const GenerateOptions& g)
 Result Soak::FreshTurn(const json& messages, GenerateOptions g) {
   g.reuse_prompt_cache = false;
   return engine_->NewSession()->Generate(Input::Messages(messages), g);
+}
+
+// A request with images and audio (made here) equals the reference's greedy golden, through any
+// prefill path, with or without prefix reuse; asked again on the same session it reuses the whole
+// prompt, so no tower runs, and gives the same tokens.
+void Soak::Media(std::mt19937_64& rng, json* ev) {
+  std::vector<size_t> usable;
+  for (size_t i = 0; i < media_goldens_.size(); ++i)
+    if (media_goldens_[i]) usable.push_back(i);
+  const size_t i = usable[rng() % usable.size()];
+  const MediaRequest& m = MediaRequests()[i];
+  const Golden& golden = *media_goldens_[i];
+  Session& s = *pool_[rng() % pool_.size()];
+  GenerateOptions g = Greedy(prof_.golden_tokens);
+  if (rng() % 2) {
+    g.prefill = PrefillStrategy::kChunked;
+    g.prefill_chunk = 1 + static_cast<int>(rng() % 48);
+  }
+  g.reuse_prompt_cache = rng() % 4 != 0;
+  const bool again = g.reuse_prompt_cache && rng() % 2;
+  const Input in = Input::Messages(m.messages);
+  (*ev)["request"] = m.name;
+  (*ev)["prefill_chunk"] = g.prefill == PrefillStrategy::kChunked ? g.prefill_chunk : 0;
+  for (int round = 0; round < (again ? 2 : 1); ++round) {
+    const Result r = s.Generate(in, g);
+    if (r.tokens != golden.tokens &&
+        !IsTie(engine_->PromptTokens(in), golden.tokens, r.tokens, ev, &m)) {
+      Fail("media request: greedy tokens differ from the reference backend's golden",
+           {{"request", m.name},
+            {"round", round},
+            {"options", r.resolved_config},
+            {"expected_tokens", golden.tokens},
+            {"got_tokens", r.tokens},
+            {"tie_check", ev->value("not_a_tie", json())}});
+    }
+    const int encoded = r.telemetry.images_encoded + r.telemetry.audios_encoded;
+    if (round == 1 && encoded != 0) {
+      Fail("media request asked again on the same session ran a tower again",
+           {{"request", m.name},
+            {"images_encoded", r.telemetry.images_encoded},
+            {"audios_encoded", r.telemetry.audios_encoded},
+            {"reused_tokens", r.telemetry.reused_tokens}});
+    }
+    (*ev)[round == 0 ? "encoded" : "encoded_again"] = encoded;
+    (*ev)["reused_tokens"] = r.telemetry.reused_tokens;
+  }
 }
 
 void Soak::MultiTurn(std::mt19937_64& rng, json* ev) {
@@ -827,6 +1019,7 @@ std::vector<Soak::Kind> Soak::Kinds() const {
       {"concurrent", 2, &Soak::Concurrent},
       {"device_loss", has_device_ ? 2 : 0, &Soak::DeviceLoss},
       {"device_oom", has_device_ ? 1 : 0, &Soak::DeviceOutOfMemory},
+      {"media", HasMedia() ? 3 : 0, &Soak::Media},
   };
   if (!o_.scenarios.empty()) {  // only those chosen
     for (Kind& x : kinds) {
@@ -848,7 +1041,7 @@ void Soak::CheckScenarios() const {
   if (total == 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "soak --scenarios: none of them applies to backend " + engine_->backend_name() +
-                    " (device_loss and device_oom need a device)");
+                    " (device_loss and device_oom need a device, media a vision or audio tower)");
   }
 }
 
@@ -902,8 +1095,8 @@ json Soak::Run() {
          {"minutes", o_.minutes},
          {"only_step", o_.only_step}});
   LoadEngine();
+  RecordGoldens();  // (first: which media requests the model takes)
   CheckScenarios();
-  RecordGoldens();
   Log("engine under test: " + engine_->backend_name() + ", " + std::to_string(pool_.size()) +
       " sessions, schema validator: " + (ajv_->available() ? "AJV" : "none (JSON parse only)"));
   const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(

@@ -21,6 +21,9 @@
 //                     again equals the same turn on a fresh session
 //   device_oom        (engines on a device) a new session whose device memory cannot be allocated
 //                     is refused with kCapacity; existing and later sessions equal their goldens
+//   media             (models with a vision or audio tower) requests with images and audio clips
+//                     made here (BMP, WAV bytes) equal the reference's greedy goldens through any
+//                     prefill path; asked again on the same session, no tower runs (prefix reuse)
 //
 // Output (out_dir): events.jsonl (one line per step, appended and flushed), progress.json
 // (atomically replaced after every step), summary.json (at the end, also after a failure). The

@@ -4,11 +4,13 @@
 #include "soak/soak.h"
 
 #include "gemma/error.h"
+#include "model/synth.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 namespace gemma::soak {
@@ -95,6 +97,45 @@ TEST(SoakTest, DeviceFaultScenariosOnVulkan) {
   o.scenarios = {"device_loss"};
   EXPECT_THROW(RunSoak(o), Error);
   o.scenarios = {"no_such_scenario"};
+  EXPECT_THROW(RunSoak(o), Error);
+}
+
+// The media scenario on a model with both towers (synthetic "tiny"): requests with images and
+// audio against the reference's goldens, and asked again on the same session without a tower run.
+// A model without towers has no media scenario to run.
+TEST(SoakTest, MediaScenarioOnAModelWithTowers) {
+  const fs::path dir = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_media_model";
+  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_media";
+  fs::remove_all(out);
+  Synthesize({.preset = "tiny", .out_dir = dir.string(), .seed = 5});
+  SoakOptions o;
+  o.model_path = dir.string();
+  o.out_dir = out.string();
+  o.threads = 2;
+  o.seed = 4;
+  o.minutes = 10;
+  o.max_steps = 6;
+  o.scenarios = {"media"};
+  const nlohmann::json s = RunSoak(o);
+  ASSERT_TRUE(s["ok"].get<bool>()) << s.dump(2);
+  EXPECT_EQ(s["scenarios"].value("media", 0), 6) << s["scenarios"];
+  std::ifstream ev(out / "events.jsonl");
+  std::string line;
+  std::set<std::string> requests;
+  int again = 0;
+  while (std::getline(ev, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("request")) continue;
+    requests.insert(j["request"].get<std::string>());
+    if (j.contains("encoded_again")) {
+      EXPECT_EQ(j["encoded_again"], 0) << line;
+      ++again;
+    }
+  }
+  EXPECT_GE(requests.size(), 2u);
+  EXPECT_GE(again, 1);
+  fs::remove_all(dir);
+  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";  // text only
   EXPECT_THROW(RunSoak(o), Error);
 }
 

@@ -25,6 +25,9 @@
 #ifdef GEMMA_HAVE_CPU_FAST
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #endif
+#ifdef GEMMA_HAVE_VULKAN
+#include "backend/vulkan/vulkan_backend.h"
+#endif
 
 namespace gemma {
 namespace {
@@ -54,9 +57,20 @@ nlohmann::json Goldens(bool qat) {
   return nlohmann::json::parse(f);
 }
 
+// (null: "vulkan" without a usable device)
 std::shared_ptr<BackendModel> Backend(const Model& model, const std::string& name) {
 #ifdef GEMMA_HAVE_CPU_FAST
   if (name == "cpu") return CreateCpuFastModel(model, 2);
+#endif
+#ifdef GEMMA_HAVE_VULKAN
+  if (name == "vulkan") {
+    try {
+      return CreateVulkanModel(model, {});
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kDevice) return nullptr;
+      throw;
+    }
+  }
 #endif
   return CreateCpuReferenceModel(model);
 }
@@ -85,6 +99,7 @@ void CheckVision(bool qat, const std::string& backend, int max_budget, int min_b
   const nlohmann::json g = Goldens(qat);
   ASSERT_EQ(g["load_eager"].size(), 0u) << g["load_eager"].dump();
   auto bm = Backend(model, backend);
+  if (!bm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
   int cases = 0;
   for (const auto& c : g["vision"]) {
     const int budget = c["budget"];
@@ -112,6 +127,7 @@ void CheckAudio(bool qat, const std::string& backend) {
   const nlohmann::json g = Goldens(qat);
   ASSERT_EQ(g["load_sdpa"].size(), 0u) << g["load_sdpa"].dump();
   auto bm = Backend(model, backend);
+  if (!bm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
   ASSERT_GT(g["audio"].size(), 0u);
   for (const auto& c : g["audio"]) {
     const std::string clip = c["clip"];
@@ -159,6 +175,13 @@ TEST(TowerFullSize, FastMatchesReference) {
   }
 }
 #endif
+#ifdef GEMMA_HAVE_VULKAN
+TEST(TowerGolden, VisionVulkan) { CheckVision(false, "vulkan", 1 << 20); }
+TEST(TowerGolden, AudioVulkan) { CheckAudio(false, "vulkan"); }
+TEST(TowerGolden, QatVisionVulkan) { CheckVision(true, "vulkan", 1 << 20); }
+TEST(TowerGolden, QatAudioVulkan) { CheckAudio(true, "vulkan"); }
+#endif
+
 TEST(TowerGolden, VisionReference) { CheckVision(false, "cpu-ref", 1 << 20); }
 TEST(TowerGolden, AudioReference) { CheckAudio(false, "cpu-ref"); }
 TEST(TowerGolden, QatVisionReference) { CheckVision(true, "cpu-ref", 1 << 20); }

@@ -1,10 +1,11 @@
 // The Vulkan backend's engine-level object: one device, its pipelines and the uploaded weights,
 // shared by every context (session). The device and weights are made at creation, so a missing
 // device fails at engine load and a new session adds only its caches and working buffers.
-// The vision and audio towers run on the host with the fast CPU backend's kernels (a thread pool
-// made at the first image or audio); their soft tokens enter the GPU's text model as f32 rows.
-#include "backend/cpu/fast/cpu_fast_backend.h"
+// The vision and audio towers run their linears and attention on the device and the rest on the
+// host (vulkan_tower.h; a thread pool made at the first image or audio); their soft tokens enter
+// the text model as f32 rows.
 #include "backend/vulkan/vulkan_backend_impl.h"
+#include "backend/vulkan/vulkan_tower.h"
 #include "core/thread_pool.h"
 
 namespace gemma {
@@ -13,6 +14,7 @@ namespace {
 using vulkan_internal::DeviceWeights;
 using vulkan_internal::VulkanBackend;
 using vulkan_internal::VulkanShared;
+using vulkan_internal::VulkanTower;
 
 class VulkanModel : public BackendModel {
  public:
@@ -39,12 +41,10 @@ class VulkanModel : public BackendModel {
     return w ? w->dev->device_memory_in_use() : 0;
   }
   void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override {
-    std::lock_guard<std::mutex> lock(tower_mutex_);  // one tower job on the pool at a time
-    FastEncodeImage(shared_->model(), TowerPool(), image, soft_tokens);
+    WithTower([&](VulkanTower& t) { t.EncodeImage(shared_->model(), image, soft_tokens); });
   }
   void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override {
-    std::lock_guard<std::mutex> lock(tower_mutex_);
-    FastEncodeAudio(shared_->model(), TowerPool(), audio, soft_tokens);
+    WithTower([&](VulkanTower& t) { t.EncodeAudio(shared_->model(), audio, soft_tokens); });
   }
   bool InjectDeviceFault(DeviceFault fault) override {
     const auto w = shared_->Acquire();
@@ -57,18 +57,39 @@ class VulkanModel : public BackendModel {
   }
 
  private:
-  ThreadPool& TowerPool() {
-    if (!tower_pool_)
-      tower_pool_ = std::make_unique<ThreadPool>(
-          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    return *tower_pool_;
+  // One tower job at a time, on the current device (made again after a device failure, which
+  // also marks the device lost for the contexts).
+  template <class F>
+  void WithTower(F run) {
+    std::lock_guard<std::mutex> lock(tower_mutex_);
+    const std::shared_ptr<const DeviceWeights> w = shared_->Acquire();
+    if (!tower_ || tower_device_ != w) {
+      tower_.reset();
+      if (!tower_pool_)
+        tower_pool_ = std::make_unique<ThreadPool>(
+            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      tower_device_ = w;
+      tower_ = std::make_unique<VulkanTower>(*w->dev, *tower_pool_);
+    }
+    try {
+      run(*tower_);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kDevice) {
+        tower_.reset();
+        tower_device_.reset();
+        shared_->Lost(w.get());
+      }
+      throw;
+    }
   }
 
   std::shared_ptr<VulkanShared> shared_;
   std::string device_;
   bool software_ = false;
-  std::mutex tower_mutex_;
-  std::unique_ptr<ThreadPool> tower_pool_;  // under tower_mutex_
+  std::mutex tower_mutex_;  // guards the three below
+  std::unique_ptr<ThreadPool> tower_pool_;
+  std::shared_ptr<const DeviceWeights> tower_device_;  // (the tower's contexts are of its device)
+  std::unique_ptr<VulkanTower> tower_;
 };
 
 }  // namespace

@@ -299,6 +299,10 @@ class FastVisionKernels : public ref::VisionKernels {
 
 }  // namespace
 
+std::unique_ptr<ref::VisionKernels> MakeFastTowerKernels(ThreadPool& pool, bool f32_ops) {
+  return std::make_unique<FastVisionKernels>(pool, f32_ops);
+}
+
 void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& image,
                      std::vector<float>* soft_tokens) {
   const VisionTower* t = model.vision();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/vision_ops.h"
 #include "model/model.h"
 
 namespace gemma {
@@ -38,5 +39,8 @@ void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& 
                      std::vector<float>* soft_tokens);
 void FastEncodeAudio(const Model& model, ThreadPool& pool, const AudioMel& audio,
                      std::vector<float>* soft_tokens);
+// Those towers' kernels on `pool` (f32_ops: the attention and GELU in f32, as for dense vision
+// towers; else as the reference computes them).
+std::unique_ptr<ref::VisionKernels> MakeFastTowerKernels(ThreadPool& pool, bool f32_ops);
 
 }  // namespace gemma

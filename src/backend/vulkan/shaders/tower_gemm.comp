@@ -1,0 +1,91 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : require
+// The towers' linears (vulkan_tower.cc): y[t][r] = sum_c x[t][c] * w[r][c] for t < n, r < N, the
+// products summed in f32 over 32-column tiles, as the fast CPU backend's f32 GEMM does (in another
+// order). Dense weights (KIND 0 f32, 1 bf16, 2 f16) enter as their values; quantized ones (3 int8,
+// 4 int4, 5 int2: codes LSB first in each word, int4 / int2 offset by 8 / 2) as their integer codes,
+// and the sum is then multiplied by the row's scale in f64 (the reference's epilogue). Rows of w are
+// `wstride` u32 words apart. Grid: (blocks of 64 rows of w, blocks of 64 tokens); 256 invocations,
+// each 4 x 4 outputs.
+layout(local_size_x = 256) in;
+layout(constant_id = 1) const uint KIND = 1;
+
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer W { uint w[]; };
+layout(std430, binding = 2) readonly buffer S { float scale[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+
+layout(push_constant) uniform P {
+  uint n;        // tokens
+  uint K;        // columns (x's row length)
+  uint N;        // rows of w (y's row length)
+  uint wstride;  // u32 words per row of w
+} p;
+
+const uint BM = 64, BN = 64, BK = 32;
+shared float xs[BM][BK + 1];
+shared float ws[BN][BK + 1];
+
+// f16 bits -> f32, exactly (subnormals included).
+float F16Bits(uint h) {
+  const uint s = (h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u;
+  if (e == 0u) {
+    const float v = float(m) * (1.0 / 16777216.0);
+    return s != 0u ? -v : v;
+  }
+  if (e == 31u) return uintBitsToFloat(s | 0x7F800000u | (m << 13));
+  return uintBitsToFloat(s | ((e + 112u) << 23) | (m << 13));
+}
+
+float Weight(uint r, uint c) {
+  const uint base = r * p.wstride;
+  if (KIND == 0) return uintBitsToFloat(w[base + c]);
+  if (KIND == 1 || KIND == 2) {
+    const uint h = (w[base + c / 2u] >> (16u * (c & 1u))) & 0xFFFFu;
+    return KIND == 1 ? uintBitsToFloat(h << 16) : F16Bits(h);
+  }
+  const uint per = KIND == 3 ? 4u : KIND == 4 ? 8u : 16u;  // codes per word
+  const uint bits = 32u / per;
+  const uint word = w[base + c / per];
+  const int off = int(bits * (c % per));
+  const int code = KIND == 3 ? bitfieldExtract(int(word), off, 8)
+                             : int(bitfieldExtract(word, off, int(bits))) - int(1u << (bits - 1u));
+  return float(code);
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint tx = lid % 16u, ty = lid / 16u;  // outputs: rows r0 + tx * 4 + j, tokens t0 + ty * 4 + i
+  const uint r0 = gl_WorkGroupID.x * BN, t0 = gl_WorkGroupID.y * BM;
+  float acc[4][4];
+  [[unroll]] for (uint i = 0; i < 4; ++i)
+    [[unroll]] for (uint j = 0; j < 4; ++j) acc[i][j] = 0.0;
+  for (uint k0 = 0; k0 < p.K; k0 += BK) {
+    // 64 x 32 of x and of w: 8 elements each per invocation.
+    [[unroll]] for (uint e = 0; e < 8; ++e) {
+      const uint idx = lid + e * 256u;
+      const uint row = idx / BK, col = idx % BK;
+      const uint t = t0 + row, r = r0 + row, c = k0 + col;
+      xs[row][col] = t < p.n && c < p.K ? x[t * p.K + c] : 0.0;
+      ws[row][col] = r < p.N && c < p.K ? Weight(r, c) : 0.0;
+    }
+    barrier();
+    for (uint k = 0; k < BK; ++k) {
+      float a[4], b[4];
+      [[unroll]] for (uint i = 0; i < 4; ++i) a[i] = xs[ty * 4u + i][k];
+      [[unroll]] for (uint j = 0; j < 4; ++j) b[j] = ws[tx * 4u + j][k];
+      [[unroll]] for (uint i = 0; i < 4; ++i)
+        [[unroll]] for (uint j = 0; j < 4; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+    barrier();
+  }
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    const uint t = t0 + ty * 4u + i;
+    if (t >= p.n) continue;
+    [[unroll]] for (uint j = 0; j < 4; ++j) {
+      const uint r = r0 + tx * 4u + j;
+      if (r >= p.N) continue;
+      y[t * p.N + r] = KIND >= 3 ? float(double(acc[i][j]) * double(scale[r])) : acc[i][j];
+    }
+  }
+}

@@ -24,6 +24,7 @@
 #include "core/timer.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "media/image.h"  // EncodeBase64
 #include "model/model.h"  // UncappedLogit
 #include "runtime/fault_injection.h"
 
@@ -176,21 +177,6 @@ std::vector<uint8_t> Wav(double seconds, double f0, uint32_t seed) {
   return b;
 }
 
-std::string Base64(const std::vector<uint8_t>& bytes) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint32_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint32_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= bytes[i + 2];
-    out += k[v >> 18];
-    out += k[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? k[v & 63] : '=';
-  }
-  return out;
-}
-
 // The media scenario's requests: a user message with image and audio parts (base64 bytes), and
 // the same media as Input lists (scoring a tie with token ids fills their runs in order).
 struct MediaRequest {
@@ -212,10 +198,10 @@ const std::vector<MediaRequest>& MediaRequests() {
       json content = json::array();
       for (Part& p : parts) {
         if (p.audio) {
-          content.push_back({{"type", "audio"}, {"bytes", Base64(p.bytes)}});
+          content.push_back({{"type", "audio"}, {"bytes", media::EncodeBase64(p.bytes)}});
           r.audios.push_back(AudioInput::Bytes(std::move(p.bytes)));
         } else {
-          content.push_back({{"type", "image"}, {"bytes", Base64(p.bytes)}, {"budget", p.budget}});
+          content.push_back({{"type", "image"}, {"bytes", media::EncodeBase64(p.bytes)}, {"budget", p.budget}});
           r.images.push_back(ImageInput::Bytes(std::move(p.bytes), p.budget));
         }
       }

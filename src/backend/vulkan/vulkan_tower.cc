@@ -6,6 +6,7 @@
 #include "backend/cpu/audio_ops.h"
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/cpu/vision_ops.h"
+#include "backend/vulkan/vulkan_backend_impl.h"  // KindCode
 #include "core/thread_pool.h"
 #include "gemma/error.h"
 
@@ -44,24 +45,6 @@ class DeviceKernels : public ref::VisionKernels {
   VulkanTower& t_;
   const ref::VisionKernels& host_;
 };
-
-uint32_t TowerKindCode(WeightKind k) {
-  switch (k) {
-    case WeightKind::kF32:
-      return 0;
-    case WeightKind::kBF16:
-      return 1;
-    case WeightKind::kF16:
-      return 2;
-    case WeightKind::kQ8:
-      return 3;
-    case WeightKind::kQ4:
-      return 4;
-    case WeightKind::kQ2:
-      return 5;
-  }
-  return 0;
-}
 
 constexpr size_t kAlign = 256;  // binding offsets (minStorageBufferOffsetAlignment <= 256)
 size_t TowerAligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -183,7 +166,7 @@ void VulkanTower::Linear(const gemma::Linear& lin, const float* x, int n, float*
     b[3] = {out_.buf, out_.offset, out_b};
     const uint32_t pc[4] = {static_cast<uint32_t>(m), static_cast<uint32_t>(K),
                             static_cast<uint32_t>(N), wt.wstride};
-    Run("tower_gemm", {0u, TowerKindCode(lin.kind)}, b, pc, sizeof(pc),
+    Run("tower_gemm", {0u, KindCode(lin.kind)}, b, pc, sizeof(pc),
         static_cast<uint32_t>((N + 63) / 64), static_cast<uint32_t>((m + 63) / 64), out_b);
     std::memcpy(y + size_t(t0) * N, host_.mapped, out_b);
   }

@@ -2,8 +2,8 @@
 #extension GL_EXT_control_flow_attributes : require
 // The towers' linears (vulkan_tower.cc): y[t][r] = sum_c x[t][c] * w[r][c] for t < n, r < N, the
 // products summed in f32 over 32-column tiles, as the fast CPU backend's f32 GEMM does (in another
-// order). Dense weights (KIND 0 f32, 1 bf16, 2 f16) enter as their values; quantized ones (3 int8,
-// 4 int4, 5 int2: codes LSB first in each word, int4 / int2 offset by 8 / 2) as their integer codes,
+// order). Dense weights (KIND 0 f32, 1 bf16, 2 f16) enter as their values; quantized ones (3 int2,
+// 4 int4, 5 int8: codes LSB first in each word, int2 / int4 offset by 2 / 8) as their integer codes,
 // and the sum is then multiplied by the row's scale in f64 (the reference's epilogue). Rows of w are
 // `wstride` u32 words apart. Grid: (blocks of 64 rows of w, blocks of 64 tokens); 256 invocations,
 // each 4 x 4 outputs.
@@ -44,11 +44,11 @@ float Weight(uint r, uint c) {
     const uint h = (w[base + c / 2u] >> (16u * (c & 1u))) & 0xFFFFu;
     return KIND == 1 ? uintBitsToFloat(h << 16) : F16Bits(h);
   }
-  const uint per = KIND == 3 ? 4u : KIND == 4 ? 8u : 16u;  // codes per word
+  const uint per = KIND == 3 ? 16u : KIND == 4 ? 8u : 4u;  // codes per word
   const uint bits = 32u / per;
   const uint word = w[base + c / per];
   const int off = int(bits * (c % per));
-  const int code = KIND == 3 ? bitfieldExtract(int(word), off, 8)
+  const int code = KIND == 5 ? bitfieldExtract(int(word), off, 8)
                              : int(bitfieldExtract(word, off, int(bits))) - int(1u << (bits - 1u));
   return float(code);
 }

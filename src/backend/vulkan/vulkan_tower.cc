@@ -16,8 +16,7 @@ namespace {
 using vk::BufRange;
 using vk::Pool;
 
-// The device's linears and attention; the host's (the fast CPU backend's kernels) for the rest,
-// and for linears the device does not take (SRQ).
+// The device's linears and attention; the host's (the fast CPU backend's kernels) for the rest.
 class DeviceKernels : public ref::VisionKernels {
  public:
   DeviceKernels(VulkanTower& t, const ref::VisionKernels& host) : t_(t), host_(host) {}
@@ -46,6 +45,27 @@ class DeviceKernels : public ref::VisionKernels {
   const ref::VisionKernels& host_;
 };
 
+bool Srq(const gemma::Linear& l) { return l.in_scale > 0 || l.out_scale > 0; }
+
+bool HasSrq(const VisionTower& t) {
+  bool srq = Srq(t.input_proj) || Srq(t.embed_proj);
+  for (const VisionLayerWeights& l : t.layers)
+    for (const ClippedLinear* c : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      srq = srq || Srq(c->lin);
+  return srq;
+}
+
+bool HasSrq(const AudioTower& t) {
+  bool srq = Srq(t.input_proj) || Srq(t.output_proj) || Srq(t.embed_proj);
+  for (const AudioLayerWeights& l : t.layers) {
+    srq = srq || Srq(l.relative_k);
+    for (const ClippedLinear* c : {&l.ff1.up, &l.ff1.down, &l.ff2.up, &l.ff2.down, &l.q, &l.k, &l.v,
+                                   &l.post, &l.lconv_start, &l.lconv_end})
+      srq = srq || Srq(c->lin);
+  }
+  return srq;
+}
+
 constexpr size_t kAlign = 256;  // binding offsets (minStorageBufferOffsetAlignment <= 256)
 size_t TowerAligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // Floats per operand a pass of tower_gemm takes (larger inputs run in passes of fewer tokens).
@@ -67,6 +87,10 @@ void VulkanTower::EncodeImage(const Model& model, const VisionPatches& image,
                               std::vector<float>* soft) {
   const VisionTower* t = model.vision();
   if (!t) throw Error(ErrorCode::kUnsupported, model.vision_error());
+  if (HasSrq(*t)) {
+    FastEncodeImage(model, pool_, image, soft);
+    return;
+  }
   bool qat = false;
   for (const auto& l : t->layers) qat = qat || IsQuantized(l.q.lin.kind);
   const std::unique_ptr<ref::VisionKernels> host = MakeFastTowerKernels(pool_, /*f32_ops=*/!qat);
@@ -76,15 +100,18 @@ void VulkanTower::EncodeImage(const Model& model, const VisionPatches& image,
   *soft = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
 }
 
-void VulkanTower::EncodeAudio(const Model& model, const AudioMel& audio,
-                              std::vector<float>* soft) {
+void VulkanTower::EncodeAudio(const Model& model, const AudioMel& audio, std::vector<float>* soft) {
   const AudioTower* t = model.audio();
   if (!t) throw Error(ErrorCode::kUnsupported, model.audio_error());
+  if (HasSrq(*t)) {
+    FastEncodeAudio(model, pool_, audio, soft);
+    return;
+  }
   const std::unique_ptr<ref::VisionKernels> host = MakeFastTowerKernels(pool_, /*f32_ops=*/false);
   const DeviceKernels kernels(*this, *host);
   const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
-  *soft = ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims),
-                          kernels);
+  *soft =
+      ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);
 }
 
 const VulkanTower::Weights& VulkanTower::Upload(const gemma::Linear& lin) {
@@ -152,8 +179,8 @@ void VulkanTower::Run(const char* shader, const std::vector<uint32_t>& spec,
 void VulkanTower::Linear(const gemma::Linear& lin, const float* x, int n, float* y) {
   const Weights& wt = Upload(lin);
   const int K = lin.cols, N = lin.rows;
-  const int per = static_cast<int>(
-      std::max<size_t>(64, kPassFloats / static_cast<size_t>(std::max(K, N))));
+  const int per =
+      static_cast<int>(std::max<size_t>(64, kPassFloats / static_cast<size_t>(std::max(K, N))));
   for (int t0 = 0; t0 < n; t0 += per) {
     const int m = std::min(per, n - t0);
     const size_t in_b = size_t(m) * K * 4, out_b = size_t(m) * N * 4;
@@ -172,8 +199,8 @@ void VulkanTower::Linear(const gemma::Linear& lin, const float* x, int n, float*
   }
 }
 
-void VulkanTower::Attention(const float* q, const float* k, const float* v, int n, int nh,
-                            int nkv, int hd, float* out) {
+void VulkanTower::Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv,
+                            int hd, float* out) {
   const size_t qb = size_t(n) * nh * hd * 4, kvb = size_t(n) * nkv * hd * 4;
   const size_t koff = TowerAligned(qb), voff = koff + TowerAligned(kvb);
   Reserve((voff + kvb) / 4 + 1, qb / 4);
@@ -187,8 +214,8 @@ void VulkanTower::Attention(const float* q, const float* k, const float* v, int 
   b[3] = {out_.buf, out_.offset, qb};
   const uint32_t pc[3] = {static_cast<uint32_t>(n), 0u, static_cast<uint32_t>(n)};
   Run("tower_attn",
-      {0u, static_cast<uint32_t>(hd), static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv)}, b,
-      pc, sizeof(pc), static_cast<uint32_t>((n + 63) / 64), static_cast<uint32_t>(nh), qb);
+      {0u, static_cast<uint32_t>(hd), static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv)}, b, pc,
+      sizeof(pc), static_cast<uint32_t>((n + 63) / 64), static_cast<uint32_t>(nh), qb);
   std::memcpy(out, host_.mapped, qb);
 }
 

@@ -138,18 +138,20 @@ const VulkanTower::Weights& VulkanTower::Upload(const gemma::Linear& lin) {
 
 void VulkanTower::Reserve(size_t in, size_t out) {
   if (adev_ && in <= in_cap_ && out <= out_cap_) return;
-  in_cap_ = std::max(in, in_cap_);
-  out_cap_ = std::max(out, out_cap_);
-  adev_.reset();
-  adev_ = wdev_->NewContext();
-  const int hi = adev_->Reserve(Pool::kDevice, in_cap_ * 4);
-  const int ho = adev_->Reserve(Pool::kDevice, out_cap_ * 4);
-  const int hh = adev_->Reserve(Pool::kHost, out_cap_ * 4);
-  adev_->Commit("a tower's activations");
-  in_ = adev_->Get(hi);
-  out_ = adev_->Get(ho);
-  host_ = adev_->Get(hh);
-  cmd_ = adev_->AllocCommandBuffer();
+  const size_t in_cap = std::max(in, in_cap_), out_cap = std::max(out, out_cap_);
+  adev_.reset();  // (a failed allocation leaves none, and the old sizes)
+  std::unique_ptr<vk::Device> dev = wdev_->NewContext();
+  const int hi = dev->Reserve(Pool::kDevice, in_cap * 4);
+  const int ho = dev->Reserve(Pool::kDevice, out_cap * 4);
+  const int hh = dev->Reserve(Pool::kHost, out_cap * 4);
+  dev->Commit("a tower's activations");
+  in_ = dev->Get(hi);
+  out_ = dev->Get(ho);
+  host_ = dev->Get(hh);
+  cmd_ = dev->AllocCommandBuffer();
+  adev_ = std::move(dev);
+  in_cap_ = in_cap;
+  out_cap_ = out_cap;
 }
 
 void VulkanTower::Run(const char* shader, const std::vector<uint32_t>& spec,

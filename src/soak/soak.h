@@ -23,7 +23,8 @@
 //                     is refused with kCapacity; existing and later sessions equal their goldens
 //   media             (models with a vision or audio tower) requests with images and audio clips
 //                     made here (BMP, WAV bytes) equal the reference's greedy goldens through any
-//                     prefill path; asked again on the same session, no tower runs (prefix reuse)
+//                     prefill path; asked again on the same session, the same tokens, and no tower
+//                     runs where the whole prompt is reused
 //
 // Output (out_dir): events.jsonl (one line per step, appended and flushed), progress.json
 // (atomically replaced after every step), summary.json (at the end, also after a failure). The

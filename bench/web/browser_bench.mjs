@@ -7,11 +7,12 @@
 // first generated token: loadEngine (the module, the weights read in slices) + prefill).
 // Needs build-web/ (tools/build-web.sh), build/tools/gemma-engine and Debian's chromium. The model
 // is fetched by the page from a loopback server ({url} models are read into the worker's memory).
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
+
+import { openChromium } from '../../web/test/chromium.mjs';
 
 const root = path.resolve(new URL('../..', import.meta.url).pathname);
 const model = fs.realpathSync(process.argv[2] ?? path.join(root, 'models/tiny-trained'));
@@ -20,7 +21,6 @@ const runs = Number(process.argv[4] ?? 3);
 const opfs = process.argv[5] === 'opfs';
 const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
 const cli = process.env.GEMMA_ENGINE ?? path.join(root, 'build/tools/gemma-engine');
-const chromium = process.env.CHROMIUM || 'chromium';
 const prompt = 'The Debian project';
 
 const types = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript',
@@ -47,43 +47,7 @@ const server = http.createServer((req, res) => {
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const base = `http://127.0.0.1:${server.address().port}`;
 
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'gemma-web-bench-'));
-const browser = spawn(chromium, [
-  '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-  '--disable-extensions', '--disable-background-networking', '--remote-debugging-port=0',
-  `--user-data-dir=${profile}`, 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe'] });
-const wsUrl = await new Promise((resolve, reject) => {
-  let err = '';
-  browser.stderr.on('data', (d) => {
-    err += d;
-    const m = err.match(/DevTools listening on (ws:\/\/\S+)/);
-    if (m) resolve(m[1]);
-  });
-  browser.on('exit', (code) => reject(new Error(`chromium exited ${code}: ${err}`)));
-});
-const targets = await (await fetch(`http://127.0.0.1:${new URL(wsUrl).port}/json/list`)).json();
-const ws = new WebSocket(targets.find((t) => t.type === 'page').webSocketDebuggerUrl);
-await new Promise((r, j) => { ws.onopen = r; ws.onerror = j; });
-let nextId = 1;
-const pending = new Map();
-ws.onmessage = (m) => {
-  const msg = JSON.parse(m.data);
-  if (msg.id && pending.has(msg.id)) {
-    const { resolve, reject } = pending.get(msg.id);
-    pending.delete(msg.id);
-    if (msg.error) reject(new Error(msg.error.message)); else resolve(msg.result);
-  }
-};
-const cdp = (method, params = {}) => new Promise((resolve, reject) => {
-  const id = nextId++;
-  pending.set(id, { resolve, reject });
-  ws.send(JSON.stringify({ id, method, params }));
-});
-async function js(expression) {
-  const r = await cdp('Runtime.evaluate', { expression, awaitPromise: true, returnByValue: true });
-  if (r.exceptionDetails) throw new Error(r.exceptionDetails.exception?.description || expression);
-  return r.result.value;
-}
+const { cdp, js, close } = await openChromium({ prefix: 'gemma-web-bench-' });
 
 try {
   await cdp('Page.enable');
@@ -160,10 +124,6 @@ try {
     process.exitCode = 1;
   }
 } finally {
-  ws.close();
-  const exited = new Promise((r) => browser.on('exit', r));
-  browser.kill();
-  await exited;
+  await close();
   server.close();
-  try { fs.rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 }); } catch {}
 }

@@ -6,12 +6,12 @@
 //
 //   node --experimental-websocket tests/server/console_browser.mjs BASE_URL OUTDIR
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { openChromium } from '../../web/test/chromium.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const require = createRequire(path.join(root, '.cache/npm-assets/package.json'));
@@ -21,51 +21,14 @@ fs.mkdirSync(outDir, { recursive: true });
 const origin = new URL(base).origin;
 
 // ------------------------------------------------------------------ browser and protocol
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'gemma-console-'));
-const browser = spawn(process.env.CHROMIUM || 'chromium', [
-  '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-  '--disable-extensions', '--disable-background-networking', '--disable-sync',
-  '--disable-component-update', '--disable-default-apps', '--remote-debugging-port=0',
-  `--user-data-dir=${profile}`, '--window-size=1280,860', 'about:blank',
-], { stdio: ['ignore', 'ignore', 'pipe'] });
-const wsUrl = await new Promise((resolve, reject) => {
-  let err = '';
-  const timer = setTimeout(() => reject(new Error('chromium did not start: ' + err)), 30000);
-  browser.stderr.on('data', (d) => {
-    err += d;
-    const m = err.match(/DevTools listening on (ws:\/\/\S+)/);
-    if (m) { clearTimeout(timer); resolve(m[1]); }
-  });
-  browser.on('exit', (code) => reject(new Error(`chromium exited ${code}: ${err}`)));
-});
-const debugPort = new URL(wsUrl).port;
-const targets = await (await fetch(`http://127.0.0.1:${debugPort}/json/list`)).json();
-const page = targets.find((t) => t.type === 'page');
-const ws = new WebSocket(page.webSocketDebuggerUrl);
-await new Promise((r, j) => { ws.onopen = r; ws.onerror = j; });
-let nextId = 1;
-const pending = new Map();
 const requests = [];
-ws.onmessage = (m) => {
-  const msg = JSON.parse(m.data);
-  if (msg.id && pending.has(msg.id)) {
-    const { resolve, reject } = pending.get(msg.id);
-    pending.delete(msg.id);
-    if (msg.error) reject(new Error(msg.error.message)); else resolve(msg.result);
-  } else if (msg.method === 'Network.requestWillBeSent') {
-    requests.push(msg.params.request.url);
-  }
-};
-const cdp = (method, params = {}) => new Promise((resolve, reject) => {
-  const id = nextId++;
-  pending.set(id, { resolve, reject });
-  ws.send(JSON.stringify({ id, method, params }));
+const { cdp, js, close } = await openChromium({
+  prefix: 'gemma-console-',
+  args: ['--window-size=1280,860'],
+  onEvent: (msg) => {
+    if (msg.method === 'Network.requestWillBeSent') requests.push(msg.params.request.url);
+  },
 });
-async function js(expression) {
-  const r = await cdp('Runtime.evaluate', { expression, awaitPromise: true, returnByValue: true });
-  if (r.exceptionDetails) throw new Error(r.exceptionDetails.exception?.description || expression);
-  return r.result.value;
-}
 async function waitFor(expression, ms = 30000) {
   const end = Date.now() + ms;
   for (;;) {
@@ -272,14 +235,5 @@ await check('no request leaves the server origin', async () => {
 });
 
 console.log(`${passed} passed, ${failed} failed`);
-ws.close();
-if (browser.exitCode === null) {
-  browser.kill('SIGTERM');
-  await new Promise((r) => { browser.once('exit', r); setTimeout(r, 5000); });
-}
-try {
-  fs.rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
-} catch (e) {
-  console.log(`(profile ${profile} left behind: ${e.message})`);
-}
+await close();
 process.exit(failed ? 1 : 0);

@@ -7,11 +7,12 @@
 // GEMMA_BINARY_DIR/test_artifacts/web_console/.
 //
 //   node --experimental-websocket web/test/browser_test.mjs   (ctest -L web runs it)
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { openChromium } from './chromium.mjs';
 import { check, finish, requireWebBuild, sourceDir, webDir } from './harness.mjs';
 
 requireWebBuild();
@@ -81,49 +82,17 @@ await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const base = `http://127.0.0.1:${server.address().port}`;
 
 // ------------------------------------------------------------------ browser and protocol
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'gemma-web-console-'));
-const browser = spawn(chromium, [
-  '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-  '--disable-extensions', '--disable-background-networking', '--disable-sync',
-  '--disable-component-update', '--disable-default-apps', '--remote-debugging-port=0',
-  `--user-data-dir=${profile}`, '--window-size=1280,860', 'about:blank',
-], { stdio: ['ignore', 'ignore', 'pipe'] });
-const wsUrl = await new Promise((resolve, reject) => {
-  let err = '';
-  const timer = setTimeout(() => reject(new Error('chromium did not start: ' + err)), 30000);
-  browser.stderr.on('data', (d) => {
-    err += d;
-    const m = err.match(/DevTools listening on (ws:\/\/\S+)/);
-    if (m) { clearTimeout(timer); resolve(m[1]); }
-  });
-  browser.on('exit', (code) => reject(new Error(`chromium exited ${code}: ${err}`)));
-});
-const targets = await (await fetch(`http://127.0.0.1:${new URL(wsUrl).port}/json/list`)).json();
-const ws = new WebSocket(targets.find((t) => t.type === 'page').webSocketDebuggerUrl);
-await new Promise((r, j) => { ws.onopen = r; ws.onerror = j; });
-let nextId = 1;
-const pending = new Map();
 const consoleLines = [];
-ws.onmessage = (m) => {
-  const msg = JSON.parse(m.data);
-  if (msg.id && pending.has(msg.id)) {
-    const { resolve, reject } = pending.get(msg.id);
-    pending.delete(msg.id);
-    if (msg.error) reject(new Error(msg.error.message)); else resolve(msg.result);
-  } else if (msg.method === 'Runtime.exceptionThrown') {
-    consoleLines.push('exception: ' + (msg.params.exceptionDetails.exception?.description ?? msg.params.exceptionDetails.text));
-  }
-};
-const cdp = (method, params = {}) => new Promise((resolve, reject) => {
-  const id = nextId++;
-  pending.set(id, { resolve, reject });
-  ws.send(JSON.stringify({ id, method, params }));
+const { cdp, js, close } = await openChromium({
+  prefix: 'gemma-web-console-',
+  args: ['--window-size=1280,860'],
+  onEvent: (msg) => {
+    if (msg.method === 'Runtime.exceptionThrown') {
+      consoleLines.push('exception: ' + (msg.params.exceptionDetails.exception?.description ??
+                                         msg.params.exceptionDetails.text));
+    }
+  },
 });
-async function js(expression) {
-  const r = await cdp('Runtime.evaluate', { expression, awaitPromise: true, returnByValue: true });
-  if (r.exceptionDetails) throw new Error(r.exceptionDetails.exception?.description || expression);
-  return r.result.value;
-}
 async function waitFor(expression, ms = 60000) {
   const end = Date.now() + ms;
   for (;;) {
@@ -248,14 +217,6 @@ await step('reload: the cached model loads without a download', async () => {
 });
 
 check(consoleLines.length === 0, `the page threw:\n${consoleLines.join('\n')}`);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const exited = new Promise((r) => browser.on('exit', r));
-cdp('Browser.close').catch(() => {});  // its answer may not come: the socket closes
-if (await Promise.race([exited.then(() => true), sleep(5000)]) !== true) browser.kill('SIGKILL');
-await Promise.race([exited, sleep(5000)]);
-ws.close();
+await close();
 server.close();
-try {
-  fs.rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
-} catch { /* a helper process of Chromium's may still be writing there */ }
 finish('web_browser_test');

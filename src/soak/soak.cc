@@ -132,13 +132,15 @@ json Tools() {
 
 // Media made here, deterministic: a 24-bit BMP of bands, a disc and seeded noise, and a 16 kHz
 // mono PCM WAV of a tone sweep with seeded noise (the engine's decoders read both).
+void PutLittleEndian(std::vector<uint8_t>& b, size_t at, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
 std::vector<uint8_t> Bmp(int w, int h, uint32_t seed) {
   const int stride = (w * 3 + 3) / 4 * 4;
   const uint32_t size = 54 + static_cast<uint32_t>(stride) * h;
   std::vector<uint8_t> b(size, 0);
-  auto put = [&](size_t at, uint32_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
-  };
+  const auto put = [&b](size_t at, uint32_t v, int bytes) { PutLittleEndian(b, at, v, bytes); };
   b[0] = 'B', b[1] = 'M';
   put(2, size, 4), put(10, 54, 4), put(14, 40, 4), put(18, w, 4), put(22, h, 4);
   put(26, 1, 2), put(28, 24, 2), put(34, size - 54, 4);
@@ -159,9 +161,7 @@ std::vector<uint8_t> Bmp(int w, int h, uint32_t seed) {
 std::vector<uint8_t> Wav(double seconds, double f0, uint32_t seed) {
   const uint32_t n = static_cast<uint32_t>(seconds * 16000);
   std::vector<uint8_t> b(44 + 2 * static_cast<size_t>(n), 0);
-  auto put = [&](size_t at, uint32_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
-  };
+  const auto put = [&b](size_t at, uint32_t v, int bytes) { PutLittleEndian(b, at, v, bytes); };
   std::memcpy(&b[0], "RIFF", 4), put(4, 36 + 2 * n, 4), std::memcpy(&b[8], "WAVEfmt ", 8);
   put(16, 16, 4), put(20, 1, 2), put(22, 1, 2), put(24, 16000, 4), put(28, 32000, 4);
   put(32, 2, 2), put(34, 16, 2), std::memcpy(&b[36], "data", 4), put(40, 2 * n, 4);
@@ -201,7 +201,8 @@ const std::vector<MediaRequest>& MediaRequests() {
           content.push_back({{"type", "audio"}, {"bytes", media::EncodeBase64(p.bytes)}});
           r.audios.push_back(AudioInput::Bytes(std::move(p.bytes)));
         } else {
-          content.push_back({{"type", "image"}, {"bytes", media::EncodeBase64(p.bytes)}, {"budget", p.budget}});
+          content.push_back(
+              {{"type", "image"}, {"bytes", media::EncodeBase64(p.bytes)}, {"budget", p.budget}});
           r.images.push_back(ImageInput::Bytes(std::move(p.bytes), p.budget));
         }
       }
@@ -344,7 +345,7 @@ class Soak {
   int64_t ties_ = 0;
   std::vector<std::unique_ptr<Session>> pool_;
   std::vector<Golden> goldens_;
-  std::vector<std::optional<Golden>> media_goldens_;  // per MediaRequests(); none: no such tower
+  std::vector<std::optional<Golden>> media_goldens_;     // per MediaRequests(); none: no such tower
   std::map<std::string, std::vector<int32_t>> sampled_;  // request -> tokens, across the run
   std::unique_ptr<AjvValidator> ajv_;
   std::ofstream events_;
@@ -352,7 +353,7 @@ class Soak {
   std::map<std::string, int64_t> counts_, incomplete_;
   std::vector<double> rss_t_, rss_bytes_, device_bytes_;
   std::vector<bool> after_reload_;  // the step was an engine reload
-  bool has_device_ = false;  // the engine under test runs on a device (fault scenarios)
+  bool has_device_ = false;         // the engine under test runs on a device (fault scenarios)
   int64_t steps_ = 0;
   json failure_;
 };
@@ -362,9 +363,9 @@ void Soak::RecordGoldens() {
   ref_ = Engine::Load(EngineOpts(o_.reference_backend));
   auto& ref = ref_;
   // (every scenario but media checks against these)
-  const bool text = o_.scenarios.empty() ||
-                    std::any_of(o_.scenarios.begin(), o_.scenarios.end(),
-                                [](const std::string& x) { return x != "media"; });
+  const bool text =
+      o_.scenarios.empty() || std::any_of(o_.scenarios.begin(), o_.scenarios.end(),
+                                          [](const std::string& x) { return x != "media"; });
   for (size_t i = 0; text && i < Prompts().size(); ++i) {
     auto s = ref->NewSession();
     Result r =
@@ -373,8 +374,8 @@ void Soak::RecordGoldens() {
   }
   // The media requests the model's towers can take (a model without a vision or audio tower
   // refuses those with kUnsupported: they are left out of the media scenario).
-  const bool with_media = o_.scenarios.empty() || std::count(o_.scenarios.begin(),
-                                                             o_.scenarios.end(), "media") > 0;
+  const bool with_media =
+      o_.scenarios.empty() || std::count(o_.scenarios.begin(), o_.scenarios.end(), "media") > 0;
   int media = 0;
   for (const MediaRequest& m : MediaRequests()) {
     if (!with_media) {
@@ -382,8 +383,8 @@ void Soak::RecordGoldens() {
       continue;
     }
     try {
-      Result r = ref->NewSession()->Generate(Input::Messages(m.messages),
-                                             Greedy(prof_.golden_tokens));
+      Result r =
+          ref->NewSession()->Generate(Input::Messages(m.messages), Greedy(prof_.golden_tokens));
       media_goldens_.push_back(Golden{r.tokens, StopReasonName(r.stop_reason)});
       ++media;
     } catch (const Error& e) {
@@ -398,12 +399,12 @@ void Soak::RecordGoldens() {
 
 // Device backends are not bit-identical to the CPU reference: their contract is logits within
 // 1e-3 relative L2 of the reference's (docs/vulkan.md, "Numerics": prompt attention sums in f32),
-// and how a prompt is chunked (prefix reuse, chunk size) moves their roundings. On a checkpoint whose
-// top logits are close (random weights), greedy paths then part now and then. Such a parting is a
-// tie, not a failure, when the reference's own logits at that position put the two tokens within
-// what the contract allows: |l[a] - l[b]| <= sqrt(2) * 1e-3 * ||l||_2 (two entries of a deviation
-// of at most 1e-3 ||l||_2 move at most that much apart). With a quantized LM head (QAT) the
-// contract also allows an SRQ flip: every logit moved by at most two head quanta before the
+// and how a prompt is chunked (prefix reuse, chunk size) moves their roundings. On a checkpoint
+// whose top logits are close (random weights), greedy paths then part now and then. Such a parting
+// is a tie, not a failure, when the reference's own logits at that position put the two tokens
+// within what the contract allows: |l[a] - l[b]| <= sqrt(2) * 1e-3 * ||l||_2 (two entries of a
+// deviation of at most 1e-3 ||l||_2 move at most that much apart). With a quantized LM head (QAT)
+// the contract also allows an SRQ flip: every logit moved by at most two head quanta before the
 // softcap, so two tokens whose uncapped logits are within four quanta may swap. CPU backends are
 // held to exact tokens.
 constexpr double kTieBound = 1e-3;
@@ -437,9 +438,9 @@ bool Soak::IsTie(const std::vector<int32_t>& prompt, const std::vector<int32_t>&
   bool within = margin <= bound;
   const HeadQuantization hq = EngineHeadQuantization(*ref_);
   if (hq.quantum > 0) {
-    const double quanta = std::fabs(UncappedLogit(row[a[d]], hq.softcap) -
-                                    UncappedLogit(row[b[d]], hq.softcap)) /
-                          hq.quantum;
+    const double quanta =
+        std::fabs(UncappedLogit(row[a[d]], hq.softcap) - UncappedLogit(row[b[d]], hq.softcap)) /
+        hq.quantum;
     tie["head_quanta"] = quanta;
     within = within || quanta <= kTieQuanta + 1e-3;
   }
@@ -913,8 +914,8 @@ void Soak::Concurrent(std::mt19937_64& rng, json* ev) {
   }
   json tie_ev;
   if (r.tokens != goldens_[p].tokens &&
-      !IsTie(engine_->PromptTokens(Input::Messages(UserMessages(Prompts()[p]))),
-             goldens_[p].tokens, r.tokens, &tie_ev)) {
+      !IsTie(engine_->PromptTokens(Input::Messages(UserMessages(Prompts()[p]))), goldens_[p].tokens,
+             r.tokens, &tie_ev)) {
     Fail("the request that held the session while another was refused differs from its golden",
          {{"prompt", Prompts()[p]},
           {"expected_tokens", goldens_[p].tokens},
@@ -1034,7 +1035,8 @@ void Soak::CheckScenarios() const {
   const std::vector<Kind> kinds = Kinds();
   for (const std::string& name : o_.scenarios) {
     if (std::none_of(kinds.begin(), kinds.end(), [&](const Kind& x) { return name == x.name; }))
-      throw Error(ErrorCode::kInvalidArgument, "soak --scenarios: no scenario named '" + name + "'");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "soak --scenarios: no scenario named '" + name + "'");
   }
   int total = 0;
   for (const Kind& x : kinds) total += x.weight;

@@ -620,7 +620,7 @@ TEST(VulkanTower, MatchesReferenceTowers) {
     std::mt19937 rng(9);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
     const int patch = 3 * 16 * 16;
-    for (const auto [ph, pw] : {std::pair{9, 12}, std::pair{21, 30}}) {
+    for (const auto& [ph, pw] : {std::pair{9, 12}, std::pair{21, 30}}) {
       std::vector<float> pixels(size_t(ph) * pw * patch);
       for (float& p : pixels) p = unit(rng);
       std::vector<float> a, b;

@@ -91,9 +91,8 @@ void VulkanTower::EncodeImage(const Model& model, const VisionPatches& image,
     FastEncodeImage(model, pool_, image, soft);
     return;
   }
-  bool qat = false;
-  for (const auto& l : t->layers) qat = qat || IsQuantized(l.q.lin.kind);
-  const std::unique_ptr<ref::VisionKernels> host = MakeFastTowerKernels(pool_, /*f32_ops=*/!qat);
+  const std::unique_ptr<ref::VisionKernels> host =
+      MakeFastTowerKernels(pool_, FastVisionF32Ops(*t));
   const DeviceKernels kernels(*this, *host);
   const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
   const int k = t->config.pooling_kernel_size;

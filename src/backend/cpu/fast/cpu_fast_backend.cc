@@ -303,13 +303,17 @@ std::unique_ptr<ref::VisionKernels> MakeFastTowerKernels(ThreadPool& pool, bool 
   return std::make_unique<FastVisionKernels>(pool, f32_ops);
 }
 
+bool FastVisionF32Ops(const VisionTower& tower) {
+  for (const auto& l : tower.layers)
+    if (IsQuantized(l.q.lin.kind)) return false;
+  return true;
+}
+
 void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& image,
                      std::vector<float>* soft_tokens) {
   const VisionTower* t = model.vision();
   if (!t) throw Error(ErrorCode::kUnsupported, model.vision_error());
-  bool qat = false;
-  for (const auto& l : t->layers) qat = qat || IsQuantized(l.q.lin.kind);
-  const FastVisionKernels kernels(pool, /*f32_ops=*/!qat);
+  const FastVisionKernels kernels(pool, FastVisionF32Ops(*t));
   const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
   const int k = t->config.pooling_kernel_size;
   *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);

@@ -42,5 +42,8 @@ void FastEncodeAudio(const Model& model, ThreadPool& pool, const AudioMel& audio
 // Those towers' kernels on `pool` (f32_ops: the attention and GELU in f32, as for dense vision
 // towers; else as the reference computes them).
 std::unique_ptr<ref::VisionKernels> MakeFastTowerKernels(ThreadPool& pool, bool f32_ops);
+// The f32_ops a vision tower takes: dense towers yes, QAT towers no (their SRQ steps turn f32
+// rounding differences into int8 flips).
+bool FastVisionF32Ops(const VisionTower& tower);
 
 }  // namespace gemma

@@ -7,13 +7,26 @@
 #ifdef GEMMA_HAVE_VULKAN
 #include "backend/vulkan/vulkan_backend.h"
 #endif
+#ifdef GEMMA_HAVE_WEBGPU
+#include "backend/webgpu/webgpu_backend.h"
+#endif
 
 namespace gemma {
+namespace {
+#ifdef GEMMA_HAVE_WEBGPU
+constexpr bool kAutoWebGpu = true;  // the WebAssembly build: auto is WebGPU, else the CPU
+#else
+constexpr bool kAutoWebGpu = false;
+#endif
+}  // namespace
 
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> names = {"cpu", "cpu-ref"};
 #ifdef GEMMA_HAVE_VULKAN
   names.push_back("vulkan");
+#endif
+#ifdef GEMMA_HAVE_WEBGPU
+  names.push_back("webgpu");
 #endif
   names.push_back("auto");
   return names;
@@ -36,6 +49,26 @@ BackendStart StartBackend(const BackendChoice& choice, const Model& model,
 #else
     s.model = CreateCpuReferenceModel(model);
 #endif
+  } else if (name == "webgpu" || (name == "auto" && kAutoWebGpu)) {
+#ifdef GEMMA_HAVE_WEBGPU
+    try {
+      s.model = CreateWebGpuModel(model);
+      s.context = s.model->NewContext(options);
+      return s;
+    } catch (const Error& e) {
+      // "auto" runs on the CPU without WebGPU, or with a device too small for the model.
+      if (name == "webgpu" || (e.code() != ErrorCode::kDevice && e.code() != ErrorCode::kCapacity &&
+                               e.code() != ErrorCode::kUnsupported)) {
+        throw;
+      }
+    }
+#else
+    throw Error(ErrorCode::kUnsupported,
+                "backend 'webgpu': only the WebAssembly build has the WebGPU backend");
+#endif
+    BackendChoice cpu = choice;
+    cpu.name = "cpu";
+    return StartBackend(cpu, model, options);
   } else if (name == "vulkan" || name == "auto") {
 #ifdef GEMMA_HAVE_VULKAN
     VulkanOptions vulkan;
@@ -62,7 +95,7 @@ BackendStart StartBackend(const BackendChoice& choice, const Model& model,
     return StartBackend(cpu, model, options);
   } else {
     throw Error(ErrorCode::kInvalidArgument,
-                "unknown backend '" + name + "' (cpu, cpu-ref, vulkan, auto)");
+                "unknown backend '" + name + "' (cpu, cpu-ref, vulkan, webgpu, auto)");
   }
   s.context = s.model->NewContext(options);
   return s;

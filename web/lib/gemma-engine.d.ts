@@ -112,6 +112,8 @@ export interface Result {
 
 export interface EngineInfo {
   backend: string;
+  /** The WebGPU adapter ("" on the CPU backends). */
+  device: string;
   vocab_size: number;
   context_capacity: number;
   has_tokenizer: boolean;
@@ -155,8 +157,12 @@ export interface LoadOptions {
   model: string | File[] | { url: string | URL; files?: string[]; optional?: string[] };
   /** The model's name in OpenAI bodies (default "model"). */
   name?: string;
-  backend?: 'cpu' | 'cpu-ref' | 'auto';
+  /** "auto": WebGPU where there is a usable adapter, else the CPU (info.backend says which). */
+  backend?: 'webgpu' | 'cpu' | 'cpu-ref' | 'auto';
   context?: number;
+  /** Node only: Dawn for Node (npm `webgpu`) for the WebGPU backend: the package's path or name
+   *  and its create() flags, e.g. { module: '/path/node_modules/webgpu', flags: ['backend=vulkan'] }. */
+  webgpu?: { module?: string; flags?: string[] };
   /** > 1: the pthreads build (gemma-engine-mt.js beside the module) with that many threads where
    *  SharedArrayBuffer works (Node, a cross-origin isolated page); otherwise one thread. */
   threads?: number;

@@ -187,15 +187,17 @@ export class Engine {
 // name: the model's name in OpenAI bodies (Session.openai). model: a directory path (Node), File
 // objects (a user's pick, or the cache's: model-cache.mjs; read in slices, never whole), or
 // {url, files?, optional?} (fetched: config.json, model.safetensors, tokenizer.json, and
-// generation_config.json, chat_template.jinja when present). backend: "cpu" | "auto" (WebGPU is
-// later work; "auto" is the CPU). onProgress({file, loaded, total}) while fetching. threads: > 1
+// generation_config.json, chat_template.jinja when present). backend: "webgpu" | "cpu" | "cpu-ref" |
+// "auto" (WebGPU where the page has it, else the CPU; engine.info.backend and .device say which).
+// webgpu (Node only): {module, flags}, Dawn for Node's npm package `webgpu` and its create() flags
+// (e.g. ["backend=vulkan"]). onProgress({file, loaded, total}) while fetching. threads: > 1
 // runs the pthreads build (gemma-engine-mt.js beside the module) where SharedArrayBuffer works
 // (Node, a cross-origin isolated page), else one thread; engine.info.threads says which.
-export async function loadEngine({ model, name, backend = 'auto', context = 4096, threads = 1, onProgress,
+export async function loadEngine({ model, name, backend = 'auto', context = 4096, threads = 1, onProgress, webgpu,
                                    moduleUrl = new URL('../gemma-engine.js', import.meta.url).href,
                                    wasmUrl } = {}) {
-  if (!['cpu', 'cpu-ref', 'auto'].includes(backend)) {
-    throw new GemmaError({ code: 'unsupported', message: `backend '${backend}' is not in the WebAssembly build (cpu, auto)` });
+  if (!['webgpu', 'cpu', 'cpu-ref', 'auto'].includes(backend)) {
+    throw new GemmaError({ code: 'unsupported', message: `backend '${backend}' is not in the WebAssembly build (webgpu, cpu, cpu-ref, auto)` });
   }
   wasmUrl ??= new URL('gemma-engine.wasm', moduleUrl).href;
   const workerUrl = new URL('./worker.mjs', import.meta.url);
@@ -207,7 +209,7 @@ export async function loadEngine({ model, name, backend = 'auto', context = 4096
     channel = new Channel(new Worker(workerUrl, { type: 'module' }), false);
   }
   try {
-    const info = await channel.call('load', { model, name, backend, context, threads, moduleUrl, wasmUrl },
+    const info = await channel.call('load', { model, name, backend, context, threads, moduleUrl, wasmUrl, webgpu },
                                     (p) => onProgress?.(p));
     return new Engine(channel, info);
   } catch (e) {

@@ -47,10 +47,20 @@ async function init(msg) {
       M = null;  // no pthreads build here: the single-threaded module
     }
   }
-  await load(msg);
+  await load({ ...msg, gpu: await nodeGpu(msg) });
 }
 
-async function load({ moduleUrl, wasmUrl, pthreads }) {
+// The GPU for the WebGPU backend: the page's navigator.gpu, or under Node Dawn's (the npm
+// package `webgpu`, resolved from msg.webgpu.module, created with msg.webgpu.flags).
+async function nodeGpu(msg) {
+  if (!isNode || !msg.webgpu || (msg.backend !== 'webgpu' && msg.backend !== 'auto')) return undefined;
+  const { createRequire } = await import('node:module');
+  const dawn = createRequire(import.meta.url)(msg.webgpu.module ?? 'webgpu');
+  Object.assign(globalThis, dawn.globals);
+  return dawn.create(msg.webgpu.flags ?? []);
+}
+
+async function load({ moduleUrl, wasmUrl, pthreads, gpu }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -66,6 +76,7 @@ async function load({ moduleUrl, wasmUrl, pthreads }) {
   // The pthreads build starts its Workers with the module (at least one: 3.1.6 never resolves an
   // empty pool's load).
   const opts = pthreads ? { gemmaPthreads: Math.max(1, pthreads) } : {};
+  if (gpu) opts.gpu = gpu;
   M = await create(wasmBinary ? { wasmBinary, ...opts }
                               : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });
 }
@@ -121,8 +132,10 @@ const handlers = {
   async load(msg, progress) {
     await init(msg);
     const dir = await mountModel(msg.model, progress);
-    const info = unwrap(M.Engine.load(JSON.stringify({
-      model_path: dir, backend: msg.backend === 'auto' ? 'cpu' : (msg.backend ?? 'cpu'),
+    // (With the WebGPU backend a call may suspend while the GPU works: embind then returns a
+    // Promise, hence the awaits.)
+    const info = unwrap(await M.Engine.load(JSON.stringify({
+      model_path: dir, backend: msg.backend ?? 'auto',
       context: msg.context ?? 4096, threads: threadsUsed, model_id: msg.name ?? 'model' })));
     info.threads = threadsUsed;
     engines.set(info.handle, M.Engine.get(info.handle));
@@ -134,7 +147,7 @@ const handlers = {
     sessions.set(id, s);
     return id;
   },
-  generate({ id, session, input, options, control, window: win }) {
+  async generate({ id, session, input, options, control, window: win }) {
     const s = sessions.get(session);
     const ctl = control ? new Int32Array(control) : null;
     let sent = 0;
@@ -151,10 +164,10 @@ const handlers = {
         return true;  // never let a JavaScript exception unwind through the engine
       }
     };
-    return unwrap(s.generate(JSON.stringify(input), JSON.stringify(options), onToken));
+    return unwrap(await s.generate(JSON.stringify(input), JSON.stringify(options), onToken));
   },
   // The server's OpenAI endpoints on a session: SSE text streams as {type: "sse", text} events.
-  openai({ id, session, chat, body, control }) {
+  async openai({ id, session, chat, body, control }) {
     const ctl = control ? new Int32Array(control) : null;
     const onEvent = (text) => {
       try {
@@ -164,14 +177,14 @@ const handlers = {
         return true;
       }
     };
-    const r = JSON.parse(sessions.get(session).openai(!!chat, JSON.stringify(body), onEvent));
+    const r = JSON.parse(await sessions.get(session).openai(!!chat, JSON.stringify(body), onEvent));
     if (r.error) throw Object.assign(new Error(r.error.body?.error?.message ?? 'refused'), { gemma: { code: 'http', ...r.error } });
     return r.ok;
   },
   props({ engine }) { return unwrap(engines.get(engine).props()); },
   reset({ session }) { return unwrap(sessions.get(session).reset()); },
-  score({ session, ids, logits }) {
-    return unwrap(sessions.get(session).score(JSON.stringify(ids), !!logits));
+  async score({ session, ids, logits }) {
+    return unwrap(await sessions.get(session).score(JSON.stringify(ids), !!logits));
   },
   destroySession({ session }) {
     sessions.get(session)?.delete();
@@ -191,7 +204,11 @@ const handlers = {
   conformance(msg) { return unwrap(M.conformance(JSON.stringify(msg.request))); },
 };
 
-port.on(async (msg) => {
+// One call at a time: a call suspended on the GPU must not be entered again (Asyncify).
+let queue = Promise.resolve();
+port.on((msg) => { queue = queue.then(() => run(msg)); });
+
+async function run(msg) {
   try {
     const progress = (p) => port.post({ id: msg.id, type: 'progress', ...p });
     const ok = await handlers[msg.type](msg, progress);
@@ -200,4 +217,4 @@ port.on(async (msg) => {
     port.post({ id: msg.id, error: e.gemma ? { ...e.gemma, message: e.gemma.message ?? e.message }
                                           : { code: 'internal', message: String(e?.message ?? e) } });
   }
-});
+}

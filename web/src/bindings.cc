@@ -101,6 +101,7 @@ server::ParsedRequest ParseRequest(const Engine& engine, const json& input, cons
 
 json EngineInfo(const Engine& e) {
   return {{"backend", e.backend_name()},
+          {"device", e.backend_device()},
           {"vocab_size", e.vocab_size()},
           {"context_capacity", e.context_capacity()},
           {"has_tokenizer", e.has_tokenizer()},

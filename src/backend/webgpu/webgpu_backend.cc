@@ -1,0 +1,649 @@
+#include "backend/webgpu/webgpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cache_window.h"
+#include "backend/cpu/reference_ops.h"
+#include "backend/webgpu/wgsl_sources.h"
+#include "gemma/error.h"
+#include "model/model.h"
+
+// webgpu_library.js
+extern "C" {
+int gw_init();
+int gw_generation();
+int gw_failed();
+void gw_error(char* out, int len);
+void gw_info(char* out, int len);
+double gw_max_buffer();
+int gw_buffer(size_t bytes);
+void gw_release(int h);
+void gw_write(int h, size_t offset, const void* src, size_t bytes);
+int gw_pipeline(const char* label, const char* code);
+void gw_dispatch(int pipeline, const int* bufs, int nbufs, const uint32_t* params, int nparams,
+                 int gx, int gy, int gz);
+int gw_submit();
+int gw_read(int h, size_t offset, void* dst, size_t bytes);
+void gw_destroy_device();
+}
+
+namespace gemma {
+namespace {
+
+std::string& AdapterName() {
+  static std::string name;
+  return name;
+}
+
+std::string DeviceError() {
+  char buf[512] = {0};
+  gw_error(buf, sizeof buf);
+  return buf[0] ? std::string(buf) : std::string("WebGPU device failure");
+}
+
+[[noreturn]] void ThrowDevice(const std::string& what) {
+  throw Error(ErrorCode::kDevice, what + ": " + DeviceError());
+}
+
+// Parameters of one dispatch: u32 words, floats by their bits.
+class Params {
+ public:
+  Params& u(uint32_t v) {
+    w_[n_++] = v;
+    return *this;
+  }
+  Params& f(float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return u(b);
+  }
+  const uint32_t* data() const { return w_; }
+  int size() const { return n_; }
+
+ private:
+  uint32_t w_[16] = {};
+  int n_ = 0;
+};
+
+uint32_t Groups(int n, int per) { return static_cast<uint32_t>((n + per - 1) / per); }
+
+int KindCode(WeightKind k) {
+  switch (k) {
+    case WeightKind::kF32: return 0;
+    case WeightKind::kBF16: return 1;
+    case WeightKind::kF16: return 2;
+    case WeightKind::kQ2: return 3;
+    case WeightKind::kQ4: return 4;
+    case WeightKind::kQ8: return 5;
+  }
+  return 0;
+}
+
+// A weight matrix on the device: rows padded to whole u32 words, the row scales beside.
+struct GpuLinear {
+  const Linear* lin = nullptr;
+  int w = 0, scale = 0;
+  uint32_t row_words = 0;
+};
+
+enum Kernel { kLinear, kQuant, kRmsNorm, kHeadNorm, kAttention, kGeluMul, kPleCombine, kSoftcap,
+              kArgmax, kNumKernels };
+
+class WebGpuModel;
+
+class WebGpuContext : public Backend {
+ public:
+  WebGpuContext(std::shared_ptr<WebGpuModel> owner, const BackendOptions& options);
+  ~WebGpuContext() override { Release(); }
+
+  std::string name() const override { return "webgpu"; }
+  BackendCapabilities capabilities() const override {
+    return {.logits = true, .select = true, .max_chunk = chunk_, .soft_tokens = true};
+  }
+  int cached() const override { return window_.cached(); }
+  int capacity() const override { return capacity_; }
+  void Reset() override {
+    window_.Reset();
+    history_.clear();
+    soft_rows_.clear();
+  }
+  bool Truncate(int n) override {
+    const bool exact = window_.Truncate(n);
+    history_.resize(window_.cached());
+    soft_rows_.erase(soft_rows_.lower_bound(window_.cached()), soft_rows_.end());
+    return exact;
+  }
+  size_t resident_bytes() const override { return bytes_; }
+  void Forward(const ForwardRequest& req, ForwardResult* out) override;
+
+ private:
+  struct Slot {
+    int width = 0, ring = 0;
+    int k = 0, v = 0;
+  };
+  void Allocate();
+  void Release();
+  int Buffer(size_t bytes);
+  // Brings the caches back after a device rebuild: the committed tokens evaluated again.
+  void Replay();
+  void RunChunks(const ForwardRequest& req, ForwardResult* out);
+  void RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft, int first_out,
+                const ForwardRequest& req, ForwardResult* out);
+  void Emit(const float* logits, const ForwardRequest& req, ForwardResult* out) const;
+
+  std::shared_ptr<WebGpuModel> owner_;
+  const Model& model_;
+  const TextConfig& cfg_;
+  int capacity_ = 0, chunk_ = 1, ring_ = 0;
+  CacheWindow window_;
+  std::vector<Slot> slots_;
+  int generation_ = -1;
+  size_t bytes_ = 0;
+  std::vector<int> buffers_;
+  // Scratch, [chunk] rows each.
+  int x_ = 0, a_ = 0, tmp_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0,
+      gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
+  // What the caches hold, to evaluate again after a device loss.
+  std::vector<int32_t> history_;
+  std::map<int, std::vector<float>> soft_rows_;
+  std::vector<float> inv_sliding_, inv_full_;
+};
+
+class WebGpuModel : public BackendModel {
+ public:
+  explicit WebGpuModel(const Model& model) : model_(model) { Build(); }
+  ~WebGpuModel() override { ReleaseWeights(); }
+
+  std::string name() const override { return "webgpu"; }
+  std::string device() const override { return AdapterName(); }
+  std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
+    EnsureDevice();
+    return std::make_unique<WebGpuContext>(
+        std::static_pointer_cast<WebGpuModel>(shared_from_this()), options);
+  }
+  size_t shared_bytes() const override { return weight_bytes_; }
+  size_t device_memory_bytes() const override { return weight_bytes_; }
+  bool InjectDeviceFault(DeviceFault f) override {
+    if (f != DeviceFault::kDeviceLoss) return false;
+    gw_destroy_device();
+    return true;
+  }
+
+  const Model& model() const { return model_; }
+  int generation() const { return generation_; }
+  // A lost device is created again (with the weights) before the next request runs.
+  void EnsureDevice() {
+    if (gw_failed() || gw_generation() != generation_) Build();
+  }
+  const GpuLinear& Lin(const Linear& l) const { return linears_.at(&l); }
+  int Vec(const std::vector<float>& v) const { return v.empty() ? 0 : vectors_.at(&v); }
+  int pipeline(Kernel k) const { return pipelines_[k]; }
+
+  // Records y[n, rows] = lin(x[n, cols]) (x rows at x_off with stride x_stride); SRQ inputs are
+  // quantized into xq first.
+  void RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
+              uint32_t y_off, uint32_t y_stride, int n, int xq) const {
+    const GpuLinear& g = Lin(lin);
+    const bool srq = IsQuantized(lin.kind) && lin.in_scale > 0;
+    if (srq) {
+      Params q;
+      q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale);
+      const int qb[] = {x, xq};
+      gw_dispatch(pipelines_[kQuant], qb, 2, q.data(), q.size(), Groups(lin.cols, 64), n, 1);
+      x = xq;
+      x_off = 0;
+      x_stride = lin.cols;
+    }
+    Params p;
+    p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
+        .u(y_off).u(y_stride).u(srq ? 1 : 0).f(lin.in_scale).f(lin.out_scale);
+    const int b[] = {g.w, g.scale, x, y};
+    gw_dispatch(pipelines_[kLinear], b, 4, p.data(), p.size(), Groups(lin.rows, 64), n, 1);
+  }
+
+ private:
+  void Build();
+  void ReleaseWeights();
+  void Upload(const Linear& lin);
+  void UploadVec(const std::vector<float>& v);
+
+  const Model& model_;
+  int generation_ = -1;
+  size_t weight_bytes_ = 0;
+  std::map<const Linear*, GpuLinear> linears_;
+  std::map<const std::vector<float>*, int> vectors_;
+  int pipelines_[kNumKernels] = {};
+};
+
+void WebGpuModel::ReleaseWeights() {
+  if (gw_generation() == generation_) {
+    for (auto& [l, g] : linears_) {
+      gw_release(g.w);
+      if (g.scale) gw_release(g.scale);
+    }
+    for (auto& [v, h] : vectors_) gw_release(h);
+  }
+  linears_.clear();
+  vectors_.clear();
+  weight_bytes_ = 0;
+}
+
+void WebGpuModel::Upload(const Linear& lin) {
+  if (linears_.count(&lin) || lin.rows == 0) return;
+  GpuLinear g;
+  g.lin = &lin;
+  const size_t used = IsQuantized(lin.kind)
+                          ? (static_cast<size_t>(lin.cols) * WeightKindBits(lin.kind) + 7) / 8
+                          : static_cast<size_t>(lin.cols) * WeightKindBits(lin.kind) / 8;
+  g.row_words = static_cast<uint32_t>((used + 3) / 4);
+  const size_t bytes = static_cast<size_t>(lin.rows) * g.row_words * 4;
+  if (static_cast<double>(bytes) > gw_max_buffer()) {
+    throw Error(ErrorCode::kCapacity, lin.name + ": " + std::to_string(bytes) +
+                                          " bytes exceed the device's largest storage buffer (" +
+                                          std::to_string(static_cast<size_t>(gw_max_buffer())) + ")");
+  }
+  g.w = gw_buffer(bytes);
+  if (g.w < 0) ThrowDevice(lin.name);
+  if (lin.row_bytes == g.row_words * 4u) {
+    gw_write(g.w, 0, lin.data, bytes);
+  } else {
+    // Rows padded to whole words, written in slices of about 16 MiB.
+    const int per = std::max(1, static_cast<int>((16u << 20) / (g.row_words * 4u)));
+    std::vector<uint8_t> buf;
+    for (int r0 = 0; r0 < lin.rows; r0 += per) {
+      const int n = std::min(per, lin.rows - r0);
+      buf.assign(static_cast<size_t>(n) * g.row_words * 4, 0);
+      for (int r = 0; r < n; ++r) {
+        std::memcpy(&buf[static_cast<size_t>(r) * g.row_words * 4],
+                    lin.data + static_cast<size_t>(r0 + r) * lin.row_bytes, used);
+      }
+      gw_write(g.w, static_cast<size_t>(r0) * g.row_words * 4, buf.data(), buf.size());
+    }
+  }
+  weight_bytes_ += bytes;
+  if (IsQuantized(lin.kind)) {
+    g.scale = gw_buffer(static_cast<size_t>(lin.rows) * 4);
+    if (g.scale < 0) ThrowDevice(lin.name);
+    gw_write(g.scale, 0, lin.row_scale, static_cast<size_t>(lin.rows) * 4);
+    weight_bytes_ += static_cast<size_t>(lin.rows) * 4;
+  }
+  linears_[&lin] = g;
+}
+
+void WebGpuModel::UploadVec(const std::vector<float>& v) {
+  if (v.empty() || vectors_.count(&v)) return;
+  const int h = gw_buffer(v.size() * 4);
+  if (h < 0) ThrowDevice("norm weights");
+  gw_write(h, 0, v.data(), v.size() * 4);
+  vectors_[&v] = h;
+  weight_bytes_ += v.size() * 4;
+}
+
+void WebGpuModel::Build() {
+  ReleaseWeights();
+  if (gw_init() != 0) {
+    const std::string e = DeviceError();
+    throw Error(e.find("not available") != std::string::npos ? ErrorCode::kUnsupported
+                                                            : ErrorCode::kDevice,
+                e);
+  }
+  char info[256] = {0};
+  gw_info(info, sizeof info);
+  AdapterName() = info;
+  static const char* const kNames[kNumKernels] = {
+      "linear", "quant", "rmsnorm", "head_norm", "attention", "gelu_mul", "ple_combine",
+      "softcap", "argmax"};
+  for (int k = 0; k < kNumKernels; ++k) {
+    const std::string code = std::string(kWgslPrelude) + WgslSource(kNames[k]);
+    pipelines_[k] = gw_pipeline(kNames[k], code.c_str());
+    if (pipelines_[k] < 0) ThrowDevice(std::string("WGSL ") + kNames[k]);
+  }
+  for (size_t l = 0; l < model_.layer_weights().size(); ++l) {
+    const LayerWeights& w = model_.layer_weights()[l];
+    const LayerPlan& p = model_.layers()[l];
+    for (const Linear* lin : {&w.q, &w.o, &w.gate, &w.up, &w.down}) Upload(*lin);
+    if (!p.kv_shared) {
+      Upload(w.k);
+      Upload(w.v);
+    }
+    if (model_.text().hidden_size_per_layer_input > 0) {
+      Upload(w.ple_gate);
+      Upload(w.ple_proj);
+    }
+    for (const std::vector<float>* v : {&w.input_norm, &w.post_attn_norm, &w.pre_ffn_norm,
+                                        &w.post_ffn_norm, &w.q_norm, &w.k_norm, &w.post_ple_norm}) {
+      UploadVec(*v);
+    }
+  }
+  if (model_.text().hidden_size_per_layer_input > 0) {
+    Upload(model_.ple_model_proj());
+    UploadVec(model_.ple_proj_norm());
+  }
+  UploadVec(model_.final_norm());
+  Upload(model_.lm_head());
+  if (gw_failed()) ThrowDevice("uploading the weights");
+  generation_ = gw_generation();
+}
+
+WebGpuContext::WebGpuContext(std::shared_ptr<WebGpuModel> owner, const BackendOptions& options)
+    : owner_(std::move(owner)), model_(owner_->model()), cfg_(model_.text()) {
+  const CacheGeometry geo = PlanCacheGeometry(cfg_, options);
+  capacity_ = geo.capacity;
+  chunk_ = std::max(1, geo.slack);
+  ring_ = geo.ring;
+  window_ = CacheWindow(cfg_.sliding_window, ring_);
+  slots_.resize(model_.num_caches());
+  for (const LayerPlan& p : model_.layers()) {
+    if (p.cache_slot < 0) continue;
+    Slot& s = slots_[p.cache_slot];
+    s.width = p.num_kv_heads * p.head_dim;
+    s.ring = p.window > 0 ? ring_ : capacity_;
+  }
+  inv_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
+  inv_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);
+  Allocate();
+}
+
+int WebGpuContext::Buffer(size_t bytes) {
+  const int h = gw_buffer(std::max<size_t>(bytes, 16));
+  if (h < 0) ThrowDevice("allocating a context");
+  buffers_.push_back(h);
+  bytes_ += bytes;
+  return h;
+}
+
+void WebGpuContext::Release() {
+  if (generation_ == gw_generation()) {
+    for (int h : buffers_) gw_release(h);
+  }
+  buffers_.clear();
+  bytes_ = 0;
+}
+
+void WebGpuContext::Allocate() {
+  Release();
+  const size_t m = static_cast<size_t>(chunk_);
+  const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
+  int qw = 0, kw = 0, inter = 0, cols = 0;
+  for (const LayerPlan& p : model_.layers()) {
+    qw = std::max(qw, p.num_heads * p.head_dim);
+    kw = std::max(kw, p.num_kv_heads * p.head_dim);
+    inter = std::max(inter, p.intermediate);
+  }
+  cols = std::max({H, qw, inter, P});
+  for (Slot& s : slots_) {
+    s.k = Buffer(static_cast<size_t>(s.ring) * s.width * 4);
+    s.v = Buffer(static_cast<size_t>(s.ring) * s.width * 4);
+  }
+  x_ = Buffer(m * H * 4);
+  a_ = Buffer(m * H * 4);
+  tmp_ = Buffer(m * H * 4);
+  hn_ = Buffer(m * H * 4);
+  qraw_ = Buffer(m * qw * 4);
+  q_ = Buffer(m * qw * 4);
+  attn_ = Buffer(m * qw * 4);
+  kraw_ = Buffer(m * kw * 4);
+  vraw_ = Buffer(m * kw * 4);
+  g_ = Buffer(m * inter * 4);
+  u_ = Buffer(m * inter * 4);
+  xq_ = Buffer(m * cols * 4);
+  if (P > 0) {
+    gp_ = Buffer(m * P * 4);
+    ple_ = Buffer(m * L * P * 4);
+    tok_ = Buffer(m * L * P * 4);
+  }
+  cs_s_ = Buffer(m * cfg_.head_dim * 4);
+  cs_f_ = Buffer(m * std::max(cfg_.global_head_dim, 1) * 4);
+  logits_ = Buffer(m * cfg_.vocab_size * 4);
+  ids_ = Buffer(m * 4);
+  generation_ = gw_generation();
+}
+
+void WebGpuContext::Replay() {
+  owner_->EnsureDevice();
+  Allocate();
+  std::vector<int32_t> tokens;
+  tokens.swap(history_);
+  std::map<int, std::vector<float>> rows;
+  rows.swap(soft_rows_);
+  const int n = static_cast<int>(tokens.size());
+  window_.Reset();
+  std::vector<const float*> soft(n, nullptr);
+  for (auto& [pos, r] : rows) soft[pos] = r.data();
+  ForwardRequest req;
+  req.tokens = tokens;
+  if (!rows.empty()) req.soft = soft;
+  req.mode = OutputMode::kNone;
+  ForwardResult ignored;
+  Forward(req, &ignored);
+}
+
+void WebGpuContext::Forward(const ForwardRequest& req, ForwardResult* out) {
+  if (gw_failed() || generation_ != owner_->generation() || generation_ != gw_generation()) {
+    if (gw_failed()) {
+      // The request in flight when the device went fails; the next one rebuilds and replays.
+      if (generation_ == gw_generation() && generation_ == owner_->generation()) {
+        generation_ = -1;
+        ThrowDevice("webgpu");
+      }
+    }
+    Replay();
+  }
+  ValidateForward(req, window_.cached(), capacity_, cfg_.vocab_size);
+  *out = ForwardResult();
+  try {
+    RunChunks(req, out);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) generation_ = -1;  // rebuilt and replayed next time
+    throw;
+  }
+}
+
+void WebGpuContext::RunChunks(const ForwardRequest& req, ForwardResult* out) {
+  const int n = static_cast<int>(req.tokens.size());
+  for (int begin = 0; begin < n; begin += chunk_) {
+    const int m = std::min(chunk_, n - begin);
+    const bool last = begin + m == n;
+    const int first_out = req.mode == OutputMode::kNone ? m
+                          : req.all_positions          ? 0
+                          : last                       ? m - 1
+                                                       : m;
+    RunChunk(req.tokens.subspan(begin, m), req.soft.empty() ? req.soft : req.soft.subspan(begin, m),
+             first_out, req, out);
+  }
+}
+
+void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft,
+                             int first_out, const ForwardRequest& req, ForwardResult* out) {
+  const WebGpuModel& M = *owner_;
+  const int m = static_cast<int>(tokens.size());
+  const int H = cfg_.hidden_size, P = cfg_.hidden_size_per_layer_input, L = cfg_.num_layers;
+  const int pos0 = window_.cached();
+  const float eps = cfg_.rms_norm_eps;
+  window_.BeginWrite(pos0, m);
+
+  // Inputs from the host: embedding rows (or soft tokens), per-layer token rows, RoPE tables.
+  std::vector<float> rows(static_cast<size_t>(m) * H);
+  for (int t = 0; t < m; ++t) {
+    if (!soft.empty() && soft[t]) {
+      std::copy_n(soft[t], H, &rows[static_cast<size_t>(t) * H]);
+    } else {
+      ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]), &rows[static_cast<size_t>(t) * H]);
+    }
+  }
+  gw_write(x_, 0, rows.data(), rows.size() * 4);
+  if (P > 0) {
+    std::vector<float> tok(static_cast<size_t>(m) * L * P);
+    for (int t = 0; t < m; ++t) {
+      ref::EmbeddingRow(model_.ple_embed(), model_.EmbedId(tokens[t]),
+                        &tok[static_cast<size_t>(t) * L * P]);
+    }
+    gw_write(tok_, 0, tok.data(), tok.size() * 4);
+  }
+  for (int type = 0; type < 2; ++type) {
+    const std::vector<float>& inv = type == 0 ? inv_sliding_ : inv_full_;
+    const int hd = type == 0 ? cfg_.head_dim : cfg_.global_head_dim;
+    if (hd <= 0) continue;
+    const int half = hd / 2;
+    std::vector<float> cs(static_cast<size_t>(m) * hd);
+    for (int t = 0; t < m; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const float f = static_cast<float>(pos0 + t) * inv[i];
+        cs[static_cast<size_t>(t) * hd + i] = std::cos(f);
+        cs[static_cast<size_t>(t) * hd + half + i] = std::sin(f);
+      }
+    }
+    gw_write(type == 0 ? cs_s_ : cs_f_, 0, cs.data(), cs.size() * 4);
+  }
+
+  if (P > 0) {
+    M.RecordLinear(model_.ple_model_proj(), x_, 0, H, ple_, 0, L * P, m, xq_);
+    Params p;
+    p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
+    const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
+    gw_dispatch(M.pipeline(kPleCombine), b, 3, p.data(), p.size(), Groups(L, 64), m, 1);
+  }
+
+  auto norm = [&](int x, uint32_t x_off, int w, int y, uint32_t y_off, int rows_n, int width,
+                  int mode, float scale, const std::vector<float>& wv) {
+    Params p;
+    p.u(rows_n).u(width).u(x_off).u(width).u(y_off).u(width).u(wv.empty() ? 0 : 1).u(mode)
+        .f(eps).f(scale);
+    const int b[] = {x, w, y};
+    gw_dispatch(M.pipeline(kRmsNorm), b, 3, p.data(), p.size(), Groups(rows_n, 64), 1, 1);
+  };
+  auto head_norm = [&](int src, const std::vector<float>& w, int heads, int hd, bool rope,
+                       int cs, int dst, bool to_cache, int ring) {
+    Params p;
+    p.u(m).u(heads).u(hd).u(w.empty() ? 0 : 1).u(rope ? 1 : 0).u(to_cache ? 1 : 0).u(pos0)
+        .u(ring).u(0).u(0).f(eps);
+    const int b[] = {src, M.Vec(w), cs, dst};
+    gw_dispatch(M.pipeline(kHeadNorm), b, 4, p.data(), p.size(), Groups(heads, 64), m, 1);
+  };
+
+  for (int l = 0; l < L; ++l) {
+    const LayerPlan& p = model_.layers()[l];
+    const LayerWeights& w = model_.layer_weights()[l];
+    const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+    const int cs = p.type == LayerType::kSliding ? cs_s_ : cs_f_;
+    norm(x_, 0, M.Vec(w.input_norm), a_, 0, m, H, 0, 1.0f, w.input_norm);
+    M.RecordLinear(w.q, a_, 0, H, qraw_, 0, nh * hd, m, xq_);
+    head_norm(qraw_, w.q_norm, nh, hd, true, cs, q_, false, 1);
+    const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+    if (!p.kv_shared) {
+      M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, m, xq_);
+      M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, m, xq_);
+      head_norm(kraw_, w.k_norm, nkv, hd, true, cs, slot.k, true, slot.ring);
+      head_norm(vraw_, {}, nkv, hd, false, cs, slot.v, true, slot.ring);
+    }
+    {
+      Params a;
+      a.u(m).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0).u(p.window).u(slot.ring);
+      const int b[] = {q_, slot.k, slot.v, attn_};
+      gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(), Groups(nh, 32), m, 1);
+    }
+    M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, m, xq_);
+    norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, 0, m, H, 1, 1.0f, w.post_attn_norm);
+    norm(x_, 0, M.Vec(w.pre_ffn_norm), a_, 0, m, H, 0, 1.0f, w.pre_ffn_norm);
+    const int I = p.intermediate;
+    M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, m, xq_);
+    M.RecordLinear(w.up, a_, 0, H, u_, 0, I, m, xq_);
+    {
+      Params gm;
+      gm.u(m).u(I).u(0).u(I);
+      const int b[] = {u_, g_};
+      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), m, 1);
+    }
+    M.RecordLinear(w.down, g_, 0, I, tmp_, 0, H, m, xq_);
+    const bool ple = P > 0;
+    norm(tmp_, 0, M.Vec(w.post_ffn_norm), x_, 0, m, H, 1, ple ? 1.0f : w.layer_scalar,
+         w.post_ffn_norm);
+    if (ple) {
+      M.RecordLinear(w.ple_gate, x_, 0, H, gp_, 0, P, m, xq_);
+      Params gm;
+      gm.u(m).u(P).u(l * P).u(L * P);
+      const int b[] = {ple_, gp_};
+      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), m, 1);
+      M.RecordLinear(w.ple_proj, gp_, 0, P, tmp_, 0, H, m, xq_);
+      norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, 0, m, H, 1, w.layer_scalar, w.post_ple_norm);
+    }
+  }
+
+  const int outs = m - first_out;
+  if (outs <= 0) {
+    if (gw_submit() != 0) ThrowDevice("webgpu");
+  } else {
+    const int V = cfg_.vocab_size;
+    norm(x_, static_cast<uint32_t>(first_out) * H, M.Vec(model_.final_norm()), hn_, 0, outs, H, 0,
+         1.0f, model_.final_norm());
+    M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, outs, xq_);
+    if (cfg_.final_logit_softcapping) {
+      Params sc;
+      const uint32_t count = static_cast<uint32_t>(outs) * V;
+      sc.u(count).f(*cfg_.final_logit_softcapping);
+      const int b[] = {logits_};
+      const uint32_t groups = Groups(static_cast<int>(count), 64);
+      gw_dispatch(M.pipeline(kSoftcap), b, 1, sc.data(), sc.size(), std::min(groups, 65535u),
+                  (groups + 65534) / 65535, 1);
+    }
+    if (req.mode == OutputMode::kArgmax) {
+      Params am;
+      am.u(outs).u(V);
+      const int b[] = {logits_, ids_};
+      gw_dispatch(M.pipeline(kArgmax), b, 2, am.data(), am.size(), Groups(outs, 64), 1, 1);
+      std::vector<int32_t> ids(outs);
+      if (gw_read(ids_, 0, ids.data(), ids.size() * 4) != 0) ThrowDevice("webgpu");
+      out->ids.insert(out->ids.end(), ids.begin(), ids.end());
+    } else {
+      std::vector<float> logits(static_cast<size_t>(outs) * V);
+      if (gw_read(logits_, 0, logits.data(), logits.size() * 4) != 0) ThrowDevice("webgpu");
+      for (int t = 0; t < outs; ++t) Emit(&logits[static_cast<size_t>(t) * V], req, out);
+    }
+  }
+  window_.Commit(pos0 + m);
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  for (int t = 0; t < m; ++t) {
+    if (!soft.empty() && soft[t]) soft_rows_[pos0 + t].assign(soft[t], soft[t] + H);
+  }
+}
+
+void WebGpuContext::Emit(const float* logits, const ForwardRequest& req, ForwardResult* out) const {
+  const int V = cfg_.vocab_size;
+  if (req.mode == OutputMode::kLogits) {
+    out->logits.insert(out->logits.end(), logits, logits + V);
+    return;
+  }
+  // kSelect: the best allowed id and its log-prob under the full softmax.
+  int best = -1;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < V; ++i) {
+    mx = std::max(mx, static_cast<double>(logits[i]));
+    if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
+      if (best < 0 || logits[i] > logits[best]) best = i;
+    }
+  }
+  if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
+  double sum = 0;
+  for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  out->ids.push_back(best);
+  out->logprobs.push_back(static_cast<float>(logits[best] - mx - std::log(sum)));
+}
+
+}  // namespace
+
+std::shared_ptr<BackendModel> CreateWebGpuModel(const Model& model) {
+  return std::make_shared<WebGpuModel>(model);
+}
+
+std::string WebGpuAdapter() { return AdapterName(); }
+
+void WebGpuLoseDevice() { gw_destroy_device(); }
+
+}  // namespace gemma

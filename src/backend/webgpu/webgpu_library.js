@@ -1,0 +1,249 @@
+// The WebGPU device layer under the webgpu backend (webgpu_backend.cc), as an Emscripten JavaScript
+// library: buffers, pipelines and dispatches by small integer handles, recorded into one command
+// encoder and submitted per chunk. Two calls are asynchronous (Asyncify suspends the C++ caller):
+// gw_init (adapter and device) and gw_read (the step's readback). The GPU comes from
+// Module.gpu (Node: Dawn's `create()`), else navigator.gpu.
+mergeInto(LibraryManager.library, {
+  $GW: {
+    device: null,
+    generation: 0,
+    lost: '',
+    error: '',
+    info: '',
+    buffers: [null],
+    pipelines: [null],
+    encoder: null,
+    params: null,         // ArrayBuffer of 256-byte parameter slots for the current encoder
+    paramSlots: 0,
+    paramBuffer: null,
+    paramCapacity: 0,
+    staging: null,
+    stagingSize: 0,
+    dummy: null,
+    pending: [],
+    fail: function(message) {
+      if (!GW.error) GW.error = message;
+      return -1;
+    },
+    ok: function() {
+      return GW.device && !GW.lost && !GW.error;
+    },
+  },
+
+  gw_init__deps: ['$GW'],
+  gw_init__sig: 'i',
+  gw_init: function() {
+    return Asyncify.handleAsync(async () => {
+      GW.error = '';
+      const gpu = Module['gpu'] || (typeof navigator !== 'undefined' ? navigator.gpu : undefined);
+      if (!gpu) return GW.fail('WebGPU is not available here (no navigator.gpu)');
+      let adapter;
+      try {
+        adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+      } catch (e) {
+        return GW.fail('requestAdapter failed: ' + e.message);
+      }
+      if (!adapter) return GW.fail('WebGPU has no adapter here');
+      const want = {};
+      for (const k of ['maxBufferSize', 'maxStorageBufferBindingSize', 'maxStorageBuffersPerShaderStage',
+                       'maxComputeWorkgroupsPerDimension']) {
+        want[k] = adapter.limits[k];
+      }
+      let device;
+      try {
+        device = await adapter.requestDevice({ requiredLimits: want });
+      } catch (e) {
+        return GW.fail('requestDevice failed: ' + e.message);
+      }
+      const ai = adapter.info || {};
+      GW.info = [ai.vendor, ai.architecture, ai.device, ai.description].filter((s) => s).join(' ') || 'WebGPU adapter';
+      GW.device = device;
+      GW.lost = '';
+      GW.generation++;
+      const generation = GW.generation;
+      device.lost.then((info) => {
+        if (GW.generation === generation) GW.lost = 'WebGPU device lost: ' + (info.message || info.reason || 'unknown');
+      });
+      device.onuncapturederror = (ev) => {
+        if (!GW.error) GW.error = 'WebGPU error: ' + ev.error.message;
+      };
+      GW.buffers = [null];
+      GW.pipelines = [null];
+      GW.encoder = null;
+      GW.paramSlots = 0;
+      GW.paramBuffer = null;
+      GW.paramCapacity = 0;
+      GW.staging = null;
+      GW.stagingSize = 0;
+      GW.params = new ArrayBuffer(256 * 64);
+      GW.dummy = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
+      return 0;
+    });
+  },
+
+  gw_generation__deps: ['$GW'],
+  gw_generation: function() { return GW.generation; },
+
+  // 0 while the device works; 1 once it is lost or failed (gw_error says why).
+  gw_failed__deps: ['$GW'],
+  gw_failed: function() { return GW.ok() ? 0 : 1; },
+
+  gw_error__deps: ['$GW'],
+  gw_error: function(out, len) {
+    stringToUTF8(GW.lost || GW.error || '', out, len);
+  },
+
+  gw_info__deps: ['$GW'],
+  gw_info: function(out, len) { stringToUTF8(GW.info, out, len); },
+
+  gw_max_buffer__deps: ['$GW'],
+  gw_max_buffer: function() {
+    return GW.device ? Math.min(GW.device.limits.maxBufferSize, GW.device.limits.maxStorageBufferBindingSize) : 0;
+  },
+
+  // A storage buffer of `bytes` (rounded up to 4); its handle, or -1.
+  gw_buffer__deps: ['$GW'],
+  gw_buffer: function(bytes) {
+    bytes >>>= 0;
+    if (!GW.ok()) return -1;
+    const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+    try {
+      const b = GW.device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST |
+                                                       GPUBufferUsage.COPY_SRC });
+      GW.buffers.push(b);
+      return GW.buffers.length - 1;
+    } catch (e) {
+      return GW.fail('createBuffer(' + size + ') failed: ' + e.message);
+    }
+  },
+
+  gw_release__deps: ['$GW'],
+  gw_release: function(h) {
+    const b = GW.buffers[h];
+    if (b) {
+      b.destroy();
+      GW.buffers[h] = null;
+    }
+  },
+
+  // Copies `bytes` (a multiple of 4) from the heap into buffer h at byte `offset`.
+  gw_write__deps: ['$GW'],
+  gw_write: function(h, offset, src, bytes) {
+    offset >>>= 0;
+    src >>>= 0;
+    bytes >>>= 0;
+    if (!GW.ok() || bytes <= 0) return;
+    GW.device.queue.writeBuffer(GW.buffers[h], offset, HEAPU8.buffer, src, bytes);
+  },
+
+  // A compute pipeline from WGSL with entry point main; its handle, or -1 (gw_error: the
+  // compiler's message).
+  gw_pipeline__deps: ['$GW'],
+  gw_pipeline: function(label, code) {
+    if (!GW.ok()) return -1;
+    try {
+      const module = GW.device.createShaderModule({ label: UTF8ToString(label), code: UTF8ToString(code) });
+      const p = GW.device.createComputePipeline({ label: UTF8ToString(label), layout: 'auto',
+                                                  compute: { module, entryPoint: 'main' } });
+      GW.pipelines.push(p);
+      return GW.pipelines.length - 1;
+    } catch (e) {
+      return GW.fail('pipeline ' + UTF8ToString(label) + ': ' + e.message);
+    }
+  },
+
+  // Records pipeline p over groups (gx, gy, gz): binding 0 gets the `nparams` u32 parameters,
+  // bindings 1.. the buffers (0 = a small unused buffer).
+  gw_dispatch__deps: ['$GW'],
+  gw_dispatch: function(p, bufs, nbufs, params, nparams, gx, gy, gz) {
+    if (!GW.ok()) return;
+    if (!GW.encoder) {
+      GW.encoder = GW.device.createCommandEncoder();
+      GW.paramSlots = 0;
+      GW.pending = [];
+    }
+    if ((GW.paramSlots + 1) * 256 > GW.params.byteLength) {
+      const bigger = new ArrayBuffer(GW.params.byteLength * 2);
+      new Uint8Array(bigger).set(new Uint8Array(GW.params));
+      GW.params = bigger;
+    }
+    const slot = GW.paramSlots++;
+    new Uint32Array(GW.params, slot * 256, nparams).set(HEAPU32.subarray(params >>> 2, (params >>> 2) + nparams));
+    const entries = [];
+    for (let i = 0; i < nbufs; ++i) {
+      const h = HEAP32[(bufs >>> 2) + i];
+      entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } });
+    }
+    GW.pending.push({ pipeline: GW.pipelines[p], slot, entries, gx, gy, gz });
+  },
+
+  // Submits what was recorded; 0, or -1 when the device is lost or failed.
+  gw_submit__deps: ['$GW'],
+  gw_submit: function() {
+    if (!GW.ok()) return -1;
+    if (!GW.encoder) return 0;
+    const bytes = GW.paramSlots * 256;
+    if (bytes > GW.paramCapacity) {
+      if (GW.paramBuffer) GW.paramBuffer.destroy();
+      GW.paramCapacity = Math.max(bytes, 2 * GW.paramCapacity, 64 * 256);
+      GW.paramBuffer = GW.device.createBuffer({ size: GW.paramCapacity,
+                                                usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    }
+    GW.device.queue.writeBuffer(GW.paramBuffer, 0, GW.params, 0, bytes);
+    const pass = GW.encoder.beginComputePass();
+    for (const d of GW.pending) {
+      const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } },
+                       ...d.entries];
+      pass.setPipeline(d.pipeline);
+      pass.setBindGroup(0, GW.device.createBindGroup({ layout: d.pipeline.getBindGroupLayout(0), entries }));
+      pass.dispatchWorkgroups(d.gx, d.gy, d.gz);
+    }
+    pass.end();
+    GW.device.queue.submit([GW.encoder.finish()]);
+    GW.encoder = null;
+    GW.pending = [];
+    return GW.ok() ? 0 : -1;
+  },
+
+  // Submits what was recorded and copies `bytes` of buffer h from `offset` into the heap at dst
+  // once the GPU is done; 0, or -1 on a lost or failed device.
+  gw_read__deps: ['$GW', 'gw_submit'],
+  gw_read__sig: 'iiiii',
+  gw_read: function(h, offset, dst, bytes) {
+    offset >>>= 0;
+    dst >>>= 0;
+    bytes >>>= 0;
+    return Asyncify.handleAsync(async () => {
+      if (_gw_submit() !== 0) return -1;
+      const size = Math.ceil(bytes / 4) * 4;
+      if (size > GW.stagingSize) {
+        if (GW.staging) GW.staging.destroy();
+        GW.stagingSize = Math.max(size, 2 * GW.stagingSize, 4096);
+        GW.staging = GW.device.createBuffer({ size: GW.stagingSize,
+                                              usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      }
+      const enc = GW.device.createCommandEncoder();
+      enc.copyBufferToBuffer(GW.buffers[h], offset, GW.staging, 0, size);
+      GW.device.queue.submit([enc.finish()]);
+      try {
+        await GW.staging.mapAsync(GPUMapMode.READ, 0, size);
+      } catch (e) {
+        if (!GW.lost && !GW.error) GW.error = 'readback failed: ' + e.message;
+        return -1;
+      }
+      if (!GW.ok()) {
+        GW.staging.unmap();
+        return -1;
+      }
+      HEAPU8.set(new Uint8Array(GW.staging.getMappedRange(0, size), 0, bytes), dst);
+      GW.staging.unmap();
+      return 0;
+    });
+  },
+
+  // Tests: destroys the device (what a lost GPU looks like to the backend).
+  gw_destroy_device__deps: ['$GW'],
+  gw_destroy_device: function() {
+    if (GW.device) GW.device.destroy();
+  },
+});

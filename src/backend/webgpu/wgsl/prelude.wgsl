@@ -1,0 +1,55 @@
+// Shared by every kernel of the WebGPU backend (prepended to each module by webgpu_backend.cc).
+// Weights are stored as the checkpoint holds them, in u32 words: f32; bf16 and f16 two per word
+// (the low half first); int8 / int4 / int2 codes four / eight / sixteen per word, LSB first, in
+// offset binary for 4 and 2 bits (value = code - 8, code - 2), two's complement for 8 bits.
+
+const KIND_F32: u32 = 0u;
+const KIND_BF16: u32 = 1u;
+const KIND_F16: u32 = 2u;
+const KIND_Q2: u32 = 3u;
+const KIND_Q4: u32 = 4u;
+const KIND_Q8: u32 = 5u;
+
+// transformers' apply_srq code: clamp(round_half_even(z / s), -128, 127) of the exact quotient.
+// WGSL's division is within 2.5 ulp, so a quotient that lands near a rounding boundary
+// (k + 0.5) is decided exactly: the sign of 2z - (2k + 1) s, with s split into two 12-bit halves
+// so that both products are exact and the first difference is exact (Sterbenz).
+fn srq_code(z: f32, s: f32) -> f32 {
+  let q = z / s;
+  var r = round(q);
+  let f = floor(q);
+  if (abs(q) < 300.0 && abs(q - f - 0.5) <= 1e-5 * max(1.0, abs(q))) {
+    let odd = 2.0 * f + 1.0;
+    let s_hi = bitcast<f32>(bitcast<u32>(s) & 0xfffff000u);
+    let s_lo = s - s_hi;
+    let d = (2.0 * z - odd * s_hi) - odd * s_lo;
+    if (d > 0.0) {
+      r = f + 1.0;
+    } else if (d < 0.0) {
+      r = f;
+    } else {
+      r = select(f + 1.0, f, (i32(f) & 1) == 0);
+    }
+  }
+  return clamp(r, -128.0, 127.0);
+}
+
+// tanh from exp, saturated where f32 rounds it to +-1 (the built-in's accuracy is not specified
+// tightly enough).
+fn tanh_f(x: f32) -> f32 {
+  let a = abs(x);
+  if (a > 9.0) {
+    return sign(x);
+  }
+  if (a < 0.0005) {
+    return x - x * x * x / 3.0;
+  }
+  let e = exp(2.0 * a);
+  return sign(x) * (1.0 - 2.0 / (e + 1.0));
+}
+
+// torch's gelu(approximate="tanh") in f32.
+fn gelu_tanh(x: f32) -> f32 {
+  let inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + tanh_f(inner));
+}

@@ -1,0 +1,36 @@
+// One row per invocation: v = x * (mean(x^2) + eps)^-0.5 (* w when has_w). mode 0 writes y = v;
+// mode 1 adds it to the residual, y = (y + v) * scale (the post-norms and the layer scalar).
+struct P {
+  rows: u32, width: u32, x_off: u32, x_stride: u32,
+  y_off: u32, y_stride: u32, has_w: u32, mode: u32,
+  eps: f32, scale: f32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  let r = g.x;
+  if (r >= p.rows) {
+    return;
+  }
+  let xb = p.x_off + r * p.x_stride;
+  let yb = p.y_off + r * p.y_stride;
+  var ss = 0.0;
+  for (var i = 0u; i < p.width; i++) {
+    ss += x[xb + i] * x[xb + i];
+  }
+  let inv = inverseSqrt(ss / f32(p.width) + p.eps);
+  for (var i = 0u; i < p.width; i++) {
+    var v = x[xb + i] * inv;
+    if (p.has_w != 0u) {
+      v = v * w[i];
+    }
+    if (p.mode == 1u) {
+      v = (y[yb + i] + v) * p.scale;
+    }
+    y[yb + i] = v;
+  }
+}

@@ -149,6 +149,9 @@ export class Engine {
   prompt(input: Input, options?: GenerateOptions): Promise<{ text?: string; tokens: number[] }>;
   /** The HTTP server's /props for this engine. */
   props(): Promise<object>;
+  /** Tests: destroys the WebGPU device as a lost GPU would be; the next request fails with code
+   *  "device", the one after it rebuilds the device and continues the conversation. */
+  loseDevice(): Promise<void>;
   destroy(): Promise<void>;
 }
 

@@ -178,6 +178,9 @@ export class Engine {
   // The HTTP server's /props for this engine.
   props() { return this.channel.call('props', { engine: this.handle }); }
   conformance(request) { return this.channel.call('conformance', { request }); }
+  // Tests and reliability runs: destroys the WebGPU device, as a lost GPU would be (the next request
+  // fails with code "device"; the one after it rebuilds the device and continues the conversation).
+  loseDevice() { return this.channel.call('loseDevice', {}); }
   async destroy() {
     await this.channel.call('destroy', { engine: this.handle });
     this.channel.terminate();

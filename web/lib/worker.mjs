@@ -201,6 +201,10 @@ const handlers = {
     M.Engine.destroy(engine);
     return null;
   },
+  loseDevice() {
+    if (M.loseWebGpuDevice) M.loseWebGpuDevice();
+    return null;
+  },
   conformance(msg) { return unwrap(M.conformance(JSON.stringify(msg.request))); },
 };
 

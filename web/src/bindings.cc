@@ -28,6 +28,9 @@
 #include "server/openai_format.h"
 #include "server/openai_run.h"
 #include "server/request_parse.h"
+#ifdef GEMMA_HAVE_WEBGPU
+#include "backend/webgpu/webgpu_backend.h"
+#endif
 
 namespace gemma::web {
 namespace {
@@ -332,6 +335,9 @@ EMSCRIPTEN_BINDINGS(gemma_engine) {
       .function("reset", &WebSession::Reset)
       .function("score", &WebSession::Score)
       .function("evaluated", &WebSession::Evaluated);
+#ifdef GEMMA_HAVE_WEBGPU
+  emscripten::function("loseWebGpuDevice", &gemma::WebGpuLoseDevice);
+#endif
   // The tests' conformance operations (conformance.h), answered as the native oracle answers.
   emscripten::function("conformance", &gemma::web::Conformance);
 }

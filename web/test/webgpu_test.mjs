@@ -1,0 +1,118 @@
+// The WebGPU backend under Node: Dawn for Node (npm `webgpu`, a test asset) on SwiftShader's
+// Vulkan driver (Debian's chromium ships it), the module's engine with backend "webgpu" against
+// transformers' goldens (tests/goldens/model: logits at every position and greedy tokens) and
+// against the module's own CPU reference (tokens and log-probs of constrained and sampled
+// requests); then a device loss in the middle of a conversation. Skips without the build, the
+// package or the driver.
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { check, finish, requireWebBuild, sourceDir, webDir } from './harness.mjs';
+
+requireWebBuild();
+const dawn = path.join(sourceDir, '.cache/npm-assets/node_modules/webgpu');
+const icd = '/usr/lib/chromium/vk_swiftshader_icd.json';
+for (const [p, what] of [[dawn, 'Dawn for Node (tools/setup.sh installs the test assets)'],
+                         [icd, "SwiftShader's Vulkan driver (Debian's chromium)"]]) {
+  if (!fs.existsSync(p)) {
+    console.log(`SKIP: no ${what} at ${p}`);
+    process.exit(77);
+  }
+}
+process.env.VK_ICD_FILENAMES = icd;  // before Dawn loads the Vulkan loader
+const webgpu = { module: dawn, flags: ['backend=vulkan'] };
+const { loadEngine } = await import(pathToFileURL(path.join(webDir, 'lib/gemma-engine.mjs')).href);
+
+function relL2(a, b) {
+  let num = 0, den = 0;
+  for (let i = 0; i < a.length; ++i) {
+    num += (a[i] - b[i]) ** 2;
+    den += b[i] ** 2;
+  }
+  return Math.sqrt(num / Math.max(den, 1e-30));
+}
+
+// transformers' goldens: the logits at every position of prompt + greedy[:-1] (dense models: rel L2
+// <= 1e-4 at every position; QAT: SRQ roundings may flip a quantum, so its tokens must be
+// identical and its logits error is reported), and the greedy continuation.
+const goldenDir = path.join(sourceDir, 'tests/goldens/model');
+for (const name of fs.readdirSync(goldenDir).sort()) {
+  const dir = path.join(goldenDir, name);
+  const g = JSON.parse(fs.readFileSync(path.join(dir, 'goldens.json'), 'utf8'));
+  const qat = g.storage === 'qat';
+  const engine = await loadEngine({ model: dir, backend: 'webgpu', webgpu, context: 1024 });
+  check(engine.info.backend === 'webgpu', `${name}: backend ${engine.info.backend}`);
+  const V = engine.info.vocab_size;
+  let worst = 0;
+  for (let i = 0; i < g.prompts.length; ++i) {
+    const seq = [...g.prompts[i], ...g.greedy[i].slice(0, -1)];
+    const want = new Float32Array(fs.readFileSync(path.join(dir, `logits_${i}.f32`)).buffer.slice(0));
+    const s = engine.newSession();
+    const r = await s.score(seq, { logits: true });
+    r.logits = r.logits.flat();
+    check(r.logits.length === seq.length * V, `${name} prompt ${i}: ${r.logits.length} logits`);
+    for (let t = 0; t < seq.length; ++t) {
+      const e = relL2(r.logits.slice(t * V, (t + 1) * V), want.subarray(t * V, (t + 1) * V));
+      worst = Math.max(worst, e);
+      if (!qat) check(e <= 1e-4, `${name} prompt ${i} position ${t}: rel L2 ${e}`);
+    }
+    const s2 = engine.newSession();
+    const out = await s2.generate({ prompt: g.prompts[i] },
+                                  { max_tokens: g.greedy[i].length, temperature: 0, ignore_eos: true });
+    check(JSON.stringify(out.tokens) === JSON.stringify(g.greedy[i]),
+          `${name} prompt ${i}: greedy ${out.tokens} vs transformers ${g.greedy[i]}`);
+  }
+  console.log(`${name}: ${g.prompts.length} prompts, worst logits rel L2 ${worst.toExponential(2)} vs transformers${qat ? ' (QAT: tokens compared)' : ''}`);
+  await engine.destroy();
+}
+
+// The trained tiny model (real tokenizer, chat template): chat, a regex constraint (the select
+// path) and seeded sampling give the module's CPU reference's tokens; a device loss fails the
+// request in flight, and the next one, after the device is rebuilt and the conversation
+// replayed, continues exactly.
+{
+  const model = path.join(sourceDir, 'models/tiny-trained');
+  const gpu = await loadEngine({ model, backend: 'webgpu', webgpu });
+  const cpu = await loadEngine({ model, backend: 'cpu-ref' });
+  console.log(`tiny-trained on ${gpu.info.device}`);
+  const msgs = [{ role: 'user', content: 'Hello! Who are you?' }];
+  const cases = [
+    [msgs, { max_tokens: 24, temperature: 0 }],
+    ['The Debian project', { max_tokens: 16, temperature: 0.9, top_p: 0.95, seed: 7, logprobs: 2 }],
+    ['Answer:', { max_tokens: 12, temperature: 0, regex: '[a-z ]{3,20}\\.' }],
+  ];
+  for (const [input, opts] of cases) {
+    const a = await gpu.newSession().generate(input, opts);
+    const b = await cpu.newSession().generate(input, opts);
+    check(JSON.stringify(a.tokens) === JSON.stringify(b.tokens),
+          `${JSON.stringify(opts)}: webgpu ${a.tokens} vs cpu-ref ${b.tokens}`);
+    if (opts.logprobs) {
+      const d = Math.max(...a.logprobs.map((l, i) => Math.abs(l.logprob - b.logprobs[i].logprob)));
+      check(d < 1e-3, `sampled log-probs differ by ${d}`);
+    }
+  }
+
+  // Device loss mid-conversation.
+  const sg = gpu.newSession(), sc = cpu.newSession();
+  const turn1 = [...msgs];
+  const a1 = await sg.generate(turn1, { max_tokens: 12, temperature: 0 });
+  const b1 = await sc.generate(turn1, { max_tokens: 12, temperature: 0 });
+  check(JSON.stringify(a1.tokens) === JSON.stringify(b1.tokens), 'first turn differs');
+  await gpu.loseDevice();
+  const turn2 = [...turn1, { role: 'assistant', content: a1.text }, { role: 'user', content: 'And then?' }];
+  let failed = null;
+  try {
+    await sg.generate(turn2, { max_tokens: 12, temperature: 0 });
+  } catch (e) {
+    failed = e;
+  }
+  check(failed && failed.code === 'device', `the request after the loss: ${failed ? failed.code : 'succeeded'}`);
+  const a2 = await sg.generate(turn2, { max_tokens: 12, temperature: 0 });
+  const b2 = await sc.generate(turn2, { max_tokens: 12, temperature: 0 });
+  check(JSON.stringify(a2.tokens) === JSON.stringify(b2.tokens), `after the rebuild: ${a2.tokens} vs ${b2.tokens}`);
+  check(a2.telemetry.reused_tokens > 0, 'the conversation was not kept across the rebuild');
+  console.log(`device loss: failed with ${failed?.code}, then ${a2.tokens.length} tokens identical, ${a2.telemetry.reused_tokens} reused`);
+  await gpu.destroy();
+  await cpu.destroy();
+}
+finish('web_webgpu_test');

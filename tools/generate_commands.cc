@@ -58,7 +58,7 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
                   "Soft tokens per image: 70, 140, 280, 560 or 1120")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}));
   cmd->add_option("--video", o.videos,
-                  "Video file (repeatable; 1 frame per second, at most 32, 70 soft tokens each; "
+                  "Video file (repeatable; 32 frames spread over it, 70 soft tokens each; "
                   "needs the ffmpeg command)");
   cmd->add_option(
       "--audio", o.audios,

@@ -80,14 +80,16 @@ struct ImageInput {
   }
 };
 
-// One video: frames at `fps` (at most `max_frames`, spread over the whole video when it is
-// longer), decoded by the ffmpeg command (Error(kUnsupported) when it is not installed), each
-// frame preprocessed like an image. With text or messages every "<|video|>" becomes, per frame,
-// "mm:ss <|image>" + N x "<|video|>" + "<image|>", frames joined by spaces (Gemma4Processor).
+// One video: `max_frames` frames spread uniformly over the whole video by frame number (every
+// frame of a shorter one), as Gemma4VideoProcessor samples them; `fps` > 0 takes int(duration *
+// fps) frames instead (at most max_frames). Decoded by the ffmpeg command (Error(kUnsupported)
+// when it is not installed), each frame preprocessed like an image. With text or messages every
+// "<|video|>" becomes, per frame, "mm:ss <|image>" + N x "<|video|>" + "<image|>" (mm:ss = the
+// frame's number / the video's frame rate), frames joined by spaces (Gemma4Processor).
 struct VideoInput {
   std::string path;
   int budget = 70;  // soft tokens per frame (Gemma4VideoProcessor's default)
-  double fps = 1.0;
+  double fps = 0;   // 0: max_frames frames (transformers' num_frames)
   int max_frames = 32;
   static VideoInput File(std::string p, int budget = 70) {
     VideoInput v;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -87,35 +88,119 @@ std::string LastLine(const std::string& s) {
   return s.substr(b == std::string::npos ? 0 : b + 1, e + 1 - (b == std::string::npos ? 0 : b + 1));
 }
 
+// ffprobe's "key=value" lines for the first video stream.
+std::string ProbeField(const std::string& out, const std::string& key) {
+  const std::string k = key + "=";
+  for (size_t at = 0; at < out.size();) {
+    size_t e = out.find('\n', at);
+    if (e == std::string::npos) e = out.size();
+    if (out.compare(at, k.size(), k) == 0) {
+      std::string v = out.substr(at + k.size(), e - at - k.size());
+      while (!v.empty() && (v.back() == '\r' || v.back() == ' ')) v.pop_back();
+      return v;
+    }
+    at = e + 1;
+  }
+  return {};
+}
+
+// "30000/1001" -> 29.97...; 0 for "0/0", "N/A" or nothing.
+double ParseRate(const std::string& r) {
+  const size_t slash = r.find('/');
+  const double num = std::atof(r.c_str());
+  if (slash == std::string::npos) return num > 0 ? num : 0;
+  const double den = std::atof(r.c_str() + slash + 1);
+  return num > 0 && den > 0 ? num / den : 0;
+}
+
+Child Probe(const VideoOptions& o, const std::string& path, std::vector<std::string> args) {
+  std::vector<std::string> a = {o.ffprobe, "-v", "error", "-select_streams", "v:0"};
+  a.insert(a.end(), args.begin(), args.end());
+  a.insert(a.end(), {"-of", "default=noprint_wrappers=1", path});
+  bool missing = false;
+  Child c = RunTool(a, &missing);
+  if (missing) {
+    throw Error(ErrorCode::kUnsupported,
+                "video input needs the ffmpeg and ffprobe commands, which are not installed "
+                "(Debian: apt-get install ffmpeg)");
+  }
+  if (c.status != 0)
+    throw Error(ErrorCode::kFormat, path + ": ffprobe cannot read it: " + LastLine(c.err));
+  return c;
+}
+
+// An ffmpeg expression true for the frame numbers idx[b, e) (sorted, distinct): runs of
+// consecutive numbers as between(), joined by a balanced tree of sums (a flat sum of more than
+// ~100 terms fails to parse).
+std::string SelectExpression(const std::vector<int>& idx, size_t b, size_t e) {
+  size_t run = b + 1;
+  while (run < e && idx[run] == idx[run - 1] + 1) ++run;
+  if (run == e) {
+    return idx[b] == idx[e - 1]
+               ? "eq(n\\," + std::to_string(idx[b]) + ")"
+               : "between(n\\," + std::to_string(idx[b]) + "\\," + std::to_string(idx[e - 1]) + ")";
+  }
+  const size_t mid = std::max(run, b + (e - b) / 2);
+  return "(" + SelectExpression(idx, b, mid) + "+" + SelectExpression(idx, mid, e) + ")";
+}
+
 }  // namespace
+
+std::vector<int> SampleFrameIndices(int total_frames, double video_fps, const VideoOptions& o) {
+  if (total_frames <= 0) return {};
+  int n = o.max_frames;
+  // transformers: int(total_num_frames / metadata.fps * fps), in double, truncated.
+  if (o.fps > 0 && video_fps > 0)
+    n = std::min(n, static_cast<int>(std::min(1e9, total_frames / video_fps * o.fps)));
+  n = std::clamp(n, 1, total_frames);
+  // torch.arange(0, total, step).int(): ceil(total / step) elements, element k = k * step in
+  // double rounded to float32, then truncated toward zero.
+  const double step = static_cast<double>(total_frames) / n;
+  const int64_t count = static_cast<int64_t>(std::ceil(total_frames / step));
+  std::vector<int> idx;
+  for (int64_t k = 0; k < count; ++k) {
+    const int i = static_cast<int>(static_cast<float>(static_cast<double>(k) * step));
+    idx.push_back(std::min(i, total_frames - 1));
+  }
+  return idx;
+}
+
+double FrameTimestamp(int index, double video_fps) {
+  return static_cast<double>(static_cast<float>(index) / static_cast<float>(video_fps));
+}
 
 VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw Error(ErrorCode::kIo, path + ": no such file");
-  if (!(o.fps > 0) || o.max_frames < 1)
-    throw Error(ErrorCode::kInvalidArgument, "video: fps must be > 0 and max_frames >= 1");
-  bool missing = false;
-  double fps = o.fps;
-  // The duration decides whether 1 frame per second fits the frame limit.
-  const Child probe = RunTool({o.ffprobe, "-v", "error", "-show_entries", "format=duration", "-of",
-                               "default=noprint_wrappers=1:nokey=1", path},
-                              &missing);
-  if (!missing && probe.status == 0) {
-    const double duration = std::atof(probe.out.c_str());
-    if (duration * fps > o.max_frames) fps = o.max_frames / duration;
+  if (o.fps < 0 || o.max_frames < 1)
+    throw Error(ErrorCode::kInvalidArgument, "video: fps must be >= 0 and max_frames >= 1");
+  // What PyAV tells transformers: the stream's frame count from the container (nb_frames) and its
+  // average frame rate. Containers without a count (WebM, Matroska) are counted by decoding.
+  VideoFrames v;
+  const Child probe = Probe(o, path, {"-show_entries", "stream=nb_frames,avg_frame_rate"});
+  v.video_fps = ParseRate(ProbeField(probe.out, "avg_frame_rate"));
+  if (!(v.video_fps > 0)) v.video_fps = 24;  // Gemma4Processor's default when the rate is unknown
+  v.total_frames = std::atoi(ProbeField(probe.out, "nb_frames").c_str());
+  if (v.total_frames <= 0) {
+    const Child count = Probe(o, path, {"-count_frames", "-show_entries", "stream=nb_read_frames"});
+    v.total_frames = std::atoi(ProbeField(count.out, "nb_read_frames").c_str());
   }
-  // The first frame, then the first frame at least 1 / fps after the last one taken (as
-  // transformers' frame indices pick the first frame of each interval); showinfo reports each
-  // taken frame's time.
-  char filter[160];
-  std::snprintf(filter, sizeof filter,
-                "select='isnan(prev_selected_t)+gte(t-prev_selected_t\\,%.9g)',showinfo",
-                1.0 / fps);
-  const Child c = RunTool(
-      {o.ffmpeg, "-nostdin", "-hide_banner", "-v", "info", "-i", path, "-vf", filter, "-fps_mode",
-       "vfr", "-frames:v", std::to_string(o.max_frames), "-f", "image2pipe", "-vcodec", "ppm", "-"},
-      &missing);
+  if (v.total_frames <= 0) throw Error(ErrorCode::kFormat, path + ": no video frames");
+  v.indices = SampleFrameIndices(v.total_frames, v.video_fps, o);
+  // The chosen frames by number (`n` counts decoded frames as PyAV's enumerate(decode()) does),
+  // every frame passed through as decoded (no frame-rate conversion), converted to RGB by swscale
+  // as PyAV's to_ndarray(format="rgb24") converts them.
+  std::vector<int> unique = v.indices;
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  const std::string select = "select='" + SelectExpression(unique, 0, unique.size()) + "'";
+  bool missing = false;
+  const Child c =
+      RunTool({o.ffmpeg, "-nostdin",   "-hide_banner", "-v",        "error",
+               "-i",     path,         "-map",         "0:v:0",     "-vf",
+               select,   "-fps_mode",  "passthrough",  "-frames:v", std::to_string(unique.size()),
+               "-f",     "image2pipe", "-vcodec",      "ppm",       "-"},
+              &missing);
   if (missing) {
     throw Error(ErrorCode::kUnsupported,
                 "video input needs the ffmpeg command, which is not installed (Debian: apt-get "
@@ -123,10 +208,7 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
   }
   if (c.status != 0)
     throw Error(ErrorCode::kFormat, path + ": ffmpeg cannot decode it: " + LastLine(c.err));
-  VideoFrames v;
-  std::vector<double> times;
-  for (size_t at = 0; (at = c.err.find("pts_time:", at)) != std::string::npos; at += 9)
-    times.push_back(std::atof(c.err.c_str() + at + 9));
+  std::vector<Image> decoded;
   size_t p = 0;
   const std::string& s = c.out;
   auto token = [&]() {
@@ -155,12 +237,20 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
     img.rgb.assign(s.begin() + static_cast<std::ptrdiff_t>(p),
                    s.begin() + static_cast<std::ptrdiff_t>(p + bytes));
     p += bytes;
-    const size_t k = v.frames.size();
-    v.timestamps.push_back(k < times.size() ? times[k] : static_cast<double>(k) / fps);
-    v.frames.push_back(std::move(img));
+    decoded.push_back(std::move(img));
     while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
   }
-  if (v.frames.empty()) throw Error(ErrorCode::kFormat, path + ": no video frames");
+  if (decoded.empty()) throw Error(ErrorCode::kFormat, path + ": no video frames");
+  // A container that counts more frames than decode keeps the frames that exist.
+  for (size_t k = 0, u = 0; k < v.indices.size(); ++k) {
+    if (k > 0 && v.indices[k] != v.indices[k - 1]) ++u;
+    if (u >= decoded.size()) {
+      v.indices.resize(k);
+      break;
+    }
+    v.frames.push_back(decoded[u]);
+    v.timestamps.push_back(FrameTimestamp(v.indices[k], v.video_fps));
+  }
   return v;
 }
 

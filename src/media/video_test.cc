@@ -1,5 +1,6 @@
 // Video frames through the ffmpeg tool: frames written here, encoded losslessly by ffmpeg (FFV1),
-// decoded back at 1 frame per second; the frame limit; a clear error without ffmpeg.
+// decoded back by frame number (transformers' uniform sampling, its fps rule); the frame limit; a
+// clear error without ffmpeg. tests/video_golden_test.cc checks the rule against transformers.
 #include "media/video.h"
 
 #include <gtest/gtest.h>
@@ -50,12 +51,19 @@ std::string MakeClip(const std::string& name, int frames, int rate, int w, int h
   return out;
 }
 
-TEST(Video, OneFramePerSecondWithTimestamps) {
+TEST(Video, ShortClipsGiveEveryFrameTheFpsRuleFewer) {
   if (!HaveFfmpeg()) GTEST_SKIP() << "ffmpeg is not installed";
   const std::string clip = MakeClip("a", 12, 4, 64, 48);  // 3 s at 4 fps
-  const VideoFrames v = DecodeVideo(clip);
+  VideoFrames v = DecodeVideo(clip);  // fewer frames than max_frames: all of them
+  ASSERT_EQ(v.frames.size(), 12u);
+  EXPECT_EQ(v.total_frames, 12);
+  EXPECT_DOUBLE_EQ(v.video_fps, 4.0);
+  EXPECT_DOUBLE_EQ(v.timestamps[5], 1.25);
+  EXPECT_EQ(v.frames[5].rgb, Frame(5, 64, 48));
+  v = DecodeVideo(clip, {.fps = 1});  // int(12 / 4 * 1) = 3 frames: 0, 4, 8
   ASSERT_EQ(v.frames.size(), 3u);
   for (size_t i = 0; i < v.frames.size(); ++i) {
+    EXPECT_EQ(v.indices[i], static_cast<int>(4 * i));
     EXPECT_DOUBLE_EQ(v.timestamps[i], static_cast<double>(i));
     EXPECT_EQ(v.frames[i].width, 64);
     EXPECT_EQ(v.frames[i].height, 48);
@@ -68,9 +76,31 @@ TEST(Video, LongVideosAreSampledUnderTheFrameLimit) {
   const std::string clip = MakeClip("b", 20, 2, 32, 32);  // 10 s at 2 fps
   const VideoFrames v = DecodeVideo(clip, {.max_frames = 4});
   ASSERT_EQ(v.frames.size(), 4u);
+  EXPECT_EQ(v.indices, (std::vector<int>{0, 5, 10, 15}));
   EXPECT_DOUBLE_EQ(v.timestamps[1], 2.5);
+  EXPECT_EQ(v.frames[3].rgb, Frame(15, 32, 32));
   EXPECT_EQ(VideoTimestamp(v.timestamps[3]), "00:07");
   EXPECT_EQ(VideoTimestamp(75.9), "01:15");
+}
+
+// The arithmetic of torch.arange(0, total, total / n).int() and int(total / fps * wanted_fps),
+// worked by hand.
+TEST(Video, SampleFrameIndices) {
+  EXPECT_EQ(SampleFrameIndices(35, 10, {.max_frames = 4}), (std::vector<int>{0, 8, 17, 26}));
+  const std::vector<int> d = SampleFrameIndices(35, 10, {});  // 32 of 35: k * 1.09375
+  ASSERT_EQ(d.size(), 32u);
+  EXPECT_EQ(d[1], 1);
+  EXPECT_EQ(d[10], 10);
+  EXPECT_EQ(d[11], 12);  // 12.03125
+  EXPECT_EQ(d[31], 33);  // 33.90625
+  EXPECT_EQ(SampleFrameIndices(10, 1, {.max_frames = 3}), (std::vector<int>{0, 3, 6}));
+  EXPECT_EQ(SampleFrameIndices(16, 8, {}).size(), 16u);                         // every frame
+  EXPECT_EQ(SampleFrameIndices(175, 25, {.fps = 1}).size(), 7u);                // int(7.0)
+  EXPECT_EQ(SampleFrameIndices(1199, 30000.0 / 1001, {.fps = 1}).size(), 32u);  // 40 -> max 32
+  EXPECT_EQ(SampleFrameIndices(1199, 30000.0 / 1001, {.fps = 0.5, .max_frames = 100}).size(),
+            20u);  // int(1199 / 29.97 * 0.5) = int(20.003)
+  EXPECT_TRUE(SampleFrameIndices(0, 25, {}).empty());
+  EXPECT_FLOAT_EQ(static_cast<float>(FrameTimestamp(299, 30000.0 / 1001)), 299.0f / 29.97003f);
 }
 
 TEST(Video, ErrorsAreTyped) {

@@ -52,7 +52,7 @@ async function loadInfo() {
     if (!res.ok) throw new Error(await errorText(res));
     const p = await res.json();
     $('model-info').textContent =
-        `${p.model} · ${p.backend} · context ${p.context} · ` +
+        `${p.model} · ${p.backend}${p.device ? ` (${p.device})` : ''} · context ${p.context} · ` +
         (transport.kind === 'engine' ? 'in this page' : `${p.slots} slot(s)`) +
         (p.has_tokenizer ? '' : ' · no tokenizer');
     $('server-props').textContent = JSON.stringify(p, null, 2);

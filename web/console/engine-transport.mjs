@@ -23,14 +23,19 @@ export async function engineTransport({ onReady }) {
     if (loading) return loading;
     loading = (async () => {
       status(`loading ${name}…`);
-      // A cross-origin isolated page runs the pthreads build when it is there (one thread per
-      // core, at most 4); otherwise the single-threaded module.
-      const threads = globalThis.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
-      const next = await loadEngine({ model, name, backend: 'auto', threads });
+      // WebGPU where the page has an adapter (the single-threaded module: the pthreads build has
+      // no WebGPU backend); otherwise a cross-origin isolated page runs the pthreads build when it
+      // is there (one thread per core, at most 4), else the single-threaded module.
+      const backend = $('model-backend')?.value || 'auto';
+      const gpu = backend !== 'cpu' && globalThis.navigator?.gpu
+        ? await navigator.gpu.requestAdapter().catch(() => null) : null;
+      const threads = !gpu && globalThis.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
+      const next = await loadEngine({ model, name, backend, threads });
       if (engine) await engine.destroy();
       engine = next;
       session = engine.newSession();
       status(`${name}: loaded in ${engine.info.load_ms.toFixed(0)} ms` +
+             (engine.info.device ? ` on ${engine.info.device}` : '') +
              (engine.info.threads > 1 ? `, ${engine.info.threads} threads` : ''));
       onReady();
     })();

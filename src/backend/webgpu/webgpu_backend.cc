@@ -141,7 +141,7 @@ class WebGpuContext : public Backend {
   std::shared_ptr<WebGpuModel> owner_;
   const Model& model_;
   const TextConfig& cfg_;
-  int capacity_ = 0, chunk_ = 1, ring_ = 0;
+  int capacity_ = 0, chunk_ = 1, ring_ = 0, head_rows_ = 1;
   CacheWindow window_;
   std::vector<Slot> slots_;
   int generation_ = -1;
@@ -401,7 +401,9 @@ void WebGpuContext::Allocate() {
   }
   cs_s_ = Buffer(m * cfg_.head_dim * 4);
   cs_f_ = Buffer(m * std::max(cfg_.global_head_dim, 1) * 4);
-  logits_ = Buffer(m * cfg_.vocab_size * 4);
+  // Logits for at most head_rows_ positions at once: 64 MiB at most (E2B: 64 rows of 262,144).
+  head_rows_ = static_cast<int>(std::clamp<size_t>((64u << 20) / (cfg_.vocab_size * 4u), 1, m));
+  logits_ = Buffer(static_cast<size_t>(head_rows_) * cfg_.vocab_size * 4);
   ids_ = Buffer(m * 4);
   generation_ = gw_generation();
 }
@@ -576,17 +578,17 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     }
   }
 
-  const int outs = m - first_out;
-  if (outs <= 0) {
-    if (gw_submit() != 0) ThrowDevice("webgpu");
-  } else {
-    const int V = cfg_.vocab_size;
-    norm(x_, static_cast<uint32_t>(first_out) * H, M.Vec(model_.final_norm()), hn_, 0, outs, H, 0,
-         1.0f, model_.final_norm());
-    M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, outs, xq_);
+  if (first_out >= m && gw_submit() != 0) ThrowDevice("webgpu");
+  // The head, head_rows_ output positions at a time (the logits buffer holds that many rows).
+  const int V = cfg_.vocab_size;
+  for (int r0 = first_out; r0 < m; r0 += head_rows_) {
+    const int rows_n = std::min(head_rows_, m - r0);
+    norm(x_, static_cast<uint32_t>(r0) * H, M.Vec(model_.final_norm()), hn_, 0, rows_n, H, 0, 1.0f,
+         model_.final_norm());
+    M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, rows_n, xq_);
     if (cfg_.final_logit_softcapping) {
       Params sc;
-      const uint32_t count = static_cast<uint32_t>(outs) * V;
+      const uint32_t count = static_cast<uint32_t>(rows_n) * V;
       sc.u(count).f(*cfg_.final_logit_softcapping);
       const int b[] = {logits_};
       const uint32_t groups = Groups(static_cast<int>(count), 64);
@@ -595,16 +597,16 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     }
     if (req.mode == OutputMode::kArgmax) {
       Params am;
-      am.u(outs).u(V);
+      am.u(rows_n).u(V);
       const int b[] = {logits_, ids_};
-      gw_dispatch(M.pipeline(kArgmax), b, 2, am.data(), am.size(), Groups(outs, 64), 1, 1);
-      std::vector<int32_t> ids(outs);
+      gw_dispatch(M.pipeline(kArgmax), b, 2, am.data(), am.size(), Groups(rows_n, 64), 1, 1);
+      std::vector<int32_t> ids(rows_n);
       if (gw_read(ids_, 0, ids.data(), ids.size() * 4) != 0) ThrowDevice("webgpu");
       out->ids.insert(out->ids.end(), ids.begin(), ids.end());
     } else {
-      std::vector<float> logits(static_cast<size_t>(outs) * V);
+      std::vector<float> logits(static_cast<size_t>(rows_n) * V);
       if (gw_read(logits_, 0, logits.data(), logits.size() * 4) != 0) ThrowDevice("webgpu");
-      for (int t = 0; t < outs; ++t) Emit(&logits[static_cast<size_t>(t) * V], req, out);
+      for (int t = 0; t < rows_n; ++t) Emit(&logits[static_cast<size_t>(t) * V], req, out);
     }
   }
   window_.Commit(pos0 + m);

@@ -1,5 +1,8 @@
 #include "backend/cache_window.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "format/config.h"
@@ -83,6 +86,23 @@ void BackendModel::ForwardBatch(std::span<BatchStep> steps) {
       s.error = std::current_exception();
     }
   }
+}
+
+void SelectFromLogits(const float* z, int vocab, const std::vector<uint64_t>& allowed,
+                      ForwardResult* out) {
+  int best = -1;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < vocab; ++i) {
+    mx = std::max(mx, static_cast<double>(z[i]));
+    if ((allowed[i >> 6] >> (i & 63)) & 1) {
+      if (best < 0 || z[i] > z[best]) best = i;
+    }
+  }
+  if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(z[i]) - mx);
+  out->ids.push_back(best);
+  out->logprobs.push_back(static_cast<float>(z[best] - mx - std::log(sum)));
 }
 
 }  // namespace gemma

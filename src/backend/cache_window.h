@@ -99,4 +99,10 @@ struct CpuKvSlot {
 // any work), token ids outside the vocabulary, a select without a bitmask covering the vocabulary.
 void ValidateForward(const ForwardRequest& request, int cached, int capacity, int vocab_size);
 
+// OutputMode::kSelect on one position's final logits z[vocab]: appends the best id the bitmask
+// allows (the lowest on ties) and its log-prob under the full softmax (double sums);
+// Error(kConstraint) when no id is allowed.
+void SelectFromLogits(const float* z, int vocab, const std::vector<uint64_t>& allowed,
+                      ForwardResult* out);
+
 }  // namespace gemma

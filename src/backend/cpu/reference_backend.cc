@@ -240,22 +240,9 @@ class CpuReferenceBackend : public Backend {
         out->ids.push_back(best);
         break;
       }
-      case OutputMode::kSelect: {
-        int best = -1;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int i = 0; i < V; ++i) {
-          mx = std::max(mx, static_cast<double>(logits[i]));
-          if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
-            if (best < 0 || logits[i] > logits[best]) best = i;
-          }
-        }
-        if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
-        double sum = 0;
-        for (float z : logits) sum += std::exp(static_cast<double>(z) - mx);
-        out->ids.push_back(best);
-        out->logprobs.push_back(static_cast<float>(logits[best] - mx - std::log(sum)));
+      case OutputMode::kSelect:
+        SelectFromLogits(logits.data(), V, *req.allowed, out);
         break;
-      }
       case OutputMode::kNone:
         break;
     }

@@ -622,20 +622,7 @@ void WebGpuContext::Emit(const float* logits, const ForwardRequest& req, Forward
     out->logits.insert(out->logits.end(), logits, logits + V);
     return;
   }
-  // kSelect: the best allowed id and its log-prob under the full softmax.
-  int best = -1;
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int i = 0; i < V; ++i) {
-    mx = std::max(mx, static_cast<double>(logits[i]));
-    if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
-      if (best < 0 || logits[i] > logits[best]) best = i;
-    }
-  }
-  if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
-  double sum = 0;
-  for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
-  out->ids.push_back(best);
-  out->logprobs.push_back(static_cast<float>(logits[best] - mx - std::log(sum)));
+  SelectFromLogits(logits, V, *req.allowed, out);
 }
 
 }  // namespace

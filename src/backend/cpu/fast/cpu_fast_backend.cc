@@ -1006,19 +1006,7 @@ class CpuFastBackend : public Backend {
           break;
         }
         CapAll(z);
-        int best = -1;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int i = 0; i < V; ++i) {
-          mx = std::max(mx, static_cast<double>(z[i]));
-          if (((*req.allowed)[i >> 6] >> (i & 63)) & 1) {
-            if (best < 0 || z[i] > z[best]) best = i;
-          }
-        }
-        if (best < 0) throw Error(ErrorCode::kConstraint, "select: no token is allowed");
-        double sum = 0;
-        for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(z[i]) - mx);
-        out->ids.push_back(best);
-        out->logprobs.push_back(static_cast<float>(z[best] - mx - std::log(sum)));
+        SelectFromLogits(z, V, *req.allowed, out);
         break;
       }
       case OutputMode::kNone:

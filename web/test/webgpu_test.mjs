@@ -32,6 +32,23 @@ function relL2(a, b) {
   return Math.sqrt(num / Math.max(den, 1e-30));
 }
 
+// Without a GPU: "webgpu" is a clear error, "auto" runs on the CPU.
+{
+  const model = path.join(sourceDir, 'models/tiny-trained');
+  let err = null;
+  try {
+    await loadEngine({ model, backend: 'webgpu' });
+  } catch (e) {
+    err = e;
+  }
+  check(err && err.code === 'unsupported' && /WebGPU/.test(err.message),
+        `backend 'webgpu' without a GPU: ${err ? `${err.code}: ${err.message}` : 'loaded'}`);
+  const auto = await loadEngine({ model, backend: 'auto' });
+  check(auto.info.backend !== 'webgpu' && auto.info.device === '', `auto without a GPU: ${auto.info.backend}`);
+  console.log(`no GPU: webgpu refused (${err?.code}: ${err?.message}); auto ran on ${auto.info.backend}`);
+  await auto.destroy();
+}
+
 // transformers' goldens: the logits at every position of prompt + greedy[:-1] (dense models: rel L2
 // <= 1e-4 at every position; QAT: SRQ roundings may flip a quantum, so its tokens must be
 // identical and its logits error is reported), and the greedy continuation.
@@ -90,6 +107,24 @@ for (const name of fs.readdirSync(goldenDir).sort()) {
       const d = Math.max(...a.logprobs.map((l, i) => Math.abs(l.logprob - b.logprobs[i].logprob)));
       check(d < 1e-3, `sampled log-probs differ by ${d}`);
     }
+  }
+
+  // Two conversations on one model, their turns interleaved: each as the CPU reference has it.
+  {
+    const ga = gpu.newSession(), gb = gpu.newSession(), ca = cpu.newSession(), cb = cpu.newSession();
+    const qa = [{ role: 'user', content: 'What is Debian?' }];
+    const qb = [{ role: 'user', content: 'What is Python?' }];
+    const opts = { max_tokens: 10, temperature: 0 };
+    const [a1, b1] = [await ga.generate(qa, opts), await gb.generate(qb, opts)];
+    const [a2, b2] = [await ca.generate(qa, opts), await cb.generate(qb, opts)];
+    const qa2 = [...qa, { role: 'assistant', content: a1.text }, { role: 'user', content: 'Why?' }];
+    const qb2 = [...qb, { role: 'assistant', content: b1.text }, { role: 'user', content: 'Why?' }];
+    const [a3, b3] = [await ga.generate(qa2, opts), await gb.generate(qb2, opts)];
+    const [a4, b4] = [await ca.generate(qa2, opts), await cb.generate(qb2, opts)];
+    const same = (x, y) => JSON.stringify(x.tokens) === JSON.stringify(y.tokens);
+    check(same(a1, a2) && same(b1, b2) && same(a3, a4) && same(b3, b4), 'interleaved conversations differ from the CPU reference');
+    check(a3.telemetry.reused_tokens > 0 && b3.telemetry.reused_tokens > 0, 'interleaved conversations reused no prefix');
+    console.log(`two interleaved conversations: identical to cpu-ref, second turns reused ${a3.telemetry.reused_tokens} / ${b3.telemetry.reused_tokens} tokens`);
   }
 
   // Device loss mid-conversation.

@@ -19,13 +19,14 @@ export function requireWebBuild() {
   }
 }
 
-// The module, in this process, with the host's file system mounted at /host (NODEFS).
-export async function loadModule() {
+// The module, in this process, with the host's file system mounted at /host (NODEFS); `options`
+// go to the module's factory (e.g. {gpu}).
+export async function loadModule(options = {}) {
   const moduleUrl = pathToFileURL(path.join(webDir, 'gemma-engine.js')).href;
   globalThis.require ??= createRequire(moduleUrl);  // Emscripten 3.1.6's ES module under Node
   globalThis.__dirname ??= webDir;
   const { default: create } = await import(moduleUrl);
-  const M = await create({ wasmBinary: fs.readFileSync(path.join(webDir, 'gemma-engine.wasm')) });
+  const M = await create({ wasmBinary: fs.readFileSync(path.join(webDir, 'gemma-engine.wasm')), ...options });
   M.FS.mkdir('/host');
   M.FS.mount(M.NODEFS, { root: '/' }, '/host');
   return M;

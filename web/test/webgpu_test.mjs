@@ -7,7 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { check, finish, requireWebBuild, sourceDir, webDir } from './harness.mjs';
+import { createRequire } from 'node:module';
+import { check, finish, host, loadModule, requireWebBuild, sourceDir, webDir } from './harness.mjs';
 
 requireWebBuild();
 const dawn = path.join(sourceDir, '.cache/npm-assets/node_modules/webgpu');
@@ -150,4 +151,34 @@ for (const name of fs.readdirSync(goldenDir).sort()) {
   await gpu.destroy();
   await cpu.destroy();
 }
+// Two engines in one module share the device: each keeps its weights and answers as alone.
+{
+  const dawnPkg = createRequire(import.meta.url)(dawn);
+  Object.assign(globalThis, dawnPkg.globals);
+  const gpu = dawnPkg.create(['backend=vulkan']);
+  const M = await loadModule({ gpu });
+  const unwrap = (t) => {
+    const r = JSON.parse(t);
+    if (r.error) throw new Error(r.error.message);
+    return r.ok;
+  };
+  const load = async (dir) => M.Engine.get(unwrap(await M.Engine.load(JSON.stringify({
+    model_path: host(dir), backend: 'webgpu', context: 256 }))).handle);
+  const names = ['tiny_dense_bf16', 'tiny_qat'];
+  const engines = [];
+  for (const n of names) engines.push(await load(path.join(sourceDir, 'tests/goldens/model', n)));
+  for (let round = 0; round < 2; ++round) {
+    for (const [i, n] of names.entries()) {
+      const g = JSON.parse(fs.readFileSync(path.join(sourceDir, 'tests/goldens/model', n, 'goldens.json'), 'utf8'));
+      const s = engines[i].newSession();
+      const r = unwrap(await s.generate(JSON.stringify({ prompt: g.prompts[round] }),
+        JSON.stringify({ max_tokens: g.greedy[round].length, temperature: 0, ignore_eos: true }), null));
+      check(JSON.stringify(r.tokens) === JSON.stringify(g.greedy[round]), `${n} beside another engine: ${r.tokens}`);
+      s.delete();
+    }
+  }
+  console.log('two engines in one module: both answer as transformers');
+  for (const e of engines) e.delete();
+}
 finish('web_webgpu_test');
+process.exit(0);  // Dawn for Node can crash in its teardown at a natural exit

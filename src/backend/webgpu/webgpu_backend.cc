@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -169,7 +170,9 @@ class WebGpuModel : public BackendModel {
         std::static_pointer_cast<WebGpuModel>(shared_from_this()), options);
   }
   size_t shared_bytes() const override { return weight_bytes_; }
-  size_t device_memory_bytes() const override { return weight_bytes_; }
+  size_t device_memory_bytes() const override { return weight_bytes_ + context_bytes_; }
+  // Contexts report the device memory they hold (device_memory_bytes counts them too).
+  void AddContextBytes(ptrdiff_t delta) { context_bytes_ += delta; }
   bool InjectDeviceFault(DeviceFault f) override {
     if (f != DeviceFault::kDeviceLoss) return false;
     gw_destroy_device();
@@ -217,6 +220,7 @@ class WebGpuModel : public BackendModel {
   const Model& model_;
   int generation_ = -1;
   size_t weight_bytes_ = 0;
+  size_t context_bytes_ = 0;
   std::map<const Linear*, GpuLinear> linears_;
   std::map<const std::vector<float>*, int> vectors_;
   int pipelines_[kNumKernels] = {};
@@ -356,6 +360,7 @@ int WebGpuContext::Buffer(size_t bytes) {
   if (h < 0) ThrowDevice("allocating a context");
   buffers_.push_back(h);
   bytes_ += bytes;
+  owner_->AddContextBytes(static_cast<ptrdiff_t>(bytes));
   return h;
 }
 
@@ -364,6 +369,7 @@ void WebGpuContext::Release() {
     for (int h : buffers_) gw_release(h);
   }
   buffers_.clear();
+  owner_->AddContextBytes(-static_cast<ptrdiff_t>(bytes_));
   bytes_ = 0;
 }
 

@@ -34,6 +34,8 @@ mergeInto(LibraryManager.library, {
   gw_init__sig: 'i',
   gw_init: function() {
     return Asyncify.handleAsync(async () => {
+      // Models of one module share the device (and the handle tables) while it works.
+      if (GW.ok()) return 0;
       GW.error = '';
       const gpu = Module['gpu'] || (typeof navigator !== 'undefined' ? navigator.gpu : undefined);
       if (!gpu) return GW.fail('WebGPU is not available here (no navigator.gpu)');

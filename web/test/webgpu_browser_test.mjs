@@ -1,8 +1,9 @@
 // The WebGPU backend in headless Chromium (Debian's `chromium` with --enable-unsafe-webgpu:
-// SwiftShader's WebGPU, f32): a page on a loopback static server loads the library, fetches a
-// transformers golden model (tests/goldens/model/tiny_dense_bf16) and decodes its golden prompts
-// greedily with backend "webgpu"; the tokens must equal transformers'. Also: "auto" picks WebGPU
-// there, and the engine reports the adapter.
+// SwiftShader's WebGPU, f32): a page on a loopback static server loads the library, fetches each
+// transformers golden model (tests/goldens/model/*) and, with backend "webgpu", decodes its golden
+// prompts greedily (tokens equal to transformers') and scores prompt + greedy (logits at every
+// position within 1e-4 relative L2 of transformers' on the dense goldens; QAT: reported). Also:
+// "auto" picks WebGPU there, and the engine reports the adapter.
 //
 //   node --experimental-websocket web/test/webgpu_browser_test.mjs   (ctest -L web runs it)
 import { spawnSync } from 'node:child_process';
@@ -22,7 +23,8 @@ if (typeof WebSocket !== 'function') {
   process.exit(1);
 }
 
-const golden = path.join(sourceDir, 'tests/goldens/model/tiny_dense_bf16');
+const goldenRoot = path.join(sourceDir, 'tests/goldens/model');
+const goldens = fs.readdirSync(goldenRoot).sort();
 const types = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript',
                 '.wasm': 'application/wasm', '.json': 'application/json' };
 const server = http.createServer((req, res) => {
@@ -31,7 +33,7 @@ const server = http.createServer((req, res) => {
     res.writeHead(200, { 'Content-Type': types['.html'] }).end('<!doctype html><title>webgpu</title>');
     return;
   }
-  const file = p.startsWith('/golden/') ? path.join(golden, p.slice(8)) : path.join(webDir, p);
+  const file = p.startsWith('/golden/') ? path.join(goldenRoot, p.slice(8)) : path.join(webDir, p);
   if (!fs.existsSync(file) || fs.statSync(file).isDirectory()) {
     res.writeHead(404).end();
     return;
@@ -48,36 +50,55 @@ try {
   for (let i = 0; i < 100 && !(await js('document.readyState === "complete"').catch(() => false)); ++i) {
     await new Promise((r) => setTimeout(r, 50));
   }
-  const g = JSON.parse(fs.readFileSync(path.join(golden, 'goldens.json'), 'utf8'));
-  const result = await js(`(async () => {
-    const { loadEngine } = await import('${base}/lib/gemma-engine.mjs');
-    const model = { url: '${base}/golden/', files: ['config.json', 'model.safetensors'], optional: [] };
-    const out = {};
-    for (const backend of ['webgpu', 'auto']) {
-      const engine = await loadEngine({ model, backend, context: 256 });
-      out[backend] = { backend: engine.info.backend, device: engine.info.device, tokens: [] };
-      if (backend === 'webgpu') {
-        const t0 = performance.now();
-        for (const [i, prompt] of ${JSON.stringify(g.prompts)}.entries()) {
-          const r = await engine.newSession().generate({ prompt },
-            { max_tokens: ${JSON.stringify(g.greedy.map((x) => x.length))}[i], temperature: 0, ignore_eos: true });
-          out[backend].tokens.push(r.tokens);
+  for (const name of goldens) {
+    const g = JSON.parse(fs.readFileSync(path.join(goldenRoot, name, 'goldens.json'), 'utf8'));
+    const qat = g.storage === 'qat';
+    const result = await js(`(async () => {
+      const { loadEngine } = await import('${base}/lib/gemma-engine.mjs');
+      const url = '${base}/golden/${name}/';
+      const model = { url, files: ['config.json', 'model.safetensors'], optional: [] };
+      const g = ${JSON.stringify({ prompts: g.prompts, greedy: g.greedy })};
+      const out = { tokens: [], worst: 0 };
+      const engine = await loadEngine({ model, backend: 'webgpu', context: 256 });
+      out.backend = engine.info.backend;
+      out.device = engine.info.device;
+      const V = engine.info.vocab_size;
+      const t0 = performance.now();
+      for (const [i, prompt] of g.prompts.entries()) {
+        const r = await engine.newSession().generate({ prompt },
+          { max_tokens: g.greedy[i].length, temperature: 0, ignore_eos: true });
+        out.tokens.push(r.tokens);
+        const seq = [...prompt, ...g.greedy[i].slice(0, -1)];
+        const s = await engine.newSession().score(seq, { logits: true });
+        const got = s.logits.flat();
+        const want = new Float32Array(await (await fetch(url + 'logits_' + i + '.f32')).arrayBuffer());
+        for (let t = 0; t < seq.length; ++t) {
+          let num = 0, den = 0;
+          for (let k = t * V; k < (t + 1) * V; ++k) {
+            num += (got[k] - want[k]) ** 2;
+            den += want[k] ** 2;
+          }
+          out.worst = Math.max(out.worst, Math.sqrt(num / den));
         }
-        out[backend].ms = performance.now() - t0;
       }
+      out.ms = performance.now() - t0;
       await engine.destroy();
+      if (${JSON.stringify(name)} === ${JSON.stringify(goldens[0])}) {
+        const auto = await loadEngine({ model, backend: 'auto', context: 256 });
+        out.auto = auto.info.backend;
+        await auto.destroy();
+      }
+      return out;
+    })()`);
+    check(result.backend === 'webgpu' && result.device.length > 0, `${name}: backend ${result.backend} on '${result.device}'`);
+    for (let i = 0; i < g.prompts.length; ++i) {
+      check(JSON.stringify(result.tokens[i]) === JSON.stringify(g.greedy[i]),
+            `${name} prompt ${i}: ${result.tokens[i]} vs transformers ${g.greedy[i]}`);
     }
-    return out;
-  })()`);
-  const w = result.webgpu;
-  check(w.backend === 'webgpu' && w.device.length > 0, `backend ${w.backend} on '${w.device}'`);
-  for (let i = 0; i < g.prompts.length; ++i) {
-    check(JSON.stringify(w.tokens[i]) === JSON.stringify(g.greedy[i]),
-          `prompt ${i}: ${w.tokens[i]} vs transformers ${g.greedy[i]}`);
+    if (!qat) check(result.worst <= 1e-4, `${name}: logits rel L2 ${result.worst}`);
+    if (result.auto) check(result.auto === 'webgpu', `auto picked ${result.auto}`);
+    console.log(`Chromium WebGPU (${result.device}) ${name}: greedy identical to transformers, worst logits rel L2 ${result.worst.toExponential(2)}${qat ? ' (QAT)' : ''}, ${result.ms.toFixed(0)} ms`);
   }
-  check(result.auto.backend === 'webgpu', `auto picked ${result.auto.backend}`);
-  const n = g.greedy.reduce((a, x) => a + x.length, 0);
-  console.log(`Chromium WebGPU (${w.device}): ${g.prompts.length} golden prompts, ${n} tokens identical to transformers in ${w.ms.toFixed(0)} ms`);
 } catch (e) {
   check(false, e.message);
 } finally {

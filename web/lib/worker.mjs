@@ -54,8 +54,12 @@ async function init(msg) {
 // package `webgpu`, resolved from msg.webgpu.module, created with msg.webgpu.flags).
 async function nodeGpu(msg) {
   if (!isNode || !msg.webgpu || (msg.backend !== 'webgpu' && msg.backend !== 'auto')) return undefined;
+  // The package is an ES module: resolved to its main file, then imported (require() of an ES
+  // module needs Node 20.19+).
   const { createRequire } = await import('node:module');
-  const dawn = createRequire(import.meta.url)(msg.webgpu.module ?? 'webgpu');
+  const { pathToFileURL } = await import('node:url');
+  const main = createRequire(import.meta.url).resolve(msg.webgpu.module ?? 'webgpu');
+  const dawn = await import(pathToFileURL(main).href);
   Object.assign(globalThis, dawn.globals);
   return dawn.create(msg.webgpu.flags ?? []);
 }

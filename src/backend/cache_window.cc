@@ -37,6 +37,16 @@ CacheGeometry PlanCacheGeometry(const TextConfig& config, const BackendOptions& 
   return g;
 }
 
+std::vector<CacheSlotShape> PlanCacheSlots(const Model& model, const CacheGeometry& geometry) {
+  std::vector<CacheSlotShape> slots(model.num_caches());
+  for (const LayerPlan& p : model.layers()) {
+    if (p.cache_slot < 0) continue;
+    slots[p.cache_slot] = {.width = p.num_kv_heads * p.head_dim,
+                           .ring = p.window > 0 ? geometry.ring : geometry.capacity};
+  }
+  return slots;
+}
+
 void ValidateForward(const ForwardRequest& req, int cached, int capacity, int vocab_size) {
   const int n = static_cast<int>(req.tokens.size());
   if (n == 0) throw Error(ErrorCode::kInvalidArgument, "Forward needs at least one token");

@@ -54,6 +54,14 @@ struct CacheGeometry {
 };
 CacheGeometry PlanCacheGeometry(const TextConfig& config, const BackendOptions& options);
 
+// The owned caches' shapes (index = LayerPlan::cache_slot): floats per position (kv heads x head
+// dim) and positions held (the sliding ring, or the capacity for full attention).
+struct CacheSlotShape {
+  int width = 0;
+  int ring = 0;
+};
+std::vector<CacheSlotShape> PlanCacheSlots(const Model& model, const CacheGeometry& geometry);
+
 class Model;
 
 // Host memory a CPU context (cpu, cpu-ref) holds once `positions` tokens are cached: the K/V of

@@ -28,12 +28,11 @@ class CpuReferenceBackend : public Backend {
     slack_ = geo.slack;
     sliding_ring_ = geo.ring;
     window_ = CacheWindow(cfg_.sliding_window, sliding_ring_);
-    slots_.resize(model.num_caches());
-    for (const LayerPlan& p : model.layers()) {
-      if (p.cache_slot < 0) continue;
-      Slot& s = slots_[p.cache_slot];
-      s.width = p.num_kv_heads * p.head_dim;
-      s.ring = p.window > 0 ? sliding_ring_ : capacity_;
+    const std::vector<CacheSlotShape> shapes = PlanCacheSlots(model, geo);
+    slots_.resize(shapes.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      slots_[i].width = shapes[i].width;
+      slots_[i].ring = shapes[i].ring;
     }
     inv_freq_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
     inv_freq_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);

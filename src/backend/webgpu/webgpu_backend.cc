@@ -343,12 +343,8 @@ WebGpuContext::WebGpuContext(std::shared_ptr<WebGpuModel> owner, const BackendOp
   chunk_ = std::max(1, geo.slack);
   ring_ = geo.ring;
   window_ = CacheWindow(cfg_.sliding_window, ring_);
-  slots_.resize(model_.num_caches());
-  for (const LayerPlan& p : model_.layers()) {
-    if (p.cache_slot < 0) continue;
-    Slot& s = slots_[p.cache_slot];
-    s.width = p.num_kv_heads * p.head_dim;
-    s.ring = p.window > 0 ? ring_ : capacity_;
+  for (const CacheSlotShape& shape : PlanCacheSlots(model_, geo)) {
+    slots_.push_back({.width = shape.width, .ring = shape.ring});
   }
   inv_sliding_ = ref::RopeInvFreq(cfg_.rope_sliding, cfg_.head_dim);
   inv_full_ = ref::RopeInvFreq(cfg_.rope_full, cfg_.global_head_dim);

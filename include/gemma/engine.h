@@ -54,6 +54,11 @@ struct EngineOptions {
   // Error(kCapacity) naming what needs how much, before anything is allocated; the "auto" backend
   // then runs on the CPU. Raise it for a driver that spills device memory to system memory.
   size_t device_memory_limit = 0;
+  // Vulkan: a submitted step not finished after this many seconds is a hung device. The request
+  // fails with Error(kDevice), the device is given up, and the next request builds a new one and
+  // replays each session's history (as after a lost device). 0: 60 s on a GPU, 600 s on a CPU
+  // Vulkan device.
+  double device_step_timeout_s = 0;
 };
 
 // One image of a request. With Input::text or Input::messages every "<|image|>" placeholder (the

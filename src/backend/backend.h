@@ -109,6 +109,7 @@ struct BackendOptions {
 enum class DeviceFault {
   kDeviceLoss,         // the next submission of any context fails as VK_ERROR_DEVICE_LOST
   kOutOfDeviceMemory,  // the next device-memory allocation fails as out of memory
+  kHang,               // the next submission does not finish within the step timeout
 };
 
 class BackendModel : public std::enable_shared_from_this<BackendModel> {

@@ -74,6 +74,7 @@ BackendStart StartBackend(const BackendChoice& choice, const Model& model,
     VulkanOptions vulkan;
     vulkan.device_index = choice.device_index;
     vulkan.device_memory_limit = choice.device_memory_limit;
+    vulkan.step_timeout_s = choice.device_step_timeout_s;
     vulkan.skip_cpu_devices = name == "auto";
     try {
       s.model = CreateVulkanModel(model, vulkan);

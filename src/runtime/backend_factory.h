@@ -15,6 +15,7 @@ struct BackendChoice {
   int threads = 0;           // CPU threads including the caller, 0 = all cores
   int device_index = -1;     // Vulkan physical device, -1 = by type
   size_t device_memory_limit = 0;  // Vulkan: bytes the engine may hold, 0 = the largest heap
+  double device_step_timeout_s = 0;  // Vulkan: a step's wait past this is a hang (0 = default)
 };
 
 // The engine-level backend object and its first context (made at once, so a missing device or a

@@ -77,7 +77,8 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
       {.name = options.backend,
        .threads = options.threads,
        .device_index = options.device_index,
-       .device_memory_limit = options.device_memory_limit},
+       .device_memory_limit = options.device_memory_limit,
+       .device_step_timeout_s = options.device_step_timeout_s},
       *model_, {.capacity = capacity_});
   backend_model_ = std::move(start.model);
   first_context_ = std::move(start.context);

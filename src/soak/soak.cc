@@ -27,6 +27,7 @@
 #include "media/image.h"  // EncodeBase64
 #include "model/model.h"  // UncappedLogit
 #include "runtime/fault_injection.h"
+#include "soak/watchdog.h"
 
 #if GEMMA_HAVE_RE2
 #include <re2/re2.h>
@@ -332,10 +333,17 @@ class Soak {
   void Media(std::mt19937_64& rng, json* ev);
 
   void WriteProgress(bool final);
+  void WriteSummary(const json& summary);
+  // summary.json's fields every run has (seed, profile, backend, model, steps, scenarios, command).
+  json SummaryHead(double elapsed, const std::string& backend) const;
   void Event(const json& ev) {
+    std::lock_guard<std::mutex> lock(io_mu_);
     events_ << ev.dump() << '\n';
     events_.flush();
   }
+  // A step past --step-timeout: its reproducer and every thread's stack into the files, then the
+  // process ends (exit status 3: the hung step cannot be stopped).
+  [[noreturn]] void Hung(int64_t step, const std::string& scenario, double seconds);
 
   const SoakOptions o_;
   const Profile prof_;
@@ -356,6 +364,8 @@ class Soak {
   bool has_device_ = false;         // the engine under test runs on a device (fault scenarios)
   int64_t steps_ = 0;
   json failure_;
+  std::mutex io_mu_;  // events.jsonl and the JSON files (the watchdog's thread writes them too)
+  std::unique_ptr<StepWatchdog> watchdog_;
 };
 
 void Soak::RecordGoldens() {
@@ -925,9 +935,10 @@ void Soak::Concurrent(std::mt19937_64& rng, json* ev) {
   (*ev)["busy_refused"] = second == "busy";
 }
 
-// The request in flight when the device is lost fails with kDevice and commits nothing; the next
-// request on the same session continues its conversation exactly (reusing its prefix: the backend
-// rebuilt the device and replayed the session's tokens), and the engine's other sessions go on.
+// The request in flight when the device is lost (or hangs: a submission past the step timeout)
+// fails with kDevice and commits nothing; the next request on the same session continues its
+// conversation exactly (reusing its prefix: the backend rebuilt the device and replayed the
+// session's tokens), and the engine's other sessions go on.
 void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   const size_t p1 = rng() % Prompts().size(), p2 = rng() % Prompts().size();
   Session& s = *pool_[rng() % pool_.size()];
@@ -936,9 +947,10 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   const std::vector<int32_t> before = s.evaluated();
   // During prefill (the fault hits the turn's first submission) or after a few decoded tokens.
   const int at_token = static_cast<int>(rng() % 3);  // 0: prefill
+  const DeviceFault fault = rng() % 2 ? DeviceFault::kHang : DeviceFault::kDeviceLoss;
   bool failed = false;
   std::string error;
-  if (at_token == 0 && !InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss)) {
+  if (at_token == 0 && !InjectDeviceFault(*engine_, fault)) {
     Fail("the engine under test has no device to lose");
   }
   // (EOS ignored: the turn goes on past the injection, so the fault hits this request)
@@ -947,7 +959,7 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   try {
     s.Generate(Input::Messages(messages), failing, [&](const TokenEvent& e) {
       if (at_token > 0 && e.index + 1 == at_token) {
-        InjectDeviceFault(*engine_, DeviceFault::kDeviceLoss);
+        InjectDeviceFault(*engine_, fault);
       }
     });
   } catch (const Error& e) {
@@ -956,8 +968,8 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
     error = e.what();
   }
   if (!failed) {
-    Fail("a request during which the device was lost did not fail with kDevice",
-         {{"messages", messages}, {"at_token", at_token}});
+    Fail("a request during which the device was lost or hung did not fail with kDevice",
+         {{"messages", messages}, {"at_token", at_token}, {"hang", fault == DeviceFault::kHang}});
   }
   // Nothing of the failed request is committed: the session holds a prefix of what it held
   // before plus the turn's prompt.
@@ -967,13 +979,15 @@ void Soak::DeviceLoss(std::mt19937_64& rng, json* ev) {
   const Result fresh = FreshTurn(messages, g);
   if (again.tokens != fresh.tokens &&
       !IsTie(engine_->PromptTokens(Input::Messages(messages)), fresh.tokens, again.tokens, ev)) {
-    Fail("after a device loss the session's next turn differs from a fresh session's",
+    Fail("after a device loss or hang the session's next turn differs from a fresh session's",
          {{"messages", messages},
           {"at_token", at_token},
+          {"hang", fault == DeviceFault::kHang},
           {"after_loss", again.tokens},
           {"fresh", fresh.tokens}});
   }
   (*ev)["at_token"] = at_token;
+  (*ev)["hang"] = fault == DeviceFault::kHang;
   (*ev)["kept_tokens"] = s.evaluated().size();
   (*ev)["held_before"] = before.size();
   (*ev)["reused_tokens"] = again.telemetry.reused_tokens;
@@ -1061,6 +1075,10 @@ json Soak::Step(int64_t k, std::mt19937_64& rng, std::string* scenario) {
     pick -= x.weight;
   }
   *scenario = kind->name;
+  if (watchdog_) watchdog_->Begin(k, kind->name);
+  if (k == o_.inject_hang_step) {  // (the watchdog's own test: this step never returns)
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   json ev = {{"step", k}, {"scenario", kind->name}};
   (this->*(kind->fn))(rng, &ev);
   return ev;
@@ -1075,12 +1093,59 @@ void Soak::WriteProgress(bool final) {
             {"rss_bytes", rss_bytes_.empty() ? 0.0 : rss_bytes_.back()},
             {"failed", !failure_.is_null()},
             {"done", final}};
+  std::lock_guard<std::mutex> lock(io_mu_);
   const fs::path tmp = fs::path(o_.out_dir) / "progress.json.tmp";
   {
     std::ofstream f(tmp);
     f << p.dump(2) << '\n';
   }
   fs::rename(tmp, fs::path(o_.out_dir) / "progress.json");  // atomic on one file system
+}
+
+json Soak::SummaryHead(double elapsed, const std::string& backend) const {
+  return {{"seed", o_.seed},
+          {"profile", o_.profile},
+          {"backend", backend},
+          {"reference_backend", o_.reference_backend},
+          {"model", o_.model_path},
+          {"minutes_requested", o_.minutes},
+          {"elapsed_s", elapsed},
+          {"steps", steps_},
+          {"scenarios", counts_},
+          {"command", o_.command}};
+}
+
+void Soak::WriteSummary(const json& summary) {
+  std::lock_guard<std::mutex> lock(io_mu_);
+  const fs::path tmp = fs::path(o_.out_dir) / "summary.json.tmp";
+  {
+    std::ofstream f(tmp);
+    f << summary.dump(2) << '\n';
+  }
+  fs::rename(tmp, fs::path(o_.out_dir) / "summary.json");
+}
+
+void Soak::Hung(int64_t step, const std::string& scenario, double seconds) {
+  char what[256];
+  std::snprintf(what, sizeof what, "step %lld (%s) has run for %.1f s (--step-timeout %g s): hung",
+                static_cast<long long>(step), scenario.c_str(), seconds, o_.step_timeout_s);
+  Log(std::string("HUNG: ") + what + "; every thread's stack is in summary.json");
+  json reproducer = {{"seed", o_.seed},
+                     {"step", step},
+                     {"scenario", scenario},
+                     {"error", what},
+                     {"threads", ThreadReport()},
+                     {"rerun", o_.command + " --only-step " + std::to_string(step)}};
+  Event({{"step", step}, {"scenario", scenario}, {"ok", false}, {"error", what}});
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  // (the main thread is inside the step: what it updates between steps stays as it was)
+  json summary = SummaryHead(elapsed, o_.backend);
+  summary["ok"] = false;
+  summary["hung"] = true;
+  summary["failures"] = 1;
+  summary["reproducer"] = reproducer;
+  WriteSummary(summary);
+  std::_Exit(kHungExitStatus);
 }
 
 json Soak::Run() {
@@ -1101,6 +1166,11 @@ json Soak::Run() {
   CheckScenarios();
   Log("engine under test: " + engine_->backend_name() + ", " + std::to_string(pool_.size()) +
       " sessions, schema validator: " + (ajv_->available() ? "AJV" : "none (JSON parse only)"));
+  if (o_.step_timeout_s > 0) {
+    watchdog_ = std::make_unique<StepWatchdog>(
+        o_.step_timeout_s,
+        [this](int64_t step, const std::string& scenario, double s) { Hung(step, scenario, s); });
+  }
   const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(o_.minutes * 60));
   const double warmup_s = o_.minutes * 60 * 0.25;
@@ -1128,6 +1198,7 @@ json Soak::Run() {
             {"ok", false},
             {"error", std::string("unexpected: ") + e.what()}};
     }
+    if (watchdog_) watchdog_->End();
     ev["ms"] = t.Ms();
     ++steps_;
     ++counts_[scenario];
@@ -1201,17 +1272,9 @@ json Soak::Run() {
   const json rss = plateau(rss_bytes_, "RSS");
   const json device = has_device_ ? plateau(device_bytes_, "device memory") : json();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-  json summary = {
+  json summary = SummaryHead(elapsed, engine_ ? engine_->backend_name() : o_.backend);
+  summary.update({
     {"ok", failure_.is_null()},
-    {"seed", o_.seed},
-    {"profile", o_.profile},
-    {"backend", engine_ ? engine_->backend_name() : o_.backend},
-    {"reference_backend", o_.reference_backend},
-    {"model", o_.model_path},
-    {"minutes_requested", o_.minutes},
-    {"elapsed_s", elapsed},
-    {"steps", steps_},
-    {"scenarios", counts_},
     {"incomplete_constrained", incomplete_},
     {"schema_validator", ajv_->available() ? "ajv" : "json parse only"},
 #if GEMMA_HAVE_RE2
@@ -1222,18 +1285,13 @@ json Soak::Run() {
     {"failures", failure_.is_null() ? 0 : 1},
     {"greedy_ties", ties_},
     {"rss", rss},
-    {"command", o_.command}
-  };
+  });
   if (has_device_) summary["device_memory"] = device;
   if (!failure_.is_null()) summary["reproducer"] = failure_;
+  watchdog_.reset();
   Event({{"event", "end"}, {"ok", summary["ok"]}, {"steps", steps_}});
   WriteProgress(true);
-  const fs::path tmp = fs::path(o_.out_dir) / "summary.json.tmp";
-  {
-    std::ofstream f(tmp);
-    f << summary.dump(2) << '\n';
-  }
-  fs::rename(tmp, fs::path(o_.out_dir) / "summary.json");
+  WriteSummary(summary);
   return summary;
 }
 

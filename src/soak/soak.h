@@ -16,7 +16,8 @@
 //   engine_reload     the engine and all sessions destroyed and loaded again
 //   concurrent        sessions on several threads at once all equal their goldens, and a second
 //                     concurrent Generate on one session is refused with kBusy
-//   device_loss       (engines on a device) the device is lost during a turn's prefill or decode:
+//   device_loss       (engines on a device) the device is lost, or hangs (a submission past the
+//                     step timeout), during a turn's prefill or decode:
 //                     the request fails with kDevice, nothing of it is committed, and the turn
 //                     again equals the same turn on a fresh session
 //   device_oom        (engines on a device) a new session whose device memory cannot be allocated
@@ -34,6 +35,11 @@
 // depends on earlier steps' session state may need the whole run again with the same seed).
 // RSS (and the engine's device memory) is sampled after every step; the summary reports the
 // least-squares slope after warm-up.
+//
+// A step that runs longer than step_timeout_s is a hang (a GPU wait that never ends, a deadlock):
+// the watchdog writes the reproducer with every thread's state and stack into summary.json (and
+// the step into events.jsonl), then ends the process with exit status kHungExitStatus: the hung
+// step cannot be stopped, so RunSoak does not return.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +49,9 @@
 #include <vector>
 
 namespace gemma::soak {
+
+// The process's exit status after a hung step (StepWatchdog, SoakOptions::step_timeout_s).
+inline constexpr int kHungExitStatus = 3;
 
 struct SoakOptions {
   std::string model_path;
@@ -55,6 +64,10 @@ struct SoakOptions {
   uint64_t seed = 1;
   int threads = 0;         // CPU threads per engine (0 = all cores)
   int64_t only_step = -1;  // >= 0: run only this step (a reproducer)
+  // A step running longer than this is reported as hung and ends the process (0: no limit).
+  double step_timeout_s = 600;
+  // >= 0: this step never returns (the watchdog's own test).
+  int64_t inject_hang_step = -1;
   // Scenarios to draw from (names above; empty: all that apply to the backend).
   std::vector<std::string> scenarios;
   // AJV: tests/constrain/ajv_validate.js and the npm assets' node_modules (tools/setup.sh).

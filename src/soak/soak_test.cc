@@ -2,6 +2,7 @@
 // checked: events.jsonl one JSON object per line, progress.json and summary.json complete. (The
 // timed CI run is the soak_smoke test: tools/CMakeLists.txt.)
 #include "soak/soak.h"
+#include "soak/watchdog.h"
 
 #include "gemma/error.h"
 #include "model/synth.h"
@@ -10,7 +11,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <atomic>
+#include <chrono>
 #include <set>
+#include <thread>
 #include <string>
 
 namespace gemma::soak {
@@ -64,6 +68,66 @@ TEST(SoakTest, OneStepWritesItsFilesAndReproducesFromTheSeed) {
   fs::remove_all(out);
   const nlohmann::json s2 = RunSoak(o);
   EXPECT_EQ(s2["scenarios"], s1["scenarios"]);
+}
+
+TEST(SoakTest, ThreadReportHasEveryThreadWithItsStack) {
+  std::atomic<bool> stop{false};
+  std::thread spinner([&] {
+    while (!stop.load()) {
+    }
+  });
+  std::thread sleeper([&] {
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  const nlohmann::json threads = ThreadReport();
+  stop = true;
+  spinner.join();
+  sleeper.join();
+  ASSERT_GE(threads.size(), 3u) << threads.dump(2);
+  int with_stack = 0;
+  for (const nlohmann::json& t : threads) {
+    EXPECT_TRUE(t.contains("tid") && t.contains("name") && t.contains("state")) << t.dump();
+    if (t.contains("stack") && !t["stack"].empty()) ++with_stack;
+  }
+  EXPECT_GE(with_stack, 3) << threads.dump(2);  // this thread, the spinner and the sleeper
+}
+
+TEST(SoakTest, HungStepEndsTheRunWithItsReproducerAndStacks) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_hang";
+  fs::remove_all(out);
+  SoakOptions o;
+  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  o.out_dir = out.string();
+  o.threads = 1;
+  o.seed = 11;
+  o.max_steps = 5;
+  o.inject_hang_step = 2;
+  o.step_timeout_s = 0.5;
+  o.command = "gemma-engine soak (test)";
+  EXPECT_EXIT(RunSoak(o), testing::ExitedWithCode(kHungExitStatus), "");
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(out / "summary.json"));
+  EXPECT_FALSE(summary["ok"].get<bool>());
+  EXPECT_TRUE(summary["hung"].get<bool>());
+  EXPECT_EQ(summary["steps"], 2);  // steps 0 and 1 ran
+  const nlohmann::json& r = summary["reproducer"];
+  EXPECT_EQ(r["step"], 2);
+  EXPECT_EQ(r["seed"], 11);
+  EXPECT_NE(r["rerun"].get<std::string>().find("--only-step 2"), std::string::npos);
+  // The hung thread's stack runs through the soak's step.
+  bool found = false;
+  for (const nlohmann::json& t : r["threads"]) {
+    for (const nlohmann::json& f : t.value("stack", nlohmann::json::array()))
+      if (f.get<std::string>().find("nanosleep") != std::string::npos) found = true;
+  }
+  EXPECT_TRUE(found) << r["threads"].dump(2);
+  // events.jsonl ends with the hung step.
+  std::ifstream ev(out / "events.jsonl");
+  std::string line, last;
+  while (std::getline(ev, line)) last = line;
+  const nlohmann::json j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["step"], 2);
+  EXPECT_FALSE(j["ok"].get<bool>());
 }
 
 TEST(SoakTest, DeviceFaultScenariosOnVulkan) {

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "gemma/error.h"
 
@@ -25,18 +27,29 @@ struct Core {
   // Device-local bytes held by every context, what they may hold, and injected faults.
   std::atomic<size_t> device_bytes{0};
   size_t memory_limit = 0;
-  std::atomic<bool> fail_next_submit{false}, fail_next_alloc{false};
+  std::atomic<bool> fail_next_submit{false}, fail_next_alloc{false}, hang_next_wait{false};
+  // A submission did not finish within the step timeout: the device is given up. Its contexts'
+  // handles and the device itself are destroyed on threads of their own once the queue is idle
+  // (after a real hang that wait may never end: those threads wait, nothing else does).
+  std::atomic<bool> abandoned{false};
   std::map<std::string, VkShaderModule> modules;
   std::map<std::pair<std::string, std::vector<uint32_t>>, VkPipeline> pipelines;
 
   ~Core() {
-    if (dev) {
+    if (!dev) return;
+    auto destroy = [dev = dev, pipelines = std::move(pipelines), modules = std::move(modules),
+                    layout = layout, set_layout = set_layout] {
       vkDeviceWaitIdle(dev);
       for (auto& [k, p] : pipelines) vkDestroyPipeline(dev, p, nullptr);
       for (auto& [k, m] : modules) vkDestroyShaderModule(dev, m, nullptr);
       if (layout) vkDestroyPipelineLayout(dev, layout, nullptr);
       if (set_layout) vkDestroyDescriptorSetLayout(dev, set_layout, nullptr);
       vkDestroyDevice(dev, nullptr);
+    };
+    if (abandoned) {
+      std::thread(std::move(destroy)).detach();
+    } else {
+      destroy();
     }
   }
 };
@@ -159,6 +172,7 @@ std::unique_ptr<Device> Device::NewContext() const {
   d->discrete_ = discrete_;
   d->device_local_bytes_ = device_local_bytes_;
   d->spin_us_ = spin_us_;
+  d->step_timeout_s_ = step_timeout_s_;
   d->ts_period_ = ts_period_;
   d->compute_units_ = compute_units_;
   d->max_shared_ = max_shared_;
@@ -246,6 +260,9 @@ void Device::Init(const DeviceOptions& options) {
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   spin_us_ = options.spin_us >= 0 ? options.spin_us : cpu_ ? 0 : 20000;
+  step_timeout_s_ = options.step_timeout_s > 0 ? options.step_timeout_s
+                    : cpu_                     ? kCpuStepTimeoutS
+                                               : kGpuStepTimeoutS;
   dump_dir_ = options.pipeline_dump_dir;
   ts_period_ = p2.properties.limits.timestampPeriod;
   vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
@@ -484,22 +501,32 @@ Device::~Device() { DestroyContext(); }
 
 void Device::DestroyContext() {
   if (!dev_) return;
-  if (queue_) {
-    // (this context's submissions end; waiting on the queue needs its lock)
-    std::lock_guard<std::mutex> lock(core_->queue_mu);
-    vkQueueWaitIdle(queue_);
-  }
-  if (desc_pool_) vkDestroyDescriptorPool(dev_, desc_pool_, nullptr);
-  ReleaseStaging();
-  for (Chunk& c : chunks_) FreeChunk(c);
+  // The context's handles, destroyed once the queue is idle (waiting on it needs its lock): here,
+  // or on a thread of its own where the device was given up (Core::abandoned).
+  std::vector<Chunk> chunks = std::move(chunks_);
+  chunks.push_back(staging_);
+  staging_ = {};
+  staging_bytes_ = 0;
   chunks_.clear();
-  if (fence_) vkDestroyFence(dev_, fence_, nullptr);
-  for (VkEvent e : events_) vkDestroyEvent(dev_, e, nullptr);
-  if (ts_pool_) vkDestroyQueryPool(dev_, ts_pool_, nullptr);
-  if (cmd_pool_) vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
+  auto destroy = [core = core_, dev = dev_, queue = queue_, desc = desc_pool_, fence = fence_,
+                  ts = ts_pool_, cmd = cmd_pool_, chunks = std::move(chunks)]() mutable {
+    if (queue) {
+      std::lock_guard<std::mutex> lock(core->queue_mu);
+      vkQueueWaitIdle(queue);
+    }
+    if (desc) vkDestroyDescriptorPool(dev, desc, nullptr);
+    for (Chunk& c : chunks) FreeChunkOf(*core, dev, c);
+    if (fence) vkDestroyFence(dev, fence, nullptr);
+    if (ts) vkDestroyQueryPool(dev, ts, nullptr);
+    if (cmd) vkDestroyCommandPool(dev, cmd, nullptr);
+  };
+  if (core_->abandoned) {
+    std::thread(std::move(destroy)).detach();
+  } else {
+    destroy();
+  }
   desc_pool_ = VK_NULL_HANDLE;
   fence_ = VK_NULL_HANDLE;
-  events_.clear();
   ts_pool_ = VK_NULL_HANDLE;
   cmd_pool_ = VK_NULL_HANDLE;
 }
@@ -509,16 +536,19 @@ void Device::ReleaseStaging() {
   staging_bytes_ = 0;
 }
 
-void Device::FreeChunk(Chunk& c) {
-  if (c.buf) vkDestroyBuffer(dev_, c.buf, nullptr);
-  if (c.mem) vkFreeMemory(dev_, c.mem, nullptr);
-  core_->device_bytes -= c.device_bytes;
+void Device::FreeChunk(Chunk& c) { FreeChunkOf(*core_, dev_, c); }
+
+void Device::FreeChunkOf(Core& core, VkDevice dev, Chunk& c) {
+  if (c.buf) vkDestroyBuffer(dev, c.buf, nullptr);
+  if (c.mem) vkFreeMemory(dev, c.mem, nullptr);
+  core.device_bytes -= c.device_bytes;
   c = {};
 }
 
 size_t Device::device_memory_in_use() const { return core_->device_bytes; }
 size_t Device::device_memory_limit() const { return core_->memory_limit; }
 void Device::FailNextSubmit() { core_->fail_next_submit = true; }
+void Device::HangNextSubmit() { core_->hang_next_wait = true; }
 void Device::FailNextAllocation() { core_->fail_next_alloc = true; }
 
 namespace {
@@ -922,28 +952,23 @@ void Device::SubmitWait() {
     }
     if (r != VK_NOT_READY) Check(r, "vkGetFenceStatus");
   }
-  Check(vkWaitForFences(dev_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  // A wait past the step timeout is a hung device: given up (Core::abandoned), kDevice here, and
+  // the backend builds a new device at the next request.
+  const VkResult r = core_->hang_next_wait.exchange(false)
+                         ? VK_TIMEOUT
+                         : vkWaitForFences(dev_, 1, &fence_, VK_TRUE,
+                                           static_cast<uint64_t>(step_timeout_s_ * 1e9));
+  if (r == VK_TIMEOUT) {
+    core_->abandoned = true;
+    char what[200];
+    std::snprintf(what, sizeof what,
+                  "vulkan: a submission did not finish within %g s (the device hung or is far "
+                  "too slow); the device is given up and built again at the next request",
+                  step_timeout_s_);
+    throw Error(ErrorCode::kDevice, what);
+  }
+  Check(r, "vkWaitForFences");
   Check(vkResetFences(dev_, 1, &fence_), "vkResetFences");
-}
-
-VkEvent Device::CreateEvent() {
-  VkEventCreateInfo ci{VK_STRUCTURE_TYPE_EVENT_CREATE_INFO};
-  VkEvent e = VK_NULL_HANDLE;
-  Check(vkCreateEvent(dev_, &ci, nullptr, &e), "vkCreateEvent");
-  events_.push_back(e);
-  return e;
-}
-
-void Device::SetEvent(VkEvent e) { Check(vkSetEvent(dev_, e), "vkSetEvent"); }
-
-void Device::ResetEvent(VkEvent e) { Check(vkResetEvent(dev_, e), "vkResetEvent"); }
-
-void Device::WaitHostEvent(VkCommandBuffer cmd, VkEvent e) {
-  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  mb.srcAccessMask = VK_ACCESS_HOST_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
-  vkCmdWaitEvents(cmd, 1, &e, VK_PIPELINE_STAGE_HOST_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 1, &mb, 0,
-                  nullptr, 0, nullptr);
 }
 
 void Device::ResetTimestamps(VkCommandBuffer cmd, uint32_t n) {

@@ -63,7 +63,13 @@ struct DeviceOptions {
   // Device-local bytes this device's contexts may hold together (0: the largest device-local
   // heap). An allocation past it fails as VK_ERROR_OUT_OF_DEVICE_MEMORY does.
   size_t memory_limit = 0;
+  // A submission not finished after this many seconds is a hung device: Error(kDevice), and the
+  // device is given up (0: kGpuStepTimeoutS, kCpuStepTimeoutS on CPU devices).
+  double step_timeout_s = 0;
 };
+
+inline constexpr double kGpuStepTimeoutS = 60;
+inline constexpr double kCpuStepTimeoutS = 600;
 
 // kUpload: written by the host, read by the device (a step's inputs): device-local memory the host
 // can map where the device offers it (a copy from it stays on the device), else as kHost.
@@ -137,12 +143,6 @@ class Device {
   // as Submit does (one submission in flight at a time).
   void SubmitBegin(VkCommandBuffer cmd);
   void SubmitWait();
-  // Events the host sets for a submitted command buffer that waits on them (WaitHostEvent: the
-  // transfers after the wait wait, with the host's writes before vkSetEvent visible to them).
-  VkEvent CreateEvent();
-  void SetEvent(VkEvent e);
-  void ResetEvent(VkEvent e);
-  void WaitHostEvent(VkCommandBuffer cmd, VkEvent e);
   double last_submit_call_us() const { return last_submit_call_us_; }  // vkQueueSubmit's own time
   // kFull: compute/transfer writes -> compute/transfer reads and writes; kCompute: shader writes ->
   // shader reads and writes, compute stage only (between two dispatches); kExecOnly: an execution
@@ -167,6 +167,9 @@ class Device {
   // VK_ERROR_OUT_OF_DEVICE_MEMORY does.
   void FailNextSubmit();
   void FailNextAllocation();
+  // ... the next submission of any context does not finish within the step timeout (as a hung
+  // device: its work completes, but the wait gives up first).
+  void HangNextSubmit();
 
  private:
   struct Chunk {
@@ -188,6 +191,7 @@ class Device {
   uint32_t FindMemoryType(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer);
   Chunk MakeChunk(Pool pool, size_t bytes, const char* what = "a buffer");
   void FreeChunk(Chunk& c);
+  static void FreeChunkOf(Core& core, VkDevice dev, Chunk& c);
   void PrintPipelineStats(const char* shader, const std::vector<uint32_t>& spec, VkPipeline p);
 
   std::shared_ptr<Core> core_;
@@ -199,7 +203,6 @@ class Device {
   uint32_t family_ = 0;
   VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
-  std::vector<VkEvent> events_;
   VkQueryPool ts_pool_ = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
@@ -215,6 +218,7 @@ class Device {
   bool cpu_ = false, discrete_ = false;
   VkDeviceSize device_local_bytes_ = 0;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
+  double step_timeout_s_ = kGpuStepTimeoutS;
   double last_submit_call_us_ = 0;
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;

@@ -47,17 +47,14 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
   int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
   int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
   const bool inline_head = count <= head_rows_;
-  const bool early = m == 1 && early_submit_ == 1 && !host_rows;
   const auto f0 = std::chrono::steady_clock::now();
-  if (!early && m == 1) {
+  if (m == 1) {
     FillInputs(tokens, req.mode, req.allowed, nullptr, soft);
     if (step_times_)
       step_fill_us_.push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
   }
-  if (early) {
-    EarlyDecode(tokens[0], count > 0 ? req.mode : OutputMode::kNone, req.mode, req.allowed);
-  } else if (m == 1) {
+  if (m == 1) {
     SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
   } else {
     // Prompt chunks: the command buffer is recorded by one task of the fill's pool while the
@@ -89,7 +86,7 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
       if (pc) pc->key = PromptKey{};  // (incomplete until End: a throw leaves no entry)
       Begin(cmd, pc != nullptr);
       Rec rc{cmd};
-      RecordInputs(rc, m, req.mode, false, host_rows);
+      RecordInputs(rc, m, req.mode, host_rows);
       out_first = RecordPromptStep(rc, m, pos0, out_first, count);
       if (count > 0 && inline_head) RecordHead(rc, out_first, count, req.mode);
       End(cmd);
@@ -214,47 +211,6 @@ void VulkanBackend::FillInputs(std::span<const int32_t> tokens, OutputMode mode,
   if (mode == OutputMode::kSelect) FillMask(m, allowed);
 }
 
-// A one-token step submitted before its inputs are written (GEMMA_VULKAN_EARLY_SUBMIT): the
-// command buffer waits on ev_in_ for the position and embedding row and on ev_side_ for the PLE
-// rows and mask (RecordInputs), so vkQueueSubmit and the PLE rows' decode run while the GPU
-// starts. The events are set on every path (a throw would otherwise leave the queue waiting).
-void VulkanBackend::EarlyDecode(int32_t token, OutputMode cmd_mode, OutputMode fill_mode,
-                                const std::vector<uint64_t>* allowed) {
-  const VkCommandBuffer cb = DecodeCommand(cmd_mode);
-  const auto t0 = std::chrono::steady_clock::now();
-  dev_->SubmitBegin(cb);
-  // (without the split staging ev_in_ covers every copy: the PLE rows and mask come first)
-  const bool split = in_side_.handle >= 0;
-  auto fill_side = [&] {
-    FillOneTokenSide(token);
-    if (fill_mode == OutputMode::kSelect) FillMask(1, allowed);
-  };
-  try {
-    const auto f0 = std::chrono::steady_clock::now();
-    WriteStepValues(1);
-    FillOneTokenRow(token);
-    if (!split) fill_side();
-    dev_->SetEvent(ev_in_);
-    if (split) fill_side();
-    dev_->SetEvent(ev_side_);
-    if (step_times_)
-      step_fill_us_.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
-  } catch (...) {
-    try {
-      dev_->SetEvent(ev_in_);
-      dev_->SetEvent(ev_side_);
-      dev_->SubmitWait();
-    } catch (...) {
-    }
-    throw;
-  }
-  dev_->SubmitWait();
-  dev_->ResetEvent(ev_in_);
-  dev_->ResetEvent(ev_side_);
-  if (step_times_) NoteStepTimes(t0, std::chrono::steady_clock::now());
-}
-
 void VulkanBackend::ReadHead(int count, OutputMode mode, ForwardResult* out) {
   const int V = cfg_.vocab_size;
   const uint8_t* o = out_host_.r.mapped;
@@ -291,21 +247,8 @@ void VulkanBackend::SubmitDecode(OutputMode mode) {
   NoteStepTimes(t0, std::chrono::steady_clock::now());
 }
 
-// A one-token step's command buffer (DecodeCommand) submitted with its inputs already written
-// (where the inputs are written before the submission): with early submission the
-// buffer waits on the host's events, so they are set first (a wait nobody sets would hold the
-// queue forever) and reset after.
-void VulkanBackend::SubmitFilledDecode(VkCommandBuffer cb) {
-  if (early_submit_) {
-    dev_->SetEvent(ev_in_);
-    dev_->SetEvent(ev_side_);
-  }
-  dev_->Submit(cb);
-  if (early_submit_) {
-    dev_->ResetEvent(ev_in_);
-    dev_->ResetEvent(ev_side_);
-  }
-}
+// A one-token step's command buffer (DecodeCommand) submitted with its inputs written.
+void VulkanBackend::SubmitFilledDecode(VkCommandBuffer cb) { dev_->Submit(cb); }
 
 // One token: the rows decoded into cached memory and copied into the staging buffer in one pass
 // each (the staging memory may be uncached, where element-by-element stores are slow). The
@@ -384,9 +327,9 @@ void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
       return v[v.size() / 2];
     };
     std::fprintf(stderr,
-                 "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES%s) | GPU %.1f us | "
+                 "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES) | GPU %.1f us | "
                  "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
-                 early_submit_ == 1 ? ", early submit" : "", med(step_gpu_us_),
+                 med(step_gpu_us_),
                  med(step_submit_us_), med(step_call_us_),
                  step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
     step_call_us_.clear();

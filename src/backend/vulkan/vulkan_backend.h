@@ -58,6 +58,9 @@ struct VulkanOptions {
   // 0, the sliding rings then hold window + max(window, chunk) entries; a caller's slack bounds the
   // chunk instead (the chunk is at most the slack).
   int max_chunk = 0;
+  // A submission not finished after this many seconds is a hung device: Error(kDevice), the device
+  // is given up and the contexts rebuild on a new one (0: 60 s on GPUs, 600 s on CPU devices).
+  double step_timeout_s = 0;
   // Kernel choices other than their measured defaults (kernel_config.h; benchmarks and tests).
   // The environment variable GEMMA_VULKAN_KERNELS (the same text) applies over it.
   KernelConfig kernels;

@@ -459,8 +459,6 @@ class VulkanBackend : public Backend {
     BufRange head_h{};
     // Early-submit one-token steps: the PLE rows' and mask's copies (after the host's second
     // event) are recorded by RecordBody after the first phase's dispatches, before its barrier.
-    bool side_pending = false;
-    OutputMode side_mode = OutputMode::kNone;
   };
 
   // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
@@ -555,24 +553,13 @@ class VulkanBackend : public Backend {
   // writes for the down projections (XQ 2) and the PLE and down projections' sums (EPI 4, DJ).
   void ZeroOneTokenScratch(VkCommandBuffer cmd);
 
-  // early (one-token steps of the early-submit path): the copies wait for the host's events,
-  // ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
-  // RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
-  // what follows it), else ev_in_ covers them too.
   // host_rows: a prompt chunk's embedding rows are f32 rows from the host (soft tokens), not
   // the stored rows RecordGpuRows decodes.
-  void RecordInputs(Rec& rc, int m, OutputMode mode, bool early = false, bool host_rows = false);
+  void RecordInputs(Rec& rc, int m, OutputMode mode, bool host_rows = false);
 
   // The PLE rows' and mask's copies (from the split staging or the main one) and a one-token
   // step's scratch fills.
   void RecordRestInputs(Rec& rc, int m, OutputMode mode, bool split);
-
-  // The split staging's copies of an early-submit step, after the host's second event.
-  void RecordSideInputs(Rec& rc) {
-    rc.side_pending = false;
-    dev_->WaitHostEvent(rc.cmd, ev_side_);
-    RecordRestInputs(rc, 1, rc.side_mode, true);
-  }
 
   void Begin(VkCommandBuffer cmd, bool reusable) {
     vkResetCommandBuffer(cmd, 0);
@@ -597,10 +584,7 @@ class VulkanBackend : public Backend {
   // One decoded token (inputs written).
   void SubmitDecode(OutputMode mode);
 
-  // A one-token step's command buffer (DecodeCommand) submitted with its inputs already written
-  // (where the inputs are written before the submission): with early submission the
-  // buffer waits on the host's events, so they are set first (a wait nobody sets would hold the
-  // queue forever) and reset after.
+  // A one-token step's command buffer (DecodeCommand) submitted with its inputs written.
   void SubmitFilledDecode(VkCommandBuffer cb);
 
   // GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
@@ -706,13 +690,6 @@ class VulkanBackend : public Backend {
   void FillOneTokenRow(int32_t token, const float* soft = nullptr);
   void FillOneTokenSide(int32_t token);
   void FillMask(int m, const std::vector<uint64_t>* allowed);
-
-  // A one-token step submitted before its inputs are written (GEMMA_VULKAN_EARLY_SUBMIT): the
-  // command buffer waits on ev_in_ for the position and embedding row and on ev_side_ for the PLE
-  // rows and mask (RecordInputs), so vkQueueSubmit and the PLE rows' decode run while the GPU
-  // starts. The events are set on every path (a throw would otherwise leave the queue waiting).
-  void EarlyDecode(int32_t token, OutputMode cmd_mode, OutputMode fill_mode,
-                   const std::vector<uint64_t>* allowed);
 
   // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):
   // with one output row (the last) or none, the layers from Model::shared_tail() (they feed only
@@ -880,9 +857,6 @@ class VulkanBackend : public Backend {
   uint64_t prompt_cmd_clock_ = 0;
   int chunk_cache_ = 4;      // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
   bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
-  int early_submit_ = 1;     // GEMMA_VULKAN_EARLY_SUBMIT: one-token steps wait on host events
-  VkEvent ev_in_ = VK_NULL_HANDLE;    // ... set once the position and embedding row are written
-  VkEvent ev_side_ = VK_NULL_HANDLE;  // ... once the PLE rows and the mask are
   std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
   int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)

@@ -56,6 +56,7 @@ std::shared_ptr<DeviceWeights> BuildDeviceWeights(const Model& model, const Vulk
   dopt.pipeline_stats = kc.Get("PIPE_STATS", 0) != 0;
   dopt.pipeline_dump_dir = vopt.pipeline_dump_dir;
   dopt.memory_limit = vopt.device_memory_limit;
+  dopt.step_timeout_s = vopt.step_timeout_s;
   auto w = std::make_shared<DeviceWeights>();
   w->generation = generation;
   w->dev = std::make_unique<Device>(dopt);
@@ -404,9 +405,6 @@ void VulkanBackend::Build() {
   // row decode overlap the GPU instead of preceding it; 0: fill, then submit.
   // 2 (tests): the buffers record the waits, the inputs are written before the submission and the
   // events set then.
-  early_submit_ = std::clamp(Knob("EARLY_SUBMIT", 1), 0, 2);
-  ev_in_ = dev_->CreateEvent();
-  ev_side_ = dev_->CreateEvent();
   attn_dbg_ = Knob("ATTN_DBG", 0);
   // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
   // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on

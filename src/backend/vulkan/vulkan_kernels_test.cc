@@ -491,8 +491,7 @@ TEST(VulkanKernels, LogitsReduceInOneDispatchMatchesTwoPasses) {
 
 // A step's inputs staged in device-local mappable memory or host memory (GEMMA_VULKAN_UPLOAD_LOCAL)
 // with one-token steps' PLE rows and mask in host memory copied after the first barrier or not
-// (GEMMA_VULKAN_UPLOAD_SPLIT), written before the submission or after it, the command buffer
-// waiting on the host's events (GEMMA_VULKAN_EARLY_SUBMIT, the default): the same kernels on the
+// (GEMMA_VULKAN_UPLOAD_SPLIT): the same kernels on the
 // same inputs, so the same logits, ids and log-probs in every output mode (and steps without an
 // output), prompt chunks and one-token steps, and the ids of the CPU reference.
 TEST(VulkanKernels, StepInputStagingLayoutsGiveIdenticalSteps) {
@@ -506,11 +505,7 @@ TEST(VulkanKernels, StepInputStagingLayoutsGiveIdenticalSteps) {
   const std::vector<Knobs> variants = {
       {{"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
       {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}},
-      {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
-      {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}},
-      {{"GEMMA_VULKAN_EARLY_SUBMIT", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}},
-      // the waiting buffers submitted after the inputs are written
-      {{"GEMMA_VULKAN_EARLY_SUBMIT", "2"}}};
+      {{"GEMMA_VULKAN_UPLOAD_LOCAL", "0"}, {"GEMMA_VULKAN_UPLOAD_SPLIT", "0"}}};
   for (const Knobs& env : variants) {
     SCOPED_TRACE("knobs:" + KnobsText(env));
     base->Reset();

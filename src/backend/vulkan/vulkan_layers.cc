@@ -15,7 +15,6 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
       LinearOp(rc, ple_proj_, h_.r, H, ple_.r, LP, 0, m);
     }
     NormOp(rc, m, nullptr, nullptr, 1.0f, &layers_[0].input_norm, true, a_.r);
-    if (rc.side_pending) RecordSideInputs(rc);
     Barrier(rc);
     if (P > 0) {
       PlePush pc{static_cast<uint32_t>(P), static_cast<uint32_t>(LP), model_.ple_model_proj_scale(),
@@ -408,15 +407,10 @@ int VulkanBackend::RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int
   return 0;
 }
 
-// early (one-token steps of the early-submit path): the copies wait for the host's events,
-// ev_in_ before the first; with the split staging the PLE rows' and mask's copies are left to
-// RecordBody (RecordSideInputs after the first phase's dispatches: a wait there holds back only
-// what follows it), else ev_in_ covers them too.
-void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool early, bool host_rows) {
+void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool host_rows) {
   const int H = cfg_.hidden_size;
   const VkBuffer src = in_host_.r.buf;
   const VkDeviceSize base = in_host_.r.offset;
-  if (early) dev_->WaitHostEvent(rc.cmd, ev_in_);
   VkBufferCopy cp{base, step_.r.offset, 16};
   vkCmdCopyBuffer(rc.cmd, src, step_.r.buf, 1, &cp);
   if (m > 1 && gpu_rows_ && !host_rows) {
@@ -431,11 +425,6 @@ void VulkanBackend::RecordInputs(Rec& rc, int m, OutputMode mode, bool early, bo
   // run beside it. Every caller records the body next.
   const bool split = m == 1 && in_side_.handle >= 0;
   if (split) Barrier(rc);
-  if (split && early) {
-    rc.side_pending = true;
-    rc.side_mode = mode;
-    return;
-  }
   RecordRestInputs(rc, m, mode, split);
   if (!split) Barrier(rc);
 }
@@ -495,12 +484,9 @@ VkCommandBuffer VulkanBackend::DecodeCommand(OutputMode mode) {
   rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
   if (step_times_) {
     dev_->ResetTimestamps(cb, 2);
-    // (with early submission the first timestamp follows the input event's wait; the wait holds
-    // back transfers only, so a driver may still write the timestamp before it ends)
-    if (early_submit_) dev_->WaitHostEvent(cb, ev_in_);
     dev_->WriteTimestamp(cb, 0);
   }
-  RecordInputs(rc, 1, mode, early_submit_ != 0);
+  RecordInputs(rc, 1, mode);
   RecordBody(rc, 1, splits_);
   if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
   if (step_times_) dev_->WriteTimestamp(cb, 1);

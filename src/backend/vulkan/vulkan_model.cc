@@ -48,10 +48,16 @@ class VulkanModel : public BackendModel {
   }
   bool InjectDeviceFault(DeviceFault fault) override {
     const auto w = shared_->Acquire();
-    if (fault == DeviceFault::kDeviceLoss) {
-      w->dev->FailNextSubmit();
-    } else {
-      w->dev->FailNextAllocation();
+    switch (fault) {
+      case DeviceFault::kDeviceLoss:
+        w->dev->FailNextSubmit();
+        break;
+      case DeviceFault::kOutOfDeviceMemory:
+        w->dev->FailNextAllocation();
+        break;
+      case DeviceFault::kHang:
+        w->dev->HangNextSubmit();
+        break;
     }
     return true;
   }

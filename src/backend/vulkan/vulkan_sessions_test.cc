@@ -186,7 +186,11 @@ TEST(VulkanSessions, LongPromptChunksShareTheEnginesActivations) {
   EXPECT_EQ(got_ids, want_ids);
 }
 
-TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
+// A device fault during one context's step (`fault`, injected at the model): the request fails with
+// kDevice (its message containing `message`) and commits nothing; the failing context's next step
+// builds a new device and replays its conversation, and the other context, still on the old
+// device, moves over at its next step and replays its own.
+void ExpectFaultKeepsEveryConversation(DeviceFault fault, const std::string& message) {
   auto model = LoadFixture("tiny_qat");
   auto vm = MakeVulkanModel(*model);
   if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
@@ -199,7 +203,7 @@ TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
   auto b = vm->NewContext({.capacity = 128});
   std::vector<int32_t> got_a = Decode(*a, kPromptA, 6);
   std::vector<int32_t> got_b = Decode(*b, kPromptB, 6);
-  ASSERT_TRUE(SimulateVulkanDeviceLoss(*a));
+  ASSERT_TRUE(vm->InjectDeviceFault(fault));
   const int committed = a->cached();
   std::vector<int32_t> tried = got_a;
   try {
@@ -207,10 +211,9 @@ TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
     FAIL() << "expected a device error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kDevice);
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
   }
   EXPECT_EQ(a->cached(), committed);
-  // A's next step builds a new device and replays A; B, still on the old one, moves over on its
-  // next step and replays its own conversation.
   while (got_a.size() < want_a.size()) {
     Step(*a, got_a);
     Step(*b, got_b);
@@ -222,9 +225,20 @@ TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
   GetVulkanStats(*b, &sb);
   EXPECT_EQ(sa.rebuilds, 1);
   EXPECT_EQ(sb.rebuilds, 1);
-  // A context made after the loss runs on the new device.
+  // A context made after the fault runs on the new device.
   auto c = vm->NewContext({.capacity = 128});
   EXPECT_EQ(Decode(*c, kPromptB, 12), want_b);
+}
+
+TEST(VulkanSessions, DeviceLossInOneContextKeepsEveryConversation) {
+  ExpectFaultKeepsEveryConversation(DeviceFault::kDeviceLoss, "VK_ERROR_DEVICE_LOST");
+}
+
+// A submission that does not finish within the step timeout (a hung device; injected: the work
+// completes, the wait gives up first): the device is given up, its handles destroyed on threads
+// of their own once its queue is idle.
+TEST(VulkanSessions, HungSubmissionGivesTheDeviceUpAndKeepsEveryConversation) {
+  ExpectFaultKeepsEveryConversation(DeviceFault::kHang, "did not finish within");
 }
 
 TEST(VulkanSessions, OutOfDeviceMemoryIsACapacityErrorAndLosesNothing) {

@@ -1198,7 +1198,11 @@ json Soak::Run() {
             {"ok", false},
             {"error", std::string("unexpected: ") + e.what()}};
     }
-    if (watchdog_) watchdog_->End();
+    // (a step that ends just after the watchdog called it hung: Hung is writing the files and
+    // ending the process; this thread leaves them alone)
+    if (watchdog_ && watchdog_->End()) {
+      while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
     ev["ms"] = t.Ms();
     ++steps_;
     ++counts_[scenario];

@@ -208,9 +208,10 @@ void StepWatchdog::Begin(int64_t step, const std::string& scenario) {
   s_->cv.notify_all();
 }
 
-void StepWatchdog::End() {
+bool StepWatchdog::End() {
   std::lock_guard<std::mutex> lock(s_->mu);
   s_->active = false;
+  return s_->fired;
 }
 
 }  // namespace gemma::soak

@@ -29,7 +29,8 @@ class StepWatchdog {
   StepWatchdog& operator=(const StepWatchdog&) = delete;
 
   void Begin(int64_t step, const std::string& scenario);
-  void End();
+  // The step ended; true when on_hang was already called for it.
+  bool End();
 
  private:
   struct State;

@@ -53,8 +53,6 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
     if (step_times_)
       step_fill_us_.push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
-  }
-  if (m == 1) {
     SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
   } else {
     // Prompt chunks: the command buffer is recorded by one task of the fill's pool while the

@@ -39,8 +39,6 @@ void AddSoakCommand(CLI::App& app) {
   cmd->add_option("--step-timeout", o->s.step_timeout_s,
                   "A step running longer than this many seconds is a hang: every thread's stack "
                   "goes into summary.json and the process exits with status 3 (0 = no limit)");
-  cmd->add_option("--inject-hang-step", o->s.inject_hang_step,
-                  "Testing the watchdog: this step never returns");
   cmd->add_option("--max-rss-slope", o->s.max_rss_slope_mib_per_min,
                   "Fail when RSS (or device memory) grows faster than this many MiB/min after "
                   "warm-up (0 = report only)");

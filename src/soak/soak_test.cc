@@ -22,6 +22,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Options for a run on models/tiny-trained, one thread per engine, writing into a fresh
+// test_artifacts/<name> (returned in *out).
+SoakOptions TinyTrainedOptions(const char* name, fs::path* out) {
+  *out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / name;
+  fs::remove_all(*out);
+  SoakOptions o;
+  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  o.out_dir = out->string();
+  o.threads = 1;
+  return o;
+}
+
 TEST(SoakTest, SlopeIsLeastSquares) {
   // y = 3x + 1 exactly, then with symmetric noise that leaves the slope unchanged.
   EXPECT_DOUBLE_EQ(Slope({0, 1, 2, 3}, {1, 4, 7, 10}), 3.0);
@@ -37,12 +49,8 @@ TEST(SoakTest, ResidentBytesIsPlausible) {
 }
 
 TEST(SoakTest, OneStepWritesItsFilesAndReproducesFromTheSeed) {
-  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_unit";
-  fs::remove_all(out);
-  SoakOptions o;
-  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
-  o.out_dir = out.string();
-  o.threads = 1;
+  fs::path out;
+  SoakOptions o = TinyTrainedOptions("soak_unit", &out);
   o.seed = 7;
   o.only_step = 3;
   const nlohmann::json s1 = RunSoak(o);
@@ -94,12 +102,8 @@ TEST(SoakTest, ThreadReportHasEveryThreadWithItsStack) {
 
 TEST(SoakTest, HungStepEndsTheRunWithItsReproducerAndStacks) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_hang";
-  fs::remove_all(out);
-  SoakOptions o;
-  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
-  o.out_dir = out.string();
-  o.threads = 1;
+  fs::path out;
+  SoakOptions o = TinyTrainedOptions("soak_hang", &out);
   o.seed = 11;
   o.max_steps = 5;
   o.inject_hang_step = 2;
@@ -131,13 +135,9 @@ TEST(SoakTest, HungStepEndsTheRunWithItsReproducerAndStacks) {
 }
 
 TEST(SoakTest, DeviceFaultScenariosOnVulkan) {
-  const fs::path out = fs::path(GEMMA_BINARY_DIR) / "test_artifacts" / "soak_vulkan";
-  fs::remove_all(out);
-  SoakOptions o;
-  o.model_path = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
-  o.out_dir = out.string();
+  fs::path out;
+  SoakOptions o = TinyTrainedOptions("soak_vulkan", &out);
   o.backend = "vulkan";
-  o.threads = 1;
   o.seed = 2;  // (its two steps: one device_loss, one device_oom)
   o.minutes = 10;
   o.max_steps = 2;

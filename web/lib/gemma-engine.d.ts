@@ -163,9 +163,12 @@ export interface LoadOptions {
   /** "auto": WebGPU where there is a usable adapter, else the CPU (info.backend says which). */
   backend?: 'webgpu' | 'cpu' | 'cpu-ref' | 'auto';
   context?: number;
-  /** Node only: Dawn for Node (npm `webgpu`) for the WebGPU backend: the package's path or name
-   *  and its create() flags, e.g. { module: '/path/node_modules/webgpu', flags: ['backend=vulkan'] }. */
-  webgpu?: { module?: string; flags?: string[] };
+  /** The WebGPU backend. module, flags (Node only): Dawn for Node (npm `webgpu`), the package's
+   *  path or name and its create() flags, e.g. { module: '/path/node_modules/webgpu', flags:
+   *  ['backend=vulkan'] }. kernels: "workgroup" (a workgroup per row, head or block: GPUs), "rows"
+   *  (one invocation per row: CPU adapters), "auto" (default: rows on CPU adapters such as
+   *  SwiftShader, else workgroup); info.device names the adapter and the family. */
+  webgpu?: { module?: string; flags?: string[]; kernels?: 'auto' | 'workgroup' | 'rows' };
   /** > 1: the pthreads build (gemma-engine-mt.js beside the module) with that many threads where
    *  SharedArrayBuffer works (Node, a cross-origin isolated page); otherwise one thread. */
   threads?: number;

@@ -192,8 +192,9 @@ export class Engine {
 // {url, files?, optional?} (fetched: config.json, model.safetensors, tokenizer.json, and
 // generation_config.json, chat_template.jinja when present). backend: "webgpu" | "cpu" | "cpu-ref" |
 // "auto" (WebGPU where the page has it, else the CPU; engine.info.backend and .device say which).
-// webgpu (Node only): {module, flags}, Dawn for Node's npm package `webgpu` and its create() flags
-// (e.g. ["backend=vulkan"]). onProgress({file, loaded, total}) while fetching. threads: > 1
+// webgpu: {kernels} ("auto" | "workgroup" | "rows": the WebGPU kernel family) and, Node only,
+// {module, flags}: Dawn for Node's npm package `webgpu` and its create() flags (e.g.
+// ["backend=vulkan"]). onProgress({file, loaded, total}) while fetching. threads: > 1
 // runs the pthreads build (gemma-engine-mt.js beside the module) where SharedArrayBuffer works
 // (Node, a cross-origin isolated page), else one thread; engine.info.threads says which.
 export async function loadEngine({ model, name, backend = 'auto', context = 4096, threads = 1, onProgress, webgpu,

@@ -47,7 +47,7 @@ async function init(msg) {
       M = null;  // no pthreads build here: the single-threaded module
     }
   }
-  await load({ ...msg, gpu: await nodeGpu(msg) });
+  await load({ ...msg, gpu: await nodeGpu(msg), gpuKernels: msg.webgpu?.kernels });
 }
 
 // The GPU for the WebGPU backend: the page's navigator.gpu, or under Node Dawn's (the npm
@@ -64,7 +64,7 @@ async function nodeGpu(msg) {
   return dawn.create(msg.webgpu.flags ?? []);
 }
 
-async function load({ moduleUrl, wasmUrl, pthreads, gpu }) {
+async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -81,6 +81,7 @@ async function load({ moduleUrl, wasmUrl, pthreads, gpu }) {
   // empty pool's load).
   const opts = pthreads ? { gemmaPthreads: Math.max(1, pthreads) } : {};
   if (gpu) opts.gpu = gpu;
+  if (gpuKernels) opts.gpuKernels = gpuKernels;
   M = await create(wasmBinary ? { wasmBinary, ...opts }
                               : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });
 }

@@ -19,6 +19,7 @@
 // webgpu_library.js
 extern "C" {
 int gw_init();
+int gw_kernels();
 int gw_generation();
 int gw_failed();
 void gw_error(char* out, int len);
@@ -188,6 +189,11 @@ class WebGpuModel : public BackendModel {
   const GpuLinear& Lin(const Linear& l) const { return linears_.at(&l); }
   int Vec(const std::vector<float>& v) const { return v.empty() ? 0 : vectors_.at(&v); }
   int pipeline(Kernel k) const { return pipelines_[k]; }
+  // The kernel family (docs/webgpu.md, "Kernels"): a workgroup per row, head or block (GPUs), or
+  // one invocation per row (CPU adapters such as SwiftShader, where barriers are expensive).
+  bool workgroup() const { return workgroup_; }
+  // Workgroups for `items` rows (norms, argmax), heads or the like: one each, or 64 per group.
+  uint32_t Items(int items) const { return workgroup_ ? items : Groups(items, 64); }
 
   // Records y[n, rows] = lin(x[n, cols]) (x rows at x_off with stride x_stride); SRQ inputs are
   // quantized into xq first.
@@ -208,7 +214,13 @@ class WebGpuModel : public BackendModel {
     p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
         .u(y_off).u(y_stride).u(srq ? 1 : 0).f(lin.in_scale).f(lin.out_scale);
     const int b[] = {g.w, g.scale, x, y};
-    gw_dispatch(pipelines_[kLinear], b, 4, p.data(), p.size(), Groups(lin.rows, 64), n, 1);
+    if (workgroup_) {
+      const uint32_t blocks = Groups(lin.rows, 4);  // linear_wg.wgsl: 4 rows x 4 tokens each
+      gw_dispatch(pipelines_[kLinear], b, 4, p.data(), p.size(), std::min(blocks, 16384u),
+                  (blocks + 16383) / 16384, Groups(n, 4));
+    } else {
+      gw_dispatch(pipelines_[kLinear], b, 4, p.data(), p.size(), Groups(lin.rows, 64), n, 1);
+    }
   }
 
  private:
@@ -224,6 +236,7 @@ class WebGpuModel : public BackendModel {
   std::map<const Linear*, GpuLinear> linears_;
   std::map<const std::vector<float>*, int> vectors_;
   int pipelines_[kNumKernels] = {};
+  bool workgroup_ = false;
 };
 
 void WebGpuModel::ReleaseWeights() {
@@ -300,14 +313,20 @@ void WebGpuModel::Build() {
   }
   char info[256] = {0};
   gw_info(info, sizeof info);
-  AdapterName() = info;
+  workgroup_ = gw_kernels() == 1;
+  AdapterName() = std::string(info) + (workgroup_ ? ", workgroup kernels" : ", row kernels");
   static const char* const kNames[kNumKernels] = {
       "linear", "quant", "rmsnorm", "head_norm", "attention", "gelu_mul", "ple_combine",
       "softcap", "argmax"};
   for (int k = 0; k < kNumKernels; ++k) {
-    const std::string code = std::string(kWgslPrelude) + WgslSource(kNames[k]);
-    pipelines_[k] = gw_pipeline(kNames[k], code.c_str());
-    if (pipelines_[k] < 0) ThrowDevice(std::string("WGSL ") + kNames[k]);
+    std::string name = kNames[k];
+    if (workgroup_ && (k == kLinear || k == kRmsNorm || k == kHeadNorm || k == kAttention ||
+                       k == kArgmax)) {
+      name += "_wg";
+    }
+    const std::string code = std::string(kWgslPrelude) + WgslSource(name.c_str());
+    pipelines_[k] = gw_pipeline(name.c_str(), code.c_str());
+    if (pipelines_[k] < 0) ThrowDevice("WGSL " + name);
   }
   for (size_t l = 0; l < model_.layer_weights().size(); ++l) {
     const LayerWeights& w = model_.layer_weights()[l];
@@ -521,7 +540,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     p.u(rows_n).u(width).u(x_off).u(width).u(y_off).u(width).u(wv.empty() ? 0 : 1).u(mode)
         .f(eps).f(scale);
     const int b[] = {x, w, y};
-    gw_dispatch(M.pipeline(kRmsNorm), b, 3, p.data(), p.size(), Groups(rows_n, 64), 1, 1);
+    gw_dispatch(M.pipeline(kRmsNorm), b, 3, p.data(), p.size(), M.Items(rows_n), 1, 1);
   };
   auto head_norm = [&](int src, const std::vector<float>& w, int heads, int hd, bool rope,
                        int cs, int dst, bool to_cache, int ring) {
@@ -529,7 +548,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     p.u(m).u(heads).u(hd).u(w.empty() ? 0 : 1).u(rope ? 1 : 0).u(to_cache ? 1 : 0).u(pos0)
         .u(ring).u(0).u(0).f(eps);
     const int b[] = {src, M.Vec(w), cs, dst};
-    gw_dispatch(M.pipeline(kHeadNorm), b, 4, p.data(), p.size(), Groups(heads, 64), m, 1);
+    gw_dispatch(M.pipeline(kHeadNorm), b, 4, p.data(), p.size(), M.Items(heads), m, 1);
   };
 
   for (int l = 0; l < L; ++l) {
@@ -551,7 +570,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       Params a;
       a.u(m).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0).u(p.window).u(slot.ring);
       const int b[] = {q_, slot.k, slot.v, attn_};
-      gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(), Groups(nh, 32), m, 1);
+      gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(),
+                  M.workgroup() ? nh : Groups(nh, 32), m, 1);
     }
     M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, m, xq_);
     norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, 0, m, H, 1, 1.0f, w.post_attn_norm);
@@ -601,7 +621,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       Params am;
       am.u(rows_n).u(V);
       const int b[] = {logits_, ids_};
-      gw_dispatch(M.pipeline(kArgmax), b, 2, am.data(), am.size(), Groups(rows_n, 64), 1, 1);
+      gw_dispatch(M.pipeline(kArgmax), b, 2, am.data(), am.size(), M.Items(rows_n), 1, 1);
       std::vector<int32_t> ids(rows_n);
       if (gw_read(ids_, 0, ids.data(), ids.size() * 4) != 0) ThrowDevice("webgpu");
       out->ids.insert(out->ids.end(), ids.begin(), ids.end());

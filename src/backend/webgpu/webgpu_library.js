@@ -10,6 +10,7 @@ mergeInto(LibraryManager.library, {
     lost: '',
     error: '',
     info: '',
+    kernels: 0,           // 1: the workgroup kernels (*_wg.wgsl), 0: one invocation per row
     buffers: [null],
     pipelines: [null],
     encoder: null,
@@ -59,6 +60,13 @@ mergeInto(LibraryManager.library, {
       }
       const ai = adapter.info || {};
       GW.info = [ai.vendor, ai.architecture, ai.device, ai.description].filter((s) => s).join(' ') || 'WebGPU adapter';
+      // The kernel family: Module.gpuKernels ('workgroup' | 'rows' | 'auto'); auto takes the
+      // workgroup kernels except on adapters that run on the CPU (SwiftShader, llvmpipe, WARP),
+      // where a workgroup barrier costs a coroutine switch per invocation (docs/webgpu.md).
+      const choice = Module['gpuKernels'] || 'auto';
+      const cpuAdapter = adapter.isFallbackAdapter || ai.isFallbackAdapter ||
+                         /swiftshader|llvmpipe|lavapipe|warp|microsoft basic render/i.test(GW.info);
+      GW.kernels = choice === 'workgroup' || (choice === 'auto' && !cpuAdapter) ? 1 : 0;
       GW.device = device;
       GW.lost = '';
       GW.generation++;
@@ -82,6 +90,9 @@ mergeInto(LibraryManager.library, {
       return 0;
     });
   },
+
+  gw_kernels__deps: ['$GW'],
+  gw_kernels: function() { return GW.kernels; },
 
   gw_generation__deps: ['$GW'],
   gw_generation: function() { return GW.generation; },

@@ -53,3 +53,26 @@ fn gelu_tanh(x: f32) -> f32 {
   let inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
   return 0.5 * x * (1.0 + tanh_f(inner));
 }
+
+// Float-float sums for the workgroup kernels: a value is (hi, lo) with hi = fl(hi + lo), so a sum
+// keeps about 44 bits and its result no longer depends on the order the invocations add in (the
+// CPU reference sums in f64). TwoSum is exact in f32 arithmetic without FMA; the terms added are
+// f32 products, rounded as a plain f32 dot product rounds them.
+fn ff_norm(s: f32, e: f32) -> vec2<f32> {
+  let h = s + e;
+  return vec2<f32>(h, e - (h - s));
+}
+
+fn ff_add1(a: vec2<f32>, b: f32) -> vec2<f32> {
+  let s = a.x + b;
+  let bb = s - a.x;
+  let e = (a.x - (s - bb)) + (b - bb);
+  return ff_norm(s, e + a.y);
+}
+
+fn ff_add(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+  let s = a.x + b.x;
+  let bb = s - a.x;
+  let e = (a.x - (s - bb)) + (b.x - bb);
+  return ff_norm(s, e + (a.y + b.y));
+}

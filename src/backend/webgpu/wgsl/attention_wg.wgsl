@@ -1,0 +1,106 @@
+// attention.wgsl with a workgroup per query head and token (GPU adapters). Keys in blocks of 64,
+// one key per invocation: its score is that invocation's float-float dot with the query (held in
+// workgroup memory); the maximum over the keys is reduced first, then each block's weights
+// exp(s - max) go through workgroup memory and every invocation accumulates its own output
+// dimensions (d = lane, lane + 64, ...; head_dim <= 512) in float-float, reading the value rows
+// coalesced. The denominator is a float-float tree over the invocations' sums.
+struct P {
+  n: u32, heads: u32, hd: u32, group: u32,
+  kv_width: u32, pos0: u32, window: u32, ring: u32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+
+var<workgroup> qs: array<f32, 512>;
+var<workgroup> ew: array<f32, 64>;
+var<workgroup> red: array<vec2<f32>, 64>;
+
+fn score(j: u32, kvo: u32) -> f32 {
+  let kb = (j % p.ring) * p.kv_width + kvo;
+  var s = vec2<f32>(0.0, 0.0);
+  for (var i = 0u; i < p.hd; i++) {
+    s = ff_add1(s, qs[i] * kc[kb + i]);
+  }
+  return s.x + s.y;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let h = wg.x;
+  let t = wg.y;
+  if (h >= p.heads || t >= p.n) {
+    return;
+  }
+  let pos = p.pos0 + t;
+  var first = 0u;
+  if (p.window > 0u && pos + 1u > p.window) {
+    first = pos + 1u - p.window;
+  }
+  let qb = (t * p.heads + h) * p.hd;
+  let kvo = (h / p.group) * p.hd;
+  for (var i = li; i < p.hd; i += 64u) {
+    qs[i] = q[qb + i];
+  }
+  workgroupBarrier();
+
+  var mx = -3.4e38;
+  for (var j = first + li; j <= pos; j += 64u) {
+    mx = max(mx, score(j, kvo));
+  }
+  red[li] = vec2<f32>(mx, 0.0);
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (li < s) {
+      red[li].x = max(red[li].x, red[li + s].x);
+    }
+    workgroupBarrier();
+  }
+  mx = red[0].x;
+  workgroupBarrier();
+
+  var sum = vec2<f32>(0.0, 0.0);
+  var acc: array<vec2<f32>, 8>;
+  for (var k = 0u; k < 8u; k++) {
+    acc[k] = vec2<f32>(0.0, 0.0);
+  }
+  for (var j0 = first; j0 <= pos; j0 += 64u) {
+    let j = j0 + li;
+    var e = 0.0;
+    if (j <= pos) {
+      e = exp(score(j, kvo) - mx);
+      sum = ff_add1(sum, e);
+    }
+    ew[li] = e;
+    workgroupBarrier();
+    let nb = min(64u, pos + 1u - j0);
+    for (var jj = 0u; jj < nb; jj++) {
+      let ej = ew[jj];
+      let vb = ((j0 + jj) % p.ring) * p.kv_width + kvo;
+      for (var k = 0u; k < 8u; k++) {
+        let d = li + 64u * k;
+        if (d < p.hd) {
+          acc[k] = ff_add1(acc[k], ej * vc[vb + d]);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  red[li] = sum;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (li < s) {
+      red[li] = ff_add(red[li], red[li + s]);
+    }
+    workgroupBarrier();
+  }
+  let total = red[0].x + red[0].y;
+  for (var k = 0u; k < 8u; k++) {
+    let d = li + 64u * k;
+    if (d < p.hd) {
+      o[qb + d] = (acc[k].x + acc[k].y) / total;
+    }
+  }
+}

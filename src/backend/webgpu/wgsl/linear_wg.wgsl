@@ -1,0 +1,142 @@
+// linear.wgsl with a workgroup per block of 4 output rows and 4 tokens (GPU adapters): the 64
+// invocations read the rows' u32 words in turn (coalesced; each word serves the 4 tokens), each
+// keeping a partial sum per row and token (float-float for dense kinds and quantized ones without
+// an SRQ input; exact i32 for SRQ inputs), added up after one barrier. The row and token loops
+// have constant bounds (guarded inside) so that compilers unroll them and keep the partial sums
+// in registers.
+// Workgroups: x + 16384 y = the row block, z = the token block.
+struct P {
+  rows: u32, cols: u32, row_words: u32, kind: u32,
+  n: u32, x_off: u32, x_stride: u32, y_off: u32,
+  y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+const R: u32 = 4u;
+const T: u32 = 4u;
+var<workgroup> red: array<vec2<f32>, 1024>;  // [token][row][invocation]
+var<workgroup> redi: array<i32, 1024>;
+
+fn per_word() -> u32 {
+  switch p.kind {
+    case KIND_F32: { return 1u; }
+    case KIND_BF16, KIND_F16: { return 2u; }
+    case KIND_Q8: { return 4u; }
+    case KIND_Q4: { return 8u; }
+    default: { return 16u; }
+  }
+}
+
+// Element k of a weight word: the value (dense kinds) or the integer code (quantized kinds).
+fn dense_at(word: u32, k: u32) -> f32 {
+  if (p.kind == KIND_F32) {
+    return bitcast<f32>(word);
+  }
+  if (p.kind == KIND_BF16) {
+    return bitcast<f32>(select(word & 0xffff0000u, word << 16u, k == 0u));
+  }
+  return unpack2x16float(word)[k];
+}
+
+fn code_at(word: u32, k: u32) -> i32 {
+  if (p.kind == KIND_Q8) {
+    return bitcast<i32>(word << (24u - 8u * k)) >> 24u;
+  }
+  if (p.kind == KIND_Q4) {
+    return i32((word >> (4u * k)) & 15u) - 8;
+  }
+  return i32((word >> (2u * k)) & 3u) - 2;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let o0 = (wg.y * 16384u + wg.x) * R;
+  let t0 = wg.z * T;
+  if (o0 >= p.rows || t0 >= p.n) {
+    return;
+  }
+  let per = per_word();
+  let quant = p.kind >= KIND_Q2;
+  let srq = quant && p.srq_in != 0u;
+  let nr = min(R, p.rows - o0);
+  let nt = min(T, p.n - t0);
+  var accf: array<array<vec2<f32>, 4>, 4>;  // [token][row]
+  var acci: array<array<i32, 4>, 4>;
+  for (var t = 0u; t < T; t++) {
+    for (var r = 0u; r < R; r++) {
+      accf[t][r] = vec2<f32>(0.0, 0.0);
+      acci[t][r] = 0;
+    }
+  }
+  var wv: array<u32, 4>;
+  for (var wi = li; wi < p.row_words; wi += 64u) {
+    let i0 = wi * per;
+    let m = min(per, p.cols - i0);
+    for (var r = 0u; r < R; r++) {
+      if (r < nr) {
+        wv[r] = w[(o0 + r) * p.row_words + wi];
+      }
+    }
+    for (var t = 0u; t < T; t++) {
+      if (t < nt) {
+        let xb = p.x_off + (t0 + t) * p.x_stride + i0;
+        for (var k = 0u; k < m; k++) {
+          let xk = x[xb + k];
+          for (var r = 0u; r < R; r++) {
+            if (srq) {
+              acci[t][r] += code_at(wv[r], k) * i32(xk);
+            } else if (quant) {
+              accf[t][r] = ff_add1(accf[t][r], f32(code_at(wv[r], k)) * xk);
+            } else {
+              accf[t][r] = ff_add1(accf[t][r], dense_at(wv[r], k) * xk);
+            }
+          }
+        }
+      }
+    }
+  }
+  for (var t = 0u; t < T; t++) {
+    for (var r = 0u; r < R; r++) {
+      red[(t * R + r) * 64u + li] = accf[t][r];
+      redi[(t * R + r) * 64u + li] = acci[t][r];
+    }
+  }
+  workgroupBarrier();
+  // One barrier, then each of the T x R sums adds its 64 partials in turn (a tree of barriers
+  // costs more, on GPUs and more so on CPU adapters).
+  if (li < T * R) {
+    var v = red[li * 64u];
+    var vi = redi[li * 64u];
+    for (var j = 1u; j < 64u; j++) {
+      v = ff_add(v, red[li * 64u + j]);
+      vi += redi[li * 64u + j];
+    }
+    red[li * 64u] = v;
+    redi[li * 64u] = vi;
+  }
+  if (li < T * R) {
+    let t = li / R;
+    let r = li % R;
+    if (t < nt && r < nr) {
+      let o = o0 + r;
+      var out = 0.0;
+      if (srq) {
+        out = f32(redi[li * 64u]) * p.in_scale * scale[o];
+      } else {
+        let v = red[li * 64u];
+        out = v.x + v.y;
+        if (quant) {
+          out = out * scale[o];
+        }
+      }
+      if (p.out_scale > 0.0) {
+        out = srq_code(out, p.out_scale) * p.out_scale;
+      }
+      y[p.y_off + (t0 + t) * p.y_stride + o] = out;
+    }
+  }
+}

@@ -311,6 +311,12 @@ void WebGpuModel::Build() {
                                                             : ErrorCode::kDevice,
                 e);
   }
+  for (const LayerPlan& p : model_.layers()) {
+    if (p.head_dim > 512) {
+      throw Error(ErrorCode::kUnsupported, "the WebGPU backend's attention takes head_dim <= 512 (layer has " +
+                                               std::to_string(p.head_dim) + ")");
+    }
+  }
   char info[256] = {0};
   gw_info(info, sizeof info);
   workgroup_ = gw_kernels() == 1;

@@ -22,6 +22,10 @@ mergeInto(LibraryManager.library, {
     stagingSize: 0,
     dummy: null,
     pending: [],
+    // Bind groups by pipeline, parameter slot and buffers: a decode step records the same
+    // dispatches every time, so after the first step no bind group is created (each creation
+    // is a validated call into the implementation). Emptied when a buffer goes away.
+    bindGroups: new Map(),
     fail: function(message) {
       if (!GW.error) GW.error = message;
       return -1;
@@ -86,6 +90,7 @@ mergeInto(LibraryManager.library, {
       GW.staging = null;
       GW.stagingSize = 0;
       GW.params = new ArrayBuffer(256 * 64);
+      GW.bindGroups = new Map();
       GW.dummy = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
       return 0;
     });
@@ -136,6 +141,7 @@ mergeInto(LibraryManager.library, {
     if (b) {
       b.destroy();
       GW.buffers[h] = null;
+      GW.bindGroups.clear();
     }
   },
 
@@ -182,12 +188,8 @@ mergeInto(LibraryManager.library, {
     }
     const slot = GW.paramSlots++;
     new Uint32Array(GW.params, slot * 256, nparams).set(HEAPU32.subarray(params >>> 2, (params >>> 2) + nparams));
-    const entries = [];
-    for (let i = 0; i < nbufs; ++i) {
-      const h = HEAP32[(bufs >>> 2) + i];
-      entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } });
-    }
-    GW.pending.push({ pipeline: GW.pipelines[p], slot, entries, gx, gy, gz });
+    const handles = HEAP32.subarray(bufs >>> 2, (bufs >>> 2) + nbufs);
+    GW.pending.push({ p, slot, handles: Array.from(handles), key: p + ':' + slot + ':' + handles.join(','), gx, gy, gz });
   },
 
   // Submits what was recorded; 0, or -1 when the device is lost or failed.
@@ -198,6 +200,7 @@ mergeInto(LibraryManager.library, {
     const bytes = GW.paramSlots * 256;
     if (bytes > GW.paramCapacity) {
       if (GW.paramBuffer) GW.paramBuffer.destroy();
+      GW.bindGroups.clear();
       GW.paramCapacity = Math.max(bytes, 2 * GW.paramCapacity, 64 * 256);
       GW.paramBuffer = GW.device.createBuffer({ size: GW.paramCapacity,
                                                 usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
@@ -205,10 +208,17 @@ mergeInto(LibraryManager.library, {
     GW.device.queue.writeBuffer(GW.paramBuffer, 0, GW.params, 0, bytes);
     const pass = GW.encoder.beginComputePass();
     for (const d of GW.pending) {
-      const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } },
-                       ...d.entries];
-      pass.setPipeline(d.pipeline);
-      pass.setBindGroup(0, GW.device.createBindGroup({ layout: d.pipeline.getBindGroupLayout(0), entries }));
+      const pipeline = GW.pipelines[d.p];
+      let group = GW.bindGroups.get(d.key);
+      if (!group) {
+        const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } }];
+        d.handles.forEach((h, i) => entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } }));
+        group = GW.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+        if (GW.bindGroups.size >= 65536) GW.bindGroups.clear();  // many contexts' shapes
+        GW.bindGroups.set(d.key, group);
+      }
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
       pass.dispatchWorkgroups(d.gx, d.gy, d.gz);
     }
     pass.end();

@@ -1,6 +1,7 @@
 // attention.wgsl with a workgroup per query head and token (GPU adapters). Keys in blocks of 64,
-// one key per invocation: its score is that invocation's float-float dot with the query (held in
-// workgroup memory); the maximum over the keys is reduced first, then each block's weights
+// one key per invocation: its score is that invocation's dot with the query (held in workgroup
+// memory), in float-float over blocks of 8; the maximum over the keys is reduced first (the first
+// 2,048 scores kept in workgroup memory for the second pass), then each block's weights
 // exp(s - max) go through workgroup memory and every invocation accumulates its own output
 // dimensions (d = lane, lane + 64, ...; head_dim <= 512) in float-float, reading the value rows
 // coalesced. The denominator is a float-float tree over the invocations' sums.
@@ -17,11 +18,24 @@ struct P {
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
 var<workgroup> red: array<vec2<f32>, 64>;
+// The scores of the first 2,048 keys, kept from the first pass (later keys are scored again).
+const KEEP: u32 = 2048u;
+var<workgroup> sc: array<f32, 2048>;
 
+// q . K_j: blocks of 8 products summed pairwise in f32 (a fixed order, short dependency
+// chains), the blocks (and a tail of single products) in float-float.
 fn score(j: u32, kvo: u32) -> f32 {
   let kb = (j % p.ring) * p.kv_width + kvo;
   var s = vec2<f32>(0.0, 0.0);
-  for (var i = 0u; i < p.hd; i++) {
+  var i = 0u;
+  for (; i + 8u <= p.hd; i += 8u) {
+    let a = (qs[i] * kc[kb + i] + qs[i + 1u] * kc[kb + i + 1u]) +
+            (qs[i + 2u] * kc[kb + i + 2u] + qs[i + 3u] * kc[kb + i + 3u]);
+    let b = (qs[i + 4u] * kc[kb + i + 4u] + qs[i + 5u] * kc[kb + i + 5u]) +
+            (qs[i + 6u] * kc[kb + i + 6u] + qs[i + 7u] * kc[kb + i + 7u]);
+    s = ff_add1(s, a + b);
+  }
+  for (; i < p.hd; i++) {
     s = ff_add1(s, qs[i] * kc[kb + i]);
   }
   return s.x + s.y;
@@ -48,7 +62,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
   var mx = -3.4e38;
   for (var j = first + li; j <= pos; j += 64u) {
-    mx = max(mx, score(j, kvo));
+    let s = score(j, kvo);
+    if (j - first < KEEP) {
+      sc[j - first] = s;
+    }
+    mx = max(mx, s);
   }
   red[li] = vec2<f32>(mx, 0.0);
   workgroupBarrier();
@@ -70,7 +88,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let j = j0 + li;
     var e = 0.0;
     if (j <= pos) {
-      e = exp(score(j, kvo) - mx);
+      var s = 0.0;
+      if (j - first < KEEP) {
+        s = sc[j - first];
+      } else {
+        s = score(j, kvo);
+      }
+      e = exp(s - mx);
       sum = ff_add1(sum, e);
     }
     ew[li] = e;

@@ -203,6 +203,9 @@ export async function loadEngine({ model, name, backend = 'auto', context = 4096
   if (!['webgpu', 'cpu', 'cpu-ref', 'auto'].includes(backend)) {
     throw new GemmaError({ code: 'unsupported', message: `backend '${backend}' is not in the WebAssembly build (webgpu, cpu, cpu-ref, auto)` });
   }
+  if (webgpu?.kernels !== undefined && !['auto', 'workgroup', 'rows'].includes(webgpu.kernels)) {
+    throw new GemmaError({ code: 'invalid_argument', message: `webgpu.kernels '${webgpu.kernels}' is not one of auto, workgroup, rows` });
+  }
   wasmUrl ??= new URL('gemma-engine.wasm', moduleUrl).href;
   const workerUrl = new URL('./worker.mjs', import.meta.url);
   let channel;

@@ -17,7 +17,7 @@ struct P {
 
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
-var<workgroup> red: array<vec2<f32>, 64>;
+var<workgroup> red: array<f32, 64>;
 // The scores of the first 2,048 keys, kept from the first pass (later keys are scored again).
 const KEEP: u32 = 2048u;
 var<workgroup> sc: array<f32, 2048>;
@@ -68,15 +68,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     mx = max(mx, s);
   }
-  red[li] = vec2<f32>(mx, 0.0);
+  red[li] = mx;
   workgroupBarrier();
   for (var s = 32u; s > 0u; s >>= 1u) {
     if (li < s) {
-      red[li].x = max(red[li].x, red[li + s].x);
+      red[li] = max(red[li], red[li + s]);
     }
     workgroupBarrier();
   }
-  mx = red[0].x;
+  mx = red[0];
   workgroupBarrier();
 
   var sum = vec2<f32>(0.0, 0.0);
@@ -112,15 +112,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
   }
-  red[li] = sum;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      red[li] = ff_add(red[li], red[li + s]);
-    }
-    workgroupBarrier();
-  }
-  let total = red[0].x + red[0].y;
+  let tot = ff_workgroup_sum(sum, li);
+  let total = tot.x + tot.y;
   for (var k = 0u; k < 8u; k++) {
     let d = li + 64u * k;
     if (d < p.hd) {

@@ -11,8 +11,6 @@ struct P {
 @group(0) @binding(3) var<storage, read> cs: array<f32>;  // [n][hd]: cos of each pair, then sin
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 
-var<workgroup> red: array<vec2<f32>, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let h = wg.x;
@@ -30,15 +28,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   for (var i = li; i < p.hd; i += 64u) {
     ss = ff_add1(ss, src[sb + i] * src[sb + i]);
   }
-  red[li] = ss;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      red[li] = ff_add(red[li], red[li + s]);
-    }
-    workgroupBarrier();
-  }
-  let tot = red[0];
+  let tot = ff_workgroup_sum(ss, li);
   let inv = inverseSqrt(tot.x / f32(p.hd) + tot.y / f32(p.hd) + p.eps);
   let half = p.hd / 2u;
   for (var i = li; i < half; i += 64u) {

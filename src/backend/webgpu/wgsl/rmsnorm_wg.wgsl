@@ -10,8 +10,6 @@ struct P {
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-var<workgroup> red: array<vec2<f32>, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let r = wg.x;
@@ -25,15 +23,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let v = x[xb + i];
     ss = ff_add1(ss, v * v);
   }
-  red[li] = ss;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      red[li] = ff_add(red[li], red[li + s]);
-    }
-    workgroupBarrier();
-  }
-  let tot = red[0];
+  let tot = ff_workgroup_sum(ss, li);
   let inv = inverseSqrt(tot.x / f32(p.width) + tot.y / f32(p.width) + p.eps);
   for (var i = li; i < p.width; i += 64u) {
     var v = x[xb + i] * inv;

@@ -457,8 +457,6 @@ class VulkanBackend : public Backend {
     const Buf* head_wt = nullptr;
     float head_scale = 1.0f;
     BufRange head_h{};
-    // Early-submit one-token steps: the PLE rows' and mask's copies (after the host's second
-    // event) are recorded by RecordBody after the first phase's dispatches, before its barrier.
   };
 
   // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.

@@ -399,12 +399,6 @@ void VulkanBackend::Build() {
       light_barrier_ = vk::Device::BarrierKind::kFull;
   }
   step_times_ = Knob("STEP_TIMES", 0) != 0 && dev_->has_timestamps();
-  // One-token steps submitted before their inputs are written: the command buffer waits on a
-  // host event before its first copy (the step's position and embedding row) and on a second
-  // before the PLE rows' and mask's copies (after the first phase), so vkQueueSubmit and the
-  // row decode overlap the GPU instead of preceding it; 0: fill, then submit.
-  // 2 (tests): the buffers record the waits, the inputs are written before the submission and the
-  // events set then.
   attn_dbg_ = Knob("ATTN_DBG", 0);
   // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
   // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on

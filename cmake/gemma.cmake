@@ -46,14 +46,18 @@ function(gemma_test name)
     target_compile_definitions(${name} PRIVATE GEMMA_SANITIZED=1)
   endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  set(env LP_NUM_THREADS=1)
+  if(GEMMA_SANITIZE MATCHES "thread")  # (no Vulkan in these builds: docs/reliability.md)
+    set(env "TSAN_OPTIONS=suppressions=${GEMMA_ROOT}/tests/tsan.supp")
+  endif()
   if(A_SLOW_FILTER)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "-${A_SLOW_FILTER}"
-                         PROPERTIES TIMEOUT 900 LABELS ${A_LABEL} ENVIRONMENT LP_NUM_THREADS=1)
+                         PROPERTIES TIMEOUT 900 LABELS ${A_LABEL} ENVIRONMENT ${env})
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "${A_SLOW_FILTER}"
                          PROPERTIES TIMEOUT 3600 LABELS slow)
   else()
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                         PROPERTIES TIMEOUT 900 LABELS ${A_LABEL} ENVIRONMENT LP_NUM_THREADS=1)
+                         PROPERTIES TIMEOUT 900 LABELS ${A_LABEL} ENVIRONMENT ${env})
   endif()
 endfunction()
 

@@ -80,13 +80,10 @@ void VisionKernels::Attention(const float* q, const float* kk, const float* v, i
   }
 }
 
-std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches& img,
-                                      const VisionKernels& kern) {
-  const VisionConfig& c = t.config;
-  const int n = img.patches_h * img.patches_w;
-  const int D = c.hidden_size, hd = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
+void CheckVisionInput(const VisionConfig& c, const VisionPatches& img) {
   const int k = c.pooling_kernel_size;
-  if (n <= 0 || img.patches_h % k != 0 || img.patches_w % k != 0) {
+  if (img.patches_h <= 0 || img.patches_w <= 0 || img.patches_h % k != 0 ||
+      img.patches_w % k != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "vision input: the patch grid must be a positive "
                 "multiple of the pooling kernel");
@@ -96,6 +93,15 @@ std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches&
                 "vision input: more patches per side than the "
                 "position table has rows");
   }
+}
+
+std::vector<float> VisionTowerForward(const VisionTower& t, const VisionPatches& img,
+                                      const VisionKernels& kern) {
+  const VisionConfig& c = t.config;
+  CheckVisionInput(c, img);
+  const int n = img.patches_h * img.patches_w;
+  const int D = c.hidden_size, hd = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
+  const int k = c.pooling_kernel_size;
   const float eps = c.rms_norm_eps;
   const int p2 = 3 * c.patch_size * c.patch_size;
 

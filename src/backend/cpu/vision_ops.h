@@ -41,6 +41,10 @@ class VisionKernels {
 void ClippedForward(const VisionKernels& kernels, const ClippedLinear& cl, const float* x, int n,
                     float* y);
 
+// Error(kInvalidArgument) for a patch grid the tower cannot take (not a positive multiple of the
+// pooling kernel, or more patches per side than the position table has rows).
+void CheckVisionInput(const VisionConfig& config, const VisionPatches& image);
+
 // The tower's output before embed_vision: [patches / pooling^2, vision hidden].
 std::vector<float> VisionTowerForward(const VisionTower& tower, const VisionPatches& image,
                                       const VisionKernels& kernels = VisionKernels());

@@ -1,10 +1,12 @@
 #include "backend/vulkan/vulkan_tower.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/audio_ops.h"
 #include "backend/cpu/fast/cpu_fast_backend.h"
+#include "backend/cpu/reference_ops.h"
 #include "backend/cpu/vision_ops.h"
 #include "backend/vulkan/vulkan_backend_impl.h"  // KindCode
 #include "core/thread_pool.h"
@@ -71,6 +73,39 @@ size_t TowerAligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlig
 // Floats per operand a pass of tower_gemm takes (larger inputs run in passes of fewer tokens).
 constexpr size_t kPassFloats = size_t{16} << 20;
 
+// tower_gemm.comp's push constants.
+struct GemmPush {
+  uint32_t n, K, N, wstride, flags;
+  float in_min, in_max, out_min, out_max;
+};
+
+GemmPush MakeGemmPush(const gemma::Linear& lin, uint32_t wstride, int n) {
+  GemmPush pc{};
+  pc.n = static_cast<uint32_t>(n);
+  pc.K = static_cast<uint32_t>(lin.cols);
+  pc.N = static_cast<uint32_t>(lin.rows);
+  pc.wstride = wstride;
+  return pc;
+}
+
+// A clippable linear's bounds into tower_gemm's push constants (infinite bounds: no clamp, as
+// ref::ClippedForward).
+void SetClamps(const ClippedLinear& cl, GemmPush* pc) {
+  if (std::isfinite(cl.in_min) || std::isfinite(cl.in_max)) pc->flags |= 1;
+  if (std::isfinite(cl.out_min) || std::isfinite(cl.out_max)) pc->flags |= 2;
+  pc->in_min = cl.in_min;
+  pc->in_max = cl.in_max;
+  pc->out_min = cl.out_min;
+  pc->out_max = cl.out_max;
+}
+
+// Workgroups of 256 for `count` elements (tower_ew, tower_pool): x at most 65,535, the rest in y.
+std::pair<uint32_t, uint32_t> Grid256(size_t count) {
+  const size_t groups = std::max<size_t>(1, (count + 255) / 256);
+  const size_t gx = std::min<size_t>(groups, 65535);
+  return {static_cast<uint32_t>(gx), static_cast<uint32_t>((groups + gx - 1) / gx)};
+}
+
 }  // namespace
 
 bool DeviceTowerLinear(const gemma::Linear& lin) {
@@ -91,6 +126,7 @@ void VulkanTower::EncodeImage(const Model& model, const VisionPatches& image,
     FastEncodeImage(model, pool_, image, soft);
     return;
   }
+  if (EncodeImageResident(*t, image, soft)) return;
   const std::unique_ptr<ref::VisionKernels> host =
       MakeFastTowerKernels(pool_, FastVisionF32Ops(*t));
   const DeviceKernels kernels(*this, *host);
@@ -133,6 +169,246 @@ const VulkanTower::Weights& VulkanTower::Upload(const gemma::Linear& lin) {
     wdev_->Upload(wt.s, 0, lin.row_scale, 4u * lin.rows);
   }
   return weights_.emplace(key, wt).first->second;
+}
+
+void VulkanTower::UploadFloats(const std::vector<const std::vector<float>*>& vs) {
+  std::vector<std::pair<const std::vector<float>*, int>> todo;
+  for (const std::vector<float>* v : vs) {
+    if (v->empty() || floats_.count(v->data())) continue;
+    todo.emplace_back(v, wdev_->Reserve(Pool::kDevice, v->size() * 4));
+  }
+  if (todo.empty()) return;
+  wdev_->Commit("a tower's norm weights");  // (one allocation for all of them)
+  for (const auto& [v, h] : todo) {
+    const BufRange r = wdev_->Get(h);
+    wdev_->Upload(r, 0, v->data(), v->size() * 4);
+    floats_.emplace(v->data(), r);
+  }
+}
+
+bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches& img,
+                                      std::vector<float>* soft) {
+  const VisionConfig& c = t.config;
+  const int D = c.hidden_size, hd = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
+  const int I = c.intermediate_size, k = c.pooling_kernel_size, T = t.embed_proj.rows;
+  const int p2 = 3 * c.patch_size * c.patch_size;
+  // What the kernels take: every linear on the device, heads that tower_qkv and tower_attn hold,
+  // the sandwich norms with their weights.
+  if (hd % 4 != 0 || hd > 128 || nkv <= 0 || nh % nkv != 0) return false;
+  if (!DeviceTowerLinear(t.input_proj) || !DeviceTowerLinear(t.embed_proj)) return false;
+  if (c.standardize && (t.std_bias.size() != size_t(D) || t.std_scale.size() != size_t(D)))
+    return false;
+  if (t.input_proj.cols != p2 || t.input_proj.rows != D || t.embed_proj.cols != D) return false;
+  for (const VisionLayerWeights& l : t.layers) {
+    for (const ClippedLinear* cl : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      if (!DeviceTowerLinear(cl->lin)) return false;
+    for (const std::vector<float>* w :
+         {&l.input_norm, &l.post_attn_norm, &l.pre_ffn_norm, &l.post_ffn_norm})
+      if (w->size() != static_cast<size_t>(D)) return false;
+    for (const std::vector<float>* w : {&l.q_norm, &l.k_norm})
+      if (!w->empty() && w->size() != static_cast<size_t>(hd)) return false;
+  }
+  ref::CheckVisionInput(c, img);
+  {
+    std::vector<const std::vector<float>*> vs;
+    for (const VisionLayerWeights& l : t.layers)
+      vs.insert(vs.end(), {&l.input_norm, &l.post_attn_norm, &l.pre_ffn_norm, &l.post_ffn_norm,
+                           &l.q_norm, &l.k_norm});
+    if (c.standardize) vs.insert(vs.end(), {&t.std_bias, &t.std_scale});
+    UploadFloats(vs);
+  }
+  auto floats = [&](const std::vector<float>& v) { return floats_.at(v.data()); };
+  const int n = img.patches_h * img.patches_w, pw = img.patches_w, ph = img.patches_h;
+  const int m = n / (k * k);
+  const int slots = nh + 2 * nkv;
+  if ((size_t(n) * slots + 63) / 64 > 65535) return false;  // tower_qkv's grid
+
+  // The host's part: the patches' values 2 (p - 0.5), the image's position rows (pw column rows,
+  // then ph row rows) and the RoPE angles' cos / sin by position, as ref::VisionTowerForward
+  // computes them.
+  std::vector<float> pix(size_t(n) * p2);
+  for (size_t i = 0; i < pix.size(); ++i) pix[i] = 2.0f * (img.pixels[i] - 0.5f);
+  std::vector<float> pos(size_t(pw + ph) * D);
+  for (int x = 0; x < pw; ++x) ref::EmbeddingRow(t.position_table, x, &pos[size_t(x) * D]);
+  for (int y = 0; y < ph; ++y)
+    ref::EmbeddingRow(t.position_table, c.position_embedding_size + y, &pos[size_t(pw + y) * D]);
+  RopeParams rp;
+  rp.theta = c.rope.theta;
+  const std::vector<float> inv = ref::RopeInvFreq(rp, hd / 2);
+  const int q4 = hd / 4, sides = std::max(pw, ph);
+  std::vector<float> cs(size_t(sides) * q4 * 2);
+  for (int p = 0; p < sides; ++p) {
+    for (int i = 0; i < q4; ++i) {
+      const float f = static_cast<float>(p) * inv[i];
+      cs[(size_t(p) * q4 + i) * 2] = std::cos(f);
+      cs[(size_t(p) * q4 + i) * 2 + 1] = std::sin(f);
+    }
+  }
+
+  // Activations for n patches (kept, made again to grow; whole buffers are bound, so the
+  // descriptor sets of one capacity are made once).
+  if (!idev_ || n > img_cap_) {
+    idev_.reset();
+    std::unique_ptr<vk::Device> dev = wdev_->NewContext();
+    const size_t N = n, Dn = N * D;
+    const size_t sizes[] = {N * p2,       (N + 1) * D,   N * q4 * 2, Dn,        Dn,
+                            N * nh * hd,  N * nkv * hd,  N * nkv * hd, N * nh * hd, Dn,
+                            N * I,        N * I,         N * D,      N * D,     N * T};
+    int hs[16];
+    for (int i = 0; i < 15; ++i) hs[i] = dev->Reserve(Pool::kDevice, std::max<size_t>(4, sizes[i] * 4));
+    hs[15] = dev->Reserve(Pool::kHost, N * T * 4);
+    dev->Commit("a tower's activations");
+    BufRange* r[16] = {&ib_.pix, &ib_.pos,    &ib_.cs,     &ib_.h,   &ib_.a,   &ib_.q,
+                       &ib_.k,   &ib_.v,      &ib_.att,    &ib_.tmp, &ib_.g,   &ib_.u,
+                       &ib_.pooled, &ib_.normed, &ib_.out, &ib_.host};
+    for (int i = 0; i < 16; ++i) *r[i] = dev->Get(hs[i]);
+    icmd_ = dev->AllocCommandBuffer();
+    idev_ = std::move(dev);
+    img_cap_ = n;
+  }
+  vk::Device& dev = *idev_;
+  dev.Upload(ib_.pix, 0, pix.data(), pix.size() * 4);
+  dev.Upload(ib_.pos, 0, pos.data(), pos.size() * 4);
+  dev.Upload(ib_.cs, 0, cs.data(), cs.size() * 4);
+
+  const VkCommandBuffer cmd = icmd_;
+  vkResetCommandBuffer(cmd, 0);
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  if (vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
+    throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
+  using Bindings = std::array<BufRange, vk::kBindings>;
+  auto dispatch = [&](const char* shader, const std::vector<uint32_t>& spec, const Bindings& b,
+                      const void* push, size_t push_bytes, uint32_t gx, uint32_t gy) {
+    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev.Pipeline(shader, spec));
+    const VkDescriptorSet set = dev.Set(b);
+    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev.layout(), 0, 1, &set, 0,
+                            nullptr);
+    vkCmdPushConstants(cmd, dev.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       static_cast<uint32_t>(push_bytes), push);
+    vkCmdDispatch(cmd, gx, gy, 1);
+    dev.Barrier(cmd, vk::Device::BarrierKind::kCompute);
+  };
+  auto gemm = [&](const gemma::Linear& lin, const ClippedLinear* clamps, const BufRange& x,
+                  const BufRange& y, int rows) {
+    const Weights& wt = Upload(lin);
+    GemmPush pc = MakeGemmPush(lin, wt.wstride, rows);
+    if (clamps) SetClamps(*clamps, &pc);
+    Bindings b{};
+    b[0] = x;
+    b[1] = wt.w;
+    b[2] = wt.s;
+    b[3] = y;
+    dispatch("tower_gemm", {0u, KindCode(lin.kind)}, b, &pc, sizeof(pc),
+             static_cast<uint32_t>((lin.rows + 63) / 64), static_cast<uint32_t>((rows + 63) / 64));
+  };
+  auto clipped = [&](const ClippedLinear& cl, const BufRange& x, const BufRange& y) {
+    gemm(cl.lin, &cl, x, y, n);
+  };
+  // resnorm.comp: h += rmsnorm(tin) * wt (when tin), then a = rmsnorm(h) (* wa) (when a).
+  auto norm = [&](const BufRange& h, const BufRange* tin, const std::vector<float>* wt,
+                  const BufRange* a, const std::vector<float>* wa, int rows) {
+    NormPush pc{};
+    pc.n = static_cast<uint32_t>(D);
+    pc.has_t = tin != nullptr;
+    pc.has_a = a != nullptr;
+    pc.has_wa = wa != nullptr;
+    pc.scale = 1.0f;
+    pc.eps = c.rms_norm_eps;
+    pc.h_stride = pc.t_stride = pc.a_stride = static_cast<uint32_t>(D);
+    Bindings b{};
+    b[0] = h;
+    if (tin) b[1] = *tin;
+    if (wt) b[2] = floats(*wt);
+    if (a) b[3] = *a;
+    if (wa) b[4] = floats(*wa);
+    dispatch("resnorm", {256u}, b, &pc, sizeof(pc), static_cast<uint32_t>(rows), 1);
+  };
+  auto ew = [&](uint32_t mode, const BufRange& a, const BufRange& b_in, size_t count) {
+    const uint32_t pc[3] = {static_cast<uint32_t>(count), static_cast<uint32_t>(D),
+                            static_cast<uint32_t>(pw)};
+    Bindings b{};
+    b[0] = a;
+    b[1] = b_in;
+    const auto [gx, gy] = Grid256(count);
+    dispatch("tower_ew", {0u, mode}, b, pc, sizeof(pc), gx, gy);
+  };
+
+  gemm(t.input_proj, nullptr, ib_.pix, ib_.h, n);
+  ew(0, ib_.h, ib_.pos, size_t(n) * D);
+  for (const VisionLayerWeights& l : t.layers) {
+    norm(ib_.h, nullptr, nullptr, &ib_.a, &l.input_norm, n);
+    clipped(l.q, ib_.a, ib_.q);
+    clipped(l.k, ib_.a, ib_.k);
+    clipped(l.v, ib_.a, ib_.v);
+    {
+      struct {
+        uint32_t n, nh, nkv, pw;
+        float eps;
+        uint32_t has_qn, has_kn;
+      } pc{static_cast<uint32_t>(n), static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv),
+           static_cast<uint32_t>(pw), c.rms_norm_eps, !l.q_norm.empty(), !l.k_norm.empty()};
+      Bindings b{};
+      b[0] = ib_.q;
+      b[1] = ib_.k;
+      b[2] = ib_.v;
+      if (!l.q_norm.empty()) b[3] = floats(l.q_norm);
+      if (!l.k_norm.empty()) b[4] = floats(l.k_norm);
+      b[5] = ib_.cs;
+      dispatch("tower_qkv", {0u, static_cast<uint32_t>(hd)}, b, &pc, sizeof(pc),
+               static_cast<uint32_t>((size_t(n) * slots + 63) / 64), 1);
+    }
+    {
+      const uint32_t pc[3] = {static_cast<uint32_t>(n), 0u, static_cast<uint32_t>(n)};
+      Bindings b{};
+      b[0] = ib_.q;
+      b[1] = ib_.k;
+      b[2] = ib_.v;
+      b[3] = ib_.att;
+      dispatch("tower_attn",
+               {0u, static_cast<uint32_t>(hd), static_cast<uint32_t>(nh),
+                static_cast<uint32_t>(nkv)},
+               b, pc, sizeof(pc), static_cast<uint32_t>((n + 63) / 64), static_cast<uint32_t>(nh));
+    }
+    clipped(l.o, ib_.att, ib_.tmp);
+    norm(ib_.h, &ib_.tmp, &l.post_attn_norm, &ib_.a, &l.pre_ffn_norm, n);
+    clipped(l.gate, ib_.a, ib_.g);
+    clipped(l.up, ib_.a, ib_.u);
+    ew(1, ib_.g, ib_.u, size_t(n) * I);
+    clipped(l.down, ib_.g, ib_.tmp);
+    norm(ib_.h, &ib_.tmp, &l.post_ffn_norm, nullptr, nullptr, n);
+  }
+  {
+    const float root = static_cast<float>(std::sqrt(static_cast<double>(D)));
+    struct {
+      uint32_t D, pw, k, m, standardize;
+      float wk, root;
+    } pc{static_cast<uint32_t>(D), static_cast<uint32_t>(pw), static_cast<uint32_t>(k),
+         static_cast<uint32_t>(m), c.standardize ? 1u : 0u, 1.0f / static_cast<float>(k * k),
+         root};
+    Bindings b{};
+    b[0] = ib_.h;
+    b[1] = ib_.pooled;
+    if (c.standardize) {
+      b[2] = floats(t.std_bias);
+      b[3] = floats(t.std_scale);
+    }
+    const auto [gx, gy] = Grid256(size_t(m) * D);
+    dispatch("tower_pool", {0u}, b, &pc, sizeof(pc), gx, gy);
+  }
+  norm(ib_.pooled, nullptr, nullptr, &ib_.normed, nullptr, m);  // embed_vision's norm
+  gemm(t.embed_proj, nullptr, ib_.normed, ib_.out, m);
+  dev.Barrier(cmd);
+  const size_t out_b = size_t(m) * T * 4;
+  const VkBufferCopy cp{ib_.out.offset, ib_.host.offset, out_b};
+  vkCmdCopyBuffer(cmd, ib_.out.buf, ib_.host.buf, 1, &cp);
+  if (vkEndCommandBuffer(cmd) != VK_SUCCESS)
+    throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
+  dev.Submit(cmd);
+  soft->assign(reinterpret_cast<const float*>(ib_.host.mapped),
+               reinterpret_cast<const float*>(ib_.host.mapped) + size_t(m) * T);
+  return true;
 }
 
 void VulkanTower::Reserve(size_t in, size_t out) {
@@ -192,9 +468,8 @@ void VulkanTower::Linear(const gemma::Linear& lin, const float* x, int n, float*
     b[1] = wt.w;
     b[2] = wt.s;
     b[3] = {out_.buf, out_.offset, out_b};
-    const uint32_t pc[4] = {static_cast<uint32_t>(m), static_cast<uint32_t>(K),
-                            static_cast<uint32_t>(N), wt.wstride};
-    Run("tower_gemm", {0u, KindCode(lin.kind)}, b, pc, sizeof(pc),
+    const GemmPush pc = MakeGemmPush(lin, wt.wstride, m);
+    Run("tower_gemm", {0u, KindCode(lin.kind)}, b, &pc, sizeof(pc),
         static_cast<uint32_t>((N + 63) / 64), static_cast<uint32_t>((m + 63) / 64), out_b);
     std::memcpy(y + size_t(t0) * N, host_.mapped, out_b);
   }

@@ -1,10 +1,14 @@
-// The vision and audio towers on a Vulkan device: their linears (tower_gemm.comp: dense weights and
-// quantized codes times the row scale, f32 sums) and the vision tower's bidirectional attention
-// (tower_attn.comp: online softmax in f32) run on the device; norms, RoPE, clamps, activations,
-// pooling, the audio tower's convolutions and its chunked local attention stay on the host (the
-// reference's arithmetic, with the fast CPU backend's kernels on a thread pool). Each operation
-// uploads its inputs and reads its output back; the weights are uploaded at their first use and
-// kept.
+// The vision and audio towers on a Vulkan device.
+//
+// Images: the whole tower is resident. The patches go up once, one command buffer runs every
+// layer (tower_gemm.comp for the clippable linears with their clamps, resnorm.comp for the
+// sandwich norms and residual adds, tower_qkv.comp for the per-head norms and 2D RoPE,
+// tower_attn.comp for the bidirectional attention, tower_ew.comp for the position rows and the
+// GELU, tower_pool.comp for the pooling), then embed_vision, and the soft tokens come back once.
+// Audio: the linears (tower_gemm.comp: dense weights and quantized codes times the row scale, f32
+// sums) run on the device and the rest on the host (the reference's arithmetic, with the fast CPU
+// backend's kernels on a thread pool); each linear uploads its input and reads its output back.
+// Weights, norm vectors and the like are uploaded at their first use and kept.
 //
 // Towers with SRQ linears (input or output activation scales) run wholly on the host, as the fast
 // CPU backend runs them: their int8 roundings turn f32 ordering differences into flips (on the
@@ -12,6 +16,7 @@
 // around its SRQ layer, against 6.6e-4 on the CPU).
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -40,6 +45,10 @@ class VulkanTower {
 
   // y[n, lin.rows] = x[n, lin.cols] W^T on the device (dense, or quantized without SRQ scales).
   void Linear(const gemma::Linear& lin, const float* x, int n, float* y);
+  // The image path above, wholly on the device (a tower whose every linear DeviceTowerLinear
+  // takes and whose heads fit tower_qkv / tower_attn); false when it is not such a tower.
+  bool EncodeImageResident(const VisionTower& t, const VisionPatches& image,
+                           std::vector<float>* soft);
   // Bidirectional attention, scale 1 (ref::VisionKernels::Attention's contract; hd <= 128).
   void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
                  float* out);
@@ -54,6 +63,9 @@ class VulkanTower {
   // storage with a Linear of its own, as the audio tower's convolutions do).
   using WeightKey = std::tuple<const uint8_t*, const float*, int, int, size_t, WeightKind>;
   const Weights& Upload(const gemma::Linear& lin);
+  // Float vectors (norm weights, standardize vectors) on the device, kept like the weights
+  // (floats_, by their storage); empty ones are left out.
+  void UploadFloats(const std::vector<const std::vector<float>*>& vs);
   // Device buffers of at least `in` and `out` floats, and a host buffer of `out` floats.
   void Reserve(size_t in, size_t out);
   void Run(const char* shader, const std::vector<uint32_t>& spec,
@@ -63,6 +75,15 @@ class VulkanTower {
   ThreadPool& pool_;
   std::unique_ptr<vk::Device> wdev_;  // the weights' context
   std::map<WeightKey, Weights> weights_;
+  std::map<const float*, vk::BufRange> floats_;
+  // The resident image path's activations (made again to grow): capacity in patches.
+  struct ImageBufs {
+    vk::BufRange pix, pos, cs, h, a, q, k, v, att, tmp, g, u, pooled, normed, out, host;
+  };
+  std::unique_ptr<vk::Device> idev_;
+  ImageBufs ib_;
+  int img_cap_ = 0, img_rows_cap_ = 0;
+  VkCommandBuffer icmd_ = VK_NULL_HANDLE;
   std::unique_ptr<vk::Device> adev_;  // the activations' context (made again to grow)
   size_t in_cap_ = 0, out_cap_ = 0;
   vk::BufRange in_, out_, host_;

@@ -6,7 +6,8 @@
 // 4 int4, 5 int8: codes LSB first in each word, int2 / int4 offset by 2 / 8) as their integer codes,
 // and the sum is then multiplied by the row's scale in f64 (the reference's epilogue). Rows of w are
 // `wstride` u32 words apart. Grid: (blocks of 64 rows of w, blocks of 64 tokens); 256 invocations,
-// each 4 x 4 outputs.
+// each 4 x 4 outputs. A clippable linear's bounds (flags 1: inputs, 2: outputs) clamp x as it is
+// loaded and y as it is stored (ref::ClippedForward).
 layout(local_size_x = 256) in;
 layout(constant_id = 1) const uint KIND = 1;
 
@@ -20,6 +21,8 @@ layout(push_constant) uniform P {
   uint K;        // columns (x's row length)
   uint N;        // rows of w (y's row length)
   uint wstride;  // u32 words per row of w
+  uint flags;    // 1: clamp x to [in_min, in_max]; 2: clamp y to [out_min, out_max]
+  float in_min, in_max, out_min, out_max;
 } p;
 
 const uint BM = 64, BN = 64, BK = 32;
@@ -66,7 +69,9 @@ void main() {
       const uint idx = lid + e * 256u;
       const uint row = idx / BK, col = idx % BK;
       const uint t = t0 + row, r = r0 + row, c = k0 + col;
-      xs[row][col] = t < p.n && c < p.K ? x[t * p.K + c] : 0.0;
+      float xv = t < p.n && c < p.K ? x[t * p.K + c] : 0.0;
+      if ((p.flags & 1u) != 0u) xv = min(max(xv, p.in_min), p.in_max);
+      xs[row][col] = xv;
       ws[row][col] = r < p.N && c < p.K ? Weight(r, c) : 0.0;
     }
     barrier();
@@ -85,7 +90,9 @@ void main() {
     [[unroll]] for (uint j = 0; j < 4; ++j) {
       const uint r = r0 + tx * 4u + j;
       if (r >= p.N) continue;
-      y[t * p.N + r] = KIND >= 3 ? float(double(acc[i][j]) * double(scale[r])) : acc[i][j];
+      float yv = KIND >= 3 ? float(double(acc[i][j]) * double(scale[r])) : acc[i][j];
+      if ((p.flags & 2u) != 0u) yv = min(max(yv, p.out_min), p.out_max);
+      y[t * p.N + r] = yv;
     }
   }
 }

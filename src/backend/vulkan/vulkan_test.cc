@@ -582,8 +582,9 @@ TEST(VulkanBackend, SoftTokensMatchReferenceAcrossChunksStepsAndReplay) {
   }
 }
 
-// The towers with their linears and attention on the device (vulkan_tower.h) against the CPU
-// reference's towers, per soft token: synthetic checkpoints with both towers, dense (bf16) and in
+// The towers on the device (vulkan_tower.h: the vision tower resident, the audio tower's linears)
+// against the CPU reference's towers, per soft token (the second image grows the resident path's
+// activations): synthetic checkpoints with both towers, dense (bf16) and in
 // the QAT layout (int8 vision, int2 / int4 audio linears, no SRQ: all on the device), random
 // pixels at two image sizes (108 and 630 patches: partial 64-row tiles) and a random log-mel clip
 // with padding frames.

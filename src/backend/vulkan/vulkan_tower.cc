@@ -250,13 +250,14 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   if (!idev_ || n > img_cap_) {
     idev_.reset();
     std::unique_ptr<vk::Device> dev = wdev_->NewContext();
-    const size_t N = n, Dn = N * D;
-    const size_t sizes[] = {N * p2,       (N + 1) * D,   N * q4 * 2, Dn,        Dn,
-                            N * nh * hd,  N * nkv * hd,  N * nkv * hd, N * nh * hd, Dn,
-                            N * I,        N * I,         N * D,      N * D,     N * T};
+    const size_t N = n, Dn = N * D, M = N / (k * k);  // (M: pooled rows)
+    const size_t sizes[] = {N * p2,      (N + 1) * D,  N * q4 * 2,   Dn,          Dn,
+                            N * nh * hd, N * nkv * hd, N * nkv * hd, N * nh * hd, Dn,
+                            N * I,       N * I,        M * D,        M * D,       M * T};
     int hs[16];
-    for (int i = 0; i < 15; ++i) hs[i] = dev->Reserve(Pool::kDevice, std::max<size_t>(4, sizes[i] * 4));
-    hs[15] = dev->Reserve(Pool::kHost, N * T * 4);
+    for (int i = 0; i < 15; ++i)
+      hs[i] = dev->Reserve(Pool::kDevice, std::max<size_t>(4, sizes[i] * 4));
+    hs[15] = dev->Reserve(Pool::kHost, std::max<size_t>(4, M * T * 4));
     dev->Commit("a tower's activations");
     BufRange* r[16] = {&ib_.pix, &ib_.pos,    &ib_.cs,     &ib_.h,   &ib_.a,   &ib_.q,
                        &ib_.k,   &ib_.v,      &ib_.att,    &ib_.tmp, &ib_.g,   &ib_.u,

@@ -123,6 +123,8 @@ struct AttnCmPush {  // attention_cm.comp
 // attention_cm.comp's shared memory: K / V chunk (2 x 64 x 9 x 16), P (2 x 32 x 9 x 16), S
 // (32 x 68 x 4), three 32-float arrays.
 inline constexpr uint32_t kAttnCmShared = 18432 + 9216 + 8704 + 384;
+// attention_cm's 64-dim chunks per head (its modules attention_cm1 / 4 / 8).
+inline uint32_t AttnCmChunks(int hd) { return hd <= 64 ? 1u : hd <= 256 ? 4u : 8u; }
 struct CombinePush {
   uint32_t nh, hd, splits, o_stride;
 };
@@ -863,7 +865,6 @@ class VulkanBackend : public Backend {
   uint32_t attn_cm_rot_ = 1;  // GEMMA_VULKAN_ATTN_CM_ROT: its key blocks in a rotated order
   // attention_cm's 64-dim chunks of a head (its build: attention_cm1 / 4 / 8); q's split rows
   // hold 8 x that many 16-byte vectors.
-  static uint32_t AttnCmChunks(int hd) { return hd <= 64 ? 1u : hd <= 256 ? 4u : 8u; }
   // attention_cm's shapes: head dims up to 512 in 16-byte vectors, query heads per K/V head
   // dividing its 32 rows, q's split rows (with a workgroup's padding rows) inside one input slot
   // and their split_f16 workgroups (one a row) within the guaranteed grid height.

@@ -1,9 +1,9 @@
 // The Vulkan backend's engine-level object: one device, its pipelines and the uploaded weights,
 // shared by every context (session). The device and weights are made at creation, so a missing
 // device fails at engine load and a new session adds only its caches and working buffers.
-// The vision and audio towers run their linears and attention on the device and the rest on the
-// host (vulkan_tower.h; a thread pool made at the first image or audio); their soft tokens enter
-// the text model as f32 rows.
+// The vision tower runs wholly on the device, the audio tower's linears on the device and the rest
+// on the host (vulkan_tower.h; a thread pool made at the first image or audio); their soft tokens
+// enter the text model as f32 rows.
 #include "backend/vulkan/vulkan_backend_impl.h"
 #include "backend/vulkan/vulkan_tower.h"
 #include "core/thread_pool.h"
@@ -75,7 +75,11 @@ class VulkanModel : public BackendModel {
         tower_pool_ = std::make_unique<ThreadPool>(
             static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
       tower_device_ = w;
-      tower_ = std::make_unique<VulkanTower>(*w->dev, *tower_pool_);
+      // CM_DENSE and ATTN_CM as for the text model's dense prompt linears and prompt attention
+      // (matrix units where the device has them).
+      const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
+      tower_ = std::make_unique<VulkanTower>(*w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0,
+                                             kc.Get("ATTN_CM", 1) != 0);
     }
     try {
       run(*tower_);

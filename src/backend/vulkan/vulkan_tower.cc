@@ -113,8 +113,14 @@ bool DeviceTowerLinear(const gemma::Linear& lin) {
          (!IsQuantized(lin.kind) || lin.row_scale);
 }
 
-VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool)
-    : pool_(pool), wdev_(device.NewContext()) {}
+VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm)
+    : pool_(pool),
+      wdev_(device.NewContext()),
+      // (linear_cm's shared memory: 64 weight rows and 2 x 128 input rows of 9 16-byte vectors)
+      coop_(dense_cm && device.coop_matrix() &&
+            device.max_shared_bytes() >= (64 + 2 * 128) * 9 * 16),
+      attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
+               device.max_shared_bytes() >= kAttnCmShared) {}
 
 VulkanTower::~VulkanTower() = default;
 
@@ -254,15 +260,25 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     const size_t sizes[] = {N * p2,      (N + 1) * D,  N * q4 * 2,   Dn,          Dn,
                             N * nh * hd, N * nkv * hd, N * nkv * hd, N * nh * hd, Dn,
                             N * I,       N * I,        M * D,        M * D,       M * T};
-    int hs[16];
+    int hs[20];
     for (int i = 0; i < 15; ++i)
       hs[i] = dev->Reserve(Pool::kDevice, std::max<size_t>(4, sizes[i] * 4));
     hs[15] = dev->Reserve(Pool::kHost, std::max<size_t>(4, M * T * 4));
+    // The split inputs (8 f16 values per 16 bytes): the linears' rows padded to 64 columns, or
+    // q's rows for attention_cm (a row per token and head, 32 padding rows); their scales.
+    const size_t cols = std::max({p2, D, I}), ld = (cols + 63) / 64 * 8;
+    const size_t qrows = N * nh + 32;
+    const size_t split_b = std::max(N * ld, qrows * AttnCmChunks(hd) * 8) * 16;
+    const bool split = coop_ || attn_cm_;
+    hs[16] = dev->Reserve(Pool::kDevice, split ? split_b : 4);
+    hs[17] = dev->Reserve(Pool::kDevice, split ? split_b : 4);
+    hs[18] = dev->Reserve(Pool::kDevice, split ? std::max(N, qrows) * 4 : 4);
+    hs[19] = dev->Reserve(Pool::kDevice, 16);
     dev->Commit("a tower's activations");
-    BufRange* r[16] = {&ib_.pix, &ib_.pos,    &ib_.cs,     &ib_.h,   &ib_.a,   &ib_.q,
-                       &ib_.k,   &ib_.v,      &ib_.att,    &ib_.tmp, &ib_.g,   &ib_.u,
-                       &ib_.pooled, &ib_.normed, &ib_.out, &ib_.host};
-    for (int i = 0; i < 16; ++i) *r[i] = dev->Get(hs[i]);
+    BufRange* r[20] = {&ib_.pix, &ib_.pos,    &ib_.cs,  &ib_.h,    &ib_.a,   &ib_.q,  &ib_.k,
+                       &ib_.v,   &ib_.att,    &ib_.tmp, &ib_.g,    &ib_.u,   &ib_.pooled,
+                       &ib_.normed, &ib_.out, &ib_.host, &ib_.xh, &ib_.xl, &ib_.ts, &ib_.step};
+    for (int i = 0; i < 20; ++i) *r[i] = dev->Get(hs[i]);
     icmd_ = dev->AllocCommandBuffer();
     idev_ = std::move(dev);
     img_cap_ = n;
@@ -271,6 +287,20 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   dev.Upload(ib_.pix, 0, pix.data(), pix.size() * 4);
   dev.Upload(ib_.pos, 0, pos.data(), pos.size() * 4);
   dev.Upload(ib_.cs, 0, cs.data(), cs.size() * 4);
+  const uint32_t step[4] = {0u, static_cast<uint32_t>(n), 0u, 0u};
+  dev.Upload(ib_.step, 0, step, sizeof(step));
+  // Attention on matrix units (attention_cm.comp, BIDIR): q split into hi + lo f16 rows scaled
+  // per row, K and V split unscaled as they are staged, so every K norm weight times sqrt(512)
+  // must stay well inside f16 (as the text model's rule); split_f16's one workgroup per q row
+  // within the guaranteed grid height.
+  const int group = nh / nkv;
+  bool attn_cm = attn_cm_ && group <= 32 && 32 % group == 0 && hd <= 512 &&
+                 size_t(n) * nh <= 65535;
+  for (const VisionLayerWeights& l : t.layers) {
+    float kmax = 1.0f;
+    for (float w : l.k_norm) kmax = std::max(kmax, std::fabs(w));
+    if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm = false;
+  }
 
   const VkCommandBuffer cmd = icmd_;
   vkResetCommandBuffer(cmd, 0);
@@ -296,6 +326,50 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     const Weights& wt = Upload(lin);
     GemmPush pc = MakeGemmPush(lin, wt.wstride, rows);
     if (clamps) SetClamps(*clamps, &pc);
+    if (coop_ && (lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16) &&
+        lin.cols % 8 == 0 && wt.w.offset % 16 == 0) {
+      // Dense weights on matrix units: the inputs (clamped) as hi + lo f16 terms scaled per
+      // token (split_f16.comp), then linear_cm.comp (f32 sums of each 64-column tile's products).
+      const uint32_t ld = static_cast<uint32_t>((lin.cols + 63) / 64 * 8);
+      const struct {
+        uint32_t cols, x_stride, x_row0, ld, nh, group, m;
+        float lo, hi;
+      } sp{pc.K, pc.K, 0, ld, 0, 0, 0, pc.in_min, pc.in_max};
+      Bindings qb{};
+      qb[2] = x;
+      qb[3] = ib_.xh;
+      qb[4] = ib_.xl;
+      qb[9] = ib_.ts;
+      dispatch("split_f16", {0u, 0u, pc.flags & 1u}, qb, &sp, sizeof(sp), 1,
+               static_cast<uint32_t>(rows));
+      struct {
+        uint32_t rows, cols, wstride, x_stride, y_stride, y_off;
+        float in_s0, out_s0, in_s1, out_s1, cap;
+        uint32_t aux_stride, aux_off, x_row0, ntok, n, has_a, has_wa;
+        float scale, eps, next_in_s;
+        uint32_t xq_ld, kper;
+        float out_lo, out_hi;
+      } cp{};
+      cp.rows = pc.N;
+      cp.cols = pc.K;
+      cp.wstride = wt.wstride;
+      cp.x_stride = pc.K;
+      cp.y_stride = pc.N;
+      cp.ntok = static_cast<uint32_t>(rows);
+      cp.xq_ld = ld;
+      cp.out_lo = pc.out_min;
+      cp.out_hi = pc.out_max;
+      Bindings b{};
+      b[0] = wt.w;
+      b[3] = y;
+      b[7] = ib_.xh;
+      b[8] = ib_.xl;
+      b[9] = ib_.ts;
+      dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp,
+               sizeof(cp), static_cast<uint32_t>((rows + 127) / 128),
+               static_cast<uint32_t>((lin.rows + 63) / 64));
+      return;
+    }
     Bindings b{};
     b[0] = x;
     b[1] = wt.w;
@@ -360,7 +434,34 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       dispatch("tower_qkv", {0u, static_cast<uint32_t>(hd)}, b, &pc, sizeof(pc),
                static_cast<uint32_t>((size_t(n) * slots + 63) / 64), 1);
     }
-    {
+    if (attn_cm) {
+      const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
+      const uint32_t qp[7] = {static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u, qld,
+                              static_cast<uint32_t>(nh), static_cast<uint32_t>(group),
+                              static_cast<uint32_t>(n)};
+      Bindings qb{};
+      qb[2] = ib_.q;
+      qb[3] = ib_.xh;
+      qb[4] = ib_.xl;
+      qb[9] = ib_.ts;
+      dispatch("split_f16", {0u, 1u}, qb, qp, sizeof(qp), 1, static_cast<uint32_t>(n * nh));
+      const uint32_t ap[7] = {static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv),
+                              static_cast<uint32_t>(hd), static_cast<uint32_t>(n),
+                              0u,                        static_cast<uint32_t>(nh * hd),
+                              qld};
+      Bindings b{};
+      b[0] = ib_.xh;
+      b[1] = ib_.k;
+      b[2] = ib_.v;
+      b[3] = ib_.xl;
+      b[4] = ib_.ts;
+      b[5] = ib_.att;
+      b[11] = ib_.step;
+      const uint32_t tpw = 32 / static_cast<uint32_t>(group);
+      dispatch(nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8",
+               {0u, 1u, 1u, 1u}, b, ap, sizeof(ap), (static_cast<uint32_t>(n) + tpw - 1) / tpw,
+               static_cast<uint32_t>(nkv));
+    } else {
       const uint32_t pc[3] = {static_cast<uint32_t>(n), 0u, static_cast<uint32_t>(n)};
       Bindings b{};
       b[0] = ib_.q;

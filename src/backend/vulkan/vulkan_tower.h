@@ -35,7 +35,11 @@ namespace vulkan_internal {
 class VulkanTower {
  public:
   // A context of `device` (its pipelines) for the tower's buffers; `pool` runs the host's part.
-  VulkanTower(const vk::Device& device, ThreadPool& pool);
+  // Where the device has matrix units, the resident image path runs its dense (bf16 / f16)
+  // linears on them (linear_cm.comp, `dense_cm`; else tower_gemm.comp) and its attention
+  // (attention_cm.comp, `attn_cm`; else tower_attn.comp).
+  VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm = true,
+              bool attn_cm = true);
   ~VulkanTower();
   VulkanTower(const VulkanTower&) = delete;
   VulkanTower& operator=(const VulkanTower&) = delete;
@@ -79,7 +83,12 @@ class VulkanTower {
   // The resident image path's activations (made again to grow): capacity in patches.
   struct ImageBufs {
     vk::BufRange pix, pos, cs, h, a, q, k, v, att, tmp, g, u, pooled, normed, out, host;
+    // linear_cm's and attention_cm's inputs: hi and lo f16 terms, the rows' scales; the step
+    // values attention_cm reads (binding 11: first position 0, tokens n)
+    vk::BufRange xh, xl, ts, step;
   };
+  bool coop_ = false;     // dense linears on matrix units (linear_cm) in the resident image path
+  bool attn_cm_ = false;  // its attention on matrix units (attention_cm)
   std::unique_ptr<vk::Device> idev_;
   ImageBufs ib_;
   int img_cap_ = 0, img_rows_cap_ = 0;

@@ -35,6 +35,9 @@ layout(local_size_x = 256) in;
 // step.
 layout(constant_id = 1) const uint ACC = 1;
 layout(constant_id = 2) const uint ROT = 1;
+// BIDIR 1 (the vision tower): every query row sees every key 0 .. step.pos0 + step.m - 1 (no
+// causal or window mask; step.pos0 0, the keys' ring as long as the image).
+layout(constant_id = 3) const uint BIDIR = 0;
 layout(std430, binding = 0) readonly buffer QH { uvec4 qh[]; };
 layout(std430, binding = 1) readonly buffer KC { vec4 kc4[]; };
 layout(std430, binding = 2) readonly buffer VC { vec4 vc4[]; };
@@ -96,9 +99,10 @@ void main() {
   const uint tend = min(t0 + tpw, step.m);  // past the last valid token
   const uint qrow0 = (kvh * step.m + t0) * group;
   const uint hd = p.hd, width = p.nkv * hd;
-  const uint lo = (p.window > 0 && step.pos0 + t0 + 1 > p.window) ? step.pos0 + t0 + 1 - p.window
-                                                                    : 0u;
-  const uint hi = step.pos0 + tend - 1;
+  const uint lo = BIDIR == 0 && p.window > 0 && step.pos0 + t0 + 1 > p.window
+                      ? step.pos0 + t0 + 1 - p.window
+                      : 0u;
+  const uint hi = BIDIR == 1 ? step.pos0 + step.m - 1 : step.pos0 + tend - 1;
 
   // Index fragments: element e of any F32M lies at row ridx[e], column cidx[e] (cidx loaded
   // after the key loop, where the output needs it: fewer registers held through the loop).
@@ -194,7 +198,7 @@ void main() {
       float bm = kNegInf;
       [[unroll]] for (uint k = 0; k < 8; ++k) {
         const uint j = b + 8 * spart + k;
-        const bool ok = svalid && j <= spos && j >= sfirst;
+        const bool ok = svalid && (BIDIR == 1 ? j <= hi : j <= spos && j >= sfirst);
         s[k] = ok ? sf[srow * LDS + 8 * spart + k] * ts_sh[srow] : kNegInf;
         bm = max(bm, s[k]);
       }

@@ -27,6 +27,8 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 1) const uint KIND = 4;
 layout(constant_id = 2) const uint EPI = 0;
+// OCLAMP 1 (the vision tower's clippable linears): outputs clamped to [out_lo, out_hi].
+layout(constant_id = 3) const uint OCLAMP = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -51,6 +53,7 @@ layout(push_constant) uniform P {
   float scale, eps, next_in_s;
   uint xq_ld;  // uvec4 per token row of xq0 / xq1
   uint kper;   // split K: K tiles per workgroup along z, sums added into part[] (0: no split)
+  float out_lo, out_hi;  // OCLAMP
 } p;
 
 #ifndef MM_DUAL
@@ -319,6 +322,7 @@ void main() {
         if (EPI == 1) outv = GeluTanh(v[0]) * v[DUAL - 1];
         if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
         if (EPI == 3) outv = GeluTanh(v[0]) * aux[t * p.aux_stride + p.aux_off + row];
+        if (OCLAMP == 1) outv = min(max(outv, p.out_lo), p.out_hi);
         y[t * p.y_stride + p.y_off + row] = outv;
       }
     }

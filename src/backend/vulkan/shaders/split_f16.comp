@@ -12,6 +12,8 @@
 // order (row ((h / group) m + t) group + h % group), each scaled by its own power of two.
 layout(local_size_x = 256) in;
 layout(constant_id = 1) const uint QROWS = 0;
+// CLAMP 1 (the vision tower's clippable linears, QROWS 0): x clamped to [lo, hi] as it is read.
+layout(constant_id = 2) const uint CLAMP = 0;
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) writeonly buffer XH { uvec4 xh[]; };
 layout(std430, binding = 4) writeonly buffer XL { uvec4 xl[]; };
@@ -20,7 +22,13 @@ layout(std430, binding = 9) writeonly buffer TS { float ts[]; };
 layout(push_constant) uniform P {
   uint cols, x_stride, x_row0, ld;  // ld: uvec4 per token row of xh / xl
   uint nh, group, m;                 // QROWS: heads, query heads per K/V head, tokens
+  float lo, hi;                      // CLAMP
 } p;
+
+float XIn(uint i) {
+  const float v = x[i];
+  return CLAMP == 1 ? min(max(v, p.lo), p.hi) : v;
+}
 
 shared float red[256];
 
@@ -33,7 +41,7 @@ void main() {
     t = ((h / p.group) * p.m + tok) * p.group + h % p.group;
   }
   float m = 0.0;
-  for (uint c = tid; c < p.cols; c += 256) m = max(m, abs(x[xb + c]));
+  for (uint c = tid; c < p.cols; c += 256) m = max(m, abs(XIn(xb + c)));
   red[tid] = m;
   barrier();
   for (uint n = 128; n > 0; n >>= 1) {
@@ -55,7 +63,7 @@ void main() {
     uvec4 hv, lv;
     [[unroll]] for (uint q = 0; q < 4; ++q) {
       const uint ca = 8 * g + 2 * q, cb = ca + 1;
-      const vec2 v = vec2(ca < p.cols ? x[xb + ca] * s : 0.0, cb < p.cols ? x[xb + cb] * s : 0.0);
+      const vec2 v = vec2(ca < p.cols ? XIn(xb + ca) * s : 0.0, cb < p.cols ? XIn(xb + cb) * s : 0.0);
       // hi: v rounded to 11 significant bits by integer operations (an f16 value wherever v is
       // in f16's normal range; lo taken as v - unpackHalf2x16(packHalf2x16(v)) contributed
       // nothing on the H200's driver)

@@ -5,6 +5,8 @@
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vulkan_test_util.h"
+#include "backend/vulkan/vulkan_tower.h"
+#include "core/thread_pool.h"
 
 namespace gemma {
 namespace {
@@ -639,6 +641,48 @@ TEST(VulkanTower, MatchesReferenceTowers) {
     ref->EncodeAudio({frames, mel.data(), mask.data()}, &b);
     expect_tokens(a, b, "audio 200 frames");
   }
+}
+
+// The resident image path's attention in chunks of queries (64 tokens a chunk here; a large image
+// on E2B's tower takes two) against one chunk and against the CPU reference. (Devices without
+// matrix units run tower_attn, which does not chunk: the same check, trivially.)
+TEST(VulkanTower, AttentionChunksMatchTheWholeImage) {
+  const SynthModel synth({.preset = "tiny",
+                          .out_dir = testing::TempDir() + "/gemma_vulkan_tower_chunks_" +
+                                     std::to_string(getpid()),
+                          .seed = 29});
+  const VisionTower& t = *synth.model->vision();
+  std::unique_ptr<vk::Device> dev;
+  try {
+    dev = std::make_unique<vk::Device>(vk::DeviceOptions{});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
+    throw;
+  }
+  ThreadPool pool(2);
+  vulkan_internal::VulkanTower whole(*dev, pool), chunked(*dev, pool);
+  chunked.set_attention_chunk(64);
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const int ph = 15, pw = 21;  // 315 patches: 5 chunks, the last partial
+  std::vector<float> pixels(size_t(ph) * pw * 3 * 16 * 16);
+  for (float& p : pixels) p = unit(rng);
+  std::vector<float> a, b, want;
+  ASSERT_TRUE(whole.EncodeImageResident(t, {ph, pw, pixels.data()}, &a));
+  ASSERT_TRUE(chunked.EncodeImageResident(t, {ph, pw, pixels.data()}, &b));
+  CreateCpuReferenceModel(*synth.model)->EncodeImage({ph, pw, pixels.data()}, &want);
+  ASSERT_EQ(a.size(), want.size());
+  ASSERT_EQ(b.size(), want.size());
+  const int H = synth.model->text().hidden_size;
+  double worst_whole = 0, worst_chunked = 0;
+  for (size_t i = 0; i < want.size() / H; ++i) {
+    worst_whole = std::max(worst_whole, RelL2(&a[i * H], &want[i * H], H));
+    worst_chunked = std::max(worst_chunked, RelL2(&b[i * H], &want[i * H], H));
+  }
+  std::printf("%s: worst soft token whole %.2e, chunked %.2e\n", dev->name().c_str(), worst_whole,
+              worst_chunked);
+  EXPECT_LT(worst_whole, 1e-5);
+  EXPECT_LT(worst_chunked, 1e-5);
 }
 
 // A tower with SRQ linears (the transformers-made QAT fixture: activation scales on layer 1) runs

@@ -267,7 +267,7 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     // The split inputs (8 f16 values per 16 bytes): the linears' rows padded to 64 columns, or
     // q's rows for attention_cm (a row per token and head, 32 padding rows); their scales.
     const size_t cols = std::max({p2, D, I}), ld = (cols + 63) / 64 * 8;
-    const size_t qrows = N * nh + 32;
+    const size_t qrows = std::min<size_t>(N, 65535 / nh / 64 * 64) * nh + 32;
     const size_t split_b = std::max(N * ld, qrows * AttnCmChunks(hd) * 8) * 16;
     const bool split = coop_ || attn_cm_;
     hs[16] = dev->Reserve(Pool::kDevice, split ? split_b : 4);
@@ -294,8 +294,7 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   // must stay well inside f16 (as the text model's rule); split_f16's one workgroup per q row
   // within the guaranteed grid height.
   const int group = nh / nkv;
-  bool attn_cm = attn_cm_ && group <= 32 && 32 % group == 0 && hd <= 512 &&
-                 size_t(n) * nh <= 65535;
+  bool attn_cm = attn_cm_ && group <= 32 && 32 % group == 0 && hd <= 512 && nh <= 1023;
   for (const VisionLayerWeights& l : t.layers) {
     float kmax = 1.0f;
     for (float w : l.k_norm) kmax = std::max(kmax, std::fabs(w));
@@ -435,32 +434,41 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
                static_cast<uint32_t>((size_t(n) * slots + 63) / 64), 1);
     }
     if (attn_cm) {
+      // Chunks of queries (every key each): split_f16 takes one workgroup per q row, at most
+      // 65,535 rows a dispatch; chunks start at multiples of 64 tokens (aligned bindings).
       const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
-      const uint32_t qp[7] = {static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u, qld,
-                              static_cast<uint32_t>(nh), static_cast<uint32_t>(group),
-                              static_cast<uint32_t>(n)};
-      Bindings qb{};
-      qb[2] = ib_.q;
-      qb[3] = ib_.xh;
-      qb[4] = ib_.xl;
-      qb[9] = ib_.ts;
-      dispatch("split_f16", {0u, 1u}, qb, qp, sizeof(qp), 1, static_cast<uint32_t>(n * nh));
-      const uint32_t ap[7] = {static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv),
-                              static_cast<uint32_t>(hd), static_cast<uint32_t>(n),
-                              0u,                        static_cast<uint32_t>(nh * hd),
-                              qld};
-      Bindings b{};
-      b[0] = ib_.xh;
-      b[1] = ib_.k;
-      b[2] = ib_.v;
-      b[3] = ib_.xl;
-      b[4] = ib_.ts;
-      b[5] = ib_.att;
-      b[11] = ib_.step;
-      const uint32_t tpw = 32 / static_cast<uint32_t>(group);
-      dispatch(nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8",
-               {0u, 1u, 1u, 1u}, b, ap, sizeof(ap), (static_cast<uint32_t>(n) + tpw - 1) / tpw,
-               static_cast<uint32_t>(nkv));
+      const int chunk = attn_chunk_ > 0 ? (attn_chunk_ + 63) / 64 * 64 : 65535 / nh / 64 * 64;
+      const size_t row_b = size_t(nh) * hd * 4;  // one token's q (and output) row
+      for (int c0 = 0; c0 < n; c0 += chunk) {
+        const int cm = std::min(chunk, n - c0);
+        const BufRange qc{ib_.q.buf, ib_.q.offset + c0 * row_b, cm * row_b};
+        const BufRange oc{ib_.att.buf, ib_.att.offset + c0 * row_b, cm * row_b};
+        const uint32_t qp[7] = {static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u,
+                                qld, static_cast<uint32_t>(nh), static_cast<uint32_t>(group),
+                                static_cast<uint32_t>(cm)};
+        Bindings qb{};
+        qb[2] = qc;
+        qb[3] = ib_.xh;
+        qb[4] = ib_.xl;
+        qb[9] = ib_.ts;
+        dispatch("split_f16", {0u, 1u}, qb, qp, sizeof(qp), 1, static_cast<uint32_t>(cm * nh));
+        const uint32_t ap[8] = {static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv),
+                                static_cast<uint32_t>(hd), static_cast<uint32_t>(n),
+                                0u,                        static_cast<uint32_t>(nh * hd),
+                                qld,                       static_cast<uint32_t>(cm)};
+        Bindings b{};
+        b[0] = ib_.xh;
+        b[1] = ib_.k;
+        b[2] = ib_.v;
+        b[3] = ib_.xl;
+        b[4] = ib_.ts;
+        b[5] = oc;
+        b[11] = ib_.step;
+        const uint32_t tpw = 32 / static_cast<uint32_t>(group);
+        dispatch(nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8",
+                 {0u, 1u, 1u, 1u}, b, ap, sizeof(ap), (static_cast<uint32_t>(cm) + tpw - 1) / tpw,
+                 static_cast<uint32_t>(nkv));
+      }
     } else {
       const uint32_t pc[3] = {static_cast<uint32_t>(n), 0u, static_cast<uint32_t>(n)};
       Bindings b{};

@@ -57,6 +57,9 @@ class VulkanTower {
   void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
                  float* out);
   ThreadPool& pool() { return pool_; }
+  // Query tokens per attention_cm dispatch in the resident image path (0: as many as
+  // split_f16's grid takes, 65,535 q rows; tests set fewer to cover the chunking).
+  void set_attention_chunk(int tokens) { attn_chunk_ = tokens; }
 
  private:
   struct Weights {
@@ -89,6 +92,7 @@ class VulkanTower {
   };
   bool coop_ = false;     // dense linears on matrix units (linear_cm) in the resident image path
   bool attn_cm_ = false;  // its attention on matrix units (attention_cm)
+  int attn_chunk_ = 0;
   std::unique_ptr<vk::Device> idev_;
   ImageBufs ib_;
   int img_cap_ = 0, img_rows_cap_ = 0;

@@ -35,8 +35,9 @@ layout(local_size_x = 256) in;
 // step.
 layout(constant_id = 1) const uint ACC = 1;
 layout(constant_id = 2) const uint ROT = 1;
-// BIDIR 1 (the vision tower): every query row sees every key 0 .. step.pos0 + step.m - 1 (no
-// causal or window mask; step.pos0 0, the keys' ring as long as the image).
+// BIDIR 1 (the vision tower): every query row sees every key 0 .. ring - 1 (no causal or window
+// mask; the ring is the image's keys), and the queries are p.m tokens (a chunk of the image: q's
+// split rows and the output bound at the chunk) instead of step.m.
 layout(constant_id = 3) const uint BIDIR = 0;
 layout(std430, binding = 0) readonly buffer QH { uvec4 qh[]; };
 layout(std430, binding = 1) readonly buffer KC { vec4 kc4[]; };
@@ -48,7 +49,10 @@ layout(std430, binding = 5) writeonly buffer O { float o[]; };
 layout(push_constant) uniform P {
   uint nh, nkv, hd, ring, window, q_stride;  // q_stride: the output's row stride (floats)
   uint qld;  // uvec4 per q row of qh / ql
+  uint m;    // BIDIR: query tokens
 } p;
+
+uint Tokens() { return BIDIR == 1 ? p.m : step.m; }
 
 #ifndef NCH
 #define NCH 4
@@ -96,13 +100,13 @@ void main() {
   const uint kvh = gl_WorkGroupID.y;
   const uint group = p.nh / p.nkv, tpw = BR / group;  // tokens per workgroup
   const uint t0 = gl_WorkGroupID.x * tpw;
-  const uint tend = min(t0 + tpw, step.m);  // past the last valid token
-  const uint qrow0 = (kvh * step.m + t0) * group;
+  const uint tend = min(t0 + tpw, Tokens());  // past the last valid token
+  const uint qrow0 = (kvh * Tokens() + t0) * group;
   const uint hd = p.hd, width = p.nkv * hd;
   const uint lo = BIDIR == 0 && p.window > 0 && step.pos0 + t0 + 1 > p.window
                       ? step.pos0 + t0 + 1 - p.window
                       : 0u;
-  const uint hi = BIDIR == 1 ? step.pos0 + step.m - 1 : step.pos0 + tend - 1;
+  const uint hi = BIDIR == 1 ? p.ring - 1 : step.pos0 + tend - 1;
 
   // Index fragments: element e of any F32M lies at row ridx[e], column cidx[e] (cidx loaded
   // after the key loop, where the output needs it: fewer registers held through the loop).
@@ -110,7 +114,8 @@ void main() {
   sf[tid] = float(tid / 16);
   barrier();
   coopMatLoadNV(ridx, sf, 0, 16, false);
-  if (tid < BR) ts_sh[tid] = tid / group < tpw && t0 + tid / group < step.m ? ts[qrow0 + tid] : 0.0;
+  if (tid < BR)
+    ts_sh[tid] = tid / group < tpw && t0 + tid / group < Tokens() ? ts[qrow0 + tid] : 0.0;
 
   // The K / V chunk (keys b .. b + 63, dims 64 c ..) as 8 floats x 2 per invocation; zeros past
   // the head dim and past the last key.
@@ -153,7 +158,7 @@ void main() {
   // Softmax: row tid / 8, keys 8 (tid % 8) .. + 7.
   const uint srow = tid / 8, spart = tid % 8;
   const uint stok = t0 + srow / group;
-  const bool svalid = srow / group < tpw && stok < step.m;
+  const bool svalid = srow / group < tpw && stok < Tokens();
   const uint spos = step.pos0 + stok;
   const uint sfirst = (p.window > 0 && spos + 1 > p.window) ? spos + 1 - p.window : 0u;
   const float kNegInf = -1.0 / 0.0;
@@ -267,7 +272,7 @@ void main() {
       if (e < oacc[c].length()) {
         const uint r = 16 * si + uint(ridx[e]), d = c * DC + 16 * sj + uint(cidx[e]);
         const uint tok = t0 + r / group;
-        if (r / group < tpw && tok < step.m && d < hd) {
+        if (r / group < tpw && tok < Tokens() && d < hd) {
           const uint h = kvh * group + r % group;
           o[tok * p.q_stride + h * hd + d] = oacc[c][e] / l_sh[r];
         }

@@ -437,7 +437,8 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       // Chunks of queries (every key each): split_f16 takes one workgroup per q row, at most
       // 65,535 rows a dispatch; chunks start at multiples of 64 tokens (aligned bindings).
       const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
-      const int chunk = attn_chunk_ > 0 ? (attn_chunk_ + 63) / 64 * 64 : 65535 / nh / 64 * 64;
+      const int most = 65535 / nh / 64 * 64;  // (the q slots are sized for this many tokens)
+      const int chunk = attn_chunk_ > 0 ? std::min(most, (attn_chunk_ + 63) / 64 * 64) : most;
       const size_t row_b = size_t(nh) * hd * 4;  // one token's q (and output) row
       for (int c0 = 0; c0 < n; c0 += chunk) {
         const int cm = std::min(chunk, n - c0);

@@ -1,10 +1,12 @@
 // The vision and audio towers on a Vulkan device.
 //
 // Images: the whole tower is resident. The patches go up once, one command buffer runs every
-// layer (tower_gemm.comp for the clippable linears with their clamps, resnorm.comp for the
-// sandwich norms and residual adds, tower_qkv.comp for the per-head norms and 2D RoPE,
-// tower_attn.comp for the bidirectional attention, tower_ew.comp for the position rows and the
-// GELU, tower_pool.comp for the pooling), then embed_vision, and the soft tokens come back once.
+// layer, then embed_vision, and the soft tokens come back once. Kernels: the clippable linears with
+// their clamps on matrix units for dense weights (split_f16.comp + linear_cm.comp) where the
+// device has them, else tower_gemm.comp; resnorm.comp for the sandwich norms and residual adds;
+// tower_qkv.comp for the per-head norms and 2D RoPE; the bidirectional attention on matrix units
+// (split_f16.comp + attention_cm.comp, BIDIR) or tower_attn.comp; tower_ew.comp for the position
+// rows and the GELU; tower_pool.comp for the pooling.
 // Audio: the linears (tower_gemm.comp: dense weights and quantized codes times the row scale, f32
 // sums) run on the device and the rest on the host (the reference's arithmetic, with the fast CPU
 // backend's kernels on a thread pool); each linear uploads its input and reads its output back.
@@ -57,8 +59,9 @@ class VulkanTower {
   void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
                  float* out);
   ThreadPool& pool() { return pool_; }
-  // Query tokens per attention_cm dispatch in the resident image path (0: as many as
-  // split_f16's grid takes, 65,535 q rows; tests set fewer to cover the chunking).
+  // Query tokens per attention_cm dispatch in the resident image path, rounded up to 64 (0, or
+  // more than split_f16's grid takes: as many as it takes, 65,535 q rows; tests set fewer to
+  // cover the chunking).
   void set_attention_chunk(int tokens) { attn_chunk_ = tokens; }
 
  private:

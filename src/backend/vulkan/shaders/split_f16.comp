@@ -63,7 +63,8 @@ void main() {
     uvec4 hv, lv;
     [[unroll]] for (uint q = 0; q < 4; ++q) {
       const uint ca = 8 * g + 2 * q, cb = ca + 1;
-      const vec2 v = vec2(ca < p.cols ? XIn(xb + ca) * s : 0.0, cb < p.cols ? XIn(xb + cb) * s : 0.0);
+      const vec2 v =
+          vec2(ca < p.cols ? XIn(xb + ca) * s : 0.0, cb < p.cols ? XIn(xb + cb) * s : 0.0);
       // hi: v rounded to 11 significant bits by integer operations (an f16 value wherever v is
       // in f16's normal range; lo taken as v - unpackHalf2x16(packHalf2x16(v)) contributed
       // nothing on the H200's driver)

@@ -1,9 +1,9 @@
 #version 450
 // The vision tower's elementwise steps (vulkan_tower.cc's resident image path), over `count`
 // elements:
-//   MODE 0: a[t][d] += b[t % pw][d] + b[pw + t / pw][d]   (the learned x and y position rows; b holds
-//           the image's pw column rows, then its row rows)
-//   MODE 1: a[i] = GeluTanh(a[i]) * b[i]                  (the MLP's gate times its up projection)
+//   MODE 0: a[t][d] += b[t % pw][d] + b[pw + t / pw][d]: the learned x and y position rows (b
+//           holds the image's pw column rows, then its row rows);
+//   MODE 1: a[i] = GeluTanh(a[i]) * b[i]: the MLP's gate times its up projection.
 // f32 operation by operation, as ref::VisionTowerForward.
 #include "common.glsl"
 

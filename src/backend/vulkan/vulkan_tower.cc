@@ -99,6 +99,31 @@ void SetClamps(const ClippedLinear& cl, GemmPush* pc) {
   pc->out_max = cl.out_max;
 }
 
+// Resets `cmd` and begins it for one submission.
+void BeginOneTime(VkCommandBuffer cmd) {
+  vkResetCommandBuffer(cmd, 0);
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  if (vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
+    throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
+}
+
+// Records one dispatch of `shader` into `cmd`, then a barrier: its writes before what follows.
+void RecordDispatch(vk::Device& dev, VkCommandBuffer cmd, const char* shader,
+                    const std::vector<uint32_t>& spec, const std::array<BufRange, vk::kBindings>& b,
+                    const void* push, size_t push_bytes, uint32_t gx, uint32_t gy,
+                    vk::Device::BarrierKind barrier) {
+  vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev.Pipeline(shader, spec));
+  const VkDescriptorSet set = dev.Set(b);
+  vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev.layout(), 0, 1, &set, 0,
+                          nullptr);
+  vkCmdPushConstants(cmd, dev.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     static_cast<uint32_t>(push_bytes), push);
+  vkCmdDispatch(cmd, gx, gy, 1);
+  dev.Barrier(cmd, barrier);
+}
+
 // Workgroups of 256 for `count` elements (tower_ew, tower_pool): x at most 65,535, the rest in y.
 std::pair<uint32_t, uint32_t> Grid256(size_t count) {
   const size_t groups = std::max<size_t>(1, (count + 255) / 256);
@@ -275,9 +300,9 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     hs[18] = dev->Reserve(Pool::kDevice, split ? std::max(N, qrows) * 4 : 4);
     hs[19] = dev->Reserve(Pool::kDevice, 16);
     dev->Commit("a tower's activations");
-    BufRange* r[20] = {&ib_.pix, &ib_.pos,    &ib_.cs,  &ib_.h,    &ib_.a,   &ib_.q,  &ib_.k,
-                       &ib_.v,   &ib_.att,    &ib_.tmp, &ib_.g,    &ib_.u,   &ib_.pooled,
-                       &ib_.normed, &ib_.out, &ib_.host, &ib_.xh, &ib_.xl, &ib_.ts, &ib_.step};
+    BufRange* r[20] = {&ib_.pix, &ib_.pos,  &ib_.cs,  &ib_.h,  &ib_.a,  &ib_.q,      &ib_.k,
+                       &ib_.v,   &ib_.att,  &ib_.tmp, &ib_.g,  &ib_.u,  &ib_.pooled, &ib_.normed,
+                       &ib_.out, &ib_.host, &ib_.xh,  &ib_.xl, &ib_.ts, &ib_.step};
     for (int i = 0; i < 20; ++i) *r[i] = dev->Get(hs[i]);
     icmd_ = dev->AllocCommandBuffer();
     idev_ = std::move(dev);
@@ -302,23 +327,12 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   }
 
   const VkCommandBuffer cmd = icmd_;
-  vkResetCommandBuffer(cmd, 0);
-  VkCommandBufferBeginInfo bi{};
-  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  if (vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
-    throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
+  BeginOneTime(cmd);
   using Bindings = std::array<BufRange, vk::kBindings>;
   auto dispatch = [&](const char* shader, const std::vector<uint32_t>& spec, const Bindings& b,
                       const void* push, size_t push_bytes, uint32_t gx, uint32_t gy) {
-    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev.Pipeline(shader, spec));
-    const VkDescriptorSet set = dev.Set(b);
-    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev.layout(), 0, 1, &set, 0,
-                            nullptr);
-    vkCmdPushConstants(cmd, dev.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                       static_cast<uint32_t>(push_bytes), push);
-    vkCmdDispatch(cmd, gx, gy, 1);
-    dev.Barrier(cmd, vk::Device::BarrierKind::kCompute);
+    RecordDispatch(dev, cmd, shader, spec, b, push, push_bytes, gx, gy,
+                   vk::Device::BarrierKind::kCompute);
   };
   auto gemm = [&](const gemma::Linear& lin, const ClippedLinear* clamps, const BufRange& x,
                   const BufRange& y, int rows) {
@@ -364,8 +378,8 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       b[7] = ib_.xh;
       b[8] = ib_.xl;
       b[9] = ib_.ts;
-      dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp,
-               sizeof(cp), static_cast<uint32_t>((rows + 127) / 128),
+      dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp, sizeof(cp),
+               static_cast<uint32_t>((rows + 127) / 128),
                static_cast<uint32_t>((lin.rows + 63) / 64));
       return;
     }
@@ -421,8 +435,13 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
         uint32_t n, nh, nkv, pw;
         float eps;
         uint32_t has_qn, has_kn;
-      } pc{static_cast<uint32_t>(n), static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv),
-           static_cast<uint32_t>(pw), c.rms_norm_eps, !l.q_norm.empty(), !l.k_norm.empty()};
+      } pc{static_cast<uint32_t>(n),
+           static_cast<uint32_t>(nh),
+           static_cast<uint32_t>(nkv),
+           static_cast<uint32_t>(pw),
+           c.rms_norm_eps,
+           !l.q_norm.empty(),
+           !l.k_norm.empty()};
       Bindings b{};
       b[0] = ib_.q;
       b[1] = ib_.k;
@@ -444,8 +463,12 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
         const int cm = std::min(chunk, n - c0);
         const BufRange qc{ib_.q.buf, ib_.q.offset + c0 * row_b, cm * row_b};
         const BufRange oc{ib_.att.buf, ib_.att.offset + c0 * row_b, cm * row_b};
-        const uint32_t qp[7] = {static_cast<uint32_t>(hd), static_cast<uint32_t>(nh * hd), 0u,
-                                qld, static_cast<uint32_t>(nh), static_cast<uint32_t>(group),
+        const uint32_t qp[7] = {static_cast<uint32_t>(hd),
+                                static_cast<uint32_t>(nh * hd),
+                                0u,
+                                qld,
+                                static_cast<uint32_t>(nh),
+                                static_cast<uint32_t>(group),
                                 static_cast<uint32_t>(cm)};
         Bindings qb{};
         qb[2] = qc;
@@ -453,10 +476,14 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
         qb[4] = ib_.xl;
         qb[9] = ib_.ts;
         dispatch("split_f16", {0u, 1u}, qb, qp, sizeof(qp), 1, static_cast<uint32_t>(cm * nh));
-        const uint32_t ap[8] = {static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv),
-                                static_cast<uint32_t>(hd), static_cast<uint32_t>(n),
-                                0u,                        static_cast<uint32_t>(nh * hd),
-                                qld,                       static_cast<uint32_t>(cm)};
+        const uint32_t ap[8] = {static_cast<uint32_t>(nh),
+                                static_cast<uint32_t>(nkv),
+                                static_cast<uint32_t>(hd),
+                                static_cast<uint32_t>(n),
+                                0u,
+                                static_cast<uint32_t>(nh * hd),
+                                qld,
+                                static_cast<uint32_t>(cm)};
         Bindings b{};
         b[0] = ib_.xh;
         b[1] = ib_.k;
@@ -466,7 +493,9 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
         b[5] = oc;
         b[11] = ib_.step;
         const uint32_t tpw = 32 / static_cast<uint32_t>(group);
-        dispatch(nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8",
+        dispatch(nch == 1   ? "attention_cm1"
+                 : nch == 4 ? "attention_cm4"
+                            : "attention_cm8",
                  {0u, 1u, 1u, 1u}, b, ap, sizeof(ap), (static_cast<uint32_t>(cm) + tpw - 1) / tpw,
                  static_cast<uint32_t>(nkv));
       }
@@ -477,10 +506,10 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       b[1] = ib_.k;
       b[2] = ib_.v;
       b[3] = ib_.att;
-      dispatch("tower_attn",
-               {0u, static_cast<uint32_t>(hd), static_cast<uint32_t>(nh),
-                static_cast<uint32_t>(nkv)},
-               b, pc, sizeof(pc), static_cast<uint32_t>((n + 63) / 64), static_cast<uint32_t>(nh));
+      dispatch(
+          "tower_attn",
+          {0u, static_cast<uint32_t>(hd), static_cast<uint32_t>(nh), static_cast<uint32_t>(nkv)}, b,
+          pc, sizeof(pc), static_cast<uint32_t>((n + 63) / 64), static_cast<uint32_t>(nh));
     }
     clipped(l.o, ib_.att, ib_.tmp);
     norm(ib_.h, &ib_.tmp, &l.post_attn_norm, &ib_.a, &l.pre_ffn_norm, n);
@@ -495,8 +524,12 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     struct {
       uint32_t D, pw, k, m, standardize;
       float wk, root;
-    } pc{static_cast<uint32_t>(D), static_cast<uint32_t>(pw), static_cast<uint32_t>(k),
-         static_cast<uint32_t>(m), c.standardize ? 1u : 0u, 1.0f / static_cast<float>(k * k),
+    } pc{static_cast<uint32_t>(D),
+         static_cast<uint32_t>(pw),
+         static_cast<uint32_t>(k),
+         static_cast<uint32_t>(m),
+         c.standardize ? 1u : 0u,
+         1.0f / static_cast<float>(k * k),
          root};
     Bindings b{};
     b[0] = ib_.h;
@@ -543,20 +576,9 @@ void VulkanTower::Reserve(size_t in, size_t out) {
 void VulkanTower::Run(const char* shader, const std::vector<uint32_t>& spec,
                       const std::array<BufRange, vk::kBindings>& b, const void* push,
                       size_t push_bytes, uint32_t gx, uint32_t gy, size_t out_bytes) {
-  vkResetCommandBuffer(cmd_, 0);
-  VkCommandBufferBeginInfo bi{};
-  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  if (vkBeginCommandBuffer(cmd_, &bi) != VK_SUCCESS)
-    throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
-  vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, adev_->Pipeline(shader, spec));
-  const VkDescriptorSet set = adev_->Set(b);
-  vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, adev_->layout(), 0, 1, &set, 0,
-                          nullptr);
-  vkCmdPushConstants(cmd_, adev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                     static_cast<uint32_t>(push_bytes), push);
-  vkCmdDispatch(cmd_, gx, gy, 1);
-  adev_->Barrier(cmd_);
+  BeginOneTime(cmd_);
+  RecordDispatch(*adev_, cmd_, shader, spec, b, push, push_bytes, gx, gy,
+                 vk::Device::BarrierKind::kFull);
   const VkBufferCopy cp{out_.offset, host_.offset, out_bytes};
   vkCmdCopyBuffer(cmd_, out_.buf, host_.buf, 1, &cp);
   if (vkEndCommandBuffer(cmd_) != VK_SUCCESS)

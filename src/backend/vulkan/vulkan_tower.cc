@@ -252,7 +252,6 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   const int n = img.patches_h * img.patches_w, pw = img.patches_w, ph = img.patches_h;
   const int m = n / (k * k);
   const int slots = nh + 2 * nkv;
-  if ((size_t(n) * slots + 63) / 64 > 65535) return false;  // tower_qkv's grid
 
   // The host's part: the patches' values 2 (p - 0.5), the image's position rows (pw column rows,
   // then ph row rows) and the RoPE angles' cos / sin by position, as ref::VisionTowerForward
@@ -449,8 +448,12 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       if (!l.q_norm.empty()) b[3] = floats(l.q_norm);
       if (!l.k_norm.empty()) b[4] = floats(l.k_norm);
       b[5] = ib_.cs;
-      dispatch("tower_qkv", {0u, static_cast<uint32_t>(hd)}, b, &pc, sizeof(pc),
-               static_cast<uint32_t>((size_t(n) * slots + 63) / 64), 1);
+      // A workgroup of head rows, HD invocations each (up to 256 invocations, at least a row).
+      const uint32_t rows = std::max(1, 256 / hd),
+                     groups = static_cast<uint32_t>((size_t(n) * slots + rows - 1) / rows);
+      const uint32_t gx = std::min<uint32_t>(groups, 65535);
+      dispatch("tower_qkv", {static_cast<uint32_t>(hd) * rows, static_cast<uint32_t>(hd), rows}, b,
+               &pc, sizeof(pc), gx, (groups + gx - 1) / gx);
     }
     if (attn_cm) {
       // Chunks of queries (every key each): split_f16 takes one workgroup per q row, at most

@@ -1,10 +1,11 @@
 // The WebGPU backend's speed under Node through Dawn for Node (npm `webgpu`, tools/setup.sh puts it
 // in .cache/npm-assets), against the module's fast CPU backend, interleaved runs, medians:
-//   node bench/web/webgpu_bench.mjs [MODEL_DIR] [TOKENS] [RUNS] [DAWN_FLAGS] [KERNELS]
+//   node bench/web/webgpu_bench.mjs [MODEL_DIR] [TOKENS] [RUNS] [DAWN_FLAGS] [KERNELS] [WORDS]
 // DAWN_FLAGS: comma-separated create() flags (default backend=vulkan). KERNELS: the WebGPU kernel
 // families to run side by side (default workgroup,rows). On a machine without a GPU
 // set VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json (SwiftShader: correctness speed,
-// not a GPU's). Prompt: 64 copies of "Debian" (prefill), then TOKENS greedy tokens (decode).
+// not a GPU's). Prompt: WORDS (default 64) copies of "Debian" (prefill), then TOKENS greedy tokens
+// (decode).
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -15,18 +16,21 @@ const tokens = Number(process.argv[3] ?? 64);
 const runs = Number(process.argv[4] ?? 3);
 const flags = (process.argv[5] ?? 'backend=vulkan').split(',');
 const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
-const families = (process.argv[6] ?? 'workgroup,rows').split(',');
+// KERNELS may hold "nocpu": no CPU-backend rows (full-size checkpoints: minutes per run).
+const families = (process.argv[6] ?? 'workgroup,rows').split(',').filter((f) => f !== 'nocpu');
+const withCpu = !(process.argv[6] ?? '').split(',').includes('nocpu');
+const words = Number(process.argv[7] ?? 64);
 const dawn = path.join(root, '.cache/npm-assets/node_modules/webgpu');
 const { loadEngine } = await import(pathToFileURL(path.join(web, 'lib/gemma-engine.mjs')).href);
 
 const engines = {};
 for (const kernels of families) {
-  engines[kernels] = await loadEngine({ model, backend: 'webgpu', webgpu: { module: dawn, flags, kernels }, context: 2048 });
+  engines[kernels] = await loadEngine({ model, backend: 'webgpu', webgpu: { module: dawn, flags, kernels }, context: Math.max(2048, words + tokens + 64) });
   console.log(`${path.basename(model)} on ${engines[kernels].info.device}`);
 }
-engines.cpu = await loadEngine({ model, backend: 'cpu', context: 2048 });
+if (withCpu) engines.cpu = await loadEngine({ model, backend: 'cpu', context: Math.max(2048, words + tokens + 64) });
 console.log(`${tokens} tokens, ${runs} runs`);
-const prompt = Array(64).fill('Debian').join(' ');
+const prompt = Array(words).fill('Debian').join(' ');
 const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 const t = {};
 for (const b of Object.keys(engines)) t[b] = { pre: [], dec: [] };
@@ -38,7 +42,7 @@ for (let r = 0; r < runs; ++r) {
   }
 }
 for (const b of Object.keys(engines)) {
-  const vs = b === 'cpu' ? '' : `  (x cpu: prefill ${(med(t[b].pre) / med(t.cpu.pre)).toFixed(2)}, decode ${(med(t[b].dec) / med(t.cpu.dec)).toFixed(2)})`;
+  const vs = b === 'cpu' || !withCpu ? '' : `  (x cpu: prefill ${(med(t[b].pre) / med(t.cpu.pre)).toFixed(2)}, decode ${(med(t[b].dec) / med(t.cpu.dec)).toFixed(2)})`;
   console.log(`${b.padEnd(9)} prefill ${med(t[b].pre).toFixed(1)} tok/s  decode ${med(t[b].dec).toFixed(1)} tok/s${vs}`);
 }
 for (const e of Object.values(engines)) await e.destroy();

@@ -225,7 +225,7 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   const int p2 = 3 * c.patch_size * c.patch_size;
   // What the kernels take: every linear on the device, heads that tower_qkv and tower_attn hold,
   // the sandwich norms with their weights.
-  if (hd % 4 != 0 || hd > 128 || nkv <= 0 || nh % nkv != 0) return false;
+  if (hd % 4 != 0 || hd > 128 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return false;
   if (!DeviceTowerLinear(t.input_proj) || !DeviceTowerLinear(t.embed_proj)) return false;
   if (c.standardize && (t.std_bias.size() != size_t(D) || t.std_scale.size() != size_t(D)))
     return false;

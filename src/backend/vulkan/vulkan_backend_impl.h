@@ -12,6 +12,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -94,7 +95,10 @@ struct LinPush {
   float pj_in_s, pj_out_s;       // EPI 4 / PRO_T: the next linear's SRQ scales
   uint32_t pj_rows, pj_wstride;  // EPI 4, DJ: its rows and u32 words per row
   float pt_in_s, pt_out_s;       // PRO_T: the SRQ scales of the linear whose sums t holds
+  float cm_out_lo = 0, cm_out_hi = 0;  // linear_cm OCLAMP: output bounds (the vision tower)
 };
+static_assert(offsetof(LinPush, cm_out_lo) == 116, "linear_cm.comp reads out_lo at offset 116");
+static_assert(sizeof(LinPush) <= 128, "push constants: 128 bytes");
 struct QuantPush {
   uint32_t cols, x_stride, x_row0, ld;
   float in_s;
@@ -114,17 +118,34 @@ struct AttnPush {
   uint32_t rot = 0, kv_stride = 0, has_kn = 0, kv_new = 0;  // attn_fused
   float eps = 0.0f;
 };
-struct SplitQPush {  // split_f16.comp QROWS 1
+struct SplitQPush {  // split_f16.comp QROWS 1 (and CLAMP's bounds)
   uint32_t cols, x_stride, x_row0, ld, nh, group, m;
+  float lo = 0, hi = 0;
 };
 struct AttnCmPush {  // attention_cm.comp
   uint32_t nh, nkv, hd, ring, window, q_stride, qld;
+  uint32_t m = 0;  // BIDIR: query tokens
 };
 // attention_cm.comp's shared memory: K / V chunk (2 x 64 x 9 x 16), P (2 x 32 x 9 x 16), S
 // (32 x 68 x 4), three 32-float arrays.
 inline constexpr uint32_t kAttnCmShared = 18432 + 9216 + 8704 + 384;
 // attention_cm's 64-dim chunks per head (its modules attention_cm1 / 4 / 8).
 inline uint32_t AttnCmChunks(int hd) { return hd <= 64 ? 1u : hd <= 256 ? 4u : 8u; }
+inline const char* AttnCmModule(int hd) {
+  const uint32_t nch = AttnCmChunks(hd);
+  return nch == 1 ? "attention_cm1" : nch == 4 ? "attention_cm4" : "attention_cm8";
+}
+// linear_cm.comp's shared memory (the single-set kernel): 64 weight rows and 2 x 128 token rows
+// of 9 16-byte vectors.
+inline constexpr uint32_t kLinearCmShared = (64 + 2 * 128) * 9 * 16;
+// attention_cm splits K rows into f16 terms unscaled: a layer's largest K norm weight times
+// sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes) must
+// stay well inside f16 (layers without K norm weights count as 1).
+inline bool KNormFitsF16(const std::vector<float>& k_norm) {
+  float kmax = 1.0f;
+  for (float v : k_norm) kmax = std::max(kmax, std::fabs(v));
+  return kmax * std::sqrt(512.0f) < 16384.0f;
+}
 struct CombinePush {
   uint32_t nh, hd, splits, o_stride;
 };

@@ -411,15 +411,13 @@ void VulkanBackend::Build() {
   // Dense (bf16 / f16) prefill linears on matrix units too (hi + lo f16 inputs, f32 sums), where
   // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
   // vectors (45 KiB; the SRQ forms need 27-36).
-  coop_dense_ = Knob("CM_DENSE", 1) != 0 && dev_->max_shared_bytes() >= (64 + 2 * 128) * 9 * 16;
+  coop_dense_ = Knob("CM_DENSE", 1) != 0 && dev_->max_shared_bytes() >= kLinearCmShared;
   // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
   // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
   // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the
   // 1,024-token prefill 31.6 against 44.6 ms, 8,192 tokens 28,900 against 11,600 tok/s
   // (bench/journal/2026-11-sessions.md, twenty-fourth session).
-  // The K rows are split into f16 terms unscaled: every layer's largest K norm weight times
-  // sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes)
-  // must stay well inside f16 (V's norm has no weights).
+  // The K rows are split into f16 terms unscaled (KNormFitsF16; V's norm has no weights).
   attn_cm_ = coop_ && dev_->subgroup_size() == 32 &&
              dev_->max_shared_bytes() >= kAttnCmShared && Knob("ATTN_CM", 1) != 0;
   // (ACC 1: the most accurate of the three forms on the H200 at the speed of the fastest; the
@@ -429,11 +427,9 @@ void VulkanBackend::Build() {
   // (ROT 1: 8,192- / 32,768-token prompts 28,400 / 17,400 against 27,800 / 17,000 tok/s, a
   // 512-token chunk's attention 990 + 474 against 1,006 + 483 us; h200_v239.)
   attn_cm_rot_ = Knob("ATTN_CM_ROT", 1) != 0 ? 1u : 0u;
-  for (const LayerWeights& w : model_.layer_weights()) {
-    float kmax = 1.0f;  // layers without K norm weights (KV-shared layers read their owner's)
-    for (float v : w.k_norm) kmax = std::max(kmax, std::fabs(v));
-    if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm_ = false;
-  }
+  // (KV-shared layers have no K norm weights: they read their owner's.)
+  for (const LayerWeights& w : model_.layer_weights())
+    if (!KNormFitsF16(w.k_norm)) attn_cm_ = false;
   splits_ = vopt_.decode_splits > 0 ? vopt_.decode_splits
                                     : Knob("SPLITS", dev_->is_cpu()  ? 2
                                                      : splits_adapt_ ? 64

@@ -487,11 +487,7 @@ void VulkanBackend::AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, cons
   b[3] = CoopSlot(sl);
   b[4] = CoopPart(sh);
   b[5] = out;
-  Dispatch(rc,
-           nch == 1   ? "attention_cm1"
-           : nch == 4 ? "attention_cm4"
-                      : "attention_cm8",
-           {attn_cm_acc_, attn_cm_rot_}, b, &ap, sizeof(ap),
+  Dispatch(rc, AttnCmModule(hd), {attn_cm_acc_, attn_cm_rot_}, b, &ap, sizeof(ap),
            (static_cast<uint32_t>(m) + tpw - 1) / tpw, static_cast<uint32_t>(nkv), 1,
            /*local_size=*/0);
   Barrier(rc);

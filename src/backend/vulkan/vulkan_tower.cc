@@ -141,9 +141,7 @@ bool DeviceTowerLinear(const gemma::Linear& lin) {
 VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm)
     : pool_(pool),
       wdev_(device.NewContext()),
-      // (linear_cm's shared memory: 64 weight rows and 2 x 128 input rows of 9 16-byte vectors)
-      coop_(dense_cm && device.coop_matrix() &&
-            device.max_shared_bytes() >= (64 + 2 * 128) * 9 * 16),
+      coop_(dense_cm && device.coop_matrix() && device.max_shared_bytes() >= kLinearCmShared),
       attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
                device.max_shared_bytes() >= kAttnCmShared) {}
 
@@ -314,16 +312,12 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   const uint32_t step[4] = {0u, static_cast<uint32_t>(n), 0u, 0u};
   dev.Upload(ib_.step, 0, step, sizeof(step));
   // Attention on matrix units (attention_cm.comp, BIDIR): q split into hi + lo f16 rows scaled
-  // per row, K and V split unscaled as they are staged, so every K norm weight times sqrt(512)
-  // must stay well inside f16 (as the text model's rule); split_f16's one workgroup per q row
-  // within the guaranteed grid height.
+  // per row, K and V split unscaled as they are staged (KNormFitsF16, the text model's rule);
+  // at most 1,023 heads, so that a chunk holds 64 tokens within split_f16's grid.
   const int group = nh / nkv;
   bool attn_cm = attn_cm_ && group <= 32 && 32 % group == 0 && hd <= 512 && nh <= 1023;
-  for (const VisionLayerWeights& l : t.layers) {
-    float kmax = 1.0f;
-    for (float w : l.k_norm) kmax = std::max(kmax, std::fabs(w));
-    if (!(kmax * std::sqrt(512.0f) < 16384.0f)) attn_cm = false;
-  }
+  for (const VisionLayerWeights& l : t.layers)
+    if (!KNormFitsF16(l.k_norm)) attn_cm = false;
 
   const VkCommandBuffer cmd = icmd_;
   BeginOneTime(cmd);
@@ -343,10 +337,9 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       // Dense weights on matrix units: the inputs (clamped) as hi + lo f16 terms scaled per
       // token (split_f16.comp), then linear_cm.comp (f32 sums of each 64-column tile's products).
       const uint32_t ld = static_cast<uint32_t>((lin.cols + 63) / 64 * 8);
-      const struct {
-        uint32_t cols, x_stride, x_row0, ld, nh, group, m;
-        float lo, hi;
-      } sp{pc.K, pc.K, 0, ld, 0, 0, 0, pc.in_min, pc.in_max};
+      SplitQPush sp{pc.K, pc.K, 0, ld, 0, 0, 0};
+      sp.lo = pc.in_min;
+      sp.hi = pc.in_max;
       Bindings qb{};
       qb[2] = x;
       qb[3] = ib_.xh;
@@ -354,14 +347,7 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       qb[9] = ib_.ts;
       dispatch("split_f16", {0u, 0u, pc.flags & 1u}, qb, &sp, sizeof(sp), 1,
                static_cast<uint32_t>(rows));
-      struct {
-        uint32_t rows, cols, wstride, x_stride, y_stride, y_off;
-        float in_s0, out_s0, in_s1, out_s1, cap;
-        uint32_t aux_stride, aux_off, x_row0, ntok, n, has_a, has_wa;
-        float scale, eps, next_in_s;
-        uint32_t xq_ld, kper;
-        float out_lo, out_hi;
-      } cp{};
+      LinPush cp{};
       cp.rows = pc.N;
       cp.cols = pc.K;
       cp.wstride = wt.wstride;
@@ -369,8 +355,8 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       cp.y_stride = pc.N;
       cp.ntok = static_cast<uint32_t>(rows);
       cp.xq_ld = ld;
-      cp.out_lo = pc.out_min;
-      cp.out_hi = pc.out_max;
+      cp.cm_out_lo = pc.out_min;
+      cp.cm_out_hi = pc.out_max;
       Bindings b{};
       b[0] = wt.w;
       b[3] = y;
@@ -458,7 +444,7 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     if (attn_cm) {
       // Chunks of queries (every key each): split_f16 takes one workgroup per q row, at most
       // 65,535 rows a dispatch; chunks start at multiples of 64 tokens (aligned bindings).
-      const uint32_t nch = AttnCmChunks(hd), qld = nch * 8;
+      const uint32_t qld = AttnCmChunks(hd) * 8;
       const int most = 65535 / nh / 64 * 64;  // (the q slots are sized for this many tokens)
       const int chunk = attn_chunk_ > 0 ? std::min(most, (attn_chunk_ + 63) / 64 * 64) : most;
       const size_t row_b = size_t(nh) * hd * 4;  // one token's q (and output) row
@@ -466,27 +452,27 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
         const int cm = std::min(chunk, n - c0);
         const BufRange qc{ib_.q.buf, ib_.q.offset + c0 * row_b, cm * row_b};
         const BufRange oc{ib_.att.buf, ib_.att.offset + c0 * row_b, cm * row_b};
-        const uint32_t qp[7] = {static_cast<uint32_t>(hd),
-                                static_cast<uint32_t>(nh * hd),
-                                0u,
-                                qld,
-                                static_cast<uint32_t>(nh),
-                                static_cast<uint32_t>(group),
-                                static_cast<uint32_t>(cm)};
+        const SplitQPush qp{static_cast<uint32_t>(hd),
+                            static_cast<uint32_t>(nh * hd),
+                            0u,
+                            qld,
+                            static_cast<uint32_t>(nh),
+                            static_cast<uint32_t>(group),
+                            static_cast<uint32_t>(cm)};
         Bindings qb{};
         qb[2] = qc;
         qb[3] = ib_.xh;
         qb[4] = ib_.xl;
         qb[9] = ib_.ts;
-        dispatch("split_f16", {0u, 1u}, qb, qp, sizeof(qp), 1, static_cast<uint32_t>(cm * nh));
-        const uint32_t ap[8] = {static_cast<uint32_t>(nh),
-                                static_cast<uint32_t>(nkv),
-                                static_cast<uint32_t>(hd),
-                                static_cast<uint32_t>(n),
-                                0u,
-                                static_cast<uint32_t>(nh * hd),
-                                qld,
-                                static_cast<uint32_t>(cm)};
+        dispatch("split_f16", {0u, 1u}, qb, &qp, sizeof(qp), 1, static_cast<uint32_t>(cm * nh));
+        AttnCmPush ap{static_cast<uint32_t>(nh),
+                      static_cast<uint32_t>(nkv),
+                      static_cast<uint32_t>(hd),
+                      static_cast<uint32_t>(n),
+                      0u,
+                      static_cast<uint32_t>(nh * hd),
+                      qld};
+        ap.m = static_cast<uint32_t>(cm);
         Bindings b{};
         b[0] = ib_.xh;
         b[1] = ib_.k;
@@ -496,11 +482,8 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
         b[5] = oc;
         b[11] = ib_.step;
         const uint32_t tpw = 32 / static_cast<uint32_t>(group);
-        dispatch(nch == 1   ? "attention_cm1"
-                 : nch == 4 ? "attention_cm4"
-                            : "attention_cm8",
-                 {0u, 1u, 1u, 1u}, b, ap, sizeof(ap), (static_cast<uint32_t>(cm) + tpw - 1) / tpw,
-                 static_cast<uint32_t>(nkv));
+        dispatch(AttnCmModule(hd), {0u, 1u, 1u, 1u}, b, &ap, sizeof(ap),
+                 (static_cast<uint32_t>(cm) + tpw - 1) / tpw, static_cast<uint32_t>(nkv));
       }
     } else {
       const uint32_t pc[3] = {static_cast<uint32_t>(n), 0u, static_cast<uint32_t>(n)};

@@ -53,7 +53,8 @@ layout(push_constant) uniform P {
   float scale, eps, next_in_s;
   uint xq_ld;  // uvec4 per token row of xq0 / xq1
   uint kper;   // split K: K tiles per workgroup along z, sums added into part[] (0: no split)
-  float out_lo, out_hi;  // OCLAMP
+  layout(offset = 116) float out_lo;  // OCLAMP (LinPush::cm_out_lo, cm_out_hi)
+  float out_hi;
 } p;
 
 #ifndef MM_DUAL

@@ -167,6 +167,7 @@ std::unique_ptr<Device> Device::NewContext() const {
   d->dump_dir_ = dump_dir_;
   d->max_range_ = max_range_;
   d->align_ = align_;
+  d->storage_align_ = storage_align_;
   d->max_alloc_ = max_alloc_;
   d->cpu_ = cpu_;
   d->discrete_ = discrete_;
@@ -257,6 +258,7 @@ void Device::Init(const DeviceOptions& options) {
   max_range_ = p2.properties.limits.maxStorageBufferRange;
   max_shared_ = p2.properties.limits.maxComputeSharedMemorySize;
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
+  storage_align_ = std::max<VkDeviceSize>(4, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   spin_us_ = options.spin_us >= 0 ? options.spin_us : cpu_ ? 0 : 20000;
@@ -486,6 +488,11 @@ void Device::InitContext() {
   dp.poolSizeCount = 1;
   dp.pPoolSizes = &ps;
   Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &desc_pool_), "descriptor pool");
+  VkDescriptorPoolSize tps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                           static_cast<uint32_t>(kMaxTransientSets) * kBindings};
+  dp.maxSets = static_cast<uint32_t>(kMaxTransientSets);
+  dp.pPoolSizes = &tps;
+  Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &transient_pool_), "descriptor pool");
 
   if (ts_valid_) {
     VkQueryPoolCreateInfo qp{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
@@ -508,13 +515,15 @@ void Device::DestroyContext() {
   staging_ = {};
   staging_bytes_ = 0;
   chunks_.clear();
-  auto destroy = [core = core_, dev = dev_, queue = queue_, desc = desc_pool_, fence = fence_,
+  auto destroy = [core = core_, dev = dev_, queue = queue_, desc = desc_pool_,
+                  tdesc = transient_pool_, fence = fence_,
                   ts = ts_pool_, cmd = cmd_pool_, chunks = std::move(chunks)]() mutable {
     if (queue) {
       std::lock_guard<std::mutex> lock(core->queue_mu);
       vkQueueWaitIdle(queue);
     }
     if (desc) vkDestroyDescriptorPool(dev, desc, nullptr);
+    if (tdesc) vkDestroyDescriptorPool(dev, tdesc, nullptr);
     for (Chunk& c : chunks) FreeChunkOf(*core, dev, c);
     if (fence) vkDestroyFence(dev, fence, nullptr);
     if (ts) vkDestroyQueryPool(dev, ts, nullptr);
@@ -526,6 +535,8 @@ void Device::DestroyContext() {
     destroy();
   }
   desc_pool_ = VK_NULL_HANDLE;
+  transient_pool_ = VK_NULL_HANDLE;
+  transient_sets_.clear();
   fence_ = VK_NULL_HANDLE;
   ts_pool_ = VK_NULL_HANDLE;
   cmd_pool_ = VK_NULL_HANDLE;
@@ -883,8 +894,25 @@ void Device::PrintPipelineStats(const char* shader, const std::vector<uint32_t>&
 VkDescriptorSet Device::Set(const std::array<BufRange, kBindings>& bindings) {
   auto it = sets_.find(bindings);
   if (it != sets_.end()) return it->second;
+  const VkDescriptorSet set = AllocSet(desc_pool_, bindings);
+  sets_[bindings] = set;
+  return set;
+}
+
+VkDescriptorSet Device::TransientSet(const std::array<BufRange, kBindings>& bindings) {
+  auto it = transient_sets_.find(bindings);
+  if (it != transient_sets_.end()) return it->second;
+  if (transient_sets_.size() >= kMaxTransientSets)
+    throw Error(ErrorCode::kInternal, "vulkan: the transient descriptor sets are exhausted");
+  const VkDescriptorSet set = AllocSet(transient_pool_, bindings);
+  transient_sets_[bindings] = set;
+  return set;
+}
+
+VkDescriptorSet Device::AllocSet(VkDescriptorPool pool,
+                                 const std::array<BufRange, kBindings>& bindings) {
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  ai.descriptorPool = desc_pool_;
+  ai.descriptorPool = pool;
   ai.descriptorSetCount = 1;
   ai.pSetLayouts = &set_layout_;
   VkDescriptorSet set;
@@ -902,8 +930,12 @@ VkDescriptorSet Device::Set(const std::array<BufRange, kBindings>& bindings) {
     w[i].pBufferInfo = &info[i];
   }
   vkUpdateDescriptorSets(dev_, kBindings, w.data(), 0, nullptr);
-  sets_[bindings] = set;
   return set;
+}
+
+void Device::ResetTransientSets() {
+  if (transient_pool_) vkResetDescriptorPool(dev_, transient_pool_, 0);
+  transient_sets_.clear();
 }
 
 VkCommandBuffer Device::AllocCommandBuffer() {

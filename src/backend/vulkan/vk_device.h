@@ -133,6 +133,15 @@ class Device {
   // local size = spec[0]; further entries are constant_id 1, 2, ...
   VkPipeline Pipeline(const char* shader, const std::vector<uint32_t>& spec);
   VkDescriptorSet Set(const std::array<BufRange, kBindings>& bindings);
+  // Descriptor sets of a second pool, made for recordings that come and go (batched steps over
+  // changing contexts) and released all at once by ResetTransientSets, which the owner calls only
+  // when no command buffer that uses them will be submitted again.
+  VkDescriptorSet TransientSet(const std::array<BufRange, kBindings>& bindings);
+  void ResetTransientSets();
+  size_t transient_sets() const { return transient_sets_.size(); }
+  static constexpr size_t kMaxTransientSets = 16384;
+  // The device's minStorageBufferOffsetAlignment (a bound range's offset is a multiple of it).
+  VkDeviceSize storage_align() const { return storage_align_; }
   VkPipelineLayout layout() const { return layout_; }
 
   VkCommandBuffer AllocCommandBuffer();
@@ -207,6 +216,7 @@ class Device {
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
+  VkDescriptorPool transient_pool_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::string name_;
   uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
@@ -214,7 +224,7 @@ class Device {
   bool subgroup_clock_ = false;
   bool pipe_stats_ = false;  // DeviceOptions::pipeline_stats (where the driver can)
   std::string dump_dir_;     // DeviceOptions::pipeline_dump_dir
-  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
+  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0, storage_align_ = 16;
   bool cpu_ = false, discrete_ = false;
   VkDeviceSize device_local_bytes_ = 0;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
@@ -235,6 +245,8 @@ class Device {
   int dummy_handle_ = -1;
   VkCommandBuffer upload_cmd_ = VK_NULL_HANDLE;
   std::map<std::array<BufRange, kBindings>, VkDescriptorSet> sets_;
+  std::map<std::array<BufRange, kBindings>, VkDescriptorSet> transient_sets_;
+  VkDescriptorSet AllocSet(VkDescriptorPool pool, const std::array<BufRange, kBindings>& bindings);
 };
 
 }  // namespace gemma::vk

@@ -142,6 +142,133 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
   }
 }
 
+// Batched decode: one command buffer over every row (ForwardRows' contract in the header). Rows
+// go in the order logits, argmax, no output; the recording is kept by the rows' context ids and
+// modes (their caches, RoPE tables and order fix it; tokens and positions come from the staging
+// buffers), so a steady batch replays it.
+void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
+                                std::span<BatchStep* const> steps) {
+  const int B = static_cast<int>(steps.size());
+  if (B == 0) return;
+  if (B < 2 || B > batch_rows_ || ctx.size() != steps.size())
+    throw Error(ErrorCode::kInternal, "vulkan: a batch of " + std::to_string(B) + " rows");
+  auto group = [](OutputMode m) { return m == OutputMode::kLogits ? 0 : m == OutputMode::kNone ? 2 : 1; };
+  std::vector<int> order(B);
+  for (int i = 0; i < B; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const int ga = group(steps[a]->request.mode), gb = group(steps[b]->request.mode);
+    return ga != gb ? ga < gb : ctx[a]->uid() < ctx[b]->uid();
+  });
+  std::vector<VulkanBackend*> rows(B);
+  std::vector<int32_t> tokens(B);
+  std::vector<uint64_t> key;
+  int logits_rows = 0, out_rows = 0;
+  for (int r = 0; r < B; ++r) {
+    const int i = order[r];
+    rows[r] = ctx[i];
+    tokens[r] = steps[i]->request.tokens[0];
+    const int g = group(steps[i]->request.mode);
+    logits_rows += g == 0;
+    out_rows += g != 2;
+    key.push_back(ctx[i]->uid());
+    key.push_back(static_cast<uint64_t>(g));
+  }
+  const int splits = RowSplits(B);
+  // Inputs: the rows' embedding and PLE rows (as a prompt chunk's), each row's position.
+  FillInputs(tokens, OutputMode::kArgmax, nullptr);
+  for (int r = 0; r < B; ++r) {
+    const uint32_t st[4] = {static_cast<uint32_t>(rows[r]->cached()), 1, 0, 0};
+    std::memcpy(row_steps_host_.r.mapped + r * kRowStepBytes, st, sizeof(st));
+  }
+  try {
+    SubmitRows(rows, key, logits_rows, out_rows, splits);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) {
+      broken_ = true;
+      for (VulkanBackend* c : rows) c->broken_ = true;
+    }
+    throw;
+  }
+  const int V = cfg_.vocab_size;
+  const uint8_t* o = out_host_.r.mapped;
+  for (int r = 0; r < B; ++r) {
+    BatchStep& st = *steps[order[r]];
+    VulkanBackend& c = *rows[r];
+    c.window_.Commit(c.cached() + 1);
+    c.history_.push_back(tokens[r]);
+    ++c.batched_steps_;
+    *st.result = ForwardResult();
+    if (r < logits_rows) {
+      const float* f = reinterpret_cast<const float*>(o) + size_t(r) * V;
+      st.result->logits.assign(f, f + V);
+    } else if (r < out_rows) {
+      uint32_t w[2];
+      std::memcpy(w, o + size_t(logits_rows) * V * 4 + 8 * (r - logits_rows), 8);
+      st.result->ids.push_back(static_cast<int32_t>(w[0]));
+    }
+  }
+}
+
+// ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written.
+void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
+                               const std::vector<uint64_t>& key, int logits_rows, int out_rows,
+                               int splits) {
+  const int B = static_cast<int>(rows.size());
+  BatchCmd* bc = nullptr;
+  for (BatchCmd& c : batch_cmds_)
+    if (c.key == key) bc = &c;
+  if (!bc) {
+    // Transient sets of recordings no longer kept are released with them all.
+    if (dev_->transient_sets() + size_t(B) * 3 * cfg_.num_layers > vk::Device::kMaxTransientSets) {
+      for (BatchCmd& c : batch_cmds_) c.key.clear();
+      dev_->ResetTransientSets();
+    }
+    for (BatchCmd& c : batch_cmds_)
+      if (c.key.empty()) bc = &c;
+    if (!bc && batch_cmds_.size() < kBatchCmds) {
+      batch_cmds_.push_back({{}, dev_->AllocCommandBuffer(), 0});
+      bc = &batch_cmds_.back();
+    }
+    if (!bc)
+      bc = &*std::min_element(batch_cmds_.begin(), batch_cmds_.end(),
+                              [](const BatchCmd& a, const BatchCmd& b) { return a.used < b.used; });
+    bc->key.clear();  // (incomplete until End: a throw leaves no entry)
+    Begin(bc->cmd, true);
+    Rec rc{bc->cmd};
+    rc.rows = &rows;
+    rc.row_splits = splits;
+    const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, B * kRowStepBytes};
+    vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
+    RecordInputs(rc, B, OutputMode::kArgmax);  // (ends with a barrier)
+    RecordBody(rc, B, splits);
+    if (out_rows > 0) RecordBatchHead(rc, out_rows, logits_rows, out_rows > logits_rows);
+    End(bc->cmd);
+    bc->key = key;
+  }
+  bc->used = ++batch_cmd_clock_;
+  for (VulkanBackend* c : rows) c->window_.BeginWrite(c->cached(), 1);
+  dev_->Submit(bc->cmd);
+}
+
+void VulkanBackend::RecordBatchHead(Rec& rc, int count, int logits_rows, bool reduce) {
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, 0);
+  Barrier(rc);
+  LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
+  Barrier(rc);
+  if (reduce) RecordLogitsReduce(rc, count, false);
+  if (logits_rows > 0) {
+    const VkBufferCopy cp{logits_.r.offset, out_host_.r.offset, size_t(logits_rows) * V * 4};
+    vkCmdCopyBuffer(rc.cmd, logits_.r.buf, out_host_.r.buf, 1, &cp);
+  }
+  if (count > logits_rows) {
+    const VkBufferCopy cp{res_.r.offset + size_t(logits_rows) * 8,
+                          out_host_.r.offset + size_t(logits_rows) * V * 4,
+                          size_t(count - logits_rows) * 8};
+    vkCmdCopyBuffer(rc.cmd, res_.r.buf, out_host_.r.buf, 1, &cp);
+  }
+}
+
 // `beside` (prompt chunks): run as one more task of the fill's pool, task 0, so it starts at once
 // beside the rows' tasks (after them without a pool or below 64 tokens); its exception, if any,
 // is rethrown here after the rows are written.

@@ -90,6 +90,7 @@ struct VulkanStats {
   int dispatches_per_token = 0;  // in the decode command buffer
   int barriers_per_token = 0;
   int rebuilds = 0;     // device-state rebuilds after failures
+  int64_t batched_steps = 0;  // this context's one-token steps run as rows of a batch
   std::string kernels;  // the kernel variants in use (and the kernel config's overrides)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -480,6 +482,14 @@ class VulkanBackend : public Backend {
     const Buf* head_wt = nullptr;
     float head_scale = 1.0f;
     BufRange head_h{};
+    // A batch's step (ForwardRows): row r is context (*rows)[r]'s token; the attention runs per
+    // row in row_splits key splits (RecordRowsAttention).
+    const std::vector<VulkanBackend*>* rows = nullptr;
+    int row_splits = 1;
+    // The step values dispatches bind (binding 11): step_, or a row's (RowStep).
+    const BufRange* step = nullptr;
+    // Descriptor sets from the device's transient pool (recordings over other contexts' buffers).
+    bool transient = false;
   };
 
   // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
@@ -566,6 +576,19 @@ class VulkanBackend : public Backend {
   // Layers [l_begin, l_end) (all by default); l_begin == 0 also records the step's prologue (PLE
   // projection, first input norm, PLE rows).
   void RecordBody(Rec& rc, int m, int splits, int l_begin = 0, int l_end = -1);
+  // One layer's attention for the m tokens of this context (RoPE, cache rows, attention into
+  // attn_), or for a batch's rows, each over its own context's caches.
+  void RecordAttention(Rec& rc, int m, int splits, const LayerPlan& p, DevLayer& d);
+  void RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d);
+  // A batch's head: the final norm and the LM head over its first `count` rows, their argmaxes
+  // when `reduce`; the logits of rows [0, logits_rows) and the argmaxes of rows
+  // [logits_rows, count) copied to the host (the latter after the former).
+  void RecordBatchHead(Rec& rc, int count, int logits_rows, bool reduce);
+  // The argmax (mask: among the allowed ids) of each of the head's first `count` rows into res_.
+  void RecordLogitsReduce(Rec& rc, int count, bool mask);
+  // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written.
+  void SubmitRows(const std::vector<VulkanBackend*>& rows, const std::vector<uint64_t>& key,
+                  int logits_rows, int out_rows, int splits);
 
   void RecordHead(Rec& rc, int out_first, int count, OutputMode mode);
   void RecordHeadCopy(Rec& rc, int count, OutputMode mode);
@@ -645,6 +668,24 @@ class VulkanBackend : public Backend {
 
   // Public to the free functions of vulkan_backend.h.
  public:
+  // BackendModel::ForwardBatch's work, recorded and submitted by this context: the one-token
+  // steps `steps` of the distinct contexts `ctx` (ctx[i] steps[i]'s; this context among them or
+  // not), at most batch_rows(), each validated and BatchReady. Fills every step's result and
+  // commits every context's token, or throws with no context's cached() changed (a device
+  // failure marks them all for a rebuild).
+  void ForwardRows(std::span<VulkanBackend* const> ctx, std::span<BatchStep* const> steps);
+  // The most rows one batched step of this context takes (1: it does not batch).
+  int batch_rows() const { return batch_rows_; }
+  // Whether a validated one-token request can be a batch's row now (else it runs alone).
+  bool BatchReady(const ForwardRequest& req) const {
+    return !broken_ && !replay_ && weights_->generation == shared_->generation() &&
+           req.mode != OutputMode::kSelect &&
+           std::none_of(req.soft.begin(), req.soft.end(), [](const float* p) { return p; });
+  }
+  // Identifies this context's current device state (new after each Build): batch recordings
+  // are kept by their rows' ids.
+  uint64_t uid() const { return uid_; }
+
   // Runs one linear (epilogue 0 store, 1 gelu(lin) * second, 2 softcap) over n tokens on this
   // backend's device, through the kernel a step of n tokens would use. Buffers are added per call.
   std::vector<float> RunLinear(const Linear& lin, const Linear* second, const float* x, int n,
@@ -928,6 +969,35 @@ class VulkanBackend : public Backend {
   int decode_dispatches_ = 0, decode_barriers_ = 0;
   Buf prof_, prof_host_;
   Buf reduce_cnt_;
+  // Batched steps (ForwardRows): each row's step values (position, one token) at a stride of
+  // kRowStepBytes, written by the host (row_steps_host_) and copied to the device (row_steps_)
+  // at the step's start.
+  static constexpr size_t kRowStepBytes = 256;
+  Buf row_steps_, row_steps_host_;
+  BufRange RowStep(int r) const {
+    return BufRange{row_steps_.r.buf, row_steps_.r.offset + r * kRowStepBytes, 16, nullptr};
+  }
+  // A row's region of a per-row buffer, rounded up to the device's offset alignment.
+  size_t RowStride(size_t bytes) const {
+    const size_t a = dev_->storage_align();
+    return (bytes + a - 1) / a * a;
+  }
+  // Key splits of a batch row's attention: the decode's, at most what the partial sums of
+  // `rows` rows hold (PlanActivations sizes them for kRowSplitUnits rows x splits).
+  static constexpr int kRowSplitUnits = 256;
+  int RowSplits(int rows) const { return std::clamp(kRowSplitUnits / rows, 1, splits_); }
+  int batch_rows_ = 1;
+  int64_t batched_steps_ = 0;
+  uint64_t uid_ = 0;
+  // Recorded batch steps kept for replay, by their rows' context ids and output modes.
+  struct BatchCmd {
+    std::vector<uint64_t> key;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    uint64_t used = 0;
+  };
+  static constexpr size_t kBatchCmds = 8;
+  std::vector<BatchCmd> batch_cmds_;
+  uint64_t batch_cmd_clock_ = 0;
 };
 
 }  // namespace gemma::vulkan_internal

@@ -156,6 +156,7 @@ void VulkanBackend::Build() {
   for (auto& tier : decode_cmd_) tier.fill(VK_NULL_HANDLE);
   prefill_cmd_ = VK_NULL_HANDLE;
   prompt_cmds_.clear();  // (their command buffers went with the device)
+  batch_cmds_.clear();
   kc_ = EffectiveKernels(vopt_, context_kernels_);
   // This context on the engine's device, whose weights it reads.
   weights_ = shared_->Acquire();
@@ -495,7 +496,8 @@ void VulkanBackend::Build() {
   gpu_rows_ = Knob("GPU_ROWS", 1) != 0 && GpuRowKind(model_.embed()) != 0 &&
               (P == 0 || GpuRowKind(model_.ple_embed()) != 0);
   upload_local_ = Knob("UPLOAD_LOCAL", 1) != 0;
-  short_rows_ = std::min(chunk_, kShortStepRows);
+  // (a batch's rows each write one position of their own rings: the chunk does not bound them)
+  short_rows_ = kShortStepRows;
   Activations own = PlanActivations(*dev_, short_rows_);
   // One-token steps: the PLE rows and the mask in host memory instead (in_side_; the host
   // writes them fast, their copies run beside the body's first phase).
@@ -504,6 +506,9 @@ void VulkanBackend::Build() {
   in_side_ =
       upload_split_ ? Reserve(Pool::kHost, in_side_mask_off_ + size_t((V + 31) / 32) * 4) : Buf{};
   prof_host_ = Reserve(Pool::kHost, 8 * 16 * 4096);
+  row_steps_ = Reserve(Pool::kDevice, kShortStepRows * kRowStepBytes);
+  row_steps_host_ =
+      Reserve(upload_local_ ? Pool::kUpload : Pool::kHost, kShortStepRows * kRowStepBytes);
 
   dev_->Commit("a session's caches and activations");
   ResolveActivations(*dev_, own);
@@ -522,7 +527,7 @@ void VulkanBackend::Build() {
     Resolve(s.v);
   }
   for (Buf* b : {&h2_, &mask_, &step_, &counter_, &hcount_, &xq_, &prof_, &prof_host_, &pacc_,
-                 &in_side_}) {
+                 &in_side_, &row_steps_, &row_steps_host_}) {
     if (b->handle >= 0) Resolve(*b);
   }
   dev_->Fill(counter_.r, 0);
@@ -530,6 +535,16 @@ void VulkanBackend::Build() {
   dev_->Fill(reduce_cnt_.r, 0);
   prefill_cmd_ = dev_->AllocCommandBuffer();
   head_cmd_ = dev_->AllocCommandBuffer();
+  // Batched steps (ForwardRows): rows of the activations' and the head's sets, where every
+  // per-row region a row's attention binds starts at an aligned offset.
+  static std::atomic<uint64_t> next_uid{1};
+  uid_ = next_uid++;
+  batch_rows_ = std::min(short_rows_, head_rows_);
+  for (const LayerPlan& p : model_.layers()) {
+    const size_t qb = size_t(p.num_heads) * p.head_dim * 4,
+                 kvb = size_t(p.num_kv_heads) * p.head_dim * 4;
+    if (qb % dev_->storage_align() != 0 || kvb % dev_->storage_align() != 0) batch_rows_ = 1;
+  }
   // Pre-record the decode step once to count its work.
   DecodeCommand(OutputMode::kArgmax);
   dev_->ReleaseStaging();  // (the uploads above are done; a later Upload allocates it again)
@@ -555,8 +570,11 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
   a.g = F(size_t(C) * imax);
   // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
   // up to 32 floats for (m, l)
-  a.po = F(size_t(std::max({C, S, 256})) * nh * RoundUp32(hdmax) * 2 + size_t(nh) * 512);
-  a.pml = F(size_t(std::max(C, S)) * nh * 4);
+  // (a batch's rows: kRowSplitUnits rows x splits in all, each row's region aligned)
+  const size_t row_pad = size_t(kShortStepRows) * 64;
+  a.po = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * RoundUp32(hdmax) * 2 +
+           size_t(nh) * 512 + row_pad);
+  a.pml = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * 4 + row_pad);
   if (P > 0) {
     a.ple = F(size_t(C) * L * P);
     a.tok = F(size_t(C) * L * P);
@@ -745,6 +763,7 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
   s->dispatches_per_token = decode_dispatches_;
   s->barriers_per_token = decode_barriers_;
   s->rebuilds = rebuilds_;
+  s->batched_steps = batched_steps_;
   s->kernels =
       std::string("prefill linears ") +
       (!coop_        ? ""

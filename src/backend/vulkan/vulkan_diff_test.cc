@@ -3,6 +3,7 @@
 // (bench/vulkan/diff_h200.sh runs hundreds on the H200).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -77,6 +78,169 @@ TEST(VulkanDecodeDiff, TanhRoundingCaseDecodesExactly) {
 
 TEST(VulkanDecodeDiff, RandomConfigsDecodeLikeTheReference) {
   RunDiffConfigs(/*configs=*/1, /*first_seed=*/100, /*steps=*/200, kDenseTol, MakeVulkan);
+}
+
+// Batched decode (BackendModel::ForwardBatch): random configurations, six contexts with random
+// prompts and ring slacks, 40 steps in which each context steps with probability 0.7 in a random
+// output mode (logits, argmax, none) on a random token, every row checked against its own CPU
+// reference context: logits within the decode's contract (dense 1e-3; QAT 1e-4 or an SRQ flip
+// after the first kExactPrefix positions), argmaxes equal unless the reference's top two are
+// within that noise. Then a step with a token outside the vocabulary fails alone, and a device
+// loss fails the whole batch with nothing committed; the same steps then succeed.
+TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
+  for (const bool qat : {false, true}) {
+    const uint64_t seed = qat ? 311 : 310;
+    SCOPED_TRACE(qat ? "qat" : "dense");
+    DiffModel m(seed, qat);
+    const Model& model = *m.model;
+    std::shared_ptr<BackendModel> vm;
+    try {
+      vm = CreateVulkanModel(model, {});
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
+      throw;
+    }
+    const int V = model.text().vocab_size;
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 7;
+    auto next = [&] {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      return state;
+    };
+    constexpr int kContexts = 6, kSteps = 40;
+    const int slacks[3] = {0, 1, model.text().sliding_window};
+    std::vector<std::unique_ptr<Backend>> got, ref;
+    for (int c = 0; c < kContexts; ++c) {
+      const BackendOptions opt{.capacity = 64, .slack = slacks[next() % 3]};
+      got.push_back(vm->NewContext(opt));
+      ref.push_back(CreateCpuReferenceBackend(model, opt));
+      std::vector<int32_t> prompt(1 + next() % 7);
+      for (int32_t& t : prompt) t = static_cast<int32_t>(next() % V);
+      ForwardResult r;
+      got[c]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+      ref[c]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+    }
+    const float q = model.lm_head().out_scale;
+    // One batch of the given contexts, modes and tokens, checked row by row.
+    auto run = [&](const std::vector<int>& who, const std::vector<OutputMode>& modes,
+                   const std::vector<int32_t>& toks) {
+      std::vector<BatchStep> steps(who.size());
+      std::vector<ForwardResult> res(who.size());
+      for (size_t i = 0; i < who.size(); ++i) {
+        steps[i].context = got[who[i]].get();
+        steps[i].request = {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = modes[i]};
+        steps[i].result = &res[i];
+      }
+      vm->ForwardBatch(steps);
+      for (size_t i = 0; i < who.size(); ++i) {
+        const int c = who[i];
+        const int pos = ref[c]->cached();
+        SCOPED_TRACE("context " + std::to_string(c) + " at position " + std::to_string(pos));
+        if (steps[i].error) std::rethrow_exception(steps[i].error);
+        ForwardResult a;
+        ref[c]->Forward({.tokens = std::span<const int32_t>(&toks[i], 1),
+                         .mode = OutputMode::kLogits},
+                        &a);
+        EXPECT_EQ(got[c]->cached(), ref[c]->cached());
+        const float* want = a.logits.data();
+        const float amax =
+            std::fabs(*std::max_element(want, want + V, [](float x, float y) {
+              return std::fabs(x) < std::fabs(y);
+            }));
+        if (modes[i] == OutputMode::kLogits) {
+          ASSERT_EQ(res[i].logits.size(), size_t(V));
+          const double rel = RelL2(res[i].logits.data(), want, V);
+          if (qat) {
+            EXPECT_TRUE(rel < 1e-4 || (pos >= static_cast<int>(kExactPrefix) &&
+                                       IsSrqFlip(model, res[i].logits.data(), want, V)))
+                << "rel L2 " << rel;
+          } else {
+            EXPECT_LT(rel, kDenseTol);
+          }
+        } else if (modes[i] == OutputMode::kArgmax) {
+          ASSERT_EQ(res[i].ids.size(), 1u);
+          const int mine = res[i].ids[0];
+          const int best = static_cast<int>(std::max_element(want, want + V) - want);
+          const double gap = double(want[best]) - want[mine];
+          EXPECT_TRUE(mine == best || gap <= 1e-3 * amax + (q > 0 ? 4 * q : 0))
+              << "argmax " << mine << " against " << best << " (gap " << gap << ")";
+        } else {
+          EXPECT_TRUE(res[i].ids.empty() && res[i].logits.empty());
+        }
+      }
+    };
+    for (int step = 0; step < kSteps && !HasFailure(); ++step) {
+      std::vector<int> who;
+      std::vector<OutputMode> modes;
+      std::vector<int32_t> toks;
+      for (int c = 0; c < kContexts; ++c) {
+        if (next() % 10 >= 7) continue;
+        who.push_back(c);
+        const uint64_t k = next() % 20;
+        modes.push_back(k < 9 ? OutputMode::kLogits : k < 18 ? OutputMode::kArgmax
+                                                             : OutputMode::kNone);
+        toks.push_back(static_cast<int32_t>(next() % V));
+      }
+      run(who, modes, toks);
+    }
+    int64_t batched = 0;
+    for (auto& c : got) {
+      VulkanStats st;
+      ASSERT_TRUE(GetVulkanStats(*c, &st));
+      batched += st.batched_steps;
+    }
+    EXPECT_GT(batched, kSteps) << "the steps ran alone, not as a batch's rows";
+
+    // A bad token fails its own step only.
+    {
+      std::vector<int32_t> toks = {1, V + 5, 2};
+      std::vector<BatchStep> steps(3);
+      std::vector<ForwardResult> res(3);
+      std::vector<int> before;
+      for (int i = 0; i < 3; ++i) {
+        steps[i] = {got[i].get(), {.tokens = std::span<const int32_t>(&toks[i], 1)}, &res[i]};
+        before.push_back(got[i]->cached());
+      }
+      vm->ForwardBatch(steps);
+      EXPECT_TRUE(steps[1].error);
+      EXPECT_EQ(got[1]->cached(), before[1]);
+      for (int i : {0, 2}) {
+        EXPECT_FALSE(steps[i].error);
+        ForwardResult a;
+        ref[i]->Forward({.tokens = std::span<const int32_t>(&toks[i], 1)}, &a);
+      }
+    }
+    // A device loss fails every row of the batch and commits nothing; the contexts rebuild and
+    // the same steps then give the reference's results.
+    {
+      const std::vector<int> who = {0, 1, 2, 3, 4, 5};
+      const std::vector<OutputMode> modes(6, OutputMode::kLogits);
+      std::vector<int32_t> toks;
+      for (int c = 0; c < kContexts; ++c) toks.push_back(static_cast<int32_t>(next() % V));
+      std::vector<BatchStep> steps(6);
+      std::vector<ForwardResult> res(6);
+      std::vector<int> before;
+      for (int i = 0; i < 6; ++i) {
+        steps[i] = {got[i].get(),
+                    {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = modes[i]},
+                    &res[i]};
+        before.push_back(got[i]->cached());
+      }
+      ASSERT_TRUE(vm->InjectDeviceFault(DeviceFault::kDeviceLoss));
+      vm->ForwardBatch(steps);
+      for (int i = 0; i < 6; ++i) {
+        ASSERT_TRUE(steps[i].error);
+        try {
+          std::rethrow_exception(steps[i].error);
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kDevice) << e.what();
+        }
+        EXPECT_EQ(got[i]->cached(), before[i]);
+      }
+      run(who, modes, toks);
+    }
+  }
 }
 
 }  // namespace

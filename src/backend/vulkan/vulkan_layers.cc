@@ -74,131 +74,10 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
       }
     }
     Barrier(rc);
-    CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
-    const bool sliding = p.type == LayerType::kSliding;
-    // One-token steps: attn_fused.comp where the shapes fit.
-    uint32_t frl = 0, fd = 0, fkw = 0;
-    const bool fused = m == 1 && FusedAttnShape(hd, &frl, &fd, &fkw);
-    if (!(fused && attn_fused_rope_)) {
-      RopePush pc{static_cast<uint32_t>(nh),
-                  static_cast<uint32_t>(nkv),
-                  static_cast<uint32_t>(hd),
-                  static_cast<uint32_t>(slot.ring),
-                  static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
-                  cfg_.rms_norm_eps,
-                  static_cast<uint32_t>(qw),
-                  static_cast<uint32_t>(kvw)};
-      std::array<BufRange, vk::kBindings> b{};
-      b[0] = q_.r;
-      b[1] = kt_.r;
-      b[2] = vt_.r;
-      b[3] = d.q_norm.r;
-      if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
-      b[5] = slot.k.r;
-      b[6] = slot.v.r;
-      b[7] = sliding ? rope_s_.r : rope_f_.r;
-      Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), m);
-      Barrier(rc);
-    }
-    {
-      AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
-                  static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
-                  static_cast<uint32_t>(p.window), static_cast<uint32_t>(splits),
-                  static_cast<uint32_t>(qw)};
-      std::array<BufRange, vk::kBindings> b{};
-      b[0] = q_.r;
-      b[1] = slot.k.r;
-      b[2] = slot.v.r;
-      b[3] = po_.r;
-      b[4] = pml_.r;
-      if (fused) {
-        // HPW query heads of one K/V head per workgroup (full-attention layers, MODE 0; its
-        // row groups' states in shared memory: HPW x row groups x hd floats).
-        const size_t hpw_shared = size_t(attn_hpw_) * (kWG / frl) * hd * 4 + 2048;
-        const uint32_t hpw = rc.long_ctx && !sliding && attn_fused_mode_ == 0 &&
-                                     nh % attn_hpw_ == 0 && (nh / nkv) % attn_hpw_ == 0 &&
-                                     hpw_shared <= dev_->max_shared_bytes()
-                                 ? attn_hpw_
-                                 : 1u;
-        const int fsplits = FusedSplits(nh / static_cast<int>(hpw));
-        const FusedAttnPush fp{static_cast<uint32_t>(nh),
-                               static_cast<uint32_t>(nkv),
-                               static_cast<uint32_t>(slot.ring),
-                               static_cast<uint32_t>(p.window),
-                               static_cast<uint32_t>(fsplits),
-                               static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
-                               d.k_norm.handle >= 0 ? 1u : 0u,
-                               p.kv_shared ? 0u : 1u,
-                               static_cast<uint32_t>(fsplits * nh * RoundUp32(hd)),
-                               cfg_.rms_norm_eps};
-        b[4] = sliding ? rope_s_.r : rope_f_.r;
-        b[5] = attn_.r;
-        b[6] = hcount_.r;
-        b[7] = kt_.r;
-        b[8] = vt_.r;
-        b[9] = d.q_norm.r;
-        b[10] = d.k_norm.handle >= 0 ? d.k_norm.r : d.q_norm.r;
-        b[12] = slot.k.r;
-        b[13] = slot.v.r;
-        b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
-        const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
-        const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
-        Dispatch(rc, "attn_fused",
-                 {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
-                  attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
-                  attn_fused_dbg_, hpw},
-                 b, &fp, sizeof(fp), nh / hpw, 1, fsplits);
-        Barrier(rc);
-        if (attn_fused_mode_ == 1) {
-          // Merge units of 4 dims with VEC, else 1.
-          const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
-          Dispatch(rc, "attn_fused",
-                   {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
-                   sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
-          Barrier(rc);
-        }
-      } else if (m >= kMatmulMinTokens && attn_cm_ && AttnCmShape(hd, nh, nkv, m)) {
-        AttnCmOp(rc, q_.r, slot.k.r, slot.v.r, attn_.r, nh, nkv, hd, slot.ring, p.window, m);
-      } else if (m >= kMatmulMinTokens && attn_pf_) {
-        // Prefill: a subgroup per (token, head), no splits to merge.
-        b[5] = attn_.r;
-        if (attn_pf_ >= 3 && hd % 4 == 0 && hd <= 512) {
-          // 3: four queries per subgroup where hd <= 256, else two; 4: two everywhere.
-          const bool narrow = hd <= 256;
-          const int qps = attn_pf_ == 3 && narrow ? 4 : 2;
-          const char* kernel = qps == 4 ? "attention_pfq4v2"
-                               : narrow ? "attention_pfq2v2"
-                                        : "attention_pfq2v4";
-          Dispatch(rc, kernel, {}, b, &pc, sizeof(pc), (nh + 3) / 4, (m + qps - 1) / qps, 1, false);
-        } else {
-          Dispatch(rc, attn_pf_ == 1 ? "attention_pf" : "attention_pf32", {}, b, &pc, sizeof(pc),
-                   (nh + 3) / 4, m, 1, false);
-        }
-        Barrier(rc);
-      } else {
-        // GEMMA_VULKAN_ATTN_COMBINE=1.
-        const bool merge = attn_combine_ && m * nh <= kCombineCounters;
-        if (merge) {
-          // The last split workgroup of each head merges the splits (no combine dispatch).
-          b[5] = attn_.r;
-          b[6] = hcount_.r;
-          Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
-        } else if (attn_dbg_ != 0 || splits_adapt_) {
-          Dispatch(rc, "attention",
-                   {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ ? 1u : 0u}, b,
-                   &pc, sizeof(pc), nh, m, splits);
-        } else {
-          Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
-        }
-        Barrier(rc);
-        if (!merge) {
-          CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
-                         static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
-          b[5] = attn_.r;
-          Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
-          Barrier(rc);
-        }
-      }
+    if (rc.rows) {
+      RecordRowsAttention(rc, p, d);
+    } else {
+      RecordAttention(rc, m, splits, p, d);
     }
     // One-token steps fold each residual norm into the linear before it (TAIL).
     const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
@@ -325,6 +204,224 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   }
 }
 
+// One layer's attention for the m tokens of one context (q in q_, new K / V rows in kt_ / vt_):
+// RoPE, the cache rows written, attention into attn_.
+void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan& p, DevLayer& d) {
+  const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+  const int qw = nh * hd, kvw = nkv * hd;
+  CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
+  const bool sliding = p.type == LayerType::kSliding;
+  // One-token steps: attn_fused.comp where the shapes fit.
+  uint32_t frl = 0, fd = 0, fkw = 0;
+  const bool fused = m == 1 && FusedAttnShape(hd, &frl, &fd, &fkw);
+  if (!(fused && attn_fused_rope_)) {
+    RopePush pc{static_cast<uint32_t>(nh),
+                static_cast<uint32_t>(nkv),
+                static_cast<uint32_t>(hd),
+                static_cast<uint32_t>(slot.ring),
+                static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                cfg_.rms_norm_eps,
+                static_cast<uint32_t>(qw),
+                static_cast<uint32_t>(kvw)};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = q_.r;
+    b[1] = kt_.r;
+    b[2] = vt_.r;
+    b[3] = d.q_norm.r;
+    if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
+    b[5] = slot.k.r;
+    b[6] = slot.v.r;
+    b[7] = sliding ? rope_s_.r : rope_f_.r;
+    Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), m);
+    Barrier(rc);
+  }
+  {
+    AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
+                static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
+                static_cast<uint32_t>(p.window), static_cast<uint32_t>(splits),
+                static_cast<uint32_t>(qw)};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = q_.r;
+    b[1] = slot.k.r;
+    b[2] = slot.v.r;
+    b[3] = po_.r;
+    b[4] = pml_.r;
+    if (fused) {
+      // HPW query heads of one K/V head per workgroup (full-attention layers, MODE 0; its
+      // row groups' states in shared memory: HPW x row groups x hd floats).
+      const size_t hpw_shared = size_t(attn_hpw_) * (kWG / frl) * hd * 4 + 2048;
+      const uint32_t hpw = rc.long_ctx && !sliding && attn_fused_mode_ == 0 &&
+                                   nh % attn_hpw_ == 0 && (nh / nkv) % attn_hpw_ == 0 &&
+                                   hpw_shared <= dev_->max_shared_bytes()
+                               ? attn_hpw_
+                               : 1u;
+      const int fsplits = FusedSplits(nh / static_cast<int>(hpw));
+      const FusedAttnPush fp{static_cast<uint32_t>(nh),
+                             static_cast<uint32_t>(nkv),
+                             static_cast<uint32_t>(slot.ring),
+                             static_cast<uint32_t>(p.window),
+                             static_cast<uint32_t>(fsplits),
+                             static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                             d.k_norm.handle >= 0 ? 1u : 0u,
+                             p.kv_shared ? 0u : 1u,
+                             static_cast<uint32_t>(fsplits * nh * RoundUp32(hd)),
+                             cfg_.rms_norm_eps};
+      b[4] = sliding ? rope_s_.r : rope_f_.r;
+      b[5] = attn_.r;
+      b[6] = hcount_.r;
+      b[7] = kt_.r;
+      b[8] = vt_.r;
+      b[9] = d.q_norm.r;
+      b[10] = d.k_norm.handle >= 0 ? d.k_norm.r : d.q_norm.r;
+      b[12] = slot.k.r;
+      b[13] = slot.v.r;
+      b[15] = po_.r;  // read-only alias of the partials (MODE 2, MODE 0 with NC_MERGE)
+      const uint32_t rope = attn_fused_rope_ ? 1u : 0u;
+      const uint32_t vec = attn_vec_ && fd % 8 == 0 ? 1u : 0u;
+      Dispatch(rc, "attn_fused",
+               {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
+                attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
+                attn_fused_dbg_, hpw},
+               b, &fp, sizeof(fp), nh / hpw, 1, fsplits);
+      Barrier(rc);
+      if (attn_fused_mode_ == 1) {
+        // Merge units of 4 dims with VEC, else 1.
+        const uint32_t units = static_cast<uint32_t>(hd) / (vec ? 4u : 1u);
+        Dispatch(rc, "attn_fused",
+                 {static_cast<uint32_t>(hd), frl, fd, fkw, rope, 2u, attn_mb_, vec, 0u}, b, &fp,
+                 sizeof(fp), nh, (units + kWG - 1) / kWG, 1);
+        Barrier(rc);
+      }
+    } else if (m >= kMatmulMinTokens && attn_cm_ && AttnCmShape(hd, nh, nkv, m)) {
+      AttnCmOp(rc, q_.r, slot.k.r, slot.v.r, attn_.r, nh, nkv, hd, slot.ring, p.window, m);
+    } else if (m >= kMatmulMinTokens && attn_pf_) {
+      // Prefill: a subgroup per (token, head), no splits to merge.
+      b[5] = attn_.r;
+      if (attn_pf_ >= 3 && hd % 4 == 0 && hd <= 512) {
+        // 3: four queries per subgroup where hd <= 256, else two; 4: two everywhere.
+        const bool narrow = hd <= 256;
+        const int qps = attn_pf_ == 3 && narrow ? 4 : 2;
+        const char* kernel = qps == 4 ? "attention_pfq4v2"
+                             : narrow ? "attention_pfq2v2"
+                                      : "attention_pfq2v4";
+        Dispatch(rc, kernel, {}, b, &pc, sizeof(pc), (nh + 3) / 4, (m + qps - 1) / qps, 1, false);
+      } else {
+        Dispatch(rc, attn_pf_ == 1 ? "attention_pf" : "attention_pf32", {}, b, &pc, sizeof(pc),
+                 (nh + 3) / 4, m, 1, false);
+      }
+      Barrier(rc);
+    } else {
+      // GEMMA_VULKAN_ATTN_COMBINE=1.
+      const bool merge = attn_combine_ && m * nh <= kCombineCounters;
+      if (merge) {
+        // The last split workgroup of each head merges the splits (no combine dispatch).
+        b[5] = attn_.r;
+        b[6] = hcount_.r;
+        Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
+      } else if (attn_dbg_ != 0 || splits_adapt_) {
+        Dispatch(rc, "attention",
+                 {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ ? 1u : 0u}, b,
+                 &pc, sizeof(pc), nh, m, splits);
+      } else {
+        Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
+      }
+      Barrier(rc);
+      if (!merge) {
+        CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
+                       static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
+        b[5] = attn_.r;
+        Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
+        Barrier(rc);
+      }
+    }
+  }
+}
+
+// One layer's attention for a batch's rows (rc.rows: row r is context rows[r]'s token at its own
+// position, from the row steps rc.row_steps): per row, the prompt path's kernels with m = 1 over
+// that context's caches and RoPE tables (qkrope, attention in rc.row_splits key splits, their
+// merge), the rows' dispatches side by side between the three barriers.
+void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d) {
+  const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+  const uint32_t qw = nh * hd, kvw = nkv * hd;
+  const int rows = static_cast<int>(rc.rows->size());
+  const int cache_slot = model_.layers()[p.kv_layer].cache_slot;
+  const bool sliding = p.type == LayerType::kSliding;
+  const uint32_t splits = static_cast<uint32_t>(rc.row_splits);
+  auto row = [](const BufRange& b, size_t off, size_t bytes) {
+    return BufRange{b.buf, b.offset + off, bytes, nullptr};
+  };
+  const size_t po_row = RowStride(size_t(nh) * splits * hd * 8);
+  const size_t pml_row = RowStride(size_t(nh) * splits * 16);
+  const size_t cnt_row = RowStride(size_t(nh) * 4);
+  const bool merge = attn_combine_ && rows * cnt_row <= kCombineCounters * 4;
+  rc.transient = true;
+  for (int r = 0; r < rows; ++r) {
+    const VulkanBackend& c = *(*rc.rows)[r];
+    const CacheSlot& slot = c.slots_[cache_slot];
+    const BufRange step = RowStep(r);
+    rc.step = &step;
+    RopePush pc{static_cast<uint32_t>(nh),
+                static_cast<uint32_t>(nkv),
+                static_cast<uint32_t>(hd),
+                static_cast<uint32_t>(slot.ring),
+                static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
+                cfg_.rms_norm_eps,
+                qw,
+                kvw};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = row(q_.r, size_t(r) * qw * 4, size_t(qw) * 4);
+    b[1] = row(kt_.r, size_t(r) * kvw * 4, size_t(kvw) * 4);
+    b[2] = row(vt_.r, size_t(r) * kvw * 4, size_t(kvw) * 4);
+    b[3] = d.q_norm.r;
+    if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
+    b[5] = slot.k.r;
+    b[6] = slot.v.r;
+    b[7] = sliding ? c.rope_s_.r : c.rope_f_.r;
+    Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), 1);
+  }
+  Barrier(rc);
+  for (int r = 0; r < rows; ++r) {
+    const CacheSlot& slot = (*rc.rows)[r]->slots_[cache_slot];
+    const BufRange step = RowStep(r);
+    rc.step = &step;
+    AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
+                static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
+                static_cast<uint32_t>(p.window), splits,
+                qw};
+    std::array<BufRange, vk::kBindings> b{};
+    b[0] = row(q_.r, size_t(r) * qw * 4, size_t(qw) * 4);
+    b[1] = slot.k.r;
+    b[2] = slot.v.r;
+    b[3] = row(po_.r, r * po_row, po_row);
+    b[4] = row(pml_.r, r * pml_row, pml_row);
+    if (merge) {
+      b[5] = row(attn_.r, size_t(r) * qw * 4, size_t(qw) * 4);
+      b[6] = row(hcount_.r, r * cnt_row, cnt_row);
+      Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, 1, splits);
+    } else {
+      Dispatch(rc, "attention", {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh, 1,
+               splits);
+    }
+  }
+  Barrier(rc);
+  if (!merge) {
+    for (int r = 0; r < rows; ++r) {
+      const BufRange step = RowStep(r);
+      rc.step = &step;
+      CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd), splits, qw};
+      std::array<BufRange, vk::kBindings> b{};
+      b[3] = row(po_.r, r * po_row, po_row);
+      b[4] = row(pml_.r, r * pml_row, pml_row);
+      b[5] = row(attn_.r, size_t(r) * qw * 4, size_t(qw) * 4);
+      Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, 1);
+    }
+    Barrier(rc);
+  }
+  rc.step = nullptr;
+  rc.transient = false;
+}
+
 void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mode) {
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
   if (rc.head_pend && out_first == 0 && count == 1) {
@@ -348,8 +445,13 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
     RecordHeadCopy(rc, count, mode);
     return;
   }
-  ReducePush pc{static_cast<uint32_t>(V), vocab_block_, static_cast<uint32_t>(nblocks_),
-                mode == OutputMode::kSelect ? 1u : 0u};
+  RecordLogitsReduce(rc, count, mode == OutputMode::kSelect);
+  RecordHeadCopy(rc, count, mode);
+}
+
+void VulkanBackend::RecordLogitsReduce(Rec& rc, int count, bool mask) {
+  ReducePush pc{static_cast<uint32_t>(cfg_.vocab_size), vocab_block_,
+                static_cast<uint32_t>(nblocks_), mask ? 1u : 0u};
   std::array<BufRange, vk::kBindings> b{};
   b[0] = logits_.r;
   b[1] = mask_.r;
@@ -367,7 +469,6 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
     Dispatch(rc, "logits_reduce", {1}, b, &pc, sizeof(pc), count);
     Barrier(rc);
   }
-  RecordHeadCopy(rc, count, mode);
 }
 
 // The body and head of a multi-token step whose outputs are rows [out_first, out_first + count):

@@ -419,7 +419,7 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
   // Constant 0 is the local size (0 for shaders with a fixed size, which ignore it).
   spec.insert(spec.begin(), local_size);
   std::array<BufRange, vk::kBindings> bb = b;
-  bb[11] = step_.r;
+  bb[11] = rc.step ? *rc.step : step_.r;
   // One dispatch of `pipe` with `set` and the push constants.
   auto record = [&](VkPipeline pipe, VkDescriptorSet set) {
     vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
@@ -437,7 +437,7 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
   }
   const VkPipeline pipe =
       dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
-  const VkDescriptorSet set = dev_->Set(bb);
+  const VkDescriptorSet set = rc.transient ? dev_->TransientSet(bb) : dev_->Set(bb);
   record(pipe, set);
   ++rc.dispatches;
   if (rc.observer) rc.observer->After(rc.cmd, label);

@@ -46,6 +46,59 @@ class VulkanModel : public BackendModel {
   void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override {
     WithTower([&](VulkanTower& t) { t.EncodeAudio(shared_->model(), audio, soft_tokens); });
   }
+  // Steps that can share a recording (BatchReady) run in batches of the first such context's
+  // rows; the others (a select step, soft rows, a context to rebuild or replay, a lone step) run
+  // alone through Forward.
+  void ForwardBatch(std::span<BatchStep> steps) override {
+    std::vector<VulkanBackend*> ctx;
+    std::vector<BatchStep*> ready, alone;
+    for (BatchStep& s : steps) {
+      try {
+        auto* c = dynamic_cast<VulkanBackend*>(s.context);
+        if (!c || c->shared() != shared_)
+          throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context of another model");
+        if (s.request.tokens.size() != 1)
+          throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a step is one token");
+        for (BatchStep* o : ready)
+          if (o->context == c)
+            throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context twice in one batch");
+        for (BatchStep* o : alone)
+          if (o->context == c)
+            throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context twice in one batch");
+        ValidateForward(s.request, c->cached(), c->capacity(), shared_->model().text().vocab_size);
+        if (c->BatchReady(s.request) && c->batch_rows() > 1) {
+          ctx.push_back(c);
+          ready.push_back(&s);
+        } else {
+          alone.push_back(&s);
+        }
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+    }
+    int per = ctx.empty() ? 1 : ctx[0]->batch_rows();
+    for (VulkanBackend* c : ctx) per = std::min(per, c->batch_rows());
+    for (size_t i = 0; i < ready.size(); i += per) {
+      const size_t n = std::min<size_t>(per, ready.size() - i);
+      if (n == 1) {
+        alone.push_back(ready[i]);
+        continue;
+      }
+      try {
+        ctx[i]->ForwardRows(std::span(ctx).subspan(i, n), std::span(ready).subspan(i, n));
+      } catch (...) {
+        for (size_t k = i; k < i + n; ++k) ready[k]->error = std::current_exception();
+      }
+    }
+    for (BatchStep* s : alone) {
+      try {
+        s->context->Forward(s->request, s->result);
+      } catch (...) {
+        s->error = std::current_exception();
+      }
+    }
+  }
+  bool batches_steps() const override { return true; }
   bool InjectDeviceFault(DeviceFault fault) override {
     const auto w = shared_->Acquire();
     switch (fault) {

@@ -291,6 +291,59 @@ std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
   return out;
 }
 
+std::vector<std::pair<std::string, double>> VulkanBackend::ProfileRows(
+    std::span<VulkanBackend* const> ctx, std::span<const int32_t> tokens) {
+  std::vector<std::pair<std::string, double>> out;
+  const int m = static_cast<int>(tokens.size());
+  if (!dev_->has_timestamps() || m < 2 || m > batch_rows_ || ctx.size() != tokens.size())
+    return out;
+  std::vector<VulkanBackend*> rows(ctx.begin(), ctx.end());
+  FillInputs(tokens, OutputMode::kArgmax, nullptr);
+  const VulkanBackend* rope = WriteRowSteps(rows);
+  for (int r = 0; r < m; ++r) rows[r]->window_.BeginWrite(rows[r]->cached(), 1);
+  std::vector<std::string> labels;
+  VkCommandBuffer cb = head_cmd_;
+  Begin(cb, false);
+  dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
+  dev_->WriteTimestamp(cb, 0);
+  Rec rc{cb};
+  rc.rows = &rows;
+  rc.row_splits = RowSplits(m);
+  rc.rope_rows = rope;
+  const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, m * kRowStepBytes};
+  vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
+  RecordInputs(rc, m, OutputMode::kArgmax);
+  labels.push_back("step inputs (copies, fills, barrier)");
+  dev_->WriteTimestamp(cb, 1);
+  struct Stamps : DispatchObserver {
+    Device* dev;
+    std::vector<std::string>* labels;
+    void After(VkCommandBuffer cmd, const std::string& l) override {
+      if (labels->size() + 1 >= Device::kMaxTimestamps) return;
+      labels->push_back(l);
+      dev->WriteTimestamp(cmd, static_cast<uint32_t>(labels->size()));
+    }
+  } stamps;
+  stamps.dev = dev_.get();
+  stamps.labels = &labels;
+  rc.observer = &stamps;
+  RecordBody(rc, m, rc.row_splits);
+  RecordBatchHead(rc, m, 0, true);
+  End(cb);
+  dev_->Submit(cb);
+  const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));
+  for (size_t i = 0; i < labels.size(); ++i) {
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == labels[i]; });
+    const double d = ts[i + 1] - ts[i];
+    if (it == out.end())
+      out.emplace_back(labels[i], d);
+    else
+      it->second += d;
+  }
+  return out;
+}
+
 // Every resident weight buffer (each part of every linear).
 std::vector<BufRange> VulkanBackend::WeightRanges() const {
   std::vector<BufRange> parts;
@@ -343,6 +396,18 @@ std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   if (!vb) return {};
   return vb->Profile(tokens);
+}
+
+std::vector<std::pair<std::string, double>> ProfileVulkanBatch(std::span<Backend* const> contexts,
+                                                               std::span<const int32_t> tokens) {
+  std::vector<vulkan_internal::VulkanBackend*> rows;
+  for (Backend* b : contexts) {
+    auto* vb = dynamic_cast<vulkan_internal::VulkanBackend*>(b);
+    if (!vb) return {};
+    rows.push_back(vb);
+  }
+  if (rows.empty()) return {};
+  return rows[0]->ProfileRows(rows, tokens);
 }
 
 }  // namespace gemma

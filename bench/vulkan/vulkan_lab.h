@@ -32,6 +32,10 @@ VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n = 320);
 // caches are not advanced. Empty without timestamps.
 std::vector<std::pair<std::string, double>> ProfileVulkanStep(Backend& backend,
                                                               std::span<const int32_t> tokens);
+// The same for a batched step (BackendModel::ForwardBatch) of Vulkan contexts of one model, row
+// i stepping tokens[i]; empty where they cannot batch.
+std::vector<std::pair<std::string, double>> ProfileVulkanBatch(std::span<Backend* const> contexts,
+                                                               std::span<const int32_t> tokens);
 // One step over `tokens` (caches not advanced) with the `nth` dispatch labelled `label` (a
 // "linear_dp ..." label of ProfileVulkanStep, or "attention") run as its probe variant: per-stage
 // device-clock times of its workgroups as a markdown table (or a line saying why not).

@@ -21,7 +21,7 @@ namespace gemma::vk {
 // The instance is not theirs: one per process (ProcessInstance).
 struct Core {
   VkDevice dev = VK_NULL_HANDLE;
-  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE, rows_layout = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   std::mutex queue_mu, pipe_mu;
   // Device-local bytes held by every context, what they may hold, and injected faults.
@@ -38,12 +38,13 @@ struct Core {
   ~Core() {
     if (!dev) return;
     auto destroy = [dev = dev, pipelines = std::move(pipelines), modules = std::move(modules),
-                    layout = layout, set_layout = set_layout] {
+                    layout = layout, set_layout = set_layout, rows_layout = rows_layout] {
       vkDeviceWaitIdle(dev);
       for (auto& [k, p] : pipelines) vkDestroyPipeline(dev, p, nullptr);
       for (auto& [k, m] : modules) vkDestroyShaderModule(dev, m, nullptr);
       if (layout) vkDestroyPipelineLayout(dev, layout, nullptr);
       if (set_layout) vkDestroyDescriptorSetLayout(dev, set_layout, nullptr);
+      if (rows_layout) vkDestroyDescriptorSetLayout(dev, rows_layout, nullptr);
       vkDestroyDevice(dev, nullptr);
     };
     if (abandoned) {
@@ -153,6 +154,9 @@ std::unique_ptr<Device> Device::NewContext() const {
   d->queue_ = queue_;
   d->family_ = family_;
   d->set_layout_ = set_layout_;
+  d->rows_layout_ = rows_layout_;
+  d->row_sets_ = row_sets_;
+  d->row_slots_ = row_slots_;
   d->layout_ = layout_;
   d->mem_props_ = mem_props_;
   d->name_ = name_;
@@ -167,7 +171,6 @@ std::unique_ptr<Device> Device::NewContext() const {
   d->dump_dir_ = dump_dir_;
   d->max_range_ = max_range_;
   d->align_ = align_;
-  d->storage_align_ = storage_align_;
   d->max_alloc_ = max_alloc_;
   d->cpu_ = cpu_;
   d->discrete_ = discrete_;
@@ -257,8 +260,12 @@ void Device::Init(const DeviceOptions& options) {
   subgroup_size_ = sg.subgroupSize;
   max_range_ = p2.properties.limits.maxStorageBufferRange;
   max_shared_ = p2.properties.limits.maxComputeSharedMemorySize;
+  // Set 1's row caches: 2 x 16 storage buffers beside set 0's, or 2 x 8 (lavapipe: 32 a stage).
+  const uint32_t per_stage = p2.properties.limits.maxPerStageDescriptorStorageBuffers;
+  row_slots_ = per_stage >= kBindings + 2 * kRowSlots       ? kRowSlots
+               : per_stage >= kBindings + 2 * (kRowSlots / 2) ? kRowSlots / 2
+                                                              : 0;
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
-  storage_align_ = std::max<VkDeviceSize>(4, p2.properties.limits.minStorageBufferOffsetAlignment);
   max_alloc_ = m3.maxMemoryAllocationSize;
   cpu_ = p2.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   spin_us_ = options.spin_us >= 0 ? options.spin_us : cpu_ ? 0 : 20000;
@@ -299,6 +306,9 @@ void Device::Init(const DeviceOptions& options) {
   }
   VkPhysicalDeviceFeatures want{};
   want.shaderFloat64 = VK_TRUE;
+  // (the batched steps' attention indexes the rows' caches in set 1 by workgroup: RowsSet)
+  row_sets_ = have.shaderStorageBufferArrayDynamicIndexing == VK_TRUE && row_slots_ > 0;
+  want.shaderStorageBufferArrayDynamicIndexing = have.shaderStorageBufferArrayDynamicIndexing;
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.pEnabledFeatures = &want;
   // Optional: packed 4x8-bit integer dot products (the matvec kernels' int8/int4/int2 inner loop).
@@ -464,10 +474,23 @@ void Device::Init(const DeviceOptions& options) {
   dl.pBindings = b.data();
   Check(vkCreateDescriptorSetLayout(dev_, &dl, nullptr, &set_layout_), "descriptor set layout");
   core_->set_layout = set_layout_;
+  // Set 1: the K and V caches of a batch's rows (binding 0 / 1, kRowSlots each).
+  std::array<VkDescriptorSetLayoutBinding, 2> rb{};
+  for (uint32_t i = 0; i < 2; ++i) {
+    rb[i].binding = i;
+    rb[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    rb[i].descriptorCount = std::max(1u, row_slots_);
+    rb[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  dl.bindingCount = 2;
+  dl.pBindings = rb.data();
+  Check(vkCreateDescriptorSetLayout(dev_, &dl, nullptr, &rows_layout_), "descriptor set layout");
+  core_->rows_layout = rows_layout_;
+  const VkDescriptorSetLayout layouts[2] = {set_layout_, rows_layout_};
   VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
   VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-  pl.setLayoutCount = 1;
-  pl.pSetLayouts = &set_layout_;
+  pl.setLayoutCount = 2;
+  pl.pSetLayouts = layouts;
   pl.pushConstantRangeCount = 1;
   pl.pPushConstantRanges = &pc;
   Check(vkCreatePipelineLayout(dev_, &pl, nullptr, &layout_), "pipeline layout");
@@ -489,7 +512,7 @@ void Device::InitContext() {
   dp.pPoolSizes = &ps;
   Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &desc_pool_), "descriptor pool");
   VkDescriptorPoolSize tps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                           static_cast<uint32_t>(kMaxTransientSets) * kBindings};
+                           static_cast<uint32_t>(kMaxTransientSets) * 2 * kRowSlots};
   dp.maxSets = static_cast<uint32_t>(kMaxTransientSets);
   dp.pPoolSizes = &tps;
   Check(vkCreateDescriptorPool(dev_, &dp, nullptr, &transient_pool_), "descriptor pool");
@@ -536,7 +559,7 @@ void Device::DestroyContext() {
   }
   desc_pool_ = VK_NULL_HANDLE;
   transient_pool_ = VK_NULL_HANDLE;
-  transient_sets_.clear();
+  row_sets_map_.clear();
   fence_ = VK_NULL_HANDLE;
   ts_pool_ = VK_NULL_HANDLE;
   cmd_pool_ = VK_NULL_HANDLE;
@@ -899,16 +922,6 @@ VkDescriptorSet Device::Set(const std::array<BufRange, kBindings>& bindings) {
   return set;
 }
 
-VkDescriptorSet Device::TransientSet(const std::array<BufRange, kBindings>& bindings) {
-  auto it = transient_sets_.find(bindings);
-  if (it != transient_sets_.end()) return it->second;
-  if (transient_sets_.size() >= kMaxTransientSets)
-    throw Error(ErrorCode::kInternal, "vulkan: the transient descriptor sets are exhausted");
-  const VkDescriptorSet set = AllocSet(transient_pool_, bindings);
-  transient_sets_[bindings] = set;
-  return set;
-}
-
 VkDescriptorSet Device::AllocSet(VkDescriptorPool pool,
                                  const std::array<BufRange, kBindings>& bindings) {
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
@@ -933,9 +946,39 @@ VkDescriptorSet Device::AllocSet(VkDescriptorPool pool,
   return set;
 }
 
+VkDescriptorSet Device::RowsSet(const std::array<BufRange, 2 * kRowSlots>& caches) {
+  auto it = row_sets_map_.find(caches);
+  if (it != row_sets_map_.end()) return it->second;
+  if (row_sets_map_.size() >= kMaxTransientSets)
+    throw Error(ErrorCode::kInternal, "vulkan: the transient descriptor sets are exhausted");
+  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  ai.descriptorPool = transient_pool_;
+  ai.descriptorSetCount = 1;
+  ai.pSetLayouts = &rows_layout_;
+  VkDescriptorSet set;
+  Check(vkAllocateDescriptorSets(dev_, &ai, &set), "vkAllocateDescriptorSets");
+  std::array<VkDescriptorBufferInfo, 2 * kRowSlots> info;
+  std::array<VkWriteDescriptorSet, 2> w{};
+  for (uint32_t i = 0; i < 2 * kRowSlots; ++i) {
+    const BufRange& b = caches[i].buf ? caches[i] : dummy_;
+    info[i] = {b.buf, b.offset, b.size};
+  }
+  for (uint32_t k = 0; k < 2; ++k) {
+    w[k] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    w[k].dstSet = set;
+    w[k].dstBinding = k;
+    w[k].descriptorCount = row_slots_;
+    w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    w[k].pBufferInfo = &info[k * kRowSlots];
+  }
+  vkUpdateDescriptorSets(dev_, 2, w.data(), 0, nullptr);
+  row_sets_map_[caches] = set;
+  return set;
+}
+
 void Device::ResetTransientSets() {
   if (transient_pool_) vkResetDescriptorPool(dev_, transient_pool_, 0);
-  transient_sets_.clear();
+  row_sets_map_.clear();
 }
 
 VkCommandBuffer Device::AllocCommandBuffer() {

@@ -133,15 +133,18 @@ class Device {
   // local size = spec[0]; further entries are constant_id 1, 2, ...
   VkPipeline Pipeline(const char* shader, const std::vector<uint32_t>& spec);
   VkDescriptorSet Set(const std::array<BufRange, kBindings>& bindings);
-  // Descriptor sets of a second pool, made for recordings that come and go (batched steps over
-  // changing contexts) and released all at once by ResetTransientSets, which the owner calls only
-  // when no command buffer that uses them will be submitted again.
-  VkDescriptorSet TransientSet(const std::array<BufRange, kBindings>& bindings);
+  // Set 1 of the pipeline layout: the K (binding 0) and V (binding 1) caches of up to
+  // row_slots() rows of a batched step (16, or 8 where a stage has fewer storage buffers; shaders
+  // index them by workgroup: qkrope / attention ROWS; caches[kRowSlots + r] is row r's V), from a
+  // pool the owner releases as a whole (ResetTransientSets) when no command buffer using them
+  // will be submitted again. Only where row_sets().
+  static constexpr uint32_t kRowSlots = 16;
+  uint32_t row_slots() const { return row_slots_; }
+  static constexpr size_t kMaxTransientSets = 4096;
+  VkDescriptorSet RowsSet(const std::array<BufRange, 2 * kRowSlots>& caches);
   void ResetTransientSets();
-  size_t transient_sets() const { return transient_sets_.size(); }
-  static constexpr size_t kMaxTransientSets = 16384;
-  // The device's minStorageBufferOffsetAlignment (a bound range's offset is a multiple of it).
-  VkDeviceSize storage_align() const { return storage_align_; }
+  size_t transient_sets() const { return row_sets_map_.size(); }
+  bool row_sets() const { return row_sets_; }
   VkPipelineLayout layout() const { return layout_; }
 
   VkCommandBuffer AllocCommandBuffer();
@@ -213,7 +216,9 @@ class Device {
   VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   VkQueryPool ts_pool_ = VK_NULL_HANDLE;
-  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE, rows_layout_ = VK_NULL_HANDLE;
+  bool row_sets_ = false;
+  uint32_t row_slots_ = 0;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
   VkDescriptorPool transient_pool_ = VK_NULL_HANDLE;
@@ -224,7 +229,7 @@ class Device {
   bool subgroup_clock_ = false;
   bool pipe_stats_ = false;  // DeviceOptions::pipeline_stats (where the driver can)
   std::string dump_dir_;     // DeviceOptions::pipeline_dump_dir
-  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0, storage_align_ = 16;
+  VkDeviceSize max_range_ = 0, align_ = 256, max_alloc_ = 0;
   bool cpu_ = false, discrete_ = false;
   VkDeviceSize device_local_bytes_ = 0;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
@@ -245,7 +250,7 @@ class Device {
   int dummy_handle_ = -1;
   VkCommandBuffer upload_cmd_ = VK_NULL_HANDLE;
   std::map<std::array<BufRange, kBindings>, VkDescriptorSet> sets_;
-  std::map<std::array<BufRange, kBindings>, VkDescriptorSet> transient_sets_;
+  std::map<std::array<BufRange, 2 * kRowSlots>, VkDescriptorSet> row_sets_map_;
   VkDescriptorSet AllocSet(VkDescriptorPool pool, const std::array<BufRange, kBindings>& bindings);
 };
 

@@ -176,10 +176,7 @@ void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
   const int splits = RowSplits(B);
   // Inputs: the rows' embedding and PLE rows (as a prompt chunk's), each row's position.
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
-  for (int r = 0; r < B; ++r) {
-    const uint32_t st[4] = {static_cast<uint32_t>(rows[r]->cached()), 1, 0, 0};
-    std::memcpy(row_steps_host_.r.mapped + r * kRowStepBytes, st, sizeof(st));
-  }
+  WriteRowSteps(rows);
   try {
     SubmitRows(rows, key, logits_rows, out_rows, splits);
   } catch (const Error& e) {
@@ -209,6 +206,19 @@ void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
   }
 }
 
+const VulkanBackend* VulkanBackend::WriteRowSteps(std::span<VulkanBackend* const> rows) {
+  const VulkanBackend* rope = rows[0];
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const VulkanBackend& c = *rows[r];
+    const uint32_t st[6] = {static_cast<uint32_t>(c.cached()), 1, 0, 0,
+                            static_cast<uint32_t>(c.sliding_ring_),
+                            static_cast<uint32_t>(c.capacity_)};
+    std::memcpy(row_steps_host_.r.mapped + r * kRowStepBytes, st, sizeof(st));
+    if (c.capacity_ > rope->capacity_) rope = &c;
+  }
+  return rope;
+}
+
 // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written.
 void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
                                const std::vector<uint64_t>& key, int logits_rows, int out_rows,
@@ -218,8 +228,8 @@ void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
   for (BatchCmd& c : batch_cmds_)
     if (c.key == key) bc = &c;
   if (!bc) {
-    // Transient sets of recordings no longer kept are released with them all.
-    if (dev_->transient_sets() + size_t(B) * 3 * cfg_.num_layers > vk::Device::kMaxTransientSets) {
+    // The rows' cache sets of recordings no longer kept are released with them all.
+    if (dev_->transient_sets() + model_.num_caches() > vk::Device::kMaxTransientSets) {
       for (BatchCmd& c : batch_cmds_) c.key.clear();
       dev_->ResetTransientSets();
     }
@@ -237,6 +247,7 @@ void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
     Rec rc{bc->cmd};
     rc.rows = &rows;
     rc.row_splits = splits;
+    rc.rope_rows = WriteRowSteps(rows);
     const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, B * kRowStepBytes};
     vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
     RecordInputs(rc, B, OutputMode::kArgmax);  // (ends with a barrier)

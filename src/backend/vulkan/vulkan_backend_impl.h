@@ -47,6 +47,7 @@ inline constexpr int kCombineCounters =
 inline constexpr uint32_t kVocabBlock =
     4096;  // logits_reduce's block (GEMMA_VULKAN_VOCAB_BLOCK: tests)
 inline constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
+inline constexpr uint32_t kCoopSmallTokens = 32;  // ... its small tiles up to this many tokens
 
 inline uint32_t KindCode(WeightKind k) {
   switch (k) {
@@ -486,10 +487,9 @@ class VulkanBackend : public Backend {
     // row in row_splits key splits (RecordRowsAttention).
     const std::vector<VulkanBackend*>* rows = nullptr;
     int row_splits = 1;
-    // The step values dispatches bind (binding 11): step_, or a row's (RowStep).
-    const BufRange* step = nullptr;
-    // Descriptor sets from the device's transient pool (recordings over other contexts' buffers).
-    bool transient = false;
+    const VulkanBackend* rope_rows = nullptr;  // the row whose RoPE tables the rows read
+    // Set 1 (the rows' caches, Device::RowsSet) bound with the next dispatches.
+    VkDescriptorSet rows_set = VK_NULL_HANDLE;
   };
 
   // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
@@ -709,6 +709,10 @@ class VulkanBackend : public Backend {
   std::string ProbeKernel(std::span<const int32_t> tokens, const std::string& label, int nth);
 
   std::vector<std::pair<std::string, double>> Profile(std::span<const int32_t> tokens);
+  // Profile for a batched step (ForwardRows) of the contexts `ctx`, row i stepping tokens[i]
+  // (their caches not advanced).
+  std::vector<std::pair<std::string, double>> ProfileRows(std::span<VulkanBackend* const> ctx,
+                                                          std::span<const int32_t> tokens);
 
  private:
   // Writes a step's inputs into the host staging buffer: step values, embedding rows, PLE rows
@@ -969,19 +973,13 @@ class VulkanBackend : public Backend {
   int decode_dispatches_ = 0, decode_barriers_ = 0;
   Buf prof_, prof_host_;
   Buf reduce_cnt_;
-  // Batched steps (ForwardRows): each row's step values (position, one token) at a stride of
-  // kRowStepBytes, written by the host (row_steps_host_) and copied to the device (row_steps_)
-  // at the step's start.
+  // Batched steps (ForwardRows): each row's record (position, 1, 0, 0, its sliding ring, its
+  // capacity) at a stride of kRowStepBytes, written by the host (row_steps_host_) and copied to
+  // the device (row_steps_) at the step's start.
   static constexpr size_t kRowStepBytes = 256;
   Buf row_steps_, row_steps_host_;
-  BufRange RowStep(int r) const {
-    return BufRange{row_steps_.r.buf, row_steps_.r.offset + r * kRowStepBytes, 16, nullptr};
-  }
-  // A row's region of a per-row buffer, rounded up to the device's offset alignment.
-  size_t RowStride(size_t bytes) const {
-    const size_t a = dev_->storage_align();
-    return (bytes + a - 1) / a * a;
-  }
+  // The rows' records and the context whose RoPE tables they read (the largest capacity).
+  const VulkanBackend* WriteRowSteps(std::span<VulkanBackend* const> rows);
   // Key splits of a batch row's attention: the decode's, at most what the partial sums of
   // `rows` rows hold (PlanActivations sizes them for kRowSplitUnits rows x splits).
   static constexpr int kRowSplitUnits = 256;

@@ -535,16 +535,13 @@ void VulkanBackend::Build() {
   dev_->Fill(reduce_cnt_.r, 0);
   prefill_cmd_ = dev_->AllocCommandBuffer();
   head_cmd_ = dev_->AllocCommandBuffer();
-  // Batched steps (ForwardRows): rows of the activations' and the head's sets, where every
-  // per-row region a row's attention binds starts at an aligned offset.
+  // Batched steps (ForwardRows): rows of the activations' and the head's sets, where the device
+  // indexes the rows' caches (set 1).
   static std::atomic<uint64_t> next_uid{1};
   uid_ = next_uid++;
-  batch_rows_ = std::min(short_rows_, head_rows_);
-  for (const LayerPlan& p : model_.layers()) {
-    const size_t qb = size_t(p.num_heads) * p.head_dim * 4,
-                 kvb = size_t(p.num_kv_heads) * p.head_dim * 4;
-    if (qb % dev_->storage_align() != 0 || kvb % dev_->storage_align() != 0) batch_rows_ = 1;
-  }
+  batch_rows_ = dev_->row_sets() ? std::min({short_rows_, head_rows_,
+                                              static_cast<int>(dev_->row_slots())})
+                                  : 1;
   // Pre-record the decode step once to count its work.
   DecodeCommand(OutputMode::kArgmax);
   dev_->ReleaseStaging();  // (the uploads above are done; a later Upload allocates it again)
@@ -570,11 +567,10 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
   a.g = F(size_t(C) * imax);
   // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
   // up to 32 floats for (m, l)
-  // (a batch's rows: kRowSplitUnits rows x splits in all, each row's region aligned)
-  const size_t row_pad = size_t(kShortStepRows) * 64;
+  // (a batch's rows: kRowSplitUnits rows x splits in all)
   a.po = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * RoundUp32(hdmax) * 2 +
-           size_t(nh) * 512 + row_pad);
-  a.pml = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * 4 + row_pad);
+           size_t(nh) * 512);
+  a.pml = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * 4);
   if (P > 0) {
     a.ple = F(size_t(C) * L * P);
     a.tok = F(size_t(C) * L * P);

@@ -64,7 +64,7 @@ TEST(VulkanKernels, LinearMatchesReferenceForEveryKindAndTokenCount) {
       const Linear& lin = c.pick(*model);
       // Inputs spanning a few hundred SRQ steps, so quantization rounds and clamps.
       const float scale = lin.in_scale > 0 ? 200 * lin.in_scale : 1.0f;
-      for (int n : {1, 3, 8, 70, 200}) {
+      for (int n : {1, 3, 8, 20, 33, 70, 200}) {
         const auto x = RandomInput(n, lin.cols, 7u * n + lin.rows, scale);
         std::vector<float> want(size_t(n) * lin.rows);
         ref::LinearForward(lin, x.data(), n, want.data());

@@ -337,89 +337,73 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
   }
 }
 
-// One layer's attention for a batch's rows (rc.rows: row r is context rows[r]'s token at its own
-// position, from the row steps rc.row_steps): per row, the prompt path's kernels with m = 1 over
-// that context's caches and RoPE tables (qkrope, attention in rc.row_splits key splits, their
-// merge), the rows' dispatches side by side between the three barriers.
+// One layer's attention for a batch's rows (rc.rows: row r is context rows[r]'s token at the
+// position of its row record): qkrope_rows, attention_rows in rc.row_splits key splits and their
+// merge, each one dispatch over all rows, every row over its own context's caches (set 1) and
+// ring lengths (its record); the RoPE table of the rows' largest capacity (rc.rope_rows).
 void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d) {
   const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
   const uint32_t qw = nh * hd, kvw = nkv * hd;
-  const int rows = static_cast<int>(rc.rows->size());
+  const uint32_t rows = static_cast<uint32_t>(rc.rows->size());
   const int cache_slot = model_.layers()[p.kv_layer].cache_slot;
   const bool sliding = p.type == LayerType::kSliding;
+  // (push constants: ring 0 reads the row's sliding ring, 1 its capacity: the owner's kind)
+  const uint32_t ring = model_.layers()[p.kv_layer].window > 0 ? 0u : 1u;
   const uint32_t splits = static_cast<uint32_t>(rc.row_splits);
-  auto row = [](const BufRange& b, size_t off, size_t bytes) {
-    return BufRange{b.buf, b.offset + off, bytes, nullptr};
-  };
-  const size_t po_row = RowStride(size_t(nh) * splits * hd * 8);
-  const size_t pml_row = RowStride(size_t(nh) * splits * 16);
-  const size_t cnt_row = RowStride(size_t(nh) * 4);
-  const bool merge = attn_combine_ && rows * cnt_row <= kCombineCounters * 4;
-  rc.transient = true;
-  for (int r = 0; r < rows; ++r) {
-    const VulkanBackend& c = *(*rc.rows)[r];
-    const CacheSlot& slot = c.slots_[cache_slot];
-    const BufRange step = RowStep(r);
-    rc.step = &step;
+  std::array<BufRange, 2 * vk::Device::kRowSlots> caches{};
+  for (uint32_t r = 0; r < rows; ++r) {
+    const CacheSlot& slot = (*rc.rows)[r]->slots_[cache_slot];
+    caches[r] = slot.k.r;
+    caches[vk::Device::kRowSlots + r] = slot.v.r;
+  }
+  rc.rows_set = dev_->RowsSet(caches);
+  {
     RopePush pc{static_cast<uint32_t>(nh),
                 static_cast<uint32_t>(nkv),
                 static_cast<uint32_t>(hd),
-                static_cast<uint32_t>(slot.ring),
+                ring,
                 static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
                 cfg_.rms_norm_eps,
                 qw,
                 kvw};
     std::array<BufRange, vk::kBindings> b{};
-    b[0] = row(q_.r, size_t(r) * qw * 4, size_t(qw) * 4);
-    b[1] = row(kt_.r, size_t(r) * kvw * 4, size_t(kvw) * 4);
-    b[2] = row(vt_.r, size_t(r) * kvw * 4, size_t(kvw) * 4);
+    b[0] = q_.r;
+    b[1] = kt_.r;
+    b[2] = vt_.r;
     b[3] = d.q_norm.r;
     if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
-    b[5] = slot.k.r;
-    b[6] = slot.v.r;
-    b[7] = sliding ? c.rope_s_.r : c.rope_f_.r;
-    Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), 1);
-  }
-  Barrier(rc);
-  for (int r = 0; r < rows; ++r) {
-    const CacheSlot& slot = (*rc.rows)[r]->slots_[cache_slot];
-    const BufRange step = RowStep(r);
-    rc.step = &step;
-    AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
-                static_cast<uint32_t>(hd),       static_cast<uint32_t>(slot.ring),
-                static_cast<uint32_t>(p.window), splits,
-                qw};
-    std::array<BufRange, vk::kBindings> b{};
-    b[0] = row(q_.r, size_t(r) * qw * 4, size_t(qw) * 4);
-    b[1] = slot.k.r;
-    b[2] = slot.v.r;
-    b[3] = row(po_.r, r * po_row, po_row);
-    b[4] = row(pml_.r, r * pml_row, pml_row);
-    if (merge) {
-      b[5] = row(attn_.r, size_t(r) * qw * 4, size_t(qw) * 4);
-      b[6] = row(hcount_.r, r * cnt_row, cnt_row);
-      Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, 1, splits);
-    } else {
-      Dispatch(rc, "attention", {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh, 1,
-               splits);
-    }
-  }
-  Barrier(rc);
-  if (!merge) {
-    for (int r = 0; r < rows; ++r) {
-      const BufRange step = RowStep(r);
-      rc.step = &step;
-      CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd), splits, qw};
-      std::array<BufRange, vk::kBindings> b{};
-      b[3] = row(po_.r, r * po_row, po_row);
-      b[4] = row(pml_.r, r * pml_row, pml_row);
-      b[5] = row(attn_.r, size_t(r) * qw * 4, size_t(qw) * 4);
-      Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, 1);
-    }
+    b[7] = sliding ? rc.rope_rows->rope_s_.r : rc.rope_rows->rope_f_.r;
+    b[12] = row_steps_.r;
+    Dispatch(rc, dev_->row_slots() == 16 ? "qkrope_rows16" : "qkrope_rows8", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), rows);
     Barrier(rc);
   }
-  rc.step = nullptr;
-  rc.transient = false;
+  const bool merge = attn_combine_ && rows * nh <= static_cast<uint32_t>(kCombineCounters);
+  const char* attention = dev_->row_slots() == 16 ? "attention_rows16" : "attention_rows8";
+  AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
+              static_cast<uint32_t>(hd),       ring,
+              static_cast<uint32_t>(p.window), splits,
+              qw};
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = q_.r;
+  b[3] = po_.r;
+  b[4] = pml_.r;
+  b[12] = row_steps_.r;
+  if (merge) {
+    b[5] = attn_.r;
+    b[6] = hcount_.r;
+    Dispatch(rc, attention, {1u}, b, &pc, sizeof(pc), nh, rows, splits);
+  } else {
+    Dispatch(rc, attention, {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh,
+             rows, splits);
+  }
+  rc.rows_set = VK_NULL_HANDLE;
+  Barrier(rc);
+  if (!merge) {
+    CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd), splits, qw};
+    b[5] = attn_.r;
+    Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, rows);
+    Barrier(rc);
+  }
 }
 
 void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mode) {

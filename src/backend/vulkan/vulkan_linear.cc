@@ -143,8 +143,15 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         // rows): the splits add exact int32 partial sums atomically, linear_cm_epi finishes.
         uint32_t splits = 1;
         const uint32_t ktiles = (d.cols + 63) / 64;
-        const uint32_t bm = 64;
-        const uint32_t tiles = ((m + 127) / 128) * ((p.rows + bm - 1) / bm);
+        // Steps of at most kCoopSmallTokens tokens: 128 rows x 32 tokens per workgroup (the
+        // MM_SMALL modules), else 64 rows x 128 tokens (64 for the gate/up pair).
+        // (their shared memory: (DUAL x 128 + 2 x 32) rows of 9 16-byte vectors)
+        const size_t small_shared = size_t((second ? 2 : 1) * 128 + 2 * 32) * 9 * 16;
+        const bool small =
+            m <= static_cast<int>(kCoopSmallTokens) && small_shared <= dev_->max_shared_bytes();
+        const uint32_t bm = small ? 128 : 64;
+        const uint32_t bn = small ? 32 : second ? 64 : 128;
+        const uint32_t tiles = ((m + bn - 1) / bn) * ((p.rows + bm - 1) / bm);
         if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
             size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
             (tiles < kCoopTargetTiles || coop_splitk_ == 2)) {
@@ -194,9 +201,9 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         b[7] = CoopSlot(coop_slot_[0]);
         b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
         b[9] = CoopPart(coop_slot_[0]);
-        const uint32_t bn = second ? 64 : 128;
-        Dispatch(rc, second ? "linear_cmd" : "linear_cm",
-                 {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
+        const char* module = small ? (second ? "linear_cmd_small" : "linear_cm_small")
+                                   : (second ? "linear_cmd" : "linear_cm");
+        Dispatch(rc, module, {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
                  (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
         if (splits > 1) {
           Barrier(rc);
@@ -419,12 +426,15 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
   // Constant 0 is the local size (0 for shaders with a fixed size, which ignore it).
   spec.insert(spec.begin(), local_size);
   std::array<BufRange, vk::kBindings> bb = b;
-  bb[11] = rc.step ? *rc.step : step_.r;
+  bb[11] = step_.r;
   // One dispatch of `pipe` with `set` and the push constants.
   auto record = [&](VkPipeline pipe, VkDescriptorSet set) {
     vkCmdBindPipeline(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 0, 1, &set, 0,
                             nullptr);
+    if (rc.rows_set)
+      vkCmdBindDescriptorSets(rc.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, dev_->layout(), 1, 1,
+                              &rc.rows_set, 0, nullptr);
     if (push_bytes)
       vkCmdPushConstants(rc.cmd, dev_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                          static_cast<uint32_t>(push_bytes), push);
@@ -437,7 +447,7 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
   }
   const VkPipeline pipe =
       dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
-  const VkDescriptorSet set = rc.transient ? dev_->TransientSet(bb) : dev_->Set(bb);
+  const VkDescriptorSet set = dev_->Set(bb);
   record(pipe, set);
   ++rc.dispatches;
   if (rc.observer) rc.observer->After(rc.cmd, label);

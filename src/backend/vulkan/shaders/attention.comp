@@ -15,8 +15,17 @@
 
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
+#ifdef ROWS
+// A batched step's rows (ROWS, as qkrope.comp's): token t's K / V caches are set 1's t-th entries,
+// its position and ring length in its row record (binding 12).
+layout(std430, set = 1, binding = 0) readonly buffer KCA { float kc[]; } kca[ROWS];
+layout(std430, set = 1, binding = 1) readonly buffer VCA { float vc[]; } vca[ROWS];
+layout(std430, binding = 12) readonly buffer RowSteps { uint rsteps[]; };
+uint att_row;
+#else
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
+#endif
 layout(std430, binding = 3) coherent buffer PO { double po[]; };   // [t][h][split][hd]
 layout(std430, binding = 4) coherent buffer PML { dvec2 pml[]; };  // [t][h][split]
 // COMBINE 1: the last split workgroup of each (token, head) to finish merges the
@@ -37,8 +46,13 @@ const uint WG = gl_WorkGroupSize.x;
 shared float qs[512];
 shared bool last_split;
 #define ATT_QS(i) qs[i]
+#ifdef ROWS
+#define ATT_K(i) kca[att_row].kc[i]
+#define ATT_V(i) vca[att_row].vc[i]
+#else
 #define ATT_K(i) kc[i]
 #define ATT_V(i) vc[i]
+#endif
 #define ATT_PROBES
 uint att_qbase;  // q's index
 #define ATT_STAGE_Q()                                                        \
@@ -58,7 +72,14 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, sp = gl_WorkGroupID.z;
   const uint hd = p.hd;
+#ifdef ROWS
+  att_row = t;
+  const uint pos = rsteps[t * 64];
+  const uint ring = rsteps[t * 64 + (p.ring == 0 ? 4 : 5)];
+#else
   const uint pos = step.pos0 + t;
+  const uint ring = p.ring;
+#endif
   const uint first = (p.window > 0 && pos + 1 > p.window) ? pos + 1 - p.window : 0;
   const uint nkeys = pos + 1 - first;
   const uint per = ADAPT != 0 ? ATT_KPB * ((nkeys + ATT_KPB * p.splits - 1) / (ATT_KPB * p.splits))
@@ -70,7 +91,7 @@ void main() {
   att_qbase = t * p.q_stride + h * hd;  // staged inside AttnSplit, after the first loads
   Probe(1);
   double m, l, acc0, acc1;
-  AttnSplit(kvh * hd, kvh * hd, jb, je, p.ring, width, hd, m, l, acc0, acc1);
+  AttnSplit(kvh * hd, kvh * hd, jb, je, ring, width, hd, m, l, acc0, acc1);
   Probe(5);  // every block
   const uint ob = ((t * p.nh + h) * p.splits + sp);
   if (tid < hd) po[ob * hd + tid] = acc0;

@@ -1,7 +1,7 @@
 #version 450
 // Prefill linears on matrix units (GL_NV_cooperative_matrix, 16x16x16 f16 -> f32), for the SRQ
-// integer path of int2 / int4 / int8 weights. A workgroup of 8 subgroups computes BM rows (64)
-// x BN tokens (128, or 64 for the fused gate/up pair), each subgroup 32
+// integer path of int2 / int4 / int8 weights. A workgroup of 8 subgroups computes BM rows (64;
+// MM_SMALL 128) x BN tokens (128, or 64 for the fused gate/up pair; MM_SMALL 32), each subgroup 32
 // rows x BN / (8 / (BM / 32)) tokens, over K tiles of 64 columns staged in shared memory
 // as f16: weights decoded from their packed codes with the 0x6400 exponent trick (1024 + code is an
 // exact f16, minus 1024 + offset); inputs come SRQ-quantized (int8 values as f16) from srq_quant.comp.
@@ -61,9 +61,16 @@ layout(push_constant) uniform P {
 #define MM_DUAL 1
 #endif
 const uint DUAL = MM_DUAL;
+// MM_SMALL (steps of at most 32 tokens: a batch's rows, short prompt chunks): 128 rows x 32
+// tokens per workgroup, a quarter of the large tiles' padded products for such steps.
+#ifdef MM_SMALL
+const uint BM = 128, BK = 64;
+const uint BN = 32;
+#else
 const uint BM = 64, BK = 64;  // BM rows (each subgroup 32 rows)
-const uint SGM = BM / 32;        // subgroups along M (of 8)
 const uint BN = DUAL == 1 ? 128 : 64;
+#endif
+const uint SGM = BM / 32;  // subgroups along M (of 8)
 const bool DENSE = KIND == 1 || KIND == 2;
 const uint NB = DENSE ? 2 : DUAL;  // input tiles per K tile: one per weight set, or hi and lo
 const uint SG_N = BN / (8 / SGM) / 16;  // 16-token tiles per subgroup

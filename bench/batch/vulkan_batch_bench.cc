@@ -2,7 +2,7 @@
 // `ctx` cached tokens, each batched step (BackendModel::ForwardBatch, greedy rows) rewound after it,
 // so every step runs at the same context; the median step time and B / step as tok/s, against
 // the same contexts stepped one after another. With --profile, the GPU time per kernel of a
-// batched step.
+// batched step. Then speculative verification steps of k drafts against a one-token step.
 //   vulkan_batch_bench MODEL_DIR [--ctx 512] [--batches 1,2,4,8,16] [--steps 32] [--profile 1]
 #include <algorithm>
 #include <chrono>
@@ -71,13 +71,16 @@ int main(int argc, char** argv) {
     }
     std::printf("Vulkan batched decode, %s, %d cached tokens per context, median of %d steps\n\n",
                 argv[1], ctx, steps);
-    std::printf("| B | batched step ms | tok/s | steps one by one ms | tok/s | ratio |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    std::printf(
+        "| B | batched step ms | tok/s | steps one by one ms | tok/s | ratio | first step's "
+        "recording ms |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
     for (int b : batches) {
       std::vector<int32_t> toks(b);
       std::vector<gemma::ForwardResult> res(b);
       std::vector<gemma::BatchStep> st(b);
       std::vector<double> batched, solo;
+      double first = 0;  // the first batched step: recorded, the others replay
       for (int s = 0; s < steps + 3; ++s) {
         for (int i = 0; i < b; ++i) {
           toks[i] = int32_t((s * 31 + i * 7 + 5) % V);
@@ -94,14 +97,48 @@ int main(int argc, char** argv) {
         for (int i = 0; i < b; ++i) ctxs[i]->Forward(st[i].request, &res[i]);
         const double ts = Now() - t0;
         for (int i = 0; i < b; ++i) ctxs[i]->Truncate(ctx);
+        if (s == 0) first = tb;
         if (s >= 3) {
           batched.push_back(tb);
           solo.push_back(ts);
         }
       }
       const double mb = Median(batched), ms = Median(solo);
-      std::printf("| %d | %.3f | %.0f | %.3f | %.0f | %.2fx |\n", b, mb * 1e3, b / mb, ms * 1e3,
-                  b / ms, ms / mb);
+      std::printf("| %d | %.3f | %.0f | %.3f | %.0f | %.2fx | %.1f |\n", b, mb * 1e3, b / mb,
+                  ms * 1e3, b / ms, ms / mb, (first - mb) * 1e3);
+    }
+    // Verification steps (speculative decoding): one context, the token and k drafts in one
+    // Forward with every position's argmax, rewound after it.
+    std::printf("\n| verification step (k drafts + 1) | ms | x one-token step |\n|---|---|---|\n");
+    double one = 0;
+    std::vector<std::vector<std::pair<std::string, double>>> verify_profiles;
+    for (int k : {0, 1, 2, 4, 8}) {
+      std::vector<int32_t> toks(k + 1);
+      for (int i = 0; i <= k; ++i) toks[i] = int32_t((i * 131 + 17) % V);
+      std::vector<double> t;
+      for (int s = 0; s < steps + 3; ++s) {
+        const double t0 = Now();
+        ctxs[0]->Forward({.tokens = toks, .all_positions = true}, &r);
+        const double dt = Now() - t0;
+        ctxs[0]->Truncate(ctx);
+        if (s >= 3) t.push_back(dt);
+      }
+      const double med = Median(t);
+      if (k == 0) one = med;
+      std::printf("| k = %d | %.3f (min %.3f) | %.2fx |\n", k, med * 1e3,
+                  *std::min_element(t.begin(), t.end()) * 1e3, med / one);
+      if (profile && k > 0) verify_profiles.push_back(gemma::ProfileVulkanStep(*ctxs[0], toks));
+    }
+    for (size_t i = 0; i < verify_profiles.size(); ++i) {
+      auto& pp = verify_profiles[i];
+      std::sort(pp.begin(), pp.end(), [](auto& a, auto& c) { return a.second > c.second; });
+      double tot = 0;
+      for (auto& [k, ns] : pp) tot += ns;
+      std::printf("\n| kernel (verification step %zu) | GPU us |\n|---|---|\n", i + 1);
+      int shown = 0;
+      for (auto& [k, ns] : pp)
+        if (shown++ < 8) std::printf("| %s | %.1f |\n", k.c_str(), ns / 1e3);
+      std::printf("| total | %.1f |\n", tot / 1e3);
     }
     if (profile) {
       for (int b : batches) {

@@ -139,9 +139,10 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // has no device.
   virtual bool InjectDeviceFault(DeviceFault) { return false; }
   // Advances several contexts of this model by one token each in one step, reading the weights
-  // once for all of them. Each step's result (and its context's caches) is bit for bit what
-  // `context->Forward(request)` would give; a step that fails gets its `error` and leaves its
-  // context's caches as a failed Forward does. The contexts must not be in use elsewhere. The
+  // once for all of them. Each step's result (and its context's caches) is what
+  // `context->Forward(request)` would give: bit for bit on the CPU backends, within the decode's
+  // contract with the reference on Vulkan (its rows run the prompt path's kernels); a step that
+  // fails gets its `error` and leaves its context's caches as a failed Forward does. The contexts must not be in use elsewhere. The
   // default evaluates the steps one after another.
   virtual void ForwardBatch(std::span<BatchStep> steps);
   // Whether ForwardBatch is faster than the steps one by one (the runtime batches only then).

@@ -1,7 +1,8 @@
 // Batched decode across sessions (continuous batching): sessions decoding at the same time hand
 // their one-token steps to the engine's StepBatcher, which evaluates those pending together in one
 // BackendModel::ForwardBatch (the weights read once for all of them). Sequences join and leave
-// between steps; each gets exactly the result it would have alone.
+// between steps; each gets the result it would have alone (BackendModel::ForwardBatch: bit for bit
+// on the CPU backends).
 //
 // Flat combining, no scheduler thread: the first session to find no batch running runs one over
 // every step pending (up to max_batch), the others wait for their results. Before running, it

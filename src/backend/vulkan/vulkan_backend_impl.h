@@ -993,7 +993,9 @@ class VulkanBackend : public Backend {
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     uint64_t used = 0;
   };
-  static constexpr size_t kBatchCmds = 8;
+  // (a steady set of sessions steps in few compositions: all of them, and all but one while a
+  // session chooses its next token)
+  static constexpr size_t kBatchCmds = 32;
   std::vector<BatchCmd> batch_cmds_;
   uint64_t batch_cmd_clock_ = 0;
 };

@@ -464,11 +464,15 @@ int VulkanBackend::RecordPromptStep(Rec& rc, int m, int pos0, int out_first, int
   const int L = cfg_.num_layers, H = cfg_.hidden_size;
   const int LP = L * cfg_.hidden_size_per_layer_input;
   const int lc = model_.shared_tail();
+  // Chunks below the tiled kernels' size (a speculative verification step, a short prompt at a
+  // long context) split each query's keys as a batch's rows do; longer chunks run the prompt
+  // attention kernels, which take no splits.
+  const int splits = m < kMatmulMinTokens ? RowSplits(m) : 1;
   if (!skip_tail_ || lc >= L || count > 1 || (count == 1 && out_first != m - 1)) {
-    RecordBody(rc, m, 1);
+    RecordBody(rc, m, splits);
     return out_first;
   }
-  RecordBody(rc, m, 1, 0, lc);  // ends with a barrier
+  RecordBody(rc, m, splits, 0, lc);  // ends with a barrier
   if (count == 0) return out_first;
   // Row m - 1 of the residual stream, its normed input to layer lc and its PLE rows -> row 0.
   const VkDeviceSize row = size_t(m - 1) * H * 4;

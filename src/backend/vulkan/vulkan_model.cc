@@ -49,9 +49,9 @@ class VulkanModel : public BackendModel {
   // Steps that can share a recording (BatchReady) run in batches of up to the contexts' rows;
   // the others (a select step, soft rows, a context to rebuild or replay, fewer than
   // kMinBatchRows steps) run alone through Forward.
-  // (H200, E2B QAT at 512 context, vulkan_batch_bench: 2 rows in one step 4.98 ms against 4.73 ms
-  // one after the other; 4 rows 8.21 against 9.53)
-  static constexpr size_t kMinBatchRows = 3;
+  // (H200, E2B QAT at 512 context, vulkan_batch_bench: 2 rows in one step 4.77 ms against 4.77 ms
+  // one after the other, 3 rows 7.26 against 7.19, 4 rows 8.25 against 9.57)
+  static constexpr size_t kMinBatchRows = 4;
   void ForwardBatch(std::span<BatchStep> steps) override {
     std::vector<VulkanBackend*> ctx;
     std::vector<BatchStep*> ready, alone;

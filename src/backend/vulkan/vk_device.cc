@@ -489,7 +489,9 @@ void Device::Init(const DeviceOptions& options) {
   const VkDescriptorSetLayout layouts[2] = {set_layout_, rows_layout_};
   VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
   VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-  pl.setLayoutCount = 2;
+  // (set 1 only where a stage takes its buffers too: the layout's buffers count against the
+  // stage's limit whether a shader uses them or not)
+  pl.setLayoutCount = row_slots_ > 0 ? 2 : 1;
   pl.pSetLayouts = layouts;
   pl.pushConstantRangeCount = 1;
   pl.pPushConstantRanges = &pc;

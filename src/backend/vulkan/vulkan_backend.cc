@@ -176,9 +176,9 @@ void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
   const int splits = RowSplits(B);
   // Inputs: the rows' embedding and PLE rows (as a prompt chunk's), each row's position.
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
-  WriteRowSteps(rows);
+  const VulkanBackend* rope = WriteRowSteps(rows);
   try {
-    SubmitRows(rows, key, logits_rows, out_rows, splits);
+    SubmitRows(rows, key, logits_rows, out_rows, splits, rope);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kDevice) {
       broken_ = true;
@@ -222,7 +222,7 @@ const VulkanBackend* VulkanBackend::WriteRowSteps(std::span<VulkanBackend* const
 // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written.
 void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
                                const std::vector<uint64_t>& key, int logits_rows, int out_rows,
-                               int splits) {
+                               int splits, const VulkanBackend* rope) {
   const int B = static_cast<int>(rows.size());
   BatchCmd* bc = nullptr;
   for (BatchCmd& c : batch_cmds_)
@@ -247,7 +247,7 @@ void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
     Rec rc{bc->cmd};
     rc.rows = &rows;
     rc.row_splits = splits;
-    rc.rope_rows = WriteRowSteps(rows);
+    rc.rope_rows = rope;
     const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, B * kRowStepBytes};
     vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
     RecordInputs(rc, B, OutputMode::kArgmax);  // (ends with a barrier)

@@ -586,9 +586,10 @@ class VulkanBackend : public Backend {
   void RecordBatchHead(Rec& rc, int count, int logits_rows, bool reduce);
   // The argmax (mask: among the allowed ids) of each of the head's first `count` rows into res_.
   void RecordLogitsReduce(Rec& rc, int count, bool mask);
-  // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written.
+  // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written
+  // (`rope`: WriteRowSteps' choice).
   void SubmitRows(const std::vector<VulkanBackend*>& rows, const std::vector<uint64_t>& key,
-                  int logits_rows, int out_rows, int splits);
+                  int logits_rows, int out_rows, int splits, const VulkanBackend* rope);
 
   void RecordHead(Rec& rc, int out_first, int count, OutputMode mode);
   void RecordHeadCopy(Rec& rc, int count, OutputMode mode);

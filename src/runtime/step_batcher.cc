@@ -18,7 +18,6 @@ int StepBatcher::Step(Backend* context, const ForwardRequest& request, ForwardRe
       cv_.wait(lock);
     }
   }
-  returning_.push_back(context);
   if (p.step.error) std::rethrow_exception(p.step.error);
   return p.batch;
 }
@@ -64,10 +63,13 @@ void StepBatcher::RunBatch(std::unique_lock<std::mutex>& lock) {
   const auto took = std::chrono::steady_clock::now() - start;
   lock.lock();
   last_batch_ = took;
+  // The batch's sessions count as returning from now on, not from when each thread wakes: a
+  // session back first must not start the next batch without those still waking up.
   for (size_t i = 0; i < n; ++i) {
     batch[i]->step.error = steps[i].error;
     batch[i]->batch = static_cast<int>(n);
     batch[i]->done = true;
+    returning_.push_back(batch[i]->step.context);
   }
   ++stats_.batches;
   stats_.steps += static_cast<int64_t>(n);

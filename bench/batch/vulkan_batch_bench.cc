@@ -1,6 +1,6 @@
 // Batched decode on the Vulkan backend, below the runtime (not a test): B contexts of one model at
-// `ctx` cached tokens, each batched step (BackendModel::ForwardBatch, greedy rows) rewound after it,
-// so every step runs at the same context; the median step time and B / step as tok/s, against
+// `ctx` cached tokens, each batched step (BackendModel::ForwardBatch, greedy rows) rewound after
+// it, so every step runs at the same context; the median step time and B / step as tok/s, against
 // the same contexts stepped one after another. With --profile, the GPU time per kernel of a
 // batched step. Then speculative verification steps of k drafts against a one-token step.
 //   vulkan_batch_bench MODEL_DIR [--ctx 512] [--batches 1,2,4,8,16] [--steps 32] [--profile 1]
@@ -150,12 +150,14 @@ int main(int argc, char** argv) {
         std::sort(pp.begin(), pp.end(), [](auto& a, auto& c) { return a.second > c.second; });
         double tot = 0;
         for (auto& [k, ns] : pp) tot += ns;
-        std::printf("\n| kernel (a batched step of %d contexts at %d) | GPU us | share |\n"
-                    "|---|---|---|\n",
-                    b, ctx);
+        std::printf(
+            "\n| kernel (a batched step of %d contexts at %d) | GPU us | share |\n"
+            "|---|---|---|\n",
+            b, ctx);
         int shown = 0;
         for (auto& [k, ns] : pp)
-          if (shown++ < 14) std::printf("| %s | %.1f | %.1f%% |\n", k.c_str(), ns / 1e3, 100 * ns / tot);
+          if (shown++ < 14)
+            std::printf("| %s | %.1f | %.1f%% |\n", k.c_str(), ns / 1e3, 100 * ns / tot);
         std::printf("| total (timestamped) | %.1f | |\n", tot / 1e3);
       }
     }

@@ -247,72 +247,52 @@ std::string VulkanBackend::ProbeKernel(std::span<const int32_t> tokens, const st
 
 std::vector<std::pair<std::string, double>> VulkanBackend::Profile(
     std::span<const int32_t> tokens) {
-  std::vector<std::pair<std::string, double>> out;
   const int m = static_cast<int>(tokens.size());
   if (!dev_->has_timestamps() || m == 0 || m > chunk_ || window_.cached() + m > capacity_)
-    return out;
+    return {};
   const StepActivations activations(*this, m);
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
-  std::vector<std::string> labels;
-  VkCommandBuffer cb = head_cmd_;
-  Begin(cb, false);
-  dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
-  dev_->WriteTimestamp(cb, 0);
-  Rec rc{cb};
-  RecordInputs(rc, m, OutputMode::kArgmax);
-  labels.push_back("step inputs (copies, fills, barrier)");
-  dev_->WriteTimestamp(cb, 1);
-  // A timestamp after every dispatch, labelled.
-  struct Stamps : DispatchObserver {
-    Device* dev;
-    std::vector<std::string>* labels;
-    void After(VkCommandBuffer cmd, const std::string& l) override {
-      if (labels->size() + 1 >= Device::kMaxTimestamps) return;
-      labels->push_back(l);
-      dev->WriteTimestamp(cmd, static_cast<uint32_t>(labels->size()));
-    }
-  } stamps;
-  stamps.dev = dev_.get();
-  stamps.labels = &labels;
-  rc.observer = &stamps;
-  RecordArgmaxStep(rc, m);
-  End(cb);
-  dev_->Submit(cb);
-  const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));
-  for (size_t i = 0; i < labels.size(); ++i) {
-    auto it =
-        std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == labels[i]; });
-    const double d = ts[i + 1] - ts[i];
-    if (it == out.end())
-      out.emplace_back(labels[i], d);
-    else
-      it->second += d;
-  }
-  return out;
+  Rec rc{head_cmd_};
+  return TimedRecording(
+      rc, [&] { RecordInputs(rc, m, OutputMode::kArgmax); }, [&] { RecordArgmaxStep(rc, m); });
 }
 
 std::vector<std::pair<std::string, double>> VulkanBackend::ProfileRows(
     std::span<VulkanBackend* const> ctx, std::span<const int32_t> tokens) {
-  std::vector<std::pair<std::string, double>> out;
   const int m = static_cast<int>(tokens.size());
-  if (!dev_->has_timestamps() || m < 2 || m > batch_rows_ || ctx.size() != tokens.size())
-    return out;
+  if (!dev_->has_timestamps() || m < 2 || m > batch_rows_ || ctx.size() != tokens.size()) return {};
   std::vector<VulkanBackend*> rows(ctx.begin(), ctx.end());
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
   const VulkanBackend* rope = WriteRowSteps(rows);
   for (int r = 0; r < m; ++r) rows[r]->window_.BeginWrite(rows[r]->cached(), 1);
-  std::vector<std::string> labels;
-  VkCommandBuffer cb = head_cmd_;
-  Begin(cb, false);
-  dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
-  dev_->WriteTimestamp(cb, 0);
-  Rec rc{cb};
+  Rec rc{head_cmd_};
   rc.rows = &rows;
   rc.row_splits = RowSplits(m);
   rc.rope_rows = rope;
-  const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, m * kRowStepBytes};
-  vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
-  RecordInputs(rc, m, OutputMode::kArgmax);
+  return TimedRecording(
+      rc,
+      [&] {
+        const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, m * kRowStepBytes};
+        vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
+        RecordInputs(rc, m, OutputMode::kArgmax);
+      },
+      [&] {
+        RecordBody(rc, m, rc.row_splits);
+        RecordBatchHead(rc, m, 0, true);
+      });
+}
+
+// Records `inputs` then `body` into rc's command buffer with a timestamp after the inputs and after
+// every dispatch, submits it and sums the GPU time per label.
+std::vector<std::pair<std::string, double>> VulkanBackend::TimedRecording(
+    Rec& rc, const std::function<void()>& inputs, const std::function<void()>& body) {
+  std::vector<std::pair<std::string, double>> out;
+  std::vector<std::string> labels;
+  const VkCommandBuffer cb = rc.cmd;
+  Begin(cb, false);
+  dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
+  dev_->WriteTimestamp(cb, 0);
+  inputs();
   labels.push_back("step inputs (copies, fills, barrier)");
   dev_->WriteTimestamp(cb, 1);
   struct Stamps : DispatchObserver {
@@ -327,8 +307,8 @@ std::vector<std::pair<std::string, double>> VulkanBackend::ProfileRows(
   stamps.dev = dev_.get();
   stamps.labels = &labels;
   rc.observer = &stamps;
-  RecordBody(rc, m, rc.row_splits);
-  RecordBatchHead(rc, m, 0, true);
+  body();
+  rc.observer = nullptr;
   End(cb);
   dev_->Submit(cb);
   const std::vector<double> ts = dev_->ReadTimestamps(static_cast<uint32_t>(labels.size() + 1));

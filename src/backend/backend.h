@@ -142,8 +142,8 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // once for all of them. Each step's result (and its context's caches) is what
   // `context->Forward(request)` would give: bit for bit on the CPU backends, within the decode's
   // contract with the reference on Vulkan (its rows run the prompt path's kernels); a step that
-  // fails gets its `error` and leaves its context's caches as a failed Forward does. The contexts must not be in use elsewhere. The
-  // default evaluates the steps one after another.
+  // fails gets its `error` and leaves its context's caches as a failed Forward does. The contexts
+  // must not be in use elsewhere. The default evaluates the steps one after another.
   virtual void ForwardBatch(std::span<BatchStep> steps);
   // Whether ForwardBatch is faster than the steps one by one (the runtime batches only then).
   virtual bool batches_steps() const { return false; }

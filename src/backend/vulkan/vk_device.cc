@@ -262,7 +262,7 @@ void Device::Init(const DeviceOptions& options) {
   max_shared_ = p2.properties.limits.maxComputeSharedMemorySize;
   // Set 1's row caches: 2 x 16 storage buffers beside set 0's, or 2 x 8 (lavapipe: 32 a stage).
   const uint32_t per_stage = p2.properties.limits.maxPerStageDescriptorStorageBuffers;
-  row_slots_ = per_stage >= kBindings + 2 * kRowSlots       ? kRowSlots
+  row_slots_ = per_stage >= kBindings + 2 * kRowSlots         ? kRowSlots
                : per_stage >= kBindings + 2 * (kRowSlots / 2) ? kRowSlots / 2
                                                               : 0;
   align_ = std::max<VkDeviceSize>(256, p2.properties.limits.minStorageBufferOffsetAlignment);
@@ -541,8 +541,8 @@ void Device::DestroyContext() {
   staging_bytes_ = 0;
   chunks_.clear();
   auto destroy = [core = core_, dev = dev_, queue = queue_, desc = desc_pool_,
-                  tdesc = transient_pool_, fence = fence_,
-                  ts = ts_pool_, cmd = cmd_pool_, chunks = std::move(chunks)]() mutable {
+                  tdesc = transient_pool_, fence = fence_, ts = ts_pool_, cmd = cmd_pool_,
+                  chunks = std::move(chunks)]() mutable {
     if (queue) {
       std::lock_guard<std::mutex> lock(core->queue_mu);
       vkQueueWaitIdle(queue);
@@ -919,15 +919,8 @@ void Device::PrintPipelineStats(const char* shader, const std::vector<uint32_t>&
 VkDescriptorSet Device::Set(const std::array<BufRange, kBindings>& bindings) {
   auto it = sets_.find(bindings);
   if (it != sets_.end()) return it->second;
-  const VkDescriptorSet set = AllocSet(desc_pool_, bindings);
-  sets_[bindings] = set;
-  return set;
-}
-
-VkDescriptorSet Device::AllocSet(VkDescriptorPool pool,
-                                 const std::array<BufRange, kBindings>& bindings) {
   VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  ai.descriptorPool = pool;
+  ai.descriptorPool = desc_pool_;
   ai.descriptorSetCount = 1;
   ai.pSetLayouts = &set_layout_;
   VkDescriptorSet set;
@@ -945,6 +938,7 @@ VkDescriptorSet Device::AllocSet(VkDescriptorPool pool,
     w[i].pBufferInfo = &info[i];
   }
   vkUpdateDescriptorSets(dev_, kBindings, w.data(), 0, nullptr);
+  sets_[bindings] = set;
   return set;
 }
 

@@ -251,7 +251,6 @@ class Device {
   VkCommandBuffer upload_cmd_ = VK_NULL_HANDLE;
   std::map<std::array<BufRange, kBindings>, VkDescriptorSet> sets_;
   std::map<std::array<BufRange, 2 * kRowSlots>, VkDescriptorSet> row_sets_map_;
-  VkDescriptorSet AllocSet(VkDescriptorPool pool, const std::array<BufRange, kBindings>& bindings);
 };
 
 }  // namespace gemma::vk

@@ -152,7 +152,9 @@ void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
   if (B == 0) return;
   if (B < 2 || B > batch_rows_ || ctx.size() != steps.size())
     throw Error(ErrorCode::kInternal, "vulkan: a batch of " + std::to_string(B) + " rows");
-  auto group = [](OutputMode m) { return m == OutputMode::kLogits ? 0 : m == OutputMode::kNone ? 2 : 1; };
+  auto group = [](OutputMode m) {
+    return m == OutputMode::kLogits ? 0 : m == OutputMode::kNone ? 2 : 1;
+  };
   std::vector<int> order(B);
   for (int i = 0; i < B; ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -210,9 +212,9 @@ const VulkanBackend* VulkanBackend::WriteRowSteps(std::span<VulkanBackend* const
   const VulkanBackend* rope = rows[0];
   for (size_t r = 0; r < rows.size(); ++r) {
     const VulkanBackend& c = *rows[r];
-    const uint32_t st[6] = {static_cast<uint32_t>(c.cached()), 1, 0, 0,
-                            static_cast<uint32_t>(c.sliding_ring_),
-                            static_cast<uint32_t>(c.capacity_)};
+    const uint32_t st[6] = {
+        static_cast<uint32_t>(c.cached()), 1, 0, 0, static_cast<uint32_t>(c.sliding_ring_),
+        static_cast<uint32_t>(c.capacity_)};
     std::memcpy(row_steps_host_.r.mapped + r * kRowStepBytes, st, sizeof(st));
     if (c.capacity_ > rope->capacity_) rope = &c;
   }

@@ -580,6 +580,8 @@ class VulkanBackend : public Backend {
   // attn_), or for a batch's rows, each over its own context's caches.
   void RecordAttention(Rec& rc, int m, int splits, const LayerPlan& p, DevLayer& d);
   void RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d);
+  void QkRopeOp(Rec& rc, const LayerPlan& p, const DevLayer& d, uint32_t ring,
+                const CacheSlot* slot, const BufRange& rope, const char* shader, uint32_t gy);
   // A batch's head: the final norm and the LM head over its first `count` rows, their argmaxes
   // when `reduce`; the logits of rows [0, logits_rows) and the argmaxes of rows
   // [logits_rows, count) copied to the host (the latter after the former).
@@ -714,6 +716,10 @@ class VulkanBackend : public Backend {
   // (their caches not advanced).
   std::vector<std::pair<std::string, double>> ProfileRows(std::span<VulkanBackend* const> ctx,
                                                           std::span<const int32_t> tokens);
+  // The two profiles' common part (bench/vulkan/vulkan_lab.cc).
+  std::vector<std::pair<std::string, double>> TimedRecording(Rec& rc,
+                                                             const std::function<void()>& inputs,
+                                                             const std::function<void()>& body);
 
  private:
   // Writes a step's inputs into the host staging buffer: step values, embedding rows, PLE rows

@@ -539,9 +539,9 @@ void VulkanBackend::Build() {
   // indexes the rows' caches (set 1).
   static std::atomic<uint64_t> next_uid{1};
   uid_ = next_uid++;
-  batch_rows_ = dev_->row_sets() ? std::min({short_rows_, head_rows_,
-                                              static_cast<int>(dev_->row_slots())})
-                                  : 1;
+  batch_rows_ = dev_->row_sets()
+                    ? std::min({short_rows_, head_rows_, static_cast<int>(dev_->row_slots())})
+                    : 1;
   // Pre-record the decode step once to count its work.
   DecodeCommand(OutputMode::kArgmax);
   dev_->ReleaseStaging();  // (the uploads above are done; a later Upload allocates it again)
@@ -568,8 +568,7 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
   // doubles; attn_fused: floats, rows of RoundUp32(hd) and per head 2 x splits (<= 256) rounded
   // up to 32 floats for (m, l)
   // (a batch's rows: kRowSplitUnits rows x splits in all)
-  a.po = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * RoundUp32(hdmax) * 2 +
-           size_t(nh) * 512);
+  a.po = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * RoundUp32(hdmax) * 2 + size_t(nh) * 512);
   a.pml = F(size_t(std::max({C, S, kRowSplitUnits})) * nh * 4);
   if (P > 0) {
     a.ple = F(size_t(C) * L * P);

@@ -87,8 +87,9 @@ TEST(VulkanDecodeDiff, RandomConfigsDecodeLikeTheReference) {
 // reference context: logits within the decode's contract (dense: 1e-3, or 4x the largest distance
 // so far of the reference with f32 sums, RunDecodeDiff's allowance for random models that amplify
 // f32 rounding; QAT 1e-4 or an SRQ flip after the first kExactPrefix positions), argmaxes equal
-// unless the reference's top two are within that noise. Then a step with a token outside the vocabulary fails alone, and a device
-// loss fails the whole batch with nothing committed; the same steps then succeed.
+// unless the reference's top two are within that noise. Then a step with a token outside the
+// vocabulary fails alone, and a device loss fails the whole batch with nothing committed; the same
+// steps then succeed.
 TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
   for (const bool qat : {false, true}) {
     const uint64_t seed = qat ? 311 : 310;
@@ -147,22 +148,18 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
         SCOPED_TRACE("context " + std::to_string(c) + " at position " + std::to_string(pos));
         if (steps[i].error) std::rethrow_exception(steps[i].error);
         ForwardResult a, a32;
-        ref[c]->Forward({.tokens = std::span<const int32_t>(&toks[i], 1),
-                         .mode = OutputMode::kLogits},
-                        &a);
+        ref[c]->Forward(
+            {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = OutputMode::kLogits}, &a);
         {
           const ref::ScopedF32Sums f32;
-          ref32[c]->Forward({.tokens = std::span<const int32_t>(&toks[i], 1),
-                             .mode = OutputMode::kLogits},
-                            &a32);
+          ref32[c]->Forward(
+              {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = OutputMode::kLogits}, &a32);
         }
         if (!qat) worst32 = std::max(worst32, RelL2(a32.logits.data(), a.logits.data(), V));
         EXPECT_EQ(got[c]->cached(), ref[c]->cached());
         const float* want = a.logits.data();
-        const float amax =
-            std::fabs(*std::max_element(want, want + V, [](float x, float y) {
-              return std::fabs(x) < std::fabs(y);
-            }));
+        const float amax = std::fabs(*std::max_element(
+            want, want + V, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
         if (modes[i] == OutputMode::kLogits) {
           ASSERT_EQ(res[i].logits.size(), size_t(V));
           const double rel = RelL2(res[i].logits.data(), want, V);
@@ -194,8 +191,9 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
         if (next() % 10 >= 7) continue;
         who.push_back(c);
         const uint64_t k = next() % 20;
-        modes.push_back(k < 9 ? OutputMode::kLogits : k < 18 ? OutputMode::kArgmax
-                                                             : OutputMode::kNone);
+        modes.push_back(k < 9    ? OutputMode::kLogits
+                        : k < 18 ? OutputMode::kArgmax
+                                 : OutputMode::kNone);
         toks.push_back(static_cast<int32_t>(next() % V));
       }
       run(who, modes, toks);

@@ -204,36 +204,51 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   }
 }
 
+// q = rope(rmsnorm(q) q_norm), and the new K / V rows normed, roped and written to the cache
+// (`slot`'s, or the rows' in set 1 with their row records), over gy tokens: `shader` is qkrope or
+// a rows module; `ring` the push constants' ring (qkrope_rows: 0 sliding, 1 full).
+void VulkanBackend::QkRopeOp(Rec& rc, const LayerPlan& p, const DevLayer& d, uint32_t ring,
+                             const CacheSlot* slot, const BufRange& rope, const char* shader,
+                             uint32_t gy) {
+  const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
+  RopePush pc{static_cast<uint32_t>(nh),
+              static_cast<uint32_t>(nkv),
+              static_cast<uint32_t>(hd),
+              ring,
+              static_cast<uint32_t>(p.type == LayerType::kSliding ? rot_s_ : rot_f_),
+              cfg_.rms_norm_eps,
+              static_cast<uint32_t>(nh * hd),
+              static_cast<uint32_t>(nkv * hd)};
+  std::array<BufRange, vk::kBindings> b{};
+  b[0] = q_.r;
+  b[1] = kt_.r;
+  b[2] = vt_.r;
+  b[3] = d.q_norm.r;
+  if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
+  if (slot) {
+    b[5] = slot->k.r;
+    b[6] = slot->v.r;
+  } else {
+    b[12] = row_steps_.r;
+  }
+  b[7] = rope;
+  Dispatch(rc, shader, {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), gy);
+  Barrier(rc);
+}
+
 // One layer's attention for the m tokens of one context (q in q_, new K / V rows in kt_ / vt_):
 // RoPE, the cache rows written, attention into attn_.
 void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan& p, DevLayer& d) {
   const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
-  const int qw = nh * hd, kvw = nkv * hd;
+  const int qw = nh * hd;
   CacheSlot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
   const bool sliding = p.type == LayerType::kSliding;
   // One-token steps: attn_fused.comp where the shapes fit.
   uint32_t frl = 0, fd = 0, fkw = 0;
   const bool fused = m == 1 && FusedAttnShape(hd, &frl, &fd, &fkw);
   if (!(fused && attn_fused_rope_)) {
-    RopePush pc{static_cast<uint32_t>(nh),
-                static_cast<uint32_t>(nkv),
-                static_cast<uint32_t>(hd),
-                static_cast<uint32_t>(slot.ring),
-                static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
-                cfg_.rms_norm_eps,
-                static_cast<uint32_t>(qw),
-                static_cast<uint32_t>(kvw)};
-    std::array<BufRange, vk::kBindings> b{};
-    b[0] = q_.r;
-    b[1] = kt_.r;
-    b[2] = vt_.r;
-    b[3] = d.q_norm.r;
-    if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
-    b[5] = slot.k.r;
-    b[6] = slot.v.r;
-    b[7] = sliding ? rope_s_.r : rope_f_.r;
-    Dispatch(rc, "qkrope", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), m);
-    Barrier(rc);
+    QkRopeOp(rc, p, d, static_cast<uint32_t>(slot.ring), &slot, sliding ? rope_s_.r : rope_f_.r,
+             "qkrope", m);
   }
   {
     AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
@@ -319,9 +334,8 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
         b[6] = hcount_.r;
         Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
       } else if (attn_dbg_ != 0 || splits_adapt_) {
-        Dispatch(rc, "attention",
-                 {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ ? 1u : 0u}, b,
-                 &pc, sizeof(pc), nh, m, splits);
+        Dispatch(rc, "attention", {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ ? 1u : 0u},
+                 b, &pc, sizeof(pc), nh, m, splits);
       } else {
         Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
       }
@@ -343,7 +357,7 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
 // ring lengths (its record); the RoPE table of the rows' largest capacity (rc.rope_rows).
 void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d) {
   const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
-  const uint32_t qw = nh * hd, kvw = nkv * hd;
+  const uint32_t qw = nh * hd;
   const uint32_t rows = static_cast<uint32_t>(rc.rows->size());
   const int cache_slot = model_.layers()[p.kv_layer].cache_slot;
   const bool sliding = p.type == LayerType::kSliding;
@@ -357,31 +371,16 @@ void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d
     caches[vk::Device::kRowSlots + r] = slot.v.r;
   }
   rc.rows_set = dev_->RowsSet(caches);
-  {
-    RopePush pc{static_cast<uint32_t>(nh),
-                static_cast<uint32_t>(nkv),
-                static_cast<uint32_t>(hd),
-                ring,
-                static_cast<uint32_t>(sliding ? rot_s_ : rot_f_),
-                cfg_.rms_norm_eps,
-                qw,
-                kvw};
-    std::array<BufRange, vk::kBindings> b{};
-    b[0] = q_.r;
-    b[1] = kt_.r;
-    b[2] = vt_.r;
-    b[3] = d.q_norm.r;
-    if (d.k_norm.handle >= 0) b[4] = d.k_norm.r;
-    b[7] = sliding ? rc.rope_rows->rope_s_.r : rc.rope_rows->rope_f_.r;
-    b[12] = row_steps_.r;
-    Dispatch(rc, dev_->row_slots() == 16 ? "qkrope_rows16" : "qkrope_rows8", {}, b, &pc, sizeof(pc), nh + (p.kv_shared ? 0 : 2 * nkv), rows);
-    Barrier(rc);
-  }
+  QkRopeOp(rc, p, d, ring, nullptr, sliding ? rc.rope_rows->rope_s_.r : rc.rope_rows->rope_f_.r,
+           dev_->row_slots() == 16 ? "qkrope_rows16" : "qkrope_rows8", rows);
   const bool merge = attn_combine_ && rows * nh <= static_cast<uint32_t>(kCombineCounters);
   const char* attention = dev_->row_slots() == 16 ? "attention_rows16" : "attention_rows8";
-  AttnPush pc{static_cast<uint32_t>(nh),       static_cast<uint32_t>(nkv),
-              static_cast<uint32_t>(hd),       ring,
-              static_cast<uint32_t>(p.window), splits,
+  AttnPush pc{static_cast<uint32_t>(nh),
+              static_cast<uint32_t>(nkv),
+              static_cast<uint32_t>(hd),
+              ring,
+              static_cast<uint32_t>(p.window),
+              splits,
               qw};
   std::array<BufRange, vk::kBindings> b{};
   b[0] = q_.r;
@@ -393,8 +392,8 @@ void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d
     b[6] = hcount_.r;
     Dispatch(rc, attention, {1u}, b, &pc, sizeof(pc), nh, rows, splits);
   } else {
-    Dispatch(rc, attention, {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh,
-             rows, splits);
+    Dispatch(rc, attention, {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh, rows,
+             splits);
   }
   rc.rows_set = VK_NULL_HANDLE;
   Barrier(rc);

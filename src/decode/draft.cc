@@ -32,12 +32,34 @@ void DraftPolicy::Record(int drafted, int accepted) {
   if (drafted <= 0) return;
   ++steps_;
   rate_ = 0.5 * rate_ + 0.5 * static_cast<double>(accepted) / drafted;
-  // Below ~1 token in 4 accepted, a verification step (more work than a plain step) loses: 16
-  // plain steps, then drafts again from a neutral average.
-  if (steps_ >= 3 && rate_ < 0.25) {
+  // Below the break-even share a verification step (more work than a plain step) loses: 16 plain
+  // steps (which also time a plain step), then drafts again from the break-even share.
+  const double t = threshold();
+  if (steps_ >= 3 && rate_ < t) {
     pause_ = 16;
-    rate_ = 0.5;
+    rate_ = std::max(0.5, t);
   }
+}
+
+namespace {
+// Step costs vary with the context and the machine's load: a quarter of each new sample.
+double Ema(double avg, double sample) { return avg > 0 ? 0.75 * avg + 0.25 * sample : sample; }
+}  // namespace
+
+void DraftPolicy::RecordPlainCost(double seconds) {
+  if (seconds > 0) plain_s_ = Ema(plain_s_, seconds);
+}
+
+void DraftPolicy::RecordVerifyCost(int drafted, double seconds) {
+  if (drafted <= 0 || !(seconds > 0)) return;
+  verify_s_ = Ema(verify_s_, seconds);
+  verify_k_ = Ema(verify_k_, drafted);
+}
+
+double DraftPolicy::threshold() const {
+  if (plain_s_ <= 0 || verify_s_ <= 0 || verify_k_ <= 0) return 0.25;
+  // (above 1: drafting never pays there, every verification step pauses it)
+  return std::clamp((verify_s_ / plain_s_ - 1.0) / verify_k_, 0.0, 2.0);
 }
 
 }  // namespace gemma::decode

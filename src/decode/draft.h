@@ -33,7 +33,10 @@ class PromptLookupDraft : public DraftSource {
 
 // How many tokens to draft: `max_draft` while drafts are accepted, none for a while when they are
 // not (a verification step costs more than a one-token step, so low acceptance would slow
-// decoding down). Acceptance is tracked as a moving average of accepted / drafted per step.
+// decoding down). Acceptance is tracked as a moving average of accepted / drafted per step; the
+// share below which drafting loses comes from the measured costs of the backend's steps once both
+// kinds have been timed (a verification step of k drafts gives 1 + accepted tokens, a plain step
+// one: break-even at (verify / plain - 1) / k accepted), else a quarter.
 class DraftPolicy {
  public:
   explicit DraftPolicy(int max_draft) : max_draft_(max_draft) {}
@@ -41,12 +44,19 @@ class DraftPolicy {
   int Next();
   // A verification step's outcome.
   void Record(int drafted, int accepted);
+  // The wall time of a plain one-token step, and of a verification step of `drafted` drafts.
+  void RecordPlainCost(double seconds);
+  void RecordVerifyCost(int drafted, double seconds);
+  // The accepted share below which drafting pauses.
+  double threshold() const;
 
  private:
   int max_draft_;
   double rate_ = 1.0;  // moving average of accepted / drafted
   int pause_ = 0;      // plain steps left before drafting again
   int steps_ = 0;
+  // Moving averages of the steps' costs and of the drafts per verification (0: not timed yet).
+  double plain_s_ = 0, verify_s_ = 0, verify_k_ = 0;
 };
 
 }  // namespace gemma::decode

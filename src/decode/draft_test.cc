@@ -43,5 +43,36 @@ TEST(DraftPolicy, PausesWhenDraftsAreRejectedAndResumes) {
   EXPECT_EQ(DraftPolicy(0).Next(), 0);
 }
 
+// With both kinds of step timed, the pause follows the break-even share (verify / plain - 1) / k:
+// half the drafts accepted pays where a 4-draft verification step costs 1.9 plain steps (0.225)
+// and loses where it costs 4.3 (0.825, Vulkan at 512 cached tokens).
+TEST(DraftPolicy, PausesBelowTheBreakEvenOfTheMeasuredStepCosts) {
+  for (const double verify : {1.9, 4.3}) {
+    DraftPolicy p(4);
+    p.RecordPlainCost(1.0);
+    p.RecordVerifyCost(4, verify);
+    EXPECT_NEAR(p.threshold(), (verify - 1.0) / 4, 1e-12);
+    int drafted = 0;
+    for (int i = 0; i < 20; ++i) {
+      if (p.Next() == 0) continue;
+      ++drafted;
+      p.Record(4, 2);
+    }
+    if (verify < 2) {
+      EXPECT_EQ(drafted, 20) << "verify " << verify;
+    } else {
+      EXPECT_LT(drafted, 10) << "verify " << verify;
+    }
+  }
+  // Untimed: a quarter.
+  EXPECT_EQ(DraftPolicy(4).threshold(), 0.25);
+  // A verification step dearer than its tokens at full acceptance: every one pauses drafting.
+  DraftPolicy q(4);
+  q.RecordPlainCost(1.0);
+  q.RecordVerifyCost(4, 6.0);
+  for (int i = 0; i < 3; ++i) q.Record(4, 4);
+  EXPECT_EQ(q.Next(), 0);
+}
+
 }  // namespace
 }  // namespace gemma::decode

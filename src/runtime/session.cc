@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -533,6 +534,7 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
           mode == OutputMode::kSelect ? policy.Mask() : nullptr;
       const ForwardRequest one{
           .tokens = std::span<const int32_t>(&token, 1), .mode = mode, .allowed = step_mask};
+      const auto t0 = std::chrono::steady_clock::now();
       if (batcher) {
         const int size = batcher->Step(backend_.get(), one, &fr);
         if (size > 1) ++tel.batched_steps;
@@ -540,6 +542,11 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
       } else {
         backend_->Forward(one, &fr);
       }
+      // (the drafting policies weigh verification steps against this cost)
+      const double plain_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      drafts.RecordPlainCost(plain_s);
+      forced_drafts.RecordPlainCost(plain_s);
       evaluated_.push_back(token);
       continue;
     }
@@ -548,7 +555,12 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     // rows while they draw the drafted tokens.
     std::vector<int32_t> seq = {token};
     seq.insert(seq.end(), draft.begin(), draft.end());
+    const auto v0 = std::chrono::steady_clock::now();
     backend_->Forward({.tokens = seq, .mode = verify_mode, .all_positions = true}, &vr);
+    (forced ? forced_drafts : drafts)
+        .RecordVerifyCost(
+            static_cast<int>(draft.size()),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - v0).count());
     evaluated_.insert(evaluated_.end(), seq.begin(), seq.end());
     ahead.assign(draft.begin(), draft.end());
     row = 0;

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "backend/cache_window.h"
-#include "backend/cpu/audio_ops.h"
 #include "backend/cpu/fast/fast_ops.h"
+#include "backend/cpu/fast/towers.h"
 #include "backend/cpu/fast/weight_copy.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/cpu/vision_ops.h"
@@ -78,12 +78,17 @@ class CpuFastModel : public BackendModel {
       for (int k = -128; k < 128; ++k)
         cap_table_[k + 128] = Softcap(cfg, static_cast<float>(k) * head.out_scale);
     }
+    if (model.vision())
+      vision_ =
+          std::make_unique<fast::FastVisionTower>(*model.vision(), pool_, /*keep_panels=*/true);
   }
   std::string name() const override { return "cpu-fast"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override;
-  size_t shared_bytes() const override { return weights_.bytes(); }
-  // The vision tower: the reference's arithmetic with the linears and the attention on the
-  // thread pool and the f64 SIMD kernels of the text path.
+  size_t shared_bytes() const override {
+    return weights_.bytes() + (vision_ ? vision_->panel_bytes() : 0);
+  }
+  // The vision tower: the reference's arithmetic with the fast kernels on the thread pool
+  // (towers.h).
   void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override;
   // The audio tower: the reference's arithmetic with the linears on the pool (as the vision
   // tower's); the attention and convolutions stay the reference's.
@@ -99,242 +104,15 @@ class CpuFastModel : public BackendModel {
   std::vector<GeluTable> gelu_, gelu_ple_;
   std::vector<float> cap_table_;
   std::mutex run_mutex_;
+  // The vision tower with its panels and activations kept across images (towers.h: its memory);
+  // null without a vision tower.
+  std::unique_ptr<fast::FastVisionTower> vision_;
 };
-
-// The tower's linears and attention on the shared pool (rows / query blocks per task).
-class FastVisionKernels : public ref::VisionKernels {
- public:
-  // f32_ops: the attention on the f32 GEMM and a vectorized f32 GELU (dense towers); else both
-  // as the reference computes them (QAT towers: their SRQ steps turn f32 rounding differences
-  // into int8 flips).
-  FastVisionKernels(ThreadPool& pool, bool f32_ops) : pool_(pool), f32_ops_(f32_ops) {}
-  void GeluMul(float* g, const float* u, size_t n) const override {
-    if (!f32_ops_) {
-      ref::VisionKernels::GeluMul(g, u, n);
-      return;
-    }
-    constexpr size_t kChunk = 16384;
-    pool_.Run(static_cast<int>((n + kChunk - 1) / kChunk), [&](int task, int) {
-      const size_t i0 = task * kChunk;
-      fast::GeluTanhMulF32(g + i0, u + i0, std::min(kChunk, n - i0));
-    });
-  }
-  void ForTokens(int n, const std::function<void(int, int)>& fn) const override {
-    constexpr int kBlock = 64;
-    pool_.Run((n + kBlock - 1) / kBlock,
-              [&](int task, int) { fn(task * kBlock, std::min(n, task * kBlock + kBlock)); });
-  }
-  void Linear(const gemma::Linear& lin, const float* x, int n, float* y) const override {
-    constexpr int kTile = 32;
-    const int tasks = (lin.rows + kTile - 1) / kTile;
-    if (!IsQuantized(lin.kind)) {
-      Gemm(lin, x, n, y, [](int, int) {});
-      return;
-    }
-    if (lin.in_scale > 0) {
-      // SRQ inputs: the text model's integer kernels, bit-identical to ref::LinearForward.
-      const int pc = fast::PaddedCols(lin.kind, lin.cols);
-      std::vector<int8_t> q(static_cast<size_t>(n) * pc);
-      std::vector<int32_t> sums(n);
-      pool_.Run((n + 63) / 64, [&](int task, int) {
-        for (int t = task * 64; t < std::min(n, task * 64 + 64); ++t)
-          sums[t] = fast::QuantizeActs(lin.kind, x + static_cast<size_t>(t) * lin.cols, lin.cols,
-                                       lin.in_scale, q.data() + static_cast<size_t>(t) * pc);
-      });
-      pool_.Run(tasks, [&](int task, int) {
-        const int r0 = task * kTile, r1 = std::min(lin.rows, r0 + kTile);
-        fast::QuantLinearRows(lin, q.data(), pc, sums.data(), n, r0, r1, y, lin.rows);
-      });
-      return;
-    }
-    // QAT without SRQ inputs: the integer codes through the f32 GEMM (like the reference's
-    // f32-sums mode), then the reference's epilogue (row scale in f64, output SRQ).
-    Gemm(lin, x, n, y, [&](int r0, int r1) {
-      for (int t = 0; t < n; ++t) {
-        float* yt = y + static_cast<size_t>(t) * lin.rows;
-        for (int r = r0; r < r1; ++r) {
-          yt[r] = static_cast<float>(static_cast<double>(yt[r]) * lin.row_scale[r]);
-          if (lin.out_scale > 0) yt[r] = ref::Srq(yt[r], lin.out_scale);
-        }
-      }
-    });
-  }
-  void Attention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
-                 float* out) const override {
-    if (f32_ops_ && n >= 64) {
-      GemmAttention(q, k, v, n, nh, nkv, hd, out);
-      return;
-    }
-    constexpr int kBlock = 32;
-    const int blocks = (n + kBlock - 1) / kBlock;
-    const int group = nh / nkv;
-    pool_.Run(nh * blocks, [&](int task, int) {
-      const int h = task / blocks, i0 = (task % blocks) * kBlock, i1 = std::min(n, i0 + kBlock);
-      const int kv = h / group;
-      const size_t kv_stride = static_cast<size_t>(nkv) * hd;
-      // Up to kQ queries of the head at once: each key and value row is read once for all of
-      // them (the kernels' per-query arithmetic and order are the one-query call's).
-      constexpr int kQ = 8;
-      std::vector<double> qd(static_cast<size_t>(kQ) * hd), p(static_cast<size_t>(kQ) * n),
-          acc(static_cast<size_t>(kQ) * hd);
-      for (int i = i0; i < i1; i += kQ) {
-        const int nq = std::min(kQ, i1 - i);
-        for (int m = 0; m < nq; ++m) {
-          const float* qh = q + (static_cast<size_t>(i + m) * nh + h) * hd;
-          for (int d = 0; d < hd; ++d) qd[static_cast<size_t>(m) * hd + d] = qh[d];
-        }
-        fast::QueryKeyDotsF64(qd.data(), nq, hd, k + kv * hd, kv_stride, n, p.data(), n);
-        for (int m = 0; m < nq; ++m) {
-          double* pm = p.data() + static_cast<size_t>(m) * n;
-          double mx = -std::numeric_limits<double>::infinity();
-          for (int j = 0; j < n; ++j) mx = std::max(mx, pm[j]);
-          double sum = 0;
-          for (int j = 0; j < n; ++j) sum += (pm[j] = std::exp(pm[j] - mx));
-          for (int j = 0; j < n; ++j) pm[j] /= sum;
-        }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        fast::WeightedValuesF64(p.data(), n, nq, v + kv * hd, kv_stride, n, hd, acc.data());
-        for (int m = 0; m < nq; ++m) {
-          float* o = out + (static_cast<size_t>(i + m) * nh + h) * hd;
-          for (int d = 0; d < hd; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(m) * hd + d]);
-        }
-      }
-    });
-  }
-
- private:
-  // Per head and block of kQueryBlock queries, on the f32 GEMM (design §4's f32 accumulation;
-  // the reference sums in f64): the block's scores q k^T into the thread's scratch, softmax in
-  // f32 with f64 row sums, then out = p v. The block's scores stay in cache: the n x n matrix of
-  // a head (23 MB at 2,394 patches) never goes through memory. Keys and values are packed once
-  // per K/V head for all blocks. DenseGemmRowsF32's sums do not depend on tiles, so this equals
-  // one GEMM over all queries bit for bit.
-  void GemmAttention(const float* q, const float* k, const float* v, int n, int nh, int nkv, int hd,
-                     float* out) const {
-    constexpr int kQueryBlock = 48;
-    const int group = nh / nkv;
-    const size_t kv_stride = static_cast<size_t>(nkv) * hd, q_stride = static_cast<size_t>(nh) * hd;
-    const size_t key_floats = fast::PackedPanelsFloats(n, hd);
-    const size_t value_floats = fast::PackedPanelsFloats(hd, n);
-    const size_t per_kv = key_floats + value_floats + static_cast<size_t>(hd) * n;
-    if (packed_.size() < nkv * per_kv) packed_.resize(nkv * per_kv);
-    if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
-    if (scores_.size() < static_cast<size_t>(pool_.size())) scores_.resize(pool_.size());
-    auto keys_of = [&](int kv) { return packed_.data() + kv * per_kv; };
-    auto values_of = [&](int kv) { return packed_.data() + kv * per_kv + key_floats; };
-    pool_.Run(nkv, [&](int kv, int thread) {
-      std::vector<float>& s = scratch_[thread];
-      if (s.size() < fast::GemmScratchFloats(std::max(n, hd)))
-        s.resize(fast::GemmScratchFloats(std::max(n, hd)));
-      gemma::Linear keys;
-      keys.kind = WeightKind::kF32;
-      keys.rows = n;
-      keys.cols = hd;
-      keys.data = reinterpret_cast<const uint8_t*>(k + kv * hd);
-      keys.row_bytes = kv_stride * sizeof(float);
-      const int panel = fast::GemmPanelRows();
-      fast::PackPanelsF32(keys, 0, (n + panel - 1) / panel, keys_of(kv), s.data());
-      // The values transposed ([hd][n]), then packed as the rows of a linear over the scores.
-      float* vt = values_of(kv) + value_floats;
-      for (int j = 0; j < n; ++j)
-        for (int d = 0; d < hd; ++d)
-          vt[static_cast<size_t>(d) * n + j] = v[j * kv_stride + kv * hd + d];
-      gemma::Linear values;
-      values.kind = WeightKind::kF32;
-      values.rows = hd;
-      values.cols = n;
-      values.data = reinterpret_cast<const uint8_t*>(vt);
-      values.row_bytes = static_cast<size_t>(n) * sizeof(float);
-      fast::PackPanelsF32(values, 0, (hd + panel - 1) / panel, values_of(kv), s.data());
-    });
-    const int blocks = (n + kQueryBlock - 1) / kQueryBlock;
-    pool_.Run(nh * blocks, [&](int task, int thread) {
-      const int h = task / blocks, kv = h / group;
-      const int i0 = task % blocks * kQueryBlock, m = std::min(kQueryBlock, n - i0);
-      std::vector<float>& p = scores_[thread];
-      const size_t block_floats = static_cast<size_t>(kQueryBlock) * n;
-      if (p.size() < block_floats) p.resize(block_floats);
-      fast::PackedGemmRowsF32(keys_of(kv), n, hd, q + i0 * q_stride + h * hd, q_stride, m, 0, n,
-                              p.data(), n);
-      for (int i = 0; i < m; ++i) fast::SoftmaxF32(p.data() + static_cast<size_t>(i) * n, n);
-      fast::PackedGemmRowsF32(values_of(kv), hd, n, p.data(), n, m, 0, hd,
-                              out + i0 * q_stride + h * hd, q_stride);
-    });
-  }
-  // y = DenseGemmRowsF32 (f32 accumulation, fast_ops.h), a task per packed panel with the
-  // thread's scratch; then epilogue(r0, r1) on the task's rows.
-  template <class Epilogue>
-  void Gemm(const gemma::Linear& lin, const float* x, int n, float* y,
-            const Epilogue& epilogue) const {
-    Gemm(lin, x, lin.cols, n, y, lin.rows, epilogue);
-  }
-  template <class Epilogue>
-  void Gemm(const gemma::Linear& lin, const float* x, size_t x_stride, int n, float* y,
-            size_t y_stride, const Epilogue& epilogue) const {
-    const int panel = fast::GemmPanelRows();
-    const int panels = (lin.rows + panel - 1) / panel;
-    // Few panels (the SSCP convolutions' 32 or 128 channels): the tokens split too, so every
-    // thread has work (each token block packs its panel again: cheap at these row counts).
-    const int blocks = std::clamp(2 * pool_.size() / panels, 1, std::max(1, n / 64));
-    const int per = (n + blocks - 1) / blocks;
-    if (scratch_.size() < static_cast<size_t>(pool_.size())) scratch_.resize(pool_.size());
-    pool_.Run(panels * blocks, [&](int task, int thread) {
-      std::vector<float>& s = scratch_[thread];
-      if (s.size() < fast::GemmScratchFloats(lin.cols)) s.resize(fast::GemmScratchFloats(lin.cols));
-      const int r0 = task / blocks * panel, r1 = std::min(lin.rows, r0 + panel);
-      const int t0 = task % blocks * per, t1 = std::min(n, t0 + per);
-      if (t0 >= t1) return;
-      fast::DenseGemmRowsF32(lin, x + t0 * x_stride, x_stride, t1 - t0, r0, r1,
-                             y + t0 * y_stride, y_stride, s.data());
-      if (blocks == 1) epilogue(r0, r1);
-    });
-    if (blocks > 1) epilogue(0, lin.rows);
-  }
-  ThreadPool& pool_;
-  const bool f32_ops_;
-  mutable std::vector<std::vector<float>> scratch_;  // DenseGemmRowsF32's, per pool thread
-  mutable std::vector<std::vector<float>> scores_;   // GemmAttention's, per pool thread
-  mutable std::vector<float> packed_;                 // GemmAttention's keys and values
-};
-
-}  // namespace
-
-std::unique_ptr<ref::VisionKernels> MakeFastTowerKernels(ThreadPool& pool, bool f32_ops) {
-  return std::make_unique<FastVisionKernels>(pool, f32_ops);
-}
-
-bool FastVisionF32Ops(const VisionTower& tower) {
-  for (const auto& l : tower.layers)
-    if (IsQuantized(l.q.lin.kind)) return false;
-  return true;
-}
-
-void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& image,
-                     std::vector<float>* soft_tokens) {
-  const VisionTower* t = model.vision();
-  if (!t) throw Error(ErrorCode::kUnsupported, model.vision_error());
-  const FastVisionKernels kernels(pool, FastVisionF32Ops(*t));
-  const std::vector<float> pooled = ref::VisionTowerForward(*t, image, kernels);
-  const int k = t->config.pooling_kernel_size;
-  *soft_tokens = ref::EmbedVision(*t, pooled, image.patches_h * image.patches_w / (k * k), kernels);
-}
-
-void FastEncodeAudio(const Model& model, ThreadPool& pool, const AudioMel& audio,
-                     std::vector<float>* soft_tokens) {
-  const AudioTower* t = model.audio();
-  if (!t) throw Error(ErrorCode::kUnsupported, model.audio_error());
-  // The audio tower's attention and activations are its own (audio_ops.cc).
-  const FastVisionKernels kernels(pool, /*f32_ops=*/false);
-  const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
-  *soft_tokens =
-      ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);
-}
-
-namespace {
 
 void CpuFastModel::EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) {
   std::lock_guard<std::mutex> lock(run_mutex_);  // one job on the pool at a time
-  FastEncodeImage(model_, pool_, image, soft_tokens);
+  if (!vision_) throw Error(ErrorCode::kUnsupported, model_.vision_error());
+  vision_->Encode(image, soft_tokens);
 }
 
 void CpuFastModel::EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) {

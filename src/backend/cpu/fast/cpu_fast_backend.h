@@ -10,7 +10,9 @@
 // IsSrqFlip). Tested against the reference and the transformers goldens in cpu_fast_backend_test.
 //
 // Memory: the backend reads its own copy of the linears, in transparent huge pages
-// (weight_copy.h: 758 MiB for E2B QAT, held once by the BackendModel: shared_bytes), not the mapped checkpoint.
+// (weight_copy.h: 758 MiB for E2B QAT, held once by the BackendModel: shared_bytes), not the mapped
+// checkpoint. The vision tower's linears are kept as f32 GEMM panels from the first image on
+// (towers.h: 611 MB for E2B's tower, also counted in shared_bytes).
 // Work: positions whose logits a request does not return skip the trailing layers that only read
 // other layers' caches (E2B: layers 15-34); the returned logits and the caches are unchanged.
 #pragma once
@@ -33,8 +35,9 @@ std::unique_ptr<Backend> CreateCpuFastBackend(const Model& model, const BackendO
                                               int threads = 0);
 
 // The vision and audio towers (with embed_vision / embed_audio) on `pool` with this backend's
-// kernels: its models' EncodeImage and EncodeAudio, and the Vulkan backend's towers. Error
-// kUnsupported when the model has no such tower.
+// kernels (towers.h), for the Vulkan backend's towers; this backend's models run the same vision
+// tower with its weight panels and buffers kept across images. Error kUnsupported when the model
+// has no such tower.
 void FastEncodeImage(const Model& model, ThreadPool& pool, const VisionPatches& image,
                      std::vector<float>* soft_tokens);
 void FastEncodeAudio(const Model& model, ThreadPool& pool, const AudioMel& audio,

@@ -531,6 +531,16 @@ void ScaleF32(float s, int n, float* x) {
   for (; i < n; ++i) x[i] *= s;
 }
 
+void ClampF32(const float* x, size_t n, float lo, float hi, float* y) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  const auto vlo = hn::Set(df, lo), vhi = hn::Set(df, hi);
+  size_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Min(vhi, hn::Max(vlo, hn::LoadU(df, x + i))), df, y + i);
+  for (; i < n; ++i) y[i] = std::min(std::max(x[i], lo), hi);
+}
+
 // Table index of SRQ outputs as the backend's scalar Level: r = x / s, r + (r >= 0 ? 0.5 : -0.5),
 // truncated, clamped to [-128, 127], plus 128. |r| <= 128.5 for SRQ outputs, so the truncating
 // conversion never saturates.
@@ -643,6 +653,7 @@ HWY_EXPORT(WeightedValuesF64);
 HWY_EXPORT(MulF32);
 HWY_EXPORT(AddF32);
 HWY_EXPORT(ScaleF32);
+HWY_EXPORT(ClampF32);
 HWY_EXPORT(Target);
 HWY_EXPORT(XorReduce);
 HWY_EXPORT(TableLookupMul);
@@ -672,6 +683,9 @@ void MulF32(const float* a, const float* b, int n, float* y) {
 }
 void AddF32(const float* y, int n, float* x) { HWY_DYNAMIC_DISPATCH(AddF32)(y, n, x); }
 void ScaleF32(float s, int n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleF32)(s, n, x); }
+void ClampF32(const float* x, size_t n, float lo, float hi, float* y) {
+  HWY_DYNAMIC_DISPATCH(ClampF32)(x, n, lo, hi, y);
+}
 uint64_t XorReduce(const uint8_t* p, size_t bytes) {
   return HWY_DYNAMIC_DISPATCH(XorReduce)(p, bytes);
 }

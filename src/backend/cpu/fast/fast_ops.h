@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "model/model.h"
 
@@ -65,14 +66,18 @@ size_t GemmScratchFloats(int cols);
 // Rows per packed panel (a task of DenseGemmRowsF32 should cover whole panels).
 int GemmPanelRows();
 // DenseGemmRowsF32 in two steps, for a matrix that many token blocks share (the towers'
-// attention: keys and values once per head, not once per block of queries). PackPanelsF32 packs
-// panels [first, first + count) of `lin` into `packed` (PackedPanelsFloats(lin.rows, lin.cols)
-// floats for all; `scratch`: GemmScratchFloats(lin.cols)); PackedGemmRowsF32 then gives
-// DenseGemmRowsF32's values for rows [r0, r1) (r0 a multiple of GemmPanelRows()).
+// attention: keys and values once per head, not once per block of queries; the vision tower's
+// linears: once per model). PackPanelsF32 packs panels [first, first + count) of `lin` into
+// `packed` (PackedPanelsFloats(lin.rows, lin.cols) floats for all; `scratch`:
+// GemmScratchFloats(lin.cols)); PackedGemmRowsF32 then gives DenseGemmRowsF32's values for rows
+// [r0, r1) (r0 a multiple of GemmPanelRows()), each clamped to [out_min, out_max] as it is stored
+// (std::min(std::max(y, out_min), out_max) for every y that is not NaN; infinite bounds: none).
 size_t PackedPanelsFloats(int rows, int cols);
 void PackPanelsF32(const Linear& lin, int first, int count, float* packed, float* scratch);
 void PackedGemmRowsF32(const float* packed, int rows, int cols, const float* x, size_t x_stride,
-                       int n, int r0, int r1, float* y, size_t y_stride);
+                       int n, int r0, int r1, float* y, size_t y_stride,
+                       float out_min = -std::numeric_limits<float>::infinity(),
+                       float out_max = std::numeric_limits<float>::infinity());
 // x = softmax(x) in f32 (Highway's Exp, a few ulp; the sum in f64 across lanes' f32 partials).
 void SoftmaxF32(float* x, int n);
 // g[i] = gelu_tanh(g[i]) * u[i] in f32 (Highway's Tanh, a few ulp from the reference's).
@@ -95,6 +100,8 @@ void MulF32(const float* a, const float* b, int n, float* y);
 void AddF32(const float* y, int n, float* x);
 // x[i] *= s (f32).
 void ScaleF32(float s, int n, float* x);
+// y[i] = std::min(std::max(x[i], lo), hi) for x[i] not NaN; y may be x.
+void ClampF32(const float* x, size_t n, float lo, float hi, float* y);
 
 // Lookup of SRQ outputs in a 256-entry table of a function of them: x = k * s, k in [-128, 127]
 // found as the backend's Level (k = clamp(trunc(x / s + (x / s >= 0 ? 0.5 : -0.5)))), all in f32,

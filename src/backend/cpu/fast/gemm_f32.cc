@@ -68,9 +68,9 @@ void PackPanel(const Linear& lin, int r0, float* panel, float* row_f32) {
   }
 }
 
-// y rows t0 .. t0 + mt (mt <= kMr) x the panel's rows [0, valid).
+// y rows t0 .. t0 + mt (mt <= kMr) x the panel's rows [0, valid); clamp: each y to [lo, hi].
 HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int mt, int valid,
-                       float* y, size_t y_stride, int t0, int r0) {
+                       float* y, size_t y_stride, int t0, int r0, bool clamp, float lo, float hi) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const int nr = 2 * static_cast<int>(N);
@@ -100,6 +100,14 @@ HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int
     a50 = hn::MulAdd(b, w0, a50);
     a51 = hn::MulAdd(b, w1, a51);
   }
+  if (clamp) {
+    // Max(lo, a) then Min(hi, .): x86's min / max return their second operand where either is
+    // NaN, so a NaN passes through as std::min(std::max(a, lo), hi) passes it.
+    const auto vlo = hn::Set(d, lo), vhi = hn::Set(d, hi);
+    const auto c = [&](decltype(a00) a) { return hn::Min(vhi, hn::Max(vlo, a)); };
+    a00 = c(a00), a01 = c(a01), a10 = c(a10), a11 = c(a11), a20 = c(a20), a21 = c(a21);
+    a30 = c(a30), a31 = c(a31), a40 = c(a40), a41 = c(a41), a50 = c(a50), a51 = c(a51);
+  }
   HWY_ALIGN float out[kMr * 2 * (HWY_MAX_BYTES / sizeof(float))];
   hn::StoreU(a00, d, out + 0 * nr), hn::StoreU(a01, d, out + 0 * nr + N);
   hn::StoreU(a10, d, out + 1 * nr), hn::StoreU(a11, d, out + 1 * nr + N);
@@ -113,15 +121,18 @@ HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int
   }
 }
 
-// y rows [0, n) x the packed panel's rows [p0, p0 + valid).
+// y rows [0, n) x the packed panel's rows [p0, p0 + valid), clamped to [lo, hi] (infinite: none).
 void PanelTiles(const float* panel, int cols, const float* x, size_t x_stride, int n, int valid,
-                float* y, size_t y_stride, int p0) {
+                float* y, size_t y_stride, int p0,
+                float lo = -std::numeric_limits<float>::infinity(),
+                float hi = std::numeric_limits<float>::infinity()) {
+  const bool clamp = std::isfinite(lo) || std::isfinite(hi);
   for (int t = 0; t < n; t += kMr) {
     const int mt = std::min(kMr, n - t);
     const float* xr[kMr];
     for (int m = 0; m < kMr; ++m)
       xr[m] = x + static_cast<size_t>(t + std::min(m, mt - 1)) * x_stride;
-    Tile(panel, cols, xr, mt, valid, y, y_stride, t, p0);
+    Tile(panel, cols, xr, mt, valid, y, y_stride, t, p0, clamp, lo, hi);
   }
 }
 
@@ -143,12 +154,13 @@ void PackPanelsF32(const Linear& lin, int first, int count, float* packed, float
 }
 
 void PackedGemmRowsF32(const float* packed, int rows, int cols, const float* x, size_t x_stride,
-                       int n, int r0, int r1, float* y, size_t y_stride) {
+                       int n, int r0, int r1, float* y, size_t y_stride, float out_min,
+                       float out_max) {
   const int nr = PanelRows();
   const size_t size = static_cast<size_t>(cols) * nr;
   for (int p0 = r0; p0 < r1; p0 += nr) {
     PanelTiles(packed + static_cast<size_t>(p0 / nr) * size, cols, x, x_stride, n,
-               std::min({nr, r1 - p0, rows - p0}), y, y_stride, p0);
+               std::min({nr, r1 - p0, rows - p0}), y, y_stride, p0, out_min, out_max);
   }
 }
 
@@ -232,8 +244,10 @@ void PackPanelsF32(const Linear& lin, int first, int count, float* packed, float
   HWY_DYNAMIC_DISPATCH(PackPanelsF32)(lin, first, count, packed, scratch);
 }
 void PackedGemmRowsF32(const float* packed, int rows, int cols, const float* x, size_t x_stride,
-                       int n, int r0, int r1, float* y, size_t y_stride) {
-  HWY_DYNAMIC_DISPATCH(PackedGemmRowsF32)(packed, rows, cols, x, x_stride, n, r0, r1, y, y_stride);
+                       int n, int r0, int r1, float* y, size_t y_stride, float out_min,
+                       float out_max) {
+  HWY_DYNAMIC_DISPATCH(PackedGemmRowsF32)
+  (packed, rows, cols, x, x_stride, n, r0, r1, y, y_stride, out_min, out_max);
 }
 
 }  // namespace gemma::fast

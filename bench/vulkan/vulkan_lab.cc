@@ -2,6 +2,8 @@
 // dispatch cost, per-kernel profiles and kernel probes, through the recorder's DispatchObserver.
 #include "bench/vulkan/vulkan_lab.h"
 
+#include <chrono>
+
 #include "backend/vulkan/vulkan_backend_impl.h"
 
 namespace gemma {
@@ -85,6 +87,35 @@ double VulkanBackend::StreamReadBandwidth(int iters, size_t* range_bytes) {
 }
 
 // Empty dispatches (readbw with n = 0): timestamps around `n` of them, median of 5 passes.
+double VulkanBackend::MatrixPeak(int mode) {
+  if (!coop_ || !dev_->has_timestamps()) return 0.0;
+  const uint32_t wgs = 8 * dev_->compute_units();
+  const uint32_t push[2] = {4096, 0};
+  double best = 0.0;
+  // (passes for at least 1 s first: the GPU's clocks rise under sustained load)
+  const auto start = std::chrono::steady_clock::now();
+  for (int it = 0; it < 6; ++it) {
+    if (it == 1 && std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) it = 0;
+    VkCommandBuffer cb = head_cmd_;
+    Begin(cb, false);
+    dev_->ResetTimestamps(cb, 2);
+    dev_->WriteTimestamp(cb, 0);
+    Rec rc{cb};
+    std::array<BufRange, vk::kBindings> b{};
+    b[3] = counter_.r;
+    Dispatch(rc, "mma_peak", {static_cast<uint32_t>(mode)}, b, push, sizeof(push), wgs, 1, 1,
+             false);
+    dev_->WriteTimestamp(cb, 1);
+    End(cb);
+    dev_->Submit(cb);
+    const std::vector<double> ts = dev_->ReadTimestamps(2);
+    // 8 subgroups x 8 accumulators x iters products of 2 x 16^3 FLOP per workgroup
+    const double flop = double(wgs) * 8 * 8 * push[0] * 2 * 4096;
+    if (it > 0) best = std::max(best, flop / ((ts[1] - ts[0]) * 1e-9));
+  }
+  return best;
+}
+
 VulkanDispatchCost VulkanBackend::DispatchCost(int n) {
   VulkanDispatchCost c;
   if (!dev_->has_timestamps() || n <= 0) return c;
@@ -347,6 +378,11 @@ using vulkan_internal::VulkanBackend;
 double MeasureVulkanCopyBandwidth(Backend& backend, size_t bytes) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   return vb ? vb->CopyBandwidth(bytes) : 0.0;
+}
+
+double MeasureVulkanMatrixPeak(Backend& backend, int mode) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  return vb ? vb->MatrixPeak(mode) : 0.0;
 }
 
 VulkanDispatchCost MeasureVulkanDispatchCost(Backend& backend, int n) {

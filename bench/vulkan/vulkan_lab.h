@@ -23,6 +23,11 @@ double MeasureVulkanWeightReadBandwidth(Backend& backend);
 // *range_bytes), read over and over: the device's streaming read bandwidth, a floor independent of
 // how the weights are split into buffers (0 without timestamps).
 double MeasureVulkanStreamReadBandwidth(Backend& backend, size_t* range_bytes = nullptr);
+// The matrix units' f16 x f16 -> f32 rate (FLOP/s) of 16x16x16 cooperative-matrix products held in
+// registers (no memory traffic), every compute unit busy; 0 without matrix units or timestamps.
+// mode 1 / 2: the B fragments loaded from shared memory before every product round, column- /
+// row-major; 3: the A fragment, row-major (mma_peak.comp).
+double MeasureVulkanMatrixPeak(Backend& backend, int mode = 0);
 // GPU time (us, timestamps) per dispatch of an empty kernel in a command buffer of `n` of them:
 // one workgroup each with a pipeline barrier between (what a dependent step pays per phase), the
 // same with `wide` workgroups, and one workgroup without barriers. Zeros without timestamps.

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/vulkan/spirv_coopmat.h"
 #include "gemma/error.h"
 
 namespace gemma::vk {
@@ -165,6 +166,7 @@ std::unique_ptr<Device> Device::NewContext() const {
   d->int_dot_ = int_dot_;
   d->int_dot_accelerated_ = int_dot_accelerated_;
   d->coop_matrix_ = coop_matrix_;
+  d->coop_khr_ = coop_khr_;
   d->device_clock_ = device_clock_;
   d->subgroup_clock_ = subgroup_clock_;
   d->pipe_stats_ = pipe_stats_;
@@ -418,6 +420,47 @@ void Device::Init(const DeviceOptions& options) {
     enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     enable.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
     enable.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
+  }
+  // Optional with the above: VK_KHR_cooperative_matrix, whose matrix types carry their operand
+  // use (Pipeline's "+khr" modules). Debian 12's Vulkan headers (1.3.239) predate it: its
+  // structures are declared here as the registry defines them.
+  struct CoopKhrFeatures {
+    VkStructureType sType = static_cast<VkStructureType>(1000506000);
+    void* pNext = nullptr;
+    VkBool32 cooperativeMatrix = VK_FALSE, cooperativeMatrixRobustBufferAccess = VK_FALSE;
+  } cmk;
+  struct CoopKhrProperties {
+    VkStructureType sType = static_cast<VkStructureType>(1000506001);
+    void* pNext = nullptr;
+    uint32_t MSize = 0, NSize = 0, KSize = 0;
+    uint32_t AType = 0, BType = 0, CType = 0, ResultType = 0;  // VkComponentTypeKHR
+    VkBool32 saturatingAccumulation = VK_FALSE;
+    uint32_t scope = 0;  // VkScopeKHR
+  };
+  if (coop_matrix_ && has_ext("VK_KHR_cooperative_matrix")) {
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &cmk;
+    vkGetPhysicalDeviceFeatures2(phys_, &f2);
+    using PropsFn = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*, CoopKhrProperties*);
+    auto props_fn = reinterpret_cast<PropsFn>(
+        vkGetInstanceProcAddr(instance_, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
+    bool shape = false;
+    if (props_fn && cmk.cooperativeMatrix) {
+      uint32_t n = 0;
+      props_fn(phys_, &n, nullptr);
+      std::vector<CoopKhrProperties> kp(n);
+      props_fn(phys_, &n, kp.data());
+      for (const CoopKhrProperties& q : kp)  // f16 = 0, f32 = 1; subgroup scope = 3
+        shape |= q.MSize == 16 && q.NSize == 16 && q.KSize == 16 && q.AType == 0 &&
+                 q.BType == 0 && q.CType == 1 && q.ResultType == 1 && q.scope == 3;
+    }
+    coop_khr_ = shape;
+    if (coop_khr_) {
+      cmk.cooperativeMatrixRobustBufferAccess = VK_FALSE;
+      cmk.pNext = chain;
+      chain = &cmk;
+      enable.push_back("VK_KHR_cooperative_matrix");
+    }
   }
   // Optional: a device-wide clock in shaders (kernel probes).
   VkPhysicalDeviceShaderClockFeaturesKHR clk{
@@ -781,9 +824,22 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   if (it != core_->pipelines.end()) return it->second;
   VkShaderModule& mod = core_->modules[shader];
   if (!mod) {
-    std::span<const uint32_t> code = SpirvModule(shader);
-    if (code.empty() && g_extra_spirv.load()) code = g_extra_spirv.load()(shader);
+    // "<shader>+khr": the module with KHR cooperative matrices (the NV module where the device
+    // has no KHR ones or the module uses none).
+    std::string base = shader;
+    const bool khr = base.size() > 4 && base.compare(base.size() - 4, 4, "+khr") == 0;
+    if (khr) base.resize(base.size() - 4);
+    std::span<const uint32_t> code = SpirvModule(base.c_str());
+    if (code.empty() && g_extra_spirv.load()) code = g_extra_spirv.load()(base.c_str());
     if (code.empty()) throw Error(ErrorCode::kInternal, std::string("no SPIR-V for ") + shader);
+    std::vector<uint32_t> rewritten;
+    if (khr && coop_khr_) {
+      std::string why;
+      rewritten = CoopMatrixNvToKhr(code, &why);
+      if (rewritten.empty())
+        throw Error(ErrorCode::kInternal, "KHR cooperative matrices for " + base + ": " + why);
+      code = rewritten;
+    }
     VkShaderModuleCreateInfo sci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     sci.codeSize = code.size() * 4;
     sci.pCode = code.data();

@@ -105,6 +105,9 @@ class Device {
   // VK_NV_cooperative_matrix (16x16x16 f16 -> f32, subgroup scope) with f16 arithmetic and the
   // Vulkan memory model enabled: linear_cm.comp can run.
   bool coop_matrix() const { return coop_matrix_; }
+  // VK_KHR_cooperative_matrix too (with 16x16x16 f16 -> f32 at subgroup scope): Pipeline() takes
+  // "<shader>+khr", the module's NV cooperative matrices rewritten as KHR ones (spirv_coopmat.h).
+  bool coop_khr() const { return coop_khr_; }
   // VK_KHR_shader_clock with shaderDeviceClock enabled (kernel probes).
   bool device_clock() const { return device_clock_; }
   bool subgroup_clock() const { return subgroup_clock_; }
@@ -226,6 +229,7 @@ class Device {
   std::string name_;
   uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
+  bool coop_khr_ = false;
   bool subgroup_clock_ = false;
   bool pipe_stats_ = false;  // DeviceOptions::pipeline_stats (where the driver can)
   std::string dump_dir_;     // DeviceOptions::pipeline_dump_dir

@@ -61,24 +61,47 @@ layout(push_constant) uniform P {
 #define MM_DUAL 1
 #endif
 const uint DUAL = MM_DUAL;
-// MM_SMALL (steps of at most 32 tokens: a batch's rows, short prompt chunks): 128 rows x 32
-// tokens per workgroup, a quarter of the large tiles' padded products for such steps.
+// Tile shapes (BM rows x BN tokens per workgroup of 8 subgroups, K tiles of BK columns; each
+// subgroup WM rows x BN / (8 / (BM / WM)) tokens):
+// - default: BM 64 x BN 128 (64 for the gate/up pair), BK 64, WM 32;
+// - MM_SMALL (steps of at most 32 tokens: a batch's rows, short prompt chunks): 128 rows x 32
+//   tokens, a quarter of the large tiles' padded products for such steps;
+// - MM_TILE 1: BM 128 x BN 128 (gate/up pair: 64), BK 32, WM 64: half the input traffic per
+//   product of the default (the input tile, hi + lo for dense kinds, dominates it);
+// - MM_TILE 2: BM 256 x BN 128, BK 32, WM 64 (single weight sets).
+// MM_NODRAIN: dense sums stay in the matrix units over all K (no f32 running sums: fewer
+// registers, the units' truncating accumulation).
 #ifdef MM_SMALL
-const uint BM = 128, BK = 64;
-const uint BN = 32;
+const uint BM = 128, BK = 64, BN = 32, WM = 32;
+#elif defined(MM_TILE) && MM_TILE == 2
+const uint BM = 256, BK = 32, BN = 128, WM = 64;
+#elif defined(MM_TILE) && MM_TILE == 1
+const uint BM = 128, BK = 32, BN = DUAL == 1 ? 128 : 64, WM = 64;
 #else
-const uint BM = 64, BK = 64;  // BM rows (each subgroup 32 rows)
+const uint BM = 64, BK = 64;
 const uint BN = DUAL == 1 ? 128 : 64;
+const uint WM = 32;
 #endif
-const uint SGM = BM / 32;  // subgroups along M (of 8)
+const uint SGM = BM / WM;  // subgroups along M (of 8)
+const uint FM = WM / 16;   // 16-row tiles per subgroup
 const bool DENSE = KIND == 1 || KIND == 2;
+#ifdef MM_NODRAIN
+const bool DRAIN = false;
+#else
+const bool DRAIN = DENSE;
+#endif
 const uint NB = DENSE ? 2 : DUAL;  // input tiles per K tile: one per weight set, or hi and lo
 const uint SG_N = BN / (8 / SGM) / 16;  // 16-token tiles per subgroup
-const uint LD = BK / 8 + 1;           // uvec4 (8 halves) per staged row, padded against conflicts
-const uint A_SIZE = DUAL * BM * LD;   // weights [d][row][k]
-const uint B_SIZE = NB * BN * LD;     // inputs [s][token][k] (column-major K x N), per input scale
-const uint FLUSH = 8;                 // int8: K tiles per f32 partial sum
-shared uvec4 sm[A_SIZE + B_SIZE];
+const uint KV = BK / 8;                 // uvec4 (8 halves) per staged row of a K tile
+const uint LD = KV + 1;                 // padded against bank conflicts
+const uint AU = BM * KV / 256;          // uvec4 per invocation per weight set per K tile
+const uint BU = BN * KV / 256;          // ... per input set
+const uint A_SIZE = DUAL * BM * LD;     // weights [d][row][k]
+const uint B_SIZE = NB * BN * LD;       // inputs [s][token][k] (column-major K x N), per input scale
+const uint FLUSH = 512 / BK;            // int8: K tiles per f32 partial sum (512 columns)
+const uint DRAIN_TILES = 64 / BK;       // dense: K tiles per f32 running-sum addition (64 columns)
+// (the epilogue's scratch, 2 x 64 uvec4 per subgroup, lies in the same array)
+shared uvec4 sm[A_SIZE + B_SIZE > 8 * 128 ? A_SIZE + B_SIZE : 8 * 128];
 
 #define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
@@ -135,19 +158,19 @@ void main() {
   const float in_s[2] = float[2](p.in_s0, p.in_s1);
   const uint epw = ElemsPerWord();
 
-  F32M acc[DUAL][2][SG_N];
+  F32M acc[DUAL][FM][SG_N];
   [[unroll]] for (uint d = 0; d < DUAL; ++d)
-    [[unroll]] for (uint i = 0; i < 2; ++i)
+    [[unroll]] for (uint i = 0; i < FM; ++i)
       [[unroll]] for (uint j = 0; j < SG_N; ++j) acc[d][i][j] = F32M(0.0);
   // int8: exact running sums per element of the accumulators (16x16 / 32 = 8 per invocation).
-  int tot[DUAL][2][SG_N][8];
-  // Dense kinds: f32 running sums, each K tile's matrix-unit sums added with round-to-nearest adds
-  // (the units' own accumulation rounds less accurately: only a tile's 8 steps, 64 columns of hi
-  // and lo, stay in them).
-  float ftot[DUAL][2][SG_N][8];
-  if (KIND == 5 || DENSE) {
+  int tot[DUAL][FM][SG_N][8];
+  // Dense kinds: f32 running sums, each 64 columns' matrix-unit sums added with round-to-nearest
+  // adds (the units' own accumulation rounds less accurately: only 64 columns of hi and lo stay
+  // in them).
+  float ftot[DUAL][FM][SG_N][8];
+  if (KIND == 5 || DRAIN) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
-      [[unroll]] for (uint i = 0; i < 2; ++i)
+      [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < SG_N; ++j)
           [[unroll]] for (uint e = 0; e < 8; ++e) {
             tot[d][i][j][e] = 0;
@@ -158,19 +181,19 @@ void main() {
   const uint ktiles_all = (p.cols + BK - 1) / BK;
   const uint kbeg = p.kper > 0 ? gl_WorkGroupID.z * p.kper : 0;
   const uint ktiles = p.kper > 0 ? min(ktiles_all, kbeg + p.kper) : ktiles_all;  // end tile
-  // Registers for one K tile: per weight set two groups of 8 codes (int8: two words each) and
-  // BN / 32 input vectors.
-  uint wr[DUAL][BM / 32][2];
-  uvec4 wv[DUAL][BM / 32];  // dense kinds: 8 values as f16
-  uvec4 xr[NB][BN / 32];
+  // Registers for one K tile: per weight set AU groups of 8 codes (int8: two words each) and
+  // BU input vectors per input set.
+  uint wr[DUAL][AU][2];
+  uvec4 wv[DUAL][AU];  // dense kinds: 8 values as f16
+  uvec4 xr[NB][BU];
   // Loads K tile kt into the registers.
 #define LOAD_TILE(kt)                                                                  \
   {                                                                                    \
     const uint k0_ = (kt) * BK;                                                        \
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {                                       \
-      [[unroll]] for (uint u = 0; u < BM / 32; ++u) {                                  \
+      [[unroll]] for (uint u = 0; u < AU; ++u) {                                       \
         const uint i = tid + 256 * u;                                                  \
-        const uint row = r0 + i / 8, c = k0_ + 8 * (i % 8);                            \
+        const uint row = r0 + i / KV, c = k0_ + 8 * (i % KV);                          \
         if (DENSE) {                                                                   \
           wv[d][u] = LoadW8(d, row, c);                                                \
         } else {                                                                       \
@@ -180,10 +203,10 @@ void main() {
       }                                                                                \
     }                                                                                  \
     [[unroll]] for (uint s = 0; s < NB; ++s) {                                         \
-      [[unroll]] for (uint u = 0; u < BN / 32; ++u) {                                  \
+      [[unroll]] for (uint u = 0; u < BU; ++u) {                                       \
         const uint i = tid + 256 * u;                                                  \
-        const uint t = t0 + i / 8;                                                     \
-        const uint xi = t * p.xq_ld + k0_ / 8 + i % 8;                                 \
+        const uint t = t0 + i / KV;                                                    \
+        const uint xi = t * p.xq_ld + k0_ / 8 + i % KV;                                \
         xr[s][u] = t < p.ntok ? (s == 0 ? xq0[xi] : xq1[xi]) : uvec4(0);               \
       }                                                                                \
     }                                                                                  \
@@ -193,9 +216,9 @@ void main() {
     const uint k0 = kt * BK;
     // Registers -> shared: weights decoded (columns past the end zeroed), inputs as loaded.
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      [[unroll]] for (uint u = 0; u < BM / 32; ++u) {
+      [[unroll]] for (uint u = 0; u < AU; ++u) {
         const uint i = tid + 256 * u;
-        const uint rr = i / 8, g = i % 8;
+        const uint rr = i / KV, g = i % KV;
         const uint c = k0 + 8 * g;  // first column of the group
         uvec4 h = uvec4(0);
         if (c < p.cols) {
@@ -211,25 +234,25 @@ void main() {
       }
     }
     [[unroll]] for (uint s = 0; s < NB; ++s) {
-      [[unroll]] for (uint u = 0; u < BN / 32; ++u) {
+      [[unroll]] for (uint u = 0; u < BU; ++u) {
         const uint i = tid + 256 * u;
-        sm[A_SIZE + (s * BN + i / 8) * LD + i % 8] = xr[s][u];
+        sm[A_SIZE + (s * BN + i / KV) * LD + i % KV] = xr[s][u];
       }
     }
     barrier();
     if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
     [[unroll]] for (uint ks = 0; ks < BK / 16; ++ks) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        F16M a[2];
-        [[unroll]] for (uint i = 0; i < 2; ++i)
-          coopMatLoadNV(a[i], sm, (d * BM + sg_m * 32 + 16 * i) * LD + 2 * ks, LD, false);
+        F16M a[FM];
+        [[unroll]] for (uint i = 0; i < FM; ++i)
+          coopMatLoadNV(a[i], sm, (d * BM + sg_m * WM + 16 * i) * LD + 2 * ks, LD, false);
         // input tiles: set d's (SRQ), or the hi and then the lo terms (dense)
         [[unroll]] for (uint s = DENSE ? 0 : d; s < (DENSE ? NB : d + 1); ++s) {
           F16M b[SG_N];
           [[unroll]] for (uint j = 0; j < SG_N; ++j)
             coopMatLoadNV(b[j], sm, A_SIZE + (s * BN + sg_n * SG_N * 16 + 16 * j) * LD + 2 * ks,
                           LD, true);
-          [[unroll]] for (uint i = 0; i < 2; ++i)
+          [[unroll]] for (uint i = 0; i < FM; ++i)
             [[unroll]] for (uint j = 0; j < SG_N; ++j)
               acc[d][i][j] = coopMatMulAddNV(a[i], b[j], acc[d][i][j]);
         }
@@ -237,7 +260,7 @@ void main() {
     }
     if (KIND == 5 && ((kt % FLUSH) == FLUSH - 1 || kt + 1 == ktiles)) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < 2; ++i)
+        [[unroll]] for (uint i = 0; i < FM; ++i)
           [[unroll]] for (uint j = 0; j < SG_N; ++j) {
             [[unroll]] for (uint e = 0; e < 8; ++e) {
               if (e < acc[d][i][j].length()) tot[d][i][j][e] += int(acc[d][i][j][e]);
@@ -245,9 +268,9 @@ void main() {
             acc[d][i][j] = F32M(0.0);
           }
     }
-    if (DENSE) {
+    if (DRAIN && ((kt % DRAIN_TILES) == DRAIN_TILES - 1 || kt + 1 == ktiles)) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < 2; ++i)
+        [[unroll]] for (uint i = 0; i < FM; ++i)
           [[unroll]] for (uint j = 0; j < SG_N; ++j) {
             [[unroll]] for (uint e = 0; e < 8; ++e) {
               if (e < acc[d][i][j].length()) ftot[d][i][j][e] += acc[d][i][j][e];
@@ -257,9 +280,9 @@ void main() {
     }
     barrier();
   }
-  if (DENSE) {
+  if (DRAIN) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
-      [[unroll]] for (uint i = 0; i < 2; ++i)
+      [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < SG_N; ++j)
           [[unroll]] for (uint e = 0; e < 8; ++e) {
             if (e < acc[d][i][j].length()) acc[d][i][j][e] = ftot[d][i][j][e];
@@ -271,7 +294,7 @@ void main() {
   const uint lane = gl_SubgroupInvocationID;
   const uint scratch = sg * 2 * 64;  // 2 x 256 floats per subgroup
   const float out_s[2] = float[2](p.out_s0, p.out_s1);
-  [[unroll]] for (uint i = 0; i < 2; ++i) {
+  [[unroll]] for (uint i = 0; i < FM; ++i) {
     [[unroll]] for (uint j = 0; j < SG_N; ++j) {
       int vi[DUAL][8];
       float vf[DUAL][8];  // dense kinds
@@ -307,7 +330,7 @@ void main() {
       }
       [[unroll]] for (uint e = 0; e < 8; ++e) {
         const uint f = lane + 32 * e;
-        const uint row = r0 + sg_m * 32 + 16 * i + f % 16;
+        const uint row = r0 + sg_m * WM + 16 * i + f % 16;
         const uint t = t0 + sg_n * SG_N * 16 + 16 * j + f / 16;
         if (row >= p.rows || t >= p.ntok) continue;
         if (p.kper > 0) {  // split K: exact integer partial sums; linear_cm_epi finishes

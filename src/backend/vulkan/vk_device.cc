@@ -422,7 +422,7 @@ void Device::Init(const DeviceOptions& options) {
     enable.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
   }
   // Optional with the above: VK_KHR_cooperative_matrix, whose matrix types carry their operand
-  // use (Pipeline's "+khr" modules). Debian 12's Vulkan headers (1.3.239) predate it: its
+  // use (Pipeline() rewrites the NV modules). Debian 12's Vulkan headers (1.3.239) predate it: its
   // structures are declared here as the registry defines them.
   struct CoopKhrFeatures {
     VkStructureType sType = static_cast<VkStructureType>(1000506000);
@@ -437,7 +437,7 @@ void Device::Init(const DeviceOptions& options) {
     VkBool32 saturatingAccumulation = VK_FALSE;
     uint32_t scope = 0;  // VkScopeKHR
   };
-  if (coop_matrix_ && has_ext("VK_KHR_cooperative_matrix")) {
+  if (coop_matrix_ && options.coop_khr && has_ext("VK_KHR_cooperative_matrix")) {
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.pNext = &cmk;
     vkGetPhysicalDeviceFeatures2(phys_, &f2);
@@ -824,20 +824,17 @@ VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spe
   if (it != core_->pipelines.end()) return it->second;
   VkShaderModule& mod = core_->modules[shader];
   if (!mod) {
-    // "<shader>+khr": the module with KHR cooperative matrices (the NV module where the device
-    // has no KHR ones or the module uses none).
-    std::string base = shader;
-    const bool khr = base.size() > 4 && base.compare(base.size() - 4, 4, "+khr") == 0;
-    if (khr) base.resize(base.size() - 4);
-    std::span<const uint32_t> code = SpirvModule(base.c_str());
-    if (code.empty() && g_extra_spirv.load()) code = g_extra_spirv.load()(base.c_str());
+    std::span<const uint32_t> code = SpirvModule(shader);
+    if (code.empty() && g_extra_spirv.load()) code = g_extra_spirv.load()(shader);
     if (code.empty()) throw Error(ErrorCode::kInternal, std::string("no SPIR-V for ") + shader);
+    // With KHR cooperative matrices: the NV ones rewritten (other modules come back unchanged).
     std::vector<uint32_t> rewritten;
-    if (khr && coop_khr_) {
+    if (coop_khr_) {
       std::string why;
       rewritten = CoopMatrixNvToKhr(code, &why);
       if (rewritten.empty())
-        throw Error(ErrorCode::kInternal, "KHR cooperative matrices for " + base + ": " + why);
+        throw Error(ErrorCode::kInternal,
+                    std::string("KHR cooperative matrices for ") + shader + ": " + why);
       code = rewritten;
     }
     VkShaderModuleCreateInfo sci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};

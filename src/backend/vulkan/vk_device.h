@@ -66,6 +66,9 @@ struct DeviceOptions {
   // A submission not finished after this many seconds is a hung device: Error(kDevice), and the
   // device is given up (0: kGpuStepTimeoutS, kCpuStepTimeoutS on CPU devices).
   double step_timeout_s = 0;
+  // Matrix units through VK_KHR_cooperative_matrix where the device has it besides the NV
+  // extension (coop_khr()).
+  bool coop_khr = true;
 };
 
 inline constexpr double kGpuStepTimeoutS = 60;
@@ -105,8 +108,9 @@ class Device {
   // VK_NV_cooperative_matrix (16x16x16 f16 -> f32, subgroup scope) with f16 arithmetic and the
   // Vulkan memory model enabled: linear_cm.comp can run.
   bool coop_matrix() const { return coop_matrix_; }
-  // VK_KHR_cooperative_matrix too (with 16x16x16 f16 -> f32 at subgroup scope): Pipeline() takes
-  // "<shader>+khr", the module's NV cooperative matrices rewritten as KHR ones (spirv_coopmat.h).
+  // VK_KHR_cooperative_matrix too (16x16x16 f16 -> f32 at subgroup scope; DeviceOptions::
+  // coop_khr): Pipeline() builds the modules with NV cooperative matrices rewritten as KHR ones
+  // (spirv_coopmat.h).
   bool coop_khr() const { return coop_khr_; }
   // VK_KHR_shader_clock with shaderDeviceClock enabled (kernel probes).
   bool device_clock() const { return device_clock_; }

@@ -141,33 +141,6 @@ inline const char* AttnCmModule(int hd) {
 // linear_cm.comp's shared memory (the single-set kernel): 64 weight rows and 2 x 128 token rows
 // of 9 16-byte vectors.
 inline constexpr uint32_t kLinearCmShared = (64 + 2 * 128) * 9 * 16;
-// linear_cm's large tiles (prompt chunks over kCoopSmallTokens tokens): kernel choice CM_TILE 0
-// (64 rows x 128 tokens, K tiles of 64), 1 (128 x 128, gate/up pair 128 x 64, K tiles of 32), 2
-// (256 x 128 for single weight sets, the pair as 1); CM_NODRAIN: dense sums stay in the matrix
-// units over all K (tile 2 dense always does).
-// The modules with cooperative matrices (Dispatch takes their "+khr" forms under CM_KHR).
-inline bool UsesCoopMatrix(const std::string& shader) {
-  return (shader.rfind("linear_cm", 0) == 0 && shader != "linear_cm_epi") ||
-         shader.rfind("attention_cm", 0) == 0 || shader == "mma_peak";
-}
-struct CmTile {
-  const char* module;
-  uint32_t bm, bn, bk;
-  uint32_t shared;  // bytes of shared memory (dense kinds; SRQ kinds need less)
-};
-inline CmTile CmLargeTile(int tile, bool pair, bool dense_nodrain) {
-  if (tile == 2 && !pair)
-    return {dense_nodrain ? "linear_cm_t2n" : "linear_cm_t2", 256, 128, 32,
-            (256 + 2 * 128) * 5 * 16};
-  if (tile >= 1) {
-    if (pair)
-      return {dense_nodrain ? "linear_cmd_t1n" : "linear_cmd_t1", 128, 64, 32,
-              (2 * 128 + 2 * 64) * 5 * 16};
-    return {dense_nodrain ? "linear_cm_t1n" : "linear_cm_t1", 128, 128, 32,
-            (128 + 2 * 128) * 5 * 16};
-  }
-  return {pair ? "linear_cmd" : "linear_cm", 64, pair ? 64u : 128u, 64, kLinearCmShared};
-}
 // attention_cm splits K rows into f16 terms unscaled: a layer's largest K norm weight times
 // sqrt(512) (a normalized row's largest magnitude at the largest head dim the kernel takes) must
 // stay well inside f16 (layers without K norm weights count as 1).
@@ -979,9 +952,6 @@ class VulkanBackend : public Backend {
     return rows - 32 <= 65535 && rows * AttnCmChunks(hd) * 8 * 16 <= coop_slot_bytes_ &&
            rows * 4 <= coop_part_bytes_;
   }
-  int cm_tile_ = 0;         // CM_TILE: linear_cm's large tiles (CmLargeTile)
-  bool coop_khr_ = false;   // CM_KHR: KHR cooperative matrices (spirv_coopmat.h)
-  bool cm_nodrain_ = false;  // CM_NODRAIN
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;

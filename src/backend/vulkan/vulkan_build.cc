@@ -54,6 +54,10 @@ std::shared_ptr<DeviceWeights> BuildDeviceWeights(const Model& model, const Vulk
   dopt.skip_cpu = vopt.skip_cpu_devices;
   dopt.spin_us = kc.Get("SPIN_US", -1);
   dopt.pipeline_stats = kc.Get("PIPE_STATS", 0) != 0;
+  // KHR cooperative matrices where the device has them (the NV modules rewritten: no B operand
+  // transposes; the prompt linears 10-15% faster on the H200,
+  // bench/journal/2026-12-04-linear-cm-khr.md).
+  dopt.coop_khr = kc.Get("CM_KHR", 1) != 0;
   dopt.pipeline_dump_dir = vopt.pipeline_dump_dir;
   dopt.memory_limit = vopt.device_memory_limit;
   dopt.step_timeout_s = vopt.step_timeout_s;
@@ -413,9 +417,7 @@ void VulkanBackend::Build() {
   // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
   // vectors (45 KiB; the SRQ forms need 27-36).
   coop_dense_ = Knob("CM_DENSE", 1) != 0 && dev_->max_shared_bytes() >= kLinearCmShared;
-  cm_tile_ = std::clamp(Knob("CM_TILE", 0), 0, 2);
-  coop_khr_ = dev_->coop_khr() && Knob("CM_KHR", 0) != 0;
-  cm_nodrain_ = Knob("CM_NODRAIN", 0) != 0;
+
   // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
   // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
   // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the

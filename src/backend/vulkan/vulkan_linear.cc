@@ -147,19 +147,15 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         // Split K where the output tiles alone would leave the GPU mostly idle (few rows, long
         // rows): the splits add exact int32 partial sums atomically, linear_cm_epi finishes.
         uint32_t splits = 1;
+        const uint32_t ktiles = (d.cols + 63) / 64;
         // Steps of at most kCoopSmallTokens tokens: 128 rows x 32 tokens per workgroup (the
         // MM_SMALL modules), else 64 rows x 128 tokens (64 for the gate/up pair).
         // (their shared memory: (DUAL x 128 + 2 x 32) rows of 9 16-byte vectors)
         const size_t small_shared = size_t((second ? 2 : 1) * 128 + 2 * 32) * 9 * 16;
         const bool small =
             m <= static_cast<int>(kCoopSmallTokens) && small_shared <= dev_->max_shared_bytes();
-        const CmTile large =
-            CmLargeTile(lin.kind == WeightKind::kQ8 ? std::min(cm_tile_, 1) : cm_tile_,
-                        second != nullptr, coop_dense && (cm_nodrain_ || cm_tile_ == 2));
-        const uint32_t bm = small ? 128 : large.bm;
-        const uint32_t bn = small ? 32 : large.bn;
-        const uint32_t bk = small ? 64 : large.bk;
-        const uint32_t ktiles = (d.cols + bk - 1) / bk;  // (pc.kper counts the kernel's K tiles)
+        const uint32_t bm = small ? 128 : 64;
+        const uint32_t bn = small ? 32 : second ? 64 : 128;
         const uint32_t tiles = ((m + bn - 1) / bn) * ((p.rows + bm - 1) / bm);
         if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
             size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
@@ -210,8 +206,8 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         b[7] = CoopSlot(coop_slot_[0]);
         b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
         b[9] = CoopPart(coop_slot_[0]);
-        const char* module =
-            small ? (second ? "linear_cmd_small" : "linear_cm_small") : large.module;
+        const char* module = small ? (second ? "linear_cmd_small" : "linear_cm_small")
+                                   : (second ? "linear_cmd" : "linear_cm");
         Dispatch(rc, module, {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
                  (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
         if (splits > 1) {
@@ -454,9 +450,8 @@ void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> 
     label = Label(shader, spec, gy, push, push_bytes);
     rc.observer->Before(shader, label, gx * gy * gz, &probe_shader, &bb);
   }
-  std::string module = probe_shader.empty() ? shader : probe_shader;
-  if (coop_khr_ && UsesCoopMatrix(module)) module += "+khr";
-  const VkPipeline pipe = dev_->Pipeline(module.c_str(), spec);
+  const VkPipeline pipe =
+      dev_->Pipeline(probe_shader.empty() ? shader : probe_shader.c_str(), spec);
   const VkDescriptorSet set = dev_->Set(bb);
   record(pipe, set);
   ++rc.dispatches;

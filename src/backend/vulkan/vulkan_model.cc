@@ -135,9 +135,8 @@ class VulkanModel : public BackendModel {
       // CM_DENSE and ATTN_CM as for the text model's dense prompt linears and prompt attention
       // (matrix units where the device has them).
       const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
-      tower_ = std::make_unique<VulkanTower>(
-          *w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0, kc.Get("ATTN_CM", 1) != 0,
-          std::clamp(kc.Get("CM_TILE", 0), 0, 2), kc.Get("CM_NODRAIN", 0) != 0);
+      tower_ = std::make_unique<VulkanTower>(*w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0,
+                                             kc.Get("ATTN_CM", 1) != 0);
     }
     try {
       run(*tower_);

@@ -138,15 +138,12 @@ bool DeviceTowerLinear(const gemma::Linear& lin) {
          (!IsQuantized(lin.kind) || lin.row_scale);
 }
 
-VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm,
-                         int cm_tile, bool cm_nodrain)
+VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm)
     : pool_(pool),
       wdev_(device.NewContext()),
       coop_(dense_cm && device.coop_matrix() && device.max_shared_bytes() >= kLinearCmShared),
       attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
-               device.max_shared_bytes() >= kAttnCmShared),
-      cm_tile_(cm_tile),
-      cm_nodrain_(cm_nodrain) {}
+               device.max_shared_bytes() >= kAttnCmShared) {}
 
 VulkanTower::~VulkanTower() = default;
 
@@ -366,10 +363,9 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
       b[7] = ib_.xh;
       b[8] = ib_.xl;
       b[9] = ib_.ts;
-      const CmTile tile = CmLargeTile(cm_tile_, false, cm_nodrain_ || cm_tile_ == 2);
-      dispatch(tile.module, {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp, sizeof(cp),
-               static_cast<uint32_t>((rows + tile.bn - 1) / tile.bn),
-               static_cast<uint32_t>((lin.rows + tile.bm - 1) / tile.bm));
+      dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp, sizeof(cp),
+               static_cast<uint32_t>((rows + 127) / 128),
+               static_cast<uint32_t>((lin.rows + 63) / 64));
       return;
     }
     Bindings b{};

@@ -40,9 +40,8 @@ class VulkanTower {
   // Where the device has matrix units, the resident image path runs its dense (bf16 / f16)
   // linears on them (linear_cm.comp, `dense_cm`; else tower_gemm.comp) and its attention
   // (attention_cm.comp, `attn_cm`; else tower_attn.comp).
-  // `cm_tile` / `cm_nodrain`: linear_cm's tiles (kernel choices CM_TILE / CM_NODRAIN).
   VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm = true,
-              bool attn_cm = true, int cm_tile = 0, bool cm_nodrain = false);
+              bool attn_cm = true);
   ~VulkanTower();
   VulkanTower(const VulkanTower&) = delete;
   VulkanTower& operator=(const VulkanTower&) = delete;
@@ -95,8 +94,6 @@ class VulkanTower {
     vk::BufRange xh, xl, ts, step;
   };
   bool coop_ = false;     // dense linears on matrix units (linear_cm) in the resident image path
-  int cm_tile_ = 0;
-  bool cm_nodrain_ = false;
   bool attn_cm_ = false;  // its attention on matrix units (attention_cm)
   int attn_chunk_ = 0;
   std::unique_ptr<vk::Device> idev_;

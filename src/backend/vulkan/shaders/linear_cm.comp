@@ -65,18 +65,11 @@ const uint DUAL = MM_DUAL;
 // subgroup WM rows x BN / (8 / (BM / WM)) tokens):
 // - default: BM 64 x BN 128 (64 for the gate/up pair), BK 64, WM 32;
 // - MM_SMALL (steps of at most 32 tokens: a batch's rows, short prompt chunks): 128 rows x 32
-//   tokens, a quarter of the large tiles' padded products for such steps;
-// - MM_TILE 1: BM 128 x BN 128 (gate/up pair: 64), BK 32, WM 64: half the input traffic per
-//   product of the default (the input tile, hi + lo for dense kinds, dominates it);
-// - MM_TILE 2: BM 256 x BN 128, BK 32, WM 64 (single weight sets).
-// MM_NODRAIN: dense sums stay in the matrix units over all K (no f32 running sums: fewer
-// registers, the units' truncating accumulation).
+//   tokens, a quarter of the large tiles' padded products for such steps.
+// (128 x 128 and 256 x 128 tiles with K tiles of 32 measured no faster on the H200:
+// bench/journal/2026-12-04-linear-cm-khr.md, tag linear-cm-tiles-2026-12-04.)
 #ifdef MM_SMALL
 const uint BM = 128, BK = 64, BN = 32, WM = 32;
-#elif defined(MM_TILE) && MM_TILE == 2
-const uint BM = 256, BK = 32, BN = 128, WM = 64;
-#elif defined(MM_TILE) && MM_TILE == 1
-const uint BM = 128, BK = 32, BN = DUAL == 1 ? 128 : 64, WM = 64;
 #else
 const uint BM = 64, BK = 64;
 const uint BN = DUAL == 1 ? 128 : 64;
@@ -85,11 +78,7 @@ const uint WM = 32;
 const uint SGM = BM / WM;  // subgroups along M (of 8)
 const uint FM = WM / 16;   // 16-row tiles per subgroup
 const bool DENSE = KIND == 1 || KIND == 2;
-#ifdef MM_NODRAIN
-const bool DRAIN = false;
-#else
-const bool DRAIN = DENSE;
-#endif
+const bool DRAIN = DENSE;  // f32 running sums of the matrix units' sums (dense kinds)
 const uint NB = DENSE ? 2 : DUAL;  // input tiles per K tile: one per weight set, or hi and lo
 const uint SG_N = BN / (8 / SGM) / 16;  // 16-token tiles per subgroup
 const uint KV = BK / 8;                 // uvec4 (8 halves) per staged row of a K tile

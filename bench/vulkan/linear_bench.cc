@@ -6,7 +6,7 @@
 // relative L2 for dense kinds. Prints a Markdown table.
 //
 //   vulkan_linear_bench [--model DIR] [--tokens 1024] [--tower-tokens 2520] [--reps 20]
-//                       [--variants "default|CM_DENSE=0|..."] [--only bf16|qat|tower]
+//                       [--variants "default|CM_DENSE=0|probe=probe1|..."] [--only bf16|qat|tower]
 //   (GEMMA_VULKAN_PIPE_DUMP=DIR: the pipelines' driver binaries into DIR, as vulkan_bench)
 #include <algorithm>
 #include <cmath>
@@ -154,11 +154,17 @@ int main(int argc, char** argv) {
     gemma::VulkanStats st;
     gemma::GetVulkanStats(*base, &st);
     std::printf("device: %s\nkernels: %s\n", st.device.c_str(), st.kernels.c_str());
+    // A variant is a kernel config, "default", or "probe=NAME" (the lab's probe builds of the
+    // large-tile matrix-unit kernels, linear_cm_NAME).
     const std::vector<std::string> names = Split(variants, '|');
     std::vector<std::unique_ptr<gemma::Backend>> sibs;
-    for (const std::string& v : names)
+    std::vector<std::string> probes;
+    for (const std::string& v : names) {
+      const bool probe = v.rfind("probe=", 0) == 0;
+      probes.push_back(probe ? v.substr(6) : "");
       sibs.push_back(gemma::CreateVulkanSibling(
-          *base, bo, gemma::KernelConfig::Parse(v == "default" ? "" : v)));
+          *base, bo, gemma::KernelConfig::Parse(v == "default" || probe ? "" : v)));
+    }
     // The matrix units' rate (mma_peak.comp; the device's module form: CM_KHR).
     std::printf("matrix units, f16 products into f32 from registers %.1f TFLOP/s",
                 gemma::MeasureVulkanMatrixPeak(*base) / 1e12);
@@ -205,9 +211,9 @@ int main(int argc, char** argv) {
       for (size_t vi = 0; vi < sibs.size(); ++vi) {
         std::vector<float> y;
         double main_ns = 0;
-        const double ns =
-            gemma::VulkanTimeLinearForBench(*sibs[vi], w.lin, s.pair ? &w2.lin : nullptr, x.data(),
-                                            n, s.pair ? 1 : 0, reps, &y, &main_ns);
+        const double ns = gemma::VulkanTimeLinearForBench(
+            *sibs[vi], w.lin, s.pair ? &w2.lin : nullptr, x.data(), n, s.pair ? 1 : 0, reps, &y,
+            &main_ns, probes[vi].empty() ? nullptr : probes[vi].c_str());
         std::printf(" %.1f (%.1f) | %.1f (%.1f) |", ns / 1e3, main_ns / 1e3,
                     ns > 0 ? flop / ns / 1e3 : 0.0, main_ns > 0 ? flop / main_ns / 1e3 : 0.0);
         if (s.kind == WeightKind::kBF16) {

@@ -696,7 +696,7 @@ class VulkanBackend : public Backend {
   // backend's device, through the kernel a step of n tokens would use. Buffers are added per call.
   std::vector<float> RunLinear(const Linear& lin, const Linear* second, const float* x, int n,
                                uint32_t epi, int reps = 1, double* gpu_ns = nullptr,
-                               double* main_ns = nullptr);
+                               double* main_ns = nullptr, const char* probe = nullptr);
 
   // Prefill attention on matrix units over m query rows (q[t][nh hd]) and the K / V cache rings
   // k / v ([ring][nkv hd]; step.pos0 / step.m set): q split into hi + lo f16 rows (split_f16

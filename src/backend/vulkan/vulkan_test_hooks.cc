@@ -14,7 +14,7 @@ namespace vulkan_internal {
 // timestamped GPU time per run of it (0 without timestamps).
 std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* second, const float* x,
                                             int n, uint32_t epi, int reps, double* gpu_ns,
-                                            double* main_ns) {
+                                            double* main_ns, const char* probe) {
   DevLinear d = PlanLinear(lin), d2;
   if (second) d2 = PlanLinear(*second);
   Buf xb = Reserve(Pool::kDevice, size_t(n) * lin.cols * 4);
@@ -52,20 +52,30 @@ std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* sec
     // The timed pass stamps after every dispatch too: the main kernel's share (main_ns).
     struct Stamps : DispatchObserver {
       Device* dev;
+      const char* probe = nullptr;  // linear_cm / linear_cmd run as <name>_<probe>
       std::vector<bool> main;  // interval i ends with a linear_c* / linear_mm dispatch
+      void Before(const char* shader, const std::string&, uint32_t, std::string* probe_shader,
+                  std::array<BufRange, vk::kBindings>*) override {
+        const std::string s = shader;
+        if (probe && (s == "linear_cm" || s == "linear_cmd")) *probe_shader = s + "_" + probe;
+      }
+      bool stamp = false;
       void After(VkCommandBuffer cmd, const std::string& l) override {
-        if (main.size() + 3 >= Device::kMaxTimestamps) return;
+        if (!stamp || main.size() + 3 >= Device::kMaxTimestamps) return;
         main.push_back(l.rfind("linear_c", 0) == 0 || l.rfind("linear_mm", 0) == 0);
         dev->WriteTimestamp(cmd, static_cast<uint32_t>(main.size() + 1));
       }
     } stamps;
     stamps.dev = dev_.get();
+    stamps.probe = probe;
     if (timed) {
       dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
       dev_->WriteTimestamp(cb, 0);
       dev_->WriteTimestamp(cb, 1);
-      if (pass == 1 && main_ns) rc.observer = &stamps;
     }
+    // (stamps only in the timed pass: the observer records labels and, with a probe, swaps modules)
+    stamps.stamp = timed && pass == 1 && main_ns;
+    if (stamps.stamp || probe) rc.observer = &stamps;
     for (int r = 0; r < std::max(1, timed ? reps : 1); ++r) {
       LinearOp(rc, d, xb.r, lin.cols, yb.r, lin.rows, 0, n, epi, second ? &d2 : nullptr);
       Barrier(rc);
@@ -158,12 +168,12 @@ std::vector<float> VulkanPrefillAttentionForTest(Backend& backend, const float* 
 
 double VulkanTimeLinearForBench(Backend& backend, const Linear& lin, const Linear* second,
                                 const float* x, int n, int epilogue, int reps,
-                                std::vector<float>* y, double* main_ns) {
+                                std::vector<float>* y, double* main_ns, const char* probe) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   if (!vb) return 0.0;
   double ns = 0.0;
   std::vector<float> out =
-      vb->RunLinear(lin, second, x, n, static_cast<uint32_t>(epilogue), reps, &ns, main_ns);
+      vb->RunLinear(lin, second, x, n, static_cast<uint32_t>(epilogue), reps, &ns, main_ns, probe);
   if (y) *y = std::move(out);
   return ns;
 }

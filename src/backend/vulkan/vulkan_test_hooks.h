@@ -22,10 +22,12 @@ std::vector<float> VulkanPrefillAttentionForTest(Backend& backend, const float* 
 // Benchmark hook: VulkanLinearForTest's linear recorded `reps` times in one command buffer (a
 // barrier between), after one untimed run; returns the GPU time per run in ns (timestamps; 0
 // without them) and the last run's output in *y; *main_ns: the part of it in the main kernel
-// (linear_c* / linear_mm: not the input's split or quantization).
+// (linear_c* / linear_mm: not the input's split or quantization). `probe`: the large-tile
+// matrix-unit kernels run as the lab's probe build <module>_<probe> (its results meaningless).
 double VulkanTimeLinearForBench(Backend& backend, const Linear& lin, const Linear* second,
                                 const float* x, int n, int epilogue, int reps,
-                                std::vector<float>* y = nullptr, double* main_ns = nullptr);
+                                std::vector<float>* y = nullptr, double* main_ns = nullptr,
+                                const char* probe = nullptr);
 // Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
 bool SimulateVulkanDeviceLoss(Backend& backend);
 

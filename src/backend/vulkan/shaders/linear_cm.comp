@@ -203,6 +203,11 @@ void main() {
   LOAD_TILE(kbeg);
   for (uint kt = kbeg; kt < ktiles; ++kt) {
     const uint k0 = kt * BK;
+    // (the lab's probe builds: MM_PROBE 1 stages the first K tile only, keeping the barriers;
+    // 2 also drops the barriers after it: the products' own rate; results meaningless)
+#ifdef MM_PROBE
+    if (kt == kbeg) {
+#endif
     // Registers -> shared: weights decoded (columns past the end zeroed), inputs as loaded.
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {
       [[unroll]] for (uint u = 0; u < AU; ++u) {
@@ -228,8 +233,13 @@ void main() {
         sm[A_SIZE + (s * BN + i / KV) * LD + i % KV] = xr[s][u];
       }
     }
+#ifdef MM_PROBE
+    }
+    if (MM_PROBE == 1 || kt == kbeg) barrier();
+#else
     barrier();
     if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
+#endif
     [[unroll]] for (uint ks = 0; ks < BK / 16; ++ks) {
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
         F16M a[FM];
@@ -267,7 +277,11 @@ void main() {
             acc[d][i][j] = F32M(0.0);
           }
     }
+#ifdef MM_PROBE
+    if (MM_PROBE == 1) barrier();
+#else
     barrier();
+#endif
   }
   if (DRAIN) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)

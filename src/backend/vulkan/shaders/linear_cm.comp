@@ -70,6 +70,14 @@ const uint DUAL = MM_DUAL;
 // bench/journal/2026-12-04-linear-cm-khr.md, tag linear-cm-tiles-2026-12-04.)
 #ifdef MM_SMALL
 const uint BM = 128, BK = 64, BN = 32, WM = 32;
+#elif defined(MM_DBUF)
+// MM_DBUF: two shared-memory stages (the next K tile staged while this one's products run; one
+// barrier per tile) within 48 KB: K tiles of 32; dense 128 x 64 (the pair 64 x 64), SRQ as the
+// default.
+const bool DENSE_ = KIND == 1 || KIND == 2;
+const uint BK = 32, WM = 32;
+const uint BM = DENSE_ && DUAL == 1 ? 128 : 64;
+const uint BN = DENSE_ || DUAL == 2 ? 64 : 128;
 #else
 const uint BM = 64, BK = 64;
 const uint BN = DUAL == 1 ? 128 : 64;
@@ -89,8 +97,14 @@ const uint A_SIZE = DUAL * BM * LD;     // weights [d][row][k]
 const uint B_SIZE = NB * BN * LD;       // inputs [s][token][k] (column-major K x N), per input scale
 const uint FLUSH = 512 / BK;            // int8: K tiles per f32 partial sum (512 columns)
 const uint DRAIN_TILES = 64 / BK;       // dense: K tiles per f32 running-sum addition (64 columns)
+#ifdef MM_DBUF
+const uint STAGES = 2;
+#else
+const uint STAGES = 1;
+#endif
+const uint STAGE_SIZE = A_SIZE + B_SIZE;  // uvec4 per stage
 // (the epilogue's scratch, 2 x 64 uvec4 per subgroup, lies in the same array)
-shared uvec4 sm[A_SIZE + B_SIZE > 8 * 128 ? A_SIZE + B_SIZE : 8 * 128];
+shared uvec4 sm[STAGES * STAGE_SIZE > 8 * 128 ? STAGES * STAGE_SIZE : 8 * 128];
 
 #define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
@@ -200,89 +214,113 @@ void main() {
       }                                                                                \
     }                                                                                  \
   }
+  // Registers -> shared stage at `base_`: K tile kt_'s weights decoded (columns past the end
+  // zeroed), inputs as loaded.
+#define STAGE_TILE(kt_, base_)                                                               \
+  {                                                                                          \
+    const uint k0s_ = (kt_) * BK;                                                            \
+    [[unroll]] for (uint d = 0; d < DUAL; ++d) {                                             \
+      [[unroll]] for (uint u = 0; u < AU; ++u) {                                             \
+        const uint i = tid + 256 * u;                                                        \
+        const uint rr = i / KV, g = i % KV;                                                  \
+        const uint c = k0s_ + 8 * g; /* first column of the group */                         \
+        uvec4 h = uvec4(0);                                                                  \
+        if (c < p.cols) {                                                                    \
+          h = DENSE ? wv[d][u] : Decode8(wr[d][u][0], wr[d][u][1], KIND == 3 ? c % 16 : 0u); \
+          if (c + 8 > p.cols) {                                                              \
+            [[unroll]] for (uint q = 0; q < 4; ++q) {                                        \
+              if (c + 2 * q >= p.cols)                                                       \
+                h[q] = 0u;                                                                   \
+              else if (c + 2 * q + 1 >= p.cols)                                              \
+                h[q] &= 0xFFFFu;                                                             \
+            }                                                                                \
+          }                                                                                  \
+        }                                                                                    \
+        sm[(base_) + (d * BM + rr) * LD + g] = h;                                            \
+      }                                                                                      \
+    }                                                                                        \
+    [[unroll]] for (uint s = 0; s < NB; ++s) {                                               \
+      [[unroll]] for (uint u = 0; u < BU; ++u) {                                             \
+        const uint i = tid + 256 * u;                                                        \
+        sm[(base_) + A_SIZE + (s * BN + i / KV) * LD + i % KV] = xr[s][u];                   \
+      }                                                                                      \
+    }                                                                                        \
+  }
+  // The products of the stage at `base_`, then the int8 flush and the dense drain of tile kt_.
+#define TILE_PRODUCTS(kt_, base_)                                                              \
+  {                                                                                            \
+    [[unroll]] for (uint ks = 0; ks < BK / 16; ++ks) {                                         \
+      [[unroll]] for (uint d = 0; d < DUAL; ++d) {                                             \
+        F16M a[FM];                                                                            \
+        [[unroll]] for (uint i = 0; i < FM; ++i)                                               \
+          coopMatLoadNV(a[i], sm, (base_) + (d * BM + sg_m * WM + 16 * i) * LD + 2 * ks, LD,    \
+                        false);                                                                \
+        /* input tiles: set d's (SRQ), or the hi and then the lo terms (dense) */              \
+        [[unroll]] for (uint s = DENSE ? 0 : d; s < (DENSE ? NB : d + 1); ++s) {               \
+          F16M b[SG_N];                                                                        \
+          [[unroll]] for (uint j = 0; j < SG_N; ++j)                                           \
+            coopMatLoadNV(b[j], sm,                                                            \
+                          (base_) + A_SIZE + (s * BN + sg_n * SG_N * 16 + 16 * j) * LD + 2 * ks, \
+                          LD, true);                                                           \
+          [[unroll]] for (uint i = 0; i < FM; ++i)                                             \
+            [[unroll]] for (uint j = 0; j < SG_N; ++j)                                         \
+              acc[d][i][j] = coopMatMulAddNV(a[i], b[j], acc[d][i][j]);                        \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+    if (KIND == 5 && (((kt_) % FLUSH) == FLUSH - 1 || (kt_) + 1 == ktiles)) {                  \
+      [[unroll]] for (uint d = 0; d < DUAL; ++d)                                               \
+        [[unroll]] for (uint i = 0; i < FM; ++i)                                               \
+          [[unroll]] for (uint j = 0; j < SG_N; ++j) {                                         \
+            [[unroll]] for (uint e = 0; e < 8; ++e) {                                          \
+              if (e < acc[d][i][j].length()) tot[d][i][j][e] += int(acc[d][i][j][e]);          \
+            }                                                                                  \
+            acc[d][i][j] = F32M(0.0);                                                          \
+          }                                                                                    \
+    }                                                                                          \
+    if (DRAIN && (((kt_) % DRAIN_TILES) == DRAIN_TILES - 1 || (kt_) + 1 == ktiles)) {          \
+      [[unroll]] for (uint d = 0; d < DUAL; ++d)                                               \
+        [[unroll]] for (uint i = 0; i < FM; ++i)                                               \
+          [[unroll]] for (uint j = 0; j < SG_N; ++j) {                                         \
+            [[unroll]] for (uint e = 0; e < 8; ++e) {                                          \
+              if (e < acc[d][i][j].length()) ftot[d][i][j][e] += acc[d][i][j][e];              \
+            }                                                                                  \
+            acc[d][i][j] = F32M(0.0);                                                          \
+          }                                                                                    \
+    }                                                                                          \
+  }
   LOAD_TILE(kbeg);
+#if defined(MM_DBUF)
+  // Two stages: tile kt + 1's global words load and stage while tile kt's products run (stage
+  // kt & 1 was last read before the previous barrier).
+  STAGE_TILE(kbeg, 0u);
+  barrier();
   for (uint kt = kbeg; kt < ktiles; ++kt) {
-    const uint k0 = kt * BK;
-    // (the lab's probe builds: MM_PROBE 1 stages the first K tile only, keeping the barriers;
-    // 2 also drops the barriers after it: the products' own rate; results meaningless)
-#ifdef MM_PROBE
-    if (kt == kbeg) {
-#endif
-    // Registers -> shared: weights decoded (columns past the end zeroed), inputs as loaded.
-    [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-      [[unroll]] for (uint u = 0; u < AU; ++u) {
-        const uint i = tid + 256 * u;
-        const uint rr = i / KV, g = i % KV;
-        const uint c = k0 + 8 * g;  // first column of the group
-        uvec4 h = uvec4(0);
-        if (c < p.cols) {
-          h = DENSE ? wv[d][u] : Decode8(wr[d][u][0], wr[d][u][1], KIND == 3 ? c % 16 : 0u);
-          if (c + 8 > p.cols) {
-            [[unroll]] for (uint q = 0; q < 4; ++q) {
-              if (c + 2 * q >= p.cols) h[q] = 0u;
-              else if (c + 2 * q + 1 >= p.cols) h[q] &= 0xFFFFu;
-            }
-          }
-        }
-        sm[(d * BM + rr) * LD + g] = h;
-      }
-    }
-    [[unroll]] for (uint s = 0; s < NB; ++s) {
-      [[unroll]] for (uint u = 0; u < BU; ++u) {
-        const uint i = tid + 256 * u;
-        sm[A_SIZE + (s * BN + i / KV) * LD + i % KV] = xr[s][u];
-      }
-    }
-#ifdef MM_PROBE
-    }
-    if (MM_PROBE == 1 || kt == kbeg) barrier();
+    const uint cur = ((kt - kbeg) & 1u) * STAGE_SIZE;
+    if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
+    TILE_PRODUCTS(kt, cur);
+    if (kt + 1 < ktiles) STAGE_TILE(kt + 1, STAGE_SIZE - cur);
+    barrier();
+  }
+#elif defined(MM_PROBE)
+  // (the lab's probe builds: MM_PROBE 1 stages the first K tile only, keeping the barriers;
+  // 2 also drops the barriers after it: the products' own rate; results meaningless)
+  STAGE_TILE(kbeg, 0u);
+  barrier();
+  for (uint kt = kbeg; kt < ktiles; ++kt) {
+    if (MM_PROBE == 1 && kt > kbeg) barrier();
+    TILE_PRODUCTS(kt, 0u);
+    if (MM_PROBE == 1) barrier();
+  }
 #else
+  for (uint kt = kbeg; kt < ktiles; ++kt) {
+    STAGE_TILE(kt, 0u);
     barrier();
     if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
-#endif
-    [[unroll]] for (uint ks = 0; ks < BK / 16; ++ks) {
-      [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        F16M a[FM];
-        [[unroll]] for (uint i = 0; i < FM; ++i)
-          coopMatLoadNV(a[i], sm, (d * BM + sg_m * WM + 16 * i) * LD + 2 * ks, LD, false);
-        // input tiles: set d's (SRQ), or the hi and then the lo terms (dense)
-        [[unroll]] for (uint s = DENSE ? 0 : d; s < (DENSE ? NB : d + 1); ++s) {
-          F16M b[SG_N];
-          [[unroll]] for (uint j = 0; j < SG_N; ++j)
-            coopMatLoadNV(b[j], sm, A_SIZE + (s * BN + sg_n * SG_N * 16 + 16 * j) * LD + 2 * ks,
-                          LD, true);
-          [[unroll]] for (uint i = 0; i < FM; ++i)
-            [[unroll]] for (uint j = 0; j < SG_N; ++j)
-              acc[d][i][j] = coopMatMulAddNV(a[i], b[j], acc[d][i][j]);
-        }
-      }
-    }
-    if (KIND == 5 && ((kt % FLUSH) == FLUSH - 1 || kt + 1 == ktiles)) {
-      [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < FM; ++i)
-          [[unroll]] for (uint j = 0; j < SG_N; ++j) {
-            [[unroll]] for (uint e = 0; e < 8; ++e) {
-              if (e < acc[d][i][j].length()) tot[d][i][j][e] += int(acc[d][i][j][e]);
-            }
-            acc[d][i][j] = F32M(0.0);
-          }
-    }
-    if (DRAIN && ((kt % DRAIN_TILES) == DRAIN_TILES - 1 || kt + 1 == ktiles)) {
-      [[unroll]] for (uint d = 0; d < DUAL; ++d)
-        [[unroll]] for (uint i = 0; i < FM; ++i)
-          [[unroll]] for (uint j = 0; j < SG_N; ++j) {
-            [[unroll]] for (uint e = 0; e < 8; ++e) {
-              if (e < acc[d][i][j].length()) ftot[d][i][j][e] += acc[d][i][j][e];
-            }
-            acc[d][i][j] = F32M(0.0);
-          }
-    }
-#ifdef MM_PROBE
-    if (MM_PROBE == 1) barrier();
-#else
+    TILE_PRODUCTS(kt, 0u);
     barrier();
-#endif
   }
+#endif
   if (DRAIN) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
       [[unroll]] for (uint i = 0; i < FM; ++i)

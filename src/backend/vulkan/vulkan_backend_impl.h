@@ -952,7 +952,6 @@ class VulkanBackend : public Backend {
     return rows - 32 <= 65535 && rows * AttnCmChunks(hd) * 8 * 16 <= coop_slot_bytes_ &&
            rows * 4 <= coop_part_bytes_;
   }
-  bool cm_dbuf_ = false;     // CM_DBUF: linear_cm's two-stage modules (linear_cm_db)
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;

@@ -417,7 +417,6 @@ void VulkanBackend::Build() {
   // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
   // vectors (45 KiB; the SRQ forms need 27-36).
   coop_dense_ = Knob("CM_DENSE", 1) != 0 && dev_->max_shared_bytes() >= kLinearCmShared;
-  cm_dbuf_ = Knob("CM_DBUF", 0) != 0;
 
   // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
   // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).

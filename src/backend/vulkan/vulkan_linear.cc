@@ -153,12 +153,9 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         const size_t small_shared = size_t((second ? 2 : 1) * 128 + 2 * 32) * 9 * 16;
         const bool small =
             m <= static_cast<int>(kCoopSmallTokens) && small_shared <= dev_->max_shared_bytes();
-        // Two shared-memory stages (CM_DBUF, the _db modules): K tiles of 32; dense 128 rows x 64
-        // tokens (the pair 64 x 64), SRQ as the single-stage tiles.
-        const bool dbuf = !small && cm_dbuf_;
-        const uint32_t bm = small ? 128 : dbuf && coop_dense && !second ? 128 : 64;
-        const uint32_t bn = small ? 32 : second || (dbuf && coop_dense) ? 64 : 128;
-        const uint32_t ktiles = (d.cols + (dbuf ? 31 : 63)) / (dbuf ? 32 : 64);  // kper's unit
+        const uint32_t bm = small ? 128 : 64;
+        const uint32_t bn = small ? 32 : second ? 64 : 128;
+        const uint32_t ktiles = (d.cols + 63) / 64;
         const uint32_t tiles = ((m + bn - 1) / bn) * ((p.rows + bm - 1) / bm);
         if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
             size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
@@ -209,9 +206,8 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         b[7] = CoopSlot(coop_slot_[0]);
         b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
         b[9] = CoopPart(coop_slot_[0]);
-        const char* module = small  ? (second ? "linear_cmd_small" : "linear_cm_small")
-                             : dbuf ? (second ? "linear_cmd_db" : "linear_cm_db")
-                                    : (second ? "linear_cmd" : "linear_cm");
+        const char* module = small ? (second ? "linear_cmd_small" : "linear_cm_small")
+                                   : (second ? "linear_cmd" : "linear_cm");
         Dispatch(rc, module, {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
                  (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
         if (splits > 1) {

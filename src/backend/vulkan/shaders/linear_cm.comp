@@ -66,18 +66,11 @@ const uint DUAL = MM_DUAL;
 // - default: BM 64 x BN 128 (64 for the gate/up pair), BK 64, WM 32;
 // - MM_SMALL (steps of at most 32 tokens: a batch's rows, short prompt chunks): 128 rows x 32
 //   tokens, a quarter of the large tiles' padded products for such steps.
-// (128 x 128 and 256 x 128 tiles with K tiles of 32 measured no faster on the H200:
-// bench/journal/2026-12-04-linear-cm-khr.md, tag linear-cm-tiles-2026-12-04.)
+// (128 x 128 and 256 x 128 tiles with K tiles of 32 measured no faster on the H200, two
+// shared-memory stages with K tiles of 32 slower: bench/journal/2026-12-04-linear-cm-khr.md, tags
+// linear-cm-tiles-2026-12-04 and linear-cm-dbuf-2026-12-04.)
 #ifdef MM_SMALL
 const uint BM = 128, BK = 64, BN = 32, WM = 32;
-#elif defined(MM_DBUF)
-// MM_DBUF: two shared-memory stages (the next K tile staged while this one's products run; one
-// barrier per tile) within 48 KB: K tiles of 32; dense 128 x 64 (the pair 64 x 64), SRQ as the
-// default.
-const bool DENSE_ = KIND == 1 || KIND == 2;
-const uint BK = 32, WM = 32;
-const uint BM = DENSE_ && DUAL == 1 ? 128 : 64;
-const uint BN = DENSE_ || DUAL == 2 ? 64 : 128;
 #else
 const uint BM = 64, BK = 64;
 const uint BN = DUAL == 1 ? 128 : 64;
@@ -97,14 +90,8 @@ const uint A_SIZE = DUAL * BM * LD;     // weights [d][row][k]
 const uint B_SIZE = NB * BN * LD;       // inputs [s][token][k] (column-major K x N), per input scale
 const uint FLUSH = 512 / BK;            // int8: K tiles per f32 partial sum (512 columns)
 const uint DRAIN_TILES = 64 / BK;       // dense: K tiles per f32 running-sum addition (64 columns)
-#ifdef MM_DBUF
-const uint STAGES = 2;
-#else
-const uint STAGES = 1;
-#endif
-const uint STAGE_SIZE = A_SIZE + B_SIZE;  // uvec4 per stage
 // (the epilogue's scratch, 2 x 64 uvec4 per subgroup, lies in the same array)
-shared uvec4 sm[STAGES * STAGE_SIZE > 8 * 128 ? STAGES * STAGE_SIZE : 8 * 128];
+shared uvec4 sm[A_SIZE + B_SIZE > 8 * 128 ? A_SIZE + B_SIZE : 8 * 128];
 
 #define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
@@ -290,19 +277,7 @@ void main() {
     }                                                                                          \
   }
   LOAD_TILE(kbeg);
-#if defined(MM_DBUF)
-  // Two stages: tile kt + 1's global words load and stage while tile kt's products run (stage
-  // kt & 1 was last read before the previous barrier).
-  STAGE_TILE(kbeg, 0u);
-  barrier();
-  for (uint kt = kbeg; kt < ktiles; ++kt) {
-    const uint cur = ((kt - kbeg) & 1u) * STAGE_SIZE;
-    if (kt + 1 < ktiles) LOAD_TILE(kt + 1);
-    TILE_PRODUCTS(kt, cur);
-    if (kt + 1 < ktiles) STAGE_TILE(kt + 1, STAGE_SIZE - cur);
-    barrier();
-  }
-#elif defined(MM_PROBE)
+#if defined(MM_PROBE)
   // (the lab's probe builds: MM_PROBE 1 stages the first K tile only, keeping the barriers;
   // 2 also drops the barriers after it: the products' own rate; results meaningless)
   STAGE_TILE(kbeg, 0u);

@@ -113,7 +113,8 @@ double DenseError(const Weights& w, const Weights* w2, const std::vector<float>&
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
   size_t b = 0;
-  for (size_t e; (e = s.find(sep, b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
+  for (size_t e; (e = s.find(sep, b)) != std::string::npos; b = e + 1)
+    out.push_back(s.substr(b, e - b));
   out.push_back(s.substr(b));
   return out;
 }

@@ -93,18 +93,20 @@ std::vector<uint32_t> CoopMatrixNvToKhr(std::span<const uint32_t> spirv, std::st
   auto word = [&](size_t k, uint32_t j) { return spirv[ins[k].first + j]; };
 
   bool nv = false;
-  std::map<uint32_t, uint32_t> float_width;  // OpTypeFloat id -> width
-  std::map<uint32_t, bool> f16_type;         // NV matrix type id -> f16 (else f32)
-  std::map<uint32_t, bool> bool_const;       // OpConstantTrue / False
-  std::map<uint32_t, uint32_t> uint_value;   // 32-bit unsigned OpConstant id -> value
+  std::map<uint32_t, uint32_t> float_width;   // OpTypeFloat id -> width
+  std::map<uint32_t, bool> f16_type;          // NV matrix type id -> f16 (else f32)
+  std::map<uint32_t, bool> bool_const;        // OpConstantTrue / False
+  std::map<uint32_t, uint32_t> uint_value;    // 32-bit unsigned OpConstant id -> value
   std::map<uint32_t, uint32_t> matrix_elems;  // NV matrix type id -> rows x cols
   uint32_t uint_type = 0;
   for (size_t k = 0; k < ins.size(); ++k) {
     const uint32_t o = op(k);
     if (o == kOpCapability && word(k, 1) == kCapCoopNv) nv = true;
     if (o == kOpTypeFloat) float_width[word(k, 1)] = word(k, 2);
-    if (o == kOpTypeInt && word(k, 2) == 32 && word(k, 3) == 0 && !uint_type) uint_type = word(k, 1);
-    if (o == kOpConstantTrue || o == kOpConstantFalse) bool_const[word(k, 2)] = o == kOpConstantTrue;
+    if (o == kOpTypeInt && word(k, 2) == 32 && word(k, 3) == 0 && !uint_type)
+      uint_type = word(k, 1);
+    if (o == kOpConstantTrue || o == kOpConstantFalse)
+      bool_const[word(k, 2)] = o == kOpConstantTrue;
     if (o == kOpConstant && word(k, 1) == uint_type) uint_value[word(k, 2)] = word(k, 3);
     if (o == kOpTypeCoopNv) {
       if (uint_value.count(word(k, 4)) && uint_value.count(word(k, 5)))
@@ -198,8 +200,8 @@ std::vector<uint32_t> CoopMatrixNvToKhr(std::span<const uint32_t> spirv, std::st
     };
     if (o == kOpCapability && w[1] == kCapCoopNv) {
       emit(kOpCapability, {kCapCoopKhr});
-    } else if (o == kOpExtension &&
-               WordsString(std::span<const uint32_t>(w).subspan(1)) == "SPV_NV_cooperative_matrix") {
+    } else if (o == kOpExtension && WordsString(std::span<const uint32_t>(w).subspan(1)) ==
+                                        "SPV_NV_cooperative_matrix") {
       emit(kOpExtension, StringWords("SPV_KHR_cooperative_matrix"));
     } else if (o == kOpTypeCoopNv) {
       if (!constants_done) {

@@ -71,8 +71,7 @@ void CheckRewrite(const char* name) {
 
 TEST(SpirvCoopMatrix, RewritesTheShippedMatrixUnitModules) {
   for (const char* m : {"linear_cm", "linear_cmd", "linear_cm_small", "linear_cmd_small",
-                        "attention_cm1", "attention_cm4",
-                        "attention_cm8"})
+                        "attention_cm1", "attention_cm4", "attention_cm8"})
     CheckRewrite(m);
 }
 

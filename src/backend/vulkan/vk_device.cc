@@ -451,8 +451,8 @@ void Device::Init(const DeviceOptions& options) {
       std::vector<CoopKhrProperties> kp(n);
       props_fn(phys_, &n, kp.data());
       for (const CoopKhrProperties& q : kp)  // f16 = 0, f32 = 1; subgroup scope = 3
-        shape |= q.MSize == 16 && q.NSize == 16 && q.KSize == 16 && q.AType == 0 &&
-                 q.BType == 0 && q.CType == 1 && q.ResultType == 1 && q.scope == 3;
+        shape |= q.MSize == 16 && q.NSize == 16 && q.KSize == 16 && q.AType == 0 && q.BType == 0 &&
+                 q.CType == 1 && q.ResultType == 1 && q.scope == 3;
     }
     coop_khr_ = shape;
     if (coop_khr_) {

@@ -53,7 +53,7 @@ std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* sec
     struct Stamps : DispatchObserver {
       Device* dev;
       const char* probe = nullptr;  // linear_cm / linear_cmd run as <name>_<probe>
-      std::vector<bool> main;  // interval i ends with a linear_c* / linear_mm dispatch
+      std::vector<bool> main;       // interval i ends with a linear_c* / linear_mm dispatch
       void Before(const char* shader, const std::string&, uint32_t, std::string* probe_shader,
                   std::array<BufRange, vk::kBindings>*) override {
         const std::string s = shader;

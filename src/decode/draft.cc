@@ -41,25 +41,31 @@ void DraftPolicy::Record(int drafted, int accepted) {
   }
 }
 
-namespace {
-// Step costs vary with the context and the machine's load: a quarter of each new sample.
-double Ema(double avg, double sample) { return avg > 0 ? 0.75 * avg + 0.25 * sample : sample; }
-}  // namespace
+double DraftPolicy::Window::LowerMedian() const {
+  const int m = std::min(n, kSize);
+  if (m == 0) return 0;
+  double s[kSize];
+  std::copy(v, v + m, s);
+  std::nth_element(s, s + (m - 1) / 2, s + m);
+  return s[(m - 1) / 2];
+}
 
 void DraftPolicy::RecordPlainCost(double seconds) {
-  if (seconds > 0) plain_s_ = Ema(plain_s_, seconds);
+  if (seconds > 0) plain_s_.Add(seconds);
 }
 
 void DraftPolicy::RecordVerifyCost(int drafted, double seconds) {
   if (drafted <= 0 || !(seconds > 0)) return;
-  verify_s_ = Ema(verify_s_, seconds);
-  verify_k_ = Ema(verify_k_, drafted);
+  verify_s_.Add(seconds);
+  verify_k_.Add(drafted);
 }
 
 double DraftPolicy::threshold() const {
-  if (plain_s_ <= 0 || verify_s_ <= 0 || verify_k_ <= 0) return 0.25;
+  const double plain = plain_s_.LowerMedian(), verify = verify_s_.LowerMedian(),
+               k = verify_k_.LowerMedian();
+  if (plain <= 0 || verify <= 0 || k <= 0) return 0.25;
   // (above 1: drafting never pays there, every verification step pauses it)
-  return std::clamp((verify_s_ / plain_s_ - 1.0) / verify_k_, 0.0, 2.0);
+  return std::clamp((verify / plain - 1.0) / k, 0.0, 2.0);
 }
 
 }  // namespace gemma::decode

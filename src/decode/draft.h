@@ -36,7 +36,9 @@ class PromptLookupDraft : public DraftSource {
 // decoding down). Acceptance is tracked as a moving average of accepted / drafted per step; the
 // share below which drafting loses comes from the measured costs of the backend's steps once both
 // kinds have been timed (a verification step of k drafts gives 1 + accepted tokens, a plain step
-// one: break-even at (verify / plain - 1) / k accepted), else a quarter.
+// one: break-even at (verify / plain - 1) / k accepted), else a quarter. The costs are the lower
+// medians of each kind's last 8 samples: a step that also built pipelines or waited on the machine
+// (seconds, on a GPU's first verification step) moves them only while it is most of the window.
 class DraftPolicy {
  public:
   explicit DraftPolicy(int max_draft) : max_draft_(max_draft) {}
@@ -55,8 +57,15 @@ class DraftPolicy {
   double rate_ = 1.0;  // moving average of accepted / drafted
   int pause_ = 0;      // plain steps left before drafting again
   int steps_ = 0;
-  // Moving averages of the steps' costs and of the drafts per verification (0: not timed yet).
-  double plain_s_ = 0, verify_s_ = 0, verify_k_ = 0;
+  // The last samples of the steps' costs and of the drafts per verification (a ring each).
+  struct Window {
+    static constexpr int kSize = 8;
+    double v[kSize] = {};
+    int n = 0;  // samples so far
+    void Add(double x) { v[n++ % kSize] = x; }
+    double LowerMedian() const;  // 0 when empty
+  };
+  Window plain_s_, verify_s_, verify_k_;
 };
 
 }  // namespace gemma::decode

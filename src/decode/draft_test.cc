@@ -74,5 +74,25 @@ TEST(DraftPolicy, PausesBelowTheBreakEvenOfTheMeasuredStepCosts) {
   EXPECT_EQ(q.Next(), 0);
 }
 
+// A first verification step that also built the GPU's pipelines (seconds, not milliseconds) must
+// not keep drafting paused: one ordinary step restores the break-even share, and an occasional slow
+// step among ordinary ones does not move it.
+TEST(DraftPolicy, OneSlowStepDoesNotMoveTheBreakEven) {
+  DraftPolicy p(4);
+  p.RecordPlainCost(0.010);
+  p.RecordVerifyCost(4, 3.0);
+  EXPECT_EQ(p.threshold(), 2.0);
+  p.RecordVerifyCost(4, 0.020);
+  EXPECT_NEAR(p.threshold(), (0.020 / 0.010 - 1.0) / 4, 1e-12);
+  for (int i = 0; i < 20; ++i) {
+    p.RecordPlainCost(i % 7 == 3 ? 0.5 : 0.010);
+    p.RecordVerifyCost(4, i % 5 == 2 ? 2.0 : 0.020);
+  }
+  EXPECT_NEAR(p.threshold(), 0.25, 1e-12);
+  // A lasting change of the costs (a longer context) is followed within the window.
+  for (int i = 0; i < 8; ++i) p.RecordVerifyCost(4, 0.030);
+  EXPECT_NEAR(p.threshold(), (0.030 / 0.010 - 1.0) / 4, 1e-12);
+}
+
 }  // namespace
 }  // namespace gemma::decode

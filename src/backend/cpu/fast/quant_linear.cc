@@ -536,7 +536,7 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
         // three single-token passes), 1 left the single-token tile.
         const int tt = std::min(kTokens, t1 - t) >= 3 ? std::min(kTokens, t1 - t) : 1;
         const int8_t* qt[kTokens];
-        int32_t qsum4[kTokens];
+        [[maybe_unused]] int32_t qsum4[kTokens];  // (the AVX3_DL tiles)
         for (int j = 0; j < kTokens; ++j) {
           qt[j] = q + (t + std::min(j, tt - 1)) * q_stride;
           qsum4[j] = q_sum[t + std::min(j, tt - 1)];

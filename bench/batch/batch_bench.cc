@@ -4,6 +4,7 @@
 // Prints per B: aggregate tok/s of both engines, the ratio to one stream, the median inter-token
 // latency per sequence and the largest batch seen.
 //   batch_bench MODEL_DIR [--backend B] [--tokens N] [--batches 1,2,4,8] [--threads T] [--runs R]
+//               [--unbatched 0]   (0: the batched engine only, for profiles; ratios to its B = 1)
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   eo.model_path = argv[1];
   eo.context_capacity = 1024;
   int tokens = 64, runs = 3;
+  bool with_unbatched = true;
   std::vector<int> batches = {1, 2, 4, 8};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
       eo.threads = std::atoi(v.c_str());
     } else if (k == "--runs") {
       runs = std::atoi(v.c_str());
+    } else if (k == "--unbatched") {
+      with_unbatched = std::atoi(v.c_str()) != 0;
     } else if (k == "--batches") {
       batches.clear();
       std::stringstream ss(v);
@@ -99,23 +103,23 @@ int main(int argc, char** argv) {
     gemma::EngineOptions solo = eo;
     solo.max_batch = 1;
     auto batched = gemma::Engine::Load(eo);
-    auto unbatched = gemma::Engine::Load(solo);
+    auto unbatched = with_unbatched ? gemma::Engine::Load(solo) : nullptr;
     std::printf("backend %s, %d tokens per session, best of %d runs\n",
                 batched->backend_name().c_str(), tokens, runs);
     std::printf("%4s %14s %8s %10s %9s %14s %10s\n", "B", "batched tok/s", "x one", "ITL ms",
                 "max batch", "unbatched tok/s", "ITL ms");
     Run(*batched, 1, tokens);  // (warm-up: the weight copies' pages, the caches)
-    Run(*unbatched, 1, tokens);
+    if (unbatched) Run(*unbatched, 1, tokens);
     double one = 0;
     for (int b : batches) {
       Figure best_b, best_u;
       for (int r = 0; r < runs; ++r) {
         const Figure fb = Run(*batched, b, tokens);
-        const Figure fu = Run(*unbatched, b, tokens);
+        const Figure fu = unbatched ? Run(*unbatched, b, tokens) : Figure{};
         if (fb.tok_s > best_b.tok_s) best_b = fb;
         if (fu.tok_s > best_u.tok_s) best_u = fu;
       }
-      if (b == 1) one = best_u.tok_s;
+      if (b == 1) one = unbatched ? best_u.tok_s : best_b.tok_s;
       std::printf("%4d %14.1f %8.2f %10.2f %9d %14.1f %10.2f\n", b, best_b.tok_s,
                   one > 0 ? best_b.tok_s / one : 0.0, best_b.itl_ms, best_b.max_batch,
                   best_u.tok_s, best_u.itl_ms);

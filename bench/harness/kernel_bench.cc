@@ -7,6 +7,8 @@
 //        kernel_bench MODEL_DIR decode REPS SPLIT: each linear in SPLIT row ranges (one thread: one
 //        after the other; then on a pool of 2 threads, wall time, and the same split streamed by
 //        XorReduce on 2 threads: the two-core read ceiling).
+//        kernel_bench MODEL_DIR decode REPS SPLIT TOKENS: the pool-of-2 pass with TOKENS tokens per
+//        linear (a batched decode step's linears: each weight read once for all of them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,7 +34,7 @@ double ThreadCpuS() {
 
 // One token through every linear in model order; per-kind thread CPU time (best total of reps).
 // The linears are read from the backend's huge-page copy (fast::WeightCopy), as the backend does.
-int DecodeOrder(const gemma::Model& model, int reps, int split) {
+int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
   using namespace gemma;
   const fast::WeightCopy m(model);
   std::vector<const Linear*> lins = {&m.ple_model_proj()};
@@ -97,6 +99,11 @@ int DecodeOrder(const gemma::Model& model, int reps, int split) {
     // The same linears on a pool of 2 threads, 8 row ranges per thread (as the backend's decode),
     // wall time: kernel scaling and hand-offs without the rest of a decode step.
     ThreadPool pool(2);
+    // `tokens` rows of activations (copies of x), quantized per linear as a step quantizes them.
+    std::vector<float> xn(widest * tokens), yn(tallest * tokens);
+    for (int t = 0; t < tokens; ++t) std::copy(x.begin(), x.end(), xn.begin() + t * widest);
+    std::vector<int8_t> qn(widest * tokens);
+    std::vector<int32_t> sn(tokens);
     for (const bool xr : {false, true}) {
     double best = 1e30, b = 0;
     for (int rep = 0; rep < reps; ++rep) {
@@ -105,16 +112,20 @@ int DecodeOrder(const gemma::Model& model, int reps, int split) {
         if (rep == 0) b += static_cast<double>(l->row_bytes) * l->rows;
         const bool quant = IsQuantized(l->kind);
         const float s = l->in_scale > 0 ? l->in_scale : 0.01f;
-        int32_t sum = quant ? fast::QuantizeActs(l->kind, x.data(), l->cols, s, q.data()) : 0;
+        const int pc = quant ? fast::PaddedCols(l->kind, l->cols) : 0;
+        if (quant && !xr)
+          for (int t = 0; t < tokens; ++t)
+            sn[t] = fast::QuantizeActs(l->kind, &xn[t * widest], l->cols, s, &qn[t * pc]);
+        int32_t sum = 0;
         const int tile = std::max(16, (l->rows + split - 1) / split + 3) / 4 * 4;
         pool.Run((l->rows + tile - 1) / tile, [&](int task, int) {
           const int r0 = task * tile, r1 = std::min(l->rows, r0 + tile);
           if (xr) {
             sum ^= static_cast<int>(fast::XorReduce(l->data + r0 * l->row_bytes, (r1 - r0) * l->row_bytes / 64 * 64));
           } else if (quant) {
-            fast::QuantLinearRows(*l, q.data(), 0, &sum, 1, r0, r1, y.data(), l->rows);
+            fast::QuantLinearRows(*l, qn.data(), pc, sn.data(), tokens, r0, r1, yn.data(), l->rows);
           } else {
-            fast::DenseLinearRows(*l, x.data(), l->cols, 1, r0, r1, y.data(), l->rows);
+            fast::DenseLinearRows(*l, xn.data(), widest, tokens, r0, r1, yn.data(), l->rows);
           }
         });
       }
@@ -122,7 +133,8 @@ int DecodeOrder(const gemma::Model& model, int reps, int split) {
     }
     std::printf("%s %8.3f ms  %7.1f MB  %6.1f GB/s  (wall, pool of 2, %d tasks per linear%s)\n",
                 xr ? "stream2 " : "2thread ", best * 1e3, b / 1e6, b / best / 1e9, split,
-                xr ? ", XorReduce" : "");
+                xr ? ", XorReduce" : tokens > 1 ? (", " + std::to_string(tokens) + " tokens").c_str()
+                                               : "");
     }
   }
   double all_bytes = 0;
@@ -145,7 +157,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto m = Model::Load(argv[1]);
-  if (argc >= 3 && std::strcmp(argv[2], "decode") == 0) return DecodeOrder(*m, argc >= 4 ? std::atoi(argv[3]) : 5, argc >= 5 ? std::atoi(argv[4]) : 1);
+  if (argc >= 3 && std::strcmp(argv[2], "decode") == 0)
+    return DecodeOrder(*m, argc >= 4 ? std::atoi(argv[3]) : 5, argc >= 5 ? std::atoi(argv[4]) : 1,
+                       argc >= 6 ? std::max(1, std::atoi(argv[5])) : 1);
   std::vector<int> ns;
   for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
   if (ns.empty()) ns = {1, 64};

@@ -2,8 +2,8 @@
 // (QAT int2/int4/int8 matvec and matmul, dense; read from the backend's huge-page copy), in thread
 // CPU time so other load on the machine matters less.
 // Usage: kernel_bench MODEL_DIR [tokens...]   (default tokens: 1 64)
-//        kernel_bench MODEL_DIR decode [reps]: every linear once in decode order (one token, weights
-//        streamed from DRAM as in a decode step), time and GB/s per weight kind.
+//        kernel_bench MODEL_DIR decode [reps]: every linear once in decode order (one token,
+//        weights streamed from DRAM as in a decode step), time and GB/s per weight kind.
 //        kernel_bench MODEL_DIR decode REPS SPLIT: each linear in SPLIT row ranges (one thread: one
 //        after the other; then on a pool of 2 threads, wall time, and the same split streamed by
 //        XorReduce on 2 threads: the two-core read ceiling).
@@ -133,8 +133,9 @@ int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
     }
     std::printf("%s %8.3f ms  %7.1f MB  %6.1f GB/s  (wall, pool of 2, %d tasks per linear%s)\n",
                 xr ? "stream2 " : "2thread ", best * 1e3, b / 1e6, b / best / 1e9, split,
-                xr ? ", XorReduce" : tokens > 1 ? (", " + std::to_string(tokens) + " tokens").c_str()
-                                               : "");
+                xr           ? ", XorReduce"
+                : tokens > 1 ? (", " + std::to_string(tokens) + " tokens").c_str()
+                             : "");
     }
   }
   double all_bytes = 0;

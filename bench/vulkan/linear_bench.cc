@@ -27,45 +27,12 @@
 namespace {
 
 using gemma::Linear;
+using gemma::SynthLinear;
 using gemma::WeightKind;
-
-struct Weights {
-  std::vector<uint8_t> bytes;
-  std::vector<float> scales;
-  Linear lin;
-};
 
 uint32_t Next(uint32_t& r) {
   r = r * 1664525u + 1013904223u;
   return r;
-}
-
-// Random weights of E2B-like magnitudes: bf16 with small exponents; packed codes with per-row
-// scales and an SRQ input scale (the integer paths' conditions hold at these widths).
-Weights MakeWeights(WeightKind kind, int rows, int cols, uint32_t seed) {
-  Weights w;
-  const int bits = gemma::WeightKindBits(kind);
-  const size_t row_bytes = size_t(cols) * bits / 8;
-  w.bytes.resize(row_bytes * rows);
-  uint32_t r = seed;
-  for (size_t i = 0; i < w.bytes.size(); ++i) {
-    w.bytes[i] = static_cast<uint8_t>(Next(r) >> 24);
-    if (bits == 16 && (i & 1))
-      w.bytes[i] = static_cast<uint8_t>(0x3C + ((r >> 20) & 3) + ((r >> 31) << 7));
-  }
-  w.lin.name = "bench";
-  w.lin.kind = kind;
-  w.lin.rows = rows;
-  w.lin.cols = cols;
-  w.lin.data = w.bytes.data();
-  w.lin.row_bytes = row_bytes;
-  if (gemma::IsQuantized(kind)) {
-    w.scales.resize(rows);
-    for (float& v : w.scales) v = 0.002f * (0.5f + static_cast<float>(Next(r) >> 8) / 16777216.0f);
-    w.lin.row_scale = w.scales.data();
-    w.lin.in_scale = 0.01f;
-  }
-  return w;
 }
 
 struct Shape {
@@ -88,7 +55,7 @@ double GeluTanh(double v) {
 }
 
 // Dense kinds: the relative L2 error of y against double sums over every 61st row (all tokens).
-double DenseError(const Weights& w, const Weights* w2, const std::vector<float>& x, int n,
+double DenseError(const SynthLinear& w, const SynthLinear* w2, const std::vector<float>& x, int n,
                   const std::vector<float>& y) {
   const Linear& l = w.lin;
   if (y.size() != size_t(n) * l.rows) return -1.0;
@@ -200,8 +167,8 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       if (!only.empty() && only != s.group) continue;
       const int n = std::string(s.group) == "tower" ? tower_tokens : tokens;
-      Weights w = MakeWeights(s.kind, s.rows, s.cols, seed++);
-      Weights w2 = s.pair ? MakeWeights(s.kind, s.rows, s.cols, seed++) : Weights{};
+      SynthLinear w = gemma::MakeSynthLinear(s.kind, s.rows, s.cols, seed++);
+      SynthLinear w2 = s.pair ? gemma::MakeSynthLinear(s.kind, s.rows, s.cols, seed++) : SynthLinear{};
       std::vector<float> x(size_t(n) * s.cols);
       uint32_t r = seed++;
       for (float& v : x) v = (static_cast<float>(Next(r) >> 8) / 16777216.0f - 0.5f) * 4.0f;

@@ -178,6 +178,37 @@ double VulkanTimeLinearForBench(Backend& backend, const Linear& lin, const Linea
   return ns;
 }
 
+SynthLinear MakeSynthLinear(WeightKind kind, int rows, int cols, uint32_t seed) {
+  SynthLinear s;
+  const int bits = WeightKindBits(kind);
+  const size_t row_bytes = size_t(cols) * bits / 8;
+  s.bytes.resize(row_bytes * rows);
+  uint32_t r = seed;
+  for (size_t i = 0; i < s.bytes.size(); ++i) {
+    r = r * 1664525u + 1013904223u;
+    s.bytes[i] = static_cast<uint8_t>(r >> 24);
+    // bf16 high bytes: sign and a small exponent (finite values of modest size)
+    if (bits == 16 && (i & 1))
+      s.bytes[i] = static_cast<uint8_t>(0x3C + ((r >> 20) & 3) + ((r >> 31) << 7));
+  }
+  s.lin.name = "synthetic";
+  s.lin.kind = kind;
+  s.lin.rows = rows;
+  s.lin.cols = cols;
+  s.lin.data = s.bytes.data();
+  s.lin.row_bytes = row_bytes;
+  if (IsQuantized(kind)) {
+    s.scales.resize(rows);
+    for (float& v : s.scales) {
+      r = r * 1664525u + 1013904223u;
+      v = 0.002f * (0.5f + static_cast<float>(r >> 8) / 16777216.0f);
+    }
+    s.lin.row_scale = s.scales.data();
+    s.lin.in_scale = 0.01f;
+  }
+  return s;
+}
+
 bool SimulateVulkanDeviceLoss(Backend& backend) {
   auto* vb = dynamic_cast<VulkanBackend*>(&backend);
   if (!vb) return false;

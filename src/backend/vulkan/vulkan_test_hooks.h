@@ -28,6 +28,15 @@ double VulkanTimeLinearForBench(Backend& backend, const Linear& lin, const Linea
                                 const float* x, int n, int epilogue, int reps,
                                 std::vector<float>* y = nullptr, double* main_ns = nullptr,
                                 const char* probe = nullptr);
+// Random weights for kernel tests and benchmarks: rows x cols of `kind` from `seed` (bf16 with
+// small exponents: finite values of modest size; packed codes with per-row scales and an SRQ input
+// scale). `lin` points into the struct's own vectors: move it, do not copy it.
+struct SynthLinear {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  Linear lin;
+};
+SynthLinear MakeSynthLinear(WeightKind kind, int rows, int cols, uint32_t seed);
 // Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
 bool SimulateVulkanDeviceLoss(Backend& backend);
 

@@ -417,7 +417,6 @@ void VulkanBackend::Build() {
   // the single-set kernel's staging fits: 64 weight rows and 2 x 128 token rows of 9 16-byte
   // vectors (45 KiB; the SRQ forms need 27-36).
   coop_dense_ = Knob("CM_DENSE", 1) != 0 && dev_->max_shared_bytes() >= kLinearCmShared;
-
   // Prefill attention on matrix units (attention_cm.comp), where they run the linears, the
   // subgroups are 32 wide (8 per workgroup) and its staging fits: K / V chunks, P and S (36 KiB).
   // On the H200 a 512-token chunk's attention took 1.45 ms against 7.3 (attention_pfq), the
@@ -769,6 +768,7 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
       (!coop_        ? ""
        : coop_dense_ ? "linear_cm (matrix units: SRQ, dense) + "
                      : "linear_cm (matrix units: SRQ) + ") +
+      (coop_ && dev_ && dev_->coop_khr() ? "KHR cooperative matrices, " : "") +
       "linear_mm, matvec " +
       (int_dot_ ? "packed int dot" : "scalar int") +
       (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +

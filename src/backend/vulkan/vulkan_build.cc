@@ -769,8 +769,7 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
        : coop_dense_ ? "linear_cm (matrix units: SRQ, dense) + "
                      : "linear_cm (matrix units: SRQ) + ") +
       (coop_ && dev_ && dev_->coop_khr() ? "KHR cooperative matrices, " : "") +
-      "linear_mm, matvec " +
-      (int_dot_ ? "packed int dot" : "scalar int") +
+      "linear_mm, matvec " + (int_dot_ ? "packed int dot" : "scalar int") +
       (dev_ && dev_->int_dot_accelerated() ? " (accelerated)" : "") +
       (mv_fast_ && int_dot_ ? ", branch-free multiply" : "") +
       (xq_shared_ ? ", quantized input in shared" : ", quantized input global") + ", lanes_k " +

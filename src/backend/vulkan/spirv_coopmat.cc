@@ -2,8 +2,9 @@
 
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace gemma::vk {
 namespace {

@@ -42,24 +42,22 @@ std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* sec
   VkCommandBuffer cb = head_cmd_;
   const bool timed = gpu_ns && dev_->has_timestamps();
   if (gpu_ns) *gpu_ns = 0;
-  // Timed: untimed submissions for at least 1 s first (pipelines, caches, and the GPU's clocks:
-  // the H200's rise only under sustained load), then 5 timed ones, the fastest kept.
-  const auto start = std::chrono::steady_clock::now();
-  int warm = 0, timed_passes = 0;
-  for (int pass = timed ? 0 : 1; pass < 2; ++pass) {
+  // Records the linear (`reps` times when timed, a barrier after each), the copy to the host, and
+  // submits. Timed: timestamps around the runs, and after every dispatch with `stamp` (the main
+  // kernel's share); returns the GPU time per run and, with `stamp`, *main the main kernels' part.
+  auto run = [&](bool stamp, double* main) {
     Begin(cb, false);
     Rec rc{cb};
-    // The timed pass stamps after every dispatch too: the main kernel's share (main_ns).
     struct Stamps : DispatchObserver {
       Device* dev;
       const char* probe = nullptr;  // linear_cm / linear_cmd run as <name>_<probe>
-      std::vector<bool> main;       // interval i ends with a linear_c* / linear_mm dispatch
+      bool stamp = false;
+      std::vector<bool> main;  // interval i ends with a linear_c* / linear_mm dispatch
       void Before(const char* shader, const std::string&, uint32_t, std::string* probe_shader,
                   std::array<BufRange, vk::kBindings>*) override {
         const std::string s = shader;
         if (probe && (s == "linear_cm" || s == "linear_cmd")) *probe_shader = s + "_" + probe;
       }
-      bool stamp = false;
       void After(VkCommandBuffer cmd, const std::string& l) override {
         if (!stamp || main.size() + 3 >= Device::kMaxTimestamps) return;
         main.push_back(l.rfind("linear_c", 0) == 0 || l.rfind("linear_mm", 0) == 0);
@@ -68,15 +66,15 @@ std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* sec
     } stamps;
     stamps.dev = dev_.get();
     stamps.probe = probe;
+    stamps.stamp = timed && stamp;
     if (timed) {
       dev_->ResetTimestamps(cb, Device::kMaxTimestamps);
       dev_->WriteTimestamp(cb, 0);
       dev_->WriteTimestamp(cb, 1);
     }
-    // (stamps only in the timed pass: the observer records labels and, with a probe, swaps modules)
-    stamps.stamp = timed && pass == 1 && main_ns;
     if (stamps.stamp || probe) rc.observer = &stamps;
-    for (int r = 0; r < std::max(1, timed ? reps : 1); ++r) {
+    const int runs = timed ? std::max(1, reps) : 1;
+    for (int r = 0; r < runs; ++r) {
       LinearOp(rc, d, xb.r, lin.cols, yb.r, lin.rows, 0, n, epi, second ? &d2 : nullptr);
       Barrier(rc);
     }
@@ -87,21 +85,31 @@ std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* sec
     vkCmdCopyBuffer(cb, yb.r.buf, host.r.buf, 1, &cp);
     End(cb);
     dev_->Submit(cb);
-    if (pass == 0 && ++warm < 10000 &&
-        std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
-      pass = -1;  // warm up more
-    } else if (timed && pass == 1) {
-      const std::vector<double> ts = dev_->ReadTimestamps(last + 1);
-      const double ns = (ts[last] - ts[0]) / std::max(1, reps);
+    if (!timed) return 0.0;
+    const std::vector<double> ts = dev_->ReadTimestamps(last + 1);
+    if (main) {
+      *main = 0;
+      for (size_t i = 0; i < stamps.main.size(); ++i)
+        if (stamps.main[i]) *main += (ts[i + 2] - ts[i + 1]) / runs;
+    }
+    return (ts[last] - ts[0]) / runs;
+  };
+  if (!timed) {
+    run(false, nullptr);
+  } else {
+    // Untimed submissions for at least 1 s first (pipelines, caches, and the GPU's clocks: the
+    // H200's rise only under sustained load), then 5 timed ones, the fastest kept.
+    const auto start = std::chrono::steady_clock::now();
+    for (int warm = 0;
+         warm < 10000 && std::chrono::steady_clock::now() - start < std::chrono::seconds(1); ++warm)
+      run(false, nullptr);
+    for (int i = 0; i < 5; ++i) {
+      double main = 0;
+      const double ns = run(main_ns != nullptr, &main);
       if (*gpu_ns == 0 || ns < *gpu_ns) {
         *gpu_ns = ns;
-        if (main_ns) {
-          *main_ns = 0;
-          for (size_t i = 0; i < stamps.main.size(); ++i)
-            if (stamps.main[i]) *main_ns += (ts[i + 2] - ts[i + 1]) / std::max(1, reps);
-        }
+        if (main_ns) *main_ns = main;
       }
-      if (++timed_passes < 5) pass = 0;  // time again
     }
   }
   const float* f = reinterpret_cast<const float*>(host.r.mapped);

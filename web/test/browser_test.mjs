@@ -209,7 +209,8 @@ await step('reload: the cached model loads without a download', async () => {
   const before = served('model.safetensors').length;
   await cdp('Page.reload');
   await waitFor(`document.querySelector('#model-list li[data-model="tiny-trained"] .model-load')?.textContent === 'Load'`);
-  check((await text('storage-estimate')).includes('MiB used'), 'no storage estimate');
+  // The estimate is written after the list (refresh() awaits it last).
+  await waitFor(`document.getElementById('storage-estimate').textContent.includes('MiB used')`);
   await click('#model-list li[data-model="tiny-trained"] .model-load');
   await waitFor(`document.getElementById('model-info').textContent.includes('tiny-trained')`);
   check(served('model.safetensors').length === before, 'the model was downloaded again');

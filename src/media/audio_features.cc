@@ -1,9 +1,10 @@
 #include "media/audio_features.h"
 
-
+#include <algorithm>
 #include <cmath>
-#include <complex>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 #include "core/sha256.h"
 #include "gemma/error.h"
@@ -17,6 +18,8 @@ constexpr int kFft = 512;
 constexpr int kBins = kFft / 2 + 1;
 constexpr int kPadMultiple = 128;
 constexpr double kMelFloor = 1e-3;
+constexpr int kFramesPerThread = 256;
+constexpr int kMaxThreads = 8;
 
 // numpy.hanning(321)[:-1] (window_function(320, "hann", periodic=True)), then float32:
 // 0.5 + 0.5 cos(pi n / 320) for n = -320, -318, ..., 318.
@@ -35,30 +38,70 @@ const std::array<float, kFrameLength>& Window() {
 double HzToMel(double f) { return 2595.0 * std::log10(1.0 + f / 700.0); }
 double MelToHz(double m) { return 700.0 * (std::pow(10.0, m / 2595.0) - 1.0); }
 
-// In-place radix-2 FFT of kFft complex values (double).
-void Fft(std::complex<double>* x) {
-  static const std::vector<std::complex<double>> tw = [] {
-    std::vector<std::complex<double>> t(kFft / 2);
-    for (int k = 0; k < kFft / 2; ++k) t[k] = std::polar(1.0, -2.0 * M_PI * k / kFft);
-    return t;
-  }();
-  for (int i = 1, j = 0; i < kFft; ++i) {
-    int bit = kFft >> 1;
-    for (; j & bit; bit >>= 1) j ^= bit;
-    j ^= bit;
-    if (i < j) std::swap(x[i], x[j]);
-  }
-  for (int len = 2; len <= kFft; len <<= 1) {
-    const int step = kFft / len;
-    for (int i = 0; i < kFft; i += len) {
-      for (int k = 0; k < len / 2; ++k) {
-        const std::complex<double> u = x[i + k], v = x[i + k + len / 2] * tw[k * step];
-        x[i + k] = u + v;
-        x[i + k + len / 2] = u - v;
-      }
+// The magnitudes of the 512-point DFT of a real frame (kFrameLength samples, then zeros), bins 0 to
+// 256, in double: a 256-point complex FFT of the even and odd samples as real and imaginary parts,
+// then the split into the real input's spectrum.
+class RealFft {
+ public:
+  RealFft() {
+    for (int k = 0; k < kHalf; ++k) {
+      const double a = -2.0 * M_PI * k / kHalf;
+      tw_re_[k] = std::cos(a), tw_im_[k] = std::sin(a);
+    }
+    for (int k = 0; k <= kHalf; ++k) {
+      const double a = -2.0 * M_PI * k / kFft;
+      split_re_[k] = std::cos(a), split_im_[k] = std::sin(a);
+    }
+    for (int i = 0; i < kHalf; ++i) {
+      int r = 0;
+      for (int b = 1, j = i; b < kHalf; b <<= 1, j >>= 1) r = (r << 1) | (j & 1);
+      rev_[i] = r;
     }
   }
-}
+
+  // frame[kFrameLength] -> mag[kBins].
+  void Magnitudes(const double* frame, double* mag) const {
+    double re[kHalf], im[kHalf];
+    for (int n = 0; n < kHalf; ++n) {
+      const int r = rev_[n];  // samples 2r and 2r + 1, zero past the frame
+      re[n] = 2 * r < kFrameLength ? frame[2 * r] : 0.0;
+      im[n] = 2 * r + 1 < kFrameLength ? frame[2 * r + 1] : 0.0;
+    }
+    for (int len = 2; len <= kHalf; len <<= 1) {
+      const int half = len / 2, step = kHalf / len;
+      for (int i = 0; i < kHalf; i += len) {
+        for (int k = 0; k < half; ++k) {
+          const double wr = tw_re_[k * step], wi = tw_im_[k * step];
+          const int a = i + k, b = a + half;
+          const double vr = re[b] * wr - im[b] * wi, vi = re[b] * wi + im[b] * wr;
+          re[b] = re[a] - vr, im[b] = im[a] - vi;
+          re[a] += vr, im[a] += vi;
+        }
+      }
+    }
+    for (int k = 0; k <= kHalf; ++k) {
+      const int p = k % kHalf, q = (kHalf - k) % kHalf;
+      // even = (Z[k] + conj Z[N-k]) / 2, odd = (Z[k] - conj Z[N-k]) / 2i, X = even + W^k odd.
+      const double er = 0.5 * (re[p] + re[q]), ei = 0.5 * (im[p] - im[q]);
+      const double or_ = 0.5 * (im[p] + im[q]), oi = -0.5 * (re[p] - re[q]);
+      const double xr = er + split_re_[k] * or_ - split_im_[k] * oi;
+      const double xi = ei + split_re_[k] * oi + split_im_[k] * or_;
+      mag[k] = std::sqrt(xr * xr + xi * xi);
+    }
+  }
+
+ private:
+  static constexpr int kHalf = kFft / 2;
+  double tw_re_[kHalf], tw_im_[kHalf], split_re_[kHalf + 1], split_im_[kHalf + 1];
+  int rev_[kHalf];
+};
+
+// The filter bank's nonzero weights per mel (each triangle covers a few bins): summed in bin order
+// they give the dense product's value exactly (the skipped terms are zeros).
+struct SparseMel {
+  int first = 0;
+  std::vector<double> w;
+};
 
 }  // namespace
 
@@ -112,27 +155,57 @@ AudioFeatures ExtractAudioFeatures(std::span<const float> samples) {
   out.mask.assign(out.frames, 0);
   const std::array<float, kFrameLength>& w = Window();
   const std::vector<double>& bank = MelFilterBank();
-  std::vector<std::complex<double>> buf(kFft);
-  std::vector<double> mag(kBins);
-  std::vector<double> mel(kMelBins);
-  for (int i = 0; i < out.frames; ++i) {
-    const size_t end = static_cast<size_t>(i) * kHop + kFrameLength;  // the frame's last sample
-    const bool valid = end >= left && end < left + real;
-    out.mask[i] = valid ? 1 : 0;
-    if (!valid) continue;  // transformers multiplies invalid frames by 0
-    const float* fr = &x[static_cast<size_t>(i) * kHop];
-    for (int n = 0; n < kFrameLength; ++n) buf[n] = static_cast<double>(fr[n] * w[n]);
-    for (int n = kFrameLength; n < kFft; ++n) buf[n] = 0.0;
-    Fft(buf.data());
-    for (int f = 0; f < kBins; ++f) mag[f] = std::abs(buf[f]);
-    std::fill(mel.begin(), mel.end(), 0.0);
-    for (int f = 0; f < kBins; ++f) {
-      const double* row = &bank[static_cast<size_t>(f) * kMelBins];
-      for (int m = 0; m < kMelBins; ++m) mel[m] += mag[f] * row[m];
+  static const RealFft fft;
+  static const std::vector<SparseMel> sparse = [&bank] {
+    std::vector<SparseMel> s(kMelBins);
+    for (int m = 0; m < kMelBins; ++m) {
+      int lo = kBins, hi = 0;
+      for (int f = 0; f < kBins; ++f) {
+        if (bank[static_cast<size_t>(f) * kMelBins + m] != 0.0) lo = std::min(lo, f), hi = f + 1;
+      }
+      s[m].first = lo < hi ? lo : 0;
+      for (int f = lo; f < hi; ++f) s[m].w.push_back(bank[static_cast<size_t>(f) * kMelBins + m]);
     }
-    float* o = &out.mel[static_cast<size_t>(i) * kMelBins];
-    for (int m = 0; m < kMelBins; ++m) o[m] = static_cast<float>(std::log(mel[m] + kMelFloor));
+    return s;
+  }();
+  // Frames [begin, end): independent, so long clips are split over a few threads.
+  const auto frames = [&](int begin, int end) {
+    double frame[kFrameLength], mag[kBins];
+    for (int i = begin; i < end; ++i) {
+      const size_t last = static_cast<size_t>(i) * kHop + kFrameLength;  // the frame's last sample
+      const bool valid = last >= left && last < left + real;
+      out.mask[i] = valid ? 1 : 0;
+      if (!valid) continue;  // transformers multiplies invalid frames by 0
+      const float* fr = &x[static_cast<size_t>(i) * kHop];
+      for (int n = 0; n < kFrameLength; ++n) frame[n] = static_cast<double>(fr[n] * w[n]);
+      fft.Magnitudes(frame, mag);
+      float* o = &out.mel[static_cast<size_t>(i) * kMelBins];
+      for (int m = 0; m < kMelBins; ++m) {
+        const SparseMel& sm = sparse[m];
+        double e = 0.0;
+        for (size_t j = 0; j < sm.w.size(); ++j) e += mag[sm.first + j] * sm.w[j];
+        o[m] = static_cast<float>(std::log(e + kMelFloor));
+      }
+    }
+  };
+  // About 4 us a frame: threads (at most 8) for blocks of at least 256 frames; where threads
+  // cannot start (a WebAssembly build without them), the caller does every block.
+  const int parts = std::clamp(std::min(static_cast<int>(std::thread::hardware_concurrency()),
+                                        out.frames / kFramesPerThread),
+                               1, kMaxThreads);
+  std::vector<std::thread> helpers;
+  helpers.reserve(parts);
+  for (int p = 1; p < parts; ++p) {
+    const int begin = static_cast<int>(static_cast<int64_t>(out.frames) * p / parts);
+    const int end = static_cast<int>(static_cast<int64_t>(out.frames) * (p + 1) / parts);
+    try {
+      helpers.emplace_back(frames, begin, end);
+    } catch (const std::system_error&) {
+      frames(begin, end);
+    }
   }
+  frames(0, static_cast<int>(static_cast<int64_t>(out.frames) / parts));
+  for (std::thread& t : helpers) t.join();
   out.soft_tokens = AudioSoftTokens(out.mask);
   return out;
 }

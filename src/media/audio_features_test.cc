@@ -61,5 +61,38 @@ TEST(AudioFeatures, LongClipsSplitInto30sChunksAndTooShortIsAnError) {
   EXPECT_EQ(PrepareAudio(x, "x").digest, p.digest);
 }
 
+TEST(AudioFeatures, EveryFrameOfALongClipIsTheFrameOfItsOwnSamples) {
+  // A frame depends only on its 320 samples: frame i + j of a 30 s clip (computed in blocks over
+  // threads) equals frame i of the clip that starts j hops later, for every i past that clip's
+  // zero prefix and before its end.
+  std::vector<float> x(kAudioChunkSamples);
+  uint32_t r = 12345;
+  for (float& v : x) {
+    r = r * 1664525u + 1013904223u;
+    v = 0.4f * std::sin(0.003f * static_cast<float>(&v - x.data())) +
+        0.2f * (static_cast<float>(r >> 8) / 16777216.0f - 0.5f);
+  }
+  const AudioFeatures full = ExtractAudioFeatures(x);
+  ASSERT_EQ(full.frames, 2999);  // (480,000 + 160 - 321) / 160 + 1
+  for (int j : {0, 1, 777, 1499, 1500, 2250, 2900}) {
+    SCOPED_TRACE(j);
+    const size_t at = static_cast<size_t>(j) * 160;
+    const std::span<const float> tail(x.data() + at, std::min<size_t>(16000, x.size() - at));
+    const AudioFeatures part = ExtractAudioFeatures(tail);
+    int compared = 0;
+    for (int i = 1; i < part.frames && i + j < full.frames; ++i) {
+      if (!part.mask[i]) continue;
+      ASSERT_TRUE(full.mask[i + j]);
+      for (int m = 0; m < kMelBins; ++m) {
+        ASSERT_EQ(part.mel[static_cast<size_t>(i) * kMelBins + m],
+                  full.mel[static_cast<size_t>(i + j) * kMelBins + m])
+            << "frame " << i + j << " mel " << m;
+      }
+      ++compared;
+    }
+    EXPECT_GT(compared, 50);
+  }
+}
+
 }  // namespace
 }  // namespace gemma::media

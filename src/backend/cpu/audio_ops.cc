@@ -146,24 +146,12 @@ void FeedForward(const VisionKernels& kern, const AudioLayerWeights::FeedForward
   for (size_t i = 0; i < h.size(); ++i) h[i] += x[i] * c.residual_weight;
 }
 
-// The relative-position keys R[p] = relative_k_proj(sinusoid(p)) for p = 0..context_left - 1,
-// the sinusoid as transformers' Gemma4AudioRelPositionalEncoding computes it in f32.
+// The relative-position keys R[p] = relative_k_proj(sinusoid(p)) for p = 0..context_left - 1.
 std::vector<float> RelativeKeys(const VisionKernels& kern, const AudioLayerWeights& w,
                                 const AudioConfig& c) {
-  const int D = c.hidden_size, half = D / 2, P = c.context_left;
-  const float inc = static_cast<float>(std::log(10000.0) / std::max(half - 1, 1));
-  std::vector<float> inv(half);
-  for (int i = 0; i < half; ++i) inv[i] = std::exp(static_cast<float>(i) * -inc);
-  std::vector<float> pe(static_cast<size_t>(P) * D);
-  for (int p = 0; p < P; ++p) {
-    for (int i = 0; i < half; ++i) {
-      const float st = static_cast<float>(p) * inv[i];
-      pe[static_cast<size_t>(p) * D + i] = std::sin(st);
-      pe[static_cast<size_t>(p) * D + half + i] = std::cos(st);
-    }
-  }
-  std::vector<float> r(static_cast<size_t>(P) * D);
-  kern.Linear(w.relative_k, pe.data(), P, r.data());
+  const std::vector<float> pe = AudioRelativePositions(c);
+  std::vector<float> r(pe.size());
+  kern.Linear(w.relative_k, pe.data(), c.context_left, r.data());
   return r;
 }
 
@@ -176,8 +164,7 @@ void Attention(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
   ClippedForward(kern, w.v, x.data(), n, v.data());
   const float q_scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5) / std::log(2.0));
   const float k_scale = static_cast<float>(std::log(1.0 + std::exp(1.0)) / std::log(2.0));
-  std::vector<float> sp(hd);
-  for (int e = 0; e < hd; ++e) sp[e] = Softplus(w.per_dim_scale[e]);
+  const std::vector<float> sp = AudioDimScale(w);
   for (int t = 0; t < n; ++t) {
     for (int i = 0; i < D; ++i) {
       float& qv = q[static_cast<size_t>(t) * D + i];
@@ -264,6 +251,28 @@ void LightConv(const VisionKernels& kern, const AudioLayerWeights& w, const Audi
 }
 
 }  // namespace
+
+std::vector<float> AudioRelativePositions(const AudioConfig& c) {
+  const int D = c.hidden_size, half = D / 2, P = c.context_left;
+  const float inc = static_cast<float>(std::log(10000.0) / std::max(half - 1, 1));
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) inv[i] = std::exp(static_cast<float>(i) * -inc);
+  std::vector<float> pe(static_cast<size_t>(std::max(P, 0)) * D);
+  for (int p = 0; p < P; ++p) {
+    for (int i = 0; i < half; ++i) {
+      const float st = static_cast<float>(p) * inv[i];
+      pe[static_cast<size_t>(p) * D + i] = std::sin(st);
+      pe[static_cast<size_t>(p) * D + half + i] = std::cos(st);
+    }
+  }
+  return pe;
+}
+
+std::vector<float> AudioDimScale(const AudioLayerWeights& w) {
+  std::vector<float> sp(w.per_dim_scale.size());
+  for (size_t e = 0; e < sp.size(); ++e) sp[e] = Softplus(w.per_dim_scale[e]);
+  return sp;
+}
 
 std::vector<float> AudioTowerForward(const AudioTower& t, const AudioMel& mel,
                                      const VisionKernels& kern) {

@@ -29,6 +29,12 @@ namespace gemma::ref {
 // [soft tokens, output_proj_dims]. `kernels` supplies the linears (a faster backend's).
 std::vector<float> AudioTowerForward(const AudioTower& tower, const AudioMel& mel,
                                      const VisionKernels& kernels = VisionKernels());
+// The attention's inputs that depend on the weights alone (the Vulkan tower computes the rest of
+// the attention itself): the sinusoidal relative positions 0 .. context_left - 1 [context_left,
+// hidden] (f32, as transformers' Gemma4AudioRelPositionalEncoding), which relative_k_proj turns
+// into the relative keys, and softplus(per_dim_scale) (torch's: beta 1, threshold 20).
+std::vector<float> AudioRelativePositions(const AudioConfig& c);
+std::vector<float> AudioDimScale(const AudioLayerWeights& w);
 // embed_audio on n rows: [n, text hidden].
 std::vector<float> EmbedAudio(const AudioTower& tower, const std::vector<float>& x, int n,
                               const VisionKernels& kernels = VisionKernels());

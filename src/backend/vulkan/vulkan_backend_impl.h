@@ -110,6 +110,8 @@ struct NormPush {
   uint32_t n, has_t, has_a, has_wa;
   float scale, eps;
   uint32_t h_stride, t_stride, a_stride, h_row0;
+  uint32_t flags = 0;  // the audio tower's (resnorm.comp): clamps at +-clip, SiLU, t_scale
+  float clip = 0, t_scale = 0;
 };
 struct RopePush {
   uint32_t nh, nkv, hd, ring, rot;

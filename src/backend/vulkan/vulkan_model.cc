@@ -133,10 +133,12 @@ class VulkanModel : public BackendModel {
             static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
       tower_device_ = w;
       // CM_DENSE and ATTN_CM as for the text model's dense prompt linears and prompt attention
-      // (matrix units where the device has them).
+      // (matrix units where the device has them); AUDIO_RESIDENT 0: the audio tower's earlier
+      // split path (benchmarks compare it).
       const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
       tower_ = std::make_unique<VulkanTower>(*w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0,
-                                             kc.Get("ATTN_CM", 1) != 0);
+                                             kc.Get("ATTN_CM", 1) != 0,
+                                             kc.Get("AUDIO_RESIDENT", 1) != 0);
     }
     try {
       run(*tower_);

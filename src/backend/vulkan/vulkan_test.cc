@@ -584,7 +584,7 @@ TEST(VulkanBackend, SoftTokensMatchReferenceAcrossChunksStepsAndReplay) {
   }
 }
 
-// The towers on the device (vulkan_tower.h: the vision tower resident, the audio tower's linears)
+// The towers on the device (vulkan_tower.h: both towers resident; the audio tower's split path)
 // against the CPU reference's towers, per soft token (the second image grows the resident path's
 // activations): synthetic checkpoints with both towers, dense (bf16) and in
 // the QAT layout (int8 vision, int2 / int4 audio linears, no SRQ: all on the device), random
@@ -640,6 +640,11 @@ TEST(VulkanTower, MatchesReferenceTowers) {
     vm->EncodeAudio({frames, mel.data(), mask.data()}, &a);
     ref->EncodeAudio({frames, mel.data(), mask.data()}, &b);
     expect_tokens(a, b, "audio 200 frames");
+    // The split path (AUDIO_RESIDENT=0; towers the resident path does not take run it).
+    VulkanOptions split;
+    split.kernels = KernelConfig::Parse("AUDIO_RESIDENT=0");
+    CreateVulkanModel(model, split)->EncodeAudio({frames, mel.data(), mask.data()}, &a);
+    expect_tokens(a, b, "audio 200 frames, split path");
   }
 }
 

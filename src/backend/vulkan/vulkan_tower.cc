@@ -8,6 +8,7 @@
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/cpu/vision_ops.h"
+#include "backend/vulkan/tower_record.h"
 #include "backend/vulkan/vulkan_backend_impl.h"  // KindCode
 #include "core/thread_pool.h"
 #include "gemma/error.h"
@@ -73,11 +74,7 @@ size_t TowerAligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlig
 // Floats per operand a pass of tower_gemm takes (larger inputs run in passes of fewer tokens).
 constexpr size_t kPassFloats = size_t{16} << 20;
 
-// tower_gemm.comp's push constants.
-struct GemmPush {
-  uint32_t n, K, N, wstride, flags;
-  float in_min, in_max, out_min, out_max;
-};
+}  // namespace
 
 GemmPush MakeGemmPush(const gemma::Linear& lin, uint32_t wstride, int n) {
   GemmPush pc{};
@@ -88,8 +85,6 @@ GemmPush MakeGemmPush(const gemma::Linear& lin, uint32_t wstride, int n) {
   return pc;
 }
 
-// A clippable linear's bounds into tower_gemm's push constants (infinite bounds: no clamp, as
-// ref::ClippedForward).
 void SetClamps(const ClippedLinear& cl, GemmPush* pc) {
   if (std::isfinite(cl.in_min) || std::isfinite(cl.in_max)) pc->flags |= 1;
   if (std::isfinite(cl.out_min) || std::isfinite(cl.out_max)) pc->flags |= 2;
@@ -99,7 +94,6 @@ void SetClamps(const ClippedLinear& cl, GemmPush* pc) {
   pc->out_max = cl.out_max;
 }
 
-// Resets `cmd` and begins it for one submission.
 void BeginOneTime(VkCommandBuffer cmd) {
   vkResetCommandBuffer(cmd, 0);
   VkCommandBufferBeginInfo bi{};
@@ -109,7 +103,6 @@ void BeginOneTime(VkCommandBuffer cmd) {
     throw Error(ErrorCode::kDevice, "vulkan: vkBeginCommandBuffer failed");
 }
 
-// Records one dispatch of `shader` into `cmd`, then a barrier: its writes before what follows.
 void RecordDispatch(vk::Device& dev, VkCommandBuffer cmd, const char* shader,
                     const std::vector<uint32_t>& spec, const std::array<BufRange, vk::kBindings>& b,
                     const void* push, size_t push_bytes, uint32_t gx, uint32_t gy,
@@ -124,26 +117,25 @@ void RecordDispatch(vk::Device& dev, VkCommandBuffer cmd, const char* shader,
   dev.Barrier(cmd, barrier);
 }
 
-// Workgroups of 256 for `count` elements (tower_ew, tower_pool): x at most 65,535, the rest in y.
 std::pair<uint32_t, uint32_t> Grid256(size_t count) {
   const size_t groups = std::max<size_t>(1, (count + 255) / 256);
   const size_t gx = std::min<size_t>(groups, 65535);
   return {static_cast<uint32_t>(gx), static_cast<uint32_t>((groups + gx - 1) / gx)};
 }
 
-}  // namespace
-
 bool DeviceTowerLinear(const gemma::Linear& lin) {
   return lin.data && lin.rows > 0 && lin.cols > 0 && lin.in_scale == 0 && lin.out_scale == 0 &&
          (!IsQuantized(lin.kind) || lin.row_scale);
 }
 
-VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm)
+VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm,
+                         bool audio_resident)
     : pool_(pool),
       wdev_(device.NewContext()),
       coop_(dense_cm && device.coop_matrix() && device.max_shared_bytes() >= kLinearCmShared),
       attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
-               device.max_shared_bytes() >= kAttnCmShared) {}
+               device.max_shared_bytes() >= kAttnCmShared),
+      audio_resident_(audio_resident) {}
 
 VulkanTower::~VulkanTower() = default;
 
@@ -171,6 +163,7 @@ void VulkanTower::EncodeAudio(const Model& model, const AudioMel& audio, std::ve
     FastEncodeAudio(model, pool_, audio, soft);
     return;
   }
+  if (audio_resident_ && EncodeAudioResident(*t, audio, soft)) return;
   const std::unique_ptr<ref::VisionKernels> host = MakeFastTowerKernels(pool_, /*f32_ops=*/false);
   const DeviceKernels kernels(*this, *host);
   const std::vector<float> out = ref::AudioTowerForward(*t, audio, kernels);
@@ -213,6 +206,63 @@ void VulkanTower::UploadFloats(const std::vector<const std::vector<float>*>& vs)
     wdev_->Upload(r, 0, v->data(), v->size() * 4);
     floats_.emplace(v->data(), r);
   }
+}
+
+void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma::Linear& lin,
+                               const ClippedLinear* clamps, const BufRange& x, const BufRange& y,
+                               int rows, const SplitBufs& split) {
+  using Bindings = std::array<BufRange, vk::kBindings>;
+  auto dispatch = [&](const char* shader, const std::vector<uint32_t>& spec, const Bindings& b,
+                      const void* push, size_t push_bytes, uint32_t gx, uint32_t gy) {
+    RecordDispatch(dev, cmd, shader, spec, b, push, push_bytes, gx, gy,
+                   vk::Device::BarrierKind::kCompute);
+  };
+  const Weights& wt = Upload(lin);
+  GemmPush pc = MakeGemmPush(lin, wt.wstride, rows);
+  if (clamps) SetClamps(*clamps, &pc);
+  if (coop_ && (lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16) &&
+      lin.cols % 8 == 0 && wt.w.offset % 16 == 0) {
+    // Dense weights on matrix units: the inputs (clamped) as hi + lo f16 terms scaled per
+    // token (split_f16.comp), then linear_cm.comp (f32 sums of each 64-column tile's products).
+    const uint32_t ld = static_cast<uint32_t>((lin.cols + 63) / 64 * 8);
+    SplitQPush sp{pc.K, pc.K, 0, ld, 0, 0, 0};
+    sp.lo = pc.in_min;
+    sp.hi = pc.in_max;
+    Bindings qb{};
+    qb[2] = x;
+    qb[3] = split.xh;
+    qb[4] = split.xl;
+    qb[9] = split.ts;
+    dispatch("split_f16", {0u, 0u, pc.flags & 1u}, qb, &sp, sizeof(sp), 1,
+             static_cast<uint32_t>(rows));
+    LinPush cp{};
+    cp.rows = pc.N;
+    cp.cols = pc.K;
+    cp.wstride = wt.wstride;
+    cp.x_stride = pc.K;
+    cp.y_stride = pc.N;
+    cp.ntok = static_cast<uint32_t>(rows);
+    cp.xq_ld = ld;
+    cp.cm_out_lo = pc.out_min;
+    cp.cm_out_hi = pc.out_max;
+    Bindings b{};
+    b[0] = wt.w;
+    b[3] = y;
+    b[7] = split.xh;
+    b[8] = split.xl;
+    b[9] = split.ts;
+    dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp, sizeof(cp),
+             static_cast<uint32_t>((rows + 127) / 128),
+             static_cast<uint32_t>((lin.rows + 63) / 64));
+    return;
+  }
+  Bindings b{};
+  b[0] = x;
+  b[1] = wt.w;
+  b[2] = wt.s;
+  b[3] = y;
+  dispatch("tower_gemm", {0u, KindCode(lin.kind)}, b, &pc, sizeof(pc),
+           static_cast<uint32_t>((lin.rows + 63) / 64), static_cast<uint32_t>((rows + 63) / 64));
 }
 
 bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches& img,
@@ -327,55 +377,10 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
     RecordDispatch(dev, cmd, shader, spec, b, push, push_bytes, gx, gy,
                    vk::Device::BarrierKind::kCompute);
   };
+  const SplitBufs split{ib_.xh, ib_.xl, ib_.ts};
   auto gemm = [&](const gemma::Linear& lin, const ClippedLinear* clamps, const BufRange& x,
-                  const BufRange& y, int rows) {
-    const Weights& wt = Upload(lin);
-    GemmPush pc = MakeGemmPush(lin, wt.wstride, rows);
-    if (clamps) SetClamps(*clamps, &pc);
-    if (coop_ && (lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16) &&
-        lin.cols % 8 == 0 && wt.w.offset % 16 == 0) {
-      // Dense weights on matrix units: the inputs (clamped) as hi + lo f16 terms scaled per
-      // token (split_f16.comp), then linear_cm.comp (f32 sums of each 64-column tile's products).
-      const uint32_t ld = static_cast<uint32_t>((lin.cols + 63) / 64 * 8);
-      SplitQPush sp{pc.K, pc.K, 0, ld, 0, 0, 0};
-      sp.lo = pc.in_min;
-      sp.hi = pc.in_max;
-      Bindings qb{};
-      qb[2] = x;
-      qb[3] = ib_.xh;
-      qb[4] = ib_.xl;
-      qb[9] = ib_.ts;
-      dispatch("split_f16", {0u, 0u, pc.flags & 1u}, qb, &sp, sizeof(sp), 1,
-               static_cast<uint32_t>(rows));
-      LinPush cp{};
-      cp.rows = pc.N;
-      cp.cols = pc.K;
-      cp.wstride = wt.wstride;
-      cp.x_stride = pc.K;
-      cp.y_stride = pc.N;
-      cp.ntok = static_cast<uint32_t>(rows);
-      cp.xq_ld = ld;
-      cp.cm_out_lo = pc.out_min;
-      cp.cm_out_hi = pc.out_max;
-      Bindings b{};
-      b[0] = wt.w;
-      b[3] = y;
-      b[7] = ib_.xh;
-      b[8] = ib_.xl;
-      b[9] = ib_.ts;
-      dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp, sizeof(cp),
-               static_cast<uint32_t>((rows + 127) / 128),
-               static_cast<uint32_t>((lin.rows + 63) / 64));
-      return;
-    }
-    Bindings b{};
-    b[0] = x;
-    b[1] = wt.w;
-    b[2] = wt.s;
-    b[3] = y;
-    dispatch("tower_gemm", {0u, KindCode(lin.kind)}, b, &pc, sizeof(pc),
-             static_cast<uint32_t>((lin.rows + 63) / 64), static_cast<uint32_t>((rows + 63) / 64));
-  };
+                  const BufRange& y,
+                  int rows) { RecordLinear(dev, cmd, lin, clamps, x, y, rows, split); };
   auto clipped = [&](const ClippedLinear& cl, const BufRange& x, const BufRange& y) {
     gemm(cl.lin, &cl, x, y, n);
   };

@@ -1,13 +1,21 @@
 #version 450
 // Residual epilogue and RMSNorm, one workgroup per token:
-//   if HAS_T: h = (h + rmsnorm(t) * wt) * scale      (sandwich-norm residual, layer_scalar)
-//   if HAS_A: a = rmsnorm(h) * wa                      (next linear's input norm)
-// rmsnorm(x) = x * pow(mean(x^2) + eps, -0.5), f32 like transformers.
+//   if HAS_T 1: h = (h + rmsnorm(t) * wt [* t_scale]) * scale   (sandwich-norm residual,
+//               layer_scalar; t_scale: the audio tower's half-step feed-forward residual)
+//   if HAS_T 2: h = (h + t) * scale                              (plain residual)
+//   if HAS_A:   a = rmsnorm(h) * wa [then SiLU]                  (next linear's input norm)
+// rmsnorm(x) = x * pow(mean(x^2) + eps, -0.5), f32 like transformers. The audio tower's clamps
+// (flags 1: t, 2: h as the norm of a reads it) at +-clip are applied as the values are read
+// (its ref::Clamp before each norm).
+// LN 1 (the audio tower's SSCP): h = max(layernorm(h) * wa, 0) in place (LayerNorm over the row's
+// n channels, weight, no bias; mean and variance in double, as ref's ConvBlock), nothing else.
+// Rows: workgroup x + y * (groups in x).
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_shader_subgroup_basic : enable
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint LN = 0;
 layout(std430, binding = 0) buffer H { float h[]; };
 layout(std430, binding = 1) readonly buffer T { float tin[]; };
 layout(std430, binding = 2) readonly buffer WT { float wt[]; };
@@ -20,6 +28,8 @@ layout(push_constant) uniform P {
   float scale, eps;
   uint h_stride, t_stride, a_stride;
   uint h_row0;  // token row of h for workgroup 0 (head: first output row)
+  uint flags;   // 1: clamp t, 2: clamp h for a (both at +-clip), 4: SiLU on a, 8: t_scale
+  float clip, t_scale;
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -35,29 +45,63 @@ double BlockSum(double v) {
   return tot;
 }
 
+float TIn(uint i) {
+  const float v = tin[i];
+  return (p.flags & 1u) != 0u ? min(max(v, -p.clip), p.clip) : v;
+}
+
+float HIn(uint i) {
+  const float v = h[i];
+  return (p.flags & 2u) != 0u ? min(max(v, -p.clip), p.clip) : v;
+}
+
 void main() {
   const uint tid = gl_LocalInvocationID.x;
-  const uint row = gl_WorkGroupID.x;
+  const uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
   const uint hb = (row + p.h_row0) * p.h_stride;
+  if (LN == 1) {
+    double s = 0.0LF;
+    for (uint i = tid; i < p.n; i += WG) s += double(h[hb + i]);
+    const double mean = BlockSum(s) / double(p.n);
+    double ss = 0.0LF;
+    for (uint i = tid; i < p.n; i += WG) {
+      const double d = double(h[hb + i]) - mean;
+      ss = fma(d, d, ss);
+    }
+    const double inv = 1.0LF / sqrt(BlockSum(ss) / double(p.n) + double(p.eps));
+    for (uint i = tid; i < p.n; i += WG) {
+      precise float y = float((double(h[hb + i]) - mean) * inv) * wa[i];
+      h[hb + i] = max(y, 0.0);
+    }
+    return;
+  }
   if (p.has_t != 0) {
     const uint tb = row * p.t_stride;
-    double ss = 0.0LF;
-    for (uint i = tid; i < p.n; i += WG) ss = fma(double(tin[tb + i]), double(tin[tb + i]), ss);
-    const float r = RmsFactor(BlockSum(ss), p.n, p.eps);
+    float r = 1.0;
+    if (p.has_t == 1) {
+      double ss = 0.0LF;
+      for (uint i = tid; i < p.n; i += WG) ss = fma(double(TIn(tb + i)), double(TIn(tb + i)), ss);
+      r = RmsFactor(BlockSum(ss), p.n, p.eps);
+    }
     for (uint i = tid; i < p.n; i += WG) {
-      precise float v = (tin[tb + i] * r) * wt[i];
+      precise float v = p.has_t == 1 ? (TIn(tb + i) * r) * wt[i] : tin[tb + i];
+      if ((p.flags & 8u) != 0u) v = v * p.t_scale;
       precise float o = (h[hb + i] + v) * p.scale;
       h[hb + i] = o;
     }
   }
   if (p.has_a != 0) {
     double ss = 0.0LF;
-    for (uint i = tid; i < p.n; i += WG) ss = fma(double(h[hb + i]), double(h[hb + i]), ss);
+    for (uint i = tid; i < p.n; i += WG) ss = fma(double(HIn(hb + i)), double(HIn(hb + i)), ss);
     const float r = RmsFactor(BlockSum(ss), p.n, p.eps);
     const uint ab = row * p.a_stride;
     for (uint i = tid; i < p.n; i += WG) {
-      precise float v = h[hb + i] * r;
+      precise float v = HIn(hb + i) * r;
       precise float o = p.has_wa != 0 ? v * wa[i] : v;
+      if ((p.flags & 4u) != 0u) {
+        precise float s = o / (1.0 + exp(-o));
+        o = s;
+      }
       a[ab + i] = o;
     }
   }

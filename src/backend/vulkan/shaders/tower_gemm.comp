@@ -8,13 +8,19 @@
 // `wstride` u32 words apart. Grid: (blocks of 64 rows of w, blocks of 64 tokens); 256 invocations,
 // each 4 x 4 outputs. A clippable linear's bounds (flags 1: inputs, 2: outputs) clamp x as it is
 // loaded and y as it is stored (ref::ClippedForward).
+// CONV 1 (the audio tower's SSCP convolutions, f32 weights [cout][cin][3][3]): x is the im2col of
+// a Conv2d(3x3, stride 2, pad 1) read in place: token t is output position (t / F2, t % F2), column
+// c = ci 9 + kt 3 + kf; the input is channels-last [T][F][cin], its frames masked (mask[ti
+// mstride] == 0: zeros, as the reference multiplies them by 0), padding taps zeros.
 layout(local_size_x = 256) in;
 layout(constant_id = 1) const uint KIND = 1;
+layout(constant_id = 2) const uint CONV = 0;
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer W { uint w[]; };
 layout(std430, binding = 2) readonly buffer S { float scale[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer M { uint mask[]; };  // CONV: per input frame
 
 layout(push_constant) uniform P {
   uint n;        // tokens
@@ -23,6 +29,7 @@ layout(push_constant) uniform P {
   uint wstride;  // u32 words per row of w
   uint flags;    // 1: clamp x to [in_min, in_max]; 2: clamp y to [out_min, out_max]
   float in_min, in_max, out_min, out_max;
+  uint cT, cF, cin, cF2, mstride;  // CONV: input frames, input freq, channels, output freq, mask
 } p;
 
 const uint BM = 64, BN = 64, BK = 32;
@@ -56,6 +63,15 @@ float Weight(uint r, uint c) {
   return float(code);
 }
 
+// CONV: the im2col value at token t, column c.
+float ConvIn(uint t, uint c) {
+  const uint to = t / p.cF2, fo = t % p.cF2, ci = c / 9u, r = c % 9u;
+  const int ti = int(2u * to + r / 3u) - 1, fi = int(2u * fo + r % 3u) - 1;
+  if (ti < 0 || ti >= int(p.cT) || fi < 0 || fi >= int(p.cF)) return 0.0;
+  if (mask[uint(ti) * p.mstride] == 0u) return 0.0;
+  return x[(uint(ti) * p.cF + uint(fi)) * p.cin + ci];
+}
+
 void main() {
   const uint lid = gl_LocalInvocationID.x;
   const uint tx = lid % 16u, ty = lid / 16u;  // outputs: rows r0 + tx * 4 + j, tokens t0 + ty * 4 + i
@@ -69,7 +85,7 @@ void main() {
       const uint idx = lid + e * 256u;
       const uint row = idx / BK, col = idx % BK;
       const uint t = t0 + row, r = r0 + row, c = k0 + col;
-      float xv = t < p.n && c < p.K ? x[t * p.K + c] : 0.0;
+      float xv = t < p.n && c < p.K ? (CONV == 1 ? ConvIn(t, c) : x[t * p.K + c]) : 0.0;
       if ((p.flags & 1u) != 0u) xv = min(max(xv, p.in_min), p.in_max);
       xs[row][col] = xv;
       ws[row][col] = r < p.N && c < p.K ? Weight(r, c) : 0.0;

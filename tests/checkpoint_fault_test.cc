@@ -17,6 +17,7 @@
 
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "model/model.h"
 #include "model/synth.h"
 
 namespace gemma {
@@ -79,6 +80,58 @@ TEST(CheckpointFault, TruncatedInPlaceWhileMappedIsSigbusAsDocumented) {
       << "status " << status
       << ": docs/reliability.md says a checkpoint truncated in place while "
          "loaded ends the process with SIGBUS";
+  fs::remove_all(dir);
+}
+
+// Read instead of mapped (EngineOptions::mmap = false, as on a file system that cannot map): the
+// same answers on every CPU backend with the per-layer embedding table left in the file; that
+// file truncated in place under the engine costs the next generation a typed Error(kIo) (its
+// PLE rows cannot be read), not a SIGBUS, and the session keeps its history: with the file
+// restored, the same request answers as on an engine that never saw the fault.
+TEST(CheckpointFault, ReadInsteadOfMappedAnswersAlikeAndATruncationIsAnIoError) {
+  const std::string dir = Scratch("nommap");
+  Synthesize({.preset = "tiny", .out_dir = dir, .seed = 4, .vocab_size = 1024});
+  const fs::path file = fs::path(dir) / "model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  {
+    const auto model = Model::Load(dir, /*mmap=*/false);
+    ASSERT_GT(model->ple_embed().rows, 0);
+    EXPECT_EQ(model->ple_embed().data, nullptr) << "the PLE table was read into memory";
+    EXPECT_NE(model->embed().data, nullptr);
+    EXPECT_NE(Model::Load(dir)->ple_embed().data, nullptr);
+  }
+  GenerateOptions g;
+  g.max_new_tokens = 6;
+  const Input first = Input::Ids({2, 10, 20, 30}), second = Input::Ids({40, 50, 60});
+  for (const char* backend : {"cpu", "cpu-ref"}) {
+    SCOPED_TRACE(backend);
+    EngineOptions o{.model_path = dir, .backend = backend, .context_capacity = 256, .threads = 1};
+    auto mapped = Engine::Load(o);
+    auto control = mapped->NewSession();
+    const std::vector<int32_t> want1 = control->Generate(first, g).tokens;
+    const std::vector<int32_t> want2 = control->Generate(second, g).tokens;
+    o.mmap = false;
+    auto engine = Engine::Load(o);
+    auto s = engine->NewSession();
+    EXPECT_EQ(s->Generate(first, g).tokens, want1);
+    fs::resize_file(file, 4096);
+    try {
+      s->Generate(second, g);
+      ADD_FAILURE() << "generated from a truncated checkpoint";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+    }
+    {
+      std::fstream out(file, std::ios::binary | std::ios::in | std::ios::out);  // the same inode
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    EXPECT_EQ(s->Generate(second, g).tokens, want2);
+  }
   fs::remove_all(dir);
 }
 

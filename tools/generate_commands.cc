@@ -25,6 +25,7 @@ struct CommonOpts {
   int context = 32768;
   int threads = 0;
   size_t device_memory_mib = 0;
+  bool no_mmap = false;
   GenerateOptions gen;
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
@@ -51,6 +52,9 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--device-memory", o.device_memory_mib,
                   "Vulkan: device memory the engine may use, in MiB (0 = the device's largest "
                   "heap); past it a clear capacity error (auto: the CPU backend)");
+  cmd->add_flag("--no-mmap", o.no_mmap,
+                "Read the checkpoint into memory instead of mapping it (the per-layer embedding "
+                "table stays in the file, read a row per token)");
   GenerateOptions& g = o.gen;
   cmd->add_option("--image", o.images,
                   "Image file (PNG, JPEG, WebP, BMP, GIF; repeatable), placed before the text");
@@ -202,7 +206,8 @@ std::shared_ptr<Engine> Open(const CommonOpts& o, const GenerateOptions& g) {
                               .backend = o.backend,
                               .context_capacity = o.context,
                               .threads = o.threads,
-                              .device_memory_limit = o.device_memory_mib << 20});
+                              .device_memory_limit = o.device_memory_mib << 20,
+                              .mmap = !o.no_mmap});
   if (engine->backend_device_is_cpu()) {
     std::fprintf(stderr,
                  "warning: the Vulkan device '%s' is a CPU emulation (far slower than "

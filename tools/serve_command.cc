@@ -18,6 +18,7 @@ void AddServeCommand(CLI::App& app) {
     std::string model, tokenizer, backend = "cpu", alias;
     int context = 8192, threads = 0, max_batch = 16;
     size_t device_memory_mib = 0;
+    bool no_mmap = false;
     server::ServerOptions server;
   };
   auto o = std::make_shared<Opts>();
@@ -38,6 +39,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--device-memory", o->device_memory_mib,
                   "Vulkan: device memory the engine may use, in MiB (0 = the device's largest "
                   "heap); past it a clear capacity error (auto: the CPU backend)");
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "Read the checkpoint into memory instead of mapping it (the per-layer embedding "
+                "table stays in the file, read a row per token)");
   cmd->add_option("--alias", o->alias,
                   "Model id clients use (default: ORG/NAME for a Hub model, else the model "
                   "directory name)");
@@ -86,7 +90,8 @@ void AddServeCommand(CLI::App& app) {
                                 .context_capacity = o->context,
                                 .threads = o->threads,
                                 .max_batch = o->max_batch,
-                                .device_memory_limit = o->device_memory_mib << 20});
+                                .device_memory_limit = o->device_memory_mib << 20,
+                                .mmap = !o->no_mmap});
     server::ServerOptions so = o->server;
     so.model_id = o->alias;
     if (so.model_id.empty() && from_hub) {

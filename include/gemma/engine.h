@@ -59,6 +59,11 @@ struct EngineOptions {
   // replays each session's history (as after a lost device). 0: 60 s on a GPU, 600 s on a CPU
   // Vulkan device.
   double device_step_timeout_s = 0;
+  // false: the checkpoint is read into memory instead of mapped (as on a file system that cannot
+  // map it: the browser's, some network mounts), except the per-layer embedding table (E2B: 1.1 GiB
+  // of QAT's 2.3), which stays in the file and is read a row per token. A file changed under a
+  // loaded engine then costs a typed Error(kIo) at the next read, not a SIGBUS.
+  bool mmap = true;
 };
 
 // One image of a request. With Input::text or Input::messages every "<|image|>" placeholder (the

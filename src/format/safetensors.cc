@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -93,13 +94,13 @@ std::string TensorInfo::ShapeString() const {
   return s + "]";
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path)
-    : file_(std::make_unique<MappedFile>(path)) {
+SafetensorsFile::SafetensorsFile(const std::string& path, const DeferTensor& defer, bool map)
+    : file_(std::make_unique<MappedFile>(path, MappedFile::Unmappable::kOnDemand, map)) {
   const uint8_t* base = file_->data();
   const uint64_t size = file_->size();
   if (size < 8) Fail(path, "file is " + std::to_string(size) + " bytes, too short for a header");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, base, 8);  // little-endian u64 (all supported hosts are little-endian)
+  file_->Read(0, 8, &header_len);  // little-endian u64 (all supported hosts are little-endian)
   if (header_len > kMaxHeaderBytes) {
     Fail(path, "header length " + std::to_string(header_len) + " exceeds the 100 MB bound");
   }
@@ -107,15 +108,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
     Fail(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
                    std::to_string(size) + "-byte file (truncated?)");
   }
+  std::string read_header;  // an unmapped file's header
+  if (!base) {
+    read_header.resize(header_len);
+    file_->Read(8, header_len, read_header.data());
+  }
+  const std::string_view header_text =
+      base ? std::string_view(reinterpret_cast<const char*>(base + 8), header_len)
+           : std::string_view(read_header);
   json header;
-  const std::string_view header_text(reinterpret_cast<const char*>(base + 8), header_len);
   if (const size_t at = JsonTextDepthExceeded(header_text); at != std::string::npos) {
     Fail(path, "header nests deeper than " + std::to_string(kMaxJsonDepth) +
                    " arrays/objects (the limit) at byte " + std::to_string(8 + at));
   }
   try {
-    header = json::parse(reinterpret_cast<const char*>(base + 8),
-                         reinterpret_cast<const char*>(base + 8 + header_len));
+    header = json::parse(header_text.begin(), header_text.end());
   } catch (const json::exception& e) {
     Fail(path, std::string("header is not valid JSON: ") + e.what());
   }
@@ -173,9 +180,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
       where("byte length " + std::to_string(e - b) + " does not match " + dtype + " x " +
             t.ShapeString() + " = " + std::to_string(expect));
     }
-    t.data = base + data_start + b;
+    t.data = base ? base + data_start + b : nullptr;
     t.nbytes = e - b;
     t.file = &file_->path();
+    t.offset = data_start + b;
     auto [pos, inserted] = tensors_.emplace(name, std::move(t));
     spans.push_back({b, e, &pos->first});
   }
@@ -185,6 +193,70 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
     if (spans[i].begin < spans[i - 1].end) {
       Fail(path, "tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name + "' overlap");
     }
+  }
+  if (!base) ReadTensors(defer);
+}
+
+SafetensorsFile::~SafetensorsFile() { std::free(buffer_); }
+
+void SafetensorsFile::ReadTensors(const DeferTensor& defer) {
+  // The kept tensors in file order, packed into one buffer where each starts at its file offset
+  // modulo 64 (the alignment a mapping gives them); tensors adjacent in the file stay adjacent, so
+  // each run of them is one read.
+  constexpr size_t kAlign = 64;
+  std::vector<TensorInfo*> kept;
+  size_t deferred_bytes = 0;
+  for (auto& [name, t] : tensors_) {
+    if (t.nbytes > 0 && defer && defer(name)) {
+      t.deferred = true;
+      deferred_bytes += t.nbytes;
+    } else if (t.nbytes > 0) {
+      kept.push_back(&t);
+    }
+  }
+  std::sort(kept.begin(), kept.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  std::vector<size_t> at(kept.size());
+  size_t end = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const uint64_t off = kept[i]->offset;
+    if (i > 0 && off == kept[i - 1]->offset + kept[i - 1]->nbytes) {
+      at[i] = at[i - 1] + kept[i - 1]->nbytes;
+    } else {
+      at[i] = end + (off - end) % kAlign;
+    }
+    end = at[i] + kept[i]->nbytes;
+  }
+  if (end == 0) return;
+  buffer_ = static_cast<uint8_t*>(std::aligned_alloc(kAlign, (end + kAlign - 1) / kAlign * kAlign));
+  if (!buffer_) {
+    throw Error(ErrorCode::kCapacity, path() + ": no memory for " + std::to_string(end) +
+                                          " bytes of tensors (" + std::to_string(deferred_bytes) +
+                                          " more are read when used)");
+  }
+  for (size_t i = 0; i < kept.size();) {
+    size_t j = i + 1;
+    while (j < kept.size() && at[j] == at[j - 1] + kept[j - 1]->nbytes &&
+           kept[j]->offset == kept[j - 1]->offset + kept[j - 1]->nbytes) {
+      ++j;
+    }
+    const size_t run = at[j - 1] + kept[j - 1]->nbytes - at[i];
+    file_->Read(kept[i]->offset, run, buffer_ + at[i]);
+    for (size_t k = i; k < j; ++k) kept[k]->data = buffer_ + at[k];
+    i = j;
+  }
+}
+
+void SafetensorsFile::Read(const TensorInfo& t, size_t at, size_t n, void* dst) const {
+  if (at > t.nbytes || n > t.nbytes - at) {
+    throw Error(ErrorCode::kIo, path() + ": tensor '" + t.name + "': bytes " + std::to_string(at) +
+                                    " + " + std::to_string(n) + " are outside its " +
+                                    std::to_string(t.nbytes));
+  }
+  if (t.data) {
+    std::memcpy(dst, t.data + at, n);
+  } else {
+    file_->Read(t.offset + at, n, dst);
   }
 }
 
@@ -207,7 +279,8 @@ void RejectGguf(const std::string& path) {
   }
 }
 
-std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
+std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path, const DeferTensor& defer,
+                                                 bool map) {
   RejectGguf(path);
   auto src = std::unique_ptr<TensorSource>(new TensorSource());
   src->origin_ = path;
@@ -258,7 +331,7 @@ std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
     shard_paths.push_back(path);
   }
   for (const std::string& p : shard_paths) {
-    src->files_.push_back(std::make_unique<SafetensorsFile>(p));
+    src->files_.push_back(std::make_unique<SafetensorsFile>(p, defer, map));
   }
   for (const auto& f : src->files_) {
     for (const auto& [name, info] : f->tensors()) {
@@ -266,6 +339,7 @@ std::unique_ptr<TensorSource> TensorSource::Open(const std::string& path) {
         auto it = weight_map.find(name);
         if (it == weight_map.end() || it->second != f->path()) continue;  // index is authoritative
       }
+      src->shard_of_[&info] = f.get();
       if (!src->index_.emplace(name, &info).second) {
         throw Error(ErrorCode::kFormat,
                     f->path() + ": tensor '" + name + "' also appears in another shard");
@@ -290,6 +364,14 @@ const TensorInfo& TensorSource::Get(const std::string& name) const {
   const TensorInfo* t = Find(name);
   if (!t) throw Error(ErrorCode::kMissingTensor, origin_ + ": tensor '" + name + "' not found");
   return *t;
+}
+
+void TensorSource::Read(const TensorInfo& t, size_t at, size_t n, void* dst) const {
+  auto it = shard_of_.find(&t);
+  if (it == shard_of_.end()) {
+    throw Error(ErrorCode::kInvalidArgument, origin_ + ": tensor '" + t.name + "' is not its own");
+  }
+  it->second->Read(t, at, n, dst);
 }
 
 size_t TensorSource::total_bytes() const {

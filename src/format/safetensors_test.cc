@@ -97,6 +97,76 @@ TEST(Safetensors, WriterFillsRowRangesInParallel) {
   std::filesystem::remove(path);
 }
 
+// Read instead of mapped (as on a file system that cannot map: the browser's): every tensor's
+// bytes as the mapping has them, at the same address modulo 64; deferred tensors stay in the file
+// and read back by byte range; the header checks are the mapped file's.
+TEST(Safetensors, ReadInsteadOfMappedKeepsBytesAlignmentAndDefersTables) {
+  SafetensorsWriter w;
+  auto fill = [](int salt) {
+    return [salt](int64_t b, int64_t e, uint8_t* dst) {
+      for (int64_t i = b; i < e; ++i) dst[i - b] = static_cast<uint8_t>(i * 37 + salt * 101);
+    };
+  };
+  // Odd sizes, so the tensors sit at every offset modulo 64.
+  const std::vector<std::pair<std::string, int64_t>> shapes = {
+      {"a", 3}, {"b.table", 4099}, {"c", 1}, {"d", 70000}, {"e.table", 65}, {"f", 129}, {"g", 0}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    w.Add(shapes[i].first, DType::kU8, {shapes[i].second}, fill(static_cast<int>(i)));
+  }
+  const std::string path = TempPath("unmapped.safetensors");
+  w.Write(path);
+  const DeferTensor defer = [](const std::string& n) { return n.ends_with(".table"); };
+  const SafetensorsFile mapped(path, defer);
+  ASSERT_TRUE(mapped.mapped());
+  const SafetensorsFile read(path, defer, /*map=*/false);
+  ASSERT_FALSE(read.mapped());
+  for (const auto& [name, n] : shapes) {
+    SCOPED_TRACE(name);
+    const TensorInfo& m = mapped.tensors().at(name);
+    const TensorInfo& r = read.tensors().at(name);
+    EXPECT_FALSE(m.deferred);  // a mapped file defers nothing
+    EXPECT_EQ(r.offset, m.offset);
+    ASSERT_EQ(r.nbytes, static_cast<size_t>(n));
+    if (n == 0) continue;
+    const bool table = name.ends_with(".table");
+    EXPECT_EQ(r.deferred, table);
+    if (table) {
+      EXPECT_EQ(r.data, nullptr);
+    } else {
+      ASSERT_NE(r.data, nullptr);
+      EXPECT_EQ(std::memcmp(r.data, m.data, r.nbytes), 0);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(r.data) % 64, reinterpret_cast<uintptr_t>(m.data) % 64);
+    }
+    // Byte ranges, from memory or the file.
+    for (const auto& [at, len] : {std::pair<size_t, size_t>{0, r.nbytes},
+                                  {r.nbytes / 3, 1},
+                                  {r.nbytes - 1, 1},
+                                  {r.nbytes / 2, r.nbytes - r.nbytes / 2}}) {
+      std::vector<uint8_t> got(len);
+      read.Read(r, at, len, got.data());
+      EXPECT_EQ(std::memcmp(got.data(), m.data + at, len), 0) << at << " + " << len;
+    }
+    std::vector<uint8_t> sink(r.nbytes + 1);
+    EXPECT_EQ(CodeOf([&] { read.Read(r, 0, r.nbytes + 1, sink.data()); }), ErrorCode::kIo);
+    EXPECT_EQ(CodeOf([&] { read.Read(r, r.nbytes, 1, sink.data()); }), ErrorCode::kIo);
+  }
+  // Through a source: its own tensors only.
+  const auto src = TensorSource::Open(path, defer, /*map=*/false);
+  uint8_t byte = 0;
+  src->Read(src->Get("e.table"), 64, 1, &byte);
+  EXPECT_EQ(byte, mapped.tensors().at("e.table").data[64]);
+  EXPECT_EQ(CodeOf([&] { src->Read(read.tensors().at("a"), 0, 1, &byte); }),
+            ErrorCode::kInvalidArgument);
+  // The header checks hold for a read file.
+  const std::string bad = TempPath("unmapped_trunc.safetensors");
+  WriteRaw(bad, R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  EXPECT_EQ(CodeOf([&] { SafetensorsFile f(bad, nullptr, false); }), ErrorCode::kFormat);
+  WriteRaw(bad, "{\"a\":", 0);
+  EXPECT_EQ(CodeOf([&] { SafetensorsFile f(bad, nullptr, false); }), ErrorCode::kFormat);
+  fs::remove(bad);
+  fs::remove(path);
+}
+
 TEST(Safetensors, RejectsTruncatedFile) {
   const std::string path = TempPath("trunc.safetensors");
   WriteRaw(path, R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);

@@ -7,9 +7,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,14 @@ struct Embedding {
   const float* scale = nullptr;  // [rows, scale_blocks] for quantized kinds
   int scale_blocks = 1;
   float embed_scale = 1.0f;  // f32(sqrt(dim)) as the f32 reference applies it
+  // A table left on disk (data null: an unmappable checkpoint, TensorSource's deferred tensors):
+  // copies row id's row_bytes bytes into dst.
+  std::function<void(int32_t id, uint8_t* dst)> read_row;
 };
+
+// Row id's stored bytes: in the table, or (a table left on disk) read into a buffer of the calling
+// thread that stays valid until its next call.
+const uint8_t* EmbeddingRowBytes(const Embedding& e, int32_t id);
 
 struct LayerPlan {
   int index = 0;
@@ -150,7 +158,9 @@ class Model {
  public:
   // Loads config.json and the checkpoint from a directory (or a .safetensors file with
   // config.json beside it), validates every tensor against the config. Throws gemma::Error.
-  static std::unique_ptr<Model> Load(const std::string& path);
+  // mmap = false: the checkpoint is read into memory as an unmappable one is (the per-layer
+  // embedding table stays on disk, read a row per token).
+  static std::unique_ptr<Model> Load(const std::string& path, bool mmap = true);
   static std::unique_ptr<Model> FromSource(ModelConfig config,
                                            std::unique_ptr<TensorSource> source);
 

@@ -46,7 +46,7 @@ namespace fs = std::filesystem;
 
 EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   Timer t;
-  model_ = Model::Load(options.model_path);
+  model_ = Model::Load(options.model_path, options.mmap);
   std::string tok = options.tokenizer_path;
   if (tok.empty()) {
     std::error_code ec;

@@ -71,7 +71,7 @@ void DecodeRow(const Linear& lin, int r, float* out) {
 }
 
 void EmbeddingRow(const Embedding& e, int32_t id, float* out) {
-  const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
+  const uint8_t* row = EmbeddingRowBytes(e, id);
   if (IsQuantized(e.kind)) {
     std::vector<int8_t> v(e.cols);
     DecodeRowInt(e.kind, row, e.cols, v.data());
@@ -88,7 +88,7 @@ void EmbeddingRow(const Embedding& e, int32_t id, float* out) {
 }
 
 void EmbeddingRowFast(const Embedding& e, int32_t id, float* out) {
-  const uint8_t* row = e.data + static_cast<size_t>(id) * e.row_bytes;
+  const uint8_t* row = EmbeddingRowBytes(e, id);
   if (e.kind == WeightKind::kF32 || e.kind == WeightKind::kBF16 || e.kind == WeightKind::kF16) {
     // DecodeDense's value times the scale, in one pass (out is only written)
     for (int i = 0; i < e.cols; ++i) {

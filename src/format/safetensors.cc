@@ -1,5 +1,7 @@
 #include "format/safetensors.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -228,7 +230,12 @@ void SafetensorsFile::ReadTensors(const DeferTensor& defer) {
     end = at[i] + kept[i]->nbytes;
   }
   if (end == 0) return;
-  buffer_ = static_cast<uint8_t*>(std::aligned_alloc(kAlign, (end + kAlign - 1) / kAlign * kAlign));
+  // On 2 MiB boundaries, with transparent huge pages asked for: the read then faults the buffer in
+  // 2 MiB at a time (4 KiB pages made reading 1.2 GB take 5 s instead of 0.5 on a VM).
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (end + kHuge - 1) / kHuge * kHuge;
+  buffer_ = static_cast<uint8_t*>(std::aligned_alloc(kHuge, bytes));
+  if (buffer_) ::madvise(buffer_, bytes, MADV_HUGEPAGE);  // advice only: failure changes nothing
   if (!buffer_) {
     throw Error(ErrorCode::kCapacity, path() + ": no memory for " + std::to_string(end) +
                                           " bytes of tensors (" + std::to_string(deferred_bytes) +

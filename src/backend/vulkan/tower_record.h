@@ -31,6 +31,10 @@ void RecordDispatch(vk::Device& dev, VkCommandBuffer cmd, const char* shader,
                     const std::vector<uint32_t>& spec,
                     const std::array<vk::BufRange, vk::kBindings>& b, const void* push,
                     size_t push_bytes, uint32_t gx, uint32_t gy, vk::Device::BarrierKind barrier);
+// Ends `cmd` with a copy of `floats` f32 values from `src` to the host-visible `host`, submits it,
+// waits, and puts the values in `out`. Throws Error(kDevice).
+void SubmitAndRead(vk::Device& dev, VkCommandBuffer cmd, const vk::BufRange& src,
+                   const vk::BufRange& host, size_t floats, std::vector<float>* out);
 // Workgroups of 256 for `count` elements (tower_ew, tower_pool): x at most 65,535, the rest in y.
 std::pair<uint32_t, uint32_t> Grid256(size_t count);
 

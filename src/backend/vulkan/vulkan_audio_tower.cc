@@ -339,15 +339,7 @@ bool VulkanTower::EncodeAudioResident(const AudioTower& t, const AudioMel& mel,
   }
   norm(ab_.out, nullptr, 0, nullptr, &ab_.normed, nullptr, 0, O);
   gemm(t.embed_proj, ab_.normed, ab_.soft, n);
-  dev.Barrier(cmd);
-  const size_t out_b = size_t(n) * E * 4;
-  const VkBufferCopy cp{ab_.soft.offset, ab_.host.offset, out_b};
-  vkCmdCopyBuffer(cmd, ab_.soft.buf, ab_.host.buf, 1, &cp);
-  if (vkEndCommandBuffer(cmd) != VK_SUCCESS)
-    throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
-  dev.Submit(cmd);
-  soft->assign(reinterpret_cast<const float*>(ab_.host.mapped),
-               reinterpret_cast<const float*>(ab_.host.mapped) + size_t(n) * E);
+  SubmitAndRead(dev, cmd, ab_.soft, ab_.host, size_t(n) * E, soft);
   return true;
 }
 

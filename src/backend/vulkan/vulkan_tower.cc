@@ -117,6 +117,18 @@ void RecordDispatch(vk::Device& dev, VkCommandBuffer cmd, const char* shader,
   dev.Barrier(cmd, barrier);
 }
 
+void SubmitAndRead(vk::Device& dev, VkCommandBuffer cmd, const vk::BufRange& src,
+                   const vk::BufRange& host, size_t floats, std::vector<float>* out) {
+  dev.Barrier(cmd);
+  const VkBufferCopy cp{src.offset, host.offset, floats * 4};
+  vkCmdCopyBuffer(cmd, src.buf, host.buf, 1, &cp);
+  if (vkEndCommandBuffer(cmd) != VK_SUCCESS)
+    throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
+  dev.Submit(cmd);
+  const float* f = reinterpret_cast<const float*>(host.mapped);
+  out->assign(f, f + floats);
+}
+
 std::pair<uint32_t, uint32_t> Grid256(size_t count) {
   const size_t groups = std::max<size_t>(1, (count + 255) / 256);
   const size_t gx = std::min<size_t>(groups, 65535);
@@ -534,15 +546,7 @@ bool VulkanTower::EncodeImageResident(const VisionTower& t, const VisionPatches&
   }
   norm(ib_.pooled, nullptr, nullptr, &ib_.normed, nullptr, m);  // embed_vision's norm
   gemm(t.embed_proj, nullptr, ib_.normed, ib_.out, m);
-  dev.Barrier(cmd);
-  const size_t out_b = size_t(m) * T * 4;
-  const VkBufferCopy cp{ib_.out.offset, ib_.host.offset, out_b};
-  vkCmdCopyBuffer(cmd, ib_.out.buf, ib_.host.buf, 1, &cp);
-  if (vkEndCommandBuffer(cmd) != VK_SUCCESS)
-    throw Error(ErrorCode::kDevice, "vulkan: vkEndCommandBuffer failed");
-  dev.Submit(cmd);
-  soft->assign(reinterpret_cast<const float*>(ib_.host.mapped),
-               reinterpret_cast<const float*>(ib_.host.mapped) + size_t(m) * T);
+  SubmitAndRead(dev, cmd, ib_.out, ib_.host, size_t(m) * T, soft);
   return true;
 }
 

@@ -19,6 +19,7 @@
 
 #include "backend/cpu/audio_ops.h"
 #include "backend/vulkan/vk_device.h"
+#include "backend/vulkan/vulkan_test_util.h"
 #include "backend/vulkan/vulkan_tower.h"
 #include "core/thread_pool.h"
 #include "gemma/error.h"
@@ -197,13 +198,8 @@ class RandomAudioTower {
 };
 
 TEST(VulkanAudioTower, RandomTowersMatchReference) {
-  std::unique_ptr<vk::Device> dev;
-  try {
-    dev = std::make_unique<vk::Device>(vk::DeviceOptions{});
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
-    throw;
-  }
+  const std::unique_ptr<vk::Device> dev = MakeDeviceOrNull();
+  if (!dev) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
   ThreadPool pool(2);
   // One tower object for every model (its buffers regrow and its kept weights pile up, as a
   // process serving several models does); the random towers stay alive until the end.
@@ -253,13 +249,8 @@ TEST(VulkanAudioTower, RandomTowersMatchReference) {
 
 // The reference's input errors, raised the same way.
 TEST(VulkanAudioTower, RejectsWhatTheReferenceRejects) {
-  std::unique_ptr<vk::Device> dev;
-  try {
-    dev = std::make_unique<vk::Device>(vk::DeviceOptions{});
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
-    throw;
-  }
+  const std::unique_ptr<vk::Device> dev = MakeDeviceOrNull();
+  if (!dev) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
   ThreadPool pool(2);
   vulkan_internal::VulkanTower tower(*dev, pool);
   RandomAudioTower rt(5, false);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/reference_ops.h"
+#include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vulkan_backend.h"
 #include "backend/vulkan/vulkan_test_hooks.h"
 #include "bench/vulkan/vulkan_lab.h"
@@ -133,6 +134,16 @@ inline std::string KnobsText(const Knobs& env) {
   std::string s;
   for (const auto& [k, v] : env) s += std::string(" ") + k + "=" + v;
   return s;
+}
+
+// A Vulkan device, or null where none is usable (Error(kDevice)); other errors propagate.
+inline std::unique_ptr<vk::Device> MakeDeviceOrNull() {
+  try {
+    return std::make_unique<vk::Device>(vk::DeviceOptions{});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) return nullptr;
+    throw;
+  }
 }
 
 #define VULKAN_OR_SKIP(var, model)                                              \

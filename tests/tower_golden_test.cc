@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "golden_util.h"
+#include "long_audio.h"
 #include "media/audio.h"
 #include "media/audio_features.h"
 #include "media/image_processor.h"
@@ -140,6 +141,36 @@ void CheckAudio(bool qat, const std::string& backend) {
     bm->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &soft);
     ExpectTokens(soft, ReadF32(kDir + (qat ? "qat/" : "") + "atower_" + clip + ".f32"),
                  model.text().hidden_size,
+                 std::string(qat ? "qat " : "") + backend + " audio " + clip);
+  }
+  // The clip lengths (long.json): 0.1 s, and 2.7, 29.9, 30 and 45 s made from the speech
+  // clip (two 30 s chunks for 45 s, each through the tower alone); the soft tokens at the rows
+  // kept.
+  std::ifstream lf(kDir + (qat ? "qat/" : "") + "long.json");
+  ASSERT_TRUE(lf.good()) << "no long-clip goldens: tower_goldens.py --long";
+  const nlohmann::json lg = nlohmann::json::parse(lf);
+  ASSERT_EQ(lg["load_sdpa"].size(), 0u) << lg["load_sdpa"].dump();
+  const int H = model.text().hidden_size;
+  for (const auto& c : lg["audio"]) {
+    const std::string clip = c["clip"];
+    SCOPED_TRACE(clip);
+    const std::vector<float> samples =
+        clip == "short"
+            ? media::LoadAudioFile(kSrc + "audio/clips/short.wav").samples
+            : MakeLongClip(kSrc + "audio/clips/speech.wav", c["samples"].get<int>()).samples;
+    ASSERT_EQ(samples.size(), c["samples"].get<size_t>());
+    const media::PreparedAudio p = media::PrepareAudio(samples, clip);
+    ASSERT_EQ(p.soft_tokens, c["tokens"].get<int>());
+    std::vector<float> all, soft;
+    for (const media::AudioFeatures& f : p.chunks) {
+      bm->EncodeAudio({f.frames, f.mel.data(), f.mask.data()}, &soft);
+      all.insert(all.end(), soft.begin(), soft.end());
+    }
+    std::vector<float> kept;
+    for (int r : c["rows"].get<std::vector<int>>())
+      kept.insert(kept.end(), all.begin() + static_cast<size_t>(r) * H,
+                  all.begin() + static_cast<size_t>(r + 1) * H);
+    ExpectTokens(kept, ReadF32(kDir + (qat ? "qat/" : "") + "along_" + clip + ".f32"), H,
                  std::string(qat ? "qat " : "") + backend + " audio " + clip);
   }
 }

@@ -138,11 +138,11 @@ int main(int argc, char** argv) {
     }
     std::sort(fe.begin(), fe.end());
     std::sort(tw.begin(), tw.end());
-    std::printf("%s, %.1f s of audio: %d frames -> %d soft tokens | features median %.0f ms | "
-                "tower median %.0f ms (min %.0f) | total %.0f ms\n",
-                start.context->name().c_str(), seconds, f.frames, f.soft_tokens,
-                fe[fe.size() / 2], tw[tw.size() / 2], tw.front(),
-                fe[fe.size() / 2] + tw[tw.size() / 2]);
+    std::printf(
+        "%s, %.1f s of audio: %d frames -> %d soft tokens | features median %.1f ms | "
+        "tower median %.1f ms (min %.1f) | total %.1f ms\n",
+        start.context->name().c_str(), seconds, f.frames, f.soft_tokens, fe[fe.size() / 2],
+        tw[tw.size() / 2], tw.front(), fe[fe.size() / 2] + tw[tw.size() / 2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

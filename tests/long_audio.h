@@ -1,0 +1,53 @@
+// The long audio clips of the goldens (tools/fixtures/audio_goldens.py, LONG): made from the
+// committed speech clip's int16 samples, tiled, every odd repeat time-reversed (2.7, 29.9, 30 and
+// 45 s). They are inputs built here the way the script builds them; goldens.json-style files carry
+// the SHA-256 of their int16 samples, which the tests check before comparing anything.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/sha256.h"
+#include "media/audio.h"
+
+namespace gemma {
+
+struct LongClip {
+  std::vector<int16_t> pcm;    // 16 kHz mono
+  std::vector<float> samples;  // pcm / 32768, as the decoder gives them
+  std::string sha256;          // of pcm as little-endian bytes
+};
+
+inline LongClip MakeLongClip(const std::string& speech_wav, int n) {
+  const std::vector<float> speech = media::LoadAudioFile(speech_wav).samples;
+  const int L = static_cast<int>(speech.size());
+  LongClip c;
+  c.pcm.resize(n);
+  c.samples.resize(n);
+  for (int k = 0; k < n; ++k) {
+    const int r = k / L, i = k % L;
+    const float s = speech[r % 2 ? L - 1 - i : i];
+    c.pcm[k] = static_cast<int16_t>(s * 32768.0f);  // exact: the decoder divided an int16
+    c.samples[k] = s;
+  }
+  c.sha256 = Sha256::Hex(
+      Sha256::Of(std::string_view(reinterpret_cast<const char*>(c.pcm.data()), c.pcm.size() * 2)));
+  return c;
+}
+
+// A 16 kHz mono PCM16 WAV file's bytes.
+inline std::vector<uint8_t> WavBytes(const std::vector<int16_t>& pcm) {
+  std::vector<uint8_t> b;
+  auto put = [&](uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  auto tag = [&](const char* t) { b.insert(b.end(), t, t + 4); };
+  const uint32_t data = static_cast<uint32_t>(pcm.size() * 2);
+  tag("RIFF"), put(36 + data, 4), tag("WAVE"), tag("fmt "), put(16, 4), put(1, 2), put(1, 2);
+  put(16000, 4), put(32000, 4), put(2, 2), put(16, 2), tag("data"), put(data, 4);
+  for (int16_t s : pcm) put(static_cast<uint16_t>(s), 2);
+  return b;
+}
+
+}  // namespace gemma

@@ -134,11 +134,12 @@ class VulkanModel : public BackendModel {
       tower_device_ = w;
       // CM_DENSE and ATTN_CM as for the text model's dense prompt linears and prompt attention
       // (matrix units where the device has them); AUDIO_RESIDENT 0: the audio tower's earlier
-      // split path (benchmarks compare it).
+      // split path (benchmarks compare it); CM_QTOWER 0: the towers' quantized linears on
+      // tower_gemm instead of the matrix units.
       const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
-      tower_ = std::make_unique<VulkanTower>(*w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0,
-                                             kc.Get("ATTN_CM", 1) != 0,
-                                             kc.Get("AUDIO_RESIDENT", 1) != 0);
+      tower_ = std::make_unique<VulkanTower>(
+          *w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0, kc.Get("ATTN_CM", 1) != 0,
+          kc.Get("AUDIO_RESIDENT", 1) != 0, kc.Get("CM_QTOWER", 1) != 0);
     }
     try {
       run(*tower_);

@@ -141,10 +141,11 @@ bool DeviceTowerLinear(const gemma::Linear& lin) {
 }
 
 VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm,
-                         bool audio_resident)
+                         bool audio_resident, bool quant_cm)
     : pool_(pool),
       wdev_(device.NewContext()),
       coop_(dense_cm && device.coop_matrix() && device.max_shared_bytes() >= kLinearCmShared),
+      quant_cm_(quant_cm),
       attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
                device.max_shared_bytes() >= kAttnCmShared),
       audio_resident_(audio_resident) {}
@@ -232,10 +233,13 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
   const Weights& wt = Upload(lin);
   GemmPush pc = MakeGemmPush(lin, wt.wstride, rows);
   if (clamps) SetClamps(*clamps, &pc);
-  if (coop_ && (lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16) &&
-      lin.cols % 8 == 0 && wt.w.offset % 16 == 0) {
+  const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
+  const bool quant = quant_cm_ && IsQuantized(lin.kind) && wt.s.buf != VK_NULL_HANDLE;
+  if (coop_ && (dense || quant) && lin.cols % 8 == 0 && wt.w.offset % 16 == 0) {
     // Dense weights on matrix units: the inputs (clamped) as hi + lo f16 terms scaled per
     // token (split_f16.comp), then linear_cm.comp (f32 sums of each 64-column tile's products).
+    // Quantized weights (int2 / int4 / int8 codes, a scale per row) the same way, their codes
+    // decoded to f16 in the tiles and the row's scale applied to each sum (QDENSE).
     const uint32_t ld = static_cast<uint32_t>((lin.cols + 63) / 64 * 8);
     SplitQPush sp{pc.K, pc.K, 0, ld, 0, 0, 0};
     sp.lo = pc.in_min;
@@ -259,11 +263,13 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
     cp.cm_out_hi = pc.out_max;
     Bindings b{};
     b[0] = wt.w;
+    if (quant) b[1] = wt.s;
     b[3] = y;
     b[7] = split.xh;
     b[8] = split.xl;
     b[9] = split.ts;
-    dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u}, b, &cp, sizeof(cp),
+    dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b,
+             &cp, sizeof(cp),
              static_cast<uint32_t>((rows + 127) / 128),
              static_cast<uint32_t>((lin.rows + 63) / 64));
     return;

@@ -47,8 +47,10 @@ class VulkanTower {
   // linears on them (linear_cm.comp, `dense_cm`; else tower_gemm.comp) and its attention
   // (attention_cm.comp, `attn_cm`; else tower_attn.comp). `audio_resident` false: EncodeAudio
   // takes the split path (linears on the device, the rest on the host) for every tower.
+  // `quant_cm` (with `dense_cm`): the resident paths' quantized linears (int2 / int4 / int8 codes,
+  // a scale per row; the QAT towers') on the matrix units too, else on tower_gemm.comp.
   VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm = true, bool attn_cm = true,
-              bool audio_resident = true);
+              bool audio_resident = true, bool quant_cm = true);
   ~VulkanTower();
   VulkanTower(const VulkanTower&) = delete;
   VulkanTower& operator=(const VulkanTower&) = delete;
@@ -114,6 +116,7 @@ class VulkanTower {
     vk::BufRange xh, xl, ts, step;
   };
   bool coop_ = false;     // dense linears on matrix units (linear_cm) in the resident image path
+  bool quant_cm_ = true;  // ... and quantized ones (linear_cm's QDENSE mode)
   bool attn_cm_ = false;  // its attention on matrix units (attention_cm)
   bool audio_resident_ = true;
   int attn_chunk_ = 0;

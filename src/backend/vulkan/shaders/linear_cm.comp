@@ -18,6 +18,10 @@
 // scaled by a power of two per token (binding 9, ts[t] = the inverse), each weight tile multiplied
 // by both terms on the matrix units and each K tile's sums added into f32 running sums: f32-level
 // results without integer exactness. Split K is not used (its integer atomics need integer sums).
+// QDENSE 1 (the towers' quantized linears without SRQ scales: int2 / int4 / int8 codes with a scale
+// per row): the codes decoded as for the SRQ path, the f32 inputs split as for the dense kinds, the
+// running sums as the dense kinds', and each sum times the token's scale and the row's in f64 (as
+// tower_gemm.comp's epilogue).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -29,6 +33,7 @@ layout(constant_id = 1) const uint KIND = 4;
 layout(constant_id = 2) const uint EPI = 0;
 // OCLAMP 1 (the vision tower's clippable linears): outputs clamped to [out_lo, out_hi].
 layout(constant_id = 3) const uint OCLAMP = 0;
+layout(constant_id = 4) const uint QDENSE = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -78,9 +83,12 @@ const uint WM = 32;
 #endif
 const uint SGM = BM / WM;  // subgroups along M (of 8)
 const uint FM = WM / 16;   // 16-row tiles per subgroup
-const bool DENSE = KIND == 1 || KIND == 2;
-const bool DRAIN = DENSE;  // f32 running sums of the matrix units' sums (dense kinds)
-const uint NB = DENSE ? 2 : DUAL;  // input tiles per K tile: one per weight set, or hi and lo
+const bool DENSE = KIND == 1 || KIND == 2;         // dense weights (and inputs)
+const bool QD = QDENSE == 1 && KIND >= 3;           // quantized weights, dense inputs
+const bool DX = DENSE || QD;                        // inputs as hi and lo f16 terms
+const bool INT8_SUMS = KIND == 5 && !QD;            // the SRQ int8 path's exact int32 sums
+const bool DRAIN = DX;  // f32 running sums of the matrix units' sums (dense inputs)
+const uint NB = DX ? 2 : DUAL;  // input tiles per K tile: one per weight set, or hi and lo
 const uint SG_N = BN / (8 / SGM) / 16;  // 16-token tiles per subgroup
 const uint KV = BK / 8;                 // uvec4 (8 halves) per staged row of a K tile
 const uint LD = KV + 1;                 // padded against bank conflicts
@@ -158,7 +166,7 @@ void main() {
   // adds (the units' own accumulation rounds less accurately: only 64 columns of hi and lo stay
   // in them).
   float ftot[DUAL][FM][SG_N][8];
-  if (KIND == 5 || DRAIN) {
+  if (INT8_SUMS || DRAIN) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
       [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < SG_N; ++j)
@@ -242,8 +250,8 @@ void main() {
         [[unroll]] for (uint i = 0; i < FM; ++i)                                               \
           coopMatLoadNV(a[i], sm, (base_) + (d * BM + sg_m * WM + 16 * i) * LD + 2 * ks, LD,    \
                         false);                                                                \
-        /* input tiles: set d's (SRQ), or the hi and then the lo terms (dense) */              \
-        [[unroll]] for (uint s = DENSE ? 0 : d; s < (DENSE ? NB : d + 1); ++s) {               \
+        /* input tiles: set d's (SRQ), or the hi and then the lo terms (dense inputs) */       \
+        [[unroll]] for (uint s = DX ? 0 : d; s < (DX ? NB : d + 1); ++s) {                     \
           F16M b[SG_N];                                                                        \
           [[unroll]] for (uint j = 0; j < SG_N; ++j)                                           \
             coopMatLoadNV(b[j], sm,                                                            \
@@ -255,7 +263,7 @@ void main() {
         }                                                                                      \
       }                                                                                        \
     }                                                                                          \
-    if (KIND == 5 && (((kt_) % FLUSH) == FLUSH - 1 || (kt_) + 1 == ktiles)) {                  \
+    if (INT8_SUMS && (((kt_) % FLUSH) == FLUSH - 1 || (kt_) + 1 == ktiles)) {                  \
       [[unroll]] for (uint d = 0; d < DUAL; ++d)                                               \
         [[unroll]] for (uint i = 0; i < FM; ++i)                                               \
           [[unroll]] for (uint j = 0; j < SG_N; ++j) {                                         \
@@ -315,7 +323,7 @@ void main() {
       int vi[DUAL][8];
       float vf[DUAL][8];  // dense kinds
       [[unroll]] for (uint d = 0; d < DUAL; ++d) {
-        if (KIND == 5) {
+        if (INT8_SUMS) {
           F32M hi = acc[d][i][j], lo = acc[d][i][j];
           [[unroll]] for (uint e = 0; e < 8; ++e) {
             if (e < hi.length()) {
@@ -334,7 +342,7 @@ void main() {
           const uint f = lane + 32 * e;  // float index: token (f / 16) x 16 + row (f % 16)
           const float v0 = uintBitsToFloat(sm[scratch + f / 4][f % 4]);
           vf[d][e] = v0;
-          if (KIND == 5) {
+          if (INT8_SUMS) {
             const float v1 = uintBitsToFloat(sm[scratch + 64 + f / 4][f % 4]);
             vi[d][e] = int(v0) * 4096 + int(v1);
           } else {
@@ -358,6 +366,9 @@ void main() {
           float r;
           if (DENSE) {
             r = vf[d][e] * intBitsToFloat(part[t]);  // a power of two: exact
+          } else if (QD) {
+            const float rs = d == 0 ? s0[row] : s1[row];
+            r = float(double(vf[d][e] * intBitsToFloat(part[t])) * double(rs));
           } else {
             const float rs = d == 0 ? s0[row] : s1[row];
             r = float(double(vi[d][e]) * double(in_s[d]) * double(rs));

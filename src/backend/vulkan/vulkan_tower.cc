@@ -269,8 +269,7 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
     b[8] = split.xl;
     b[9] = split.ts;
     dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b,
-             &cp, sizeof(cp),
-             static_cast<uint32_t>((rows + 127) / 128),
+             &cp, sizeof(cp), static_cast<uint32_t>((rows + 127) / 128),
              static_cast<uint32_t>((lin.rows + 63) / 64));
     return;
   }

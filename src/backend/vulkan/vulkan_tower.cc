@@ -10,6 +10,7 @@
 #include "backend/cpu/vision_ops.h"
 #include "backend/vulkan/tower_record.h"
 #include "backend/vulkan/vulkan_backend_impl.h"  // KindCode
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "gemma/error.h"
 
@@ -184,20 +185,36 @@ void VulkanTower::EncodeAudio(const Model& model, const AudioMel& audio, std::ve
       ref::EmbedAudio(*t, out, static_cast<int>(out.size() / t->config.output_proj_dims), kernels);
 }
 
-const VulkanTower::Weights& VulkanTower::Upload(const gemma::Linear& lin) {
-  const WeightKey key{lin.data, lin.row_scale, lin.rows, lin.cols, lin.row_bytes, lin.kind};
+const VulkanTower::Weights& VulkanTower::Upload(const gemma::Linear& lin, bool as_f16) {
+  as_f16 = as_f16 && lin.kind == WeightKind::kBF16;
+  const WeightKey key{lin.data,      lin.row_scale, lin.rows, lin.cols, lin.row_bytes,
+                      as_f16 ? WeightKind::kF16 : lin.kind};
   auto it = weights_.find(key);
   if (it != weights_.end()) return it->second;
   Weights wt;
-  wt.wstride = static_cast<uint32_t>((lin.row_bytes + 3) / 4);
+  const size_t src_b = as_f16 ? size_t(lin.cols) * 2 : lin.row_bytes;
+  wt.wstride = static_cast<uint32_t>((src_b + 3) / 4);
   const size_t row_b = size_t{wt.wstride} * 4;
   const int hw = wdev_->Reserve(Pool::kDevice, row_b * lin.rows);
   const int hs = IsQuantized(lin.kind) ? wdev_->Reserve(Pool::kDevice, 4u * lin.rows) : -1;
   wdev_->Commit("a tower's weights");
   wt.w = wdev_->Get(hw);
   std::vector<uint8_t> buf(row_b * lin.rows, 0);
-  for (int r = 0; r < lin.rows; ++r)
-    std::memcpy(&buf[row_b * r], lin.data + size_t(r) * lin.row_bytes, lin.row_bytes);
+  for (int r = 0; r < lin.rows; ++r) {
+    const uint8_t* src = lin.data + size_t(r) * lin.row_bytes;
+    if (!as_f16) {
+      std::memcpy(&buf[row_b * r], src, lin.row_bytes);
+      continue;
+    }
+    // bf16 -> f16 once here, as linear_cm.comp would convert each tile (exact in f16's normal
+    // range; round to nearest even below it).
+    for (int c = 0; c < lin.cols; ++c) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * size_t(c), 2);
+      const uint16_t f = F32ToF16(Bf16ToF32(h));
+      std::memcpy(&buf[row_b * r + 2 * size_t(c)], &f, 2);
+    }
+  }
   wdev_->Upload(wt.w, 0, buf.data(), buf.size());
   if (hs >= 0) {
     wt.s = wdev_->Get(hs);
@@ -230,12 +247,16 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
     RecordDispatch(dev, cmd, shader, spec, b, push, push_bytes, gx, gy,
                    vk::Device::BarrierKind::kCompute);
   };
-  const Weights& wt = Upload(lin);
+  const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
+  const bool quant = quant_cm_ && IsQuantized(lin.kind) && lin.row_scale;
+  const bool cm = coop_ && (dense || quant) && lin.cols % 8 == 0;
+  // bf16 weights go to the matrix units as f16 converted at upload (the tiles' staging then only
+  // moves them; measured on the H200: journal 2026-12-04-towers-qdense.md).
+  const Weights& wt = Upload(lin, /*as_f16=*/cm);
+  const WeightKind kind = cm && lin.kind == WeightKind::kBF16 ? WeightKind::kF16 : lin.kind;
   GemmPush pc = MakeGemmPush(lin, wt.wstride, rows);
   if (clamps) SetClamps(*clamps, &pc);
-  const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
-  const bool quant = quant_cm_ && IsQuantized(lin.kind) && wt.s.buf != VK_NULL_HANDLE;
-  if (coop_ && (dense || quant) && lin.cols % 8 == 0 && wt.w.offset % 16 == 0) {
+  if (cm && wt.w.offset % 16 == 0) {
     // Dense weights on matrix units: the inputs (clamped) as hi + lo f16 terms scaled per
     // token (split_f16.comp), then linear_cm.comp (f32 sums of each 64-column tile's products).
     // Quantized weights (int2 / int4 / int8 codes, a scale per row) the same way, their codes
@@ -268,7 +289,7 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
     b[7] = split.xh;
     b[8] = split.xl;
     b[9] = split.ts;
-    dispatch("linear_cm", {0u, KindCode(lin.kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b,
+    dispatch("linear_cm", {0u, KindCode(kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b,
              &cp, sizeof(cp), static_cast<uint32_t>((rows + 127) / 128),
              static_cast<uint32_t>((lin.rows + 63) / 64));
     return;
@@ -278,7 +299,7 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
   b[1] = wt.w;
   b[2] = wt.s;
   b[3] = y;
-  dispatch("tower_gemm", {0u, KindCode(lin.kind)}, b, &pc, sizeof(pc),
+  dispatch("tower_gemm", {0u, KindCode(kind)}, b, &pc, sizeof(pc),
            static_cast<uint32_t>((lin.rows + 63) / 64), static_cast<uint32_t>((rows + 63) / 64));
 }
 

@@ -85,7 +85,8 @@ class VulkanTower {
   // By the weights' storage (the model's, alive as long as it; a caller may describe the same
   // storage with a Linear of its own, as the audio tower's convolutions do).
   using WeightKey = std::tuple<const uint8_t*, const float*, int, int, size_t, WeightKind>;
-  const Weights& Upload(const gemma::Linear& lin);
+  // as_f16: bf16 weights converted to f16 (for linear_cm); other kinds as stored.
+  const Weights& Upload(const gemma::Linear& lin, bool as_f16 = false);
   // Float vectors (norm weights, standardize vectors) on the device, kept like the weights
   // (floats_, by their storage); empty ones are left out.
   void UploadFloats(const std::vector<const std::vector<float>*>& vs);

@@ -137,7 +137,7 @@ nlohmann::json LongGoldens() {
 }
 
 LongClip LongClipOf(const nlohmann::json& clip) {
-  LongClip c = MakeLongClip(kDir + "clips/speech.wav", clip["samples"].get<int>());
+  LongClip c = MakeLongClip(kDir + "clips/speech.wav", clip["clip"], clip["samples"].get<int>());
   EXPECT_EQ(c.sha256, clip["sha256"].get<std::string>())
       << "not the clip the goldens were made from";
   return c;

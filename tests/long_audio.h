@@ -4,6 +4,7 @@
 // the SHA-256 of their int16 samples, which the tests check before comparing anything.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +20,9 @@ struct LongClip {
   std::string sha256;          // of pcm as little-endian bytes
 };
 
-inline LongClip MakeLongClip(const std::string& speech_wav, int n) {
+// `name` "clipped": the speech 8x louder, saturated at the int16 range (n is its length); any
+// other name: n samples of the speech tiled.
+inline LongClip MakeLongClip(const std::string& speech_wav, const std::string& name, int n) {
   const std::vector<float> speech = media::LoadAudioFile(speech_wav).samples;
   const int L = static_cast<int>(speech.size());
   LongClip c;
@@ -27,9 +30,11 @@ inline LongClip MakeLongClip(const std::string& speech_wav, int n) {
   c.samples.resize(n);
   for (int k = 0; k < n; ++k) {
     const int r = k / L, i = k % L;
-    const float s = speech[r % 2 ? L - 1 - i : i];
-    c.pcm[k] = static_cast<int16_t>(s * 32768.0f);  // exact: the decoder divided an int16
-    c.samples[k] = s;
+    // exact: the decoder divided an int16
+    int v = static_cast<int>(speech[r % 2 ? L - 1 - i : i] * 32768.0f);
+    if (name == "clipped") v = std::clamp(v * 8, -32768, 32767);
+    c.pcm[k] = static_cast<int16_t>(v);
+    c.samples[k] = static_cast<float>(v) / 32768.0f;
   }
   c.sha256 = Sha256::Hex(
       Sha256::Of(std::string_view(reinterpret_cast<const char*>(c.pcm.data()), c.pcm.size() * 2)));

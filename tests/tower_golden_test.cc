@@ -144,8 +144,8 @@ void CheckAudio(bool qat, const std::string& backend) {
                  std::string(qat ? "qat " : "") + backend + " audio " + clip);
   }
   // The clip lengths (long.json): 0.1 s, and 2.7, 29.9, 30 and 45 s made from the speech
-  // clip (two 30 s chunks for 45 s, each through the tower alone); the soft tokens at the rows
-  // kept.
+  // clip (two 30 s chunks for 45 s, each through the tower alone), and the speech saturated
+  // ("clipped"); the soft tokens at the rows kept.
   std::ifstream lf(kDir + (qat ? "qat/" : "") + "long.json");
   ASSERT_TRUE(lf.good()) << "no long-clip goldens: tower_goldens.py --long";
   const nlohmann::json lg = nlohmann::json::parse(lf);
@@ -157,7 +157,7 @@ void CheckAudio(bool qat, const std::string& backend) {
     const std::vector<float> samples =
         clip == "short"
             ? media::LoadAudioFile(kSrc + "audio/clips/short.wav").samples
-            : MakeLongClip(kSrc + "audio/clips/speech.wav", c["samples"].get<int>()).samples;
+            : MakeLongClip(kSrc + "audio/clips/speech.wav", clip, c["samples"].get<int>()).samples;
     ASSERT_EQ(samples.size(), c["samples"].get<size_t>());
     const media::PreparedAudio p = media::PrepareAudio(samples, clip);
     ASSERT_EQ(p.soft_tokens, c["tokens"].get<int>());

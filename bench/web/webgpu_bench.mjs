@@ -5,7 +5,7 @@
 // families to run side by side (default workgroup,rows). On a machine without a GPU
 // set VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json (SwiftShader: correctness speed,
 // not a GPU's). Prompt: WORDS (default 64) copies of "Debian" (prefill), then TOKENS greedy tokens
-// (decode).
+// (decode). KERNELS may also hold "profile" (a GPU profile of every dispatch, printed by the worker).
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -17,10 +17,12 @@ const runs = Number(process.argv[4] ?? 3);
 const flags = (process.argv[5] ?? 'backend=vulkan').split(',');
 const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
 // KERNELS may hold "nocpu": no CPU-backend rows (full-size checkpoints: minutes per run).
-const families = (process.argv[6] ?? 'workgroup,rows').split(',').filter((f) => f !== 'nocpu');
+// "profile": every dispatch timed on the GPU (bench/web/dawn_profile.mjs prints per-kernel tables).
+const families = (process.argv[6] ?? 'workgroup,rows').split(',').filter((f) => f !== 'nocpu' && f !== 'profile');
 const withCpu = !(process.argv[6] ?? '').split(',').includes('nocpu');
+const profile = (process.argv[6] ?? '').split(',').includes('profile');
 const words = Number(process.argv[7] ?? 64);
-const dawn = path.join(root, '.cache/npm-assets/node_modules/webgpu');
+const dawn = profile ? path.join(root, 'bench/web/dawn_profile.mjs') : path.join(root, '.cache/npm-assets/node_modules/webgpu');
 const { loadEngine } = await import(pathToFileURL(path.join(web, 'lib/gemma-engine.mjs')).href);
 
 const engines = {};

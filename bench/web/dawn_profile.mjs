@@ -1,0 +1,150 @@
+// Dawn for Node with a GPU profile of every dispatch (timestamp queries), for
+// `webgpu_bench.mjs ... profile`: a stand-in for the npm package `webgpu` (the worker imports
+// this file as its WebGPU module). Each dispatch runs in a compute pass of its own with timestamp
+// writes (the pass boundaries add a little time of their own: a ranking, not a speed figure);
+// every 32 submits the worker prints, per kernel label, the GPU time and calls since the last
+// print, and per submit the GPU time summed against the wall time from submit to the next submit.
+// Not part of the library: the module's code is unchanged under it.
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const root = path.resolve(new URL('../..', import.meta.url).pathname);
+const dawn = await import(pathToFileURL(path.join(root, '.cache/npm-assets/node_modules/webgpu/index.js')).href);
+export const globals = dawn.globals;
+
+const QUERIES = 4096;  // (WebGPU's limit) 2,048 timed dispatches per submit; the rest run untimed
+const stats = { kernels: new Map(), submits: 0, gpuNs: 0, wallMs: 0, dispatches: 0, untimed: 0 };
+let lastSubmit = 0;
+
+function report() {
+  const rows = [...stats.kernels.entries()].sort((a, b) => b[1].ns - a[1].ns);
+  const total = rows.reduce((s, [, v]) => s + v.ns, 0);
+  console.log(`[profile] ${stats.submits} submits, ${stats.dispatches} dispatches (${stats.untimed} untimed): ` +
+              `GPU ${(stats.gpuNs / 1e6 / stats.submits).toFixed(3)} ms per submit, wall between submits ` +
+              `${(stats.wallMs / Math.max(1, stats.submits - 1)).toFixed(3)} ms`);
+  for (const [label, v] of rows.slice(0, 14)) {
+    console.log(`[profile]   ${label.padEnd(28)} ${(v.ns / 1e6).toFixed(3).padStart(9)} ms ${(100 * v.ns / total).toFixed(1).padStart(5)}%  ` +
+                `${String(v.n).padStart(6)} calls  ${(v.ns / 1e3 / v.n).toFixed(1).padStart(8)} us each`);
+  }
+  stats.kernels.clear();
+  Object.assign(stats, { submits: 0, gpuNs: 0, wallMs: 0, dispatches: 0, untimed: 0 });
+}
+
+// A proxy that forwards everything to the native object (methods bound to it) except `over`.
+function wrap(target, over) {
+  return new Proxy(target, {
+    get(t, k) {
+      if (k in over) return over[k];
+      const v = Reflect.get(t, k, t);
+      return typeof v === 'function' ? v.bind(t) : v;
+    },
+    set(t, k, v) {
+      return Reflect.set(t, k, v, t);
+    },
+  });
+}
+
+function wrapDevice(device) {
+  const labels = new WeakMap();
+  const pending = new Map();  // command buffer -> {qs, resolve, read, labels}
+  const encoder = (enc) => {
+    let qs = null;
+    const timed = [];
+    const cur = {};
+    let n = 0;
+    const pass = {
+      setPipeline(p) { cur.p = p; },
+      setBindGroup(i, g) { cur.g = g; cur.i = i; },
+      dispatchWorkgroups(x, y = 1, z = 1) {
+        if (!qs) qs = device.createQuerySet({ type: 'timestamp', count: QUERIES });
+        const desc = n < QUERIES / 2 ? { timestampWrites: { querySet: qs, beginningOfPassWriteIndex: 2 * n, endOfPassWriteIndex: 2 * n + 1 } } : {};
+        const real = enc.beginComputePass(desc);
+        real.setPipeline(cur.p);
+        real.setBindGroup(cur.i, cur.g);
+        real.dispatchWorkgroups(x, y, z);
+        real.end();
+        if (n < QUERIES / 2) timed.push(labels.get(cur.p) ?? 'unlabeled');
+        else ++stats.untimed;
+        ++n;
+        ++stats.dispatches;
+      },
+      end() {},
+    };
+    return wrap(enc, {
+      beginComputePass: () => pass,
+      finish: (d) => {
+        let info = null;
+        if (timed.length) {
+          const bytes = 16 * timed.length;
+          const resolve = device.createBuffer({ size: bytes, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+          const read = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+          enc.resolveQuerySet(qs, 0, 2 * timed.length, resolve, 0);
+          enc.copyBufferToBuffer(resolve, 0, read, 0, bytes);
+          info = { qs, resolve, read, labels: timed };
+        } else if (qs) {
+          qs.destroy();
+        }
+        const cb = enc.finish(d);
+        if (info) pending.set(cb, info);
+        return cb;
+      },
+    });
+  };
+  const queue = wrap(device.queue, {
+    submit: (cbs) => {
+      device.queue.submit(cbs);
+      const now = performance.now();
+      if (lastSubmit) stats.wallMs += now - lastSubmit;
+      lastSubmit = now;
+      for (const cb of cbs) {
+        const info = pending.get(cb);
+        if (!info) continue;
+        pending.delete(cb);
+        ++stats.submits;
+        info.read.mapAsync(GPUMapMode.READ).then(() => {
+          const t = new BigUint64Array(info.read.getMappedRange());
+          info.labels.forEach((label, i) => {
+            const ns = Number(t[2 * i + 1] - t[2 * i]);
+            const k = stats.kernels.get(label) ?? { ns: 0, n: 0 };
+            k.ns += ns;
+            k.n += 1;
+            stats.kernels.set(label, k);
+            stats.gpuNs += ns;
+          });
+          info.read.unmap();
+          for (const b of [info.read, info.resolve, info.qs]) b.destroy();
+          if (stats.submits >= 32) report();
+        }, () => {});
+      }
+    },
+  });
+  return wrap(device, {
+    queue,
+    createCommandEncoder: (d) => encoder(device.createCommandEncoder(d)),
+    createComputePipeline: (d) => {
+      const p = device.createComputePipeline(d);
+      labels.set(p, d.label ?? 'unlabeled');
+      return p;
+    },
+  });
+}
+
+export function create(flags) {
+  const gpu = dawn.create(flags);
+  return wrap(gpu, {
+    requestAdapter: async (opts) => {
+      const adapter = await gpu.requestAdapter(opts);
+      if (!adapter) return adapter;
+      return wrap(adapter, {
+        requestDevice: async (desc = {}) => {
+          if (!adapter.features.has('timestamp-query')) {
+            console.log('[profile] the adapter has no timestamp-query: no profile');
+            return adapter.requestDevice(desc);
+          }
+          const requiredFeatures = [...(desc.requiredFeatures ?? []), 'timestamp-query'];
+          return wrapDevice(await adapter.requestDevice({ ...desc, requiredFeatures }));
+        },
+      });
+    },
+  });
+}

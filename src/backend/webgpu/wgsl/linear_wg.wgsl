@@ -3,7 +3,7 @@
 // keeping a partial sum per row and token (float-float for dense kinds and quantized ones without
 // an SRQ input; exact i32 for SRQ inputs), added up after one barrier. The row and token loops
 // have constant bounds (guarded inside) so that compilers unroll them and keep the partial sums
-// in registers.
+// in registers; SRQ inputs take a path of their own (below).
 // Workgroups: x + 16384 y = the row block, z = the token block.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
@@ -72,8 +72,61 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       acci[t][r] = 0;
     }
   }
+  if (srq) {
+    // SRQ inputs (the QAT checkpoints' hot path): the 4 rows in the lanes of one i32 vector per
+    // token, each kind's decode in a loop of its own with a constant trip count, and the tail
+    // word's columns past `cols` masked (the rows' padding bytes are zero bytes, not zero codes).
+    var acc4: array<vec4<i32>, 4>;  // [token], rows in lanes
+    for (var t = 0u; t < T; t++) {
+      acc4[t] = vec4<i32>(0);
+    }
+    for (var wi = li; wi < p.row_words; wi += 64u) {
+      var wv4 = vec4<u32>(0u);
+      for (var r = 0u; r < R; r++) {
+        if (r < nr) {
+          wv4[r] = w[(o0 + r) * p.row_words + wi];
+        }
+      }
+      let i0 = wi * per;
+      let m = min(per, p.cols - i0);
+      let xb = p.x_off + t0 * p.x_stride + i0;
+      if (p.kind == KIND_Q4) {
+        for (var k = 0u; k < 8u; k++) {
+          let c = select(vec4<i32>(0), vec4<i32>((wv4 >> vec4<u32>(4u * k)) & vec4<u32>(15u)) - vec4<i32>(8), k < m);
+          for (var t = 0u; t < T; t++) {
+            if (t < nt) {
+              acc4[t] += c * i32(x[xb + t * p.x_stride + k]);
+            }
+          }
+        }
+      } else if (p.kind == KIND_Q2) {
+        for (var k = 0u; k < 16u; k++) {
+          let c = select(vec4<i32>(0), vec4<i32>((wv4 >> vec4<u32>(2u * k)) & vec4<u32>(3u)) - vec4<i32>(2), k < m);
+          for (var t = 0u; t < T; t++) {
+            if (t < nt) {
+              acc4[t] += c * i32(x[xb + t * p.x_stride + k]);
+            }
+          }
+        }
+      } else {
+        for (var k = 0u; k < 4u; k++) {
+          let c = select(vec4<i32>(0), bitcast<vec4<i32>>(wv4 << vec4<u32>(24u - 8u * k)) >> vec4<u32>(24u), k < m);
+          for (var t = 0u; t < T; t++) {
+            if (t < nt) {
+              acc4[t] += c * i32(x[xb + t * p.x_stride + k]);
+            }
+          }
+        }
+      }
+    }
+    for (var t = 0u; t < T; t++) {
+      for (var r = 0u; r < R; r++) {
+        acci[t][r] = acc4[t][r];
+      }
+    }
+  }
   var wv: array<u32, 4>;
-  for (var wi = li; wi < p.row_words; wi += 64u) {
+  for (var wi = li; wi < select(p.row_words, 0u, srq); wi += 64u) {
     let i0 = wi * per;
     let m = min(per, p.cols - i0);
     for (var r = 0u; r < R; r++) {
@@ -107,8 +160,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   workgroupBarrier();
   // One barrier, then each of the T x R sums adds its 64 partials in turn (a tree of barriers
-  // costs more, on GPUs and more so on CPU adapters).
-  if (li < T * R) {
+  // costs more, on GPUs and more so on CPU adapters); only the block's tokens.
+  if (li < nt * R) {
     var v = red[li * 64u];
     var vi = redi[li * 64u];
     for (var j = 1u; j < 64u; j++) {

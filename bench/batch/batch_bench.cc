@@ -2,7 +2,7 @@
 // with batching (EngineOptions::max_batch 16) and without (1), against one session alone. Each
 // session's prompt is evaluated first (a one-token request), so the timed requests decode only.
 // Prints per B: aggregate tok/s of both engines, the ratio to one stream, the median inter-token
-// latency per sequence and the largest batch seen.
+// latency per sequence, the largest batch seen and the share of steps that ran batched.
 //   batch_bench MODEL_DIR [--backend B] [--tokens N] [--batches 1,2,4,8] [--threads T] [--runs R]
 //               [--unbatched 0]   (0: the batched engine only, for profiles; ratios to its B = 1)
 #include <algorithm>
@@ -23,6 +23,7 @@ struct Figure {
   double tok_s = 0;     // all sessions' tokens / wall time
   double itl_ms = 0;    // median over sessions of their median inter-token latency
   int max_batch = 0;
+  double batched = 0;  // share of the sessions' steps that ran in a batch of two or more
 };
 
 Figure Run(gemma::Engine& engine, int b, int tokens) {
@@ -56,10 +57,13 @@ Figure Run(gemma::Engine& engine, int b, int tokens) {
   Figure f;
   f.tok_s = static_cast<double>(b) * tokens / s;
   std::vector<double> itl;
+  int batched = 0;
   for (const gemma::Telemetry& t : tel) {
     itl.push_back(t.itl_median_ms);
     f.max_batch = std::max(f.max_batch, t.max_batch);
+    batched += t.batched_steps;
   }
+  f.batched = static_cast<double>(batched) / (static_cast<double>(b) * std::max(1, tokens - 1));
   std::sort(itl.begin(), itl.end());
   f.itl_ms = itl[itl.size() / 2];
   return f;
@@ -106,8 +110,8 @@ int main(int argc, char** argv) {
     auto unbatched = with_unbatched ? gemma::Engine::Load(solo) : nullptr;
     std::printf("backend %s, %d tokens per session, best of %d runs\n",
                 batched->backend_name().c_str(), tokens, runs);
-    std::printf("%4s %14s %8s %10s %9s %14s %10s\n", "B", "batched tok/s", "x one", "ITL ms",
-                "max batch", "unbatched tok/s", "ITL ms");
+    std::printf("%4s %14s %8s %10s %9s %14s %10s %9s\n", "B", "batched tok/s", "x one", "ITL ms",
+                "max batch", "unbatched tok/s", "ITL ms", "batched");
     Run(*batched, 1, tokens);  // (warm-up: the weight copies' pages, the caches)
     if (unbatched) Run(*unbatched, 1, tokens);
     double one = 0;
@@ -120,9 +124,9 @@ int main(int argc, char** argv) {
         if (fu.tok_s > best_u.tok_s) best_u = fu;
       }
       if (b == 1) one = unbatched ? best_u.tok_s : best_b.tok_s;
-      std::printf("%4d %14.1f %8.2f %10.2f %9d %14.1f %10.2f\n", b, best_b.tok_s,
-                  one > 0 ? best_b.tok_s / one : 0.0, best_b.itl_ms, best_b.max_batch,
-                  best_u.tok_s, best_u.itl_ms);
+      std::printf("%4d %14.1f %8.2f %10.2f %9d %14.1f %10.2f %8.0f%%\n", b, best_b.tok_s,
+                  one > 0 ? best_b.tok_s / one : 0.0, best_b.itl_ms, best_b.max_batch, best_u.tok_s,
+                  best_u.itl_ms, 100 * best_b.batched);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

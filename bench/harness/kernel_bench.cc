@@ -7,8 +7,9 @@
 //        kernel_bench MODEL_DIR decode REPS SPLIT: each linear in SPLIT row ranges (one thread: one
 //        after the other; then on a pool of 2 threads, wall time, and the same split streamed by
 //        XorReduce on 2 threads: the two-core read ceiling).
-//        kernel_bench MODEL_DIR decode REPS SPLIT TOKENS: the pool-of-2 pass with TOKENS tokens per
-//        linear (a batched decode step's linears: each weight read once for all of them).
+//        kernel_bench MODEL_DIR decode REPS SPLIT TOKENS: both passes with TOKENS tokens per linear
+//        (a batched decode step's linears: each weight read once for all of them); the one-thread
+//        pass in thread CPU time is the comparison that other load on the machine disturbs least.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,9 +50,13 @@ int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
     widest = std::max<size_t>(widest, l->cols + 256);
     tallest = std::max<size_t>(tallest, l->rows);
   }
-  std::vector<float> x(widest), y(tallest);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 0.01f;
-  std::vector<int8_t> q(widest);
+  // `tokens` rows of activations (copies of one), as a batched decode step's linears see them.
+  std::vector<float> x(widest * tokens), y(tallest * tokens);
+  for (size_t i = 0; i < widest; ++i)
+    x[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 0.01f;
+  for (int t = 1; t < tokens; ++t) std::copy_n(x.begin(), widest, x.begin() + t * widest);
+  std::vector<int8_t> q(widest * tokens);
+  std::vector<int32_t> sums(tokens);
   std::map<std::string, double> best_t, bytes;
   double best_total = 1e30;
   for (int rep = 0; rep < reps; ++rep) {
@@ -61,14 +66,16 @@ int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
       const double c0 = ThreadCpuS();
       if (IsQuantized(l->kind)) {
         const float s = l->in_scale > 0 ? l->in_scale : 0.01f;
-        int32_t sum = fast::QuantizeActs(l->kind, x.data(), l->cols, s, q.data());
+        const int pc = fast::PaddedCols(l->kind, l->cols);
+        for (int t = 0; t < tokens; ++t)
+          sums[t] = fast::QuantizeActs(l->kind, &x[t * widest], l->cols, s, &q[t * pc]);
         // Row ranges as the backend's decode tasks (split per linear, whole 4-row tiles).
         const int tile = std::max(16, (l->rows + split - 1) / split + 3) / 4 * 4;
         for (int r0 = 0; r0 < l->rows; r0 += tile)
-          fast::QuantLinearRows(*l, q.data(), 0, &sum, 1, r0, std::min(l->rows, r0 + tile), y.data(),
-                                l->rows);
+          fast::QuantLinearRows(*l, q.data(), pc, sums.data(), tokens, r0,
+                                std::min(l->rows, r0 + tile), y.data(), l->rows);
       } else {
-        fast::DenseLinearRows(*l, x.data(), l->cols, 1, 0, l->rows, y.data(), l->rows);
+        fast::DenseLinearRows(*l, x.data(), widest, tokens, 0, l->rows, y.data(), l->rows);
       }
       const double dt = ThreadCpuS() - c0;
       const std::string k = l == &m.lm_head() ? "lm_head" : WeightKindName(l->kind);
@@ -101,7 +108,7 @@ int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
     ThreadPool pool(2);
     // `tokens` rows of activations (copies of x), quantized per linear as a step quantizes them.
     std::vector<float> xn(widest * tokens), yn(tallest * tokens);
-    for (int t = 0; t < tokens; ++t) std::copy(x.begin(), x.end(), xn.begin() + t * widest);
+    for (int t = 0; t < tokens; ++t) std::copy_n(x.begin(), widest, xn.begin() + t * widest);
     std::vector<int8_t> qn(widest * tokens);
     std::vector<int32_t> sn(tokens);
     for (const bool xr : {false, true}) {

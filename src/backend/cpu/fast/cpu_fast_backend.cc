@@ -600,13 +600,18 @@ class CpuFastBackend : public Backend {
       float* u = u_.data();
       RunLinears({{&lw.gate, a, g}, {&lw.up, a, u}}, m);
       const GeluTable& gelu = gelu_[l];
-      ForTokens(m, [&](int t) {
-        float* gt = g + static_cast<size_t>(t) * I;
-        const float* ut = u + static_cast<size_t>(t) * I;
+      // Elementwise over the rows' [m, I] block, split over the pool when a batch makes it long
+      // (batched decode: 4 x 12,288 products, which the pool's other thread otherwise waits out).
+      const int64_t total = static_cast<int64_t>(m) * I;
+      const int parts = m >= 2 && total >= kMinParallelWork / 4 ? pool_.size() : 1;
+      pool_.Run(parts, [&](int c, int) {
+        const int64_t b = total * c / parts / 16 * 16;
+        const int64_t e = c + 1 == parts ? total : total * (c + 1) / parts / 16 * 16;
         if (gelu.scale > 0) {
-          fast::TableLookupMul(gt, I, gelu.scale, gelu.value.data(), ut, gt);
+          fast::TableLookupMul(g + b, static_cast<int>(e - b), gelu.scale, gelu.value.data(), u + b,
+                               g + b);
         } else {
-          for (int i = 0; i < I; ++i) gt[i] = gelu(gt[i]) * ut[i];
+          for (int64_t i = b; i < e; ++i) g[i] = gelu(g[i]) * u[i];
         }
       });
       RunLinear(lw.down, g, m, tmp);

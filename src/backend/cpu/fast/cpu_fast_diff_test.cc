@@ -135,5 +135,57 @@ TEST(CpuFastBatch, BatchedStepsAreBitIdenticalToSoloSteps) {
   }
 }
 
+// A batch wide enough that the MLP's GELU products are split over the pool (issue 43: 4 rows x
+// 8,192 in the double-wide layers, 2 x 8,192 and 4 x 4,096 elsewhere) gives each context's solo
+// logits bit for bit, on 2 and 3 threads (other split points).
+TEST(CpuFastBatch, WideBatchesSplitTheGeluAndStayBitIdentical) {
+  SynthShape shape = IssueSynthShape();
+  shape.inter = 4096;
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("gemma_fast_wide_batch_" + std::to_string(::getpid())))
+                              .string();
+  Synthesize({.out_dir = dir, .seed = 5, .shape = shape});
+  auto model = Model::Load(dir);
+  const int V = model->text().vocab_size;
+  for (int threads : {2, 3}) {
+    auto batched = CreateCpuFastModel(*model, threads);
+    auto solo = CreateCpuFastModel(*model, 1);
+    std::vector<std::unique_ptr<Backend>> b, s;
+    for (int i = 0; i < 4; ++i) {
+      b.push_back(batched->NewContext({.capacity = 64}));
+      s.push_back(solo->NewContext({.capacity = 64}));
+      std::vector<int32_t> prompt(2 + 3 * i);
+      for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>((t * 37 + i) % V);
+      ForwardResult r;
+      b[i]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+      s[i]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+    }
+    for (int step = 0; step < 6; ++step) {
+      const int n = step % 3 == 2 ? 2 : 4;  // batches of 4 and of 2
+      std::vector<int32_t> tokens(n);
+      std::vector<ForwardResult> got(n), want(n);
+      std::vector<BatchStep> steps;
+      for (int i = 0; i < n; ++i) {
+        tokens[i] = static_cast<int32_t>((step * 101 + i * 7) % V);
+        steps.push_back({.context = b[i].get(),
+                         .request = {.tokens = std::span<const int32_t>(&tokens[i], 1),
+                                     .mode = OutputMode::kLogits},
+                         .result = &got[i]});
+      }
+      batched->ForwardBatch(steps);
+      for (int i = 0; i < n; ++i) {
+        ASSERT_FALSE(steps[i].error);
+        s[i]->Forward(
+            {.tokens = std::span<const int32_t>(&tokens[i], 1), .mode = OutputMode::kLogits},
+            &want[i]);
+        ASSERT_EQ(got[i].logits.size(), static_cast<size_t>(V));
+        ASSERT_EQ(0, std::memcmp(got[i].logits.data(), want[i].logits.data(), V * sizeof(float)))
+            << "threads " << threads << " step " << step << " seq " << i;
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gemma

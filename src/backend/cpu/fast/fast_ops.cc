@@ -321,11 +321,6 @@ void WeightedValuesWasm(const double* p, size_t ld, const float* v, size_t v_str
 }
 #endif
 
-// Keys (or values) ahead of the one read that the attention kernels prefetch: a context's cache
-// outgrows the caches once several contexts decode together, and the value pass reads one line of
-// each value row per pass (strided), which the hardware prefetcher follows late.
-constexpr int kKeysAhead = 32;
-
 template <int NQ>
 void QueryKeyDotsN(const double* q, int hd, const float* k, size_t k_stride, int nk, double* out,
                    size_t ld) {
@@ -349,10 +344,8 @@ void QueryKeyDotsN(const double* q, int hd, const float* k, size_t k_stride, int
     for (int i = 0; i < full; i += N) {
       hn::Vec<DF64> kv[KJ];
 #pragma GCC unroll 16
-      for (int kk = 0; kk < KJ; ++kk) {
+      for (int kk = 0; kk < KJ; ++kk)
         kv[kk] = hn::PromoteTo(d64, hn::LoadU(df, k + (j + kk) * k_stride + i));
-        hwy::Prefetch(k + (j + kk + kKeysAhead) * k_stride + i);
-      }
 #pragma GCC unroll 16
       for (int h = 0; h < NQ; ++h) {
         const auto qv = hn::LoadU(d64, q + h * hd + i);
@@ -437,7 +430,6 @@ void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride
 #pragma GCC unroll 16
       for (int d = 0; d < DV; ++d)
         vv[d] = hn::PromoteTo(d64, hn::LoadU(df, v + j * v_stride + i + d * N));
-      hwy::Prefetch(v + (j + kKeysAhead) * v_stride + i);
 #pragma GCC unroll 16
       for (int h = 0; h < NQ; ++h) {
         const auto ph = hn::Set(d64, p[h * ld + j]);

@@ -431,19 +431,12 @@ TEST_F(AudioEngine, LongClipsAreChunkedIntoOneRun) {
   const std::string path = ::testing::TempDir() + "/tone31.wav";
   {
     // 31 s of a 440 Hz tone, PCM16 mono 16 kHz, written here.
-    const int n = 31 * 16000;
-    std::ofstream f(path, std::ios::binary);
-    auto u32 = [&](uint32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
-    auto u16 = [&](uint16_t v) { f.write(reinterpret_cast<const char*>(&v), 2); };
-    f.write("RIFF", 4);
-    u32(36 + 2 * n);
-    f.write("WAVEfmt ", 8);
-    u32(16), u16(1), u16(1), u32(16000), u32(32000), u16(2), u16(16);
-    f.write("data", 4);
-    u32(2 * n);
-    for (int i = 0; i < n; ++i)
-      u16(static_cast<uint16_t>(
-          static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * i / 16000.0))));
+    std::vector<int16_t> pcm(31 * 16000);
+    for (size_t i = 0; i < pcm.size(); ++i)
+      pcm[i] = static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * i / 16000.0));
+    const std::vector<uint8_t> wav = WavBytes(pcm);
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(wav.data()), static_cast<std::streamsize>(wav.size()));
   }
   auto engine = Engine::Load({.model_path = *dir_, .backend = "cpu", .context_capacity = 2048});
   Input in = Input::Text("<|audio|>");

@@ -1,7 +1,8 @@
-// The long audio clips of the goldens (tools/fixtures/audio_goldens.py, LONG): made from the
-// committed speech clip's int16 samples, tiled, every odd repeat time-reversed (2.7, 29.9, 30 and
-// 45 s). They are inputs built here the way the script builds them; goldens.json-style files carry
-// the SHA-256 of their int16 samples, which the tests check before comparing anything.
+// The clips the audio goldens make from the committed speech clip's int16 samples
+// (tools/fixtures/audio_goldens.py, made_clips): tiled, every odd repeat time-reversed (2.7, 29.9,
+// 30 and 45 s), and the speech 8x louder saturated at the int16 range ("clipped"). They are inputs
+// built here the way the script builds them; the goldens' JSON carries the SHA-256 of their int16
+// samples, which the tests check before comparing anything.
 #pragma once
 
 #include <algorithm>

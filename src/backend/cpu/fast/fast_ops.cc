@@ -181,8 +181,7 @@ void DenseRowsK(const Linear& lin, const float* x, size_t x_stride, int n, int r
                 size_t y_stride) {
   // Prefetch distance in whole 4-row groups, as the quantized decode tile (bf16
   // per_layer_model_projection, one token, kernel_bench decode: 2.1-2.2 -> 0.9 ms single-threaded).
-  const size_t group = kRows * lin.row_bytes;
-  const size_t ahead = std::max<size_t>(1, kPrefetchBytes / group) * group;
+  const size_t ahead = PrefetchAhead(kRows * lin.row_bytes);
   for (int r = r0; r < r1; r += kRows) {
     const int rr = std::min(kRows, r1 - r);
     const uint8_t* w[kRows];

@@ -499,8 +499,7 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
     for (int t = 1; t < n; ++t)
       QuantRowsK<K>(lin, q + t * q_stride, q_stride, q_sum + t, 1, r0, r1, y + t * y_stride,
                     y_stride);
-    const size_t group = kRows * lin.row_bytes;
-    [[maybe_unused]] const size_t ahead = std::max<size_t>(1, kPrefetchBytes / group) * group;
+    [[maybe_unused]] const size_t ahead = PrefetchAhead(kRows * lin.row_bytes);
     constexpr int kRun = 256;
     int32_t dots[kRun];
     for (int run = r0; run < r1; run += kRun) {
@@ -532,8 +531,7 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
   // into a buffer, then the vectorized epilogue per token.
   constexpr int kRun = 64;
   int32_t dots[kTokens][kRun];
-  [[maybe_unused]] const size_t decode_ahead =
-      std::max<size_t>(1, kPrefetchBytes / (kRows * lin.row_bytes)) * kRows * lin.row_bytes;
+  [[maybe_unused]] const size_t decode_ahead = PrefetchAhead(kRows * lin.row_bytes);
   // Tokens in blocks whose activations stay in L2 (~256 KiB) while the rows stream past them.
   const int pc = (blocks + (tail ? 1 : 0)) * BE;
   const int tb = std::max(kTokens, (256 * 1024 / std::max(1, pc)) / kTokens * kTokens);

@@ -25,4 +25,9 @@ constexpr int kTokens = 4;  // tokens per register tile (prefill)
 // -> ~21.9 ms; 4 KiB 24.4, 6 KiB 22.2, 12 KiB 22.7).
 constexpr size_t kPrefetchBytes = 8192;
 
+// kPrefetchBytes rounded to whole groups of `group` bytes (a tile's rows), at least one group.
+inline size_t PrefetchAhead(size_t group) {
+  return (kPrefetchBytes / group > 0 ? kPrefetchBytes / group : 1) * group;
+}
+
 }  // namespace gemma::fast

@@ -20,6 +20,7 @@
 extern "C" {
 int gw_init();
 int gw_kernels();
+int gw_packed_dot();
 int gw_generation();
 int gw_failed();
 void gw_error(char* out, int len);
@@ -95,8 +96,48 @@ struct GpuLinear {
   uint32_t row_words = 0;
 };
 
-enum Kernel { kLinear, kQuant, kRmsNorm, kHeadNorm, kAttention, kGeluMul, kPleCombine, kSoftcap,
-              kArgmax, kNumKernels };
+enum Kernel {
+  kLinear,
+  kQuant,
+  kRmsNorm,
+  kHeadNorm,
+  kAttention,
+  kGeluMul,
+  kPleCombine,
+  kSoftcap,
+  kArgmax,
+  kAttentionSplit,
+  kAttentionMerge,
+  kLinearTile,
+  kNumKernels
+};
+
+// SRQ linears over at least this many tokens (prompt chunks) take linear_tile_wg.wgsl (64 rows x
+// 64 tokens per workgroup, dot4I8Packed) where the adapter's WGSL has
+// packed_4x8_integer_dot_product; fewer tokens take linear_wg.wgsl.
+constexpr int kTileMinTokens = 8;
+
+// The attention of a step with few query rows (decode, short chunks) split over the keys
+// (attention_split_wg.wgsl), workgroup kernels only: at most kSplitSlots (row, split) pairs, so a
+// step's partial sums fit one scratch buffer; splits of at least kSplitMinKeys keys.
+constexpr int kSplitSlots = 256;
+constexpr int kSplitMinKeys = 8;
+
+struct AttentionSplit {
+  int splits = 1, chunk = 0;
+};
+
+// How to split `rows` query rows (tokens x heads) over at most `keys` keys each: one split (the
+// single-dispatch kernel) when the rows alone fill enough workgroups or the keys are few.
+AttentionSplit PlanAttentionSplit(int rows, int keys) {
+  AttentionSplit a;
+  const int most =
+      std::min((keys + kSplitMinKeys - 1) / kSplitMinKeys, kSplitSlots / std::max(rows, 1));
+  if (most < 2) return a;
+  a.chunk = (keys + most - 1) / most;
+  a.splits = (keys + a.chunk - 1) / a.chunk;
+  return a;
+}
 
 class WebGpuModel;
 
@@ -152,6 +193,8 @@ class WebGpuContext : public Backend {
   // Scratch, [chunk] rows each.
   int x_ = 0, a_ = 0, tmp_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0,
       gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
+  // The split attention's per-(row, split) maxima and float-float partial sums.
+  int split_max_ = 0, split_part_ = 0;
   // What the caches hold, to evaluate again after a device loss.
   std::vector<int32_t> history_;
   std::map<int, std::vector<float>> soft_rows_;
@@ -214,7 +257,10 @@ class WebGpuModel : public BackendModel {
     p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
         .u(y_off).u(y_stride).u(srq ? 1 : 0).f(lin.in_scale).f(lin.out_scale);
     const int b[] = {g.w, g.scale, x, y};
-    if (workgroup_) {
+    if (srq && n >= kTileMinTokens && pipelines_[kLinearTile] >= 0) {
+      gw_dispatch(pipelines_[kLinearTile], b, 4, p.data(), p.size(), Groups(lin.rows, 64),
+                  Groups(n, 64), 1);
+    } else if (workgroup_) {
       const uint32_t blocks = Groups(lin.rows, 4);  // linear_wg.wgsl: 4 rows x 4 tokens each
       gw_dispatch(pipelines_[kLinear], b, 4, p.data(), p.size(), std::min(blocks, 16384u),
                   (blocks + 16383) / 16384, Groups(n, 4));
@@ -321,10 +367,24 @@ void WebGpuModel::Build() {
   gw_info(info, sizeof info);
   workgroup_ = gw_kernels() == 1;
   AdapterName() = std::string(info) + (workgroup_ ? ", workgroup kernels" : ", row kernels");
-  static const char* const kNames[kNumKernels] = {
-      "linear", "quant", "rmsnorm", "head_norm", "attention", "gelu_mul", "ple_combine",
-      "softcap", "argmax"};
+  static const char* const kNames[kNumKernels] = {"linear",
+                                                  "quant",
+                                                  "rmsnorm",
+                                                  "head_norm",
+                                                  "attention",
+                                                  "gelu_mul",
+                                                  "ple_combine",
+                                                  "softcap",
+                                                  "argmax",
+                                                  "attention_split_wg",
+                                                  "attention_merge_wg",
+                                                  "linear_tile_wg"};
   for (int k = 0; k < kNumKernels; ++k) {
+    if ((!workgroup_ && (k == kAttentionSplit || k == kAttentionMerge || k == kLinearTile)) ||
+        (k == kLinearTile && !gw_packed_dot())) {
+      pipelines_[k] = -1;
+      continue;
+    }
     std::string name = kNames[k];
     if (workgroup_ && (k == kLinear || k == kRmsNorm || k == kHeadNorm || k == kAttention ||
                        k == kArgmax)) {
@@ -425,6 +485,12 @@ void WebGpuContext::Allocate() {
     gp_ = Buffer(m * P * 4);
     ple_ = Buffer(m * L * P * 4);
     tok_ = Buffer(m * L * P * 4);
+  }
+  if (owner_->workgroup()) {
+    int hd = 0;
+    for (const LayerPlan& p : model_.layers()) hd = std::max(hd, p.head_dim);
+    split_max_ = Buffer(kSplitSlots * 4);
+    split_part_ = Buffer(kSplitSlots * (2 + 2 * static_cast<size_t>(hd)) * 4);
   }
   cs_s_ = Buffer(m * cfg_.head_dim * 4);
   cs_f_ = Buffer(m * std::max(cfg_.global_head_dim, 1) * 4);
@@ -548,61 +614,98 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const int b[] = {x, w, y};
     gw_dispatch(M.pipeline(kRmsNorm), b, 3, p.data(), p.size(), M.Items(rows_n), 1, 1);
   };
-  auto head_norm = [&](int src, const std::vector<float>& w, int heads, int hd, bool rope,
-                       int cs, int dst, bool to_cache, int ring) {
+  // Rows r0.. of the chunk (r0 > 0 in the shared tail, below).
+  auto head_norm = [&](int src, const std::vector<float>& w, int n, int r0, int heads, int hd,
+                       bool rope, int cs, int dst, bool to_cache, int ring) {
     Params p;
-    p.u(m).u(heads).u(hd).u(w.empty() ? 0 : 1).u(rope ? 1 : 0).u(to_cache ? 1 : 0).u(pos0)
-        .u(ring).u(0).u(0).f(eps);
+    p.u(n)
+        .u(heads)
+        .u(hd)
+        .u(w.empty() ? 0 : 1)
+        .u(rope ? 1 : 0)
+        .u(to_cache ? 1 : 0)
+        .u(pos0 + r0)
+        .u(ring)
+        .u(0)
+        .u(static_cast<uint32_t>(r0) * hd)
+        .f(eps);
     const int b[] = {src, M.Vec(w), cs, dst};
-    gw_dispatch(M.pipeline(kHeadNorm), b, 4, p.data(), p.size(), M.Items(heads), m, 1);
+    gw_dispatch(M.pipeline(kHeadNorm), b, 4, p.data(), p.size(), M.Items(heads), n, 1);
   };
 
+  // The trailing KV-shared layers (Model::shared_tail) write no cache, so there only the rows
+  // whose logits are asked for run: rows first_out.. of the chunk, in place in the residual
+  // stream (x_ at row r0), compacted in the scratch buffers; none when the chunk outputs nothing
+  // (a prompt's earlier chunks). Every kernel treats its rows independently, so the rows that run
+  // compute the same bits as with the whole chunk.
+  const int tail = model_.shared_tail();
   for (int l = 0; l < L; ++l) {
+    const int r0 = l >= tail ? first_out : 0;
+    const int n = m - r0;
+    if (n <= 0) break;
+    const uint32_t xo = static_cast<uint32_t>(r0) * H;
     const LayerPlan& p = model_.layers()[l];
     const LayerWeights& w = model_.layer_weights()[l];
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int cs = p.type == LayerType::kSliding ? cs_s_ : cs_f_;
-    norm(x_, 0, M.Vec(w.input_norm), a_, 0, m, H, 0, 1.0f, w.input_norm);
-    M.RecordLinear(w.q, a_, 0, H, qraw_, 0, nh * hd, m, xq_);
-    head_norm(qraw_, w.q_norm, nh, hd, true, cs, q_, false, 1);
+    norm(x_, xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
+    M.RecordLinear(w.q, a_, 0, H, qraw_, 0, nh * hd, n, xq_);
+    head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
     if (!p.kv_shared) {
-      M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, m, xq_);
-      M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, m, xq_);
-      head_norm(kraw_, w.k_norm, nkv, hd, true, cs, slot.k, true, slot.ring);
-      head_norm(vraw_, {}, nkv, hd, false, cs, slot.v, true, slot.ring);
+      M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, n, xq_);
+      M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, n, xq_);
+      head_norm(kraw_, w.k_norm, n, r0, nkv, hd, true, cs, slot.k, true, slot.ring);
+      head_norm(vraw_, {}, n, r0, nkv, hd, false, cs, slot.v, true, slot.ring);
     }
     {
+      const int last = pos0 + m;  // keys of the chunk's last row
+      const int keys = p.window > 0 ? std::min(last, p.window) : last;
+      const AttentionSplit split =
+          M.workgroup() ? PlanAttentionSplit(n * nh, keys) : AttentionSplit{};
       Params a;
-      a.u(m).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0).u(p.window).u(slot.ring);
-      const int b[] = {q_, slot.k, slot.v, attn_};
-      gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(),
-                  M.workgroup() ? nh : Groups(nh, 32), m, 1);
+      a.u(n).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0 + r0).u(p.window).u(slot.ring);
+      if (split.splits == 1) {
+        const int b[] = {q_, slot.k, slot.v, attn_};
+        gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(),
+                    M.workgroup() ? nh : Groups(nh, 32), n, 1);
+      } else {
+        const int b[] = {q_, slot.k, slot.v, split_max_, split_part_};
+        for (uint32_t phase = 0; phase < 2; ++phase) {
+          Params ap = a;
+          ap.u(split.splits).u(split.chunk).u(phase);
+          gw_dispatch(M.pipeline(kAttentionSplit), b, 5, ap.data(), ap.size(), split.splits, nh, n);
+        }
+        Params mp;
+        mp.u(n).u(nh).u(hd).u(split.splits);
+        const int mb[] = {split_part_, attn_};
+        gw_dispatch(M.pipeline(kAttentionMerge), mb, 2, mp.data(), mp.size(), nh, n, 1);
+      }
     }
-    M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, m, xq_);
-    norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, 0, m, H, 1, 1.0f, w.post_attn_norm);
-    norm(x_, 0, M.Vec(w.pre_ffn_norm), a_, 0, m, H, 0, 1.0f, w.pre_ffn_norm);
+    M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, n, xq_);
+    norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, xo, n, H, 1, 1.0f, w.post_attn_norm);
+    norm(x_, xo, M.Vec(w.pre_ffn_norm), a_, 0, n, H, 0, 1.0f, w.pre_ffn_norm);
     const int I = p.intermediate;
-    M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, m, xq_);
-    M.RecordLinear(w.up, a_, 0, H, u_, 0, I, m, xq_);
+    M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
+    M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_);
     {
       Params gm;
-      gm.u(m).u(I).u(0).u(I);
+      gm.u(n).u(I).u(0).u(I);
       const int b[] = {u_, g_};
-      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), m, 1);
+      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), n, 1);
     }
-    M.RecordLinear(w.down, g_, 0, I, tmp_, 0, H, m, xq_);
+    M.RecordLinear(w.down, g_, 0, I, tmp_, 0, H, n, xq_);
     const bool ple = P > 0;
-    norm(tmp_, 0, M.Vec(w.post_ffn_norm), x_, 0, m, H, 1, ple ? 1.0f : w.layer_scalar,
+    norm(tmp_, 0, M.Vec(w.post_ffn_norm), x_, xo, n, H, 1, ple ? 1.0f : w.layer_scalar,
          w.post_ffn_norm);
     if (ple) {
-      M.RecordLinear(w.ple_gate, x_, 0, H, gp_, 0, P, m, xq_);
+      M.RecordLinear(w.ple_gate, x_, xo, H, gp_, 0, P, n, xq_);
       Params gm;
-      gm.u(m).u(P).u(l * P).u(L * P);
+      gm.u(n).u(P).u(l * P + r0 * L * P).u(L * P);
       const int b[] = {ple_, gp_};
-      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), m, 1);
-      M.RecordLinear(w.ple_proj, gp_, 0, P, tmp_, 0, H, m, xq_);
-      norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, 0, m, H, 1, w.layer_scalar, w.post_ple_norm);
+      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), n, 1);
+      M.RecordLinear(w.ple_proj, gp_, 0, P, tmp_, 0, H, n, xq_);
+      norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, xo, n, H, 1, w.layer_scalar, w.post_ple_norm);
     }
   }
 

@@ -11,6 +11,7 @@ mergeInto(LibraryManager.library, {
     error: '',
     info: '',
     kernels: 0,           // 1: the workgroup kernels (*_wg.wgsl), 0: one invocation per row
+    packedDot: 0,         // 1: WGSL has dot4I8Packed (packed_4x8_integer_dot_product)
     buffers: [null],
     pipelines: [null],
     encoder: null,
@@ -71,6 +72,8 @@ mergeInto(LibraryManager.library, {
       const cpuAdapter = adapter.isFallbackAdapter || ai.isFallbackAdapter ||
                          /swiftshader|llvmpipe|lavapipe|warp|microsoft basic render/i.test(GW.info);
       GW.kernels = choice === 'workgroup' || (choice === 'auto' && !cpuAdapter) ? 1 : 0;
+      const wgsl = gpu.wgslLanguageFeatures;
+      GW.packedDot = wgsl && wgsl.has('packed_4x8_integer_dot_product') ? 1 : 0;
       GW.device = device;
       GW.lost = '';
       GW.generation++;
@@ -98,6 +101,9 @@ mergeInto(LibraryManager.library, {
 
   gw_kernels__deps: ['$GW'],
   gw_kernels: function() { return GW.kernels; },
+
+  gw_packed_dot__deps: ['$GW'],
+  gw_packed_dot: function() { return GW.packedDot; },
 
   gw_generation__deps: ['$GW'],
   gw_generation: function() { return GW.generation; },

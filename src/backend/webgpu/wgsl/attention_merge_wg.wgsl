@@ -1,0 +1,35 @@
+// The last of attention_split_wg.wgsl's three dispatches: a workgroup per head and token adds its
+// splits' float-float sums (the denominator and each output dimension's weighted values) and
+// divides, as attention_wg.wgsl ends.
+struct P {
+  n: u32, heads: u32, hd: u32, splits: u32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> part: array<f32>;
+@group(0) @binding(2) var<storage, read_write> o: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let h = wg.x;
+  let t = wg.y;
+  if (h >= p.heads || t >= p.n) {
+    return;
+  }
+  let row = t * p.heads + h;
+  let stride = 2u + 2u * p.hd;
+  let base = row * p.splits * stride;
+  var tot = vec2<f32>(0.0, 0.0);
+  for (var s = 0u; s < p.splits; s++) {
+    let b = base + s * stride;
+    tot = ff_add(tot, vec2<f32>(part[b], part[b + 1u]));
+  }
+  let total = tot.x + tot.y;
+  for (var d = li; d < p.hd; d += 64u) {
+    var acc = vec2<f32>(0.0, 0.0);
+    for (var s = 0u; s < p.splits; s++) {
+      let b = base + s * stride + 2u + 2u * d;
+      acc = ff_add(acc, vec2<f32>(part[b], part[b + 1u]));
+    }
+    o[row * p.hd + d] = (acc.x + acc.y) / total;
+  }
+}

@@ -1,0 +1,123 @@
+// linear_wg.wgsl's SRQ path for prompt chunks (GPU adapters): a workgroup of 256 invocations per
+// tile of 64 output rows x 64 tokens, so a chunk reads each weight word once per 64 tokens instead
+// of once per 4. Per step of 64 columns the weight codes (int2 / int4 / int8) and the input codes
+// (from quant.wgsl, small integers in f32) are packed four int8 to a u32 in workgroup memory, and
+// each invocation keeps 4 rows x 4 tokens of exact i32 sums with dot4I8Packed. The sums are exact,
+// so every output is bit for bit linear_wg's: f32(sum) * in_scale * row scale, then the SRQ output
+// rounding when out_scale > 0. Columns past `cols` and rows or tokens past the ends count as zero.
+// Workgroups: x = the row tile, y = the token tile.
+struct P {
+  rows: u32, cols: u32, row_words: u32, kind: u32,
+  n: u32, x_off: u32, x_stride: u32, y_off: u32,
+  y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+const TILE: u32 = 64u;  // rows and tokens per tile, columns per step
+const KW: u32 = 16u;    // packed words per row (or token) per step
+const LD: u32 = 17u;    // the tiles' row stride in words (padded against bank conflicts)
+var<workgroup> ws: array<u32, 1088>;  // [row][KW] weight codes, stride LD
+var<workgroup> xs: array<u32, 1088>;  // [token][KW] input codes
+
+// The weight codes of row o, columns c .. c + 15 (c a multiple of 16), as 4 packed words: one
+// source word per 16 int2 codes, two per 16 int4 codes, four per 16 int8 codes.
+fn weight_codes(o: u32, c: u32) -> vec4<u32> {
+  var out = vec4<u32>(0u);
+  if (o >= p.rows || c >= p.cols) {
+    return out;
+  }
+  let rb = o * p.row_words;
+  let lane = vec4<u32>(0u, 1u, 2u, 3u);
+  for (var q = 0u; q < 4u; q++) {
+    let col = vec4<u32>(c + 4u * q) + lane;
+    var v: vec4<i32>;
+    if (p.kind == KIND_Q4) {
+      let wi = c / 8u + q / 2u;
+      let word = select(0u, w[rb + wi], wi < p.row_words);
+      v = vec4<i32>((vec4<u32>(word) >> (4u * (lane + 4u * (q % 2u)))) & vec4<u32>(15u)) - vec4<i32>(8);
+    } else if (p.kind == KIND_Q2) {
+      let word = w[rb + c / 16u];
+      v = vec4<i32>((vec4<u32>(word) >> (2u * (lane + 4u * q))) & vec4<u32>(3u)) - vec4<i32>(2);
+    } else {
+      let wi = c / 4u + q;
+      let word = select(0u, w[rb + wi], wi < p.row_words);
+      v = bitcast<vec4<i32>>(vec4<u32>(word) << (24u - 8u * lane)) >> vec4<u32>(24u);
+    }
+    out[q] = pack4xI8(select(vec4<i32>(0), v, col < vec4<u32>(p.cols)));
+  }
+  return out;
+}
+
+// The input codes of token t, columns c .. c + 15, as 4 packed words.
+fn input_codes(t: u32, c: u32) -> vec4<u32> {
+  var out = vec4<u32>(0u);
+  if (t >= p.n) {
+    return out;
+  }
+  let xb = p.x_off + t * p.x_stride;
+  for (var q = 0u; q < 4u; q++) {
+    var v = vec4<i32>(0);
+    for (var k = 0u; k < 4u; k++) {
+      let col = c + 4u * q + k;
+      if (col < p.cols) {
+        v[k] = i32(x[xb + col]);
+      }
+    }
+    out[q] = pack4xI8(v);
+  }
+  return out;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let o0 = wg.x * TILE;
+  let t0 = wg.y * TILE;
+  // This invocation's outputs: rows o0 + tr + 16 i, tokens t0 + tt + 16 j (i, j < 4).
+  let tr = li % 16u;
+  let tt = li / 16u;
+  // What it loads per step: row (and token) li / 4, packed words 4 (li % 4) .. + 3.
+  let lr = li / 4u;
+  let lq = (li % 4u) * 4u;
+  var acc: array<vec4<i32>, 4>;  // [row i], tokens j in lanes
+  for (var i = 0u; i < 4u; i++) {
+    acc[i] = vec4<i32>(0);
+  }
+  for (var c0 = 0u; c0 < p.cols; c0 += TILE) {
+    let wc = weight_codes(o0 + lr, c0 + 4u * lq);
+    let xc = input_codes(t0 + lr, c0 + 4u * lq);
+    for (var q = 0u; q < 4u; q++) {
+      ws[lr * LD + lq + q] = wc[q];
+      xs[lr * LD + lq + q] = xc[q];
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < KW; k++) {
+      let b = vec4<u32>(xs[tt * LD + k], xs[(tt + 16u) * LD + k], xs[(tt + 32u) * LD + k],
+                        xs[(tt + 48u) * LD + k]);
+      for (var i = 0u; i < 4u; i++) {
+        let a = ws[(tr + 16u * i) * LD + k];
+        acc[i] += vec4<i32>(dot4I8Packed(a, b.x), dot4I8Packed(a, b.y), dot4I8Packed(a, b.z),
+                            dot4I8Packed(a, b.w));
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let o = o0 + tr + 16u * i;
+    if (o < p.rows) {
+      for (var j = 0u; j < 4u; j++) {
+        let t = t0 + tt + 16u * j;
+        if (t < p.n) {
+          var out = f32(acc[i][j]) * p.in_scale * scale[o];
+          if (p.out_scale > 0.0) {
+            out = srq_code(out, p.out_scale) * p.out_scale;
+          }
+          y[p.y_off + t * p.y_stride + o] = out;
+        }
+      }
+    }
+  }
+}

@@ -176,6 +176,27 @@ TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {
   });
 }
 
+// Batched decode steps over wide rows (the AVX3_DL kernels read them in column panels when 3-4
+// tokens' activations would fill L1): still the reference's bits, short runs and tiles included.
+TEST(FastOps, WideQuantizedRowsForThreeOrFourTokensAreBitIdentical) {
+  ForEachTarget([] {
+    uint32_t seed = 100;
+    for (WeightKind kind : {WeightKind::kQ2, WeightKind::kQ4, WeightKind::kQ8}) {
+      for (int cols : {8448, 12288, 12300}) {
+        for (int n : {3, 4}) {
+          const TestLinear t = MakeLinear(kind, 70, cols, 0.05f, n == 3 ? 0.05f : 0.0f, ++seed);
+          const std::vector<float> x = RandomActs(n, cols, ++seed);
+          std::vector<float> want(static_cast<size_t>(n) * t.lin.rows);
+          ref::LinearForward(t.lin, x.data(), n, want.data());
+          const std::vector<float> got = FastLinear(t.lin, x, n);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * want.size()), 0)
+              << WeightKindName(kind) << " cols " << cols << " n " << n;
+        }
+      }
+    }
+  });
+}
+
 TEST(FastOps, QuantizeMatchesReferenceSrq) {
   const std::vector<float> x = RandomActs(1, 300, 7);
   for (WeightKind kind : {WeightKind::kQ2, WeightKind::kQ4, WeightKind::kQ8}) {

@@ -118,11 +118,11 @@ HWY_INLINE __m512i Hadd4(__m512i a, __m512i b, __m512i c, __m512i d) {
 
 // Prefill, 4 rows x 4 tokens: as Tile<K, 4>, but the 16 sums come back in one vector, lane 4t + r
 // (a transposed reduction: ~45 shuffles and adds instead of 16 horizontal sums of ~8 each; rows of
-// 1536 inputs are only 6-12 blocks long, so the reduction was a large part of a call). With
-// ahead > 0 it also prefetches the bytes `ahead` past each block read (the next run of rows).
+// 1536 inputs are only 6-12 blocks long, so the reduction was a large part of a call). With pf set
+// it also prefetches, per block read, the same block of the rows pf[0..3] (rows further on).
 template <WeightKind K>
 GEMMA_VNNI HWY_NOINLINE __m512i Tile44(const uint8_t* const* w, int blocks, const int8_t* const* q,
-                                       size_t ahead) {
+                                       const uint8_t* const* pf) {
   constexpr int BE = 64 * Groups<K>();
   __m512i acc[kRows][kTokens];
 #pragma GCC unroll 16
@@ -133,10 +133,10 @@ GEMMA_VNNI HWY_NOINLINE __m512i Tile44(const uint8_t* const* w, int blocks, cons
     __m512i p[kRows];
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
-    if (ahead) {
+    if (pf) {
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w[r] + 64 * b + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf[r] + 64 * b), _MM_HINT_T0);
     }
     const size_t qoff = static_cast<size_t>(b) * BE;
     TileGroup<K, 0, kTokens>(p, q, qoff, acc);
@@ -485,6 +485,96 @@ HWY_INLINE void PrefetchScales(const Linear& lin, int r0, int r1) {
   for (int r = r0; r < r1; r += 16) hwy::Prefetch(lin.row_scale + r);
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// Batched decode steps (3-4 tokens) over rows whose 4 tokens' activations would fill L1 (more than
+// kPanelActs bytes: E2B's int2 down projections, 12,288 inputs, 48 KiB) are read in column panels
+// of kPanelActs / 4 bytes of each token's activations: a run of rows panel by panel, the 4 x 4
+// tile's integer sums added over the panels (the same integers as whole rows: exact). Every weight
+// byte is still read once; the prefetch follows the panel order. (kernel_bench decode, 4 tokens:
+// the int2 12,288-input linears streamed at ~10 GB/s against ~17-22 for every other linear.)
+constexpr int kPanelActs = 16 * 1024;
+
+template <WeightKind K>
+bool PanelRows(const Linear& lin, int n, bool tail) {
+  return n >= 3 && n <= kTokens && !tail &&
+         static_cast<size_t>(kTokens) * (lin.row_bytes / 64) * 64 * Groups<K>() > 2 * kPanelActs;
+}
+
+template <WeightKind K>
+void QuantRowsPanels(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum,
+                     int n, int r0, int r1, float* y, size_t y_stride) {
+  constexpr int BE = 64 * Groups<K>();
+  constexpr int kRun = 64;
+  constexpr int kTiles = kRun / kRows;
+  const int blocks = static_cast<int>(lin.row_bytes / 64);
+  const int pb = kPanelActs / (kTokens * BE);  // blocks per panel
+  const int panels = (blocks + pb - 1) / pb;
+  // Tiles (4 rows of one panel) between a tile and the one it prefetches: kPrefetchBytes ahead.
+  const int ahead = std::max<int>(1, static_cast<int>(kPrefetchBytes / (kRows * 64 * pb)));
+  const int8_t* qt[kTokens];
+  int32_t qsum4[kTokens];
+  for (int j = 0; j < kTokens; ++j) {
+    qt[j] = q + std::min(j, n - 1) * q_stride;
+    qsum4[j] = q_sum[std::min(j, n - 1)];
+  }
+  const __m512i offsets = _mm512_mullo_epi32(
+      _mm512_permutexvar_epi32(
+          _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qsum4)))),
+      _mm512_set1_epi32(Offset<K>()));
+  auto rows = [&](int run, int tile, int panel, const uint8_t** w) {
+    const int end = std::min(r1, run + kRun);
+    for (int i = 0; i < kRows; ++i) {
+      const int r = std::min(run + tile * kRows + i, end - 1);  // (a short last tile repeats a row)
+      w[i] =
+          lin.data + static_cast<size_t>(r) * lin.row_bytes + 64 * static_cast<size_t>(panel) * pb;
+    }
+  };
+  alignas(64) int32_t dots[kTokens][kRun];
+  for (int run = r0; run < r1; run += kRun) {
+    const int end = std::min(r1, run + kRun);
+    const int tiles = (end - run + kRows - 1) / kRows;
+    PrefetchScales(lin, end, std::min(r1, end + kRun));
+    __m512i acc[kTiles];
+    for (int i = 0; i < kTiles; ++i) acc[i] = _mm512_setzero_si512();
+    for (int p = 0; p < panels; ++p) {
+      const int nb = std::min(pb, blocks - p * pb);
+      const int8_t* qp[kTokens];
+      for (int j = 0; j < kTokens; ++j) qp[j] = qt[j] + static_cast<size_t>(p) * pb * BE;
+      for (int i = 0; i < tiles; ++i) {
+        const uint8_t* w[kRows];
+        rows(run, i, p, w);
+        // The tile `ahead` further in panel order: this panel's rows below, then the next panel's
+        // first rows, then the next run's.
+        int ti = i + ahead, tp = p, trun = run;
+        if (ti >= tiles) {
+          ti -= tiles;
+          if (++tp == panels) {
+            tp = 0;
+            trun = end;
+          }
+        }
+        const uint8_t* pf[kRows];
+        if (trun < r1)
+          rows(trun, std::min(ti, (std::min(r1, trun + kRun) - trun - 1) / kRows), tp, pf);
+        acc[i] = _mm512_add_epi32(acc[i], Tile44<K>(w, nb, qp, trun < r1 ? pf : nullptr));
+      }
+    }
+    for (int i = 0; i < tiles; ++i) {
+      alignas(64) int32_t d[kRows * kTokens];  // lane 4t + r
+      _mm512_store_si512(d, _mm512_sub_epi32(acc[i], offsets));
+      for (int t = 0; t < kTokens; ++t)
+        for (int r = 0; r < kRows && i * kRows + r < end - run; ++r)
+          dots[t][i * kRows + r] = d[t * kRows + r];
+    }
+    for (int t = 0; t < n; ++t) {
+      Epilogue(dots[t], lin.row_scale + run, lin.in_scale, lin.out_scale, end - run,
+               y + t * y_stride + run);
+    }
+  }
+}
+#endif
+
 template <WeightKind K>
 void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32_t* q_sum, int n,
                 int r0, int r1, float* y, size_t y_stride) {
@@ -527,6 +617,10 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
     }
     return;
   }
+#if HWY_TARGET == HWY_AVX3_DL
+  if (PanelRows<K>(lin, n, tail))
+    return QuantRowsPanels<K>(lin, q, q_stride, q_sum, n, r0, r1, y, y_stride);
+#endif
   // Several tokens: runs of rows (their weights stay in L1/L2) times tiles of tokens, integer dots
   // into a buffer, then the vectorized epilogue per token.
   constexpr int kRun = 64;
@@ -564,7 +658,9 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
                                  : n <= kTokens ? decode_ahead
                                  : end < r1     ? static_cast<size_t>(end - run) * lin.row_bytes
                                                 : 0;
-            const __m512i sums = Tile44<K>(w, blocks, qt, ahead);
+            const uint8_t* pf[kRows];
+            for (int i = 0; i < kRows; ++i) pf[i] = w[i] + ahead;
+            const __m512i sums = Tile44<K>(w, blocks, qt, ahead ? pf : nullptr);
             const __m512i qs = _mm512_permutexvar_epi32(
                 _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
                 _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qsum4))));

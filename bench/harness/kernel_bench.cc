@@ -3,7 +3,7 @@
 // CPU time so other load on the machine matters less.
 // Usage: kernel_bench MODEL_DIR [tokens...]   (default tokens: 1 64)
 //        kernel_bench MODEL_DIR decode [reps]: every linear once in decode order (one token,
-//        weights streamed from DRAM as in a decode step), time and GB/s per weight kind.
+//        weights streamed from DRAM as in a decode step), time and GB/s per weight kind and width.
 //        kernel_bench MODEL_DIR decode REPS SPLIT: each linear in SPLIT row ranges (one thread: one
 //        after the other; then on a pool of 2 threads, wall time, and the same split streamed by
 //        XorReduce on 2 threads: the two-core read ceiling).
@@ -78,7 +78,10 @@ int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
         fast::DenseLinearRows(*l, x.data(), widest, tokens, 0, l->rows, y.data(), l->rows);
       }
       const double dt = ThreadCpuS() - c0;
-      const std::string k = l == &m.lm_head() ? "lm_head" : WeightKindName(l->kind);
+      // Per kind and width: the widths differ in how their activations fit in L1.
+      const std::string k =
+          l == &m.lm_head() ? "lm_head"
+                            : std::string(WeightKindName(l->kind)) + "x" + std::to_string(l->cols);
       t[k] += dt;
       total += dt;
       if (rep == 0) bytes[k] += static_cast<double>(l->row_bytes) * l->rows;
@@ -148,11 +151,11 @@ int DecodeOrder(const gemma::Model& model, int reps, int split, int tokens) {
   double all_bytes = 0;
   for (const auto& [k, v] : best_t) {
     all_bytes += bytes[k];
-    std::printf("decode %-8s %8.3f ms  %7.1f MB  %6.1f GB/s\n", k.c_str(), v * 1e3, bytes[k] / 1e6,
+    std::printf("decode %-11s %8.3f ms  %7.1f MB  %6.1f GB/s\n", k.c_str(), v * 1e3, bytes[k] / 1e6,
                 bytes[k] / v / 1e9);
   }
-  std::printf("decode total    %8.3f ms  %7.1f MB  %6.1f GB/s  (SIMD target %s)\n", best_total * 1e3,
-              all_bytes / 1e6, all_bytes / best_total / 1e9, fast::TargetName());
+  std::printf("decode total       %8.3f ms  %7.1f MB  %6.1f GB/s  (SIMD target %s)\n",
+              best_total * 1e3, all_bytes / 1e6, all_bytes / best_total / 1e9, fast::TargetName());
   return 0;
 }
 

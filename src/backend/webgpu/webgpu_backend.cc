@@ -195,6 +195,8 @@ class WebGpuContext : public Backend {
       gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
   // The split attention's per-(row, split) maxima and float-float partial sums.
   int split_max_ = 0, split_part_ = 0;
+  // rmsnorm's second output when a dispatch has none (a writable binding of its own).
+  int sink_ = 0;
   // What the caches hold, to evaluate again after a device loss.
   std::vector<int32_t> history_;
   std::map<int, std::vector<float>> soft_rows_;
@@ -492,6 +494,7 @@ void WebGpuContext::Allocate() {
     split_max_ = Buffer(kSplitSlots * 4);
     split_part_ = Buffer(kSplitSlots * (2 + 2 * static_cast<size_t>(hd)) * 4);
   }
+  sink_ = Buffer(16);
   cs_s_ = Buffer(m * cfg_.head_dim * 4);
   cs_f_ = Buffer(m * std::max(cfg_.global_head_dim, 1) * 4);
   // Logits for at most head_rows_ positions at once: 64 MiB at most (E2B: 64 rows of 262,144).
@@ -606,13 +609,26 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     gw_dispatch(M.pipeline(kPleCombine), b, 3, p.data(), p.size(), Groups(L, 64), m, 1);
   }
 
+  // rmsnorm.wgsl: mode 0 y = norm(x); mode 1 y = (y + norm(x)) * scale; with `next`, mode 2: mode
+  // 1, then a_ = the next norm of the new y (weights *next), one dispatch instead of two.
   auto norm = [&](int x, uint32_t x_off, int w, int y, uint32_t y_off, int rows_n, int width,
-                  int mode, float scale, const std::vector<float>& wv) {
+                  int mode, float scale, const std::vector<float>& wv,
+                  const std::vector<float>* next = nullptr) {
+    if (next) mode = 2;
     Params p;
-    p.u(rows_n).u(width).u(x_off).u(width).u(y_off).u(width).u(wv.empty() ? 0 : 1).u(mode)
-        .f(eps).f(scale);
-    const int b[] = {x, w, y};
-    gw_dispatch(M.pipeline(kRmsNorm), b, 3, p.data(), p.size(), M.Items(rows_n), 1, 1);
+    p.u(rows_n)
+        .u(width)
+        .u(x_off)
+        .u(width)
+        .u(y_off)
+        .u(width)
+        .u(wv.empty() ? 0 : 1)
+        .u(mode)
+        .f(eps)
+        .f(scale)
+        .u(next && !next->empty() ? 1 : 0);
+    const int b[] = {x, w, y, next ? M.Vec(*next) : w, next ? a_ : sink_};
+    gw_dispatch(M.pipeline(kRmsNorm), b, 5, p.data(), p.size(), M.Items(rows_n), 1, 1);
   };
   // Rows r0.. of the chunk (r0 > 0 in the shared tail, below).
   auto head_norm = [&](int src, const std::vector<float>& w, int n, int r0, int heads, int hd,
@@ -639,8 +655,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   // (a prompt's earlier chunks). Every kernel treats its rows independently, so the rows that run
   // compute the same bits as with the whole chunk.
   const int tail = model_.shared_tail();
+  auto first_row = [&](int l) { return l >= tail ? first_out : 0; };
+  bool normed = false;  // a_ already holds this layer's input norm (the last layer's mode 2)
   for (int l = 0; l < L; ++l) {
-    const int r0 = l >= tail ? first_out : 0;
+    const int r0 = first_row(l);
     const int n = m - r0;
     if (n <= 0) break;
     const uint32_t xo = static_cast<uint32_t>(r0) * H;
@@ -648,7 +666,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const LayerWeights& w = model_.layer_weights()[l];
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int cs = p.type == LayerType::kSliding ? cs_s_ : cs_f_;
-    norm(x_, xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
+    if (!normed) norm(x_, xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
     M.RecordLinear(w.q, a_, 0, H, qraw_, 0, nh * hd, n, xq_);
     head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
@@ -683,8 +701,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       }
     }
     M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, n, xq_);
-    norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, xo, n, H, 1, 1.0f, w.post_attn_norm);
-    norm(x_, xo, M.Vec(w.pre_ffn_norm), a_, 0, n, H, 0, 1.0f, w.pre_ffn_norm);
+    norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, xo, n, H, 1, 1.0f, w.post_attn_norm,
+         &w.pre_ffn_norm);
     const int I = p.intermediate;
     M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
     M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_);
@@ -696,8 +714,11 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     }
     M.RecordLinear(w.down, g_, 0, I, tmp_, 0, H, n, xq_);
     const bool ple = P > 0;
+    // The layer's last norm also writes the next layer's input norm when both run the same rows.
+    normed = l + 1 < L && first_row(l + 1) == r0;
+    const std::vector<float>* next = normed ? &model_.layer_weights()[l + 1].input_norm : nullptr;
     norm(tmp_, 0, M.Vec(w.post_ffn_norm), x_, xo, n, H, 1, ple ? 1.0f : w.layer_scalar,
-         w.post_ffn_norm);
+         w.post_ffn_norm, ple ? nullptr : next);
     if (ple) {
       M.RecordLinear(w.ple_gate, x_, xo, H, gp_, 0, P, n, xq_);
       Params gm;
@@ -705,7 +726,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       const int b[] = {ple_, gp_};
       gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), n, 1);
       M.RecordLinear(w.ple_proj, gp_, 0, P, tmp_, 0, H, n, xq_);
-      norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, xo, n, H, 1, w.layer_scalar, w.post_ple_norm);
+      norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, xo, n, H, 1, w.layer_scalar, w.post_ple_norm, next);
     }
   }
 

@@ -106,7 +106,6 @@ enum Kernel {
   kPleCombine,
   kSoftcap,
   kArgmax,
-  kAttentionSplit,
   kAttentionMerge,
   kLinearTile,
   kNumKernels
@@ -118,8 +117,9 @@ enum Kernel {
 constexpr int kTileMinTokens = 8;
 
 // The attention of a step with few query rows (decode, short chunks) split over the keys
-// (attention_split_wg.wgsl), workgroup kernels only: at most kSplitSlots (row, split) pairs, so a
-// step's partial sums fit one scratch buffer; splits of at least kSplitMinKeys keys.
+// (attention_wg.wgsl's phases 0 and 1, then attention_merge_wg.wgsl), workgroup kernels only: at
+// most kSplitSlots (row, split) pairs, so a step's partial sums fit one scratch buffer; splits of
+// at least kSplitMinKeys keys.
 constexpr int kSplitSlots = 256;
 constexpr int kSplitMinKeys = 8;
 
@@ -369,20 +369,11 @@ void WebGpuModel::Build() {
   gw_info(info, sizeof info);
   workgroup_ = gw_kernels() == 1;
   AdapterName() = std::string(info) + (workgroup_ ? ", workgroup kernels" : ", row kernels");
-  static const char* const kNames[kNumKernels] = {"linear",
-                                                  "quant",
-                                                  "rmsnorm",
-                                                  "head_norm",
-                                                  "attention",
-                                                  "gelu_mul",
-                                                  "ple_combine",
-                                                  "softcap",
-                                                  "argmax",
-                                                  "attention_split_wg",
-                                                  "attention_merge_wg",
-                                                  "linear_tile_wg"};
+  static const char* const kNames[kNumKernels] = {
+      "linear",      "quant",   "rmsnorm", "head_norm",          "attention",     "gelu_mul",
+      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg"};
   for (int k = 0; k < kNumKernels; ++k) {
-    if ((!workgroup_ && (k == kAttentionSplit || k == kAttentionMerge || k == kLinearTile)) ||
+    if ((!workgroup_ && (k == kAttentionMerge || k == kLinearTile)) ||
         (k == kLinearTile && !gw_packed_dot())) {
       pipelines_[k] = -1;
       continue;
@@ -683,16 +674,19 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
           M.workgroup() ? PlanAttentionSplit(n * nh, keys) : AttentionSplit{};
       Params a;
       a.u(n).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0 + r0).u(p.window).u(slot.ring);
-      if (split.splits == 1) {
+      if (!M.workgroup()) {
         const int b[] = {q_, slot.k, slot.v, attn_};
-        gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(),
-                    M.workgroup() ? nh : Groups(nh, 32), n, 1);
+        gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(), Groups(nh, 32), n, 1);
+      } else if (split.splits == 1) {
+        a.u(1).u(0).u(2);  // phase 2: one pass
+        const int b[] = {q_, slot.k, slot.v, attn_, sink_};
+        gw_dispatch(M.pipeline(kAttention), b, 5, a.data(), a.size(), nh, n, 1);
       } else {
         const int b[] = {q_, slot.k, slot.v, split_max_, split_part_};
         for (uint32_t phase = 0; phase < 2; ++phase) {
           Params ap = a;
           ap.u(split.splits).u(split.chunk).u(phase);
-          gw_dispatch(M.pipeline(kAttentionSplit), b, 5, ap.data(), ap.size(), split.splits, nh, n);
+          gw_dispatch(M.pipeline(kAttention), b, 5, ap.data(), ap.size(), split.splits, nh, n);
         }
         Params mp;
         mp.u(n).u(nh).u(hd).u(split.splits);

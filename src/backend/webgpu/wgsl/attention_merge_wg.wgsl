@@ -1,6 +1,6 @@
-// The last of attention_split_wg.wgsl's three dispatches: a workgroup per head and token adds its
-// splits' float-float sums (the denominator and each output dimension's weighted values) and
-// divides, as attention_wg.wgsl ends.
+// The last of the split attention's three dispatches (attention_wg.wgsl's phases 0 and 1 first): a
+// workgroup per head and token adds its splits' float-float sums (the denominator and each output
+// dimension's weighted values) and divides, as attention_wg.wgsl's phase 2 ends.
 struct P {
   n: u32, heads: u32, hd: u32, splits: u32,
 }

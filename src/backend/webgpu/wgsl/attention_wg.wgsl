@@ -1,24 +1,39 @@
-// attention.wgsl with a workgroup per query head and token (GPU adapters). Keys in blocks of 64,
-// one key per invocation: its score is that invocation's dot with the query (held in workgroup
-// memory), in float-float over blocks of 8; the maximum over the keys is reduced first (the first
-// 2,048 scores kept in workgroup memory for the second pass), then each block's weights
-// exp(s - max) go through workgroup memory and every invocation accumulates its own output
+// Attention with a workgroup per query head and token (GPU adapters; attention.wgsl is the row
+// kernel). Keys in blocks of 64, one key per invocation: its score is that invocation's dot with
+// the query (held in workgroup memory), in float-float over blocks of 8. Every weight is
+// exp(s - max) with the maximum over the row's keys; every invocation accumulates its own output
 // dimensions (d = lane, lane + 64, ...; head_dim <= 512) in float-float, reading the value rows
-// coalesced. The denominator is a float-float tree over the invocations' sums.
+// coalesced, and the denominator is a float-float tree over the invocations' sums. Three ways:
+//   phase 2, one dispatch over (heads, tokens): the maximum first (the first 2,048 scores kept in
+//            workgroup memory for the second pass), then the weights and sums, out -> o;
+//   split over the keys, for steps with few query rows (decode, short chunks): a workgroup per
+//   (split, head, token) takes `chunk` consecutive keys of its token's range, so a one-token step
+//   spreads over many workgroups instead of one per head. Three dispatches:
+//     phase 0: the maximum score of the split's keys -> o[row * splits + split];
+//     phase 1: the maximum over the row's splits, then the split's weights (its scores computed
+//              again by the same function, so the same bits as phase 2), their float-float sum and
+//              the float-float sums of the weighted value rows ->
+//              part[(row * splits + split) * (2 + 2 hd)]: (sum hi, sum lo, then (hi, lo) per
+//              output dimension);
+//     attention_merge_wg.wgsl adds the splits' float-float sums and divides.
+// row = token * heads + head. A split whose range is empty writes -3.4e38 and zero sums.
 struct P {
   n: u32, heads: u32, hd: u32, group: u32,
   kv_width: u32, pos0: u32, window: u32, ring: u32,
+  splits: u32, chunk: u32, phase: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
-@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;     // outputs, or phase 0's maxima
+@group(0) @binding(5) var<storage, read_write> part: array<f32>;  // phase 1's sums
 
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
 var<workgroup> red: array<f32, 64>;
-// The scores of the first 2,048 keys, kept from the first pass (later keys are scored again).
+// Phase 2: the scores of the first 2,048 keys, kept from the first pass (later keys are scored
+// again).
 const KEEP: u32 = 2048u;
 var<workgroup> sc: array<f32, 2048>;
 
@@ -41,25 +56,23 @@ fn score(j: u32, kvo: u32) -> f32 {
   return s.x + s.y;
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-  let h = wg.x;
-  let t = wg.y;
-  if (h >= p.heads || t >= p.n) {
-    return;
-  }
-  let pos = p.pos0 + t;
-  var first = 0u;
-  if (p.window > 0u && pos + 1u > p.window) {
-    first = pos + 1u - p.window;
-  }
-  let qb = (t * p.heads + h) * p.hd;
-  let kvo = (h / p.group) * p.hd;
-  for (var i = li; i < p.hd; i += 64u) {
-    qs[i] = q[qb + i];
-  }
+// The maximum of one value per invocation; every invocation gets it.
+fn workgroup_max(v: f32, li: u32) -> f32 {
+  red[li] = v;
   workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (li < s) {
+      red[li] = max(red[li], red[li + s]);
+    }
+    workgroupBarrier();
+  }
+  let m = red[0];
+  workgroupBarrier();
+  return m;
+}
 
+// Phase 2: one workgroup per (head, token) over all the row's keys [first, pos].
+fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32) {
   var mx = -3.4e38;
   for (var j = first + li; j <= pos; j += 64u) {
     let s = score(j, kvo);
@@ -68,16 +81,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     mx = max(mx, s);
   }
-  red[li] = mx;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      red[li] = max(red[li], red[li + s]);
-    }
-    workgroupBarrier();
-  }
-  mx = red[0];
-  workgroupBarrier();
+  mx = workgroup_max(mx, li);
 
   var sum = vec2<f32>(0.0, 0.0);
   var acc: array<vec2<f32>, 8>;
@@ -118,6 +122,97 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let d = li + 64u * k;
     if (d < p.hd) {
       o[qb + d] = (acc[k].x + acc[k].y) / total;
+    }
+  }
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  // Phase 2: workgroups (heads, tokens); the split phases: (splits, heads, tokens).
+  let single_pass = p.phase == 2u;
+  let sp = select(wg.x, 0u, single_pass);
+  let h = select(wg.y, wg.x, single_pass);
+  let t = select(wg.z, wg.y, single_pass);
+  if (sp >= p.splits || h >= p.heads || t >= p.n) {
+    return;
+  }
+  let pos = p.pos0 + t;
+  var first = 0u;
+  if (p.window > 0u && pos + 1u > p.window) {
+    first = pos + 1u - p.window;
+  }
+  // This split's keys: [lo, hi) within [first, pos].
+  let lo = first + sp * p.chunk;
+  let hi = min(lo + p.chunk, pos + 1u);
+  let row = t * p.heads + h;
+  let slot = row * p.splits + sp;
+  let qb = row * p.hd;
+  let kvo = (h / p.group) * p.hd;
+  for (var i = li; i < p.hd; i += 64u) {
+    qs[i] = q[qb + i];
+  }
+  workgroupBarrier();
+  if (p.phase == 2u) {
+    single(t, h, li, first, pos, qb, kvo);
+    return;
+  }
+
+  if (p.phase == 0u) {
+    var m = -3.4e38;
+    for (var j = lo + li; j < hi; j += 64u) {
+      m = max(m, score(j, kvo));
+    }
+    m = workgroup_max(m, li);
+    if (li == 0u) {
+      o[slot] = m;
+    }
+    return;
+  }
+
+  var m = -3.4e38;
+  for (var s = li; s < p.splits; s += 64u) {
+    m = max(m, o[row * p.splits + s]);
+  }
+  m = workgroup_max(m, li);
+
+  var sum = vec2<f32>(0.0, 0.0);
+  var acc: array<vec2<f32>, 8>;
+  for (var k = 0u; k < 8u; k++) {
+    acc[k] = vec2<f32>(0.0, 0.0);
+  }
+  for (var j0 = lo; j0 < hi; j0 += 64u) {
+    let j = j0 + li;
+    var e = 0.0;
+    if (j < hi) {
+      e = exp(score(j, kvo) - m);
+      sum = ff_add1(sum, e);
+    }
+    ew[li] = e;
+    workgroupBarrier();
+    let nb = min(64u, hi - j0);
+    for (var jj = 0u; jj < nb; jj++) {
+      let ej = ew[jj];
+      let vb = ((j0 + jj) % p.ring) * p.kv_width + kvo;
+      for (var k = 0u; k < 8u; k++) {
+        let d = li + 64u * k;
+        if (d < p.hd) {
+          acc[k] = ff_add1(acc[k], ej * vc[vb + d]);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  let tot = ff_workgroup_sum(sum, li);
+  let pb = slot * (2u + 2u * p.hd);
+  if (li == 0u) {
+    part[pb] = tot.x;
+    part[pb + 1u] = tot.y;
+  }
+  for (var k = 0u; k < 8u; k++) {
+    let d = li + 64u * k;
+    if (d < p.hd) {
+      part[pb + 2u + 2u * d] = acc[k].x;
+      part[pb + 3u + 2u * d] = acc[k].y;
     }
   }
 }

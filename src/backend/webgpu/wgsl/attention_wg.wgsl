@@ -71,6 +71,21 @@ fn workgroup_max(v: f32, li: u32) -> f32 {
   return m;
 }
 
+// The weighted value rows of keys j0 .. j0 + nb - 1 (their weights in ew) added to this
+// invocation's output dimensions.
+fn add_values(j0: u32, nb: u32, kvo: u32, li: u32, acc: ptr<function, array<vec2<f32>, 8>>) {
+  for (var jj = 0u; jj < nb; jj++) {
+    let ej = ew[jj];
+    let vb = ((j0 + jj) % p.ring) * p.kv_width + kvo;
+    for (var k = 0u; k < 8u; k++) {
+      let d = li + 64u * k;
+      if (d < p.hd) {
+        (*acc)[k] = ff_add1((*acc)[k], ej * vc[vb + d]);
+      }
+    }
+  }
+}
+
 // Phase 2: one workgroup per (head, token) over all the row's keys [first, pos].
 fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32) {
   var mx = -3.4e38;
@@ -103,17 +118,7 @@ fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32) {
     }
     ew[li] = e;
     workgroupBarrier();
-    let nb = min(64u, pos + 1u - j0);
-    for (var jj = 0u; jj < nb; jj++) {
-      let ej = ew[jj];
-      let vb = ((j0 + jj) % p.ring) * p.kv_width + kvo;
-      for (var k = 0u; k < 8u; k++) {
-        let d = li + 64u * k;
-        if (d < p.hd) {
-          acc[k] = ff_add1(acc[k], ej * vc[vb + d]);
-        }
-      }
-    }
+    add_values(j0, min(64u, pos + 1u - j0), kvo, li, &acc);
     workgroupBarrier();
   }
   let tot = ff_workgroup_sum(sum, li);
@@ -189,17 +194,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     ew[li] = e;
     workgroupBarrier();
-    let nb = min(64u, hi - j0);
-    for (var jj = 0u; jj < nb; jj++) {
-      let ej = ew[jj];
-      let vb = ((j0 + jj) % p.ring) * p.kv_width + kvo;
-      for (var k = 0u; k < 8u; k++) {
-        let d = li + 64u * k;
-        if (d < p.hd) {
-          acc[k] = ff_add1(acc[k], ej * vc[vb + d]);
-        }
-      }
-    }
+    add_values(j0, min(64u, hi - j0), kvo, li, &acc);
     workgroupBarrier();
   }
   let tot = ff_workgroup_sum(sum, li);

@@ -494,6 +494,17 @@ HWY_INLINE void PrefetchScales(const Linear& lin, int r0, int r1) {
 // the int2 12,288-input linears streamed at ~10 GB/s against ~17-22 for every other linear.)
 constexpr int kPanelActs = 16 * 1024;
 
+// What Tile44's sums, lane 4t + r, carry beyond the dots: the code offset times token t's sum of
+// input codes (qsum4[t]).
+template <WeightKind K>
+HWY_INLINE __m512i TileOffsets(const int32_t* qsum4) {
+  return _mm512_mullo_epi32(
+      _mm512_permutexvar_epi32(
+          _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qsum4)))),
+      _mm512_set1_epi32(Offset<K>()));
+}
+
 template <WeightKind K>
 bool PanelRows(const Linear& lin, int n, bool tail) {
   return n >= 3 && n <= kTokens && !tail &&
@@ -517,11 +528,7 @@ void QuantRowsPanels(const Linear& lin, const int8_t* q, size_t q_stride, const 
     qt[j] = q + std::min(j, n - 1) * q_stride;
     qsum4[j] = q_sum[std::min(j, n - 1)];
   }
-  const __m512i offsets = _mm512_mullo_epi32(
-      _mm512_permutexvar_epi32(
-          _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qsum4)))),
-      _mm512_set1_epi32(Offset<K>()));
+  const __m512i offsets = TileOffsets<K>(qsum4);
   auto rows = [&](int run, int tile, int panel, const uint8_t** w) {
     const int end = std::min(r1, run + kRun);
     for (int i = 0; i < kRows; ++i) {
@@ -660,12 +667,8 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
                                                 : 0;
             const uint8_t* pf[kRows];
             for (int i = 0; i < kRows; ++i) pf[i] = w[i] + ahead;
-            const __m512i sums = Tile44<K>(w, blocks, qt, ahead ? pf : nullptr);
-            const __m512i qs = _mm512_permutexvar_epi32(
-                _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qsum4))));
-            const __m512i d =
-                _mm512_sub_epi32(sums, _mm512_mullo_epi32(qs, _mm512_set1_epi32(Offset<K>())));
+            const __m512i d = _mm512_sub_epi32(Tile44<K>(w, blocks, qt, ahead ? pf : nullptr),
+                                               TileOffsets<K>(qsum4));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[0][r - run]),
                              _mm512_castsi512_si128(d));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[1][r - run]),

@@ -61,8 +61,5 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
     }
     out = out * scale[o];
   }
-  if (p.out_scale > 0.0) {
-    out = srq_code(out, p.out_scale) * p.out_scale;
-  }
-  y[p.y_off + t * p.y_stride + o] = out;
+  y[p.y_off + t * p.y_stride + o] = srq_out(out, p.out_scale);
 }

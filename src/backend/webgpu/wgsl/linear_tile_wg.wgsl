@@ -111,11 +111,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       for (var j = 0u; j < 4u; j++) {
         let t = t0 + tt + 16u * j;
         if (t < p.n) {
-          var out = f32(acc[i][j]) * p.in_scale * scale[o];
-          if (p.out_scale > 0.0) {
-            out = srq_code(out, p.out_scale) * p.out_scale;
-          }
-          y[p.y_off + t * p.y_stride + o] = out;
+          y[p.y_off + t * p.y_stride + o] =
+              srq_out(f32(acc[i][j]) * p.in_scale * scale[o], p.out_scale);
         }
       }
     }

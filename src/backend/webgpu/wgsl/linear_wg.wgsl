@@ -186,10 +186,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
           out = out * scale[o];
         }
       }
-      if (p.out_scale > 0.0) {
-        out = srq_code(out, p.out_scale) * p.out_scale;
-      }
-      y[p.y_off + (t0 + t) * p.y_stride + o] = out;
+      y[p.y_off + (t0 + t) * p.y_stride + o] = srq_out(out, p.out_scale);
     }
   }
 }

@@ -34,6 +34,15 @@ fn srq_code(z: f32, s: f32) -> f32 {
   return clamp(r, -128.0, 127.0);
 }
 
+// An SRQ linear's output rounding (transformers' srq(y, s_out)): y rounded to its code times the
+// scale, y itself when the linear has no output scale.
+fn srq_out(y: f32, s: f32) -> f32 {
+  if (s > 0.0) {
+    return srq_code(y, s) * s;
+  }
+  return y;
+}
+
 // tanh within a few ulp (the reference rounds the exact value; the built-in's accuracy is not
 // specified tightly enough): below 0.5 its Taylor series to x^15 (the next term is < 1e-8 of x),
 // where 1 - 2 / (exp(2x) + 1) would lose up to 7 bits to cancellation; above, that form,

@@ -213,6 +213,33 @@ TEST_F(Cli, ConstrainedOutputCutByLengthIsMarked) {
   EXPECT_FALSE(nlohmann::json::parse(free.out).contains("constraint_complete"));
 }
 
+// --draft-model: the same tokens as plain decoding, the drafting reported; a draft model whose
+// tokenizer differs (the synthesized model's) is one line and status 2.
+TEST_F(Cli, RunWithADraftModel) {
+  const std::string trained = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  const std::vector<std::string> args = {
+      "run", "--model", trained, "--threads", "1", "-p", "The package manager",
+      "-n",  "24",      "--json"};
+  Outcome plain = Run(args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  std::vector<std::string> with = args;
+  with.insert(with.end(), {"--draft-model", trained + "/qat", "--draft", "3"});
+  Outcome drafted = Run(with);
+  ASSERT_EQ(drafted.status, 0) << drafted.err;
+  const auto p = nlohmann::json::parse(plain.out), d = nlohmann::json::parse(drafted.out);
+  EXPECT_EQ(d["tokens"], p["tokens"]);
+  EXPECT_EQ(d["resolved_config"]["speculative"]["mode"], "draft_model");
+  EXPECT_EQ(d["resolved_config"]["speculative"]["max_draft"], 3);
+  EXPECT_GT(d["telemetry"]["drafted"].get<int>(), 0);
+  EXPECT_GT(d["telemetry"]["draft_ms"].get<double>(), 0);
+  std::vector<std::string> bad = args;
+  bad.insert(bad.end(), {"--draft-model", dir_ + "/model"});
+  ExpectUserError(Run(bad), "tokenizer differs from the model's");
+  std::vector<std::string> none = args;
+  none.insert(none.end(), {"--speculative", "draft-model"});
+  ExpectUserError(Run(none), "no draft model");
+}
+
 TEST_F(Cli, RunReadsThePromptFromAFileOrStdin) {
   const std::string p = Write("prompt.txt", "line one\nline two\n");
   Outcome f = Run(RunArgs({"-f", p, "-n", "2", "--json"}));

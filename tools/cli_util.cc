@@ -88,8 +88,10 @@ void PrintTelemetry(const Result& r) {
                  t.images - t.images_encoded, t.vision_ms);
   }
   if (t.verify_steps > 0) {
-    std::fprintf(stderr, "[speculative] %d verification steps, %d drafted, %d accepted\n",
+    std::fprintf(stderr, "[speculative] %d verification steps, %d drafted, %d accepted",
                  t.verify_steps, t.drafted, t.accepted);
+    if (t.draft_ms > 0) std::fprintf(stderr, " | draft model %.1f ms", t.draft_ms);
+    std::fprintf(stderr, "\n");
   }
   if (t.audios > 0) {
     std::fprintf(stderr, "[audio] %d clip%s, %d through the tower (%d reused) | tower %.1f ms\n",

@@ -30,6 +30,8 @@ struct CommonOpts {
   std::vector<std::string> logit_bias;
   std::string prefill = "auto";
   std::string speculative = "off";
+  std::string draft_model;
+  CLI::Option* speculative_opt = nullptr;
   std::vector<std::string> images, videos, audios;
   int vision_budget = 280;
   std::string regex, schema_file, whitespace = "none";
@@ -91,10 +93,16 @@ void AddCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--top-logprobs", g.top_logprobs, "alternatives per token (needs --logprobs)");
   cmd->add_option("--prefill", o.prefill, "auto | sequential | chunked");
   cmd->add_option("--prefill-chunk", g.prefill_chunk, "tokens per prefill chunk (chunked)");
-  cmd->add_option("--speculative", o.speculative,
-                  "off | prompt-lookup: drafts from the prompt and history verified in one step "
-                  "(greedy or sampled; the same tokens as without, seeded)")
-      ->check(CLI::IsMember({"off", "prompt-lookup"}));
+  o.speculative_opt =
+      cmd->add_option("--speculative", o.speculative,
+                      "off | prompt-lookup | draft-model: drafts (from the prompt and history, or "
+                      "from --draft-model) verified in one step (greedy or sampled; the same "
+                      "tokens as without, seeded)")
+          ->check(CLI::IsMember({"off", "prompt-lookup", "draft-model"}));
+  cmd->add_option("--draft-model", o.draft_model,
+                  "Draft model for speculative decoding: a smaller checkpoint with the same "
+                  "vocabulary (directory, .safetensors file or ORG/NAME[@REV]); implies "
+                  "--speculative draft-model unless that is given");
   cmd->add_flag("--jump-forward", g.speculative.jump_forward,
                 "with a constraint, draft the text it forces (keys, punctuation, tool-call "
                 "frames) and verify it in one step (same output)");
@@ -169,8 +177,10 @@ GenerateOptions Resolve(const CommonOpts& o) {
   } else if (o.tool_calls) {
     c.kind = OutputConstraint::Kind::kToolCalls;
   }
-  g.speculative.mode = o.speculative == "prompt-lookup"
-                           ? SpeculativeOptions::Mode::kPromptLookup
+  const bool draft_default = !o.draft_model.empty() && o.speculative_opt->count() == 0;
+  g.speculative.mode = o.speculative == "prompt-lookup" ? SpeculativeOptions::Mode::kPromptLookup
+                       : o.speculative == "draft-model" || draft_default
+                           ? SpeculativeOptions::Mode::kDraftModel
                            : SpeculativeOptions::Mode::kOff;
   if (o.prefill == "auto")
     g.prefill = PrefillStrategy::kAuto;
@@ -207,7 +217,10 @@ std::shared_ptr<Engine> Open(const CommonOpts& o, const GenerateOptions& g) {
                               .context_capacity = o.context,
                               .threads = o.threads,
                               .device_memory_limit = o.device_memory_mib << 20,
-                              .mmap = !o.no_mmap});
+                              .mmap = !o.no_mmap,
+                              .draft_model_path = o.draft_model.empty()
+                                                      ? std::string()
+                                                      : hub::ResolveModelPath(o.draft_model)});
   if (engine->backend_device_is_cpu()) {
     std::fprintf(stderr,
                  "warning: the Vulkan device '%s' is a CPU emulation (far slower than "

@@ -17,6 +17,7 @@ void AddServeCommand(CLI::App& app) {
   struct Opts {
     std::string model, tokenizer, backend = "cpu", alias;
     int context = 8192, threads = 0, max_batch = 16;
+    std::string speculative, draft_model;  // (speculative empty: by --draft-model)
     size_t device_memory_mib = 0;
     bool no_mmap = false;
     server::ServerOptions server;
@@ -68,6 +69,15 @@ void AddServeCommand(CLI::App& app) {
                   "Let image, audio and video parts name files inside DIR (a path relative to it "
                   "or a file:// URL); off by default: media come as data URLs or base64")
       ->check(CLI::ExistingDirectory);
+  cmd->add_option("--speculative", o->speculative,
+                  "Speculative decoding for requests that do not set \"speculative\": off | "
+                  "prompt-lookup | draft-model (default: draft-model with --draft-model, else off)")
+      ->check(CLI::IsMember({"off", "prompt-lookup", "draft-model"}));
+  cmd->add_option("--draft-model", o->draft_model,
+                  "Draft model for speculative decoding: a smaller checkpoint with the same "
+                  "vocabulary (directory, .safetensors file or ORG/NAME[@REV])");
+  cmd->add_option("--draft", o->server.speculative.max_draft, "Tokens drafted per step (1..6)")
+      ->check(CLI::Range(1, 6));
   cmd->callback([o] {
     // ORG/NAME[@REV]: the Hub cache (offline when a loadable snapshot is there), else a pull with
     // progress on stderr; Ctrl-C during it ends the program and keeps the partial file. Done
@@ -91,8 +101,16 @@ void AddServeCommand(CLI::App& app) {
                                 .threads = o->threads,
                                 .max_batch = o->max_batch,
                                 .device_memory_limit = o->device_memory_mib << 20,
-                                .mmap = !o->no_mmap});
+                                .mmap = !o->no_mmap,
+                                .draft_model_path = o->draft_model.empty()
+                                                        ? std::string()
+                                                        : hub::ResolveModelPath(o->draft_model)});
     server::ServerOptions so = o->server;
+    const std::string speculative =
+        o->speculative.empty() ? (o->draft_model.empty() ? "off" : "draft-model") : o->speculative;
+    so.speculative.mode = speculative == "prompt-lookup" ? SpeculativeOptions::Mode::kPromptLookup
+                          : speculative == "draft-model" ? SpeculativeOptions::Mode::kDraftModel
+                                                         : SpeculativeOptions::Mode::kOff;
     so.model_id = o->alias;
     if (so.model_id.empty() && from_hub) {
       so.model_id = hub::ParseRepoSpec(spec).repo;  // as vLLM names a Hub model: ORG/NAME

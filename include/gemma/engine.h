@@ -64,6 +64,11 @@ struct EngineOptions {
   // of QAT's 2.3), which stays in the file and is read a row per token. A file changed under a
   // loaded engine then costs a typed Error(kIo) at the next read, not a SIGBUS.
   bool mmap = true;
+  // Speculative decoding's draft model (SpeculativeOptions::Mode::kDraftModel): a smaller
+  // checkpoint with the same vocabulary (and the same tokenizer where both have one), e.g. E2B
+  // drafting for E4B. Loaded beside the model, on the same backend; each session that drafts
+  // adds one context of it. Empty: none. Error(kConfig) at load when the vocabularies differ.
+  std::string draft_model_path;
 };
 
 // One image of a request. With Input::text or Input::messages every "<|image|>" placeholder (the
@@ -183,8 +188,10 @@ enum class PrefillStrategy { kAuto, kSequential, kChunked };
 // a seeded request gives plain decoding's tokens. Applied to text prompts decoded greedily without
 // a constraint or from the logits (sampling, penalties, logprobs, constraints with sampling); off
 // for constrained greedy decoding and media prompts, where Result::resolved_config says so.
+// Drafts come from prompt lookup (n-gram matches in the prompt and output so far) or from the
+// engine's draft model (EngineOptions::draft_model_path), which drafts greedily on its own context.
 struct SpeculativeOptions {
-  enum class Mode { kOff, kPromptLookup };
+  enum class Mode { kOff, kPromptLookup, kDraftModel };
   Mode mode = Mode::kOff;
   // Tokens drafted per step (1..6: a step then evaluates at most 7 tokens, which every backend
   // computes as it does one-token steps).
@@ -297,6 +304,7 @@ struct Telemetry {
   size_t resident_bytes = 0;  // process RSS at the end
   // Speculative decoding: verification steps, tokens drafted and of them accepted.
   int verify_steps = 0, drafted = 0, accepted = 0;
+  double draft_ms = 0;  // of the decode time, in the draft model (SpeculativeOptions kDraftModel)
   int jump_forward_steps = 0;  // of the verification steps, those over a constraint's forced text
   // Batched decode: steps evaluated together with other sessions' steps, and the largest batch.
   int batched_steps = 0, max_batch = 0;
@@ -352,6 +360,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual bool backend_device_is_cpu() const = 0;
   virtual double load_ms() const = 0;
   virtual int vocab_size() const = 0;
+  // Whether a draft model was loaded (EngineOptions::draft_model_path).
+  virtual bool has_draft_model() const = 0;
   // Bytes the backend holds once for all sessions (weight copies, device weights).
   virtual size_t shared_bytes() const = 0;
   // Device-local memory (GPU memory) the engine and all its sessions hold now; 0 on the CPU

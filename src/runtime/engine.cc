@@ -83,6 +83,7 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   backend_model_ = std::move(start.model);
   first_context_ = std::move(start.context);
   backend_name_ = first_context_->name();
+  if (!options.draft_model_path.empty()) LoadDraftModel(options, tok);
   if (options.max_batch > 1 && backend_model_->batches_steps())
     batcher_ = std::make_unique<StepBatcher>(*backend_model_, options.max_batch);
   const GenerationDefaults g = LoadGenerationDefaults(options.model_path);
@@ -94,6 +95,55 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   if (g.repetition_penalty) defaults_.repetition_penalty = *g.repetition_penalty;
   if (g.max_new_tokens) defaults_.max_new_tokens = *g.max_new_tokens;
   load_ms_ = t.Ms();
+}
+
+void EngineImpl::LoadDraftModel(const EngineOptions& options, const std::string& tokenizer_path) {
+  const std::string& path = options.draft_model_path;
+  draft_model_ = Model::Load(path, options.mmap);
+  const int vocab = model_->text().vocab_size, draft_vocab = draft_model_->text().vocab_size;
+  if (draft_vocab != vocab) {
+    throw Error(ErrorCode::kConfig, "draft model " + path + " has a vocabulary of " +
+                                        std::to_string(draft_vocab) + " ids, the model " +
+                                        std::to_string(vocab) + ": drafts must use the same ids");
+  }
+  // Where both have a tokenizer, the ids must mean the same text.
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  if (tokenizer_ && fs::exists(dir / "tokenizer.json") &&
+      fs::weakly_canonical(dir / "tokenizer.json", ec) !=
+          fs::weakly_canonical(tokenizer_path, ec)) {
+    const Tokenizer draft_tok = Tokenizer::FromFile((dir / "tokenizer.json").string());
+    const int n = std::max(draft_tok.vocab_size(), tokenizer_->vocab_size());
+    for (int id = 0; id < n; ++id) {
+      if (id >= draft_tok.vocab_size() || id >= tokenizer_->vocab_size() ||
+          draft_tok.TokenBytes(id) != tokenizer_->TokenBytes(id) ||
+          draft_tok.IsSpecial(id) != tokenizer_->IsSpecial(id)) {
+        throw Error(ErrorCode::kConfig, "draft model " + path +
+                                            ": its tokenizer differs from the model's at id " +
+                                            std::to_string(id));
+      }
+    }
+  }
+  // The backend the model runs on ("auto" resolved), with the same threads and device.
+  std::string backend = options.backend;
+  if (backend == "auto") backend = backend_name_ == "vulkan" ? "vulkan" : "cpu";
+  BackendStart start = StartBackend({.name = backend,
+                                     .threads = options.threads,
+                                     .device_index = options.device_index,
+                                     .device_memory_limit = options.device_memory_limit,
+                                     .device_step_timeout_s = options.device_step_timeout_s},
+                                    *draft_model_, {.capacity = std::min(capacity_, 16)});
+  draft_backend_ = std::move(start.model);
+}
+
+std::unique_ptr<Backend> EngineImpl::NewDraftContext(int capacity) const {
+  if (!draft_backend_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "speculative mode draft_model: the engine has no draft model "
+                "(EngineOptions::draft_model_path)");
+  }
+  return draft_backend_->NewContext(
+      {.capacity = std::min(capacity, draft_model_->text().max_position_embeddings)});
 }
 
 void EngineImpl::CheckHostMemory(const EngineOptions& options) const {

@@ -48,6 +48,7 @@ class EngineImpl : public Engine {
   bool backend_device_is_cpu() const override { return backend_model_->software_device(); }
   double load_ms() const override { return load_ms_; }
   int vocab_size() const override { return model_->text().vocab_size; }
+  bool has_draft_model() const override { return draft_backend_ != nullptr; }
   size_t shared_bytes() const override { return backend_model_->shared_bytes(); }
   size_t device_memory_bytes() const override { return backend_model_->device_memory_bytes(); }
   std::vector<int32_t> Tokenize(std::string_view text) const override;
@@ -70,6 +71,8 @@ class EngineImpl : public Engine {
   // Batched decode across sessions; null when off (EngineOptions::max_batch 1, or a backend that
   // does not gain from it).
   StepBatcher* batcher() const { return batcher_.get(); }
+  // A context of the draft model (has_draft_model()) holding up to `capacity` tokens.
+  std::unique_ptr<Backend> NewDraftContext(int capacity) const;
   // Whether sessions' caches live in host memory sized by PlanCpuContextBytes (the CPU backends):
   // requests then check the memory they would add before the caches grow.
   bool host_memory_checks() const { return host_memory_checks_; }
@@ -86,6 +89,10 @@ class EngineImpl : public Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::shared_ptr<BackendModel> backend_model_;
+  // The draft model, when EngineOptions::draft_model_path is set.
+  std::unique_ptr<Model> draft_model_;
+  std::shared_ptr<BackendModel> draft_backend_;
+  void LoadDraftModel(const EngineOptions& options, const std::string& tokenizer_path);
   mutable std::once_flag vocab_once_;
   mutable std::shared_ptr<const constrain::Vocabulary> vocab_;
   std::unique_ptr<StepBatcher> batcher_;

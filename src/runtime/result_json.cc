@@ -47,6 +47,7 @@ nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
                     {"resident_bytes", t.resident_bytes},
                     {"verify_steps", t.verify_steps},
                     {"drafted", t.drafted},
+                    {"draft_ms", t.draft_ms},
                     {"jump_forward_steps", t.jump_forward_steps},
                     {"batched_steps", t.batched_steps},
                     {"accepted", t.accepted}};

@@ -21,6 +21,7 @@
 #include "decode/draft.h"
 #include "decode/token_policy.h"
 #include "runtime/engine_impl.h"
+#include "runtime/model_draft.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gemma {
@@ -210,6 +211,9 @@ class SessionImpl : public Session {
   std::vector<MediaSpan> media_;  // images among evaluated_
   size_t safe_ = 0;  // evaluated_ entries a failure of the running request keeps
   std::atomic<bool> busy_{false};
+  // The draft model's context, made by the first request that drafts with it; it keeps its own
+  // evaluated tokens across requests (ModelDraft re-syncs them with each history).
+  std::unique_ptr<ModelDraft> model_draft_;
 };
 
 std::vector<const float*> SessionImpl::EncodeImages(const PreparedPrompt& prep, size_t from,
@@ -331,6 +335,15 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                       FormatBytes(static_cast<double>(available)) + ") are available");
     }
   }
+  const SpeculativeOptions& spec = options.speculative;
+  if ((spec.mode != SpeculativeOptions::Mode::kOff || spec.jump_forward) &&
+      (spec.max_draft < 1 || spec.max_draft > 6))
+    throw Error(ErrorCode::kInvalidArgument, "speculative.max_draft must be in 1..6");
+  if (spec.mode == SpeculativeOptions::Mode::kDraftModel && !engine_->has_draft_model()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "speculative mode draft_model: the engine has no draft model "
+                "(EngineOptions::draft_model_path, --draft-model)");
+  }
   const decode::SamplingOptions sopt = ToSampling(options);
   const std::vector<int32_t>& eos = model.text().eos_token_ids;
   // A constraint may always end with an EOS or stop id, even with ignore_eos.
@@ -362,15 +375,12 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   const OutputMode mode = ToOutputMode(policy.Output());
   const std::vector<uint64_t>* mask = mode == OutputMode::kSelect ? policy.Mask() : nullptr;
   // Speculative decoding and jump-forward: drafted tokens verified in one step.
-  const SpeculativeOptions& spec = options.speculative;
-  if ((spec.mode != SpeculativeOptions::Mode::kOff || spec.jump_forward) &&
-      (spec.max_draft < 1 || spec.max_draft > 6))
-    throw Error(ErrorCode::kInvalidArgument, "speculative.max_draft must be in 1..6");
-  // Prompt lookup: greedy (argmax) and sampled (logits) steps; not constrained greedy (kSelect:
-  // its select carries one mask, and each position's depends on the tokens before it). Jump-forward
-  // (a constraint's forced text): any mode, verified on logits. Not with media prompts.
+  // Prompt lookup and the draft model: greedy (argmax) and sampled (logits) steps; not constrained
+  // greedy (kSelect: its select carries one mask, and each position's depends on the tokens before
+  // it). Jump-forward (a constraint's forced text): any mode, verified on logits. Not with media
+  // prompts.
   const bool text_only = prep.images.empty() && media_.empty();
-  const bool speculate = spec.mode == SpeculativeOptions::Mode::kPromptLookup &&
+  const bool speculate = spec.mode != SpeculativeOptions::Mode::kOff &&
                          (mode == OutputMode::kArgmax || mode == OutputMode::kLogits) && text_only;
   const bool jump = spec.jump_forward && constraint && tok && text_only;
   // Verification steps' output: logits where a select would need a mask per position.
@@ -408,6 +418,13 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   std::string emitted;  // raw text released to the caller (stop strings held back)
   Timer step;
   decode::PromptLookupDraft lookup;
+  decode::DraftSource* source = &lookup;
+  if (speculate && spec.mode == SpeculativeOptions::Mode::kDraftModel) {
+    if (!model_draft_)
+      model_draft_ = std::make_unique<ModelDraft>(engine_->NewDraftContext(backend_->capacity()));
+    model_draft_->set_stop(stop);
+    source = model_draft_.get();
+  }
   decode::DraftPolicy drafts(spec.max_draft);
   std::vector<int32_t> history;
   // Speculation. A verification step evaluates the token and its draft and returns the output
@@ -510,6 +527,8 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     }
     drop_ahead();  // the draw departed from the draft: its remaining tokens leave the caches
     row = -1;
+    // (a verification step's cost, weighed against a plain step's, includes the drafting)
+    const auto d0 = std::chrono::steady_clock::now();
     const int room = std::min(options.max_new_tokens - i - 1,
                               backend_->capacity() - backend_->cached() - 1);
     std::vector<int32_t> draft;
@@ -527,7 +546,11 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     if (k > 0) {
       history.assign(evaluated_.begin(), evaluated_.end());
       history.push_back(token);
-      draft = lookup.Propose(history, k);
+      draft = source->Propose(history, k);
+      if (source != &lookup)
+        tel.draft_ms +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0)
+                .count();
     }
     if (draft.empty()) {
       const std::vector<uint64_t>* step_mask =
@@ -555,12 +578,11 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     // rows while they draw the drafted tokens.
     std::vector<int32_t> seq = {token};
     seq.insert(seq.end(), draft.begin(), draft.end());
-    const auto v0 = std::chrono::steady_clock::now();
     backend_->Forward({.tokens = seq, .mode = verify_mode, .all_positions = true}, &vr);
     (forced ? forced_drafts : drafts)
         .RecordVerifyCost(
             static_cast<int>(draft.size()),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - v0).count());
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count());
     evaluated_.insert(evaluated_.end(), seq.begin(), seq.end());
     ahead.assign(draft.begin(), draft.end());
     row = 0;
@@ -596,7 +618,9 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   result.resolved_config["reuse_prompt_cache"] = options.reuse_prompt_cache;
   result.resolved_config["ignore_eos"] = options.ignore_eos;
   result.resolved_config["speculative"] = {
-      {"mode", spec.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup" : "off"},
+      {"mode", spec.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup"
+               : spec.mode == SpeculativeOptions::Mode::kDraftModel ? "draft_model"
+                                                                    : "off"},
       {"max_draft", spec.max_draft},
       {"applied", speculate},
       {"jump_forward", spec.jump_forward},

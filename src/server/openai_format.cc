@@ -161,18 +161,23 @@ json Timings(const Telemetry& t, size_t completion_tokens) {
   const double predicted_ms = t.total_ms - t.prefill_ms;
   auto per = [](double ms, double n) { return n > 0 ? ms / n : 0.0; };
   auto rate = [](double ms, double n) { return ms > 0 ? n * 1000.0 / ms : 0.0; };
-  return {{"cache_n", t.reused_tokens},
-          {"prompt_n", prompt_n},
-          {"prompt_ms", t.prefill_ms},
-          {"prompt_per_token_ms", per(t.prefill_ms, prompt_n)},
-          {"prompt_per_second", rate(t.prefill_ms, prompt_n)},
-          {"predicted_n", completion_tokens},
-          {"predicted_ms", predicted_ms},
-          {"predicted_per_token_ms", per(predicted_ms, completion_tokens)},
-          {"predicted_per_second", rate(predicted_ms, completion_tokens)},
-          {"ttft_ms", t.ttft_ms},
-          {"itl_median_ms", t.itl_median_ms},
-          {"itl_p95_ms", t.itl_p95_ms}};
+  json j = {{"cache_n", t.reused_tokens},
+            {"prompt_n", prompt_n},
+            {"prompt_ms", t.prefill_ms},
+            {"prompt_per_token_ms", per(t.prefill_ms, prompt_n)},
+            {"prompt_per_second", rate(t.prefill_ms, prompt_n)},
+            {"predicted_n", completion_tokens},
+            {"predicted_ms", predicted_ms},
+            {"predicted_per_token_ms", per(predicted_ms, completion_tokens)},
+            {"predicted_per_second", rate(predicted_ms, completion_tokens)},
+            {"ttft_ms", t.ttft_ms},
+            {"itl_median_ms", t.itl_median_ms},
+            {"itl_p95_ms", t.itl_p95_ms}};
+  if (t.verify_steps > 0) {  // speculative decoding (llama-server's names)
+    j["draft_n"] = t.drafted;
+    j["draft_n_accepted"] = t.accepted;
+  }
+  return j;
 }
 
 namespace {

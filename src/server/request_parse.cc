@@ -51,7 +51,8 @@ const std::set<std::string> kCommon = {"model",
                                        "user",
                                        "metadata",
                                        "store",
-                                       "service_tier"};
+                                       "service_tier",
+                                       "speculative"};
 const std::set<std::string> kChatOnly = {
     "messages",        "max_completion_tokens", "tools",
     "tool_choice",     "parallel_tool_calls",   "chat_template_kwargs",
@@ -78,9 +79,12 @@ double Number(const json& body, const char* name, double def, double lo, double 
   return d;
 }
 
-int64_t Integer(const json& body, const char* name, int64_t def, int64_t lo, int64_t hi) {
+// `shown`: the field's name in errors when it is nested (default: name).
+int64_t Integer(const json& body, const char* name, int64_t def, int64_t lo, int64_t hi,
+                const char* shown = nullptr) {
   const json* v = Field(body, name);
   if (!v) return def;
+  name = shown ? shown : name;
   if (!v->is_number_integer()) {
     throw BadField(name,
                    "must be an integer, got " + std::string(v->type_name()) + " " + v->dump());
@@ -183,6 +187,33 @@ void ParseSampling(const json& body, const ParseContext& ctx, ParsedRequest* r) 
   }
   o.ignore_eos = Bool(body, "ignore_eos", false);
   o.reuse_prompt_cache = Bool(body, "cache_prompt", true);
+  // Extension: {"mode": "off" | "prompt_lookup" | "draft_model", "max_draft": 1..6}; absent: the
+  // server's setting (serve --speculative / --draft-model).
+  o.speculative = ctx.speculative;
+  if (const json* sp = Field(body, "speculative")) {
+    if (!sp->is_object()) throw BadField("speculative", "must be an object");
+    for (auto it = sp->begin(); it != sp->end(); ++it) {
+      if (it.key() != "mode" && it.key() != "max_draft")
+        throw BadField("speculative." + it.key(), "unknown field (mode, max_draft)");
+    }
+    if (const json* m = Field(*sp, "mode")) {
+      const std::string mode = m->is_string() ? m->get<std::string>() : "";
+      if (mode == "off") {
+        o.speculative.mode = SpeculativeOptions::Mode::kOff;
+      } else if (mode == "prompt_lookup") {
+        o.speculative.mode = SpeculativeOptions::Mode::kPromptLookup;
+      } else if (mode == "draft_model") {
+        if (!ctx.engine->has_draft_model())
+          throw BadField("speculative.mode",
+                         "this server has no draft model (serve --draft-model)");
+        o.speculative.mode = SpeculativeOptions::Mode::kDraftModel;
+      } else {
+        throw BadField("speculative.mode", "must be \"off\", \"prompt_lookup\" or \"draft_model\"");
+      }
+    }
+    o.speculative.max_draft = static_cast<int>(
+        Integer(*sp, "max_draft", o.speculative.max_draft, 1, 6, "speculative.max_draft"));
+  }
   r->n = static_cast<int>(Integer(body, "n", 1, 1, kMaxChoices));
   r->best_of = static_cast<int>(Integer(body, "best_of", r->n, 1, kMaxChoices));
   if (r->best_of < r->n) throw BadField("best_of", "must be >= n");

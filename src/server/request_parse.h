@@ -33,6 +33,8 @@ struct ParseContext {
   // Set (`serve --media-dir`): image, audio and video parts may also name files inside it, by
   // "path" (relative to it, or absolute) or a file:// URL.
   std::filesystem::path media_dir;
+  // The server's speculative decoding, for requests without a "speculative" field.
+  SpeculativeOptions speculative;
 };
 
 // The bytes of `rel` (relative, without "." or ".." components) inside the folder `dir`, opened one

@@ -271,6 +271,10 @@ struct Server::Impl {
         pool(*engine, std::max(1, opt.slots), std::max(0, opt.max_queue)) {
     ctx.engine = engine.get();
     ctx.model_id = opt.model_id;
+    ctx.speculative = opt.speculative;
+    if (opt.speculative.mode == SpeculativeOptions::Mode::kDraftModel && !engine->has_draft_model())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "speculative decoding with a draft model: the engine has none");
     if (!opt.media_dir.empty()) {
       std::error_code ec;
       ctx.media_dir = std::filesystem::canonical(opt.media_dir, ec);

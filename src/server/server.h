@@ -27,6 +27,9 @@ struct ServerOptions {
   // or absolute inside it, or a file:// URL); symlinks out of it are refused. Empty: media parts
   // carry their bytes, and video (which only comes as a file) is refused.
   std::string media_dir;
+  // Speculative decoding for every request that does not set its own "speculative" (off by
+  // default; draft_model needs the engine's draft model, EngineOptions::draft_model_path).
+  SpeculativeOptions speculative;
 };
 
 class Server {

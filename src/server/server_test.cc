@@ -292,6 +292,57 @@ TEST(Server, GenerationConfigFillsUnsetSamplingFields) {
   fs::remove_all(dir);
 }
 
+// Speculative decoding in the server: `serve --draft-model` (ServerOptions::speculative) applies to
+// every request, a request's "speculative" field overrides it; the text is the same either way.
+TEST(Server, SpeculativeDecodingWithADraftModel) {
+  const std::string trained = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained";
+  auto engine = Engine::Load({.model_path = trained,
+                              .backend = "cpu",
+                              .context_capacity = 512,
+                              .threads = 1,
+                              .draft_model_path = trained + "/qat"});
+  ServerOptions o;
+  o.speculative.mode = SpeculativeOptions::Mode::kDraftModel;
+  Running s(o, engine);
+  auto complete = [&](json extra) {
+    json body = {{"prompt", "The package manager"}, {"max_tokens", 32}, {"temperature", 0}};
+    body.update(extra);
+    return Post(s.port(), "/v1/completions", body.dump());
+  };
+  const Reply drafted = complete(json::object());
+  ASSERT_EQ(drafted.status, 200) << drafted.body.dump();
+  EXPECT_EQ(drafted.body["resolved_config"]["speculative"]["mode"], "draft_model");
+  EXPECT_TRUE(drafted.body["resolved_config"]["speculative"]["applied"].get<bool>());
+  EXPECT_GT(drafted.body["timings"]["draft_n"].get<int>(), 0);
+  const Reply plain = complete({{"speculative", {{"mode", "off"}}}});
+  ASSERT_EQ(plain.status, 200) << plain.body.dump();
+  EXPECT_EQ(plain.body["resolved_config"]["speculative"]["mode"], "off");
+  EXPECT_FALSE(plain.body["timings"].contains("draft_n"));
+  EXPECT_EQ(drafted.body["choices"][0]["text"], plain.body["choices"][0]["text"]);
+  const Reply lookup = complete({{"speculative", {{"mode", "prompt_lookup"}, {"max_draft", 2}}}});
+  ASSERT_EQ(lookup.status, 200) << lookup.body.dump();
+  EXPECT_EQ(lookup.body["resolved_config"]["speculative"]["max_draft"], 2);
+  EXPECT_EQ(lookup.body["choices"][0]["text"], plain.body["choices"][0]["text"]);
+  for (const auto& [bad, param] :
+       {std::pair{json{{"speculative", 3}}, "speculative"},
+        std::pair{json{{"speculative", {{"mode", "fast"}}}}, "speculative.mode"},
+        std::pair{json{{"speculative", {{"max_draft", 9}}}}, "speculative.max_draft"},
+        std::pair{json{{"speculative", {{"draft", 2}}}}, "speculative.draft"}}) {
+    const Reply r = complete(bad);
+    EXPECT_EQ(r.status, 400) << bad.dump();
+    EXPECT_EQ(r.body["error"]["param"], param) << r.body.dump();
+  }
+  // A server without a draft model refuses the mode, per request and as its default.
+  Running t({});
+  const Reply r = Post(
+      t.port(), "/v1/completions",
+      json({{"prompt", "Hello"}, {"max_tokens", 2}, {"speculative", {{"mode", "draft_model"}}}})
+          .dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "speculative.mode") << r.body.dump();
+  EXPECT_THROW(Server(TinyEngine(), o), Error);
+}
+
 // POST /v1/audio/transcriptions and /translations (OpenAI's multipart shape): the answer is the
 // greedy chat answer to the clip with the endpoint's instruction (the same tokens as a session
 // given the file), in every response_format; duration is the clip's length as transformers'

@@ -45,10 +45,15 @@ struct Linear {
   WeightKind kind = WeightKind::kF32;
   int rows = 0, cols = 0;
   const uint8_t* data = nullptr;
-  size_t row_bytes = 0;              // stride between rows in `data`
+  size_t row_bytes = 0;              // bytes per row (the stride between rows when interleave is 1)
   const float* row_scale = nullptr;  // quantized kinds: [rows]
   float in_scale = 0.0f;             // SRQ input scale, 0 = none
   float out_scale = 0.0f;            // SRQ output scale, 0 = none
+  // 1: rows one after another (checkpoints, every backend's input). 4: the fast CPU backend's copy
+  // of a packed linear whose rows are whole 64-byte blocks, stored in groups of 4 rows block by
+  // block (row r's block b at (r / 4) * 4 * row_bytes + b * 256 + (r % 4) * 64, the last group
+  // padded to 4 rows), so that the 4-row tiles read one sequential stream (fast/weight_copy.h).
+  int interleave = 1;
 };
 
 // An embedding table. Quantized tables have `scale_blocks` f32 scales per row (block = cols /

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+
+#include "backend/cpu/fast/weight_copy.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -113,6 +115,14 @@ std::vector<float> FastLinear(const Linear& lin, const std::vector<float>& x, in
   return y;
 }
 
+// The same linear in the weight copy's interleaved layout (rows in groups of 4, block by block),
+// when the copy would store it so: empty otherwise.
+std::vector<float> FastInterleaved(const Linear& lin, const std::vector<float>& x, int n) {
+  if (!fast::Interleaves(lin)) return {};
+  std::vector<uint8_t> buf(fast::InterleavedBytes(lin));
+  return FastLinear(fast::Interleave(lin, buf.data()), x, n);
+}
+
 // Runs body once per SIMD target this CPU supports (VNNI and portable kernels alike).
 template <class Body>
 void ForEachTarget(const Body& body) {
@@ -150,7 +160,8 @@ TEST(FastOps, Avx3DlOnlyWhereAvxVnniIs) {
 }
 
 TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {
-  ForEachTarget([] {
+  int interleaved = 0;
+  ForEachTarget([&] {
     uint32_t seed = 1;
     for (WeightKind kind : {WeightKind::kQ2, WeightKind::kQ4, WeightKind::kQ8}) {
       for (int cols : {16, 64, 96, 130, 256, 300, 1536}) {
@@ -169,11 +180,20 @@ TEST(FastOps, QuantizedLinearsAreBitIdenticalToReference) {
               ASSERT_EQ(a, b) << WeightKindName(kind) << " cols " << cols << " n " << n << " out "
                               << out_scale << " at " << i << ": " << got[i] << " vs " << want[i];
             }
+            // The weight copy's interleaved rows (whole 64-byte blocks, SRQ inputs), 23 rows: a
+            // padded last group.
+            const std::vector<float> inter = FastInterleaved(t.lin, x, n);
+            if (!inter.empty()) {
+              ++interleaved;
+              ASSERT_EQ(std::memcmp(inter.data(), want.data(), sizeof(float) * want.size()), 0)
+                  << "interleaved " << WeightKindName(kind) << " cols " << cols << " n " << n;
+            }
           }
         }
       }
     }
   });
+  EXPECT_GT(interleaved, 0);
 }
 
 // Batched decode steps over wide rows (the AVX3_DL kernels read them in column panels when 3-4
@@ -191,6 +211,12 @@ TEST(FastOps, WideQuantizedRowsForThreeOrFourTokensAreBitIdentical) {
           const std::vector<float> got = FastLinear(t.lin, x, n);
           ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * want.size()), 0)
               << WeightKindName(kind) << " cols " << cols << " n " << n;
+          const std::vector<float> inter = FastInterleaved(t.lin, x, n);
+          ASSERT_EQ(inter.empty(), cols % 256 != 0);
+          if (!inter.empty()) {
+            ASSERT_EQ(std::memcmp(inter.data(), want.data(), sizeof(float) * want.size()), 0)
+                << "interleaved " << WeightKindName(kind) << " cols " << cols << " n " << n;
+          }
         }
       }
     }

@@ -2,6 +2,7 @@
 // target (foreach_target.h); the best one for the running CPU is picked on first call. Layouts and
 // exactness: fast_ops.h.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/fast/fast_ops.h"
@@ -39,6 +40,14 @@ template <WeightKind K>
 constexpr int Groups() {
   return K == WeightKind::kQ2 ? 4 : K == WeightKind::kQ4 ? 2 : 1;
 }
+
+// Row r's first 64-byte block, and the bytes from one of a row's blocks to the next: rows one after
+// another, or (the backend's copy, Linear::interleave == kRows) in groups of kRows block by block.
+HWY_INLINE const uint8_t* RowBlocks(const Linear& lin, int r) {
+  if (lin.interleave == 1) return lin.data + static_cast<size_t>(r) * lin.row_bytes;
+  return lin.data + static_cast<size_t>(r / kRows) * kRows * lin.row_bytes + (r % kRows) * 64;
+}
+HWY_INLINE size_t BlockStride(const Linear& lin) { return size_t{64} * lin.interleave; }
 
 #if HWY_TARGET == HWY_AVX3_DL
 // u8 codes of group g of 64 packed bytes; int8 weights become v + 128.
@@ -83,8 +92,8 @@ GEMMA_VNNI HWY_INLINE void TileGroup(const __m512i* p, const int8_t* const* q, s
 
 // raw[r][t] = sum over full blocks of u * q.
 template <WeightKind K, int T>
-GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const* q,
-                                  int32_t (&raw)[kRows][kTokens]) {
+GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, size_t stride,
+                                  const int8_t* const* q, int32_t (&raw)[kRows][kTokens]) {
   constexpr int BE = 64 * Groups<K>();
   __m512i acc[kRows][T];
 #pragma GCC unroll 16
@@ -94,7 +103,7 @@ GEMMA_VNNI HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int
   for (int b = 0; b < blocks; ++b) {
     __m512i p[kRows];
 #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
+    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + stride * b);
     const size_t qoff = static_cast<size_t>(b) * BE;
     TileGroup<K, 0, T>(p, q, qoff, acc);
     if constexpr (Groups<K>() > 1) TileGroup<K, 1, T>(p, q, qoff, acc);
@@ -121,8 +130,8 @@ HWY_INLINE __m512i Hadd4(__m512i a, __m512i b, __m512i c, __m512i d) {
 // 1536 inputs are only 6-12 blocks long, so the reduction was a large part of a call). With pf set
 // it also prefetches, per block read, the same block of the rows pf[0..3] (rows further on).
 template <WeightKind K>
-GEMMA_VNNI HWY_NOINLINE __m512i Tile44(const uint8_t* const* w, int blocks, const int8_t* const* q,
-                                       const uint8_t* const* pf) {
+GEMMA_VNNI HWY_NOINLINE __m512i Tile44(const uint8_t* const* w, int blocks, size_t stride,
+                                       const int8_t* const* q, const uint8_t* const* pf) {
   constexpr int BE = 64 * Groups<K>();
   __m512i acc[kRows][kTokens];
 #pragma GCC unroll 16
@@ -132,11 +141,11 @@ GEMMA_VNNI HWY_NOINLINE __m512i Tile44(const uint8_t* const* w, int blocks, cons
   for (int b = 0; b < blocks; ++b) {
     __m512i p[kRows];
 #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
+    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + stride * b);
     if (pf) {
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(pf[r] + 64 * b), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf[r] + stride * b), _MM_HINT_T0);
     }
     const size_t qoff = static_cast<size_t>(b) * BE;
     TileGroup<K, 0, kTokens>(p, q, qoff, acc);
@@ -174,8 +183,8 @@ HWY_INLINE __m512i MaskInPlace(__m512i p) {
 // 2^(bits*g) that an exact arithmetic shift brings back at the end (|sum| < 2^31: at most 2^7 x 2^7
 // x 2^14 for the widest rows).
 template <WeightKind K>
-GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const int8_t* q,
-                                   int32_t (&raw)[kRows][kTokens], size_t ahead) {
+GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, size_t stride,
+                                   const int8_t* q, int32_t (&raw)[kRows][kTokens], size_t ahead) {
   constexpr int G = Groups<K>();
   constexpr int BE = 64 * G;
   constexpr int kShift = K == WeightKind::kQ4 ? 4 : 2;
@@ -187,12 +196,12 @@ GEMMA_VNNI HWY_NOINLINE void Tile1(const uint8_t* const* w, int blocks, const in
   for (int b = 0; b < blocks; ++b) {
     __m512i p[kRows];
 #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + 64 * b);
+    for (int r = 0; r < kRows; ++r) p[r] = _mm512_loadu_si512(w[r] + stride * b);
       // Rows are short (384-3072 bytes) and read four at a time, a pattern the hardware prefetcher
       // follows late: fetch the same blocks of the rows `ahead` bytes further.
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(w[r] + 64 * b + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w[r] + stride * b + ahead), _MM_HINT_T0);
     const int8_t* qb = q + static_cast<size_t>(b) * BE;
     const __m512i q0 = _mm512_loadu_si512(qb);
 #pragma GCC unroll 16
@@ -263,7 +272,7 @@ HWY_INLINE void GroupDots(const v128_t (&p)[kRows], const int8_t* qg, v128_t (&a
 }
 
 template <WeightKind K, int T>
-HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const* q,
+HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, size_t stride, const int8_t* const* q,
                        int32_t (&raw)[kRows][kTokens]) {
   constexpr int BE = 64 * Groups<K>();
 #pragma GCC unroll 16
@@ -272,7 +281,7 @@ HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const*
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) acc[r] = wasm_i32x4_splat(0);
     for (int b = 0; b < blocks; ++b) {
-      const size_t woff = static_cast<size_t>(b) * 64;
+      const size_t woff = static_cast<size_t>(b) * stride;
       const int8_t* qb = q[t] + static_cast<size_t>(b) * BE;
 #pragma GCC unroll 4
       for (int o = 0; o < 64; o += 16) {
@@ -362,7 +371,7 @@ HWY_INLINE void TileGroup(const V16* p, const int8_t* const* q, size_t qoff, V32
 }
 
 template <WeightKind K, int T>
-HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const* q,
+HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, size_t stride, const int8_t* const* q,
                        int32_t (&raw)[kRows][kTokens]) {
   constexpr int BE = 64 * Groups<K>();
   const D16 d16;
@@ -381,7 +390,7 @@ HWY_NOINLINE void Tile(const uint8_t* const* w, int blocks, const int8_t* const*
     for (int o = 0; o < 64; o += N) {
       V16 p[kRows];
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) p[r] = LoadPacked<K>(w[r] + 64 * b + o);
+      for (int r = 0; r < kRows; ++r) p[r] = LoadPacked<K>(w[r] + stride * b + o);
       const size_t qoff = static_cast<size_t>(b) * BE + o;
       TileGroup<K, 0, T>(p, q, qoff, acc, acc2);
       if constexpr (Groups<K>() > 1) TileGroup<K, 1, T>(p, q, qoff, acc, acc2);
@@ -529,12 +538,12 @@ void QuantRowsPanels(const Linear& lin, const int8_t* q, size_t q_stride, const 
     qsum4[j] = q_sum[std::min(j, n - 1)];
   }
   const __m512i offsets = TileOffsets<K>(qsum4);
+  const size_t stride = BlockStride(lin);
   auto rows = [&](int run, int tile, int panel, const uint8_t** w) {
     const int end = std::min(r1, run + kRun);
     for (int i = 0; i < kRows; ++i) {
       const int r = std::min(run + tile * kRows + i, end - 1);  // (a short last tile repeats a row)
-      w[i] =
-          lin.data + static_cast<size_t>(r) * lin.row_bytes + 64 * static_cast<size_t>(panel) * pb;
+      w[i] = RowBlocks(lin, r) + stride * static_cast<size_t>(panel) * pb;
     }
   };
   alignas(64) int32_t dots[kTokens][kRun];
@@ -564,7 +573,7 @@ void QuantRowsPanels(const Linear& lin, const int8_t* q, size_t q_stride, const 
         const uint8_t* pf[kRows];
         if (trun < r1)
           rows(trun, std::min(ti, (std::min(r1, trun + kRun) - trun - 1) / kRows), tp, pf);
-        acc[i] = _mm512_add_epi32(acc[i], Tile44<K>(w, nb, qp, trun < r1 ? pf : nullptr));
+        acc[i] = _mm512_add_epi32(acc[i], Tile44<K>(w, nb, stride, qp, trun < r1 ? pf : nullptr));
       }
     }
     for (int i = 0; i < tiles; ++i) {
@@ -587,8 +596,9 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
                 int r0, int r1, float* y, size_t y_stride) {
   constexpr int BE = 64 * Groups<K>();
   const int blocks = static_cast<int>(lin.row_bytes / 64);
-  const bool tail = blocks * BE < lin.cols;
+  const bool tail = blocks * BE < lin.cols;  // (never in an interleaved copy)
   const double in_scale = lin.in_scale;
+  const size_t stride = BlockStride(lin);
   if (n <= 2) {
     // Decode: integer dots for a run of rows, then the vectorized epilogue; two tokens (a small
     // batch, a short verification step) each stream the rows this way (kernel_bench, E2B QAT,
@@ -605,14 +615,13 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
       for (int r = run; r < end; r += kRows) {
         const int rr = std::min(kRows, end - r);
         const uint8_t* w[kRows];
-        for (int i = 0; i < kRows; ++i)
-          w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+        for (int i = 0; i < kRows; ++i) w[i] = RowBlocks(lin, r + std::min(i, rr - 1));
         int32_t raw[kRows][kTokens];
 #if HWY_TARGET == HWY_AVX3_DL
-        Tile1<K>(w, blocks, q, raw, ahead);
+        Tile1<K>(w, blocks, stride, q, raw, ahead);
 #else
         const int8_t* qt[kTokens] = {q};
-        Tile<K, 1>(w, blocks, qt, raw);
+        Tile<K, 1>(w, blocks, stride, qt, raw);
 #endif
         for (int i = 0; i < rr; ++i) {
           int32_t dot = raw[i][0] - Offset<K>() * q_sum[0];
@@ -654,8 +663,7 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
         for (int r = run; r < end; r += kRows) {
           const int rr = std::min(kRows, end - r);
           const uint8_t* w[kRows];
-          for (int i = 0; i < kRows; ++i)
-            w[i] = lin.data + static_cast<size_t>(r + std::min(i, rr - 1)) * lin.row_bytes;
+          for (int i = 0; i < kRows; ++i) w[i] = RowBlocks(lin, r + std::min(i, rr - 1));
 #if HWY_TARGET == HWY_AVX3_DL
           if (tt >= 3 && rr == kRows && !tail) {
             // The first token tile fetches rows ahead: a batched decode step (one token tile)
@@ -667,8 +675,8 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
                                                 : 0;
             const uint8_t* pf[kRows];
             for (int i = 0; i < kRows; ++i) pf[i] = w[i] + ahead;
-            const __m512i d = _mm512_sub_epi32(Tile44<K>(w, blocks, qt, ahead ? pf : nullptr),
-                                               TileOffsets<K>(qsum4));
+            const __m512i d = _mm512_sub_epi32(
+                Tile44<K>(w, blocks, stride, qt, ahead ? pf : nullptr), TileOffsets<K>(qsum4));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[0][r - run]),
                              _mm512_castsi512_si128(d));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(&dots[1][r - run]),
@@ -682,14 +690,14 @@ void QuantRowsK(const Linear& lin, const int8_t* q, size_t q_stride, const int32
 #endif
           int32_t raw[kRows][kTokens];
           if (tt >= 3) {
-            Tile<K, kTokens>(w, blocks, qt, raw);
+            Tile<K, kTokens>(w, blocks, stride, qt, raw);
           } else {
 #if HWY_TARGET == HWY_AVX3_DL
             // A leftover token: the decode tile (codes masked in place, no shifts) is ~1.7x
             // faster per token than Tile<K, 1> (its prefetch of the same bytes is harmless).
-            Tile1<K>(w, blocks, qt[0], raw, 0);
+            Tile1<K>(w, blocks, stride, qt[0], raw, 0);
 #else
-            Tile<K, 1>(w, blocks, qt, raw);
+            Tile<K, 1>(w, blocks, stride, qt, raw);
 #endif
           }
           for (int i = 0; i < rr; ++i) {
@@ -932,6 +940,7 @@ void QuantFloatLinearRows(const Linear& lin, const float* x, size_t x_stride, in
   constexpr int kChunk = 4096;  // decode the row's integers a chunk at a time (multiple of 4)
   int8_t v[kChunk];
   const int bits = WeightKindBits(lin.kind);
+  if (lin.interleave != 1) std::abort();  // (the weight copy never interleaves these)
   for (int r = r0; r < r1; ++r) {
     const uint8_t* row = lin.data + static_cast<size_t>(r) * lin.row_bytes;
     const double s = lin.row_scale[r];

@@ -45,7 +45,7 @@ bool Copied(const Linear& lin) {
 
 size_t CopyBytes(const Linear& lin) {
   if (!Copied(lin)) return 0;
-  size_t b = Align64(lin.row_bytes * lin.rows);
+  size_t b = Align64(Interleaves(lin) ? InterleavedBytes(lin) : lin.row_bytes * lin.rows);
   if (IsQuantized(lin.kind) && lin.row_scale) b += Align64(sizeof(float) * lin.rows);
   return b;
 }
@@ -62,6 +62,30 @@ void ForEachLinear(const Model& model, Fn&& fn) {
 }
 
 }  // namespace
+
+bool Interleaves(const Linear& lin) {
+  // (QAT linears without input SRQ take QuantFloatLinearRows, which reads rows one by one)
+  return IsQuantized(lin.kind) && lin.in_scale > 0 && lin.interleave == 1 && lin.row_bytes > 0 &&
+         lin.row_bytes % 64 == 0;
+}
+
+size_t InterleavedBytes(const Linear& lin) {
+  return static_cast<size_t>((lin.rows + 3) / 4) * 4 * lin.row_bytes;
+}
+
+Linear Interleave(const Linear& lin, uint8_t* dst) {
+  const size_t blocks = lin.row_bytes / 64;
+  std::memset(dst, 0, InterleavedBytes(lin));
+  for (int r = 0; r < lin.rows; ++r) {
+    const uint8_t* src = lin.data + static_cast<size_t>(r) * lin.row_bytes;
+    uint8_t* group = dst + static_cast<size_t>(r / 4) * 4 * lin.row_bytes + (r % 4) * 64;
+    for (size_t b = 0; b < blocks; ++b) std::memcpy(group + b * 256, src + b * 64, 64);
+  }
+  Linear c = lin;
+  c.data = dst;
+  c.interleave = 4;
+  return c;
+}
 
 WeightCopy::WeightCopy(const Model& model) {
   ForEachLinear(model, [&](const Linear& l) { size_ += CopyBytes(l); });
@@ -99,10 +123,15 @@ Linear WeightCopy::Copy(const Linear& lin, size_t* offset) {
   Linear c = lin;
   if (!Copied(lin)) return c;
   const size_t bytes = lin.row_bytes * lin.rows;
-  std::memcpy(data_ + *offset, lin.data, bytes);
+  if (Interleaves(lin)) {
+    c = Interleave(lin, data_ + *offset);
+    *offset += Align64(InterleavedBytes(lin));
+  } else {
+    std::memcpy(data_ + *offset, lin.data, bytes);
+    c.data = data_ + *offset;
+    *offset += Align64(bytes);
+  }
   ReleaseSource(lin.data, bytes);
-  c.data = data_ + *offset;
-  *offset += Align64(bytes);
   if (IsQuantized(lin.kind) && lin.row_scale) {
     std::memcpy(data_ + *offset, lin.row_scale, sizeof(float) * lin.rows);
     c.row_scale = reinterpret_cast<const float*>(data_ + *offset);

@@ -362,7 +362,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual int vocab_size() const = 0;
   // Whether a draft model was loaded (EngineOptions::draft_model_path).
   virtual bool has_draft_model() const = 0;
-  // Bytes the backend holds once for all sessions (weight copies, device weights).
+  // Bytes the backend holds once for all sessions (weight copies, device weights; the draft
+  // model's included).
   virtual size_t shared_bytes() const = 0;
   // Device-local memory (GPU memory) the engine and all its sessions hold now; 0 on the CPU
   // backends.

@@ -176,6 +176,10 @@ TEST(DraftModel, TheModelDraftingForItselfHasEveryDraftAccepted) {
                               .backend = "cpu",
                               .context_capacity = 512,
                               .draft_model_path = kTrained});
+  // The draft model's weight copy counts in the engine's shared bytes.
+  EXPECT_GT(engine->shared_bytes(),
+            Engine::Load({.model_path = kTrained, .backend = "cpu", .context_capacity = 512})
+                ->shared_bytes());
   GenerateOptions o;
   o.max_new_tokens = 80;
   const int k = 4;

@@ -49,8 +49,14 @@ class EngineImpl : public Engine {
   double load_ms() const override { return load_ms_; }
   int vocab_size() const override { return model_->text().vocab_size; }
   bool has_draft_model() const override { return draft_backend_ != nullptr; }
-  size_t shared_bytes() const override { return backend_model_->shared_bytes(); }
-  size_t device_memory_bytes() const override { return backend_model_->device_memory_bytes(); }
+  // (the draft model's included)
+  size_t shared_bytes() const override {
+    return backend_model_->shared_bytes() + (draft_backend_ ? draft_backend_->shared_bytes() : 0);
+  }
+  size_t device_memory_bytes() const override {
+    return backend_model_->device_memory_bytes() +
+           (draft_backend_ ? draft_backend_->device_memory_bytes() : 0);
+  }
   std::vector<int32_t> Tokenize(std::string_view text) const override;
   std::string Detokenize(const std::vector<int32_t>& ids) const override;
   std::vector<int32_t> PromptTokens(const Input& input) const override;

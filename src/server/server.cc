@@ -543,19 +543,26 @@ void Server::Impl::HandleGenerate(const httplib::Request& req, httplib::Response
 }
 
 json Server::Impl::Props() const {
-  return {{"model", opt.model_id},
-          {"backend", engine->backend_name()},
-          {"context", engine->context_capacity()},
-          {"vocab_size", engine->vocab_size()},
-          {"has_tokenizer", engine->has_tokenizer()},
-          {"load_ms", engine->load_ms()},
-          {"slots", pool.size()},
-          {"max_queue", opt.max_queue},
-          {"auth", !opt.api_key.empty()},
-          {"shared_bytes", engine->shared_bytes()},
-          {"resident_bytes", ResidentBytes()},
-          {"chat_template", engine->chat_template_info().ToJson()},
-          {"generation_defaults", SamplingDefaultsJson(*engine)}};
+  return {
+      {"model", opt.model_id},
+      {"backend", engine->backend_name()},
+      {"context", engine->context_capacity()},
+      {"vocab_size", engine->vocab_size()},
+      {"has_tokenizer", engine->has_tokenizer()},
+      {"load_ms", engine->load_ms()},
+      {"slots", pool.size()},
+      {"max_queue", opt.max_queue},
+      {"auth", !opt.api_key.empty()},
+      {"shared_bytes", engine->shared_bytes()},
+      {"resident_bytes", ResidentBytes()},
+      {"chat_template", engine->chat_template_info().ToJson()},
+      {"generation_defaults", SamplingDefaultsJson(*engine)},
+      {"draft_model", engine->has_draft_model()},
+      {"speculative",
+       {{"mode", opt.speculative.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup"
+                 : opt.speculative.mode == SpeculativeOptions::Mode::kDraftModel ? "draft_model"
+                                                                                 : "off"},
+        {"max_draft", opt.speculative.max_draft}}}};
 }
 
 void Server::Impl::Setup() {

@@ -196,6 +196,31 @@ await check('a tool call is shown as a call, answered, and the chat continues', 
   await set('constraint', 'none');
 });
 
+await check('speculative decoding: the choice reaches the request, drafts show in the telemetry', async () => {
+  // This server has no draft model: that choice is disabled.
+  assert.equal(await js(`document.getElementById('spec-draft-model').disabled`), true);
+  await js(`document.getElementById('clear').click()`);
+  await set('temperature', 0);
+  await set('max_tokens', 24);
+  await set('speculative', 'off');
+  await typeAndSend('the cat sat on the mat, the cat sat on the mat, the cat sat on the');
+  await idle();
+  const plain = await lastAssistant();
+  assert.equal(await js(`document.getElementById('t-drafts').textContent`), '–');
+  await js(`document.getElementById('clear').click()`);
+  await set('speculative', 'prompt_lookup');
+  await set('max_draft', 3);
+  await typeAndSend('the cat sat on the mat, the cat sat on the mat, the cat sat on the');
+  await idle();
+  const body = await js(`window.__bodies[window.__bodies.length - 1]`);
+  assert.deepEqual(body.speculative, { mode: 'prompt_lookup', max_draft: 3 });
+  assert.equal(await lastAssistant(), plain);  // greedy: the same text
+  // (kept / drafted; this random tiny model rarely repeats a token of the prompt, so there may be
+  // no draft to show: server_test's SpeculativeDecodingWithADraftModel checks the counts)
+  assert.match(await js(`document.getElementById('t-drafts').textContent`), /^(–|\d+ \/ \d+)$/);
+  await set('speculative', '');
+});
+
 await check('editing an earlier user turn drops the later turns and regenerates', async () => {
   await js(`document.getElementById('clear').click()`);
   await set('max_tokens', 4);

@@ -56,6 +56,9 @@ async function loadInfo() {
         (transport.kind === 'engine' ? 'in this page' : `${p.slots} slot(s)`) +
         (p.has_tokenizer ? '' : ' · no tokenizer');
     $('server-props').textContent = JSON.stringify(p, null, 2);
+    // Speculative decoding with a draft model only where the server loaded one.
+    $('spec-draft-model').disabled = !p.draft_model;
+    if (!p.draft_model && $('speculative').value === 'draft_model') $('speculative').value = '';
   } catch (e) {
     $('model-info').textContent = 'server: ' + e.message;
   }
@@ -84,6 +87,9 @@ function buildRequest() {
     seed: num('seed'),
     chat_template_kwargs: { enable_thinking: $('think').checked },
   };
+  if ($('speculative').value) {
+    body.speculative = { mode: $('speculative').value, max_draft: num('max_draft') };
+  }
   const stops = $('stop_strings').value.split('\n').filter((s) => s.length > 0);
   if (stops.length) body.stop = stops;
   const ids = $('stop_ids').value.split(',').map((s) => s.trim()).filter(Boolean).map(Number);
@@ -228,12 +234,15 @@ function showTelemetry(t0, arrivals, timings, usage, turn) {
     $('t-p50').textContent = ms(timings.itl_median_ms);
     $('t-p95').textContent = ms(timings.itl_p95_ms);
     $('t-tokens').textContent = timings.predicted_n;
+    $('t-drafts').textContent =
+        timings.draft_n !== undefined ? `${timings.draft_n_accepted} / ${timings.draft_n}` : '–';
   } else {
     // Stopped before the server's summary: what this page measured.
     $('t-ttft').textContent = arrivals.length ? ms(arrivals[0] - t0) : '–';
     $('t-p50').textContent = gaps.length ? ms(percentile(gaps, 0.5)) : '–';
     $('t-p95').textContent = gaps.length ? ms(percentile(gaps, 0.95)) : '–';
     $('t-tokens').textContent = arrivals.length;
+    $('t-drafts').textContent = '–';
     $('t-tps').textContent = gaps.length ? (1000 / (gaps.reduce((a, b) => a + b, 0) / gaps.length)).toFixed(1) : '–';
   }
   if (usage) $('t-prompt').textContent = usage.prompt_tokens;

@@ -64,6 +64,8 @@ export interface GenerateOptions {
   top_logprobs?: number;
   ignore_eos?: boolean;
   cache_prompt?: boolean;
+  /** Speculative decoding (same output); 'draft_model' needs an engine with a draft model. */
+  speculative?: { mode?: 'off' | 'prompt_lookup' | 'draft_model'; max_draft?: number };
   response_format?: { type: 'text' | 'json_object' | 'json_schema' | 'regex'; [k: string]: unknown };
   regex?: string;
   tools?: Tool[];

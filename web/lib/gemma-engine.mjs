@@ -10,7 +10,7 @@
 // Options are the HTTP server's request fields (README, "Server"): temperature top_p top_k min_p
 // typical_p repetition_penalty frequency_penalty presence_penalty penalty_window seed stop
 // stop_token_ids logit_bias logprobs top_logprobs max_tokens ignore_eos cache_prompt
-// response_format regex tools tool_choice chat_template_kwargs reasoning_effort, with their
+// response_format regex tools tool_choice chat_template_kwargs reasoning_effort speculative, with their
 // defaults and checks; unset sampling fields take the checkpoint's generation_config.json.
 // Errors are GemmaError with the engine's code (invalid_argument, capacity, cancelled, ...).
 // docs/web.md has the whole API.

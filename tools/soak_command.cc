@@ -31,6 +31,9 @@ void AddSoakCommand(CLI::App& app) {
   cmd->add_option("--reference-backend", o->s.reference_backend,
                   "Backend that records the greedy goldens at start");
   cmd->add_option("--threads", o->s.threads, "CPU threads per engine (0 = all cores)");
+  cmd->add_option("--draft-model", o->s.draft_model_path,
+                  "Draft model of the engine under test (default: the checkpoint drafts for "
+                  "itself; none: no draft model)");
   cmd->add_option("--only-step", o->s.only_step,
                   "Run only this step (the reproducer of a failure)");
   cmd->add_option("--scenarios", o->s.scenarios,

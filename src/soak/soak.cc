@@ -283,7 +283,10 @@ class Soak {
   void LoadEngine() {
     pool_.clear();
     engine_.reset();
-    engine_ = Engine::Load(EngineOpts(o_.backend));
+    EngineOptions eo = EngineOpts(o_.backend);
+    if (o_.draft_model_path != "none")
+      eo.draft_model_path = o_.draft_model_path.empty() ? o_.model_path : o_.draft_model_path;
+    engine_ = Engine::Load(eo);
     for (int i = 0; i < prof_.pool_sessions; ++i) pool_.push_back(engine_->NewSession());
     has_device_ = !engine_->backend_device().empty();
   }
@@ -291,6 +294,22 @@ class Soak {
     GenerateOptions g;
     g.max_new_tokens = max_new;
     return g;
+  }
+  // Speculative decoding drawn for a request (it must not change the output); its name for events.
+  std::string DrawSpeculative(std::mt19937_64& rng, GenerateOptions* g) const {
+    using Mode = SpeculativeOptions::Mode;
+    const int pick = static_cast<int>(rng() % 3);
+    g->speculative.max_draft = 1 + static_cast<int>(rng() % 6);
+    if (pick == 1) {
+      g->speculative.mode = Mode::kPromptLookup;
+      return "prompt_lookup";
+    }
+    if (pick == 2 && engine_->has_draft_model()) {
+      g->speculative.mode = Mode::kDraftModel;
+      return "draft_model";
+    }
+    g->speculative.mode = Mode::kOff;
+    return "off";
   }
   void RecordGoldens();
   // Whether greedy paths `a` and `b` after `prompt` part at a tie of the reference (device
@@ -498,6 +517,7 @@ void Soak::GreedyGolden(std::mt19937_64& rng, json* ev) {
       break;
   }
   g.reuse_prompt_cache = rng() % 4 != 0;
+  (*ev)["speculative"] = DrawSpeculative(rng, &g);
   (*ev)["prompt"] = p;
   (*ev)["prefill_chunk"] = g.prefill == PrefillStrategy::kChunked ? g.prefill_chunk : 0;
   ExpectGolden(s, p, g, ev, "greedy_golden");
@@ -522,11 +542,19 @@ void Soak::SamplingRepeat(std::mt19937_64& rng, json* ev) {
   Session& a = *pool_[rng() % pool_.size()];
   Session& b = *pool_[rng() % pool_.size()];
   const Result r1 = a.Generate(in, g);
-  const Result r2 = b.Generate(in, g);
+  // The second request may decode speculatively: a seeded request gives the same tokens (on the
+  // CPU backends, whose verification steps give every position's logits bit for bit; a device's
+  // several-token steps are within its tolerance of one-token steps, which sampling may amplify).
+  GenerateOptions g2 = g;
+  (*ev)["speculative"] = has_device_ ? "off" : DrawSpeculative(rng, &g2);
+  const Result r2 = b.Generate(in, g2);
   const json request = {{"prompt", Prompts()[p]}, {"options", r1.resolved_config}};
   if (r1.tokens != r2.tokens) {
     Fail("the same seeded request gave different tokens on two sessions",
-         {{"request", request}, {"first", r1.tokens}, {"second", r2.tokens}});
+         {{"request", request},
+          {"first", r1.tokens},
+          {"second", r2.tokens},
+          {"second_speculative", r2.resolved_config["speculative"]}});
   }
   const std::string key = request.dump();
   auto [it, inserted] = sampled_.emplace(key, r1.tokens);

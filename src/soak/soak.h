@@ -63,6 +63,10 @@ struct SoakOptions {
   std::string out_dir;                        // created if missing
   uint64_t seed = 1;
   int threads = 0;         // CPU threads per engine (0 = all cores)
+  // The engine under test loads this draft model (empty: the checkpoint itself, which drafts for
+  // itself), and the greedy and sampling scenarios draw speculative decoding (off, prompt lookup,
+  // the draft model) per request; their outputs must not change. "none": no draft model.
+  std::string draft_model_path;
   int64_t only_step = -1;  // >= 0: run only this step (a reproducer)
   // A step running longer than this is reported as hung and ends the process (0: no limit).
   double step_timeout_s = 600;

@@ -66,8 +66,10 @@ struct EngineOptions {
   bool mmap = true;
   // Speculative decoding's draft model (SpeculativeOptions::Mode::kDraftModel): a smaller
   // checkpoint with the same vocabulary (and the same tokenizer where both have one), e.g. E2B
-  // drafting for E4B. Loaded beside the model, on the same backend; each session that drafts
-  // adds one context of it. Empty: none. Error(kConfig) at load when the vocabularies differ.
+  // drafting for E4B. Loaded beside the model, on the same backend (its own thread pool or
+  // device queue; on Vulkan device_memory_limit bounds each model separately); each session that
+  // drafts adds one context of it. Empty: none. Error(kConfig) at load when the vocabularies
+  // differ.
   std::string draft_model_path;
 };
 

@@ -3,7 +3,9 @@
 // the query (held in workgroup memory), in float-float over blocks of 8. Every weight is
 // exp(s - max) with the maximum over the row's keys; every invocation accumulates its own output
 // dimensions (d = lane, lane + 64, ...; head_dim <= 512) in float-float, reading the value rows
-// coalesced, and the denominator is a float-float tree over the invocations' sums. Three ways:
+// coalesced, and the denominator is a float-float sum over the invocations' sums (the maximum and
+// that sum: ff_workgroup_sum and workgroup_max of the family's reduction prelude,
+// prelude_workgroup.wgsl or prelude_subgroups.wgsl). Three ways:
 //   phase 2, one dispatch over (heads, tokens): the maximum first (the first 2,048 scores kept in
 //            workgroup memory for the second pass), then the weights and sums, out -> o;
 //   split over the keys, for steps with few query rows (decode, short chunks): a workgroup per
@@ -31,7 +33,6 @@ struct P {
 
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
-var<workgroup> red: array<f32, 64>;
 // Phase 2: the scores of the first 2,048 keys, kept from the first pass (later keys are scored
 // again).
 const KEEP: u32 = 2048u;
@@ -54,21 +55,6 @@ fn score(j: u32, kvo: u32) -> f32 {
     s = ff_add1(s, qs[i] * kc[kb + i]);
   }
   return s.x + s.y;
-}
-
-// The maximum of one value per invocation; every invocation gets it.
-fn workgroup_max(v: f32, li: u32) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      red[li] = max(red[li], red[li + s]);
-    }
-    workgroupBarrier();
-  }
-  let m = red[0];
-  workgroupBarrier();
-  return m;
 }
 
 // The weighted value rows of keys j0 .. j0 + nb - 1 (their weights in ew) added to this

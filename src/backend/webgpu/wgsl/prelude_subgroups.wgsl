@@ -112,3 +112,38 @@ fn ff_lane_sums(li: u32, count: u32) -> vec2<f32> {
   }
   return mine;
 }
+
+// Teams (prelude_workgroup.wgsl says what they are for): here the subgroups. team_begin numbers
+// them 0 .. count - 1 (an atomic counter in workgroup memory, so the numbering is in whatever
+// order the subgroups arrive; a team's results do not depend on its number) and returns their
+// count, uniform across the workgroup; team_ff_sum is the subgroup's float-float sum; team_sync a
+// workgroup barrier (what a team writes, others read). team_begin has two barriers: call it once,
+// from uniform control flow.
+var<private> team: u32;
+var<workgroup> team_counter: atomic<u32>;
+var<workgroup> team_total: u32;
+
+fn team_begin(li: u32) -> u32 {
+  var t = 0u;
+  if (subgroupElect()) {
+    t = atomicAdd(&team_counter, 1u);
+  }
+  team = subgroupBroadcastFirst(t);
+  workgroupBarrier();
+  if (li == 0u) {
+    team_total = atomicLoad(&team_counter);
+  }
+  return workgroupUniformLoad(&team_total);
+}
+
+fn team_lane() -> vec2<u32> {
+  return sg_lane();
+}
+
+fn team_ff_sum(v: vec2<f32>) -> vec2<f32> {
+  return ff_subgroup_sum(v);
+}
+
+fn team_sync() {
+  workgroupBarrier();
+}

@@ -67,3 +67,25 @@ fn ff_lane_sums(li: u32, count: u32) -> vec2<f32> {
   }
   return v;
 }
+
+// Teams: work shared by a few invocations with a reduction among them (attention_wg's scores,
+// one key per team, its lanes over the head dimensions). Here a team is one invocation: team_begin
+// gives 64 teams (team i = invocation i), team_ff_sum is the value itself, and team_sync does
+// nothing (what a team writes only its own invocation reads; prelude_subgroups.wgsl's teams are
+// subgroups and need the barriers).
+var<private> team: u32;
+
+fn team_begin(li: u32) -> u32 {
+  team = li;
+  return 64u;
+}
+
+fn team_lane() -> vec2<u32> {
+  return vec2<u32>(0u, 1u);  // rank in the team, team size
+}
+
+fn team_ff_sum(v: vec2<f32>) -> vec2<f32> {
+  return v;
+}
+
+fn team_sync() {}

@@ -251,6 +251,13 @@ for (let c = 0; c < 24; ++c) {
   }
   reduceCases.push({ v, exact, mag, max });
 }
+// An infinite partial, and a NaN one: NaN sums in both families (TwoSum of an infinity is NaN),
+// the maximum the infinity (NaN's maximum is not compared).
+for (const special of [Infinity, NaN]) {
+  const v = new Float32Array(128).map((_, i) => (i % 2 ? 0 : f32(rnd())));
+  v[2 * int(0, 63)] = special;
+  reduceCases.push({ v, special });
+}
 
 // ---- linear_wg on rows without SRQ inputs (dense kinds, quantized codes times a row scale):
 // float-float sums, against float64 (the products are f32 products, exact in float64).
@@ -506,13 +513,18 @@ for (const L of linearCases) {
   for (const fam of families) {
     reduceCases.forEach((R, c) => {
       const [hi, lo, m] = reduceOut[fam].subarray(3 * c, 3 * c + 3);
+      if (R.special !== undefined) {
+        check(Number.isNaN(hi) && (Number.isNaN(R.special) || m === R.special),
+              `ff_workgroup_sum / workgroup_max${fam ? ' with subgroups' : ''} with ${R.special}: ${hi}, ${m}`);
+        return;
+      }
       const err = Math.abs(Number(toBig(hi) + toBig(lo) - R.exact) / 2 ** 200) / (2 ** -40 * R.mag);
       check(err <= 1, `ff_workgroup_sum${fam ? ' with subgroups' : ''}, case ${c}: ${err.toFixed(3)} of 2^-40 sum|v| from the exact sum`);
       check(m === R.max, `workgroup_max${fam ? ' with subgroups' : ''}, case ${c}: ${m}, want ${R.max}`);
       worst = Math.max(worst, err);
     });
   }
-  console.log(`ff_workgroup_sum, workgroup_max${subgroups ? ', with and without subgroups' : ''}: ${reduceCases.length} random cases, worst ${worst.toFixed(4)} of 2^-40 sum|v| from the exact sum, maxima exact`);
+  console.log(`ff_workgroup_sum, workgroup_max${subgroups ? ', with and without subgroups' : ''}: ${reduceCases.length - 2} random cases, worst ${worst.toFixed(4)} of 2^-40 sum|v| from the exact sum, maxima exact; an infinity and a NaN give NaN`);
 }
 console.log(`linear_tile_wg: ${linearCases.length} random SRQ linears against linear_wg${subgroups ? ' (with and without subgroups)' : ''} and the integer reference, bit for bit`);
 

@@ -23,17 +23,18 @@ fn sg_pow2(e: i32) -> f32 {
 // on the grid of the subgroup's largest |hi| (< 2^(E+1)) into two integers of at most 23 bits,
 // k1 2^(E-22) + k2 2^(E-45) (multiplications by powers of two and the remainder hi - k1 2^(E-22)
 // are exact; lo is below half of hi's ulp), summed exactly with subgroupAdd in i32 (at most 128
-// invocations: |sum| < 2^30), then put back together in float-float from exact pieces. An
-// infinite or NaN partial gives the f32 sum (infinite or NaN as well).
+// invocations: |sum| < 2^30), then put back together in float-float from exact pieces. Only
+// integer subgroup operations (single instructions on some GPUs: NVIDIA's redux), the largest
+// |hi| by its bits (the order of non-negative floats). An infinite or NaN partial gives NaN, as
+// the float-float additions of prelude_workgroup.wgsl do (TwoSum of an infinity).
 fn ff_subgroup_sum(v: vec2<f32>) -> vec2<f32> {
-  let eb = i32((bitcast<u32>(subgroupMax(abs(v.x))) >> 23u) & 0xffu);  // E + 127
+  let eb = i32(subgroupMax(bitcast<u32>(abs(v.x))) >> 23u);  // E + 127 (255: infinite or NaN)
   let e1 = clamp(eb - 149, -126, 126);  // E - 22
   let e2 = clamp(e1 - 23, -126, 126);
   let k1 = round(v.x * sg_pow2(-e1));
   let k2 = round(((v.x - k1 * sg_pow2(e1)) + v.y) * sg_pow2(-e2));
   let s1 = subgroupAdd(i32(k1));
   let s2 = subgroupAdd(i32(k2));
-  let f = subgroupAdd(v.x);
   // Each sum as h 2^12 + l with 0 <= l < 2^12: both halves exact in f32.
   let h1 = s1 >> 12u;
   let h2 = s2 >> 12u;
@@ -41,7 +42,19 @@ fn ff_subgroup_sum(v: vec2<f32>) -> vec2<f32> {
   r = ff_add1(r, f32(s1 - (h1 << 12u)) * sg_pow2(e1));
   r = ff_add1(r, f32(h2) * sg_pow2(e2 + 12));
   r = ff_add1(r, f32(s2 - (h2 << 12u)) * sg_pow2(e2));
-  return select(r, vec2<f32>(f, 0.0), eb == 255);
+  let nan = bitcast<f32>(select(0u, 0x7fc00000u, eb == 255));
+  return select(r, vec2<f32>(nan, nan), eb == 255);
+}
+
+// f32 values as u32 in the same order (negative ones reversed below the non-negative ones), for
+// an integer subgroupMax.
+fn sg_ordered(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  return select(b | 0x80000000u, ~b, (b >> 31u) != 0u);
+}
+
+fn sg_unordered(u: u32) -> f32 {
+  return bitcast<f32>(select(~u, u & 0x7fffffffu, (u >> 31u) != 0u));
 }
 
 // This invocation's rank among the subgroup's active invocations, and their count.
@@ -74,7 +87,7 @@ fn workgroup_max(v: f32, li: u32) -> f32 {
   for (var i = lane.x + lane.y; i < 64u; i += lane.y) {
     m = max(m, max_red[i]);
   }
-  let total = subgroupMax(m);
+  let total = sg_unordered(subgroupMax(sg_ordered(m)));
   workgroupBarrier();
   return total;
 }

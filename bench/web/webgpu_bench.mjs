@@ -40,12 +40,21 @@ const prompt = Array(words).fill('Debian').join(' ');
 const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 const t = {};
 for (const b of Object.keys(engines)) t[b] = { pre: [], dec: [] };
+const first = {};  // each engine's tokens of the first run
 for (let r = 0; r < runs; ++r) {
   for (const b of Object.keys(engines)) {
     const res = await engines[b].newSession().generate(prompt, { max_tokens: tokens, ignore_eos: true, temperature: 0 });
     t[b].pre.push(res.telemetry.prompt_tokens / (res.telemetry.prefill_ms / 1000));
     t[b].dec.push(res.telemetry.decode_tok_s);
+    first[b] ??= res.tokens;
   }
+}
+// The families compute the same model: their greedy tokens should agree (float sums in other
+// orders may flip a near tie).
+const [ref, ...others] = Object.keys(first);
+for (const b of others) {
+  const i = first[b].findIndex((id, k) => id !== first[ref][k]);
+  console.log(`tokens ${b} vs ${ref}: ${i < 0 ? 'identical' : `first difference at token ${i}`}`);
 }
 for (const b of Object.keys(engines)) {
   const vs = b === 'cpu' || !withCpu ? '' : `  (x cpu: prefill ${(med(t[b].pre) / med(t.cpu.pre)).toFixed(2)}, decode ${(med(t[b].dec) / med(t.cpu.dec)).toFixed(2)})`;

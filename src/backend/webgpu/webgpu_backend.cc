@@ -397,8 +397,10 @@ void WebGpuModel::Build() {
       name += "_wg";
     }
     const std::string code = preludes + WgslSource(name.c_str());
-    pipelines_[k] = gw_pipeline(name.c_str(), code.c_str());
-    if (pipelines_[k] < 0) ThrowDevice("WGSL " + name);
+    // The label (bench/web/dawn_profile.mjs's tables) marks the subgroup reductions.
+    const std::string label = name + (subgroups_ ? "+sg" : "");
+    pipelines_[k] = gw_pipeline(label.c_str(), code.c_str());
+    if (pipelines_[k] < 0) ThrowDevice("WGSL " + label);
   }
   for (size_t l = 0; l < model_.layer_weights().size(); ++l) {
     const LayerWeights& w = model_.layer_weights()[l];

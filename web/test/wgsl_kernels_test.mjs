@@ -476,7 +476,7 @@ for (const A of attnCases) {
   for (const fam of families) {
     run([[fam + 'attention_wg', [...base, splits, chunk, 0], [qb, kb, vb, mx, part], [splits, heads, n]],
          [fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
-         [fam + 'attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, 1]],
+         ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, 1]],  // no reductions
          [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink], [heads, n, 1]]]);
     A.out[fam] = { split: await read(oSplit, rowsN * hd * 4), wg: await read(oWg, rowsN * hd * 4) };
   }

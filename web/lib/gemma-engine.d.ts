@@ -169,8 +169,11 @@ export interface LoadOptions {
    *  path or name and its create() flags, e.g. { module: '/path/node_modules/webgpu', flags:
    *  ['backend=vulkan'] }. kernels: "workgroup" (a workgroup per row, head or block: GPUs), "rows"
    *  (one invocation per row: CPU adapters), "auto" (default: rows on CPU adapters such as
-   *  SwiftShader, else workgroup); info.device names the adapter and the family. */
-  webgpu?: { module?: string; flags?: string[]; kernels?: 'auto' | 'workgroup' | 'rows' };
+   *  SwiftShader, else workgroup); info.device names the adapter and the family. subgroups:
+   *  false keeps the workgroup kernels' reductions in workgroup memory; otherwise (default) they
+   *  use subgroup operations where the adapter has the `subgroups` feature (info.device then ends
+   *  with "workgroup kernels with subgroups"). */
+  webgpu?: { module?: string; flags?: string[]; kernels?: 'auto' | 'workgroup' | 'rows'; subgroups?: boolean };
   /** > 1: the pthreads build (gemma-engine-mt.js beside the module) with that many threads where
    *  SharedArrayBuffer works (Node, a cross-origin isolated page); otherwise one thread. */
   threads?: number;

@@ -192,7 +192,8 @@ export class Engine {
 // {url, files?, optional?} (fetched: config.json, model.safetensors, tokenizer.json, and
 // generation_config.json, chat_template.jinja when present). backend: "webgpu" | "cpu" | "cpu-ref" |
 // "auto" (WebGPU where the page has it, else the CPU; engine.info.backend and .device say which).
-// webgpu: {kernels} ("auto" | "workgroup" | "rows": the WebGPU kernel family) and, Node only,
+// webgpu: {kernels} ("auto" | "workgroup" | "rows": the WebGPU kernel family), {subgroups} (false:
+// the workgroup kernels reduce without subgroup operations even where the adapter has them) and, Node only,
 // {module, flags}: Dawn for Node's npm package `webgpu` and its create() flags (e.g.
 // ["backend=vulkan"]). onProgress({file, loaded, total}) while fetching. threads: > 1
 // runs the pthreads build (gemma-engine-mt.js beside the module) where SharedArrayBuffer works
@@ -205,6 +206,9 @@ export async function loadEngine({ model, name, backend = 'auto', context = 4096
   }
   if (webgpu?.kernels !== undefined && !['auto', 'workgroup', 'rows'].includes(webgpu.kernels)) {
     throw new GemmaError({ code: 'invalid_argument', message: `webgpu.kernels '${webgpu.kernels}' is not one of auto, workgroup, rows` });
+  }
+  if (webgpu?.subgroups !== undefined && typeof webgpu.subgroups !== 'boolean') {
+    throw new GemmaError({ code: 'invalid_argument', message: `webgpu.subgroups must be true or false, not ${JSON.stringify(webgpu.subgroups)}` });
   }
   wasmUrl ??= new URL('gemma-engine.wasm', moduleUrl).href;
   const workerUrl = new URL('./worker.mjs', import.meta.url);

@@ -47,7 +47,8 @@ async function init(msg) {
       M = null;  // no pthreads build here: the single-threaded module
     }
   }
-  await load({ ...msg, gpu: await nodeGpu(msg), gpuKernels: msg.webgpu?.kernels });
+  await load({ ...msg, gpu: await nodeGpu(msg), gpuKernels: msg.webgpu?.kernels,
+              gpuSubgroups: msg.webgpu?.subgroups });
 }
 
 // The GPU for the WebGPU backend: the page's navigator.gpu, or under Node Dawn's (the npm
@@ -64,7 +65,7 @@ async function nodeGpu(msg) {
   return dawn.create(msg.webgpu.flags ?? []);
 }
 
-async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels }) {
+async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroups }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -82,6 +83,7 @@ async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels }) {
   const opts = pthreads ? { gemmaPthreads: Math.max(1, pthreads) } : {};
   if (gpu) opts.gpu = gpu;
   if (gpuKernels) opts.gpuKernels = gpuKernels;
+  if (gpuSubgroups !== undefined) opts.gpuSubgroups = gpuSubgroups;
   M = await create(wasmBinary ? { wasmBinary, ...opts }
                               : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });
 }

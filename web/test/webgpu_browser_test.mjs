@@ -3,9 +3,12 @@
 // transformers golden model (tests/goldens/model/*) and, with backend "webgpu", decodes its golden
 // prompts greedily (tokens equal to transformers') and scores prompt + greedy (logits at every
 // position within 1e-4 relative L2 of transformers' on the dense goldens; QAT: reported). Also:
-// "auto" picks WebGPU there, and the engine reports the adapter.
+// "auto" picks WebGPU there, and the engine reports the adapter. With --workgroup also the
+// workgroup kernels (with subgroups where Chromium offers them) on tiny_qat's 8 greedy tokens:
+// ~15 s more, SwiftShader compiling the workgroup pipelines on first use (not in CI; Dawn for Node
+// runs them in web_webgpu_test and web_wgsl_kernels_test).
 //
-//   node --experimental-websocket web/test/webgpu_browser_test.mjs   (ctest -L web runs it)
+//   node --experimental-websocket web/test/webgpu_browser_test.mjs [--workgroup]   (ctest -L web runs it)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -98,6 +101,31 @@ try {
     if (!qat) check(result.worst <= 1e-4, `${name}: logits rel L2 ${result.worst}`);
     if (result.auto) check(result.auto === 'webgpu', `auto picked ${result.auto}`);
     console.log(`Chromium WebGPU (${result.device}) ${name}: greedy identical to transformers, worst logits rel L2 ${result.worst.toExponential(2)}${qat ? ' (QAT)' : ''}, ${result.ms.toFixed(0)} ms`);
+  }
+  // The workgroup kernels in the browser, with subgroup reductions where Chromium's adapter has
+  // `subgroups` (the WGSL with `enable subgroups;` through Chromium's own compiler): tiny_qat's
+  // second prompt, 8 greedy tokens.
+  if (process.argv.includes('--workgroup')) {
+    const g = JSON.parse(fs.readFileSync(path.join(goldenRoot, 'tiny_qat', 'goldens.json'), 'utf8'));
+    const result = await js(`(async () => {
+      const { loadEngine } = await import('${base}/lib/gemma-engine.mjs');
+      const model = { url: '${base}/golden/tiny_qat/', files: ['config.json', 'model.safetensors'], optional: [] };
+      const adapter = await navigator.gpu.requestAdapter();
+      const out = { subgroups: adapter.features.has('subgroups') };
+      const engine = await loadEngine({ model, backend: 'webgpu', webgpu: { kernels: 'workgroup' }, context: 256 });
+      out.device = engine.info.device;
+      const t0 = performance.now();
+      out.tokens = (await engine.newSession().generate({ prompt: ${JSON.stringify(g.prompts[1])} },
+        { max_tokens: 8, temperature: 0, ignore_eos: true })).tokens;
+      out.ms = performance.now() - t0;
+      await engine.destroy();
+      return out;
+    })()`);
+    const want = result.subgroups ? 'workgroup kernels with subgroups' : 'workgroup kernels';
+    check(result.device.endsWith(want), `workgroup kernels: device '${result.device}', want '${want}'`);
+    check(JSON.stringify(result.tokens) === JSON.stringify(g.greedy[1].slice(0, 8)),
+          `tiny_qat (${want}): ${result.tokens} vs transformers ${g.greedy[1].slice(0, 8)}`);
+    console.log(`Chromium WebGPU (${result.device}) tiny_qat: 8 greedy tokens identical to transformers, ${result.ms.toFixed(0)} ms`);
   }
 } catch (e) {
   check(false, e.message);

@@ -52,6 +52,14 @@ function relL2(a, b) {
   }
   check(bad && bad.code === 'invalid_argument' && /kernels/.test(bad.message),
         `webgpu.kernels 'fast': ${bad ? `${bad.code}: ${bad.message}` : 'loaded'}`);
+  let badSg = null;
+  try {
+    await loadEngine({ model, backend: 'webgpu', webgpu: { subgroups: 'no' } });
+  } catch (e) {
+    badSg = e;
+  }
+  check(badSg && badSg.code === 'invalid_argument' && /subgroups/.test(badSg.message),
+        `webgpu.subgroups 'no': ${badSg ? `${badSg.code}: ${badSg.message}` : 'loaded'}`);
   const auto = await loadEngine({ model, backend: 'auto' });
   check(auto.info.backend !== 'webgpu' && auto.info.device === '', `auto without a GPU: ${auto.info.backend}`);
   console.log(`no GPU: webgpu refused (${err?.code}: ${err?.message}); auto ran on ${auto.info.backend}`);
@@ -60,17 +68,30 @@ function relL2(a, b) {
 
 // transformers' goldens: the logits at every position of prompt + greedy[:-1] (dense models: rel L2
 // <= 1e-4 at every position; QAT: SRQ roundings may flip a quantum, so its tokens must be
-// identical and its logits error is reported), and the greedy continuation. Both kernel families
-// run the logits of the f32-sensitive dense golden's longest prompt (without the continuation's
-// positions) and 8 greedy tokens of the QAT golden's second prompt: the row kernels (SwiftShader's
-// default) run every golden's every prompt in headless Chromium (webgpu_browser_test.mjs), so not
-// again here, and the workgroup kernels (GPUs' default) are ~25x slower on SwiftShader (a barrier
-// is a coroutine switch per invocation). With --all-kernels (the GPU machine's script) both
-// families run every golden.
+// identical and its logits error is reported), and the greedy continuation. Three kernel
+// configurations: the row kernels, the workgroup kernels with subgroup reductions (the default
+// where the adapter has `subgroups`, as SwiftShader does) and without (webgpu.subgroups false).
+// The row and subgroup ones run the logits of the f32-sensitive dense golden's longest prompt
+// (without the continuation's positions) and 8 greedy tokens of the QAT golden's second prompt;
+// the workgroup kernels without subgroups 3 greedy tokens of its one-token prompt
+// (web_wgsl_kernels_test compares their kernels with the subgroup ones at every shape; this checks
+// the option end to end). The row kernels (SwiftShader's default) run every golden's
+// every prompt in headless Chromium (webgpu_browser_test.mjs), so not again here, and the
+// workgroup kernels (GPUs' default) are ~25x slower on SwiftShader (a barrier is a coroutine switch
+// per invocation). With --all-kernels (the GPU machine's script) every configuration runs every
+// golden.
 const goldenDir = path.join(sourceDir, 'tests/goldens/model');
 const allKernels = process.argv.includes('--all-kernels');
-const subset = { tiny_e4b_like_f16: { prompt: 3, score: true }, tiny_qat: { prompt: 1, generate: true } };
-for (const kernels of ['rows', 'workgroup']) {
+const configs = [
+  { kernels: 'rows', device: 'row kernels',
+    subset: { tiny_e4b_like_f16: { prompt: 3, score: true }, tiny_qat: { prompt: 1, generate: true } } },
+  { kernels: 'workgroup', device: 'workgroup kernels with subgroups',
+    subset: { tiny_e4b_like_f16: { prompt: 3, score: true }, tiny_qat: { prompt: 1, generate: true } } },
+  { kernels: 'workgroup', subgroups: false, device: 'workgroup kernels',
+    subset: { tiny_qat: { prompt: 0, generate: true, tokens: 3 } } },
+];
+for (const { kernels, subgroups, device, subset } of configs) {
+  const label = subgroups === false ? `${kernels}, no subgroups` : kernels;
   for (const name of fs.readdirSync(goldenDir).sort()) {
     const dir = path.join(goldenDir, name);
     const g = JSON.parse(fs.readFileSync(path.join(dir, 'goldens.json'), 'utf8'));
@@ -78,10 +99,9 @@ for (const kernels of ['rows', 'workgroup']) {
     if (!full && !subset[name]) continue;
     const prompts = full ? g.prompts.map((_, i) => i) : [subset[name].prompt];
     const qat = g.storage === 'qat';
-    const engine = await loadEngine({ model: dir, backend: 'webgpu', webgpu: { ...webgpu, kernels }, context: 1024 });
+    const engine = await loadEngine({ model: dir, backend: 'webgpu', webgpu: { ...webgpu, kernels, subgroups }, context: 1024 });
     check(engine.info.backend === 'webgpu', `${name}: backend ${engine.info.backend}`);
-    check(engine.info.device.endsWith(kernels === 'rows' ? 'row kernels' : 'workgroup kernels'),
-          `${name}: ${kernels} asked, device ${engine.info.device}`);
+    check(engine.info.device.endsWith(`, ${device}`), `${name}: ${label} asked, device ${engine.info.device}`);
     const V = engine.info.vocab_size;
     let worst = 0;
     const what = full ? { score: true, generate: true } : subset[name];
@@ -90,7 +110,7 @@ for (const kernels of ['rows', 'workgroup']) {
       // check), the shortest and the longest of the dense ones (their logits at every position
       // cover the rest); --all-kernels decodes every prompt.
       const decode = what.generate && (allKernels || qat || !full || i === 0 || i === g.prompts.length - 1);
-      const greedy = full ? g.greedy[i] : g.greedy[i].slice(0, 8);
+      const greedy = full ? g.greedy[i] : g.greedy[i].slice(0, what.tokens ?? 8);
       const seq = full ? [...g.prompts[i], ...g.greedy[i].slice(0, -1)] : g.prompts[i];
       if (what.score) {
         const want = new Float32Array(fs.readFileSync(path.join(dir, `logits_${i}.f32`)).buffer.slice(0));
@@ -100,17 +120,17 @@ for (const kernels of ['rows', 'workgroup']) {
         for (let t = 0; t < seq.length; ++t) {
           const e = relL2(r.logits.slice(t * V, (t + 1) * V), want.subarray(t * V, (t + 1) * V));
           worst = Math.max(worst, e);
-          if (!qat) check(e <= 1e-4, `${name} (${kernels}) prompt ${i} position ${t}: rel L2 ${e}`);
+          if (!qat) check(e <= 1e-4, `${name} (${label}) prompt ${i} position ${t}: rel L2 ${e}`);
         }
       }
       if (decode) {
         const out = await engine.newSession().generate({ prompt: g.prompts[i] },
                                                        { max_tokens: greedy.length, temperature: 0, ignore_eos: true });
         check(JSON.stringify(out.tokens) === JSON.stringify(greedy),
-              `${name} (${kernels}) prompt ${i}: greedy ${out.tokens} vs transformers ${greedy}`);
+              `${name} (${label}) prompt ${i}: greedy ${out.tokens} vs transformers ${greedy}`);
       }
     }
-    console.log(`${name} (${kernels} kernels): ${prompts.length} prompt(s), ${what.score ? `worst logits rel L2 ${worst.toExponential(2)} vs transformers` : 'logits not compared'}${qat || !what.score ? ', tokens compared' : ''}`);
+    console.log(`${name} (${engine.info.device.split(', ').pop()}): ${prompts.length} prompt(s), ${what.score ? `worst logits rel L2 ${worst.toExponential(2)} vs transformers` : 'logits not compared'}${qat || !what.score ? ', tokens compared' : ''}`);
     await engine.destroy();
   }
 }

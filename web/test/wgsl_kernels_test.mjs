@@ -7,7 +7,13 @@
 // - attention_wg.wgsl split over the keys (its phases 0 and 1, then attention_merge_wg.wgsl) over
 //   random splits (empty ones included) and in one pass (phase 2): both within 1e-5 of a float64
 //   reference (sliding windows, rings that wrap, grouped heads), and within 1e-6 of each other
-//   (they add the same products in float-float).
+//   (they add the same products in float-float);
+// - the workgroup family with subgroup reductions (prelude_subgroups.wgsl in place of
+//   prelude_workgroup.wgsl; SwiftShader's subgroups have 4 invocations, so a workgroup of 64 has
+//   16): linear_wg on SRQ inputs bit for bit the integer reference, linear_wg on dense and
+//   quantized rows without SRQ inputs, rmsnorm_wg (modes 0, 1, 2), head_norm_wg and both
+//   attentions within the float bounds above of float64 and of the same kernels without
+//   subgroups.
 // Skips without the package or the driver.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -30,12 +36,34 @@ Object.assign(globalThis, dawn.globals);
 let gpu, device;  // created after the cases are made
 
 const dir = path.join(sourceDir, 'src/backend/webgpu/wgsl');
-const prelude = fs.readFileSync(path.join(dir, 'prelude.wgsl'), 'utf8');
+// The reductions themselves, through a kernel of the test's own: workgroup x sums its 64 (hi, lo)
+// pairs with ff_workgroup_sum and takes the maximum of the hi with workgroup_max.
+const testKernels = {
+  reduce: `@group(0) @binding(0) var<uniform> base: vec4<u32>;  // 0: the run() helper's parameters
+@group(0) @binding(1) var<storage, read> v: array<vec2<f32>>;
+@group(0) @binding(2) var<storage, read_write> o: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let x = v[base.x + wg.x * 64u + li];
+  let s = ff_workgroup_sum(x, li);
+  let m = workgroup_max(x.x, li);
+  if (li == 0u) {
+    o[wg.x * 3u] = s.x;
+    o[wg.x * 3u + 1u] = s.y;
+    o[wg.x * 3u + 2u] = m;
+  }
+}
+`,
+};
+const source = (f) => testKernels[f.replace(/\.wgsl$/, '')] ?? fs.readFileSync(path.join(dir, f), 'utf8');
 const pipelines = {};
+// name: a kernel, with the workgroup family's reductions (prelude_workgroup.wgsl), or "sg:" and a
+// kernel, with the subgroup reductions (prelude_subgroups.wgsl), as webgpu_backend.cc composes them.
 function pipeline(name) {
+  const [family, kernel] = name.startsWith('sg:') ? ['prelude_subgroups', name.slice(3)] : ['prelude_workgroup', name];
   pipelines[name] ??= device.createComputePipeline({
     layout: 'auto',
-    compute: { module: device.createShaderModule({ code: prelude + fs.readFileSync(path.join(dir, `${name}.wgsl`), 'utf8') }),
+    compute: { module: device.createShaderModule({ code: source(`${family}.wgsl`) + source('prelude.wgsl') + source(`${kernel}.wgsl`) }),
                entryPoint: 'main' } });
   return pipelines[name];
 }
@@ -113,8 +141,9 @@ const BITS = { q2: 2, q4: 4, q8: 8 };
 const linearCases = [];
 for (let c = 0; c < 14; ++c) {
   const kind = pick(['q2', 'q4', 'q8']);
-  const rows = int(1, 150), cols = c < 3 ? pick([64, 128, 192]) : int(1, 300);
-  const n = c === 0 ? 64 : int(1, 100);
+  // Cases 3 and 4: rows wide enough that every invocation of linear_wg holds words of them.
+  const rows = int(1, 150), cols = c < 3 ? pick([64, 128, 192]) : c < 5 ? int(1100, 1400) : int(1, 300);
+  const n = c === 0 ? 64 : c < 5 ? int(1, 12) : int(1, 100);
   const bits = BITS[kind], per = 32 / bits;
   const rowWords = Math.ceil(cols / per);
   const lo = kind === 'q8' ? -128 : -(1 << (bits - 1)), hi = -lo - 1;
@@ -153,12 +182,14 @@ for (let c = 0; c < 14; ++c) {
 // ---- Attention: the split kernels and attention_wg against a float64 reference.
 const attnCases = [];
 for (let c = 0; c < 12; ++c) {
-  const hd = pick([8, 16, 24, 64, 256]);
+  // Cases 10 and 11: a head_dim with single products after the blocks of 8; case 11: more keys
+  // than the one pass keeps (2,048), the rest scored again.
+  const hd = c >= 10 ? [20, 12][c - 10] : pick([8, 16, 24, 64, 256]);
   const kvHeads = int(1, 2), group = pick([1, 2, 4]);
   const heads = kvHeads * group;
   const n = int(1, 6);
-  const window = rnd() < 0.5 ? int(4, 40) : 0;
-  const pos0 = int(0, 90);
+  const window = c === 11 ? 0 : rnd() < 0.5 ? int(4, 40) : 0;
+  const pos0 = c === 11 ? int(2050, 2150) : int(0, 90);
   const ring = window > 0 ? window + int(n, n + 8) : pos0 + n + int(0, 4);
   const kvWidth = kvHeads * hd;
   const kc = new Float32Array(ring * kvWidth).map(() => f32(rnd() * 2 - 1));
@@ -193,12 +224,179 @@ for (let c = 0; c < 12; ++c) {
   attnCases.push({ what, hd, heads, group, kvWidth, n, pos0, window, ring, kc, vc, q, chunk, splits, want });
 }
 
+// ---- ff_workgroup_sum and workgroup_max themselves: 64 float-float pairs per workgroup over a wide
+// range of magnitudes, with cancellations (x and -x), against the exact sum (BigInt, in units of
+// 2^-200): the error within 2^-40 of the sum of the magnitudes (float-float's ~44 bits; an f32 sum
+// would be ~2^-24 off), the maximum exact.
+const reduceCases = [];
+const toBig = (v) => {  // an f32 (or a float64 sum of two) exactly, in units of 2^-200
+  const e = Math.floor(Math.log2(Math.abs(v))) - 60;
+  return v === 0 ? 0n : BigInt(v / 2 ** e) * (e + 200 >= 0 ? 2n ** BigInt(e + 200) : 1n) / (e + 200 < 0 ? 2n ** BigInt(-e - 200) : 1n);
+};
+for (let c = 0; c < 24; ++c) {
+  const span = pick([0, 8, 24, 40]), base = int(-30, 30);
+  const v = new Float32Array(128);
+  for (let i = 0; i < 64; ++i) {
+    let hi = f32((rnd() < 0.5 ? -1 : 1) * (1 + rnd()) * 2 ** (base + int(0, span)));
+    if (c % 3 === 1 && i % 2 === 1) hi = -v[2 * (i - 1)];  // cancelling pairs
+    const ulp = 2 ** (Math.floor(Math.log2(Math.abs(hi))) - 23);
+    v[2 * i] = hi;
+    v[2 * i + 1] = f32((rnd() - 0.5) * ulp);
+  }
+  let exact = 0n, mag = 0, max = -Infinity;
+  for (let i = 0; i < 128; ++i) {
+    exact += toBig(v[i]);
+    mag += Math.abs(v[i]);
+    if (i % 2 === 0) max = Math.max(max, v[i]);
+  }
+  reduceCases.push({ v, exact, mag, max });
+}
+// An infinite partial, and a NaN one: NaN sums in both families (TwoSum of an infinity is NaN),
+// the maximum the infinity (NaN's maximum is not compared).
+for (const special of [Infinity, NaN]) {
+  const v = new Float32Array(128).map((_, i) => (i % 2 ? 0 : f32(rnd())));
+  v[2 * int(0, 63)] = special;
+  reduceCases.push({ v, special });
+}
+
+// ---- linear_wg on rows without SRQ inputs (dense kinds, quantized codes times a row scale):
+// float-float sums, against float64 (the products are f32 products, exact in float64).
+const DENSE = { f32: 0, bf16: 1, f16: 2, q2: 3, q4: 4, q8: 5 };
+const f16Bits = (v) => {  // a value in (-1, 1) -> an f16's bits: one near it, or 0 below f16's normal range
+  const a = Math.abs(v), sign = v < 0 || Object.is(v, -0) ? 0x8000 : 0;
+  if (a < 2 ** -14) return sign;
+  let e = Math.floor(Math.log2(a));
+  let m = Math.round((a / 2 ** e - 1) * 1024);
+  if (m === 1024) { m = 0; ++e; }
+  return sign | ((e + 15) << 10) | m;
+};
+const f16Value = (h) => (h & 0x7fff ? (h & 0x8000 ? -1 : 1) * 2 ** (((h >> 10) & 31) - 15) * (1 + (h & 1023) / 1024) : 0);
+const denseCases = [];
+for (let c = 0; c < 8; ++c) {
+  const kind = ['f32', 'bf16', 'f16', 'q4', 'q8', 'q2', 'f32', 'bf16'][c];
+  const rows = int(1, 70), cols = int(1, 400), n = int(1, 8);
+  const quant = DENSE[kind] >= 3;
+  const per = { f32: 1, bf16: 2, f16: 2, q2: 16, q4: 8, q8: 4 }[kind];
+  const rowWords = Math.ceil(cols / per);
+  const w = new Uint32Array(rows * rowWords);
+  const wv = new Float64Array(rows * cols);  // the weights' values (codes for quantized kinds)
+  const u32 = new Uint32Array(1), fl = new Float32Array(u32.buffer);
+  for (let r = 0; r < rows; ++r) {
+    for (let k = 0; k < cols; ++k) {
+      const wi = r * rowWords + Math.floor(k / per), slot = k % per;
+      if (kind === 'f32') {
+        fl[0] = rnd() * 2 - 1;
+        w[wi] = u32[0];
+        wv[r * cols + k] = fl[0];
+      } else if (kind === 'bf16') {
+        fl[0] = rnd() * 2 - 1;
+        const h = u32[0] >>> 16;
+        w[wi] |= h << (16 * slot);
+        u32[0] = h << 16;
+        wv[r * cols + k] = fl[0];
+      } else if (kind === 'f16') {
+        const h = f16Bits(rnd() * 2 - 1);
+        w[wi] |= h << (16 * slot);
+        wv[r * cols + k] = f16Value(h);
+      } else {
+        const bits = 32 / per, lo = kind === 'q8' ? -128 : -(1 << (bits - 1));
+        const v = int(lo, -lo - 1);
+        w[wi] |= (kind === 'q8' ? v & 0xff : v - lo) << (bits * slot);
+        wv[r * cols + k] = v;
+      }
+    }
+  }
+  const scale = new Float32Array(rows).map(() => f32(0.5 + rnd()) / 64);
+  const xStride = cols + int(0, 3), xOff = int(0, 3);
+  const x = new Float32Array(xOff + n * xStride).map(() => f32(rnd() * 2 - 1));
+  const yStride = rows + int(0, 3), yOff = int(0, 3);
+  const want = new Float64Array(n * rows), mag = new Float64Array(n * rows);
+  for (let t = 0; t < n; ++t) {
+    for (let r = 0; r < rows; ++r) {
+      let sum = 0, abs = 0;
+      for (let k = 0; k < cols; ++k) {
+        const prod = f32(wv[r * cols + k] * x[xOff + t * xStride + k]);  // the kernel's f32 product
+        sum += prod;
+        abs += Math.abs(prod);
+      }
+      want[t * rows + r] = quant ? sum * scale[r] : sum;
+      mag[t * rows + r] = quant ? abs * scale[r] : abs;
+    }
+  }
+  const what = `linear_wg ${kind} ${rows}x${cols}, ${n} tokens`;
+  denseCases.push({ what, rows, cols, n, kind, rowWords, w, scale, x, xOff, xStride, yOff, yStride, want, mag });
+}
+
+// ---- rmsnorm_wg (modes 0, 1, 2) and head_norm_wg against float64.
+const normCases = [];
+for (let c = 0; c < 6; ++c) {
+  const mode = c % 3, rows = int(1, 5), width = pick([1, 7, 64, 100, 256, 1536, 2048]);
+  const xStride = width + int(0, 3), xOff = int(0, 3), yStride = width, yOff = int(0, 3);
+  const x = new Float32Array(xOff + rows * xStride).map(() => f32((rnd() * 2 - 1) * 3));
+  const w = new Float32Array(width).map(() => f32(rnd() * 2));
+  const w2 = new Float32Array(width).map(() => f32(rnd() * 2));
+  const y0 = new Float32Array(yOff + rows * yStride).map(() => f32(rnd() * 2 - 1));
+  const eps = 1e-6, scale = mode ? f32(0.5 + rnd()) : 1;
+  const wantY = new Float64Array(rows * width), wantZ = new Float64Array(rows * width);
+  const norm = (v) => 1 / Math.sqrt(v.reduce((a, b) => a + b * b, 0) / width + eps);
+  for (let r = 0; r < rows; ++r) {
+    const xr = Array.from(x.subarray(xOff + r * xStride, xOff + r * xStride + width));
+    const inv = norm(xr);
+    const yr = xr.map((v, i) => v * inv * w[i]).map((v, i) => (mode ? (y0[yOff + r * yStride + i] + v) * scale : v));
+    yr.forEach((v, i) => { wantY[r * width + i] = v; });
+    const inv2 = norm(yr.map(f32));
+    yr.forEach((v, i) => { wantZ[r * width + i] = f32(v) * inv2 * w2[i]; });
+  }
+  normCases.push({ what: `rmsnorm_wg mode ${mode}, ${rows} x ${width}`, mode, rows, width, x, w, w2, y0, eps, scale,
+                   xOff, xStride, yOff, yStride, wantY, wantZ });
+}
+const headCases = [];
+for (let c = 0; c < 4; ++c) {
+  const hd = pick([8, 64, 256, 512]), heads = int(1, 4), n = int(1, 3);
+  const rope = c % 2, toCache = c >= 2 ? 1 : 0, hasW = c !== 1 ? 1 : 0;
+  const ring = n + int(0, 5), pos0 = int(0, 20), csOff = 0;
+  const width = heads * hd, half = hd / 2;
+  const src = new Float32Array(n * width).map(() => f32((rnd() * 2 - 1) * 2));
+  const w = new Float32Array(hd).map(() => f32(rnd() * 2));
+  const cs = new Float32Array(n * hd);
+  for (let t = 0; t < n; ++t) {
+    for (let i = 0; i < half; ++i) {
+      const a = (pos0 + t) / 10000 ** (i / half);
+      cs[t * hd + i] = f32(Math.cos(a));
+      cs[t * hd + half + i] = f32(Math.sin(a));
+    }
+  }
+  const dstLen = toCache ? ring * width : n * width;
+  const want = new Float64Array(dstLen).fill(NaN);
+  for (let t = 0; t < n; ++t) {
+    for (let h = 0; h < heads; ++h) {
+      const sb = t * width + h * hd;
+      const db = toCache ? ((pos0 + t) % ring) * width + h * hd : sb;
+      let ss = 0;
+      for (let i = 0; i < hd; ++i) ss += src[sb + i] ** 2;
+      const inv = 1 / Math.sqrt(ss / hd + 1e-6);
+      for (let i = 0; i < half; ++i) {
+        let a = src[sb + i] * inv * (hasW ? w[i] : 1), b = src[sb + i + half] * inv * (hasW ? w[i + half] : 1);
+        if (rope) [a, b] = [a * cs[t * hd + i] - b * cs[t * hd + half + i], b * cs[t * hd + i] + a * cs[t * hd + half + i]];
+        want[db + i] = a;
+        want[db + i + half] = b;
+      }
+    }
+  }
+  headCases.push({ what: `head_norm_wg hd ${hd}, ${heads} heads, ${n} tokens, rope ${rope}, to cache ${toCache}, weights ${hasW}`,
+                   hd, heads, n, rope, toCache, hasW, ring, pos0, csOff, src, w, cs, dstLen, want });
+}
+
 // The GPU.
 gpu = dawn.create(['backend=vulkan']);
 // The adapter stays referenced: Dawn for Node 0.6.2 crashed (a freed mutex in
 // Instance::ProcessEvents) or hung once it had been collected.
 const adapter = await gpu.requestAdapter();
-device = await adapter.requestDevice();
+const subgroups = adapter.features.has('subgroups');
+device = await adapter.requestDevice({ requiredFeatures: subgroups ? ['subgroups'] : [] });
+// The families compared: without subgroups, and with them where the adapter has the feature.
+const families = subgroups ? ['', 'sg:'] : [''];
+if (!subgroups) console.log('the adapter has no subgroups: the subgroup reductions are not tested');
 globalThis.keepAlive = [gpu, adapter, device];
 device.onuncapturederror = (e) => check(false, `WebGPU error: ${e.error.message}`);
 for (const L of linearCases) {
@@ -213,10 +411,57 @@ for (const L of linearCases) {
   const paramsWg = [...params];
   paramsWg[4] = L.nWg;
   const blocks = Math.ceil(rows / 4);
+  const ySg = storage(new Float32Array(ybytes / 4));
+  const wgGroups = [Math.min(blocks, 16384), Math.ceil(blocks / 16384), Math.ceil(L.nWg / 4)];
   run([['linear_tile_wg', params, [wb, sb, xb, yTile], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]],
-       ['linear_wg', paramsWg, [wb, sb, xb, yWg], [Math.min(blocks, 16384), Math.ceil(blocks / 16384), Math.ceil(L.nWg / 4)]]]);
+       ['linear_wg', paramsWg, [wb, sb, xb, yWg], wgGroups],
+       ...(subgroups ? [['sg:linear_wg', paramsWg, [wb, sb, xb, ySg], wgGroups]] : [])]);
   L.tile = await read(yTile, ybytes);
   L.wg = await read(yWg, ybytes);
+  if (subgroups) L.sg = await read(ySg, ybytes);
+}
+const reduceOut = {};
+{
+  const vb = storage(new Float32Array(reduceCases.flatMap((r) => [...r.v])));
+  for (const fam of families) {
+    const o = storage(new Float32Array(3 * reduceCases.length));
+    run([[fam + 'reduce', [0], [vb, o], [reduceCases.length, 1, 1]]]);
+    reduceOut[fam] = await read(o, 12 * reduceCases.length);
+  }
+}
+for (const D of denseCases) {
+  const { rows, cols, rowWords, kind, n, xOff, xStride, yOff, yStride } = D;
+  const ybytes = (yOff + n * yStride) * 4;
+  const wb = storage(D.w), sb = storage(D.scale), xb = storage(D.x);
+  const params = [rows, cols, rowWords, DENSE[kind], n, xOff, xStride, yOff, yStride, 0, { f: 0 }, { f: 0 }];
+  const blocks = Math.ceil(rows / 4);
+  D.out = {};
+  for (const fam of families) {
+    const y = storage(new Float32Array(ybytes / 4));
+    run([[fam + 'linear_wg', params, [wb, sb, xb, y], [Math.min(blocks, 16384), Math.ceil(blocks / 16384), Math.ceil(n / 4)]]]);
+    D.out[fam] = await read(y, ybytes);
+  }
+}
+for (const N of normCases) {
+  const { rows, width, mode, xOff, xStride, yOff, yStride } = N;
+  const xb = storage(N.x), wb = storage(N.w), w2b = storage(N.w2);
+  N.out = {};
+  for (const fam of families) {
+    const y = storage(N.y0), z = storage(new Float32Array(rows * width));
+    run([[fam + 'rmsnorm_wg', [rows, width, xOff, xStride, yOff, yStride, 1, mode, { f: N.eps }, { f: N.scale }, 1],
+          [xb, wb, y, w2b, z], [rows, 1, 1]]]);
+    N.out[fam] = { y: await read(y, N.y0.byteLength), z: await read(z, rows * width * 4) };
+  }
+}
+for (const H of headCases) {
+  const { hd, heads, n, rope, toCache, hasW, ring, pos0, csOff } = H;
+  const sb = storage(H.src), wb = storage(H.w), cb = storage(H.cs);
+  H.out = {};
+  for (const fam of families) {
+    const d = storage(new Float32Array(H.dstLen).fill(NaN));
+    run([[fam + 'head_norm_wg', [n, heads, hd, hasW, rope, toCache, pos0, ring, 0, csOff, { f: 1e-6 }], [sb, wb, cb, d], [heads, n, 1]]]);
+    H.out[fam] = await read(d, H.dstLen * 4);
+  }
 }
 for (const A of attnCases) {
   const { hd, heads, group, kvWidth, n, pos0, window, ring, chunk, splits } = A;
@@ -227,53 +472,148 @@ for (const A of attnCases) {
   const part = storage(new Float32Array(rowsN * splits * (2 + 2 * hd)));
   const base = [n, heads, hd, group, kvWidth, pos0, window, ring];
   const sink = storage(new Float32Array(4));
-  run([['attention_wg', [...base, splits, chunk, 0], [qb, kb, vb, mx, part], [splits, heads, n]],
-       ['attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
-       ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, 1]],
-       ['attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink], [heads, n, 1]]]);
-  A.split = await read(oSplit, rowsN * hd * 4);
-  A.wg = await read(oWg, rowsN * hd * 4);
+  A.out = {};
+  for (const fam of families) {
+    run([[fam + 'attention_wg', [...base, splits, chunk, 0], [qb, kb, vb, mx, part], [splits, heads, n]],
+         [fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
+         ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, 1]],  // no reductions
+         [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink], [heads, n, 1]]]);
+    A.out[fam] = { split: await read(oSplit, rowsN * hd * 4), wg: await read(oWg, rowsN * hd * 4) };
+  }
 }
 device.destroy();
 
 // The comparisons.
+const relL2 = (a, b) => {
+  let num = 0, den = 0;
+  for (let i = 0; i < a.length; ++i) {
+    num += (a[i] - b[i]) ** 2;
+    den += b[i] * b[i];
+  }
+  return Math.sqrt(num / Math.max(den, 1e-30));
+};
 for (const L of linearCases) {
-  let bad = 0, badRef = 0, example = '';
+  let bad = 0, badRef = 0, badSg = 0, example = '';
   for (let t = 0; t < L.n; ++t) {
     for (let r = 0; r < L.rows; ++r) {
       const i = L.yOff + t * L.yStride + r;
       if (t < L.nWg && !Object.is(L.tile[i], L.wg[i])) ++bad;
+      if (t < L.nWg && L.sg && !Object.is(L.sg[i], L.want[t * L.rows + r])) ++badSg;
       if (!Object.is(L.tile[i], L.want[t * L.rows + r])) {
         if (!badRef++) example = ` (token ${t} row ${r}: ${L.tile[i]}, want ${L.want[t * L.rows + r]})`;
       }
     }
   }
-  check(bad === 0, `${L.what}: ${bad} outputs of linear_tile_wg differ from linear_wg's`);
+  check(bad === 0, `${L.what}: ${bad} outputs of linear_wg differ from linear_tile_wg's`);
   check(badRef === 0, `${L.what}: ${badRef} outputs of linear_tile_wg differ from the integer reference${example}`);
+  check(badSg === 0, `${L.what}: ${badSg} outputs of linear_wg with subgroups differ from the integer reference`);
 }
-console.log(`linear_tile_wg: ${linearCases.length} random SRQ linears against linear_wg and the integer reference`);
+{
+  let worst = 0;
+  for (const fam of families) {
+    reduceCases.forEach((R, c) => {
+      const [hi, lo, m] = reduceOut[fam].subarray(3 * c, 3 * c + 3);
+      if (R.special !== undefined) {
+        check(Number.isNaN(hi) && (Number.isNaN(R.special) || m === R.special),
+              `ff_workgroup_sum / workgroup_max${fam ? ' with subgroups' : ''} with ${R.special}: ${hi}, ${m}`);
+        return;
+      }
+      const err = Math.abs(Number(toBig(hi) + toBig(lo) - R.exact) / 2 ** 200) / (2 ** -40 * R.mag);
+      check(err <= 1, `ff_workgroup_sum${fam ? ' with subgroups' : ''}, case ${c}: ${err.toFixed(3)} of 2^-40 sum|v| from the exact sum`);
+      check(m === R.max, `workgroup_max${fam ? ' with subgroups' : ''}, case ${c}: ${m}, want ${R.max}`);
+      worst = Math.max(worst, err);
+    });
+  }
+  console.log(`ff_workgroup_sum, workgroup_max${subgroups ? ', with and without subgroups' : ''}: ${reduceCases.length - 2} random cases, worst ${worst.toFixed(4)} of 2^-40 sum|v| from the exact sum, maxima exact; an infinity and a NaN give NaN`);
+}
+console.log(`linear_tile_wg: ${linearCases.length} random SRQ linears against linear_wg${subgroups ? ' (with and without subgroups)' : ''} and the integer reference, bit for bit`);
+
+// Float-float sums: within 2^-22 of the sum of the products' magnitudes (the f32 result's own
+// rounding is half of 2^-23 of the result), and the two families as close to each other.
+let worstDense = 0, worstDensePair = 0;
+for (const D of denseCases) {
+  for (const fam of families) {
+    let worst = 0, pair = 0;
+    for (let t = 0; t < D.n; ++t) {
+      for (let r = 0; r < D.rows; ++r) {
+        const i = D.yOff + t * D.yStride + r, k = t * D.rows + r, bound = 2 ** -22 * D.mag[k] + 1e-30;
+        worst = Math.max(worst, Math.abs(D.out[fam][i] - D.want[k]) / bound);
+        if (fam) pair = Math.max(pair, Math.abs(D.out[fam][i] - D.out[''][i]) / bound);
+      }
+    }
+    check(worst <= 1, `${D.what}${fam ? ' with subgroups' : ''}: ${worst.toFixed(3)} of the bound from float64`);
+    check(pair <= 1, `${D.what}: with and without subgroups ${pair.toFixed(3)} of the bound apart`);
+    worstDense = Math.max(worstDense, worst);
+    worstDensePair = Math.max(worstDensePair, pair);
+  }
+}
+console.log(`linear_wg without SRQ inputs: ${denseCases.length} random cases, worst ${worstDense.toFixed(3)} of 2^-22 sum|products| from float64, ${worstDensePair.toFixed(3)} between the families`);
+
+// Norms: per row within 1e-6 (rel L2) of float64 (inverseSqrt is within 2 ulp), the families within
+// 1e-6 of each other.
+let worstNorm = 0, worstNormPair = 0;
+for (const N of normCases) {
+  for (const fam of families) {
+    for (let r = 0; r < N.rows; ++r) {
+      const got = N.out[fam].y.subarray(N.yOff + r * N.yStride, N.yOff + r * N.yStride + N.width);
+      const gotZ = N.out[fam].z.subarray(r * N.width, (r + 1) * N.width);
+      const e = relL2(got, N.wantY.subarray(r * N.width, (r + 1) * N.width));
+      const ez = N.mode === 2 ? relL2(gotZ, N.wantZ.subarray(r * N.width, (r + 1) * N.width)) : 0;
+      check(e <= 1e-6 && ez <= 1e-6, `${N.what}${fam ? ' with subgroups' : ''} row ${r}: rel L2 ${e}, next norm ${ez}`);
+      worstNorm = Math.max(worstNorm, e, ez);
+      if (fam) {
+        const p = Math.max(relL2(got, N.out[''].y.subarray(N.yOff + r * N.yStride, N.yOff + r * N.yStride + N.width)),
+                           N.mode === 2 ? relL2(gotZ, N.out[''].z.subarray(r * N.width, (r + 1) * N.width)) : 0);
+        check(p <= 1e-6, `${N.what} row ${r}: with and without subgroups ${p} apart`);
+        worstNormPair = Math.max(worstNormPair, p);
+      }
+    }
+  }
+}
+for (const H of headCases) {
+  const idx = [...H.want.keys()].filter((i) => !Number.isNaN(H.want[i]));
+  for (const fam of families) {
+    const got = idx.map((i) => H.out[fam][i]), want = idx.map((i) => H.want[i]);
+    const untouched = [...H.out[fam]].every((v, i) => !Number.isNaN(H.want[i]) || Number.isNaN(v));
+    const e = relL2(got, want);
+    check(e <= 1e-6 && untouched, `${H.what}${fam ? ' with subgroups' : ''}: rel L2 ${e}${untouched ? '' : ', wrote outside its rows'}`);
+    worstNorm = Math.max(worstNorm, e);
+    if (fam) {
+      const p = relL2(got, idx.map((i) => H.out[''][i]));
+      check(p <= 1e-6, `${H.what}: with and without subgroups ${p} apart`);
+      worstNormPair = Math.max(worstNormPair, p);
+    }
+  }
+}
+console.log(`rmsnorm_wg, head_norm_wg: ${normCases.length + headCases.length} random cases, worst rel L2 ${worstNorm.toExponential(2)} from float64, ${worstNormPair.toExponential(2)} between the families`);
+
 let worstSplit = 0, worstPair = 0;
 for (const A of attnCases) {
-  let errSplit = 0, errPair = 0;
-  for (let r = 0; r < A.n * A.heads; ++r) {
-    let num = 0, numWg = 0, den = 0, pair = 0;
-    for (let i = 0; i < A.hd; ++i) {
-      const o = A.want[r * A.hd + i];
-      num += (A.split[r * A.hd + i] - o) ** 2;
-      numWg += (A.wg[r * A.hd + i] - o) ** 2;
-      pair += (A.split[r * A.hd + i] - A.wg[r * A.hd + i]) ** 2;
-      den += o * o;
+  for (const fam of families) {
+    const { split, wg } = A.out[fam];
+    let errSplit = 0, errPair = 0;
+    for (let r = 0; r < A.n * A.heads; ++r) {
+      let num = 0, numWg = 0, den = 0, pair = 0, fams = 0;
+      for (let i = 0; i < A.hd; ++i) {
+        const o = A.want[r * A.hd + i];
+        num += (split[r * A.hd + i] - o) ** 2;
+        numWg += (wg[r * A.hd + i] - o) ** 2;
+        pair += (split[r * A.hd + i] - wg[r * A.hd + i]) ** 2;
+        if (fam) fams += (wg[r * A.hd + i] - A.out[''].wg[r * A.hd + i]) ** 2 + (split[r * A.hd + i] - A.out[''].split[r * A.hd + i]) ** 2;
+        den += o * o;
+      }
+      den = Math.max(den, 1e-30);
+      errSplit = Math.max(errSplit, Math.sqrt(num / den), Math.sqrt(numWg / den));
+      errPair = Math.max(errPair, Math.sqrt(pair / den), Math.sqrt(fams / den));
     }
-    den = Math.max(den, 1e-30);
-    errSplit = Math.max(errSplit, Math.sqrt(num / den), Math.sqrt(numWg / den));
-    errPair = Math.max(errPair, Math.sqrt(pair / den));
+    const how = fam ? ' with subgroups' : '';
+    check(errSplit <= 1e-5, `${A.what}${how}: ${errSplit} from the float64 reference (rel L2)`);
+    check(errPair <= 1e-6, `${A.what}${how}: split and one pass (and the families) differ by ${errPair} (rel L2)`);
+    worstSplit = Math.max(worstSplit, errSplit);
+    worstPair = Math.max(worstPair, errPair);
   }
-  check(errSplit <= 1e-5, `${A.what}: ${errSplit} from the float64 reference (rel L2)`);
-  check(errPair <= 1e-6, `${A.what}: split and one pass differ by ${errPair} (rel L2)`);
-  worstSplit = Math.max(worstSplit, errSplit);
-  worstPair = Math.max(worstPair, errPair);
 }
-console.log(`attention_wg split over the keys: ${attnCases.length} random cases, worst rel L2 ${worstSplit.toExponential(2)} from float64, ${worstPair.toExponential(2)} from one pass`);
+console.log(`attention_wg split over the keys and in one pass${subgroups ? ', with and without subgroups' : ''}: ${attnCases.length} random cases, worst rel L2 ${worstSplit.toExponential(2)} from float64, ${worstPair.toExponential(2)} between them`);
 
 finish('web_wgsl_kernels_test');
 process.exit(0);  // Dawn for Node can crash in its teardown at a natural exit

@@ -21,6 +21,7 @@ extern "C" {
 int gw_init();
 int gw_kernels();
 int gw_packed_dot();
+int gw_subgroups();
 int gw_generation();
 int gw_failed();
 void gw_error(char* out, int len);
@@ -285,6 +286,10 @@ class WebGpuModel : public BackendModel {
   std::map<const std::vector<float>*, int> vectors_;
   int pipelines_[kNumKernels] = {};
   bool workgroup_ = false;
+  // The workgroup kernels reduce with subgroup operations (prelude_subgroups.wgsl) rather than
+  // trees in workgroup memory (prelude_workgroup.wgsl): where the device has `subgroups` and the
+  // library's webgpu.subgroups is not false (webgpu_library.js).
+  bool subgroups_ = false;
 };
 
 void WebGpuModel::ReleaseWeights() {
@@ -368,7 +373,15 @@ void WebGpuModel::Build() {
   char info[256] = {0};
   gw_info(info, sizeof info);
   workgroup_ = gw_kernels() == 1;
-  AdapterName() = std::string(info) + (workgroup_ ? ", workgroup kernels" : ", row kernels");
+  subgroups_ = workgroup_ && gw_subgroups() == 1;
+  AdapterName() = std::string(info) + (!workgroup_  ? ", row kernels"
+                                       : subgroups_ ? ", workgroup kernels with subgroups"
+                                                    : ", workgroup kernels");
+  // Every module: the family's reductions (the first, for its `enable` directive), the prelude,
+  // the kernel.
+  const std::string preludes =
+      std::string(WgslSource(subgroups_ ? "prelude_subgroups" : "prelude_workgroup")) +
+      kWgslPrelude;
   static const char* const kNames[kNumKernels] = {
       "linear",      "quant",   "rmsnorm", "head_norm",          "attention",     "gelu_mul",
       "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg"};
@@ -383,9 +396,11 @@ void WebGpuModel::Build() {
                        k == kArgmax)) {
       name += "_wg";
     }
-    const std::string code = std::string(kWgslPrelude) + WgslSource(name.c_str());
-    pipelines_[k] = gw_pipeline(name.c_str(), code.c_str());
-    if (pipelines_[k] < 0) ThrowDevice("WGSL " + name);
+    const std::string code = preludes + WgslSource(name.c_str());
+    // The label (bench/web/dawn_profile.mjs's tables) marks the subgroup reductions.
+    const std::string label = name + (subgroups_ ? "+sg" : "");
+    pipelines_[k] = gw_pipeline(label.c_str(), code.c_str());
+    if (pipelines_[k] < 0) ThrowDevice("WGSL " + label);
   }
   for (size_t l = 0; l < model_.layer_weights().size(); ++l) {
     const LayerWeights& w = model_.layer_weights()[l];

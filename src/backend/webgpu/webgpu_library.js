@@ -12,6 +12,7 @@ mergeInto(LibraryManager.library, {
     info: '',
     kernels: 0,           // 1: the workgroup kernels (*_wg.wgsl), 0: one invocation per row
     packedDot: 0,         // 1: WGSL has dot4I8Packed (packed_4x8_integer_dot_product)
+    subgroups: 0,         // 1: the workgroup kernels reduce with subgroup operations (the device has `subgroups`)
     buffers: [null],
     pipelines: [null],
     encoder: null,
@@ -57,12 +58,6 @@ mergeInto(LibraryManager.library, {
                        'maxComputeWorkgroupsPerDimension']) {
         want[k] = adapter.limits[k];
       }
-      let device;
-      try {
-        device = await adapter.requestDevice({ requiredLimits: want });
-      } catch (e) {
-        return GW.fail('requestDevice failed: ' + e.message);
-      }
       const ai = adapter.info || {};
       GW.info = [ai.vendor, ai.architecture, ai.device, ai.description].filter((s) => s).join(' ') || 'WebGPU adapter';
       // The kernel family: Module.gpuKernels ('workgroup' | 'rows' | 'auto'); auto takes the
@@ -72,6 +67,19 @@ mergeInto(LibraryManager.library, {
       const cpuAdapter = adapter.isFallbackAdapter || ai.isFallbackAdapter ||
                          /swiftshader|llvmpipe|lavapipe|warp|microsoft basic render/i.test(GW.info);
       GW.kernels = choice === 'workgroup' || (choice === 'auto' && !cpuAdapter) ? 1 : 0;
+      // Subgroup reductions in the workgroup kernels where the adapter has the feature, unless
+      // Module.gpuSubgroups is false (the library's webgpu.subgroups); the feature is requested
+      // only then. Other features (shader-f16, ...) are neither requested nor used.
+      const features = adapter.features;
+      const hasSubgroups = !!(features && typeof features.has === 'function' && features.has('subgroups'));
+      GW.subgroups = GW.kernels && hasSubgroups && Module['gpuSubgroups'] !== false ? 1 : 0;
+      let device;
+      try {
+        device = await adapter.requestDevice({ requiredLimits: want,
+                                               requiredFeatures: GW.subgroups ? ['subgroups'] : [] });
+      } catch (e) {
+        return GW.fail('requestDevice failed: ' + e.message);
+      }
       const wgsl = gpu.wgslLanguageFeatures;
       GW.packedDot = wgsl && wgsl.has('packed_4x8_integer_dot_product') ? 1 : 0;
       GW.device = device;
@@ -104,6 +112,9 @@ mergeInto(LibraryManager.library, {
 
   gw_packed_dot__deps: ['$GW'],
   gw_packed_dot: function() { return GW.packedDot; },
+
+  gw_subgroups__deps: ['$GW'],
+  gw_subgroups: function() { return GW.subgroups; },
 
   gw_generation__deps: ['$GW'],
   gw_generation: function() { return GW.generation; },

@@ -3,7 +3,9 @@
 // the query (held in workgroup memory), in float-float over blocks of 8. Every weight is
 // exp(s - max) with the maximum over the row's keys; every invocation accumulates its own output
 // dimensions (d = lane, lane + 64, ...; head_dim <= 512) in float-float, reading the value rows
-// coalesced, and the denominator is a float-float tree over the invocations' sums. Three ways:
+// coalesced, and the denominator is a float-float sum over the invocations' sums (the maximum and
+// that sum: ff_workgroup_sum and workgroup_max of the family's reduction prelude,
+// prelude_workgroup.wgsl or prelude_subgroups.wgsl). Three ways:
 //   phase 2, one dispatch over (heads, tokens): the maximum first (the first 2,048 scores kept in
 //            workgroup memory for the second pass), then the weights and sums, out -> o;
 //   split over the keys, for steps with few query rows (decode, short chunks): a workgroup per
@@ -31,44 +33,49 @@ struct P {
 
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
-var<workgroup> red: array<f32, 64>;
-// Phase 2: the scores of the first 2,048 keys, kept from the first pass (later keys are scored
-// again).
+// The scores of a block of keys; phase 2 keeps those of the first 2,048 keys from the first pass
+// (later keys are scored again), the other phases and later keys use the block at KEEP.
 const KEEP: u32 = 2048u;
-var<workgroup> sc: array<f32, 2048>;
+var<workgroup> sc: array<f32, 2112>;
 
-// q . K_j: blocks of 8 products summed pairwise in f32 (a fixed order, short dependency
-// chains), the blocks (and a tail of single products) in float-float.
-fn score(j: u32, kvo: u32) -> f32 {
+// Key j's share of q . K_j held by this lane of its team (the family's teams: one invocation, or a
+// subgroup): blocks of 8 products summed pairwise in f32 (a fixed order, short dependency chains)
+// and the tail's single products, the lane's blocks and products (rank, rank + size, ...) in
+// float-float. A team of one adds every block in order.
+fn score_part(j: u32, kvo: u32, lane: vec2<u32>) -> vec2<f32> {
   let kb = (j % p.ring) * p.kv_width + kvo;
   var s = vec2<f32>(0.0, 0.0);
-  var i = 0u;
-  for (; i + 8u <= p.hd; i += 8u) {
+  let blocks = p.hd / 8u;
+  for (var bi = lane.x; bi < blocks; bi += lane.y) {
+    let i = bi * 8u;
     let a = (qs[i] * kc[kb + i] + qs[i + 1u] * kc[kb + i + 1u]) +
             (qs[i + 2u] * kc[kb + i + 2u] + qs[i + 3u] * kc[kb + i + 3u]);
     let b = (qs[i + 4u] * kc[kb + i + 4u] + qs[i + 5u] * kc[kb + i + 5u]) +
             (qs[i + 6u] * kc[kb + i + 6u] + qs[i + 7u] * kc[kb + i + 7u]);
     s = ff_add1(s, a + b);
   }
-  for (; i < p.hd; i++) {
+  for (var i = blocks * 8u + lane.x; i < p.hd; i += lane.y) {
     s = ff_add1(s, qs[i] * kc[kb + i]);
   }
-  return s.x + s.y;
+  return s;
 }
 
-// The maximum of one value per invocation; every invocation gets it.
-fn workgroup_max(v: f32, li: u32) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      red[li] = max(red[li], red[li + s]);
+// The scores of keys j0 .. j0 + nb - 1 (nb <= 64) into sc[off ..]: key j0 + k by team k (then
+// k + teams, ...), its lanes' shares added by team_ff_sum. With teams of one, invocation k scores
+// key j0 + k and only it reads sc[off + k]; with subgroups the barriers order the block's writes
+// after the previous reads and before the next ones. Call from uniform control flow.
+fn score_block(j0: u32, nb: u32, kvo: u32, off: u32, teams: u32) {
+  let lane = team_lane();
+  team_sync();
+  for (var it = 0u; it < (nb + teams - 1u) / teams; it++) {
+    let k = team + it * teams;
+    // A team past the block takes no share (but still joins team_ff_sum: uniform control flow).
+    let s = team_ff_sum(score_part(j0 + k, kvo, select(lane, vec2<u32>(p.hd, 1u), k >= nb)));
+    if (k < nb && lane.x == 0u) {
+      sc[off + k] = s.x + s.y;
     }
-    workgroupBarrier();
   }
-  let m = red[0];
-  workgroupBarrier();
-  return m;
+  team_sync();
 }
 
 // The weighted value rows of keys j0 .. j0 + nb - 1 (their weights in ew) added to this
@@ -87,14 +94,15 @@ fn add_values(j0: u32, nb: u32, kvo: u32, li: u32, acc: ptr<function, array<vec2
 }
 
 // Phase 2: one workgroup per (head, token) over all the row's keys [first, pos].
-fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32) {
+fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, teams: u32) {
   var mx = -3.4e38;
-  for (var j = first + li; j <= pos; j += 64u) {
-    let s = score(j, kvo);
-    if (j - first < KEEP) {
-      sc[j - first] = s;
+  for (var j0 = first; j0 <= pos; j0 += 64u) {
+    let nb = min(64u, pos + 1u - j0);
+    let off = select(KEEP, j0 - first, j0 - first < KEEP);
+    score_block(j0, nb, kvo, off, teams);
+    if (li < nb) {
+      mx = max(mx, sc[off + li]);
     }
-    mx = max(mx, s);
   }
   mx = workgroup_max(mx, li);
 
@@ -104,21 +112,20 @@ fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32) {
     acc[k] = vec2<f32>(0.0, 0.0);
   }
   for (var j0 = first; j0 <= pos; j0 += 64u) {
-    let j = j0 + li;
+    let nb = min(64u, pos + 1u - j0);
+    var off = j0 - first;
+    if (off >= KEEP) {
+      off = KEEP;
+      score_block(j0, nb, kvo, off, teams);
+    }
     var e = 0.0;
-    if (j <= pos) {
-      var s = 0.0;
-      if (j - first < KEEP) {
-        s = sc[j - first];
-      } else {
-        s = score(j, kvo);
-      }
-      e = exp(s - mx);
+    if (li < nb) {
+      e = exp(sc[off + li] - mx);
       sum = ff_add1(sum, e);
     }
     ew[li] = e;
     workgroupBarrier();
-    add_values(j0, min(64u, pos + 1u - j0), kvo, li, &acc);
+    add_values(j0, nb, kvo, li, &acc);
     workgroupBarrier();
   }
   let tot = ff_workgroup_sum(sum, li);
@@ -153,19 +160,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let slot = row * p.splits + sp;
   let qb = row * p.hd;
   let kvo = (h / p.group) * p.hd;
+  let teams = team_begin(li);
   for (var i = li; i < p.hd; i += 64u) {
     qs[i] = q[qb + i];
   }
   workgroupBarrier();
   if (p.phase == 2u) {
-    single(t, h, li, first, pos, qb, kvo);
+    single(t, h, li, first, pos, qb, kvo, teams);
     return;
   }
 
   if (p.phase == 0u) {
     var m = -3.4e38;
-    for (var j = lo + li; j < hi; j += 64u) {
-      m = max(m, score(j, kvo));
+    for (var j0 = lo; j0 < hi; j0 += 64u) {
+      let nb = min(64u, hi - j0);
+      score_block(j0, nb, kvo, KEEP, teams);
+      if (li < nb) {
+        m = max(m, sc[KEEP + li]);
+      }
     }
     m = workgroup_max(m, li);
     if (li == 0u) {
@@ -186,15 +198,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     acc[k] = vec2<f32>(0.0, 0.0);
   }
   for (var j0 = lo; j0 < hi; j0 += 64u) {
-    let j = j0 + li;
+    let nb = min(64u, hi - j0);
+    score_block(j0, nb, kvo, KEEP, teams);
     var e = 0.0;
-    if (j < hi) {
-      e = exp(score(j, kvo) - m);
+    if (li < nb) {
+      e = exp(sc[KEEP + li] - m);
       sum = ff_add1(sum, e);
     }
     ew[li] = e;
     workgroupBarrier();
-    add_values(j0, min(64u, hi - j0), kvo, li, &acc);
+    add_values(j0, nb, kvo, li, &acc);
     workgroupBarrier();
   }
   let tot = ff_workgroup_sum(sum, li);

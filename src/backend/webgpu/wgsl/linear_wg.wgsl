@@ -3,7 +3,9 @@
 // keeping a partial sum per row and token (float-float for dense kinds and quantized ones without
 // an SRQ input; exact i32 for SRQ inputs), added up after one barrier. The row and token loops
 // have constant bounds (guarded inside) so that compilers unroll them and keep the partial sums
-// in registers; SRQ inputs take a path of their own (below).
+// in registers; SRQ inputs take a path of their own (below). The block's sums go through the
+// family's reduction prelude (prelude_workgroup.wgsl: one barrier, then 16 invocations add 64
+// partials each; prelude_subgroups.wgsl: subgroup sums).
 // Workgroups: x + 16384 y = the row block, z = the token block.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
@@ -18,8 +20,6 @@ struct P {
 
 const R: u32 = 4u;
 const T: u32 = 4u;
-var<workgroup> red: array<vec2<f32>, 1024>;  // [token][row][invocation]
-var<workgroup> redi: array<i32, 1024>;
 
 fn per_word() -> u32 {
   switch p.kind {
@@ -152,41 +152,39 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       }
     }
   }
-  for (var t = 0u; t < T; t++) {
-    for (var r = 0u; r < R; r++) {
-      red[(t * R + r) * 64u + li] = accf[t][r];
-      redi[(t * R + r) * 64u + li] = acci[t][r];
-    }
-  }
-  workgroupBarrier();
-  // One barrier, then each of the T x R sums adds its 64 partials in turn (a tree of barriers
-  // costs more, on GPUs and more so on CPU adapters); only the block's tokens.
-  if (li < nt * R) {
-    var v = red[li * 64u];
-    var vi = redi[li * 64u];
-    for (var j = 1u; j < 64u; j++) {
-      v = ff_add(v, red[li * 64u + j]);
-      vi += redi[li * 64u + j];
-    }
-    red[li * 64u] = v;
-    redi[li * 64u] = vi;
-  }
-  if (li < T * R) {
-    let t = li / R;
-    let r = li % R;
-    if (t < nt && r < nr) {
-      let o = o0 + r;
-      var out = 0.0;
-      if (srq) {
-        out = f32(redi[li * 64u]) * p.in_scale * scale[o];
-      } else {
-        let v = red[li * 64u];
-        out = v.x + v.y;
-        if (quant) {
-          out = out * scale[o];
-        }
+  // The block's T x R sums (only its tokens'): the partials through workgroup memory
+  // (lane_i / lane_ff, [token][row][invocation]), then invocation t R + r gets sum (t, r)
+  // (prelude_workgroup.wgsl or prelude_subgroups.wgsl).
+  let count = nt * R;
+  var si = 0;
+  var sf = vec2<f32>(0.0, 0.0);
+  if (srq) {
+    for (var t = 0u; t < T; t++) {
+      for (var r = 0u; r < R; r++) {
+        lane_i[(t * R + r) * 64u + li] = acci[t][r];
       }
-      y[p.y_off + (t0 + t) * p.y_stride + o] = srq_out(out, p.out_scale);
     }
+    si = i32_lane_sums(li, count);
+  } else {
+    for (var t = 0u; t < T; t++) {
+      for (var r = 0u; r < R; r++) {
+        lane_ff[(t * R + r) * 64u + li] = accf[t][r];
+      }
+    }
+    sf = ff_lane_sums(li, count);
+  }
+  let r = li % R;
+  if (li < count && r < nr) {
+    let o = o0 + r;
+    var out = 0.0;
+    if (srq) {
+      out = f32(si) * p.in_scale * scale[o];
+    } else {
+      out = sf.x + sf.y;
+      if (quant) {
+        out = out * scale[o];
+      }
+    }
+    y[p.y_off + (t0 + li / R) * p.y_stride + o] = srq_out(out, p.out_scale);
   }
 }

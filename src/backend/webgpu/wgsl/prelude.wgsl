@@ -1,4 +1,5 @@
-// Shared by every kernel of the WebGPU backend (prepended to each module by webgpu_backend.cc).
+// Shared by every kernel of the WebGPU backend (prepended to each module by webgpu_backend.cc,
+// after the family's reductions: prelude_workgroup.wgsl or prelude_subgroups.wgsl).
 // Weights are stored as the checkpoint holds them, in u32 words: f32; bf16 and f16 two per word
 // (the low half first); int8 / int4 / int2 codes four / eight / sixteen per word, LSB first, in
 // offset binary for 4 and 2 bits (value = code - 8, code - 2), two's complement for 8 bits.
@@ -89,22 +90,4 @@ fn ff_add(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
   let bb = s - a.x;
   let e = (a.x - (s - bb)) + (b.x - bb);
   return ff_norm(s, e + (a.y + b.y));
-}
-
-// The float-float sum of one value from each of a workgroup's 64 invocations (a tree in workgroup
-// memory); every invocation gets the total. Call it from uniform control flow.
-var<workgroup> ff_red: array<vec2<f32>, 64>;
-
-fn ff_workgroup_sum(v: vec2<f32>, li: u32) -> vec2<f32> {
-  ff_red[li] = v;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) {
-    if (li < s) {
-      ff_red[li] = ff_add(ff_red[li], ff_red[li + s]);
-    }
-    workgroupBarrier();
-  }
-  let total = ff_red[0];
-  workgroupBarrier();  // everyone has read it before the next call writes
-  return total;
 }

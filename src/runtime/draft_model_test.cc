@@ -202,19 +202,7 @@ TEST(DraftModel, SeededSamplingGivesPlainSamplingsTokens) {
       {{{"role", "user"}, {"content", "Describe what the package manager does."}}}));
   int drafted = 0, accepted = 0;
   for (int variant = 0; variant < 3; ++variant) {
-    GenerateOptions o;
-    o.max_new_tokens = 40;
-    o.temperature = variant == 0 ? 0.5 : 1.0;
-    o.top_k = variant == 1 ? 20 : 0;
-    o.top_p = variant == 1 ? 0.9 : 1.0;
-    o.min_p = variant == 2 ? 0.05 : 0.0;
-    o.repetition_penalty = variant == 1 ? 1.15 : 1.0;
-    o.logprobs = variant == 0;
-    o.top_logprobs = variant == 0 ? 2 : 0;
-    if (variant == 2) {
-      o.constraint.kind = OutputConstraint::Kind::kRegex;
-      o.constraint.regex = "[a-z ,]{1,120}\\.";
-    }
+    GenerateOptions o = SampledVariant(variant);
     for (uint64_t seed : {1u, 2u, 3u}) {
       SCOPED_TRACE("variant " + std::to_string(variant) + " seed " + std::to_string(seed));
       o.seed = seed;

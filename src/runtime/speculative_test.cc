@@ -110,20 +110,7 @@ TEST(Speculative, SeededSamplingGivesPlainSamplingsTokens) {
       const bool ref = backend == "cpu-ref";
       if (ref && dir == trained) continue;
       for (int variant = 0; variant < (ref ? 1 : 3); ++variant) {
-        GenerateOptions o;
-        o.max_new_tokens = 40;
-        o.temperature = variant == 0 ? 0.7 : 1.0;
-        o.top_k = variant == 1 ? 20 : 0;
-        o.top_p = variant == 1 ? 0.9 : 1.0;
-        o.min_p = variant == 2 ? 0.02 : 0.0;
-        o.repetition_penalty = variant == 1 ? 1.15 : 1.0;
-        o.presence_penalty = variant == 2 ? 0.3 : 0.0;
-        o.logprobs = variant == 0;
-        o.top_logprobs = variant == 0 ? 2 : 0;
-        if (variant == 2) {
-          o.constraint.kind = OutputConstraint::Kind::kRegex;
-          o.constraint.regex = "[a-z ]{1,80}\\.";
-        }
+        GenerateOptions o = SampledVariant(variant);
         for (uint64_t seed : {1u, 2u, 3u}) {
           if (ref && seed > 1) break;
           o.seed = seed;

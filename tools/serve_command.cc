@@ -140,6 +140,12 @@ void AddServeCommand(CLI::App& app) {
     std::fprintf(stderr, "gemma-engine serve: %schat template: %s\n",
                  t.repository == ChatTemplateInfo::Repository::kDifferent ? "warning: " : "",
                  t.Describe().c_str());
+    if (so.speculative.mode != SpeculativeOptions::Mode::kOff || engine->has_draft_model()) {
+      std::fprintf(stderr, "gemma-engine serve: speculative decoding: %s, %d drafts per step%s%s\n",
+                   speculative.c_str(), so.speculative.max_draft,
+                   engine->has_draft_model() ? "; draft model " : "",
+                   engine->has_draft_model() ? o->draft_model.c_str() : "");
+    }
     std::fflush(stderr);
     srv.Run();
     // Run() also returns when listening fails; wake the watcher so the program can end.

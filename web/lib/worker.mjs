@@ -48,7 +48,8 @@ async function init(msg) {
     }
   }
   await load({ ...msg, gpu: await nodeGpu(msg), gpuKernels: msg.webgpu?.kernels,
-              gpuSubgroups: msg.webgpu?.subgroups });
+              gpuSubgroups: msg.webgpu?.subgroups,
+              gpuRejectSubgroupShaders: msg.webgpu?.rejectSubgroupShaders });
 }
 
 // The GPU for the WebGPU backend: the page's navigator.gpu, or under Node Dawn's (the npm
@@ -65,7 +66,7 @@ async function nodeGpu(msg) {
   return dawn.create(msg.webgpu.flags ?? []);
 }
 
-async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroups }) {
+async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroups, gpuRejectSubgroupShaders }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -84,6 +85,7 @@ async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroup
   if (gpu) opts.gpu = gpu;
   if (gpuKernels) opts.gpuKernels = gpuKernels;
   if (gpuSubgroups !== undefined) opts.gpuSubgroups = gpuSubgroups;
+  if (gpuRejectSubgroupShaders) opts.gpuRejectSubgroupShaders = true;
   M = await create(wasmBinary ? { wasmBinary, ...opts }
                               : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });
 }

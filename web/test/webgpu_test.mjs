@@ -89,9 +89,14 @@ const configs = [
     subset: { tiny_e4b_like_f16: { prompt: 3, score: true }, tiny_qat: { prompt: 1, generate: true } } },
   { kernels: 'workgroup', subgroups: false, device: 'workgroup kernels',
     subset: { tiny_qat: { prompt: 0, generate: true, tokens: 3 } } },
+  // An adapter that lists `subgroups` but whose compiler refuses the subgroup shaders: the engine
+  // falls back to the workgroup reductions and says why.
+  { kernels: 'workgroup', reject: true, device: 'workgroup kernels (subgroups refused: pipeline ',
+    subset: { tiny_qat: { prompt: 0, generate: true, tokens: 3 } } },
 ];
-for (const { kernels, subgroups, device, subset } of configs) {
-  const label = subgroups === false ? `${kernels}, no subgroups` : kernels;
+for (const { kernels, subgroups, reject, device, subset } of configs) {
+  const label = reject ? `${kernels}, subgroups refused`
+                : subgroups === false ? `${kernels}, no subgroups` : kernels;
   for (const name of fs.readdirSync(goldenDir).sort()) {
     const dir = path.join(goldenDir, name);
     const g = JSON.parse(fs.readFileSync(path.join(dir, 'goldens.json'), 'utf8'));
@@ -99,9 +104,11 @@ for (const { kernels, subgroups, device, subset } of configs) {
     if (!full && !subset[name]) continue;
     const prompts = full ? g.prompts.map((_, i) => i) : [subset[name].prompt];
     const qat = g.storage === 'qat';
-    const engine = await loadEngine({ model: dir, backend: 'webgpu', webgpu: { ...webgpu, kernels, subgroups }, context: 1024 });
+    const engine = await loadEngine({ model: dir, backend: 'webgpu', context: 1024,
+                                      webgpu: { ...webgpu, kernels, subgroups, rejectSubgroupShaders: reject } });
     check(engine.info.backend === 'webgpu', `${name}: backend ${engine.info.backend}`);
-    check(engine.info.device.endsWith(`, ${device}`), `${name}: ${label} asked, device ${engine.info.device}`);
+    check(reject ? engine.info.device.includes(`, ${device}`) : engine.info.device.endsWith(`, ${device}`),
+          `${name}: ${label} asked, device ${engine.info.device}`);
     const V = engine.info.vocab_size;
     let worst = 0;
     const what = full ? { score: true, generate: true } : subset[name];

@@ -31,6 +31,7 @@ int gw_buffer(size_t bytes);
 void gw_release(int h);
 void gw_write(int h, size_t offset, const void* src, size_t bytes);
 int gw_pipeline(const char* label, const char* code);
+void gw_pipeline_error(char* out, int len);
 void gw_dispatch(int pipeline, const int* bufs, int nbufs, const uint32_t* params, int nparams,
                  int gx, int gy, int gz);
 int gw_submit();
@@ -379,7 +380,7 @@ void WebGpuModel::Build() {
                                                     : ", workgroup kernels");
   // Every module: the family's reductions (the first, for its `enable` directive), the prelude,
   // the kernel.
-  const std::string preludes =
+  std::string preludes =
       std::string(WgslSource(subgroups_ ? "prelude_subgroups" : "prelude_workgroup")) +
       kWgslPrelude;
   static const char* const kNames[kNumKernels] = {
@@ -400,6 +401,23 @@ void WebGpuModel::Build() {
     // The label (bench/web/dawn_profile.mjs's tables) marks the subgroup reductions.
     const std::string label = name + (subgroups_ ? "+sg" : "");
     pipelines_[k] = gw_pipeline(label.c_str(), code.c_str());
+    if (pipelines_[k] == -2 && subgroups_) {
+      // An adapter that lists `subgroups` but whose compiler refuses these shaders: every kernel
+      // again with the workgroup reductions (the same results), and the reason in the adapter's
+      // description.
+      char why[512] = {0};
+      gw_pipeline_error(why, sizeof why);
+      subgroups_ = false;
+      preludes = std::string(WgslSource("prelude_workgroup")) + kWgslPrelude;
+      AdapterName() = std::string(info) + ", workgroup kernels (subgroups refused: " + why + ")";
+      k = -1;
+      continue;
+    }
+    if (pipelines_[k] == -2) {
+      char why[512] = {0};
+      gw_pipeline_error(why, sizeof why);
+      throw Error(ErrorCode::kDevice, "WGSL " + label + ": " + why);
+    }
     if (pipelines_[k] < 0) ThrowDevice("WGSL " + label);
   }
   for (size_t l = 0; l < model_.layer_weights().size(); ++l) {

@@ -172,21 +172,41 @@ mergeInto(LibraryManager.library, {
     GW.device.queue.writeBuffer(GW.buffers[h], offset, HEAPU8.buffer, src, bytes);
   },
 
-  // A compute pipeline from WGSL with entry point main; its handle, or -1 (gw_error: the
-  // compiler's message).
+  // A compute pipeline from WGSL with entry point main: its handle; -1 when the device has failed
+  // (gw_error says why); -2 when this module does not compile (gw_pipeline_error: the compiler's
+  // message; the device keeps working). Compiled asynchronously with the module's validation in
+  // an error scope, so a rejected shader is an answer here, not a later uncaptured error.
+  // Module.gpuRejectSubgroupShaders (tests only, as a device fault is injected) rejects every
+  // module that enables subgroups, as a driver whose compiler refuses them would.
   gw_pipeline__deps: ['$GW'],
+  gw_pipeline__sig: 'iii',
   gw_pipeline: function(label, code) {
-    if (!GW.ok()) return -1;
-    try {
-      const module = GW.device.createShaderModule({ label: UTF8ToString(label), code: UTF8ToString(code) });
-      const p = GW.device.createComputePipeline({ label: UTF8ToString(label), layout: 'auto',
-                                                  compute: { module, entryPoint: 'main' } });
-      GW.pipelines.push(p);
-      return GW.pipelines.length - 1;
-    } catch (e) {
-      return GW.fail('pipeline ' + UTF8ToString(label) + ': ' + e.message);
-    }
+    return Asyncify.handleAsync(async () => {
+      if (!GW.ok()) return -1;
+      const name = UTF8ToString(label), text = UTF8ToString(code);
+      GW.pipelineError = '';
+      try {
+        if (Module['gpuRejectSubgroupShaders'] && /^enable subgroups;/m.test(text)) {
+          throw new Error('subgroup shaders rejected (Module.gpuRejectSubgroupShaders)');
+        }
+        GW.device.pushErrorScope('validation');
+        const module = GW.device.createShaderModule({ label: name, code: text });
+        const invalid = await GW.device.popErrorScope();
+        if (invalid) throw new Error(invalid.message);
+        const p = await GW.device.createComputePipelineAsync({ label: name, layout: 'auto',
+                                                              compute: { module, entryPoint: 'main' } });
+        GW.pipelines.push(p);
+        return GW.pipelines.length - 1;
+      } catch (e) {
+        if (!GW.ok()) return -1;
+        GW.pipelineError = 'pipeline ' + name + ': ' + e.message;
+        return -2;
+      }
+    });
   },
+
+  gw_pipeline_error__deps: ['$GW'],
+  gw_pipeline_error: function(out, len) { stringToUTF8(GW.pipelineError || '', out, len); },
 
   // Records pipeline p over groups (gx, gy, gz): binding 0 gets the `nparams` u32 parameters,
   // bindings 1.. the buffers (0 = a small unused buffer).

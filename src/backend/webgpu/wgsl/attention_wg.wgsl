@@ -93,6 +93,22 @@ fn add_values(j0: u32, nb: u32, kvo: u32, li: u32, acc: ptr<function, array<vec2
   }
 }
 
+// Keys j0 .. j0 + nb - 1 with their scores at sc[off ..]: each weight exp(score - mx) added to
+// this invocation's share of the denominator (float-float) and shared in ew, then the weighted
+// value rows added to the output dimensions (the one pass and the split's phase 1 alike).
+fn weigh_and_add(j0: u32, nb: u32, kvo: u32, off: u32, mx: f32, li: u32,
+                 sum: ptr<function, vec2<f32>>, acc: ptr<function, array<vec2<f32>, 8>>) {
+  var e = 0.0;
+  if (li < nb) {
+    e = exp(sc[off + li] - mx);
+    *sum = ff_add1(*sum, e);
+  }
+  ew[li] = e;
+  workgroupBarrier();
+  add_values(j0, nb, kvo, li, acc);
+  workgroupBarrier();
+}
+
 // Phase 2: one workgroup per (head, token) over all the row's keys [first, pos].
 fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, teams: u32) {
   var mx = -3.4e38;
@@ -118,15 +134,7 @@ fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, team
       off = KEEP;
       score_block(j0, nb, kvo, off, teams);
     }
-    var e = 0.0;
-    if (li < nb) {
-      e = exp(sc[off + li] - mx);
-      sum = ff_add1(sum, e);
-    }
-    ew[li] = e;
-    workgroupBarrier();
-    add_values(j0, nb, kvo, li, &acc);
-    workgroupBarrier();
+    weigh_and_add(j0, nb, kvo, off, mx, li, &sum, &acc);
   }
   let tot = ff_workgroup_sum(sum, li);
   let total = tot.x + tot.y;
@@ -200,15 +208,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   for (var j0 = lo; j0 < hi; j0 += 64u) {
     let nb = min(64u, hi - j0);
     score_block(j0, nb, kvo, KEEP, teams);
-    var e = 0.0;
-    if (li < nb) {
-      e = exp(sc[KEEP + li] - m);
-      sum = ff_add1(sum, e);
-    }
-    ew[li] = e;
-    workgroupBarrier();
-    add_values(j0, nb, kvo, li, &acc);
-    workgroupBarrier();
+    weigh_and_add(j0, nb, kvo, KEEP, m, li, &sum, &acc);
   }
   let tot = ff_workgroup_sum(sum, li);
   let pb = slot * (2u + 2u * p.hd);

@@ -1,0 +1,24 @@
+#!/bin/bash
+# The WebGPU backend on the H200 beside the native Vulkan backend, in one device call (issue 45).
+# Carry [".gl", ".carry/c", "build-web/lib"]: .carry/c/pack.tar.xz holds gemma-engine and its
+# libraries (/work/pack.sh-style: b/bin, b/lib), .carry/c/nodepack.tar.xz Node (nodepack/bin/node)
+# and the npm package `webgpu` for linux-x64 (nodepack/webgpu). Outputs go to $OUT.
+# Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg)
+for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+tar xJf .carry/c/pack.tar.xz -C /tmp && tar xJf .carry/c/nodepack.tar.xz -C /tmp || exit 1
+export LD_LIBRARY_PATH=/tmp/b/lib PATH=/tmp/nodepack/bin:$PATH
+mkdir -p .cache/npm-assets/node_modules && ln -sfn /tmp/nodepack/webgpu .cache/npm-assets/node_modules/webgpu
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
+[ -d /tmp/e2bq ] || /tmp/b/bin/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
+for step in "$@"; do
+  echo "== $step" | tee -a $OUT/log.txt
+  case $step in
+    native) timeout 240 /tmp/b/bin/gemma-engine bench --model /tmp/e2bq --backends vulkan \
+              --workloads pp512+tg16,pp1024+tg8,pp512+tg64 --no-cold --reps 3 --verify-max-tokens 0 --out $OUT/native ;;
+    compare) timeout 300 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 2 backend=vulkan workgroup,workgroup-nosg,nocpu 85 ;;
+    long) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 2 backend=vulkan workgroup,nocpu 170 ;;
+    profile) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 48 1 backend=vulkan workgroup,nocpu,profile 85 ;;
+    profile-nosg) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 48 1 backend=vulkan workgroup-nosg,nocpu,profile 85 ;;
+  esac 2>&1 | tee -a $OUT/log.txt
+done

@@ -126,6 +126,11 @@ function wrapDevice(device) {
       labels.set(p, d.label ?? 'unlabeled');
       return p;
     },
+    createComputePipelineAsync: async (d) => {
+      const p = await device.createComputePipelineAsync(d);
+      labels.set(p, d.label ?? 'unlabeled');
+      return p;
+    },
   });
 }
 

@@ -18,7 +18,7 @@ for step in "$@"; do
               --workloads pp512+tg16,pp1024+tg8,pp512+tg64 --no-cold --reps 3 --verify-max-tokens 0 --out $OUT/native ;;
     compare) timeout 300 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 2 backend=vulkan workgroup,workgroup-nosg,nocpu 85 ;;
     long) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 2 backend=vulkan workgroup,nocpu 170 ;;
-    profile) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 48 1 backend=vulkan workgroup,nocpu,profile 85 ;;
-    profile-nosg) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 48 1 backend=vulkan workgroup-nosg,nocpu,profile 85 ;;
+    profile) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup,nocpu,profile 85 ;;
+    profile-nosg) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup-nosg,nocpu,profile 85 ;;
   esac 2>&1 | tee -a $OUT/log.txt
 done

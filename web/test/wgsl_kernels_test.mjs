@@ -179,6 +179,62 @@ for (let c = 0; c < 14; ++c) {
   linearCases.push({ what, rows, n, yOff, yStride, want, kind, rowWords, cols, xOff, xStride, inScale, outScale, w, scale, x });
 }
 
+// ---- linear_mv_wg (decode steps): f32 inputs quantized in the kernel, against the same integer
+// reference with transformers' SRQ codes of the inputs (srqCode): bit for bit. Inputs include
+// quotients exactly halfway between two codes, codes past the clamp, and rows as wide as E2B's
+// double-wide down projection for one token.
+const mvCases = [];
+for (let c = 0; c < 16; ++c) {
+  const kind = ['q2', 'q4', 'q8'][c % 3];
+  const bits = BITS[kind], per = 32 / bits;
+  const group = { q2: 4, q4: 2, q8: 1 }[kind];
+  const n = c < 4 ? 1 : int(1, 4);
+  const cols = c === 0 ? 12288 : c === 1 ? 6144 : c === 2 ? 1536 : int(1, 600);
+  const rowWords = Math.ceil(cols / per);
+  if (n * rowWords * group > 3072) continue;  // the backend gives these to quant + linear_wg
+  const rows = c < 3 ? int(1, 40) : int(1, 300);
+  const lanes = pick([8, 16, 32, 64]);
+  const lo = kind === 'q8' ? -128 : -(1 << (bits - 1)), hi = -lo - 1;
+  const codes = new Int32Array(rows * cols);
+  const w = new Uint32Array(rows * rowWords);
+  for (let r = 0; r < rows; ++r) {
+    for (let k = 0; k < cols; ++k) {
+      const v = int(lo, hi);
+      codes[r * cols + k] = v;
+      w[r * rowWords + Math.floor(k / per)] |= (kind === 'q8' ? v & 0xff : v - lo) << (bits * (k % per));
+    }
+  }
+  const scale = new Float32Array(rows).map(() => f32(0.5 + rnd()) / 64);
+  const inScale = f32(0.01 + rnd() * 0.02);
+  const xStride = cols + int(0, 5), xOff = int(0, 7);
+  const x = new Float32Array(xOff + n * xStride);
+  const xq = new Int32Array(n * cols);
+  for (let t = 0; t < n; ++t) {
+    for (let k = 0; k < cols; ++k) {
+      const u = rnd();
+      const v = u < 0.15 ? f32((int(-130, 130) + 0.5) * inScale)   // halfway (as near as f32 gets)
+              : u < 0.2 ? f32((rnd() < 0.5 ? -1 : 1) * (129 + rnd() * 50) * inScale)  // clamped
+              : f32((rnd() * 2 - 1) * 100 * inScale);
+      x[xOff + t * xStride + k] = v;
+      xq[t * cols + k] = srqCode(v, inScale);
+    }
+  }
+  const yStride = rows + int(0, 3), yOff = int(0, 5);
+  const outScale = c % 2 ? f32(0.001 + rnd() * 0.01) : 0;
+  const want = new Float32Array(n * rows);
+  for (let t = 0; t < n; ++t) {
+    for (let r = 0; r < rows; ++r) {
+      let sum = 0;
+      for (let k = 0; k < cols; ++k) sum += codes[r * cols + k] * xq[t * cols + k];
+      let v = f32(f32(f32(sum) * inScale) * scale[r]);
+      if (outScale > 0) v = f32(srqCode(v, outScale) * outScale);
+      want[t * rows + r] = v;
+    }
+  }
+  mvCases.push({ what: `linear_mv_wg ${kind} ${rows}x${cols}, ${n} tokens, ${lanes} lanes, out_scale ${outScale}`,
+                 rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale, w, scale, x, want });
+}
+
 // ---- Attention: the split kernels and attention_wg against a float64 reference.
 const attnCases = [];
 for (let c = 0; c < 12; ++c) {
@@ -420,6 +476,19 @@ for (const L of linearCases) {
   L.wg = await read(yWg, ybytes);
   if (subgroups) L.sg = await read(ySg, ybytes);
 }
+for (const M of mvCases) {
+  const { rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale } = M;
+  const ybytes = (yOff + n * yStride) * 4;
+  const wb = storage(M.w), sb = storage(M.scale), xb = storage(M.x);
+  const blocks = Math.ceil(rows / (256 / lanes));
+  M.out = {};
+  for (const fam of families) {
+    const y = storage(new Float32Array(ybytes / 4));
+    run([[fam + 'linear_mv_wg', [rows, cols, rowWords, KIND[kind], n, xOff, xStride, yOff, yStride, 1, { f: inScale }, { f: outScale }, lanes],
+          [wb, sb, xb, y], [Math.min(blocks, 16384), Math.ceil(blocks / 16384), 1]]]);
+    M.out[fam] = await read(y, ybytes);
+  }
+}
 const reduceOut = {};
 {
   const vb = storage(new Float32Array(reduceCases.flatMap((r) => [...r.v])));
@@ -508,6 +577,19 @@ for (const L of linearCases) {
   check(badRef === 0, `${L.what}: ${badRef} outputs of linear_tile_wg differ from the integer reference${example}`);
   check(badSg === 0, `${L.what}: ${badSg} outputs of linear_wg with subgroups differ from the integer reference`);
 }
+for (const M of mvCases) {
+  for (const fam of families) {
+    let bad = 0, example = '';
+    for (let t = 0; t < M.n; ++t) {
+      for (let r = 0; r < M.rows; ++r) {
+        const got = M.out[fam][M.yOff + t * M.yStride + r], want = M.want[t * M.rows + r];
+        if (!Object.is(got, want) && !bad++) example = ` (token ${t} row ${r}: ${got}, want ${want})`;
+      }
+    }
+    check(bad === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs differ from the integer reference${example}`);
+  }
+}
+console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel) against the integer reference, bit for bit`);
 {
   let worst = 0;
   for (const fam of families) {

@@ -110,6 +110,7 @@ enum Kernel {
   kArgmax,
   kAttentionMerge,
   kLinearTile,
+  kLinearMv,
   kNumKernels
 };
 
@@ -117,6 +118,15 @@ enum Kernel {
 // 64 tokens per workgroup, dot4I8Packed) where the adapter's WGSL has
 // packed_4x8_integer_dot_product; fewer tokens take linear_wg.wgsl.
 constexpr int kTileMinTokens = 8;
+// SRQ linears over at most this many tokens (decode steps, short verification chunks) take
+// linear_mv_wg.wgsl on the same adapters: the input quantized in each workgroup's prologue (no
+// quant.wgsl dispatch), packed int8 products; its workgroup memory holds kMvInputWords packed
+// input words (tokens x the row's words x 4 / 2 / 1 for int2 / int4 / int8).
+constexpr int kMvMaxTokens = 4;
+constexpr uint32_t kMvInputWords = 3072;
+
+// Input words per weight word in linear_mv_wg.wgsl's packed layout.
+uint32_t MvGroup(WeightKind k) { return k == WeightKind::kQ2 ? 4 : k == WeightKind::kQ4 ? 2 : 1; }
 
 // The attention of a step with few query rows (decode, short chunks) split over the keys
 // (attention_wg.wgsl's phases 0 and 1, then attention_merge_wg.wgsl), workgroup kernels only: at
@@ -248,6 +258,19 @@ class WebGpuModel : public BackendModel {
               uint32_t y_off, uint32_t y_stride, int n, int xq) const {
     const GpuLinear& g = Lin(lin);
     const bool srq = IsQuantized(lin.kind) && lin.in_scale > 0;
+    if (srq && n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
+        static_cast<uint32_t>(n) * g.row_words * MvGroup(lin.kind) <= kMvInputWords) {
+      // Invocations per row: about 4 weight words each, 8 to 64 (256 per workgroup).
+      const uint32_t lanes = g.row_words <= 32 ? 8 : g.row_words <= 64 ? 16 : g.row_words <= 128 ? 32 : 64;
+      Params p;
+      p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
+          .u(y_off).u(y_stride).u(1).f(lin.in_scale).f(lin.out_scale).u(lanes);
+      const int b[] = {g.w, g.scale, x, y};
+      const uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
+      gw_dispatch(pipelines_[kLinearMv], b, 4, p.data(), p.size(), std::min(blocks, 16384u),
+                  (blocks + 16383) / 16384, 1);
+      return;
+    }
     if (srq) {
       Params q;
       q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale);
@@ -385,10 +408,11 @@ void WebGpuModel::Build() {
       kWgslPrelude;
   static const char* const kNames[kNumKernels] = {
       "linear",      "quant",   "rmsnorm", "head_norm",          "attention",     "gelu_mul",
-      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg"};
+      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg",
+      "linear_mv_wg"};
   for (int k = 0; k < kNumKernels; ++k) {
-    if ((!workgroup_ && (k == kAttentionMerge || k == kLinearTile)) ||
-        (k == kLinearTile && !gw_packed_dot())) {
+    if ((!workgroup_ && (k == kAttentionMerge || k == kLinearTile || k == kLinearMv)) ||
+        ((k == kLinearTile || k == kLinearMv) && !gw_packed_dot())) {
       pipelines_[k] = -1;
       continue;
     }

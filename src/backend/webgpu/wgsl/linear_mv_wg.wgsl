@@ -1,0 +1,143 @@
+// The SRQ linears of decode steps and short chunks (1 to 4 tokens; GPU adapters whose WGSL has
+// packed_4x8_integer_dot_product): one dispatch instead of quant.wgsl + linear_wg.wgsl. Every
+// workgroup of 256 invocations quantizes the input itself (srq_code, as quant.wgsl) into
+// workgroup memory, four int8 codes to a u32 in the order the weight words unpack to, then
+// `lanes` invocations share each of its 256 / lanes rows:
+// - int8 rows: a weight word is four signed codes, multiplied with dot4I8Packed as stored;
+// - int4 rows: (word >> 4k) & 0x0f0f0f0f, k = 0, 1, holds codes k, k + 2, k + 4, k + 6 as bytes;
+// - int2 rows: (word >> 2k) & 0x03030303, k = 0 .. 3, holds codes k, k + 4, k + 8, k + 12;
+// the input words are packed in those orders. The 2- and 4-bit codes are offset binary (value =
+// code - 2, code - 8): the sum of code x input over a row, less 2 (8) times the sum of the
+// token's input codes (the same for every row; padding columns have input code 0), is the row's
+// exact dot product. All sums are exact i32, so every output is bit for bit linear_wg's:
+// f32(sum) * in_scale * row scale, then the SRQ output rounding when out_scale > 0.
+// Needs n x row_words x (16 / 4 / 1 input words per int2 / int4 / int8 word: 4 / 2 / 1) <= 3,072
+// (webgpu_backend.cc checks). Workgroups: x + 16384 y = the block of rows.
+struct P {
+  rows: u32, cols: u32, row_words: u32, kind: u32,
+  n: u32, x_off: u32, x_stride: u32, y_off: u32,
+  y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
+  lanes: u32,  // invocations per row: 8, 16, 32 or 64
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+const WG: u32 = 256u;
+const XS: u32 = 3072u;
+var<workgroup> xs: array<u32, 3072>;  // [token][input word]; after the products, the partial sums
+var<workgroup> xsum: array<atomic<i32>, 4>;  // each token's sum of input codes
+
+// Input words per weight word, and the offset of the stored codes.
+fn group() -> u32 {
+  return select(select(1u, 2u, p.kind == KIND_Q4), 4u, p.kind == KIND_Q2);
+}
+
+// Column of byte b of input word q (within a token).
+fn column(q: u32, b: u32) -> u32 {
+  if (p.kind == KIND_Q2) {
+    return 16u * (q / 4u) + 4u * b + q % 4u;
+  }
+  if (p.kind == KIND_Q4) {
+    return 8u * (q / 2u) + 2u * b + q % 2u;
+  }
+  return 4u * q + b;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let rpw = WG / p.lanes;
+  let o0 = (wg.y * 16384u + wg.x) * rpw;
+  if (o0 >= p.rows) {
+    return;
+  }
+  let g = group();
+  let xw = p.row_words * g;  // input words per token
+  if (li < 4u) {
+    atomicStore(&xsum[li], 0);
+  }
+  workgroupBarrier();
+  var s = array<i32, 4>(0, 0, 0, 0);
+  for (var q = li; q < p.n * xw; q += WG) {
+    let t = q / xw;
+    let qi = q - t * xw;
+    var c = vec4<i32>(0);
+    for (var b = 0u; b < 4u; b++) {
+      let col = column(qi, b);
+      if (col < p.cols) {
+        c[b] = i32(srq_code(x[p.x_off + t * p.x_stride + col], p.in_scale));
+      }
+    }
+    xs[q] = pack4xI8(c);
+    for (var u = 0u; u < 4u; u++) {
+      if (u == t) {
+        s[u] += c.x + c.y + c.z + c.w;
+      }
+    }
+  }
+  for (var t = 0u; t < 4u; t++) {
+    if (t < p.n && s[t] != 0) {
+      atomicAdd(&xsum[t], s[t]);
+    }
+  }
+  workgroupBarrier();
+
+  let r = li / p.lanes;
+  let lane = li % p.lanes;
+  let o = o0 + r;
+  var acc = array<i32, 4>(0, 0, 0, 0);
+  if (o < p.rows) {
+    let rb = o * p.row_words;
+    for (var j = lane; j < p.row_words; j += p.lanes) {
+      let word = w[rb + j];
+      if (p.kind == KIND_Q2) {
+        for (var k = 0u; k < 4u; k++) {
+          let wk = (word >> (2u * k)) & 0x03030303u;
+          for (var t = 0u; t < 4u; t++) {
+            if (t < p.n) {
+              acc[t] += dot4I8Packed(wk, xs[t * xw + 4u * j + k]);
+            }
+          }
+        }
+      } else if (p.kind == KIND_Q4) {
+        for (var k = 0u; k < 2u; k++) {
+          let wk = (word >> (4u * k)) & 0x0f0f0f0fu;
+          for (var t = 0u; t < 4u; t++) {
+            if (t < p.n) {
+              acc[t] += dot4I8Packed(wk, xs[t * xw + 2u * j + k]);
+            }
+          }
+        }
+      } else {
+        for (var t = 0u; t < 4u; t++) {
+          if (t < p.n) {
+            acc[t] += dot4I8Packed(word, xs[t * xw + j]);
+          }
+        }
+      }
+    }
+  }
+  workgroupBarrier();  // every product has read xs: it takes the partial sums now
+  for (var t = 0u; t < 4u; t++) {
+    xs[t * WG + li] = bitcast<u32>(acc[t]);
+  }
+  workgroupBarrier();
+  // Invocation t rpw + r adds row r's partials for token t.
+  if (li < rpw * p.n) {
+    let t = li / rpw;
+    let rr = li % rpw;
+    let oo = o0 + rr;
+    if (oo < p.rows) {
+      var sum = 0;
+      for (var l = 0u; l < p.lanes; l++) {
+        sum += bitcast<i32>(xs[t * WG + rr * p.lanes + l]);
+      }
+      let offset = select(select(0, 8, p.kind == KIND_Q4), 2, p.kind == KIND_Q2);
+      sum -= offset * atomicLoad(&xsum[t]);
+      let out = f32(sum) * p.in_scale * scale[oo];
+      y[p.y_off + t * p.y_stride + oo] = srq_out(out, p.out_scale);
+    }
+  }
+}

@@ -3,10 +3,14 @@
 # Carry [".gl", ".carry/c", "build-web/lib"]: .carry/c/pack.tar.xz holds gemma-engine and its
 # libraries (/work/pack.sh-style: b/bin, b/lib), .carry/c/nodepack.tar.xz Node (nodepack/bin/node)
 # and the npm package `webgpu` for linux-x64 (nodepack/webgpu). Outputs go to $OUT.
-# Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg)
+# .carry/c/webs.tar.xz (optional): builds to compare, webs/NAME/{lib,gemma-engine.js,gemma-engine.wasm}.
+# Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg,
+#   ab: every build in webs/ alternated twice, 32 tokens after 511, then 8 after 1,021;
+#   profile-NAME: the profile with webs/NAME)
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 tar xJf .carry/c/pack.tar.xz -C /tmp && tar xJf .carry/c/nodepack.tar.xz -C /tmp || exit 1
+[ -f .carry/c/webs.tar.xz ] && tar xJf .carry/c/webs.tar.xz -C /tmp
 export LD_LIBRARY_PATH=/tmp/b/lib PATH=/tmp/nodepack/bin:$PATH
 mkdir -p .cache/npm-assets/node_modules && ln -sfn /tmp/nodepack/webgpu .cache/npm-assets/node_modules/webgpu
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
@@ -19,6 +23,9 @@ for step in "$@"; do
     compare) timeout 300 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 2 backend=vulkan workgroup,workgroup-nosg,nocpu 85 ;;
     long) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 2 backend=vulkan workgroup,nocpu 170 ;;
     profile) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup,nocpu,profile 85 ;;
+    ab) for r in 1 2; do for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 1 backend=vulkan workgroup,nocpu 85; done; done
+        for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 1 backend=vulkan workgroup,nocpu 170; done ;;
     profile-nosg) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup-nosg,nocpu,profile 85 ;;
+    profile-?*) GEMMA_WEB_BUILD_DIR=/tmp/webs/${step#profile-} timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup,nocpu,profile 85 ;;
   esac 2>&1 | tee -a $OUT/log.txt
 done

@@ -231,8 +231,15 @@ for (let c = 0; c < 16; ++c) {
       want[t * rows + r] = v;
     }
   }
+  // The fused epilogues (1: aux = gelu(aux) * y, 2: y = gelu(y) * aux) against linear_mv_wg's
+  // plain output followed by gelu_mul.wgsl, bit for bit; the layouts gelu_mul takes (its `a` rows
+  // are packed).
+  const epi = int(1, 2);
+  const auxOff = epi === 2 ? int(0, 9) : 0, auxStride = epi === 2 ? rows + int(0, 4) : rows;
+  const aux = new Float32Array(auxOff + n * auxStride).map(() => f32((rnd() * 2 - 1) * 3));
   mvCases.push({ what: `linear_mv_wg ${kind} ${rows}x${cols}, ${n} tokens, ${lanes} lanes, out_scale ${outScale}`,
-                 rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale, w, scale, x, want });
+                 rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale, w, scale, x, want,
+                 epi, auxOff, auxStride, aux });
 }
 
 // ---- Attention: the split kernels and attention_wg against a float64 reference.
@@ -481,13 +488,25 @@ for (const M of mvCases) {
   const ybytes = (yOff + n * yStride) * 4;
   const wb = storage(M.w), sb = storage(M.scale), xb = storage(M.x);
   const blocks = Math.ceil(rows / (256 / lanes));
+  const groups = [Math.min(blocks, 16384), Math.ceil(blocks / 16384), 1];
+  const params = (e, yo, ys) => [rows, cols, rowWords, KIND[kind], n, xOff, xStride, yo, ys, 1, { f: inScale }, { f: outScale }, lanes,
+                                 e, M.auxOff, M.auxStride];
   M.out = {};
   for (const fam of families) {
     const y = storage(new Float32Array(ybytes / 4));
-    run([[fam + 'linear_mv_wg', [rows, cols, rowWords, KIND[kind], n, xOff, xStride, yOff, yStride, 1, { f: inScale }, { f: outScale }, lanes],
-          [wb, sb, xb, y], [Math.min(blocks, 16384), Math.ceil(blocks / 16384), 1]]]);
+    run([[fam + 'linear_mv_wg', params(0, yOff, yStride), [wb, sb, xb, y, storage(new Float32Array(4))], groups]]);
     M.out[fam] = await read(y, ybytes);
   }
+  // The epilogue: fused, and the plain output then gelu_mul (packed rows where it needs them).
+  const auxBytes = M.aux.byteLength;
+  const yPlain = storage(new Float32Array(n * rows)), yFused = storage(new Float32Array(n * rows));
+  const auxFused = storage(M.aux), auxSep = storage(M.aux);
+  run([['linear_mv_wg', params(0, 0, rows), [wb, sb, xb, yPlain, storage(new Float32Array(4))], groups],
+       ['linear_mv_wg', params(M.epi, 0, rows), [wb, sb, xb, yFused, auxFused], groups],
+       M.epi === 1 ? ['gelu_mul', [n, rows, 0, rows], [yPlain, auxSep], [Math.ceil(rows / 64), n, 1]]
+                   : ['gelu_mul', [n, rows, M.auxOff, M.auxStride], [auxSep, yPlain], [Math.ceil(rows / 64), n, 1]]]);
+  M.epiFused = M.epi === 1 ? await read(auxFused, auxBytes) : await read(yFused, n * rows * 4);
+  M.epiSep = M.epi === 1 ? await read(auxSep, auxBytes) : await read(yPlain, n * rows * 4);
 }
 const reduceOut = {};
 {
@@ -545,7 +564,7 @@ for (const A of attnCases) {
   for (const fam of families) {
     run([[fam + 'attention_wg', [...base, splits, chunk, 0], [qb, kb, vb, mx, part], [splits, heads, n]],
          [fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
-         ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, 1]],  // no reductions
+         ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, Math.ceil(hd / 64)]],  // no reductions
          [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink], [heads, n, 1]]]);
     A.out[fam] = { split: await read(oSplit, rowsN * hd * 4), wg: await read(oWg, rowsN * hd * 4) };
   }
@@ -588,8 +607,11 @@ for (const M of mvCases) {
     }
     check(bad === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs differ from the integer reference${example}`);
   }
+  let bad = 0;
+  M.epiSep.forEach((v, i) => { if (!Object.is(v, M.epiFused[i])) ++bad; });
+  check(bad === 0, `${M.what}, epilogue ${M.epi}: ${bad} outputs differ from linear_mv_wg then gelu_mul`);
 }
-console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel) against the integer reference, bit for bit`);
+console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel) against the integer reference, and its gelu epilogues against gelu_mul.wgsl, bit for bit`);
 {
   let worst = 0;
   for (const fam of families) {

@@ -91,6 +91,14 @@ int KindCode(WeightKind k) {
   return 0;
 }
 
+// linear_mv_wg.wgsl's epilogue: mode 1 aux = gelu(aux) * y, 2 y = gelu(y) * aux (aux rows at
+// aux_off, stride aux_stride); 0 none.
+struct LinearEpilogue {
+  uint32_t mode = 0;
+  int aux = 0;
+  uint32_t aux_off = 0, aux_stride = 0;
+};
+
 // A weight matrix on the device: rows padded to whole u32 words, the row scales beside.
 struct GpuLinear {
   const Linear* lin = nullptr;
@@ -253,9 +261,10 @@ class WebGpuModel : public BackendModel {
   uint32_t Items(int items) const { return workgroup_ ? items : Groups(items, 64); }
 
   // Records y[n, rows] = lin(x[n, cols]) (x rows at x_off with stride x_stride); SRQ inputs are
-  // quantized into xq first.
-  void RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
-              uint32_t y_off, uint32_t y_stride, int n, int xq) const {
+  // quantized into xq first. With an epilogue (linear_mv_wg.wgsl's epi 1 or 2), returns whether
+  // it was applied: only the decode kernel has them, elsewhere the caller records gelu_mul.
+  bool RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
+              uint32_t y_off, uint32_t y_stride, int n, int xq, const LinearEpilogue& epi = {}) const {
     const GpuLinear& g = Lin(lin);
     const bool srq = IsQuantized(lin.kind) && lin.in_scale > 0;
     if (srq && n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
@@ -264,12 +273,13 @@ class WebGpuModel : public BackendModel {
       const uint32_t lanes = g.row_words <= 32 ? 8 : g.row_words <= 64 ? 16 : g.row_words <= 128 ? 32 : 64;
       Params p;
       p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
-          .u(y_off).u(y_stride).u(1).f(lin.in_scale).f(lin.out_scale).u(lanes);
-      const int b[] = {g.w, g.scale, x, y};
+          .u(y_off).u(y_stride).u(1).f(lin.in_scale).f(lin.out_scale).u(lanes)
+          .u(epi.mode).u(epi.aux_off).u(epi.aux_stride);
+      const int b[] = {g.w, g.scale, x, y, epi.aux};
       const uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
-      gw_dispatch(pipelines_[kLinearMv], b, 4, p.data(), p.size(), std::min(blocks, 16384u),
+      gw_dispatch(pipelines_[kLinearMv], b, 5, p.data(), p.size(), std::min(blocks, 16384u),
                   (blocks + 16383) / 16384, 1);
-      return;
+      return epi.mode != 0;
     }
     if (srq) {
       Params q;
@@ -294,6 +304,7 @@ class WebGpuModel : public BackendModel {
     } else {
       gw_dispatch(pipelines_[kLinear], b, 4, p.data(), p.size(), Groups(lin.rows, 64), n, 1);
     }
+    return false;
   }
 
  private:
@@ -748,7 +759,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         Params mp;
         mp.u(n).u(nh).u(hd).u(split.splits);
         const int mb[] = {split_part_, attn_};
-        gw_dispatch(M.pipeline(kAttentionMerge), mb, 2, mp.data(), mp.size(), nh, n, 1);
+        gw_dispatch(M.pipeline(kAttentionMerge), mb, 2, mp.data(), mp.size(), nh, n, Groups(hd, 64));
       }
     }
     M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, n, xq_);
@@ -756,8 +767,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
          &w.pre_ffn_norm);
     const int I = p.intermediate;
     M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
-    M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_);
-    {
+    if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)})) {
       Params gm;
       gm.u(n).u(I).u(0).u(I);
       const int b[] = {u_, g_};
@@ -771,11 +781,14 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     norm(tmp_, 0, M.Vec(w.post_ffn_norm), x_, xo, n, H, 1, ple ? 1.0f : w.layer_scalar,
          w.post_ffn_norm, ple ? nullptr : next);
     if (ple) {
-      M.RecordLinear(w.ple_gate, x_, xo, H, gp_, 0, P, n, xq_);
-      Params gm;
-      gm.u(n).u(P).u(l * P + r0 * L * P).u(L * P);
-      const int b[] = {ple_, gp_};
-      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), n, 1);
+      const uint32_t ple_off = static_cast<uint32_t>(l * P + r0 * L * P);
+      if (!M.RecordLinear(w.ple_gate, x_, xo, H, gp_, 0, P, n, xq_,
+                          {2, ple_, ple_off, static_cast<uint32_t>(L * P)})) {
+        Params gm;
+        gm.u(n).u(P).u(ple_off).u(L * P);
+        const int b[] = {ple_, gp_};
+        gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), n, 1);
+      }
       M.RecordLinear(w.ple_proj, gp_, 0, P, tmp_, 0, H, n, xq_);
       norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, xo, n, H, 1, w.layer_scalar, w.post_ple_norm, next);
     }

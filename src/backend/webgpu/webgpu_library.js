@@ -1,6 +1,6 @@
 // The WebGPU device layer under the webgpu backend (webgpu_backend.cc), as an Emscripten JavaScript
-// library: buffers, pipelines and dispatches by small integer handles, recorded into one command
-// encoder and submitted per chunk. Two calls are asynchronous (Asyncify suspends the C++ caller):
+// library: buffers, pipelines and dispatches by small integer handles, recorded and submitted in
+// command buffers of up to 64 dispatches (the last at the step's readback). Two calls are asynchronous (Asyncify suspends the C++ caller):
 // gw_init (adapter and device) and gw_read (the step's readback). The GPU comes from
 // Module.gpu (Node: Dawn's `create()`), else navigator.gpu.
 mergeInto(LibraryManager.library, {
@@ -15,8 +15,7 @@ mergeInto(LibraryManager.library, {
     subgroups: 0,         // 1: the workgroup kernels reduce with subgroup operations (the device has `subgroups`)
     buffers: [null],
     pipelines: [null],
-    encoder: null,
-    params: null,         // ArrayBuffer of 256-byte parameter slots for the current encoder
+    params: null,         // ArrayBuffer of 256-byte parameter slots for the current step
     paramSlots: 0,
     paramBuffer: null,
     paramCapacity: 0,
@@ -34,6 +33,44 @@ mergeInto(LibraryManager.library, {
     },
     ok: function() {
       return GW.device && !GW.lost && !GW.error;
+    },
+    flushEvery: 64,
+    // Encodes the recorded dispatches into a command buffer of their own and submits it, after
+    // writing their parameter slots into the parameter buffer (grown when the step's slots
+    // outgrow it: work already submitted keeps the old one, which Dawn frees once it is done).
+    flush: function() {
+      if (!GW.pending.length || !GW.ok()) return;
+      const first = GW.pending[0].slot;
+      const bytes = GW.paramSlots * 256;
+      if (bytes > GW.paramCapacity) {
+        if (GW.paramBuffer) GW.paramBuffer.destroy();
+        GW.bindGroups.clear();
+        GW.paramCapacity = Math.max(bytes, 2 * GW.paramCapacity, 64 * 256);
+        GW.paramBuffer = GW.device.createBuffer({ size: GW.paramCapacity,
+                                                  usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+      }
+      GW.device.queue.writeBuffer(GW.paramBuffer, first * 256, GW.params, first * 256, bytes - first * 256);
+      const encoder = GW.device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      let last = null;
+      for (const d of GW.pending) {
+        const pipeline = GW.pipelines[d.p];
+        let group = GW.bindGroups.get(d.key);
+        if (!group) {
+          const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } }];
+          d.handles.forEach((h, i) => entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } }));
+          group = GW.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+          if (GW.bindGroups.size >= 65536) GW.bindGroups.clear();  // many contexts' shapes
+          GW.bindGroups.set(d.key, group);
+        }
+        if (pipeline !== last) pass.setPipeline(pipeline);
+        last = pipeline;
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(d.gx, d.gy, d.gz);
+      }
+      pass.end();
+      GW.device.queue.submit([encoder.finish()]);
+      GW.pending = [];
     },
   },
 
@@ -94,7 +131,7 @@ mergeInto(LibraryManager.library, {
       };
       GW.buffers = [null];
       GW.pipelines = [null];
-      GW.encoder = null;
+      GW.pending = [];
       GW.paramSlots = 0;
       GW.paramBuffer = null;
       GW.paramCapacity = 0;
@@ -209,15 +246,13 @@ mergeInto(LibraryManager.library, {
   gw_pipeline_error: function(out, len) { stringToUTF8(GW.pipelineError || '', out, len); },
 
   // Records pipeline p over groups (gx, gy, gz): binding 0 gets the `nparams` u32 parameters,
-  // bindings 1.. the buffers (0 = a small unused buffer).
+  // bindings 1.. the buffers (0 = a small unused buffer). Every GW.flushEvery dispatches the
+  // recorded ones are encoded and submitted, so the GPU runs a step's first layers while the
+  // rest are being recorded (a decode step has ~600 dispatches; encoding them all before one
+  // submit left the GPU idle for that time).
   gw_dispatch__deps: ['$GW'],
   gw_dispatch: function(p, bufs, nbufs, params, nparams, gx, gy, gz) {
     if (!GW.ok()) return;
-    if (!GW.encoder) {
-      GW.encoder = GW.device.createCommandEncoder();
-      GW.paramSlots = 0;
-      GW.pending = [];
-    }
     if ((GW.paramSlots + 1) * 256 > GW.params.byteLength) {
       const bigger = new ArrayBuffer(GW.params.byteLength * 2);
       new Uint8Array(bigger).set(new Uint8Array(GW.params));
@@ -227,41 +262,16 @@ mergeInto(LibraryManager.library, {
     new Uint32Array(GW.params, slot * 256, nparams).set(HEAPU32.subarray(params >>> 2, (params >>> 2) + nparams));
     const handles = HEAP32.subarray(bufs >>> 2, (bufs >>> 2) + nbufs);
     GW.pending.push({ p, slot, handles: Array.from(handles), key: p + ':' + slot + ':' + handles.join(','), gx, gy, gz });
+    if (GW.pending.length >= GW.flushEvery) GW.flush();
   },
 
-  // Submits what was recorded; 0, or -1 when the device is lost or failed.
+  // Submits what was recorded; 0, or -1 when the device is lost or failed. The parameter slots
+  // start again at 0 for the next step (the queue writes them after this step's work).
   gw_submit__deps: ['$GW'],
   gw_submit: function() {
     if (!GW.ok()) return -1;
-    if (!GW.encoder) return 0;
-    const bytes = GW.paramSlots * 256;
-    if (bytes > GW.paramCapacity) {
-      if (GW.paramBuffer) GW.paramBuffer.destroy();
-      GW.bindGroups.clear();
-      GW.paramCapacity = Math.max(bytes, 2 * GW.paramCapacity, 64 * 256);
-      GW.paramBuffer = GW.device.createBuffer({ size: GW.paramCapacity,
-                                                usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    }
-    GW.device.queue.writeBuffer(GW.paramBuffer, 0, GW.params, 0, bytes);
-    const pass = GW.encoder.beginComputePass();
-    for (const d of GW.pending) {
-      const pipeline = GW.pipelines[d.p];
-      let group = GW.bindGroups.get(d.key);
-      if (!group) {
-        const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } }];
-        d.handles.forEach((h, i) => entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } }));
-        group = GW.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
-        if (GW.bindGroups.size >= 65536) GW.bindGroups.clear();  // many contexts' shapes
-        GW.bindGroups.set(d.key, group);
-      }
-      pass.setPipeline(pipeline);
-      pass.setBindGroup(0, group);
-      pass.dispatchWorkgroups(d.gx, d.gy, d.gz);
-    }
-    pass.end();
-    GW.device.queue.submit([GW.encoder.finish()]);
-    GW.encoder = null;
-    GW.pending = [];
+    GW.flush();
+    GW.paramSlots = 0;
     return GW.ok() ? 0 : -1;
   },
 

@@ -11,6 +11,10 @@
 // token's input codes (the same for every row; padding columns have input code 0), is the row's
 // exact dot product. All sums are exact i32, so every output is bit for bit linear_wg's:
 // f32(sum) * in_scale * row scale, then the SRQ output rounding when out_scale > 0.
+// Epilogues (epi): 0 y = the output; 1 aux = gelu_tanh(aux) * output (the MLP's up projection
+// after the gate wrote aux: gelu_mul.wgsl's product, one dispatch fewer); 2 y = gelu_tanh(output)
+// * aux (the per-layer input gate times the token's per-layer input); aux rows at aux_off with
+// stride aux_stride. The same f32 operations as gelu_mul.wgsl, so the same bits.
 // Needs n x row_words x (16 / 4 / 1 input words per int2 / int4 / int8 word: 4 / 2 / 1) <= 3,072
 // (webgpu_backend.cc checks). Workgroups: x + 16384 y = the block of rows.
 struct P {
@@ -18,12 +22,14 @@ struct P {
   n: u32, x_off: u32, x_stride: u32, y_off: u32,
   y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
   lanes: u32,  // invocations per row: 8, 16, 32 or 64
+  epi: u32, aux_off: u32, aux_stride: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read_write> aux: array<f32>;
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
@@ -136,8 +142,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       }
       let offset = select(select(0, 8, p.kind == KIND_Q4), 2, p.kind == KIND_Q2);
       sum -= offset * atomicLoad(&xsum[t]);
-      let out = f32(sum) * p.in_scale * scale[oo];
-      y[p.y_off + t * p.y_stride + oo] = srq_out(out, p.out_scale);
+      let v = srq_out(f32(sum) * p.in_scale * scale[oo], p.out_scale);
+      let k = p.aux_off + t * p.aux_stride + oo;
+      if (p.epi == 1u) {
+        aux[k] = gelu_tanh(aux[k]) * v;
+      } else if (p.epi == 2u) {
+        y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * aux[k];
+      } else {
+        y[p.y_off + t * p.y_stride + oo] = v;
+      }
     }
   }
 }

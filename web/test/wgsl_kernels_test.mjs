@@ -138,26 +138,30 @@ function srqCode(z, s) {
 // ---- SRQ linears: linear_tile_wg and linear_wg against the integer reference.
 const KIND = { q2: 3, q4: 4, q8: 5 };
 const BITS = { q2: 2, q4: 4, q8: 8 };
-const linearCases = [];
-for (let c = 0; c < 14; ++c) {
-  const kind = pick(['q2', 'q4', 'q8']);
-  // Cases 3 and 4: rows wide enough that every invocation of linear_wg holds words of them.
-  const rows = int(1, 150), cols = c < 3 ? pick([64, 128, 192]) : c < 5 ? int(1100, 1400) : int(1, 300);
-  const n = c === 0 ? 64 : c < 5 ? int(1, 12) : int(1, 100);
+// Random SRQ weights: the codes, and the rows as stored (offset binary for 2 and 4 bits, whole
+// u32 words, padding bytes zero).
+function srqWeights(kind, rows, cols) {
   const bits = BITS[kind], per = 32 / bits;
   const rowWords = Math.ceil(cols / per);
   const lo = kind === 'q8' ? -128 : -(1 << (bits - 1)), hi = -lo - 1;
-  // Weights: codes in their stored form (offset binary for 2 and 4 bits), padding bytes zero.
   const codes = new Int32Array(rows * cols);
   const w = new Uint32Array(rows * rowWords);
   for (let r = 0; r < rows; ++r) {
     for (let k = 0; k < cols; ++k) {
       const v = int(lo, hi);
       codes[r * cols + k] = v;
-      const stored = kind === 'q8' ? v & 0xff : v - lo;
-      w[r * rowWords + Math.floor(k / per)] |= stored << (bits * (k % per));
+      w[r * rowWords + Math.floor(k / per)] |= (kind === 'q8' ? v & 0xff : v - lo) << (bits * (k % per));
     }
   }
+  return { codes, w, rowWords };
+}
+const linearCases = [];
+for (let c = 0; c < 14; ++c) {
+  const kind = pick(['q2', 'q4', 'q8']);
+  // Cases 3 and 4: rows wide enough that every invocation of linear_wg holds words of them.
+  const rows = int(1, 150), cols = c < 3 ? pick([64, 128, 192]) : c < 5 ? int(1100, 1400) : int(1, 300);
+  const n = c === 0 ? 64 : c < 5 ? int(1, 12) : int(1, 100);
+  const { codes, w, rowWords } = srqWeights(kind, rows, cols);
   const scale = new Float32Array(rows).map(() => f32(0.5 + rnd()) / 64);
   const xStride = cols + int(0, 5), xOff = int(0, 7);
   const x = new Float32Array(xOff + n * xStride);
@@ -194,16 +198,7 @@ for (let c = 0; c < 16; ++c) {
   if (n * rowWords * group > 3072) continue;  // the backend gives these to quant + linear_wg
   const rows = c < 3 ? int(1, 40) : int(1, 300);
   const lanes = pick([8, 16, 32, 64]);
-  const lo = kind === 'q8' ? -128 : -(1 << (bits - 1)), hi = -lo - 1;
-  const codes = new Int32Array(rows * cols);
-  const w = new Uint32Array(rows * rowWords);
-  for (let r = 0; r < rows; ++r) {
-    for (let k = 0; k < cols; ++k) {
-      const v = int(lo, hi);
-      codes[r * cols + k] = v;
-      w[r * rowWords + Math.floor(k / per)] |= (kind === 'q8' ? v & 0xff : v - lo) << (bits * (k % per));
-    }
-  }
+  const { codes, w } = srqWeights(kind, rows, cols);
   const scale = new Float32Array(rows).map(() => f32(0.5 + rnd()) / 64);
   const inScale = f32(0.01 + rnd() * 0.02);
   const xStride = cols + int(0, 5), xOff = int(0, 7);

@@ -17,22 +17,16 @@ struct P {
 @group(0) @binding(4) var<storage, read> w2: array<f32>;
 @group(0) @binding(5) var<storage, read_write> z: array<f32>;
 
-// Elements i + 64 k (k < 4) of the row at base b of x, zero past the width.
-fn load4x(b: u32, i: u32) -> vec4<f32> {
+// Elements i + 64 k (k < 4) of the row at base b of x (of y with from_y), zero past the width.
+fn load4(from_y: bool, b: u32, i: u32) -> vec4<f32> {
   var v = vec4<f32>(0.0);
   for (var k = 0u; k < 4u; k++) {
     if (i + 64u * k < p.width) {
-      v[k] = x[b + i + 64u * k];
-    }
-  }
-  return v;
-}
-
-fn load4y(b: u32, i: u32) -> vec4<f32> {
-  var v = vec4<f32>(0.0);
-  for (var k = 0u; k < 4u; k++) {
-    if (i + 64u * k < p.width) {
-      v[k] = y[b + i + 64u * k];
+      if (from_y) {
+        v[k] = y[b + i + 64u * k];
+      } else {
+        v[k] = x[b + i + 64u * k];
+      }
     }
   }
   return v;
@@ -55,7 +49,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var ss = vec4<f32>(0.0);
   var sl = vec4<f32>(0.0);
   for (var i = li; i < p.width; i += 256u) {
-    let v = load4x(xb, i);
+    let v = load4(false, xb, i);
     for (var k = 0u; k < 4u; k++) {
       let f = ff_add1(vec2<f32>(ss[k], sl[k]), v[k] * v[k]);
       ss[k] = f.x;
@@ -67,14 +61,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   ss = vec4<f32>(0.0);
   sl = vec4<f32>(0.0);
   for (var i = li; i < p.width; i += 256u) {
-    var v = load4x(xb, i) * inv;
+    var v = load4(false, xb, i) * inv;
     for (var k = 0u; k < 4u; k++) {
       if (p.has_w != 0u && i + 64u * k < p.width) {
         v[k] = v[k] * w[i + 64u * k];
       }
     }
     if (p.mode != 0u) {
-      v = (load4y(yb, i) + v) * p.scale;
+      v = (load4(true, yb, i) + v) * p.scale;
     }
     for (var k = 0u; k < 4u; k++) {
       if (i + 64u * k < p.width) {
@@ -92,7 +86,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let tot2 = ff_workgroup_sum(sum_squares(ss, sl), li);
   let inv2 = inverseSqrt(tot2.x / f32(p.width) + tot2.y / f32(p.width) + p.eps);
   for (var i = li; i < p.width; i += 256u) {
-    var v = load4y(yb, i) * inv2;
+    var v = load4(true, yb, i) * inv2;
     for (var k = 0u; k < 4u; k++) {
       if (i + 64u * k < p.width) {
         var u = v[k];

@@ -264,17 +264,34 @@ class WebGpuModel : public BackendModel {
   // quantized into xq first. With an epilogue (linear_mv_wg.wgsl's epi 1 or 2), returns whether
   // it was applied: only the decode kernel has them, elsewhere the caller records gelu_mul.
   bool RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
-              uint32_t y_off, uint32_t y_stride, int n, int xq, const LinearEpilogue& epi = {}) const {
+                    uint32_t y_off, uint32_t y_stride, int n, int xq,
+                    const LinearEpilogue& epi = {}) const {
     const GpuLinear& g = Lin(lin);
     const bool srq = IsQuantized(lin.kind) && lin.in_scale > 0;
     if (srq && n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
         static_cast<uint32_t>(n) * g.row_words * MvGroup(lin.kind) <= kMvInputWords) {
       // Invocations per row: about 4 weight words each, 8 to 64 (256 per workgroup).
-      const uint32_t lanes = g.row_words <= 32 ? 8 : g.row_words <= 64 ? 16 : g.row_words <= 128 ? 32 : 64;
+      const uint32_t lanes = g.row_words <= 32    ? 8
+                             : g.row_words <= 64  ? 16
+                             : g.row_words <= 128 ? 32
+                                                  : 64;
       Params p;
-      p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
-          .u(y_off).u(y_stride).u(1).f(lin.in_scale).f(lin.out_scale).u(lanes)
-          .u(epi.mode).u(epi.aux_off).u(epi.aux_stride);
+      p.u(lin.rows)
+          .u(lin.cols)
+          .u(g.row_words)
+          .u(KindCode(lin.kind))
+          .u(n)
+          .u(x_off)
+          .u(x_stride)
+          .u(y_off)
+          .u(y_stride)
+          .u(1)
+          .f(lin.in_scale)
+          .f(lin.out_scale)
+          .u(lanes)
+          .u(epi.mode)
+          .u(epi.aux_off)
+          .u(epi.aux_stride);
       const int b[] = {g.w, g.scale, x, y, epi.aux};
       const uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
       gw_dispatch(pipelines_[kLinearMv], b, 5, p.data(), p.size(), std::min(blocks, 16384u),
@@ -418,9 +435,8 @@ void WebGpuModel::Build() {
       std::string(WgslSource(subgroups_ ? "prelude_subgroups" : "prelude_workgroup")) +
       kWgslPrelude;
   static const char* const kNames[kNumKernels] = {
-      "linear",      "quant",   "rmsnorm", "head_norm",          "attention",     "gelu_mul",
-      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg",
-      "linear_mv_wg"};
+      "linear",      "quant",   "rmsnorm", "head_norm",          "attention",      "gelu_mul",
+      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg", "linear_mv_wg"};
   for (int k = 0; k < kNumKernels; ++k) {
     if ((!workgroup_ && (k == kAttentionMerge || k == kLinearTile || k == kLinearMv)) ||
         ((k == kLinearTile || k == kLinearMv) && !gw_packed_dot())) {
@@ -759,7 +775,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         Params mp;
         mp.u(n).u(nh).u(hd).u(split.splits);
         const int mb[] = {split_part_, attn_};
-        gw_dispatch(M.pipeline(kAttentionMerge), mb, 2, mp.data(), mp.size(), nh, n, Groups(hd, 64));
+        gw_dispatch(M.pipeline(kAttentionMerge), mb, 2, mp.data(), mp.size(), nh, n,
+                    Groups(hd, 64));
       }
     }
     M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, n, xq_);

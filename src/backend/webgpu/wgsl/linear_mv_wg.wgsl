@@ -15,7 +15,7 @@
 // after the gate wrote aux: gelu_mul.wgsl's product, one dispatch fewer); 2 y = gelu_tanh(output)
 // * aux (the per-layer input gate times the token's per-layer input); aux rows at aux_off with
 // stride aux_stride. The same f32 operations as gelu_mul.wgsl, so the same bits.
-// Needs n x row_words x (16 / 4 / 1 input words per int2 / int4 / int8 word: 4 / 2 / 1) <= 3,072
+// Needs n x row_words x (input words per weight word: 4 int2, 2 int4, 1 int8) <= XS = 3,072
 // (webgpu_backend.cc checks). Workgroups: x + 16384 y = the block of rows.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
@@ -33,10 +33,10 @@ struct P {
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
-var<workgroup> xs: array<u32, 3072>;  // [token][input word]; after the products, the partial sums
+var<workgroup> xs: array<u32, XS>;  // [token][input word]; after the products, the partial sums
 var<workgroup> xsum: array<atomic<i32>, 4>;  // each token's sum of input codes
 
-// Input words per weight word, and the offset of the stored codes.
+// Input words per weight word.
 fn group() -> u32 {
   return select(select(1u, 2u, p.kind == KIND_Q4), 4u, p.kind == KIND_Q2);
 }

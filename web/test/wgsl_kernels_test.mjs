@@ -542,9 +542,43 @@ for (const H of headCases) {
   H.out = {};
   for (const fam of families) {
     const d = storage(new Float32Array(H.dstLen).fill(NaN));
-    run([[fam + 'head_norm_wg', [n, heads, hd, hasW, rope, toCache, pos0, ring, 0, csOff, { f: 1e-6 }], [sb, wb, cb, d], [heads, n, 1]]]);
+    const dummy = () => storage(new Float32Array(4));
+    run([[fam + 'head_norm_wg', [n, heads, hd, hasW, rope, toCache, pos0, ring, 0, csOff, { f: 1e-6 }, 0, 0, 0, 0],
+          [sb, wb, cb, d, dummy(), dummy(), dummy()], [heads, n, 1]]]);
     H.out[fam] = await read(d, H.dstLen * 4);
   }
+}
+// A layer's three head norms in one dispatch (kv_heads > 0) against three single dispatches (the
+// query heads, then the key and value heads into their cache rings): bit for bit.
+const qkvResults = [];
+for (let c = 0; c < 4; ++c) {
+  const hd = pick([8, 64, 256, 512]), kvHeads = int(1, 2), heads = kvHeads * pick([1, 2, 4]), n = int(1, 3);
+  const ring = n + int(0, 5), pos0 = int(0, 20), hasW2 = c % 2;
+  const qw = heads * hd, kw = kvHeads * hd;
+  const rand = (len) => new Float32Array(len).map(() => f32((rnd() * 2 - 1) * 2));
+  const q = rand(n * qw), k = rand(n * kw), v = rand(n * kw);
+  const kOff = n * qw + int(0, 3), vOff = kOff + n * kw + int(0, 3);
+  const all = new Float32Array(vOff + n * kw);
+  all.set(q, 0); all.set(k, kOff); all.set(v, vOff);
+  const wq = rand(hd), wk = rand(hd);
+  const cs = rand(n * hd);
+  const dummy = () => storage(new Float32Array(4));
+  const fresh = (len) => storage(new Float32Array(len).fill(NaN));
+  const one = (src, heads_, w, hasW_, rope, toCache, dst) =>
+    ['head_norm_wg', [n, heads_, hd, hasW_, rope, toCache, pos0, ring, 0, 0, { f: 1e-6 }, 0, 0, 0, 0],
+     [storage(src), storage(w), storage(cs), dst, dummy(), dummy(), dummy()], [heads_, n, 1]];
+  const sq = fresh(n * qw), sk = fresh(ring * kw), sv = fresh(ring * kw);
+  const cq = fresh(n * qw), ck = fresh(ring * kw), cv = fresh(ring * kw);
+  run([one(q, heads, wq, 1, 1, 0, sq), one(k, kvHeads, wk, hasW2, 1, 1, sk), one(v, kvHeads, wk, 0, 0, 1, sv),
+       ['head_norm_wg', [n, heads, hd, 1, 1, 0, pos0, ring, 0, 0, { f: 1e-6 }, kvHeads, kOff, vOff, hasW2],
+        [storage(all), storage(wq), storage(cs), cq, storage(wk), ck, cv], [heads + 2 * kvHeads, n, 1]]]);
+  const pairs = [[sq, cq, n * qw], [sk, ck, ring * kw], [sv, cv, ring * kw]];
+  let bad = 0;
+  for (const [a, b, len] of pairs) {
+    const [x, y] = [await read(a, len * 4), await read(b, len * 4)];
+    x.forEach((val, i) => { if (!Object.is(val, y[i])) ++bad; });
+  }
+  qkvResults.push({ what: `head_norm_wg q/k/v in one dispatch, hd ${hd}, ${heads}/${kvHeads} heads, ${n} tokens, k weights ${hasW2}`, bad });
 }
 for (const A of attnCases) {
   const { hd, heads, group, kvWidth, n, pos0, window, ring, chunk, splits } = A;
@@ -684,6 +718,8 @@ for (const H of headCases) {
     }
   }
 }
+for (const Q of qkvResults) check(Q.bad === 0, `${Q.what}: ${Q.bad} values differ from three dispatches`);
+console.log(`head_norm_wg: ${qkvResults.length} random layers' q/k/v head norms in one dispatch, bit for bit three dispatches'`);
 console.log(`rmsnorm_wg, head_norm_wg: ${normCases.length + headCases.length} random cases, worst rel L2 ${worstNorm.toExponential(2)} from float64, ${worstNormPair.toExponential(2)} between the families`);
 
 let worstSplit = 0, worstPair = 0;

@@ -550,7 +550,7 @@ void WebGpuContext::Allocate() {
   a_ = Buffer(m * H * 4);
   tmp_ = Buffer(m * H * 4);
   hn_ = Buffer(m * H * 4);
-  qraw_ = Buffer(m * qw * 4);
+  qraw_ = Buffer(m * (qw + 2 * kw) * 4);  // the workgroup kernels put k and v after q
   q_ = Buffer(m * qw * 4);
   attn_ = Buffer(m * qw * 4);
   kraw_ = Buffer(m * kw * 4);
@@ -720,8 +720,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         .u(0)
         .u(static_cast<uint32_t>(r0) * hd)
         .f(eps);
-    const int b[] = {src, M.Vec(w), cs, dst};
-    gw_dispatch(M.pipeline(kHeadNorm), b, 4, p.data(), p.size(), M.Items(heads), n, 1);
+    p.u(0).u(0).u(0).u(0);  // head_norm_wg: no key and value heads
+    const int b[] = {src, M.Vec(w), cs, dst, 0, 0, 0};
+    gw_dispatch(M.pipeline(kHeadNorm), b, M.workgroup() ? 7 : 4, p.data(), p.size(),
+                M.Items(heads), n, 1);
   };
 
   // The trailing KV-shared layers (Model::shared_tail) write no cache, so there only the rows
@@ -743,9 +745,35 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const int cs = p.type == LayerType::kSliding ? cs_s_ : cs_f_;
     if (!normed) norm(x_, xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
     M.RecordLinear(w.q, a_, 0, H, qraw_, 0, nh * hd, n, xq_);
-    head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
-    if (!p.kv_shared) {
+    if (M.workgroup() && !p.kv_shared) {
+      // k and v after q in qraw_, the three head norms in one dispatch (head_norm_wg.wgsl).
+      const uint32_t k_off = static_cast<uint32_t>(n * nh * hd);
+      const uint32_t v_off = k_off + static_cast<uint32_t>(n * nkv * hd);
+      M.RecordLinear(w.k, a_, 0, H, qraw_, k_off, nkv * hd, n, xq_);
+      M.RecordLinear(w.v, a_, 0, H, qraw_, v_off, nkv * hd, n, xq_);
+      Params hp;
+      hp.u(n)
+          .u(nh)
+          .u(hd)
+          .u(w.q_norm.empty() ? 0 : 1)
+          .u(1)
+          .u(0)
+          .u(pos0 + r0)
+          .u(slot.ring)
+          .u(0)
+          .u(static_cast<uint32_t>(r0) * hd)
+          .f(eps)
+          .u(nkv)
+          .u(k_off)
+          .u(v_off)
+          .u(w.k_norm.empty() ? 0 : 1);
+      const int b[] = {qraw_, M.Vec(w.q_norm), cs, q_, M.Vec(w.k_norm), slot.k, slot.v};
+      gw_dispatch(M.pipeline(kHeadNorm), b, 7, hp.data(), hp.size(), nh + 2 * nkv, n, 1);
+    } else {
+      head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
+    }
+    if (!p.kv_shared && !M.workgroup()) {
       M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, n, xq_);
       M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, n, xq_);
       head_norm(kraw_, w.k_norm, n, r0, nkv, hd, true, cs, slot.k, true, slot.ring);

@@ -722,8 +722,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         .f(eps);
     p.u(0).u(0).u(0).u(0);  // head_norm_wg: no key and value heads
     const int b[] = {src, M.Vec(w), cs, dst, 0, 0, 0};
-    gw_dispatch(M.pipeline(kHeadNorm), b, M.workgroup() ? 7 : 4, p.data(), p.size(),
-                M.Items(heads), n, 1);
+    gw_dispatch(M.pipeline(kHeadNorm), b, M.workgroup() ? 7 : 4, p.data(), p.size(), M.Items(heads),
+                n, 1);
   };
 
   // The trailing KV-shared layers (Model::shared_tail) write no cache, so there only the rows

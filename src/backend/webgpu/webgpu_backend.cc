@@ -720,8 +720,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         .u(0)
         .u(static_cast<uint32_t>(r0) * hd)
         .f(eps);
-    p.u(0).u(0).u(0).u(0);  // head_norm_wg: no key and value heads
-    const int b[] = {src, M.Vec(w), cs, dst, 0, 0, 0};
+    // head_norm_wg: no key and value heads; its unused writable bindings take buffers of their
+    // own (WebGPU refuses one buffer bound writable twice), kraw_ and vraw_ (unused there).
+    p.u(0).u(0).u(0).u(0);
+    const int b[] = {src, M.Vec(w), cs, dst, 0, kraw_, vraw_};
     gw_dispatch(M.pipeline(kHeadNorm), b, M.workgroup() ? 7 : 4, p.data(), p.size(), M.Items(heads),
                 n, 1);
   };

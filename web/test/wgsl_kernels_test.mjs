@@ -155,6 +155,21 @@ function srqWeights(kind, rows, cols) {
   }
   return { codes, w, rowWords };
 }
+// The SRQ linear's outputs from its weight codes and input codes (xcode(t, k)): the exact integer
+// sum, times the input and row scales in f32, then the output rounding when outScale > 0.
+function srqReference(codes, xcode, n, rows, cols, inScale, scale, outScale) {
+  const want = new Float32Array(n * rows);
+  for (let t = 0; t < n; ++t) {
+    for (let r = 0; r < rows; ++r) {
+      let sum = 0;
+      for (let k = 0; k < cols; ++k) sum += codes[r * cols + k] * xcode(t, k);
+      let v = f32(f32(f32(sum) * inScale) * scale[r]);
+      if (outScale > 0) v = f32(srqCode(v, outScale) * outScale);
+      want[t * rows + r] = v;
+    }
+  }
+  return want;
+}
 const linearCases = [];
 for (let c = 0; c < 14; ++c) {
   const kind = pick(['q2', 'q4', 'q8']);
@@ -169,16 +184,7 @@ for (let c = 0; c < 14; ++c) {
   const inScale = f32(0.01 + rnd() * 0.02);
   const yStride = rows + int(0, 3), yOff = int(0, 5);
   const outScale = c % 2 ? f32(0.001 + rnd() * 0.01) : 0;
-  const want = new Float32Array(n * rows);
-  for (let t = 0; t < n; ++t) {
-    for (let r = 0; r < rows; ++r) {
-      let sum = 0;
-      for (let k = 0; k < cols; ++k) sum += codes[r * cols + k] * x[xOff + t * xStride + k];
-      let v = f32(f32(f32(sum) * inScale) * scale[r]);
-      if (outScale > 0) v = f32(srqCode(v, outScale) * outScale);
-      want[t * rows + r] = v;
-    }
-  }
+  const want = srqReference(codes, (t, k) => x[xOff + t * xStride + k], n, rows, cols, inScale, scale, outScale);
   const what = `${kind} ${rows}x${cols}, ${n} tokens, out_scale ${outScale}`;
   linearCases.push({ what, rows, n, yOff, yStride, want, kind, rowWords, cols, xOff, xStride, inScale, outScale, w, scale, x });
 }
@@ -216,16 +222,7 @@ for (let c = 0; c < 16; ++c) {
   }
   const yStride = rows + int(0, 3), yOff = int(0, 5);
   const outScale = c % 2 ? f32(0.001 + rnd() * 0.01) : 0;
-  const want = new Float32Array(n * rows);
-  for (let t = 0; t < n; ++t) {
-    for (let r = 0; r < rows; ++r) {
-      let sum = 0;
-      for (let k = 0; k < cols; ++k) sum += codes[r * cols + k] * xq[t * cols + k];
-      let v = f32(f32(f32(sum) * inScale) * scale[r]);
-      if (outScale > 0) v = f32(srqCode(v, outScale) * outScale);
-      want[t * rows + r] = v;
-    }
-  }
+  const want = srqReference(codes, (t, k) => xq[t * cols + k], n, rows, cols, inScale, scale, outScale);
   // The fused epilogues (1: aux = gelu(aux) * y, 2: y = gelu(y) * aux) against linear_mv_wg's
   // plain output followed by gelu_mul.wgsl, bit for bit; the layouts gelu_mul takes (its `a` rows
   // are packed).

@@ -1,8 +1,8 @@
 // The WebGPU device layer under the webgpu backend (webgpu_backend.cc), as an Emscripten JavaScript
 // library: buffers, pipelines and dispatches by small integer handles, recorded and submitted in
-// command buffers of up to 64 dispatches (the last at the step's readback). Two calls are asynchronous (Asyncify suspends the C++ caller):
-// gw_init (adapter and device) and gw_read (the step's readback). The GPU comes from
-// Module.gpu (Node: Dawn's `create()`), else navigator.gpu.
+// command buffers of up to 64 dispatches (the last at the step's readback). Two calls are
+// asynchronous (Asyncify suspends the C++ caller): gw_init (adapter and device) and gw_read (the
+// step's readback). The GPU comes from Module.gpu (Node: Dawn's `create()`), else navigator.gpu.
 mergeInto(LibraryManager.library, {
   $GW: {
     device: null,
@@ -248,7 +248,7 @@ mergeInto(LibraryManager.library, {
   // Records pipeline p over groups (gx, gy, gz): binding 0 gets the `nparams` u32 parameters,
   // bindings 1.. the buffers (0 = a small unused buffer). Every GW.flushEvery dispatches the
   // recorded ones are encoded and submitted, so the GPU runs a step's first layers while the
-  // rest are being recorded (a decode step has ~600 dispatches; encoding them all before one
+  // rest are being recorded (an E2B decode step has ~530 dispatches; encoding them all before one
   // submit left the GPU idle for that time).
   gw_dispatch__deps: ['$GW'],
   gw_dispatch: function(p, bufs, nbufs, params, nparams, gx, gy, gz) {

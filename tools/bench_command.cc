@@ -36,6 +36,7 @@ void AddBenchCommand(CLI::App& app) {
     std::string backends = "cpu-fast";
     std::string workloads = "pp128+tg32,mt128+32+tg16,sel64+tg16";
     std::string out = "bench-report";
+    std::string drafts = "right,wrong,half,prompt-lookup";
     bool no_cold = false, no_warm = false;
     int bandwidth_mib = 1024;
   };
@@ -50,7 +51,16 @@ void AddBenchCommand(CLI::App& app) {
                   "Comma-separated: cpu-fast, cpu-reference, vulkan (when built)");
   cmd->add_option("--workloads", o->workloads,
                   "Comma-separated: ppN+tgM (prompt N, generate M), mtN+K+tgM (two turns, K new "
-                  "tokens reuse the cached prefix), selN+tgM (decode through an allowed-id mask)");
+                  "tokens reuse the cached prefix), selN+tgM (decode through an allowed-id mask), "
+                  "specN+tgM (speculative decoding through a session: plain, then each of "
+                  "--drafts; warm only)");
+  cmd->add_option("--draft", o->bench.max_draft,
+                  "specN+tgM: tokens drafted per verification step (1..6)")
+      ->check(CLI::Range(1, 6));
+  cmd->add_option("--drafts", o->drafts,
+                  "specN+tgM: comma-separated draft sources, each a row beside plain decoding: "
+                  "right, wrong, half (drafts right, wrong or half right by construction, from "
+                  "plain decoding's own tokens: speed as a function of acceptance), prompt-lookup");
   cmd->add_option("--reps", o->bench.reps, "Measured warm repetitions")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o->bench.warmup, "Warm-up runs before the measured ones")
       ->check(CLI::Range(0, 1000));
@@ -72,6 +82,7 @@ void AddBenchCommand(CLI::App& app) {
   cmd->callback([o] {
     o->bench.model = hub::ResolveModelPath(o->bench.model);  // ORG/NAME[@REV] -> Hub cache
     o->bench.backends = SplitCommas(o->backends);
+    o->bench.drafts = SplitCommas(o->drafts);
     o->bench.workloads.clear();
     for (const std::string& w : SplitCommas(o->workloads))
       o->bench.workloads.push_back(bench::ParseWorkload(w));
@@ -85,6 +96,7 @@ void AddBenchCommand(CLI::App& app) {
                      " --workloads " + o->workloads + " --reps " + std::to_string(b.reps) +
                      " --warmup " + std::to_string(b.warmup) + " --threads " +
                      std::to_string(b.threads) + " --capacity " + std::to_string(b.capacity) +
+                     " --draft " + std::to_string(b.max_draft) + " --drafts " + o->drafts +
                      (o->no_cold ? " --no-cold" : "") + (o->no_warm ? " --no-warm" : "");
     WriteFile(o->out + ".json", bench::ToJson(report));
     WriteFile(o->out + ".md", bench::ToMarkdown(report));

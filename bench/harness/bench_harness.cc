@@ -16,6 +16,7 @@
 #include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/cpu/fast/fast_ops.h"
 #include "core/timer.h"
+#include "gemma/engine.h"
 #if GEMMA_BENCH_VULKAN
 #include "backend/vulkan/vulkan_backend.h"
 #endif
@@ -142,8 +143,8 @@ int TotalTokens(const Workload& w) {
 }
 
 Row MakeRow(const std::string& backend, const Workload& w, const std::string& mode,
-            const std::vector<Measurement>& runs, double load_ms, const Backend& b, double floor_ms,
-            int threads) {
+            const std::vector<Measurement>& runs, double load_ms, size_t resident_bytes,
+            double floor_ms, int threads) {
   Row row;
   row.backend = backend;
   row.workload = w.Name();
@@ -183,7 +184,7 @@ Row MakeRow(const std::string& backend, const Workload& w, const std::string& mo
     wall += m.decode_wall_ms;
   }
   row.cpu_share = wall > 0 ? cpu / (wall * threads) : 0;
-  row.resident_bytes = b.resident_bytes();
+  row.resident_bytes = resident_bytes;
   row.peak_rss_bytes = PeakRssBytes();
   return row;
 }
@@ -211,6 +212,68 @@ std::string MatchText(const Row& r) {
   return s;
 }
 
+std::string Label(const Row& r) {
+  return r.draft.empty() ? r.workload : r.workload + " " + r.draft;
+}
+
+// The engine's name for a bench backend.
+std::string EngineBackend(const std::string& name) {
+  if (name == "cpu-fast") return "cpu";
+  if (name == "cpu-reference") return "cpu-ref";
+  return name;
+}
+
+// One request of a speculative workload on a fresh session: the prompt ids, then `gen` greedy
+// tokens with the given speculative settings; the decode timings from the session's telemetry.
+Measurement RunSession(Engine& engine, const std::vector<int32_t>& prompt, int gen,
+                       const SpeculativeOptions& spec, Telemetry* tel) {
+  GenerateOptions g;
+  g.max_new_tokens = gen;
+  g.ignore_eos = true;
+  g.speculative = spec;
+  double cpu0 = 0;
+  const Result r = engine.NewSession()->Generate(Input::Ids(prompt), g, [&](const TokenEvent& e) {
+    if (e.index == 0) cpu0 = ProcessCpuMs();
+  });
+  Measurement m;
+  m.decode_cpu_ms = ProcessCpuMs() - cpu0;
+  m.ttft_ms = r.telemetry.ttft_ms;
+  m.prefill_tokens = static_cast<int>(prompt.size());
+  // (the first token's entry is its choice after the prompt; each later one a step)
+  for (size_t i = 1; i < r.telemetry.token_ms.size(); ++i) {
+    m.itl_ms.push_back(r.telemetry.token_ms[i]);
+    m.decode_wall_ms += r.telemetry.token_ms[i];
+  }
+  m.tokens = r.tokens;
+  *tel = r.telemetry;
+  return m;
+}
+
+// Speculative settings for a draft source of BenchOptions::drafts. The oracles draft from `want`,
+// the plain run's tokens after `prompt` (the model's own greedy continuation): a drafter called
+// with the context so far (the prompt, then want[0 .. j-1]) drafts want[j ..], of each draft the
+// first `right` tokens as they are and the others one id off.
+SpeculativeOptions Drafts(const std::string& kind, int max_draft,
+                          const std::vector<int32_t>& prompt, const std::vector<int32_t>& want,
+                          int vocab) {
+  SpeculativeOptions s;
+  s.max_draft = max_draft;
+  if (kind == "prompt-lookup") {
+    s.mode = SpeculativeOptions::Mode::kPromptLookup;
+    return s;
+  }
+  s.mode = SpeculativeOptions::Mode::kCustom;
+  const int right = kind == "right" ? max_draft : kind == "half" ? (max_draft + 1) / 2 : 0;
+  s.drafter = [&prompt, &want, vocab, right](std::span<const int32_t> ctx, int k) {
+    std::vector<int32_t> d;
+    const size_t j = ctx.size() - prompt.size();
+    for (int i = 0; i < k && j + i < want.size(); ++i)
+      d.push_back(i < right ? want[j + i] : (want[j + i] + 1) % vocab);
+    return d;
+  };
+  return s;
+}
+
 }  // namespace
 
 std::string Workload::Name() const {
@@ -222,6 +285,8 @@ std::string Workload::Name() const {
              std::to_string(gen);
     case WorkloadKind::kSelect:
       return "sel" + std::to_string(prompt) + "+tg" + std::to_string(gen);
+    case WorkloadKind::kSpeculative:
+      return "spec" + std::to_string(prompt) + "+tg" + std::to_string(gen);
   }
   return "?";
 }
@@ -229,7 +294,8 @@ std::string Workload::Name() const {
 Workload ParseWorkload(const std::string& spec) {
   auto bad = [&] {
     return Error(ErrorCode::kInvalidArgument,
-                 "workload '" + spec + "': expected ppN+tgM, mtN+K+tgM or selN+tgM (N, K, M > 0)");
+                 "workload '" + spec +
+                     "': expected ppN+tgM, mtN+K+tgM, selN+tgM or specN+tgM (N, K, M > 0)");
   };
   Workload w;
   std::string rest;
@@ -242,6 +308,9 @@ Workload ParseWorkload(const std::string& spec) {
   } else if (spec.rfind("sel", 0) == 0) {
     w.kind = WorkloadKind::kSelect;
     rest = spec.substr(3);
+  } else if (spec.rfind("spec", 0) == 0) {
+    w.kind = WorkloadKind::kSpeculative;
+    rest = spec.substr(4);
   } else {
     throw bad();
   }
@@ -364,6 +433,13 @@ Report RunBench(const BenchOptions& o, const Log& log) {
     }
   }
   if (o.workloads.empty()) throw Error(ErrorCode::kInvalidArgument, "bench: no workloads");
+  for (const std::string& d : o.drafts) {
+    if (d != "right" && d != "wrong" && d != "half" && d != "prompt-lookup")
+      throw Error(ErrorCode::kInvalidArgument,
+                  "unknown draft source '" + d + "' (right, wrong, half, prompt-lookup)");
+  }
+  if (o.max_draft < 1 || o.max_draft > 6)
+    throw Error(ErrorCode::kInvalidArgument, "bench: max_draft must be in 1..6");
   Report rep;
   rep.options = o;
   rep.model = o.model;
@@ -471,6 +547,65 @@ Report RunBench(const BenchOptions& o, const Log& log) {
     }
   };
 
+  // A speculative workload: an engine on the backend, plain decoding's rows then one per draft
+  // source, warm only. Plain decoding's tokens are checked against the reference; every draft
+  // source's against plain decoding's.
+  auto speculative = [&](const std::string& name, const Workload& w) {
+    log(name + " " + w.Name() + " speculative (" + std::to_string(o.warmup) + " warm-up, " +
+        std::to_string(o.reps) + " reps per draft source)");
+    probe();
+    EngineOptions eo;
+    eo.model_path = o.model;
+    eo.backend = EngineBackend(name);
+    eo.context_capacity = o.capacity;
+    eo.threads = o.threads;
+    auto engine = Engine::Load(eo);
+    const std::vector<int32_t> prompt = PromptIds(w.prompt, vocab, o.seed);
+    Telemetry tel;
+    // The continuation the oracles draft from: plain decoding's, computed beforehand (untimed).
+    const std::vector<int32_t> want = RunSession(*engine, prompt, w.gen, {}, &tel).tokens;
+    std::vector<std::string> kinds = {"off"};
+    kinds.insert(kinds.end(), o.drafts.begin(), o.drafts.end());
+    std::vector<SpeculativeOptions> specs;
+    for (const std::string& kind : kinds) {
+      specs.push_back(kind == "off" ? SpeculativeOptions{}
+                                    : Drafts(kind, o.max_draft, prompt, want, vocab));
+    }
+    // Rep by rep through the draft sources, so that the machine's drift (other load, clocks)
+    // falls on every row alike and the ratios to plain decoding compare runs close in time.
+    const size_t n = kinds.size();
+    for (int i = 0; i < o.warmup; ++i)
+      for (size_t k = 0; k < n; ++k) RunSession(*engine, prompt, w.gen, specs[k], &tel);
+    std::vector<std::vector<Measurement>> runs(n);
+    std::vector<Telemetry> last(n);
+    for (int i = 0; i < o.reps; ++i)
+      for (size_t k = 0; k < n; ++k)
+        runs[k].push_back(RunSession(*engine, prompt, w.gen, specs[k], &last[k]));
+    double plain_tok_s = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const std::string& kind = kinds[k];
+      Row row = MakeRow(name, w, "warm", runs[k], engine->load_ms(), engine->shared_bytes(),
+                        rep.floor_ms, name == "cpu-fast" ? rep.threads : 1);
+      row.draft = kind;
+      row.verify_steps = last[k].verify_steps;
+      row.drafted = last[k].drafted;
+      row.accepted = last[k].accepted;
+      if (kind == "off") {
+        plain_tok_s = row.decode_tok_s;
+        verify(row, w, {});
+      } else {
+        row.matched = row.tokens == want;
+        if (!*row.matched) row.note = "tokens differ from plain decoding";
+      }
+      row.speedup_vs_plain = plain_tok_s > 0 ? row.decode_tok_s / plain_tok_s : 0;
+      log("  " + kind + ": decode " + Fmt("%.2f", row.decode_tok_s) + " tok/s (" +
+          Fmt("%.2f", row.speedup_vs_plain) + "x plain), " + std::to_string(row.verify_steps) +
+          " verification steps, " + std::to_string(row.accepted) + " of " +
+          std::to_string(row.drafted) + " drafted accepted, match " + MatchText(row));
+      rep.rows.push_back(std::move(row));
+    }
+  };
+
   for (const std::string& name : o.backends) {
     try {
       MakeBackend(name, *model, bo, o.threads);
@@ -485,6 +620,10 @@ Report RunBench(const BenchOptions& o, const Log& log) {
       continue;
     }
     for (const Workload& w : o.workloads) {
+      if (w.kind == WorkloadKind::kSpeculative) {
+        if (o.warm) speculative(name, w);
+        continue;
+      }
       if (o.cold) {
         // Cold: a fresh Model::Load (mmap, validation) and backend, first request; the OS page
         // cache is left as found.
@@ -492,7 +631,7 @@ Report RunBench(const BenchOptions& o, const Log& log) {
         auto m = Model::Load(o.model);
         auto b = MakeBackend(name, *m, bo, o.threads);
         std::vector<Measurement> runs = {RunWorkload(*b, w, vocab, o.seed, allowed)};
-        Row row = MakeRow(name, w, "cold", runs, m->load_ms(), *b, rep.floor_ms,
+        Row row = MakeRow(name, w, "cold", runs, m->load_ms(), b->resident_bytes(), rep.floor_ms,
                           name == "cpu-fast" ? rep.threads : 1);
         b->Reset();
         verify(row, w, RunWorkload(*b, w, vocab, o.seed, allowed, /*check=*/true).prompt_logits);
@@ -515,8 +654,8 @@ Report RunBench(const BenchOptions& o, const Log& log) {
           b->Reset();
           runs.push_back(RunWorkload(*b, w, vocab, o.seed, allowed));
         }
-        Row row = MakeRow(name, w, "warm", runs, model->load_ms(), *b, rep.floor_ms,
-                          name == "cpu-fast" ? rep.threads : 1);
+        Row row = MakeRow(name, w, "warm", runs, model->load_ms(), b->resident_bytes(),
+                          rep.floor_ms, name == "cpu-fast" ? rep.threads : 1);
         verify(row, w, check);
         log("  ttft " + Fmt("%.1f", row.ttft_ms) + " ms, prefill " +
             Fmt("%.1f", row.prefill_tok_s) + " tok/s, decode " + Fmt("%.2f", row.decode_tok_s) +
@@ -564,7 +703,8 @@ std::string ToJson(const Report& r) {
   j["options"] = {{"backends", r.options.backends}, {"warmup", r.options.warmup},
                   {"reps", r.options.reps},         {"cold", r.options.cold},
                   {"warm", r.options.warm},         {"capacity", r.options.capacity},
-                  {"seed", r.options.seed}};
+                  {"seed", r.options.seed},         {"max_draft", r.options.max_draft},
+                  {"drafts", r.options.drafts}};
   j["rows"] = nlohmann::json::array();
   for (const Row& w : r.rows) {
     nlohmann::json row = {{"backend", w.backend},
@@ -589,6 +729,13 @@ std::string ToJson(const Report& r) {
                           {"itl_series_ms", w.itl_series_ms},
                           {"tokens", w.tokens},
                           {"note", w.note}};
+    if (!w.draft.empty()) {
+      row["draft"] = w.draft;
+      row["verify_steps"] = w.verify_steps;
+      row["drafted"] = w.drafted;
+      row["accepted"] = w.accepted;
+      row["speedup_vs_plain"] = w.speedup_vs_plain;
+    }
     row["matched_reference"] = w.matched ? nlohmann::json(*w.matched) : nlohmann::json(nullptr);
     row["prompt_logits_rel_l2"] =
         w.logits_rel_l2 ? nlohmann::json(*w.logits_rel_l2) : nlohmann::json(nullptr);
@@ -625,7 +772,7 @@ std::string ToMarkdown(const Report& r) {
   for (const Row& w : r.rows) {
     const double speedup =
         w.decode_tok_s > 0 && w.prefill_tok_s > 0 ? w.prefill_tok_s / w.decode_tok_s : 0;
-    o << "| " << w.backend << " | " << w.workload << " | " << w.mode << " | " << w.reps << " | "
+    o << "| " << w.backend << " | " << Label(w) << " | " << w.mode << " | " << w.reps << " | "
       << Fmt("%.1f", w.ttft_ms) << " (" << Fmt("%.1f", w.ttft_p95_ms) << ") | "
       << Fmt("%.1f", w.prefill_tok_s) << " | " << Fmt("%.2f", w.itl_ms) << " ("
       << Fmt("%.2f", w.itl_p95_ms) << ") | " << Fmt("%.2f", w.decode_tok_s) << " | "
@@ -633,7 +780,24 @@ std::string ToMarkdown(const Report& r) {
       << Fmt("%.2f", w.cpu_share) << " | " << Fmt("%.1f", w.resident_bytes / 1048576.0) << " | "
       << MatchText(w) << (w.note.empty() ? "" : " — " + w.note) << " |\n";
   }
-  // Summary per backend over warm rows; rows that did not match the reference are never included.
+  bool speculative = false;
+  for (const Row& w : r.rows) speculative = speculative || !w.draft.empty();
+  if (speculative) {
+    o << "\nSpeculative decoding (drafts of up to " << r.options.max_draft
+      << " tokens; right / wrong / half: drafts right, wrong or half right by construction, from "
+         "plain decoding's own tokens):\n\n";
+    o << "| backend | workload | drafts | decode tok/s | vs plain | verification steps | drafted | "
+         "accepted | matched |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const Row& w : r.rows) {
+      if (w.draft.empty()) continue;
+      o << "| " << w.backend << " | " << w.workload << " | " << w.draft << " | "
+        << Fmt("%.2f", w.decode_tok_s) << " | " << Fmt("%.3f", w.speedup_vs_plain) << "x | "
+        << w.verify_steps << " | " << w.drafted << " | " << w.accepted << " | " << MatchText(w)
+        << " |\n";
+    }
+  }
+  // Summary per backend over warm rows; rows that did not match the reference are never included,
+  // nor speculative rows with drafts.
   std::map<std::string, std::vector<double>> dec, pre;
   int flagged = 0;
   for (const Row& w : r.rows) {
@@ -641,7 +805,7 @@ std::string ToMarkdown(const Report& r) {
       ++flagged;
       continue;
     }
-    if (w.mode != "warm") continue;
+    if (w.mode != "warm" || (!w.draft.empty() && w.draft != "off")) continue;
     dec[w.backend].push_back(w.decode_tok_s);
     pre[w.backend].push_back(w.prefill_tok_s);
   }
@@ -658,7 +822,8 @@ std::string ToCsv(const Report& r) {
   std::ostringstream o;
   o << "backend,workload,mode,reps,prompt_tokens,generated_tokens,load_ms,ttft_ms,ttft_p95_ms,"
        "prefill_tok_s,itl_median_ms,itl_p95_ms,decode_tok_s,floor_ratio,floor_ms,read_gbps,"
-       "cpu_share,resident_bytes,peak_rss_bytes,matched_reference,prompt_logits_rel_l2\n";
+       "cpu_share,resident_bytes,peak_rss_bytes,matched_reference,prompt_logits_rel_l2,draft,"
+       "verify_steps,drafted,accepted,speedup_vs_plain\n";
   for (const Row& w : r.rows) {
     o << w.backend << "," << w.workload << "," << w.mode << "," << w.reps << "," << w.prompt << ","
       << w.gen << "," << Fmt("%.3f", w.load_ms) << "," << Fmt("%.3f", w.ttft_ms) << ","
@@ -668,7 +833,9 @@ std::string ToCsv(const Report& r) {
       << Fmt("%.4f", r.floor_ms) << "," << Fmt("%.3f", r.bandwidth.read_gbps) << ","
       << Fmt("%.3f", w.cpu_share) << "," << w.resident_bytes << "," << w.peak_rss_bytes << ","
       << (w.matched ? (*w.matched ? "true" : "false") : "") << ","
-      << (w.logits_rel_l2 ? Fmt("%.3e", *w.logits_rel_l2) : "") << "\n";
+      << (w.logits_rel_l2 ? Fmt("%.3e", *w.logits_rel_l2) : "") << "," << w.draft << ","
+      << w.verify_steps << "," << w.drafted << "," << w.accepted << ","
+      << Fmt("%.4f", w.speedup_vs_plain) << "\n";
   }
   return o.str();
 }
@@ -693,7 +860,7 @@ std::string ToHtml(const Report& r) {
        "<th>matched reference</th></tr>\n";
   for (const Row& w : r.rows) {
     const bool bad = w.matched && !*w.matched;
-    o << "<tr" << (bad ? " class=\"bad\"" : "") << "><td>" << w.backend << "</td><td>" << w.workload
+    o << "<tr" << (bad ? " class=\"bad\"" : "") << "><td>" << w.backend << "</td><td>" << Label(w)
       << "</td><td>" << w.mode << "</td><td>" << Fmt("%.1f", w.ttft_ms) << "</td><td>"
       << Fmt("%.1f", w.prefill_tok_s) << "</td><td>" << Fmt("%.2f", w.itl_ms) << " ("
       << Fmt("%.2f", w.itl_p95_ms) << ")</td><td>" << Fmt("%.2f", w.decode_tok_s) << "</td><td>"
@@ -743,7 +910,7 @@ std::string ToHtml(const Report& r) {
       o << Fmt("%.1f", x) << "," << Fmt("%.1f", y) << " ";
     }
     o << "\"/><text x=\"" << W + 5 << "\" y=\"" << 20 + 14 * s << "\" font-size=\"11\" fill=\""
-      << kColors[s % 8] << "\">" << w.backend << " " << w.workload << "</text>\n";
+      << kColors[s % 8] << "\">" << w.backend << " " << Label(w) << "</text>\n";
   }
   o << "</svg>\n";
 
@@ -765,7 +932,7 @@ std::string ToHtml(const Report& r) {
     const Row& w = *bars[i];
     const int y = 20 + static_cast<int>(i) * (2 * bh + gap);
     o << "<text x=\"195\" y=\"" << y + bh << "\" font-size=\"11\" text-anchor=\"end\">" << w.backend
-      << " " << w.workload << "</text>";
+      << " " << Label(w) << "</text>";
     o << "<rect x=\"200\" y=\"" << y << "\" width=\"" << Fmt("%.1f", bar_len(w.prefill_tok_s))
       << "\" height=\"" << bh - 2 << "\" fill=\"#1f77b4\"/><text x=\""
       << Fmt("%.1f", 205 + bar_len(w.prefill_tok_s)) << "\" y=\"" << y + 11

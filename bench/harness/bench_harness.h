@@ -21,6 +21,8 @@ enum class WorkloadKind {
                // and generate again; TTFT and prefill are the second turn's
   kSelect,     // as kGenerate, but decoding picks among an allowed-id mask (constrained decoding's
                // backend path: OutputMode::kSelect)
+  kSpeculative,  // as kGenerate, through an engine session: plain decoding, then speculative
+                 // decoding with each of BenchOptions::drafts (rows per draft source)
 };
 
 struct Workload {
@@ -32,7 +34,7 @@ struct Workload {
 };
 
 // Parses "pp128+tg32", "mt128+32+tg16" (multi-turn: first prompt, second-turn tokens),
-// "sel64+tg16".
+// "sel64+tg16", "spec64+tg64".
 Workload ParseWorkload(const std::string& spec);
 
 struct BenchOptions {
@@ -52,6 +54,13 @@ struct BenchOptions {
   // deterministic), so reruns skip the slow reference runs.
   std::string reference_cache;
   size_t bandwidth_bytes = size_t{1} << 30;
+  // Speculative workloads (specN+tgM): tokens drafted per verification step (1..6) and the draft
+  // sources, each a row beside plain decoding's: "right" (the plain run's own continuation, every
+  // draft accepted), "wrong" (each drafted token off by one id, none accepted: what the adaptive
+  // policy costs), "half" (the first half of each draft right), "prompt-lookup" (the product's
+  // n-gram drafts; on random prompt ids they rarely find anything).
+  int max_draft = 4;
+  std::vector<std::string> drafts = {"right", "wrong", "half", "prompt-lookup"};
 };
 
 struct Bandwidth {
@@ -86,6 +95,12 @@ struct Row {
   std::optional<bool> matched;          // vs cpu-reference; nullopt: not verified
   std::optional<double> logits_rel_l2;  // last prompt position's logits vs cpu-reference
   std::string note;
+  // Speculative workloads: the draft source ("off" for plain decoding), the last rep's
+  // verification steps and drafted / accepted tokens, and decode tok/s over the same backend's
+  // plain decoding in the same run.
+  std::string draft;
+  int verify_steps = 0, drafted = 0, accepted = 0;
+  double speedup_vs_plain = 0;
 };
 
 struct Report {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "gemma/error.h"
@@ -22,6 +23,8 @@ TEST(BenchHarness, StatsAndWorkloadSpecs) {
   EXPECT_EQ(mt.kind, WorkloadKind::kMultiTurn);
   EXPECT_EQ(mt.turn2, 16);
   EXPECT_EQ(ParseWorkload("sel10+tg4").kind, WorkloadKind::kSelect);
+  EXPECT_EQ(ParseWorkload("spec12+tg9").kind, WorkloadKind::kSpeculative);
+  EXPECT_EQ(ParseWorkload("spec12+tg9").Name(), "spec12+tg9");
   for (const char* bad : {"pp+tg3", "pp3", "xx3+tg3", "pp0+tg1", "mt3+tg3", "pp3+tg-1"})
     EXPECT_THROW(ParseWorkload(bad), Error) << bad;
   EXPECT_EQ(PromptIds(5, 100, 1), PromptIds(5, 100, 1));
@@ -86,6 +89,49 @@ TEST(BenchHarness, MismatchedRowsAreFlaggedAndLeftOutOfSummaries) {
   EXPECT_NE(md.find("decode 10.00 tok/s"), std::string::npos);
   EXPECT_NE(md.find("1 flagged row(s) excluded"), std::string::npos);
   EXPECT_EQ(ToHtml(r).find("<polyline"), std::string::npos);
+}
+
+// A speculative workload: plain decoding checked against the reference, then drafts right, wrong
+// and half right by construction, each row with plain decoding's tokens and the acceptance its
+// construction implies.
+TEST(BenchHarness, SpeculativeRowsPerDraftSource) {
+  BenchOptions o;
+  o.model = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/model/tiny_qat";
+  o.backends = {"cpu-fast"};
+  o.workloads = {ParseWorkload("spec7+tg24")};
+  o.warmup = 0;
+  o.reps = 1;
+  o.threads = 2;
+  o.capacity = 64;
+  o.bandwidth_bytes = 8 << 20;
+  const Report r = RunBench(o, [](const std::string&) {});
+  ASSERT_EQ(r.rows.size(), 5u);  // off, right, wrong, half, prompt-lookup
+  std::map<std::string, const Row*> by;
+  for (const Row& row : r.rows) {
+    by[row.draft] = &row;
+    EXPECT_EQ(row.mode, "warm");
+    ASSERT_TRUE(row.matched.has_value()) << row.draft;
+    EXPECT_TRUE(*row.matched) << row.draft << ": " << row.note;
+    EXPECT_EQ(row.tokens.size(), 24u);
+    EXPECT_EQ(row.itl_series_ms.size(), 23u);
+    EXPECT_GT(row.decode_tok_s, 0);
+  }
+  ASSERT_EQ(by.size(), 5u);
+  EXPECT_EQ(by["off"]->drafted, 0);
+  EXPECT_EQ(by["off"]->speedup_vs_plain, 1.0);
+  EXPECT_GT(by["right"]->drafted, 0);
+  EXPECT_EQ(by["right"]->accepted, by["right"]->drafted);
+  EXPECT_LE(by["right"]->verify_steps, (24 + 4) / 5);
+  EXPECT_GT(by["wrong"]->drafted, 0);
+  EXPECT_EQ(by["wrong"]->accepted, 0);
+  EXPECT_GT(by["half"]->accepted, 0);
+  EXPECT_LT(by["half"]->accepted, by["half"]->drafted);
+  const std::string md = ToMarkdown(r);
+  EXPECT_NE(md.find("| cpu-fast | spec7+tg24 | right |"), std::string::npos) << md;
+  const nlohmann::json j = nlohmann::json::parse(ToJson(r));
+  EXPECT_EQ(j["rows"][1]["draft"], "right");
+  o.drafts = {"sometimes"};
+  EXPECT_THROW(RunBench(o, [](const std::string&) {}), Error);
 }
 
 }  // namespace

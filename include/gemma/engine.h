@@ -24,6 +24,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -190,11 +191,21 @@ enum class PrefillStrategy { kAuto, kSequential, kChunked };
 // a seeded request gives plain decoding's tokens. Applied to text prompts decoded greedily without
 // a constraint or from the logits (sampling, penalties, logprobs, constraints with sampling); off
 // for constrained greedy decoding and media prompts, where Result::resolved_config says so.
-// Drafts come from prompt lookup (n-gram matches in the prompt and output so far) or from the
-// engine's draft model (EngineOptions::draft_model_path), which drafts greedily on its own context.
+// Drafts come from prompt lookup (n-gram matches in the prompt and output so far), from the
+// engine's draft model (EngineOptions::draft_model_path), which drafts greedily on its own context,
+// or from the caller's `drafter` (kCustom).
 struct SpeculativeOptions {
-  enum class Mode { kOff, kPromptLookup, kDraftModel };
+  enum class Mode { kOff, kPromptLookup, kDraftModel, kCustom };
   Mode mode = Mode::kOff;
+  // kCustom: called on the generating thread before a verification step with the context so far
+  // (the prompt, the tokens generated so far and the one about to be evaluated, which is last) and
+  // the number of tokens wanted, `k` (1..max_draft); returns up to k ids that likely follow
+  // (longer: cut to k; empty: no guess, a plain step). Whatever it returns, the model's own choices
+  // decide every token: the output is plain decoding's. An id outside the vocabulary is
+  // Error(kCallback), as is an exception thrown by it; the session keeps its context exact either
+  // way. Its time counts in Telemetry::draft_ms. A drafter over a retrieval corpus, an edit's
+  // source file or a structured template goes here.
+  std::function<std::vector<int32_t>(std::span<const int32_t> context, int k)> drafter;
   // Tokens drafted per step (1..6: a step then evaluates at most 7 tokens, which every backend
   // computes as it does one-token steps).
   int max_draft = 4;
@@ -306,7 +317,7 @@ struct Telemetry {
   size_t resident_bytes = 0;  // process RSS at the end
   // Speculative decoding: verification steps, tokens drafted and of them accepted.
   int verify_steps = 0, drafted = 0, accepted = 0;
-  double draft_ms = 0;  // of the decode time, in the draft model (SpeculativeOptions kDraftModel)
+  double draft_ms = 0;         // of the decode time, in the draft model or the custom drafter
   int jump_forward_steps = 0;  // of the verification steps, those over a constraint's forced text
   // Batched decode: steps evaluated together with other sessions' steps, and the largest batch.
   int batched_steps = 0, max_batch = 0;

@@ -25,20 +25,34 @@ int DraftPolicy::Next() {
     --pause_;
     return 0;
   }
-  return max_draft_;
+  return probing_ ? 1 : max_draft_;
+}
+
+void DraftPolicy::Pause() {
+  pause_ = backoff_;
+  backoff_ = std::min(2 * backoff_, kMaxPause);
+  probing_ = true;
 }
 
 void DraftPolicy::Record(int drafted, int accepted) {
   if (drafted <= 0) return;
   ++steps_;
-  rate_ = 0.5 * rate_ + 0.5 * static_cast<double>(accepted) / drafted;
-  // Below the break-even share a verification step (more work than a plain step) loses: 16 plain
-  // steps (which also time a plain step), then drafts again from the break-even share.
-  const double t = threshold();
-  if (steps_ >= 3 && rate_ < t) {
-    pause_ = 16;
-    rate_ = std::max(0.5, t);
+  if (probing_) {
+    // The probe after a pause: drafting resumes when its token was right and drafting can pay at
+    // all here; else a pause twice as long.
+    if (accepted < drafted || threshold() >= 1.0) {
+      Pause();
+      return;
+    }
+    probing_ = false;
+    backoff_ = kMinPause;
+    rate_ = std::max(0.5, threshold());
+    return;
   }
+  rate_ = 0.5 * rate_ + 0.5 * static_cast<double>(accepted) / drafted;
+  // Below the break-even share a verification step (more work than a plain step) loses: plain
+  // steps (which also time a plain step), then a one-token probe.
+  if (steps_ >= 2 && rate_ < threshold()) Pause();
 }
 
 double DraftPolicy::Window::LowerMedian() const {
@@ -55,7 +69,7 @@ void DraftPolicy::RecordPlainCost(double seconds) {
 }
 
 void DraftPolicy::RecordVerifyCost(int drafted, double seconds) {
-  if (drafted <= 0 || !(seconds > 0)) return;
+  if (drafted <= 0 || !(seconds > 0) || probing_) return;
   verify_s_.Add(seconds);
   verify_k_.Add(drafted);
 }

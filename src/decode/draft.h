@@ -33,7 +33,11 @@ class PromptLookupDraft : public DraftSource {
 
 // How many tokens to draft: `max_draft` while drafts are accepted, none for a while when they are
 // not (a verification step costs more than a one-token step, so low acceptance would slow
-// decoding down). Acceptance is tracked as a moving average of accepted / drafted per step; the
+// decoding down). After a pause one token is drafted (a probe: a two-token step, little dearer
+// than a plain one); drafting resumes when it is accepted, else the next pause is twice as long
+// (16, 32, ... 256 plain steps), so drafts that stay wrong cost a few percent of plain decoding
+// over a long generation and drafts that become right again (the output starts quoting) are
+// found. Acceptance is tracked as a moving average of accepted / drafted per step; the
 // share below which drafting loses comes from the measured costs of the backend's steps once both
 // kinds have been timed (a verification step of k drafts gives 1 + accepted tokens, a plain step
 // one: break-even at (verify / plain - 1) / k accepted), else a quarter. The costs are the lower
@@ -46,16 +50,22 @@ class DraftPolicy {
   int Next();
   // A verification step's outcome.
   void Record(int drafted, int accepted);
-  // The wall time of a plain one-token step, and of a verification step of `drafted` drafts.
+  // The wall time of a plain one-token step, and of a verification step of `drafted` drafts (a
+  // probe's is not kept: the break-even share is that of full drafts).
   void RecordPlainCost(double seconds);
   void RecordVerifyCost(int drafted, double seconds);
   // The accepted share below which drafting pauses.
   double threshold() const;
 
  private:
+  static constexpr int kMinPause = 16, kMaxPause = 256;
+  void Pause();
+
   int max_draft_;
-  double rate_ = 1.0;  // moving average of accepted / drafted
+  double rate_ = 0.5;  // moving average of accepted / drafted (a neutral start)
   int pause_ = 0;      // plain steps left before drafting again
+  int backoff_ = kMinPause;  // the next pause's length
+  bool probing_ = false;     // the next draft is a one-token probe
   int steps_ = 0;
   // The last samples of the steps' costs and of the drafts per verification (a ring each).
   struct Window {

@@ -27,13 +27,33 @@ TEST(PromptLookupDraft, PrefersLongerSuffixesAndTheMostRecentOccurrence) {
   EXPECT_TRUE(d.Propose(std::vector<int32_t>{}, 4).empty());
 }
 
-TEST(DraftPolicy, PausesWhenDraftsAreRejectedAndResumes) {
+// Rejected drafts pause drafting; after the pause one token is drafted (a probe): drafting resumes
+// when it is accepted, else the pause doubles (up to 256 plain steps) until a probe is accepted.
+TEST(DraftPolicy, PausesWhenDraftsAreRejectedProbesAndBacksOff) {
   DraftPolicy p(4);
+  auto plain_steps = [&] {
+    int n = 0;
+    while (p.Next() == 0) ++n;  // (the call that ends the loop asked for the next draft)
+    return n;
+  };
   EXPECT_EQ(p.Next(), 4);
-  for (int i = 0; i < 3; ++i) p.Record(4, 0);
-  int plain = 0;
-  while (p.Next() == 0) ++plain;
-  EXPECT_EQ(plain, 16);
+  p.Record(4, 0);
+  EXPECT_EQ(p.Next(), 4);
+  p.Record(4, 0);
+  for (const int pause : {16, 32, 64, 128, 256, 256}) {
+    EXPECT_EQ(plain_steps(), pause);  // ... then a one-token probe
+    p.Record(1, 0);
+  }
+  EXPECT_EQ(plain_steps(), 256);
+  p.Record(1, 1);  // the probe's token was right: full drafts again
+  EXPECT_EQ(p.Next(), 4);
+  p.Record(4, 4);
+  EXPECT_EQ(p.Next(), 4);
+  // The next pause starts from 16 again.
+  p.Record(4, 0);
+  EXPECT_EQ(p.Next(), 4);
+  p.Record(4, 0);
+  EXPECT_EQ(plain_steps(), 16);
   // Accepted drafts keep drafting.
   DraftPolicy q(4);
   for (int i = 0; i < 20; ++i) {
@@ -41,6 +61,20 @@ TEST(DraftPolicy, PausesWhenDraftsAreRejectedAndResumes) {
     q.Record(4, 3);
   }
   EXPECT_EQ(DraftPolicy(0).Next(), 0);
+}
+
+// A probe's step (two tokens) does not count as a verification step's cost.
+TEST(DraftPolicy, AProbesCostIsNotAVerificationStepsCost) {
+  DraftPolicy p(4);
+  p.RecordPlainCost(1.0);
+  p.RecordVerifyCost(4, 2.0);
+  EXPECT_NEAR(p.threshold(), 0.25, 1e-12);
+  p.Record(4, 0);
+  p.Record(4, 0);
+  while (p.Next() == 0) {
+  }
+  for (int i = 0; i < 8; ++i) p.RecordVerifyCost(1, 1.1);
+  EXPECT_NEAR(p.threshold(), 0.25, 1e-12);
 }
 
 // With both kinds of step timed, the pause follows the break-even share (verify / plain - 1) / k:
@@ -66,11 +100,19 @@ TEST(DraftPolicy, PausesBelowTheBreakEvenOfTheMeasuredStepCosts) {
   }
   // Untimed: a quarter.
   EXPECT_EQ(DraftPolicy(4).threshold(), 0.25);
-  // A verification step dearer than its tokens at full acceptance: every one pauses drafting.
+  // A verification step dearer than its tokens at full acceptance: drafting pauses, and an
+  // accepted probe does not resume it.
   DraftPolicy q(4);
   q.RecordPlainCost(1.0);
   q.RecordVerifyCost(4, 6.0);
-  for (int i = 0; i < 3; ++i) q.Record(4, 4);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(q.Next(), 4);
+    q.Record(4, 4);
+  }
+  int plain = 0;
+  while (q.Next() == 0) ++plain;
+  EXPECT_EQ(plain, 16);
+  q.Record(1, 1);
   EXPECT_EQ(q.Next(), 0);
 }
 

@@ -111,5 +111,43 @@ TEST_F(Capacity, ContextBytesMatchWhatAContextHolds) {
   EXPECT_LT(PlanCpuContextBytes(*model, opt, 10, 1).kv, b.kv);
 }
 
+// With a draft model, a session holds a draft context beside its own: a capacity whose context
+// fits alone but not twice (the model drafting for itself) is refused at load, before anything is
+// allocated, the message naming the draft context's bytes.
+TEST_F(Capacity, ADraftModelsContextCountsInTheHostMemoryCheck) {
+  const size_t available = AvailableMemoryBytes();
+  ASSERT_GT(available, 0u) << "/proc/meminfo unreadable";
+  auto model = Model::Load(dir_);
+  auto need = [&](int c) {
+    const CpuContextBytes b = PlanCpuContextBytes(*model, {.capacity = c}, c, 2);
+    return b.kv + b.scratch;
+  };
+  // The capacity whose context takes ~60% of the available memory: one fits, two do not.
+  int lo = 1, hi = 1 << 30;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (need(mid) <= available / 10 * 6)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  EXPECT_LE(need(lo), available);  // (ContextBytesMatchWhatAContextHolds checks the formula)
+  const size_t before = Rss();
+  try {
+    Engine::Load({.model_path = dir_,
+                  .backend = "cpu",
+                  .context_capacity = lo,
+                  .threads = 2,
+                  .draft_model_path = dir_});
+    ADD_FAILURE() << "a model and its draft context of " << lo << " tokens each loaded in "
+                  << available << " bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the draft model's context"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(Rss(), before + (64u << 20)) << "allocated before refusing";
+}
+
 }  // namespace
 }  // namespace gemma

@@ -69,6 +69,9 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
     throw Error(ErrorCode::kInvalidArgument, "max_batch must be in 1..256");
   // A CPU context that could not grow to its capacity on this machine is refused now, naming the
   // bytes, instead of being killed for memory in the middle of a long prefill.
+  // (with a draft model, a drafting session holds a context of it too: loaded first, checked
+  // together)
+  if (!options.draft_model_path.empty()) LoadDraftModel(options, tok);
   host_memory_checks_ = options.backend == "cpu" || options.backend == "cpu-ref";
   if (host_memory_checks_) CheckHostMemory(options);
   // The backend model holds the weights once; its first context is made now so a bad backend
@@ -83,7 +86,7 @@ EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
   backend_model_ = std::move(start.model);
   first_context_ = std::move(start.context);
   backend_name_ = first_context_->name();
-  if (!options.draft_model_path.empty()) LoadDraftModel(options, tok);
+  if (draft_model_) StartDraftBackend(options);
   if (options.max_batch > 1 && backend_model_->batches_steps())
     batcher_ = std::make_unique<StepBatcher>(*backend_model_, options.max_batch);
   const GenerationDefaults g = LoadGenerationDefaults(options.model_path);
@@ -124,6 +127,9 @@ void EngineImpl::LoadDraftModel(const EngineOptions& options, const std::string&
       }
     }
   }
+}
+
+void EngineImpl::StartDraftBackend(const EngineOptions& options) {
   // The backend the model runs on ("auto" resolved), with the same threads and device.
   std::string backend = options.backend;
   if (backend == "auto") backend = backend_name_ == "vulkan" ? "vulkan" : "cpu";
@@ -142,8 +148,11 @@ std::unique_ptr<Backend> EngineImpl::NewDraftContext(int capacity) const {
                 "speculative mode draft_model: the engine has no draft model "
                 "(EngineOptions::draft_model_path)");
   }
-  return draft_backend_->NewContext(
-      {.capacity = std::min(capacity, draft_model_->text().max_position_embeddings)});
+  return draft_backend_->NewContext({.capacity = DraftCapacity(capacity)});
+}
+
+int EngineImpl::DraftCapacity(int capacity) const {
+  return draft_model_ ? std::min(capacity, draft_model_->text().max_position_embeddings) : 0;
 }
 
 void EngineImpl::CheckHostMemory(const EngineOptions& options) const {
@@ -152,10 +161,16 @@ void EngineImpl::CheckHostMemory(const EngineOptions& options) const {
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto draft = [&](int capacity) {
+    if (!draft_model_) return size_t{0};
+    const int c = DraftCapacity(capacity);
+    const CpuContextBytes d = PlanCpuContextBytes(*draft_model_, {.capacity = c}, c, threads);
+    return d.kv + d.scratch;
+  };
   auto need = [&](int capacity) {
     const CpuContextBytes b =
         PlanCpuContextBytes(*model_, {.capacity = capacity}, capacity, threads);
-    return b.kv + b.scratch;
+    return b.kv + b.scratch + draft(capacity);
   };
   const size_t want = need(capacity_);
   if (want <= available) return;
@@ -173,8 +188,11 @@ void EngineImpl::CheckHostMemory(const EngineOptions& options) const {
               "a session of " + std::to_string(capacity_) + " tokens needs " +
                   std::to_string(want) + " bytes (" + FormatBytes(static_cast<double>(want)) +
                   ": K/V caches " + FormatBytes(static_cast<double>(b.kv)) +
-                  ", attention scratch " + FormatBytes(static_cast<double>(b.scratch)) + ") but " +
-                  std::to_string(available) + " bytes (" +
+                  ", attention scratch " + FormatBytes(static_cast<double>(b.scratch)) +
+                  (draft_model_ ? ", the draft model's context " +
+                                      FormatBytes(static_cast<double>(draft(capacity_)))
+                                : std::string()) +
+                  ") but " + std::to_string(available) + " bytes (" +
                   FormatBytes(static_cast<double>(available)) +
                   ") are available; lower the context capacity to at most " + std::to_string(lo) +
                   " tokens");

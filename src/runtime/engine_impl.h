@@ -79,6 +79,10 @@ class EngineImpl : public Engine {
   StepBatcher* batcher() const { return batcher_.get(); }
   // A context of the draft model (has_draft_model()) holding up to `capacity` tokens.
   std::unique_ptr<Backend> NewDraftContext(int capacity) const;
+  // The draft model (null without one) and the capacity of a draft context for a session of
+  // `capacity` tokens.
+  const Model* draft_model() const { return draft_model_.get(); }
+  int DraftCapacity(int capacity) const;
   // Whether sessions' caches live in host memory sized by PlanCpuContextBytes (the CPU backends):
   // requests then check the memory they would add before the caches grow.
   bool host_memory_checks() const { return host_memory_checks_; }
@@ -98,7 +102,10 @@ class EngineImpl : public Engine {
   // The draft model, when EngineOptions::draft_model_path is set.
   std::unique_ptr<Model> draft_model_;
   std::shared_ptr<BackendModel> draft_backend_;
+  // The draft model's checkpoint, checked against the model's vocabulary and tokenizer; then its
+  // backend, beside the model's.
   void LoadDraftModel(const EngineOptions& options, const std::string& tokenizer_path);
+  void StartDraftBackend(const EngineOptions& options);
   mutable std::once_flag vocab_once_;
   mutable std::shared_ptr<const constrain::Vocabulary> vocab_;
   std::unique_ptr<StepBatcher> batcher_;
@@ -107,7 +114,8 @@ class EngineImpl : public Engine {
   std::string backend_name_;
   int capacity_ = 0;
   bool host_memory_checks_ = false;
-  // Error(kCapacity) with the bytes when one CPU context at capacity_ would not fit in memory.
+  // Error(kCapacity) with the bytes when one CPU context at capacity_ (and, with a draft model,
+  // one draft context beside it) would not fit in memory.
   void CheckHostMemory(const EngineOptions& options) const;
   double load_ms_ = 0;
   GenerateOptions defaults_;

@@ -32,6 +32,8 @@ class ModelDraft : public decode::DraftSource {
   void set_stop(std::stop_token stop) { stop_ = std::move(stop); }
   // Tokens the draft context holds.
   const std::vector<int32_t>& evaluated() const { return evaluated_; }
+  // Bytes the draft context holds now (its caches grow with use).
+  size_t resident_bytes() const { return context_->resident_bytes(); }
 
  private:
   void Step(std::span<const int32_t> tokens, OutputMode mode, ForwardResult* out);

@@ -27,6 +27,52 @@
 namespace gemma {
 namespace {
 
+// SpeculativeOptions::Mode::kCustom: the caller's drafter as a draft source. Its exceptions and
+// ids outside the vocabulary are Error(kCallback); a longer draft is cut to k.
+class CallbackDraft : public decode::DraftSource {
+ public:
+  CallbackDraft(const SpeculativeOptions& spec, int vocab) : spec_(spec), vocab_(vocab) {}
+  std::vector<int32_t> Propose(std::span<const int32_t> history, int k) override {
+    std::vector<int32_t> d;
+    try {
+      d = spec_.drafter(history, k);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kCallback, std::string("speculative drafter threw: ") + e.what());
+    } catch (...) {
+      throw Error(ErrorCode::kCallback, "speculative drafter threw");
+    }
+    if (static_cast<int>(d.size()) > k) d.resize(k);
+    for (const int32_t id : d) {
+      if (id < 0 || id >= vocab_) {
+        throw Error(ErrorCode::kCallback, "speculative drafter returned id " + std::to_string(id) +
+                                              ", outside the vocabulary (0.." +
+                                              std::to_string(vocab_ - 1) + ")");
+      }
+    }
+    return d;
+  }
+
+ private:
+  const SpeculativeOptions& spec_;
+  int vocab_;
+};
+
+const char* SpeculativeModeName(SpeculativeOptions::Mode m) {
+  switch (m) {
+    case SpeculativeOptions::Mode::kOff:
+      return "off";
+    case SpeculativeOptions::Mode::kPromptLookup:
+      return "prompt_lookup";
+    case SpeculativeOptions::Mode::kDraftModel:
+      return "draft_model";
+    case SpeculativeOptions::Mode::kCustom:
+      return "custom";
+  }
+  return "off";
+}
+
 decode::SamplingOptions ToSampling(const GenerateOptions& o) {
   decode::SamplingOptions s;
   s.temperature = o.temperature;
@@ -320,11 +366,21 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                     std::to_string(capacity));
   }
   if (engine_->host_memory_checks()) {
-    // The caches grow with use: what this request adds must fit before it starts.
+    // The caches grow with use: what this request adds must fit before it starts (with a draft
+    // model, its context's growth too).
     const int target = static_cast<int>(prompt.size()) + options.max_new_tokens;
     const CpuContextBytes b = PlanCpuContextBytes(model, {.capacity = capacity}, target, 1);
     const size_t have = backend_->resident_bytes();
-    const size_t grow = b.kv > have ? b.kv - have : 0;
+    size_t grow = b.kv > have ? b.kv - have : 0;
+    if (options.speculative.mode == SpeculativeOptions::Mode::kDraftModel &&
+        engine_->draft_model()) {
+      const int dc = engine_->DraftCapacity(capacity);
+      const size_t d =
+          PlanCpuContextBytes(*engine_->draft_model(), {.capacity = dc}, std::min(target, dc), 1)
+              .kv;
+      const size_t dhave = model_draft_ ? model_draft_->resident_bytes() : 0;
+      grow += d > dhave ? d - dhave : 0;
+    }
     const size_t available = grow ? AvailableMemoryBytes() : 0;
     if (grow && available && grow > available) {
       throw Error(ErrorCode::kCapacity,
@@ -344,6 +400,8 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                 "speculative mode draft_model: the engine has no draft model "
                 "(EngineOptions::draft_model_path, --draft-model)");
   }
+  if (spec.mode == SpeculativeOptions::Mode::kCustom && !spec.drafter)
+    throw Error(ErrorCode::kInvalidArgument, "speculative mode custom needs a drafter");
   const decode::SamplingOptions sopt = ToSampling(options);
   const std::vector<int32_t>& eos = model.text().eos_token_ids;
   // A constraint may always end with an EOS or stop id, even with ignore_eos.
@@ -418,12 +476,15 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   std::string emitted;  // raw text released to the caller (stop strings held back)
   Timer step;
   decode::PromptLookupDraft lookup;
+  CallbackDraft custom(spec, engine_->vocab_size());
   decode::DraftSource* source = &lookup;
   if (speculate && spec.mode == SpeculativeOptions::Mode::kDraftModel) {
     if (!model_draft_)
       model_draft_ = std::make_unique<ModelDraft>(engine_->NewDraftContext(backend_->capacity()));
     model_draft_->set_stop(stop);
     source = model_draft_.get();
+  } else if (speculate && spec.mode == SpeculativeOptions::Mode::kCustom) {
+    source = &custom;
   }
   decode::DraftPolicy drafts(spec.max_draft);
   std::vector<int32_t> history;
@@ -509,15 +570,18 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
         throw Error(ErrorCode::kCallback, "token callback threw");
       }
     }
-    if (by_text == decode::StopCause::kStopString) {
-      result.stop_reason = StopReason::kStopString;
+    // An emitted token its draft guessed counts as accepted, the last one too (whose K/V plain
+    // decoding would not hold: the caches drop it below).
+    const bool drafted_right = !ahead.empty() && ahead.front() == token;
+    if (by_text == decode::StopCause::kStopString || i + 1 == options.max_new_tokens) {
+      if (drafted_right) ++run_accepted;
+      if (by_text == decode::StopCause::kStopString) result.stop_reason = StopReason::kStopString;
       break;
     }
-    if (i + 1 == options.max_new_tokens) break;
     if (stop.stop_requested())
       throw Error(ErrorCode::kCancelled, "cancelled before evaluating a token");
     step.Reset();
-    if (!ahead.empty() && ahead.front() == token) {
+    if (drafted_right) {
       // The draft's token: the caches hold it and the verification step gave the output after it.
       ahead.pop_front();
       ++row;
@@ -617,14 +681,11 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   result.resolved_config["max_new_tokens"] = options.max_new_tokens;
   result.resolved_config["reuse_prompt_cache"] = options.reuse_prompt_cache;
   result.resolved_config["ignore_eos"] = options.ignore_eos;
-  result.resolved_config["speculative"] = {
-      {"mode", spec.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup"
-               : spec.mode == SpeculativeOptions::Mode::kDraftModel ? "draft_model"
-                                                                    : "off"},
-      {"max_draft", spec.max_draft},
-      {"applied", speculate},
-      {"jump_forward", spec.jump_forward},
-      {"jump_forward_applied", jump}};
+  result.resolved_config["speculative"] = {{"mode", SpeculativeModeName(spec.mode)},
+                                           {"max_draft", spec.max_draft},
+                                           {"applied", speculate},
+                                           {"jump_forward", spec.jump_forward},
+                                           {"jump_forward_applied", jump}};
   result.resolved_config["backend"] = tel.backend;
   {
     const OutputConstraint& oc = options.constraint;

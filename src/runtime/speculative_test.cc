@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -276,6 +279,129 @@ TEST(Speculative, OffWhereItCannotBeExactAndRejectsBadSettings) {
   try {
     engine->NewSession()->Generate(Input::Ids(prompt), bad);
     FAIL() << "max_draft 7 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+// A caller's drafter (kCustom): drafts right by construction (the model's own greedy continuation,
+// computed beforehand) are all accepted; wrong ones never are and the policy stops drafting;
+// either way, and with seeded sampling, the tokens are plain decoding's. A drafter that throws or
+// returns an id outside the vocabulary fails the request with kCallback and leaves the session as
+// plain decoding finds it.
+TEST(Speculative, CustomDrafterRightWrongAndBroken) {
+  auto engine =
+      Engine::Load({.model_path = Fixture("tiny_qat"), .backend = "cpu", .context_capacity = 256});
+  const int V = engine->vocab_size();
+  const std::vector<int32_t> prompt = Prompts(V)[1];
+  const int n = 40;
+  const Result plain = engine->NewSession()->Generate(Input::Ids(prompt), Greedy(n, false));
+  ASSERT_EQ(plain.tokens.size(), static_cast<size_t>(n));
+  const std::vector<int32_t>& want = plain.tokens;
+  // The drafter sees the context so far, the token about to be evaluated last: want[j].
+  bool context_ok = true;
+  int calls = 0;
+  auto oracle = [&](int wrong_from) {
+    return [&, wrong_from](std::span<const int32_t> ctx, int k) {
+      ++calls;
+      const int j = static_cast<int>(ctx.size() - prompt.size()) - 1;
+      context_ok = context_ok && j >= 0 && j < n &&
+                   std::equal(prompt.begin(), prompt.end(), ctx.begin()) &&
+                   std::equal(want.begin(), want.begin() + j + 1, ctx.begin() + prompt.size());
+      std::vector<int32_t> d;
+      for (int i = 0; i < k + 2 && j + 1 + i < n; ++i)  // (2 more than asked: cut to k)
+        d.push_back(i < wrong_from ? want[j + 1 + i] : (want[j + 1 + i] + 1) % V);
+      return d;
+    };
+  };
+  auto custom = [&](int max_draft, int wrong_from) {
+    GenerateOptions o = Greedy(n, false);
+    o.speculative.mode = SpeculativeOptions::Mode::kCustom;
+    o.speculative.max_draft = max_draft;
+    o.speculative.drafter = oracle(wrong_from);
+    return o;
+  };
+  {
+    const Result r = engine->NewSession()->Generate(Input::Ids(prompt), custom(4, 1 << 20));
+    EXPECT_EQ(r.tokens, want);
+    EXPECT_TRUE(context_ok);
+    EXPECT_EQ(r.resolved_config["speculative"]["mode"], "custom");
+    EXPECT_GT(r.telemetry.drafted, 0);
+    EXPECT_EQ(r.telemetry.accepted, r.telemetry.drafted);
+    EXPECT_LE(r.telemetry.drafted, 4 * r.telemetry.verify_steps);
+    // All right: each step gives 5 tokens, so 40 tokens need at most 8 steps of any kind.
+    EXPECT_LE(r.telemetry.verify_steps, (n + 4) / 5);
+  }
+  {
+    calls = 0;
+    const Result r = engine->NewSession()->Generate(Input::Ids(prompt), custom(3, 0));
+    EXPECT_EQ(r.tokens, want);
+    EXPECT_TRUE(context_ok);
+    EXPECT_GT(r.telemetry.drafted, 0);
+    EXPECT_EQ(r.telemetry.accepted, 0);
+    EXPECT_LT(calls, n - 1);  // the policy paused drafting
+  }
+  {
+    // Half right: the first two of four drafted tokens.
+    const Result r = engine->NewSession()->Generate(Input::Ids(prompt), custom(4, 2));
+    EXPECT_EQ(r.tokens, want);
+    EXPECT_GT(r.telemetry.accepted, 0);
+    EXPECT_LT(r.telemetry.accepted, r.telemetry.drafted);
+  }
+  {
+    // Seeded sampling with drafts half right: plain sampling's tokens.
+    GenerateOptions sampled = Greedy(n, false);
+    sampled.temperature = 0.8;
+    sampled.top_k = 40;
+    sampled.seed = 7;
+    const Result ps = engine->NewSession()->Generate(Input::Ids(prompt), sampled);
+    GenerateOptions so = sampled;
+    so.speculative.mode = SpeculativeOptions::Mode::kCustom;
+    so.speculative.drafter = [&](std::span<const int32_t> ctx, int k) {
+      const int j = static_cast<int>(ctx.size() - prompt.size()) - 1;
+      std::vector<int32_t> d;
+      for (int i = 0; i < k && j + 1 + i < n; ++i) d.push_back(i % 2 ? 5 : ps.tokens[j + 1 + i]);
+      return d;
+    };
+    const Result r = engine->NewSession()->Generate(Input::Ids(prompt), so);
+    EXPECT_EQ(r.tokens, ps.tokens);
+    EXPECT_GT(r.telemetry.accepted, 0);
+  }
+  // Broken drafters: kCallback; the session then decodes as a fresh one.
+  auto expect_callback_error =
+      [&](const SpeculativeOptions::Mode mode,
+          std::function<std::vector<int32_t>(std::span<const int32_t>, int)> drafter,
+          const std::string& says) {
+        auto session = engine->NewSession();
+        GenerateOptions o = Greedy(n, false);
+        o.speculative.mode = mode;
+        o.speculative.drafter = std::move(drafter);
+        try {
+          session->Generate(Input::Ids(prompt), o);
+          ADD_FAILURE() << "a broken drafter was accepted: " << says;
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kCallback) << e.what();
+          EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+        EXPECT_LE(session->evaluated().size(), prompt.size());
+        EXPECT_EQ(session->Generate(Input::Ids(prompt), Greedy(n, false)).tokens, want);
+      };
+  int seen = 0;
+  expect_callback_error(
+      SpeculativeOptions::Mode::kCustom,
+      [&](std::span<const int32_t> ctx, int k) -> std::vector<int32_t> {
+        if (++seen == 3) throw std::runtime_error("index offline");
+        return oracle(1 << 20)(ctx, k);
+      },
+      "index offline");
+  expect_callback_error(
+      SpeculativeOptions::Mode::kCustom,
+      [&](std::span<const int32_t>, int) { return std::vector<int32_t>{V}; }, "outside the vocab");
+  try {
+    GenerateOptions o = Greedy(4, false);
+    o.speculative.mode = SpeculativeOptions::Mode::kCustom;
+    engine->NewSession()->Generate(Input::Ids(prompt), o);
+    FAIL() << "kCustom without a drafter accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }

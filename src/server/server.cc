@@ -561,6 +561,7 @@ json Server::Impl::Props() const {
       {"speculative",
        {{"mode", opt.speculative.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup"
                  : opt.speculative.mode == SpeculativeOptions::Mode::kDraftModel ? "draft_model"
+                 : opt.speculative.mode == SpeculativeOptions::Mode::kCustom     ? "custom"
                                                                                  : "off"},
         {"max_draft", opt.speculative.max_draft}}}};
 }

@@ -3,13 +3,19 @@
 // session's prompt is evaluated first (a one-token request), so the timed requests decode only.
 // Prints per B: aggregate tok/s of both engines, the ratio to one stream, the median inter-token
 // latency per sequence, the largest batch seen and the share of steps that ran batched.
+// With --drafts right|half|wrong every session decodes speculatively with drafts of --draft K
+// tokens built from its own plain continuation (computed beforehand): all right, the first half
+// of each draft right, or all wrong (SpeculativeOptions::Mode::kCustom); tok/s then counts the
+// same tokens, and "verify" is the share of the sessions' steps that were verification steps.
 //   batch_bench MODEL_DIR [--backend B] [--tokens N] [--batches 1,2,4,8] [--threads T] [--runs R]
 //               [--unbatched 0]   (0: the batched engine only, for profiles; ratios to its B = 1)
+//               [--drafts right|half|wrong] [--draft K]
 #include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,7 +30,11 @@ struct Figure {
   double itl_ms = 0;    // median over sessions of their median inter-token latency
   int max_batch = 0;
   double batched = 0;  // share of the sessions' steps that ran in a batch of two or more
+  double verify = 0;   // share of the sessions' steps that were verification steps
 };
+
+std::string g_drafts;  // "" (plain decoding), right, half or wrong
+int g_draft = 4;
 
 Figure Run(gemma::Engine& engine, int b, int tokens) {
   std::vector<std::unique_ptr<gemma::Session>> sessions;
@@ -38,6 +48,16 @@ Figure Run(gemma::Engine& engine, int b, int tokens) {
     warm.max_new_tokens = 1;
     sessions[i]->Generate(gemma::Input::Ids(p), warm);
   }
+  // The drafts' source: each session's plain continuation, computed beforehand on its own session.
+  std::vector<std::vector<int32_t>> want(b);
+  if (!g_drafts.empty()) {
+    for (int i = 0; i < b; ++i) {
+      gemma::GenerateOptions o;
+      o.max_new_tokens = tokens;
+      o.ignore_eos = true;
+      want[i] = engine.NewSession()->Generate(gemma::Input::Ids(prompts[i]), o).tokens;
+    }
+  }
   std::vector<gemma::Telemetry> tel(b);
   std::barrier start(b + 1);
   std::vector<std::thread> threads;
@@ -46,6 +66,24 @@ Figure Run(gemma::Engine& engine, int b, int tokens) {
       gemma::GenerateOptions o;
       o.max_new_tokens = tokens;
       o.ignore_eos = true;
+      if (!g_drafts.empty()) {
+        const int right = g_drafts == "right"  ? g_draft
+                          : g_drafts == "half" ? (g_draft + 1) / 2
+                                               : 0;
+        const int vocab = engine.vocab_size();
+        o.speculative.mode = gemma::SpeculativeOptions::Mode::kCustom;
+        o.speculative.max_draft = g_draft;
+        o.speculative.drafter = [&, i, right, vocab](std::span<const int32_t> ctx, int k) {
+          std::vector<int32_t> d;
+          const std::vector<int32_t>& w = want[i];
+          for (size_t j = ctx.size() - prompts[i].size();
+               static_cast<int>(d.size()) < k && j < w.size(); ++j) {
+            const int at = static_cast<int>(d.size());
+            d.push_back(at < right ? w[j] : (w[j] + 1) % vocab);
+          }
+          return d;
+        };
+      }
       start.arrive_and_wait();
       tel[i] = sessions[i]->Generate(gemma::Input::Ids(prompts[i]), o).telemetry;
     });
@@ -57,13 +95,17 @@ Figure Run(gemma::Engine& engine, int b, int tokens) {
   Figure f;
   f.tok_s = static_cast<double>(b) * tokens / s;
   std::vector<double> itl;
-  int batched = 0;
+  int batched = 0, steps = 0, verify = 0;
   for (const gemma::Telemetry& t : tel) {
     itl.push_back(t.itl_median_ms);
     f.max_batch = std::max(f.max_batch, t.max_batch);
     batched += t.batched_steps;
+    verify += t.verify_steps;
+    // (each accepted draft token saves a step)
+    steps += std::max(1, tokens - 1) - t.accepted;
   }
-  f.batched = static_cast<double>(batched) / (static_cast<double>(b) * std::max(1, tokens - 1));
+  f.batched = static_cast<double>(batched) / std::max(1, steps);
+  f.verify = static_cast<double>(verify) / std::max(1, steps);
   std::sort(itl.begin(), itl.end());
   f.itl_ms = itl[itl.size() / 2];
   return f;
@@ -97,6 +139,10 @@ int main(int argc, char** argv) {
       runs = std::atoi(v.c_str());
     } else if (k == "--unbatched") {
       with_unbatched = std::atoi(v.c_str()) != 0;
+    } else if (k == "--drafts") {
+      g_drafts = v;
+    } else if (k == "--draft") {
+      g_draft = std::atoi(v.c_str());
     } else if (k == "--batches") {
       batches.clear();
       std::stringstream ss(v);
@@ -110,8 +156,9 @@ int main(int argc, char** argv) {
     auto unbatched = with_unbatched ? gemma::Engine::Load(solo) : nullptr;
     std::printf("backend %s, %d tokens per session, best of %d runs\n",
                 batched->backend_name().c_str(), tokens, runs);
-    std::printf("%4s %14s %8s %10s %9s %14s %10s %9s\n", "B", "batched tok/s", "x one", "ITL ms",
-                "max batch", "unbatched tok/s", "ITL ms", "batched");
+    if (!g_drafts.empty()) std::printf("drafts: %s, %d per step\n", g_drafts.c_str(), g_draft);
+    std::printf("%4s %14s %8s %10s %9s %14s %10s %9s %7s\n", "B", "batched tok/s", "x one",
+                "ITL ms", "max batch", "unbatched tok/s", "ITL ms", "batched", "verify");
     Run(*batched, 1, tokens);  // (warm-up: the weight copies' pages, the caches)
     if (unbatched) Run(*unbatched, 1, tokens);
     double one = 0;
@@ -124,9 +171,9 @@ int main(int argc, char** argv) {
         if (fu.tok_s > best_u.tok_s) best_u = fu;
       }
       if (b == 1) one = unbatched ? best_u.tok_s : best_b.tok_s;
-      std::printf("%4d %14.1f %8.2f %10.2f %9d %14.1f %10.2f %8.0f%%\n", b, best_b.tok_s,
+      std::printf("%4d %14.1f %8.2f %10.2f %9d %14.1f %10.2f %8.0f%% %6.0f%%\n", b, best_b.tok_s,
                   one > 0 ? best_b.tok_s / one : 0.0, best_b.itl_ms, best_b.max_batch, best_u.tok_s,
-                  best_u.itl_ms, 100 * best_b.batched);
+                  best_u.itl_ms, 100 * best_b.batched, 100 * best_b.verify);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

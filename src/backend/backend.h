@@ -88,7 +88,8 @@ class Backend {
 };
 
 // One sequence's step in a batch (BackendModel::ForwardBatch): a context of the model and its
-// request, which must be one token.
+// request, one token (or, where BackendModel::batches_multi_token_steps(), several with
+// all_positions: a speculative verification step).
 struct BatchStep {
   Backend* context = nullptr;
   ForwardRequest request;
@@ -147,6 +148,10 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   virtual void ForwardBatch(std::span<BatchStep> steps);
   // Whether ForwardBatch is faster than the steps one by one (the runtime batches only then).
   virtual bool batches_steps() const { return false; }
+  // Whether ForwardBatch also takes steps of several tokens that return every position's output
+  // (all_positions: speculative verification steps), each row exactly as the context's own
+  // Forward gives it.
+  virtual bool batches_multi_token_steps() const { return false; }
 };
 
 std::shared_ptr<BackendModel> CreateCpuReferenceModel(const Model& model);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,6 +142,78 @@ TEST(BatchedDecode, ConcurrentSessionsGiveTheirSoloResults) {
     EXPECT_GE(largest, 3);
     RecordProperty(std::string("batched_steps") + (*sub ? "_qat" : ""), batched);
   }
+}
+
+// Sessions decoding speculatively at the same time: their verification steps (the token and its
+// draft) join the batches of the others' steps on the fast CPU backend, and every session still
+// gets plain decoding's tokens (greedy and seeded sampling; prompt lookup and a caller's drafter
+// that is always right, so that every one of its steps is a verification step).
+TEST(BatchedDecode, SpeculativeSessionsBatchTheirVerificationSteps) {
+  const std::string dir = std::string(GEMMA_SOURCE_DIR) + "/models/tiny-trained/qat";
+  auto chat = [](const std::string& q) {
+    return Input::Messages(nlohmann::json::array({{{"role", "user"}, {"content", q}}}));
+  };
+  const Input quote = chat(
+      "Repeat after me: the package manager installs the package and the package manager "
+      "removes the package. The package manager installs the package.");
+  std::vector<Request> requests;
+  GenerateOptions greedy;
+  greedy.max_new_tokens = 48;
+  greedy.ignore_eos = true;
+  requests.push_back({quote, greedy});
+  GenerateOptions sampled = greedy;
+  sampled.temperature = 0.7;
+  sampled.top_k = 20;
+  sampled.seed = 5;
+  requests.push_back({quote, sampled});
+  requests.push_back({chat("What is a package manager?"), greedy});
+  requests.push_back({chat("Tell me about the kernel."), greedy});
+  auto solo_engine =
+      Engine::Load({.model_path = dir, .context_capacity = 256, .threads = 2, .max_batch = 1});
+  std::vector<Outcome> want;
+  for (const Request& r : requests) want.push_back(RunOne(*solo_engine->NewSession(), r));
+  // Speculative: prompt lookup for the first two, a drafter right by construction for the third
+  // (it drafts the solo run's continuation), plain decoding for the last.
+  std::vector<Request> spec = requests;
+  for (int i = 0; i < 2; ++i) {
+    spec[i].options.speculative.mode = SpeculativeOptions::Mode::kPromptLookup;
+    spec[i].options.speculative.max_draft = 4;
+  }
+  const std::vector<int32_t> prompt = solo_engine->PromptTokens(requests[2].input);
+  const std::vector<int32_t>& right = want[2].tokens;
+  spec[2].options.speculative.mode = SpeculativeOptions::Mode::kCustom;
+  spec[2].options.speculative.max_draft = 3;
+  spec[2].options.speculative.drafter = [&](std::span<const int32_t> ctx, int k) {
+    std::vector<int32_t> d;
+    for (size_t j = ctx.size() - prompt.size();
+         d.size() < static_cast<size_t>(k) && j < right.size(); ++j)
+      d.push_back(right[j]);
+    return d;
+  };
+  auto engine = Engine::Load({.model_path = dir, .context_capacity = 256, .threads = 2});
+  int verify = 0, drafter_batched = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Outcome> got(spec.size());
+    std::barrier start(static_cast<std::ptrdiff_t>(spec.size()));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < spec.size(); ++i) {
+      threads.emplace_back([&, i] {
+        auto session = engine->NewSession();
+        start.arrive_and_wait();
+        got[i] = RunOne(*session, spec[i]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < spec.size(); ++i) {
+      ExpectSame(got[i], want[i], i);
+      verify += got[i].telemetry.verify_steps;
+    }
+    EXPECT_EQ(got[2].telemetry.accepted, got[2].telemetry.drafted);
+    drafter_batched += got[2].telemetry.batched_steps;
+  }
+  EXPECT_GT(verify, 0);
+  // (the drafting session's steps are all verification steps: some ran in batches)
+  EXPECT_GT(drafter_batched, 0);
 }
 
 TEST(BatchedDecode, MaxBatchIsValidated) {

@@ -518,6 +518,7 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   // Batched decode: plain one-token steps go through the engine's batcher (with other sessions'
   // steps pending at the same time); this session leaves it when the loop ends, however it ends.
   StepBatcher* const batcher = engine_->batcher();
+  const bool batch_verify = batcher && engine_->backend_model().batches_multi_token_steps();
   struct LeaveBatcher {
     StepBatcher* b;
     Backend* c;
@@ -637,12 +638,20 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
       evaluated_.push_back(token);
       continue;
     }
-    if (batcher) batcher->Leave(backend_.get());  // (a verification step runs alone)
     // One step over the token and its draft, the output after each; the choices then walk the
-    // rows while they draw the drafted tokens.
+    // rows while they draw the drafted tokens. Batched with other sessions' steps where the
+    // backend takes steps of several tokens in a batch (the fast CPU backend), else alone.
     std::vector<int32_t> seq = {token};
     seq.insert(seq.end(), draft.begin(), draft.end());
-    backend_->Forward({.tokens = seq, .mode = verify_mode, .all_positions = true}, &vr);
+    const ForwardRequest verify{.tokens = seq, .mode = verify_mode, .all_positions = true};
+    if (batch_verify) {
+      const int size = batcher->Step(backend_.get(), verify, &vr);
+      if (size > 1) ++tel.batched_steps;
+      tel.max_batch = std::max(tel.max_batch, size);
+    } else {
+      if (batcher) batcher->Leave(backend_.get());
+      backend_->Forward(verify, &vr);
+    }
     (forced ? forced_drafts : drafts)
         .RecordVerifyCost(
             static_cast<int>(draft.size()),

@@ -25,8 +25,9 @@ class StepBatcher {
  public:
   StepBatcher(BackendModel& model, int max_batch) : model_(model), max_batch_(max_batch) {}
 
-  // One step of `context` (a one-token request), batched with the steps of other contexts pending
-  // now; rethrows this step's error. Returns the batch's size. The caller then counts as returning
+  // One step of `context` (a one-token request, or a verification step where the model's
+  // batches_multi_token_steps()), batched with the steps of other contexts pending now; rethrows
+  // this step's error. Returns the batch's size. The caller then counts as returning
   // soon with its next step until it calls Step again or Leave.
   int Step(Backend* context, const ForwardRequest& request, ForwardResult* result);
   // `context` will not step again soon (its generation ended, or it runs other work next).

@@ -97,6 +97,7 @@ class CpuFastModel : public BackendModel {
   // all rows at once), attention per row on its own context's caches.
   void ForwardBatch(std::span<BatchStep> steps) override;
   bool batches_steps() const override { return true; }
+  bool batches_multi_token_steps() const override { return true; }
 
   const Model& model_;
   ThreadPool pool_;
@@ -194,32 +195,40 @@ class CpuFastBackend : public Backend {
     }
   }
 
-  // ForwardBatch's work for validated one-token steps, on this context's scratch (the caller holds
-  // the model's run mutex; ctx[i] is steps[i]'s context, every one distinct).
+  // ForwardBatch's work for validated steps, on this context's scratch (the caller holds the
+  // model's run mutex; ctx[i] is steps[i]'s context, every one distinct). A step of several tokens
+  // (all_positions) is that many rows of its context at consecutive positions, as RunChunk
+  // evaluates them; every row gives what it gives alone.
   void RunBatch(std::span<CpuFastBackend* const> ctx, std::span<BatchStep* const> steps) {
-    const int m = static_cast<int>(steps.size());
+    const int n = static_cast<int>(steps.size());
+    const bool none = steps[0]->request.mode == OutputMode::kNone;
+    int m = 0;
+    for (int i = 0; i < n; ++i) {
+      if ((steps[i]->request.mode == OutputMode::kNone) != none)
+        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: kNone mixed with outputs");
+      m += static_cast<int>(steps[i]->request.tokens.size());
+    }
     row_tok_.resize(m);
     row_soft_.resize(m);
     row_pos_.resize(m);
+    row_ctx_.resize(m);
     out_rows_.resize(m);
     bool soft = false;
-    for (int t = 0; t < m; ++t) {
-      const ForwardRequest& req = steps[t]->request;
-      row_tok_[t] = req.tokens[0];
-      row_soft_[t] = req.soft.empty() ? nullptr : req.soft[0];
-      soft = soft || row_soft_[t];
-      row_pos_[t] = ctx[t]->cached();
-      out_rows_[t] = {&req, steps[t]->result};
-      steps[t]->result->ids.clear();
-      steps[t]->result->logprobs.clear();
-      steps[t]->result->logits.clear();
+    for (int i = 0, t = 0; i < n; ++i) {
+      const ForwardRequest& req = steps[i]->request;
+      for (size_t j = 0; j < req.tokens.size(); ++j, ++t) {
+        row_tok_[t] = req.tokens[j];
+        row_soft_[t] = req.soft.empty() ? nullptr : req.soft[j];
+        soft = soft || row_soft_[t];
+        row_pos_[t] = ctx[i]->cached() + static_cast<int>(j);
+        row_ctx_[t] = ctx[i];
+        out_rows_[t] = {&req, steps[i]->result};
+      }
+      steps[i]->result->ids.clear();
+      steps[i]->result->logprobs.clear();
+      steps[i]->result->logits.clear();
     }
-    const int first_out = steps[0]->request.mode == OutputMode::kNone ? m : 0;
-    for (int t = 0; t < m; ++t) {
-      if ((steps[t]->request.mode == OutputMode::kNone) != (first_out == m))
-        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: kNone mixed with outputs");
-    }
-    RunRows(m, first_out, row_tok_.data(), soft ? row_soft_.data() : nullptr, ctx.data(),
+    RunRows(m, none ? m : 0, row_tok_.data(), soft ? row_soft_.data() : nullptr, row_ctx_.data(),
             row_pos_.data(), out_rows_.data());
   }
 
@@ -841,8 +850,14 @@ void CpuFastModel::ForwardBatch(std::span<BatchStep> steps) {
       auto* c = dynamic_cast<CpuFastBackend*>(s.context);
       if (!c || !c->belongs_to(this))
         throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context of another model");
-      if (s.request.tokens.size() != 1)
-        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a step is one token");
+      if (s.request.tokens.empty())
+        throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a step without tokens");
+      if (s.request.tokens.size() > 1 &&
+          (!s.request.all_positions || s.request.mode == OutputMode::kNone)) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "ForwardBatch: a step of several tokens returns every position's output "
+                    "(all_positions)");
+      }
       if (std::find(ctx.begin(), ctx.end(), c) != ctx.end())
         throw Error(ErrorCode::kInvalidArgument, "ForwardBatch: a context twice in one batch");
       ValidateForward(s.request, c->cached(), c->capacity(), model_.text().vocab_size);

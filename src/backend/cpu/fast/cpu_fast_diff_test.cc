@@ -135,6 +135,75 @@ TEST(CpuFastBatch, BatchedStepsAreBitIdenticalToSoloSteps) {
   }
 }
 
+// Speculative verification steps (several tokens, every position's output) batched with other
+// contexts' one-token steps give bit for bit what each context's own Forward gives, and leave the
+// caches as it does (the steps after them agree too).
+TEST(CpuFastBatch, VerificationStepsInABatchAreBitIdenticalToSoloSteps) {
+  for (const bool qat : {false, true}) {
+    DiffModel dm(310, qat);
+    const Model& model = *dm.model;
+    const int V = model.text().vocab_size;
+    auto batched = CreateCpuFastModel(model, 2);
+    auto solo = CreateCpuFastModel(model, 2);
+    ASSERT_TRUE(batched->batches_multi_token_steps());
+    constexpr int kSeqs = 5;
+    std::mt19937_64 rng(17 + qat);
+    std::vector<std::unique_ptr<Backend>> b, s;
+    for (int i = 0; i < kSeqs; ++i) {
+      b.push_back(batched->NewContext({.capacity = 256, .slack = 8}));
+      s.push_back(solo->NewContext({.capacity = 256, .slack = 8}));
+      std::vector<int32_t> prompt(1 + rng() % 30);
+      for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
+      ForwardResult r;
+      b[i]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+      s[i]->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+    }
+    for (int step = 0; step < 30; ++step) {
+      std::vector<std::vector<int32_t>> tokens(kSeqs);
+      std::vector<ForwardRequest> req(kSeqs);
+      std::vector<ForwardResult> got(kSeqs), want(kSeqs);
+      std::vector<BatchStep> steps;
+      for (int i = 0; i < kSeqs; ++i) {
+        if (rng() % 5 == 0) continue;  // sits the step out
+        // One token (any output mode) or a verification step of 2..7 tokens.
+        const bool verify = rng() % 2 == 0;
+        tokens[i].resize(verify ? 2 + rng() % 6 : 1);
+        for (int32_t& t : tokens[i]) t = static_cast<int32_t>(rng() % V);
+        req[i] = {.tokens = tokens[i],
+                  .mode = rng() % 2 ? OutputMode::kArgmax : OutputMode::kLogits,
+                  .all_positions = verify};
+        steps.push_back({.context = b[i].get(), .request = req[i], .result = &got[i]});
+      }
+      std::shuffle(steps.begin(), steps.end(), rng);
+      batched->ForwardBatch(steps);
+      for (const BatchStep& st : steps) ASSERT_FALSE(st.error) << "step " << step;
+      for (int i = 0; i < kSeqs; ++i) {
+        if (tokens[i].empty()) continue;
+        s[i]->Forward(req[i], &want[i]);
+        ASSERT_EQ(b[i]->cached(), s[i]->cached());
+        ASSERT_EQ(got[i].ids, want[i].ids) << "step " << step << " seq " << i;
+        ASSERT_EQ(got[i].logits.size(), want[i].logits.size()) << "step " << step << " seq " << i;
+        ASSERT_TRUE(got[i].logits.empty() ||
+                    std::memcmp(got[i].logits.data(), want[i].logits.data(),
+                                got[i].logits.size() * sizeof(float)) == 0)
+            << (qat ? "qat" : "dense") << " step " << step << " seq " << i << " of "
+            << tokens[i].size() << " tokens";
+      }
+    }
+    // A step of several tokens must ask for every position's output.
+    const int32_t two[2] = {1, 2};
+    ForwardResult r;
+    std::vector<BatchStep> bad = {
+        {.context = b[0].get(),
+         .request = {.tokens = std::span<const int32_t>(two, 2), .mode = OutputMode::kArgmax},
+         .result = &r}};
+    const int cached = b[0]->cached();
+    batched->ForwardBatch(bad);
+    EXPECT_TRUE(bad[0].error);
+    EXPECT_EQ(b[0]->cached(), cached);
+  }
+}
+
 // A batch wide enough that the MLP's GELU products are split over the pool (issue 43: 4 rows x
 // 8,192 in the double-wide layers, 2 x 8,192 and 4 x 4,096 elsewhere) gives each context's solo
 // logits bit for bit, on 2 and 3 threads (other split points).

@@ -55,12 +55,13 @@ void AddBenchCommand(CLI::App& app) {
                   "specN+tgM (speculative decoding through a session: plain, then each of "
                   "--drafts; warm only)");
   cmd->add_option("--draft", o->bench.max_draft,
-                  "specN+tgM: tokens drafted per verification step (1..6)")
+                  "specN+tgM: the most tokens drafted per verification step (1..6)")
       ->check(CLI::Range(1, 6));
   cmd->add_option("--drafts", o->drafts,
                   "specN+tgM: comma-separated draft sources, each a row beside plain decoding: "
-                  "right, wrong, half (drafts right, wrong or half right by construction, from "
-                  "plain decoding's own tokens: speed as a function of acceptance), prompt-lookup");
+                  "right, wrong, half (drafts right, wrong, or right for their first half of "
+                  "--draft tokens, built from plain decoding's own tokens: speed as a function of "
+                  "acceptance), prompt-lookup");
   cmd->add_option("--reps", o->bench.reps, "Measured warm repetitions")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o->bench.warmup, "Warm-up runs before the measured ones")
       ->check(CLI::Range(0, 1000));

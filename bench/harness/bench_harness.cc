@@ -784,7 +784,8 @@ std::string ToMarkdown(const Report& r) {
   for (const Row& w : r.rows) speculative = speculative || !w.draft.empty();
   if (speculative) {
     o << "\nSpeculative decoding (drafts of up to " << r.options.max_draft
-      << " tokens; right / wrong / half: drafts right, wrong or half right by construction, from "
+      << " tokens; right / wrong / half: drafts right, wrong, or right for their first half of "
+         "that, by construction from "
          "plain decoding's own tokens):\n\n";
     o << "| backend | workload | drafts | decode tok/s | vs plain | verification steps | drafted | "
          "accepted | matched |\n|---|---|---|---|---|---|---|---|---|\n";

@@ -57,8 +57,9 @@ struct BenchOptions {
   // Speculative workloads (specN+tgM): tokens drafted per verification step (1..6) and the draft
   // sources, each a row beside plain decoding's: "right" (the plain run's own continuation, every
   // draft accepted), "wrong" (each drafted token off by one id, none accepted: what the adaptive
-  // policy costs), "half" (the first half of each draft right), "prompt-lookup" (the product's
-  // n-gram drafts; on random prompt ids they rarely find anything).
+  // policy costs), "half" (the first ceil(max_draft / 2) tokens of each draft right),
+  // "prompt-lookup" (the product's n-gram drafts; on random prompt ids they rarely find
+  // anything).
   int max_draft = 4;
   std::vector<std::string> drafts = {"right", "wrong", "half", "prompt-lookup"};
 };

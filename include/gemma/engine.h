@@ -206,8 +206,10 @@ struct SpeculativeOptions {
   // way. Its time counts in Telemetry::draft_ms. A drafter over a retrieval corpus, an edit's
   // source file or a structured template goes here.
   std::function<std::vector<int32_t>(std::span<const int32_t> context, int k)> drafter;
-  // Tokens drafted per step (1..6: a step then evaluates at most 7 tokens, which every backend
-  // computes as it does one-token steps).
+  // The most tokens drafted per step (1..6: a step then evaluates at most 7 tokens, which every
+  // backend computes as it does one-token steps). An adaptive policy drafts fewer where that gives
+  // more tokens per unit of time (from the acceptance so far and the backend's measured step
+  // costs), and none while drafts do not pay (docs/decoding.md).
   int max_draft = 4;
   // Constrained jump-forward: with a constraint, the text it forces next (a JSON Schema's fixed
   // keys and punctuation, a tool-call frame, a regex literal) is tokenized canonically and drafted

@@ -25,7 +25,46 @@ int DraftPolicy::Next() {
     --pause_;
     return 0;
   }
-  return probing_ ? 1 : max_draft_;
+  if (probing_) return 1;
+  const int best = Best();
+  // Now and then a length next to the best one whose cost is not measured yet.
+  if (steps_ % 8 == 7) {
+    for (const int k : {best - 1, best + 1}) {
+      if (k >= 1 && k <= max_draft_ && verify_s_[k].n < 2) return k;
+    }
+  }
+  return best;
+}
+
+int DraftPolicy::Best() const {
+  int best = 1;
+  for (int k = 2; k <= max_draft_; ++k) {
+    if (Gain(k) > Gain(best)) best = k;
+  }
+  return best;
+}
+
+double DraftPolicy::Cost(int k) const {
+  const double plain = plain_s_.LowerMedian();
+  auto measured = [&](int j) {
+    return plain > 0 && verify_s_[j].n >= 2 ? verify_s_[j].LowerMedian() / plain : 0.0;
+  };
+  if (const double c = measured(k); c > 0) return c;
+  // 1 + b k, b from the nearest measured length.
+  for (int d = 1; d < max_draft_; ++d) {
+    for (const int j : {k - d, k + d}) {
+      if (j < 1 || j > max_draft_) continue;
+      if (const double c = measured(j); c > 0) return 1.0 + std::max(0.0, c - 1.0) / j * k;
+    }
+  }
+  return 1.0 + 0.25 * k;
+}
+
+double DraftPolicy::Gain(int k) const {
+  const double a = acceptance();
+  double tokens = 1, p = 1;
+  for (int i = 0; i < k; ++i) tokens += (p *= a);
+  return tokens / Cost(k);
 }
 
 void DraftPolicy::Pause() {
@@ -39,20 +78,23 @@ void DraftPolicy::Record(int drafted, int accepted) {
   ++steps_;
   if (probing_) {
     // The probe after a pause: drafting resumes when its token was right and drafting can pay at
-    // all here; else a pause twice as long.
-    if (accepted < drafted || threshold() >= 1.0) {
+    // all at the current acceptance; else a pause twice as long.
+    if (accepted < drafted) {
+      Pause();
+      return;
+    }
+    accepted_ = std::max(accepted_ + 1, rejected_);  // (a >= 1/2 again)
+    if (Gain(Best()) < 1.0) {
       Pause();
       return;
     }
     probing_ = false;
     backoff_ = kMinPause;
-    rate_ = std::max(0.5, threshold());
     return;
   }
-  rate_ = 0.5 * rate_ + 0.5 * static_cast<double>(accepted) / drafted;
-  // Below the break-even share a verification step (more work than a plain step) loses: plain
-  // steps (which also time a plain step), then a one-token probe.
-  if (steps_ >= 2 && rate_ < threshold()) Pause();
+  accepted_ = 0.8 * accepted_ + accepted;
+  rejected_ = 0.8 * rejected_ + (accepted < drafted ? 1 : 0);
+  if (steps_ >= 2 && Gain(Best()) < 1.0) Pause();
 }
 
 double DraftPolicy::Window::LowerMedian() const {
@@ -69,17 +111,8 @@ void DraftPolicy::RecordPlainCost(double seconds) {
 }
 
 void DraftPolicy::RecordVerifyCost(int drafted, double seconds) {
-  if (drafted <= 0 || !(seconds > 0) || probing_) return;
-  verify_s_.Add(seconds);
-  verify_k_.Add(drafted);
-}
-
-double DraftPolicy::threshold() const {
-  const double plain = plain_s_.LowerMedian(), verify = verify_s_.LowerMedian(),
-               k = verify_k_.LowerMedian();
-  if (plain <= 0 || verify <= 0 || k <= 0) return 0.25;
-  // (above 1: drafting never pays there, every verification step pauses it)
-  return std::clamp((verify / plain - 1.0) / k, 0.0, 2.0);
+  if (drafted <= 0 || drafted > kMaxDraft || !(seconds > 0) || probing_) return;
+  verify_s_[drafted].Add(seconds);
 }
 
 }  // namespace gemma::decode

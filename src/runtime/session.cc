@@ -598,13 +598,12 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
                               backend_->capacity() - backend_->cached() - 1);
     std::vector<int32_t> draft;
     bool forced = false;
-    if (jump && room > 0 && forced_drafts.Next() > 0) {
+    if (const int fk = jump && room > 0 ? forced_drafts.Next() : 0; fk > 0) {
       // The text the constraint forces after `token`, tokenized canonically.
       const constrain::ConstraintState::Forced f = constraint->Forced(64);
       if (!f.bytes.empty()) draft = engine_->Tokenize(f.bytes);
       if (f.special >= 0) draft.push_back(f.special);
-      if (static_cast<int>(draft.size()) > std::min(spec.max_draft, room))
-        draft.resize(std::min(spec.max_draft, room));
+      if (static_cast<int>(draft.size()) > std::min(fk, room)) draft.resize(std::min(fk, room));
       forced = !draft.empty();
     }
     const int k = std::min(speculate && !forced ? drafts.Next() : 0, room);

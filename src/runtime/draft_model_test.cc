@@ -5,13 +5,16 @@
 // leaves them; cancellation and bad settings lose nothing.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backend/cpu/fast/cpu_fast_backend.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
 #include "model/model.h"
@@ -89,6 +92,48 @@ TEST(ModelDraft, ProposesTheDraftModelsGreedyContinuationAfterAnyHistory) {
     }
     EXPECT_EQ(draft.Propose(h, 0), std::vector<int32_t>());
   }
+}
+
+// Drafting sessions of one engine share a batcher over the draft model: drafts proposed at the
+// same time on several threads, histories extended by parts of their drafts (short catch-ups that
+// join the batch too), are each the fresh context's greedy continuation, and the draft steps met in
+// batches.
+TEST(ModelDraft, DraftStepsOfSeveralSessionsAreBatched) {
+  const auto model = Model::Load(kTrainedQat);
+  auto backend = CreateCpuFastModel(*model, 2);
+  StepBatcher batcher(*backend, 16);
+  constexpr int kDrafts = 3;
+  std::vector<std::unique_ptr<ModelDraft>> drafts;
+  std::vector<std::unique_ptr<Backend>> fresh;
+  std::vector<std::vector<int32_t>> h(kDrafts);
+  for (int i = 0; i < kDrafts; ++i) {
+    drafts.push_back(std::make_unique<ModelDraft>(backend->NewContext({.capacity = 400}), &batcher,
+                                                  backend->batches_multi_token_steps()));
+    fresh.push_back(CreateBackend("cpu", *model, {.capacity = 400}, 1));
+    h[i] = {2};
+    for (int j = 0; j < 12 + 5 * i; ++j) h[i].push_back(3 + (j * 7919 + i * 131) % 4000);
+  }
+  for (int round = 0; round < 6; ++round) {
+    const int k = 2 + round % 5;
+    std::vector<std::vector<int32_t>> got(kDrafts);
+    std::barrier start(kDrafts);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kDrafts; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        got[i] = drafts[i]->Propose(h[i], k);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < kDrafts; ++i) {
+      ASSERT_EQ(got[i], Greedy(*fresh[i], h[i], k)) << "round " << round << " draft " << i;
+      // Part of the draft accepted, then the model's own token.
+      h[i].insert(h[i].end(), got[i].begin(), got[i].begin() + (i + round) % k);
+      h[i].push_back(3 + (round * 97 + i) % 4000);
+    }
+  }
+  EXPECT_GE(batcher.stats().max_size, 2);
+  EXPECT_LT(batcher.stats().batches, batcher.stats().steps);
 }
 
 TEST(ModelDraft, StopsBetweenStepsAndThenDraftsAsBefore) {
@@ -171,6 +216,41 @@ TEST(DraftModel, GreedyTokensEqualPlainDecoding) {
 // A model drafting for itself agrees with every token (the drafts are its own greedy choices, and
 // one- and several-token steps give the same outputs): only drafts cut by the end of the answer
 // go unused.
+// Sessions drafting at the same time on their own threads (their draft steps batched on the draft
+// model, their verification steps on the model) give plain decoding's tokens.
+TEST(DraftModel, ConcurrentDraftingSessionsGiveTheirSoloTokens) {
+  auto engine = Engine::Load({.model_path = kTrained,
+                              .backend = "cpu",
+                              .context_capacity = 256,
+                              .threads = 2,
+                              .draft_model_path = kTrainedQat});
+  const std::vector<std::string> texts = {"The package manager", "A file system is",
+                                          "The kernel schedules", "Debian is"};
+  GenerateOptions o;
+  o.max_new_tokens = 32;
+  o.ignore_eos = true;
+  std::vector<std::vector<int32_t>> want;
+  for (const std::string& t : texts)
+    want.push_back(engine->NewSession()->Generate(Input::Text(t), o).tokens);
+  std::vector<Result> got(texts.size());
+  std::barrier start(static_cast<std::ptrdiff_t>(texts.size()));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto session = engine->NewSession();
+      start.arrive_and_wait();
+      got[i] = session->Generate(Input::Text(texts[i]), Drafted(o, 1 + i % 4));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int drafted = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i]) << texts[i];
+    drafted += got[i].telemetry.drafted;
+  }
+  EXPECT_GT(drafted, 0);
+}
+
 TEST(DraftModel, TheModelDraftingForItselfHasEveryDraftAccepted) {
   auto engine = Engine::Load({.model_path = kTrained,
                               .backend = "cpu",

@@ -140,6 +140,8 @@ void EngineImpl::StartDraftBackend(const EngineOptions& options) {
                                      .device_step_timeout_s = options.device_step_timeout_s},
                                     *draft_model_, {.capacity = std::min(capacity_, 16)});
   draft_backend_ = std::move(start.model);
+  if (options.max_batch > 1 && draft_backend_->batches_steps())
+    draft_batcher_ = std::make_unique<StepBatcher>(*draft_backend_, options.max_batch);
 }
 
 std::unique_ptr<Backend> EngineImpl::NewDraftContext(int capacity) const {

@@ -82,6 +82,12 @@ class EngineImpl : public Engine {
   // The draft model (null without one) and the capacity of a draft context for a session of
   // `capacity` tokens.
   const Model* draft_model() const { return draft_model_.get(); }
+  // Batched draft steps across drafting sessions (null where the draft backend does not gain from
+  // it), and whether its batches take steps of several tokens.
+  StepBatcher* draft_batcher() const { return draft_batcher_.get(); }
+  bool draft_batches_multi_token_steps() const {
+    return draft_backend_ && draft_backend_->batches_multi_token_steps();
+  }
   int DraftCapacity(int capacity) const;
   // Whether sessions' caches live in host memory sized by PlanCpuContextBytes (the CPU backends):
   // requests then check the memory they would add before the caches grow.
@@ -102,6 +108,7 @@ class EngineImpl : public Engine {
   // The draft model, when EngineOptions::draft_model_path is set.
   std::unique_ptr<Model> draft_model_;
   std::shared_ptr<BackendModel> draft_backend_;
+  std::unique_ptr<StepBatcher> draft_batcher_;  // drafting sessions' draft steps, batched
   // The draft model's checkpoint, checked against the model's vocabulary and tokenizer; then its
   // backend, beside the model's.
   void LoadDraftModel(const EngineOptions& options, const std::string& tokenizer_path);

@@ -6,9 +6,16 @@
 
 namespace gemma {
 
-void ModelDraft::Step(std::span<const int32_t> tokens, OutputMode mode, ForwardResult* out) {
+void ModelDraft::Step(std::span<const int32_t> tokens, OutputMode mode, ForwardResult* out,
+                      bool batched) {
   if (stop_.stop_requested()) throw Error(ErrorCode::kCancelled, "cancelled while drafting");
-  context_->Forward({.tokens = tokens, .mode = mode}, out);  // (unchanged caches if it throws)
+  // (unchanged caches if it throws)
+  if (batched) {
+    batcher_->Step(context_.get(),
+                   {.tokens = tokens, .mode = mode, .all_positions = tokens.size() > 1}, out);
+  } else {
+    context_->Forward({.tokens = tokens, .mode = mode}, out);
+  }
   evaluated_.insert(evaluated_.end(), tokens.begin(), tokens.end());
 }
 
@@ -32,15 +39,26 @@ std::vector<int32_t> ModelDraft::Propose(std::span<const int32_t> history, int k
   const size_t max_chunk = context_->capabilities().max_chunk > 0
                                ? static_cast<size_t>(context_->capabilities().max_chunk)
                                : history.size();
+  // Through the batcher, the draft context leaves it when this call ends, however it ends (its
+  // next step is a verification step away).
+  struct Leave {
+    StepBatcher* b;
+    Backend* c;
+    ~Leave() {
+      if (b) b->Leave(c);
+    }
+  } leave{batcher_, context_.get()};
   ForwardResult r;
   for (size_t b = keep; b < history.size(); b += max_chunk) {
     const size_t e = std::min(history.size(), b + max_chunk);
-    Step(history.subspan(b, e - b), e == history.size() ? OutputMode::kArgmax : OutputMode::kNone,
-         &r);
+    const bool last = e == history.size();
+    // (a short catch-up, the accepted part of the last draft and the new token, joins the batch)
+    Step(history.subspan(b, e - b), last ? OutputMode::kArgmax : OutputMode::kNone, &r,
+         batcher_ && last && (e - b == 1 || (batch_catch_up_ && e - b <= 8 && b == keep)));
   }
   std::vector<int32_t> draft = {r.ids.back()};
   while (static_cast<int>(draft.size()) < k) {
-    Step(std::span<const int32_t>(&draft.back(), 1), OutputMode::kArgmax, &r);
+    Step(std::span<const int32_t>(&draft.back(), 1), OutputMode::kArgmax, &r, batcher_ != nullptr);
     draft.push_back(r.ids.back());
   }
   return draft;

@@ -13,12 +13,18 @@
 
 #include "backend/backend.h"
 #include "decode/draft.h"
+#include "runtime/step_batcher.h"
 
 namespace gemma {
 
 class ModelDraft : public decode::DraftSource {
  public:
-  explicit ModelDraft(std::unique_ptr<Backend> context) : context_(std::move(context)) {}
+  // With a batcher (over the draft model, shared by every drafting session of an engine), the
+  // draft's one-token steps, and its catch-up steps where `batch_catch_up` (the model's
+  // batches_multi_token_steps()), are evaluated together with other sessions' draft steps.
+  explicit ModelDraft(std::unique_ptr<Backend> context, StepBatcher* batcher = nullptr,
+                      bool batch_catch_up = false)
+      : context_(std::move(context)), batcher_(batcher), batch_catch_up_(batch_catch_up) {}
 
   // The draft model's k greedy tokens after `history`. Its context keeps the tokens it evaluated,
   // so a call evaluates only what follows the longest prefix `history` shares with them (the
@@ -36,9 +42,12 @@ class ModelDraft : public decode::DraftSource {
   size_t resident_bytes() const { return context_->resident_bytes(); }
 
  private:
-  void Step(std::span<const int32_t> tokens, OutputMode mode, ForwardResult* out);
+  // `batched`: through the batcher (one token, or several with every position's output).
+  void Step(std::span<const int32_t> tokens, OutputMode mode, ForwardResult* out, bool batched);
 
   std::unique_ptr<Backend> context_;
+  StepBatcher* batcher_;
+  bool batch_catch_up_;
   std::vector<int32_t> evaluated_;
   std::stop_token stop_;
 };

@@ -480,7 +480,9 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   decode::DraftSource* source = &lookup;
   if (speculate && spec.mode == SpeculativeOptions::Mode::kDraftModel) {
     if (!model_draft_)
-      model_draft_ = std::make_unique<ModelDraft>(engine_->NewDraftContext(backend_->capacity()));
+      model_draft_ = std::make_unique<ModelDraft>(engine_->NewDraftContext(backend_->capacity()),
+                                                  engine_->draft_batcher(),
+                                                  engine_->draft_batches_multi_token_steps());
     model_draft_->set_stop(stop);
     source = model_draft_.get();
   } else if (speculate && spec.mode == SpeculativeOptions::Mode::kCustom) {

@@ -9,7 +9,8 @@
 // same tokens, and "verify" is the share of the sessions' steps that were verification steps.
 //   batch_bench MODEL_DIR [--backend B] [--tokens N] [--batches 1,2,4,8] [--threads T] [--runs R]
 //               [--unbatched 0]   (0: the batched engine only, for profiles; ratios to its B = 1)
-//               [--drafts right|half|wrong] [--draft K]
+//               [--drafts right|half|wrong] [--draft K] [--draft-model DIR]
+// With --draft-model the sessions draft with that model (SpeculativeOptions::Mode::kDraftModel).
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -35,6 +36,7 @@ struct Figure {
 
 std::string g_drafts;  // "" (plain decoding), right, half or wrong
 int g_draft = 4;
+bool g_draft_model = false;  // drafts from the engine's draft model
 
 Figure Run(gemma::Engine& engine, int b, int tokens) {
   std::vector<std::unique_ptr<gemma::Session>> sessions;
@@ -66,7 +68,10 @@ Figure Run(gemma::Engine& engine, int b, int tokens) {
       gemma::GenerateOptions o;
       o.max_new_tokens = tokens;
       o.ignore_eos = true;
-      if (!g_drafts.empty()) {
+      if (g_draft_model) {
+        o.speculative.mode = gemma::SpeculativeOptions::Mode::kDraftModel;
+        o.speculative.max_draft = g_draft;
+      } else if (!g_drafts.empty()) {
         const int right = g_drafts == "right"  ? g_draft
                           : g_drafts == "half" ? (g_draft + 1) / 2
                                                : 0;
@@ -141,6 +146,9 @@ int main(int argc, char** argv) {
       with_unbatched = std::atoi(v.c_str()) != 0;
     } else if (k == "--drafts") {
       g_drafts = v;
+    } else if (k == "--draft-model") {
+      eo.draft_model_path = v;
+      g_draft_model = true;
     } else if (k == "--draft") {
       g_draft = std::atoi(v.c_str());
     } else if (k == "--batches") {
@@ -156,6 +164,8 @@ int main(int argc, char** argv) {
     auto unbatched = with_unbatched ? gemma::Engine::Load(solo) : nullptr;
     std::printf("backend %s, %d tokens per session, best of %d runs\n",
                 batched->backend_name().c_str(), tokens, runs);
+    if (g_draft_model)
+      std::printf("draft model %s, %d per step\n", eo.draft_model_path.c_str(), g_draft);
     if (!g_drafts.empty()) std::printf("drafts: %s, %d per step\n", g_drafts.c_str(), g_draft);
     std::printf("%4s %14s %8s %10s %9s %14s %10s %9s %7s\n", "B", "batched tok/s", "x one",
                 "ITL ms", "max batch", "unbatched tok/s", "ITL ms", "batched", "verify");

@@ -3,8 +3,10 @@
 // accepted and rejected, every stopping cause, and the session's caches left as plain decoding
 // leaves them (a following turn reuses them and decodes the same).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -16,6 +18,7 @@
 
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "model/synth.h"
 #include "runtime/test_support.h"
 
 namespace gemma {
@@ -407,6 +410,69 @@ TEST(Speculative, CustomDrafterRightWrongAndBroken) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
+}
+
+// Rollback across sliding-window boundaries and at the context limit. A window of 4 (a ring of 8:
+// one window of slack) and drafts of up to 6 tokens rejected after 0..k of them: the caches rewind
+// within the slack (Truncate) and past it (re-evaluation) over and over as the rings wrap; the
+// request fills the context exactly, so the last drafts are cut by the room left. Tokens, the
+// caches and the next turn are plain decoding's, on cpu and cpu-ref.
+TEST(Speculative, RollbackAcrossSlidingRingsAndAtTheContextLimit) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("gemma_spec_ring_" + std::to_string(::getpid())))
+          .string();
+  Synthesize(
+      {.preset = "tiny", .out_dir = dir, .seed = 9, .sliding_window = 4, .vocab_size = 1024});
+  constexpr int kCapacity = 96;
+  for (const std::string backend : {"cpu", "cpu-ref"}) {
+    SCOPED_TRACE(backend);
+    auto engine =
+        Engine::Load({.model_path = dir, .backend = backend, .context_capacity = kCapacity});
+    const int V = engine->vocab_size();
+    std::vector<int32_t> prompt = {2};
+    for (int i = 0; i < 19; ++i) prompt.push_back(3 + (i * 389 + 7) % (V - 3));
+    const int n = kCapacity - static_cast<int>(prompt.size());  // fills the context
+    auto plain_session = engine->NewSession();
+    const Result plain = plain_session->Generate(Input::Ids(prompt), Greedy(n, false));
+    ASSERT_EQ(plain.tokens.size(), static_cast<size_t>(n));
+    const std::vector<int32_t> plain_cached = plain_session->evaluated();
+    // The next turn: the context minus its last 30 positions, then new tokens.
+    std::vector<int32_t> next(plain_cached.begin(), plain_cached.end() - 30);
+    for (int i = 0; i < 5; ++i) next.push_back(3 + (i * 17) % (V - 3));
+    const Result plain_next = plain_session->Generate(Input::Ids(next), Greedy(12, false));
+    for (const int pattern : {0, 1}) {
+      const int max_draft = pattern ? 6 : 3;
+      SCOPED_TRACE("max_draft " + std::to_string(max_draft));
+      int calls = 0;
+      GenerateOptions o = Greedy(n, false);
+      o.speculative.mode = SpeculativeOptions::Mode::kCustom;
+      o.speculative.max_draft = max_draft;
+      // Right for the first (call % (k + 1)) tokens, then wrong: rejections at every offset; or
+      // mostly right (so the policy drafts 6) with every fifth draft wrong from its first token
+      // and every fifth from its second: rewinds of 6 and 5 positions, past the ring's slack of 4.
+      o.speculative.drafter = [&](std::span<const int32_t> ctx, int k) {
+        const int c = calls++;
+        const int right = pattern == 0 ? c % (k + 1) : c % 5 == 2 ? 0 : c % 5 == 4 ? 1 : k;
+        std::vector<int32_t> d;
+        for (size_t j = ctx.size() - prompt.size();
+             static_cast<int>(d.size()) < k && j < plain.tokens.size(); ++j) {
+          const int32_t t = plain.tokens[j];
+          d.push_back(static_cast<int>(d.size()) < right ? t : (t + 1) % V);
+        }
+        return d;
+      };
+      // (no pauses: the policy's costs and acceptance are what they are; drafts still come often)
+      auto session = engine->NewSession();
+      const Result spec = session->Generate(Input::Ids(prompt), o);
+      EXPECT_EQ(spec.tokens, plain.tokens);
+      EXPECT_EQ(session->evaluated(), plain_cached);
+      EXPECT_GT(spec.telemetry.accepted, 0);
+      EXPECT_LT(spec.telemetry.accepted, spec.telemetry.drafted);
+      const Result spec_next = session->Generate(Input::Ids(next), Greedy(12, false));
+      EXPECT_EQ(spec_next.tokens, plain_next.tokens);
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -26,9 +26,6 @@ int DraftPolicy::Next() {
     return 0;
   }
   if (probing_) return 1;
-  // A plain step's time is what every cost is measured in: one is taken when drafting has kept
-  // every step a verification step so far.
-  if (plain_s_.n == 0 && steps_ >= 4) return 0;
   const int best = Best();
   // Now and then a length next to the best one whose cost is not measured yet.
   if (steps_ % 8 == 7) {

@@ -42,8 +42,10 @@ class PromptLookupDraft : public DraftSource {
 // below 1 (drafts do not pay). C(k) is k's own measurement once it has two samples, else
 // 1 + b k with b from the nearest measured length (a quarter before any): a step whose cost grows
 // stepwise with its tokens (the CPU's 4-token tiles) is found by trying the lengths next to the
-// chosen one now and then. Costs are in plain steps: when drafting has made every step a
-// verification step, one plain step is taken to time one. After a pause one token is drafted (a
+// chosen one now and then. Costs are in plain steps, so they count once a plain step has been
+// timed (while every step is a verification step, the defaults decide: drafts lengthen with the
+// acceptance; taking one plain step to time it made the choice follow that single sample's noise:
+// bench/journal/2026-12-05-speculative-bench.md). After a pause one token is drafted (a
 // probe: a two-token step, little dearer than a plain one): drafting resumes when it is accepted,
 // else the next pause is twice as long (16, 32, ... 256 plain steps), so drafts that stay wrong
 // cost a few percent of plain decoding over a long generation, and drafts that become right again

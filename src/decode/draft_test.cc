@@ -128,27 +128,6 @@ TEST(DraftPolicy, ChoosesTheDraftLengthWithTheMostTokensPerCost) {
   }
 }
 
-// Drafts right from the first step leave no plain step to measure costs against: after four
-// verification steps the policy asks for one plain step (its time is then the unit), and with the
-// CPU-like costs it then learns (3 drafts cheap, 4 dear) it settles on 3.
-TEST(DraftPolicy, TimesAPlainStepWhenDraftingLeavesNone) {
-  DraftPolicy p(4);
-  const double cost[] = {1.0, 1.15, 1.3, 1.5, 2.2};  // seconds of a k-draft step; a plain step: 1
-  int plain = 0, k = 0;
-  for (int i = 0; i < 40; ++i) {
-    k = p.Next();
-    if (k == 0) {
-      ++plain;
-      p.RecordPlainCost(cost[0]);
-      continue;
-    }
-    p.RecordVerifyCost(k, cost[k]);
-    p.Record(k, k);
-  }
-  EXPECT_EQ(plain, 1);
-  EXPECT_EQ(k, 3);
-}
-
 // A first verification step that also built the GPU's pipelines (seconds, not milliseconds) does
 // not count until its length has a second sample, and an occasional slow step among ordinary ones
 // does not move the cost; a lasting change (a longer context) is followed within the window.

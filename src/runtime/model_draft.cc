@@ -41,13 +41,7 @@ std::vector<int32_t> ModelDraft::Propose(std::span<const int32_t> history, int k
                                : history.size();
   // Through the batcher, the draft context leaves it when this call ends, however it ends (its
   // next step is a verification step away).
-  struct Leave {
-    StepBatcher* b;
-    Backend* c;
-    ~Leave() {
-      if (b) b->Leave(c);
-    }
-  } leave{batcher_, context_.get()};
+  const StepBatcher::LeaveOnExit leave{batcher_, context_.get()};
   ForwardResult r;
   for (size_t b = keep; b < history.size(); b += max_chunk) {
     const size_t e = std::min(history.size(), b + max_chunk);

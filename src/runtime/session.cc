@@ -521,13 +521,7 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   // steps pending at the same time); this session leaves it when the loop ends, however it ends.
   StepBatcher* const batcher = engine_->batcher();
   const bool batch_verify = batcher && engine_->backend_model().batches_multi_token_steps();
-  struct LeaveBatcher {
-    StepBatcher* b;
-    Backend* c;
-    ~LeaveBatcher() {
-      if (b) b->Leave(c);
-    }
-  } leave_batcher{batcher, backend_.get()};
+  const StepBatcher::LeaveOnExit leave_batcher{batcher, backend_.get()};
   result.stop_reason = StopReason::kLength;
   for (int i = 0; i < options.max_new_tokens; ++i) {
     decode::SampleResult s;

@@ -33,6 +33,15 @@ class StepBatcher {
   // `context` will not step again soon (its generation ended, or it runs other work next).
   void Leave(Backend* context);
 
+  // Calls Leave(context) when it goes out of scope, however the scope ends (no batcher: nothing).
+  struct LeaveOnExit {
+    StepBatcher* batcher;
+    Backend* context;
+    ~LeaveOnExit() {
+      if (batcher) batcher->Leave(context);
+    }
+  };
+
   struct Stats {
     int64_t batches = 0, steps = 0;
     int max_size = 0;

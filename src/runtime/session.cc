@@ -27,22 +27,29 @@
 namespace gemma {
 namespace {
 
+// Calls a caller's callback: its exceptions other than gemma::Error become Error(kCallback)
+// saying "WHAT threw".
+template <class F>
+decltype(auto) CallUser(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kCallback, std::string(what) + " threw: " + e.what());
+  } catch (...) {
+    throw Error(ErrorCode::kCallback, std::string(what) + " threw");
+  }
+}
+
 // SpeculativeOptions::Mode::kCustom: the caller's drafter as a draft source. Its exceptions and
 // ids outside the vocabulary are Error(kCallback); a longer draft is cut to k.
 class CallbackDraft : public decode::DraftSource {
  public:
   CallbackDraft(const SpeculativeOptions& spec, int vocab) : spec_(spec), vocab_(vocab) {}
   std::vector<int32_t> Propose(std::span<const int32_t> history, int k) override {
-    std::vector<int32_t> d;
-    try {
-      d = spec_.drafter(history, k);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::kCallback, std::string("speculative drafter threw: ") + e.what());
-    } catch (...) {
-      throw Error(ErrorCode::kCallback, "speculative drafter threw");
-    }
+    std::vector<int32_t> d =
+        CallUser("speculative drafter", [&] { return spec_.drafter(history, k); });
     if (static_cast<int>(d.size()) > k) d.resize(k);
     for (const int32_t id : d) {
       if (id < 0 || id >= vocab_) {
@@ -443,17 +450,7 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
   const bool jump = spec.jump_forward && constraint && tok && text_only;
   // Verification steps' output: logits where a select would need a mask per position.
   const OutputMode verify_mode = mode == OutputMode::kSelect ? OutputMode::kLogits : mode;
-  if (options.on_accepted) {
-    try {
-      options.on_accepted();
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::kCallback, std::string("on_accepted threw: ") + e.what());
-    } catch (...) {
-      throw Error(ErrorCode::kCallback, "on_accepted threw");
-    }
-  }
+  if (options.on_accepted) CallUser("on_accepted", options.on_accepted);
   ForwardResult fr;
   Timer prefill;
   {
@@ -556,16 +553,10 @@ Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
     tel.token_ms.push_back(step.Ms());
     if (i == 0) tel.ttft_ms = total.Ms();
     if (on_token) {
-      try {
+      CallUser("token callback", [&] {
         on_token(TokenEvent{token, i, std::string_view(emitted).substr(before), emitted,
                             options.logprobs ? &result.logprobs.back() : nullptr});
-      } catch (const Error&) {
-        throw;
-      } catch (const std::exception& e) {
-        throw Error(ErrorCode::kCallback, std::string("token callback threw: ") + e.what());
-      } catch (...) {
-        throw Error(ErrorCode::kCallback, "token callback threw");
-      }
+      });
     }
     // An emitted token its draft guessed counts as accepted, the last one too (whose K/V plain
     // decoding would not hold: the caches drop it below).

@@ -294,8 +294,10 @@ std::vector<std::pair<std::string, double>> VulkanBackend::ProfileRows(
   if (!dev_->has_timestamps() || m < 2 || m > batch_rows_ || ctx.size() != tokens.size()) return {};
   std::vector<VulkanBackend*> rows(ctx.begin(), ctx.end());
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
-  const VulkanBackend* rope = WriteRowSteps(rows);
-  for (int r = 0; r < m; ++r) rows[r]->window_.BeginWrite(rows[r]->cached(), 1);
+  std::vector<int32_t> positions;
+  for (VulkanBackend* c : rows) positions.push_back(c->cached());
+  const VulkanBackend* rope = WriteRowSteps(rows, positions);
+  for (int r = 0; r < m; ++r) rows[r]->window_.BeginWrite(positions[r], 1);
   Rec rc{head_cmd_};
   rc.rows = &rows;
   rc.row_splits = RowSplits(m);

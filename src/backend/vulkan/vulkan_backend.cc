@@ -11,6 +11,14 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   if (broken_) Rebuild();
   if (replay_) Replay();
   *out = ForwardResult();
+  // A verification step long enough runs as a batched step's rows (VERIFY_ROWS).
+  if (n > 1 && verify_rows_ > 0 && n >= verify_rows_ && BatchReady(req) && batch_rows_ > 1) {
+    BatchStep step{this, req, out};
+    VulkanBackend* self = this;
+    BatchStep* sp = &step;
+    ForwardRows(std::span(&self, 1), std::span(&sp, 1));
+    return;
+  }
   const CacheWindow entry = window_;
   int begin = 0;
   try {
@@ -142,45 +150,52 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
   }
 }
 
-// Batched decode: one command buffer over every row (ForwardRows' contract in the header). Rows
-// go in the order logits, argmax, no output; the recording is kept by the rows' context ids and
-// modes (their caches, RoPE tables and order fix it; tokens and positions come from the staging
+// Batched decode: one command buffer over every row (ForwardRows' contract in the header). A step
+// of k tokens (a verification step) is k rows of its context at consecutive positions: every row
+// writes its keys before any row's attention runs, and each row's attention reads its context's
+// keys up to its own position (the k keys stay within the rings' slack, as a chunk's do). Steps go
+// in the order logits, argmax, no output; the recording is kept by the rows' context ids and modes
+// (their caches, RoPE tables and order fix it; tokens and positions come from the staging
 // buffers), so a steady batch replays it.
 void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
                                 std::span<BatchStep* const> steps) {
-  const int B = static_cast<int>(steps.size());
-  if (B == 0) return;
+  const int S = static_cast<int>(steps.size());
+  if (S == 0) return;
+  int B = 0;
+  for (const BatchStep* s : steps) B += static_cast<int>(s->request.tokens.size());
   if (B < 2 || B > batch_rows_ || ctx.size() != steps.size())
     throw Error(ErrorCode::kInternal, "vulkan: a batch of " + std::to_string(B) + " rows");
   auto group = [](OutputMode m) {
     return m == OutputMode::kLogits ? 0 : m == OutputMode::kNone ? 2 : 1;
   };
-  std::vector<int> order(B);
-  for (int i = 0; i < B; ++i) order[i] = i;
+  std::vector<int> order(S);
+  for (int i = 0; i < S; ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     const int ga = group(steps[a]->request.mode), gb = group(steps[b]->request.mode);
     return ga != gb ? ga < gb : ctx[a]->uid() < ctx[b]->uid();
   });
-  std::vector<VulkanBackend*> rows(B);
-  std::vector<int32_t> tokens(B);
+  std::vector<VulkanBackend*> rows;
+  std::vector<int32_t> tokens, positions;
   std::vector<uint64_t> key;
   int logits_rows = 0, out_rows = 0;
-  for (int r = 0; r < B; ++r) {
-    const int i = order[r];
-    rows[r] = ctx[i];
-    tokens[r] = steps[i]->request.tokens[0];
+  for (int i : order) {
     const int g = group(steps[i]->request.mode);
-    logits_rows += g == 0;
-    out_rows += g != 2;
-    key.push_back(ctx[i]->uid());
-    key.push_back(static_cast<uint64_t>(g));
+    for (size_t j = 0; j < steps[i]->request.tokens.size(); ++j) {
+      rows.push_back(ctx[i]);
+      tokens.push_back(steps[i]->request.tokens[j]);
+      positions.push_back(ctx[i]->cached() + static_cast<int>(j));
+      logits_rows += g == 0;
+      out_rows += g != 2;
+      key.push_back(ctx[i]->uid());
+      key.push_back(static_cast<uint64_t>(g));
+    }
   }
   const int splits = RowSplits(B);
   // Inputs: the rows' embedding and PLE rows (as a prompt chunk's), each row's position.
   FillInputs(tokens, OutputMode::kArgmax, nullptr);
-  const VulkanBackend* rope = WriteRowSteps(rows);
+  const VulkanBackend* rope = WriteRowSteps(rows, positions);
   try {
-    SubmitRows(rows, key, logits_rows, out_rows, splits, rope);
+    SubmitRows(rows, positions, key, logits_rows, out_rows, splits, rope);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kDevice) {
       broken_ = true;
@@ -190,30 +205,35 @@ void VulkanBackend::ForwardRows(std::span<VulkanBackend* const> ctx,
   }
   const int V = cfg_.vocab_size;
   const uint8_t* o = out_host_.r.mapped;
-  for (int r = 0; r < B; ++r) {
-    BatchStep& st = *steps[order[r]];
-    VulkanBackend& c = *rows[r];
-    c.window_.Commit(c.cached() + 1);
-    c.history_.push_back(tokens[r]);
-    ++c.batched_steps_;
+  int r = 0;
+  for (int i : order) {
+    BatchStep& st = *steps[i];
+    VulkanBackend& c = *ctx[i];
+    const std::span<const int32_t> toks = st.request.tokens;
     *st.result = ForwardResult();
-    if (r < logits_rows) {
-      const float* f = reinterpret_cast<const float*>(o) + size_t(r) * V;
-      st.result->logits.assign(f, f + V);
-    } else if (r < out_rows) {
-      uint32_t w[2];
-      std::memcpy(w, o + size_t(logits_rows) * V * 4 + 8 * (r - logits_rows), 8);
-      st.result->ids.push_back(static_cast<int32_t>(w[0]));
+    for (size_t j = 0; j < toks.size(); ++j, ++r) {
+      if (r < logits_rows) {
+        const float* f = reinterpret_cast<const float*>(o) + size_t(r) * V;
+        st.result->logits.insert(st.result->logits.end(), f, f + V);
+      } else if (r < out_rows) {
+        uint32_t w[2];
+        std::memcpy(w, o + size_t(logits_rows) * V * 4 + 8 * (r - logits_rows), 8);
+        st.result->ids.push_back(static_cast<int32_t>(w[0]));
+      }
     }
+    c.window_.Commit(c.cached() + static_cast<int>(toks.size()));
+    c.history_.insert(c.history_.end(), toks.begin(), toks.end());
+    ++c.batched_steps_;
   }
 }
 
-const VulkanBackend* VulkanBackend::WriteRowSteps(std::span<VulkanBackend* const> rows) {
+const VulkanBackend* VulkanBackend::WriteRowSteps(std::span<VulkanBackend* const> rows,
+                                                  std::span<const int32_t> positions) {
   const VulkanBackend* rope = rows[0];
   for (size_t r = 0; r < rows.size(); ++r) {
     const VulkanBackend& c = *rows[r];
     const uint32_t st[6] = {
-        static_cast<uint32_t>(c.cached()), 1, 0, 0, static_cast<uint32_t>(c.sliding_ring_),
+        static_cast<uint32_t>(positions[r]), 1, 0, 0, static_cast<uint32_t>(c.sliding_ring_),
         static_cast<uint32_t>(c.capacity_)};
     std::memcpy(row_steps_host_.r.mapped + r * kRowStepBytes, st, sizeof(st));
     if (c.capacity_ > rope->capacity_) rope = &c;
@@ -223,6 +243,7 @@ const VulkanBackend* VulkanBackend::WriteRowSteps(std::span<VulkanBackend* const
 
 // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written.
 void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
+                               const std::vector<int32_t>& positions,
                                const std::vector<uint64_t>& key, int logits_rows, int out_rows,
                                int splits, const VulkanBackend* rope) {
   const int B = static_cast<int>(rows.size());
@@ -259,7 +280,7 @@ void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
     bc->key = key;
   }
   bc->used = ++batch_cmd_clock_;
-  for (VulkanBackend* c : rows) c->window_.BeginWrite(c->cached(), 1);
+  for (size_t r = 0; r < rows.size(); ++r) rows[r]->window_.BeginWrite(positions[r], 1);
   dev_->Submit(bc->cmd);
 }
 

@@ -595,8 +595,9 @@ class VulkanBackend : public Backend {
   void RecordLogitsReduce(Rec& rc, int count, bool mask);
   // ForwardRows' command buffer (recorded, or replayed by its key) submitted, its inputs written
   // (`rope`: WriteRowSteps' choice).
-  void SubmitRows(const std::vector<VulkanBackend*>& rows, const std::vector<uint64_t>& key,
-                  int logits_rows, int out_rows, int splits, const VulkanBackend* rope);
+  void SubmitRows(const std::vector<VulkanBackend*>& rows, const std::vector<int32_t>& positions,
+                  const std::vector<uint64_t>& key, int logits_rows, int out_rows, int splits,
+                  const VulkanBackend* rope);
 
   void RecordHead(Rec& rc, int out_first, int count, OutputMode mode);
   void RecordHeadCopy(Rec& rc, int count, OutputMode mode);
@@ -676,18 +677,23 @@ class VulkanBackend : public Backend {
 
   // Public to the free functions of vulkan_backend.h.
  public:
-  // BackendModel::ForwardBatch's work, recorded and submitted by this context: the one-token
-  // steps `steps` of the distinct contexts `ctx` (ctx[i] steps[i]'s; this context among them or
-  // not), at most batch_rows(), each validated and BatchReady. Fills every step's result and
-  // commits every context's token, or throws with no context's cached() changed (a device
+  // BackendModel::ForwardBatch's work, recorded and submitted by this context: the steps `steps`
+  // of the distinct contexts `ctx` (ctx[i] steps[i]'s; this context among them or not), each a
+  // row per token (one token, or several with all_positions), at least 2 and at most
+  // batch_rows() rows in all, each step validated and BatchReady. Fills every step's result and
+  // commits every context's tokens, or throws with no context's cached() changed (a device
   // failure marks them all for a rebuild).
   void ForwardRows(std::span<VulkanBackend* const> ctx, std::span<BatchStep* const> steps);
   // The most rows one batched step of this context takes (1: it does not batch).
   int batch_rows() const { return batch_rows_; }
-  // Whether a validated one-token request can be a batch's row now (else it runs alone).
+  // Whether a validated request can be a batch's rows now (else it runs alone): one token, or a
+  // verification step (all_positions) of at most batch_rows() tokens within the rings' slack (a
+  // chunk's bound: its keys must not overwrite keys its first token still sees).
   bool BatchReady(const ForwardRequest& req) const {
+    const size_t m = req.tokens.size();
     return !broken_ && !replay_ && weights_->generation == shared_->generation() &&
-           req.mode != OutputMode::kSelect &&
+           req.mode != OutputMode::kSelect && m >= 1 &&
+           (m == 1 || (req.all_positions && m <= static_cast<size_t>(std::min(chunk_, batch_rows_)))) &&
            std::none_of(req.soft.begin(), req.soft.end(), [](const float* p) { return p; });
   }
   // Identifies this context's current device state (new after each Build): batch recordings
@@ -986,18 +992,21 @@ class VulkanBackend : public Backend {
   int decode_dispatches_ = 0, decode_barriers_ = 0;
   Buf prof_, prof_host_;
   Buf reduce_cnt_;
-  // Batched steps (ForwardRows): each row's record (position, 1, 0, 0, its sliding ring, its
+  // Batched steps (ForwardRows): each row's record (its position, 1, 0, 0, its sliding ring, its
   // capacity) at a stride of kRowStepBytes, written by the host (row_steps_host_) and copied to
   // the device (row_steps_) at the step's start.
   static constexpr size_t kRowStepBytes = 256;
   Buf row_steps_, row_steps_host_;
-  // The rows' records and the context whose RoPE tables they read (the largest capacity).
-  const VulkanBackend* WriteRowSteps(std::span<VulkanBackend* const> rows);
+  // The rows' records (row r of context rows[r] at positions[r]) and the context whose RoPE tables
+  // they read (the largest capacity).
+  const VulkanBackend* WriteRowSteps(std::span<VulkanBackend* const> rows,
+                                     std::span<const int32_t> positions);
   // Key splits of a batch row's attention: the decode's, at most what the partial sums of
   // `rows` rows hold (PlanActivations sizes them for kRowSplitUnits rows x splits).
   static constexpr int kRowSplitUnits = 256;
   int RowSplits(int rows) const { return std::clamp(kRowSplitUnits / rows, 1, splits_); }
   int batch_rows_ = 1;
+  int verify_rows_ = 0;  // VERIFY_ROWS (Build)
   int64_t batched_steps_ = 0;
   uint64_t uid_ = 0;
   // Recorded batch steps kept for replay, by their rows' context ids and output modes.

@@ -189,6 +189,12 @@ void VulkanBackend::Build() {
   if (!fill_pool_ || fill_pool_->size() != fill_threads)
     fill_pool_ = fill_threads > 1 ? std::make_unique<ThreadPool>(fill_threads) : nullptr;
   xq_shared_ = Knob("XQ_SHARED", 1) != 0;
+  // A verification step (all_positions) of VERIFY_ROWS .. batch_rows() tokens runs as rows of a
+  // batched step (ForwardRows) instead of a prompt chunk; 0: never. From the H200's step times
+  // (E2B QAT, 512 context; bench/journal/2026-12-04-vulkan-batched-decode.md): rows 4 / 8 in
+  // 8.21 / 9.11 ms against chunks of 3 / 5 / 9 tokens in 7.10 / 10.47 / 10.90 ms. Not on CPU
+  // devices, where a batch's rows run slower than the chunk.
+  verify_rows_ = std::max(0, Knob("VERIFY_ROWS", dev_->is_cpu() ? 0 : 4));
   // One-token linears with a capped grid (each workgroup loops over row blocks): N workgroups,
   // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.
   // -4 measured best on the H200 with the consumer norms (-3: 3.25, -6: 3.41, -8: 3.38 ms).

@@ -117,7 +117,7 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
     const int slacks[3] = {0, 1, model.text().sliding_window};
     std::vector<std::unique_ptr<Backend>> got, ref, ref32;
     for (int c = 0; c < kContexts; ++c) {
-      const BackendOptions opt{.capacity = 64, .slack = slacks[next() % 3]};
+      const BackendOptions opt{.capacity = 128, .slack = slacks[next() % 3]};
       got.push_back(vm->NewContext(opt));
       ref.push_back(CreateCpuReferenceBackend(model, opt));
       ref32.push_back(CreateCpuReferenceBackend(model, opt));
@@ -131,73 +131,89 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
     }
     double worst32 = 0;  // dense: the f32-sum reference's largest distance from the reference
     const float q = model.lm_head().out_scale;
-    // One batch of the given contexts, modes and tokens, checked row by row.
+    // One batch of the given contexts, modes and tokens (a step of several tokens returns every
+    // position's output: a verification step, its tokens rows of the batch), checked row by row.
     auto run = [&](const std::vector<int>& who, const std::vector<OutputMode>& modes,
-                   const std::vector<int32_t>& toks) {
+                   const std::vector<std::vector<int32_t>>& toks) {
       std::vector<BatchStep> steps(who.size());
       std::vector<ForwardResult> res(who.size());
       for (size_t i = 0; i < who.size(); ++i) {
         steps[i].context = got[who[i]].get();
-        steps[i].request = {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = modes[i]};
+        steps[i].request = {
+            .tokens = toks[i], .mode = modes[i], .all_positions = toks[i].size() > 1};
         steps[i].result = &res[i];
       }
       vm->ForwardBatch(steps);
       for (size_t i = 0; i < who.size(); ++i) {
         const int c = who[i];
         const int pos = ref[c]->cached();
-        SCOPED_TRACE("context " + std::to_string(c) + " at position " + std::to_string(pos));
+        SCOPED_TRACE("context " + std::to_string(c) + " at position " + std::to_string(pos) +
+                     ", " + std::to_string(toks[i].size()) + " token(s)");
         if (steps[i].error) std::rethrow_exception(steps[i].error);
         ForwardResult a, a32;
-        ref[c]->Forward(
-            {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = OutputMode::kLogits}, &a);
+        const ForwardRequest want_req{
+            .tokens = toks[i], .mode = OutputMode::kLogits, .all_positions = true};
+        ref[c]->Forward(want_req, &a);
         {
           const ref::ScopedF32Sums f32;
-          ref32[c]->Forward(
-              {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = OutputMode::kLogits}, &a32);
+          ref32[c]->Forward(want_req, &a32);
         }
-        if (!qat) worst32 = std::max(worst32, RelL2(a32.logits.data(), a.logits.data(), V));
         EXPECT_EQ(got[c]->cached(), ref[c]->cached());
-        const float* want = a.logits.data();
-        const float amax = std::fabs(*std::max_element(
-            want, want + V, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
-        if (modes[i] == OutputMode::kLogits) {
-          ASSERT_EQ(res[i].logits.size(), size_t(V));
-          const double rel = RelL2(res[i].logits.data(), want, V);
-          if (qat) {
-            EXPECT_TRUE(rel < 1e-4 || (pos >= static_cast<int>(kExactPrefix) &&
-                                       IsSrqFlip(model, res[i].logits.data(), want, V)))
-                << "rel L2 " << rel;
+        const size_t m = toks[i].size();
+        ASSERT_EQ(a.logits.size(), m * V);
+        if (modes[i] == OutputMode::kLogits) ASSERT_EQ(res[i].logits.size(), m * V);
+        if (modes[i] == OutputMode::kArgmax) ASSERT_EQ(res[i].ids.size(), m);
+        for (size_t j = 0; j < m; ++j) {
+          SCOPED_TRACE("row " + std::to_string(j));
+          const float* want = a.logits.data() + j * V;
+          if (!qat) worst32 = std::max(worst32, RelL2(a32.logits.data() + j * V, want, V));
+          const float amax = std::fabs(*std::max_element(
+              want, want + V, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
+          if (modes[i] == OutputMode::kLogits) {
+            const float* mine = res[i].logits.data() + j * V;
+            const double rel = RelL2(mine, want, V);
+            if (qat) {
+              EXPECT_TRUE(rel < 1e-4 || (pos + static_cast<int>(j) >= static_cast<int>(kExactPrefix) &&
+                                         IsSrqFlip(model, mine, want, V)))
+                  << "rel L2 " << rel;
+            } else {
+              EXPECT_TRUE(rel < kDenseTol || rel <= 4 * worst32)
+                  << "rel L2 " << rel << ", the f32 reference's worst " << worst32;
+            }
+          } else if (modes[i] == OutputMode::kArgmax) {
+            const int mine = res[i].ids[j];
+            const int best = static_cast<int>(std::max_element(want, want + V) - want);
+            const double gap = double(want[best]) - want[mine];
+            EXPECT_TRUE(mine == best || gap <= (1e-3 + 4 * worst32) * amax + (q > 0 ? 4 * q : 0))
+                << "argmax " << mine << " against " << best << " (gap " << gap << ")";
           } else {
-            EXPECT_TRUE(rel < kDenseTol || rel <= 4 * worst32)
-                << "rel L2 " << rel << ", the f32 reference's worst " << worst32;
+            EXPECT_TRUE(res[i].ids.empty() && res[i].logits.empty());
           }
-        } else if (modes[i] == OutputMode::kArgmax) {
-          ASSERT_EQ(res[i].ids.size(), 1u);
-          const int mine = res[i].ids[0];
-          const int best = static_cast<int>(std::max_element(want, want + V) - want);
-          const double gap = double(want[best]) - want[mine];
-          EXPECT_TRUE(mine == best || gap <= (1e-3 + 4 * worst32) * amax + (q > 0 ? 4 * q : 0))
-              << "argmax " << mine << " against " << best << " (gap " << gap << ")";
-        } else {
-          EXPECT_TRUE(res[i].ids.empty() && res[i].logits.empty());
         }
       }
     };
+    int multi = 0;  // verification steps taken
     for (int step = 0; step < kSteps && !HasFailure(); ++step) {
       std::vector<int> who;
       std::vector<OutputMode> modes;
-      std::vector<int32_t> toks;
+      std::vector<std::vector<int32_t>> toks;
       for (int c = 0; c < kContexts; ++c) {
         if (next() % 10 >= 7) continue;
         who.push_back(c);
         const uint64_t k = next() % 20;
+        // One in four steps (while the context has room) is a verification step of 2-5 tokens.
+        const int room = got[c]->capacity() - got[c]->cached();
+        const int len = next() % 4 == 0 && room >= 8 ? 2 + static_cast<int>(next() % 4) : 1;
+        multi += len > 1;
         modes.push_back(k < 9    ? OutputMode::kLogits
-                        : k < 18 ? OutputMode::kArgmax
+                        : k < 18 || len > 1 ? OutputMode::kArgmax
                                  : OutputMode::kNone);
-        toks.push_back(static_cast<int32_t>(next() % V));
+        toks.emplace_back();
+        for (int t = 0; t < len; ++t) toks.back().push_back(static_cast<int32_t>(next() % V));
       }
       run(who, modes, toks);
     }
+    EXPECT_GT(multi, 0);
     int64_t batched = 0;
     for (auto& c : got) {
       VulkanStats st;
@@ -232,15 +248,13 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
     {
       const std::vector<int> who = {0, 1, 2, 3, 4, 5};
       const std::vector<OutputMode> modes(6, OutputMode::kLogits);
-      std::vector<int32_t> toks;
-      for (int c = 0; c < 6; ++c) toks.push_back(static_cast<int32_t>(next() % V));
+      std::vector<std::vector<int32_t>> toks;
+      for (int c = 0; c < 6; ++c) toks.push_back({static_cast<int32_t>(next() % V)});
       std::vector<BatchStep> steps(6);
       std::vector<ForwardResult> res(6);
       std::vector<int> before;
       for (int i = 0; i < 6; ++i) {
-        steps[i] = {got[i].get(),
-                    {.tokens = std::span<const int32_t>(&toks[i], 1), .mode = modes[i]},
-                    &res[i]};
+        steps[i] = {got[i].get(), {.tokens = toks[i], .mode = modes[i]}, &res[i]};
         before.push_back(got[i]->cached());
       }
       ASSERT_TRUE(vm->InjectDeviceFault(DeviceFault::kDeviceLoss));

@@ -81,15 +81,15 @@ TEST(VulkanDecodeDiff, RandomConfigsDecodeLikeTheReference) {
 }
 
 // Batched decode (BackendModel::ForwardBatch): random configurations, six contexts (or
-// GEMMA_BATCH_CONTEXTS) with random
-// prompts and ring slacks, 40 steps in which each context steps with probability 0.7 in a random
-// output mode (logits, argmax, none) on a random token, every row checked against its own CPU
-// reference context: logits within the decode's contract (dense: 1e-3, or 4x the largest distance
+// GEMMA_BATCH_CONTEXTS) with random prompts and ring slacks, 32 steps in which each context steps
+// with probability 0.7 in a random output mode (logits, argmax, none) on a random token, or one
+// time in four on 2-5 tokens with every position's output (a verification step: its tokens are
+// rows of the batch), every row checked against its own CPU reference context: logits within the decode's contract (dense: 1e-3, or 4x the largest distance
 // so far of the reference with f32 sums, RunDecodeDiff's allowance for random models that amplify
 // f32 rounding; QAT 1e-4 or an SRQ flip after the first kExactPrefix positions), argmaxes equal
 // unless the reference's top two are within that noise. Then a step with a token outside the
 // vocabulary fails alone, and a device loss fails the whole batch with nothing committed; the same
-// steps then succeed.
+// steps then succeed. (A solo verification step's rows: below, VERIFY_ROWS.)
 TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
   for (const bool qat : {false, true}) {
     const uint64_t seed = qat ? 311 : 310;
@@ -113,7 +113,7 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
     };
     // (GEMMA_BATCH_CONTEXTS: more contexts, so batches reach the matrix units' 8+ rows on GPUs)
     const int kContexts = std::max(6, DiffEnvInt("GEMMA_BATCH_CONTEXTS", 6));
-    constexpr int kSteps = 40;
+    constexpr int kSteps = 32;
     const int slacks[3] = {0, 1, model.text().sliding_window};
     std::vector<std::unique_ptr<Backend>> got, ref, ref32;
     for (int c = 0; c < kContexts; ++c) {
@@ -214,6 +214,25 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
       run(who, modes, toks);
     }
     EXPECT_GT(multi, 0);
+    // A verification step alone (2-3 tokens: below the batch's 4 rows, so Forward takes it) runs
+    // as rows too where VERIFY_ROWS admits it (2 here; GPUs default to 4, CPU devices to never).
+    {
+      const BackendOptions opt{.capacity = 64};
+      got.push_back(CreateVulkanSibling(*got[0], opt, KernelConfig().Set("VERIFY_ROWS", 2)));
+      ref.push_back(CreateCpuReferenceBackend(model, opt));
+      ref32.push_back(CreateCpuReferenceBackend(model, opt));
+      const int c = static_cast<int>(got.size()) - 1;
+      const std::vector<std::vector<int32_t>> prompt = {{2, 7, 11}};
+      run({c}, {OutputMode::kArgmax}, prompt);
+      for (int len : {2, 3, 1, 3, 2}) {
+        std::vector<int32_t> t;
+        for (int i = 0; i < len; ++i) t.push_back(static_cast<int32_t>(next() % V));
+        run({c}, {len == 3 ? OutputMode::kLogits : OutputMode::kArgmax}, {t});
+      }
+      VulkanStats st;
+      ASSERT_TRUE(GetVulkanStats(*got[c], &st));
+      EXPECT_EQ(st.batched_steps, 5) << "steps of several tokens that did not run as rows";
+    }
     int64_t batched = 0;
     for (auto& c : got) {
       VulkanStats st;

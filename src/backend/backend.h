@@ -149,8 +149,9 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   // Whether ForwardBatch is faster than the steps one by one (the runtime batches only then).
   virtual bool batches_steps() const { return false; }
   // Whether ForwardBatch also takes steps of several tokens that return every position's output
-  // (all_positions: speculative verification steps), each row exactly as the context's own
-  // Forward gives it.
+  // (all_positions: speculative verification steps), each row as the context's own Forward gives
+  // it (as ForwardBatch's one-token steps: bit for bit on the CPU backends, within the decode's
+  // contract on Vulkan).
   virtual bool batches_multi_token_steps() const { return false; }
 };
 

@@ -2,7 +2,8 @@
 // `ctx` cached tokens, each batched step (BackendModel::ForwardBatch, greedy rows) rewound after
 // it, so every step runs at the same context; the median step time and B / step as tok/s, against
 // the same contexts stepped one after another. With --profile, the GPU time per kernel of a
-// batched step. Then speculative verification steps of k drafts against a one-token step.
+// batched step. Then speculative verification steps of k drafts against a one-token step, on the
+// prompt path and as a batched step's rows (VERIFY_ROWS).
 //   vulkan_batch_bench MODEL_DIR [--ctx 512] [--batches 1,2,4,8,16] [--steps 32] [--profile 1]
 #include <algorithm>
 #include <chrono>
@@ -107,27 +108,44 @@ int main(int argc, char** argv) {
       std::printf("| %d | %.3f | %.0f | %.3f | %.0f | %.2fx | %.1f |\n", b, mb * 1e3, b / mb,
                   ms * 1e3, b / ms, ms / mb, (first - mb) * 1e3);
     }
-    // Verification steps (speculative decoding): one context, the token and k drafts in one
-    // Forward with every position's argmax, rewound after it.
-    std::printf("\n| verification step (k drafts + 1) | ms | x one-token step |\n|---|---|---|\n");
+    // Verification steps (speculative decoding): the token and k drafts in one Forward with every
+    // position's argmax, rewound after it, on the prompt path (a chunk: VERIFY_ROWS=0) and as
+    // rows of a batched step (VERIFY_ROWS=2), each on a context of its own at the same position.
+    std::vector<std::unique_ptr<gemma::Backend>> verify;
+    for (int rows_from : {0, 2}) {
+      verify.push_back(gemma::CreateVulkanSibling(*ctxs[0], {.capacity = ctx + 64},
+                                                  gemma::KernelConfig().Set("VERIFY_ROWS", rows_from)));
+      for (int i = 0; i < ctx; ++i) prompt[i] = i == 0 ? 2 : int32_t((i * 7919) % V);
+      verify.back()->Forward({.tokens = prompt, .mode = gemma::OutputMode::kNone}, &r);
+    }
+    std::printf(
+        "\n| verification step (k drafts + 1) | chunk ms | x one-token step | rows ms | x one-token "
+        "step |\n|---|---|---|---|---|\n");
     double one = 0;
     std::vector<std::vector<std::pair<std::string, double>>> verify_profiles;
-    for (int k : {0, 1, 2, 4, 8}) {
+    for (int k : {0, 1, 2, 3, 4, 6, 8}) {
       std::vector<int32_t> toks(k + 1);
       for (int i = 0; i <= k; ++i) toks[i] = int32_t((i * 131 + 17) % V);
-      std::vector<double> t;
-      for (int s = 0; s < steps + 3; ++s) {
-        const double t0 = Now();
-        ctxs[0]->Forward({.tokens = toks, .all_positions = true}, &r);
-        const double dt = Now() - t0;
-        ctxs[0]->Truncate(ctx);
-        if (s >= 3) t.push_back(dt);
+      double med[2] = {0, 0};
+      for (int path = 0; path < (k == 0 ? 1 : 2); ++path) {
+        std::vector<double> t;
+        for (int s = 0; s < steps + 3; ++s) {
+          const double t0 = Now();
+          verify[path]->Forward({.tokens = toks, .all_positions = true}, &r);
+          const double dt = Now() - t0;
+          verify[path]->Truncate(ctx);
+          if (s >= 3) t.push_back(dt);
+        }
+        med[path] = Median(t);
       }
-      const double med = Median(t);
-      if (k == 0) one = med;
-      std::printf("| k = %d | %.3f (min %.3f) | %.2fx |\n", k, med * 1e3,
-                  *std::min_element(t.begin(), t.end()) * 1e3, med / one);
-      if (profile && k > 0) verify_profiles.push_back(gemma::ProfileVulkanStep(*ctxs[0], toks));
+      if (k == 0) one = med[0];
+      if (k == 0) {
+        std::printf("| k = 0 (a one-token step) | %.3f | 1.00x | | |\n", med[0] * 1e3);
+      } else {
+        std::printf("| k = %d | %.3f | %.2fx | %.3f | %.2fx |\n", k, med[0] * 1e3, med[0] / one,
+                    med[1] * 1e3, med[1] / one);
+      }
+      if (profile && k > 0) verify_profiles.push_back(gemma::ProfileVulkanStep(*verify[0], toks));
     }
     for (size_t i = 0; i < verify_profiles.size(); ++i) {
       auto& pp = verify_profiles[i];

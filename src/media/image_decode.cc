@@ -1,5 +1,8 @@
-// Image decoding with Debian's stb_image (PNG, JPEG, BMP, GIF first frame) and libwebp.
+// Image decoding with Debian's stb_image (PNG, JPEG, BMP, GIF first frame) and libwebp. The
+// WebAssembly build compiles it without libwebp (GEMMA_NO_WEBP: WebP files are kUnsupported).
+#ifndef GEMMA_NO_WEBP
 #include <webp/decode.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -337,6 +340,12 @@ Image DecodeStb(std::span<const uint8_t> b, Kind kind, const std::string& origin
 }
 
 Image DecodeWebp(std::span<const uint8_t> b, const std::string& origin, const DecodeOptions& o) {
+#ifdef GEMMA_NO_WEBP
+  (void)b;
+  (void)o;
+  throw Error(ErrorCode::kUnsupported,
+              origin + ": WebP decoding is not in the WebAssembly build (PNG, JPEG, BMP and GIF are)");
+#else
   WebPBitstreamFeatures f;
   const VP8StatusCode st = WebPGetFeatures(b.data(), b.size(), &f);
   if (st == VP8_STATUS_NOT_ENOUGH_DATA)
@@ -353,6 +362,7 @@ Image DecodeWebp(std::span<const uint8_t> b, const std::string& origin, const De
     throw Error(ErrorCode::kFormat, origin + ": truncated or corrupt WebP data");
   }
   return img;
+#endif
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
-// The WebAssembly build's media decoders (cmake: GEMMA_WEB). Image and audio files need libwebp,
-// stb, libsndfile and libsamplerate, and video the ffmpeg command; none is in that build yet, so a
-// request with media fails with Error(kUnsupported) before anything is evaluated. The processors
+// The WebAssembly build's audio and video decoders (cmake: GEMMA_WEB). Audio files need
+// libsndfile and libsamplerate, and video the ffmpeg command; neither is in that build, so a
+// request with audio or video fails with Error(kUnsupported) before anything is evaluated. Images
+// decode there as natively (image_decode.cc with stb_image, without libwebp), and the processors
 // behind the decoders (image_processor.cc, audio_features.cc) are compiled as in native builds.
 #include <string>
 #include <vector>
 
 #include "gemma/error.h"
 #include "media/audio.h"
-#include "media/image.h"
 #include "media/video.h"
 
 namespace gemma::media {
@@ -20,10 +20,6 @@ namespace {
 
 }  // namespace
 
-Image DecodeImage(std::span<const uint8_t>, const std::string& origin, const DecodeOptions&) {
-  NotInWebBuild("image", origin);
-}
-Image LoadImageFile(const std::string& path, const DecodeOptions&) { NotInWebBuild("image", path); }
 Audio DecodeAudio(std::span<const uint8_t>, const std::string& origin, const AudioDecodeOptions&) {
   NotInWebBuild("audio", origin);
 }

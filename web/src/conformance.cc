@@ -10,6 +10,7 @@
 #include "decode/sampling_recipe.h"
 #include "gemma/engine.h"
 #include "gemma/error.h"
+#include "media/image.h"
 #include "tokenizer/gemma4_vocab.h"
 #include "tokenizer/tokenizer.h"
 
@@ -119,6 +120,45 @@ json Model(const json& r) {
           {"logits", Base64(s.logits.data(), s.logits.size() * sizeof(float))}};
 }
 
+// Greedy tokens and every position's logits of a prompt with images spliced (tests/goldens/vision's
+// prompts: ids with the image placeholders, images as files at their token budgets).
+json Vision(const json& r) {
+  EngineOptions eo;
+  eo.model_path = r.at("model").get<std::string>();
+  eo.backend = r.value("backend", "cpu-ref");
+  eo.context_capacity = r.value("context", 1024);
+  eo.threads = 1;
+  const auto engine = Engine::Load(eo);
+  const std::vector<int32_t> ids = r.at("ids").get<std::vector<int32_t>>();
+  Input in = Input::Ids(ids);
+  const json& images = r.at("images");
+  for (size_t i = 0; i < images.size(); ++i)
+    in.images.push_back(
+        ImageInput::File(images[i].get<std::string>(), r.at("budgets")[i].get<int>()));
+  GenerateOptions g;
+  g.max_new_tokens = r.at("steps").get<int>();
+  g.ignore_eos = true;
+  auto session = engine->NewSession();
+  const Result res = session->Generate(in, g);
+  std::vector<int32_t> full = ids;
+  full.insert(full.end(), res.tokens.begin(), res.tokens.end() - (res.tokens.empty() ? 0 : 1));
+  Input all = in;
+  all.token_ids = full;
+  const ScoreResult s = session->ScoreInput(all, /*return_logits=*/true);
+  return {{"tokens", res.tokens},
+          {"vocab", engine->vocab_size()},
+          {"positions", full.size()},
+          {"logits", Base64(s.logits.data(), s.logits.size() * sizeof(float))}};
+}
+
+// An image file decoded as the engine decodes it (EXIF orientation applied, alpha on white).
+json DecodeImageFile(const json& r) {
+  const media::Image img = media::LoadImageFile(r.at("path").get<std::string>());
+  return {{"width", img.width},
+          {"height", img.height},
+          {"rgb", Base64(img.rgb.data(), img.rgb.size())}};
+}
+
 json DeriveGemma4(const json& r) {
   const std::string in = r.at("gemma3").get<std::string>();
   const std::string out = DeriveGemma4TokenizerJson(ReadFileToString(in), in);
@@ -158,6 +198,8 @@ json RunConformance(const json& request) {
   if (op == "sample") return Sample(request);
   if (op == "model") return Model(request);
   if (op == "derive_gemma4_tokenizer") return DeriveGemma4(request);
+  if (op == "vision") return Vision(request);
+  if (op == "decode_image") return DecodeImageFile(request);
   throw Error(ErrorCode::kInvalidArgument, "unknown conformance op '" + op + "'");
 }
 

@@ -14,6 +14,9 @@
 //   {"op": "model", "model": DIR, "backend": NAME, "prompt": [ID...], "steps": N}
 //       -> {"tokens": [greedy ids, EOS ignored], "vocab": V, "positions": P,
 //           "logits": BASE64 of float32 little-endian [P][V] over prompt + tokens but the last}
+//   {"op": "vision", "model": DIR, "backend": NAME, "ids": [ID...], "images": [PATH...],
+//    "budgets": [N...], "steps": N} -> as "model", with the images spliced at their placeholders
+//   {"op": "decode_image", "path": PATH} -> {"width", "height", "rgb": BASE64 of the RGB bytes}
 //
 // Errors are gemma::Error as everywhere (the module's wrapper turns them into its error JSON).
 #pragma once

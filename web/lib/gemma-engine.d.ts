@@ -84,6 +84,14 @@ export interface Telemetry {
   load_ms: number;
   prompt_tokens: number;
   reused_tokens: number;
+  /** Images in the prompt, those run through the vision tower (the others reused), and the time
+   * of decoding, preprocessing and the tower; the same for audio clips (audio_ms: the tower). */
+  images: number;
+  images_encoded: number;
+  vision_ms: number;
+  audios: number;
+  audios_encoded: number;
+  audio_ms: number;
   ttft_ms: number;
   prefill_ms: number;
   token_ms: number[];

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/fast/fast_ops.h"
+#include "backend/cpu/fast/tiles.h"
 #include "backend/cpu/reference_ops.h"
 #include "core/dtype.h"
 
@@ -74,6 +75,32 @@ HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int
   const DF d;
   const size_t N = hn::Lanes(d);
   const int nr = 2 * static_cast<int>(N);
+#if GEMMA_WASM_KERNELS
+  // WebAssembly SIMD (tiles.h): EMU128's 4-lane vectors, its MulAdd as a multiply then an add,
+  // in the same order: the same bits, about 4x faster than the emulated loop (the vision and
+  // audio towers' dense products in the WebAssembly module).
+  v128_t acc[kMr][2];
+  for (int m = 0; m < kMr; ++m) acc[m][0] = acc[m][1] = wasm_f32x4_splat(0.0f);
+  for (int k = 0; k < cols; ++k) {
+    const float* w = panel + static_cast<size_t>(k) * nr;
+    const v128_t w0 = wasm_v128_load(w), w1 = wasm_v128_load(w + 4);
+    for (int m = 0; m < kMr; ++m) {
+      const v128_t b = wasm_f32x4_splat(xr[m][k]);
+      acc[m][0] = wasm_f32x4_add(wasm_f32x4_mul(b, w0), acc[m][0]);
+      acc[m][1] = wasm_f32x4_add(wasm_f32x4_mul(b, w1), acc[m][1]);
+    }
+  }
+  HWY_ALIGN float out[kMr * 8];
+  for (int m = 0; m < kMr; ++m) {
+    wasm_v128_store(out + m * nr, acc[m][0]);
+    wasm_v128_store(out + m * nr + 4, acc[m][1]);
+  }
+  if (clamp) {
+    const auto vlo = hn::Set(d, lo), vhi = hn::Set(d, hi);
+    for (int i = 0; i < kMr * nr; i += static_cast<int>(N))
+      hn::Store(hn::Min(vhi, hn::Max(vlo, hn::Load(d, out + i))), d, out + i);
+  }
+#else
   auto a00 = hn::Zero(d), a01 = hn::Zero(d), a10 = hn::Zero(d), a11 = hn::Zero(d);
   auto a20 = hn::Zero(d), a21 = hn::Zero(d), a30 = hn::Zero(d), a31 = hn::Zero(d);
   auto a40 = hn::Zero(d), a41 = hn::Zero(d), a50 = hn::Zero(d), a51 = hn::Zero(d);
@@ -115,6 +142,7 @@ HWY_NOINLINE void Tile(const float* panel, int cols, const float* const* xr, int
   hn::StoreU(a30, d, out + 3 * nr), hn::StoreU(a31, d, out + 3 * nr + N);
   hn::StoreU(a40, d, out + 4 * nr), hn::StoreU(a41, d, out + 4 * nr + N);
   hn::StoreU(a50, d, out + 5 * nr), hn::StoreU(a51, d, out + 5 * nr + N);
+#endif
   for (int m = 0; m < mt; ++m) {
     std::memcpy(y + static_cast<size_t>(t0 + m) * y_stride + r0, out + m * nr,
                 static_cast<size_t>(valid) * sizeof(float));

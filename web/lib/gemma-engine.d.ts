@@ -14,6 +14,9 @@ export class GemmaError extends Error {
 
 export interface ChatMessage {
   role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  /** Text, or parts: `{type: 'text', text}`, images as the server takes them (`{type: 'image',
+   * url: DATA_URL, budget?}` or `{type: 'image_url', image_url: {url: DATA_URL}}`; PNG, JPEG, BMP,
+   * GIF; WebP, audio and video are not in the module: GemmaError 'unsupported'). */
   content?: string | Array<{ type: string; text?: string; [k: string]: unknown }> | null;
   reasoning?: string;
   tool_calls?: Array<{ type?: 'function'; function: { name: string; arguments: string | object } }>;

@@ -113,14 +113,14 @@ int main(int argc, char** argv) {
     // rows of a batched step (VERIFY_ROWS=2), each on a context of its own at the same position.
     std::vector<std::unique_ptr<gemma::Backend>> verify;
     for (int rows_from : {0, 2}) {
-      verify.push_back(gemma::CreateVulkanSibling(*ctxs[0], {.capacity = ctx + 64},
-                                                  gemma::KernelConfig().Set("VERIFY_ROWS", rows_from)));
+      verify.push_back(gemma::CreateVulkanSibling(
+          *ctxs[0], {.capacity = ctx + 64}, gemma::KernelConfig().Set("VERIFY_ROWS", rows_from)));
       for (int i = 0; i < ctx; ++i) prompt[i] = i == 0 ? 2 : int32_t((i * 7919) % V);
       verify.back()->Forward({.tokens = prompt, .mode = gemma::OutputMode::kNone}, &r);
     }
     std::printf(
-        "\n| verification step (k drafts + 1) | chunk ms | x one-token step | rows ms | x one-token "
-        "step |\n|---|---|---|---|---|\n");
+        "\n| verification step (k drafts + 1) | chunk ms | x one-token step | rows ms "
+        "| x one-token step |\n|---|---|---|---|---|\n");
     double one = 0;
     std::vector<std::vector<std::pair<std::string, double>>> verify_profiles;
     for (int k : {0, 1, 2, 3, 4, 6, 8}) {

@@ -343,8 +343,9 @@ Image DecodeWebp(std::span<const uint8_t> b, const std::string& origin, const De
 #ifdef GEMMA_NO_WEBP
   (void)b;
   (void)o;
-  throw Error(ErrorCode::kUnsupported,
-              origin + ": WebP decoding is not in the WebAssembly build (PNG, JPEG, BMP and GIF are)");
+  throw Error(
+      ErrorCode::kUnsupported,
+      origin + ": WebP decoding is not in the WebAssembly build (PNG, JPEG, BMP and GIF are)");
 #else
   WebPBitstreamFeatures f;
   const VP8StatusCode st = WebPGetFeatures(b.data(), b.size(), &f);

@@ -98,13 +98,18 @@ json Sample(const json& r) {
   return {{"results", results}};
 }
 
-json Model(const json& r) {
+// The request's model on its backend (cpu-ref by default), one thread.
+auto LoadEngine(const json& r, int context) {
   EngineOptions eo;
   eo.model_path = r.at("model").get<std::string>();
   eo.backend = r.value("backend", "cpu-ref");
-  eo.context_capacity = r.value("context", 512);
+  eo.context_capacity = r.value("context", context);
   eo.threads = 1;
-  const auto engine = Engine::Load(eo);
+  return Engine::Load(eo);
+}
+
+json Model(const json& r) {
+  const auto engine = LoadEngine(r, 512);
   const std::vector<int32_t> prompt = r.at("prompt").get<std::vector<int32_t>>();
   GenerateOptions g;
   g.max_new_tokens = r.at("steps").get<int>();
@@ -123,12 +128,7 @@ json Model(const json& r) {
 // Greedy tokens and every position's logits of a prompt with images spliced (tests/goldens/vision's
 // prompts: ids with the image placeholders, images as files at their token budgets).
 json Vision(const json& r) {
-  EngineOptions eo;
-  eo.model_path = r.at("model").get<std::string>();
-  eo.backend = r.value("backend", "cpu-ref");
-  eo.context_capacity = r.value("context", 1024);
-  eo.threads = 1;
-  const auto engine = Engine::Load(eo);
+  const auto engine = LoadEngine(r, 1024);
   const std::vector<int32_t> ids = r.at("ids").get<std::vector<int32_t>>();
   Input in = Input::Ids(ids);
   const json& images = r.at("images");

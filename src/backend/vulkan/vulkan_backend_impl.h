@@ -693,7 +693,8 @@ class VulkanBackend : public Backend {
     const size_t m = req.tokens.size();
     return !broken_ && !replay_ && weights_->generation == shared_->generation() &&
            req.mode != OutputMode::kSelect && m >= 1 &&
-           (m == 1 || (req.all_positions && m <= static_cast<size_t>(std::min(chunk_, batch_rows_)))) &&
+           (m == 1 ||
+            (req.all_positions && m <= static_cast<size_t>(std::min(chunk_, batch_rows_)))) &&
            std::none_of(req.soft.begin(), req.soft.end(), [](const float* p) { return p; });
   }
   // Identifies this context's current device state (new after each Build): batch recordings

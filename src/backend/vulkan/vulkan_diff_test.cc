@@ -84,12 +84,13 @@ TEST(VulkanDecodeDiff, RandomConfigsDecodeLikeTheReference) {
 // GEMMA_BATCH_CONTEXTS) with random prompts and ring slacks, 32 steps in which each context steps
 // with probability 0.7 in a random output mode (logits, argmax, none) on a random token, or one
 // time in four on 2-5 tokens with every position's output (a verification step: its tokens are
-// rows of the batch), every row checked against its own CPU reference context: logits within the decode's contract (dense: 1e-3, or 4x the largest distance
-// so far of the reference with f32 sums, RunDecodeDiff's allowance for random models that amplify
-// f32 rounding; QAT 1e-4 or an SRQ flip after the first kExactPrefix positions), argmaxes equal
-// unless the reference's top two are within that noise. Then a step with a token outside the
-// vocabulary fails alone, and a device loss fails the whole batch with nothing committed; the same
-// steps then succeed. (A solo verification step's rows: below, VERIFY_ROWS.)
+// rows of the batch), every row checked against its own CPU reference context: logits within the
+// decode's contract (dense: 1e-3, or 4x the largest distance so far of the reference with f32 sums,
+// RunDecodeDiff's allowance for random models that amplify f32 rounding; QAT 1e-4 or an SRQ flip
+// after the first kExactPrefix positions), argmaxes equal unless the reference's top two are within
+// that noise. Then a step with a token outside the vocabulary fails alone, and a device loss fails
+// the whole batch with nothing committed; the same steps then succeed. (A solo verification step's
+// rows: below, VERIFY_ROWS.)
 TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
   for (const bool qat : {false, true}) {
     const uint64_t seed = qat ? 311 : 310;
@@ -147,8 +148,8 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
       for (size_t i = 0; i < who.size(); ++i) {
         const int c = who[i];
         const int pos = ref[c]->cached();
-        SCOPED_TRACE("context " + std::to_string(c) + " at position " + std::to_string(pos) +
-                     ", " + std::to_string(toks[i].size()) + " token(s)");
+        SCOPED_TRACE("context " + std::to_string(c) + " at position " + std::to_string(pos) + ", " +
+                     std::to_string(toks[i].size()) + " token(s)");
         if (steps[i].error) std::rethrow_exception(steps[i].error);
         ForwardResult a, a32;
         const ForwardRequest want_req{
@@ -173,8 +174,9 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
             const float* mine = res[i].logits.data() + j * V;
             const double rel = RelL2(mine, want, V);
             if (qat) {
-              EXPECT_TRUE(rel < 1e-4 || (pos + static_cast<int>(j) >= static_cast<int>(kExactPrefix) &&
-                                         IsSrqFlip(model, mine, want, V)))
+              EXPECT_TRUE(rel < 1e-4 ||
+                          (pos + static_cast<int>(j) >= static_cast<int>(kExactPrefix) &&
+                           IsSrqFlip(model, mine, want, V)))
                   << "rel L2 " << rel;
             } else {
               EXPECT_TRUE(rel < kDenseTol || rel <= 4 * worst32)
@@ -205,9 +207,9 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
         const int room = got[c]->capacity() - got[c]->cached();
         const int len = next() % 4 == 0 && room >= 8 ? 2 + static_cast<int>(next() % 4) : 1;
         multi += len > 1;
-        modes.push_back(k < 9    ? OutputMode::kLogits
+        modes.push_back(k < 9               ? OutputMode::kLogits
                         : k < 18 || len > 1 ? OutputMode::kArgmax
-                                 : OutputMode::kNone);
+                                            : OutputMode::kNone);
         toks.emplace_back();
         for (int t = 0; t < len; ++t) toks.back().push_back(static_cast<int32_t>(next() % V));
       }

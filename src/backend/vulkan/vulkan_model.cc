@@ -88,8 +88,7 @@ class VulkanModel : public BackendModel {
     for (size_t i = 0; i < ready.size();) {
       size_t j = i;
       int rows = 0;
-      while (j < ready.size() &&
-             rows + static_cast<int>(ready[j]->request.tokens.size()) <= per) {
+      while (j < ready.size() && rows + static_cast<int>(ready[j]->request.tokens.size()) <= per) {
         rows += static_cast<int>(ready[j]->request.tokens.size());
         ++j;
       }

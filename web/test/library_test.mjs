@@ -127,6 +127,53 @@ if (fs.existsSync(path.join(webDir, 'gemma-engine-mt.js'))) {
   console.log('threads: skipped (no gemma-engine-mt.js: THREADS=1 bash tools/build-web.sh)');
 }
 
+// Images in chat messages (a data URL and base64 bytes at budgets 70 and 140, then an OpenAI
+// image_url part) on a synthetic tiny model with a vision tower (`gemma-engine synth --preset tiny`):
+// both run through the tower, each as its run of soft tokens (50 x 40 at 70 and 140: 63 and 130,
+// vision_golden_test's VisionMessages counts), and a second request reuses them.
+if (cli) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gemma-web-vision-'));
+  execFileSync(cli, ['synth', '--preset', 'tiny', '--out', dir, '--seed', '9']);
+  const bmp = fs.readFileSync(path.join(sourceDir, 'tests/goldens/vision/images/plain_50x40.bmp'));
+  const url = 'data:image/bmp;base64,' + bmp.toString('base64');
+  const content = [{ type: 'image', url, budget: 70 },
+                   { type: 'image', bytes: bmp.toString('base64'), budget: 140 },
+                   { type: 'text', text: 'Which is different?' }];
+  const ve = await loadEngine({ model: dir, backend: 'cpu' });
+  const vs = ve.newSession();
+  const text = [{ role: 'user', content: [content[2]] }];
+  const plain = await vs.generate(text, { max_tokens: 1 });
+  await vs.reset();
+  const vmsgs = [{ role: 'user', content }];
+  const vr = await vs.generate(vmsgs, { max_tokens: 8, temperature: 0, ignore_eos: true });
+  const t = vr.telemetry;
+  check(t.images === 2 && t.images_encoded === 2 && t.vision_ms > 0 && vr.tokens.length === 8,
+        `images: ${JSON.stringify({ images: t.images, encoded: t.images_encoded, ms: t.vision_ms, tokens: vr.tokens.length })}`);
+  // Each image adds <|image>, its soft tokens and <image|> to the text's prompt.
+  check(t.prompt_tokens === plain.telemetry.prompt_tokens + (63 + 2) + (130 + 2),
+        `images: a ${t.prompt_tokens}-token prompt, the text alone ${plain.telemetry.prompt_tokens}`);
+  const again = await vs.generate([...vmsgs, { role: 'assistant', content: vr.text }, { role: 'user', content: 'And?' }],
+                                  { max_tokens: 2 });
+  check(again.telemetry.images === 2 && again.telemetry.images_encoded === 0 && again.telemetry.reused_tokens > 0,
+        `images: the next turn encoded ${again.telemetry.images_encoded} of ${again.telemetry.images} again`);
+  const openai = await vs.generate([{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }],
+                                   { max_tokens: 1 });
+  check(openai.telemetry.images === 1, `images: an image_url part gave ${openai.telemetry.images} images`);
+  let webp = null;
+  try {
+    await vs.generate([{ role: 'user', content: [{ type: 'image', url: 'data:image/webp;base64,UklGRgAAAABXRUJQ' }] }],
+                      { max_tokens: 1 });
+  } catch (e) {
+    webp = e;
+  }
+  check(webp instanceof GemmaError && ['unsupported', 'format'].includes(webp.code), `a WebP image: ${webp && webp.code}`);
+  await vs.destroy();
+  await ve.destroy();
+  fs.rmSync(dir, { recursive: true, force: true });
+  console.log(`images: a ${t.prompt_tokens}-token prompt with 2 images (${t.vision_ms.toFixed(0)} ms), reused by the ` +
+              `next turn; WebP refused (${webp && webp.code}: ${webp && webp.message})`);
+}
+
 await session.reset();
 const ids = await engine.tokenize('Hello world');
 check(Array.isArray(ids) && ids.length > 0, 'tokenize');

@@ -4,18 +4,15 @@
 // 5.5 s at 70 / 140 / 280 tokens, issue 38).
 //   node bench/web/vision_bench.mjs MODEL_DIR [BUDGETS] [RUNS] [BACKEND]
 // MODEL_DIR: a checkpoint with E2B's vision tower on a small text model (`vision_bench --synth
-// /tmp/vision-e2b`). Needs build-web/ (tools/build-web.sh).
+// /tmp/vision-e2b`). Needs build-web/ (tools/build-web.sh; GEMMA_WEB_BUILD_DIR: another build).
 import fs from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
+import { host, loadModule } from '../../web/test/harness.mjs';
 
-const root = path.resolve(new URL('../..', import.meta.url).pathname);
 const model = fs.realpathSync(process.argv[2] ?? '/tmp/vision-e2b');
 const budgets = (process.argv[3] ?? '70,140,280').split(',').map(Number);
 const runs = Number(process.argv[4] ?? 3);
 const backend = process.argv[5] ?? 'cpu';
-const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
 const seed = { 70: 1.1, 140: 2.3, 280: 5.5 };
 
 // A 1024 x 768 24-bit BMP with smooth gradients and a checker pattern (any content: the time
@@ -45,14 +42,9 @@ function picture(w, h) {
 }
 const url = 'data:image/bmp;base64,' + picture(1024, 768).toString('base64');
 
-const moduleUrl = pathToFileURL(path.join(web, 'gemma-engine.js')).href;
-globalThis.require ??= createRequire(moduleUrl);
-globalThis.__dirname ??= web;
-const { default: create } = await import(moduleUrl);
-const M = await create({ wasmBinary: fs.readFileSync(path.join(web, 'gemma-engine.wasm')) });
-M.FS.mkdir('/model');
-M.FS.mount(M.NODEFS, { root: model }, '/model');
-const info = JSON.parse(M.Engine.load(JSON.stringify({ model_path: '/model', backend, context: 2048 })));
+// (the web tests' loader: GEMMA_WEB_BUILD_DIR or build-web/, the host's files under /host)
+const M = await loadModule();
+const info = JSON.parse(M.Engine.load(JSON.stringify({ model_path: host(model), backend, context: 2048 })));
 if (info.error) throw new Error(info.error.message);
 const engine = M.Engine.get(info.ok.handle);
 

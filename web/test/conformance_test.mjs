@@ -169,21 +169,11 @@ for (const sub of ['models/tiny-trained', 'models/tiny-trained/qat']) {
                     images: pr.images.map((f) => host(path.join(vdir, 'images', f))),
                     budgets: pr.budgets, steps: pr.greedy.length };
       const r = wasmOp(M, req);
-      const got = new Float32Array(Buffer.from(r.logits, 'base64').buffer.slice(0));
-      const raw = fs.readFileSync(path.join(vdir, `logits_${pr.tag}.f32`));
-      const want = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
-      let worst = 0;
-      for (let p = 0; p < r.positions; ++p) {
-        let d2 = 0, n2 = 0;
-        for (let v = p * r.vocab; v < (p + 1) * r.vocab; ++v) {
-          d2 += (got[v] - want[v]) ** 2;
-          n2 += want[v] ** 2;
-        }
-        worst = Math.max(worst, Math.sqrt(d2 / n2));
-      }
+      const c = compareLogits(r, { logits: fs.readFileSync(path.join(vdir, `logits_${pr.tag}.f32`)).toString('base64') });
+      const worst = c.worst;
       check(same(r.tokens, pr.greedy), `vision ${pr.tag} ${backend}: greedy ${r.tokens} against transformers ${pr.greedy}`);
-      check(got.length === want.length && worst <= 1e-4,
-            `vision ${pr.tag} ${backend}: logits ${got.length} / ${want.length}, worst rel L2 ${worst.toExponential(2)}`);
+      check(c.ok && worst <= 1e-4,
+            `vision ${pr.tag} ${backend}: logits shapes ${c.ok ? 'equal' : 'differ'}, worst rel L2 ${worst.toExponential(2)}`);
       console.log(`vision ${pr.tag}, wasm ${backend}: ${r.positions} positions within ` +
                   `${worst.toExponential(2)} relative L2 of transformers, greedy tokens ` +
                   `${same(r.tokens, pr.greedy) ? 'identical' : 'DIFFERENT'} (${lap()})`);

@@ -12,7 +12,7 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   if (replay_) Replay();
   *out = ForwardResult();
   // A verification step long enough runs as a batched step's rows (VERIFY_ROWS).
-  if (n > 1 && verify_rows_ > 0 && n >= verify_rows_ && BatchReady(req) && batch_rows_ > 1) {
+  if (n > 1 && verify_rows_ > 0 && n >= verify_rows_ && BatchReady(req)) {  // (n <= batch_rows_)
     BatchStep step{this, req, out};
     VulkanBackend* self = this;
     BatchStep* sp = &step;

@@ -33,7 +33,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const nlohmann::json messages = doc.is_object() ? doc.value("messages", doc) : doc;
       const nlohmann::json tools =
           doc.is_object() ? doc.value("tools", nlohmann::json()) : nlohmann::json();
-      (void)gemma::chat::FirstMediaPart(messages);
       (void)gemma::chat::RenderChatTemplate(messages, tools, o);
     }
   } catch (const gemma::Error&) {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "media/image.h"
 #include "model/synth.h"
 
 extern char** environ;
@@ -195,7 +196,7 @@ TEST_F(Cli, SilentAcceptanceIsGone) {
   const std::string image = Write(
       "img.json",
       R"([{"role":"user","content":[{"type":"image","url":"x.png"},{"type":"text","text":"?"}]}])");
-  ExpectUserError(Run(RunArgs({"--messages", image})), "messages[0].content[0] (image)");
+  ExpectUserError(Run(RunArgs({"--messages", image})), "messages[0].content[0].url");
   const std::string gguf = Write("model.gguf", "GGUF\x03\0\0\0");
   ExpectUserError(Run({"run", "--model", gguf, "-p", "hi"}), "GGUF files are not supported");
 }
@@ -402,6 +403,39 @@ TEST_F(CliImage, RunWithImagesAndBadImages) {
            "-n", "1"});
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.err.find("image"), std::string::npos) << o.err;
+}
+
+// --messages with image parts: a path and a data URL, the same tower counts as --image gives, and
+// --image beside --messages refused.
+TEST_F(CliImage, MessagesCarryImageParts) {
+  const std::string model = dir_ + "/vision_model_m";
+  Synthesize({.preset = "tiny", .out_dir = model, .seed = 5});
+  const std::string png = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/images/small_64x48.png";
+  const std::string bytes = Slurp(png);
+  const std::string b64 =
+      media::EncodeBase64(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  const nlohmann::json msgs = {
+      {{"role", "user"},
+       {"content",
+        {{{"type", "image"}, {"path", png}, {"budget", 70}},
+         {{"type", "image_url"},
+          {"image_url", {{"url", "data:image/png;base64," + b64}}}},
+         {{"type", "text"}, {"text", "Compare the images."}}}}}};
+  const std::string file = Write("img_msgs.json", msgs.dump());
+  Outcome o = Run({"run", "--model", model, "--messages", file, "-n", "2", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["telemetry"]["images"], 2) << o.out;
+  EXPECT_EQ(j["telemetry"]["images_encoded"], 2) << o.out;
+  o = Run({"run", "--model", model, "--messages", file, "--image", png, "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("content parts"), std::string::npos) << o.err;
+  // A bad part is the engine's typed error, naming the part.
+  const std::string bad = Write(
+      "bad_msgs.json", R"([{"role":"user","content":[{"type":"image","bytes":"@@"}]}])");
+  o = Run({"run", "--model", model, "--messages", bad, "-n", "1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("messages[0].content[0].bytes"), std::string::npos) << o.err;
 }
 
 }  // namespace

@@ -331,12 +331,8 @@ Input MessagesFromFile(const std::string& path, bool think) {
                                                    TypeName(msgs[k]));
     }
   }
-  // The chat template renders media parts as placeholder tokens; without media input they would
-  // reach the model as a bare token, so they are refused until image input exists.
-  if (const std::string at = chat::FirstMediaPart(msgs); !at.empty()) {
-    throw Error(ErrorCode::kUnsupported,
-                path + ": " + at + ": image, audio and video input are not supported yet");
-  }
+  // Media parts ({"type": "image" | "video" | "audio", "path" | "bytes" | "url"}) go to the
+  // engine with the messages; relative paths are relative to the working directory, as --image's.
   return Input::Messages(std::move(msgs), std::move(tools), think);
 }
 

@@ -47,13 +47,5 @@ TEST(ChatInput, DeepMessagesAreATypedError) {
   EXPECT_NE(ErrorOf(m).find("deeper than 256"), std::string::npos);
 }
 
-TEST(ChatInput, FirstMediaPart) {
-  EXPECT_EQ(FirstMediaPart(nlohmann::json::parse(R"([{"role":"user","content":"hi"}])")), "");
-  EXPECT_EQ(FirstMediaPart(nlohmann::json::parse(
-                R"([{"role":"user","content":"hi"},{"role":"user","content":[
-                    {"type":"text","text":"look"},{"type":"image_url","image_url":"x"}]}])")),
-            "messages[1].content[1] (image_url)");
-}
-
 }  // namespace
 }  // namespace gemma::chat

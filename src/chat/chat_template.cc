@@ -447,22 +447,4 @@ std::string RenderChatTemplate(const nlohmann::json& messages, const nlohmann::j
   return RenderChatTemplate(Json::parse(messages.dump()), Json::parse(tools.dump()), options);
 }
 
-std::string FirstMediaPart(const nlohmann::json& messages) {
-  if (!messages.is_array()) return "";
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const nlohmann::json& m = messages[i];
-    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
-    const nlohmann::json& parts = m["content"];
-    for (size_t p = 0; p < parts.size(); ++p) {
-      const nlohmann::json& part = parts[p];
-      if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
-      const std::string t = part["type"].get<std::string>();
-      if (IsImage(t) || IsAudio(t) || t == "video") {
-        return At(i) + ".content[" + std::to_string(p) + "] (" + t + ")";
-      }
-    }
-  }
-  return "";
-}
-
 }  // namespace gemma::chat

@@ -42,11 +42,6 @@ std::string RenderChatTemplate(const Json& messages, const Json& tools,
 std::string RenderChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
                                const ChatTemplateOptions& options);
 
-// Where the first image, audio or video content part of `messages` is ("messages[0].content[1]"),
-// or "" when there is none. The template renders such parts as placeholder tokens, but the engine
-// has no media input yet, so callers reject them (the placeholder alone is meaningless).
-std::string FirstMediaPart(const nlohmann::json& messages);
-
 // OpenAI-style clients send `tool_calls[].function.arguments` as a JSON string; the template
 // refuses strings (it needs a mapping). Returns a copy of `messages` with every string `arguments`
 // parsed into an object. Throws gemma::Error(kTemplate) naming the message and call when a string

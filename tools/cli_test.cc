@@ -410,7 +410,8 @@ TEST_F(CliImage, RunWithImagesAndBadImages) {
 TEST_F(CliImage, MessagesCarryImageParts) {
   const std::string model = dir_ + "/vision_model_m";
   Synthesize({.preset = "tiny", .out_dir = model, .seed = 5});
-  const std::string png = std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/images/small_64x48.png";
+  const std::string png =
+      std::string(GEMMA_SOURCE_DIR) + "/tests/goldens/vision/images/small_64x48.png";
   const std::string bytes = Slurp(png);
   const std::string b64 =
       media::EncodeBase64(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
@@ -418,8 +419,7 @@ TEST_F(CliImage, MessagesCarryImageParts) {
       {{"role", "user"},
        {"content",
         {{{"type", "image"}, {"path", png}, {"budget", 70}},
-         {{"type", "image_url"},
-          {"image_url", {{"url", "data:image/png;base64," + b64}}}},
+         {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + b64}}}},
          {{"type", "text"}, {"text", "Compare the images."}}}}}};
   const std::string file = Write("img_msgs.json", msgs.dump());
   Outcome o = Run({"run", "--model", model, "--messages", file, "-n", "2", "--json"});
@@ -431,8 +431,8 @@ TEST_F(CliImage, MessagesCarryImageParts) {
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.err.find("content parts"), std::string::npos) << o.err;
   // A bad part is the engine's typed error, naming the part.
-  const std::string bad = Write(
-      "bad_msgs.json", R"([{"role":"user","content":[{"type":"image","bytes":"@@"}]}])");
+  const std::string bad =
+      Write("bad_msgs.json", R"([{"role":"user","content":[{"type":"image","bytes":"@@"}]}])");
   o = Run({"run", "--model", model, "--messages", bad, "-n", "1"});
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.err.find("messages[0].content[0].bytes"), std::string::npos) << o.err;

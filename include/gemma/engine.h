@@ -377,6 +377,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   virtual int vocab_size() const = 0;
   // Whether a draft model was loaded (EngineOptions::draft_model_path).
   virtual bool has_draft_model() const = 0;
+  // Whether the model has a vision tower (image and video input) and an audio tower (audio input).
+  virtual bool has_vision() const = 0;
+  virtual bool has_audio() const = 0;
   // Bytes the backend holds once for all sessions (weight copies, device weights; the draft
   // model's included).
   virtual size_t shared_bytes() const = 0;

@@ -49,6 +49,8 @@ class EngineImpl : public Engine {
   double load_ms() const override { return load_ms_; }
   int vocab_size() const override { return model_->text().vocab_size; }
   bool has_draft_model() const override { return draft_backend_ != nullptr; }
+  bool has_vision() const override { return model_->vision() != nullptr; }
+  bool has_audio() const override { return model_->audio() != nullptr; }
   // (the draft model's included)
   size_t shared_bytes() const override {
     return backend_model_->shared_bytes() + (draft_backend_ ? draft_backend_->shared_bytes() : 0);

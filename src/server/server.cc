@@ -558,6 +558,7 @@ json Server::Impl::Props() const {
       {"chat_template", engine->chat_template_info().ToJson()},
       {"generation_defaults", SamplingDefaultsJson(*engine)},
       {"draft_model", engine->has_draft_model()},
+      {"modalities", {{"image", engine->has_vision()}, {"audio", engine->has_audio()}}},
       {"speculative",
        {{"mode", opt.speculative.mode == SpeculativeOptions::Mode::kPromptLookup ? "prompt_lookup"
                  : opt.speculative.mode == SpeculativeOptions::Mode::kDraftModel ? "draft_model"

@@ -241,6 +241,60 @@ await check('editing an earlier user turn drops the later turns and regenerates'
   await shot('console-edited');
 });
 
+await check('attached images and audio go with the message as content parts', async () => {
+  await js(`document.getElementById('clear').click()`);
+  assert.equal(await js(`document.getElementById('attach-label').hidden`), false);
+  assert.equal(await js(`document.getElementById('attach').accept`), 'image/*,audio/*');
+  await set('temperature', 0);
+  await set('max_tokens', 4);
+  await typeAndSend('What is in it?');
+  await idle();
+  const plain = Number(await js(`document.getElementById('t-prompt').textContent`));
+  await js(`document.getElementById('clear').click()`);
+  const attach = async (...files) => {
+    const { root: doc } = await cdp('DOM.getDocument');
+    const { nodeId } = await cdp('DOM.querySelector', { nodeId: doc.nodeId, selector: '#attach' });
+    await cdp('DOM.setFileInputFiles', { nodeId, files });
+  };
+  const image = path.join(root, 'tests/goldens/vision/images/small_64x48.png');
+  const clip = path.join(root, 'tests/goldens/audio/clips/speech.wav');
+  const text = path.join(root, 'README.md');
+  await attach(image, text, clip, image);
+  await waitFor(`document.querySelectorAll('#attachments figure').length === 3`);
+  // A file that is neither image nor audio is refused with a message; an attachment can be removed.
+  assert.ok(await js(`[...document.querySelectorAll('.msg.error')].some((e) => e.textContent.includes('README.md: not an image or audio file'))`));
+  await js(`document.querySelectorAll('#attachments .remove')[2].click()`);
+  await waitFor(`document.querySelectorAll('#attachments figure').length === 2`);
+  await shot('console-attachments');
+  await typeAndSend('What is in it?');
+  await idle();
+  assert.equal(await js(`document.getElementById('attachments').hidden`), true);
+  const body = await js(`window.__bodies[window.__bodies.length - 1]`);
+  const parts = body.messages[0].content;
+  assert.deepEqual(parts.map((p) => p.type), ['image_url', 'input_audio', 'text']);
+  assert.equal(parts[0].image_url.url,
+               'data:image/png;base64,' + fs.readFileSync(image).toString('base64'));
+  assert.equal(parts[1].input_audio.data, fs.readFileSync(clip).toString('base64'));
+  assert.equal(parts[2].text, 'What is in it?');
+  // The image's and the clip's soft tokens are in the prompt; the answer came.
+  const prompt = Number(await js(`document.getElementById('t-prompt').textContent`));
+  assert.ok(prompt > plain + 20, `prompt ${prompt} tokens, the text alone ${plain}`);
+  assert.ok((await lastAssistant()) !== null);
+  assert.ok(await js(`document.querySelector('.msg.user .media img').naturalWidth === 64`));
+  assert.ok(await js(`!!document.querySelector('.msg.user .media audio')`));
+  await shot('console-media');
+  // Editing the turn keeps its attachments.
+  await js(`document.querySelector('.msg.user .edit-btn').click()`);
+  await waitFor(`!!document.querySelector('.edit-text')`);
+  await js(`document.querySelector('.edit-text').value = 'Describe it.'`);
+  await js(`document.querySelector('.msg.user form button').click()`);
+  await idle();
+  const edited = await js(`window.__bodies[window.__bodies.length - 1]`);
+  assert.deepEqual(edited.messages[0].content.map((p) => p.type), ['image_url', 'input_audio', 'text']);
+  assert.equal(edited.messages[0].content[2].text, 'Describe it.');
+  await js(`document.getElementById('clear').click()`);
+});
+
 await check('fits a phone-sized window', async () => {
   await cdp('Emulation.setDeviceMetricsOverride', { width: 390, height: 844, deviceScaleFactor: 2, mobile: true });
   await new Promise((r) => setTimeout(r, 200));

@@ -9,6 +9,8 @@ const state = {
   busy: false,
   abort: null,
   editing: -1,      // index of the user turn being edited
+  attachments: [],  // {kind: 'image' | 'audio', name, url (a data URL)} for the next user turn
+  modalities: { image: false, audio: false },  // what the model takes besides text (/props)
 };
 
 // ---------------------------------------------------------------- transport
@@ -59,6 +61,7 @@ async function loadInfo() {
     // Speculative decoding with a draft model only where the server loaded one.
     $('spec-draft-model').disabled = !p.draft_model;
     if (!p.draft_model && $('speculative').value === 'draft_model') $('speculative').value = '';
+    showModalities(p.modalities || {});
   } catch (e) {
     $('model-info').textContent = 'server: ' + e.message;
   }
@@ -116,9 +119,17 @@ function buildRequest() {
   return body;
 }
 
+// A user turn's attachments go first as content parts (OpenAI's shapes: image_url with a data
+// URL, input_audio with base64 data), then its text.
 function toApiMessage(t) {
   if (t.role === 'tool') return { role: 'tool', tool_call_id: t.tool_call_id, content: t.content };
   const m = { role: t.role, content: t.content || '' };
+  if (t.media && t.media.length) {
+    m.content = t.media.map((a) => (a.kind === 'image'
+      ? { type: 'image_url', image_url: { url: a.url } }
+      : { type: 'input_audio', input_audio: { data: a.url.slice(a.url.indexOf(',') + 1), format: a.format } }));
+    if (t.content) m.content.push({ type: 'text', text: t.content });
+  }
   if (t.tool_calls && t.tool_calls.length) m.tool_calls = t.tool_calls;
   return m;
 }
@@ -294,6 +305,7 @@ function renderTurn(t, i) {
         if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); commitEdit(i, ta.value); }
         if (e.key === 'Escape') { state.editing = -1; render(); }
       };
+      if (t.media && t.media.length) f.appendChild(renderMedia(t.media));
       f.append(ta, save, cancel);
       m.appendChild(f);
       setTimeout(() => ta.focus(), 0);
@@ -305,6 +317,7 @@ function renderTurn(t, i) {
     edit.onclick = () => { state.editing = i; render(); };
     role.appendChild(edit);
   }
+  if (t.media && t.media.length) m.appendChild(renderMedia(t.media));
   if (t.reasoning) {
     const d = el('details', 'reasoning');
     d.open = !!t.streaming;
@@ -327,6 +340,91 @@ function renderTurn(t, i) {
   }
   if (t.stopped) m.appendChild(el('div', 'role', '(stopped)'));
   return m;
+}
+
+// Thumbnails of images, players for audio; with remove(i), each has a remove button.
+function renderMedia(media, remove) {
+  const box = el('div', 'media');
+  media.forEach((a, i) => {
+    const item = el('figure', 'attachment');
+    item.title = a.name;
+    if (a.kind === 'image') {
+      const img = el('img');
+      img.src = a.url;
+      img.alt = a.name;
+      item.appendChild(img);
+    } else {
+      const audio = el('audio');
+      audio.controls = true;
+      audio.src = a.url;
+      item.appendChild(audio);
+    }
+    const caption = el('figcaption', '', a.name);
+    if (remove) {
+      const x = el('button', 'ghost remove', '×');
+      x.type = 'button';
+      x.title = 'Remove ' + a.name;
+      x.setAttribute('aria-label', 'Remove ' + a.name);
+      x.onclick = () => remove(i);
+      caption.appendChild(x);
+    }
+    item.appendChild(caption);
+    box.appendChild(item);
+  });
+  return box;
+}
+
+function renderAttachments() {
+  const box = $('attachments');
+  box.hidden = state.attachments.length === 0;
+  box.replaceChildren(renderMedia(state.attachments, (i) => {
+    state.attachments.splice(i, 1);
+    renderAttachments();
+  }));
+}
+
+// The attach button (and paste / drop) takes what the model reads: images with a vision tower,
+// audio with an audio tower.
+function showModalities(m) {
+  state.modalities = { image: !!m.image, audio: !!m.audio };
+  const accept = [m.image && 'image/*', m.audio && 'audio/*'].filter(Boolean);
+  $('attach').accept = accept.join(',');
+  $('attach-label').hidden = accept.length === 0;
+  if (!accept.length && state.attachments.length) {
+    state.attachments = [];
+    renderAttachments();
+  }
+}
+
+const MAX_ATTACHMENT_BYTES = 20 << 20;
+
+function readDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error || new Error('cannot read ' + file.name));
+    r.readAsDataURL(file);
+  });
+}
+
+async function addFiles(files) {
+  for (const f of files) {
+    const kind = f.type.startsWith('image/') ? 'image' : f.type.startsWith('audio/') ? 'audio' : '';
+    if (!kind) { showError(`${f.name}: not an image or audio file`); continue; }
+    if (!state.modalities[kind]) { showError(`${f.name}: this model takes no ${kind} input`); continue; }
+    if (f.size > MAX_ATTACHMENT_BYTES) { showError(`${f.name}: larger than 20 MiB`); continue; }
+    try {
+      const url = await readDataUrl(f);
+      // input_audio's format: the file's subtype (wav, mpeg -> mp3, flac, ogg); the server reads
+      // the bytes whatever it says.
+      const sub = f.type.split('/')[1] || '';
+      state.attachments.push({ kind, name: f.name, url,
+                               format: sub === 'mpeg' ? 'mp3' : sub.replace(/^x-/, '') });
+    } catch (e) {
+      showError(e.message);
+    }
+  }
+  renderAttachments();
 }
 
 function renderCall(call, turnIndex) {
@@ -367,16 +465,22 @@ function showError(text) {
 
 function send() {
   const text = $('prompt').value;
-  if (state.busy || !text.trim()) return;
-  state.turns.push({ role: 'user', content: text });
+  if (state.busy || (!text.trim() && !state.attachments.length)) return;
+  const turn = { role: 'user', content: text };
+  if (state.attachments.length) turn.media = state.attachments;
+  state.turns.push(turn);
+  state.attachments = [];
+  renderAttachments();
   $('prompt').value = '';
   generate();
 }
 
+// (The turn keeps its attachments.)
 function commitEdit(i, text) {
-  if (!text.trim()) return;
+  const media = state.turns[i].media;
+  if (!text.trim() && !media) return;
   state.turns = state.turns.slice(0, i + 1);
-  state.turns[i] = { role: 'user', content: text };
+  state.turns[i] = media ? { role: 'user', content: text, media } : { role: 'user', content: text };
   state.editing = -1;
   generate();
 }
@@ -444,9 +548,25 @@ async function init() {
   $('prompt').onkeydown = (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
   };
+  $('attach').onchange = () => { addFiles([...$('attach').files]); $('attach').value = ''; };
+  $('prompt').onpaste = (e) => {
+    const files = [...(e.clipboardData?.files || [])];
+    if (files.length) { e.preventDefault(); addFiles(files); }
+  };
+  $('composer').ondragover = (e) => { if (e.dataTransfer?.types.includes('Files')) e.preventDefault(); };
+  $('composer').ondrop = (e) => {
+    const files = [...(e.dataTransfer?.files || [])];
+    if (files.length) { e.preventDefault(); addFiles(files); }
+  };
   $('stop').onclick = stop;
   $('regenerate').onclick = regenerate;
-  $('clear').onclick = () => { if (!state.busy) { state.turns = []; render(); } };
+  $('clear').onclick = () => {
+    if (state.busy) return;
+    state.turns = [];
+    state.attachments = [];
+    renderAttachments();
+    render();
+  };
   $('examples').onchange = () => { applyExample($('examples').value); $('examples').value = ''; };
   $('constraint').onchange = showConstraint;
   $('toggle-controls').onclick = () => {

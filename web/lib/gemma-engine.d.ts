@@ -132,6 +132,8 @@ export interface EngineInfo {
   has_tokenizer: boolean;
   load_ms: number;
   shared_bytes: number;
+  /** The media the model reads: images with a vision tower, audio with an audio tower. */
+  modalities: { image: boolean; audio: boolean };
   chat_template: Record<string, unknown>;
   generation_defaults: Record<string, unknown>;
   handle: number;

@@ -16,6 +16,8 @@ const cli = process.env.GEMMA_BIN_GEMMA_ENGINE;
 
 const engine = await loadEngine({ model, backend: 'cpu-ref' });
 check(engine.info.backend === 'cpu-reference', `backend ${engine.info.backend}`);
+check(engine.info.modalities.image === false && engine.info.modalities.audio === false,
+      `a text-only model's modalities: ${JSON.stringify(engine.info.modalities)}`);
 const session = engine.newSession();
 const messages = [{ role: 'user', content: 'Hello! Who are you?' }];
 
@@ -140,6 +142,9 @@ if (cli) {
                    { type: 'image', bytes: bmp.toString('base64'), budget: 140 },
                    { type: 'text', text: 'Which is different?' }];
   const ve = await loadEngine({ model: dir, backend: 'cpu' });
+  const vp = await ve.props();
+  check(vp.modalities.image === true && vp.modalities.audio === true,
+        `the tiny preset's modalities: ${JSON.stringify(vp.modalities)}`);
   const vs = ve.newSession();
   const text = [{ role: 'user', content: [content[2]] }];
   const plain = await vs.generate(text, { max_tokens: 1 });

@@ -427,6 +427,11 @@ TEST_F(CliImage, MessagesCarryImageParts) {
   const nlohmann::json j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["telemetry"]["images"], 2) << o.out;
   EXPECT_EQ(j["telemetry"]["images_encoded"], 2) << o.out;
+  // The request's clock starts before the images are decoded: their time is inside TTFT and the
+  // total.
+  const nlohmann::json& t = j["telemetry"];
+  EXPECT_LE(t["vision_ms"].get<double>(), t["ttft_ms"].get<double>()) << t.dump();
+  EXPECT_LE(t["ttft_ms"].get<double>(), t["total_ms"].get<double>()) << t.dump();
   o = Run({"run", "--model", model, "--messages", file, "--image", png, "-n", "1"});
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.err.find("content parts"), std::string::npos) << o.err;

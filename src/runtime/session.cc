@@ -255,7 +255,9 @@ class SessionImpl : public Session {
   void Prefill(const PreparedPrompt& prep, std::span<const float* const> soft, size_t chunk,
                OutputMode mode, const std::vector<uint64_t>* allowed, std::stop_token stop,
                ForwardResult* fr);
-  Result Run(const PreparedPrompt& prep, const Input& input, const GenerateOptions& options,
+  // `total` started before the prompt was prepared (media decoding counts in TTFT and total_ms).
+  Result Run(const PreparedPrompt& prep, const Timer& total, const Input& input,
+             const GenerateOptions& options,
              const TokenCallback& on_token, std::stop_token stop);
 
   std::shared_ptr<const EngineImpl> engine_;
@@ -342,23 +344,23 @@ void SessionImpl::Prefill(const PreparedPrompt& prep, std::span<const float* con
 Result SessionImpl::Generate(const Input& input, const GenerateOptions& options,
                              const TokenCallback& on_token, std::stop_token stop) {
   BusyGuard guard(busy_);
+  const Timer total;
   const PreparedPrompt prep = engine_->Prepare(input);
   // Until the caches are touched, a failure keeps everything as it was; after, only fully
   // evaluated prompt tokens are kept (a half-finished generation is never reused).
   safe_ = evaluated_.size();
   try {
-    return Run(prep, input, options, on_token, stop);
+    return Run(prep, total, input, options, on_token, stop);
   } catch (...) {
     Rollback(safe_);
     throw;
   }
 }
 
-Result SessionImpl::Run(const PreparedPrompt& prep, const Input& input,
+Result SessionImpl::Run(const PreparedPrompt& prep, const Timer& total, const Input& input,
                         const GenerateOptions& options, const TokenCallback& on_token,
                         std::stop_token stop) {
   const std::vector<int32_t>& prompt = prep.ids;
-  Timer total;
   const Model& model = engine_->model();
   if (options.max_new_tokens < 1) {
     throw Error(ErrorCode::kInvalidArgument, "max_new_tokens must be >= 1");

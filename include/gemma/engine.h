@@ -308,7 +308,7 @@ struct Telemetry {
   int audios = 0;          // audio clips in the prompt
   int audios_encoded = 0;  // of them, run through the audio tower (the others were reused)
   double audio_ms = 0;     // the audio tower (decoding and log-mel features count in vision_ms)
-  double ttft_ms = 0;  // request start (before tokenizing and media decoding) -> first token
+  double ttft_ms = 0;      // request start (before tokenizing and media decoding) -> first token
   double prefill_ms = 0;
   std::vector<double> token_ms;              // per generated token, decode step + sampling
   double itl_median_ms = 0, itl_p95_ms = 0;  // inter-token latency

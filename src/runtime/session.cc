@@ -257,8 +257,7 @@ class SessionImpl : public Session {
                ForwardResult* fr);
   // `total` started before the prompt was prepared (media decoding counts in TTFT and total_ms).
   Result Run(const PreparedPrompt& prep, const Timer& total, const Input& input,
-             const GenerateOptions& options,
-             const TokenCallback& on_token, std::stop_token stop);
+             const GenerateOptions& options, const TokenCallback& on_token, std::stop_token stop);
 
   std::shared_ptr<const EngineImpl> engine_;
   std::unique_ptr<Backend> backend_;

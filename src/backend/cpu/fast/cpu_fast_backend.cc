@@ -428,17 +428,7 @@ class CpuFastBackend : public Backend {
         fast::QueryKeyDotsF64(qd + h0 * hd, nq, hd, slot.K(seg_begin[s]) + kvh * hd, slot.width,
                               seg_len[s], sc + h0 * ld + (seg_begin[s] - first), ld);
       }
-      for (int h = h0; h < h0 + nq; ++h) {
-        double* sh = sc + h * ld;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < nk; ++j) mx = std::max(mx, sh[j]);
-        double sum = 0;
-        for (int j = 0; j < nk; ++j) {
-          sh[j] = std::exp(sh[j] - mx);
-          sum += sh[j];
-        }
-        for (int j = 0; j < nk; ++j) sh[j] = sh[j] / sum;
-      }
+      for (int h = h0; h < h0 + nq; ++h) fast::SoftmaxF64(sc + h * ld, nk);
       for (int s = 0; s < segs; ++s) {
         fast::WeightedValuesF64(sc + h0 * ld + (seg_begin[s] - first), ld, nq,
                                 slot.V(seg_begin[s]) + kvh * hd, slot.width, seg_len[s], hd,

@@ -20,6 +20,8 @@
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// (after highway.h: the math header is re-included per target)
+#include "hwy/contrib/math/math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gemma::fast {
@@ -462,6 +464,39 @@ void WeightedValuesN(const double* p, size_t ld, const float* v, size_t v_stride
   }
 }
 
+// x = softmax(x) in place: exp(x - max) by Highway's vector exp (1 ulp), its sum in lane order
+// then across lanes, each value divided by the sum. The tail goes through the same vector exp
+// (padded with -inf, whose exp is 0).
+void SoftmaxF64(double* x, int n) {
+  const DF64 d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  const int full = n / N * N;
+  auto vmax = hn::Set(d, kNegInf);
+  for (int i = 0; i < full; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
+  double mx = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (int i = full; i < n; ++i) mx = std::max(mx, x[i]);
+  const auto vmx = hn::Set(d, mx);
+  auto vsum = hn::Zero(d);
+  for (int i = 0; i < full; i += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmx));
+    hn::StoreU(e, d, x + i);
+    vsum = hn::Add(vsum, e);
+  }
+  HWY_ALIGN double tail[hn::MaxLanes(d)];
+  if (full < n) {
+    for (int j = 0; j < N; ++j) tail[j] = full + j < n ? x[full + j] : kNegInf;
+    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, tail), vmx));
+    hn::Store(e, d, tail);
+    vsum = hn::Add(vsum, e);
+    for (int i = full; i < n; ++i) x[i] = tail[i - full];
+  }
+  const auto vs = hn::Set(d, hn::GetLane(hn::SumOfLanes(d, vsum)));
+  for (int i = 0; i < full; i += N) hn::StoreU(hn::Div(hn::LoadU(d, x + i), vs), d, x + i);
+  const double sum = hn::GetLane(vs);
+  for (int i = full; i < n; ++i) x[i] /= sum;
+}
+
 void WeightedValuesF64(const double* p, size_t ld, int nq, const float* v, size_t v_stride, int nk,
                        int hd, double* acc) {
   switch (nq) {
@@ -649,6 +684,7 @@ HWY_EXPORT(DotF64);
 HWY_EXPORT(RmsNorm);
 HWY_EXPORT(QueryKeyDotsF64);
 HWY_EXPORT(WeightedValuesF64);
+HWY_EXPORT(SoftmaxF64);
 HWY_EXPORT(MulF32);
 HWY_EXPORT(AddF32);
 HWY_EXPORT(ScaleF32);
@@ -674,6 +710,7 @@ void WeightedValuesF64(const double* p, size_t ld, int nq, const float* v, size_
                        int hd, double* acc) {
   HWY_DYNAMIC_DISPATCH(WeightedValuesF64)(p, ld, nq, v, v_stride, nk, hd, acc);
 }
+void SoftmaxF64(double* x, int n) { HWY_DYNAMIC_DISPATCH(SoftmaxF64)(x, n); }
 void RmsNorm(const float* x, int n, const float* w, float eps, float* y) {
   HWY_DYNAMIC_DISPATCH(RmsNorm)(x, n, w, eps, y);
 }

@@ -92,6 +92,11 @@ void QueryKeyDotsF64(const double* q, int nq, int hd, const float* k, size_t k_s
 // acc[h * hd + i] += p[h * ld + j] * f64(v_j[i]), j ascending (the reference's order per i).
 void WeightedValuesF64(const double* p, size_t ld, int nq, const float* v, size_t v_stride, int nk,
                        int hd, double* acc);
+// x[0..n) = softmax(x) in double: a vector exp within 1 ulp of exp's, the sum in a fixed order for
+// a given n (not the reference's order: the fast backend is within its tolerance of the
+// reference; a row's scores are the same array in chunked, batched and solo steps, so their bits
+// agree).
+void SoftmaxF64(double* x, int n);
 // The reference RMSNorm (f64 sum of squares, f32 scaling): y = x * (mean(x^2) + eps)^-0.5 [* w].
 void RmsNorm(const float* x, int n, const float* w, float eps, float* y);
 // y[i] = a[i] * b[i] (f32).

@@ -447,6 +447,32 @@ TEST(FastOps, GroupedAttentionKernelsMatchScalarF64) {
   }
 }
 
+// Against softmax with the C library's exp in long double, rows of every length around the vector
+// width (the body and the padded tail): each value within a few ulp, the values summing to 1, and
+// exp's underflow to 0 for a score far below the row's maximum.
+TEST(FastOps, SoftmaxF64MatchesTheLibraryExp) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> dist(0.0, 8.0);
+  for (int n : {1, 2, 3, 7, 8, 9, 16, 31, 100, 1027}) {
+    std::vector<double> x(n);
+    for (double& v : x) v = dist(rng);
+    if (n > 4) x[2] = x[0] - 800;  // exp underflows
+    std::vector<double> got = x;
+    fast::SoftmaxF64(got.data(), n);
+    const double mx = *std::max_element(x.begin(), x.end());
+    long double sum = 0;
+    for (double v : x) sum += std::exp(static_cast<long double>(v - mx));
+    double total = 0;
+    for (int j = 0; j < n; ++j) {
+      const double want = static_cast<double>(std::exp(static_cast<long double>(x[j] - mx)) / sum);
+      EXPECT_NEAR(got[j], want, 8e-16 * want) << n << " " << j;
+      total += got[j];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-14) << n;
+    if (n > 4) EXPECT_EQ(got[2], 0.0);
+  }
+}
+
 TEST(ThreadPool, RunsEveryTaskOnceAcrossThreads) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);

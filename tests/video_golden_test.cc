@@ -9,11 +9,14 @@
 //   video spliced in. Skipped while those goldens are absent.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -21,6 +24,7 @@
 #include "core/sha256.h"
 #include "gemma/engine.h"
 #include "golden_util.h"
+#include "media/image.h"
 #include "media/image_processor.h"
 #include "media/video.h"
 #include "model/model.h"
@@ -252,6 +256,52 @@ TEST(VideoGolden, PromptIdsMatchTransformers) {
     ++compared;
   }
   EXPECT_GE(compared, 2);
+}
+
+// A video given as bytes (VideoInput::Bytes, a data: URL part, a base64 "bytes" part, vLLM's
+// "video_url" part) expands to the ids the same file gives by path.
+TEST(VideoGolden, BytesDataUrlsAndPathsGiveTheSameIds) {
+  if (!HaveFfmpeg()) GTEST_SKIP() << "ffmpeg is not installed";
+  auto engine = Engine::Load(EngineFor("cpu-ref"));
+  const std::string file = kDir + "videos/d_testsrc_64x48_8fps_2s.mp4";
+  std::ifstream f(file, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                   std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty());
+  Input by_path = Input::Text("<bos>Watch <|video|> closely.");
+  by_path.add_bos = false;
+  by_path.videos = {VideoInput::File(file)};
+  Input by_bytes = by_path;
+  by_bytes.videos = {VideoInput::Bytes(bytes)};
+  const std::vector<int32_t> want = engine->PromptTokens(by_path);
+  EXPECT_EQ(engine->PromptTokens(by_bytes), want);
+  const std::string b64 = media::EncodeBase64(bytes);
+  const nlohmann::json parts[] = {
+      {{"type", "video"}, {"path", file}},
+      {{"type", "video"}, {"url", "data:video/mp4;base64," + b64}},
+      {{"type", "video"}, {"bytes", b64}},
+      {{"type", "video_url"}, {"video_url", {{"url", "data:video/mp4;base64," + b64}}}},
+  };
+  std::vector<int32_t> first;
+  for (const nlohmann::json& part : parts) {
+    const nlohmann::json msgs = {
+        {{"role", "user"}, {"content", {part, {{"type", "text"}, {"text", "What happens?"}}}}}};
+    const std::vector<int32_t> ids = engine->PromptTokens(Input::Messages(msgs));
+    if (first.empty()) first = ids;
+    EXPECT_EQ(ids, first) << part.dump().substr(0, 80);
+  }
+  // The messages' video run is the text's: the same count of its most frequent id (the frames'
+  // soft-token placeholder).
+  std::map<int32_t, int> counts;
+  for (int32_t id : want) ++counts[id];
+  const auto soft = std::max_element(counts.begin(), counts.end(),
+                                     [](auto& a, auto& b) { return a.second < b.second; });
+  EXPECT_GT(soft->second, 50);
+  EXPECT_EQ(std::count(first.begin(), first.end(), soft->first), soft->second);
+  const nlohmann::json remote = {
+      {{"role", "user"},
+       {"content", {{{"type", "video_url"}, {"video_url", {{"url", "https://x/v.mp4"}}}}}}}};
+  EXPECT_THROW(engine->PromptTokens(Input::Messages(remote)), Error);
 }
 
 // Greedy tokens and logits (at the end of each frame and at the prompt's end and continuation) with

@@ -105,13 +105,20 @@ struct ImageInput {
 // "<|video|>" becomes, per frame, "mm:ss <|image>" + N x "<|video|>" + "<image|>" (mm:ss = the
 // frame's number / the video's frame rate), frames joined by spaces (Gemma4Processor).
 struct VideoInput {
-  std::string path;
+  std::string path;            // a video file, or
+  std::vector<uint8_t> bytes;  // the file's bytes (written to a private temporary file for ffmpeg)
   int budget = 70;  // soft tokens per frame (Gemma4VideoProcessor's default)
   double fps = 0;   // 0: max_frames frames (transformers' num_frames)
   int max_frames = 32;
   static VideoInput File(std::string p, int budget = 70) {
     VideoInput v;
     v.path = std::move(p);
+    v.budget = budget;
+    return v;
+  }
+  static VideoInput Bytes(std::vector<uint8_t> b, int budget = 70) {
+    VideoInput v;
+    v.bytes = std::move(b);
     v.budget = budget;
     return v;
   }

@@ -28,6 +28,7 @@ bool IsImage(const std::string& t) { return t == "image" || t == "image_url"; }
 bool IsAudio(const std::string& t) {
   return t == "audio" || t == "input_audio" || t == "audio_url";
 }
+bool IsVideo(const std::string& t) { return t == "video" || t == "video_url"; }
 
 // `dict.get(key)`: None for a missing key.
 const Json* Get(const Json& object, const char* key) {
@@ -49,9 +50,10 @@ void ValidateParts(const Json& parts, const std::string& where) {
         Fail(at + ".text",
              "a text part needs a string text, got a " + TypeName(GetItem(&part, "text")));
       }
-    } else if (!IsImage(t) && !IsAudio(t) && t != "video") {
+    } else if (!IsImage(t) && !IsAudio(t) && !IsVideo(t)) {
       Fail(at + ".type", "unknown content part type '" + t +
-                             "' (expected text, image, image_url, audio, input_audio or video)");
+                             "' (expected text, image, image_url, audio, input_audio, audio_url, "
+                             "video or video_url)");
     }
   }
 }
@@ -172,7 +174,7 @@ std::string StripThinking(const std::string& text) {
 std::string MediaPlaceholder(const std::string& type) {
   if (IsImage(type)) return "<|image|>";
   if (IsAudio(type)) return "<|audio|>";
-  if (type == "video") return "<|video|>";
+  if (IsVideo(type)) return "<|video|>";
   return "";
 }
 

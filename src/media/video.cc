@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "gemma/error.h"
 
@@ -88,6 +90,15 @@ std::string LastLine(const std::string& s) {
   return s.substr(b == std::string::npos ? 0 : b + 1, e + 1 - (b == std::string::npos ? 0 : b + 1));
 }
 
+// The tool's reason for failing, with `path` (a temporary file's name) written as `origin`.
+std::string Reason(const Child& c, const std::string& path, const std::string& origin) {
+  std::string r = LastLine(c.err);
+  if (path == origin) return r;
+  for (size_t at = r.find(path); at != std::string::npos; at = r.find(path, at + origin.size()))
+    r.replace(at, path.size(), origin);
+  return r;
+}
+
 // ffprobe's "key=value" lines for the first video stream.
 std::string ProbeField(const std::string& out, const std::string& key) {
   const std::string k = key + "=";
@@ -113,7 +124,9 @@ double ParseRate(const std::string& r) {
   return num > 0 && den > 0 ? num / den : 0;
 }
 
-Child Probe(const VideoOptions& o, const std::string& path, std::vector<std::string> args) {
+// (`origin` names the video in errors: its path, or what the caller calls an uploaded one.)
+Child Probe(const VideoOptions& o, const std::string& path, const std::string& origin,
+            std::vector<std::string> args) {
   std::vector<std::string> a = {o.ffprobe, "-v", "error", "-select_streams", "v:0"};
   a.insert(a.end(), args.begin(), args.end());
   a.insert(a.end(), {"-of", "default=noprint_wrappers=1", path});
@@ -125,7 +138,8 @@ Child Probe(const VideoOptions& o, const std::string& path, std::vector<std::str
                 "(Debian: apt-get install ffmpeg)");
   }
   if (c.status != 0)
-    throw Error(ErrorCode::kFormat, path + ": ffprobe cannot read it: " + LastLine(c.err));
+    throw Error(ErrorCode::kFormat,
+                origin + ": ffprobe cannot read it: " + Reason(c, path, origin));
   return c;
 }
 
@@ -169,24 +183,25 @@ double FrameTimestamp(int index, double video_fps) {
   return static_cast<double>(static_cast<float>(index) / static_cast<float>(video_fps));
 }
 
-VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw Error(ErrorCode::kIo, path + ": no such file");
+namespace {
+
+VideoFrames DecodeVideoAt(const std::string& path, const std::string& origin,
+                          const VideoOptions& o) {
   if (o.fps < 0 || o.max_frames < 1)
     throw Error(ErrorCode::kInvalidArgument, "video: fps must be >= 0 and max_frames >= 1");
   // What PyAV tells transformers: the stream's frame count from the container (nb_frames) and its
   // average frame rate. Containers without a count (WebM, Matroska) are counted by decoding.
   VideoFrames v;
-  const Child probe = Probe(o, path, {"-show_entries", "stream=nb_frames,avg_frame_rate"});
+  const Child probe = Probe(o, path, origin, {"-show_entries", "stream=nb_frames,avg_frame_rate"});
   v.video_fps = ParseRate(ProbeField(probe.out, "avg_frame_rate"));
   if (!(v.video_fps > 0)) v.video_fps = 24;  // Gemma4Processor's default when the rate is unknown
   v.total_frames = std::atoi(ProbeField(probe.out, "nb_frames").c_str());
   if (v.total_frames <= 0) {
-    const Child count = Probe(o, path, {"-count_frames", "-show_entries", "stream=nb_read_frames"});
+    const Child count =
+        Probe(o, path, origin, {"-count_frames", "-show_entries", "stream=nb_read_frames"});
     v.total_frames = std::atoi(ProbeField(count.out, "nb_read_frames").c_str());
   }
-  if (v.total_frames <= 0) throw Error(ErrorCode::kFormat, path + ": no video frames");
+  if (v.total_frames <= 0) throw Error(ErrorCode::kFormat, origin + ": no video frames");
   v.indices = SampleFrameIndices(v.total_frames, v.video_fps, o);
   // The chosen frames by number (`n` counts decoded frames as PyAV's enumerate(decode()) does),
   // every frame passed through as decoded (no frame-rate conversion), converted to RGB by swscale
@@ -207,7 +222,8 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
                 "install ffmpeg)");
   }
   if (c.status != 0)
-    throw Error(ErrorCode::kFormat, path + ": ffmpeg cannot decode it: " + LastLine(c.err));
+    throw Error(ErrorCode::kFormat,
+                origin + ": ffmpeg cannot decode it: " + Reason(c, path, origin));
   std::vector<Image> decoded;
   size_t p = 0;
   const std::string& s = c.out;
@@ -219,18 +235,18 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
   };
   while (p < s.size()) {
     if (token() != "P6")
-      throw Error(ErrorCode::kFormat, path + ": unexpected frame data from ffmpeg");
+      throw Error(ErrorCode::kFormat, origin + ": unexpected frame data from ffmpeg");
     const int64_t w = std::atoll(token().c_str()), h = std::atoll(token().c_str());
     const int maxval = std::atoi(token().c_str());
     ++p;  // the single whitespace before the pixels
     if (w <= 0 || h <= 0 || maxval != 255)
-      throw Error(ErrorCode::kFormat, path + ": unexpected frame header from ffmpeg");
+      throw Error(ErrorCode::kFormat, origin + ": unexpected frame header from ffmpeg");
     if (w * h > o.max_pixels)
-      throw Error(ErrorCode::kCapacity, path + ": frames of " + std::to_string(w) + "x" +
+      throw Error(ErrorCode::kCapacity, origin + ": frames of " + std::to_string(w) + "x" +
                                             std::to_string(h) + " exceed the pixel limit");
     const size_t bytes = static_cast<size_t>(w * h * 3);
     if (p + bytes > s.size())
-      throw Error(ErrorCode::kFormat, path + ": truncated frame from ffmpeg");
+      throw Error(ErrorCode::kFormat, origin + ": truncated frame from ffmpeg");
     Image img;
     img.width = static_cast<int>(w);
     img.height = static_cast<int>(h);
@@ -240,7 +256,7 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
     decoded.push_back(std::move(img));
     while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
   }
-  if (decoded.empty()) throw Error(ErrorCode::kFormat, path + ": no video frames");
+  if (decoded.empty()) throw Error(ErrorCode::kFormat, origin + ": no video frames");
   // A container that counts more frames than decode keeps the frames that exist.
   for (size_t k = 0, u = 0; k < v.indices.size(); ++k) {
     if (k > 0 && v.indices[k] != v.indices[k - 1]) ++u;
@@ -252,6 +268,54 @@ VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
     v.timestamps.push_back(FrameTimestamp(v.indices[k], v.video_fps));
   }
   return v;
+}
+
+// A private temporary file (mode 0600, in $TMPDIR or /tmp), removed when it goes out of scope.
+class TempFile {
+ public:
+  explicit TempFile(std::span<const uint8_t> bytes) {
+    const char* dir = std::getenv("TMPDIR");
+    path_ = std::string(dir && *dir ? dir : "/tmp") + "/gemma-video-XXXXXX";
+    const int fd = mkstemp(path_.data());
+    if (fd < 0) throw Error(ErrorCode::kIo, "video: cannot create a temporary file: " + Errno());
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const std::string why = Errno();
+        close(fd);
+        unlink(path_.c_str());
+        throw Error(ErrorCode::kIo, "video: cannot write a temporary file: " + why);
+      }
+      done += static_cast<size_t>(n);
+    }
+    close(fd);
+  }
+  ~TempFile() { unlink(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  static std::string Errno() { return std::strerror(errno); }
+  std::string path_;
+};
+
+}  // namespace
+
+VideoFrames DecodeVideo(const std::string& path, const VideoOptions& o) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(ErrorCode::kIo, path + ": no such file");
+  return DecodeVideoAt(path, path, o);
+}
+
+VideoFrames DecodeVideoBytes(std::span<const uint8_t> bytes, const std::string& origin,
+                             const VideoOptions& o) {
+  if (bytes.empty()) throw Error(ErrorCode::kFormat, origin + ": no bytes");
+  const TempFile file(bytes);
+  return DecodeVideoAt(file.path(), origin, o);
 }
 
 }  // namespace gemma::media

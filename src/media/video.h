@@ -7,6 +7,8 @@
 // against transformers).
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ struct VideoFrames {
 // Error(kUnsupported) when ffmpeg or ffprobe is not installed, Error(kFormat) when it cannot decode
 // the file (its message included), Error(kIo) for a missing file, Error(kCapacity) for huge frames.
 VideoFrames DecodeVideo(const std::string& path, const VideoOptions& options = {});
+// The same from a video's bytes (an upload): written to a private temporary file (mode 0600, in
+// $TMPDIR or /tmp) that ffprobe and ffmpeg read, removed afterwards; errors name `origin`.
+VideoFrames DecodeVideoBytes(std::span<const uint8_t> bytes, const std::string& origin,
+                             const VideoOptions& options = {});
 
 // The frame numbers DecodeVideo takes from a video of `total_frames` frames at `video_fps`:
 // floor(k * total / n) for k < n as torch.arange(0, total, total / n).int() computes it (double

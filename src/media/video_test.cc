@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "gemma/error.h"
 
@@ -101,6 +103,46 @@ TEST(Video, SampleFrameIndices) {
             20u);  // int(1199 / 29.97 * 0.5) = int(20.003)
   EXPECT_TRUE(SampleFrameIndices(0, 25, {}).empty());
   EXPECT_FLOAT_EQ(static_cast<float>(FrameTimestamp(299, 30000.0 / 1001)), 299.0f / 29.97003f);
+}
+
+// An upload's bytes decode as the file does (frames, numbers, times); the temporary file is gone
+// afterwards, on success and on failure; errors name the caller's origin, not the temporary file.
+TEST(Video, BytesDecodeLikeTheFile) {
+  if (!HaveFfmpeg()) GTEST_SKIP() << "ffmpeg is not installed";
+  const std::string clip = MakeClip("bytes", 12, 6, 32, 24);
+  std::ifstream in(clip, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  const VideoFrames want = DecodeVideo(clip, {.max_frames = 5});
+  const fs::path tmp = fs::temp_directory_path() / ("gemma_video_tmp_" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  const char* old_tmp = std::getenv("TMPDIR");
+  const std::string saved = old_tmp ? old_tmp : "";
+  setenv("TMPDIR", tmp.c_str(), 1);
+  const VideoFrames got = DecodeVideoBytes(bytes, "upload", {.max_frames = 5});
+  EXPECT_TRUE(fs::is_empty(tmp));
+  ASSERT_EQ(got.frames.size(), want.frames.size());
+  for (size_t k = 0; k < got.frames.size(); ++k)
+    EXPECT_EQ(got.frames[k].rgb, want.frames[k].rgb) << k;
+  EXPECT_EQ(got.indices, want.indices);
+  EXPECT_EQ(got.timestamps, want.timestamps);
+  EXPECT_EQ(got.total_frames, 12);
+  const std::vector<uint8_t> junk(5000, 'x');
+  try {
+    DecodeVideoBytes(junk, "messages[0].content[1]");
+    ADD_FAILURE() << "junk decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFormat) << e.what();
+    EXPECT_NE(std::string(e.what()).find("messages[0].content[1]"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("gemma-video-"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(tmp));
+  EXPECT_THROW(DecodeVideoBytes({}, "empty"), Error);
+  if (old_tmp)
+    setenv("TMPDIR", saved.c_str(), 1);
+  else
+    unsetenv("TMPDIR");
+  fs::remove_all(tmp);
 }
 
 TEST(Video, ErrorsAreTyped) {

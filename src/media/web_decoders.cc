@@ -30,5 +30,9 @@ std::vector<float> Resample(std::span<const float>, int, int) { NotInWebBuild("a
 VideoFrames DecodeVideo(const std::string& path, const VideoOptions&) {
   NotInWebBuild("video", path);
 }
+VideoFrames DecodeVideoBytes(std::span<const uint8_t>, const std::string& origin,
+                             const VideoOptions&) {
+  NotInWebBuild("video", origin);
+}
 
 }  // namespace gemma::media

@@ -359,16 +359,41 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         media.audios.push_back(std::move(a));
         continue;
       }
-      if (type == "video") {
+      if (type == "video" || type == "video_url") {
+        // {"path" | "video": FILE}, {"url": FILE | file:// | data:...}, {"bytes": BASE64}, or
+        // vLLM's {"type": "video_url", "video_url": {"url": ...}}.
         VideoInput v;
-        std::string path;
-        for (const char* key : {"path", "video", "url"}) {
+        std::string path, url, b64;
+        for (const char* key : {"path", "video"}) {
           if (part.contains(key) && part[key].is_string()) path = part[key].get<std::string>();
         }
+        if (part.contains("url") && part["url"].is_string()) url = part["url"].get<std::string>();
+        if (part.contains("video_url")) {
+          const nlohmann::json& vu = part["video_url"];
+          if (vu.is_string()) url = vu.get<std::string>();
+          if (vu.is_object() && vu.contains("url") && vu["url"].is_string())
+            url = vu["url"].get<std::string>();
+        }
+        if (part.contains("bytes") && part["bytes"].is_string())
+          b64 = part["bytes"].get<std::string>();
+        if (path.empty() && !url.empty() && url.rfind("data:", 0) != 0) path = url, url.clear();
         if (path.rfind("file://", 0) == 0) path = path.substr(7);
-        if (path.empty() || path.rfind("data:", 0) == 0 || path.find("://") != std::string::npos)
-          throw Error(ErrorCode::kInvalidArgument, at + ": a video part needs \"path\" (a local file)");
-        v.path = path;
+        if (!path.empty() && path.find("://") != std::string::npos) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      at + ": remote video URLs are not fetched (a local file, a data: URL or "
+                           "base64 \"bytes\")");
+        }
+        if (!path.empty()) {
+          v.path = path;
+        } else if (!b64.empty()) {
+          v.bytes = media::DecodeBase64(b64, at + ".bytes");
+        } else if (!url.empty()) {
+          v.bytes = media::DecodeDataUrl(url, at + ".url");
+        } else {
+          throw Error(ErrorCode::kInvalidArgument,
+                      at + ": a video part needs \"path\", \"url\" (a file or a data URL) or "
+                           "\"bytes\" (base64)");
+        }
         if (part.contains("budget") && part["budget"].is_number_integer()) v.budget = part["budget"];
         if (part.contains("fps") && part["fps"].is_number()) v.fps = part["fps"];
         if (part.contains("max_frames") && part["max_frames"].is_number_integer())
@@ -516,13 +541,16 @@ PreparedPrompt EngineImpl::Prepare(const Input& in) const {
   }
   // Each video's frames, and the text that replaces its placeholder (text and messages input).
   std::vector<std::string> video_text;
-  for (const VideoInput& v : videos) {
+  for (size_t i = 0; i < videos.size(); ++i) {
+    const VideoInput& v = videos[i];
     if (video_id < 0) throw Error(ErrorCode::kUnsupported, "this model has no video token id");
-    const media::VideoFrames f =
-        media::DecodeVideo(v.path, {.fps = v.fps, .max_frames = v.max_frames});
+    const std::string origin = v.path.empty() ? "video " + std::to_string(i + 1) : v.path;
+    const media::VideoOptions vo{.fps = v.fps, .max_frames = v.max_frames};
+    const media::VideoFrames f = v.path.empty() ? media::DecodeVideoBytes(v.bytes, origin, vo)
+                                                : media::DecodeVideo(v.path, vo);
     std::string text;
     for (size_t k = 0; k < f.frames.size(); ++k) {
-      frame_items.push_back(prepare(f.frames[k], v.budget, v.path));
+      frame_items.push_back(prepare(f.frames[k], v.budget, origin));
       if (!in.token_ids) {
         const Tokenizer& tok = tokenizer();
         if (k > 0) text += " ";

@@ -312,12 +312,13 @@ void CheckMediaPart(json& part, const std::string& at, const std::filesystem::pa
   const std::string type = part["type"];
   const bool image = type == "image" || type == "image_url";
   const bool audio = type == "audio" || type == "audio_url" || type == "input_audio";
-  const bool video = type == "video";
+  const bool video = type == "video" || type == "video_url";
   if (!image && !audio && !video) return;
   const char* what = image ? "image" : audio ? "audio" : "video";
   const char* own = image ? "image_url" : audio ? "audio_url" : "video_url";
   // Where a part can name a file: "path" and the bare type key ("image": "x.png"), whatever the
-  // string (the engine reads it as a path; for video also "url"); "url" and the OpenAI-style
+  // string (the engine reads it as a path; for video also a "url" that is not a data: URL); "url"
+  // and the OpenAI-style
   // {"image_url": {"url": ...}} with a file:// URL. Other URLs must be data: URLs (bytes); remote
   // URLs are never fetched.
   std::string ref, ref_key;
@@ -331,27 +332,22 @@ void CheckMediaPart(json& part, const std::string& at, const std::filesystem::pa
       continue;
     }
     const std::string text = str->get<std::string>();
-    const bool names_file = k == "path" || k == what || (video && k == "url");
+    const bool names_file =
+        k == "path" || k == what || (video && k == "url" && text.rfind("data:", 0) != 0);
     if (text.rfind("file://", 0) == 0 || (names_file && text.find("://") == std::string::npos)) {
       ref = text;
       ref_key = k;
       break;
     }
-    if (text.rfind("data:", 0) != 0 || video)
-      throw BadField(at, std::string(what) + (video ? " parts name a file" : " URLs must be data: URLs") +
-                             " (remote URLs are not fetched)");
+    if (text.rfind("data:", 0) != 0)
+      throw BadField(at,
+                     std::string(what) + " URLs must be data: URLs (remote URLs are not fetched)");
   }
-  if (ref.empty()) {
-    if (video)
-      throw BadField(at, "a video part names a file (\"path\"); this server reads video only from "
-                         "its media folder (serve --media-dir)");
-    return;
-  }
+  if (ref.empty()) return;  // bytes: a data: URL or base64
   if (media_dir.empty()) {
     throw BadField(at, std::string("this server reads no files: send the ") + what +
-                           (video ? " to a server started with --media-dir DIR"
-                                  : " as a data: URL or base64 bytes (or start the server with "
-                                    "--media-dir DIR to allow files inside DIR)"));
+                           " as a data: URL or base64 bytes (or start the server with "
+                           "--media-dir DIR to allow files inside DIR)");
   }
   std::string path = ref;
   if (path.rfind("file://", 0) == 0) {
@@ -787,6 +783,9 @@ ApiError FromEngineError(const Error& e) {
       return ApiError(400, msg, "", "invalid_value");
     case ErrorCode::kTemplate:
       return ApiError(400, msg, "messages", "invalid_messages");
+    case ErrorCode::kFormat:  // (a request's media bytes that do not decode: the model loaded at
+                              // start)
+      return ApiError(400, msg, "messages", "invalid_media");
     case ErrorCode::kConstraint:
       return ApiError(400, msg, "response_format", "invalid_constraint");
     case ErrorCode::kCapacity:

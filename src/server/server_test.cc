@@ -556,6 +556,13 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
        with_part({{"type", "image_url"}, {"image_url", {{"url", "http://example.com/a.png"}}}}),
        400, "messages[0].content[0]"},
       {"body over the limit", with(ok, "pad", std::string(80 * 1024, 'x')), 413, ""},
+      // Media bytes that do not decode were a 500.
+      {"a truncated PNG",
+       with_part({{"type", "image_url"},
+                  {"image_url", {{"url", "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA"}}}}),
+       400, "messages"},
+      {"audio that is not audio", with_part({{"type", "audio"}, {"bytes", "AAAAAAAAAAAAAAAA"}}),
+       400, ""},
   };
   for (const Case& c : cases) {
     const Reply r = Post(s.port(), "/v1/chat/completions", c.body);
@@ -648,6 +655,51 @@ TEST(Server, MediaFolderServesItsFilesAndNothingElse) {
   const Reply again = ask({{"type", "image"}, {"path", "cat.jpg"}});
   EXPECT_EQ(again.status, 200);
   EXPECT_THROW(Server(TinyEngine(), {.media_dir = (dir / "cat.jpg").string()}), Error);
+  fs::remove_all(dir);
+}
+
+// A video sent as bytes (a data: URL in a "video_url" part, base64 "bytes") needs no media folder
+// and gives the answer and prompt the same file gives by path from the folder.
+TEST(Server, VideoUploadsNeedNoMediaFolder) {
+  if (std::system("ffmpeg -version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg";
+  const fs::path video =
+      fs::path(GEMMA_SOURCE_DIR) / "tests/goldens/video/videos/d_testsrc_64x48_8fps_2s.mp4";
+  std::ifstream in(video, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string b64 =
+      media::EncodeBase64(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  auto ask = [](int port, json part) {
+    part["max_frames"] = 4;  // (the tiny engine's context holds 1,024 tokens)
+    json body = Chat("", 4);
+    body["temperature"] = 0;
+    body["messages"][0]["content"] =
+        json::array({part, {{"type", "text"}, {"text", "What happens?"}}});
+    return Post(port, "/v1/chat/completions", body.dump());
+  };
+  Running plain({});
+  const Reply by_url =
+      ask(plain.port(),
+          {{"type", "video_url"}, {"video_url", {{"url", "data:video/mp4;base64," + b64}}}});
+  ASSERT_EQ(by_url.status, 200) << by_url.body.dump();
+  const Reply by_bytes = ask(plain.port(), {{"type", "video"}, {"bytes", b64}});
+  ASSERT_EQ(by_bytes.status, 200) << by_bytes.body.dump();
+  const Reply junk =
+      ask(plain.port(),
+          {{"type", "video"}, {"bytes", media::EncodeBase64(std::vector<uint8_t>(64, 7))}});
+  EXPECT_EQ(junk.status, 400) << junk.body.dump();
+  const fs::path dir = fs::path(::testing::TempDir()) / ("videos-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(video, dir / "clip.mp4");
+  Running folder({.media_dir = dir.string()});
+  const Reply by_path = ask(folder.port(), {{"type", "video"}, {"path", "clip.mp4"}});
+  ASSERT_EQ(by_path.status, 200) << by_path.body.dump();
+  for (const Reply* r : {&by_url, &by_bytes}) {
+    EXPECT_EQ(r->body["choices"][0]["message"]["content"],
+              by_path.body["choices"][0]["message"]["content"]);
+    EXPECT_EQ(r->body["usage"]["prompt_tokens"], by_path.body["usage"]["prompt_tokens"]);
+  }
+  EXPECT_GT(by_path.body["usage"]["prompt_tokens"].get<int>(), 100);
   fs::remove_all(dir);
 }
 

@@ -300,6 +300,23 @@ int CountInputs(const Input& in) {
 
 bool IsImagePart(const std::string& t) { return t == "image" || t == "image_url"; }
 
+// A media part's content: a file (its path, else a file:// URL), else base64 bytes, else a data:
+// URL; `needs` is the error when there is none.
+void SourceOf(std::string path, const std::string& b64, std::string url, const std::string& at,
+              const char* needs, std::string* file, std::vector<uint8_t>* bytes) {
+  if (path.rfind("file://", 0) == 0) path = path.substr(7);
+  if (path.empty() && url.rfind("file://", 0) == 0) path = url.substr(7), url.clear();
+  if (!path.empty()) {
+    *file = path;
+  } else if (!b64.empty()) {
+    *bytes = media::DecodeBase64(b64, at + ".bytes");
+  } else if (!url.empty()) {
+    *bytes = media::DecodeDataUrl(url, at + ".url");
+  } else {
+    throw Error(ErrorCode::kInvalidArgument, at + ": " + needs);
+  }
+}
+
 // The image, video and audio content parts of messages, in order.
 struct MediaParts {
   std::vector<ImageInput> images;
@@ -343,19 +360,9 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         } else if (part.contains("audio") && part["audio"].is_string()) {
           path = part["audio"].get<std::string>();
         }
-        if (path.rfind("file://", 0) == 0) path = path.substr(7);
-        if (url.rfind("file://", 0) == 0) path = url.substr(7), url.clear();
-        if (!path.empty()) {
-          a.path = path;
-        } else if (!b64.empty()) {
-          a.bytes = media::DecodeBase64(b64, at + ".bytes");
-        } else if (!url.empty()) {
-          a.bytes = media::DecodeDataUrl(url, at + ".url");
-        } else {
-          throw Error(
-              ErrorCode::kInvalidArgument,
-              at + ": an audio part needs \"path\", \"bytes\" (base64) or \"url\" (a data URL)");
-        }
+        SourceOf(path, b64, url, at,
+                 "an audio part needs \"path\", \"bytes\" (base64) or \"url\" (a data URL)",
+                 &a.path, &a.bytes);
         media.audios.push_back(std::move(a));
         continue;
       }
@@ -376,24 +383,17 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         }
         if (part.contains("bytes") && part["bytes"].is_string())
           b64 = part["bytes"].get<std::string>();
+        // (a video's "url" may name a file)
         if (path.empty() && !url.empty() && url.rfind("data:", 0) != 0) path = url, url.clear();
-        if (path.rfind("file://", 0) == 0) path = path.substr(7);
-        if (!path.empty() && path.find("://") != std::string::npos) {
+        if (path.find("://") != std::string::npos && path.rfind("file://", 0) != 0) {
           throw Error(ErrorCode::kInvalidArgument,
                       at + ": remote video URLs are not fetched (a local file, a data: URL or "
                            "base64 \"bytes\")");
         }
-        if (!path.empty()) {
-          v.path = path;
-        } else if (!b64.empty()) {
-          v.bytes = media::DecodeBase64(b64, at + ".bytes");
-        } else if (!url.empty()) {
-          v.bytes = media::DecodeDataUrl(url, at + ".url");
-        } else {
-          throw Error(ErrorCode::kInvalidArgument,
-                      at + ": a video part needs \"path\", \"url\" (a file or a data URL) or "
-                           "\"bytes\" (base64)");
-        }
+        SourceOf(path, b64, url, at,
+                 "a video part needs \"path\", \"url\" (a file or a data URL) or \"bytes\" "
+                 "(base64)",
+                 &v.path, &v.bytes);
         if (part.contains("budget") && part["budget"].is_number_integer()) v.budget = part["budget"];
         if (part.contains("fps") && part["fps"].is_number()) v.fps = part["fps"];
         if (part.contains("max_frames") && part["max_frames"].is_number_integer())
@@ -416,20 +416,9 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       }
       const std::string path = !str(part, "path").empty() ? str(part, "path") : str(part, "image");
       const std::string b64 = str(part, "bytes");
-      if (!path.empty()) {
-        img.path = path.rfind("file://", 0) == 0 ? path.substr(7) : path;
-      } else if (!b64.empty()) {
-        img.bytes = media::DecodeBase64(b64, at + ".bytes");
-      } else if (!url.empty()) {
-        if (url.rfind("file://", 0) == 0) {
-          img.path = url.substr(7);
-        } else {
-          img.bytes = media::DecodeDataUrl(url, at + ".url");
-        }
-      } else {
-        throw Error(ErrorCode::kInvalidArgument,
-                    at + ": an image part needs \"path\", \"url\" (a data URL) or \"bytes\" (base64)");
-      }
+      SourceOf(path, b64, url, at,
+               "an image part needs \"path\", \"url\" (a data URL) or \"bytes\" (base64)",
+               &img.path, &img.bytes);
       if (part.contains("budget")) {
         if (!part["budget"].is_number_integer())
           throw Error(ErrorCode::kInvalidArgument, at + ".budget: must be an integer");

@@ -132,7 +132,7 @@ export interface EngineInfo {
   has_tokenizer: boolean;
   load_ms: number;
   shared_bytes: number;
-  /** The media the model reads: images with a vision tower, audio with an audio tower. */
+  /** The media the model reads here: images with a vision tower (audio: never in the module). */
   modalities: { image: boolean; audio: boolean };
   chat_template: Record<string, unknown>;
   generation_defaults: Record<string, unknown>;

@@ -110,7 +110,8 @@ json EngineInfo(const Engine& e) {
           {"has_tokenizer", e.has_tokenizer()},
           {"load_ms", e.load_ms()},
           {"shared_bytes", e.shared_bytes()},
-          {"modalities", {{"image", e.has_vision()}, {"audio", e.has_audio()}}},
+          // (the module decodes no audio, web_decoders.cc: a model's audio tower has no input here)
+          {"modalities", {{"image", e.has_vision()}, {"audio", false}}},
           {"chat_template", e.chat_template_info().ToJson()},
           {"generation_defaults", server::SamplingDefaultsJson(e)}};
 }

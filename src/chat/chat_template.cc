@@ -11,6 +11,13 @@
 #include "gemma/error.h"
 
 namespace gemma::chat {
+
+bool IsImagePart(const std::string& t) { return t == "image" || t == "image_url"; }
+bool IsAudioPart(const std::string& t) {
+  return t == "audio" || t == "input_audio" || t == "audio_url";
+}
+bool IsVideoPart(const std::string& t) { return t == "video" || t == "video_url"; }
+
 namespace {
 
 [[noreturn]] void Fail(const std::string& where, const std::string& what) {
@@ -23,12 +30,6 @@ bool IsKnownRole(const std::string& role) {
   return role == "system" || role == "developer" || role == "user" || role == "assistant" ||
          role == "model" || role == "tool";
 }
-
-bool IsImage(const std::string& t) { return t == "image" || t == "image_url"; }
-bool IsAudio(const std::string& t) {
-  return t == "audio" || t == "input_audio" || t == "audio_url";
-}
-bool IsVideo(const std::string& t) { return t == "video" || t == "video_url"; }
 
 // `dict.get(key)`: None for a missing key.
 const Json* Get(const Json& object, const char* key) {
@@ -50,7 +51,7 @@ void ValidateParts(const Json& parts, const std::string& where) {
         Fail(at + ".text",
              "a text part needs a string text, got a " + TypeName(GetItem(&part, "text")));
       }
-    } else if (!IsImage(t) && !IsAudio(t) && !IsVideo(t)) {
+    } else if (!IsImagePart(t) && !IsAudioPart(t) && !IsVideoPart(t)) {
       Fail(at + ".type", "unknown content part type '" + t +
                              "' (expected text, image, image_url, audio, input_audio, audio_url, "
                              "video or video_url)");
@@ -172,9 +173,9 @@ std::string StripThinking(const std::string& text) {
 }
 
 std::string MediaPlaceholder(const std::string& type) {
-  if (IsImage(type)) return "<|image|>";
-  if (IsAudio(type)) return "<|audio|>";
-  if (IsVideo(type)) return "<|video|>";
+  if (IsImagePart(type)) return "<|image|>";
+  if (IsAudioPart(type)) return "<|audio|>";
+  if (IsVideoPart(type)) return "<|video|>";
   return "";
 }
 

@@ -30,6 +30,13 @@ struct ChatTemplateOptions {
   std::string bos_token = "<bos>";
 };
 
+// A content part's media kind by its "type": image / image_url, audio / input_audio / audio_url,
+// video / video_url (the template renders each as its placeholder; the engine and the server read
+// the part's bytes or file).
+bool IsImagePart(const std::string& type);
+bool IsAudioPart(const std::string& type);
+bool IsVideoPart(const std::string& type);
+
 // Renders `messages` (a JSON array) with `tools` (a JSON array, or null for none).
 // Throws gemma::Error(ErrorCode::kTemplate) for input the template cannot render (see above).
 std::string RenderChatTemplate(const Json& messages, const Json& tools,

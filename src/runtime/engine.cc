@@ -298,8 +298,6 @@ int CountInputs(const Input& in) {
   return in.text.has_value() + in.token_ids.has_value() + in.messages.has_value();
 }
 
-bool IsImagePart(const std::string& t) { return t == "image" || t == "image_url"; }
-
 // A media part's content: a file (its path, else a file:// URL), else base64 bytes, else a data:
 // URL; `needs` is the error when there is none.
 void SourceOf(std::string path, const std::string& b64, std::string url, const std::string& at,
@@ -336,7 +334,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
       const std::string type = part["type"];
       const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
-      if (type == "audio" || type == "input_audio" || type == "audio_url") {
+      if (chat::IsAudioPart(type)) {
         auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
           if (!j.contains(key)) return "";
           if (!j[key].is_string())
@@ -366,7 +364,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         media.audios.push_back(std::move(a));
         continue;
       }
-      if (type == "video" || type == "video_url") {
+      if (chat::IsVideoPart(type)) {
         // {"path" | "video": FILE}, {"url": FILE | file:// | data:...}, {"bytes": BASE64}, or
         // vLLM's {"type": "video_url", "video_url": {"url": ...}}.
         VideoInput v;
@@ -401,7 +399,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         media.videos.push_back(std::move(v));
         continue;
       }
-      if (!IsImagePart(type)) continue;
+      if (!chat::IsImagePart(type)) continue;
       ImageInput img;
       auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
         if (!j.contains(key)) return "";

@@ -11,6 +11,7 @@
 #include <limits>
 #include <set>
 
+#include "chat/chat_template.h"
 #include "media/audio.h"
 #include "media/image.h"
 
@@ -310,9 +311,9 @@ std::string PercentDecode(const std::string& s, const std::string& at) {
 // rewritten to {"type": image|audio|video, "path": CANONICAL, ...its other fields}.
 void CheckMediaPart(json& part, const std::string& at, const std::filesystem::path& media_dir) {
   const std::string type = part["type"];
-  const bool image = type == "image" || type == "image_url";
-  const bool audio = type == "audio" || type == "audio_url" || type == "input_audio";
-  const bool video = type == "video" || type == "video_url";
+  const bool image = chat::IsImagePart(type);
+  const bool audio = chat::IsAudioPart(type);
+  const bool video = chat::IsVideoPart(type);
   if (!image && !audio && !video) return;
   const char* what = image ? "image" : audio ? "audio" : "video";
   const char* own = image ? "image_url" : audio ? "audio_url" : "video_url";

@@ -4,7 +4,11 @@
 // dense ones within f32 rounding. (2) Teacher-forced logits: the ids as one prompt chunk (or
 // --split K: the first K as a chunk, then one-token steps), every position's relative L2 and
 // argmax against the CPU reference.
+// (3) --verify: speculative verification steps (the token and k right drafts, every position's
+// logits) on the chunk and the rows path against the one-token steps that decoded those tokens,
+// bit for bit, and all three against the fast CPU backend (teacher-forced).
 // Usage: vulkan_check MODEL_DIR [--ids 1,2,3] [--split K] [--linears 0|1] [--capacity N]
+//        vulkan_check --verify MODEL_DIR K N PROMPT [KERNELS]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/vulkan/vulkan_backend.h"
 #include "backend/vulkan/vulkan_test_hooks.h"
@@ -224,6 +229,107 @@ int main(int argc, char** argv) {
       std::printf("  %d: rel L2 %.3g, %d moved, most %.3g (%.2f head quanta), argmax %s\n", t,
                   RelL2(y, x, size_t(V)), moved, most, q > 0 ? most / q : 0.0,
                   am == bm ? "same" : "differs");
+    }
+    return 0;
+  }
+  if (std::string(argv[1]) == "--verify" && argc > 5) {
+    auto model = gemma::Model::Load(argv[2]);
+    const int k = std::atoi(argv[3]), n = std::atoi(argv[4]), np = std::atoi(argv[5]);
+    const int V = model->text().vocab_size;
+    const gemma::KernelConfig extra = gemma::KernelConfig::Parse(argc > 6 ? argv[6] : "");
+    gemma::BackendOptions opt{.capacity = np + n + k + 8, .slack = 16};
+    auto one = gemma::CreateVulkanBackend(*model, opt);
+    gemma::KernelConfig chunk_kc = extra, rows_kc = extra;
+    chunk_kc.Set("VERIFY_ROWS", 0);
+    rows_kc.Set("VERIFY_ROWS", 2);
+    auto one_kc = gemma::CreateVulkanSibling(*one, opt, extra);
+    auto chunk = gemma::CreateVulkanSibling(*one, opt, chunk_kc);
+    auto rows = gemma::CreateVulkanSibling(*one, opt, rows_kc);
+    const std::vector<int32_t> prompt = RandomIds(np, V);
+    gemma::ForwardResult r;
+    for (gemma::Backend* b : {one_kc.get(), chunk.get(), rows.get()})
+      b->Forward({.tokens = prompt, .mode = gemma::OutputMode::kNone}, &r);
+    // One-token steps, greedy by argmax (the plain decoding's own steps), logits kept from a
+    // logits step at the same position on a second context advanced in step.
+    auto one_l = gemma::CreateVulkanSibling(*one, opt, extra);
+    one_l->Forward({.tokens = prompt, .mode = gemma::OutputMode::kNone}, &r);
+    std::vector<int32_t> seq = prompt;
+    std::vector<float> plain;  // [n][V]
+    int tok = prompt.back();
+    std::vector<int32_t> gen;
+    {
+      gemma::ForwardResult last;
+      one_kc->Truncate(np - 1);
+      one_l->Truncate(np - 1);
+      for (int i = 0; i < n + k; ++i) {
+        const int32_t t[1] = {tok};
+        one_kc->Forward({.tokens = t, .mode = gemma::OutputMode::kArgmax}, &r);
+        one_l->Forward({.tokens = t, .mode = gemma::OutputMode::kLogits}, &last);
+        const float* l = last.logits.data();
+        const int am = int(std::max_element(l, l + V) - l);
+        if (am != r.ids[0]) std::printf("step %d: argmax step %d, logits step's argmax %d\n", i,
+                                        r.ids[0], am);
+        plain.insert(plain.end(), l, l + V);
+        tok = r.ids[0];
+        gen.push_back(tok);
+      }
+    }
+    auto cmp = [&](const char* what, const float* got, const float* want, int pos) {
+      size_t diff = 0;
+      for (int v = 0; v < V; ++v) diff += got[v] != want[v];
+      const int ag = int(std::max_element(got, got + V) - got);
+      const int aw = int(std::max_element(want, want + V) - want);
+      if (diff > 0 || ag != aw)
+        std::printf("  %-6s position %d: %zu logits differ, rel L2 %.3g, argmax %d vs %d%s\n",
+                    what, pos, diff, RelL2(got, want, size_t(V)), ag, aw,
+                    ag != aw ? "  <-- argmax" : "");
+      return diff;
+    };
+    // Verification steps: [the previous token, k drafts], all positions.
+    for (auto [name, b] : {std::pair{"chunk", chunk.get()}, std::pair{"rows", rows.get()}}) {
+      b->Truncate(np - 1);
+      size_t total = 0;
+      int steps = 0;
+      for (int i = 0; i + k < n + k && i < n; i += k + 1) {
+        std::vector<int32_t> t = {i == 0 ? prompt.back() : gen[size_t(i) - 1]};
+        for (int d = 0; d < k; ++d) t.push_back(gen[size_t(i + d)]);
+        b->Forward({.tokens = t, .mode = gemma::OutputMode::kLogits, .all_positions = true}, &r);
+        for (int d = 0; d <= k; ++d)
+          total += cmp(name, r.logits.data() + size_t(d) * V, plain.data() + size_t(i + d) * V,
+                       np - 1 + i + d);
+        ++steps;
+      }
+      std::printf("%s: %d verification steps of %d tokens, %zu logits differ from the one-token "
+                  "steps'\n",
+                  name, steps, k + 1, total);
+    }
+    // The fast CPU backend, teacher-forced on the same tokens.
+    {
+      auto cpu = gemma::CreateCpuFastBackend(*model, opt);
+      std::vector<int32_t> all = prompt;
+      all.insert(all.end(), gen.begin(), gen.begin() + n);
+      cpu->Forward({.tokens = all, .mode = gemma::OutputMode::kLogits, .all_positions = true},
+                   &r);
+      size_t total = 0;
+      int moved = 0;
+      double worst = 0;
+      for (int i = 0; i < n; ++i) {
+        const float* c = r.logits.data() + size_t(np - 1 + i) * V;
+        const float* g = plain.data() + size_t(i) * V;
+        size_t d = 0;
+        for (int v = 0; v < V; ++v) d += c[v] != g[v];
+        total += d;
+        worst = std::max(worst, RelL2(g, c, size_t(V)));
+        const int ac = int(std::max_element(c, c + V) - c);
+        if (ac != gen[size_t(i)]) {
+          ++moved;
+          std::printf("  cpu-fast position %d: argmax %d, one-token %d\n", np - 1 + i, ac,
+                      gen[size_t(i)]);
+        }
+      }
+      std::printf("cpu-fast vs one-token steps: %zu logits differ, worst rel L2 %.3g, %d argmaxes "
+                  "differ\n",
+                  total, worst, moved);
     }
     return 0;
   }

@@ -817,6 +817,11 @@ void Device::Fill(const BufRange& dst, uint32_t value) {
   Submit(upload_cmd_);
 }
 
+size_t Device::pipeline_count() const {
+  std::lock_guard<std::mutex> lock(core_->pipe_mu);
+  return core_->pipelines.size();
+}
+
 VkPipeline Device::Pipeline(const char* shader, const std::vector<uint32_t>& spec) {
   std::lock_guard<std::mutex> lock(core_->pipe_mu);
   auto key = std::make_pair(std::string(shader), spec);

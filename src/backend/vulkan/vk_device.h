@@ -139,6 +139,8 @@ class Device {
 
   // local size = spec[0]; further entries are constant_id 1, 2, ...
   VkPipeline Pipeline(const char* shader, const std::vector<uint32_t>& spec);
+  // Pipelines built so far on this device (all its contexts).
+  size_t pipeline_count() const;
   VkDescriptorSet Set(const std::array<BufRange, kBindings>& bindings);
   // Set 1 of the pipeline layout: the K (binding 0) and V (binding 1) caches of up to
   // row_slots() rows of a batched step (16, or 8 where a stage has fewer storage buffers; shaders

@@ -266,22 +266,41 @@ void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
       bc = &*std::min_element(batch_cmds_.begin(), batch_cmds_.end(),
                               [](const BatchCmd& a, const BatchCmd& b) { return a.used < b.used; });
     bc->key.clear();  // (incomplete until End: a throw leaves no entry)
-    Begin(bc->cmd, true);
-    Rec rc{bc->cmd};
-    rc.rows = &rows;
-    rc.row_splits = splits;
-    rc.rope_rows = rope;
-    const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, B * kRowStepBytes};
-    vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
-    RecordInputs(rc, B, OutputMode::kArgmax);  // (ends with a barrier)
-    RecordBody(rc, B, splits);
-    if (out_rows > 0) RecordBatchHead(rc, out_rows, logits_rows, out_rows > logits_rows);
-    End(bc->cmd);
+    RecordRows(bc->cmd, rows, logits_rows, out_rows, splits, rope);
     bc->key = key;
   }
   bc->used = ++batch_cmd_clock_;
   for (size_t r = 0; r < rows.size(); ++r) rows[r]->window_.BeginWrite(positions[r], 1);
   dev_->Submit(bc->cmd);
+}
+
+void VulkanBackend::RecordRows(VkCommandBuffer cmd, const std::vector<VulkanBackend*>& rows,
+                               int logits_rows, int out_rows, int splits,
+                               const VulkanBackend* rope) {
+  const int B = static_cast<int>(rows.size());
+  Begin(cmd, true);
+  Rec rc{cmd};
+  rc.rows = &rows;
+  rc.row_splits = splits;
+  rc.rope_rows = rope;
+  const VkBufferCopy cp{row_steps_host_.r.offset, row_steps_.r.offset, B * kRowStepBytes};
+  vkCmdCopyBuffer(rc.cmd, row_steps_host_.r.buf, row_steps_.r.buf, 1, &cp);
+  RecordInputs(rc, B, OutputMode::kArgmax);  // (ends with a barrier)
+  RecordBody(rc, B, splits);
+  if (out_rows > 0) RecordBatchHead(rc, out_rows, logits_rows, out_rows > logits_rows);
+  End(cmd);
+}
+
+void VulkanBackend::PrepareBatchPipelines(int min_rows, const std::atomic<bool>& stop) {
+  if (batch_rows_ < 2) return;
+  const VkCommandBuffer cmd = dev_->AllocCommandBuffer();
+  for (int B = std::max(2, min_rows); B <= batch_rows_ && !stop.load(); ++B) {
+    const std::vector<VulkanBackend*> rows(static_cast<size_t>(B), this);
+    // argmax rows (decode), then logits rows (verification steps)
+    RecordRows(cmd, rows, 0, B, RowSplits(B), this);
+    if (!stop.load()) RecordRows(cmd, rows, B, B, RowSplits(B), this);
+  }
+  // (the command buffer and the rows' descriptor sets go with this context)
 }
 
 void VulkanBackend::RecordBatchHead(Rec& rc, int count, int logits_rows, bool reduce) {

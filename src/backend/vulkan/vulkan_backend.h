@@ -91,6 +91,7 @@ struct VulkanStats {
   int barriers_per_token = 0;
   int rebuilds = 0;     // device-state rebuilds after failures
   int64_t batched_steps = 0;  // this context's one-token steps run as rows of a batch
+  size_t pipelines = 0;       // pipelines built on the device so far (all contexts)
   std::string kernels;  // the kernel variants in use (and the kernel config's overrides)
 };
 bool GetVulkanStats(const Backend& backend, VulkanStats* stats);

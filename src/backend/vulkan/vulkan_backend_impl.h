@@ -599,6 +599,11 @@ class VulkanBackend : public Backend {
                   const std::vector<uint64_t>& key, int logits_rows, int out_rows, int splits,
                   const VulkanBackend* rope);
 
+  // ForwardRows' command buffer: rows (row r a token of context rows[r]) in the order logits,
+  // argmax, no output; logits_rows / out_rows as ForwardRows counts them.
+  void RecordRows(VkCommandBuffer cmd, const std::vector<VulkanBackend*>& rows, int logits_rows,
+                  int out_rows, int splits, const VulkanBackend* rope);
+
   void RecordHead(Rec& rc, int out_first, int count, OutputMode mode);
   void RecordHeadCopy(Rec& rc, int count, OutputMode mode);
 
@@ -686,6 +691,11 @@ class VulkanBackend : public Backend {
   void ForwardRows(std::span<VulkanBackend* const> ctx, std::span<BatchStep* const> steps);
   // The most rows one batched step of this context takes (1: it does not batch).
   int batch_rows() const { return batch_rows_; }
+  // Builds the device's pipelines of batched steps of min_rows .. batch_rows() rows (argmax rows
+  // and logits rows) by recording such steps of this context's rows into a command buffer that is
+  // never submitted; `stop` ends it between recordings. (Pipelines are built at first use, which
+  // stalled the first batch of each size for seconds.)
+  void PrepareBatchPipelines(int min_rows, const std::atomic<bool>& stop);
   // Whether a validated request can be a batch's rows now (else it runs alone): one token, or a
   // verification step (all_positions) of at most batch_rows() tokens within the rings' slack (a
   // chunk's bound: its keys must not overwrite keys its first token still sees).

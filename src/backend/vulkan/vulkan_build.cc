@@ -769,6 +769,7 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
   s->barriers_per_token = decode_barriers_;
   s->rebuilds = rebuilds_;
   s->batched_steps = batched_steps_;
+  s->pipelines = dev_ ? dev_->pipeline_count() : 0;
   s->kernels =
       std::string("prefill linears ") +
       (!coop_        ? ""

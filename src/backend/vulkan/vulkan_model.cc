@@ -4,6 +4,11 @@
 // The vision tower runs wholly on the device, the audio tower's linears on the device and the rest
 // on the host (vulkan_tower.h; a thread pool made at the first image or audio); their soft tokens
 // enter the text model as f32 rows.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "backend/vulkan/vulkan_backend_impl.h"
 #include "backend/vulkan/vulkan_tower.h"
 #include "core/thread_pool.h"
@@ -23,6 +28,37 @@ class VulkanModel : public BackendModel {
     const auto w = shared_->Acquire();
     device_ = w->dev->name();
     software_ = w->dev->is_cpu();
+    // The pipelines of batched steps (kMinBatchRows rows and more), built on a thread of their
+    // own from the start (on a GPU; kernel choice BATCH_WARM): built at first use, they stalled
+    // the first batch of each size, so every session in it, for 3-4 s on an H100 with a cold
+    // driver cache (bench/journal/2026-12-05-h100-batched-webgpu-llama.md). A step that needs a
+    // pipeline the thread is building waits for that one only. Not on CPU devices (lavapipe),
+    // where the runtime does not batch.
+    const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
+    if (kc.Get("BATCH_WARM", software_ ? 0 : 1) != 0) {
+      warm_ = std::thread([this] {
+        try {
+          VulkanBackend scratch(shared_, {.capacity = 64, .slack = 16});
+          scratch.PrepareBatchPipelines(kMinBatchRows, warm_stop_);
+        } catch (...) {
+          // (a failure shows again, typed, in the step that needs the pipeline)
+        }
+        std::lock_guard<std::mutex> lock(warm_mutex_);
+        warm_done_ = true;
+        warm_cv_.notify_all();
+      });
+    } else {
+      warm_done_ = true;
+    }
+  }
+  ~VulkanModel() override {
+    warm_stop_ = true;
+    if (warm_.joinable()) warm_.join();
+  }
+  // Waits until the batch pipelines are built (BATCH_WARM; tests).
+  void WaitBatchWarm() {
+    std::unique_lock<std::mutex> lock(warm_mutex_);
+    warm_cv_.wait(lock, [&] { return warm_done_; });
   }
   std::string name() const override { return "vulkan"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
@@ -172,6 +208,12 @@ class VulkanModel : public BackendModel {
   std::shared_ptr<VulkanShared> shared_;
   std::string device_;
   bool software_ = false;
+  // BATCH_WARM's thread (the constructor's): stop asked, done told.
+  std::thread warm_;
+  std::atomic<bool> warm_stop_{false};
+  std::mutex warm_mutex_;
+  std::condition_variable warm_cv_;
+  bool warm_done_ = false;  // guarded by warm_mutex_
   std::mutex tower_mutex_;  // guards the three below
   std::unique_ptr<ThreadPool> tower_pool_;
   std::shared_ptr<const DeviceWeights> tower_device_;  // (the tower's contexts are of its device)
@@ -182,6 +224,13 @@ class VulkanModel : public BackendModel {
 
 std::shared_ptr<BackendModel> CreateVulkanModel(const Model& model, const VulkanOptions& vulkan) {
   return std::make_shared<VulkanModel>(model, vulkan);
+}
+
+bool WaitForVulkanBatchPipelines(BackendModel& model) {
+  auto* m = dynamic_cast<VulkanModel*>(&model);
+  if (!m) return false;
+  m->WaitBatchWarm();
+  return true;
 }
 
 }  // namespace gemma

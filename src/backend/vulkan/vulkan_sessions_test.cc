@@ -129,6 +129,60 @@ TEST(VulkanSessions, SiblingContextsTakeTheirOwnKernelChoices) {
 // Prompt chunks longer than a context's own activations (16 rows) run on the engine's shared set,
 // one context at a time: two contexts prefilling 60-token prompts (one chunk each) on two threads
 // give every position's logits as the CPU reference does, and decode on after it.
+// The batched steps' pipelines are built on the model's own thread from its creation (on GPUs by
+// default; BATCH_WARM=1 here, lavapipe being a CPU device): the first batch builds none, and its
+// rows decode as the contexts alone do.
+TEST(VulkanSessions, BatchPipelinesAreBuiltBeforeTheFirstBatch) {
+  auto model = LoadFixture("tiny_qat");
+  VulkanOptions opt;
+  opt.kernels = KernelConfig::Parse("BATCH_WARM=1");
+  auto vm = MakeVulkanModel(*model, opt);
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  ASSERT_TRUE(WaitForVulkanBatchPipelines(*vm));
+  std::vector<std::unique_ptr<Backend>> ctx;
+  std::vector<std::vector<int32_t>> out(4);
+  ForwardResult r;
+  for (int i = 0; i < 4; ++i) {
+    ctx.push_back(vm->NewContext({.capacity = 64, .slack = 8}));
+    ctx.back()->Forward({.tokens = i % 2 ? kPromptA : kPromptB}, &r);
+    out[i] = {r.ids.back()};
+  }
+  VulkanStats before, after;
+  ASSERT_TRUE(GetVulkanStats(*ctx[0], &before));
+  // Four one-token rows, then two of them with a verification step of three tokens (logits).
+  std::vector<ForwardResult> res(4);
+  std::vector<BatchStep> steps;
+  for (int i = 0; i < 4; ++i)
+    steps.push_back({ctx[i].get(), {.tokens = std::span(&out[i].back(), 1)}, &res[i]});
+  vm->ForwardBatch(steps);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_FALSE(steps[i].error);
+    out[i].push_back(res[i].ids.at(0));
+  }
+  const std::vector<int32_t> draft = {out[2].back(), 5, 9};
+  steps.clear();
+  steps.push_back({ctx[0].get(), {.tokens = std::span(&out[0].back(), 1)}, &res[0]});
+  steps.push_back({ctx[2].get(),
+                   {.tokens = draft, .mode = OutputMode::kLogits, .all_positions = true},
+                   &res[2]});
+  vm->ForwardBatch(steps);
+  ASSERT_FALSE(steps[0].error);
+  ASSERT_FALSE(steps[1].error);
+  ASSERT_TRUE(GetVulkanStats(*ctx[0], &after));
+  EXPECT_EQ(after.pipelines, before.pipelines) << "the batches built pipelines";
+  EXPECT_EQ(res[2].logits.size(), 3 * static_cast<size_t>(model->text().vocab_size));
+  // Contexts that ran alone give the same tokens.
+  auto solo = vm->NewContext({.capacity = 64});
+  for (int i : {1, 3}) {
+    solo->Reset();
+    solo->Forward({.tokens = i % 2 ? kPromptA : kPromptB}, &r);
+    const int32_t t = r.ids.back();
+    EXPECT_EQ(t, out[i][0]);
+    solo->Forward({.tokens = std::span(&t, 1)}, &r);
+    EXPECT_EQ(r.ids.back(), out[i][1]) << i;
+  }
+}
+
 TEST(VulkanSessions, LongPromptChunksShareTheEnginesActivations) {
   auto model = LoadFixture("tiny_dense_bf16");
   auto vm = MakeVulkanModel(*model);

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config git clang-14 libclang-rt-14-dev
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev
-      libvulkan-dev glslc glslang-tools mesa-vulkan-drivers vulkan-tools
+      libvulkan-dev glslc glslang-tools spirv-tools mesa-vulkan-drivers vulkan-tools
       libre2-dev libpcre2-dev
       libcurl4-openssl-dev libssl-dev libcpp-httplib-dev chromium
       libstb-dev libwebp-dev ffmpeg libsndfile1-dev libsamplerate0-dev

@@ -11,8 +11,12 @@ void VulkanBackend::Forward(const ForwardRequest& req, ForwardResult* out) {
   if (broken_) Rebuild();
   if (replay_) Replay();
   *out = ForwardResult();
-  // A verification step long enough runs as a batched step's rows (VERIFY_ROWS).
-  if (n > 1 && verify_rows_ > 0 && n >= verify_rows_ && BatchReady(req)) {  // (n <= batch_rows_)
+  // A verification step long enough runs as a batched step's rows (VERIFY_ROWS), and from
+  // kMatmulMinTokens tokens always: a chunk that long takes the prompt path's attention, whose f32
+  // sums do not give the one-token steps' outputs bit for bit (the rows' attention does).
+  const bool as_rows = n > 1 && req.all_positions &&
+                       ((verify_rows_ > 0 && n >= verify_rows_) || n >= kMatmulMinTokens);
+  if (as_rows && BatchReady(req)) {  // (n <= batch_rows_)
     BatchStep step{this, req, out};
     VulkanBackend* self = this;
     BatchStep* sp = &step;

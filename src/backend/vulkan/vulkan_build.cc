@@ -189,6 +189,8 @@ void VulkanBackend::Build() {
   if (!fill_pool_ || fill_pool_->size() != fill_threads)
     fill_pool_ = fill_threads > 1 ? std::make_unique<ThreadPool>(fill_threads) : nullptr;
   xq_shared_ = Knob("XQ_SHARED", 1) != 0;
+  xq_down_ = Knob("XQ_DOWN", 1) != 0;
+  xq_plain_ = Knob("XQ_PLAIN", 0) != 0;
   // A verification step (all_positions) of VERIFY_ROWS .. batch_rows() tokens runs as rows of a
   // batched step (ForwardRows) instead of a prompt chunk; 0: never. Both paths timed side by side
   // on an H100 (E2B QAT, 512 context; bench/journal/2026-12-05-h100-batched-webgpu-llama.md),

@@ -39,7 +39,10 @@ int QuantizeSrqR(float z, float s, float rs) {
 
 int QuantizeSrq(float z, float s) { return QuantizeSrqR(z, s, SrqReciprocal(s)); }
 
-float Srq(float z, float s) { return float(QuantizeSrq(z, s)) * s; }
+float Srq(float z, float s) {
+  precise float y = float(QuantizeSrq(z, s)) * s;
+  return y;
+}
 
 // (a * b) * c in double, rounded once (the reference's int64 accumulator times scales in double).
 float Mul3(float a, float b, float c) { return float(double(a) * double(b) * double(c)); }

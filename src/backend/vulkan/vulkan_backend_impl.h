@@ -835,7 +835,6 @@ class VulkanBackend : public Backend {
   bool fuse_tails_ = true;     // one-token steps fold residual norms into the preceding linear
   bool cnorm_ = false;         // one-token steps apply residual norms in the next linear (Pro)
   bool xq_shared_ = true;      // matvecs stage a pre-quantized input in shared memory
-  bool xq_down_ = true, xq_plain_ = false;  // (diagnosis: XQ_DOWN, XQ_PLAIN)
   bool xq_perm_ = false;       // gate/up writes the down projection's input in packed-dot order
   bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
   bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)

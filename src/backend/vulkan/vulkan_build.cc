@@ -189,13 +189,12 @@ void VulkanBackend::Build() {
   if (!fill_pool_ || fill_pool_->size() != fill_threads)
     fill_pool_ = fill_threads > 1 ? std::make_unique<ThreadPool>(fill_threads) : nullptr;
   xq_shared_ = Knob("XQ_SHARED", 1) != 0;
-  xq_down_ = Knob("XQ_DOWN", 1) != 0;
-  xq_plain_ = Knob("XQ_PLAIN", 0) != 0;
   // A verification step (all_positions) of VERIFY_ROWS .. batch_rows() tokens runs as rows of a
   // batched step (ForwardRows) instead of a prompt chunk; 0: never. Both paths timed side by side
   // on an H100 (E2B QAT, 512 context; bench/journal/2026-12-05-h100-batched-webgpu-llama.md),
   // chunk / rows: 2 tokens 4.90 / 5.10 ms, 5 tokens 10.47 / 10.69, 7 tokens 12.02 / 12.28,
   // 9 tokens 9.83 / 8.72. Not on CPU devices, where a batch's rows run slower than the chunk.
+  // (Steps of kMatmulMinTokens tokens and more take the rows whatever this says: Forward.)
   verify_rows_ = std::max(0, Knob("VERIFY_ROWS", dev_->is_cpu() ? 0 : 9));
   // One-token linears with a capped grid (each workgroup loops over row blocks): N workgroups,
   // -k for k per compute unit (none where the device does not say), 0 = a workgroup per block.

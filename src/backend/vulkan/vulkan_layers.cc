@@ -95,8 +95,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     }
     Barrier(rc);
     // One-token steps: gate/up also write the down projection's quantized input (XQ).
-    const bool xq = (fuse || cn || (xq_plain_ && m == 1)) && xq_down_ &&
-                    d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
+    const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
                     d.gate.parts.size() == 1;
     const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
     // One-token steps with the norms in the consumers: the down projection summed by gate/up's
@@ -160,8 +159,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
         LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl,
                  xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
       } else {
-        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-                 nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
+        LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
         Barrier(rc);
         NormOp(rc, m, &t_, &d.post_ffn_norm, 1.0f, nullptr, false, {});
       }
@@ -181,8 +179,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
       LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0, &tl,
                xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
     } else {
-      LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m, 0, nullptr, nullptr, 0, 0, 0,
-               nullptr, xq ? 1 : 0, &xq_l, 0.0f, nullptr, XqPerm(d.down));
+      LinearOp(rc, d.down, g_.r, p.intermediate, t_.r, H, 0, m);
       Barrier(rc);
       NormOp(rc, m, &t_, &d.post_ffn_norm, w.layer_scalar, next_norm, next_norm != nullptr, a_.r);
     }

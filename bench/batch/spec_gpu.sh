@@ -2,8 +2,10 @@
 # Issue 43 on the GPU machine, one device call: Vulkan batched decode and verification steps below
 # the runtime (vulkan_batch_bench), speculative decoding through a session (gemma-engine bench spec
 # workloads, verification steps as chunks (the default) and as rows), batched and speculating sessions (batch_bench). Carry
-# [".gl", ".carry/c"]: .carry/c/pack.tar.xz holds gemma-engine, batch_bench, vulkan_batch_bench and
-# their libraries (b/bin, b/lib). Outputs in $OUT. Usage: bash bench/batch/spec_gpu.sh
+# [".gl", ".carry/c"]: .carry/c/pack.tar.xz holds gemma-engine, batch_bench, vulkan_batch_bench,
+# vulkan_check and their libraries (b/bin, b/lib). Outputs in $OUT. Usage: bash bench/batch/spec_gpu.sh
+# First the exactness check: verification steps against the one-token steps, bit for bit
+# (vulkan_check --verify: "0 logits differ" on both paths; bench/journal/2026-12-05-nocontraction.md).
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 tar xJf .carry/c/pack.tar.xz -C /tmp || exit 1
@@ -12,6 +14,8 @@ B=/tmp/b/bin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
 [ -d /tmp/e2bq ] || $B/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
 run() { echo "== $*" | tee -a $OUT/log.txt; "$@" 2>&1 | tee -a $OUT/log.txt; }
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 80 512
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 6 70 512
 run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 1,4,8,16
 run timeout 150 $B/gemma-engine bench --model /tmp/e2bq --backends vulkan --workloads spec512+tg256 --no-cold --reps 3 --verify-max-tokens 0 --draft 4 --drafts right,wrong,half --out $OUT/spec4
 GEMMA_VULKAN_KERNELS=VERIFY_ROWS=2 run timeout 100 $B/gemma-engine bench --model /tmp/e2bq --backends vulkan --workloads spec512+tg256 --no-cold --reps 3 --verify-max-tokens 0 --draft 4 --drafts right,half --out $OUT/spec4rows

@@ -141,8 +141,9 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   virtual bool InjectDeviceFault(DeviceFault) { return false; }
   // Advances several contexts of this model by one token each in one step, reading the weights
   // once for all of them. Each step's result (and its context's caches) is what
-  // `context->Forward(request)` would give: bit for bit on the CPU backends, within the decode's
-  // contract with the reference on Vulkan (its rows run the prompt path's kernels); a step that
+  // `context->Forward(request)` would give: bit for bit on the CPU backends and on Vulkan (there
+  // but where a double sum taken in another order lands on the other side of an f32 rounding
+  // boundary: docs/vulkan.md, "Batched decode"); a step that
   // fails gets its `error` and leaves its context's caches as a failed Forward does. The contexts
   // must not be in use elsewhere. The default evaluates the steps one after another.
   virtual void ForwardBatch(std::span<BatchStep> steps);
@@ -150,8 +151,7 @@ class BackendModel : public std::enable_shared_from_this<BackendModel> {
   virtual bool batches_steps() const { return false; }
   // Whether ForwardBatch also takes steps of several tokens that return every position's output
   // (all_positions: speculative verification steps), each row as the context's own Forward gives
-  // it (as ForwardBatch's one-token steps: bit for bit on the CPU backends, within the decode's
-  // contract on Vulkan).
+  // it (as ForwardBatch's one-token steps).
   virtual bool batches_multi_token_steps() const { return false; }
 };
 

@@ -410,6 +410,50 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
   }
 }
 
+// A step of several tokens (a batch's rows, a verification step, a short chunk) gives each token
+// the one-token step's outputs bit for bit: the integer sums are exact in any order, and dense
+// rows take the one-token kernel's lanes (DENSE_LANES), so each token's f32 sums add the same
+// products in the same order. E2B's widths (1,536 and 2,048 columns), every token count a short
+// step takes. (On lavapipe 32 and 64 lanes happen to give the same sums here; on an H100 they did
+// not: bench/journal/2026-12-05-nocontraction.md.)
+TEST(VulkanKernels, ShortStepsGiveEachTokenTheOneTokenSums) {
+  auto model = LoadFixture("tiny_qat");
+  auto vk = MakeVulkan(*model, {.capacity = 64});
+  if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  std::vector<SynthLinear> lins;
+  lins.push_back(MakeSynthLinear(WeightKind::kBF16, 96, 1536, 11));
+  lins.push_back(MakeSynthLinear(WeightKind::kBF16, 96, 1536, 12));  // (the second weight set)
+  lins.push_back(MakeSynthLinear(WeightKind::kF16, 40, 2048, 13));
+  lins.push_back(MakeSynthLinear(WeightKind::kQ4, 56, 1536, 14));
+  struct Case {
+    const Linear* lin;
+    const Linear* second;
+    int epi;
+  };
+  const std::vector<Case> cases = {{&lins[0].lin, nullptr, 0},
+                                   {&lins[0].lin, &lins[1].lin, 1},
+                                   {&lins[2].lin, nullptr, 0},
+                                   {&lins[3].lin, nullptr, 0}};
+  for (const Case& c : cases) {
+    const float scale = c.lin->in_scale > 0 ? 200 * c.lin->in_scale : 1.0f;
+    for (int n : {2, 3, 5, 7, 9, 16, 32}) {
+      SCOPED_TRACE("kind " + std::to_string(static_cast<int>(c.lin->kind)) + " cols " +
+                   std::to_string(c.lin->cols) + " epi " + std::to_string(c.epi) + " n " +
+                   std::to_string(n));
+      const auto x = RandomInput(n, c.lin->cols, 31u * n + c.lin->rows, scale);
+      const auto all = VulkanLinearForTest(*vk, *c.lin, c.second, x.data(), n, c.epi);
+      ASSERT_EQ(all.size(), size_t(n) * c.lin->rows);
+      int diff = 0;
+      for (int t = 0; t < n; ++t) {
+        const auto one = VulkanLinearForTest(*vk, *c.lin, c.second,
+                                             x.data() + size_t(t) * c.lin->cols, 1, c.epi);
+        for (int r = 0; r < c.lin->rows; ++r) diff += one[r] != all[size_t(t) * c.lin->rows + r];
+      }
+      EXPECT_EQ(diff, 0);
+    }
+  }
+}
+
 // The head's argmax / pick in one logits_reduce dispatch (LAST: each vocabulary block reduced from
 // registers, the row's last block merging) against the two-pass form and the CPU reference, with
 // blocks small enough that the fixtures' vocabularies span several (uneven ones: 512 = 4 x 120 +

@@ -20,8 +20,11 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   uint32_t vec = nvec >= lanes_ ? 4 : 1;
   uint32_t lanes = lanes_;
   while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
-  const bool dense_short = m == 1 && vec == 4 && dense && dense_lanes_ >= dev_->subgroup_size() &&
-                           dense_lanes_ <= kWG && nvec <= 8 * dense_lanes_;
+  // (also over the short steps' tokens, a batch's rows and verification steps: the same lanes give
+  // each token the one-token step's sums, the same products added in the same order)
+  const bool dense_short = m <= static_cast<int>(kCoopSmallTokens) && vec == 4 && dense &&
+                           dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
+                           nvec <= 8 * dense_lanes_;
   if (dense_short) lanes = dense_lanes_;
   // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
   // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a

@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
     solo.max_batch = 1;
     auto batched = gemma::Engine::Load(eo);
     auto unbatched = with_unbatched ? gemma::Engine::Load(solo) : nullptr;
+    const auto loaded = std::chrono::steady_clock::now();
     std::printf("backend %s, %d tokens per session, best of %d runs\n",
                 batched->backend_name().c_str(), tokens, runs);
     if (g_draft_model)
@@ -176,7 +177,16 @@ int main(int argc, char** argv) {
     for (int b : batches) {
       // A few steps at this size first: on a GPU the first batch of a size creates its pipelines
       // (seconds, once per process; the H100 of 2026-12-05 read 105 tok/s at B = 4 without this).
-      if (b > 1) Run(*batched, b, std::min(tokens, 4));
+      // (its wall time printed: with BATCH_WARM the model builds them from its load on a thread)
+      if (b > 1) {
+        const auto f0 = std::chrono::steady_clock::now();
+        Run(*batched, b, std::min(tokens, 4));
+        std::printf("     (B = %d: the first %d steps %.0f ms, %.1f s after the load)\n", b,
+                    std::min(tokens, 4),
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f0)
+                        .count(),
+                    std::chrono::duration<double>(f0 - loaded).count());
+      }
       Figure best_b, best_u;
       for (int r = 0; r < runs; ++r) {
         const Figure fb = Run(*batched, b, tokens);

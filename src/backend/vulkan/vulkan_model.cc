@@ -28,41 +28,23 @@ class VulkanModel : public BackendModel {
     const auto w = shared_->Acquire();
     device_ = w->dev->name();
     software_ = w->dev->is_cpu();
-    // The pipelines of batched steps (kMinBatchRows rows and more), built on a thread of their
-    // own from the start (on a GPU; kernel choice BATCH_WARM): built at first use, they stalled
-    // the first batch of each size, so every session in it, for 3-4 s on an H100 with a cold
-    // driver cache (bench/journal/2026-12-05-h100-batched-webgpu-llama.md). A step that needs a
-    // pipeline the thread is building waits for that one only. Not on CPU devices (lavapipe),
-    // where the runtime does not batch.
-    const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
-    if (kc.Get("BATCH_WARM", software_ ? 0 : 1) != 0) {
-      warm_ = std::thread([this] {
-        try {
-          VulkanBackend scratch(shared_, {.capacity = 64, .slack = 16});
-          scratch.PrepareBatchPipelines(kMinBatchRows, warm_stop_);
-        } catch (...) {
-          // (a failure shows again, typed, in the step that needs the pipeline)
-        }
-        std::lock_guard<std::mutex> lock(warm_mutex_);
-        warm_done_ = true;
-        warm_cv_.notify_all();
-      });
-    } else {
-      warm_done_ = true;
-    }
+    warm_wanted_ = vulkan_internal::EffectiveKernels(shared_->options())
+                       .Get("BATCH_WARM", software_ ? 0 : 1) != 0;
   }
   ~VulkanModel() override {
     warm_stop_ = true;
     if (warm_.joinable()) warm_.join();
   }
-  // Waits until the batch pipelines are built (BATCH_WARM; tests).
+  // Waits until the batch pipelines are built, where their thread has started (tests).
   void WaitBatchWarm() {
     std::unique_lock<std::mutex> lock(warm_mutex_);
-    warm_cv_.wait(lock, [&] { return warm_done_; });
+    warm_cv_.wait(lock, [&] { return !warm_.joinable() || warm_done_; });
   }
   std::string name() const override { return "vulkan"; }
   std::unique_ptr<Backend> NewContext(const BackendOptions& options) override {
-    return std::make_unique<VulkanBackend>(shared_, options);
+    auto context = std::make_unique<VulkanBackend>(shared_, options);
+    if (warm_wanted_ && ++contexts_made_ == 2) StartBatchWarm();
+    return context;
   }
   // (Between a device failure and the next step's rebuild there is no current device: the last
   // one's name stays.)
@@ -208,7 +190,31 @@ class VulkanModel : public BackendModel {
   std::shared_ptr<VulkanShared> shared_;
   std::string device_;
   bool software_ = false;
-  // BATCH_WARM's thread (the constructor's): stop asked, done told.
+  // The pipelines of batched steps (kMinBatchRows rows and more), built on a thread of their own
+  // once a second context exists (kernel choice BATCH_WARM, on GPUs): built at first use, they
+  // stalled the first batch of each size, so every session in it, for 3-5 s on an H100 with a
+  // cold driver cache (4,764 ms for the first 4-row steps; 155 ms with them built beforehand). Not
+  // from the load: on a cold driver cache one stream decoded at 160 instead of 399 tok/s while
+  // the thread built them (bench/journal/2026-12-05-nocontraction.md), and one session never
+  // batches. A step that needs a pipeline being built waits for that one only. Not on CPU
+  // devices (lavapipe), where the runtime does not batch.
+  void StartBatchWarm() {
+    std::lock_guard<std::mutex> lock(warm_mutex_);
+    warm_ = std::thread([this] {
+      try {
+        VulkanBackend scratch(shared_, {.capacity = 64, .slack = 16});
+        scratch.PrepareBatchPipelines(kMinBatchRows, warm_stop_);
+      } catch (...) {
+        // (a failure shows again, typed, in the step that needs the pipeline)
+      }
+      std::lock_guard<std::mutex> lock(warm_mutex_);
+      warm_done_ = true;
+      warm_cv_.notify_all();
+    });
+  }
+  bool warm_wanted_ = false;
+  std::atomic<int> contexts_made_{0};
+  // BATCH_WARM's thread: stop asked, done told.
   std::thread warm_;
   std::atomic<bool> warm_stop_{false};
   std::mutex warm_mutex_;

@@ -129,16 +129,15 @@ TEST(VulkanSessions, SiblingContextsTakeTheirOwnKernelChoices) {
 // Prompt chunks longer than a context's own activations (16 rows) run on the engine's shared set,
 // one context at a time: two contexts prefilling 60-token prompts (one chunk each) on two threads
 // give every position's logits as the CPU reference does, and decode on after it.
-// The batched steps' pipelines are built on the model's own thread from its creation (on GPUs by
-// default; BATCH_WARM=1 here, lavapipe being a CPU device): the first batch builds none, and its
-// rows decode as the contexts alone do.
+// The batched steps' pipelines are built on the model's own thread once a second context exists
+// (on GPUs by default; BATCH_WARM=1 here, lavapipe being a CPU device): the first batch builds
+// none, and its rows decode as the contexts alone do.
 TEST(VulkanSessions, BatchPipelinesAreBuiltBeforeTheFirstBatch) {
   auto model = LoadFixture("tiny_qat");
   VulkanOptions opt;
   opt.kernels = KernelConfig::Parse("BATCH_WARM=1");
   auto vm = MakeVulkanModel(*model, opt);
   if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
-  ASSERT_TRUE(WaitForVulkanBatchPipelines(*vm));
   std::vector<std::unique_ptr<Backend>> ctx;
   std::vector<std::vector<int32_t>> out(4);
   ForwardResult r;
@@ -147,6 +146,7 @@ TEST(VulkanSessions, BatchPipelinesAreBuiltBeforeTheFirstBatch) {
     ctx.back()->Forward({.tokens = i % 2 ? kPromptA : kPromptB}, &r);
     out[i] = {r.ids.back()};
   }
+  ASSERT_TRUE(WaitForVulkanBatchPipelines(*vm));
   VulkanStats before, after;
   ASSERT_TRUE(GetVulkanStats(*ctx[0], &before));
   // Four one-token rows, then two of them with a verification step of three tokens (logits).

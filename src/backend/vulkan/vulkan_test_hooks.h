@@ -38,8 +38,8 @@ struct SynthLinear {
 };
 SynthLinear MakeSynthLinear(WeightKind kind, int rows, int cols, uint32_t seed);
 // Waits until a model made by CreateVulkanModel has built its batched steps' pipelines (kernel
-// choice BATCH_WARM; at once where it is off). False for other models. (Defined beside the model
-// in the library.)
+// choice BATCH_WARM, from its second context on; at once where that thread has not started).
+// False for other models. (Defined beside the model in the library.)
 bool WaitForVulkanBatchPipelines(BackendModel& model);
 // Makes the next submission fail as VK_ERROR_DEVICE_LOST does. Returns false for other backends.
 bool SimulateVulkanDeviceLoss(Backend& backend);

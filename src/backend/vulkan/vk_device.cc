@@ -1069,15 +1069,12 @@ void Device::SubmitBegin(VkCommandBuffer cmd) {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd;
-  const auto s0 = std::chrono::steady_clock::now();
   VkResult r;
   {
     std::lock_guard<std::mutex> lock(core_->queue_mu);
     r = vkQueueSubmit(queue_, 1, &si, fence_);
   }
   Check(r, "vkQueueSubmit");
-  last_submit_call_us_ =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count();
 }
 
 void Device::SubmitWait() {

@@ -164,7 +164,6 @@ class Device {
   // as Submit does (one submission in flight at a time).
   void SubmitBegin(VkCommandBuffer cmd);
   void SubmitWait();
-  double last_submit_call_us() const { return last_submit_call_us_; }  // vkQueueSubmit's own time
   // kFull: compute/transfer writes -> compute/transfer reads and writes; kCompute: shader writes ->
   // shader reads and writes, compute stage only (between two dispatches); kExecOnly: an execution
   // dependency without a memory barrier (timing only: results may be wrong).
@@ -244,7 +243,6 @@ class Device {
   VkDeviceSize device_local_bytes_ = 0;
   long spin_us_ = 0;  // Submit polls the fence this long before blocking
   double step_timeout_s_ = kGpuStepTimeoutS;
-  double last_submit_call_us_ = 0;
   float ts_period_ = 1;
   uint32_t compute_units_ = 0;
   uint32_t max_shared_ = 16384;

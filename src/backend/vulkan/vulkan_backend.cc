@@ -59,12 +59,8 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
   int out_first = req.all_positions ? 0 : (last_chunk ? m - 1 : m);
   int count = req.mode == OutputMode::kNone ? 0 : m - out_first;
   const bool inline_head = count <= head_rows_;
-  const auto f0 = std::chrono::steady_clock::now();
   if (m == 1) {
     FillInputs(tokens, req.mode, req.allowed, nullptr, soft);
-    if (step_times_)
-      step_fill_us_.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count());
     SubmitDecode(count > 0 ? req.mode : OutputMode::kNone);
   } else {
     // Prompt chunks: the command buffer is recorded by one task of the fill's pool while the
@@ -90,9 +86,7 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
       }
     }
     const VkCommandBuffer cmd = pc ? pc->cmd : prefill_cmd_;
-    double record_us = 0;
     const std::function<void()> record = [&] {
-      const auto r0 = std::chrono::steady_clock::now();
       if (pc) pc->key = PromptKey{};  // (incomplete until End: a throw leaves no entry)
       Begin(cmd, pc != nullptr);
       Rec rc{cmd};
@@ -104,8 +98,6 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
         pc->key = key;
         pc->out_first = out_first;
       }
-      record_us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r0).count();
     };
     if (hit) {
       FillInputs(tokens, req.mode, req.allowed, nullptr, soft);
@@ -117,21 +109,7 @@ void VulkanBackend::RunChunk(std::span<const int32_t> tokens, bool last_chunk,
       record();
     }
     if (pc) pc->used = ++prompt_cmd_clock_;
-    const auto f2 = std::chrono::steady_clock::now();
     dev_->Submit(cmd);
-    if (step_times_) {
-      // (measurement) a prompt chunk's host time: the rows' fill and the recording (beside it or
-      // after it), the submission to its fence (the GPU's time and the wait's latency)
-      using us = std::chrono::duration<double, std::micro>;
-      std::fprintf(stderr,
-                   "prompt chunk of %d at %d: fill and record %.0f us (record %.0f us%s), "
-                   "submit to fence %.0f us\n",
-                   m, pos0, us(f2 - f0).count(), record_us,
-                   hit              ? ", replayed"
-                   : record_beside_ ? ", beside"
-                                    : "",
-                   us(std::chrono::steady_clock::now() - f2).count());
-    }
   }
   window_.Commit(pos0 + m);
   history_.insert(history_.end(), tokens.begin(), tokens.end());
@@ -250,7 +228,6 @@ void VulkanBackend::SubmitRows(const std::vector<VulkanBackend*>& rows,
                                const std::vector<int32_t>& positions,
                                const std::vector<uint64_t>& key, int logits_rows, int out_rows,
                                int splits, const VulkanBackend* rope) {
-  const int B = static_cast<int>(rows.size());
   BatchCmd* bc = nullptr;
   for (BatchCmd& c : batch_cmds_)
     if (c.key == key) bc = &c;
@@ -415,19 +392,7 @@ void VulkanBackend::ReadHead(int count, OutputMode mode, ForwardResult* out) {
 }
 
 // One decoded token (inputs written).
-void VulkanBackend::SubmitDecode(OutputMode mode) {
-  if (!step_times_) {
-    SubmitFilledDecode(DecodeCommand(mode));
-    return;
-  }
-  // GEMMA_VULKAN_STEP_TIMES=1 (measurement): the step's GPU time (timestamps at the command
-  // buffer's start and end) against the host's time in Submit (submission, the fence wait) and
-  // in the rest of Forward, medians over each 64 steps printed to stderr.
-  const VkCommandBuffer cb = DecodeCommand(mode);
-  const auto t0 = std::chrono::steady_clock::now();
-  SubmitFilledDecode(cb);
-  NoteStepTimes(t0, std::chrono::steady_clock::now());
-}
+void VulkanBackend::SubmitDecode(OutputMode mode) { SubmitFilledDecode(DecodeCommand(mode)); }
 
 // A one-token step's command buffer (DecodeCommand) submitted with its inputs written.
 void VulkanBackend::SubmitFilledDecode(VkCommandBuffer cb) { dev_->Submit(cb); }
@@ -493,31 +458,6 @@ uint32_t VulkanBackend::GpuRowKind(const Embedding& e) {
     }
     default:
       return 0;
-  }
-}
-
-// GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
-void VulkanBackend::NoteStepTimes(std::chrono::steady_clock::time_point t0,
-                                  std::chrono::steady_clock::time_point t1) {
-  const std::vector<double> ts = dev_->ReadTimestamps(2);
-  step_gpu_us_.push_back((ts[1] - ts[0]) * 1e-3);
-  step_submit_us_.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-  step_call_us_.push_back(dev_->last_submit_call_us());
-  if (step_gpu_us_.size() == 64) {
-    auto med = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    std::fprintf(stderr,
-                 "| decode step, median of 64 (GEMMA_VULKAN_STEP_TIMES) | GPU %.1f us | "
-                 "submit to fence %.1f us (vkQueueSubmit %.1f) | inputs filled in %.1f us |\n",
-                 med(step_gpu_us_),
-                 med(step_submit_us_), med(step_call_us_),
-                 step_fill_us_.empty() ? 0.0 : med(step_fill_us_));
-    step_call_us_.clear();
-    step_gpu_us_.clear();
-    step_submit_us_.clear();
-    step_fill_us_.clear();
   }
 }
 

@@ -645,10 +645,6 @@ class VulkanBackend : public Backend {
   // A one-token step's command buffer (DecodeCommand) submitted with its inputs written.
   void SubmitFilledDecode(VkCommandBuffer cb);
 
-  // GEMMA_VULKAN_STEP_TIMES: the step's timestamps and the host's times, medians printed per 64.
-  void NoteStepTimes(std::chrono::steady_clock::time_point t0,
-                     std::chrono::steady_clock::time_point t1);
-
   // Test hooks: test-sized matrix-unit input slots and split-K regions in place of the step's,
   // restored when the scope ends (an exception included).
   class CoopSlotsSwap {
@@ -862,7 +858,6 @@ class VulkanBackend : public Backend {
   bool head_norm_ = true;           // one-token decode steps: the last norms in the head's prologue
   bool dense_prefetch_ = true;      // FXW linears looping over blocks: the next block's early
   bool reduce_last_ = true;         // logits_reduce in one dispatch (LAST)
-  bool head_nocap_ = false;         // GEMMA_VULKAN_HEAD_NOCAP (timing only)
   bool mv_prefetch_block_ = true;   // FAST linears looping over blocks: the next block's early
   uint32_t mv_prefetch_early_ = 2;  // ... the first block's at the start, grids <= this per unit
   uint32_t mv_prefetch_early_set_ = 7;  // ... for these linears (bits above)
@@ -952,8 +947,6 @@ class VulkanBackend : public Backend {
   std::vector<PromptCmd> prompt_cmds_;
   uint64_t prompt_cmd_clock_ = 0;
   int chunk_cache_ = 4;      // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
-  bool step_times_ = false;  // GEMMA_VULKAN_STEP_TIMES: decode steps timestamped (measurement)
-  std::vector<double> step_gpu_us_, step_submit_us_, step_fill_us_, step_call_us_;
   int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
   bool attn_cm_ = false;      // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units

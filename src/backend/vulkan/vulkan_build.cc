@@ -306,8 +306,6 @@ void VulkanBackend::Build() {
   // The head's argmax / pick: one logits_reduce dispatch whose last block per row merges
   // (LAST); 0: a second dispatch merges.
   reduce_last_ = Knob("REDUCE_LAST", 1) != 0;
-  // (timing only) GEMMA_VULKAN_HEAD_NOCAP=1: the LM head without its softcap (wrong logits).
-  head_nocap_ = Knob("HEAD_NOCAP", 0) != 0;
   down_fuse_copies_ = static_cast<uint32_t>(std::clamp(Knob("DOWN_FUSE_COPIES", 4), 1, 16));
   if (down_fuse_wgs_ < 0)
     down_fuse_wgs_ = -down_fuse_wgs_ * static_cast<int>(dev_->compute_units());
@@ -410,7 +408,6 @@ void VulkanBackend::Build() {
     default:
       light_barrier_ = vk::Device::BarrierKind::kFull;
   }
-  step_times_ = Knob("STEP_TIMES", 0) != 0 && dev_->has_timestamps();
   attn_dbg_ = Knob("ATTN_DBG", 0);
   // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
   // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on

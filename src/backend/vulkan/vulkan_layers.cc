@@ -570,14 +570,9 @@ VkCommandBuffer VulkanBackend::DecodeCommand(OutputMode mode) {
   Rec rc{cb};
   rc.long_ctx = long_ctx;
   rc.fuse_head = head_norm_ && mode != OutputMode::kNone;
-  if (step_times_) {
-    dev_->ResetTimestamps(cb, 2);
-    dev_->WriteTimestamp(cb, 0);
-  }
   RecordInputs(rc, 1, mode);
   RecordBody(rc, 1, splits_);
   if (mode != OutputMode::kNone) RecordHead(rc, 0, 1, mode);
-  if (step_times_) dev_->WriteTimestamp(cb, 1);
   End(cb);
   if (mode == OutputMode::kArgmax) {
     decode_dispatches_ = rc.dispatches;

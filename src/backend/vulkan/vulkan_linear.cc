@@ -91,7 +91,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     pc.y_off = y_off + p.row0;
     pc.in_s0 = lin.in_scale;
     pc.out_s0 = lin.out_scale;
-    pc.cap = head_nocap_ ? 0.0f : cfg_.final_logit_softcapping.value_or(0.0f);
+    pc.cap = cfg_.final_logit_softcapping.value_or(0.0f);
     pc.aux_stride = aux_stride;
     pc.aux_off = aux_off + p.row0;
     pc.x_row0 = x_row0;

@@ -267,8 +267,8 @@ int main(int argc, char** argv) {
         one_l->Forward({.tokens = t, .mode = gemma::OutputMode::kLogits}, &last);
         const float* l = last.logits.data();
         const int am = int(std::max_element(l, l + V) - l);
-        if (am != r.ids[0]) std::printf("step %d: argmax step %d, logits step's argmax %d\n", i,
-                                        r.ids[0], am);
+        if (am != r.ids[0])
+          std::printf("step %d: argmax step %d, logits step's argmax %d\n", i, r.ids[0], am);
         plain.insert(plain.end(), l, l + V);
         tok = r.ids[0];
         gen.push_back(tok);
@@ -280,9 +280,8 @@ int main(int argc, char** argv) {
       const int ag = int(std::max_element(got, got + V) - got);
       const int aw = int(std::max_element(want, want + V) - want);
       if (diff > 0 || ag != aw)
-        std::printf("  %-6s position %d: %zu logits differ, rel L2 %.3g, argmax %d vs %d%s\n",
-                    what, pos, diff, RelL2(got, want, size_t(V)), ag, aw,
-                    ag != aw ? "  <-- argmax" : "");
+        std::printf("  %-6s position %d: %zu logits differ, rel L2 %.3g, argmax %d vs %d%s\n", what,
+                    pos, diff, RelL2(got, want, size_t(V)), ag, aw, ag != aw ? "  <-- argmax" : "");
       return diff;
     };
     // Verification steps: [the previous token, k drafts], all positions.
@@ -299,17 +298,17 @@ int main(int argc, char** argv) {
                        np - 1 + i + d);
         ++steps;
       }
-      std::printf("%s: %d verification steps of %d tokens, %zu logits differ from the one-token "
-                  "steps'\n",
-                  name, steps, k + 1, total);
+      std::printf(
+          "%s: %d verification steps of %d tokens, %zu logits differ from the one-token "
+          "steps'\n",
+          name, steps, k + 1, total);
     }
     // The fast CPU backend, teacher-forced on the same tokens.
     {
       auto cpu = gemma::CreateCpuFastBackend(*model, opt);
       std::vector<int32_t> all = prompt;
       all.insert(all.end(), gen.begin(), gen.begin() + n);
-      cpu->Forward({.tokens = all, .mode = gemma::OutputMode::kLogits, .all_positions = true},
-                   &r);
+      cpu->Forward({.tokens = all, .mode = gemma::OutputMode::kLogits, .all_positions = true}, &r);
       size_t total = 0;
       int moved = 0;
       double worst = 0;
@@ -327,9 +326,10 @@ int main(int argc, char** argv) {
                       gen[size_t(i)]);
         }
       }
-      std::printf("cpu-fast vs one-token steps: %zu logits differ, worst rel L2 %.3g, %d argmaxes "
-                  "differ\n",
-                  total, worst, moved);
+      std::printf(
+          "cpu-fast vs one-token steps: %zu logits differ, worst rel L2 %.3g, %d argmaxes "
+          "differ\n",
+          total, worst, moved);
     }
     return 0;
   }

@@ -946,7 +946,7 @@ class VulkanBackend : public Backend {
   };
   std::vector<PromptCmd> prompt_cmds_;
   uint64_t prompt_cmd_clock_ = 0;
-  int chunk_cache_ = 4;      // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
+  int chunk_cache_ = 4;        // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
   int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
   bool attn_cm_ = false;      // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units

@@ -334,13 +334,14 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
       const std::string type = part["type"];
       const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
+      // A string field of j, "" when absent; any other type is an error.
+      auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
+        if (!j.contains(key)) return "";
+        if (!j[key].is_string())
+          throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
+        return j[key].get<std::string>();
+      };
       if (chat::IsAudioPart(type)) {
-        auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
-          if (!j.contains(key)) return "";
-          if (!j[key].is_string())
-            throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
-          return j[key].get<std::string>();
-        };
         AudioInput a;
         std::string path = str(part, "path"), b64 = str(part, "bytes"), url = str(part, "url");
         if (type == "input_audio") {  // OpenAI: {"input_audio": {"data": BASE64, "format": "wav"}}
@@ -401,12 +402,6 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       }
       if (!chat::IsImagePart(type)) continue;
       ImageInput img;
-      auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
-        if (!j.contains(key)) return "";
-        if (!j[key].is_string())
-          throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
-        return j[key].get<std::string>();
-      };
       std::string url = str(part, "url");
       if (part.contains("image_url")) {
         const nlohmann::json& iu = part["image_url"];

@@ -257,9 +257,10 @@ void UploadDevLinear(Device& dev, DevLinear& d);
 struct Activations {
   int rows = 0;
   Buf h, a, t, q, kt, vt, attn, g, po, pml, ple, tok, gp, hn, logits, part, res, reduce_cnt, xqc,
-      partc, in_host, out_host;
+      partc, ksum, in_host, out_host;
   size_t in_x0_off = 0, in_tok_off = 0, in_mask_off = 0;
   size_t coop_slot_bytes = 0, coop_part_bytes = 0;
+  size_t ksum_bytes = 0;  // a region of ksum (two of them)
   int head_rows = 1;
 };
 
@@ -896,6 +897,11 @@ class VulkanBackend : public Backend {
   bool rms_all_ = false;          // every invocation evaluates the RMS factor (RMS_ALL)
   bool rms_fast_ = true;          // the prologues' RMS factors by Newton steps (RMS_FAST)
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
+  // Short steps (a batch's rows, verification steps) on the matvecs:
+  int rows_mv_max_ = kMatmulMinTokens - 1;  // ... of at most this many tokens (more: tiled)
+  int rows_wgs_ = 0;                // ... their workgroup cap (0 = one per row block)
+  bool rows_cluster_ = false;       // ... the one-token integer lanes (CLUSTER)
+  uint32_t rows_xq_bytes_ = 16384;  // ... shared bytes for the tokens' quantized inputs
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears
   uint32_t mv_dbg_ = 0;           // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;        // one-token dense rows read a vec4-staged input (FXW)
@@ -967,6 +973,12 @@ class VulkanBackend : public Backend {
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;
+  // Split-K short-step matvecs (linear.comp KSPLIT): int32 sums of up to kMatmulMinTokens tokens
+  // x the widest output, two regions used in turn, each zero between uses (linear_cm_epi ZERO).
+  Buf ksum_;
+  size_t ksum_bytes_ = 0;
+  int ksum_next_ = 0;
+  uint32_t rows_kcols_ = 0;  // ... input columns per split (0: no split)
   BufRange CoopPart(int i) const {
     return BufRange{partc_.r.buf, partc_.r.offset + coop_part_bytes_ * i, coop_part_bytes_,
                     nullptr};

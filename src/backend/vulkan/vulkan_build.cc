@@ -344,6 +344,19 @@ void VulkanBackend::Build() {
   // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
   // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
   share_x_ = Knob("SHARE_X", 1) != 0;
+  // Steps of 2-7 tokens (ROWS_MV8=1: 2-8; a batch's rows, verification steps) on the matvecs,
+  // each weight block streamed once for up to 4 (ROWS_MV8: 8) of them: at most ROWS_WGS
+  // workgroups (-k: k per compute unit; each quantizes the tokens' inputs once and loops over
+  // row blocks), the one-token steps' lanes per integer row (ROWS_CLUSTER), the tokens'
+  // quantized inputs in up to ROWS_XQ_KIB KiB of shared memory per workgroup.
+  rows_wgs_ = Knob("ROWS_WGS", 0);
+  if (rows_wgs_ < 0) rows_wgs_ = -rows_wgs_ * static_cast<int>(dev_->compute_units());
+  rows_cluster_ = Knob("ROWS_CLUSTER", 0) != 0;
+  rows_xq_bytes_ = 1024u * static_cast<uint32_t>(std::clamp(Knob("ROWS_XQ_KIB", 16), 4, 96));
+  rows_mv_max_ = Knob("ROWS_MV8", 0) != 0 ? kMatmulMinTokens : kMatmulMinTokens - 1;
+  // ... their integer linears over more than ROWS_KCOLS input columns split K into workgroups of
+  // that many columns (linear.comp KSPLIT; 0: none).
+  rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 0)));
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token
@@ -603,6 +616,11 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
         256;
     a.partc = {dev.Reserve(Pool::kDevice, a.coop_part_bytes * kCoopSlots), {}};
   }
+  if (C > 1) {
+    a.ksum_bytes = (size_t(std::min(C, kMatmulMinTokens)) * std::max({H, qw, kvw, imax, P}) * 4 +
+                    255) / 256 * 256;
+    a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes), {}};
+  }
   // Host: inputs of a step and the readback.
   a.in_x0_off = 256;
   a.in_tok_off = a.in_x0_off + (size_t(C) * H * 4 + 255) / 256 * 256;
@@ -619,10 +637,11 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
 void VulkanBackend::ResolveActivations(Device& dev, Activations& a) {
   for (Buf* b : {&a.h, &a.a, &a.t, &a.q, &a.kt, &a.vt, &a.attn, &a.g, &a.po, &a.pml, &a.ple,
                  &a.tok, &a.gp, &a.hn, &a.logits, &a.part, &a.res, &a.reduce_cnt, &a.xqc,
-                 &a.partc, &a.in_host, &a.out_host}) {
+                 &a.partc, &a.ksum, &a.in_host, &a.out_host}) {
     if (b->handle >= 0) b->r = dev.Get(b->handle);
   }
   dev.Fill(a.reduce_cnt.r, 0);
+  if (a.ksum.handle >= 0) dev.Fill(a.ksum.r, 0);
 }
 
 void VulkanBackend::SwapActivations(Activations& a) {
@@ -633,7 +652,8 @@ void VulkanBackend::SwapActivations(Activations& a) {
            {&po_, &a.po},       {&pml_, &a.pml},   {&ple_, &a.ple},   {&tok_, &a.tok},
            {&gp_, &a.gp},       {&hn_, &a.hn},     {&logits_, &a.logits}, {&part_, &a.part},
            {&res_, &a.res},     {&reduce_cnt_, &a.reduce_cnt}, {&xqc_, &a.xqc},
-           {&partc_, &a.partc}, {&in_host_, &a.in_host}, {&out_host_, &a.out_host}}) {
+           {&partc_, &a.partc}, {&ksum_, &a.ksum}, {&in_host_, &a.in_host},
+           {&out_host_, &a.out_host}}) {
     std::swap(*mine, *theirs);
   }
   std::swap(in_x0_off_, a.in_x0_off);
@@ -641,6 +661,7 @@ void VulkanBackend::SwapActivations(Activations& a) {
   std::swap(in_mask_off_, a.in_mask_off);
   std::swap(coop_slot_bytes_, a.coop_slot_bytes);
   std::swap(coop_part_bytes_, a.coop_part_bytes);
+  std::swap(ksum_bytes_, a.ksum_bytes);
   std::swap(head_rows_, a.head_rows);
 }
 

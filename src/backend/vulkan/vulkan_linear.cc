@@ -13,11 +13,25 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   const Linear& lin = *d.src;
   const bool dense = lin.kind == WeightKind::kBF16 || lin.kind == WeightKind::kF16;
   const uint32_t epw = ElemsPerWord(lin.kind);
-  const uint32_t xwords = IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4) : 1;
+  // Short steps (a batch's rows, verification steps) take the matvecs up to rows_mv_max_ tokens.
+  const bool short_mv = m > 1 && m <= rows_mv_max_;
+  // ... their integer linears with long rows split K (linear.comp KSPLIT): workgroups of
+  // rows_kcols_ columns (whole 16-byte weight vectors), on the FAST multiply.
+  const uint32_t vec_cols = 4 * epw;
+  const bool ksplit =
+      short_mv && rows_kcols_ > 0 && rows_kcols_ % vec_cols == 0 &&
+      static_cast<uint32_t>(d.cols) > rows_kcols_ && int_dot_ && mv_fast_ &&
+      IsQuantized(lin.kind) && lin.in_scale > 0.0f && !second && (epi == 0 || epi == 2 || epi == 3) &&
+      !tail && !pro && xq_mode == 0 && !pj && d.parts.size() == 1 && ksum_.handle >= 0 &&
+      size_t(m) * d.rows * 4 <= ksum_bytes_;
+  // The input words a workgroup quantizes, and the 16-byte weight vectors of a row it multiplies.
+  const uint32_t xwords = ksplit                 ? rows_kcols_ / 4
+                          : IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4)
+                                                  : 1;
+  const uint32_t nvec = ksplit ? rows_kcols_ / vec_cols : d.wstride / 4;
   // Invocations per row: enough that each loads one or two 16-byte vectors (more workgroups in
   // flight for long rows), at least one subgroup.
-  const uint32_t nvec = d.wstride / 4;
-  uint32_t vec = nvec >= lanes_ ? 4 : 1;
+  uint32_t vec = nvec >= lanes_ || ksplit ? 4 : 1;
   uint32_t lanes = lanes_;
   while (vec == 4 && lanes < kWG && nvec >= lanes_k_ * lanes) lanes *= 2;
   // (also over the short steps' tokens, a batch's rows and verification steps: the same lanes give
@@ -26,16 +40,32 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
                            dense_lanes_ >= dev_->subgroup_size() && dense_lanes_ <= kWG &&
                            nvec <= 8 * dense_lanes_;
   if (dense_short) lanes = dense_lanes_;
-  // One-token SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
+  // Both sets on the integer path with the same input scale: one quantized input (linear.comp
+  // SHARE_X; the words are staged per workgroup).
+  const bool share = share_x_ && second && (m == 1 || short_mv) && xq_mode != 1 &&
+                     IsQuantized(lin.kind) && IsQuantized(second->src->kind) &&
+                     lin.in_scale > 0.0f && lin.in_scale == second->src->in_scale;
+  // Tokens per workgroup: as many as their quantized inputs fit in 16 KiB of shared memory
+  // (short steps: rows_xq_bytes_, with the reduction slots below the device's limit); 8 only
+  // where 8-token steps take the matvecs.
+  uint32_t tok = 1;
+  const uint32_t dual = second ? 2 : 1, sets = share ? 1 : dual;
+  const uint32_t max_tok = short_mv && rows_mv_max_ >= 8 ? 8 : 4;
+  const size_t other = size_t(dual) * max_tok * 64 * 12 + 4096;
+  const size_t most = dev_->max_shared_bytes() > other ? dev_->max_shared_bytes() - other : 0;
+  const size_t xq_cap = short_mv ? std::min<size_t>(rows_xq_bytes_, most) : 16384;
+  while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * sets * xwords * 4 <= xq_cap)
+    tok *= 2;
+  // One-token (rows_cluster_: and short steps') SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
   // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
   // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
   bool cluster = false;
-  if (m == 1 && mv_lanes_min_ < dev_->min_subgroup_size() && IsQuantized(lin.kind) &&
-      lin.in_scale > 0 && (!second || second->src->in_scale > 0)) {
+  if ((m == 1 || (short_mv && rows_cluster_)) && mv_lanes_min_ < dev_->min_subgroup_size() &&
+      IsQuantized(lin.kind) && lin.in_scale > 0 && (!second || second->src->in_scale > 0)) {
     // Clusters lie within one subgroup (the shader sums them by xor shuffles), of the smallest
-    // width the driver may pick.
+    // width the driver may pick; at least a lane per token (each finishes one).
     const uint32_t sg = dev_->min_subgroup_size();
-    uint32_t l = mv_lanes_min_;
+    uint32_t l = std::max(mv_lanes_min_, tok);
     while (l < sg && l * mv_lanes_vec_ < nvec) l *= 2;
     if (l < sg) {
       lanes = l;
@@ -58,12 +88,6 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     if (cluster && lanes < mv_lanes_min_) lanes = mv_lanes_min_;
   }
   const uint32_t rows_per_wg = kWG / lanes;
-  // Tokens per workgroup: as many as the quantized inputs fit in 16 KiB of shared memory.
-  uint32_t tok = 1;
-  const uint32_t dual = second ? 2 : 1;
-  const uint32_t max_tok = 4;  // chunks of 8+ tokens take the tiled kernel
-  while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * dual * xwords * 4 <= 16384)
-    tok *= 2;
   // ... and row blocks of whole int8 words of the projection (4-64 rows).
   const bool pj_ok = pj_fits && rows_per_wg % 4 == 0 && rows_per_wg <= 64;
   const uint32_t epi_k = pj_ok ? 4u : epi;
@@ -139,7 +163,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     // the same at any token count up to a tile (H200, E2B bf16: a 16-row batched step 40.9 ms on
     // the matrix units against 51.9 for its rows one by one, 8 rows 38.7 against 26.0).
     const bool dense_short_step = dense && m <= static_cast<int>(kCoopSmallTokens);
-    if (m >= kMatmulMinTokens && !dense_short_step) {
+    if (m > 1 && !short_mv && !dense_short_step) {
       // The tiled kernels have a fixed 256-invocation workgroup (no local-size constant).
       const bool coop_dense = UseCoopDense(d, second);
       if (coop_dense || UseCoop(lin, second ? second->src : nullptr)) {
@@ -324,6 +348,10 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       if (dj_ok && down_fuse_wgs_ > 0) cap = down_fuse_wgs_;
       if (dense_short && dense_wgs_ > 0) cap = dense_wgs_;
       if (cap > 0) gy = std::min<uint32_t>(gy, static_cast<uint32_t>(cap));
+    } else if (rows_wgs_ > 0) {
+      // (split K: the cap over all the splits' workgroups)
+      const uint32_t nsplit = ksplit ? (d.wstride / 4 + nvec - 1) / nvec : 1;
+      gy = std::min<uint32_t>(gy, std::max<uint32_t>(1, rows_wgs_ / nsplit));
     }
     // Workgroups looping over several blocks of a single FAST weight set: the next block's
     // vectors loaded before this one's multiply (linear.comp PFB).
@@ -381,11 +409,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       PadLinearSpec(spec, 30);
       spec.push_back(1);  // RMS_FAST
     }
-    // Both sets on the integer path with the same input scale: one quantized input (one-token
-    // steps; the words are staged per workgroup).
-    if (share_x_ && second && m == 1 && xqm != 1 && IsQuantized(lin.kind) &&
-        IsQuantized(second->src->kind) && lin.in_scale > 0.0f &&
-        lin.in_scale == second->src->in_scale) {
+    if (share) {
       PadLinearSpec(spec, 31);
       spec.push_back(1);  // SHARE_X
     }
@@ -394,12 +418,34 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       PadLinearSpec(spec, 32);
       spec.push_back(1);  // FXG
     }
+    uint32_t gz = 1;
+    BufRange ks{};
+    if (ksplit) {
+      if (!fast) throw Error(ErrorCode::kInternal, "vulkan: split-K matvec off the FAST path");
+      PadLinearSpec(spec, 33);
+      spec.push_back(nvec);  // KSPLIT
+      gz = (d.wstride / 4 + nvec - 1) / nvec;  // (the row's vectors, nvec per split)
+      ks = {ksum_.r.buf, ksum_.r.offset + ksum_bytes_ * ksum_next_, ksum_bytes_, nullptr};
+      ksum_next_ ^= 1;
+      b[12] = ks;
+    }
 
     // Dense sums in double (DSUM) where SRQ roundings follow them: checkpoints with SRQ linears.
     const bool ds =
         dsum_ && (dense || lin.in_scale <= 0.0f || (second && second->src->in_scale <= 0.0f));
     const char* module = dp ? (ds ? "linear_dp_ds" : "linear_dp") : (ds ? "linear_ds" : "linear");
-    Dispatch(rc, module, spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy);
+    Dispatch(rc, module, spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy, gz);
+    if (ksplit) {
+      // The splits' sums, scaled and finished (the region zeroed for its next use).
+      Barrier(rc);
+      std::array<BufRange, vk::kBindings> eb{};
+      eb[1] = p.s.r;
+      eb[3] = y;
+      if (aux) eb[6] = *aux;
+      eb[9] = ks;
+      Dispatch(rc, "linear_cm_epi", {KindCode(lin.kind), epi, 1u}, eb, &pc, sizeof(pc),
+               (p.rows + 255) / 256, m, 1, /*local_size=*/0);
+    }
   }
   return pj_ok || dj_ok;
 }

@@ -187,6 +187,12 @@ layout(constant_id = 32) const uint SHARE_X = 0;
 // (binding 2, shared by every row: cache hits) instead of shared memory. The same FMAs in the same
 // order as FXW and the general path.
 layout(constant_id = 33) const uint FXG = 0;
+// KSPLIT > 0 (short steps of 2-8 tokens, FAST, one weight set, no prologue, tail or fusion; the
+// host sets it for long rows): split K. Workgroup z takes the KSPLIT 16-byte weight vectors
+// z KSPLIT .. of each row (XWORDS: their input words, quantized from the columns they multiply)
+// and adds its int32 sums to ksum[t rows + row] (binding 12) with integer atomics, exact in any
+// order; linear_cm_epi (ZERO) applies the row scales and the epilogue and zeroes the sums again.
+layout(constant_id = 34) const uint KSPLIT = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -205,6 +211,7 @@ layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
 layout(std430, binding = 2) readonly buffer XI { int xi[]; };     // PRO_T: P's int32 sums
 layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's rows
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
+layout(std430, binding = 12) buffer KSum { int ksum[]; };         // KSPLIT: the int32 sums
 layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
 // PRO_VEC: 16-byte views of the prologue's operands (the same bindings).
 layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; };
@@ -242,7 +249,8 @@ const uint ROWS_PER_WG = WG / LANES;
 const uint MAX_SG = WG / 4;
 const uint XS = KIND == 3 ? 16 : 8;  // XCM: a weight vector's input words
 const uint XNV = XWORDS / XS;        // XCM: weight vectors per row
-shared uint xq[DUAL * TOK * XWORDS];
+const uint XSETS = SHARE_X != 0 ? 1 : DUAL;  // quantized inputs (SHARE_X: set 0's for both)
+shared uint xq[XSETS * TOK * XWORDS];
 shared int red_i[DUAL * TOK * MAX_SG];
 shared ACCF red_f[DUAL * TOK * MAX_SG];
 shared double red_d[256];  // [slot][subgroup] (128 per slot)
@@ -272,6 +280,10 @@ void main() {
   int_path[0] = quant && p.in_s0 > 0.0;
   int_path[1] = quant && p.in_s1 > 0.0;
 
+  // KSPLIT: this workgroup's first column and weight vector, and its vectors per row.
+  const uint col0 = KSPLIT * gl_WorkGroupID.z * 4 * ElemsPerWord();
+  row_v0 = KSPLIT * gl_WorkGroupID.z;
+  row_nv = KSPLIT > 0 ? min(KSPLIT, p.wstride / 4 - row_v0) : p.wstride / 4;
   Probe(0);
   // PFB: the lane's vectors of the next block's row (PFE: the first block's loaded here, or with
   // PFE_LATE after a norm prologue's operand loads).
@@ -290,7 +302,7 @@ void main() {
   const bool vec8 = PRO_VEC != 0 && PRO_N % 8 == 0 && PRO_N <= 8 * WG && XWORDS <= 2 * WG &&
                     gl_SubgroupSize >= 2;
   if (pro_q && !pack_shuffle && !vec8) {
-    for (uint i = tid; i < DUAL * XWORDS; i += WG) xq[i] = 0;
+    for (uint i = tid; i < XSETS * XWORDS; i += WG) xq[i] = 0;
   }
 
   if (PRO != 0 && vec8) {
@@ -482,7 +494,8 @@ void main() {
     }
     barrier();
   } else if (!pro_q && XQ != 1 && (int_path[0] || (DUAL == 2 && int_path[1]))) {
-    const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;  // the permuted layout spans the row
+    // (the permuted layout spans the row; KSPLIT: this workgroup's columns col0 ..)
+    const uint nw = DP4A == 0 ? (p.cols + 3) / 4 : XWORDS;
     for (uint d = 0; d < DUAL; ++d) {
       if (!QuantizesFor(d)) continue;
       const float rs = SrqReciprocal(in_s[d]);
@@ -493,7 +506,7 @@ void main() {
           uint packed = 0;
           if (t < p.ntok) {
             for (uint k = 0; k < 4; ++k) {
-              const uint c = PermCol(i, k);
+              const uint c = col0 + PermCol(i, k);
               const int q =
                   c >= p.cols ? 0 : QuantizeSrqR(PRO != 0 ? xs[c] : x[xb + c], in_s[d], rs);
               packed |= (uint(q) & 0xFFu) << (8 * k);
@@ -603,7 +616,7 @@ void main() {
             continue;
           }
           if (FAST != 0) {
-            MultiplyFast(base, lane, d);
+            MultiplyFast(base + row_v0, lane, d);
             continue;
           }
 #endif
@@ -661,6 +674,7 @@ void main() {
     // Lanes 0..TOK-1 of the row finish one token each.
     const uint tt = lane;
     const uint t = tg + tt;
+    // KSPLIT: the integer sums added to ksum (the integer path, one set: the host checks).
     if (row < p.rows && tt < TOK && t < p.ntok) {
       const uint per_row = CLUSTER != 0 ? 1 : LANES / gl_SubgroupSize;
       float v[2];
@@ -683,6 +697,10 @@ void main() {
             tf += red_f[rb + k];
           }
         }
+        if (KSPLIT > 0) {
+          atomicAdd(ksum[t * p.rows + row], ti);
+          break;
+        }
         const float rs = row_s[d];
         float r;
         if (int_path[d]) {
@@ -693,24 +711,26 @@ void main() {
         if (out_s[d] > 0.0) r = Srq(r, out_s[d]);
         v[d] = r;
       }
-      float outv = v[0];
-      if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
-      if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
-      if (EPI == 3 || EPI == 4) outv = GeluTanh(v[0]) * aux_v;
-      if (EPI == 4) pj_q[rloc] = QuantizeSrq(outv, p.pj_in_s);
-      if (DJ != 0) pj_q[rloc] = QuantizeSrq(outv, p.next_in_s);
-      y[t * p.y_stride + p.y_off + row] = outv;
-      if (XQ == 2) {
-        const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
-        uint w = row >> 2, b = row & 3;  // the consumer's column `row`: word w, byte b
-        if (PERM == 4) {
-          w = 2 * (row >> 3) + (row & 1);
-          b = (row & 7) >> 1;
-        } else if (PERM == 3) {
-          w = 4 * (row >> 4) + (row & 3);
-          b = (row & 15) >> 2;
+      if (KSPLIT == 0) {
+        float outv = v[0];
+        if (EPI == 1) outv = GeluTanh(v[0]) * v[1];
+        if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(v[0], p.cap)) * p.cap;
+        if (EPI == 3 || EPI == 4) outv = GeluTanh(v[0]) * aux_v;
+        if (EPI == 4) pj_q[rloc] = QuantizeSrq(outv, p.pj_in_s);
+        if (DJ != 0) pj_q[rloc] = QuantizeSrq(outv, p.next_in_s);
+        y[t * p.y_stride + p.y_off + row] = outv;
+        if (XQ == 2) {
+          const uint q = uint(QuantizeSrq(outv, p.next_in_s)) & 0xFFu;
+          uint w = row >> 2, b = row & 3;  // the consumer's column `row`: word w, byte b
+          if (PERM == 4) {
+            w = 2 * (row >> 3) + (row & 1);
+            b = (row & 7) >> 1;
+          } else if (PERM == 3) {
+            w = 4 * (row >> 4) + (row & 3);
+            b = (row & 15) >> 2;
+          }
+          atomicOr(xq_out[w], q << (8 * b));
         }
-        atomicOr(xq_out[w], q << (8 * b));
       }
     }
     if ((EPI == 4 || DJ != 0) && lane == 0 && row >= p.rows) pj_q[rloc] = 0;

@@ -1,17 +1,20 @@
 #version 450
-// Epilogue of a split-K linear_cm (one weight set): the int32 dot products summed by the splits'
-// atomics, times the input and row scales in double, then linear.comp's SRQ and epilogues
-// (0 store, 2 softcap, 3 gelu * aux).
+// Epilogue of a split-K linear_cm or linear_dp (KSPLIT; one weight set): the int32 dot products
+// summed by the splits' atomics, times the input and row scales in double, then linear.comp's SRQ
+// and epilogues (0 store, 2 softcap, 3 gelu * aux).
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 1) const uint KIND = 4;
 layout(constant_id = 2) const uint EPI = 0;
+// ZERO 1 (linear_dp's KSPLIT): each sum is set to zero after it is read, so the region is zero
+// for its next use without a fill (and the barrier after one).
+layout(constant_id = 3) const uint ZERO = 0;
 
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
 layout(std430, binding = 3) buffer Y { float y[]; };
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
-layout(std430, binding = 9) readonly buffer Part { int part[]; };
+layout(std430, binding = 9) buffer Part { int part[]; };
 
 layout(push_constant) uniform P {
   uint rows, cols, wstride, x_stride, y_stride, y_off;
@@ -23,7 +26,9 @@ layout(push_constant) uniform P {
 void main() {
   const uint row = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;
   if (row >= p.rows) return;
-  float r = float(double(part[t * p.rows + row]) * double(p.in_s0) * double(s0[row]));
+  const int sum = part[t * p.rows + row];
+  if (ZERO != 0) part[t * p.rows + row] = 0;
+  float r = float(double(sum) * double(p.in_s0) * double(s0[row]));
   if (p.out_s0 > 0.0) r = Srq(r, p.out_s0);
   float outv = r;
   if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(r, p.cap)) * p.cap;

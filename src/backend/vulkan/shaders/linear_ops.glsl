@@ -150,6 +150,7 @@ uint XqAt(uint i) {
   return ((i % XS) >> 2) * (4 * XNV) + 4 * (i / XS) + (i & 3);
 }
 
+uint row_v0 = 0, row_nv = 0;  // a row's first weight vector and vectors (KSPLIT: this split's)
 int acc_i[2 * TOK];
 ACCF acc_f[2 * TOK];
 bool int_path[2];
@@ -333,7 +334,7 @@ void MultiplyFast(uint base, uint lane, uint d) {
   int a[TOK];
   [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
   // (|a| <= 64 * 2 * 128 per int2 column: exact in int32 for rows of up to 2^17 columns)
-  [[dont_unroll]] for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
+  [[dont_unroll]] for (uint j4 = lane; j4 < row_nv; j4 += LANES) {
     const uvec4 w4 = WeightVec(d, base, j4, base);
     if ((DBG & 1) != 0) {
       a[0] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);

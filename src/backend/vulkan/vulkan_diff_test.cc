@@ -294,5 +294,69 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
   }
 }
 
+// The short steps' matvec choices (split K over 64-column workgroups, the one-token lanes, a
+// capped grid looping over row blocks, 8-token steps on the matvecs: ROWS_*) sum the same integers
+// as the one-token kernels: a QAT model's verification steps, as a batch's rows (6 and 8 of them),
+// give the one-token steps' logits bit for bit (the choices off: RowsDecodeLikeTheReference).
+TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
+  DiffModel m(312, /*qat=*/true);
+  const Model& model = *m.model;
+  std::shared_ptr<BackendModel> vm;
+  try {
+    vm = CreateVulkanModel(model, {});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
+    throw;
+  }
+  const int V = model.text().vocab_size;
+  const std::vector<int32_t> prompt = {2, 17, 5, 301, 44, 9};
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 12; ++i) toks.push_back(static_cast<int32_t>((i * 7919 + 13) % V));
+  // The one-token steps' logits of toks after the prompt.
+  std::vector<float> want;
+  {
+    auto one = vm->NewContext({.capacity = 64});
+    ForwardResult r;
+    one->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+    for (int32_t t : toks) {
+      one->Forward({.tokens = std::span<const int32_t>(&t, 1), .mode = OutputMode::kLogits}, &r);
+      ASSERT_EQ(r.logits.size(), static_cast<size_t>(V));
+      want.insert(want.end(), r.logits.begin(), r.logits.end());
+    }
+  }
+  {
+    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2 ROWS_MV8=1";
+    auto base = vm->NewContext({.capacity = 64});
+    auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));
+    auto other = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));
+    ForwardResult r;
+    rows->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+    other->Forward({.tokens = prompt, .mode = OutputMode::kNone}, &r);
+    size_t done = 0;
+    for (const size_t len : {5, 7}) {
+      std::vector<BatchStep> steps(2);
+      std::vector<ForwardResult> res(2);
+      const int32_t solo = toks[0];
+      steps[0] = {rows.get(),
+                  {.tokens = std::span<const int32_t>(toks).subspan(done, len),
+                   .mode = OutputMode::kLogits,
+                   .all_positions = true},
+                  &res[0]};
+      steps[1] = {other.get(), {.tokens = std::span<const int32_t>(&solo, 1)}, &res[1]};
+      vm->ForwardBatch(steps);
+      for (const BatchStep& s : steps)
+        if (s.error) std::rethrow_exception(s.error);
+      ASSERT_EQ(res[0].logits.size(), len * V);
+      int differ = 0;
+      for (size_t i = 0; i < len * V; ++i) differ += res[0].logits[i] != want[done * V + i];
+      EXPECT_EQ(differ, 0) << "of " << len * V << " logits after " << done << " tokens";
+      done += len;
+    }
+    VulkanStats st;
+    ASSERT_TRUE(GetVulkanStats(*rows, &st));
+    EXPECT_EQ(st.batched_steps, 2) << "the steps did not run as a batch's rows";
+  }
+}
+
 }  // namespace
 }  // namespace gemma

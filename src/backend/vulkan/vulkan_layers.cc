@@ -40,9 +40,10 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   const DevLinear* pend_sums = nullptr;
   uint32_t pend_copies = 1;
   BufRange pend_acc{};
-  // One-token steps: the layer loop records dispatches only (no transfers), so its barriers
-  // need the compute stage only (GEMMA_VULKAN_BARRIER).
-  rc.light = m == 1;
+  // One-token and short steps (their linears all on the matvecs): the layer loop records
+  // dispatches only (no transfers), so its barriers need the compute stage only
+  // (GEMMA_VULKAN_BARRIER).
+  rc.light = m <= rows_mv_max_;
   for (int l = l_begin; l < l_end; ++l) {
     const LayerPlan& p = model_.layers()[l];
     const LayerWeights& w = model_.layer_weights()[l];

@@ -75,6 +75,65 @@ void main() {
     }
     return;
   }
+  if (p.n <= 8 * WG) {
+    // Rows of up to 8 WG values: every operand loaded into registers at once (one memory round
+    // trip instead of one per pass), then the passes below on the registers: the same operations
+    // in the same order, the same results.
+    const uint tb = row * p.t_stride, ab = row * p.a_stride;
+    float tv[8], hv[8], wtv[8], wav[8];
+    [[unroll]] for (uint u = 0; u < 8; ++u) {
+      const uint i = tid + u * WG;
+      tv[u] = 0.0;
+      hv[u] = 0.0;
+      wtv[u] = 0.0;
+      wav[u] = 0.0;
+      if (i < p.n) {
+        if (p.has_t != 0) tv[u] = p.has_t == 1 ? TIn(tb + i) : tin[tb + i];
+        if (p.has_t == 1) wtv[u] = wt[i];
+        hv[u] = h[hb + i];
+        if (p.has_a != 0 && p.has_wa != 0) wav[u] = wa[i];
+      }
+    }
+    if (p.has_t != 0) {
+      float r = 1.0;
+      if (p.has_t == 1) {
+        double ss = 0.0LF;
+        [[unroll]] for (uint u = 0; u < 8; ++u)
+          if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
+        r = RmsFactor(BlockSum(ss), p.n, p.eps);
+      }
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint i = tid + u * WG;
+        if (i >= p.n) continue;
+        precise float v = p.has_t == 1 ? (tv[u] * r) * wtv[u] : tv[u];
+        if ((p.flags & 8u) != 0u) v = v * p.t_scale;
+        precise float o = (hv[u] + v) * p.scale;
+        hv[u] = o;
+        h[hb + i] = o;
+      }
+    }
+    if (p.has_a != 0) {
+      float hc[8];
+      double ss = 0.0LF;
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        hc[u] = (p.flags & 2u) != 0u ? min(max(hv[u], -p.clip), p.clip) : hv[u];
+        if (tid + u * WG < p.n) ss = fma(double(hc[u]), double(hc[u]), ss);
+      }
+      const float r = RmsFactor(BlockSum(ss), p.n, p.eps);
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint i = tid + u * WG;
+        if (i >= p.n) continue;
+        precise float v = hc[u] * r;
+        precise float o = p.has_wa != 0 ? v * wav[u] : v;
+        if ((p.flags & 4u) != 0u) {
+          precise float s = o / (1.0 + exp(-o));
+          o = s;
+        }
+        a[ab + i] = o;
+      }
+    }
+    return;
+  }
   if (p.has_t != 0) {
     const uint tb = row * p.t_stride;
     float r = 1.0;

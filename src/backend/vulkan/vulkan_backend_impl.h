@@ -838,7 +838,6 @@ class VulkanBackend : public Backend {
   bool attn_fused_rope_ = true;     // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;    // ... 0: the last split merges, 1: a second dispatch merges
   bool attn_vpf_ = true;            // ... the next block's V rows loaded with its K rows (VPF)
-  uint32_t attn_fused_dbg_ = 0;     // ... GEMMA_VULKAN_ATTN_FUSED_DBG (DBG; timing only)
   uint32_t attn_hpw_ = 2;           // ... GEMMA_VULKAN_ATTN_HPW (HPW; full-attention layers)
   int attn_hpw_from_ = 12288;       // ... from this position on (GEMMA_VULKAN_ATTN_HPW_FROM)
   uint32_t attn_kw_ = 0;            // ... keys per row group and block (0: by head dim)
@@ -903,13 +902,11 @@ class VulkanBackend : public Backend {
   bool rows_cluster_ = false;       // ... the one-token integer lanes (CLUSTER)
   uint32_t rows_xq_bytes_ = 16384;  // ... shared bytes for the tokens' quantized inputs
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears
-  uint32_t mv_dbg_ = 0;           // linear.comp DBG (measurement only)
   bool dense_vec4_ = true;        // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;          // matvecs use packed integer dot products (linear_dp)
   bool mv_fast_ = true;           // GEMMA_VULKAN_MV_FAST: linear_dp's branch-free multiply (FAST)
   uint32_t mv_dual_loop_ = 1;     // GEMMA_VULKAN_MV_DUAL_LOOP: gate/up's two sets in one loop
   uint32_t mv_pair_loop_ = 2;     // GEMMA_VULKAN_MV_PAIR_LOOP: one set, vectors an iteration
-  uint32_t atomic_dbg_ = 0;       // GEMMA_VULKAN_ATOMIC_DBG (timing only)
   bool pro_vec_ = false;          // GEMMA_VULKAN_PRO_VEC: the prologue on 16-byte operand loads
   bool head_pro_vec_ = false;     // GEMMA_VULKAN_HEAD_PRO_VEC: the head's prologue too
   uint32_t mv_xcm_ = 1;  // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
@@ -953,7 +950,6 @@ class VulkanBackend : public Backend {
   std::vector<PromptCmd> prompt_cmds_;
   uint64_t prompt_cmd_clock_ = 0;
   int chunk_cache_ = 4;        // GEMMA_VULKAN_CHUNK_CACHE: recorded chunks kept
-  int attn_dbg_ = 0;           // GEMMA_VULKAN_ATTN_DBG: attn_split.glsl's ATT_DBG (timing only)
   bool splits_adapt_ = false;  // decode attention: whole key blocks per split (ADAPT)
   bool attn_cm_ = false;      // GEMMA_VULKAN_ATTN_CM: prefill attention on matrix units
   uint32_t attn_cm_acc_ = 1;  // GEMMA_VULKAN_ATTN_CM_ACC: attention_cm.comp's ACC

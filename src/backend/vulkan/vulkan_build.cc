@@ -246,7 +246,6 @@ void VulkanBackend::Build() {
   // at 512 (1.696 / 1.703 against 1.692 / 1.699; bench/journal/2026-11-sessions.md, fifteenth
   // session).
   attn_vpf_ = Knob("ATTN_VPF", 1) != 0;
-  attn_fused_dbg_ = static_cast<uint32_t>(Knob("ATTN_FUSED_DBG", 0));
   // Two query heads of a K/V head per attn_fused workgroup in the full-attention layers from
   // position attn_hpw_from_ on (each cache row loaded serves both: half the L2 reads, twice
   // the splits): 2.07 against 2.26 ms per token at 32K context on the H200, slower at 512 and
@@ -367,10 +366,6 @@ void VulkanBackend::Build() {
     for (const Linear* l :
          {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.ple_gate, &w.ple_proj})
       dsum_ = dsum_ || (l->data && l->in_scale > 0.0f);
-  // Measurement only (wrong results): the one-token multiply loop without its compute (1), its
-  // weight loads (2) or both (3); + 4: packed dot products replaced by xors, + 8: shared input
-  // words by register values (linear.comp DBG).
-  mv_dbg_ = static_cast<uint32_t>(std::clamp(Knob("MV_DBG", 0), 0, 15));
   dense_vec4_ = Knob("DENSE_VEC4", 1) != 0;
   int_dot_ = dev_->int_dot() && Knob("DP", 1) != 0;
   mv_fast_ = Knob("MV_FAST", 1) != 0;
@@ -391,10 +386,6 @@ void VulkanBackend::Build() {
   // with int2 only against 1.664 / 1.665 with both; bench/journal/2026-11-sessions.md, sixteenth
   // session).
   mv_xcm_ = static_cast<uint32_t>(std::clamp(Knob("MV_XCM", 1), 0, 3));
-  // Measurement only (wrong results): the PLE gate's (1) / gate/up's (2) integer atomics for the
-  // upper half of the rows skipped (linear.comp ADBG): what the atomics cost their phase and the
-  // prologue reading their sums.
-  atomic_dbg_ = static_cast<uint32_t>(std::clamp(Knob("ATOMIC_DBG", 0), 0, 3));
   // The norm prologues' columns 8 per invocation on 16-byte operand loads, whole words packed in
   // registers (linear.comp PRO_VEC): 1.609 / 1.611 against 1.665 / 1.663 ms per token, but off:
   // on the H200 it moved SRQ roundings against the CPU reference in 3 of 4 random QAT models
@@ -421,7 +412,6 @@ void VulkanBackend::Build() {
     default:
       light_barrier_ = vk::Device::BarrierKind::kFull;
   }
-  attn_dbg_ = Knob("ATTN_DBG", 0);
   // Whole 32-key blocks per decode split, 64 splits: 2.94 against 3.06 ms per token at 4,096
   // context on the H200, equal at 512 (bench/journal/2026-11-sessions.md, seventh session). Off on
   // CPU devices.

@@ -297,7 +297,7 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
       Dispatch(rc, "attn_fused",
                {static_cast<uint32_t>(hd), frl, fd, fkw, rope, attn_fused_mode_, attn_mb_, vec,
                 attn_fence_ ? 1u : 0u, attn_nc_merge_ ? 1u : 0u, attn_vpf_ ? 1u : 0u,
-                attn_fused_dbg_, hpw},
+                0u /* (unused) */, hpw},
                b, &fp, sizeof(fp), nh / hpw, 1, fsplits);
       Barrier(rc);
       if (attn_fused_mode_ == 1) {
@@ -334,8 +334,8 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
         b[5] = attn_.r;
         b[6] = hcount_.r;
         Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
-      } else if (attn_dbg_ != 0 || splits_adapt_) {
-        Dispatch(rc, "attention", {0u, static_cast<uint32_t>(attn_dbg_), splits_adapt_ ? 1u : 0u},
+      } else if (splits_adapt_) {
+        Dispatch(rc, "attention", {0u, 0u /* (unused) */, 1u},
                  b, &pc, sizeof(pc), nh, m, splits);
       } else {
         Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);

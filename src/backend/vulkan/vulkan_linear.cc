@@ -306,10 +306,6 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       spec.push_back(pro->t_sums ? 1u : 0u);   // PRO_T
       spec.push_back(rms_all_ ? 1u : 0u);      // RMS_ALL
     }
-    if (m == 1 && mv_dbg_ > 0 && vec == 4) {
-      PadLinearSpec(spec, 17);
-      spec.push_back(mv_dbg_);  // DBG
-    }
     // One-token dense bf16 / f16 rows on 16-byte loads: the input (or a norm prologue's
     // output) staged as vec4s (linear.comp FXW), up to 16 KiB of it and 4 KiB below the
     // device's shared memory (the kernel's other shared arrays, the prologue's floats).
@@ -373,11 +369,11 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       PadLinearSpec(spec, 22);
       spec.push_back(nvl);  // PFB
     }
-    if (mv_dual_loop_ && fast && second && m == 1 && !fxw && mv_dbg_ == 0) {
+    if (mv_dual_loop_ && fast && second && m == 1 && !fxw) {
       PadLinearSpec(spec, 23);
       spec.push_back(mv_dual_loop_);  // DUAL_LOOP
     }
-    if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && !pfb && mv_dbg_ == 0) {
+    if (mv_pair_loop_ > 1 && fast && !second && m == 1 && !fxw && !pfb) {
       PadLinearSpec(spec, 24);
       spec.push_back(mv_pair_loop_);  // PAIR_LOOP
     }
@@ -386,10 +382,6 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
                  (lin.kind == WeightKind::kQ4 && (mv_xcm_ & 2) != 0 && xwords % 8 == 0))) {
       PadLinearSpec(spec, 25);
       spec.push_back(1);  // XCM
-    }
-    if (atomic_dbg_ && (pj_ok || dj_ok)) {
-      PadLinearSpec(spec, 26);
-      spec.push_back(atomic_dbg_);  // ADBG
     }
     // The prologue's columns 8 per invocation, read as 16-byte vectors (linear.comp PRO_VEC;
     // not with PACK_ATOMIC, the first form's other packing, nor where the caller says so).

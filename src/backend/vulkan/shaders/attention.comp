@@ -58,12 +58,11 @@ uint att_qbase;  // q's index
 #define ATT_STAGE_Q()                                                        \
   for (uint i = gl_LocalInvocationID.x; i < hd; i += WG) qs[i] = q[att_qbase + i]; \
   barrier()
-layout(constant_id = 2) const uint DBG = 0;
+// (constant 2 is unused: timing-only variants, removed)
 // ADAPT 1 (GEMMA_VULKAN_SPLITS_ADAPT=1): each split's key count is a multiple of the block size
 // (whole blocks), so at short contexts only the leading splits have keys and at long contexts
 // every split runs as few blocks as the grid allows.
 layout(constant_id = 3) const uint ADAPT = 0;
-#define ATT_DBG DBG
 #include "attn_split.glsl"
 #include "combine.glsl"
 

@@ -47,10 +47,7 @@ layout(constant_id = 10) const uint NC_MERGE = 0;
 // block's softmax and value sums (a second set of registers), instead of after them: a split of
 // several blocks no longer waits for each block's V rows. The same values.
 layout(constant_id = 11) const uint VPF = 0;
-// DBG (GEMMA_VULKAN_ATTN_FUSED_DBG, measurement only: the results are wrong): bit 0 replaces the
-// cache's K row loads by the raw q values, bit 1 the V row loads, bit 2 skips the merge, bit 3
-// replaces the merge's partial row loads by constants (its (m, l) loads stay).
-layout(constant_id = 12) const uint DBG = 0;
+// (constant 12 is unused: timing-only variants, removed)
 // HPW (MODE 0; GEMMA_VULKAN_ATTN_HPW, the full-attention layers): query heads per workgroup (1 or
 // 2, heads of one K/V head): each key row loaded is used for HPW heads' scores and value sums, so
 // the cache's rows are read HPW times less often from L2; the grid has HPW times the splits.
@@ -186,8 +183,7 @@ void Merge(uint h, uint nact) {
   [[unroll]] for (uint c = 0; c < NC; ++c) {
     const uint ui = u0 + WG * c;
     [[unroll]] for (uint u = 0; u < MB; ++u)
-      v[c][u] = (DBG & 8) != 0 ? vec4(float(u))
-                : ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
+      v[c][u] = ui < NU && u < nact ? PartialAt((base + u) * PR + W * ui) : vec4(0.0);
   }
   // Each lane's splits' (m, l), loaded once (splits <= 8 x the subgroup size).
   vec2 ml[8];
@@ -256,13 +252,6 @@ void main() {
     [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = (ok) ? buf[(base) + rl + RL * d] : 0.0; \
   }
 #define LOAD_HEAD(dst, buf, buf4, base) LOAD_ROW(dst, buf, buf4, base, true)
-// A cache row's load, or (DBG bit `bit`, timing only) q's values in its place.
-#define LOAD_CACHE_ROW(dst, buf, buf4, base, ok, bit)                  \
-  if ((DBG & (bit)) != 0) {                                            \
-    [[unroll]] for (uint d = 0; d < D; ++d) dst[d] = qv[0][d];         \
-  } else {                                                             \
-    LOAD_ROW(dst, buf, buf4, base, ok);                                \
-  }
   float qv[HPW][D], qw[D];
   // (every split loads the new K/V row of a layer that writes it; the one holding the new
   // position uses it)
@@ -333,8 +322,8 @@ void main() {
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rb, off);
       const bool ok = b0 + off < jl;
-      LOAD_CACHE_ROW(kr[k], kc, kc4, row * width + khead, ok, 1)
-      LOAD_CACHE_ROW(vr[k], vc, vc4, row * width + khead, ok, 2)
+      LOAD_ROW(kr[k], kc, kc4, row * width + khead, ok);
+      LOAD_ROW(vr[k], vc, vc4, row * width + khead, ok);
     }
   }
   Probe(1);  // every load issued
@@ -394,11 +383,9 @@ void main() {
     if (nb < jl) {
       [[unroll]] for (uint k = 0; k < KW; ++k) {
         const uint off = rg * KW + k, row = CacheRow(nb, rbn, off);
-        if ((DBG & 1) == 0) {
-          LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < jl);
-        }
+        LOAD_ROW(kr[k], kc, kc4, row * width + khead, nb + off < jl);
         if (VPF != 0) {
-          LOAD_CACHE_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < jl, 2)
+          LOAD_ROW(vnx[k], vc, vc4, row * width + khead, nb + off < jl);
         }
       }
     }
@@ -434,9 +421,7 @@ void main() {
     }
     [[unroll]] for (uint k = 0; k < KW; ++k) {
       const uint off = rg * KW + k, row = CacheRow(b0, rbc, off);
-      if ((DBG & 2) == 0) {
-        LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < jl);
-      }
+      LOAD_ROW(vr[k], vc, vc4, row * width + khead, b0 + off < jl);
     }
   }
 
@@ -501,11 +486,9 @@ void main() {
   Probe2(4);
   if (!s_last) return;
   if (FENCE == 0) memoryBarrierBuffer();
-  if ((DBG & 4) == 0) {
-    [[unroll]] for (uint i = 0; i < HPW; ++i) {
-      if (i > 0) barrier();  // (the previous head's split weights read)
-      Merge(h + i, nact);
-    }
+  [[unroll]] for (uint i = 0; i < HPW; ++i) {
+    if (i > 0) barrier();  // (the previous head's split weights read)
+    Merge(h + i, nact);
   }
   if (tid == 0) cnt[h] = 0;
   Probe(7);  // merged

@@ -26,12 +26,6 @@ shared double att_w[ATT_KPB];       // the block's weights exp(s - m)
 shared double att_acc[4 * WG];      // the key groups' sums of the values (G * hd <= 4 WG)
 #endif
 
-// ATT_DBG (timing experiments only, wrong results; attention.comp's constant 2,
-// GEMMA_VULKAN_ATTN_DBG): bit 0 skips the key loads, 1 the value loads, 2 the exponentials,
-// 3 the groups' final sums, 4 everything after q staging.
-#ifndef ATT_DBG
-#define ATT_DBG 0
-#endif
 #ifdef ATT_PROBES
 #define ATT_PROBE(k) Probe(k)
 #define ATT_PROBE2(k) Probe2(k)
@@ -59,7 +53,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
   // Ring rows of a block's keys b + jj (jj < ATT_KPB) from b's row, without a division per key
   // where the ring holds a whole block (it always does in the model; tiny rings divide).
   const bool small_ring = ring < ATT_KPB;
-  for (uint b = jb; b < ((ATT_DBG & 16) == 0 ? je : jb); b += ATT_KPB) {
+  for (uint b = jb; b < je; b += ATT_KPB) {
     const uint j = b + kl;
     const uint nb = min(ATT_KPB, je - b);
     const uint rb = b % ring;
@@ -72,14 +66,13 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint i = 4 * (part + ATT_TPK * u);
       [[unroll]] for (uint c = 0; c < 4; ++c)
-        kv[u][c] = j < je && i + c < hd && (ATT_DBG & 1) == 0 ? ATT_K(kb + i + c) : float(c);
+        kv[u][c] = j < je && i + c < hd ? ATT_K(kb + i + c) : float(c);
     }
     [[unroll]] for (uint u = 0; u < 8; ++u) {
       const uint jj = vg + G * u;
       const uint vb = vbase + ATT_ROW(jj) * width + 4 * vq;
       [[unroll]] for (uint c = 0; c < 4; ++c)
-        vv[u][c] = vlane && jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c)
-                                                                              : float(c);
+        vv[u][c] = vlane && jj < nb && 4 * vq + c < hd ? ATT_V(vb + c) : float(c);
     }
     if (b == jb) ATT_STAGE_Q();
     double s = 0.0LF;
@@ -89,7 +82,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
           [[unroll]] for (uint u = 0; u < 8; ++u) {
             const uint i = 4 * (part + ATT_TPK * (8 * r + u));
             [[unroll]] for (uint c = 0; c < 4; ++c)
-              kv[u][c] = i + c < hd && (ATT_DBG & 1) == 0 ? ATT_K(kb + i + c) : float(c);
+              kv[u][c] = i + c < hd ? ATT_K(kb + i + c) : float(c);
           }
         }
         [[unroll]] for (uint u = 0; u < 8; ++u) {
@@ -110,12 +103,12 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
     const double mn = max(m, subgroupMax(bm));
     double bs = 0.0LF;
     for (uint jj = gl_SubgroupInvocationID; jj < nb; jj += gl_SubgroupSize) {
-      const double e = (ATT_DBG & 4) == 0 ? ExpD(att_sc[jj] - mn) : att_sc[jj] - mn;
+      const double e = ExpD(att_sc[jj] - mn);
       if (gl_SubgroupID == 0) att_w[jj] = e;
       bs += e;
     }
     bs = subgroupAdd(bs);
-    const double corr = m == kNegInf ? 0.0LF : (ATT_DBG & 4) == 0 ? ExpD(m - mn) : m - mn;
+    const double corr = m == kNegInf ? 0.0LF : ExpD(m - mn);
     l = l * corr + bs;
     m = mn;
     [[unroll]] for (uint c = 0; c < 4; ++c) a[c] *= corr;
@@ -130,7 +123,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
             const uint jj = vg + G * (u0 + u);
             const uint vb = vbase + ATT_ROW(jj) * width + 4 * vq;
             [[unroll]] for (uint c = 0; c < 4; ++c)
-              vv[u][c] = jj < nb && 4 * vq + c < hd && (ATT_DBG & 2) == 0 ? ATT_V(vb + c) : float(c);
+              vv[u][c] = jj < nb && 4 * vq + c < hd ? ATT_V(vb + c) : float(c);
           }
         }
         if (b == jb && u0 == 0) ATT_PROBE2(1);  // first round's loads issued
@@ -149,7 +142,7 @@ void AttnSplit(uint kbase, uint vbase, uint jb, uint je, uint ring, uint width, 
 #undef ATT_ROW
   }
   // The groups' sums, added in group order.
-  if (vlane && (ATT_DBG & 8) == 0) {
+  if (vlane) {
     [[unroll]] for (uint c = 0; c < 4; ++c)
       if (4 * vq + c < hd) att_acc[vg * hd + 4 * vq + c] = a[c];
   }

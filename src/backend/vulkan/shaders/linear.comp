@@ -103,11 +103,7 @@ layout(constant_id = 15) const uint PACK_ATOMIC = 0;
 // barrier per block reduction instead of two; the same sum in the same order)
 // (GEMMA_VULKAN_RMS_ALL=1).
 layout(constant_id = 17) const uint RMS_ALL = 0;
-// DBG (GEMMA_VULKAN_MV_DBG, measurement only: the results are wrong): the plain multiply loop
-// 1 loads the weights but skips the multiply (xor-folds the words into the sums), 2 multiplies
-// words made from the index instead of loading them, 3 neither; in the packed-dot multiply, 4
-// replaces each packed dot product by an xor, 8 each shared input word by a register value.
-layout(constant_id = 18) const uint DBG = 0;
+// (constant 18 is unused: timing-only variants, removed)
 // FXW > 0 (one token, dense bf16 / f16 weights with 16-byte loads, no prologue; the host sets it
 // to the rows' 16-byte vectors x 2): the input staged in shared memory as FXW vec4s and each weight
 // vector's 8 products taken with two vec4 reads (the general path reads the input from global
@@ -153,9 +149,7 @@ layout(constant_id = 25) const uint PAIR_LOOP = 0;
 // chunks (no shared-memory bank conflicts; the natural layout puts an int2 row's 8 lanes 64 bytes
 // apart, 4 to a bank group). The same words: the same sums.
 layout(constant_id = 26) const uint XCM = 0;
-// ADBG (GEMMA_VULKAN_ATOMIC_DBG, measurement only: the results are wrong): 1 the PLE gate's (EPI 4)
-// integer atomics for the upper half of P's rows skipped, 2 the same for gate/up's (DJ) into D's.
-layout(constant_id = 27) const uint ADBG = 0;
+// (constant 27 is unused: timing-only variants, removed)
 // PRO_VEC 1 (PRO; GEMMA_VULKAN_PRO_VEC): the prologue's element u of invocation tid is column
 // 8 tid + u, its operands read as two 16-byte vectors per array, and its quantized bytes packed
 // into whole words in registers (VecSlot: int4 / int8 two words of their own, int2 two bytes of
@@ -589,7 +583,7 @@ void main() {
     }
 #if DP4A
     const bool dual_loop = DUAL_LOOP != 0 && DUAL == 2 && FAST != 0 && VEC == 4 && FXW == 0 &&
-                           PFB == 0 && DBG == 0;
+                           PFB == 0;
     if (row < p.rows && dual_loop) MultiplyFast2(row * (p.wstride / 4), lane);
 #else
     const bool dual_loop = false;
@@ -611,7 +605,7 @@ void main() {
             MultiplyFastRegs(wcur, lane);
             continue;
           }
-          if (FAST != 0 && PAIR_LOOP != 0 && DBG == 0) {
+          if (FAST != 0 && PAIR_LOOP != 0) {
             MultiplyFastPair(base, lane, d);
             continue;
           }
@@ -621,11 +615,7 @@ void main() {
           }
 #endif
           for (uint j4 = lane; j4 < p.wstride / 4; j4 += LANES) {
-            const uvec4 w4 = WeightVec(d, base, j4, row);
-            if ((DBG & 1) != 0) {
-              acc_i[d * TOK] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
-              continue;
-            }
+            const uvec4 w4 = WeightVec(d, base, j4);
             [[dont_unroll]] for (uint q4 = 0; q4 < 4; ++q4) Accumulate(w4[q4], 4 * j4 + q4, d, tg);
           }
         } else {
@@ -760,7 +750,7 @@ void main() {
                                                     : 0u;
             a = SDot4(int(w), int(qw[k]), 0) + a;
           }
-          if ((ADBG & 1) == 0 || j < p.pj_rows / 2) atomicAdd(pacc[j], a);
+          atomicAdd(pacc[j], a);
         }
       }
       barrier();  // pj_q is rewritten by the next block
@@ -805,7 +795,7 @@ void main() {
   if (DJ != 0) {
     [[unroll]] for (uint r = 0; r < 8; ++r) {
       const uint j = tid + WG * r;
-      if (j < p.pj_rows && dsum[r] != 0 && ((ADBG & 2) == 0 || j < p.pj_rows / 2))
+      if (j < p.pj_rows && dsum[r] != 0)
         atomicAdd(pacc[(gl_WorkGroupID.y % ACC_COPIES) * p.pj_rows + j], dsum[r]);
     }
   }

@@ -160,18 +160,14 @@ bool int_path[2];
 uint XSet(uint d) { return SHARE_X != 0 ? 0u : d; }
 bool QuantizesFor(uint d) { return int_path[d] && XSet(d) == d; }
 
-// The 16-byte weight vector j4 of set d at vector offset `base` (DBG 2: made from the index and
-// `salt` instead of loaded).
-uvec4 WeightVec(uint d, uint base, uint j4, uint salt) {
-  if ((DBG & 2) != 0) return uvec4(j4 * 0x9E3779B9u, j4 ^ salt, j4 + salt, j4 * 7u);
+// The 16-byte weight vector j4 of set d at vector offset `base`.
+uvec4 WeightVec(uint d, uint base, uint j4) {
   return d == 0 ? w0[base + j4] : w1[base + j4];
 }
 
 #if DP4A
-// The packed dot product of weight lanes g and shared input word xi (DBG 4: an xor instead;
-// DBG 8: a register value instead of the shared word).
-#define XIN(xi) ((DBG & 8) != 0 ? (uint(xi) * 0x01010101u) : xq[xi])
-#define DOT4(g, xi) ((DBG & 4) != 0 ? (int(g) ^ int(XIN(xi))) : SDot4(int(g), int(XIN(xi)), 0))
+// The packed dot product of weight lanes g and shared input word xi.
+#define DOT4(g, xi) SDot4(int(g), int(xq[xi]), 0)
 #endif
 
 // Adds word j (of row-local index) of weight set d to the token accumulators.
@@ -273,7 +269,7 @@ void MultiplyDense(uint base, uint lane) {
     [[unroll]] for (uint d = 0; d < DUAL; ++d)
       [[unroll]] for (uint v = 0; v < 4; ++v) {
         const uint j4 = j0 + LANES * v;
-        w[d][v] = j4 < nv ? WeightVec(d, base, j4, base) : uvec4(0u);
+        w[d][v] = j4 < nv ? WeightVec(d, base, j4) : uvec4(0u);
       }
     [[unroll]] for (uint d = 0; d < DUAL; ++d) {
       ACCF a = acc_f[d * TOK];
@@ -335,12 +331,7 @@ void MultiplyFast(uint base, uint lane, uint d) {
   [[unroll]] for (uint tt = 0; tt < TOK; ++tt) a[tt] = 0;
   // (|a| <= 64 * 2 * 128 per int2 column: exact in int32 for rows of up to 2^17 columns)
   [[dont_unroll]] for (uint j4 = lane; j4 < row_nv; j4 += LANES) {
-    const uvec4 w4 = WeightVec(d, base, j4, base);
-    if ((DBG & 1) != 0) {
-      a[0] += int(w4.x ^ w4.y ^ w4.z ^ w4.w);
-      continue;
-    }
-    DotFast(w4, j4, d, a);
+    DotFast(WeightVec(d, base, j4), j4, d, a);
   }
   AddFast(a, d);
 }
@@ -354,10 +345,10 @@ void MultiplyFastPair(uint base, uint lane, uint d) {
   uint j4 = lane;
   [[dont_unroll]] for (; j4 + (K - 1) * LANES < nv; j4 += K * LANES) {
     uvec4 x[4];
-    [[unroll]] for (uint k = 0; k < K; ++k) x[k] = WeightVec(d, base, j4 + k * LANES, base);
+    [[unroll]] for (uint k = 0; k < K; ++k) x[k] = WeightVec(d, base, j4 + k * LANES);
     [[unroll]] for (uint k = 0; k < K; ++k) DotFast(x[k], j4 + k * LANES, d, a);
   }
-  [[dont_unroll]] for (; j4 < nv; j4 += LANES) DotFast(WeightVec(d, base, j4, base), j4, d, a);
+  [[dont_unroll]] for (; j4 < nv; j4 += LANES) DotFast(WeightVec(d, base, j4), j4, d, a);
   AddFast(a, d);
 }
 
@@ -374,8 +365,8 @@ void MultiplyFast2(uint base, uint lane) {
   [[dont_unroll]] for (; j4 + (K - 1) * LANES < nv; j4 += K * LANES) {
     uvec4 g[4], u[4];
     [[unroll]] for (uint k = 0; k < K; ++k) {
-      g[k] = WeightVec(0, base, j4 + k * LANES, base);
-      u[k] = WeightVec(1, base, j4 + k * LANES, base);
+      g[k] = WeightVec(0, base, j4 + k * LANES);
+      u[k] = WeightVec(1, base, j4 + k * LANES);
     }
     [[unroll]] for (uint k = 0; k < K; ++k) {
       DotFast(g[k], j4 + k * LANES, 0, a0);
@@ -383,8 +374,8 @@ void MultiplyFast2(uint base, uint lane) {
     }
   }
   [[dont_unroll]] for (; j4 < nv; j4 += LANES) {
-    DotFast(WeightVec(0, base, j4, base), j4, 0, a0);
-    DotFast(WeightVec(1, base, j4, base), j4, 1, a1);
+    DotFast(WeightVec(0, base, j4), j4, 0, a0);
+    DotFast(WeightVec(1, base, j4), j4, 1, a1);
   }
   AddFast(a0, 0);
   AddFast(a1, 1);

@@ -369,19 +369,19 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
         // {"path" | "video": FILE}, {"url": FILE | file:// | data:...}, {"bytes": BASE64}, or
         // vLLM's {"type": "video_url", "video_url": {"url": ...}}.
         VideoInput v;
-        std::string path, url, b64;
-        for (const char* key : {"path", "video"}) {
-          if (part.contains(key) && part[key].is_string()) path = part[key].get<std::string>();
-        }
-        if (part.contains("url") && part["url"].is_string()) url = part["url"].get<std::string>();
+        std::string path = str(part, "path"), url = str(part, "url"), b64 = str(part, "bytes");
+        if (path.empty()) path = str(part, "video");
         if (part.contains("video_url")) {
           const nlohmann::json& vu = part["video_url"];
-          if (vu.is_string()) url = vu.get<std::string>();
-          if (vu.is_object() && vu.contains("url") && vu["url"].is_string())
-            url = vu["url"].get<std::string>();
+          if (vu.is_string()) {
+            url = vu.get<std::string>();
+          } else if (vu.is_object()) {
+            url = str(vu, "url");
+          } else {
+            throw Error(ErrorCode::kInvalidArgument,
+                        at + ".video_url: must be a URL string or {\"url\": ...}");
+          }
         }
-        if (part.contains("bytes") && part["bytes"].is_string())
-          b64 = part["bytes"].get<std::string>();
         // (a video's "url" may name a file)
         if (path.empty() && !url.empty() && url.rfind("data:", 0) != 0) path = url, url.clear();
         if (path.find("://") != std::string::npos && path.rfind("file://", 0) != 0) {
@@ -393,10 +393,20 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
                  "a video part needs \"path\", \"url\" (a file or a data URL) or \"bytes\" "
                  "(base64)",
                  &v.path, &v.bytes);
-        if (part.contains("budget") && part["budget"].is_number_integer()) v.budget = part["budget"];
-        if (part.contains("fps") && part["fps"].is_number()) v.fps = part["fps"];
-        if (part.contains("max_frames") && part["max_frames"].is_number_integer())
-          v.max_frames = part["max_frames"];
+        // The sampling fields: typed (their ranges are checked where the video is sampled).
+        for (const char* key : {"budget", "max_frames"}) {
+          if (!part.contains(key)) continue;
+          const nlohmann::json& n = part[key];
+          if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > (1 << 20))
+            throw Error(ErrorCode::kInvalidArgument,
+                        at + "." + key + ": must be an integer in [0, 1048576]");
+          (std::string(key) == "budget" ? v.budget : v.max_frames) = n.get<int>();
+        }
+        if (part.contains("fps")) {
+          if (!part["fps"].is_number())
+            throw Error(ErrorCode::kInvalidArgument, at + ".fps: must be a number");
+          v.fps = part["fps"].get<double>();
+        }
         media.videos.push_back(std::move(v));
         continue;
       }

@@ -687,6 +687,24 @@ TEST(Server, VideoUploadsNeedNoMediaFolder) {
       ask(plain.port(),
           {{"type", "video"}, {"bytes", media::EncodeBase64(std::vector<uint8_t>(64, 7))}});
   EXPECT_EQ(junk.status, 400) << junk.body.dump();
+  // The same video with a sampling field of the wrong type: a 400 naming the field (they were
+  // ignored).
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"fps", "fast"},
+                                                 {"budget", 70.5},
+                                                 {"max_frames", -3},
+                                                 {"video_url", 5}}) {
+    json part = {{"type", key == "video_url" ? "video_url" : "video"}, {"bytes", b64}};
+    part[key] = value;
+    Reply r = ask(plain.port(), part);
+    if (key == "max_frames") {  // (ask sets max_frames: send this one without it)
+      json body = Chat("", 4);
+      body["messages"][0]["content"] = json::array({part});
+      r = Post(plain.port(), "/v1/chat/completions", body.dump());
+    }
+    EXPECT_EQ(r.status, 400) << key << ": " << r.body.dump();
+    EXPECT_NE(r.body.dump().find(key), std::string::npos) << r.body.dump();
+  }
   const fs::path dir = fs::path(::testing::TempDir()) / ("videos-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);

@@ -343,18 +343,20 @@ void VulkanBackend::Build() {
   // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
   // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
   share_x_ = Knob("SHARE_X", 1) != 0;
-  // Steps of 2-7 tokens (ROWS_MV8=1: 2-8; a batch's rows, verification steps) on the matvecs,
-  // each weight block streamed once for up to 4 (ROWS_MV8: 8) of them: at most ROWS_WGS
-  // workgroups (-k: k per compute unit; each quantizes the tokens' inputs once and loops over
-  // row blocks), the one-token steps' lanes per integer row (ROWS_CLUSTER), the tokens'
-  // quantized inputs in up to ROWS_XQ_KIB KiB of shared memory per workgroup.
-  rows_wgs_ = Knob("ROWS_WGS", 0);
+  // Steps of 2-7 tokens (a batch's rows, verification steps) on the matvecs, each weight block
+  // streamed once for up to 4 of them: at most ROWS_WGS workgroups (-k: k per compute unit; each
+  // quantizes the tokens' inputs once and loops over row blocks) and the one-token steps' lanes
+  // per integer row (ROWS_CLUSTER). H100, E2B QAT, a 4-row batched step at 512 context
+  // (vulkan_batch_bench): 7.28 ms with neither, 5.95 with the lanes, 7.09 with the cap, 5.84 with
+  // both (8.28 before the short steps shared gate/up's quantized input, SHARE_X);
+  // bench/journal/2026-12-05-short-step-matvecs.md.
+  rows_wgs_ = Knob("ROWS_WGS", -4);
   if (rows_wgs_ < 0) rows_wgs_ = -rows_wgs_ * static_cast<int>(dev_->compute_units());
-  rows_cluster_ = Knob("ROWS_CLUSTER", 0) != 0;
-  rows_xq_bytes_ = 1024u * static_cast<uint32_t>(std::clamp(Knob("ROWS_XQ_KIB", 16), 4, 96));
+  rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
+  // Opt-in, not yet measured on a GPU: 8-token steps on the matvecs too, 8 tokens per workgroup
+  // (ROWS_MV8; measured slower before split K: 12.8 against 9.0 ms for 8 rows on the H100, the
+  // long down projections re-quantizing their inputs per row block) ...
   rows_mv_max_ = Knob("ROWS_MV8", 0) != 0 ? kMatmulMinTokens : kMatmulMinTokens - 1;
-  // ... their integer linears over more than ROWS_KCOLS input columns split K into workgroups of
-  // that many columns (linear.comp KSPLIT; 0: none).
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 0)));
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model

@@ -689,11 +689,8 @@ TEST(Server, VideoUploadsNeedNoMediaFolder) {
   EXPECT_EQ(junk.status, 400) << junk.body.dump();
   // The same video with a sampling field of the wrong type: a 400 naming the field (they were
   // ignored).
-  for (const auto& [key, value] :
-       std::vector<std::pair<std::string, json>>{{"fps", "fast"},
-                                                 {"budget", 70.5},
-                                                 {"max_frames", -3},
-                                                 {"video_url", 5}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"fps", "fast"}, {"budget", 70.5}, {"max_frames", -3}, {"video_url", 5}}) {
     json part = {{"type", key == "video_url" ? "video_url" : "video"}, {"bytes", b64}};
     part[key] = value;
     Reply r = ask(plain.port(), part);

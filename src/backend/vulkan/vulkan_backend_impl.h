@@ -898,8 +898,8 @@ class VulkanBackend : public Backend {
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
   // Short steps (a batch's rows, verification steps) on the matvecs:
   int rows_mv_max_ = kMatmulMinTokens - 1;  // ... of at most this many tokens (more: tiled)
-  int rows_wgs_ = 0;                // ... their workgroup cap (0 = one per row block)
-  bool rows_cluster_ = true;        // ... the one-token integer lanes (CLUSTER)
+  int rows_wgs_ = 0;                        // ... their workgroup cap (0 = one per row block)
+  bool rows_cluster_ = true;                // ... the one-token integer lanes (CLUSTER)
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears
   bool dense_vec4_ = true;        // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;          // matvecs use packed integer dot products (linear_dp)

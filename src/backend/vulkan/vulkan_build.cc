@@ -609,8 +609,9 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
     a.partc = {dev.Reserve(Pool::kDevice, a.coop_part_bytes * kCoopSlots), {}};
   }
   if (C > 1) {
-    a.ksum_bytes = (size_t(std::min(C, kMatmulMinTokens)) * std::max({H, qw, kvw, imax, P}) * 4 +
-                    255) / 256 * 256;
+    a.ksum_bytes =
+        (size_t(std::min(C, kMatmulMinTokens)) * std::max({H, qw, kvw, imax, P}) * 4 + 255) / 256 *
+        256;
     a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes), {}};
   }
   // Host: inputs of a step and the readback.
@@ -627,9 +628,9 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
 }
 
 void VulkanBackend::ResolveActivations(Device& dev, Activations& a) {
-  for (Buf* b : {&a.h, &a.a, &a.t, &a.q, &a.kt, &a.vt, &a.attn, &a.g, &a.po, &a.pml, &a.ple,
-                 &a.tok, &a.gp, &a.hn, &a.logits, &a.part, &a.res, &a.reduce_cnt, &a.xqc,
-                 &a.partc, &a.ksum, &a.in_host, &a.out_host}) {
+  for (Buf* b : {&a.h,   &a.a,          &a.t,   &a.q,     &a.kt,   &a.vt,      &a.attn,    &a.g,
+                 &a.po,  &a.pml,        &a.ple, &a.tok,   &a.gp,   &a.hn,      &a.logits,  &a.part,
+                 &a.res, &a.reduce_cnt, &a.xqc, &a.partc, &a.ksum, &a.in_host, &a.out_host}) {
     if (b->handle >= 0) b->r = dev.Get(b->handle);
   }
   dev.Fill(a.reduce_cnt.r, 0);
@@ -638,14 +639,30 @@ void VulkanBackend::ResolveActivations(Device& dev, Activations& a) {
 
 void VulkanBackend::SwapActivations(Activations& a) {
   std::swap(short_rows_, a.rows);
-  for (auto [mine, theirs] : std::initializer_list<std::pair<Buf*, Buf*>>{
-           {&h_, &a.h},         {&a_, &a.a},       {&t_, &a.t},       {&q_, &a.q},
-           {&kt_, &a.kt},       {&vt_, &a.vt},     {&attn_, &a.attn}, {&g_, &a.g},
-           {&po_, &a.po},       {&pml_, &a.pml},   {&ple_, &a.ple},   {&tok_, &a.tok},
-           {&gp_, &a.gp},       {&hn_, &a.hn},     {&logits_, &a.logits}, {&part_, &a.part},
-           {&res_, &a.res},     {&reduce_cnt_, &a.reduce_cnt}, {&xqc_, &a.xqc},
-           {&partc_, &a.partc}, {&ksum_, &a.ksum}, {&in_host_, &a.in_host},
-           {&out_host_, &a.out_host}}) {
+  for (auto [mine, theirs] :
+       std::initializer_list<std::pair<Buf*, Buf*>>{{&h_, &a.h},
+                                                    {&a_, &a.a},
+                                                    {&t_, &a.t},
+                                                    {&q_, &a.q},
+                                                    {&kt_, &a.kt},
+                                                    {&vt_, &a.vt},
+                                                    {&attn_, &a.attn},
+                                                    {&g_, &a.g},
+                                                    {&po_, &a.po},
+                                                    {&pml_, &a.pml},
+                                                    {&ple_, &a.ple},
+                                                    {&tok_, &a.tok},
+                                                    {&gp_, &a.gp},
+                                                    {&hn_, &a.hn},
+                                                    {&logits_, &a.logits},
+                                                    {&part_, &a.part},
+                                                    {&res_, &a.res},
+                                                    {&reduce_cnt_, &a.reduce_cnt},
+                                                    {&xqc_, &a.xqc},
+                                                    {&partc_, &a.partc},
+                                                    {&ksum_, &a.ksum},
+                                                    {&in_host_, &a.in_host},
+                                                    {&out_host_, &a.out_host}}) {
     std::swap(*mine, *theirs);
   }
   std::swap(in_x0_off_, a.in_x0_off);

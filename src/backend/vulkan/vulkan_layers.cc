@@ -335,8 +335,7 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
         b[6] = hcount_.r;
         Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
       } else if (splits_adapt_) {
-        Dispatch(rc, "attention", {0u, 0u /* (unused) */, 1u},
-                 b, &pc, sizeof(pc), nh, m, splits);
+        Dispatch(rc, "attention", {0u, 0u /* (unused) */, 1u}, b, &pc, sizeof(pc), nh, m, splits);
       } else {
         Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
       }

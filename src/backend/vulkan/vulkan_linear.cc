@@ -18,14 +18,14 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   // ... their integer linears with long rows split K (linear.comp KSPLIT): workgroups of
   // rows_kcols_ columns (whole 16-byte weight vectors), on the FAST multiply.
   const uint32_t vec_cols = 4 * epw;
-  const bool ksplit =
-      short_mv && rows_kcols_ > 0 && rows_kcols_ % vec_cols == 0 &&
-      static_cast<uint32_t>(d.cols) > rows_kcols_ && int_dot_ && mv_fast_ &&
-      IsQuantized(lin.kind) && lin.in_scale > 0.0f && !second && (epi == 0 || epi == 2 || epi == 3) &&
-      !tail && !pro && xq_mode == 0 && !pj && d.parts.size() == 1 && ksum_.handle >= 0 &&
-      size_t(m) * d.rows * 4 <= ksum_bytes_;
+  const bool ksplit = short_mv && rows_kcols_ > 0 && rows_kcols_ % vec_cols == 0 &&
+                      static_cast<uint32_t>(d.cols) > rows_kcols_ && int_dot_ && mv_fast_ &&
+                      IsQuantized(lin.kind) && lin.in_scale > 0.0f && !second &&
+                      (epi == 0 || epi == 2 || epi == 3) && !tail && !pro && xq_mode == 0 && !pj &&
+                      d.parts.size() == 1 && ksum_.handle >= 0 &&
+                      size_t(m) * d.rows * 4 <= ksum_bytes_;
   // The input words a workgroup quantizes, and the 16-byte weight vectors of a row it multiplies.
-  const uint32_t xwords = ksplit                 ? rows_kcols_ / 4
+  const uint32_t xwords = ksplit                  ? rows_kcols_ / 4
                           : IsQuantized(lin.kind) ? std::max<uint32_t>(1, d.wstride * epw / 4)
                                                   : 1;
   const uint32_t nvec = ksplit ? rows_kcols_ / vec_cols : d.wstride / 4;
@@ -56,9 +56,10 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   const size_t xq_cap = short_mv ? std::min<size_t>(16384, most) : 16384;
   while (tok < max_tok && tok < static_cast<uint32_t>(m) && 2 * tok * sets * xwords * 4 <= xq_cap)
     tok *= 2;
-  // One-token (rows_cluster_: and short steps') SRQ integer matvecs with short rows: fewer lanes than a subgroup per row (about
-  // mv_lanes_vec_ vectors each, at least mv_lanes_min_), several rows per subgroup (CLUSTER): a
-  // quarter as many row blocks for a 1,536-column int2 row. Integer sums: exact in any order.
+  // One-token (rows_cluster_: and short steps') SRQ integer matvecs with short rows: fewer lanes
+  // than a subgroup per row (about mv_lanes_vec_ vectors each, at least mv_lanes_min_), several
+  // rows per subgroup (CLUSTER): a quarter as many row blocks for a 1,536-column int2 row. Integer
+  // sums: exact in any order.
   bool cluster = false;
   if ((m == 1 || (short_mv && rows_cluster_)) && mv_lanes_min_ < dev_->min_subgroup_size() &&
       IsQuantized(lin.kind) && lin.in_scale > 0 && (!second || second->src->in_scale > 0)) {
@@ -415,7 +416,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     if (ksplit) {
       if (!fast) throw Error(ErrorCode::kInternal, "vulkan: split-K matvec off the FAST path");
       PadLinearSpec(spec, 33);
-      spec.push_back(nvec);  // KSPLIT
+      spec.push_back(nvec);                    // KSPLIT
       gz = (d.wstride / 4 + nvec - 1) / nvec;  // (the row's vectors, nvec per split)
       ks = {ksum_.r.buf, ksum_.r.offset + ksum_bytes_ * ksum_next_, ksum_bytes_, nullptr};
       ksum_next_ ^= 1;

@@ -4,14 +4,7 @@
 # (vulkan_check --verify: "0 logits differ" on both paths). Carry [".gl", ".carry/c"]:
 # .carry/c/pack.tar.xz holds gemma-engine, vulkan_batch_bench and vulkan_check and their libraries
 # (b/bin, b/lib: /work/pack.sh). Outputs in $OUT. Usage: bash bench/batch/rows_gpu.sh
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-tar xJf .carry/c/pack.tar.xz -C /tmp || exit 1
-export LD_LIBRARY_PATH=/tmp/b/lib
-B=/tmp/b/bin
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
-[ -d /tmp/e2bq ] || $B/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
-run() { echo "== $*" | tee -a $OUT/log.txt; "$@" 2>&1 | tee -a $OUT/log.txt; }
+. bench/batch/gpu_env.sh
 K="ROWS_KCOLS=2048 ROWS_MV8=1"
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 "$K"
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 7 40 512 "$K"

@@ -6,14 +6,7 @@
 # vulkan_check and their libraries (b/bin, b/lib). Outputs in $OUT. Usage: bash bench/batch/spec_gpu.sh
 # First the exactness check: verification steps against the one-token steps, bit for bit
 # (vulkan_check --verify: "0 logits differ" on both paths; bench/journal/2026-12-05-nocontraction.md).
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-tar xJf .carry/c/pack.tar.xz -C /tmp || exit 1
-export LD_LIBRARY_PATH=/tmp/b/lib
-B=/tmp/b/bin
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
-[ -d /tmp/e2bq ] || $B/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
-run() { echo "== $*" | tee -a $OUT/log.txt; "$@" 2>&1 | tee -a $OUT/log.txt; }
+. bench/batch/gpu_env.sh
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 80 512
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 6 70 512
 run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 1,4,8,16

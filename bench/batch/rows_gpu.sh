@@ -3,7 +3,8 @@
 # choices: split K, 8-token steps on the matvecs) A/B below the runtime, after the exactness check
 # (vulkan_check --verify: "0 logits differ" on both paths). Carry [".gl", ".carry/c"]:
 # .carry/c/pack.tar.xz holds gemma-engine, vulkan_batch_bench and vulkan_check and their libraries
-# (b/bin, b/lib: /work/pack.sh). Outputs in $OUT. Usage: bash bench/batch/rows_gpu.sh
+# (b/bin, b/lib), built by name (bench programs are EXCLUDE_FROM_ALL: `ninja -C build
+# vulkan_batch_bench vulkan_check gemma-engine`). Outputs in $OUT. Usage: bash bench/batch/rows_gpu.sh
 . bench/batch/gpu_env.sh
 K="ROWS_KCOLS=2048 ROWS_MV8=1"
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 "$K"

@@ -1014,8 +1014,12 @@ class VulkanBackend : public Backend {
                                      std::span<const int32_t> positions);
   // Key splits of a batch row's attention: the decode's, at most what the partial sums of
   // `rows` rows hold (PlanActivations sizes them for kRowSplitUnits rows x splits).
+  // (ROWS_SPLITS > 0: at most that many)
   static constexpr int kRowSplitUnits = 256;
-  int RowSplits(int rows) const { return std::clamp(kRowSplitUnits / rows, 1, splits_); }
+  int RowSplits(int rows) const {
+    return std::clamp(kRowSplitUnits / rows, 1, rows_splits_ > 0 ? rows_splits_ : splits_);
+  }
+  int rows_splits_ = 0;
   int batch_rows_ = 1;
   int verify_rows_ = 0;  // VERIFY_ROWS (Build)
   int64_t batched_steps_ = 0;

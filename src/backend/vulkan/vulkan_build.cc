@@ -448,6 +448,10 @@ void VulkanBackend::Build() {
                                     : Knob("SPLITS", dev_->is_cpu()  ? 2
                                                      : splits_adapt_ ? 64
                                                                      : 16);
+  // Opt-in, not yet measured: a batch's rows (and verification steps as rows) with at most this
+  // many key splits (0: the decode's, up to 256 / rows; at 512 context and 4 rows 64 splits, of
+  // which 16 hold whole 32-key blocks).
+  rows_splits_ = std::max(0, Knob("ROWS_SPLITS", 0));
 
   const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
   const int V = cfg_.vocab_size;

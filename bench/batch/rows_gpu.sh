@@ -1,10 +1,12 @@
 #!/bin/bash
 # Issue 43 on the GPU machine, one device call: the short steps' matvec choices (ROWS_* kernel
-# choices: split K, 8-token steps on the matvecs, the rows' attention splits) A/B below the runtime, after the exactness check
-# (vulkan_check --verify: "0 logits differ" on both paths). Carry [".gl", ".carry/c"]:
-# .carry/c/pack.tar.xz holds gemma-engine, vulkan_batch_bench, vulkan_check and batch_bench and their
-# libraries (b/bin, b/lib), built by name (bench programs are EXCLUDE_FROM_ALL: `ninja -C build
-# vulkan_batch_bench vulkan_check batch_bench gemma-engine`). Outputs in $OUT. Usage: bash bench/batch/rows_gpu.sh
+# choices: split K, 8-token steps on the matvecs, the rows' attention splits) A/B below the
+# runtime, after the exactness check (vulkan_check --verify: "0 logits differ" on both paths);
+# then speculative and batched sessions through the engine. Carry [".gl", ".carry/c"]:
+# .carry/c/pack.tar.xz holds gemma-engine, vulkan_batch_bench, vulkan_check and batch_bench and
+# their libraries (b/bin, b/lib), built by name (bench programs are EXCLUDE_FROM_ALL:
+# `ninja -C build vulkan_batch_bench vulkan_check batch_bench gemma-engine`). Outputs in $OUT.
+# Usage: bash bench/batch/rows_gpu.sh
 . bench/batch/gpu_env.sh
 K="ROWS_KCOLS=2048 ROWS_MV8=1"
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 "$K"

@@ -83,9 +83,11 @@ void PrintTelemetry(const Result& r) {
       t.prefill_ms, r.tokens.size(), t.decode_tok_s, t.itl_median_ms, t.itl_p95_ms,
       t.resident_bytes / 1048576.0);
   if (t.images > 0) {
-    std::fprintf(stderr, "[vision] %d image%s, %d through the tower (%d reused) | %.1f ms\n",
+    std::fprintf(stderr,
+                 "[vision] %d image%s, %d through the tower (%d reused) | tower %.1f ms, media "
+                 "decoding and preprocessing %.1f ms\n",
                  t.images, t.images == 1 ? "" : "s", t.images_encoded,
-                 t.images - t.images_encoded, t.vision_ms);
+                 t.images - t.images_encoded, t.vision_ms, t.media_ms);
   }
   if (t.verify_steps > 0) {
     std::fprintf(stderr, "[speculative] %d verification steps, %d drafted, %d accepted",
@@ -94,9 +96,12 @@ void PrintTelemetry(const Result& r) {
     std::fprintf(stderr, "\n");
   }
   if (t.audios > 0) {
-    std::fprintf(stderr, "[audio] %d clip%s, %d through the tower (%d reused) | tower %.1f ms\n",
+    std::fprintf(stderr, "[audio] %d clip%s, %d through the tower (%d reused) | tower %.1f ms",
                  t.audios, t.audios == 1 ? "" : "s", t.audios_encoded, t.audios - t.audios_encoded,
                  t.audio_ms);
+    // (the media's decoding time once: on the [vision] line where there are images)
+    if (t.images == 0) std::fprintf(stderr, ", decoding and features %.1f ms", t.media_ms);
+    std::fprintf(stderr, "\n");
   }
 }
 

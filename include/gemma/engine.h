@@ -311,10 +311,12 @@ struct Telemetry {
   int reused_tokens = 0;  // prompt tokens served from the cache
   int images = 0;          // images in the prompt
   int images_encoded = 0;  // of them, run through the vision tower (the others were reused)
-  double vision_ms = 0;    // decoding, preprocessing and the vision tower
+  double vision_ms = 0;    // the vision tower
   int audios = 0;          // audio clips in the prompt
   int audios_encoded = 0;  // of them, run through the audio tower (the others were reused)
-  double audio_ms = 0;     // the audio tower (decoding and log-mel features count in vision_ms)
+  double audio_ms = 0;     // the audio tower
+  double media_ms = 0;     // decoding and preprocessing the images, video frames and audio
+                           // (log-mel features) of the prompt, before the towers
   double ttft_ms = 0;      // request start (before tokenizing and media decoding) -> first token
   double prefill_ms = 0;
   std::vector<double> token_ms;              // per generated token, decode step + sampling

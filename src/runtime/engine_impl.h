@@ -33,7 +33,7 @@ struct PreparedImage {
 struct PreparedPrompt {
   std::vector<int32_t> ids;
   std::vector<PreparedImage> images;
-  double prepare_ms = 0;  // image decoding and preprocessing
+  double prepare_ms = 0;  // media decoding and preprocessing (Telemetry::media_ms)
 };
 
 class EngineImpl : public Engine {

@@ -41,6 +41,7 @@ nlohmann::json ResultJson(const Result& r, const GenerateOptions& g) {
                     {"audios", t.audios},
                     {"audios_encoded", t.audios_encoded},
                     {"audio_ms", t.audio_ms},
+                    {"media_ms", t.media_ms},
                     {"ttft_ms", t.ttft_ms},
                     {"prefill_ms", t.prefill_ms},
                     {"token_ms", t.token_ms},

@@ -277,7 +277,9 @@ std::vector<const float*> SessionImpl::EncodeImages(const PreparedPrompt& prep, 
   tel->images = 0;
   tel->audios = 0;
   for (const PreparedImage& im : prep.images) ++(im.audio ? tel->audios : tel->images);
-  tel->vision_ms = prep.prepare_ms;
+  tel->media_ms = prep.prepare_ms;
+  tel->vision_ms = 0;
+  tel->audio_ms = 0;
   storage->clear();
   storage->reserve(prep.images.size());
   const int H = engine_->model().text().hidden_size;

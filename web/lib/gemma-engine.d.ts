@@ -87,14 +87,15 @@ export interface Telemetry {
   load_ms: number;
   prompt_tokens: number;
   reused_tokens: number;
-  /** Images in the prompt, those run through the vision tower (the others reused), and the time
-   * of decoding, preprocessing and the tower; the same for audio clips (audio_ms: the tower). */
+  /** Images in the prompt, those run through the vision tower (the others reused) and the tower's
+   * time; the same for audio clips; media_ms: decoding and preprocessing all of them. */
   images: number;
   images_encoded: number;
   vision_ms: number;
   audios: number;
   audios_encoded: number;
   audio_ms: number;
+  media_ms: number;
   ttft_ms: number;
   prefill_ms: number;
   token_ms: number[];

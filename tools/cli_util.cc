@@ -86,8 +86,8 @@ void PrintTelemetry(const Result& r) {
     std::fprintf(stderr,
                  "[vision] %d image%s, %d through the tower (%d reused) | tower %.1f ms, media "
                  "decoding and preprocessing %.1f ms\n",
-                 t.images, t.images == 1 ? "" : "s", t.images_encoded,
-                 t.images - t.images_encoded, t.vision_ms, t.media_ms);
+                 t.images, t.images == 1 ? "" : "s", t.images_encoded, t.images - t.images_encoded,
+                 t.vision_ms, t.media_ms);
   }
   if (t.verify_steps > 0) {
     std::fprintf(stderr, "[speculative] %d verification steps, %d drafted, %d accepted",

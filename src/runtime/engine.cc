@@ -334,11 +334,13 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) continue;
       const std::string type = part["type"];
       const std::string at = "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
-      // A string field of j, "" when absent; any other type is an error.
-      auto str = [&](const nlohmann::json& j, const char* key) -> std::string {
+      // A string field of j (the part, or its object `in`), "" when absent; any other type is
+      // an error.
+      auto str = [&](const nlohmann::json& j, const char* key, const char* in = "") -> std::string {
         if (!j.contains(key)) return "";
         if (!j[key].is_string())
-          throw Error(ErrorCode::kInvalidArgument, at + "." + key + ": must be a string");
+          throw Error(ErrorCode::kInvalidArgument,
+                      at + (*in ? std::string(".") + in : "") + "." + key + ": must be a string");
         return j[key].get<std::string>();
       };
       if (chat::IsAudioPart(type)) {
@@ -348,10 +350,10 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
           if (!part.contains("input_audio") || !part["input_audio"].is_object())
             throw Error(ErrorCode::kInvalidArgument,
                         at + ": an input_audio part needs \"input_audio\": {\"data\": ...}");
-          b64 = str(part["input_audio"], "data");
+          b64 = str(part["input_audio"], "data", "input_audio");
         } else if (type == "audio_url") {  // vLLM's shape: {"audio_url": {"url": "data:..."}}
           const nlohmann::json* au = part.contains("audio_url") ? &part["audio_url"] : nullptr;
-          if (au && au->is_object()) url = str(*au, "url");
+          if (au && au->is_object()) url = str(*au, "url", "audio_url");
           else if (au && au->is_string()) url = au->get<std::string>();
           if (url.empty())
             throw Error(ErrorCode::kInvalidArgument,
@@ -376,7 +378,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
           if (vu.is_string()) {
             url = vu.get<std::string>();
           } else if (vu.is_object()) {
-            url = str(vu, "url");
+            url = str(vu, "url", "video_url");
           } else {
             throw Error(ErrorCode::kInvalidArgument,
                         at + ".video_url: must be a URL string or {\"url\": ...}");
@@ -415,7 +417,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       std::string url = str(part, "url");
       if (part.contains("image_url")) {
         const nlohmann::json& iu = part["image_url"];
-        url = iu.is_string() ? iu.get<std::string>() : iu.is_object() ? str(iu, "url") : "";
+        url = iu.is_string() ? iu.get<std::string>() : iu.is_object() ? str(iu, "url", "image_url") : "";
       }
       const std::string path = !str(part, "path").empty() ? str(part, "path") : str(part, "image");
       const std::string b64 = str(part, "bytes");

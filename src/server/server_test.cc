@@ -563,6 +563,8 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
        400, "messages"},
       {"audio that is not audio", with_part({{"type", "audio"}, {"bytes", "AAAAAAAAAAAAAAAA"}}),
        400, ""},
+      {"image_url's url not a string",
+       with_part({{"type", "image_url"}, {"image_url", {{"url", 5}}}}), 400, ""},
   };
   for (const Case& c : cases) {
     const Reply r = Post(s.port(), "/v1/chat/completions", c.body);
@@ -584,6 +586,12 @@ TEST(Server, BadRequestsGetAClear4xxAndTheServerKeepsServing) {
       Post(s.port(), "/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump()).status,
       400);
   EXPECT_EQ(Post(s.port(), "/v1/nothing", "{}").status, 404);
+  // A nested field's error names its whole path.
+  {
+    const Reply r = Post(s.port(), "/v1/chat/completions",
+                         with_part({{"type", "image_url"}, {"image_url", {{"url", 5}}}}));
+    EXPECT_NE(r.body.dump().find("content[0].image_url.url"), std::string::npos) << r.body.dump();
+  }
   // Still serving, and the tokenizer round trip works.
   EXPECT_EQ(Post(s.port(), "/v1/chat/completions", ok.dump()).status, 200);
   const Reply t = Post(s.port(), "/tokenize", json{{"content", "Hello world"}}.dump());

@@ -353,7 +353,8 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
           b64 = str(part["input_audio"], "data", "input_audio");
         } else if (type == "audio_url") {  // vLLM's shape: {"audio_url": {"url": "data:..."}}
           const nlohmann::json* au = part.contains("audio_url") ? &part["audio_url"] : nullptr;
-          if (au && au->is_object()) url = str(*au, "url", "audio_url");
+          if (au && au->is_object())
+            url = str(*au, "url", "audio_url");
           else if (au && au->is_string()) url = au->get<std::string>();
           if (url.empty())
             throw Error(ErrorCode::kInvalidArgument,
@@ -417,7 +418,9 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       std::string url = str(part, "url");
       if (part.contains("image_url")) {
         const nlohmann::json& iu = part["image_url"];
-        url = iu.is_string() ? iu.get<std::string>() : iu.is_object() ? str(iu, "url", "image_url") : "";
+        url = iu.is_string()   ? iu.get<std::string>()
+              : iu.is_object() ? str(iu, "url", "image_url")
+                               : "";
       }
       const std::string path = !str(part, "path").empty() ? str(part, "path") : str(part, "image");
       const std::string b64 = str(part, "bytes");

@@ -27,6 +27,16 @@ std::unique_ptr<Backend> MakeVulkan(const Model& model, const BackendOptions& op
   }
 }
 
+// The Vulkan model of `model`, or null without a usable device (the test skips).
+std::shared_ptr<BackendModel> VulkanModelOrNull(const Model& model) {
+  try {
+    return CreateVulkanModel(model, {});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kDevice) return nullptr;
+    throw;
+  }
+}
+
 // Issue 34's layout (tests/decode_diff_util.h IssueSynthShape), 200 one-token steps each:
 // - seed 1 (a 1-token prompt, slack 12): at position 94 layer 3's gate input is -42.5000018 of its
 //   quantum, which the reference's f32 quotient rounds to -42.5 and then to -42; SRQ quantization
@@ -97,13 +107,8 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
     SCOPED_TRACE(qat ? "qat" : "dense");
     DiffModel m(seed, qat);
     const Model& model = *m.model;
-    std::shared_ptr<BackendModel> vm;
-    try {
-      vm = CreateVulkanModel(model, {});
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
-      throw;
-    }
+    const std::shared_ptr<BackendModel> vm = VulkanModelOrNull(model);
+    if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
     const int V = model.text().vocab_size;
     uint64_t state = seed * 0x9E3779B97F4A7C15ull + 7;
     auto next = [&] {
@@ -301,13 +306,8 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
 TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
   DiffModel m(312, /*qat=*/true);
   const Model& model = *m.model;
-  std::shared_ptr<BackendModel> vm;
-  try {
-    vm = CreateVulkanModel(model, {});
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kDevice) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
-    throw;
-  }
+  const std::shared_ptr<BackendModel> vm = VulkanModelOrNull(model);
+  if (!vm) GTEST_SKIP() << "SKIPPED: no usable Vulkan device";
   const int V = model.text().vocab_size;
   const std::vector<int32_t> prompt = {2, 17, 5, 301, 44, 9};
   std::vector<int32_t> toks;

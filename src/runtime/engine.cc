@@ -343,6 +343,17 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
                       at + (*in ? std::string(".") + in : "") + "." + key + ": must be a string");
         return j[key].get<std::string>();
       };
+      // An integer field of the part into *out where present (a budget, a frame count); any other
+      // type or a value outside [0, 2^20] is an error (their ranges are checked where they are
+      // used; this keeps a huge value from wrapping into a valid int).
+      auto integer = [&](const char* key, int* out) {
+        if (!part.contains(key)) return;
+        const nlohmann::json& n = part[key];
+        if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > (1 << 20))
+          throw Error(ErrorCode::kInvalidArgument,
+                      at + "." + key + ": must be an integer in [0, 1048576]");
+        *out = n.get<int>();
+      };
       if (chat::IsAudioPart(type)) {
         AudioInput a;
         std::string path = str(part, "path"), b64 = str(part, "bytes"), url = str(part, "url");
@@ -396,15 +407,8 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
                  "a video part needs \"path\", \"url\" (a file or a data URL) or \"bytes\" "
                  "(base64)",
                  &v.path, &v.bytes);
-        // The sampling fields: typed (their ranges are checked where the video is sampled).
-        for (const char* key : {"budget", "max_frames"}) {
-          if (!part.contains(key)) continue;
-          const nlohmann::json& n = part[key];
-          if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > (1 << 20))
-            throw Error(ErrorCode::kInvalidArgument,
-                        at + "." + key + ": must be an integer in [0, 1048576]");
-          (std::string(key) == "budget" ? v.budget : v.max_frames) = n.get<int>();
-        }
+        integer("budget", &v.budget);
+        integer("max_frames", &v.max_frames);
         if (part.contains("fps")) {
           if (!part["fps"].is_number())
             throw Error(ErrorCode::kInvalidArgument, at + ".fps: must be a number");
@@ -427,11 +431,7 @@ MediaParts CollectMediaParts(const nlohmann::json& messages) {
       SourceOf(path, b64, url, at,
                "an image part needs \"path\", \"url\" (a data URL) or \"bytes\" (base64)",
                &img.path, &img.bytes);
-      if (part.contains("budget")) {
-        if (!part["budget"].is_number_integer())
-          throw Error(ErrorCode::kInvalidArgument, at + ".budget: must be an integer");
-        img.budget = part["budget"];
-      }
+      integer("budget", &img.budget);
       out.push_back(std::move(img));
     }
   }

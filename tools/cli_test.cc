@@ -445,9 +445,9 @@ TEST_F(CliImage, MessagesCarryImageParts) {
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.err.find("messages[0].content[0].bytes"), std::string::npos) << o.err;
   // A budget past int's range is refused, not wrapped (2^32 + 70 read as 70 ran the image).
-  const std::string wraps = Write(
-      "wrap_msgs.json", R"([{"role":"user","content":[{"type":"image","path":")" + png +
-                            R"(","budget":4294967366},{"type":"text","text":"x"}]}])");
+  const std::string wraps =
+      Write("wrap_msgs.json", R"([{"role":"user","content":[{"type":"image","path":")" + png +
+                                  R"(","budget":4294967366},{"type":"text","text":"x"}]}])");
   o = Run({"run", "--model", model, "--messages", wraps, "-n", "1"});
   EXPECT_EQ(o.status, 2) << o.err;
   EXPECT_NE(o.err.find("messages[0].content[0].budget"), std::string::npos) << o.err;

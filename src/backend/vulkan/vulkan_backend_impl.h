@@ -900,7 +900,6 @@ class VulkanBackend : public Backend {
   int rows_mv_max_ = kMatmulMinTokens - 1;  // ... of at most this many tokens (more: tiled)
   int rows_wgs_ = 0;                        // ... their workgroup cap (0 = one per row block)
   bool rows_cluster_ = true;                // ... the one-token integer lanes (CLUSTER)
-  bool rows_tail_ = false;  // ... each residual norm in the linear before it (TAIL over rows)
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears
   bool dense_vec4_ = true;        // one-token dense rows read a vec4-staged input (FXW)
   bool int_dot_ = false;          // matvecs use packed integer dot products (linear_dp)

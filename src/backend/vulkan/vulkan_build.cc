@@ -358,9 +358,6 @@ void VulkanBackend::Build() {
   // long down projections re-quantizing their inputs per row block) ...
   rows_mv_max_ = Knob("ROWS_MV8", 0) != 0 ? kMatmulMinTokens : kMatmulMinTokens - 1;
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 0)));
-  // ... and the residual norms in the linears before them (ROWS_TAIL: linear.comp TAIL over the
-  // step's tokens, as one-token steps without CNORM), not a resnorm dispatch and barrier each.
-  rows_tail_ = Knob("ROWS_TAIL", 0) != 0;
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token

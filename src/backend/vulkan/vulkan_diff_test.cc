@@ -300,8 +300,7 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
 }
 
 // The short steps' matvec choices (split K over 64-column workgroups, the one-token lanes, a
-// capped grid looping over row blocks, 8-token steps on the matvecs, the residual norms in the
-// linears before them: ROWS_*) sum the same integers
+// capped grid looping over row blocks, 8-token steps on the matvecs: ROWS_*) sum the same integers
 // as the one-token kernels: a QAT model's verification steps, as a batch's rows (6 and 8 of them),
 // give the one-token steps' logits bit for bit (the choices off: RowsDecodeLikeTheReference).
 TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
@@ -326,7 +325,7 @@ TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
     }
   }
   {
-    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2 ROWS_MV8=1 ROWS_TAIL=1";
+    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2 ROWS_MV8=1";
     auto base = vm->NewContext({.capacity = 64});
     auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));
     auto other = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));

@@ -80,12 +80,8 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     } else {
       RecordAttention(rc, m, splits, p, d);
     }
-    // One-token steps fold each residual norm into the linear before it (TAIL); short steps
-    // with rows_tail_ too (their tokens' partial sums in the kernel's 256 reduction slots).
-    const bool tail_m =
-        m == 1 || (rows_tail_ && m <= rows_mv_max_ && m <= 8 &&
-                   m * (kWG / std::max(1u, dev_->min_subgroup_size())) <= 256);
-    const bool fuse = !cn && tail_m && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
+    // One-token steps fold each residual norm into the linear before it (TAIL).
+    const bool fuse = !cn && m == 1 && fuse_tails_ && H <= 8 * static_cast<int>(kWG) &&
                       d.o.parts.size() == 1 && d.down.parts.size() == 1 &&
                       (P == 0 || d.ple_proj.parts.size() == 1);
     if (cn) {
@@ -100,7 +96,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     }
     Barrier(rc);
     // One-token steps: gate/up also write the down projection's quantized input (XQ).
-    const bool xq = ((fuse && m == 1) || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
+    const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
                     d.gate.parts.size() == 1;
     const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
     // One-token steps with the norms in the consumers: the down projection summed by gate/up's

@@ -50,9 +50,9 @@ layout(constant_id = 3) const uint LANES = 32;  // invocations per row
 layout(constant_id = 4) const uint XWORDS = 4;  // shared words per token (>= padded cols / 4)
 layout(constant_id = 5) const uint TOK = 1;     // tokens per workgroup
 layout(constant_id = 6) const uint VEC = 4;     // u32 words per weight load (4 for wide rows)
-// TAIL 1 (one dispatch): the last workgroup to finish applies the residual norm
+// TAIL 1 (one token, one dispatch): the last workgroup to finish applies the residual norm
 //   h = (h + rmsnorm(y) * wt) * scale;  a = rmsnorm(h) * wa  (as resnorm.comp)
-// to the whole output (each of ntok tokens' rows), saving a dispatch and a barrier per use.
+// to the whole output, saving a dispatch and a barrier per use.
 layout(constant_id = 7) const uint TAIL = 0;
 // XQ 1: read the input already SRQ-quantized (packed int8 words at binding 5) instead of
 // quantizing it in the prologue; XQ 2 (gate/up, one token): also write the output quantized with
@@ -253,7 +253,6 @@ shared bool last_wg;
 shared float xs[PRO_N];
 
 shared float rms_bc[2];
-shared float rms_rows[8];  // TAIL over several tokens: their RMS factors
 shared vec4 xf4[FXW + 1];  // FXW: the input
 shared int pj_q[ROWS_PER_WG];  // EPI 4: the block's outputs quantized for P
 const uint PJW = ROWS_PER_WG / 4;  // EPI 4: P's words per row in a block (<= 16: the host checks)

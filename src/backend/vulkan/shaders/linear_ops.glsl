@@ -37,69 +37,6 @@ float BlockRmsFactor(double v, uint n, float eps, uint slot) {
   return rms_bc[slot];
 }
 
-// The tail over p.ntok > 1 tokens (short steps: a batch's rows, verification steps), each token's
-// norms as resnorm.comp computes them (the same operations in the same order) and the tokens'
-// block reductions together: four barriers for any number of tokens. Each pass reloads its token's
-// values (cache hits; registers for one token at a time). red_d holds ntok x subgroups partials
-// (the host checks they fit).
-void ResidualNormTailRows() {
-  const uint tid = gl_LocalInvocationID.x, ns = gl_NumSubgroups;
-  for (uint t = 0; t < p.ntok; ++t) {
-    double ss = 0.0LF;
-    [[unroll]] for (uint u = 0; u < 8; ++u) {
-      const uint i = tid + u * WG;
-      const float v = i < p.n ? y[t * p.y_stride + i] : 0.0;
-      if (i < p.n) ss = fma(double(v), double(v), ss);
-    }
-    const double s = subgroupAdd(ss);
-    if (subgroupElect()) red_d[t * ns + gl_SubgroupID] = s;
-  }
-  barrier();
-  if (tid < p.ntok) {
-    double tot = 0.0LF;
-    for (uint i = 0; i < ns; ++i) tot += red_d[tid * ns + i];
-    rms_rows[tid] = RmsFactor(tot, p.n, p.eps);
-  }
-  barrier();
-  for (uint t = 0; t < p.ntok; ++t) {
-    const float r = rms_rows[t];
-    double ss2 = 0.0LF;
-    [[unroll]] for (uint u = 0; u < 8; ++u) {
-      const uint i = tid + u * WG;
-      if (i < p.n) {
-        const float yv = y[t * p.y_stride + i];
-        precise float v = (yv * r) * wt[i];
-        precise float o = (hres[t * p.n + i] + v) * p.scale;
-        hres[t * p.n + i] = o;
-        ss2 = fma(double(o), double(o), ss2);
-      }
-    }
-    if (p.has_a != 0) {
-      const double s = subgroupAdd(ss2);
-      if (subgroupElect()) red_d[t * ns + gl_SubgroupID] = s;
-    }
-  }
-  if (p.has_a == 0) return;
-  barrier();
-  if (tid < p.ntok) {
-    double tot = 0.0LF;
-    for (uint i = 0; i < ns; ++i) tot += red_d[tid * ns + i];
-    rms_rows[tid] = RmsFactor(tot, p.n, p.eps);
-  }
-  barrier();
-  for (uint t = 0; t < p.ntok; ++t) {
-    const float r2 = rms_rows[t];
-    [[unroll]] for (uint u = 0; u < 8; ++u) {
-      const uint i = tid + u * WG;
-      if (i < p.n) {
-        precise float v = hres[t * p.n + i] * r2;
-        precise float o = p.has_wa != 0 ? v * wa[i] : v;
-        anorm[t * p.n + i] = o;
-      }
-    }
-  }
-}
-
 void ResidualNormTail() {
   // Values held in registers (n <= 8 WG; the host checks), loaded before use: the tail runs in one
   // workgroup, so its cost is latency, not bandwidth.
@@ -112,11 +49,6 @@ void ResidualNormTail() {
   barrier();
   if (!last_wg) return;
   memoryBarrierBuffer();
-  if (p.ntok > 1) {
-    ResidualNormTailRows();
-    if (tid == 0) done_wgs = 0;
-    return;
-  }
   float yv[8], hv[8];
   [[unroll]] for (uint u = 0; u < 8; ++u) {
     const uint i = tid + u * WG;

@@ -47,6 +47,7 @@ inline constexpr int kCombineCounters =
 inline constexpr uint32_t kVocabBlock =
     4096;  // logits_reduce's block (GEMMA_VULKAN_VOCAB_BLOCK: tests)
 inline constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
+inline constexpr int kMaxMatvecTokens = 16;  // ... unless the short steps' matvecs take them
 inline constexpr uint32_t kCoopSmallTokens = 32;  // ... its small tiles up to this many tokens
 
 inline uint32_t KindCode(WeightKind k) {
@@ -898,6 +899,7 @@ class VulkanBackend : public Backend {
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
   // Short steps (a batch's rows, verification steps) on the matvecs:
   int rows_mv_max_ = kMatmulMinTokens - 1;  // ... of at most this many tokens (more: tiled)
+  uint32_t rows_tok_ = 4;                   // ... this many tokens per workgroup (4 or 8)
   int rows_wgs_ = 0;                        // ... their workgroup cap (0 = one per row block)
   bool rows_cluster_ = true;                // ... the one-token integer lanes (CLUSTER)
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears
@@ -968,7 +970,7 @@ class VulkanBackend : public Backend {
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;
-  // Split-K short-step matvecs (linear.comp KSPLIT): int32 sums of up to kMatmulMinTokens tokens
+  // Split-K short-step matvecs (linear.comp KSPLIT): int32 sums of up to rows_mv_max_ tokens
   // x the widest output, two regions used in turn, each zero between uses (linear_cm_epi ZERO).
   Buf ksum_;
   size_t ksum_bytes_ = 0;

@@ -343,21 +343,23 @@ void VulkanBackend::Build() {
   // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
   // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
   share_x_ = Knob("SHARE_X", 1) != 0;
-  // Steps of 2-7 tokens (a batch's rows, verification steps) on the matvecs, each weight block
-  // streamed once for up to 4 of them: at most ROWS_WGS workgroups (-k: k per compute unit; each
-  // quantizes the tokens' inputs once and loops over row blocks) and the one-token steps' lanes
-  // per integer row (ROWS_CLUSTER). H100, E2B QAT, a 4-row batched step at 512 context
-  // (vulkan_batch_bench): 7.28 ms with neither, 5.95 with the lanes, 7.09 with the cap, 5.84 with
-  // both (8.28 before the short steps shared gate/up's quantized input, SHARE_X);
-  // bench/journal/2026-12-05-short-step-matvecs.md.
+  // Short steps (a batch's rows, verification steps) on the matvecs, each weight block streamed
+  // once for up to ROWS_TOK of their tokens: at most ROWS_WGS workgroups (-k: k per compute unit;
+  // each quantizes the tokens' inputs once and loops over row blocks), the one-token steps' lanes
+  // per integer row (ROWS_CLUSTER), and integer rows longer than ROWS_KCOLS columns split K
+  // (workgroups of that many columns adding exact int32 sums). H100, E2B QAT, a 4-row batched step
+  // at 512 context (vulkan_batch_bench): 7.28 ms with neither the lanes nor the cap, 5.72 with
+  // both, 4.99 with split K at 768 columns (5.04-5.50 at 512-3,072), 4.78 with the rows' attention
+  // at 8 key splits; a k = 4 verification step 6.43 -> 5.39 ms;
+  // bench/journal/2026-12-05-short-step-matvecs.md, 2026-12-05-short-step-choices.md.
   rows_wgs_ = Knob("ROWS_WGS", -4);
   if (rows_wgs_ < 0) rows_wgs_ = -rows_wgs_ * static_cast<int>(dev_->compute_units());
   rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
-  // Opt-in, not yet measured on a GPU: 8-token steps on the matvecs too, 8 tokens per workgroup
-  // (ROWS_MV8; measured slower before split K: 12.8 against 9.0 ms for 8 rows on the H100, the
-  // long down projections re-quantizing their inputs per row block) ...
-  rows_mv_max_ = Knob("ROWS_MV8", 0) != 0 ? kMatmulMinTokens : kMatmulMinTokens - 1;
-  rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 0)));
+  rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 768)));
+  // Steps of up to ROWS_MV tokens take the matvecs (longer: the tiled kernels), ROWS_TOK (4 or 8)
+  // tokens per workgroup.
+  rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMatmulMinTokens - 1), 1, kMaxMatvecTokens);
+  rows_tok_ = Knob("ROWS_TOK", 4) >= 8 ? 8u : 4u;
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token
@@ -448,10 +450,11 @@ void VulkanBackend::Build() {
                                     : Knob("SPLITS", dev_->is_cpu()  ? 2
                                                      : splits_adapt_ ? 64
                                                                      : 16);
-  // Opt-in, not yet measured: a batch's rows (and verification steps as rows) with at most this
-  // many key splits (0: the decode's, up to 256 / rows; at 512 context and 4 rows 64 splits, of
-  // which 16 hold whole 32-key blocks).
-  rows_splits_ = std::max(0, Knob("ROWS_SPLITS", 0));
+  // A batch's rows (and verification steps as rows) with at most this many key splits (0: the
+  // decode's, up to 256 / rows; at 512 context and 4 rows 64 splits, of which 16 hold whole 32-key
+  // blocks). H100, 4 rows at 512 context: 5.72 ms with the decode's, 5.52 with 16, 5.44 with 8;
+  // with split K at 1,536 columns 5.05 with 4, 4.74 with 8.
+  rows_splits_ = std::max(0, Knob("ROWS_SPLITS", 8));
 
   const int H = cfg_.hidden_size, L = cfg_.num_layers, P = cfg_.hidden_size_per_layer_input;
   const int V = cfg_.vocab_size;
@@ -614,7 +617,7 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
   }
   if (C > 1) {
     a.ksum_bytes =
-        (size_t(std::min(C, kMatmulMinTokens)) * std::max({H, qw, kvw, imax, P}) * 4 + 255) / 256 *
+        (size_t(std::min(C, rows_mv_max_)) * std::max({H, qw, kvw, imax, P}) * 4 + 255) / 256 *
         256;
     a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes), {}};
   }

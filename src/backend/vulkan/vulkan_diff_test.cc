@@ -325,7 +325,7 @@ TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
     }
   }
   {
-    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2 ROWS_MV8=1";
+    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2 ROWS_MV=8 ROWS_TOK=8";
     auto base = vm->NewContext({.capacity = 64});
     auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));
     auto other = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));

@@ -486,6 +486,8 @@ class VulkanBackend : public Backend {
     // body leaves its last residual norm (head_pend) to the head's prologue, which also applies the
     // final norm.
     bool fuse_head = false;
+    // Norm kernels with the one-token steps' prologue factors (resnorm.comp FAST_N; RecordBody).
+    bool fast_norm = false;
     bool head_pend = false;
     const Buf* head_wt = nullptr;
     float head_scale = 1.0f;
@@ -574,6 +576,13 @@ class VulkanBackend : public Backend {
     return xwords * 4 <= 16384 ? KindCode(k) : 0;
   }
 
+  // One-token steps apply the residual norms in the next linears' prologues (CNORM) with the
+  // RMS_FAST factors: other steps' norm kernels then take the same factors (rc.fast_norm).
+  bool NormsInPrologues() const {
+    const int H = cfg_.hidden_size;
+    return cnorm_ && rms_fast_ && H <= 8 * static_cast<int>(kWG) &&
+           4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
+  }
   // The residual stream is h_ unless `h` is given.
   void NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float scale, const Buf* wa, bool has_a,
               const BufRange& a, int h_row0 = 0, const BufRange* h = nullptr);

@@ -461,7 +461,8 @@ void VulkanBackend::NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float sc
   if (wt) b[2] = wt->r;
   if (has_a) b[3] = a;
   if (pc.has_wa) b[4] = wa->r;
-  Dispatch(rc, "resnorm", {}, b, &pc, sizeof(pc), m);
+  Dispatch(rc, "resnorm", {0u, rc.fast_norm ? static_cast<uint32_t>(H) : 0u}, b, &pc, sizeof(pc),
+           m);
 }
 
 void VulkanBackend::Dispatch(Rec& rc, const char* shader, std::vector<uint32_t> spec,

@@ -106,6 +106,19 @@ float InvSqrtNewton(float ms) {
   return float(y);
 }
 
+// RmsFactor without the double division and square root (library calls of ~100 instructions each
+// on the NVIDIA driver), for a length n known when the kernel is compiled: the mean by the
+// constant reciprocal of n with one exact correction, then InvSqrtNewton. The one-token steps'
+// norm prologues (linear.comp RMS_FAST) and the other steps' norm kernels (resnorm.comp FAST_N)
+// both take it, so a batch's rows and verification steps give the one-token steps' bits.
+float RmsFactorConstN(double tot, uint n, float eps) {
+  const double rn = 1.0LF / double(n);
+  const double q0 = tot * rn;
+  const double q = fma(fma(-q0, double(n), tot), rn, q0);
+  precise float ms = float(q) + eps;
+  return InvSqrtNewton(ms);
+}
+
 // RMSNorm's factor pow(float(ss / n) + eps, -0.5f) with ss summed in double, as the reference.
 float RmsFactor(double ss, uint n, float eps) {
   precise float ms = float(ss / double(n)) + eps;

@@ -7,11 +7,7 @@
 // reciprocal of PRO_N with one exact correction, and InvSqrtNewton.
 float ProRmsFactor(double tot, uint n, float eps) {
   if (RMS_FAST == 0 || PRO == 0 || n != PRO_N) return RmsFactor(tot, n, eps);
-  const double rn = 1.0LF / double(PRO_N);  // (a constant)
-  const double q0 = tot * rn;
-  const double q = fma(fma(-q0, double(PRO_N), tot), rn, q0);
-  precise float ms = float(q) + eps;
-  return InvSqrtNewton(ms);
+  return RmsFactorConstN(tot, PRO_N, eps);
 }
 
 // RmsFactor of the workgroup's sum of v: subgroup sums, then their sum in subgroup order and the

@@ -16,6 +16,9 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint LN = 0;
+// FAST_N = n (the host sets it where the one-token steps' norm prologues take RMS_FAST): the RMS
+// factors as those prologues compute them (common.glsl RmsFactorConstN), not RmsFactor.
+layout(constant_id = 2) const uint FAST_N = 0;
 layout(std430, binding = 0) buffer H { float h[]; };
 layout(std430, binding = 1) readonly buffer T { float tin[]; };
 layout(std430, binding = 2) readonly buffer WT { float wt[]; };
@@ -43,6 +46,11 @@ double BlockSum(double v) {
   for (uint i = 0; i < gl_NumSubgroups; ++i) tot += red[i];
   barrier();
   return tot;
+}
+
+float Factor(double tot) {
+  return FAST_N != 0 && p.n == FAST_N ? RmsFactorConstN(tot, FAST_N, p.eps)
+                                      : RmsFactor(tot, p.n, p.eps);
 }
 
 float TIn(uint i) {
@@ -100,7 +108,7 @@ void main() {
         double ss = 0.0LF;
         [[unroll]] for (uint u = 0; u < 8; ++u)
           if (tid + u * WG < p.n) ss = fma(double(tv[u]), double(tv[u]), ss);
-        r = RmsFactor(BlockSum(ss), p.n, p.eps);
+        r = Factor(BlockSum(ss));
       }
       [[unroll]] for (uint u = 0; u < 8; ++u) {
         const uint i = tid + u * WG;
@@ -119,7 +127,7 @@ void main() {
         hc[u] = (p.flags & 2u) != 0u ? min(max(hv[u], -p.clip), p.clip) : hv[u];
         if (tid + u * WG < p.n) ss = fma(double(hc[u]), double(hc[u]), ss);
       }
-      const float r = RmsFactor(BlockSum(ss), p.n, p.eps);
+      const float r = Factor(BlockSum(ss));
       [[unroll]] for (uint u = 0; u < 8; ++u) {
         const uint i = tid + u * WG;
         if (i >= p.n) continue;
@@ -140,7 +148,7 @@ void main() {
     if (p.has_t == 1) {
       double ss = 0.0LF;
       for (uint i = tid; i < p.n; i += WG) ss = fma(double(TIn(tb + i)), double(TIn(tb + i)), ss);
-      r = RmsFactor(BlockSum(ss), p.n, p.eps);
+      r = Factor(BlockSum(ss));
     }
     for (uint i = tid; i < p.n; i += WG) {
       precise float v = p.has_t == 1 ? (TIn(tb + i) * r) * wt[i] : tin[tb + i];
@@ -152,7 +160,7 @@ void main() {
   if (p.has_a != 0) {
     double ss = 0.0LF;
     for (uint i = tid; i < p.n; i += WG) ss = fma(double(HIn(hb + i)), double(HIn(hb + i)), ss);
-    const float r = RmsFactor(BlockSum(ss), p.n, p.eps);
+    const float r = Factor(BlockSum(ss));
     const uint ab = row * p.a_stride;
     for (uint i = tid; i < p.n; i += WG) {
       precise float v = HIn(hb + i) * r;

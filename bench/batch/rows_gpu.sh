@@ -9,13 +9,14 @@
 # Usage: bash bench/batch/rows_gpu.sh
 . bench/batch/gpu_env.sh
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 ""
-run timeout 100 $B/vulkan_check --verify /tmp/e2bq 7 40 512 "ROWS_MV=8"
-run timeout 100 $B/vulkan_check --verify /tmp/e2bq 8 40 512 "ROWS_MV=16"
-for k in "" "ROWS_MV=8" "ROWS_MV=8 ROWS_TOK=8" "ROWS_MV=16" "RMS_FAST=0"; do
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 7 40 512 ""
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 8 40 512 ""
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 15 40 512 ""
+for k in "" "ROWS_MV=8" "ROWS_KCOLS=1536" "ROWS_SPLITS=4" ""; do
   echo "## kernels: $k" | tee -a $OUT/log.txt
   GEMMA_VULKAN_KERNELS="$k" run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 1,4,8,16 --steps 24
 done
-GEMMA_VULKAN_KERNELS="ROWS_MV=16" run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 8 --steps 8 --profile 1
+run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 8 --steps 8 --profile 1
 # Through the engine: speculative decoding with right / wrong drafts (the verification steps are
 # short steps), and batched sessions.
 run timeout 150 $B/gemma-engine bench --model /tmp/e2bq --backends vulkan --workloads spec512+tg256 --no-cold --reps 2 --verify-max-tokens 0 --draft 4 --drafts right,wrong --out $OUT/spec4

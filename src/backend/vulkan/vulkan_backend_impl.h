@@ -46,8 +46,11 @@ inline constexpr int kCombineCounters =
     256;  // (token, head) arrival counters of the merging attention
 inline constexpr uint32_t kVocabBlock =
     4096;  // logits_reduce's block (GEMMA_VULKAN_VOCAB_BLOCK: tests)
-inline constexpr int kMatmulMinTokens = 8;  // linears over this many tokens use the tiled kernel
-inline constexpr int kMaxMatvecTokens = 16;  // ... unless the short steps' matvecs take them
+// Chunks of this many tokens take the prompt attention kernels (and verification steps that long
+// run as rows); linears over more than VulkanBackend::rows_mv_max_ tokens (at most
+// kMaxMatvecTokens) take the tiled kernels.
+inline constexpr int kMatmulMinTokens = 8;
+inline constexpr int kMaxMatvecTokens = 16;
 inline constexpr uint32_t kCoopSmallTokens = 32;  // ... its small tiles up to this many tokens
 
 inline uint32_t KindCode(WeightKind k) {
@@ -907,8 +910,7 @@ class VulkanBackend : public Backend {
   bool rms_fast_ = true;          // the prologues' RMS factors by Newton steps (RMS_FAST)
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
   // Short steps (a batch's rows, verification steps) on the matvecs:
-  int rows_mv_max_ = kMatmulMinTokens - 1;  // ... of at most this many tokens (more: tiled)
-  uint32_t rows_tok_ = 4;                   // ... this many tokens per workgroup (4 or 8)
+  int rows_mv_max_ = kMaxMatvecTokens;  // ... of at most this many tokens (more: tiled)
   int rows_wgs_ = 0;                        // ... their workgroup cap (0 = one per row block)
   bool rows_cluster_ = true;                // ... the one-token integer lanes (CLUSTER)
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears

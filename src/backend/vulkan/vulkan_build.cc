@@ -343,23 +343,22 @@ void VulkanBackend::Build() {
   // gate/up's input quantized once where both sets' input scales are equal (SHARE_X; 1.516 /
   // 1.523 against 1.537 / 1.537 ms on the synthetic checkpoint, whose scales are equal).
   share_x_ = Knob("SHARE_X", 1) != 0;
-  // Short steps (a batch's rows, verification steps) on the matvecs, each weight block streamed
-  // once for up to ROWS_TOK of their tokens: at most ROWS_WGS workgroups (-k: k per compute unit;
-  // each quantizes the tokens' inputs once and loops over row blocks), the one-token steps' lanes
-  // per integer row (ROWS_CLUSTER), and integer rows longer than ROWS_KCOLS columns split K
-  // (workgroups of that many columns adding exact int32 sums). H100, E2B QAT, a 4-row batched step
-  // at 512 context (vulkan_batch_bench): 7.28 ms with neither the lanes nor the cap, 5.72 with
-  // both, 4.99 with split K at 768 columns (5.04-5.50 at 512-3,072), 4.78 with the rows' attention
-  // at 8 key splits; a k = 4 verification step 6.43 -> 5.39 ms;
+  // Short steps (a batch's rows, verification steps, prompt chunks) of up to ROWS_MV tokens on the
+  // matvecs (longer: the tiled kernels), each weight block streamed once for up to 4 of their
+  // tokens: at most ROWS_WGS workgroups (-k: k per compute unit; each quantizes the tokens' inputs
+  // once and loops over row blocks), the one-token steps' lanes per integer row (ROWS_CLUSTER),
+  // and integer rows longer than ROWS_KCOLS columns split K (workgroups of that many columns
+  // adding exact int32 sums). H100, E2B QAT, batched steps at 512 context (vulkan_batch_bench):
+  // 4 rows 7.28 ms with neither the lanes nor the cap, 5.72 with both, 4.99 with split K at 768
+  // columns (5.04-5.50 at 512-3,072), 4.78 with the rows' attention at 8 key splits; 8 / 16 rows
+  // 8.66 / 11.08 ms on the tiled kernels, 6.08-6.11 / 8.89 on the matvecs (ROWS_MV 16; 8 tokens a
+  // workgroup: 7.19 at 8 rows); a k = 4 / 8 verification step 6.43 / 8.55 -> 5.36 / 6.95 ms;
   // bench/journal/2026-12-05-short-step-matvecs.md, 2026-12-05-short-step-choices.md.
   rows_wgs_ = Knob("ROWS_WGS", -4);
   if (rows_wgs_ < 0) rows_wgs_ = -rows_wgs_ * static_cast<int>(dev_->compute_units());
   rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 768)));
-  // Steps of up to ROWS_MV tokens take the matvecs (longer: the tiled kernels), ROWS_TOK (4 or 8)
-  // tokens per workgroup.
-  rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMatmulMinTokens - 1), 1, kMaxMatvecTokens);
-  rows_tok_ = Knob("ROWS_TOK", 4) >= 8 ? 8u : 4u;
+  rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMaxMatvecTokens), 1, kMaxMatvecTokens);
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token

@@ -46,10 +46,11 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
                      IsQuantized(lin.kind) && IsQuantized(second->src->kind) &&
                      lin.in_scale > 0.0f && lin.in_scale == second->src->in_scale;
   // Tokens per workgroup: as many as their quantized inputs fit in 16 KiB of shared memory (short
-  // steps: with the reduction slots below the device's limit); short steps up to rows_tok_.
+  // steps: with the reduction slots below the device's limit), at most 4 (8 measured slower for
+  // short steps: bench/journal/2026-12-05-short-step-choices.md).
   uint32_t tok = 1;
   const uint32_t dual = second ? 2 : 1, sets = share ? 1 : dual;
-  const uint32_t max_tok = short_mv ? rows_tok_ : 4;
+  const uint32_t max_tok = 4;
   const size_t other = size_t(dual) * max_tok * 64 * 12 + 4096;
   const size_t most = dev_->max_shared_bytes() > other ? dev_->max_shared_bytes() - other : 0;
   const size_t xq_cap = short_mv ? std::min<size_t>(16384, most) : 16384;

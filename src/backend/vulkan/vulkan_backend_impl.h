@@ -910,7 +910,7 @@ class VulkanBackend : public Backend {
   bool rms_fast_ = true;          // the prologues' RMS factors by Newton steps (RMS_FAST)
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
   // Short steps (a batch's rows, verification steps) on the matvecs:
-  int rows_mv_max_ = kMaxMatvecTokens;  // ... of at most this many tokens (more: tiled)
+  int rows_mv_max_ = kMaxMatvecTokens;      // ... of at most this many tokens (more: tiled)
   int rows_wgs_ = 0;                        // ... their workgroup cap (0 = one per row block)
   bool rows_cluster_ = true;                // ... the one-token integer lanes (CLUSTER)
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears

@@ -265,6 +265,7 @@ struct Activations {
   size_t in_x0_off = 0, in_tok_off = 0, in_mask_off = 0;
   size_t coop_slot_bytes = 0, coop_part_bytes = 0;
   size_t ksum_bytes = 0;  // a region of ksum (two of them)
+  size_t kcount_bytes = 0;  // KFIN counters after them
   int head_rows = 1;
 };
 
@@ -985,6 +986,8 @@ class VulkanBackend : public Backend {
   // x the widest output, two regions used in turn, each zero between uses (linear_cm_epi ZERO).
   Buf ksum_;
   size_t ksum_bytes_ = 0;
+  size_t kcount_bytes_ = 0;  // KFIN's counters, after the two regions
+  bool rows_kfin_ = false;   // ROWS_KFIN
   int ksum_next_ = 0;
   uint32_t rows_kcols_ = 0;  // ... input columns per split (0: no split)
   BufRange CoopPart(int i) const {

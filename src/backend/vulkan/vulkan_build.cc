@@ -359,6 +359,10 @@ void VulkanBackend::Build() {
   rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 768)));
   rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMaxMatvecTokens), 1, kMaxMatvecTokens);
+  // Opt-in, not yet measured on a GPU: split K's epilogue by each row block's last split
+  // (linear.comp KFIN) instead of a linear_cm_epi dispatch and a barrier per split linear
+  // (0.81 of an 8-row step's 7.08 ms on the H100).
+  rows_kfin_ = Knob("ROWS_KFIN", 0) != 0;
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token
@@ -618,7 +622,12 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
     a.ksum_bytes =
         (size_t(std::min(C, rows_mv_max_)) * std::max({H, qw, kvw, imax, P}) * 4 + 255) / 256 *
         256;
-    a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes), {}};
+    // ... then split K's counters (KFIN): one per token group (at most 4 tokens each) and row
+    // block (at least one row each) of the widest output.
+    a.kcount_bytes =
+        (size_t(std::min(C, rows_mv_max_) + 3) / 4 * std::max({H, qw, kvw, imax, P}) * 4 + 255) /
+        256 * 256;
+    a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes + a.kcount_bytes), {}};
   }
   // Host: inputs of a step and the readback.
   a.in_x0_off = 256;
@@ -677,6 +686,7 @@ void VulkanBackend::SwapActivations(Activations& a) {
   std::swap(coop_slot_bytes_, a.coop_slot_bytes);
   std::swap(coop_part_bytes_, a.coop_part_bytes);
   std::swap(ksum_bytes_, a.ksum_bytes);
+  std::swap(kcount_bytes_, a.kcount_bytes);
   std::swap(head_rows_, a.head_rows);
 }
 

@@ -326,7 +326,7 @@ TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
     }
   }
   {
-    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2";
+    const char* knobs = "ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2 ROWS_KFIN=1";
     auto base = vm->NewContext({.capacity = 64});
     auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));
     auto other = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));

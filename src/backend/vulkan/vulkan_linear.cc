@@ -413,6 +413,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     }
     uint32_t gz = 1;
     BufRange ks{};
+    bool kfin = false;
     if (ksplit) {
       if (!fast) throw Error(ErrorCode::kInternal, "vulkan: split-K matvec off the FAST path");
       PadLinearSpec(spec, 33);
@@ -421,6 +422,14 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       ks = {ksum_.r.buf, ksum_.r.offset + ksum_bytes_ * ksum_next_, ksum_bytes_, nullptr};
       ksum_next_ ^= 1;
       b[12] = ks;
+      // The last split of each row block finishes it (KFIN): a counter per token group and block.
+      const size_t counters = size_t((m + tok - 1) / tok) * nblk * 4;
+      if (rows_kfin_ && counters <= kcount_bytes_) {
+        PadLinearSpec(spec, 34);
+        spec.push_back(1);  // KFIN
+        b[7] = {ksum_.r.buf, ksum_.r.offset + 2 * ksum_bytes_, kcount_bytes_, nullptr};
+        kfin = true;
+      }
     }
 
     // Dense sums in double (DSUM) where SRQ roundings follow them: checkpoints with SRQ linears.
@@ -428,7 +437,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         dsum_ && (dense || lin.in_scale <= 0.0f || (second && second->src->in_scale <= 0.0f));
     const char* module = dp ? (ds ? "linear_dp_ds" : "linear_dp") : (ds ? "linear_ds" : "linear");
     Dispatch(rc, module, spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy, gz);
-    if (ksplit) {
+    if (ksplit && !kfin) {
       // The splits' sums, scaled and finished (the region zeroed for its next use).
       Barrier(rc);
       std::array<BufRange, vk::kBindings> eb{};

@@ -187,6 +187,10 @@ layout(constant_id = 33) const uint FXG = 0;
 // and adds its int32 sums to ksum[t rows + row] (binding 12) with integer atomics, exact in any
 // order; linear_cm_epi (ZERO) applies the row scales and the epilogue and zeroes the sums again.
 layout(constant_id = 34) const uint KSPLIT = 0;
+// KFIN 1 (KSPLIT): no linear_cm_epi dispatch: the last of a row block's splits to add its sums (a
+// counter per token group and row block at binding 7, set back to zero by that workgroup) applies
+// the scales and epilogue to the block's rows, as linear_cm_epi would, and zeroes the sums.
+layout(constant_id = 35) const uint KFIN = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -199,6 +203,7 @@ layout(std430, binding = 6) buffer XQout { uint xq_out[]; };           // XQ 2 (
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 layout(std430, binding = 6) coherent buffer Counter { uint done_wgs; };  // TAIL (no EPI 3)
 layout(std430, binding = 7) buffer Hres { float hres[]; };
+layout(std430, binding = 7) coherent buffer KCount { uint kcount[]; };  // KFIN
 layout(std430, binding = 8) readonly buffer WT { float wt[]; };
 layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
@@ -790,6 +795,29 @@ void main() {
       barrier();  // pj_q is rewritten by the next block
     }
 #endif
+    if (KSPLIT > 0 && KFIN != 0) {
+      // The row block's last split finishes it (linear_cm_epi's operations).
+      memoryBarrierBuffer();
+      barrier();
+      const uint ci = gl_WorkGroupID.x * nblk + blk;
+      if (tid == 0) last_wg = atomicAdd(kcount[ci], 1u) == gl_NumWorkGroups.z - 1;
+      barrier();
+      if (last_wg) {
+        memoryBarrierBuffer();
+        for (uint i = tid; i < ROWS_PER_WG * TOK; i += WG) {
+          const uint r2 = blk * ROWS_PER_WG + i % ROWS_PER_WG, t2 = tg + i / ROWS_PER_WG;
+          if (r2 >= p.rows || t2 >= p.ntok) continue;
+          const int sum = atomicExchange(ksum[t2 * p.rows + r2], 0);
+          float r = float(double(sum) * double(p.in_s0) * double(s0[r2]));
+          if (p.out_s0 > 0.0) r = Srq(r, p.out_s0);
+          float outv = r;
+          if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(r, p.cap)) * p.cap;
+          if (EPI == 3) outv = GeluTanh(r) * aux[t2 * p.aux_stride + p.aux_off + r2];
+          y[t2 * p.y_stride + p.y_off + r2] = outv;
+        }
+        if (tid == 0) kcount[ci] = 0;
+      }
+    }
     if (blk == gl_WorkGroupID.y) Probe(5);  // first block's epilogue done
   }
   if (DJ != 0) {

@@ -12,7 +12,9 @@ run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 ""
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 7 40 512 ""
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 8 40 512 ""
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 15 40 512 ""
-for k in "" "ROWS_MV=8" "ROWS_KCOLS=1536" "ROWS_SPLITS=4" ""; do
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 "ROWS_KFIN=1"
+run timeout 100 $B/vulkan_check --verify /tmp/e2bq 8 40 512 "ROWS_KFIN=1"
+for k in "" "ROWS_KFIN=1" "ROWS_KCOLS=1536 ROWS_KFIN=1" "ROWS_KCOLS=512 ROWS_KFIN=1" ""; do
   echo "## kernels: $k" | tee -a $OUT/log.txt
   GEMMA_VULKAN_KERNELS="$k" run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 1,4,8,16 --steps 24
 done

@@ -299,12 +299,11 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
   }
 }
 
-// The short steps' matvec choices (split K over 64-column workgroups, finished by an epilogue kernel
-// or by each row block's last split, the one-token lanes, a capped grid looping over row blocks:
-// ROWS_*) sum the same integers as the one-token kernels: a
-// QAT model's verification steps, as a batch's rows (6 and 8 of them: lavapipe's row sets hold 8),
-// give the one-token steps' logits bit for bit. (`vulkan_check --verify` checks 9-16-token steps
-// on a GPU: bench/batch/rows_gpu.sh.)
+// The short steps' matvec choices (split K over 64-column workgroups, finished by an epilogue
+// kernel or by each row block's last split, the one-token lanes, a capped grid looping over row
+// blocks: ROWS_*) sum the same integers as the one-token kernels: a QAT model's verification steps,
+// as a batch's rows (6 and 8 of them: lavapipe's row sets hold 8), give the one-token steps' logits
+// bit for bit. (`vulkan_check --verify` checks 9-16-token steps on a GPU: bench/batch/rows_gpu.sh.)
 TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
   DiffModel m(312, /*qat=*/true);
   const Model& model = *m.model;

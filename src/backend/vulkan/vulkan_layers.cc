@@ -424,9 +424,9 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
              0, nullptr, 0.0f, &ph);
   } else {
     if (rc.head_pend) throw Error(ErrorCode::kInternal, "vulkan: the head's pending norm");
-    // (a one-token step with the head's norm prologue takes the RMS_FAST factor there: the other
-    // steps' final norm takes it too)
-    rc.fast_norm = rc.fuse_head && NormsInPrologues();
+    // (a one-token step with the head's norm prologue, HEAD_NORM, takes the RMS_FAST factor there:
+    // the other steps' final norm takes it too; RecordBatchHead likewise)
+    rc.fast_norm = head_norm_ && NormsInPrologues();
     NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
     rc.fast_norm = false;
     Barrier(rc);

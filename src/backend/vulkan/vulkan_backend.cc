@@ -286,10 +286,7 @@ void VulkanBackend::PrepareBatchPipelines(int min_rows, const std::atomic<bool>&
 
 void VulkanBackend::RecordBatchHead(Rec& rc, int count, int logits_rows, bool reduce) {
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
-  // (the one-token steps' head prologue's factor, as RecordHead)
-  rc.fast_norm = head_norm_ && NormsInPrologues();
-  NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, 0);
-  rc.fast_norm = false;
+  FinalNormOp(rc, count, 0);
   Barrier(rc);
   LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
   Barrier(rc);

@@ -580,12 +580,21 @@ class VulkanBackend : public Backend {
     return xwords * 4 <= 16384 ? KindCode(k) : 0;
   }
 
-  // One-token steps apply the residual norms in the next linears' prologues (CNORM) with the
-  // RMS_FAST factors: other steps' norm kernels then take the same factors (rc.fast_norm).
-  bool NormsInPrologues() const {
+  // One-token steps apply the residual norms in the next linears' prologues (CNORM; PRO holds 8
+  // values per invocation and keeps one vector in shared memory, with the quantized inputs and
+  // reduction slots: at most ~16 KiB more). With RMS_FAST, other steps' norm kernels then take the
+  // prologues' factors (rc.fast_norm).
+  bool NormPrologues() const {
     const int H = cfg_.hidden_size;
-    return cnorm_ && rms_fast_ && H <= 8 * static_cast<int>(kWG) &&
+    return cnorm_ && H <= 8 * static_cast<int>(kWG) &&
            4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
+  }
+  // The final norm of `count` rows from row0 of h_ into hn_, as a one-token step's head prologue
+  // (HEAD_NORM) computes it.
+  void FinalNormOp(Rec& rc, int count, int row0) {
+    rc.fast_norm = head_norm_ && rms_fast_ && NormPrologues();
+    NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, row0);
+    rc.fast_norm = false;
   }
   // The residual stream is h_ unless `h` is given.
   void NormOp(Rec& rc, int m, const Buf* t, const Buf* wt, float scale, const Buf* wa, bool has_a,

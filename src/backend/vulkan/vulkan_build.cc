@@ -619,14 +619,11 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
     a.partc = {dev.Reserve(Pool::kDevice, a.coop_part_bytes * kCoopSlots), {}};
   }
   if (C > 1) {
-    a.ksum_bytes =
-        (size_t(std::min(C, rows_mv_max_)) * std::max({H, qw, kvw, imax, P}) * 4 + 255) / 256 *
-        256;
+    const size_t tokens = std::min(C, rows_mv_max_), widest = std::max({H, qw, kvw, imax, P});
+    a.ksum_bytes = (tokens * widest * 4 + 255) / 256 * 256;
     // ... then split K's counters (KFIN): one per token group (at most 4 tokens each) and row
     // block (at least one row each) of the widest output.
-    a.kcount_bytes =
-        (size_t(std::min(C, rows_mv_max_) + 3) / 4 * std::max({H, qw, kvw, imax, P}) * 4 + 255) /
-        256 * 256;
+    a.kcount_bytes = ((tokens + 3) / 4 * widest * 4 + 255) / 256 * 256;
     a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes + a.kcount_bytes), {}};
   }
   // Host: inputs of a step and the readback.

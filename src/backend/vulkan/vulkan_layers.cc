@@ -29,14 +29,11 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   }
   // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
   // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-  // PRO holds 8 values per invocation and keeps one vector in shared memory (with the
-  // quantized inputs and reduction slots: at most ~16 KiB more).
-  const bool cn = m == 1 && cnorm_ && H <= 8 * static_cast<int>(kWG) &&
-                  4 * static_cast<size_t>(H) + 16384 <= dev_->max_shared_bytes();
+  const bool cn = m == 1 && NormPrologues();
   // Steps of several tokens (a batch's rows, verification steps, prompt chunks) take each norm
   // after the first with the factors one-token steps' prologues use (the first, above, is a norm
   // kernel in both): each row gets the one-token step's bits.
-  rc.fast_norm = m > 1 && NormsInPrologues();
+  rc.fast_norm = m > 1 && rms_fast_ && NormPrologues();
   BufRange hcur = h_.r, hnext = h2_.r;
   const Buf* pend_wt = nullptr;  // the norm the next linear applies
   float pend_scale = 1.0f;
@@ -424,11 +421,7 @@ void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mod
              0, nullptr, 0.0f, &ph);
   } else {
     if (rc.head_pend) throw Error(ErrorCode::kInternal, "vulkan: the head's pending norm");
-    // (a one-token step with the head's norm prologue, HEAD_NORM, takes the RMS_FAST factor there:
-    // the other steps' final norm takes it too; RecordBatchHead likewise)
-    rc.fast_norm = head_norm_ && NormsInPrologues();
-    NormOp(rc, count, nullptr, nullptr, 1.0f, &final_norm_, true, hn_.r, out_first);
-    rc.fast_norm = false;
+    FinalNormOp(rc, count, out_first);
     Barrier(rc);
     LinearOp(rc, lm_head_, hn_.r, H, logits_.r, V, 0, count, 2);
   }

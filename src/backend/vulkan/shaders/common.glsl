@@ -94,6 +94,17 @@ float GeluTanh(float x) {
   return g;
 }
 
+// A split-K linear's output from its summed int32 dot product (linear_cm_epi, linear.comp KFIN):
+// times the input and row scales in double, the SRQ output rounding, then the epilogue (0 the
+// value, 2 softcap at `cap`, 3 gelu times `aux`).
+float SplitKOut(int sum, float in_s, float rs, float out_s, uint epi, float cap, float aux) {
+  float r = float(double(sum) * double(in_s) * double(rs));
+  if (out_s > 0.0) r = Srq(r, out_s);
+  if (epi == 2 && cap > 0.0) return TanhClamped(ExactDiv(r, cap)) * cap;
+  if (epi == 3) return GeluTanh(r) * aux;
+  return r;
+}
+
 // 1 / sqrt(double(ms)) rounded to f32 without the double division and square root (library calls
 // of ~100 instructions each on the NVIDIA driver): the f32 estimate and two Newton steps in double
 // (to double precision), then rounded: the same value except where the exact one lies within a few

@@ -808,12 +808,9 @@ void main() {
           const uint r2 = blk * ROWS_PER_WG + i % ROWS_PER_WG, t2 = tg + i / ROWS_PER_WG;
           if (r2 >= p.rows || t2 >= p.ntok) continue;
           const int sum = atomicExchange(ksum[t2 * p.rows + r2], 0);
-          float r = float(double(sum) * double(p.in_s0) * double(s0[r2]));
-          if (p.out_s0 > 0.0) r = Srq(r, p.out_s0);
-          float outv = r;
-          if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(r, p.cap)) * p.cap;
-          if (EPI == 3) outv = GeluTanh(r) * aux[t2 * p.aux_stride + p.aux_off + r2];
-          y[t2 * p.y_stride + p.y_off + r2] = outv;
+          const float a = EPI == 3 ? aux[t2 * p.aux_stride + p.aux_off + r2] : 0.0;
+          y[t2 * p.y_stride + p.y_off + r2] =
+              SplitKOut(sum, p.in_s0, s0[r2], p.out_s0, EPI, p.cap, a);
         }
         if (tid == 0) kcount[ci] = 0;
       }

@@ -28,10 +28,6 @@ void main() {
   if (row >= p.rows) return;
   const int sum = part[t * p.rows + row];
   if (ZERO != 0) part[t * p.rows + row] = 0;
-  float r = float(double(sum) * double(p.in_s0) * double(s0[row]));
-  if (p.out_s0 > 0.0) r = Srq(r, p.out_s0);
-  float outv = r;
-  if (EPI == 2 && p.cap > 0.0) outv = TanhClamped(ExactDiv(r, p.cap)) * p.cap;
-  if (EPI == 3) outv = GeluTanh(r) * aux[t * p.aux_stride + p.aux_off + row];
-  y[t * p.y_stride + p.y_off + row] = outv;
+  const float a = EPI == 3 ? aux[t * p.aux_stride + p.aux_off + row] : 0.0;
+  y[t * p.y_stride + p.y_off + row] = SplitKOut(sum, p.in_s0, s0[row], p.out_s0, EPI, p.cap, a);
 }

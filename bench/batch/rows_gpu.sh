@@ -12,12 +12,8 @@ run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 ""
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 7 40 512 ""
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 8 40 512 ""
 run timeout 100 $B/vulkan_check --verify /tmp/e2bq 15 40 512 ""
-run timeout 100 $B/vulkan_check --verify /tmp/e2bq 4 40 512 "ROWS_KFIN=1"
-run timeout 100 $B/vulkan_check --verify /tmp/e2bq 8 40 512 "ROWS_KFIN=1"
-for k in "" "ROWS_KFIN=1" "ROWS_KCOLS=1536 ROWS_KFIN=1" "ROWS_KCOLS=512 ROWS_KFIN=1" ""; do
-  echo "## kernels: $k" | tee -a $OUT/log.txt
-  GEMMA_VULKAN_KERNELS="$k" run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 1,4,8,16 --steps 24
-done
+# (twice: the run-to-run spread; a variant's A/B: GEMMA_VULKAN_KERNELS="ROWS_..." before `run`)
+for i in 1 2; do run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 1,4,8,16 --steps 24; done
 run timeout 60 $B/vulkan_batch_bench /tmp/e2bq --ctx 512 --batches 8 --steps 8 --profile 1
 # Through the engine: speculative decoding with right / wrong drafts (the verification steps are
 # short steps), and batched sessions.

@@ -264,8 +264,8 @@ struct Activations {
       partc, ksum, in_host, out_host;
   size_t in_x0_off = 0, in_tok_off = 0, in_mask_off = 0;
   size_t coop_slot_bytes = 0, coop_part_bytes = 0;
-  size_t ksum_bytes = 0;  // a region of ksum (two of them)
-  size_t kcount_bytes = 0;  // KFIN counters after them
+  size_t ksum_bytes = 0;    // a region of ksum (kKsumSlots of them)
+  size_t kcount_bytes = 0;  // a region's split-K counters (kKsumSlots sets after the regions)
   int head_rows = 1;
 };
 
@@ -503,6 +503,8 @@ class VulkanBackend : public Backend {
     const VulkanBackend* rope_rows = nullptr;  // the row whose RoPE tables the rows read
     // Set 1 (the rows' caches, Device::RowsSet) bound with the next dispatches.
     VkDescriptorSet rows_set = VK_NULL_HANDLE;
+    // Split-K regions taken since the barrier numbered ksum_phase (LinearOp's KSPLIT).
+    int ksum_phase = -1, ksum_taken = 0;
   };
 
   // A dispatch's profile label: the shader, and for matvecs the kind, epilogue and shape.
@@ -991,12 +993,15 @@ class VulkanBackend : public Backend {
   bool coop_dense_ = true;  // GEMMA_VULKAN_CM_DENSE: bf16 / f16 prefill linears on matrix units
   Buf partc_;
   size_t coop_part_bytes_ = 0;
-  // Split-K short-step matvecs (linear.comp KSPLIT): int32 sums of up to rows_mv_max_ tokens
-  // x the widest output, two regions used in turn, each zero between uses (linear_cm_epi ZERO).
+  // Split-K short-step matvecs (linear.comp KSPLIT): int32 sums of up to rows_mv_max_
+  // tokens x the widest output, kKsumSlots regions used in turn, each zero between uses (each
+  // row block's finishing workgroup zeroes its sums and counter), and after them each region's
+  // counters. Split linears of one phase (q, k, v) run at once on a GPU: each takes its own
+  // region, and a phase's (kKsumSlots + 1)-th records a barrier first.
+  static constexpr int kKsumSlots = 3;
   Buf ksum_;
   size_t ksum_bytes_ = 0;
-  size_t kcount_bytes_ = 0;  // KFIN's counters, after the two regions
-  bool rows_kfin_ = false;   // ROWS_KFIN
+  size_t kcount_bytes_ = 0;  // a region's counters
   int ksum_next_ = 0;
   uint32_t rows_kcols_ = 0;  // ... input columns per split (0: no split)
   BufRange CoopPart(int i) const {

@@ -359,10 +359,6 @@ void VulkanBackend::Build() {
   rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 768)));
   rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMaxMatvecTokens), 1, kMaxMatvecTokens);
-  // Opt-in, not yet measured on a GPU: split K's epilogue by each row block's last split
-  // (linear.comp KFIN) instead of a linear_cm_epi dispatch and a barrier per split linear
-  // (0.81 of an 8-row step's 7.08 ms on the H100).
-  rows_kfin_ = Knob("ROWS_KFIN", 0) != 0;
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token
@@ -621,10 +617,10 @@ Activations VulkanBackend::PlanActivations(Device& dev, int rows) {
   if (C > 1) {
     const size_t tokens = std::min(C, rows_mv_max_), widest = std::max({H, qw, kvw, imax, P});
     a.ksum_bytes = (tokens * widest * 4 + 255) / 256 * 256;
-    // ... then split K's counters (KFIN): one per token group (at most 4 tokens each) and row
-    // block (at least one row each) of the widest output.
-    a.kcount_bytes = ((tokens + 3) / 4 * widest * 4 + 255) / 256 * 256;
-    a.ksum = {dev.Reserve(Pool::kDevice, 2 * a.ksum_bytes + a.kcount_bytes), {}};
+    // ... then split K's counters, one set per sum region: one per token group (at least
+    // one token each) and row block (at least one row each) of the widest output.
+    a.kcount_bytes = (tokens * widest * 4 + 255) / 256 * 256;
+    a.ksum = {dev.Reserve(Pool::kDevice, kKsumSlots * (a.ksum_bytes + a.kcount_bytes)), {}};
   }
   // Host: inputs of a step and the readback.
   a.in_x0_off = 256;

@@ -412,24 +412,27 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       spec.push_back(1);  // FXG
     }
     uint32_t gz = 1;
-    BufRange ks{};
-    bool kfin = false;
     if (ksplit) {
       if (!fast) throw Error(ErrorCode::kInternal, "vulkan: split-K matvec off the FAST path");
       PadLinearSpec(spec, 33);
       spec.push_back(nvec);                    // KSPLIT
       gz = (d.wstride / 4 + nvec - 1) / nvec;  // (the row's vectors, nvec per split)
-      ks = {ksum_.r.buf, ksum_.r.offset + ksum_bytes_ * ksum_next_, ksum_bytes_, nullptr};
-      ksum_next_ ^= 1;
-      b[12] = ks;
-      // The last split of each row block finishes it (KFIN): a counter per token group and block.
+      // A region of its own among the phase's split linears (they run at once on a GPU).
+      if (rc.ksum_phase != rc.barriers) rc.ksum_taken = 0;
+      if (rc.ksum_taken == kKsumSlots) Barrier(rc);
+      if (rc.ksum_phase != rc.barriers) rc.ksum_taken = 0;
+      rc.ksum_phase = rc.barriers;
+      ++rc.ksum_taken;
+      const int slot = ksum_next_;
+      ksum_next_ = (ksum_next_ + 1) % kKsumSlots;
+      b[12] = {ksum_.r.buf, ksum_.r.offset + ksum_bytes_ * slot, ksum_bytes_, nullptr};
+      // The last split of each row block finishes it (the epilogue, the sums zeroed for the
+      // region's next use): a counter per token group and block, the region's own counters.
       const size_t counters = size_t((m + tok - 1) / tok) * nblk * 4;
-      if (rows_kfin_ && counters <= kcount_bytes_) {
-        PadLinearSpec(spec, 34);
-        spec.push_back(1);  // KFIN
-        b[7] = {ksum_.r.buf, ksum_.r.offset + 2 * ksum_bytes_, kcount_bytes_, nullptr};
-        kfin = true;
-      }
+      if (counters > kcount_bytes_)
+        throw Error(ErrorCode::kInternal, "vulkan: split-K counters past their region");
+      b[7] = {ksum_.r.buf, ksum_.r.offset + kKsumSlots * ksum_bytes_ + kcount_bytes_ * slot,
+              kcount_bytes_, nullptr};
     }
 
     // Dense sums in double (DSUM) where SRQ roundings follow them: checkpoints with SRQ linears.
@@ -437,17 +440,6 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         dsum_ && (dense || lin.in_scale <= 0.0f || (second && second->src->in_scale <= 0.0f));
     const char* module = dp ? (ds ? "linear_dp_ds" : "linear_dp") : (ds ? "linear_ds" : "linear");
     Dispatch(rc, module, spec, b, &pc, sizeof(pc), (m + tok - 1) / tok, gy, gz);
-    if (ksplit && !kfin) {
-      // The splits' sums, scaled and finished (the region zeroed for its next use).
-      Barrier(rc);
-      std::array<BufRange, vk::kBindings> eb{};
-      eb[1] = p.s.r;
-      eb[3] = y;
-      if (aux) eb[6] = *aux;
-      eb[9] = ks;
-      Dispatch(rc, "linear_cm_epi", {KindCode(lin.kind), epi, 1u}, eb, &pc, sizeof(pc),
-               (p.rows + 255) / 256, m, 1, /*local_size=*/0);
-    }
   }
   return pj_ok || dj_ok;
 }

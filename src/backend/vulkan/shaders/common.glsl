@@ -94,7 +94,7 @@ float GeluTanh(float x) {
   return g;
 }
 
-// A split-K linear's output from its summed int32 dot product (linear_cm_epi, linear.comp KFIN):
+// A split-K linear's output from its summed int32 dot product (linear_cm_epi, linear.comp KSPLIT):
 // times the input and row scales in double, the SRQ output rounding, then the epilogue (0 the
 // value, 2 softcap at `cap`, 3 gelu times `aux`).
 float SplitKOut(int sum, float in_s, float rs, float out_s, uint epi, float cap, float aux) {

@@ -181,16 +181,14 @@ layout(constant_id = 32) const uint SHARE_X = 0;
 // (binding 2, shared by every row: cache hits) instead of shared memory. The same FMAs in the same
 // order as FXW and the general path.
 layout(constant_id = 33) const uint FXG = 0;
-// KSPLIT > 0 (short steps of 2-8 tokens, FAST, one weight set, no prologue, tail or fusion; the
+// KSPLIT > 0 (short steps of 2-16 tokens, FAST, one weight set, no prologue, tail or fusion; the
 // host sets it for long rows): split K. Workgroup z takes the KSPLIT 16-byte weight vectors
 // z KSPLIT .. of each row (XWORDS: their input words, quantized from the columns they multiply)
 // and adds its int32 sums to ksum[t rows + row] (binding 12) with integer atomics, exact in any
-// order; linear_cm_epi (ZERO) applies the row scales and the epilogue and zeroes the sums again.
+// order. The last of a row block's splits to add its sums (a counter per token group and row
+// block at binding 7, set back to zero by that workgroup) applies the row scales and the epilogue
+// to the block's rows (common.glsl SplitKOut) and zeroes the sums for the region's next use.
 layout(constant_id = 34) const uint KSPLIT = 0;
-// KFIN 1 (KSPLIT): no linear_cm_epi dispatch: the last of a row block's splits to add its sums (a
-// counter per token group and row block at binding 7, set back to zero by that workgroup) applies
-// the scales and epilogue to the block's rows, as linear_cm_epi would, and zeroes the sums.
-layout(constant_id = 35) const uint KFIN = 0;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -203,7 +201,7 @@ layout(std430, binding = 6) buffer XQout { uint xq_out[]; };           // XQ 2 (
 layout(std430, binding = 6) readonly buffer Aux { float aux[]; };
 layout(std430, binding = 6) coherent buffer Counter { uint done_wgs; };  // TAIL (no EPI 3)
 layout(std430, binding = 7) buffer Hres { float hres[]; };
-layout(std430, binding = 7) coherent buffer KCount { uint kcount[]; };  // KFIN
+layout(std430, binding = 7) coherent buffer KCount { uint kcount[]; };  // KSPLIT
 layout(std430, binding = 8) readonly buffer WT { float wt[]; };
 layout(std430, binding = 9) readonly buffer WA { float wa[]; };
 layout(std430, binding = 10) writeonly buffer A { float anorm[]; };
@@ -795,7 +793,7 @@ void main() {
       barrier();  // pj_q is rewritten by the next block
     }
 #endif
-    if (KSPLIT > 0 && KFIN != 0) {
+    if (KSPLIT > 0) {
       // The row block's last split finishes it (linear_cm_epi's operations).
       memoryBarrierBuffer();
       barrier();

@@ -1,5 +1,5 @@
 #version 450
-// Epilogue of a split-K linear_cm or linear_dp (KSPLIT; one weight set): the int32 dot products
+// Epilogue of a split-K linear_cm (KSPLIT; one weight set): the int32 dot products
 // summed by the splits' atomics, times the input and row scales in double, then linear.comp's SRQ
 // and epilogues (0 store, 2 softcap, 3 gelu * aux).
 #include "common.glsl"
@@ -7,9 +7,6 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 1) const uint KIND = 4;
 layout(constant_id = 2) const uint EPI = 0;
-// ZERO 1 (linear_dp's KSPLIT): each sum is set to zero after it is read, so the region is zero
-// for its next use without a fill (and the barrier after one).
-layout(constant_id = 3) const uint ZERO = 0;
 
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
 layout(std430, binding = 3) buffer Y { float y[]; };
@@ -27,7 +24,6 @@ void main() {
   const uint row = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;
   if (row >= p.rows) return;
   const int sum = part[t * p.rows + row];
-  if (ZERO != 0) part[t * p.rows + row] = 0;
   const float a = EPI == 3 ? aux[t * p.aux_stride + p.aux_off + row] : 0.0;
   y[t * p.y_stride + p.y_off + row] = SplitKOut(sum, p.in_s0, s0[row], p.out_s0, EPI, p.cap, a);
 }

@@ -325,8 +325,8 @@ TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
       want.insert(want.end(), r.logits.begin(), r.logits.end());
     }
   }
-  for (const char* knobs : {"ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2",
-                            "ROWS_KCOLS=128 ROWS_CLUSTER=1 ROWS_WGS=1"}) {
+  for (const char* knobs :
+       {"ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2", "ROWS_KCOLS=128 ROWS_CLUSTER=1 ROWS_WGS=1"}) {
     SCOPED_TRACE(knobs);
     auto base = vm->NewContext({.capacity = 64});
     auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));

@@ -923,6 +923,10 @@ class VulkanBackend : public Backend {
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
   // Short steps (a batch's rows, verification steps) on the matvecs:
   int rows_mv_max_ = kMaxMatvecTokens;      // ... of at most this many tokens (more: tiled)
+  bool rows_pro_ = false;                   // ... their norms in prologues (ROWS_PRO)
+  // Every linear that takes a norm (q, k, v, gate / up, the PLE gate) is on the integer path
+  // (SRQ input scales), as linear.comp PRO_M needs.
+  bool short_pro_ok_ = false;
   int rows_wgs_ = 0;                        // ... their workgroup cap (0 = one per row block)
   bool rows_cluster_ = true;                // ... the one-token integer lanes (CLUSTER)
   bool dsum_ = false;             // dense sums in double (DSUM): the model has SRQ linears

@@ -166,6 +166,18 @@ void VulkanBackend::Build() {
   weights_ = shared_->Acquire();
   dev_ = weights_->dev->NewContext();
   layers_ = weights_->layers;
+  {
+    const auto int_path = [](const DevLinear& d) {
+      return d.src && IsQuantized(d.src->kind) && d.src->in_scale > 0.0f && d.parts.size() == 1;
+    };
+    short_pro_ok_ = !layers_.empty();
+    for (const DevLayer& d : layers_) {
+      const bool kv = !d.k.src || (int_path(d.k) && int_path(d.v));
+      const bool ple = !d.ple_gate.src || int_path(d.ple_gate);
+      short_pro_ok_ = short_pro_ok_ && int_path(d.q) && kv && int_path(d.gate) &&
+                      int_path(d.up) && ple;
+    }
+  }
   ple_proj_ = weights_->ple_proj;
   lm_head_ = weights_->lm_head;
   ple_norm_ = weights_->ple_norm;
@@ -359,6 +371,10 @@ void VulkanBackend::Build() {
   rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 768)));
   rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMaxMatvecTokens), 1, kMaxMatvecTokens);
+  // Opt-in, not yet measured on a GPU: the short steps' residual norms in the next linears'
+  // prologues (linear.comp PRO_M), as one-token steps take them: three norm kernels and barriers
+  // fewer per layer (0.92 of an 8-row step's 6.62 ms on the H100 are norm kernels).
+  rows_pro_ = Knob("ROWS_PRO", 0) != 0;
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token
@@ -489,7 +505,7 @@ void VulkanBackend::Build() {
   // Activations: the context's own set for short steps (up to kShortStepRows tokens); longer
   // prompt chunks take the engine's (StepActivations).
   auto F = [&](size_t floats) { return Reserve(Pool::kDevice, floats * 4); };
-  h2_ = F(H);
+  h2_ = F(size_t(kMaxMatvecTokens) * H);  // (short steps' prologues: a row per token)
   // int32 sums of the PLE projections (EPI 4), then of the down projections (DJ, in
   // down_fuse_copies_ copies), zeroed per step
   pacc_ = F(size_t(L) * (1 + down_fuse_copies_) * H);

@@ -326,7 +326,8 @@ TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
     }
   }
   for (const char* knobs :
-       {"ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2", "ROWS_KCOLS=128 ROWS_CLUSTER=1 ROWS_WGS=1"}) {
+       {"ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2", "ROWS_KCOLS=128 ROWS_CLUSTER=1 ROWS_WGS=1",
+        "ROWS_KCOLS=64 ROWS_WGS=2 ROWS_PRO=1", "ROWS_KCOLS=0 ROWS_PRO=1"}) {
     SCOPED_TRACE(knobs);
     auto base = vm->NewContext({.capacity = 64});
     auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));

@@ -29,11 +29,14 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   }
   // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
   // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-  const bool cn = m == 1 && NormPrologues();
+  // ... and (ROWS_PRO) steps of several tokens on the matvecs, where every linear that takes a
+  // norm is on the integer path (linear.comp PRO_M: the prologue per token, no fusions).
+  const bool cn = (m == 1 || (m <= rows_mv_max_ && rows_pro_ && short_pro_ok_)) && NormPrologues();
+  const bool one = m == 1;
   // Steps of several tokens (a batch's rows, verification steps, prompt chunks) take each norm
   // after the first with the factors one-token steps' prologues use (the first, above, is a norm
   // kernel in both): each row gets the one-token step's bits.
-  rc.fast_norm = m > 1 && rms_fast_ && NormPrologues();
+  rc.fast_norm = m > 1 && rms_fast_ && NormPrologues();  // (and the last layer's, below)
   BufRange hcur = h_.r, hnext = h2_.r;
   const Buf* pend_wt = nullptr;  // the norm the next linear applies
   float pend_scale = 1.0f;
@@ -97,7 +100,8 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     }
     Barrier(rc);
     // One-token steps: gate/up also write the down projection's quantized input (XQ).
-    const bool xq = (fuse || cn) && d.down.src->in_scale > 0 && IsQuantized(d.down.src->kind) &&
+    const bool xq = (fuse || (cn && one)) && d.down.src->in_scale > 0 &&
+                    IsQuantized(d.down.src->kind) &&
                     d.gate.parts.size() == 1;
     const BufRange xq_l{xq_.r.buf, xq_.r.offset + xq_region_ * l, xq_region_, nullptr};
     // One-token steps with the norms in the consumers: the down projection summed by gate/up's
@@ -110,7 +114,7 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     if (cn) {
       const BufRange* wa = d.pre_ffn_norm.handle >= 0 ? &d.pre_ffn_norm.r : nullptr;
       const Pro pg{1, &hcur, &d.post_attn_norm.r, wa, &hnext, 1.0f};
-      const bool try_df = down_fuse_ && (P > 0 || l + 1 < l_end);
+      const bool try_df = one && down_fuse_ && (P > 0 || l + 1 < l_end);
       down_fused = LinearOp(rc, d.gate, t_.r, H, g_.r, p.intermediate, 0, m, 1, &d.up, nullptr, 0,
                             0, 0, nullptr, xq ? 2 : 0, xq ? &xq_l : nullptr, d.down.src->in_scale,
                             &pg, XqPerm(d.down), try_df ? &df : nullptr);
@@ -144,7 +148,8 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
                          {pacc_.r.buf, pacc_.r.offset + size_t(l) * H * 4, size_t(H) * 4, nullptr}};
         const bool fused =
             LinearOp(rc, d.ple_gate, t_.r, H, gp_.r, P, 0, m, 3, nullptr, &ple_.r, LP, l * P, 0,
-                     nullptr, 0, nullptr, 0.0f, &pp, 0, ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
+                     nullptr, 0, nullptr, 0.0f, &pp, 0,
+                     one && ple_fuse_ && l + 1 < l_end ? &pf : nullptr);
         std::swap(hcur, hnext);
         if (!fused) {
           Barrier(rc);
@@ -188,7 +193,6 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     Barrier(rc);
   }
   rc.light = false;
-  rc.fast_norm = false;
   if (cn && pend_wt && rc.fuse_head && !pend_sums && l_end == L && m == 1) {
     // The last layer's norm and the final norm in the LM head's prologue (RecordHead).
     rc.head_pend = true;
@@ -197,14 +201,15 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
     rc.head_h = hcur;
   } else if (cn && pend_wt) {
     // The last layer's norm, on the current residual buffer, which then goes back to h_.
-    NormOp(rc, 1, &t_, pend_wt, pend_scale, nullptr, false, {}, 0, &hcur);
+    NormOp(rc, m, &t_, pend_wt, pend_scale, nullptr, false, {}, 0, &hcur);
     Barrier(rc);
     if (hcur.offset != h_.r.offset || hcur.buf != h_.r.buf) {
-      VkBufferCopy cp{hcur.offset, h_.r.offset, size_t(H) * 4};
+      VkBufferCopy cp{hcur.offset, h_.r.offset, size_t(m) * H * 4};
       vkCmdCopyBuffer(rc.cmd, hcur.buf, h_.r.buf, 1, &cp);
       Barrier(rc);
     }
   }
+  rc.fast_norm = false;
 }
 
 // q = rope(rmsnorm(q) q_norm), and the new K / V rows normed, roped and written to the cache

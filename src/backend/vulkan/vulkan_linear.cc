@@ -21,7 +21,8 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
   const bool ksplit = short_mv && rows_kcols_ > 0 && rows_kcols_ % vec_cols == 0 &&
                       static_cast<uint32_t>(d.cols) > rows_kcols_ && int_dot_ && mv_fast_ &&
                       IsQuantized(lin.kind) && lin.in_scale > 0.0f && !second &&
-                      (epi == 0 || epi == 2 || epi == 3) && !tail && !pro && xq_mode == 0 && !pj &&
+                      (epi == 0 || epi == 2 || epi == 3) && !tail && (!pro || m > 1) &&
+                      xq_mode == 0 && !pj &&
                       d.parts.size() == 1 && ksum_.handle >= 0 &&
                       size_t(m) * d.rows * 4 <= ksum_bytes_;
   // The input words a workgroup quantizes, and the 16-byte weight vectors of a row it multiplies.
@@ -267,16 +268,21 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       pc.pj_wstride = static_cast<uint32_t>(pjl->wstride);
     }
     if (pro) {
-      if (m != 1 || tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(kWG))
+      // (steps of several tokens: PRO_M below, the integer path only, no fusion)
+      const bool int_sets = lin.in_scale > 0.0f && IsQuantized(lin.kind) &&
+                            (!second || (second->src->in_scale > 0.0f &&
+                                         IsQuantized(second->src->kind)));
+      if (tail || xqm == 1 || xqm == 3 || d.cols > 8 * static_cast<int>(kWG) ||
+          (m > 1 && (!short_mv || !int_sets || xqm != 0 || pro->t_sums || pj)))
         throw Error(ErrorCode::kInternal, "vulkan: input norm prologue on a wrong linear");
-      spec.push_back(pro->mode);
-      spec.push_back(static_cast<uint32_t>(d.cols));
+      spec.push_back(m == 1 ? pro->mode : 0u);  // PRO
+      spec.push_back(m == 1 ? static_cast<uint32_t>(d.cols) : 1u);  // PRO_N
       pc.n = static_cast<uint32_t>(d.cols);
       pc.scale = pro->scale;
       pc.eps = cfg_.rms_norm_eps;
       pc.has_a = pro->h_out && i == 0;
       pc.has_wa = pro->wa != nullptr;
-      b[7] = *pro->h_in;
+      b[m == 1 ? 7 : 13] = *pro->h_in;
       b[8] = *pro->wt;
       // Without wa, wt (the same length) stands in: the prologue loads binding 9 unconditionally
       // and ignores the values when has_wa is 0.
@@ -386,7 +392,7 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
     }
     // The prologue's columns 8 per invocation, read as 16-byte vectors (linear.comp PRO_VEC;
     // not with PACK_ATOMIC, the first form's other packing, nor where the caller says so).
-    if (pro && pro->vec && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
+    if (pro && m == 1 && pro->vec && pro_vec_ && !pack_atomic_ && d.cols % 8 == 0) {
       PadLinearSpec(spec, 27);
       spec.push_back(1);  // PRO_VEC
     }
@@ -433,6 +439,11 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         throw Error(ErrorCode::kInternal, "vulkan: split-K counters past their region");
       b[7] = {ksum_.r.buf, ksum_.r.offset + kKsumSlots * ksum_bytes_ + kcount_bytes_ * slot,
               kcount_bytes_, nullptr};
+    }
+    if (pro && m > 1) {
+      PadLinearSpec(spec, 34);
+      spec.push_back(pro->mode);                        // PRO_M
+      spec.push_back(static_cast<uint32_t>(d.cols));  // PRO_MN
     }
 
     // Dense sums in double (DSUM) where SRQ roundings follow them: checkpoints with SRQ linears.

@@ -189,6 +189,16 @@ layout(constant_id = 33) const uint FXG = 0;
 // block at binding 7, set back to zero by that workgroup) applies the row scales and the epilogue
 // to the block's rows (common.glsl SplitKOut) and zeroes the sums for the region's next use.
 layout(constant_id = 34) const uint KSPLIT = 0;
+// PRO_M 1 / 2 (steps of 2-16 tokens on the integer path; the host sets it with ROWS_PRO): PRO's
+// consumer-side residual norm for each of the workgroup's TOK tokens, h' = (h + rmsnorm(t) * wt)
+// * scale and x = rmsnorm(h') * wa (1) or x = h' (2), t the input rows (binding 2), h's rows at
+// binding 13, n = PRO_MN: each token's factors in the one-token prologue's order, then the
+// values computed again as they are quantized (the same operations, so each token's input is
+// the one-token step's, bit for bit). The workgroups (x, 0, 0) write their tokens' h' rows to
+// binding 10 when has_a is set. With KSPLIT every split computes the whole rows' factors and
+// quantizes its own columns.
+layout(constant_id = 35) const uint PRO_M = 0;
+layout(constant_id = 36) const uint PRO_MN = 1;
 
 layout(std430, binding = 0) readonly buffer W0 { uvec4 w0[]; };
 layout(std430, binding = 1) readonly buffer S0 { float s0[]; };
@@ -210,6 +220,7 @@ layout(std430, binding = 4) readonly buffer W1W { uint w1w[]; };  // EPI 4: P's 
 layout(std430, binding = 12) buffer PAcc { int pacc[]; };         // EPI 4, DJ: P's int32 sums
 layout(std430, binding = 12) buffer KSum { int ksum[]; };         // KSPLIT: the int32 sums
 layout(std430, binding = 13) readonly buffer DWW { uvec2 djw[]; };  // DJ: D's rows (word pairs)
+layout(std430, binding = 13) readonly buffer HM { float hm[]; };     // PRO_M: h's rows
 // PRO_VEC: 16-byte views of the prologue's operands (the same bindings).
 layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) readonly buffer XI4 { ivec4 xi4[]; };
@@ -256,6 +267,7 @@ shared bool last_wg;
 shared float xs[PRO_N];
 
 shared float rms_bc[2];
+shared float prom_r[8];  // PRO_M: each token's two factors (TOK <= 4)
 shared vec4 xf4[FXW + 1];  // FXW: the input
 shared int pj_q[ROWS_PER_WG];  // EPI 4: the block's outputs quantized for P
 const uint PJW = ROWS_PER_WG / 4;  // EPI 4: P's words per row in a block (<= 16: the host checks)
@@ -470,6 +482,46 @@ void main() {
     barrier();
     Probe2(6);
   }
+  if (PRO_M != 0) {
+    // Each token's factors as the one-token prologue (PRO) computes them, one token at a time.
+    const bool write_h = p.has_a != 0 && gl_WorkGroupID.y == 0 && gl_WorkGroupID.z == 0;
+    for (uint tt = 0; tt < TOK; ++tt) {
+      const uint t = tg + tt;
+      if (t >= p.ntok) break;  // (uniform)
+      const uint xb = (t + p.x_row0) * p.x_stride, hb = t * PRO_MN;
+      double ss = 0.0LF;
+      float tv[8], hv[8], wtv[8];
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint i = tid + u * WG;
+        tv[u] = 0.0;
+        hv[u] = 0.0;
+        wtv[u] = 0.0;
+        if (i < PRO_MN) {
+          tv[u] = x[xb + i];
+          hv[u] = hm[hb + i];
+          wtv[u] = wt[i];
+          ss = fma(double(tv[u]), double(tv[u]), ss);
+        }
+      }
+      const float r = BlockRmsFactor(ss, PRO_MN, p.eps, 0);
+      double ss2 = 0.0LF;
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint i = tid + u * WG;
+        if (i < PRO_MN) {
+          precise float v = (tv[u] * r) * wtv[u];
+          precise float o = (hv[u] + v) * p.scale;
+          if (write_h) anorm[hb + i] = o;
+          ss2 = fma(double(o), double(o), ss2);
+        }
+      }
+      const float r2 = PRO_M == 1 ? BlockRmsFactor(ss2, PRO_MN, p.eps, 1) : 1.0;
+      if (tid == 0) {
+        prom_r[2 * tt] = r;
+        prom_r[2 * tt + 1] = r2;
+      }
+    }
+    barrier();
+  }
   Probe(1);  // after the consumer-norm prologue
   if (XQ == 3 || XQ == 4) {
     // The input arrives quantized (binding 5); stage it in shared memory for the inner loop (XQ 4:
@@ -504,8 +556,11 @@ void main() {
           if (t < p.ntok) {
             for (uint k = 0; k < 4; ++k) {
               const uint c = col0 + PermCol(i, k);
-              const int q =
-                  c >= p.cols ? 0 : QuantizeSrqR(PRO != 0 ? xs[c] : x[xb + c], in_s[d], rs);
+              const int q = c >= p.cols ? 0
+                            : QuantizeSrqR(PRO_M != 0 ? ProMInput(tt, t, c)
+                                           : PRO != 0 ? xs[c]
+                                                      : x[xb + c],
+                                           in_s[d], rs);
               packed |= (uint(q) & 0xFFu) << (8 * k);
             }
           }

@@ -6,6 +6,7 @@
 // The prologue's RmsFactor(tot, n, eps); with RMS_FAST (n == PRO_N) the mean by the constant
 // reciprocal of PRO_N with one exact correction, and InvSqrtNewton.
 float ProRmsFactor(double tot, uint n, float eps) {
+  if (RMS_FAST != 0 && PRO_M != 0 && n == PRO_MN) return RmsFactorConstN(tot, PRO_MN, eps);
   if (RMS_FAST == 0 || PRO == 0 || n != PRO_N) return RmsFactor(tot, n, eps);
   return RmsFactorConstN(tot, PRO_N, eps);
 }
@@ -138,6 +139,18 @@ float ProInput(float h, float r2, float wa) {
   precise float v = h * r2;
   precise float o = p.has_wa != 0 ? v * wa : v;
   return o;
+}
+
+// PRO_M: token tt's (row t's) input at column c < PRO_MN from its factors (the prologue's
+// operations again: h' as PRO computes it, then ProInput's).
+float ProMInput(uint tt, uint t, uint c) {
+  const float tv = x[(t + p.x_row0) * p.x_stride + c];
+  precise float v = (tv * prom_r[2 * tt]) * wt[c];
+  precise float o = (hm[t * PRO_MN + c] + v) * p.scale;
+  if (PRO_M != 1) return o;
+  precise float a = o * prom_r[2 * tt + 1];
+  precise float b = p.has_wa != 0 ? a * wa[c] : a;
+  return b;
 }
 
 // The shared word holding a token's input word i (row-local): i itself, or with XCM chunk-major.

@@ -923,7 +923,7 @@ class VulkanBackend : public Backend {
   bool share_x_ = true;           // one quantized input for equal input scales (SHARE_X)
   // Short steps (a batch's rows, verification steps) on the matvecs:
   int rows_mv_max_ = kMaxMatvecTokens;      // ... of at most this many tokens (more: tiled)
-  bool rows_pro_ = false;                   // ... their norms in prologues (ROWS_PRO)
+  int rows_pro_max_ = 4;                    // ... their norms in prologues up to this many
   // Every linear that takes a norm (q, k, v, gate / up, the PLE gate) is on the integer path
   // (SRQ input scales), as linear.comp PRO_M needs.
   bool short_pro_ok_ = false;

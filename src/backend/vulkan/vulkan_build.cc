@@ -371,10 +371,14 @@ void VulkanBackend::Build() {
   rows_cluster_ = Knob("ROWS_CLUSTER", 1) != 0;
   rows_kcols_ = static_cast<uint32_t>(std::max(0, Knob("ROWS_KCOLS", 768)));
   rows_mv_max_ = std::clamp(Knob("ROWS_MV", kMaxMatvecTokens), 1, kMaxMatvecTokens);
-  // Opt-in, not yet measured on a GPU: the short steps' residual norms in the next linears'
-  // prologues (linear.comp PRO_M), as one-token steps take them: three norm kernels and barriers
-  // fewer per layer (0.92 of an 8-row step's 6.62 ms on the H100 are norm kernels).
-  rows_pro_ = Knob("ROWS_PRO", 0) != 0;
+  // Steps of 2..ROWS_PRO tokens take their residual norms in the next linears' prologues
+  // (linear.comp PRO_M), as one-token steps do: three norm kernels and barriers fewer per layer,
+  // against each workgroup's prologue over its (up to 4) tokens. On the H100 (E2B QAT, 512
+  // cached tokens, bench/journal/2026-12-06-kfin.md): 2 / 3 / 4 tokens 3.59 / 4.03-4.07 / 4.25
+  // -> 3.19-3.24 / 3.76 / 4.02-4.03 ms, 4 rows 4.39-4.41 -> 4.23-4.24; 5 tokens 5.07 -> 5.09-5.12,
+  // 8 rows 5.78 -> 5.99-6.09, 16 rows 8.57-8.63 -> 9.57 (two or more token groups each run the
+  // prologue): 4.
+  rows_pro_max_ = std::clamp(Knob("ROWS_PRO", 4), 1, kMaxMatvecTokens);
   // Checkpoints with SRQ linears (mobile QAT): the dense linears' sums in double as the CPU
   // reference's (linear.comp DSUM), so that the SRQ roundings after them (the PLE model
   // projection feeds every layer's PLE gate) see the reference's values: +0.24 ms per token

@@ -29,9 +29,10 @@ void VulkanBackend::RecordBody(Rec& rc, int m, int splits, int l_begin, int l_en
   }
   // GEMMA_VULKAN_CNORM=1, one-token steps: each residual norm is applied by the next linear's
   // workgroups (Pro) instead of a tail; the residual stream alternates between h_ and h2_.
-  // ... and (ROWS_PRO) steps of several tokens on the matvecs, where every linear that takes a
-  // norm is on the integer path (linear.comp PRO_M: the prologue per token, no fusions).
-  const bool cn = (m == 1 || (m <= rows_mv_max_ && rows_pro_ && short_pro_ok_)) && NormPrologues();
+  // ... and steps of 2..rows_pro_max_ tokens on the matvecs where every linear that takes a norm
+  // is on the integer path (linear.comp PRO_M: the prologue per token, no fusions).
+  const bool cn =
+      (m == 1 || (m <= std::min(rows_pro_max_, rows_mv_max_) && short_pro_ok_)) && NormPrologues();
   const bool one = m == 1;
   // Steps of several tokens (a batch's rows, verification steps, prompt chunks) take each norm
   // after the first with the factors one-token steps' prologues use (the first, above, is a norm

@@ -301,7 +301,8 @@ TEST(VulkanBatchDiff, RowsDecodeLikeTheReference) {
 
 // The short steps' matvec choices (split K over 64- and 128-column workgroups, each row block
 // finished by its last split, the one-token lanes, a capped grid looping over row blocks, the
-// residual norms in the linears' prologues (ROWS_PRO=16) or in norm kernels (ROWS_PRO=1): ROWS_*)
+// residual norms in the linears' prologues (ROWS_PRO=16, also with RMS_ALL) or in norm kernels
+// (the default for steps of 5 and more tokens): ROWS_*)
 // sum the same integers as the one-token kernels: a QAT model's verification steps,
 // as a batch's rows (6 and 8 of them: lavapipe's row sets hold 8), give the one-token steps' logits
 // bit for bit. (`vulkan_check --verify` checks 9-16-token steps on a GPU: bench/batch/rows_gpu.sh.)
@@ -328,7 +329,7 @@ TEST(VulkanBatchDiff, ShortStepMatvecChoicesGiveTheOneTokenLogits) {
   }
   for (const char* knobs :
        {"ROWS_KCOLS=64 ROWS_CLUSTER=1 ROWS_WGS=2", "ROWS_KCOLS=128 ROWS_CLUSTER=1 ROWS_WGS=1",
-        "ROWS_KCOLS=64 ROWS_WGS=2 ROWS_PRO=16", "ROWS_KCOLS=0 ROWS_PRO=1"}) {
+        "ROWS_KCOLS=64 ROWS_WGS=2 ROWS_PRO=16", "ROWS_KCOLS=0 ROWS_PRO=16 RMS_ALL=1"}) {
     SCOPED_TRACE(knobs);
     auto base = vm->NewContext({.capacity = 64});
     auto rows = CreateVulkanSibling(*base, {.capacity = 64}, KernelConfig::Parse(knobs));

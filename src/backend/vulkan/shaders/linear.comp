@@ -181,7 +181,7 @@ layout(constant_id = 32) const uint SHARE_X = 0;
 // (binding 2, shared by every row: cache hits) instead of shared memory. The same FMAs in the same
 // order as FXW and the general path.
 layout(constant_id = 33) const uint FXG = 0;
-// KSPLIT > 0 (short steps of 2-16 tokens, FAST, one weight set, no prologue, tail or fusion; the
+// KSPLIT > 0 (short steps of 2-16 tokens, FAST, one weight set, no PRO, tail or fusion; the
 // host sets it for long rows): split K. Workgroup z takes the KSPLIT 16-byte weight vectors
 // z KSPLIT .. of each row (XWORDS: their input words, quantized from the columns they multiply)
 // and adds its int32 sums to ksum[t rows + row] (binding 12) with integer atomics, exact in any
@@ -519,6 +519,9 @@ void main() {
         prom_r[2 * tt] = r;
         prom_r[2 * tt + 1] = r2;
       }
+      // (RMS_ALL: every invocation reads the sums after BlockRmsFactor's one barrier, so the
+      // next token's sums wait for them)
+      if (RMS_ALL != 0) barrier();
     }
     barrier();
   }

@@ -424,10 +424,11 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
       spec.push_back(nvec);                    // KSPLIT
       gz = (d.wstride / 4 + nvec - 1) / nvec;  // (the row's vectors, nvec per split)
       // A region of its own among the phase's split linears (they run at once on a GPU).
-      if (rc.ksum_phase != rc.barriers) rc.ksum_taken = 0;
-      if (rc.ksum_taken == kKsumSlots) Barrier(rc);
-      if (rc.ksum_phase != rc.barriers) rc.ksum_taken = 0;
-      rc.ksum_phase = rc.barriers;
+      if (rc.ksum_phase == rc.barriers && rc.ksum_taken == kKsumSlots) Barrier(rc);
+      if (rc.ksum_phase != rc.barriers) {
+        rc.ksum_phase = rc.barriers;
+        rc.ksum_taken = 0;
+      }
       ++rc.ksum_taken;
       const int slot = ksum_next_;
       ksum_next_ = (ksum_next_ + 1) % kKsumSlots;

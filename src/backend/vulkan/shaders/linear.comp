@@ -369,7 +369,7 @@ void main() {
     const bool keep_xs = !pro_q || !int_path[0] || (DUAL == 2 && !int_path[1]);
     float xv[8];
     [[unroll]] for (uint u = 0; u < 8; ++u) {
-      xv[u] = has ? ProInput(hv[u], r2, wav[u]) : 0.0;
+      xv[u] = has ? ProInput(PRO, hv[u], r2, wav[u]) : 0.0;
       if (keep_xs && has) xs[c0 + u] = xv[u];
     }
     if (pro_q) {
@@ -458,7 +458,7 @@ void main() {
       const uint i = tid + u * WG;
       float xv = 0.0;
       if (i < PRO_N) {
-        xv = ProInput(hv[u], r2, wav[u]);
+        xv = ProInput(PRO, hv[u], r2, wav[u]);
         if (keep_xs) xs[i] = xv;
       }
       if (!pro_q) continue;

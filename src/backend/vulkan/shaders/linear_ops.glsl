@@ -133,9 +133,10 @@ float ProT(int sum, float row_s) {
   return p.pt_out_s > 0.0 ? Srq(t, p.pt_out_s) : t;
 }
 
-// The prologue's input value from h' (PRO 1: normed with factor r2 and weight wa; PRO 2: h').
-float ProInput(float h, float r2, float wa) {
-  if (PRO != 1) return h;
+// The prologue's input value from h' (mode 1: normed with factor r2 and weight wa; 2: h'; the
+// mode is PRO or PRO_M).
+float ProInput(uint mode, float h, float r2, float wa) {
+  if (mode != 1) return h;
   precise float v = h * r2;
   precise float o = p.has_wa != 0 ? v * wa : v;
   return o;
@@ -147,10 +148,8 @@ float ProMInput(uint tt, uint t, uint c) {
   const float tv = x[(t + p.x_row0) * p.x_stride + c];
   precise float v = (tv * prom_r[2 * tt]) * wt[c];
   precise float o = (hm[t * PRO_MN + c] + v) * p.scale;
-  if (PRO_M != 1) return o;
-  precise float a = o * prom_r[2 * tt + 1];
-  precise float b = p.has_wa != 0 ? a * wa[c] : a;
-  return b;
+  // (without wa the host binds wt at its binding, as for PRO)
+  return ProInput(PRO_M, o, prom_r[2 * tt + 1], wa[c]);
 }
 
 // The shared word holding a token's input word i (row-local): i itself, or with XCM chunk-major.

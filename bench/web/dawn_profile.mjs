@@ -4,6 +4,11 @@
 // writes (the pass boundaries add a little time of their own: a ranking, not a speed figure);
 // every 32 submits the worker prints, per kernel label, the GPU time and calls since the last
 // print, and per submit the GPU time summed against the wall time from submit to the next submit.
+// With GEMMA_DAWN_PROFILE=pass in the environment (webgpu_bench.mjs's "passprofile") the passes stay
+// as the library records them (a submit's dispatches in one pass) and only each pass is timed: per
+// submit, the GPU time of its dispatches as they really run, against the wall time between
+// submits and the host time spent inside Dawn's encoding calls (setPipeline, setBindGroup,
+// dispatchWorkgroups, end, finish, submit): whether a step waits on the GPU or on its recording.
 // Not part of the library: the module's code is unchanged under it.
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -13,10 +18,27 @@ const dawn = await import(pathToFileURL(path.join(root, '.cache/npm-assets/node_
 export const globals = dawn.globals;
 
 const QUERIES = 4096;  // (WebGPU's limit) 2,048 timed dispatches per submit; the rest run untimed
-const stats = { kernels: new Map(), submits: 0, gpuNs: 0, wallMs: 0, dispatches: 0, untimed: 0 };
+const stats = { kernels: new Map(), submits: 0, gpuNs: 0, wallMs: 0, dispatches: 0, untimed: 0, hostMs: 0 };
 let lastSubmit = 0;
+const passMode = process.env.GEMMA_DAWN_PROFILE === 'pass';
+// The host time inside a Dawn call (pass mode).
+function hostTimed(f) {
+  const t0 = performance.now();
+  const r = f();
+  stats.hostMs += performance.now() - t0;
+  return r;
+}
 
 function report() {
+  if (passMode) {
+    const n = Math.max(1, stats.submits);
+    console.log(`[profile] ${stats.submits} submits, ${(stats.dispatches / n).toFixed(1)} dispatches each: GPU ` +
+                `${(stats.gpuNs / 1e6 / n).toFixed(3)} ms per submit (${(stats.gpuNs / 1e3 / Math.max(1, stats.dispatches)).toFixed(2)} us per dispatch), ` +
+                `wall between submits ${(stats.wallMs / Math.max(1, stats.submits - 1)).toFixed(3)} ms, ` +
+                `host inside Dawn ${(stats.hostMs / n).toFixed(3)} ms per submit`);
+    Object.assign(stats, { submits: 0, gpuNs: 0, wallMs: 0, dispatches: 0, untimed: 0, hostMs: 0 });
+    return;
+  }
   const rows = [...stats.kernels.entries()].sort((a, b) => b[1].ns - a[1].ns);
   const total = rows.reduce((s, [, v]) => s + v.ns, 0);
   console.log(`[profile] ${stats.submits} submits, ${stats.dispatches} dispatches (${stats.untimed} untimed): ` +
@@ -47,6 +69,33 @@ function wrap(target, over) {
 function wrapDevice(device) {
   const labels = new WeakMap();
   const pending = new Map();  // command buffer -> {qs, resolve, read, labels}
+  const passEncoder = (enc) => {
+    let qs = null;
+    let n = 0;
+    return wrap(enc, {
+      beginComputePass: (d) => {
+        // (one pass per command buffer, as the library records them)
+        qs = device.createQuerySet({ type: 'timestamp', count: 2 });
+        const real = enc.beginComputePass({ ...d, timestampWrites: { querySet: qs, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } });
+        return wrap(real, {
+          setPipeline: (p) => hostTimed(() => real.setPipeline(p)),
+          setBindGroup: (...a) => hostTimed(() => real.setBindGroup(...a)),
+          dispatchWorkgroups: (...a) => { ++n; return hostTimed(() => real.dispatchWorkgroups(...a)); },
+          end: () => hostTimed(() => real.end()),
+        });
+      },
+      finish: (d) => {
+        if (!qs) return hostTimed(() => enc.finish(d));  // (the readback's copy)
+        const resolve = device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+        const read = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+        enc.resolveQuerySet(qs, 0, 2, resolve, 0);
+        enc.copyBufferToBuffer(resolve, 0, read, 0, 16);
+        const cb = hostTimed(() => enc.finish(d));
+        pending.set(cb, { qs, resolve, read, labels: ['pass'], n });
+        return cb;
+      },
+    });
+  };
   const encoder = (enc) => {
     let qs = null;
     const timed = [];
@@ -92,7 +141,7 @@ function wrapDevice(device) {
   };
   const queue = wrap(device.queue, {
     submit: (cbs) => {
-      device.queue.submit(cbs);
+      hostTimed(() => device.queue.submit(cbs));
       const now = performance.now();
       if (lastSubmit) stats.wallMs += now - lastSubmit;
       lastSubmit = now;
@@ -101,6 +150,7 @@ function wrapDevice(device) {
         if (!info) continue;
         pending.delete(cb);
         ++stats.submits;
+        if (passMode) stats.dispatches += info.n;
         info.read.mapAsync(GPUMapMode.READ).then(() => {
           const t = new BigUint64Array(info.read.getMappedRange());
           info.labels.forEach((label, i) => {
@@ -120,7 +170,7 @@ function wrapDevice(device) {
   });
   return wrap(device, {
     queue,
-    createCommandEncoder: (d) => encoder(device.createCommandEncoder(d)),
+    createCommandEncoder: (d) => (passMode ? passEncoder : encoder)(device.createCommandEncoder(d)),
     createComputePipeline: (d) => {
       const p = device.createComputePipeline(d);
       labels.set(p, d.label ?? 'unlabeled');

@@ -4,7 +4,8 @@
 // DAWN_FLAGS: comma-separated create() flags (default backend=vulkan). KERNELS: the WebGPU kernel
 // families to run side by side (default workgroup,rows; "workgroup-nosg": the workgroup kernels
 // with webgpu.subgroups false, so "workgroup,workgroup-nosg" compares the subgroup reductions with
-// the workgroup-memory ones where the adapter has `subgroups`). On a machine without a GPU
+// the workgroup-memory ones where the adapter has `subgroups`; "workgroup-mv1024": the decode
+// matvecs on 1,024 workgroups, webgpu.matvecWorkgroups). On a machine without a GPU
 // set VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json (SwiftShader: correctness speed,
 // not a GPU's). Prompt: WORDS (default 64) copies of "Debian" (prefill), then TOKENS greedy tokens
 // (decode). KERNELS may also hold "profile" (a GPU profile of every dispatch, printed by the worker).
@@ -20,17 +21,27 @@ const flags = (process.argv[5] ?? 'backend=vulkan').split(',');
 const web = process.env.GEMMA_WEB_BUILD_DIR ?? path.join(root, 'build-web');
 // KERNELS may hold "nocpu": no CPU-backend rows (full-size checkpoints: minutes per run).
 // "profile": every dispatch timed on the GPU (bench/web/dawn_profile.mjs prints per-kernel tables).
-const families = (process.argv[6] ?? 'workgroup,rows').split(',').filter((f) => f !== 'nocpu' && f !== 'profile');
+const families = (process.argv[6] ?? 'workgroup,rows').split(',').filter((f) => !['nocpu', 'profile', 'passprofile'].includes(f));
 const withCpu = !(process.argv[6] ?? '').split(',').includes('nocpu');
-const profile = (process.argv[6] ?? '').split(',').includes('profile');
+// "passprofile": each submit's one pass timed as recorded, against the wall and host time
+// (dawn_profile.mjs, GEMMA_DAWN_PROFILE=pass).
+const passProfile = (process.argv[6] ?? '').split(',').includes('passprofile');
+if (passProfile) process.env.GEMMA_DAWN_PROFILE = 'pass';
+const profile = passProfile || (process.argv[6] ?? '').split(',').includes('profile');
 const words = Number(process.argv[7] ?? 64);
 const dawn = profile ? path.join(root, 'bench/web/dawn_profile.mjs') : path.join(root, '.cache/npm-assets/node_modules/webgpu');
 const { loadEngine } = await import(pathToFileURL(path.join(web, 'lib/gemma-engine.mjs')).href);
 
 const engines = {};
 for (const family of families) {
-  const [kernels, variant] = family.split('-');
-  const webgpu = { module: dawn, flags, kernels, ...(variant === 'nosg' ? { subgroups: false } : {}) };
+  // FAMILY-VARIANT...: nosg (webgpu.subgroups false), mvN (webgpu.matvecWorkgroups N)
+  const [kernels, ...variants] = family.split('-');
+  const webgpu = { module: dawn, flags, kernels };
+  for (const v of variants) {
+    if (v === 'nosg') webgpu.subgroups = false;
+    else if (/^mv\d+$/.test(v)) webgpu.matvecWorkgroups = Number(v.slice(2));
+    else throw new Error(`unknown variant ${v} in ${family}`);
+  }
   engines[family] = await loadEngine({ model, backend: 'webgpu', webgpu, context: Math.max(2048, words + tokens + 64) });
   console.log(`${path.basename(model)} on ${engines[family].info.device}`);
 }

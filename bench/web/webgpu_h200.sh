@@ -6,7 +6,8 @@
 # .carry/c/webs.tar.xz (optional): builds to compare, webs/NAME/{lib,gemma-engine.js,gemma-engine.wasm}.
 # Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg,
 #   ab: every build in webs/ alternated twice, 32 tokens after 511, then 8 after 1,021;
-#   profile-NAME: the profile with webs/NAME)
+#   profile-NAME[:FAMILY]: the profile with webs/NAME (its FAMILY, default workgroup); run-NAME:FAMILIES: webs/NAME's families (webgpu_bench.mjs's
+#   KERNELS, e.g. workgroup-mv0,workgroup-mv1024) side by side, twice)
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 tar xJf .carry/c/pack.tar.xz -C /tmp && tar xJf .carry/c/nodepack.tar.xz -C /tmp || exit 1
@@ -25,7 +26,9 @@ for step in "$@"; do
     profile) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup,nocpu,profile 85 ;;
     ab) for r in 1 2; do for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 1 backend=vulkan workgroup,nocpu 85; done; done
         for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 1 backend=vulkan workgroup,nocpu 170; done ;;
+    run-*:*) b=${step#run-}; b=${b%%:*}; for r in 1 2; do echo "-- $b ${step#*:} ($r)"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 1 backend=vulkan ${step#*:},nocpu 85; done ;;
     profile-nosg) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup-nosg,nocpu,profile 85 ;;
-    profile-?*) GEMMA_WEB_BUILD_DIR=/tmp/webs/${step#profile-} timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup,nocpu,profile 85 ;;
+    profile-?*) b=${step#profile-}; f=workgroup; [[ $b == *:* ]] && f=${b#*:} && b=${b%%:*}
+        GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan $f,nocpu,profile 85 ;;
   esac 2>&1 | tee -a $OUT/log.txt
 done

@@ -186,8 +186,11 @@ export interface LoadOptions {
    *  SwiftShader, else workgroup); info.device names the adapter and the family. subgroups:
    *  false keeps the workgroup kernels' reductions in workgroup memory; otherwise (default) they
    *  use subgroup operations where the adapter has the `subgroups` feature (info.device then ends
-   *  with "workgroup kernels with subgroups"). */
-  webgpu?: { module?: string; flags?: string[]; kernels?: 'auto' | 'workgroup' | 'rows'; subgroups?: boolean };
+   *  with "workgroup kernels with subgroups"). matvecWorkgroups: the decode matvecs' workgroups
+   *  (each loops over row blocks, quantizing the input once); 0 gives every row block its own;
+   *  the default is the backend's measured choice. */
+  webgpu?: { module?: string; flags?: string[]; kernels?: 'auto' | 'workgroup' | 'rows'; subgroups?: boolean;
+             matvecWorkgroups?: number };
   /** > 1: the pthreads build (gemma-engine-mt.js beside the module) with that many threads where
    *  SharedArrayBuffer works (Node, a cross-origin isolated page); otherwise one thread. */
   threads?: number;

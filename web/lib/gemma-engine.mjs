@@ -193,7 +193,9 @@ export class Engine {
 // generation_config.json, chat_template.jinja when present). backend: "webgpu" | "cpu" | "cpu-ref" |
 // "auto" (WebGPU where the page has it, else the CPU; engine.info.backend and .device say which).
 // webgpu: {kernels} ("auto" | "workgroup" | "rows": the WebGPU kernel family), {subgroups} (false:
-// the workgroup kernels reduce without subgroup operations even where the adapter has them) and, Node only,
+// the workgroup kernels reduce without subgroup operations even where the adapter has them),
+// {matvecWorkgroups} (an integer >= 0: the decode matvecs' workgroups, each looping over row blocks;
+// 0 a workgroup per block; the default is the backend's measured one) and, Node only,
 // {module, flags}: Dawn for Node's npm package `webgpu` and its create() flags (e.g.
 // ["backend=vulkan"]); {rejectSubgroupShaders: true} (tests) makes the shader compiler refuse the
 // subgroup kernels, as some drivers' would: the engine then takes the workgroup reductions and
@@ -211,6 +213,11 @@ export async function loadEngine({ model, name, backend = 'auto', context = 4096
   }
   if (webgpu?.subgroups !== undefined && typeof webgpu.subgroups !== 'boolean') {
     throw new GemmaError({ code: 'invalid_argument', message: `webgpu.subgroups must be true or false, not ${JSON.stringify(webgpu.subgroups)}` });
+  }
+  if (webgpu?.matvecWorkgroups !== undefined &&
+      !(Number.isInteger(webgpu.matvecWorkgroups) && webgpu.matvecWorkgroups >= 0 && webgpu.matvecWorkgroups <= 1 << 24)) {
+    throw new GemmaError({ code: 'invalid_argument',
+                           message: `webgpu.matvecWorkgroups must be an integer from 0 to 16777216, not ${JSON.stringify(webgpu.matvecWorkgroups)}` });
   }
   wasmUrl ??= new URL('gemma-engine.wasm', moduleUrl).href;
   const workerUrl = new URL('./worker.mjs', import.meta.url);

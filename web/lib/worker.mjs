@@ -49,6 +49,7 @@ async function init(msg) {
   }
   await load({ ...msg, gpu: await nodeGpu(msg), gpuKernels: msg.webgpu?.kernels,
               gpuSubgroups: msg.webgpu?.subgroups,
+              gpuMatvecWorkgroups: msg.webgpu?.matvecWorkgroups,
               gpuRejectSubgroupShaders: msg.webgpu?.rejectSubgroupShaders });
 }
 
@@ -66,7 +67,8 @@ async function nodeGpu(msg) {
   return dawn.create(msg.webgpu.flags ?? []);
 }
 
-async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroups, gpuRejectSubgroupShaders }) {
+async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroups, gpuMatvecWorkgroups,
+                      gpuRejectSubgroupShaders }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -85,6 +87,7 @@ async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroup
   if (gpu) opts.gpu = gpu;
   if (gpuKernels) opts.gpuKernels = gpuKernels;
   if (gpuSubgroups !== undefined) opts.gpuSubgroups = gpuSubgroups;
+  if (gpuMatvecWorkgroups !== undefined) opts.gpuMatvecWorkgroups = gpuMatvecWorkgroups;
   if (gpuRejectSubgroupShaders) opts.gpuRejectSubgroupShaders = true;
   M = await create(wasmBinary ? { wasmBinary, ...opts }
                               : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });

@@ -229,9 +229,13 @@ for (let c = 0; c < 16; ++c) {
   const epi = int(1, 2);
   const auxOff = epi === 2 ? int(0, 9) : 0, auxStride = epi === 2 ? rows + int(0, 4) : rows;
   const aux = new Float32Array(auxOff + n * auxStride).map(() => f32((rnd() * 2 - 1) * 3));
-  mvCases.push({ what: `linear_mv_wg ${kind} ${rows}x${cols}, ${n} tokens, ${lanes} lanes, out_scale ${outScale}`,
+  // Workgroups: one per block of rows, or fewer (webgpu.matvecWorkgroups), each looping over
+  // blocks, in two of three cases.
+  const blocks = Math.ceil(rows / (256 / lanes));
+  const grid = c % 3 === 0 || blocks === 1 ? blocks : int(1, blocks - 1);
+  mvCases.push({ what: `linear_mv_wg ${kind} ${rows}x${cols}, ${n} tokens, ${lanes} lanes, ${grid} of ${blocks} workgroups, out_scale ${outScale}`,
                  rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale, w, scale, x, want,
-                 epi, auxOff, auxStride, aux });
+                 epi, auxOff, auxStride, aux, grid });
 }
 
 // ---- Attention: the split kernels and attention_wg against a float64 reference.
@@ -479,8 +483,7 @@ for (const M of mvCases) {
   const { rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale } = M;
   const ybytes = (yOff + n * yStride) * 4;
   const wb = storage(M.w), sb = storage(M.scale), xb = storage(M.x);
-  const blocks = Math.ceil(rows / (256 / lanes));
-  const groups = [Math.min(blocks, 16384), Math.ceil(blocks / 16384), 1];
+  const groups = [Math.min(M.grid, 16384), Math.ceil(M.grid / 16384), 1];
   const params = (e, yo, ys) => [rows, cols, rowWords, KIND[kind], n, xOff, xStride, yo, ys, 1, { f: inScale }, { f: outScale }, lanes,
                                  e, M.auxOff, M.auxStride];
   M.out = {};
@@ -637,7 +640,7 @@ for (const M of mvCases) {
   M.epiSep.forEach((v, i) => { if (!Object.is(v, M.epiFused[i])) ++bad; });
   check(bad === 0, `${M.what}, epilogue ${M.epi}: ${bad} outputs differ from linear_mv_wg then gelu_mul`);
 }
-console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel) against the integer reference, and its gelu epilogues against gelu_mul.wgsl, bit for bit`);
+console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, and its gelu epilogues against gelu_mul.wgsl, bit for bit`);
 {
   let worst = 0;
   for (const fam of families) {

@@ -858,7 +858,6 @@ class VulkanBackend : public Backend {
   bool cnorm_ = false;         // one-token steps apply residual norms in the next linear (Pro)
   bool xq_shared_ = true;      // matvecs stage a pre-quantized input in shared memory
   bool xq_perm_ = false;       // gate/up writes the down projection's input in packed-dot order
-  bool attn_combine_ = false;  // decode attention merges its splits in the last workgroup
   bool attn_fused_ = false;    // one-token attention through attn_fused.comp (where it fits)
   bool attn_fused_rope_ = true;     // ... with qkrope's work inside (ROPE)
   uint32_t attn_fused_mode_ = 0;    // ... 0: the last split merges, 1: a second dispatch merges

@@ -213,11 +213,6 @@ void VulkanBackend::Build() {
   // -4 measured best on the H200 with the consumer norms (-3: 3.25, -6: 3.41, -8: 3.38 ms).
   mv_wgs_ = Knob("MV_WGS", -4);
   if (mv_wgs_ < 0) mv_wgs_ = -mv_wgs_ * static_cast<int>(dev_->compute_units());
-  // Opt-in: the decode attention's last split workgroup merges the splits (one dispatch fewer
-  // per layer); slower on the H200 before the sixth session's merge (3.97 against 3.68 ms per
-  // token), then equal (2.80 against 2.80-2.81), slower with the ninth session's kernels (2.79
-  // against 2.50-2.51; bench/journal/2026-11-sessions.md).
-  attn_combine_ = Knob("ATTN_COMBINE", 0) != 0;
   // One-token decode attention as attn_fused.comp (q/k norm + RoPE and the key splits in one
   // dispatch, f32 dot products; 2.15-2.18 against 2.44-2.47 ms per token for the three kernels
   // on the H200, bench/journal/2026-11-sessions.md tenth session): GEMMA_VULKAN_ATTN_FUSED=0
@@ -852,7 +847,6 @@ void VulkanBackend::GetStats(VulkanStats* s) const {
       (mv_lanes_min_ < dev_->min_subgroup_size()
            ? ", integer rows on >= " + std::to_string(mv_lanes_min_) + " lanes"
            : "") +
-      (attn_combine_ ? ", splits merged by the last workgroup" : "") +
       (ple_fuse_ ? ", PLE projection summed by the gate's workgroups" : "") +
       (down_fuse_ && int_dot_ ? ", down projection summed by gate/up's workgroups" : "") +
       (head_norm_ ? ", last norms in the LM head's prologue" : "") +

@@ -335,26 +335,17 @@ void VulkanBackend::RecordAttention(Rec& rc, int m, int splits, const LayerPlan&
       }
       Barrier(rc);
     } else {
-      // GEMMA_VULKAN_ATTN_COMBINE=1.
-      const bool merge = attn_combine_ && m * nh <= kCombineCounters;
-      if (merge) {
-        // The last split workgroup of each head merges the splits (no combine dispatch).
-        b[5] = attn_.r;
-        b[6] = hcount_.r;
-        Dispatch(rc, "attention", {1u}, b, &pc, sizeof(pc), nh, m, splits);
-      } else if (splits_adapt_) {
+      if (splits_adapt_) {
         Dispatch(rc, "attention", {0u, 0u /* (unused) */, 1u}, b, &pc, sizeof(pc), nh, m, splits);
       } else {
         Dispatch(rc, "attention", {}, b, &pc, sizeof(pc), nh, m, splits);
       }
       Barrier(rc);
-      if (!merge) {
-        CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
-                       static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
-        b[5] = attn_.r;
-        Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
-        Barrier(rc);
-      }
+      CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd),
+                     static_cast<uint32_t>(splits), static_cast<uint32_t>(qw)};
+      b[5] = attn_.r;
+      Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, m);
+      Barrier(rc);
     }
   }
 }
@@ -381,7 +372,6 @@ void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d
   rc.rows_set = dev_->RowsSet(caches);
   QkRopeOp(rc, p, d, ring, nullptr, sliding ? rc.rope_rows->rope_s_.r : rc.rope_rows->rope_f_.r,
            dev_->row_slots() == 16 ? "qkrope_rows16" : "qkrope_rows8", rows);
-  const bool merge = attn_combine_ && rows * nh <= static_cast<uint32_t>(kCombineCounters);
   const char* attention = dev_->row_slots() == 16 ? "attention_rows16" : "attention_rows8";
   AttnPush pc{static_cast<uint32_t>(nh),
               static_cast<uint32_t>(nkv),
@@ -395,22 +385,13 @@ void VulkanBackend::RecordRowsAttention(Rec& rc, const LayerPlan& p, DevLayer& d
   b[3] = po_.r;
   b[4] = pml_.r;
   b[12] = row_steps_.r;
-  if (merge) {
-    b[5] = attn_.r;
-    b[6] = hcount_.r;
-    Dispatch(rc, attention, {1u}, b, &pc, sizeof(pc), nh, rows, splits);
-  } else {
-    Dispatch(rc, attention, {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh, rows,
-             splits);
-  }
+  Dispatch(rc, attention, {0u, 0u, splits_adapt_ ? 1u : 0u}, b, &pc, sizeof(pc), nh, rows, splits);
   rc.rows_set = VK_NULL_HANDLE;
   Barrier(rc);
-  if (!merge) {
-    CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd), splits, qw};
-    b[5] = attn_.r;
-    Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, rows);
-    Barrier(rc);
-  }
+  CombinePush cp{static_cast<uint32_t>(nh), static_cast<uint32_t>(hd), splits, qw};
+  b[5] = attn_.r;
+  Dispatch(rc, "attn_combine", {}, b, &cp, sizeof(cp), nh, rows);
+  Barrier(rc);
 }
 
 void VulkanBackend::RecordHead(Rec& rc, int out_first, int count, OutputMode mode) {

@@ -22,6 +22,7 @@ int gw_init();
 int gw_kernels();
 int gw_packed_dot();
 int gw_subgroups();
+int gw_matvec_workgroups();
 int gw_generation();
 int gw_failed();
 void gw_error(char* out, int len);
@@ -132,6 +133,12 @@ constexpr int kTileMinTokens = 8;
 // input words (tokens x the row's words x 4 / 2 / 1 for int2 / int4 / int8).
 constexpr int kMvMaxTokens = 4;
 constexpr uint32_t kMvInputWords = 3072;
+// linear_mv_wg's grid where the library's webgpu.matvecWorkgroups does not set it: each workgroup
+// loops over row blocks, quantizing the input once (0: a workgroup per block). 1,024 measured on an
+// H100 (2026-12-06, alternated in one process): decode 86.4 / 90.8 tok/s against 84.1 / 83.9
+// uncapped, 18.1 against 18.6 us of GPU time per dispatch; 256: slower (bench/journal/
+// 2026-12-06-webgpu-dispatch.md).
+constexpr uint32_t kMvWorkgroupsDefault = 1024;
 
 // Input words per weight word in linear_mv_wg.wgsl's packed layout.
 uint32_t MvGroup(WeightKind k) { return k == WeightKind::kQ2 ? 4 : k == WeightKind::kQ4 ? 2 : 1; }
@@ -293,7 +300,9 @@ class WebGpuModel : public BackendModel {
           .u(epi.aux_off)
           .u(epi.aux_stride);
       const int b[] = {g.w, g.scale, x, y, epi.aux};
-      const uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
+      // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
+      uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
+      if (mv_workgroups_ > 0) blocks = std::min(blocks, mv_workgroups_);
       gw_dispatch(pipelines_[kLinearMv], b, 5, p.data(), p.size(), std::min(blocks, 16384u),
                   (blocks + 16383) / 16384, 1);
       return epi.mode != 0;
@@ -342,6 +351,8 @@ class WebGpuModel : public BackendModel {
   // trees in workgroup memory (prelude_workgroup.wgsl): where the device has `subgroups` and the
   // library's webgpu.subgroups is not false (webgpu_library.js).
   bool subgroups_ = false;
+  // linear_mv_wg's grid cap (0: a workgroup per row block).
+  uint32_t mv_workgroups_ = kMvWorkgroupsDefault;
 };
 
 void WebGpuModel::ReleaseWeights() {
@@ -426,6 +437,8 @@ void WebGpuModel::Build() {
   gw_info(info, sizeof info);
   workgroup_ = gw_kernels() == 1;
   subgroups_ = workgroup_ && gw_subgroups() == 1;
+  const int mv = gw_matvec_workgroups();
+  mv_workgroups_ = mv >= 0 ? static_cast<uint32_t>(mv) : kMvWorkgroupsDefault;
   AdapterName() = std::string(info) + (!workgroup_  ? ", row kernels"
                                        : subgroups_ ? ", workgroup kernels with subgroups"
                                                     : ", workgroup kernels");

@@ -13,6 +13,7 @@ mergeInto(LibraryManager.library, {
     kernels: 0,           // 1: the workgroup kernels (*_wg.wgsl), 0: one invocation per row
     packedDot: 0,         // 1: WGSL has dot4I8Packed (packed_4x8_integer_dot_product)
     subgroups: 0,         // 1: the workgroup kernels reduce with subgroup operations (the device has `subgroups`)
+    matvecWorkgroups: -1, // the decode matvecs' grid cap (Module.gpuMatvecWorkgroups); -1: the backend's default
     buffers: [null],
     pipelines: [null],
     params: null,         // ArrayBuffer of 256-byte parameter slots for the current step
@@ -110,6 +111,10 @@ mergeInto(LibraryManager.library, {
       const features = adapter.features;
       const hasSubgroups = !!(features && typeof features.has === 'function' && features.has('subgroups'));
       GW.subgroups = GW.kernels && hasSubgroups && Module['gpuSubgroups'] !== false ? 1 : 0;
+      // The decode matvecs' workgroups (linear_mv_wg.wgsl loops over row blocks): the library's
+      // webgpu.matvecWorkgroups (0: a workgroup per block), else the backend's default.
+      const mv = Module['gpuMatvecWorkgroups'];
+      GW.matvecWorkgroups = Number.isInteger(mv) && mv >= 0 ? mv : -1;
       let device;
       try {
         device = await adapter.requestDevice({ requiredLimits: want,
@@ -152,6 +157,9 @@ mergeInto(LibraryManager.library, {
 
   gw_subgroups__deps: ['$GW'],
   gw_subgroups: function() { return GW.subgroups; },
+
+  gw_matvec_workgroups__deps: ['$GW'],
+  gw_matvec_workgroups: function() { return GW.matvecWorkgroups; },
 
   gw_generation__deps: ['$GW'],
   gw_generation: function() { return GW.generation; },

@@ -2,8 +2,7 @@
 // Causal (optionally sliding) attention over the ring caches, split over the keys:
 // workgroup (head, token, split) computes, for its share of keys j in [first, pos],
 //   m = max_j s_j, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) V_j,   s_j = q . K_j (scale 1)
-// (attn_split.glsl); attn_combine.comp merges the splits (or, COMBINE 1, the last split workgroup
-// of each head).
+// (attn_split.glsl); attn_combine.comp merges the splits.
 // Scores, weights and sums are double, as in the CPU reference. K/V rows live at (j % ring);
 // KV-shared layers bind their owner's caches.
 #extension GL_KHR_shader_subgroup_shuffle : enable
@@ -26,14 +25,8 @@ uint att_row;
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
 #endif
-layout(std430, binding = 3) coherent buffer PO { double po[]; };   // [t][h][split][hd]
-layout(std430, binding = 4) coherent buffer PML { dvec2 pml[]; };  // [t][h][split]
-// COMBINE 1: the last split workgroup of each (token, head) to finish merges the
-// splits (attn_combine.comp's arithmetic) into binding 5, counting arrivals in binding 6 (zero
-// between steps; the merging workgroup resets its counter), instead of a dispatch after.
-layout(constant_id = 1) const uint COMBINE = 0;
-layout(std430, binding = 5) writeonly buffer O { float o[]; };
-layout(std430, binding = 6) coherent buffer Cnt { uint cnt[]; };
+layout(std430, binding = 3) writeonly buffer PO { double po[]; };   // [t][h][split][hd]
+layout(std430, binding = 4) writeonly buffer PML { dvec2 pml[]; };  // [t][h][split]
 
 layout(push_constant) uniform P {
   uint nh, nkv, hd, ring, window, splits;
@@ -44,7 +37,6 @@ layout(push_constant) uniform P {
 
 const uint WG = gl_WorkGroupSize.x;
 shared float qs[512];
-shared bool last_split;
 #define ATT_QS(i) qs[i]
 #ifdef ROWS
 #define ATT_K(i) kca[att_row].kc[i]
@@ -64,7 +56,6 @@ uint att_qbase;  // q's index
 // every split runs as few blocks as the grid allows.
 layout(constant_id = 3) const uint ADAPT = 0;
 #include "attn_split.glsl"
-#include "combine.glsl"
 
 void main() {
   Probe(0);
@@ -97,16 +88,4 @@ void main() {
   if (tid + WG < hd) po[ob * hd + tid + WG] = acc1;
   if (tid == 0) pml[ob] = dvec2(m, l);
   Probe(6);
-  if (COMBINE != 0) {
-    memoryBarrierBuffer();
-    barrier();
-    if (tid == 0) last_split = atomicAdd(cnt[t * p.nh + h], 1u) == p.splits - 1;
-    barrier();
-    if (last_split) {
-      memoryBarrierBuffer();
-      CombineHead((t * p.nh + h) * p.splits, p.splits, hd, t * p.q_stride + h * hd);
-      if (tid == 0) cnt[t * p.nh + h] = 0;
-    }
-  }
-  Probe(7);
 }

@@ -16,7 +16,9 @@
 // * aux (the per-layer input gate times the token's per-layer input); aux rows at aux_off with
 // stride aux_stride. The same f32 operations as gelu_mul.wgsl, so the same bits.
 // Needs n x row_words x (input words per weight word: 4 int2, 2 int4, 1 int8) <= XS = 3,072
-// (webgpu_backend.cc checks). Workgroups: x + 16384 y = the block of rows.
+// (webgpu_backend.cc checks). Workgroup x + 16384 y takes blocks of rows x + 16384 y, then that
+// plus the grid's size, and so on (the library's webgpu.matvecWorkgroups caps the grid: each
+// workgroup quantizes the input once for all of its blocks).
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
   n: u32, x_off: u32, x_stride: u32, y_off: u32,
@@ -33,7 +35,11 @@ struct P {
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
-var<workgroup> xs: array<u32, XS>;  // [token][input word]; after the products, the partial sums
+// [token][input word], four words to an element: an int2 weight word's four input words are one
+// 16-byte load (consecutive invocations, consecutive elements: no bank conflicts), an int4 word's
+// two half of one (two invocations share it)
+var<workgroup> xs: array<vec4<u32>, XS / 4u>;
+var<workgroup> part: array<i32, WG>;  // one token's partial sums, [row][lane]
 var<workgroup> xsum: array<atomic<i32>, 4>;  // each token's sum of input codes
 
 // Input words per weight word.
@@ -53,10 +59,11 @@ fn column(q: u32, b: u32) -> u32 {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
   let rpw = WG / p.lanes;
-  let o0 = (wg.y * 16384u + wg.x) * rpw;
-  if (o0 >= p.rows) {
+  let first = wg.y * 16384u + wg.x;
+  if (first * rpw >= p.rows) {
     return;
   }
   let g = group();
@@ -76,7 +83,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         c[b] = i32(srq_code(x[p.x_off + t * p.x_stride + col], p.in_scale));
       }
     }
-    xs[q] = pack4xI8(c);
+    xs[q / 4u][q % 4u] = pack4xI8(c);
     for (var u = 0u; u < 4u; u++) {
       if (u == t) {
         s[u] += c.x + c.y + c.z + c.w;
@@ -89,68 +96,79 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
   }
   workgroupBarrier();
+  let offset = select(select(0, 8, p.kind == KIND_Q4), 2, p.kind == KIND_Q2);
+  var corr = array<i32, 4>(0, 0, 0, 0);
+  for (var t = 0u; t < 4u; t++) {
+    if (t < p.n) {
+      corr[t] = offset * atomicLoad(&xsum[t]);
+    }
+  }
 
   let r = li / p.lanes;
   let lane = li % p.lanes;
-  let o = o0 + r;
-  var acc = array<i32, 4>(0, 0, 0, 0);
-  if (o < p.rows) {
-    let rb = o * p.row_words;
-    for (var j = lane; j < p.row_words; j += p.lanes) {
-      let word = w[rb + j];
-      if (p.kind == KIND_Q2) {
-        for (var k = 0u; k < 4u; k++) {
-          let wk = (word >> (2u * k)) & 0x03030303u;
+  let grid = nwg.x * nwg.y;
+  // (uniform: every invocation of the workgroup runs the same blocks)
+  for (var blk = first; blk * rpw < p.rows; blk += grid) {
+    let o0 = blk * rpw;
+    let o = o0 + r;
+    var acc = array<i32, 4>(0, 0, 0, 0);
+    if (o < p.rows) {
+      let rb = o * p.row_words;
+      for (var j = lane; j < p.row_words; j += p.lanes) {
+        let word = w[rb + j];
+        // (xw is a multiple of 4 for int2 and of 2 for int4, so a token's words start on an
+        // element and an int4 word's pair sits in one)
+        if (p.kind == KIND_Q2) {
           for (var t = 0u; t < 4u; t++) {
             if (t < p.n) {
-              acc[t] += dot4I8Packed(wk, xs[t * xw + 4u * j + k]);
+              let xv = xs[(t * xw) / 4u + j];
+              for (var k = 0u; k < 4u; k++) {
+                acc[t] += dot4I8Packed((word >> (2u * k)) & 0x03030303u, xv[k]);
+              }
             }
           }
-        }
-      } else if (p.kind == KIND_Q4) {
-        for (var k = 0u; k < 2u; k++) {
-          let wk = (word >> (4u * k)) & 0x0f0f0f0fu;
+        } else if (p.kind == KIND_Q4) {
           for (var t = 0u; t < 4u; t++) {
             if (t < p.n) {
-              acc[t] += dot4I8Packed(wk, xs[t * xw + 2u * j + k]);
+              let q = t * xw + 2u * j;
+              let xv = xs[q / 4u];
+              let h = q % 4u;
+              acc[t] += dot4I8Packed(word & 0x0f0f0f0fu, xv[h]);
+              acc[t] += dot4I8Packed((word >> 4u) & 0x0f0f0f0fu, xv[h + 1u]);
             }
           }
-        }
-      } else {
-        for (var t = 0u; t < 4u; t++) {
-          if (t < p.n) {
-            acc[t] += dot4I8Packed(word, xs[t * xw + j]);
+        } else {
+          for (var t = 0u; t < 4u; t++) {
+            if (t < p.n) {
+              let q = t * xw + j;
+              acc[t] += dot4I8Packed(word, xs[q / 4u][q % 4u]);
+            }
           }
         }
       }
     }
-  }
-  workgroupBarrier();  // every product has read xs: it takes the partial sums now
-  for (var t = 0u; t < 4u; t++) {
-    xs[t * WG + li] = bitcast<u32>(acc[t]);
-  }
-  workgroupBarrier();
-  // Invocation t rpw + r adds row r's partials for token t.
-  if (li < rpw * p.n) {
-    let t = li / rpw;
-    let rr = li % rpw;
-    let oo = o0 + rr;
-    if (oo < p.rows) {
-      var sum = 0;
-      for (var l = 0u; l < p.lanes; l++) {
-        sum += bitcast<i32>(xs[t * WG + rr * p.lanes + l]);
+    // Token by token, invocation r of the block adds row r's partials.
+    for (var t = 0u; t < p.n; t++) {
+      part[li] = acc[t];
+      workgroupBarrier();
+      let oo = o0 + li;
+      if (li < rpw && oo < p.rows) {
+        var sum = 0;
+        for (var l = 0u; l < p.lanes; l++) {
+          sum += part[li * p.lanes + l];
+        }
+        sum -= corr[t];
+        let v = srq_out(f32(sum) * p.in_scale * scale[oo], p.out_scale);
+        let k = p.aux_off + t * p.aux_stride + oo;
+        if (p.epi == 1u) {
+          aux[k] = gelu_tanh(aux[k]) * v;
+        } else if (p.epi == 2u) {
+          y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * aux[k];
+        } else {
+          y[p.y_off + t * p.y_stride + oo] = v;
+        }
       }
-      let offset = select(select(0, 8, p.kind == KIND_Q4), 2, p.kind == KIND_Q2);
-      sum -= offset * atomicLoad(&xsum[t]);
-      let v = srq_out(f32(sum) * p.in_scale * scale[oo], p.out_scale);
-      let k = p.aux_off + t * p.aux_stride + oo;
-      if (p.epi == 1u) {
-        aux[k] = gelu_tanh(aux[k]) * v;
-      } else if (p.epi == 2u) {
-        y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * aux[k];
-      } else {
-        y[p.y_off + t * p.y_stride + oo] = v;
-      }
+      workgroupBarrier();  // (part is rewritten next)
     }
   }
 }

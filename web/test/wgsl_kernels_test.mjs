@@ -229,13 +229,19 @@ for (let c = 0; c < 16; ++c) {
   const epi = int(1, 2);
   const auxOff = epi === 2 ? int(0, 9) : 0, auxStride = epi === 2 ? rows + int(0, 4) : rows;
   const aux = new Float32Array(auxOff + n * auxStride).map(() => f32((rnd() * 2 - 1) * 3));
+  // The pair (epilogue 3): an up projection of the same shape beside this one as the gate, its
+  // input quantized with its own scale in half the cases (where both inputs fit workgroup memory).
+  const up = srqWeights(kind, rows, cols);
+  const scale2 = new Float32Array(rows).map(() => f32(0.5 + rnd()) / 64);
+  const inScale2 = c % 4 < 2 || 2 * n * rowWords * group > 3072 ? inScale : f32(0.01 + rnd() * 0.02);
+  const outScale2 = c % 3 ? f32(0.001 + rnd() * 0.01) : 0;
   // Workgroups: one per block of rows, or fewer (webgpu.matvecWorkgroups), each looping over
   // blocks, in two of three cases.
   const blocks = Math.ceil(rows / (256 / lanes));
   const grid = c % 3 === 0 || blocks === 1 ? blocks : int(1, blocks - 1);
   mvCases.push({ what: `linear_mv_wg ${kind} ${rows}x${cols}, ${n} tokens, ${lanes} lanes, ${grid} of ${blocks} workgroups, out_scale ${outScale}`,
                  rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale, w, scale, x, want,
-                 epi, auxOff, auxStride, aux, grid });
+                 epi, auxOff, auxStride, aux, grid, w2: up.w, scale2, inScale2, outScale2 });
 }
 
 // ---- Attention: the split kernels and attention_wg against a float64 reference.
@@ -484,24 +490,36 @@ for (const M of mvCases) {
   const ybytes = (yOff + n * yStride) * 4;
   const wb = storage(M.w), sb = storage(M.scale), xb = storage(M.x);
   const groups = [Math.min(M.grid, 16384), Math.ceil(M.grid / 16384), 1];
-  const params = (e, yo, ys) => [rows, cols, rowWords, KIND[kind], n, xOff, xStride, yo, ys, 1, { f: inScale }, { f: outScale }, lanes,
-                                 e, M.auxOff, M.auxStride];
+  const params = (e, yo, ys, sc = inScale, osc = outScale, ao = M.auxOff, as = M.auxStride) =>
+    [rows, cols, rowWords, KIND[kind], n, xOff, xStride, yo, ys, 1, { f: sc }, { f: osc }, lanes, e, ao, as,
+     { f: M.inScale2 }, { f: M.outScale2 }];
+  const w2b = storage(M.w2), s2b = storage(M.scale2);
   M.out = {};
   for (const fam of families) {
     const y = storage(new Float32Array(ybytes / 4));
-    run([[fam + 'linear_mv_wg', params(0, yOff, yStride), [wb, sb, xb, y, storage(new Float32Array(4))], groups]]);
+    run([[fam + 'linear_mv_wg', params(0, yOff, yStride), [wb, sb, xb, y, storage(new Float32Array(4)), wb, sb], groups]]);
     M.out[fam] = await read(y, ybytes);
   }
   // The epilogue: fused, and the plain output then gelu_mul (packed rows where it needs them).
   const auxBytes = M.aux.byteLength;
   const yPlain = storage(new Float32Array(n * rows)), yFused = storage(new Float32Array(n * rows));
   const auxFused = storage(M.aux), auxSep = storage(M.aux);
-  run([['linear_mv_wg', params(0, 0, rows), [wb, sb, xb, yPlain, storage(new Float32Array(4))], groups],
-       ['linear_mv_wg', params(M.epi, 0, rows), [wb, sb, xb, yFused, auxFused], groups],
+  run([['linear_mv_wg', params(0, 0, rows), [wb, sb, xb, yPlain, storage(new Float32Array(4)), wb, sb], groups],
+       ['linear_mv_wg', params(M.epi, 0, rows), [wb, sb, xb, yFused, auxFused, wb, sb], groups],
        M.epi === 1 ? ['gelu_mul', [n, rows, 0, rows], [yPlain, auxSep], [Math.ceil(rows / 64), n, 1]]
                    : ['gelu_mul', [n, rows, M.auxOff, M.auxStride], [auxSep, yPlain], [Math.ceil(rows / 64), n, 1]]]);
   M.epiFused = M.epi === 1 ? await read(auxFused, auxBytes) : await read(yFused, n * rows * 4);
   M.epiSep = M.epi === 1 ? await read(auxSep, auxBytes) : await read(yPlain, n * rows * 4);
+  // The pair in one dispatch (y at the case's offset and stride) against the gate's dispatch then
+  // the up projection's with epilogue 1 (gelu(gate) x up into the gate's rows), in both families.
+  M.pair = {};
+  for (const fam of families) {
+    const gate = storage(new Float32Array(n * rows)), yPair = storage(new Float32Array(ybytes / 4));
+    run([[fam + 'linear_mv_wg', params(0, 0, rows), [wb, sb, xb, gate, storage(new Float32Array(4)), wb, sb], groups],
+         [fam + 'linear_mv_wg', params(1, 0, rows, M.inScale2, M.outScale2, 0, rows), [w2b, s2b, xb, storage(new Float32Array(4)), gate, w2b, s2b], groups],
+         [fam + 'linear_mv_wg', params(3, yOff, yStride), [wb, sb, xb, yPair, storage(new Float32Array(4)), w2b, s2b], groups]]);
+    M.pair[fam] = { sep: await read(gate, n * rows * 4), fused: await read(yPair, ybytes) };
+  }
 }
 const reduceOut = {};
 {
@@ -639,8 +657,18 @@ for (const M of mvCases) {
   let bad = 0;
   M.epiSep.forEach((v, i) => { if (!Object.is(v, M.epiFused[i])) ++bad; });
   check(bad === 0, `${M.what}, epilogue ${M.epi}: ${bad} outputs differ from linear_mv_wg then gelu_mul`);
+  for (const fam of families) {
+    let badPair = 0, example = '';
+    for (let t = 0; t < M.n; ++t) {
+      for (let r = 0; r < M.rows; ++r) {
+        const got = M.pair[fam].fused[M.yOff + t * M.yStride + r], want = M.pair[fam].sep[t * M.rows + r];
+        if (!Object.is(got, want) && !badPair++) example = ` (token ${t} row ${r}: ${got}, want ${want})`;
+      }
+    }
+    check(badPair === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}, gate and up paired (${M.inScale2 === M.inScale ? 'one input scale' : 'two input scales'}): ${badPair} outputs differ from the two dispatches${example}`);
+  }
 }
-console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, and its gelu epilogues against gelu_mul.wgsl, bit for bit`);
+console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
 {
   let worst = 0;
   for (const fam of families) {

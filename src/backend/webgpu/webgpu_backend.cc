@@ -74,7 +74,7 @@ class Params {
   int size() const { return n_; }
 
  private:
-  uint32_t w_[16] = {};
+  uint32_t w_[64] = {};  // (a 256-byte parameter slot)
   int n_ = 0;
 };
 
@@ -93,7 +93,7 @@ int KindCode(WeightKind k) {
 }
 
 // linear_mv_wg.wgsl's epilogue: mode 1 aux = gelu(aux) * y, 2 y = gelu(y) * aux (aux rows at
-// aux_off, stride aux_stride); 0 none.
+// aux_off, stride aux_stride); 0 none. (Mode 3, gate and up in one dispatch: RecordGateUp.)
 struct LinearEpilogue {
   uint32_t mode = 0;
   int aux = 0;
@@ -275,36 +275,8 @@ class WebGpuModel : public BackendModel {
                     const LinearEpilogue& epi = {}) const {
     const GpuLinear& g = Lin(lin);
     const bool srq = IsQuantized(lin.kind) && lin.in_scale > 0;
-    if (srq && n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
-        static_cast<uint32_t>(n) * g.row_words * MvGroup(lin.kind) <= kMvInputWords) {
-      // Invocations per row: about 4 weight words each, 8 to 64 (256 per workgroup).
-      const uint32_t lanes = g.row_words <= 32    ? 8
-                             : g.row_words <= 64  ? 16
-                             : g.row_words <= 128 ? 32
-                                                  : 64;
-      Params p;
-      p.u(lin.rows)
-          .u(lin.cols)
-          .u(g.row_words)
-          .u(KindCode(lin.kind))
-          .u(n)
-          .u(x_off)
-          .u(x_stride)
-          .u(y_off)
-          .u(y_stride)
-          .u(1)
-          .f(lin.in_scale)
-          .f(lin.out_scale)
-          .u(lanes)
-          .u(epi.mode)
-          .u(epi.aux_off)
-          .u(epi.aux_stride);
-      const int b[] = {g.w, g.scale, x, y, epi.aux};
-      // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
-      uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
-      if (mv_workgroups_ > 0) blocks = std::min(blocks, mv_workgroups_);
-      gw_dispatch(pipelines_[kLinearMv], b, 5, p.data(), p.size(), std::min(blocks, 16384u),
-                  (blocks + 16383) / 16384, 1);
+    if (srq && MvFits(lin, n, 1)) {
+      RecordMv(lin, nullptr, x, x_off, x_stride, y, y_off, y_stride, n, epi);
       return epi.mode != 0;
     }
     if (srq) {
@@ -333,7 +305,64 @@ class WebGpuModel : public BackendModel {
     return false;
   }
 
+  // Records y[n, rows] = gelu_tanh(gate(x)) * up(x) in one linear_mv_wg dispatch (epilogue 3)
+  // where both are SRQ linears of one shape and kind that it takes; false (nothing recorded)
+  // otherwise: the caller records the gate, then the up projection with epilogue 1.
+  bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n) const {
+    if (!IsQuantized(gate.kind) || gate.in_scale <= 0 || !IsQuantized(up.kind) ||
+        up.in_scale <= 0 || gate.kind != up.kind || gate.rows != up.rows ||
+        gate.cols != up.cols || Lin(gate).row_words != Lin(up).row_words ||
+        !MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2)) {
+      return false;
+    }
+    RecordMv(gate, &up, x, 0, gate.cols, y, 0, gate.rows, n, {3});
+    return true;
+  }
+
  private:
+  // linear_mv_wg takes n tokens of this linear (`sets` quantized copies of the input).
+  bool MvFits(const Linear& lin, int n, uint32_t sets) const {
+    return n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
+           sets * static_cast<uint32_t>(n) * Lin(lin).row_words * MvGroup(lin.kind) <=
+               kMvInputWords;
+  }
+  // One linear_mv_wg dispatch: lin, and with `second` (epilogue 3) the paired linear.
+  void RecordMv(const Linear& lin, const Linear* second, int x, uint32_t x_off, uint32_t x_stride,
+                int y, uint32_t y_off, uint32_t y_stride, int n, const LinearEpilogue& epi) const {
+    const GpuLinear& g = Lin(lin);
+    const GpuLinear& g2 = second ? Lin(*second) : g;
+    // Invocations per row: about 4 weight words each, 8 to 64 (256 per workgroup).
+    const uint32_t lanes = g.row_words <= 32    ? 8
+                           : g.row_words <= 64  ? 16
+                           : g.row_words <= 128 ? 32
+                                                : 64;
+    Params p;
+    p.u(lin.rows)
+        .u(lin.cols)
+        .u(g.row_words)
+        .u(KindCode(lin.kind))
+        .u(n)
+        .u(x_off)
+        .u(x_stride)
+        .u(y_off)
+        .u(y_stride)
+        .u(1)
+        .f(lin.in_scale)
+        .f(lin.out_scale)
+        .u(lanes)
+        .u(epi.mode)
+        .u(epi.aux_off)
+        .u(epi.aux_stride)
+        .f(second ? second->in_scale : 0.0f)
+        .f(second ? second->out_scale : 0.0f);
+    // (without a second linear, bindings 6 and 7 take this one's, read-only twice)
+    const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale};
+    // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
+    uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
+    if (mv_workgroups_ > 0) blocks = std::min(blocks, mv_workgroups_);
+    gw_dispatch(pipelines_[kLinearMv], b, 7, p.data(), p.size(), std::min(blocks, 16384u),
+                (blocks + 16383) / 16384, 1);
+  }
   void Build();
   void ReleaseWeights();
   void Upload(const Linear& lin);
@@ -826,12 +855,16 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, xo, n, H, 1, 1.0f, w.post_attn_norm,
          &w.pre_ffn_norm);
     const int I = p.intermediate;
-    M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
-    if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)})) {
-      Params gm;
-      gm.u(n).u(I).u(0).u(I);
-      const int b[] = {u_, g_};
-      gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), n, 1);
+    // gelu(gate) x up into g_: one dispatch (the pair), or the gate then up with the product in
+    // its epilogue, or gelu_mul after them.
+    if (!M.RecordGateUp(w.gate, w.up, a_, g_, n)) {
+      M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
+      if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)})) {
+        Params gm;
+        gm.u(n).u(I).u(0).u(I);
+        const int b[] = {u_, g_};
+        gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), n, 1);
+      }
     }
     M.RecordLinear(w.down, g_, 0, I, tmp_, 0, H, n, xq_);
     const bool ple = P > 0;

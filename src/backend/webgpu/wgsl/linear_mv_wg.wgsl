@@ -14,17 +14,23 @@
 // Epilogues (epi): 0 y = the output; 1 aux = gelu_tanh(aux) * output (the MLP's up projection
 // after the gate wrote aux: gelu_mul.wgsl's product, one dispatch fewer); 2 y = gelu_tanh(output)
 // * aux (the per-layer input gate times the token's per-layer input); aux rows at aux_off with
-// stride aux_stride. The same f32 operations as gelu_mul.wgsl, so the same bits.
-// Needs n x row_words x (input words per weight word: 4 int2, 2 int4, 1 int8) <= XS = 3,072
-// (webgpu_backend.cc checks). Workgroup x + 16384 y takes blocks of rows x + 16384 y, then that
-// plus the grid's size, and so on (the library's webgpu.matvecWorkgroups caps the grid: each
-// workgroup quantizes the input once for all of its blocks).
+// stride aux_stride; 3 (paired) a second linear of the same shape and kind (w2, scale2, in_scale2,
+// out_scale2: the MLP's up projection beside its gate) runs on the same rows and y =
+// gelu_tanh(output) * its output (gate and up in one dispatch: epilogue 1's operations, so its
+// bits). The same f32 operations as gelu_mul.wgsl, so the same bits. The second linear's input is
+// quantized with its own scale (after the first's in xs) unless the two scales are equal.
+// Needs sets x n x row_words x (input words per weight word: 4 int2, 2 int4, 1 int8) <= XS = 3,072
+// (webgpu_backend.cc checks; sets: 2 where paired with another input scale, else 1). Workgroup
+// x + 16384 y takes blocks of rows x + 16384 y, then that plus the grid's size, and so on (the
+// library's webgpu.matvecWorkgroups caps the grid: each workgroup quantizes the input once for all
+// of its blocks).
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
   n: u32, x_off: u32, x_stride: u32, y_off: u32,
   y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
   lanes: u32,  // invocations per row: 8, 16, 32 or 64
   epi: u32, aux_off: u32, aux_stride: u32,
+  in_scale2: f32, out_scale2: f32,  // epi 3: the second linear's SRQ scales
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -32,6 +38,8 @@ struct P {
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<storage, read_write> aux: array<f32>;
+@group(0) @binding(6) var<storage, read> w2: array<u32>;      // epi 3 (else any weights)
+@group(0) @binding(7) var<storage, read> scale2: array<f32>;  // epi 3 (else any scales)
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
@@ -39,8 +47,9 @@ const XS: u32 = 3072u;
 // 16-byte load (consecutive invocations, consecutive elements: no bank conflicts), an int4 word's
 // two half of one (two invocations share it)
 var<workgroup> xs: array<vec4<u32>, XS / 4u>;
-var<workgroup> part: array<i32, WG>;  // one token's partial sums, [row][lane]
-var<workgroup> xsum: array<atomic<i32>, 4>;  // each token's sum of input codes
+var<workgroup> part: array<i32, WG>;   // one token's partial sums, [row][lane]
+var<workgroup> part2: array<i32, WG>;  // the second linear's (epi 3)
+var<workgroup> xsum: array<atomic<i32>, 8>;  // each token's sum of input codes [set][token]
 
 // Input words per weight word.
 fn group() -> u32 {
@@ -58,6 +67,28 @@ fn column(q: u32, b: u32) -> u32 {
   return 4u * q + b;
 }
 
+// Row word j's products with the input words of a token that start at input word q0.
+fn dot_word(word: u32, q0: u32, j: u32) -> i32 {
+  // (q0 is a multiple of 4 for int2 and of 2 for int4, so an int2 word's four input words are one
+  // element and an int4 word's two sit in one)
+  if (p.kind == KIND_Q2) {
+    let xv = xs[q0 / 4u + j];
+    var a = 0;
+    for (var k = 0u; k < 4u; k++) {
+      a += dot4I8Packed((word >> (2u * k)) & 0x03030303u, xv[k]);
+    }
+    return a;
+  }
+  if (p.kind == KIND_Q4) {
+    let q = q0 + 2u * j;
+    let xv = xs[q / 4u];
+    let h = q % 4u;
+    return dot4I8Packed(word & 0x0f0f0f0fu, xv[h]) + dot4I8Packed((word >> 4u) & 0x0f0f0f0fu, xv[h + 1u]);
+  }
+  let q = q0 + j;
+  return dot4I8Packed(word, xs[q / 4u][q % 4u]);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
@@ -68,41 +99,51 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   }
   let g = group();
   let xw = p.row_words * g;  // input words per token
-  if (li < 4u) {
+  let paired = p.epi == 3u;
+  // Input sets: the first linear's, then the second's where its scale differs.
+  let sets = select(1u, 2u, paired && p.in_scale2 != p.in_scale);
+  if (li < 8u) {
     atomicStore(&xsum[li], 0);
   }
   workgroupBarrier();
-  var s = array<i32, 4>(0, 0, 0, 0);
-  for (var q = li; q < p.n * xw; q += WG) {
-    let t = q / xw;
-    let qi = q - t * xw;
+  var s = array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0);
+  for (var q = li; q < sets * p.n * xw; q += WG) {
+    let st = q / (p.n * xw);  // (set, token) = (st, t)
+    let qt = q - st * p.n * xw;
+    let t = qt / xw;
+    let qi = qt - t * xw;
+    let sc = select(p.in_scale, p.in_scale2, st == 1u);
     var c = vec4<i32>(0);
     for (var b = 0u; b < 4u; b++) {
       let col = column(qi, b);
       if (col < p.cols) {
-        c[b] = i32(srq_code(x[p.x_off + t * p.x_stride + col], p.in_scale));
+        c[b] = i32(srq_code(x[p.x_off + t * p.x_stride + col], sc));
       }
     }
     xs[q / 4u][q % 4u] = pack4xI8(c);
-    for (var u = 0u; u < 4u; u++) {
-      if (u == t) {
+    for (var u = 0u; u < 8u; u++) {
+      if (u == st * 4u + t) {
         s[u] += c.x + c.y + c.z + c.w;
       }
     }
   }
-  for (var t = 0u; t < 4u; t++) {
-    if (t < p.n && s[t] != 0) {
-      atomicAdd(&xsum[t], s[t]);
+  for (var u = 0u; u < 8u; u++) {
+    if (s[u] != 0) {
+      atomicAdd(&xsum[u], s[u]);
     }
   }
   workgroupBarrier();
   let offset = select(select(0, 8, p.kind == KIND_Q4), 2, p.kind == KIND_Q2);
   var corr = array<i32, 4>(0, 0, 0, 0);
+  var corr2 = array<i32, 4>(0, 0, 0, 0);
+  let set2 = (sets - 1u) * 4u;  // the second linear's (set, token 0) index into xsum
   for (var t = 0u; t < 4u; t++) {
     if (t < p.n) {
       corr[t] = offset * atomicLoad(&xsum[t]);
+      corr2[t] = offset * atomicLoad(&xsum[set2 + t]);
     }
   }
+  let q2 = (sets - 1u) * p.n * xw;  // the second linear's first input word
 
   let r = li / p.lanes;
   let lane = li % p.lanes;
@@ -112,36 +153,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let o0 = blk * rpw;
     let o = o0 + r;
     var acc = array<i32, 4>(0, 0, 0, 0);
+    var acc2 = array<i32, 4>(0, 0, 0, 0);
     if (o < p.rows) {
       let rb = o * p.row_words;
       for (var j = lane; j < p.row_words; j += p.lanes) {
         let word = w[rb + j];
-        // (xw is a multiple of 4 for int2 and of 2 for int4, so a token's words start on an
-        // element and an int4 word's pair sits in one)
-        if (p.kind == KIND_Q2) {
-          for (var t = 0u; t < 4u; t++) {
-            if (t < p.n) {
-              let xv = xs[(t * xw) / 4u + j];
-              for (var k = 0u; k < 4u; k++) {
-                acc[t] += dot4I8Packed((word >> (2u * k)) & 0x03030303u, xv[k]);
-              }
-            }
-          }
-        } else if (p.kind == KIND_Q4) {
-          for (var t = 0u; t < 4u; t++) {
-            if (t < p.n) {
-              let q = t * xw + 2u * j;
-              let xv = xs[q / 4u];
-              let h = q % 4u;
-              acc[t] += dot4I8Packed(word & 0x0f0f0f0fu, xv[h]);
-              acc[t] += dot4I8Packed((word >> 4u) & 0x0f0f0f0fu, xv[h + 1u]);
-            }
-          }
-        } else {
-          for (var t = 0u; t < 4u; t++) {
-            if (t < p.n) {
-              let q = t * xw + j;
-              acc[t] += dot4I8Packed(word, xs[q / 4u][q % 4u]);
+        var word2 = 0u;
+        if (paired) {
+          word2 = w2[rb + j];
+        }
+        for (var t = 0u; t < 4u; t++) {
+          if (t < p.n) {
+            acc[t] += dot_word(word, t * xw, j);
+            if (paired) {
+              acc2[t] += dot_word(word2, q2 + t * xw, j);
             }
           }
         }
@@ -150,6 +175,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     // Token by token, invocation r of the block adds row r's partials.
     for (var t = 0u; t < p.n; t++) {
       part[li] = acc[t];
+      part2[li] = acc2[t];
       workgroupBarrier();
       let oo = o0 + li;
       if (li < rpw && oo < p.rows) {
@@ -160,7 +186,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         sum -= corr[t];
         let v = srq_out(f32(sum) * p.in_scale * scale[oo], p.out_scale);
         let k = p.aux_off + t * p.aux_stride + oo;
-        if (p.epi == 1u) {
+        if (paired) {
+          var sum2 = 0;
+          for (var l = 0u; l < p.lanes; l++) {
+            sum2 += part2[li * p.lanes + l];
+          }
+          sum2 -= corr2[t];
+          let v2 = srq_out(f32(sum2) * p.in_scale2 * scale2[oo], p.out_scale2);
+          y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * v2;
+        } else if (p.epi == 1u) {
           aux[k] = gelu_tanh(aux[k]) * v;
         } else if (p.epi == 2u) {
           y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * aux[k];

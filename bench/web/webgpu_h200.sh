@@ -5,6 +5,7 @@
 # and the npm package `webgpu` for linux-x64 (nodepack/webgpu). Outputs go to $OUT.
 # .carry/c/webs.tar.xz (optional): builds to compare, webs/NAME/{lib,gemma-engine.js,gemma-engine.wasm}.
 # Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg,
+#   kernels: linear_mv_wg alone on E2B's shapes (wgsl_kernel_bench.mjs);
 #   ab: every build in webs/ alternated twice, 32 tokens after 511, then 8 after 1,021;
 #   profile-NAME[:FAMILY]: the profile with webs/NAME (its FAMILY, default workgroup); run-NAME:FAMILIES: webs/NAME's families (webgpu_bench.mjs's
 #   KERNELS, e.g. workgroup-mv0,workgroup-mv1024) side by side, twice)
@@ -15,10 +16,13 @@ tar xJf .carry/c/pack.tar.xz -C /tmp && tar xJf .carry/c/nodepack.tar.xz -C /tmp
 export LD_LIBRARY_PATH=/tmp/b/lib PATH=/tmp/nodepack/bin:$PATH
 mkdir -p .cache/npm-assets/node_modules && ln -sfn /tmp/nodepack/webgpu .cache/npm-assets/node_modules/webgpu
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
-[ -d /tmp/e2bq ] || /tmp/b/bin/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
+# (the synthetic model, once a step needs it)
+[[ " $* " == *" kernels "* && $# == 1 ]] || [ -d /tmp/e2bq ] ||
+  /tmp/b/bin/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
 for step in "$@"; do
   echo "== $step" | tee -a $OUT/log.txt
   case $step in
+    kernels) timeout 300 node bench/web/wgsl_kernel_bench.mjs 200 ;;
     native) timeout 240 /tmp/b/bin/gemma-engine bench --model /tmp/e2bq --backends vulkan \
               --workloads pp512+tg16,pp1024+tg8,pp512+tg64 --no-cold --reps 3 --verify-max-tokens 0 --out $OUT/native ;;
     compare) timeout 300 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 2 backend=vulkan workgroup,workgroup-nosg,nocpu 85 ;;

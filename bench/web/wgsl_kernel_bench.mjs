@@ -6,9 +6,11 @@
 //   apart:   outputs and scratch bindings alternate over 8 buffers (no hazard, no barrier: the
 //            kernel's own throughput).
 // Variants: "mv" = src/backend/webgpu/wgsl/linear_mv_wg.wgsl as the backend dispatches it (its
-// lanes per row and grid cap); "v4" = the same kernel with each invocation loading 16-byte weight
-// vectors (4 words; rows of whole vectors only), its lanes chosen for ~3 vectors each; "v4c" = v4
-// with the backend's 1,024-workgroup cap. GB/s counts the weight bytes.
+// lanes per row, its 1,024-workgroup cap); "words" = the same with the rows' single-word loop
+// (the kernel's path for rows that are not whole 16-byte vectors, forced here by a row length
+// that is not a multiple of 4 in the parameters but not in the data: the 2026-12-05 kernel's loads,
+// with its lanes rule); "uncapped" = mv with a workgroup per row block. GB/s counts the weight
+// bytes. The outputs of every variant are compared with mv's (equal bit for bit).
 //   node bench/web/wgsl_kernel_bench.mjs [REPS=200] [DAWN_FLAGS=backend=vulkan] [MAX_ROWS]
 // (MAX_ROWS: only the shapes with at most that many rows, e.g. a quick check on SwiftShader)
 // Needs .cache/npm-assets/node_modules/webgpu (tools/setup.sh); VK_ICD_FILENAMES picks the driver.
@@ -24,23 +26,10 @@ const dawn = createRequire(import.meta.url)(path.join(root, '.cache/npm-assets/n
 Object.assign(globalThis, dawn.globals);
 const wgsl = (f) => fs.readFileSync(path.join(root, 'src/backend/webgpu/wgsl', f), 'utf8');
 
-// The 16-byte-load variant: binding 1 as vec4<u32>, the product loop over vectors.
 const mvSource = wgsl('linear_mv_wg.wgsl');
-const loopOld = `      let rb = o * p.row_words;
-      for (var j = lane; j < p.row_words; j += p.lanes) {
-        let word = w[rb + j];`;
-const loopNew = `      let rb4 = o * p.row_words / 4u;
-      for (var j4 = lane; j4 < p.row_words / 4u; j4 += p.lanes) {
-       let wv = w[rb4 + j4];
-       for (var c = 0u; c < 4u; c++) {
-        let j = 4u * j4 + c;
-        let word = wv[c];`;
-if (!mvSource.includes(loopOld)) throw new Error('linear_mv_wg.wgsl changed: update the v4 variant');
-const v4Source = mvSource
-  .replace('@group(0) @binding(1) var<storage, read> w: array<u32>;', '@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;')
-  .replace(loopOld, loopNew)
-  .replace(/(acc2\[t\] \+= dot_word\(word2, q2 \+ t \* xw, j\);\n\s*\}\n\s*\}\n\s*\}\n)/, '$1       }\n')
-  .replace('          word2 = w2[rb + j];', '          word2 = w2[o * p.row_words + j];');
+// "words": the single-word loop, taken where row_words % 4 != 0: the condition is made false.
+const wordsSource = mvSource.replace('if (p.row_words % 4u == 0u) {', 'if (false) {');
+if (wordsSource === mvSource) throw new Error('linear_mv_wg.wgsl changed: update the words variant');
 
 const gpu = dawn.create(flags);
 const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
@@ -55,8 +44,8 @@ let failed = '';
 device.onuncapturederror = (e) => { failed ||= e.error.message; };
 const prelude = wgsl(subgroups ? 'prelude_subgroups.wgsl' : 'prelude_workgroup.wgsl') + wgsl('prelude.wgsl');
 const pipe = (code) => device.createComputePipeline({ layout: 'auto', compute: { module: device.createShaderModule({ code: prelude + code }), entryPoint: 'main' } });
-const pipes = { mv: pipe(mvSource), v4: pipe(v4Source) };
-pipes.v4c = pipes.v4;
+const pipes = { mv: pipe(mvSource), words: pipe(wordsSource) };
+pipes.uncapped = pipes.mv;
 const ai = adapter.info ?? {};
 console.log(`${[ai.vendor, ai.architecture, ai.description].filter((s) => s).join(' ')}, ${subgroups ? 'subgroup' : 'workgroup'} prelude, ${reps} dispatches per pass`);
 
@@ -70,7 +59,7 @@ const shapes = [
   ['down', 1536, 6144, 'q4'], ['down (wide)', 1536, 12288, 'q2'], ['PLE proj', 1536, 256, 'q8'],
   ['LM head', 262144, 1536, 'q2'],
 ];
-const buffer = (bytes, usage = GPUBufferUsage.STORAGE) => device.createBuffer({ size: Math.max(16, bytes), usage });
+const buffer = (bytes, usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC) => device.createBuffer({ size: Math.max(16, bytes), usage });
 const filled = (words) => {
   const b = device.createBuffer({ size: Math.max(16, words * 4), usage: GPUBufferUsage.STORAGE, mappedAtCreation: true });
   const a = new Uint32Array(b.getMappedRange());
@@ -86,7 +75,6 @@ const floats = (n, v) => {  // v, or v(i)
   b.unmap();
   return b;
 };
-const pow2 = (v) => 2 ** Math.round(Math.log2(Math.max(1, v)));
 
 const rows = [];
 for (const [name, R, C, kind] of shapes) {
@@ -98,14 +86,17 @@ for (const [name, R, C, kind] of shapes) {
   const resolve = buffer(16, GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC);
   const read = buffer(16, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   const row = { name: `${name} ${R}x${C} ${kind}`, bytes: R * rowWords * 4 };
-  for (const variant of ['mv', 'v4', 'v4c']) {
-    if (variant !== 'mv' && rowWords % 4) continue;
-    // linear_mv_wg's lanes rule (webgpu_backend.cc), or ~3 vectors per invocation for v4
-    const lanes = variant === 'mv'
-      ? (rowWords <= 32 ? 8 : rowWords <= 64 ? 16 : rowWords <= 128 ? 32 : 64)
-      : Math.min(64, Math.max(8, pow2(rowWords / 4 / 3)));
+  for (const variant of ['mv', 'words', 'uncapped']) {
+    // webgpu_backend.cc's lanes rule: ~3 16-byte vectors per invocation on rows of whole vectors,
+    // else ~4 words
+    let lanes = 8;
+    if (variant !== 'words' && rowWords % 4 === 0) {
+      while (lanes < 64 && lanes * 6 <= rowWords / 4) lanes *= 2;
+    } else {
+      lanes = rowWords <= 32 ? 8 : rowWords <= 64 ? 16 : rowWords <= 128 ? 32 : 64;
+    }
     let blocks = Math.ceil(R / (256 / lanes));
-    if (variant !== 'v4') blocks = Math.min(blocks, 1024);
+    if (variant !== 'uncapped') blocks = Math.min(blocks, 1024);
     const params = new Uint32Array(64), pf = new Float32Array(params.buffer);
     params.set([R, C, rowWords, KIND[kind], 1, 0, C, 0, R, 1]);
     pf[10] = 0.02; pf[11] = 0;
@@ -159,9 +150,9 @@ for (const [name, R, C, kind] of shapes) {
 }
 if (failed) console.log(`WebGPU error: ${failed}`);
 const cell = (r, k) => (r[k] === undefined ? '' : `${r[k].toFixed(2)} us (${(r.bytes / r[k] / 1e3).toFixed(0)} GB/s)`);
-console.log('\n| linear | mv chained | mv apart | v4 chained | v4 apart | v4 capped chained | v4 capped apart | lanes x workgroups (mv / v4) | outputs |');
+console.log('\n| linear | mv chained | mv apart | words chained | words apart | uncapped chained | uncapped apart | lanes x workgroups (mv / words / uncapped) | outputs |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) {
-  console.log(`| ${r.name} | ${cell(r, 'mv chained')} | ${cell(r, 'mv apart')} | ${cell(r, 'v4 chained')} | ${cell(r, 'v4 apart')} | ` +
-              `${cell(r, 'v4c chained')} | ${cell(r, 'v4c apart')} | ${r['mv lanes']} / ${r['v4 lanes'] ?? ''} | ${r.differs ? `${r.differs} DIFFER` : 'equal'} |`);
+  console.log(`| ${r.name} | ${cell(r, 'mv chained')} | ${cell(r, 'mv apart')} | ${cell(r, 'words chained')} | ${cell(r, 'words apart')} | ` +
+              `${cell(r, 'uncapped chained')} | ${cell(r, 'uncapped apart')} | ${r['mv lanes']} / ${r['words lanes']} / ${r['uncapped lanes']} | ${r.differs ? `${r.differs} DIFFER` : 'equal'} |`);
 }

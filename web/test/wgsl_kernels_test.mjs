@@ -68,7 +68,8 @@ function pipeline(name) {
   return pipelines[name];
 }
 function storage(data) {
-  const b = device.createBuffer({ size: Math.max(16, data.byteLength), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+  // (16-byte multiples, as the backend pads weights: linear_mv_wg binds them as vec4<u32>)
+  const b = device.createBuffer({ size: Math.max(16, Math.ceil(data.byteLength / 16) * 16), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
   device.queue.writeBuffer(b, 0, data);
   return b;
 }
@@ -668,7 +669,7 @@ for (const M of mvCases) {
     check(badPair === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}, gate and up paired (${M.inScale2 === M.inScale ? 'one input scale' : 'two input scales'}): ${badPair} outputs differ from the two dispatches${example}`);
   }
 }
-console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
+console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
 {
   let worst = 0;
   for (const fam of families) {

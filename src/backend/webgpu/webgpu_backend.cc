@@ -331,11 +331,14 @@ class WebGpuModel : public BackendModel {
                 int y, uint32_t y_off, uint32_t y_stride, int n, const LinearEpilogue& epi) const {
     const GpuLinear& g = Lin(lin);
     const GpuLinear& g2 = second ? Lin(*second) : g;
-    // Invocations per row: about 4 weight words each, 8 to 64 (256 per workgroup).
-    const uint32_t lanes = g.row_words <= 32    ? 8
-                           : g.row_words <= 64  ? 16
-                           : g.row_words <= 128 ? 32
-                                                : 64;
+    // Invocations per row, 8 to 64 (256 per workgroup): about 3 16-byte weight vectors each on
+    // rows of whole vectors, else about 4 words.
+    uint32_t lanes = 8;
+    if (g.row_words % 4 == 0) {
+      while (lanes < 64 && lanes * 6 <= g.row_words / 4) lanes *= 2;
+    } else {
+      lanes = g.row_words <= 32 ? 8 : g.row_words <= 64 ? 16 : g.row_words <= 128 ? 32 : 64;
+    }
     Params p;
     p.u(lin.rows)
         .u(lin.cols)
@@ -411,7 +414,8 @@ void WebGpuModel::Upload(const Linear& lin) {
                                           " bytes exceed the device's largest storage buffer (" +
                                           std::to_string(static_cast<size_t>(gw_max_buffer())) + ")");
   }
-  g.w = gw_buffer(bytes);
+  // (padded to 16 bytes: linear_mv_wg.wgsl binds the words as vec4<u32>)
+  g.w = gw_buffer((bytes + 15) / 16 * 16);
   if (g.w < 0) ThrowDevice(lin.name);
   if (lin.row_bytes == g.row_words * 4u) {
     gw_write(g.w, 0, lin.data, bytes);

@@ -2,7 +2,9 @@
 // packed_4x8_integer_dot_product): one dispatch instead of quant.wgsl + linear_wg.wgsl. Every
 // workgroup of 256 invocations quantizes the input itself (srq_code, as quant.wgsl) into
 // workgroup memory, four int8 codes to a u32 in the order the weight words unpack to, then
-// `lanes` invocations share each of its 256 / lanes rows:
+// `lanes` invocations share each of its 256 / lanes rows, each loading 16-byte vectors of four
+// weight words where a row is whole vectors (row_words % 4 == 0), else single words (the
+// buffers are bound as vec4<u32>, padded to 16 bytes):
 // - int8 rows: a weight word is four signed codes, multiplied with dot4I8Packed as stored;
 // - int4 rows: (word >> 4k) & 0x0f0f0f0f, k = 0, 1, holds codes k, k + 2, k + 4, k + 6 as bytes;
 // - int2 rows: (word >> 2k) & 0x03030303, k = 0 .. 3, holds codes k, k + 4, k + 8, k + 12;
@@ -33,12 +35,12 @@ struct P {
   in_scale2: f32, out_scale2: f32,  // epi 3: the second linear's SRQ scales
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<storage, read_write> aux: array<f32>;
-@group(0) @binding(6) var<storage, read> w2: array<u32>;      // epi 3 (else any weights)
+@group(0) @binding(6) var<storage, read> w2: array<vec4<u32>>;  // epi 3 (else any weights)
 @group(0) @binding(7) var<storage, read> scale2: array<f32>;  // epi 3 (else any scales)
 
 const WG: u32 = 256u;
@@ -87,6 +89,20 @@ fn dot_word(word: u32, q0: u32, j: u32) -> i32 {
   }
   let q = q0 + j;
   return dot4I8Packed(word, xs[q / 4u][q % 4u]);
+}
+
+// Row word j (of row words from input word 0) of the first linear and, paired, the second, into
+// each token's sums.
+fn add_word(acc: ptr<function, array<i32, 4>>, acc2: ptr<function, array<i32, 4>>, word: u32,
+            word2: u32, j: u32, xw: u32, q2: u32) {
+  for (var t = 0u; t < 4u; t++) {
+    if (t < p.n) {
+      (*acc)[t] += dot_word(word, t * xw, j);
+      if (p.epi == 3u) {
+        (*acc2)[t] += dot_word(word2, q2 + t * xw, j);
+      }
+    }
+  }
 }
 
 @compute @workgroup_size(256)
@@ -156,19 +172,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     var acc2 = array<i32, 4>(0, 0, 0, 0);
     if (o < p.rows) {
       let rb = o * p.row_words;
-      for (var j = lane; j < p.row_words; j += p.lanes) {
-        let word = w[rb + j];
-        var word2 = 0u;
-        if (paired) {
-          word2 = w2[rb + j];
-        }
-        for (var t = 0u; t < 4u; t++) {
-          if (t < p.n) {
-            acc[t] += dot_word(word, t * xw, j);
-            if (paired) {
-              acc2[t] += dot_word(word2, q2 + t * xw, j);
-            }
+      if (p.row_words % 4u == 0u) {
+        // Whole vectors: one 16-byte load per four words (the loads the decode step's speed
+        // rests on: 2-3x single words on an H100, bench/web/wgsl_kernel_bench.mjs).
+        for (var j4 = lane; j4 < p.row_words / 4u; j4 += p.lanes) {
+          let wv = w[rb / 4u + j4];
+          var wv2 = vec4<u32>(0u);
+          if (paired) {
+            wv2 = w2[rb / 4u + j4];
           }
+          for (var c = 0u; c < 4u; c++) {
+            add_word(&acc, &acc2, wv[c], wv2[c], 4u * j4 + c, xw, q2);
+          }
+        }
+      } else {
+        for (var j = lane; j < p.row_words; j += p.lanes) {
+          let i = rb + j;
+          var word2 = 0u;
+          if (paired) {
+            word2 = w2[i / 4u][i % 4u];
+          }
+          add_word(&acc, &acc2, w[i / 4u][i % 4u], word2, j, xw, q2);
         }
       }
     }

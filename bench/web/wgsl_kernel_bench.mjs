@@ -9,7 +9,8 @@
 // lanes per row, its 1,024-workgroup cap); "words" = the same with the rows' single-word loop
 // (the kernel's path for rows that are not whole 16-byte vectors, forced here by a row length
 // that is not a multiple of 4 in the parameters but not in the data: the 2026-12-05 kernel's loads,
-// with its lanes rule); "uncapped" = mv with a workgroup per row block. GB/s counts the weight
+// with its lanes rule); "uncapped" = mv with a workgroup per row block; "cap256", "cap128" = mv
+// on at most 256 / 128 workgroups (fewer quantizations of long inputs). GB/s counts the weight
 // bytes. The outputs of every variant are compared with mv's (equal bit for bit).
 //   node bench/web/wgsl_kernel_bench.mjs [REPS=200] [DAWN_FLAGS=backend=vulkan] [MAX_ROWS]
 // (MAX_ROWS: only the shapes with at most that many rows, e.g. a quick check on SwiftShader)
@@ -45,7 +46,7 @@ device.onuncapturederror = (e) => { failed ||= e.error.message; };
 const prelude = wgsl(subgroups ? 'prelude_subgroups.wgsl' : 'prelude_workgroup.wgsl') + wgsl('prelude.wgsl');
 const pipe = (code) => device.createComputePipeline({ layout: 'auto', compute: { module: device.createShaderModule({ code: prelude + code }), entryPoint: 'main' } });
 const pipes = { mv: pipe(mvSource), words: pipe(wordsSource) };
-pipes.uncapped = pipes.mv;
+pipes.uncapped = pipes.cap256 = pipes.cap128 = pipes.mv;
 const ai = adapter.info ?? {};
 console.log(`${[ai.vendor, ai.architecture, ai.description].filter((s) => s).join(' ')}, ${subgroups ? 'subgroup' : 'workgroup'} prelude, ${reps} dispatches per pass`);
 
@@ -86,7 +87,7 @@ for (const [name, R, C, kind] of shapes) {
   const resolve = buffer(16, GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC);
   const read = buffer(16, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   const row = { name: `${name} ${R}x${C} ${kind}`, bytes: R * rowWords * 4 };
-  for (const variant of ['mv', 'words', 'uncapped']) {
+  for (const variant of ['mv', 'words', 'uncapped', 'cap256', 'cap128']) {
     // webgpu_backend.cc's lanes rule: ~3 16-byte vectors per invocation on rows of whole vectors,
     // else ~4 words
     let lanes = 8;
@@ -96,7 +97,7 @@ for (const [name, R, C, kind] of shapes) {
       lanes = rowWords <= 32 ? 8 : rowWords <= 64 ? 16 : rowWords <= 128 ? 32 : 64;
     }
     let blocks = Math.ceil(R / (256 / lanes));
-    if (variant !== 'uncapped') blocks = Math.min(blocks, 1024);
+    if (variant !== 'uncapped') blocks = Math.min(blocks, variant === 'cap256' ? 256 : variant === 'cap128' ? 128 : 1024);
     const params = new Uint32Array(64), pf = new Float32Array(params.buffer);
     params.set([R, C, rowWords, KIND[kind], 1, 0, C, 0, R, 1]);
     pf[10] = 0.02; pf[11] = 0;
@@ -150,9 +151,9 @@ for (const [name, R, C, kind] of shapes) {
 }
 if (failed) console.log(`WebGPU error: ${failed}`);
 const cell = (r, k) => (r[k] === undefined ? '' : `${r[k].toFixed(2)} us (${(r.bytes / r[k] / 1e3).toFixed(0)} GB/s)`);
-console.log('\n| linear | mv chained | mv apart | words chained | words apart | uncapped chained | uncapped apart | lanes x workgroups (mv / words / uncapped) | outputs |');
-console.log('|---|---|---|---|---|---|---|---|---|');
+console.log('\n| linear | mv chained | mv apart | words chained | words apart | uncapped chained | uncapped apart | 256 apart | 128 apart | lanes x workgroups (mv / words / uncapped) | outputs |');
+console.log('|---|---|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) {
   console.log(`| ${r.name} | ${cell(r, 'mv chained')} | ${cell(r, 'mv apart')} | ${cell(r, 'words chained')} | ${cell(r, 'words apart')} | ` +
-              `${cell(r, 'uncapped chained')} | ${cell(r, 'uncapped apart')} | ${r['mv lanes']} / ${r['words lanes']} / ${r['uncapped lanes']} | ${r.differs ? `${r.differs} DIFFER` : 'equal'} |`);
+              `${cell(r, 'uncapped chained')} | ${cell(r, 'uncapped apart')} | ${cell(r, 'cap256 apart')} | ${cell(r, 'cap128 apart')} | ${r['mv lanes']} / ${r['words lanes']} / ${r['uncapped lanes']} | ${r.differs ? `${r.differs} DIFFER` : 'equal'} |`);
 }

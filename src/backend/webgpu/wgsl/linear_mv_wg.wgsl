@@ -123,50 +123,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   }
   workgroupBarrier();
   var s = array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0);
-  if (xw % 4u == 0u) {
-    // Tokens of whole elements: invocation e takes element e (four input words), which holds
-    // columns 16 m .. 16 m + 15 of its token in every kind (m = e within the token), their 16
-    // loads issued together (one pass for 4,096 columns; the loop below makes four per word).
-    let xe = xw / 4u;
-    for (var e = li; e < sets * p.n * xe; e += WG) {
-      let st = e / (p.n * xe);  // (set, token) = (st, t)
-      let et = e - st * p.n * xe;
-      let t = et / xe;
-      let c0 = 16u * (et - t * xe);
-      let sc = select(p.in_scale, p.in_scale2, st == 1u);
-      let xb = p.x_off + t * p.x_stride + c0;
-      var v: array<f32, 16>;
-      for (var i = 0u; i < 16u; i++) {
-        v[i] = select(0.0, x[xb + i], c0 + i < p.cols);
-      }
-      var words = vec4<u32>(0u);
-      var cs = 0;
-      for (var k = 0u; k < 4u; k++) {
-        var c = vec4<i32>(0);
-        for (var b = 0u; b < 4u; b++) {
-          // (the column of byte b of word 4 m + k, less 16 m: column()'s orders)
-          var i = 4u * k + b;
-          if (p.kind == KIND_Q2) {
-            i = 4u * b + k;
-          } else if (p.kind == KIND_Q4) {
-            i = 8u * (k / 2u) + 2u * b + k % 2u;
-          }
-          if (c0 + i < p.cols) {
-            c[b] = i32(srq_code(v[i], sc));
-          }
-        }
-        words[k] = pack4xI8(c);
-        cs += c.x + c.y + c.z + c.w;
-      }
-      xs[e] = words;
-      for (var u = 0u; u < 8u; u++) {
-        if (u == st * 4u + t) {
-          s[u] += cs;
-        }
-      }
-    }
-  }
-  for (var q = li; q < select(0u, sets * p.n * xw, xw % 4u != 0u); q += WG) {
+  for (var q = li; q < sets * p.n * xw; q += WG) {
     let st = q / (p.n * xw);  // (set, token) = (st, t)
     let qt = q - st * p.n * xw;
     let t = qt / xw;

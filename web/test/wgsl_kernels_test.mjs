@@ -55,11 +55,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 }
 `,
 };
-// rmsnorm_wg with its loop for every width (the kernel keeps rows up to 3,072 wide in registers):
-// the two paths' outputs are compared bit for bit.
-const rmsnormSource = fs.readFileSync(path.join(dir, 'rmsnorm_wg.wgsl'), 'utf8');
-testKernels.rmsnorm_wg_loop = rmsnormSource.replace('if (p.width <= 256u * MAXIT) {', 'if (false) {');
-if (testKernels.rmsnorm_wg_loop === rmsnormSource) throw new Error('rmsnorm_wg.wgsl changed: update rmsnorm_wg_loop');
 const source = (f) => testKernels[f.replace(/\.wgsl$/, '')] ?? fs.readFileSync(path.join(dir, f), 'utf8');
 const pipelines = {};
 // name: a kernel, with the workgroup family's reductions (prelude_workgroup.wgsl), or "sg:" and a
@@ -401,8 +396,7 @@ for (let c = 0; c < 8; ++c) {
 // ---- rmsnorm_wg (modes 0, 1, 2) and head_norm_wg against float64.
 const normCases = [];
 for (let c = 0; c < 6; ++c) {
-  // (widths past 3,072 take the kernel's loop, the others its registers)
-  const mode = c % 3, rows = int(1, 5), width = c === 5 ? 4000 : pick([1, 7, 64, 100, 256, 1536, 2048]);
+  const mode = c % 3, rows = int(1, 5), width = pick([1, 7, 64, 100, 256, 1536, 2048]);
   const xStride = width + int(0, 3), xOff = int(0, 3), yStride = width, yOff = int(0, 3);
   const x = new Float32Array(xOff + rows * xStride).map(() => f32((rnd() * 2 - 1) * 3));
   const w = new Float32Array(width).map(() => f32(rnd() * 2));
@@ -554,15 +548,12 @@ for (const N of normCases) {
   const { rows, width, mode, xOff, xStride, yOff, yStride } = N;
   const xb = storage(N.x), wb = storage(N.w), w2b = storage(N.w2);
   N.out = {};
-  for (const fam of [...families, 'loop']) {
+  for (const fam of families) {
     const y = storage(N.y0), z = storage(new Float32Array(rows * width));
-    run([[fam === 'loop' ? 'rmsnorm_wg_loop' : fam + 'rmsnorm_wg', [rows, width, xOff, xStride, yOff, yStride, 1, mode, { f: N.eps }, { f: N.scale }, 1],
+    run([[fam + 'rmsnorm_wg', [rows, width, xOff, xStride, yOff, yStride, 1, mode, { f: N.eps }, { f: N.scale }, 1],
           [xb, wb, y, w2b, z], [rows, 1, 1]]]);
     N.out[fam] = { y: await read(y, N.y0.byteLength), z: await read(z, rows * width * 4) };
   }
-  let bad = 0;
-  for (const k of ['y', 'z']) N.out.loop[k].forEach((v, i) => { if (!Object.is(v, N.out[''][k][i])) ++bad; });
-  check(bad === 0, `${N.what}: ${bad} outputs of the registers path differ from the loop's`);
 }
 for (const H of headCases) {
   const { hd, heads, n, rope, toCache, hasW, ring, pos0, csOff } = H;
@@ -758,7 +749,7 @@ for (const H of headCases) {
 }
 for (const Q of qkvResults) check(Q.bad === 0, `${Q.what}: ${Q.bad} values differ from three dispatches`);
 console.log(`head_norm_wg: ${qkvResults.length} random layers' q/k/v head norms in one dispatch, bit for bit three dispatches'`);
-console.log(`rmsnorm_wg, head_norm_wg: ${normCases.length + headCases.length} random cases, worst rel L2 ${worstNorm.toExponential(2)} from float64, ${worstNormPair.toExponential(2)} between the families; rmsnorm_wg's registers path bit for bit its loop's`);
+console.log(`rmsnorm_wg, head_norm_wg: ${normCases.length + headCases.length} random cases, worst rel L2 ${worstNorm.toExponential(2)} from float64, ${worstNormPair.toExponential(2)} between the families`);
 
 let worstSplit = 0, worstPair = 0;
 for (const A of attnCases) {

@@ -4,10 +4,7 @@
 // four at a time (i, i + 64, i + 128, i + 192 of every 256), their loads issued together: a
 // decode step's norms are one workgroup each, so their time is the chain of dependent loads, which
 // this cuts to a quarter. The four partial sums are added in float-float, whose ~44 bits make the
-// order they are added in immaterial to the f32 result in all but rare ties. Rows up to
-// 256 x MAXIT wide are read once, every load issued before the first sum (x and y kept in
-// registers for the later passes: one memory latency instead of one per 256 elements and pass);
-// the same operations in the same order as the loop for wider rows, so the same bits.
+// order they are added in immaterial to the f32 result in all but rare ties.
 struct P {
   rows: u32, width: u32, x_off: u32, x_stride: u32,
   y_off: u32, y_stride: u32, has_w: u32, mode: u32,
@@ -40,81 +37,6 @@ fn sum_squares(ss: vec4<f32>, sl: vec4<f32>) -> vec2<f32> {
                 ff_add(vec2<f32>(ss.z, sl.z), vec2<f32>(ss.w, sl.w)));
 }
 
-const MAXIT: u32 = 12u;
-
-// Rows up to 256 x MAXIT wide: rmsnorm of row (xb, yb) from registers.
-fn norm_in_registers(r: u32, xb: u32, yb: u32, li: u32) {
-  let its = (p.width + 255u) / 256u;
-  var xr: array<vec4<f32>, MAXIT>;
-  var yr: array<vec4<f32>, MAXIT>;
-  for (var it = 0u; it < MAXIT; it++) {
-    if (it < its) {
-      xr[it] = load4(false, xb, li + 256u * it);
-      if (p.mode != 0u) {
-        yr[it] = load4(true, yb, li + 256u * it);
-      }
-    }
-  }
-  var ss = vec4<f32>(0.0);
-  var sl = vec4<f32>(0.0);
-  for (var it = 0u; it < MAXIT; it++) {
-    if (it < its) {
-      for (var k = 0u; k < 4u; k++) {
-        let f = ff_add1(vec2<f32>(ss[k], sl[k]), xr[it][k] * xr[it][k]);
-        ss[k] = f.x;
-        sl[k] = f.y;
-      }
-    }
-  }
-  let tot = ff_workgroup_sum(sum_squares(ss, sl), li);
-  let inv = inverseSqrt(tot.x / f32(p.width) + tot.y / f32(p.width) + p.eps);
-  ss = vec4<f32>(0.0);
-  sl = vec4<f32>(0.0);
-  for (var it = 0u; it < MAXIT; it++) {
-    let i = li + 256u * it;
-    if (it < its) {
-      var v = xr[it] * inv;
-      for (var k = 0u; k < 4u; k++) {
-        if (p.has_w != 0u && i + 64u * k < p.width) {
-          v[k] = v[k] * w[i + 64u * k];
-        }
-      }
-      if (p.mode != 0u) {
-        v = (yr[it] + v) * p.scale;
-      }
-      for (var k = 0u; k < 4u; k++) {
-        if (i + 64u * k < p.width) {
-          y[yb + i + 64u * k] = v[k];
-          let f = ff_add1(vec2<f32>(ss[k], sl[k]), v[k] * v[k]);
-          ss[k] = f.x;
-          sl[k] = f.y;
-        }
-      }
-      yr[it] = v;
-    }
-  }
-  if (p.mode != 2u) {
-    return;
-  }
-  let tot2 = ff_workgroup_sum(sum_squares(ss, sl), li);
-  let inv2 = inverseSqrt(tot2.x / f32(p.width) + tot2.y / f32(p.width) + p.eps);
-  for (var it = 0u; it < MAXIT; it++) {
-    let i = li + 256u * it;
-    if (it < its) {
-      let v = yr[it] * inv2;
-      for (var k = 0u; k < 4u; k++) {
-        if (i + 64u * k < p.width) {
-          var u = v[k];
-          if (p.has_w2 != 0u) {
-            u = u * w2[i + 64u * k];
-          }
-          z[r * p.width + i + 64u * k] = u;
-        }
-      }
-    }
-  }
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let r = wg.x;
@@ -123,10 +45,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   let xb = p.x_off + r * p.x_stride;
   let yb = p.y_off + r * p.y_stride;
-  if (p.width <= 256u * MAXIT) {
-    norm_in_registers(r, xb, yb, li);
-    return;
-  }
   // Four float-float partials (hi in ss, lo in sl), one per element of a group of four.
   var ss = vec4<f32>(0.0);
   var sl = vec4<f32>(0.0);

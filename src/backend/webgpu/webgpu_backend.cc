@@ -310,8 +310,8 @@ class WebGpuModel : public BackendModel {
   // otherwise: the caller records the gate, then the up projection with epilogue 1.
   bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n) const {
     if (!IsQuantized(gate.kind) || gate.in_scale <= 0 || !IsQuantized(up.kind) ||
-        up.in_scale <= 0 || gate.kind != up.kind || gate.rows != up.rows ||
-        gate.cols != up.cols || Lin(gate).row_words != Lin(up).row_words ||
+        up.in_scale <= 0 || gate.kind != up.kind || gate.rows != up.rows || gate.cols != up.cols ||
+        Lin(gate).row_words != Lin(up).row_words ||
         !MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2)) {
       return false;
     }

@@ -409,13 +409,14 @@ void WebGpuModel::Upload(const Linear& lin) {
                           : static_cast<size_t>(lin.cols) * WeightKindBits(lin.kind) / 8;
   g.row_words = static_cast<uint32_t>((used + 3) / 4);
   const size_t bytes = static_cast<size_t>(lin.rows) * g.row_words * 4;
-  if (static_cast<double>(bytes) > gw_max_buffer()) {
-    throw Error(ErrorCode::kCapacity, lin.name + ": " + std::to_string(bytes) +
+  // (the buffer padded to 16 bytes: linear_mv_wg.wgsl binds the words as vec4<u32>)
+  const size_t padded = (bytes + 15) / 16 * 16;
+  if (static_cast<double>(padded) > gw_max_buffer()) {
+    throw Error(ErrorCode::kCapacity, lin.name + ": " + std::to_string(padded) +
                                           " bytes exceed the device's largest storage buffer (" +
                                           std::to_string(static_cast<size_t>(gw_max_buffer())) + ")");
   }
-  // (padded to 16 bytes: linear_mv_wg.wgsl binds the words as vec4<u32>)
-  g.w = gw_buffer((bytes + 15) / 16 * 16);
+  g.w = gw_buffer(padded);
   if (g.w < 0) ThrowDevice(lin.name);
   if (lin.row_bytes == g.row_words * 4u) {
     gw_write(g.w, 0, lin.data, bytes);
@@ -433,7 +434,7 @@ void WebGpuModel::Upload(const Linear& lin) {
       gw_write(g.w, static_cast<size_t>(r0) * g.row_words * 4, buf.data(), buf.size());
     }
   }
-  weight_bytes_ += bytes;
+  weight_bytes_ += padded;
   if (IsQuantized(lin.kind)) {
     g.scale = gw_buffer(static_cast<size_t>(lin.rows) * 4);
     if (g.scale < 0) ThrowDevice(lin.name);

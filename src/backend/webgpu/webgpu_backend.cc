@@ -414,7 +414,8 @@ void WebGpuModel::Upload(const Linear& lin) {
   if (static_cast<double>(padded) > gw_max_buffer()) {
     throw Error(ErrorCode::kCapacity, lin.name + ": " + std::to_string(padded) +
                                           " bytes exceed the device's largest storage buffer (" +
-                                          std::to_string(static_cast<size_t>(gw_max_buffer())) + ")");
+                                          std::to_string(static_cast<size_t>(gw_max_buffer())) +
+                                          ")");
   }
   g.w = gw_buffer(padded);
   if (g.w < 0) ThrowDevice(lin.name);

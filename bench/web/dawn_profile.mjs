@@ -67,6 +67,15 @@ function wrap(target, over) {
 }
 
 function wrapDevice(device) {
+  // Records the copy of `count` timestamps of qs into a mappable buffer; {qs, resolve, read}.
+  const resolveTimes = (enc, qs, count) => {
+    const bytes = 8 * count;
+    const resolve = device.createBuffer({ size: bytes, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+    const read = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    enc.resolveQuerySet(qs, 0, count, resolve, 0);
+    enc.copyBufferToBuffer(resolve, 0, read, 0, bytes);
+    return { qs, resolve, read };
+  };
   const labels = new WeakMap();
   const pending = new Map();  // command buffer -> {qs, resolve, read, labels}
   const passEncoder = (enc) => {
@@ -86,12 +95,9 @@ function wrapDevice(device) {
       },
       finish: (d) => {
         if (!qs) return hostTimed(() => enc.finish(d));  // (the readback's copy)
-        const resolve = device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
-        const read = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-        enc.resolveQuerySet(qs, 0, 2, resolve, 0);
-        enc.copyBufferToBuffer(resolve, 0, read, 0, 16);
+        const info = resolveTimes(enc, qs, 2);
         const cb = hostTimed(() => enc.finish(d));
-        pending.set(cb, { qs, resolve, read, labels: ['pass'], n });
+        pending.set(cb, { ...info, labels: ['pass'], n });
         return cb;
       },
     });
@@ -124,12 +130,7 @@ function wrapDevice(device) {
       finish: (d) => {
         let info = null;
         if (timed.length) {
-          const bytes = 16 * timed.length;
-          const resolve = device.createBuffer({ size: bytes, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
-          const read = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-          enc.resolveQuerySet(qs, 0, 2 * timed.length, resolve, 0);
-          enc.copyBufferToBuffer(resolve, 0, read, 0, bytes);
-          info = { qs, resolve, read, labels: timed };
+          info = { ...resolveTimes(enc, qs, 2 * timed.length), labels: timed };
         } else if (qs) {
           qs.destroy();
         }

@@ -140,6 +140,9 @@ constexpr uint32_t kMvInputWords = 3072;
 // 2026-12-06-webgpu-dispatch.md).
 constexpr uint32_t kMvWorkgroupsDefault = 1024;
 
+// An SRQ linear: integer weights and an input scale (its input quantized before the products).
+bool SrqInput(const Linear& lin) { return IsQuantized(lin.kind) && lin.in_scale > 0; }
+
 // Input words per weight word in linear_mv_wg.wgsl's packed layout.
 uint32_t MvGroup(WeightKind k) { return k == WeightKind::kQ2 ? 4 : k == WeightKind::kQ4 ? 2 : 1; }
 
@@ -274,7 +277,7 @@ class WebGpuModel : public BackendModel {
                     uint32_t y_off, uint32_t y_stride, int n, int xq,
                     const LinearEpilogue& epi = {}) const {
     const GpuLinear& g = Lin(lin);
-    const bool srq = IsQuantized(lin.kind) && lin.in_scale > 0;
+    const bool srq = SrqInput(lin);
     if (srq && MvFits(lin, n, 1)) {
       RecordMv(lin, nullptr, x, x_off, x_stride, y, y_off, y_stride, n, epi);
       return epi.mode != 0;
@@ -309,10 +312,9 @@ class WebGpuModel : public BackendModel {
   // where both are SRQ linears of one shape and kind that it takes; false (nothing recorded)
   // otherwise: the caller records the gate, then the up projection with epilogue 1.
   bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n) const {
-    if (!IsQuantized(gate.kind) || gate.in_scale <= 0 || !IsQuantized(up.kind) ||
-        up.in_scale <= 0 || gate.kind != up.kind || gate.rows != up.rows || gate.cols != up.cols ||
-        Lin(gate).row_words != Lin(up).row_words ||
-        !MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2)) {
+    // (one kind and width: one row length in words)
+    if (!SrqInput(gate) || !SrqInput(up) || gate.kind != up.kind || gate.rows != up.rows ||
+        gate.cols != up.cols || !MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2)) {
       return false;
     }
     RecordMv(gate, &up, x, 0, gate.cols, y, 0, gate.rows, n, {3});

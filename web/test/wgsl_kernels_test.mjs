@@ -486,6 +486,7 @@ for (const L of linearCases) {
   L.wg = await read(yWg, ybytes);
   if (subgroups) L.sg = await read(ySg, ybytes);
 }
+const none = storage(new Float32Array(4));  // (a binding the dispatch does not read)
 for (const M of mvCases) {
   const { rows, cols, rowWords, kind, n, lanes, xOff, xStride, yOff, yStride, inScale, outScale } = M;
   const ybytes = (yOff + n * yStride) * 4;
@@ -498,15 +499,15 @@ for (const M of mvCases) {
   M.out = {};
   for (const fam of families) {
     const y = storage(new Float32Array(ybytes / 4));
-    run([[fam + 'linear_mv_wg', params(0, yOff, yStride), [wb, sb, xb, y, storage(new Float32Array(4)), wb, sb], groups]]);
+    run([[fam + 'linear_mv_wg', params(0, yOff, yStride), [wb, sb, xb, y, storage(new Float32Array(4)), wb, sb, none], groups]]);
     M.out[fam] = await read(y, ybytes);
   }
   // The epilogue: fused, and the plain output then gelu_mul (packed rows where it needs them).
   const auxBytes = M.aux.byteLength;
   const yPlain = storage(new Float32Array(n * rows)), yFused = storage(new Float32Array(n * rows));
   const auxFused = storage(M.aux), auxSep = storage(M.aux);
-  run([['linear_mv_wg', params(0, 0, rows), [wb, sb, xb, yPlain, storage(new Float32Array(4)), wb, sb], groups],
-       ['linear_mv_wg', params(M.epi, 0, rows), [wb, sb, xb, yFused, auxFused, wb, sb], groups],
+  run([['linear_mv_wg', params(0, 0, rows), [wb, sb, xb, yPlain, storage(new Float32Array(4)), wb, sb, none], groups],
+       ['linear_mv_wg', params(M.epi, 0, rows), [wb, sb, xb, yFused, auxFused, wb, sb, none], groups],
        M.epi === 1 ? ['gelu_mul', [n, rows, 0, rows], [yPlain, auxSep], [Math.ceil(rows / 64), n, 1]]
                    : ['gelu_mul', [n, rows, M.auxOff, M.auxStride], [auxSep, yPlain], [Math.ceil(rows / 64), n, 1]]]);
   M.epiFused = M.epi === 1 ? await read(auxFused, auxBytes) : await read(yFused, n * rows * 4);
@@ -516,10 +517,63 @@ for (const M of mvCases) {
   M.pair = {};
   for (const fam of families) {
     const gate = storage(new Float32Array(n * rows)), yPair = storage(new Float32Array(ybytes / 4));
-    run([[fam + 'linear_mv_wg', params(0, 0, rows), [wb, sb, xb, gate, storage(new Float32Array(4)), wb, sb], groups],
-         [fam + 'linear_mv_wg', params(1, 0, rows, M.inScale2, M.outScale2, 0, rows), [w2b, s2b, xb, storage(new Float32Array(4)), gate, w2b, s2b], groups],
-         [fam + 'linear_mv_wg', params(3, yOff, yStride), [wb, sb, xb, yPair, storage(new Float32Array(4)), w2b, s2b], groups]]);
+    run([[fam + 'linear_mv_wg', params(0, 0, rows), [wb, sb, xb, gate, storage(new Float32Array(4)), wb, sb, none], groups],
+         [fam + 'linear_mv_wg', params(1, 0, rows, M.inScale2, M.outScale2, 0, rows), [w2b, s2b, xb, storage(new Float32Array(4)), gate, w2b, s2b, none], groups],
+         [fam + 'linear_mv_wg', params(3, yOff, yStride), [wb, sb, xb, yPair, storage(new Float32Array(4)), w2b, s2b, none], groups]]);
     M.pair[fam] = { sep: await read(gate, n * rows * 4), fused: await read(yPair, ybytes) };
+  }
+}
+// The residual norm in the prologue (pro 1: the input is the new residual; 2: its norm), with
+// and without norm weights, under epilogues 0, 2 and the pair, against rmsnorm_wg (mode 1, or 2
+// for its z) then linear_mv_wg without it, in each family: the outputs and the new residual the
+// first workgroup writes, bit for bit.
+const proCases = [];
+mvCases.forEach((M, c) => {
+  const { rows, cols, n, xStride } = M;
+  const pro = 1 + (c % 2), epi = [0, 2, 3][c % 3];
+  const hasWa = c % 4 !== 3 ? 1 : 0, hasWb = c % 5 !== 4 ? 1 : 0;
+  const R = n * xStride, pad = int(0, 3);
+  const rIn = pad, rOut = pad + R, tOff = pad + 2 * R;
+  // The residual ~ +-2 and t ~ +-3 (the input of pro 1 is the residual: codes up to ~200, clamped).
+  const stream = new Float32Array(pad + 3 * R);
+  for (let i = 0; i < R; ++i) {
+    stream[rIn + i] = f32((rnd() * 2 - 1) * 2);
+    stream[tOff + i] = f32((rnd() * 2 - 1) * 3);
+  }
+  const vpad = int(0, 5);
+  const vecs = new Float32Array(vpad + 2 * cols).map(() => f32(rnd() * 2));
+  const scale = c % 3 === 1 ? 1 : f32(0.5 + rnd());
+  proCases.push({ M, pro, epi, hasWa, hasWb, rIn, rOut, tOff, stream, vecs, vpad, scale, eps: 1e-6,
+                  what: `${M.what}: prologue norm ${pro}, weights ${hasWa}${hasWb}, epilogue ${epi}` });
+});
+for (const C of proCases) {
+  const { M, pro, epi } = C;
+  const { rows, cols, rowWords, kind, n, lanes, xStride, yOff, yStride, inScale, outScale } = M;
+  const ybytes = (yOff + n * yStride) * 4;
+  const groups = [Math.min(M.grid, 16384), Math.ceil(M.grid / 16384), 1];
+  const wb = storage(M.w), sb = storage(M.scale), w2b = storage(M.w2), s2b = storage(M.scale2);
+  const wa = C.vecs.subarray(C.vpad, C.vpad + cols), wbn = C.vecs.subarray(C.vpad + cols);
+  const mvParams = (xo, xs, proWords) =>
+    [rows, cols, rowWords, KIND[kind], n, xo, xs, yOff, yStride, 1, { f: inScale }, { f: outScale }, lanes, epi,
+     M.auxOff, M.auxStride, { f: M.inScale2 }, { f: M.outScale2 }, ...proWords];
+  const second = epi === 3 ? [w2b, s2b] : [wb, sb];
+  C.out = {};
+  for (const fam of families) {
+    // rmsnorm_wg on t into a copy of the residual (mode 2: its norm into z), then the plain kernel.
+    const xNorm = storage(C.stream), yNorm = storage(C.stream), z = storage(new Float32Array(n * cols));
+    const yA = storage(new Float32Array(ybytes / 4)), yB = storage(new Float32Array(ybytes / 4));
+    const streamB = storage(C.stream);
+    const aux = () => (epi === 2 ? storage(M.aux) : storage(new Float32Array(4)));
+    run([[fam + 'rmsnorm_wg', [n, cols, C.tOff, xStride, C.rIn, xStride, C.hasWa, pro, { f: C.eps }, { f: C.scale }, C.hasWb, 0],
+          [xNorm, storage(wa), yNorm, storage(wbn), z], [n, 1, 1]],
+         [fam + 'linear_mv_wg', pro === 1 ? mvParams(C.rIn, xStride, []) : mvParams(0, cols, []),
+          [wb, sb, pro === 1 ? yNorm : z, yA, aux(), ...second, none], groups],
+         [fam + 'linear_mv_wg',
+          mvParams(0, xStride, [pro, C.rIn, C.rOut, C.tOff, C.vpad, C.vpad + cols, C.hasWa | (C.hasWb << 1) | 4,
+                                { f: C.scale }, { f: C.eps }]),
+          [wb, sb, streamB, yB, aux(), ...second, storage(C.vecs)], groups]]);
+    const nb = C.stream.byteLength;
+    C.out[fam] = { a: await read(yA, ybytes), b: await read(yB, ybytes), rNorm: await read(yNorm, nb), rPro: await read(streamB, nb) };
   }
 }
 const reduceOut = {};
@@ -669,6 +723,25 @@ for (const M of mvCases) {
     check(badPair === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}, gate and up paired (${M.inScale2 === M.inScale ? 'one input scale' : 'two input scales'}): ${badPair} outputs differ from the two dispatches${example}`);
   }
 }
+for (const C of proCases) {
+  for (const fam of families) {
+    const o = C.out[fam];
+    let bad = 0, badR = 0, example = '';
+    for (let t = 0; t < C.M.n; ++t) {
+      for (let r = 0; r < C.M.rows; ++r) {
+        const i = C.M.yOff + t * C.M.yStride + r;
+        if (!Object.is(o.a[i], o.b[i]) && !bad++) example = ` (token ${t} row ${r}: ${o.b[i]}, want ${o.a[i]})`;
+      }
+      for (let k = 0; k < C.M.cols; ++k) {
+        const i = t * C.M.xStride + k;
+        if (!Object.is(o.rPro[C.rOut + i], o.rNorm[C.rIn + i])) ++badR;
+      }
+    }
+    check(bad === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs differ from rmsnorm_wg then linear_mv_wg${example}`);
+    check(badR === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${badR} elements of the new residual differ from rmsnorm_wg's`);
+  }
+}
+console.log(`linear_mv_wg with the residual norm in its prologue: ${proCases.length} random cases (${proCases.filter((C) => C.pro === 2).length} with the second norm) against rmsnorm_wg then linear_mv_wg, outputs and new residual bit for bit`);
 console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
 {
   let worst = 0;

@@ -100,6 +100,19 @@ struct LinearEpilogue {
   uint32_t aux_off = 0, aux_stride = 0;
 };
 
+// A residual norm in a decode linear's prologue (linear_mv_wg.wgsl's pro): the residual rows at
+// r_in of the residual stream become r = (r + norm(t) x wa) x scale (t: the previous linear's
+// output rows in the stream's scratch region), and the linear's input is r (wb null) or norm(r) x
+// *wb. With `write`, the dispatch also stores r at r_out (the stream's other residual region).
+struct ResidualNorm {
+  uint32_t r_in = 0, r_out = 0, t = 0;
+  const std::vector<float>* wa = nullptr;
+  float scale = 1.0f;
+  const std::vector<float>* wb = nullptr;
+  bool write = false;
+  float eps = 0.0f;
+};
+
 // A weight matrix on the device: rows padded to whole u32 words, the row scales beside.
 struct GpuLinear {
   const Linear* lin = nullptr;
@@ -220,8 +233,13 @@ class WebGpuContext : public Backend {
   int generation_ = -1;
   size_t bytes_ = 0;
   std::vector<int> buffers_;
+  // The residual stream: regions 0 and 1 the residual (double-buffered for the decode linears'
+  // prologue norms, which read one while the first workgroup writes the other), region 2 the
+  // scratch the o, down and per-layer projections write (the norms' t), [chunk] rows of the
+  // hidden size each.
+  int stream_ = 0;
   // Scratch, [chunk] rows each.
-  int x_ = 0, a_ = 0, tmp_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0,
+  int a_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0,
       gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
   // The split attention's per-(row, split) maxima and float-float partial sums.
   int split_max_ = 0, split_part_ = 0;
@@ -263,6 +281,12 @@ class WebGpuModel : public BackendModel {
   }
   const GpuLinear& Lin(const Linear& l) const { return linears_.at(&l); }
   int Vec(const std::vector<float>& v) const { return v.empty() ? 0 : vectors_.at(&v); }
+  // The decode linears' residual norms in their prologue: linear_mv_wg takes n tokens of lin
+  // (RecordLinear then takes a ResidualNorm), and of gate and up paired (RecordGateUp).
+  bool TakesNorm(const Linear& lin, int n) const { return SrqInput(lin) && MvFits(lin, n, 1); }
+  bool TakesNorm(const Linear& gate, const Linear& up, int n) const {
+    return Pairs(gate, up, n) || (TakesNorm(gate, n) && TakesNorm(up, n));
+  }
   int pipeline(Kernel k) const { return pipelines_[k]; }
   // The kernel family (docs/webgpu.md, "Kernels"): a workgroup per row, head or block (GPUs), or
   // one invocation per row (CPU adapters such as SwiftShader, where barriers are expensive).
@@ -273,15 +297,17 @@ class WebGpuModel : public BackendModel {
   // Records y[n, rows] = lin(x[n, cols]) (x rows at x_off with stride x_stride); SRQ inputs are
   // quantized into xq first. With an epilogue (linear_mv_wg.wgsl's epi 1 or 2), returns whether
   // it was applied: only the decode kernel has them, elsewhere the caller records gelu_mul.
+  // With a residual norm (where TakesNorm), x is the residual stream and the input is the norm's.
   bool RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
                     uint32_t y_off, uint32_t y_stride, int n, int xq,
-                    const LinearEpilogue& epi = {}) const {
+                    const LinearEpilogue& epi = {}, const ResidualNorm* pro = nullptr) const {
     const GpuLinear& g = Lin(lin);
     const bool srq = SrqInput(lin);
     if (srq && MvFits(lin, n, 1)) {
-      RecordMv(lin, nullptr, x, x_off, x_stride, y, y_off, y_stride, n, epi);
+      RecordMv(lin, nullptr, x, x_off, x_stride, y, y_off, y_stride, n, epi, pro);
       return epi.mode != 0;
     }
+    if (pro) throw Error(ErrorCode::kInternal, lin.name + ": a residual norm on a linear without it");
     if (srq) {
       Params q;
       q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale);
@@ -311,17 +337,21 @@ class WebGpuModel : public BackendModel {
   // Records y[n, rows] = gelu_tanh(gate(x)) * up(x) in one linear_mv_wg dispatch (epilogue 3)
   // where both are SRQ linears of one shape and kind that it takes; false (nothing recorded)
   // otherwise: the caller records the gate, then the up projection with epilogue 1.
-  bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n) const {
-    // (one kind and width: one row length in words)
-    if (!SrqInput(gate) || !SrqInput(up) || gate.kind != up.kind || gate.rows != up.rows ||
-        gate.cols != up.cols || !MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2)) {
-      return false;
-    }
-    RecordMv(gate, &up, x, 0, gate.cols, y, 0, gate.rows, n, {3});
+  // With a residual norm, x is the residual stream (as RecordLinear).
+  bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n,
+                    const ResidualNorm* pro = nullptr) const {
+    if (!Pairs(gate, up, n)) return false;
+    RecordMv(gate, &up, x, 0, gate.cols, y, 0, gate.rows, n, {3}, pro);
     return true;
   }
 
  private:
+  // linear_mv_wg takes gate and up in one dispatch (epilogue 3): SRQ linears of one shape and
+  // kind (one row length in words), both inputs in its workgroup memory.
+  bool Pairs(const Linear& gate, const Linear& up, int n) const {
+    return SrqInput(gate) && SrqInput(up) && gate.kind == up.kind && gate.rows == up.rows &&
+           gate.cols == up.cols && MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2);
+  }
   // linear_mv_wg takes n tokens of this linear (`sets` quantized copies of the input).
   bool MvFits(const Linear& lin, int n, uint32_t sets) const {
     return n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
@@ -330,7 +360,8 @@ class WebGpuModel : public BackendModel {
   }
   // One linear_mv_wg dispatch: lin, and with `second` (epilogue 3) the paired linear.
   void RecordMv(const Linear& lin, const Linear* second, int x, uint32_t x_off, uint32_t x_stride,
-                int y, uint32_t y_off, uint32_t y_stride, int n, const LinearEpilogue& epi) const {
+                int y, uint32_t y_off, uint32_t y_stride, int n, const LinearEpilogue& epi,
+                const ResidualNorm* pro) const {
     const GpuLinear& g = Lin(lin);
     const GpuLinear& g2 = second ? Lin(*second) : g;
     // Invocations per row, 8 to 64 (256 per workgroup): about 3 16-byte weight vectors each on
@@ -360,18 +391,35 @@ class WebGpuModel : public BackendModel {
         .u(epi.aux_stride)
         .f(second ? second->in_scale : 0.0f)
         .f(second ? second->out_scale : 0.0f);
+    if (pro) {
+      const bool two = pro->wb != nullptr;
+      const uint32_t flags = (pro->wa->empty() ? 0u : 1u) | (two && !pro->wb->empty() ? 2u : 0u) |
+                             (pro->write ? 4u : 0u);
+      p.u(two ? 2 : 1)
+          .u(pro->r_in)
+          .u(pro->r_out)
+          .u(pro->t)
+          .u(VecOffset(*pro->wa))
+          .u(two ? VecOffset(*pro->wb) : 0)
+          .u(flags)
+          .f(pro->scale)
+          .f(pro->eps);
+    } else {
+      p.u(0).u(0).u(0).u(0).u(0).u(0).u(0).f(0.0f).f(0.0f);
+    }
     // (without a second linear, bindings 6 and 7 take this one's, read-only twice)
-    const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale};
+    const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale, vec_pool_};
     // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
     uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
     if (mv_workgroups_ > 0) blocks = std::min(blocks, mv_workgroups_);
-    gw_dispatch(pipelines_[kLinearMv], b, 7, p.data(), p.size(), std::min(blocks, 16384u),
+    gw_dispatch(pipelines_[kLinearMv], b, 8, p.data(), p.size(), std::min(blocks, 16384u),
                 (blocks + 16383) / 16384, 1);
   }
   void Build();
   void ReleaseWeights();
   void Upload(const Linear& lin);
   void UploadVec(const std::vector<float>& v);
+  uint32_t VecOffset(const std::vector<float>& v) const { return v.empty() ? 0 : vec_offsets_.at(&v); }
 
   const Model& model_;
   int generation_ = -1;
@@ -379,6 +427,11 @@ class WebGpuModel : public BackendModel {
   size_t context_bytes_ = 0;
   std::map<const Linear*, GpuLinear> linears_;
   std::map<const std::vector<float>*, int> vectors_;
+  // Every norm weight vector again in one buffer (the prologue norms' weights, one binding), at
+  // these float offsets.
+  int vec_pool_ = 0;
+  std::vector<float> vec_pool_host_;
+  std::map<const std::vector<float>*, uint32_t> vec_offsets_;
   int pipelines_[kNumKernels] = {};
   bool workgroup_ = false;
   // The workgroup kernels reduce with subgroup operations (prelude_subgroups.wgsl) rather than
@@ -396,9 +449,13 @@ void WebGpuModel::ReleaseWeights() {
       if (g.scale) gw_release(g.scale);
     }
     for (auto& [v, h] : vectors_) gw_release(h);
+    if (vec_pool_ > 0) gw_release(vec_pool_);
   }
   linears_.clear();
   vectors_.clear();
+  vec_pool_ = 0;
+  vec_pool_host_.clear();
+  vec_offsets_.clear();
   weight_bytes_ = 0;
 }
 
@@ -454,6 +511,8 @@ void WebGpuModel::UploadVec(const std::vector<float>& v) {
   gw_write(h, 0, v.data(), v.size() * 4);
   vectors_[&v] = h;
   weight_bytes_ += v.size() * 4;
+  vec_offsets_[&v] = static_cast<uint32_t>(vec_pool_host_.size());
+  vec_pool_host_.insert(vec_pool_host_.end(), v.begin(), v.end());
 }
 
 void WebGpuModel::Build() {
@@ -543,6 +602,11 @@ void WebGpuModel::Build() {
     UploadVec(model_.ple_proj_norm());
   }
   UploadVec(model_.final_norm());
+  vec_pool_ = gw_buffer(std::max<size_t>(vec_pool_host_.size() * 4, 16));
+  if (vec_pool_ < 0) ThrowDevice("norm weights");
+  if (!vec_pool_host_.empty()) gw_write(vec_pool_, 0, vec_pool_host_.data(), vec_pool_host_.size() * 4);
+  weight_bytes_ += vec_pool_host_.size() * 4;
+  vec_pool_host_ = {};
   Upload(model_.lm_head());
   if (gw_failed()) ThrowDevice("uploading the weights");
   generation_ = gw_generation();
@@ -596,9 +660,8 @@ void WebGpuContext::Allocate() {
     s.k = Buffer(static_cast<size_t>(s.ring) * s.width * 4);
     s.v = Buffer(static_cast<size_t>(s.ring) * s.width * 4);
   }
-  x_ = Buffer(m * H * 4);
+  stream_ = Buffer(3 * m * H * 4);
   a_ = Buffer(m * H * 4);
-  tmp_ = Buffer(m * H * 4);
   hn_ = Buffer(m * H * 4);
   qraw_ = Buffer(m * (qw + 2 * kw) * 4);  // the workgroup kernels put k and v after q
   q_ = Buffer(m * qw * 4);
@@ -701,7 +764,11 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       ref::EmbeddingRowFast(model_.embed(), model_.EmbedId(tokens[t]), &rows[static_cast<size_t>(t) * H]);
     }
   }
-  gw_write(x_, 0, rows.data(), rows.size() * 4);
+  // The stream's regions (floats): the residual in region `cur` (0 or 1), the scratch t.
+  const uint32_t region = static_cast<uint32_t>(chunk_) * H;
+  const uint32_t t_off = 2 * region;
+  int cur = 0;
+  gw_write(stream_, 0, rows.data(), rows.size() * 4);
   if (P > 0) {
     std::vector<float> tok(static_cast<size_t>(m) * L * P);
     for (int t = 0; t < m; ++t) {
@@ -727,7 +794,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   }
 
   if (P > 0) {
-    M.RecordLinear(model_.ple_model_proj(), x_, 0, H, ple_, 0, L * P, m, xq_);
+    M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, xq_);
     Params p;
     p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
     const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
@@ -736,10 +803,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
 
   // rmsnorm.wgsl: mode 0 y = norm(x); mode 1 y = (y + norm(x)) * scale; with `next`, mode 2: mode
   // 1, then a_ = the next norm of the new y (weights *next), one dispatch instead of two.
+  // x == y: x's rows in y's buffer (the stream's scratch and residual).
   auto norm = [&](int x, uint32_t x_off, int w, int y, uint32_t y_off, int rows_n, int width,
                   int mode, float scale, const std::vector<float>& wv,
                   const std::vector<float>* next = nullptr) {
     if (next) mode = 2;
+    const bool x_in_y = x == y;
     Params p;
     p.u(rows_n)
         .u(width)
@@ -751,8 +820,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         .u(mode)
         .f(eps)
         .f(scale)
-        .u(next && !next->empty() ? 1 : 0);
-    const int b[] = {x, w, y, next ? M.Vec(*next) : w, next ? a_ : sink_};
+        .u(next && !next->empty() ? 1 : 0)
+        .u(x_in_y ? 1 : 0);
+    // (x_in_y: x's binding takes the weights, read-only twice)
+    const int b[] = {x_in_y ? w : x, w, y, next ? M.Vec(*next) : w, next ? a_ : sink_};
     gw_dispatch(M.pipeline(kRmsNorm), b, 5, p.data(), p.size(), M.Items(rows_n), 1, 1);
   };
   // Rows r0.. of the chunk (r0 > 0 in the shared tail, below).
@@ -780,12 +851,44 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
 
   // The trailing KV-shared layers (Model::shared_tail) write no cache, so there only the rows
   // whose logits are asked for run: rows first_out.. of the chunk, in place in the residual
-  // stream (x_ at row r0), compacted in the scratch buffers; none when the chunk outputs nothing
+  // stream (from row r0), compacted in the scratch buffers; none when the chunk outputs nothing
   // (a prompt's earlier chunks). Every kernel treats its rows independently, so the rows that run
   // compute the same bits as with the whole chunk.
   const int tail = model_.shared_tail();
   auto first_row = [&](int l) { return l >= tail ? first_out : 0; };
-  bool normed = false;  // a_ already holds this layer's input norm (the last layer's mode 2)
+  // Each residual norm (residual += norm(t) x wa, times a scale) waits for the linears that read
+  // its result: where linear_mv_wg takes them all, each computes it in its prologue (and the
+  // first writes the new residual to the stream's other region), else one rmsnorm dispatch
+  // (`settle`) updates the residual in place and writes the next norm to a_.
+  struct Pending {
+    bool on = false;
+    int r0 = 0, n = 0;
+    const std::vector<float>* wa = nullptr;
+    float scale = 1.0f;
+  } pending;
+  auto settle = [&](const std::vector<float>* next) {
+    norm(stream_, t_off, M.Vec(*pending.wa), stream_, cur * region + pending.r0 * H, pending.n, H, 1,
+         pending.scale, *pending.wa, next);
+    pending.on = false;
+  };
+  // The prologue norm for the pending one (input: the residual, or its norm x *wb), for the
+  // first linear that reads it (write) or the others.
+  auto prologue = [&](const std::vector<float>* wb, bool write) {
+    const uint32_t ro = static_cast<uint32_t>(pending.r0) * H;
+    return ResidualNorm{.r_in = cur * region + ro,
+                        .r_out = (1 - cur) * region + ro,
+                        .t = t_off,
+                        .wa = pending.wa,
+                        .scale = pending.scale,
+                        .wb = wb,
+                        .write = write,
+                        .eps = eps};
+  };
+  // After the prologues: the residual is in the other region.
+  auto swapped = [&] {
+    pending.on = false;
+    cur = 1 - cur;
+  };
   for (int l = 0; l < L; ++l) {
     const int r0 = first_row(l);
     const int n = m - r0;
@@ -795,15 +898,29 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const LayerWeights& w = model_.layer_weights()[l];
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int cs = p.type == LayerType::kSliding ? cs_s_ : cs_f_;
-    if (!normed) norm(x_, xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
-    M.RecordLinear(w.q, a_, 0, H, qraw_, 0, nh * hd, n, xq_);
+    const bool kv = M.workgroup() && !p.kv_shared;  // k and v beside q (below)
+    // The input norm: in q's (k's, v's) prologue, or a_ from the pending norm's dispatch, or
+    // its own.
+    const bool pro = pending.on && pending.r0 == r0 && M.TakesNorm(w.q, n) &&
+                     (!kv || (M.TakesNorm(w.k, n) && M.TakesNorm(w.v, n)));
+    const ResidualNorm in_first = pro ? prologue(&w.input_norm, true) : ResidualNorm{};
+    const ResidualNorm in_more = pro ? prologue(&w.input_norm, false) : ResidualNorm{};
+    const int in = pro ? stream_ : a_;
+    if (pending.on && !pro) {
+      const bool same = pending.r0 == r0;
+      settle(same ? &w.input_norm : nullptr);
+      if (!same) norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
+    } else if (!pending.on) {
+      norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
+    }
+    M.RecordLinear(w.q, in, 0, H, qraw_, 0, nh * hd, n, xq_, {}, pro ? &in_first : nullptr);
     const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
-    if (M.workgroup() && !p.kv_shared) {
+    if (kv) {
       // k and v after q in qraw_, the three head norms in one dispatch (head_norm_wg.wgsl).
       const uint32_t k_off = static_cast<uint32_t>(n * nh * hd);
       const uint32_t v_off = k_off + static_cast<uint32_t>(n * nkv * hd);
-      M.RecordLinear(w.k, a_, 0, H, qraw_, k_off, nkv * hd, n, xq_);
-      M.RecordLinear(w.v, a_, 0, H, qraw_, v_off, nkv * hd, n, xq_);
+      M.RecordLinear(w.k, in, 0, H, qraw_, k_off, nkv * hd, n, xq_, {}, pro ? &in_more : nullptr);
+      M.RecordLinear(w.v, in, 0, H, qraw_, v_off, nkv * hd, n, xq_, {}, pro ? &in_more : nullptr);
       Params hp;
       hp.u(n)
           .u(nh)
@@ -825,6 +942,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     } else {
       head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     }
+    if (pro) swapped();
     if (!p.kv_shared && !M.workgroup()) {
       M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, n, xq_);
       M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, n, xq_);
@@ -859,48 +977,69 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
                     Groups(hd, 64));
       }
     }
-    M.RecordLinear(w.o, attn_, 0, nh * hd, tmp_, 0, H, n, xq_);
-    norm(tmp_, 0, M.Vec(w.post_attn_norm), x_, xo, n, H, 1, 1.0f, w.post_attn_norm,
-         &w.pre_ffn_norm);
+    M.RecordLinear(w.o, attn_, 0, nh * hd, stream_, t_off, H, n, xq_);
+    pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_attn_norm, .scale = 1.0f};
     const int I = p.intermediate;
     // gelu(gate) x up into g_: one dispatch (the pair), or the gate then up with the product in
-    // its epilogue, or gelu_mul after them.
-    if (!M.RecordGateUp(w.gate, w.up, a_, g_, n)) {
-      M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
-      if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)})) {
-        Params gm;
-        gm.u(n).u(I).u(0).u(I);
-        const int b[] = {u_, g_};
-        gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), n, 1);
+    // its epilogue, or gelu_mul after them; the pre-FFN norm in their prologues, or a_.
+    if (M.TakesNorm(w.gate, w.up, n)) {
+      const ResidualNorm first = prologue(&w.pre_ffn_norm, true);
+      const ResidualNorm more = prologue(&w.pre_ffn_norm, false);
+      if (!M.RecordGateUp(w.gate, w.up, stream_, g_, n, &first)) {
+        M.RecordLinear(w.gate, stream_, 0, H, g_, 0, I, n, xq_, {}, &first);
+        M.RecordLinear(w.up, stream_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)},
+                       &more);
+      }
+      swapped();
+    } else {
+      settle(&w.pre_ffn_norm);
+      if (!M.RecordGateUp(w.gate, w.up, a_, g_, n)) {
+        M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
+        if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_,
+                            {1, g_, 0, static_cast<uint32_t>(I)})) {
+          Params gm;
+          gm.u(n).u(I).u(0).u(I);
+          const int b[] = {u_, g_};
+          gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(I, 64), n, 1);
+        }
       }
     }
-    M.RecordLinear(w.down, g_, 0, I, tmp_, 0, H, n, xq_);
+    M.RecordLinear(w.down, g_, 0, I, stream_, t_off, H, n, xq_);
     const bool ple = P > 0;
-    // The layer's last norm also writes the next layer's input norm when both run the same rows.
-    normed = l + 1 < L && first_row(l + 1) == r0;
-    const std::vector<float>* next = normed ? &model_.layer_weights()[l + 1].input_norm : nullptr;
-    norm(tmp_, 0, M.Vec(w.post_ffn_norm), x_, xo, n, H, 1, ple ? 1.0f : w.layer_scalar,
-         w.post_ffn_norm, ple ? nullptr : next);
+    pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_ffn_norm,
+               .scale = ple ? 1.0f : w.layer_scalar};
     if (ple) {
+      // The per-layer input gate reads the residual itself (its norm in the gate's prologue).
       const uint32_t ple_off = static_cast<uint32_t>(l * P + r0 * L * P);
-      if (!M.RecordLinear(w.ple_gate, x_, xo, H, gp_, 0, P, n, xq_,
-                          {2, ple_, ple_off, static_cast<uint32_t>(L * P)})) {
+      const LinearEpilogue ge{2, ple_, ple_off, static_cast<uint32_t>(L * P)};
+      bool fused;
+      if (M.TakesNorm(w.ple_gate, n)) {
+        const ResidualNorm first = prologue(nullptr, true);
+        fused = M.RecordLinear(w.ple_gate, stream_, 0, H, gp_, 0, P, n, xq_, ge, &first);
+        swapped();
+      } else {
+        settle(nullptr);
+        fused = M.RecordLinear(w.ple_gate, stream_, cur * region + xo, H, gp_, 0, P, n, xq_, ge);
+      }
+      if (!fused) {
         Params gm;
         gm.u(n).u(P).u(ple_off).u(L * P);
         const int b[] = {ple_, gp_};
         gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), n, 1);
       }
-      M.RecordLinear(w.ple_proj, gp_, 0, P, tmp_, 0, H, n, xq_);
-      norm(tmp_, 0, M.Vec(w.post_ple_norm), x_, xo, n, H, 1, w.layer_scalar, w.post_ple_norm, next);
+      M.RecordLinear(w.ple_proj, gp_, 0, P, stream_, t_off, H, n, xq_);
+      pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_ple_norm, .scale = w.layer_scalar};
     }
   }
+  if (pending.on) settle(nullptr);
 
   if (first_out >= m && gw_submit() != 0) ThrowDevice("webgpu");
   // The head, head_rows_ output positions at a time (the logits buffer holds that many rows).
   const int V = cfg_.vocab_size;
   for (int r0 = first_out; r0 < m; r0 += head_rows_) {
     const int rows_n = std::min(head_rows_, m - r0);
-    norm(x_, static_cast<uint32_t>(r0) * H, M.Vec(model_.final_norm()), hn_, 0, rows_n, H, 0, 1.0f,
+    norm(stream_, cur * region + static_cast<uint32_t>(r0) * H, M.Vec(model_.final_norm()), hn_, 0,
+         rows_n, H, 0, 1.0f,
          model_.final_norm());
     M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, rows_n, xq_);
     if (cfg_.final_logit_softcapping) {

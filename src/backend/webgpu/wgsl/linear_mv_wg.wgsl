@@ -26,6 +26,16 @@
 // x + 16384 y takes blocks of rows x + 16384 y, then that plus the grid's size, and so on (the
 // library's webgpu.matvecWorkgroups caps the grid: each workgroup quantizes the input once for all
 // of its blocks).
+// The residual norm in the prologue (pro, as the native backend's PRO): 1 the input is the new
+// residual row r = (r_in + norm(t) x wa) x pro_scale, 2 it is norm(r) x wb; r_in, t and r_out are
+// rows (stride x_stride) of x, the residual stream (two residual regions and the scratch the
+// previous linear wrote t to), wa and wb offsets into vecs (the norm weights, flags bits 0 and 1:
+// present), eps the norms' epsilon. Every workgroup computes the rows' norms itself, in
+// rmsnorm_wg.wgsl's order (its first 64 invocations take its 64's elements, the same float-float
+// sums), so the inputs are the bits of an rmsnorm_wg dispatch (mode 1, or 2 for its z) followed by
+// this kernel without a prologue; with flags bit 2 the first workgroup writes r to r_out (the
+// stream double-buffered: the others still read r_in). One dispatch instead of two for each of a
+// decode layer's residual norms.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
   n: u32, x_off: u32, x_stride: u32, y_off: u32,
@@ -33,15 +43,19 @@ struct P {
   lanes: u32,  // invocations per row: 8, 16, 32 or 64
   epi: u32, aux_off: u32, aux_stride: u32,
   in_scale2: f32, out_scale2: f32,  // epi 3: the second linear's SRQ scales
+  pro: u32, r_in: u32, r_out: u32, t_off: u32,
+  wa: u32, wb: u32, pro_flags: u32, pro_scale: f32,
+  eps: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;  // (written by pro's r_out only)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<storage, read_write> aux: array<f32>;
 @group(0) @binding(6) var<storage, read> w2: array<vec4<u32>>;  // epi 3 (else any weights)
 @group(0) @binding(7) var<storage, read> scale2: array<f32>;  // epi 3 (else any scales)
+@group(0) @binding(8) var<storage, read> vecs: array<f32>;  // pro's norm weights (else any)
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
@@ -52,6 +66,41 @@ var<workgroup> xs: array<vec4<u32>, XS / 4u>;
 var<workgroup> part: array<i32, WG>;   // one token's partial sums, [row][lane]
 var<workgroup> part2: array<i32, WG>;  // the second linear's (epi 3)
 var<workgroup> xsum: array<atomic<i32>, 8>;  // each token's sum of input codes [set][token]
+
+// The new residual's element col of the row at b (pro): (r_in + t x it x wa) x pro_scale, in
+// rmsnorm_wg.wgsl's order of operations (mode 1).
+fn res_value(b: u32, col: u32, it: f32) -> f32 {
+  var v = x[p.t_off + b + col] * it;
+  if ((p.pro_flags & 1u) != 0u) {
+    v = v * vecs[p.wa + col];
+  }
+  return (x[p.r_in + b + col] + v) * p.pro_scale;
+}
+
+// Token t's input element col: x's, or pro's (it, ir: the token's two inverse norms).
+fn input(t: u32, col: u32, it: f32, ir: f32) -> f32 {
+  if (p.pro == 0u) {
+    return x[p.x_off + t * p.x_stride + col];
+  }
+  let r = res_value(t * p.x_stride, col, it);
+  if (p.pro == 1u) {
+    return r;
+  }
+  var u = r * ir;
+  if ((p.pro_flags & 2u) != 0u) {
+    u = u * vecs[p.wb + col];
+  }
+  return u;
+}
+
+fn sum_squares(ss: vec4<f32>, sl: vec4<f32>) -> vec2<f32> {
+  return ff_add(ff_add(vec2<f32>(ss.x, sl.x), vec2<f32>(ss.y, sl.y)),
+                ff_add(vec2<f32>(ss.z, sl.z), vec2<f32>(ss.w, sl.w)));
+}
+
+fn inv_rms(tot: vec2<f32>) -> f32 {
+  return inverseSqrt(tot.x / f32(p.cols) + tot.y / f32(p.cols) + p.eps);
+}
 
 // Input words per weight word.
 fn group() -> u32 {
@@ -118,6 +167,56 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let paired = p.epi == 3u;
   // Input sets: the first linear's, then the second's where its scale differs.
   let sets = select(1u, 2u, paired && p.in_scale2 != p.in_scale);
+  // pro: each token's inverse norms, of t (it) and of the new residual (ir), as rmsnorm_wg
+  // computes them: its invocation li < 64 takes elements li + 64 k of every 256 (four float-float
+  // partials, added unconditionally in the first sum and within the width in the second).
+  var it = vec4<f32>(0.0);
+  var ir = vec4<f32>(0.0);
+  if (p.pro != 0u) {
+    for (var t = 0u; t < p.n; t++) {
+      let b = t * p.x_stride;
+      var ss = vec4<f32>(0.0);
+      var sl = vec4<f32>(0.0);
+      if (li < 64u) {
+        for (var i = li; i < p.cols; i += 256u) {
+          for (var k = 0u; k < 4u; k++) {
+            var v = 0.0;
+            if (i + 64u * k < p.cols) {
+              v = x[p.t_off + b + i + 64u * k];
+            }
+            let f = ff_add1(vec2<f32>(ss[k], sl[k]), v * v);
+            ss[k] = f.x;
+            sl[k] = f.y;
+          }
+        }
+      }
+      it[t] = inv_rms(ff_workgroup_sum(sum_squares(ss, sl), li));
+      if (p.pro == 2u) {
+        ss = vec4<f32>(0.0);
+        sl = vec4<f32>(0.0);
+        if (li < 64u) {
+          for (var i = li; i < p.cols; i += 256u) {
+            for (var k = 0u; k < 4u; k++) {
+              if (i + 64u * k < p.cols) {
+                let v = res_value(b, i + 64u * k, it[t]);
+                let f = ff_add1(vec2<f32>(ss[k], sl[k]), v * v);
+                ss[k] = f.x;
+                sl[k] = f.y;
+              }
+            }
+          }
+        }
+        ir[t] = inv_rms(ff_workgroup_sum(sum_squares(ss, sl), li));
+      }
+    }
+    if ((p.pro_flags & 4u) != 0u && first == 0u) {
+      for (var q = li; q < p.n * p.cols; q += WG) {
+        let t = q / p.cols;
+        let col = q - t * p.cols;
+        x[p.r_out + t * p.x_stride + col] = res_value(t * p.x_stride, col, it[t]);
+      }
+    }
+  }
   if (li < 8u) {
     atomicStore(&xsum[li], 0);
   }
@@ -133,7 +232,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     for (var b = 0u; b < 4u; b++) {
       let col = column(qi, b);
       if (col < p.cols) {
-        c[b] = i32(srq_code(x[p.x_off + t * p.x_stride + col], sc));
+        c[b] = i32(srq_code(input(t, col, it[t], ir[t]), sc));
       }
     }
     xs[q / 4u][q % 4u] = pack4xI8(c);

@@ -64,8 +64,11 @@ fn sg_lane() -> vec2<u32> {
 
 var<workgroup> ff_red: array<vec2<f32>, 64>;
 
+// (Workgroups of more than 64 invocations call it too, all of them: the first 64's values count.)
 fn ff_workgroup_sum(v: vec2<f32>, li: u32) -> vec2<f32> {
-  ff_red[li] = v;
+  if (li < 64u) {
+    ff_red[li] = v;
+  }
   workgroupBarrier();
   let lane = sg_lane();
   var acc = ff_red[lane.x];

@@ -6,8 +6,11 @@
 // The float-float sum of one value from each invocation (a tree in workgroup memory).
 var<workgroup> ff_red: array<vec2<f32>, 64>;
 
+// (Workgroups of more than 64 invocations call it too, all of them: the first 64's values count.)
 fn ff_workgroup_sum(v: vec2<f32>, li: u32) -> vec2<f32> {
-  ff_red[li] = v;
+  if (li < 64u) {
+    ff_red[li] = v;
+  }
   workgroupBarrier();
   for (var s = 32u; s > 0u; s >>= 1u) {
     if (li < s) {

@@ -4,11 +4,12 @@
 // four at a time (i, i + 64, i + 128, i + 192 of every 256), their loads issued together: a
 // decode step's norms are one workgroup each, so their time is the chain of dependent loads, which
 // this cuts to a quarter. The four partial sums are added in float-float, whose ~44 bits make the
-// order they are added in immaterial to the f32 result in all but rare ties.
+// order they are added in immaterial to the f32 result in all but rare ties. With x_in_y, x's rows
+// are read from y's buffer (as in rmsnorm.wgsl).
 struct P {
   rows: u32, width: u32, x_off: u32, x_stride: u32,
   y_off: u32, y_stride: u32, has_w: u32, mode: u32,
-  eps: f32, scale: f32, has_w2: u32,
+  eps: f32, scale: f32, has_w2: u32, x_in_y: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -22,7 +23,7 @@ fn load4(from_y: bool, b: u32, i: u32) -> vec4<f32> {
   var v = vec4<f32>(0.0);
   for (var k = 0u; k < 4u; k++) {
     if (i + 64u * k < p.width) {
-      if (from_y) {
+      if (from_y || p.x_in_y != 0u) {
         v[k] = y[b + i + 64u * k];
       } else {
         v[k] = x[b + i + 64u * k];

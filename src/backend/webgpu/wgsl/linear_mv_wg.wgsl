@@ -31,10 +31,10 @@
 // rows (stride x_stride) of x, the residual stream (two residual regions and the scratch the
 // previous linear wrote t to), wa and wb offsets into vecs (the norm weights, flags bits 0 and 1:
 // present), eps the norms' epsilon. Every workgroup computes the rows' norms itself, in
-// rmsnorm_wg.wgsl's order (its first 64 invocations take its 64's elements, the same float-float
-// sums), so the inputs are the bits of an rmsnorm_wg dispatch (mode 1, or 2 for its z) followed by
-// this kernel without a prologue; with flags bit 2 the first workgroup writes r to r_out (the
-// stream double-buffered: the others still read r_in). One dispatch instead of two for each of a
+// rmsnorm_wg.wgsl's order (pro_sum: the same float-float partials, added in the same order), so
+// the inputs are the bits of an rmsnorm_wg dispatch (mode 1, or 2 for its z) followed by
+// this kernel without a prologue; with flags bit 2 the workgroups write r to r_out, a slice each
+// (the stream double-buffered: they all still read r_in). One dispatch instead of two for each of a
 // decode layer's residual norms.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
@@ -59,6 +59,7 @@ struct P {
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
+const PRE: u32 = 6u;
 // [token][input word], four words to an element: an int2 weight word's four input words are one
 // 16-byte load (consecutive invocations, consecutive elements: no bank conflicts), an int4 word's
 // two half of one (two invocations share it)
@@ -93,9 +94,45 @@ fn input(t: u32, col: u32, it: f32, ir: f32) -> f32 {
   return u;
 }
 
-fn sum_squares(ss: vec4<f32>, sl: vec4<f32>) -> vec2<f32> {
-  return ff_add(ff_add(vec2<f32>(ss.x, sl.x), vec2<f32>(ss.y, sl.y)),
-                ff_add(vec2<f32>(ss.z, sl.z), vec2<f32>(ss.w, sl.w)));
+// The sum of squares of the row at b of t (or, with second, of the new residual, t's inverse norm
+// it), as rmsnorm_wg.wgsl adds it: its invocation i < 64 keeps four float-float partials, k < 4,
+// of elements i + 64 k + 256 j in turn (j = 0, 1, ...), adds them (0 + 1) + (2 + 3), then sums
+// the 64 with ff_workgroup_sum. Here invocation i + 64 k adds partial k itself (the same elements
+// in the same order; rmsnorm_wg's zeros past the width change no float-float sum), eight loads
+// issued together, so a 1,536-wide row is one round of loads rather than six. Uses part and part2
+// (free before the products); every invocation calls it and gets the sum.
+fn pro_sum(li: u32, b: u32, it: f32, second: bool) -> vec2<f32> {
+  var a = vec2<f32>(0.0);
+  for (var i0 = li; i0 < p.cols; i0 += 8u * WG) {
+    var v = array<f32, 8>();
+    for (var j = 0u; j < 8u; j++) {
+      let i = i0 + j * WG;
+      if (i < p.cols) {
+        if (second) {
+          v[j] = res_value(b, i, it);
+        } else {
+          v[j] = x[p.t_off + b + i];
+        }
+      }
+    }
+    for (var j = 0u; j < 8u; j++) {
+      if (i0 + j * WG < p.cols) {
+        a = ff_add1(a, v[j] * v[j]);
+      }
+    }
+  }
+  part[li] = bitcast<i32>(a.x);
+  part2[li] = bitcast<i32>(a.y);
+  workgroupBarrier();
+  var s = vec2<f32>(0.0);
+  if (li < 64u) {
+    var k4: array<vec2<f32>, 4>;
+    for (var k = 0u; k < 4u; k++) {
+      k4[k] = vec2<f32>(bitcast<f32>(part[li + 64u * k]), bitcast<f32>(part2[li + 64u * k]));
+    }
+    s = ff_add(ff_add(k4[0], k4[1]), ff_add(k4[2], k4[3]));
+  }
+  return ff_workgroup_sum(s, li);
 }
 
 fn inv_rms(tot: vec2<f32>) -> f32 {
@@ -167,50 +204,39 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let paired = p.epi == 3u;
   // Input sets: the first linear's, then the second's where its scale differs.
   let sets = select(1u, 2u, paired && p.in_scale2 != p.in_scale);
-  // pro: each token's inverse norms, of t (it) and of the new residual (ir), as rmsnorm_wg
-  // computes them: its invocation li < 64 takes elements li + 64 k of every 256 (four float-float
-  // partials, added unconditionally in the first sum and within the width in the second).
+  let r = li / p.lanes;
+  let lane = li % p.lanes;
+  let n4 = select(0u, p.row_words / 4u, p.row_words % 4u == 0u);  // vectors per row (whole ones)
+  // The first block's weight vectors (up to PRE per invocation: the lanes rule gives 3 to 5),
+  // loaded before the prologue so that their latency passes under it.
+  var pre: array<vec4<u32>, PRE>;
+  var pre2: array<vec4<u32>, PRE>;
+  let o_first = first * rpw + r;
+  if (o_first < p.rows) {
+    for (var k = 0u; k < PRE; k++) {
+      let j4 = lane + k * p.lanes;
+      if (j4 < n4) {
+        pre[k] = w[o_first * n4 + j4];
+        if (paired) {
+          pre2[k] = w2[o_first * n4 + j4];
+        }
+      }
+    }
+  }
+  // pro: each token's inverse norms, of t (it) and of the new residual (ir).
   var it = vec4<f32>(0.0);
   var ir = vec4<f32>(0.0);
   if (p.pro != 0u) {
     for (var t = 0u; t < p.n; t++) {
       let b = t * p.x_stride;
-      var ss = vec4<f32>(0.0);
-      var sl = vec4<f32>(0.0);
-      if (li < 64u) {
-        for (var i = li; i < p.cols; i += 256u) {
-          for (var k = 0u; k < 4u; k++) {
-            var v = 0.0;
-            if (i + 64u * k < p.cols) {
-              v = x[p.t_off + b + i + 64u * k];
-            }
-            let f = ff_add1(vec2<f32>(ss[k], sl[k]), v * v);
-            ss[k] = f.x;
-            sl[k] = f.y;
-          }
-        }
-      }
-      it[t] = inv_rms(ff_workgroup_sum(sum_squares(ss, sl), li));
+      it[t] = inv_rms(pro_sum(li, b, 0.0, false));
       if (p.pro == 2u) {
-        ss = vec4<f32>(0.0);
-        sl = vec4<f32>(0.0);
-        if (li < 64u) {
-          for (var i = li; i < p.cols; i += 256u) {
-            for (var k = 0u; k < 4u; k++) {
-              if (i + 64u * k < p.cols) {
-                let v = res_value(b, i + 64u * k, it[t]);
-                let f = ff_add1(vec2<f32>(ss[k], sl[k]), v * v);
-                ss[k] = f.x;
-                sl[k] = f.y;
-              }
-            }
-          }
-        }
-        ir[t] = inv_rms(ff_workgroup_sum(sum_squares(ss, sl), li));
+        ir[t] = inv_rms(pro_sum(li, b, it[t], true));
       }
     }
-    if ((p.pro_flags & 4u) != 0u && first == 0u) {
-      for (var q = li; q < p.n * p.cols; q += WG) {
+    if ((p.pro_flags & 4u) != 0u) {
+      // The new residual, a slice per workgroup.
+      for (var q = first * WG + li; q < p.n * p.cols; q += nwg.x * nwg.y * WG) {
         let t = q / p.cols;
         let col = q - t * p.cols;
         x[p.r_out + t * p.x_stride + col] = res_value(t * p.x_stride, col, it[t]);
@@ -260,8 +286,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   }
   let q2 = (sets - 1u) * p.n * xw;  // the second linear's first input word
 
-  let r = li / p.lanes;
-  let lane = li % p.lanes;
   let grid = nwg.x * nwg.y;
   // (uniform: every invocation of the workgroup runs the same blocks)
   for (var blk = first; blk * rpw < p.rows; blk += grid) {
@@ -271,10 +295,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     var acc2 = array<i32, 4>(0, 0, 0, 0);
     if (o < p.rows) {
       let rb = o * p.row_words;
-      if (p.row_words % 4u == 0u) {
+      if (n4 > 0u) {
         // Whole vectors: one 16-byte load per four words (the loads the decode step's speed
-        // rests on: 2-3x single words on an H100, bench/web/wgsl_kernel_bench.mjs).
-        for (var j4 = lane; j4 < p.row_words / 4u; j4 += p.lanes) {
+        // rests on: 2-3x single words on an H100, bench/web/wgsl_kernel_bench.mjs); the first
+        // PRE of each invocation in a loop of constant trips (pre in registers), then the rest.
+        for (var k = 0u; k < PRE; k++) {
+          let j4 = lane + k * p.lanes;
+          if (j4 < n4) {
+            var wv = pre[k];
+            var wv2 = pre2[k];
+            if (blk != first) {
+              wv = w[rb / 4u + j4];
+              if (paired) {
+                wv2 = w2[rb / 4u + j4];
+              }
+            }
+            for (var c = 0u; c < 4u; c++) {
+              add_word(&acc, &acc2, wv[c], wv2[c], 4u * j4 + c, xw, q2);
+            }
+          }
+        }
+        for (var j4 = lane + PRE * p.lanes; j4 < n4; j4 += p.lanes) {
           let wv = w[rb / 4u + j4];
           var wv2 = vec4<u32>(0u);
           if (paired) {

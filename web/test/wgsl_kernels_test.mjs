@@ -576,6 +576,47 @@ for (const C of proCases) {
     C.out[fam] = { a: await read(yA, ybytes), b: await read(yB, ybytes), rNorm: await read(yNorm, nb), rPro: await read(streamB, nb) };
   }
 }
+// The pair's hand-off (pack): its outputs as the next linear's packed input codes, that linear
+// taking them as they are (x_packed), against the same linear quantizing the pair's outputs
+// itself, bit for bit; every consumer kind whose column group divides the pair's rows per
+// workgroup.
+const packCases = [];
+mvCases.forEach((M, c) => {
+  const rpw = 256 / M.lanes;
+  for (const kind of ['q2', 'q4', 'q8']) {
+    const G = { q2: 16, q4: 8, q8: 4 }[kind], group = { q2: 4, q4: 2, q8: 1 }[kind];
+    const rows = int(1, 40), cols = M.rows;
+    const rowWords = Math.ceil(cols / (32 / BITS[kind]));
+    if (rpw % G !== 0 || M.n * rowWords * group > 3072) continue;
+    const { w } = srqWeights(kind, rows, cols);
+    const scale = new Float32Array(rows).map(() => f32(0.5 + rnd()) / 64);
+    packCases.push({ M, kind, rows, cols, rowWords, xw: rowWords * group, w, scale, lanes: pick([8, 16, 32, 64]),
+                     inScale: f32(0.001 + rnd() * 0.01), outScale: c % 2 ? f32(0.001 + rnd() * 0.01) : 0,
+                     what: `${M.what}: its pair handing off to a ${kind} ${rows}x${cols} linear` });
+  }
+});
+for (const C of packCases) {
+  const { M } = C;
+  const groups = [Math.min(M.grid, 16384), Math.ceil(M.grid / 16384), 1];
+  const ybytes = (M.yOff + M.n * M.yStride) * 4;
+  const pairParams = [M.rows, M.cols, M.rowWords, KIND[M.kind], M.n, M.xOff, M.xStride, M.yOff, M.yStride, 1,
+                      { f: M.inScale }, { f: M.outScale }, M.lanes, 3, 0, 0, { f: M.inScale2 }, { f: M.outScale2 },
+                      0, 0, 0, 0, 0, 0, 0, { f: 0 }, { f: 0 }, KIND[C.kind], { f: C.inScale }, C.xw, 0];
+  const cBlocks = Math.ceil(C.rows / (256 / C.lanes));
+  const consumer = (xo, xs, packed) =>
+    [C.rows, C.cols, C.rowWords, KIND[C.kind], M.n, xo, xs, 0, C.rows, 1, { f: C.inScale }, { f: C.outScale }, C.lanes, 0,
+     0, 0, { f: 0 }, { f: 0 }, 0, 0, 0, 0, 0, 0, 0, { f: 0 }, { f: 0 }, 0, { f: 0 }, 0, packed];
+  C.out = {};
+  for (const fam of families) {
+    const y = storage(new Float32Array(ybytes / 4)), packedBuf = storage(new Uint32Array(M.n * C.xw + 4));
+    const cw = storage(C.w), cs = storage(C.scale);
+    const zA = storage(new Float32Array(M.n * C.rows)), zB = storage(new Float32Array(M.n * C.rows));
+    run([[fam + 'linear_mv_wg', pairParams, [storage(M.w), storage(M.scale), storage(M.x), y, packedBuf, storage(M.w2), storage(M.scale2), none], groups],
+         [fam + 'linear_mv_wg', consumer(M.yOff, M.yStride, 0), [cw, cs, y, zA, storage(new Float32Array(4)), cw, cs, none], [cBlocks, 1, 1]],
+         [fam + 'linear_mv_wg', consumer(0, C.xw, 1), [cw, cs, packedBuf, zB, storage(new Float32Array(4)), cw, cs, none], [cBlocks, 1, 1]]]);
+    C.out[fam] = { a: await read(zA, M.n * C.rows * 4), b: await read(zB, M.n * C.rows * 4) };
+  }
+}
 const reduceOut = {};
 {
   const vb = storage(new Float32Array(reduceCases.flatMap((r) => [...r.v])));
@@ -741,6 +782,14 @@ for (const C of proCases) {
     check(badR === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${badR} elements of the new residual differ from rmsnorm_wg's`);
   }
 }
+for (const C of packCases) {
+  for (const fam of families) {
+    let bad = 0, example = '';
+    C.out[fam].a.forEach((v, i) => { if (!Object.is(v, C.out[fam].b[i]) && !bad++) example = ` (output ${i}: ${C.out[fam].b[i]}, want ${v})`; });
+    check(bad === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs from the handed-off codes differ from quantizing the pair's outputs${example}`);
+  }
+}
+console.log(`linear_mv_wg's hand-off: ${packCases.length} random pairs handing their outputs to a linear of each kind as its packed input codes, bit for bit that linear quantizing them`);
 console.log(`linear_mv_wg with the residual norm in its prologue: ${proCases.length} random cases (${proCases.filter((C) => C.pro === 2).length} with the second norm) against rmsnorm_wg then linear_mv_wg, outputs and new residual bit for bit`);
 console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
 {

@@ -93,11 +93,13 @@ int KindCode(WeightKind k) {
 }
 
 // linear_mv_wg.wgsl's epilogue: mode 1 aux = gelu(aux) * y, 2 y = gelu(y) * aux (aux rows at
-// aux_off, stride aux_stride); 0 none. (Mode 3, gate and up in one dispatch: RecordGateUp.)
+// aux_off, stride aux_stride); 0 none. (Mode 3, gate and up in one dispatch: RecordGateUp; with
+// `pack`, its output also goes to aux as that linear's packed input codes.)
 struct LinearEpilogue {
   uint32_t mode = 0;
   int aux = 0;
   uint32_t aux_off = 0, aux_stride = 0;
+  const Linear* pack = nullptr;
 };
 
 // A residual norm in a decode linear's prologue (linear_mv_wg.wgsl's pro): the residual rows at
@@ -239,6 +241,8 @@ class WebGpuContext : public Backend {
   // hidden size each.
   int stream_ = 0;
   // Scratch, [chunk] rows each.
+  // The gate/up pair's output as the down projection's packed input codes (HandsOff).
+  int gq_ = 0;
   int a_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0,
       gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
   // The split attention's per-(row, split) maxima and float-float partial sums.
@@ -287,6 +291,16 @@ class WebGpuModel : public BackendModel {
   bool TakesNorm(const Linear& gate, const Linear& up, int n) const {
     return Pairs(gate, up, n) || (TakesNorm(gate, n) && TakesNorm(up, n));
   }
+  // The gate/up pair on n tokens hands its output to `down` as packed input codes
+  // (linear_mv_wg's pack): down takes n tokens in linear_mv_wg, and the pair's rows per
+  // workgroup are whole words of down's input (its kind's column groups of 16, 8 or 4).
+  bool HandsOff(const Linear& gate, const Linear& up, const Linear& down, int n) const {
+    if (!Pairs(gate, up, n) || !TakesNorm(down, n) || down.cols != gate.rows) return false;
+    const uint32_t group = down.kind == WeightKind::kQ2 ? 16 : down.kind == WeightKind::kQ4 ? 8 : 4;
+    return (256 / MvLanes(Lin(gate))) % group == 0;
+  }
+  // linear_mv_wg's input words per token for lin (the packed codes' row length).
+  uint32_t InputWords(const Linear& lin) const { return Lin(lin).row_words * MvGroup(lin.kind); }
   int pipeline(Kernel k) const { return pipelines_[k]; }
   // The kernel family (docs/webgpu.md, "Kernels"): a workgroup per row, head or block (GPUs), or
   // one invocation per row (CPU adapters such as SwiftShader, where barriers are expensive).
@@ -297,17 +311,21 @@ class WebGpuModel : public BackendModel {
   // Records y[n, rows] = lin(x[n, cols]) (x rows at x_off with stride x_stride); SRQ inputs are
   // quantized into xq first. With an epilogue (linear_mv_wg.wgsl's epi 1 or 2), returns whether
   // it was applied: only the decode kernel has them, elsewhere the caller records gelu_mul.
-  // With a residual norm (where TakesNorm), x is the residual stream and the input is the norm's.
+  // With a residual norm (where TakesNorm), x is the residual stream and the input is the norm's;
+  // with x_packed, x holds the packed input codes a pair handed off (HandsOff).
   bool RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
                     uint32_t y_off, uint32_t y_stride, int n, int xq,
-                    const LinearEpilogue& epi = {}, const ResidualNorm* pro = nullptr) const {
+                    const LinearEpilogue& epi = {}, const ResidualNorm* pro = nullptr,
+                    bool x_packed = false) const {
     const GpuLinear& g = Lin(lin);
     const bool srq = SrqInput(lin);
     if (srq && MvFits(lin, n, 1)) {
-      RecordMv(lin, nullptr, x, x_off, x_stride, y, y_off, y_stride, n, epi, pro);
+      RecordMv(lin, nullptr, x, x_off, x_stride, y, y_off, y_stride, n, epi, pro, x_packed);
       return epi.mode != 0;
     }
-    if (pro) throw Error(ErrorCode::kInternal, lin.name + ": a residual norm on a linear without it");
+    if (pro || x_packed) {
+      throw Error(ErrorCode::kInternal, lin.name + ": a prologue on a linear without it");
+    }
     if (srq) {
       Params q;
       q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale);
@@ -337,11 +355,14 @@ class WebGpuModel : public BackendModel {
   // Records y[n, rows] = gelu_tanh(gate(x)) * up(x) in one linear_mv_wg dispatch (epilogue 3)
   // where both are SRQ linears of one shape and kind that it takes; false (nothing recorded)
   // otherwise: the caller records the gate, then the up projection with epilogue 1.
-  // With a residual norm, x is the residual stream (as RecordLinear).
+  // With a residual norm, x is the residual stream (as RecordLinear); with `down` (where
+  // HandsOff), the output also goes to `packed` as down's input codes.
   bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n,
-                    const ResidualNorm* pro = nullptr) const {
+                    const ResidualNorm* pro = nullptr, const Linear* down = nullptr,
+                    int packed = 0) const {
     if (!Pairs(gate, up, n)) return false;
-    RecordMv(gate, &up, x, 0, gate.cols, y, 0, gate.rows, n, {3}, pro);
+    RecordMv(gate, &up, x, 0, gate.cols, y, 0, gate.rows, n,
+             {.mode = 3, .aux = packed, .pack = down}, pro, false);
     return true;
   }
 
@@ -352,6 +373,17 @@ class WebGpuModel : public BackendModel {
     return SrqInput(gate) && SrqInput(up) && gate.kind == up.kind && gate.rows == up.rows &&
            gate.cols == up.cols && MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2);
   }
+  // linear_mv_wg's invocations per row, 8 to 64 (256 per workgroup): about 3 16-byte weight
+  // vectors each on rows of whole vectors, else about 4 words.
+  static uint32_t MvLanes(const GpuLinear& g) {
+    uint32_t lanes = 8;
+    if (g.row_words % 4 == 0) {
+      while (lanes < 64 && lanes * 6 <= g.row_words / 4) lanes *= 2;
+    } else {
+      lanes = g.row_words <= 32 ? 8 : g.row_words <= 64 ? 16 : g.row_words <= 128 ? 32 : 64;
+    }
+    return lanes;
+  }
   // linear_mv_wg takes n tokens of this linear (`sets` quantized copies of the input).
   bool MvFits(const Linear& lin, int n, uint32_t sets) const {
     return n <= kMvMaxTokens && pipelines_[kLinearMv] >= 0 &&
@@ -361,17 +393,10 @@ class WebGpuModel : public BackendModel {
   // One linear_mv_wg dispatch: lin, and with `second` (epilogue 3) the paired linear.
   void RecordMv(const Linear& lin, const Linear* second, int x, uint32_t x_off, uint32_t x_stride,
                 int y, uint32_t y_off, uint32_t y_stride, int n, const LinearEpilogue& epi,
-                const ResidualNorm* pro) const {
+                const ResidualNorm* pro, bool x_packed) const {
     const GpuLinear& g = Lin(lin);
     const GpuLinear& g2 = second ? Lin(*second) : g;
-    // Invocations per row, 8 to 64 (256 per workgroup): about 3 16-byte weight vectors each on
-    // rows of whole vectors, else about 4 words.
-    uint32_t lanes = 8;
-    if (g.row_words % 4 == 0) {
-      while (lanes < 64 && lanes * 6 <= g.row_words / 4) lanes *= 2;
-    } else {
-      lanes = g.row_words <= 32 ? 8 : g.row_words <= 64 ? 16 : g.row_words <= 128 ? 32 : 64;
-    }
+    const uint32_t lanes = MvLanes(g);
     Params p;
     p.u(lin.rows)
         .u(lin.cols)
@@ -407,6 +432,12 @@ class WebGpuModel : public BackendModel {
     } else {
       p.u(0).u(0).u(0).u(0).u(0).u(0).u(0).f(0.0f).f(0.0f);
     }
+    if (epi.pack) {
+      p.u(KindCode(epi.pack->kind)).f(epi.pack->in_scale).u(InputWords(*epi.pack));
+    } else {
+      p.u(0).f(0.0f).u(0);
+    }
+    p.u(x_packed ? 1 : 0);
     // (without a second linear, bindings 6 and 7 take this one's, read-only twice)
     const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale, vec_pool_};
     // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
@@ -669,6 +700,7 @@ void WebGpuContext::Allocate() {
   kraw_ = Buffer(m * kw * 4);
   vraw_ = Buffer(m * kw * 4);
   g_ = Buffer(m * inter * 4);
+  gq_ = Buffer(m * (inter / 4 + 4) * 4);  // (input words per token <= cols / 4 + 4)
   u_ = Buffer(m * inter * 4);
   xq_ = Buffer(m * cols * 4);
   if (P > 0) {
@@ -982,10 +1014,13 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const int I = p.intermediate;
     // gelu(gate) x up into g_: one dispatch (the pair), or the gate then up with the product in
     // its epilogue, or gelu_mul after them; the pre-FFN norm in their prologues, or a_.
+    // (the pair's output also goes to the down projection as its packed input codes, gq_)
+    const bool hand = M.HandsOff(w.gate, w.up, w.down, n);
+    const Linear* down = hand ? &w.down : nullptr;
     if (M.TakesNorm(w.gate, w.up, n)) {
       const ResidualNorm first = prologue(&w.pre_ffn_norm, true);
       const ResidualNorm more = prologue(&w.pre_ffn_norm, false);
-      if (!M.RecordGateUp(w.gate, w.up, stream_, g_, n, &first)) {
+      if (!M.RecordGateUp(w.gate, w.up, stream_, g_, n, &first, down, gq_)) {
         M.RecordLinear(w.gate, stream_, 0, H, g_, 0, I, n, xq_, {}, &first);
         M.RecordLinear(w.up, stream_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)},
                        &more);
@@ -993,7 +1028,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       swapped();
     } else {
       settle(&w.pre_ffn_norm);
-      if (!M.RecordGateUp(w.gate, w.up, a_, g_, n)) {
+      if (!M.RecordGateUp(w.gate, w.up, a_, g_, n, nullptr, down, gq_)) {
         M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
         if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_,
                             {1, g_, 0, static_cast<uint32_t>(I)})) {
@@ -1004,7 +1039,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         }
       }
     }
-    M.RecordLinear(w.down, g_, 0, I, stream_, t_off, H, n, xq_);
+    if (hand) {
+      M.RecordLinear(w.down, gq_, 0, M.InputWords(w.down), stream_, t_off, H, n, xq_, {}, nullptr,
+                     true);
+    } else {
+      M.RecordLinear(w.down, g_, 0, I, stream_, t_off, H, n, xq_);
+    }
     const bool ple = P > 0;
     pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_ffn_norm,
                .scale = ple ? 1.0f : w.layer_scalar};

@@ -36,6 +36,13 @@
 // this kernel without a prologue; with flags bit 2 the workgroups write r to r_out, a slice each
 // (the stream double-buffered: they all still read r_in). One dispatch instead of two for each of a
 // decode layer's residual norms.
+// The hand-off to the next linear (pack, epilogue 3 only: the MLP's down projection): the pair's
+// outputs also go out as that linear's input codes (srq_code with its input scale pack_scale),
+// packed as its prologue packs them (pack: its kind), pack_xw words a token, into aux; where
+// rows per workgroup are a multiple of that kind's column group (16 int2, 8 int4, 4 int8), so a
+// block's rows are whole words. That linear then takes them as they are (x_packed: x holds the
+// words, no quantization in its prologue; the same codes, so the same bits) instead of each of
+// its workgroups quantizing its 6,144-12,288 inputs.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
   n: u32, x_off: u32, x_stride: u32, y_off: u32,
@@ -45,21 +52,22 @@ struct P {
   in_scale2: f32, out_scale2: f32,  // epi 3: the second linear's SRQ scales
   pro: u32, r_in: u32, r_out: u32, t_off: u32,
   wa: u32, wb: u32, pro_flags: u32, pro_scale: f32,
-  eps: f32,
+  eps: f32, pack: u32, pack_scale: f32, pack_xw: u32,
+  x_packed: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read_write> x: array<f32>;  // (written by pro's r_out only)
+// x and aux hold f32 bits, or packed input codes (x_packed, pack): read and written by bitcast
+@group(0) @binding(3) var<storage, read_write> x: array<u32>;  // (written by pro's r_out only)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
-@group(0) @binding(5) var<storage, read_write> aux: array<f32>;
+@group(0) @binding(5) var<storage, read_write> aux: array<u32>;
 @group(0) @binding(6) var<storage, read> w2: array<vec4<u32>>;  // epi 3 (else any weights)
 @group(0) @binding(7) var<storage, read> scale2: array<f32>;  // epi 3 (else any scales)
 @group(0) @binding(8) var<storage, read> vecs: array<f32>;  // pro's norm weights (else any)
 
 const WG: u32 = 256u;
 const XS: u32 = 3072u;
-const PRE: u32 = 6u;
 // [token][input word], four words to an element: an int2 weight word's four input words are one
 // 16-byte load (consecutive invocations, consecutive elements: no bank conflicts), an int4 word's
 // two half of one (two invocations share it)
@@ -67,21 +75,22 @@ var<workgroup> xs: array<vec4<u32>, XS / 4u>;
 var<workgroup> part: array<i32, WG>;   // one token's partial sums, [row][lane]
 var<workgroup> part2: array<i32, WG>;  // the second linear's (epi 3)
 var<workgroup> xsum: array<atomic<i32>, 8>;  // each token's sum of input codes [set][token]
+var<workgroup> pcode: array<i32, 64>;  // pack: a block's output codes (rows per workgroup <= 64)
 
 // The new residual's element col of the row at b (pro): (r_in + t x it x wa) x pro_scale, in
 // rmsnorm_wg.wgsl's order of operations (mode 1).
 fn res_value(b: u32, col: u32, it: f32) -> f32 {
-  var v = x[p.t_off + b + col] * it;
+  var v = bitcast<f32>(x[p.t_off + b + col]) * it;
   if ((p.pro_flags & 1u) != 0u) {
     v = v * vecs[p.wa + col];
   }
-  return (x[p.r_in + b + col] + v) * p.pro_scale;
+  return (bitcast<f32>(x[p.r_in + b + col]) + v) * p.pro_scale;
 }
 
 // Token t's input element col: x's, or pro's (it, ir: the token's two inverse norms).
 fn input(t: u32, col: u32, it: f32, ir: f32) -> f32 {
   if (p.pro == 0u) {
-    return x[p.x_off + t * p.x_stride + col];
+    return bitcast<f32>(x[p.x_off + t * p.x_stride + col]);
   }
   let r = res_value(t * p.x_stride, col, it);
   if (p.pro == 1u) {
@@ -111,7 +120,7 @@ fn pro_sum(li: u32, b: u32, it: f32, second: bool) -> vec2<f32> {
         if (second) {
           v[j] = res_value(b, i, it);
         } else {
-          v[j] = x[p.t_off + b + i];
+          v[j] = bitcast<f32>(x[p.t_off + b + i]);
         }
       }
     }
@@ -144,15 +153,19 @@ fn group() -> u32 {
   return select(select(1u, 2u, p.kind == KIND_Q4), 4u, p.kind == KIND_Q2);
 }
 
-// Column of byte b of input word q (within a token).
-fn column(q: u32, b: u32) -> u32 {
-  if (p.kind == KIND_Q2) {
+// Column of byte b of input word q (within a token) of a linear of this kind.
+fn column_of(kind: u32, q: u32, b: u32) -> u32 {
+  if (kind == KIND_Q2) {
     return 16u * (q / 4u) + 4u * b + q % 4u;
   }
-  if (p.kind == KIND_Q4) {
+  if (kind == KIND_Q4) {
     return 8u * (q / 2u) + 2u * b + q % 2u;
   }
   return 4u * q + b;
+}
+
+fn column(q: u32, b: u32) -> u32 {
+  return column_of(p.kind, q, b);
 }
 
 // Row word j's products with the input words of a token that start at input word q0.
@@ -207,22 +220,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let r = li / p.lanes;
   let lane = li % p.lanes;
   let n4 = select(0u, p.row_words / 4u, p.row_words % 4u == 0u);  // vectors per row (whole ones)
-  // The first block's weight vectors (up to PRE per invocation: the lanes rule gives 3 to 5),
-  // loaded before the prologue so that their latency passes under it.
-  var pre: array<vec4<u32>, PRE>;
-  var pre2: array<vec4<u32>, PRE>;
-  let o_first = first * rpw + r;
-  if (o_first < p.rows) {
-    for (var k = 0u; k < PRE; k++) {
-      let j4 = lane + k * p.lanes;
-      if (j4 < n4) {
-        pre[k] = w[o_first * n4 + j4];
-        if (paired) {
-          pre2[k] = w2[o_first * n4 + j4];
-        }
-      }
-    }
-  }
   // pro: each token's inverse norms, of t (it) and of the new residual (ir).
   var it = vec4<f32>(0.0);
   var ir = vec4<f32>(0.0);
@@ -239,7 +236,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       for (var q = first * WG + li; q < p.n * p.cols; q += nwg.x * nwg.y * WG) {
         let t = q / p.cols;
         let col = q - t * p.cols;
-        x[p.r_out + t * p.x_stride + col] = res_value(t * p.x_stride, col, it[t]);
+        x[p.r_out + t * p.x_stride + col] = bitcast<u32>(res_value(t * p.x_stride, col, it[t]));
       }
     }
   }
@@ -254,17 +251,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let t = qt / xw;
     let qi = qt - t * xw;
     let sc = select(p.in_scale, p.in_scale2, st == 1u);
-    var c = vec4<i32>(0);
-    for (var b = 0u; b < 4u; b++) {
-      let col = column(qi, b);
-      if (col < p.cols) {
-        c[b] = i32(srq_code(input(t, col, it[t], ir[t]), sc));
+    var word = 0u;
+    var sum = 0;
+    if (p.x_packed != 0u) {
+      word = x[p.x_off + t * p.x_stride + qi];
+      sum = dot4I8Packed(word, 0x01010101u);  // (its four codes' sum)
+    } else {
+      var c = vec4<i32>(0);
+      for (var b = 0u; b < 4u; b++) {
+        let col = column(qi, b);
+        if (col < p.cols) {
+          c[b] = i32(srq_code(input(t, col, it[t], ir[t]), sc));
+        }
       }
+      word = pack4xI8(c);
+      sum = c.x + c.y + c.z + c.w;
     }
-    xs[q / 4u][q % 4u] = pack4xI8(c);
+    xs[q / 4u][q % 4u] = word;
     for (var u = 0u; u < 8u; u++) {
       if (u == st * 4u + t) {
-        s[u] += c.x + c.y + c.z + c.w;
+        s[u] += sum;
       }
     }
   }
@@ -297,25 +303,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       let rb = o * p.row_words;
       if (n4 > 0u) {
         // Whole vectors: one 16-byte load per four words (the loads the decode step's speed
-        // rests on: 2-3x single words on an H100, bench/web/wgsl_kernel_bench.mjs); the first
-        // PRE of each invocation in a loop of constant trips (pre in registers), then the rest.
-        for (var k = 0u; k < PRE; k++) {
-          let j4 = lane + k * p.lanes;
-          if (j4 < n4) {
-            var wv = pre[k];
-            var wv2 = pre2[k];
-            if (blk != first) {
-              wv = w[rb / 4u + j4];
-              if (paired) {
-                wv2 = w2[rb / 4u + j4];
-              }
-            }
-            for (var c = 0u; c < 4u; c++) {
-              add_word(&acc, &acc2, wv[c], wv2[c], 4u * j4 + c, xw, q2);
-            }
-          }
-        }
-        for (var j4 = lane + PRE * p.lanes; j4 < n4; j4 += p.lanes) {
+        // rests on: 2-3x single words on an H100, bench/web/wgsl_kernel_bench.mjs). (Loading the
+        // first block's vectors before the prologue, into registers, measured slower: q 11.5
+        // against 10.2 us, gate/up 21.3 against 13.8, bench/journal/2026-12-06-webgpu-prologue.md.)
+        for (var j4 = lane; j4 < n4; j4 += p.lanes) {
           let wv = w[rb / 4u + j4];
           var wv2 = vec4<u32>(0u);
           if (paired) {
@@ -342,6 +333,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       part2[li] = acc2[t];
       workgroupBarrier();
       let oo = o0 + li;
+      if (li < rpw) {
+        pcode[li] = 0;  // (rows past the end: code 0, as the consumer's padding columns)
+      }
       if (li < rpw && oo < p.rows) {
         var sum = 0;
         for (var l = 0u; l < p.lanes; l++) {
@@ -357,16 +351,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
           }
           sum2 -= corr2[t];
           let v2 = srq_out(f32(sum2) * p.in_scale2 * scale2[oo], p.out_scale2);
-          y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * v2;
+          let g = gelu_tanh(v) * v2;
+          y[p.y_off + t * p.y_stride + oo] = g;
+          if (p.pack != 0u) {
+            pcode[li] = i32(srq_code(g, p.pack_scale));
+          }
         } else if (p.epi == 1u) {
-          aux[k] = gelu_tanh(aux[k]) * v;
+          aux[k] = bitcast<u32>(gelu_tanh(bitcast<f32>(aux[k])) * v);
         } else if (p.epi == 2u) {
-          y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * aux[k];
+          y[p.y_off + t * p.y_stride + oo] = gelu_tanh(v) * bitcast<f32>(aux[k]);
         } else {
           y[p.y_off + t * p.y_stride + oo] = v;
         }
       }
       workgroupBarrier();  // (part is rewritten next)
+      let q = o0 / 4u + li;
+      if (p.pack != 0u && li < rpw / 4u && q < p.pack_xw) {
+        // The block's words of the consumer's input: word o0 / 4 + li's four codes (the last
+        // block's past the row's words belong to no token).
+        var c = vec4<i32>(0);
+        for (var b = 0u; b < 4u; b++) {
+          c[b] = pcode[column_of(p.pack, q, b) - o0];
+        }
+        aux[t * p.pack_xw + q] = pack4xI8(c);
+      }
     }
   }
 }

@@ -7,7 +7,9 @@
 //            kernel's own throughput).
 // Variants: "mv" = src/backend/webgpu/wgsl/linear_mv_wg.wgsl as the backend dispatches it (its
 // lanes per row, its 1,024-workgroup cap); "pro" = the same with the residual norm in its
-// prologue (pro 2, writing the new residual: a decode layer's q, gate/up); "alt", "alt pro" =
+// prologue (pro 2, writing the new residual: a decode layer's q, gate/up); "packed" = the same
+// taking its input as packed codes (x_packed: the down projection after the gate/up pair's
+// hand-off, no quantization in the prologue); "alt", "alt pro" =
 // the same two with the kernel in the file GEMMA_MV_ALT names (a variant to compare); and
 // rmsnorm_wg alone (mode 2 on one 1,536-wide row: the dispatch the prologue replaces). GB/s
 // counts the weight bytes. The outputs of every variant are compared with mv's (pro's with pro's:
@@ -46,7 +48,8 @@ const pipe = (code) => device.createComputePipeline({ layout: 'auto', compute: {
 const pipes = { mv: pipe(mvSource), pro: null, alt: altSource && pipe(altSource), norm: pipe(wgsl('rmsnorm_wg.wgsl')) };
 pipes.pro = pipes.mv;
 pipes['alt pro'] = pipes.alt;
-const variants = ['mv', 'pro', ...(altSource ? ['alt', 'alt pro'] : [])];
+pipes.packed = pipes.mv;
+const variants = ['mv', 'pro', 'packed', ...(altSource ? ['alt', 'alt pro'] : [])];
 const ai = adapter.info ?? {};
 console.log(`${[ai.vendor, ai.architecture, ai.description].filter((s) => s).join(' ')}, ${subgroups ? 'subgroup' : 'workgroup'} prelude, ${reps} dispatches per pass`);
 
@@ -120,6 +123,7 @@ for (const [name, R, C, kind] of shapes) {
   // pro's residual stream (r_in, r_out, t rows of C) and norm weights
   const streams = Array.from({ length: 8 }, () => floats(3 * C, (i) => ((i * 104729) % 511 - 255) * 0.01));
   const vecs = floats(2 * C, (i) => 0.5 + (i % 7) * 0.1);
+  const xw = rowWords * GROUP[kind], codes = filled(xw);  // packed's input: random codes
   const row = { name: `${name} ${R}x${C} ${kind}`, bytes: R * rowWords * 4 };
   for (const variant of variants) {
     // webgpu_backend.cc's lanes rule: ~3 16-byte vectors per invocation on rows of whole vectors,
@@ -139,12 +143,16 @@ for (const [name, R, C, kind] of shapes) {
     // pro 2: r_in row 0, r_out row 1, t row 2 of the stream; weights at 0 and C; writes r_out
     if (pro) params.set([2, 0, C, 2 * C, 0, C, 7], 18);
     pf[25] = 1; pf[26] = 1e-6;
+    if (variant === 'packed') {
+      params[6] = xw;
+      params[30] = 1;
+    }
     const ub = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     device.queue.writeBuffer(ub, 0, params);
     const p = pipes[variant];
     const groups = (i) => device.createBindGroup({ layout: p.getBindGroupLayout(0), entries: [
       { binding: 0, resource: { buffer: ub } }, { binding: 1, resource: { buffer: w } },
-      { binding: 2, resource: { buffer: scale } }, { binding: 3, resource: { buffer: pro ? streams[i] : x } },
+      { binding: 2, resource: { buffer: scale } }, { binding: 3, resource: { buffer: pro ? streams[i] : variant === 'packed' ? codes : x } },
       { binding: 4, resource: { buffer: ys[i] } }, { binding: 5, resource: { buffer: auxes[i] } },
       { binding: 6, resource: { buffer: w } }, { binding: 7, resource: { buffer: scale } },
       { binding: 8, resource: { buffer: vecs } }] });
@@ -159,12 +167,12 @@ for (const [name, R, C, kind] of shapes) {
     await out.mapAsync(GPUMapMode.READ);
     const y = new Float32Array(out.getMappedRange().slice(0));
     out.destroy();
-    const ref = pro ? 'yPro' : 'y';
+    const ref = pro ? 'yPro' : variant === 'packed' ? 'yPacked' : 'y';
     if (!row[ref]) row[ref] = y;
     else if (y.some((v, i) => !Object.is(v, row[ref][i]))) row.differs = (row.differs ? row.differs + ', ' : '') + variant;
   }
   rows.push(row);
-  for (const b of [w, scale, x, ...ys, ...auxes, ...streams, vecs]) b.destroy();
+  for (const b of [w, scale, x, ...ys, ...auxes, ...streams, vecs, codes]) b.destroy();
 }
 // rmsnorm_wg alone, mode 2 on one row of 1,536 (t into the residual, the next norm into z).
 const norm = {};

@@ -4,10 +4,10 @@
 // - linear_tile_wg.wgsl (prompt chunks) and linear_wg.wgsl on SRQ linears: exact integer sums,
 //   so both must equal the reference's f32 epilogue bit for bit (and each other with an SRQ
 //   output rounding);
-// - attention_wg.wgsl split over the keys (its phases 0 and 1, then attention_merge_wg.wgsl) over
+// - attention_wg.wgsl split over the keys (its phase 1, then attention_merge_wg.wgsl) over
 //   random splits (empty ones included) and in one pass (phase 2): both within 1e-5 of a float64
 //   reference (sliding windows, rings that wrap, grouped heads), and within 1e-6 of each other
-//   (they add the same products in float-float);
+//   (the same products in float-float; the splits' weights relative to their own maxima);
 // - the workgroup family with subgroup reductions (prelude_subgroups.wgsl in place of
 //   prelude_workgroup.wgsl; SwiftShader's subgroups have 4 invocations, so a workgroup of 64 has
 //   16): linear_wg on SRQ inputs bit for bit the integer reference, linear_wg on dense and
@@ -705,9 +705,8 @@ for (const A of attnCases) {
   const sink = storage(new Float32Array(4));
   A.out = {};
   for (const fam of families) {
-    run([[fam + 'attention_wg', [...base, splits, chunk, 0], [qb, kb, vb, mx, part], [splits, heads, n]],
-         [fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
-         ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit], [heads, n, Math.ceil(hd / 64)]],  // no reductions
+    run([[fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
+         ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit, mx], [heads, n, Math.ceil(hd / 64)]],  // no reductions
          [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink], [heads, n, 1]]]);
     A.out[fam] = { split: await read(oSplit, rowsN * hd * 4), wg: await read(oWg, rowsN * hd * 4) };
   }

@@ -162,7 +162,7 @@ bool SrqInput(const Linear& lin) { return IsQuantized(lin.kind) && lin.in_scale 
 uint32_t MvGroup(WeightKind k) { return k == WeightKind::kQ2 ? 4 : k == WeightKind::kQ4 ? 2 : 1; }
 
 // The attention of a step with few query rows (decode, short chunks) split over the keys
-// (attention_wg.wgsl's phases 0 and 1, then attention_merge_wg.wgsl), workgroup kernels only: at
+// (attention_wg.wgsl's phase 1, then attention_merge_wg.wgsl), workgroup kernels only: at
 // most kSplitSlots (row, split) pairs, so a step's partial sums fit one scratch buffer; splits of
 // at least kSplitMinKeys keys.
 constexpr int kSplitSlots = 256;
@@ -997,15 +997,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         gw_dispatch(M.pipeline(kAttention), b, 5, a.data(), a.size(), nh, n, 1);
       } else {
         const int b[] = {q_, slot.k, slot.v, split_max_, split_part_};
-        for (uint32_t phase = 0; phase < 2; ++phase) {
-          Params ap = a;
-          ap.u(split.splits).u(split.chunk).u(phase);
-          gw_dispatch(M.pipeline(kAttention), b, 5, ap.data(), ap.size(), split.splits, nh, n);
-        }
+        a.u(split.splits).u(split.chunk).u(1);  // phase 1: each split's keys
+        gw_dispatch(M.pipeline(kAttention), b, 5, a.data(), a.size(), split.splits, nh, n);
         Params mp;
         mp.u(n).u(nh).u(hd).u(split.splits);
-        const int mb[] = {split_part_, attn_};
-        gw_dispatch(M.pipeline(kAttentionMerge), mb, 2, mp.data(), mp.size(), nh, n,
+        const int mb[] = {split_part_, attn_, split_max_};
+        gw_dispatch(M.pipeline(kAttentionMerge), mb, 3, mp.data(), mp.size(), nh, n,
                     Groups(hd, 64));
       }
     }

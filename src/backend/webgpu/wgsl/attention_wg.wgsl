@@ -8,16 +8,16 @@
 // prelude_workgroup.wgsl or prelude_subgroups.wgsl). Three ways:
 //   phase 2, one dispatch over (heads, tokens): the maximum first (the first 2,048 scores kept in
 //            workgroup memory for the second pass), then the weights and sums, out -> o;
-//   split over the keys, for steps with few query rows (decode, short chunks): a workgroup per
-//   (split, head, token) takes `chunk` consecutive keys of its token's range, so a one-token step
-//   spreads over many workgroups instead of one per head. Three dispatches:
-//     phase 0: the maximum score of the split's keys -> o[row * splits + split];
-//     phase 1: the maximum over the row's splits, then the split's weights (its scores computed
-//              again by the same function, so the same bits as phase 2), their float-float sum and
-//              the float-float sums of the weighted value rows ->
-//              part[(row * splits + split) * (2 + 2 hd)]: (sum hi, sum lo, then (hi, lo) per
-//              output dimension);
-//     attention_merge_wg.wgsl adds the splits' float-float sums and divides.
+//   phase 1, split over the keys, for steps with few query rows (decode, short chunks): a
+//            workgroup per (split, head, token) takes `chunk` consecutive keys of its token's
+//            range, so a one-token step spreads over many workgroups instead of one per head:
+//            phase 2's pass over the split's keys, with the split's own maximum ->
+//            o[row * splits + split], the float-float sum of its weights and the float-float
+//            sums of its weighted value rows -> part[(row * splits + split) * (2 + 2 hd)]: (sum
+//            hi, sum lo, then (hi, lo) per output dimension); then attention_merge_wg.wgsl
+//            scales each split's sums by exp(its maximum - the row's), adds and divides. (Two
+//            dispatches: the row's maximum first, in a dispatch of its own, kept every weight
+//            phase 2's bits but cost a third.)
 // row = token * heads + head. A split whose range is empty writes -3.4e38 and zero sums.
 struct P {
   n: u32, heads: u32, hd: u32, group: u32,
@@ -28,13 +28,13 @@ struct P {
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
-@group(0) @binding(4) var<storage, read_write> o: array<f32>;     // outputs, or phase 0's maxima
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;     // outputs, or phase 1's maxima
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;  // phase 1's sums
 
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
-// The scores of a block of keys; phase 2 keeps those of the first 2,048 keys from the first pass
-// (later keys are scored again), the other phases and later keys use the block at KEEP.
+// The scores of a block of keys; a pass keeps those of its first 2,048 keys from the first pass
+// over them (later keys are scored again in the block at KEEP).
 const KEEP: u32 = 2048u;
 var<workgroup> sc: array<f32, 2112>;
 
@@ -109,8 +109,10 @@ fn weigh_and_add(j0: u32, nb: u32, kvo: u32, off: u32, mx: f32, li: u32,
   workgroupBarrier();
 }
 
-// Phase 2: one workgroup per (head, token) over all the row's keys [first, pos].
-fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, teams: u32) {
+// Keys [first, pos]: their maximum score (returned) and, with weights exp(score - maximum), this
+// invocation's share of their sum and its output dimensions' sums of weighted value rows.
+fn attend(li: u32, first: u32, pos: u32, kvo: u32, teams: u32, sum: ptr<function, vec2<f32>>,
+          acc: ptr<function, array<vec2<f32>, 8>>) -> f32 {
   var mx = -3.4e38;
   for (var j0 = first; j0 <= pos; j0 += 64u) {
     let nb = min(64u, pos + 1u - j0);
@@ -121,12 +123,6 @@ fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, team
     }
   }
   mx = workgroup_max(mx, li);
-
-  var sum = vec2<f32>(0.0, 0.0);
-  var acc: array<vec2<f32>, 8>;
-  for (var k = 0u; k < 8u; k++) {
-    acc[k] = vec2<f32>(0.0, 0.0);
-  }
   for (var j0 = first; j0 <= pos; j0 += 64u) {
     let nb = min(64u, pos + 1u - j0);
     var off = j0 - first;
@@ -134,8 +130,19 @@ fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, team
       off = KEEP;
       score_block(j0, nb, kvo, off, teams);
     }
-    weigh_and_add(j0, nb, kvo, off, mx, li, &sum, &acc);
+    weigh_and_add(j0, nb, kvo, off, mx, li, sum, acc);
   }
+  return mx;
+}
+
+// Phase 2: one workgroup per (head, token) over all the row's keys [first, pos].
+fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, teams: u32) {
+  var sum = vec2<f32>(0.0, 0.0);
+  var acc: array<vec2<f32>, 8>;
+  for (var k = 0u; k < 8u; k++) {
+    acc[k] = vec2<f32>(0.0, 0.0);
+  }
+  attend(li, first, pos, kvo, teams, &sum, &acc);
   let tot = ff_workgroup_sum(sum, li);
   let total = tot.x + tot.y;
   for (var k = 0u; k < 8u; k++) {
@@ -178,37 +185,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     return;
   }
 
-  if (p.phase == 0u) {
-    var m = -3.4e38;
-    for (var j0 = lo; j0 < hi; j0 += 64u) {
-      let nb = min(64u, hi - j0);
-      score_block(j0, nb, kvo, KEEP, teams);
-      if (li < nb) {
-        m = max(m, sc[KEEP + li]);
-      }
-    }
-    m = workgroup_max(m, li);
-    if (li == 0u) {
-      o[slot] = m;
-    }
-    return;
-  }
-
-  var m = -3.4e38;
-  for (var s = li; s < p.splits; s += 64u) {
-    m = max(m, o[row * p.splits + s]);
-  }
-  m = workgroup_max(m, li);
-
+  // Phase 1: the split's keys [lo, hi) (none: -3.4e38 and zero sums).
   var sum = vec2<f32>(0.0, 0.0);
   var acc: array<vec2<f32>, 8>;
   for (var k = 0u; k < 8u; k++) {
     acc[k] = vec2<f32>(0.0, 0.0);
   }
-  for (var j0 = lo; j0 < hi; j0 += 64u) {
-    let nb = min(64u, hi - j0);
-    score_block(j0, nb, kvo, KEEP, teams);
-    weigh_and_add(j0, nb, kvo, KEEP, m, li, &sum, &acc);
+  var m = -3.4e38;
+  if (lo < hi) {
+    m = attend(li, lo, hi - 1u, kvo, teams, &sum, &acc);
+  }
+  if (li == 0u) {
+    o[slot] = m;
   }
   let tot = ff_workgroup_sum(sum, li);
   let pb = slot * (2u + 2u * p.hd);

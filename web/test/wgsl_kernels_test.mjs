@@ -533,9 +533,9 @@ mvCases.forEach((M, c) => {
   const pro = 1 + (c % 2), epi = [0, 2, 3][c % 3];
   const hasWa = c % 4 !== 3 ? 1 : 0, hasWb = c % 5 !== 4 ? 1 : 0;
   const R = n * xStride, pad = int(0, 3);
-  const rIn = pad, rOut = pad + R, tOff = pad + 2 * R;
+  const rIn = pad, rOut = pad + R, tOff = pad + 2 * R, zOff = pad + 3 * R;
   // The residual ~ +-2 and t ~ +-3 (the input of pro 1 is the residual: codes up to ~200, clamped).
-  const stream = new Float32Array(pad + 3 * R);
+  const stream = new Float32Array(pad + 4 * R);
   for (let i = 0; i < R; ++i) {
     stream[rIn + i] = f32((rnd() * 2 - 1) * 2);
     stream[tOff + i] = f32((rnd() * 2 - 1) * 3);
@@ -543,7 +543,7 @@ mvCases.forEach((M, c) => {
   const vpad = int(0, 5);
   const vecs = new Float32Array(vpad + 2 * cols).map(() => f32(rnd() * 2));
   const scale = c % 3 === 1 ? 1 : f32(0.5 + rnd());
-  proCases.push({ M, pro, epi, hasWa, hasWb, rIn, rOut, tOff, stream, vecs, vpad, scale, eps: 1e-6,
+  proCases.push({ M, pro, epi, hasWa, hasWb, rIn, rOut, tOff, zOff, stream, vecs, vpad, scale, eps: 1e-6,
                   what: `${M.what}: prologue norm ${pro}, weights ${hasWa}${hasWb}, epilogue ${epi}` });
 });
 for (const C of proCases) {
@@ -569,11 +569,12 @@ for (const C of proCases) {
          [fam + 'linear_mv_wg', pro === 1 ? mvParams(C.rIn, xStride, []) : mvParams(0, cols, []),
           [wb, sb, pro === 1 ? yNorm : z, yA, aux(), ...second, none], groups],
          [fam + 'linear_mv_wg',
-          mvParams(0, xStride, [pro, C.rIn, C.rOut, C.tOff, C.vpad, C.vpad + cols, C.hasWa | (C.hasWb << 1) | 4,
-                                { f: C.scale }, { f: C.eps }]),
+          mvParams(0, xStride, [pro, C.rIn, C.rOut, C.tOff, C.vpad, C.vpad + cols, C.hasWa | (C.hasWb << 1) | 4 | 8,
+                                { f: C.scale }, { f: C.eps }, 0, { f: 0 }, 0, 0, C.zOff]),
           [wb, sb, streamB, yB, aux(), ...second, storage(C.vecs)], groups]]);
     const nb = C.stream.byteLength;
-    C.out[fam] = { a: await read(yA, ybytes), b: await read(yB, ybytes), rNorm: await read(yNorm, nb), rPro: await read(streamB, nb) };
+    C.out[fam] = { a: await read(yA, ybytes), b: await read(yB, ybytes), rNorm: await read(yNorm, nb), rPro: await read(streamB, nb),
+                   z: await read(z, n * cols * 4) };
   }
 }
 // The pair's hand-off (pack): its outputs as the next linear's packed input codes, that linear
@@ -766,7 +767,7 @@ for (const M of mvCases) {
 for (const C of proCases) {
   for (const fam of families) {
     const o = C.out[fam];
-    let bad = 0, badR = 0, example = '';
+    let bad = 0, badR = 0, badZ = 0, example = '';
     for (let t = 0; t < C.M.n; ++t) {
       for (let r = 0; r < C.M.rows; ++r) {
         const i = C.M.yOff + t * C.M.yStride + r;
@@ -775,10 +776,12 @@ for (const C of proCases) {
       for (let k = 0; k < C.M.cols; ++k) {
         const i = t * C.M.xStride + k;
         if (!Object.is(o.rPro[C.rOut + i], o.rNorm[C.rIn + i])) ++badR;
+        if (!Object.is(o.rPro[C.zOff + i], C.pro === 2 ? o.z[t * C.M.cols + k] : o.rNorm[C.rIn + i])) ++badZ;
       }
     }
     check(bad === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs differ from rmsnorm_wg then linear_mv_wg${example}`);
     check(badR === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${badR} elements of the new residual differ from rmsnorm_wg's`);
+    check(badZ === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${badZ} elements of the stored input differ from rmsnorm_wg's`);
   }
 }
 for (const C of packCases) {
@@ -789,7 +792,7 @@ for (const C of packCases) {
   }
 }
 console.log(`linear_mv_wg's hand-off: ${packCases.length} random pairs handing their outputs to a linear of each kind as its packed input codes, bit for bit that linear quantizing them`);
-console.log(`linear_mv_wg with the residual norm in its prologue: ${proCases.length} random cases (${proCases.filter((C) => C.pro === 2).length} with the second norm) against rmsnorm_wg then linear_mv_wg, outputs and new residual bit for bit`);
+console.log(`linear_mv_wg with the residual norm in its prologue: ${proCases.length} random cases (${proCases.filter((C) => C.pro === 2).length} with the second norm) against rmsnorm_wg then linear_mv_wg, outputs, new residual and stored input bit for bit`);
 console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
 {
   let worst = 0;

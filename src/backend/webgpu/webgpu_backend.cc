@@ -105,9 +105,11 @@ struct LinearEpilogue {
 // A residual norm in a decode linear's prologue (linear_mv_wg.wgsl's pro): the residual rows at
 // r_in of the residual stream become r = (r + norm(t) x wa) x scale (t: the previous linear's
 // output rows in the stream's scratch region), and the linear's input is r (wb null) or norm(r) x
-// *wb. With `write`, the dispatch also stores r at r_out (the stream's other residual region).
+// *wb. With `write`, the dispatch also stores r at r_out (the stream's other residual region); with
+// `store_input`, the input at z (the stream's fourth region: k and v read it after q).
 struct ResidualNorm {
-  uint32_t r_in = 0, r_out = 0, t = 0;
+  uint32_t r_in = 0, r_out = 0, t = 0, z = 0;
+  bool store_input = false;
   const std::vector<float>* wa = nullptr;
   float scale = 1.0f;
   const std::vector<float>* wb = nullptr;
@@ -237,8 +239,8 @@ class WebGpuContext : public Backend {
   std::vector<int> buffers_;
   // The residual stream: regions 0 and 1 the residual (double-buffered for the decode linears'
   // prologue norms, which read one while the first workgroup writes the other), region 2 the
-  // scratch the o, down and per-layer projections write (the norms' t), [chunk] rows of the
-  // hidden size each.
+  // scratch the o, down and per-layer projections write (the norms' t), region 3 q's normed input
+  // for k and v, [chunk] rows of the hidden size each.
   int stream_ = 0;
   // Scratch, [chunk] rows each.
   // The gate/up pair's output as the down projection's packed input codes (HandsOff).
@@ -419,7 +421,7 @@ class WebGpuModel : public BackendModel {
     if (pro) {
       const bool two = pro->wb != nullptr;
       const uint32_t flags = (pro->wa->empty() ? 0u : 1u) | (two && !pro->wb->empty() ? 2u : 0u) |
-                             (pro->write ? 4u : 0u);
+                             (pro->write ? 4u : 0u) | (pro->store_input ? 8u : 0u);
       p.u(two ? 2 : 1)
           .u(pro->r_in)
           .u(pro->r_out)
@@ -437,7 +439,7 @@ class WebGpuModel : public BackendModel {
     } else {
       p.u(0).f(0.0f).u(0);
     }
-    p.u(x_packed ? 1 : 0);
+    p.u(x_packed ? 1 : 0).u(pro ? pro->z : 0);
     // (without a second linear, bindings 6 and 7 take this one's, read-only twice)
     const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale, vec_pool_};
     // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
@@ -691,7 +693,7 @@ void WebGpuContext::Allocate() {
     s.k = Buffer(static_cast<size_t>(s.ring) * s.width * 4);
     s.v = Buffer(static_cast<size_t>(s.ring) * s.width * 4);
   }
-  stream_ = Buffer(3 * m * H * 4);
+  stream_ = Buffer(4 * m * H * 4);
   a_ = Buffer(m * H * 4);
   hn_ = Buffer(m * H * 4);
   qraw_ = Buffer(m * (qw + 2 * kw) * 4);  // the workgroup kernels put k and v after q
@@ -798,7 +800,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   }
   // The stream's regions (floats): the residual in region `cur` (0 or 1), the scratch t.
   const uint32_t region = static_cast<uint32_t>(chunk_) * H;
-  const uint32_t t_off = 2 * region;
+  const uint32_t t_off = 2 * region, z_off = 3 * region;
   int cur = 0;
   gw_write(stream_, 0, rows.data(), rows.size() * 4);
   if (P > 0) {
@@ -933,11 +935,13 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const bool kv = M.workgroup() && !p.kv_shared;  // k and v beside q (below)
     // The input norm: in q's (k's, v's) prologue, or a_ from the pending norm's dispatch, or
     // its own.
-    const bool pro = pending.on && pending.r0 == r0 && M.TakesNorm(w.q, n) &&
-                     (!kv || (M.TakesNorm(w.k, n) && M.TakesNorm(w.v, n)));
-    const ResidualNorm in_first = pro ? prologue(&w.input_norm, true) : ResidualNorm{};
-    const ResidualNorm in_more = pro ? prologue(&w.input_norm, false) : ResidualNorm{};
+    // (with the norm in q's prologue, q also stores its input for k and v)
+    const bool pro = pending.on && pending.r0 == r0 && M.TakesNorm(w.q, n);
+    ResidualNorm in_first = pro ? prologue(&w.input_norm, true) : ResidualNorm{};
+    in_first.z = z_off;
+    in_first.store_input = kv;
     const int in = pro ? stream_ : a_;
+    const uint32_t in_off = pro ? z_off : 0;
     if (pending.on && !pro) {
       const bool same = pending.r0 == r0;
       settle(same ? &w.input_norm : nullptr);
@@ -951,8 +955,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       // k and v after q in qraw_, the three head norms in one dispatch (head_norm_wg.wgsl).
       const uint32_t k_off = static_cast<uint32_t>(n * nh * hd);
       const uint32_t v_off = k_off + static_cast<uint32_t>(n * nkv * hd);
-      M.RecordLinear(w.k, in, 0, H, qraw_, k_off, nkv * hd, n, xq_, {}, pro ? &in_more : nullptr);
-      M.RecordLinear(w.v, in, 0, H, qraw_, v_off, nkv * hd, n, xq_, {}, pro ? &in_more : nullptr);
+      M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, xq_);
+      M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, xq_);
       Params hp;
       hp.u(n)
           .u(nh)

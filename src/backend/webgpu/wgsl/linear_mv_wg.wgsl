@@ -34,7 +34,8 @@
 // rmsnorm_wg.wgsl's order (pro_sum: the same float-float partials, added in the same order), so
 // the inputs are the bits of an rmsnorm_wg dispatch (mode 1, or 2 for its z) followed by
 // this kernel without a prologue; with flags bit 2 the workgroups write r to r_out, a slice each
-// (the stream double-buffered: they all still read r_in). One dispatch instead of two for each of a
+// (the stream double-buffered: they all still read r_in), with bit 3 the input to z_off (another
+// region of the stream: the input of the linears that follow on the same one). One dispatch instead of two for each of a
 // decode layer's residual norms.
 // The hand-off to the next linear (pack, epilogue 3 only: the MLP's down projection): the pair's
 // outputs also go out as that linear's input codes (srq_code with its input scale pack_scale),
@@ -53,7 +54,7 @@ struct P {
   pro: u32, r_in: u32, r_out: u32, t_off: u32,
   wa: u32, wb: u32, pro_flags: u32, pro_scale: f32,
   eps: f32, pack: u32, pack_scale: f32, pack_xw: u32,
-  x_packed: u32,
+  x_packed: u32, z_off: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
@@ -231,12 +232,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         ir[t] = inv_rms(pro_sum(li, b, it[t], true));
       }
     }
-    if ((p.pro_flags & 4u) != 0u) {
-      // The new residual, a slice per workgroup.
+    if ((p.pro_flags & 12u) != 0u) {
+      // The new residual (flag 4) and the input (flag 8: for the next linears of the same
+      // input, k and v after q), a slice per workgroup.
       for (var q = first * WG + li; q < p.n * p.cols; q += nwg.x * nwg.y * WG) {
         let t = q / p.cols;
         let col = q - t * p.cols;
-        x[p.r_out + t * p.x_stride + col] = bitcast<u32>(res_value(t * p.x_stride, col, it[t]));
+        if ((p.pro_flags & 4u) != 0u) {
+          x[p.r_out + t * p.x_stride + col] = bitcast<u32>(res_value(t * p.x_stride, col, it[t]));
+        }
+        if ((p.pro_flags & 8u) != 0u) {
+          x[p.z_off + t * p.x_stride + col] = bitcast<u32>(input(t, col, it[t], ir[t]));
+        }
       }
     }
   }

@@ -36,6 +36,10 @@ mergeInto(LibraryManager.library, {
       return GW.device && !GW.lost && !GW.error;
     },
     flushEvery: 64,
+    // A step's first submit comes sooner (its first flushFirst dispatches), so the GPU starts on
+    // them while the host records the rest: after the previous step's readback both sides had
+    // waited for 64 dispatches' recording.
+    flushFirst: 16,
     // Encodes the recorded dispatches into a command buffer of their own and submits it, after
     // writing their parameter slots into the parameter buffer (grown when the step's slots
     // outgrow it: work already submitted keeps the old one, which Dawn frees once it is done).
@@ -270,7 +274,7 @@ mergeInto(LibraryManager.library, {
     new Uint32Array(GW.params, slot * 256, nparams).set(HEAPU32.subarray(params >>> 2, (params >>> 2) + nparams));
     const handles = HEAP32.subarray(bufs >>> 2, (bufs >>> 2) + nbufs);
     GW.pending.push({ p, slot, handles: Array.from(handles), key: p + ':' + slot + ':' + handles.join(','), gx, gy, gz });
-    if (GW.pending.length >= GW.flushEvery) GW.flush();
+    if (GW.pending.length >= (slot < GW.flushFirst ? GW.flushFirst : GW.flushEvery)) GW.flush();
   },
 
   // Submits what was recorded; 0, or -1 when the device is lost or failed. The parameter slots

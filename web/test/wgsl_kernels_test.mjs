@@ -453,6 +453,27 @@ for (let c = 0; c < 4; ++c) {
                    hd, heads, n, rope, toCache, hasW, ring, pos0, csOff, src, w, cs, dstLen, want });
 }
 
+// ---- argmax_wg: a row whole (stage 2) and cut into slices (stages 0 and 1) against a JavaScript
+// scan: the largest number, the lowest id among equal ones, NaN never, id 0 for a row of NaN.
+const argmaxCases = [];
+for (let c = 0; c < 8; ++c) {
+  const rows = int(1, 3), vocab = c === 0 ? 1 : int(2, 5000), parts = pick([1, 2, 7, 64, 256]);
+  const z = new Float32Array(rows * vocab).map(() => f32(int(-20, 20) / 4));  // many ties
+  for (let i = 0; i < z.length; ++i) if (rnd() < 0.05) z[i] = NaN;
+  if (c === 1) z.fill(NaN, 0, vocab);  // a row of NaN
+  if (c === 2) z.fill(-Infinity);
+  const want = [];
+  for (let r = 0; r < rows; ++r) {
+    let bi = -1;
+    for (let i = 0; i < vocab; ++i) {
+      const v = z[r * vocab + i];
+      if (v === v && (bi < 0 || v > z[r * vocab + bi])) bi = i;
+    }
+    want.push(Math.max(bi, 0));
+  }
+  argmaxCases.push({ what: `argmax_wg ${rows} x ${vocab} in ${parts} parts`, rows, vocab, parts, z, want });
+}
+
 // The GPU.
 gpu = dawn.create(['backend=vulkan']);
 // The adapter stays referenced: Dawn for Node 0.6.2 crashed (a freed mutex in
@@ -617,6 +638,15 @@ for (const C of packCases) {
          [fam + 'linear_mv_wg', consumer(0, C.xw, 1), [cw, cs, packedBuf, zB, storage(new Float32Array(4)), cw, cs, none], [cBlocks, 1, 1]]]);
     C.out[fam] = { a: await read(zA, M.n * C.rows * 4), b: await read(zB, M.n * C.rows * 4) };
   }
+}
+for (const A of argmaxCases) {
+  const zb = storage(A.z), pv = storage(new Float32Array(A.rows * A.parts)), pi = storage(new Uint32Array(A.rows * A.parts));
+  const whole = storage(new Uint32Array(A.rows)), cut = storage(new Uint32Array(A.rows));
+  run([['argmax_wg', [A.rows, A.vocab, 1, 2], [zb, whole, pv, pi], [A.rows, 1, 1]],
+       ['argmax_wg', [A.rows, A.vocab, A.parts, 0], [zb, cut, pv, pi], [A.parts, A.rows, 1]],
+       ['argmax_wg', [A.rows, A.vocab, A.parts, 1], [zb, cut, pv, pi], [A.rows, 1, 1]]]);
+  A.whole = new Uint32Array((await read(whole, A.rows * 4)).buffer);
+  A.cut = new Uint32Array((await read(cut, A.rows * 4)).buffer);
 }
 const reduceOut = {};
 {
@@ -791,6 +821,11 @@ for (const C of packCases) {
     check(bad === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs from the handed-off codes differ from quantizing the pair's outputs${example}`);
   }
 }
+for (const A of argmaxCases) {
+  check(A.want.every((w, r) => A.whole[r] === w && A.cut[r] === w),
+        `${A.what}: ids ${[...A.whole]} (whole), ${[...A.cut]} (cut), want ${A.want}`);
+}
+console.log(`argmax_wg: ${argmaxCases.length} random rows (ties, NaN, a row of NaN, of -inf), whole and cut into slices, against a scan`);
 console.log(`linear_mv_wg's hand-off: ${packCases.length} random pairs handing their outputs to a linear of each kind as its packed input codes, bit for bit that linear quantizing them`);
 console.log(`linear_mv_wg with the residual norm in its prologue: ${proCases.length} random cases (${proCases.filter((C) => C.pro === 2).length} with the second norm) against rmsnorm_wg then linear_mv_wg, outputs, new residual and stored input bit for bit`);
 console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);

@@ -168,6 +168,10 @@ uint32_t MvGroup(WeightKind k) { return k == WeightKind::kQ2 ? 4 : k == WeightKi
 // most kSplitSlots (row, split) pairs, so a step's partial sums fit one scratch buffer; splits of
 // at least kSplitMinKeys keys.
 constexpr int kSplitSlots = 256;
+// The greedy argmax over rows longer than kArgmaxSlice (argmax_wg.wgsl's stages 0 and 1): slices
+// of about kArgmaxSlice logits on at most kArgmaxParts workgroups per row, then their best.
+constexpr int kArgmaxSlice = 1024;
+constexpr uint32_t kArgmaxParts = 256;
 constexpr int kSplitMinKeys = 8;
 
 struct AttentionSplit {
@@ -249,6 +253,8 @@ class WebGpuContext : public Backend {
       gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
   // The split attention's per-(row, split) maxima and float-float partial sums.
   int split_max_ = 0, split_part_ = 0;
+  // argmax_wg's stage 0 outputs: each (row, slice)'s best value and id.
+  int amax_v_ = 0, amax_i_ = 0;
   // rmsnorm's second output when a dispatch has none (a writable binding of its own).
   int sink_ = 0;
   // What the caches hold, to evaluate again after a device loss.
@@ -723,6 +729,8 @@ void WebGpuContext::Allocate() {
   head_rows_ = static_cast<int>(std::clamp<size_t>((64u << 20) / (cfg_.vocab_size * 4u), 1, m));
   logits_ = Buffer(static_cast<size_t>(head_rows_) * cfg_.vocab_size * 4);
   ids_ = Buffer(m * 4);
+  amax_v_ = Buffer(static_cast<size_t>(head_rows_) * kArgmaxParts * 4);
+  amax_i_ = Buffer(static_cast<size_t>(head_rows_) * kArgmaxParts * 4);
   generation_ = gw_generation();
 }
 
@@ -1093,10 +1101,24 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
                   (groups + 65534) / 65535, 1);
     }
     if (req.mode == OutputMode::kArgmax) {
-      Params am;
-      am.u(rows_n).u(V);
-      const int b[] = {logits_, ids_};
-      gw_dispatch(M.pipeline(kArgmax), b, 2, am.data(), am.size(), M.Items(rows_n), 1, 1);
+      if (M.workgroup() && V > kArgmaxSlice) {
+        // argmax_wg.wgsl's stages 0 and 1: slices of the rows on many workgroups, then their
+        // best ones.
+        const uint32_t parts = std::min<uint32_t>(Groups(V, kArgmaxSlice), kArgmaxParts);
+        const int b[] = {logits_, ids_, amax_v_, amax_i_};
+        for (uint32_t stage = 0; stage < 2; ++stage) {
+          Params am;
+          am.u(rows_n).u(V).u(parts).u(stage);
+          gw_dispatch(M.pipeline(kArgmax), b, 4, am.data(), am.size(), stage == 0 ? parts : rows_n,
+                      stage == 0 ? rows_n : 1, 1);
+        }
+      } else {
+        Params am;
+        am.u(rows_n).u(V).u(1).u(2);  // (the workgroup kernel's stage 2: each row whole)
+        const int b[] = {logits_, ids_, amax_v_, amax_i_};
+        gw_dispatch(M.pipeline(kArgmax), b, M.workgroup() ? 4 : 2, am.data(), am.size(),
+                    M.Items(rows_n), 1, 1);
+      }
       std::vector<int32_t> ids(rows_n);
       if (gw_read(ids_, 0, ids.data(), ids.size() * 4) != 0) ThrowDevice("webgpu");
       out->ids.insert(out->ids.end(), ids.begin(), ids.end());

@@ -543,6 +543,19 @@ for (const M of mvCases) {
          [fam + 'linear_mv_wg', params(3, yOff, yStride), [wb, sb, xb, yPair, storage(new Float32Array(4)), w2b, s2b, none], groups]]);
     M.pair[fam] = { sep: await read(gate, n * rows * 4), fused: await read(yPair, ybytes) };
   }
+  // Stacked (epilogue 4): the up projection's rows after the gate's in one dispatch, its outputs
+  // after the gate's (aux_off), against the two linears' plain dispatches.
+  M.stacked = {};
+  for (const fam of families) {
+    const second = yOff + n * yStride;
+    const yStack = storage(new Float32Array(second + n * yStride)), ySecond = storage(new Float32Array(ybytes / 4));
+    const blocks2 = Math.ceil(2 * rows / (256 / lanes)), grid2 = M.grid === Math.ceil(rows / (256 / lanes)) ? blocks2 : Math.min(M.grid, blocks2);
+    run([[fam + 'linear_mv_wg', params(4, yOff, yStride, inScale, outScale, second, 0), [wb, sb, xb, yStack, storage(new Float32Array(4)), w2b, s2b, none],
+          [Math.min(grid2, 16384), Math.ceil(grid2 / 16384), 1]],
+         [fam + 'linear_mv_wg', params(0, yOff, yStride, M.inScale2, M.outScale2), [w2b, s2b, xb, ySecond, storage(new Float32Array(4)), w2b, s2b, none], groups]]);
+    const st = await read(yStack, (second + n * yStride) * 4);
+    M.stacked[fam] = { first: st.subarray(0, ybytes / 4), second: st.subarray(second - yOff), want2: await read(ySecond, ybytes) };
+  }
 }
 // The residual norm in the prologue (pro 1: the input is the new residual; 2: its norm), with
 // and without norm weights, under epilogues 0, 2 and the pair, against rmsnorm_wg (mode 1, or 2
@@ -791,6 +804,16 @@ for (const M of mvCases) {
         if (!Object.is(got, want) && !badPair++) example = ` (token ${t} row ${r}: ${got}, want ${want})`;
       }
     }
+    const S = M.stacked[fam];
+    let badStack = 0;
+    for (let t = 0; t < M.n; ++t) {
+      for (let r = 0; r < M.rows; ++r) {
+        const i = M.yOff + t * M.yStride + r;
+        if (!Object.is(S.first[i], M.out[fam][i])) ++badStack;
+        if (!Object.is(S.second[i], S.want2[i])) ++badStack;
+      }
+    }
+    check(badStack === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}, two linears stacked (${M.inScale2 === M.inScale ? 'one input scale' : 'two input scales'}): ${badStack} outputs differ from two dispatches`);
     check(badPair === 0, `${M.what}${fam ? ' (subgroup prelude)' : ''}, gate and up paired (${M.inScale2 === M.inScale ? 'one input scale' : 'two input scales'}): ${badPair} outputs differ from the two dispatches${example}`);
   }
 }
@@ -828,7 +851,7 @@ for (const A of argmaxCases) {
 console.log(`argmax_wg: ${argmaxCases.length} random rows (ties, NaN, a row of NaN, of -inf), whole and cut into slices, against a scan`);
 console.log(`linear_mv_wg's hand-off: ${packCases.length} random pairs handing their outputs to a linear of each kind as its packed input codes, bit for bit that linear quantizing them`);
 console.log(`linear_mv_wg with the residual norm in its prologue: ${proCases.length} random cases (${proCases.filter((C) => C.pro === 2).length} with the second norm) against rmsnorm_wg then linear_mv_wg, outputs, new residual and stored input bit for bit`);
-console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
+console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f32 inputs quantized in the kernel; ${mvCases.filter((M) => M.rowWords % 4 === 0).length} with rows of whole 16-byte vectors; ${mvCases.filter((M) => M.grid < Math.ceil(M.rows / (256 / M.lanes))).length} on fewer workgroups than row blocks) against the integer reference, its gelu epilogues against gelu_mul.wgsl, and gate and up in one dispatch and two linears stacked in one (${mvCases.filter((M) => M.inScale2 !== M.inScale).length} with two input scales) against two, bit for bit`);
 {
   let worst = 0;
   for (const fam of families) {

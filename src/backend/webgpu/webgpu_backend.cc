@@ -363,6 +363,20 @@ class WebGpuModel : public BackendModel {
   // Records y[n, rows] = gelu_tanh(gate(x)) * up(x) in one linear_mv_wg dispatch (epilogue 3)
   // where both are SRQ linears of one shape and kind that it takes; false (nothing recorded)
   // otherwise: the caller records the gate, then the up projection with epilogue 1.
+  // Records k and v of one input in one linear_mv_wg dispatch (epilogue 4: v's rows stacked after
+  // k's) where both are SRQ linears of one shape and kind that it takes; false (nothing
+  // recorded) otherwise. Outputs at y_off (k) and y2_off (v), stride rows.
+  bool RecordStacked(const Linear& k, const Linear& v, int x, uint32_t x_off, uint32_t x_stride,
+                     int y, uint32_t y_off, uint32_t y2_off, int n) const {
+    if (!SrqInput(k) || !SrqInput(v) || k.kind != v.kind || k.rows != v.rows || k.cols != v.cols ||
+        !MvFits(k, n, k.in_scale == v.in_scale ? 1 : 2)) {
+      return false;
+    }
+    RecordMv(k, &v, x, x_off, x_stride, y, y_off, static_cast<uint32_t>(k.rows), n,
+             {.mode = 4, .aux_off = y2_off}, nullptr, false);
+    return true;
+  }
+
   // With a residual norm, x is the residual stream (as RecordLinear); with `down` (where
   // HandsOff), the output also goes to `packed` as down's input codes.
   bool RecordGateUp(const Linear& gate, const Linear& up, int x, int y, int n,
@@ -448,8 +462,9 @@ class WebGpuModel : public BackendModel {
     p.u(x_packed ? 1 : 0).u(pro ? pro->z : 0);
     // (without a second linear, bindings 6 and 7 take this one's, read-only twice)
     const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale, vec_pool_};
-    // Workgroups over the row blocks (more blocks than workgroups: each loops over several).
-    uint32_t blocks = Groups(lin.rows, static_cast<int>(256 / lanes));
+    // Workgroups over the row blocks (more blocks than workgroups: each loops over several; the
+    // stacked epilogue's dispatch has both linears' rows).
+    uint32_t blocks = Groups(epi.mode == 4 ? 2 * lin.rows : lin.rows, static_cast<int>(256 / lanes));
     if (mv_workgroups_ > 0) blocks = std::min(blocks, mv_workgroups_);
     gw_dispatch(pipelines_[kLinearMv], b, 8, p.data(), p.size(), std::min(blocks, 16384u),
                 (blocks + 16383) / 16384, 1);
@@ -963,8 +978,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       // k and v after q in qraw_, the three head norms in one dispatch (head_norm_wg.wgsl).
       const uint32_t k_off = static_cast<uint32_t>(n * nh * hd);
       const uint32_t v_off = k_off + static_cast<uint32_t>(n * nkv * hd);
-      M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, xq_);
-      M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, xq_);
+      if (!M.RecordStacked(w.k, w.v, in, in_off, H, qraw_, k_off, v_off, n)) {
+        M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, xq_);
+        M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, xq_);
+      }
       Params hp;
       hp.u(n)
           .u(nh)

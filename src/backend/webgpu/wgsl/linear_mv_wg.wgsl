@@ -20,7 +20,10 @@
 // out_scale2: the MLP's up projection beside its gate) runs on the same rows and y =
 // gelu_tanh(output) * its output (gate and up in one dispatch: epilogue 1's operations, so its
 // bits). The same f32 operations as gelu_mul.wgsl, so the same bits. The second linear's input is
-// quantized with its own scale (after the first's in xs) unless the two scales are equal.
+// quantized with its own scale (after the first's in xs) unless the two scales are equal. 4
+// (stacked) a second linear of the same shape and kind (w2, scale2, in_scale2, out_scale2: a
+// layer's v beside its k) as rows rows .. 2 rows - 1 of the dispatch, on its own input set, its
+// output at aux_off with y's stride: two linears of one input in one dispatch.
 // Needs sets x n x row_words x (input words per weight word: 4 int2, 2 int4, 1 int8) <= XS = 3,072
 // (webgpu_backend.cc checks; sets: 2 where paired with another input scale, else 1). Workgroup
 // x + 16384 y takes blocks of rows x + 16384 y, then that plus the grid's size, and so on (the
@@ -193,11 +196,12 @@ fn dot_word(word: u32, q0: u32, j: u32) -> i32 {
 
 // Row word j (of row words from input word 0) of the first linear and, paired, the second, into
 // each token's sums.
+// (q1: the first sums' input set, 0 or, for a stacked linear's second rows, q2)
 fn add_word(acc: ptr<function, array<i32, 4>>, acc2: ptr<function, array<i32, 4>>, word: u32,
-            word2: u32, j: u32, xw: u32, q2: u32) {
+            word2: u32, j: u32, xw: u32, q1: u32, q2: u32) {
   for (var t = 0u; t < 4u; t++) {
     if (t < p.n) {
-      (*acc)[t] += dot_word(word, t * xw, j);
+      (*acc)[t] += dot_word(word, q1 + t * xw, j);
       if (p.epi == 3u) {
         (*acc2)[t] += dot_word(word2, q2 + t * xw, j);
       }
@@ -210,14 +214,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         @builtin(local_invocation_index) li: u32) {
   let rpw = WG / p.lanes;
   let first = wg.y * 16384u + wg.x;
-  if (first * rpw >= p.rows) {
+  let paired = p.epi == 3u;
+  let stacked = p.epi == 4u;
+  let total = select(p.rows, 2u * p.rows, stacked);  // rows of the dispatch
+  if (first * rpw >= total) {
     return;
   }
   let g = group();
   let xw = p.row_words * g;  // input words per token
-  let paired = p.epi == 3u;
   // Input sets: the first linear's, then the second's where its scale differs.
-  let sets = select(1u, 2u, paired && p.in_scale2 != p.in_scale);
+  let sets = select(1u, 2u, (paired || stacked) && p.in_scale2 != p.in_scale);
   let r = li / p.lanes;
   let lane = li % p.lanes;
   let n4 = select(0u, p.row_words / 4u, p.row_words % 4u == 0u);  // vectors per row (whole ones)
@@ -301,26 +307,34 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 
   let grid = nwg.x * nwg.y;
   // (uniform: every invocation of the workgroup runs the same blocks)
-  for (var blk = first; blk * rpw < p.rows; blk += grid) {
+  for (var blk = first; blk * rpw < total; blk += grid) {
     let o0 = blk * rpw;
     let o = o0 + r;
+    // (stacked: rows past the first linear's are the second's, from w2 on its input set)
+    let sec = stacked && o >= p.rows;
+    let q1 = select(0u, q2, sec);
     var acc = array<i32, 4>(0, 0, 0, 0);
     var acc2 = array<i32, 4>(0, 0, 0, 0);
-    if (o < p.rows) {
-      let rb = o * p.row_words;
+    if (o < total) {
+      let rb = select(o, o - p.rows, sec) * p.row_words;
       if (n4 > 0u) {
         // Whole vectors: one 16-byte load per four words (the loads the decode step's speed
         // rests on: 2-3x single words on an H100, bench/web/wgsl_kernel_bench.mjs). (Loading the
         // first block's vectors before the prologue, into registers, measured slower: q 11.5
         // against 10.2 us, gate/up 21.3 against 13.8, bench/journal/2026-12-06-webgpu-prologue.md.)
         for (var j4 = lane; j4 < n4; j4 += p.lanes) {
-          let wv = w[rb / 4u + j4];
+          var wv: vec4<u32>;
+          if (sec) {
+            wv = w2[rb / 4u + j4];
+          } else {
+            wv = w[rb / 4u + j4];
+          }
           var wv2 = vec4<u32>(0u);
           if (paired) {
             wv2 = w2[rb / 4u + j4];
           }
           for (var c = 0u; c < 4u; c++) {
-            add_word(&acc, &acc2, wv[c], wv2[c], 4u * j4 + c, xw, q2);
+            add_word(&acc, &acc2, wv[c], wv2[c], 4u * j4 + c, xw, q1, q2);
           }
         }
       } else {
@@ -330,7 +344,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
           if (paired) {
             word2 = w2[i / 4u][i % 4u];
           }
-          add_word(&acc, &acc2, w[i / 4u][i % 4u], word2, j, xw, q2);
+          var word: u32;
+          if (sec) {
+            word = w2[i / 4u][i % 4u];
+          } else {
+            word = w[i / 4u][i % 4u];
+          }
+          add_word(&acc, &acc2, word, word2, j, xw, q1, q2);
         }
       }
     }
@@ -343,7 +363,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       if (li < rpw) {
         pcode[li] = 0;  // (rows past the end: code 0, as the consumer's padding columns)
       }
-      if (li < rpw && oo < p.rows) {
+      if (stacked && li < rpw && oo >= p.rows && oo < total) {
+        // The second linear's row: its scales, its input set's offset, its output at aux_off.
+        let os = oo - p.rows;
+        var sum = 0;
+        for (var l = 0u; l < p.lanes; l++) {
+          sum += part[li * p.lanes + l];
+        }
+        sum -= corr2[t];
+        y[p.aux_off + t * p.y_stride + os] =
+            srq_out(f32(sum) * p.in_scale2 * scale2[os], p.out_scale2);
+      } else if (li < rpw && oo < p.rows) {
         var sum = 0;
         for (var l = 0u; l < p.lanes; l++) {
           sum += part[li * p.lanes + l];

@@ -242,15 +242,15 @@ class WebGpuContext : public Backend {
   size_t bytes_ = 0;
   std::vector<int> buffers_;
   // The residual stream: regions 0 and 1 the residual (double-buffered for the decode linears'
-  // prologue norms, which read one while the first workgroup writes the other), region 2 the
+  // prologue norms, whose workgroups all read one while they write the other), region 2 the
   // scratch the o, down and per-layer projections write (the norms' t), region 3 q's normed input
   // for k and v, [chunk] rows of the hidden size each.
   int stream_ = 0;
-  // Scratch, [chunk] rows each.
   // The gate/up pair's output as the down projection's packed input codes (HandsOff).
   int gq_ = 0;
-  int a_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0,
-      gp_ = 0, ple_ = 0, tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
+  // Scratch, [chunk] rows each.
+  int a_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0, gp_ = 0, ple_ = 0,
+      tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
   // The split attention's per-(row, split) maxima and float-float partial sums.
   int split_max_ = 0, split_part_ = 0;
   // argmax_wg's stage 0 outputs: each (row, slice)'s best value and id.
@@ -464,7 +464,8 @@ class WebGpuModel : public BackendModel {
     const int b[] = {g.w, g.scale, x, y, epi.aux, g2.w, g2.scale, vec_pool_};
     // Workgroups over the row blocks (more blocks than workgroups: each loops over several; the
     // stacked epilogue's dispatch has both linears' rows).
-    uint32_t blocks = Groups(epi.mode == 4 ? 2 * lin.rows : lin.rows, static_cast<int>(256 / lanes));
+    uint32_t blocks =
+        Groups(epi.mode == 4 ? 2 * lin.rows : lin.rows, static_cast<int>(256 / lanes));
     if (mv_workgroups_ > 0) blocks = std::min(blocks, mv_workgroups_);
     gw_dispatch(pipelines_[kLinearMv], b, 8, p.data(), p.size(), std::min(blocks, 16384u),
                 (blocks + 16383) / 16384, 1);
@@ -473,7 +474,9 @@ class WebGpuModel : public BackendModel {
   void ReleaseWeights();
   void Upload(const Linear& lin);
   void UploadVec(const std::vector<float>& v);
-  uint32_t VecOffset(const std::vector<float>& v) const { return v.empty() ? 0 : vec_offsets_.at(&v); }
+  uint32_t VecOffset(const std::vector<float>& v) const {
+    return v.empty() ? 0 : vec_offsets_.at(&v);
+  }
 
   const Model& model_;
   int generation_ = -1;
@@ -658,7 +661,8 @@ void WebGpuModel::Build() {
   UploadVec(model_.final_norm());
   vec_pool_ = gw_buffer(std::max<size_t>(vec_pool_host_.size() * 4, 16));
   if (vec_pool_ < 0) ThrowDevice("norm weights");
-  if (!vec_pool_host_.empty()) gw_write(vec_pool_, 0, vec_pool_host_.data(), vec_pool_host_.size() * 4);
+  if (!vec_pool_host_.empty())
+    gw_write(vec_pool_, 0, vec_pool_host_.data(), vec_pool_host_.size() * 4);
   weight_bytes_ += vec_pool_host_.size() * 4;
   vec_pool_host_ = {};
   Upload(model_.lm_head());
@@ -914,8 +918,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   const int tail = model_.shared_tail();
   auto first_row = [&](int l) { return l >= tail ? first_out : 0; };
   // Each residual norm (residual += norm(t) x wa, times a scale) waits for the linears that read
-  // its result: where linear_mv_wg takes them all, each computes it in its prologue (and the
-  // first writes the new residual to the stream's other region), else one rmsnorm dispatch
+  // its result: where linear_mv_wg takes them, each computes it in its prologue (and the first
+  // writes the new residual to the stream's other region), else one rmsnorm dispatch
   // (`settle`) updates the residual in place and writes the next norm to a_.
   struct Pending {
     bool on = false;
@@ -924,8 +928,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     float scale = 1.0f;
   } pending;
   auto settle = [&](const std::vector<float>* next) {
-    norm(stream_, t_off, M.Vec(*pending.wa), stream_, cur * region + pending.r0 * H, pending.n, H, 1,
-         pending.scale, *pending.wa, next);
+    norm(stream_, t_off, M.Vec(*pending.wa), stream_, cur * region + pending.r0 * H, pending.n, H,
+         1, pending.scale, *pending.wa, next);
     pending.on = false;
   };
   // The prologue norm for the pending one (input: the residual, or its norm x *wb), for the
@@ -968,7 +972,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     if (pending.on && !pro) {
       const bool same = pending.r0 == r0;
       settle(same ? &w.input_norm : nullptr);
-      if (!same) norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
+      if (!same)
+        norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
     } else if (!pending.on) {
       norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
     }
@@ -1072,8 +1077,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       M.RecordLinear(w.down, g_, 0, I, stream_, t_off, H, n, xq_);
     }
     const bool ple = P > 0;
-    pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_ffn_norm,
-               .scale = ple ? 1.0f : w.layer_scalar};
+    pending = {
+        .on = true, .r0 = r0, .n = n, .wa = &w.post_ffn_norm, .scale = ple ? 1.0f : w.layer_scalar};
     if (ple) {
       // The per-layer input gate reads the residual itself (its norm in the gate's prologue).
       const uint32_t ple_off = static_cast<uint32_t>(l * P + r0 * L * P);
@@ -1105,8 +1110,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   for (int r0 = first_out; r0 < m; r0 += head_rows_) {
     const int rows_n = std::min(head_rows_, m - r0);
     norm(stream_, cur * region + static_cast<uint32_t>(r0) * H, M.Vec(model_.final_norm()), hn_, 0,
-         rows_n, H, 0, 1.0f,
-         model_.final_norm());
+         rows_n, H, 0, 1.0f, model_.final_norm());
     M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, rows_n, xq_);
     if (cfg_.final_logit_softcapping) {
       Params sc;

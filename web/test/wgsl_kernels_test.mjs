@@ -287,7 +287,12 @@ for (let c = 0; c < 12; ++c) {
     }
   }
   const what = `attention hd ${hd}, ${heads} heads / ${kvHeads} kv, ${n} tokens at ${pos0}, window ${window}, ring ${ring}, ${splits} splits of ${chunk}`;
-  attnCases.push({ what, hd, heads, group, kvWidth, n, pos0, window, ring, kc, vc, q, chunk, splits, want });
+  // The query head norm inside the attention (q_norm): raw rows, weights (or none) and a RoPE table.
+  const qRaw = new Float32Array(n * heads * hd).map(() => f32((rnd() * 2 - 1) * 3));
+  const qw = new Float32Array(hd).map(() => f32(rnd() * 2));
+  const cs = new Float32Array(n * hd).map(() => f32(rnd() * 2 - 1));
+  attnCases.push({ what, hd, heads, group, kvWidth, n, pos0, window, ring, kc, vc, q, chunk, splits, want,
+                   qRaw, qw, cs, hasW: c % 3 ? 1 : 0 });
 }
 
 // ---- ff_workgroup_sum and workgroup_max themselves: 64 float-float pairs per workgroup over a wide
@@ -749,10 +754,24 @@ for (const A of attnCases) {
   const sink = storage(new Float32Array(4));
   A.out = {};
   for (const fam of families) {
-    run([[fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part], [splits, heads, n]],
+    run([[fam + 'attention_wg', [...base, splits, chunk, 1], [qb, kb, vb, mx, part, none, none], [splits, heads, n]],
          ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit, mx], [heads, n, Math.ceil(hd / 64)]],  // no reductions
-         [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink], [heads, n, 1]]]);
+         [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink, none, none], [heads, n, 1]]]);
     A.out[fam] = { split: await read(oSplit, rowsN * hd * 4), wg: await read(oWg, rowsN * hd * 4) };
+    // q_norm (both phases) against head_norm_wg's query heads then the attention, bit for bit.
+    const rawb = storage(A.qRaw), qwb = storage(A.qw), csb = storage(A.cs), qn = storage(new Float32Array(rowsN * hd));
+    const oA = storage(new Float32Array(rowsN * hd)), oB = storage(new Float32Array(rowsN * hd));
+    const pA = storage(new Float32Array(rowsN * hd)), pB = storage(new Float32Array(rowsN * hd));
+    const qnParams = [1, A.hasW, 0, { f: 1e-6 }];
+    run([[fam + 'head_norm_wg', [n, heads, hd, A.hasW, 1, 0, pos0, ring, 0, 0, { f: 1e-6 }, 0, 0, 0, 0],
+          [rawb, qwb, csb, qn, none, storage(new Float32Array(4)), storage(new Float32Array(4))], [heads, n, 1]],
+         [fam + 'attention_wg', [...base, splits, chunk, 1], [qn, kb, vb, mx, part, none, none], [splits, heads, n]],
+         ['attention_merge_wg', [n, heads, hd, splits], [part, oA, mx], [heads, n, Math.ceil(hd / 64)]],
+         [fam + 'attention_wg', [...base, splits, chunk, 1, ...qnParams], [rawb, kb, vb, mx, part, qwb, csb], [splits, heads, n]],
+         ['attention_merge_wg', [n, heads, hd, splits], [part, oB, mx], [heads, n, Math.ceil(hd / 64)]],
+         [fam + 'attention_wg', [...base, 1, 0, 2], [qn, kb, vb, pA, sink, none, none], [heads, n, 1]],
+         [fam + 'attention_wg', [...base, 1, 0, 2, ...qnParams], [rawb, kb, vb, pB, sink, qwb, csb], [heads, n, 1]]]);
+    A.out[fam].qn = [await read(oA, rowsN * hd * 4), await read(oB, rowsN * hd * 4), await read(pA, rowsN * hd * 4), await read(pB, rowsN * hd * 4)];
   }
 }
 device.destroy();
@@ -955,11 +974,14 @@ for (const A of attnCases) {
     const how = fam ? ' with subgroups' : '';
     check(errSplit <= 1e-5, `${A.what}${how}: ${errSplit} from the float64 reference (rel L2)`);
     check(errPair <= 1e-6, `${A.what}${how}: split and one pass (and the families) differ by ${errPair} (rel L2)`);
+    const [oA, oB, pA, pB] = A.out[fam].qn;
+    const badQ = oA.filter((v, i) => !Object.is(v, oB[i])).length + pA.filter((v, i) => !Object.is(v, pB[i])).length;
+    check(badQ === 0, `${A.what}${how}: ${badQ} outputs with the query head norm inside (q_norm) differ from head_norm_wg then the attention`);
     worstSplit = Math.max(worstSplit, errSplit);
     worstPair = Math.max(worstPair, errPair);
   }
 }
-console.log(`attention_wg split over the keys and in one pass${subgroups ? ', with and without subgroups' : ''}: ${attnCases.length} random cases, worst rel L2 ${worstSplit.toExponential(2)} from float64, ${worstPair.toExponential(2)} between them`);
+console.log(`attention_wg split over the keys and in one pass${subgroups ? ', with and without subgroups' : ''}: ${attnCases.length} random cases, worst rel L2 ${worstSplit.toExponential(2)} from float64, ${worstPair.toExponential(2)} between them; with the query head norm inside, bit for bit head_norm_wg then the attention`);
 
 finish('web_wgsl_kernels_test');
 process.exit(0);  // Dawn for Node can crash in its teardown at a natural exit

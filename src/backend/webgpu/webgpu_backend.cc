@@ -987,11 +987,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, xq_);
         M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, xq_);
       }
+      // (the key and value heads only: attention_wg normalizes the query heads itself, q_norm)
       Params hp;
       hp.u(n)
-          .u(nh)
+          .u(0)
           .u(hd)
-          .u(w.q_norm.empty() ? 0 : 1)
+          .u(0)
           .u(1)
           .u(0)
           .u(pos0 + r0)
@@ -1004,8 +1005,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
           .u(v_off)
           .u(w.k_norm.empty() ? 0 : 1);
       const int b[] = {qraw_, M.Vec(w.q_norm), cs, q_, M.Vec(w.k_norm), slot.k, slot.v};
-      gw_dispatch(M.pipeline(kHeadNorm), b, 7, hp.data(), hp.size(), nh + 2 * nkv, n, 1);
-    } else {
+      gw_dispatch(M.pipeline(kHeadNorm), b, 7, hp.data(), hp.size(), 2 * nkv, n, 1);
+    } else if (!M.workgroup()) {
       head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     }
     if (pro) swapped();
@@ -1022,17 +1023,23 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
           M.workgroup() ? PlanAttentionSplit(n * nh, keys) : AttentionSplit{};
       Params a;
       a.u(n).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0 + r0).u(p.window).u(slot.ring);
+      // attention_wg's query head norm and RoPE (q_norm) on the raw rows in qraw_.
+      auto q_norm = [&](Params& ap) {
+        ap.u(1).u(w.q_norm.empty() ? 0 : 1).u(static_cast<uint32_t>(r0) * hd).f(eps);
+      };
       if (!M.workgroup()) {
         const int b[] = {q_, slot.k, slot.v, attn_};
         gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(), Groups(nh, 32), n, 1);
       } else if (split.splits == 1) {
         a.u(1).u(0).u(2);  // phase 2: one pass
-        const int b[] = {q_, slot.k, slot.v, attn_, sink_};
-        gw_dispatch(M.pipeline(kAttention), b, 5, a.data(), a.size(), nh, n, 1);
+        q_norm(a);
+        const int b[] = {qraw_, slot.k, slot.v, attn_, sink_, M.Vec(w.q_norm), cs};
+        gw_dispatch(M.pipeline(kAttention), b, 7, a.data(), a.size(), nh, n, 1);
       } else {
-        const int b[] = {q_, slot.k, slot.v, split_max_, split_part_};
+        const int b[] = {qraw_, slot.k, slot.v, split_max_, split_part_, M.Vec(w.q_norm), cs};
         a.u(split.splits).u(split.chunk).u(1);  // phase 1: each split's keys
-        gw_dispatch(M.pipeline(kAttention), b, 5, a.data(), a.size(), split.splits, nh, n);
+        q_norm(a);
+        gw_dispatch(M.pipeline(kAttention), b, 7, a.data(), a.size(), split.splits, nh, n);
         Params mp;
         mp.u(n).u(nh).u(hd).u(split.splits);
         const int mb[] = {split_part_, attn_, split_max_};

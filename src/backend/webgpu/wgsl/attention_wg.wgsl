@@ -19,10 +19,15 @@
 //            dispatches: the row's maximum first, in a dispatch of its own, kept every weight
 //            phase 2's bits but cost a third.)
 // row = token * heads + head. A split whose range is empty writes -3.4e38 and zero sums.
+// With q_norm, q holds the raw query rows and each workgroup applies the query's head norm (weights
+// qw when has_w) and RoPE (cs rows from cs_off) itself, as head_norm_wg.wgsl's query heads do
+// (the same operations, so the same bits): a layer without key and value heads of its own then
+// records no head-norm dispatch.
 struct P {
   n: u32, heads: u32, hd: u32, group: u32,
   kv_width: u32, pos0: u32, window: u32, ring: u32,
-  splits: u32, chunk: u32, phase: u32,
+  splits: u32, chunk: u32, phase: u32, q_norm: u32,
+  has_w: u32, cs_off: u32, eps: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -30,6 +35,8 @@ struct P {
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;     // outputs, or phase 1's maxima
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;  // phase 1's sums
+@group(0) @binding(6) var<storage, read> qw: array<f32>;  // q_norm's weights
+@group(0) @binding(7) var<storage, read> cs: array<f32>;  // q_norm's [n][hd]: cos, then sin
 
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ew: array<f32, 64>;
@@ -153,6 +160,33 @@ fn single(t: u32, h: u32, li: u32, first: u32, pos: u32, qb: u32, kvo: u32, team
   }
 }
 
+// q_norm: the query row in qs normalized and rotated in place, head_norm_wg.wgsl's operations
+// (each invocation owns its pairs i, i + hd / 2).
+fn norm_q(t: u32, li: u32) {
+  var ss = vec2<f32>(0.0, 0.0);
+  for (var i = li; i < p.hd; i += 64u) {
+    ss = ff_add1(ss, qs[i] * qs[i]);
+  }
+  let tot = ff_workgroup_sum(ss, li);
+  let inv = inverseSqrt(tot.x / f32(p.hd) + tot.y / f32(p.hd) + p.eps);
+  let half = p.hd / 2u;
+  for (var i = li; i < half; i += 64u) {
+    var a = qs[i] * inv;
+    var b = qs[i + half] * inv;
+    if (p.has_w != 0u) {
+      a = a * qw[i];
+      b = b * qw[i + half];
+    }
+    let c = cs[p.cs_off + t * p.hd + i];
+    let s = cs[p.cs_off + t * p.hd + half + i];
+    let ra = a * c + (-b) * s;
+    let rb = b * c + a * s;
+    qs[i] = ra;
+    qs[i + half] = rb;
+  }
+  workgroupBarrier();
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   // Phase 2: workgroups (heads, tokens); the split phases: (splits, heads, tokens).
@@ -180,6 +214,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     qs[i] = q[qb + i];
   }
   workgroupBarrier();
+  if (p.q_norm != 0u) {
+    norm_q(t, li);
+  }
   if (p.phase == 2u) {
     single(t, h, li, first, pos, qb, kvo, teams);
     return;

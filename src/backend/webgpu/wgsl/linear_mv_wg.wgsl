@@ -25,10 +25,10 @@
 // layer's v beside its k) as rows rows .. 2 rows - 1 of the dispatch, on its own input set, its
 // output at aux_off with y's stride: two linears of one input in one dispatch.
 // Needs sets x n x row_words x (input words per weight word: 4 int2, 2 int4, 1 int8) <= XS = 3,072
-// (webgpu_backend.cc checks; sets: 2 where paired with another input scale, else 1). Workgroup
-// x + 16384 y takes blocks of rows x + 16384 y, then that plus the grid's size, and so on (the
-// library's webgpu.matvecWorkgroups caps the grid: each workgroup quantizes the input once for all
-// of its blocks).
+// (webgpu_backend.cc checks; sets: 2 where paired or stacked with another input scale, else 1).
+// Workgroup x + 16384 y takes blocks of rows x + 16384 y, then that plus the grid's size, and so
+// on (the library's webgpu.matvecWorkgroups caps the grid: each workgroup quantizes the input once
+// for all of its blocks).
 // The residual norm in the prologue (pro, as the native backend's PRO): 1 the input is the new
 // residual row r = (r_in + norm(t) x wa) x pro_scale, 2 it is norm(r) x wb; r_in, t and r_out are
 // rows (stride x_stride) of x, the residual stream (two residual regions and the scratch the
@@ -38,8 +38,8 @@
 // the inputs are the bits of an rmsnorm_wg dispatch (mode 1, or 2 for its z) followed by
 // this kernel without a prologue; with flags bit 2 the workgroups write r to r_out, a slice each
 // (the stream double-buffered: they all still read r_in), with bit 3 the input to z_off (another
-// region of the stream: the input of the linears that follow on the same one). One dispatch instead of two for each of a
-// decode layer's residual norms.
+// region of the stream: the input of the linears that follow on the same one). One dispatch
+// instead of two for each of a decode layer's residual norms.
 // The hand-off to the next linear (pack, epilogue 3 only: the MLP's down projection): the pair's
 // outputs also go out as that linear's input codes (srq_code with its input scale pack_scale),
 // packed as its prologue packs them (pack: its kind), pack_xw words a token, into aux; where
@@ -53,7 +53,7 @@ struct P {
   y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
   lanes: u32,  // invocations per row: 8, 16, 32 or 64
   epi: u32, aux_off: u32, aux_stride: u32,
-  in_scale2: f32, out_scale2: f32,  // epi 3: the second linear's SRQ scales
+  in_scale2: f32, out_scale2: f32,  // epi 3 and 4: the second linear's SRQ scales
   pro: u32, r_in: u32, r_out: u32, t_off: u32,
   wa: u32, wb: u32, pro_flags: u32, pro_scale: f32,
   eps: f32, pack: u32, pack_scale: f32, pack_xw: u32,

@@ -368,10 +368,7 @@ class WebGpuModel : public BackendModel {
   // recorded) otherwise. Outputs at y_off (k) and y2_off (v), stride rows.
   bool RecordStacked(const Linear& k, const Linear& v, int x, uint32_t x_off, uint32_t x_stride,
                      int y, uint32_t y_off, uint32_t y2_off, int n) const {
-    if (!SrqInput(k) || !SrqInput(v) || k.kind != v.kind || k.rows != v.rows || k.cols != v.cols ||
-        !MvFits(k, n, k.in_scale == v.in_scale ? 1 : 2)) {
-      return false;
-    }
+    if (!Pairs(k, v, n)) return false;
     RecordMv(k, &v, x, x_off, x_stride, y, y_off, static_cast<uint32_t>(k.rows), n,
              {.mode = 4, .aux_off = y2_off}, nullptr, false);
     return true;
@@ -389,11 +386,12 @@ class WebGpuModel : public BackendModel {
   }
 
  private:
-  // linear_mv_wg takes gate and up in one dispatch (epilogue 3): SRQ linears of one shape and
-  // kind (one row length in words), both inputs in its workgroup memory.
-  bool Pairs(const Linear& gate, const Linear& up, int n) const {
-    return SrqInput(gate) && SrqInput(up) && gate.kind == up.kind && gate.rows == up.rows &&
-           gate.cols == up.cols && MvFits(gate, n, gate.in_scale == up.in_scale ? 1 : 2);
+  // linear_mv_wg takes two linears of one input in one dispatch (epilogue 3, gate and up; 4, k
+  // and v): SRQ linears of one shape and kind (one row length in words), both inputs in its
+  // workgroup memory.
+  bool Pairs(const Linear& a, const Linear& b, int n) const {
+    return SrqInput(a) && SrqInput(b) && a.kind == b.kind && a.rows == b.rows && a.cols == b.cols &&
+           MvFits(a, n, a.in_scale == b.in_scale ? 1 : 2);
   }
   // linear_mv_wg's invocations per row, 8 to 64 (256 per workgroup): about 3 16-byte weight
   // vectors each on rows of whole vectors, else about 4 words.
@@ -969,13 +967,13 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     in_first.store_input = kv;
     const int in = pro ? stream_ : a_;
     const uint32_t in_off = pro ? z_off : 0;
-    if (pending.on && !pro) {
-      const bool same = pending.r0 == r0;
-      settle(same ? &w.input_norm : nullptr);
-      if (!same)
+    if (!pro) {
+      // (the pending norm's dispatch writes a_ too where it runs this layer's rows)
+      const bool with_next = pending.on && pending.r0 == r0;
+      if (pending.on) settle(with_next ? &w.input_norm : nullptr);
+      if (!with_next) {
         norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
-    } else if (!pending.on) {
-      norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
+      }
     }
     M.RecordLinear(w.q, in, 0, H, qraw_, 0, nh * hd, n, xq_, {}, pro ? &in_first : nullptr);
     const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];

@@ -4,6 +4,8 @@
 // - linear_tile_wg.wgsl (prompt chunks) and linear_wg.wgsl on SRQ linears: exact integer sums,
 //   so both must equal the reference's f32 epilogue bit for bit (and each other with an SRQ
 //   output rounding);
+// - linear_dense_tile_wg.wgsl (prompt chunks of dense linears): within 2^-21 of the sum of the
+//   products' magnitudes from a float64 reference (linear_wg's bound, doubled);
 // - attention_wg.wgsl split over the keys (its phase 1, then attention_merge_wg.wgsl) over
 //   random splits (empty ones included) and in one pass (phase 2): both within 1e-5 of a float64
 //   reference (sliding windows, rings that wrap, grouped heads), and within 1e-6 of each other
@@ -342,10 +344,9 @@ const f16Bits = (v) => {  // a value in (-1, 1) -> an f16's bits: one near it, o
   return sign | ((e + 15) << 10) | m;
 };
 const f16Value = (h) => (h & 0x7fff ? (h & 0x8000 ? -1 : 1) * 2 ** (((h >> 10) & 31) - 15) * (1 + (h & 1023) / 1024) : 0);
-const denseCases = [];
-for (let c = 0; c < 8; ++c) {
-  const kind = ['f32', 'bf16', 'f16', 'q4', 'q8', 'q2', 'f32', 'bf16'][c];
-  const rows = int(1, 70), cols = int(1, 400), n = int(1, 8);
+// A linear without an SRQ input and its float64 reference (the sum of the f32 products, and the
+// sum of their magnitudes for the bounds).
+function denseCase(kind, rows, cols, n, name) {
   const quant = DENSE[kind] >= 3;
   const per = { f32: 1, bf16: 2, f16: 2, q2: 16, q4: 8, q8: 4 }[kind];
   const rowWords = Math.ceil(cols / per);
@@ -394,8 +395,21 @@ for (let c = 0; c < 8; ++c) {
       mag[t * rows + r] = quant ? abs * scale[r] : abs;
     }
   }
-  const what = `linear_wg ${kind} ${rows}x${cols}, ${n} tokens`;
-  denseCases.push({ what, rows, cols, n, kind, rowWords, w, scale, x, xOff, xStride, yOff, yStride, want, mag });
+  const what = `${name} ${kind} ${rows}x${cols}, ${n} tokens`;
+  return { what, rows, cols, n, kind, rowWords, w, scale, x, xOff, xStride, yOff, yStride, want, mag };
+}
+const denseCases = [];
+for (let c = 0; c < 8; ++c) {
+  const kind = ['f32', 'bf16', 'f16', 'q4', 'q8', 'q2', 'f32', 'bf16'][c];
+  denseCases.push(denseCase(kind, int(1, 70), int(1, 400), int(1, 8), 'linear_wg'));
+}
+// linear_dense_tile_wg (prompt chunks of 16+ tokens): several row and token tiles, ragged edges,
+// and one row as long as E2B's hidden size.
+const denseTileCases = [];
+for (let c = 0; c < 8; ++c) {
+  const kind = ['bf16', 'f32', 'f16', 'q4', 'q8', 'q2', 'bf16', 'f16'][c];
+  const cols = c === 0 ? 1536 : c === 1 ? 32 : int(1, 300);
+  denseTileCases.push(denseCase(kind, c === 0 ? 70 : int(1, 100), cols, c === 0 ? 16 : int(16, 80), 'linear_dense_tile_wg'));
 }
 
 // ---- rmsnorm_wg (modes 0, 1, 2) and head_norm_wg against float64.
@@ -688,6 +702,14 @@ for (const D of denseCases) {
     D.out[fam] = await read(y, ybytes);
   }
 }
+for (const D of denseTileCases) {
+  const { rows, cols, rowWords, kind, n, xOff, xStride, yOff, yStride } = D;
+  const ybytes = (yOff + n * yStride) * 4;
+  const y = storage(new Float32Array(ybytes / 4));
+  const params = [rows, cols, rowWords, DENSE[kind], n, xOff, xStride, yOff, yStride, 0, { f: 0 }, { f: 0 }];
+  run([['linear_dense_tile_wg', params, [storage(D.w), storage(D.scale), storage(D.x), y], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]]]);
+  D.out = await read(y, ybytes);
+}
 for (const N of normCases) {
   const { rows, width, mode, xOff, xStride, yOff, yStride } = N;
   const xb = storage(N.x), wb = storage(N.w), w2b = storage(N.w2);
@@ -911,6 +933,26 @@ for (const D of denseCases) {
   }
 }
 console.log(`linear_wg without SRQ inputs: ${denseCases.length} random cases, worst ${worstDense.toFixed(3)} of 2^-22 sum|products| from float64, ${worstDensePair.toFixed(3)} between the families`);
+// The tile's blocks of 8 products are added pairwise in f32 before their float-float sum: up to
+// three more roundings of the block's partial sums (and an FMA's unrounded product), so twice
+// the bound.
+let worstTile = 0;
+for (const D of denseTileCases) {
+  let worst = 0, example = '';
+  for (let t = 0; t < D.n; ++t) {
+    for (let r = 0; r < D.rows; ++r) {
+      const i = D.yOff + t * D.yStride + r, k = t * D.rows + r, bound = 2 ** -21 * D.mag[k] + 1e-30;
+      const e = Math.abs(D.out[i] - D.want[k]) / bound;
+      if (!(e <= worst)) {
+        worst = e;
+        example = ` (token ${t} row ${r}: ${D.out[i]}, want ${D.want[k]})`;
+      }
+    }
+  }
+  check(worst <= 1, `${D.what}: ${worst.toFixed(3)} of the bound from float64${example}`);
+  worstTile = Math.max(worstTile, worst);
+}
+console.log(`linear_dense_tile_wg: ${denseTileCases.length} random cases, worst ${worstTile.toFixed(3)} of 2^-21 sum|products| from float64`);
 
 // Norms: per row within 1e-6 (rel L2) of float64 (inverseSqrt is within 2 ulp), the families within
 // 1e-6 of each other.

@@ -137,6 +137,7 @@ enum Kernel {
   kAttentionMerge,
   kLinearTile,
   kLinearMv,
+  kLinearDenseTile,
   kNumKernels
 };
 
@@ -144,6 +145,13 @@ enum Kernel {
 // 64 tokens per workgroup, dot4I8Packed) where the adapter's WGSL has
 // packed_4x8_integer_dot_product; fewer tokens take linear_wg.wgsl.
 constexpr int kTileMinTokens = 8;
+// Other linears (dense rows, quantized rows without an SRQ input: the QAT checkpoint's bf16
+// per-layer model projection) over at least this many tokens take linear_dense_tile_wg.wgsl (64
+// rows x 64 tokens per workgroup, f32 products in blocks of 8, float-float sums); fewer take
+// linear_wg.wgsl. Its sums are as exact but not bit for bit linear_wg's, so verification steps
+// (at most DraftPolicy::kMaxDraft + 1 = 9 tokens) stay below it: their outputs keep the one-token
+// steps' bits.
+constexpr int kDenseTileMinTokens = 16;
 // SRQ linears over at most this many tokens (decode steps, short verification chunks) take
 // linear_mv_wg.wgsl on the same adapters: the input quantized in each workgroup's prologue (no
 // quant.wgsl dispatch), packed int8 products; its workgroup memory holds kMvInputWords packed
@@ -349,6 +357,9 @@ class WebGpuModel : public BackendModel {
     const int b[] = {g.w, g.scale, x, y};
     if (srq && n >= kTileMinTokens && pipelines_[kLinearTile] >= 0) {
       gw_dispatch(pipelines_[kLinearTile], b, 4, p.data(), p.size(), Groups(lin.rows, 64),
+                  Groups(n, 64), 1);
+    } else if (!srq && n >= kDenseTileMinTokens && pipelines_[kLinearDenseTile] >= 0) {
+      gw_dispatch(pipelines_[kLinearDenseTile], b, 4, p.data(), p.size(), Groups(lin.rows, 64),
                   Groups(n, 64), 1);
     } else if (workgroup_) {
       const uint32_t blocks = Groups(lin.rows, 4);  // linear_wg.wgsl: 4 rows x 4 tokens each
@@ -600,9 +611,11 @@ void WebGpuModel::Build() {
       kWgslPrelude;
   static const char* const kNames[kNumKernels] = {
       "linear",      "quant",   "rmsnorm", "head_norm",          "attention",      "gelu_mul",
-      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg", "linear_mv_wg"};
+      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg", "linear_mv_wg",
+      "linear_dense_tile_wg"};
   for (int k = 0; k < kNumKernels; ++k) {
-    if ((!workgroup_ && (k == kAttentionMerge || k == kLinearTile || k == kLinearMv)) ||
+    if ((!workgroup_ &&
+         (k == kAttentionMerge || k == kLinearTile || k == kLinearMv || k == kLinearDenseTile)) ||
         ((k == kLinearTile || k == kLinearMv) && !gw_packed_dot())) {
       pipelines_[k] = -1;
       continue;

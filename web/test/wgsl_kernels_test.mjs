@@ -10,6 +10,8 @@
 //   random splits (empty ones included) and in one pass (phase 2): both within 1e-5 of a float64
 //   reference (sliding windows, rings that wrap, grouped heads), and within 1e-6 of each other
 //   (the same products in float-float; the splits' weights relative to their own maxima);
+// - attention_prompt_wg.wgsl (prompt chunks: up to 8 query heads of a key/value head per
+//   workgroup) within the same bounds of float64 and of attention_wg's one pass;
 // - the workgroup family with subgroup reductions (prelude_subgroups.wgsl in place of
 //   prelude_workgroup.wgsl; SwiftShader's subgroups have 4 invocations, so a workgroup of 64 has
 //   16): linear_wg on SRQ inputs bit for bit the integer reference, linear_wg on dense and
@@ -253,9 +255,10 @@ for (let c = 0; c < 12; ++c) {
   // Cases 10 and 11: a head_dim with single products after the blocks of 8; case 11: more keys
   // than the one pass keeps (2,048), the rest scored again.
   const hd = c >= 10 ? [20, 12][c - 10] : pick([8, 16, 24, 64, 256]);
-  const kvHeads = int(1, 2), group = pick([1, 2, 4]);
+  // (cases 8 and 9: more query heads per key/value head than attention_prompt_wg's set of 8)
+  const kvHeads = int(1, 2), group = c === 8 ? 12 : c === 9 ? 9 : pick([1, 2, 4, 8]);
   const heads = kvHeads * group;
-  const n = int(1, 6);
+  const n = c < 3 ? int(20, 40) : int(1, 6);
   const window = c === 11 ? 0 : rnd() < 0.5 ? int(4, 40) : 0;
   const pos0 = c === 11 ? int(2050, 2150) : int(0, 90);
   const ring = window > 0 ? window + int(n, n + 8) : pos0 + n + int(0, 4);
@@ -780,6 +783,11 @@ for (const A of attnCases) {
          ['attention_merge_wg', [n, heads, hd, splits], [part, oSplit, mx], [heads, n, Math.ceil(hd / 64)]],  // no reductions
          [fam + 'attention_wg', [...base, 1, 0, 2], [qb, kb, vb, oWg, sink, none, none], [heads, n, 1]]]);
     A.out[fam] = { split: await read(oSplit, rowsN * hd * 4), wg: await read(oWg, rowsN * hd * 4) };
+    if (!fam && hd % 8 === 0) {
+      const oP = storage(new Float32Array(rowsN * hd));
+      run([['attention_prompt_wg', base, [qb, kb, vb, oP], [kvWidth / hd * Math.ceil(group / 8), n, 1]]]);
+      A.prompt = await read(oP, rowsN * hd * 4);
+    }
     // q_norm (both phases) against head_norm_wg's query heads then the attention, bit for bit.
     const rawb = storage(A.qRaw), qwb = storage(A.qw), csb = storage(A.cs), qn = storage(new Float32Array(rowsN * hd));
     const oA = storage(new Float32Array(rowsN * hd)), oB = storage(new Float32Array(rowsN * hd));
@@ -1023,6 +1031,32 @@ for (const A of attnCases) {
     worstPair = Math.max(worstPair, errPair);
   }
 }
+// attention_prompt_wg: the same bounds against float64 and attention_wg's one pass (its value
+// sums add 8 keys' products in f32 before the float-float sum).
+let worstPrompt = 0, worstPromptPair = 0, promptCases = 0;
+for (const A of attnCases) {
+  if (!A.prompt) continue;
+  ++promptCases;
+  let err = 0, pairErr = 0;
+  for (let r = 0; r < A.n * A.heads; ++r) {
+    let num = 0, den = 0, pair = 0;
+    for (let i = 0; i < A.hd; ++i) {
+      const o = A.want[r * A.hd + i], g = A.prompt[r * A.hd + i];
+      num += (g - o) ** 2;
+      pair += (g - A.out[''].wg[r * A.hd + i]) ** 2;
+      den += o * o;
+    }
+    den = Math.max(den, 1e-30);
+    err = Math.max(err, Math.sqrt(num / den));
+    pairErr = Math.max(pairErr, Math.sqrt(pair / den));
+  }
+  check(err <= 1e-5, `${A.what}: attention_prompt_wg ${err} from the float64 reference (rel L2)`);
+  check(pairErr <= 1e-6, `${A.what}: attention_prompt_wg and attention_wg's one pass differ by ${pairErr} (rel L2)`);
+  worstPrompt = Math.max(worstPrompt, err);
+  worstPromptPair = Math.max(worstPromptPair, pairErr);
+}
+check(promptCases >= 8, `attention_prompt_wg ran on ${promptCases} cases`);
+console.log(`attention_prompt_wg: ${promptCases} random cases, worst rel L2 ${worstPrompt.toExponential(2)} from float64, ${worstPromptPair.toExponential(2)} from attention_wg's one pass`);
 console.log(`attention_wg split over the keys and in one pass${subgroups ? ', with and without subgroups' : ''}: ${attnCases.length} random cases, worst rel L2 ${worstSplit.toExponential(2)} from float64, ${worstPair.toExponential(2)} between them; with the query head norm inside, bit for bit head_norm_wg then the attention`);
 
 finish('web_wgsl_kernels_test');

@@ -138,6 +138,7 @@ enum Kernel {
   kLinearTile,
   kLinearMv,
   kLinearDenseTile,
+  kAttentionPrompt,
   kNumKernels
 };
 
@@ -181,6 +182,10 @@ constexpr int kSplitSlots = 256;
 constexpr int kArgmaxSlice = 1024;
 constexpr uint32_t kArgmaxParts = 256;
 constexpr int kSplitMinKeys = 8;
+// A step of at least this many tokens whose attention runs in one pass takes attention_prompt_wg
+// (up to 8 query heads of a key/value head per workgroup, each key and value row read once for
+// them) where head_dim is a multiple of 8; the query rows are normalized first (head_norm_wg).
+constexpr int kPromptAttentionMinTokens = 8;
 
 struct AttentionSplit {
   int splits = 1, chunk = 0;
@@ -612,10 +617,11 @@ void WebGpuModel::Build() {
   static const char* const kNames[kNumKernels] = {
       "linear",      "quant",   "rmsnorm", "head_norm",          "attention",      "gelu_mul",
       "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg", "linear_mv_wg",
-      "linear_dense_tile_wg"};
+      "linear_dense_tile_wg", "attention_prompt_wg"};
   for (int k = 0; k < kNumKernels; ++k) {
     if ((!workgroup_ &&
-         (k == kAttentionMerge || k == kLinearTile || k == kLinearMv || k == kLinearDenseTile)) ||
+         (k == kAttentionMerge || k == kLinearTile || k == kLinearMv || k == kLinearDenseTile ||
+          k == kAttentionPrompt)) ||
         ((k == kLinearTile || k == kLinearMv) && !gw_packed_dot())) {
       pipelines_[k] = -1;
       continue;
@@ -971,6 +977,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const int hd = p.head_dim, nh = p.num_heads, nkv = p.num_kv_heads;
     const int cs = p.type == LayerType::kSliding ? cs_s_ : cs_f_;
     const bool kv = M.workgroup() && !p.kv_shared;  // k and v beside q (below)
+    const int last = pos0 + m;                       // keys of the chunk's last row
+    const int keys = p.window > 0 ? std::min(last, p.window) : last;
+    const AttentionSplit split = M.workgroup() ? PlanAttentionSplit(n * nh, keys) : AttentionSplit{};
+    // attention_prompt_wg: the query rows normalized into q_ first.
+    const bool prompt_attn = M.workgroup() && split.splits == 1 && n >= kPromptAttentionMinTokens &&
+                             hd % 8 == 0 && M.pipeline(kAttentionPrompt) >= 0;
     // The input norm: in q's (k's, v's) prologue, or a_ from the pending norm's dispatch, or
     // its own.
     // (with the norm in q's prologue, q also stores its input for k and v)
@@ -998,12 +1010,14 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, xq_);
         M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, xq_);
       }
-      // (the key and value heads only: attention_wg normalizes the query heads itself, q_norm)
+      // (the key and value heads only where attention_wg normalizes the query heads itself,
+      // q_norm; with them where attention_prompt_wg reads them from q_)
+      const int qh = prompt_attn ? nh : 0;
       Params hp;
       hp.u(n)
-          .u(0)
+          .u(qh)
           .u(hd)
-          .u(0)
+          .u(prompt_attn && !w.q_norm.empty() ? 1 : 0)
           .u(1)
           .u(0)
           .u(pos0 + r0)
@@ -1016,8 +1030,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
           .u(v_off)
           .u(w.k_norm.empty() ? 0 : 1);
       const int b[] = {qraw_, M.Vec(w.q_norm), cs, q_, M.Vec(w.k_norm), slot.k, slot.v};
-      gw_dispatch(M.pipeline(kHeadNorm), b, 7, hp.data(), hp.size(), 2 * nkv, n, 1);
-    } else if (!M.workgroup()) {
+      gw_dispatch(M.pipeline(kHeadNorm), b, 7, hp.data(), hp.size(), qh + 2 * nkv, n, 1);
+    } else if (!M.workgroup() || prompt_attn) {
       head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     }
     if (pro) swapped();
@@ -1028,10 +1042,6 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       head_norm(vraw_, {}, n, r0, nkv, hd, false, cs, slot.v, true, slot.ring);
     }
     {
-      const int last = pos0 + m;  // keys of the chunk's last row
-      const int keys = p.window > 0 ? std::min(last, p.window) : last;
-      const AttentionSplit split =
-          M.workgroup() ? PlanAttentionSplit(n * nh, keys) : AttentionSplit{};
       Params a;
       a.u(n).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0 + r0).u(p.window).u(slot.ring);
       // attention_wg's query head norm and RoPE (q_norm) on the raw rows in qraw_.
@@ -1041,6 +1051,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       if (!M.workgroup()) {
         const int b[] = {q_, slot.k, slot.v, attn_};
         gw_dispatch(M.pipeline(kAttention), b, 4, a.data(), a.size(), Groups(nh, 32), n, 1);
+      } else if (prompt_attn) {
+        const int b[] = {q_, slot.k, slot.v, attn_};
+        gw_dispatch(M.pipeline(kAttentionPrompt), b, 4, a.data(), a.size(),
+                    static_cast<uint32_t>(nkv * Groups(nh / nkv, 8)), n, 1);
       } else if (split.splits == 1) {
         a.u(1).u(0).u(2);  // phase 2: one pass
         q_norm(a);

@@ -1,0 +1,130 @@
+// attention_wg.wgsl's one pass for prompt chunks (GPU adapters): a workgroup of 256 invocations
+// per token and up to 8 query heads of one key/value head, so the heads that share the keys read
+// each key and value row once (attention_wg: once per head). Invocations 32 h .. 32 h + 31 serve
+// head h of the set; for a block of 32 keys, invocation lane scores key j0 + lane (attention_wg's
+// score_part for a team of one: blocks of 8 products added pairwise in f32, the blocks in
+// float-float), then each invocation adds the weighted value rows to its output dimensions
+// d = lane, lane + 32, ... (head_dim <= 512): the products of 8 keys in f32, those sums in
+// float-float. Two passes over the keys, each scoring them: the maximum first, then the weights
+// exp(s - max), their float-float sum and the value sums; out = sums / weight sum.
+// q: the normalized, rotated query rows [n][heads][hd] (head_norm_wg); head_dim a multiple of 8,
+// kv_width of 4. Workgroups: x = key/value head x head sets of 8, y = token.
+struct P {
+  n: u32, heads: u32, hd: u32, group: u32,
+  kv_width: u32, pos0: u32, window: u32, ring: u32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> kc: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+
+var<workgroup> ew: array<f32, 256>;         // a block's weights, [head][key]
+var<workgroup> red: array<vec2<f32>, 256>;  // the maxima, then the weight sums
+
+// q . K_j, q at vector qb, the key row at vector kb: attention_wg's score_part for a team of one.
+fn score(qb: u32, kb: u32) -> f32 {
+  var s = vec2<f32>(0.0, 0.0);
+  for (var i = 0u; i < p.hd / 8u; i++) {
+    let q0 = q[qb + 2u * i];
+    let q1 = q[qb + 2u * i + 1u];
+    let k0 = kc[kb + 2u * i];
+    let k1 = kc[kb + 2u * i + 1u];
+    let a = (q0.x * k0.x + q0.y * k0.y) + (q0.z * k0.z + q0.w * k0.w);
+    let b = (q1.x * k1.x + q1.y * k1.y) + (q1.z * k1.z + q1.w * k1.w);
+    s = ff_add1(s, a + b);
+  }
+  return s.x + s.y;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let sets = (p.group + 7u) / 8u;
+  let kvh = wg.x / sets;
+  let t = wg.y;
+  if (t >= p.n) {
+    return;
+  }
+  let hl = li / 32u;
+  let lane = li % 32u;
+  let hg = (wg.x % sets) * 8u + hl;  // the head within its group
+  let in_set = hg < p.group;
+  // (an invocation past the group's heads computes head 0's values and stores nothing)
+  let h = kvh * p.group + select(0u, hg, in_set);
+  let pos = p.pos0 + t;
+  var first = 0u;
+  if (p.window > 0u && pos + 1u > p.window) {
+    first = pos + 1u - p.window;
+  }
+  let row = t * p.heads + h;
+  let qb = row * p.hd / 4u;
+  let kvo = kvh * p.hd;
+
+  // Pass 1: the maximum score of the head's keys.
+  var mx = -3.4e38;
+  for (var j0 = first; j0 <= pos; j0 += 32u) {
+    let j = j0 + lane;
+    if (j <= pos) {
+      mx = max(mx, score(qb, ((j % p.ring) * p.kv_width + kvo) / 4u));
+    }
+  }
+  red[li] = vec2<f32>(mx, 0.0);
+  workgroupBarrier();
+  var m = -3.4e38;
+  for (var k = 0u; k < 32u; k++) {
+    m = max(m, red[hl * 32u + k].x);
+  }
+
+  // Pass 2: the weights, their sum and the weighted value rows.
+  var den = vec2<f32>(0.0, 0.0);
+  var acc: array<vec2<f32>, 16>;
+  for (var k = 0u; k < 16u; k++) {
+    acc[k] = vec2<f32>(0.0, 0.0);
+  }
+  for (var j0 = first; j0 <= pos; j0 += 32u) {
+    let nb = min(32u, pos + 1u - j0);
+    var e = 0.0;
+    if (lane < nb) {
+      e = exp(score(qb, (((j0 + lane) % p.ring) * p.kv_width + kvo) / 4u) - m);
+      den = ff_add1(den, e);
+    }
+    workgroupBarrier();  // (the previous block's weights read)
+    ew[li] = e;
+    workgroupBarrier();
+    for (var jb = 0u; jb < nb; jb += 8u) {
+      var blk: array<f32, 16>;
+      for (var k = 0u; k < 16u; k++) {
+        blk[k] = 0.0;
+      }
+      for (var jj = jb; jj < min(jb + 8u, nb); jj++) {
+        let ej = ew[hl * 32u + jj];
+        let vb = ((j0 + jj) % p.ring) * p.kv_width + kvo;
+        for (var k = 0u; k < 16u; k++) {
+          let d = lane + 32u * k;
+          if (d < p.hd) {
+            blk[k] += ej * vc[vb + d];
+          }
+        }
+      }
+      for (var k = 0u; k < 16u; k++) {
+        acc[k] = ff_add1(acc[k], blk[k]);
+      }
+    }
+  }
+  workgroupBarrier();  // (the maxima read)
+  red[li] = den;
+  workgroupBarrier();
+  var tot = vec2<f32>(0.0, 0.0);
+  for (var k = 0u; k < 32u; k++) {
+    tot = ff_add(tot, red[hl * 32u + k]);
+  }
+  let total = tot.x + tot.y;
+  if (in_set) {
+    for (var k = 0u; k < 16u; k++) {
+      let d = lane + 32u * k;
+      if (d < p.hd) {
+        o[row * p.hd + d] = (acc[k].x + acc[k].y) / total;
+      }
+    }
+  }
+}

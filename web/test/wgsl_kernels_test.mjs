@@ -1,9 +1,9 @@
 // The WebGPU backend's workgroup kernels that have a second kernel for the same result, run on
 // random shapes and data under Dawn for Node (npm `webgpu`, a test asset) on SwiftShader's Vulkan
 // driver, against an independent JavaScript reference and against each other:
-// - linear_tile_wg.wgsl (prompt chunks) and linear_wg.wgsl on SRQ linears: exact integer sums,
-//   so both must equal the reference's f32 epilogue bit for bit (and each other with an SRQ
-//   output rounding);
+// - linear_tile_wg.wgsl (prompt chunks; in one pass and split over the columns) and
+//   linear_wg.wgsl on SRQ linears: exact integer sums, so all must equal the reference's f32
+//   epilogue bit for bit (and each other with an SRQ output rounding);
 // - linear_dense_tile_wg.wgsl (prompt chunks of dense linears): within 2^-21 of the sum of the
 //   products' magnitudes from a float64 reference (linear_wg's bound, doubled);
 // - attention_wg.wgsl split over the keys (its phase 1, then attention_merge_wg.wgsl) over
@@ -522,10 +522,20 @@ for (const L of linearCases) {
   const blocks = Math.ceil(rows / 4);
   const ySg = storage(new Float32Array(ybytes / 4));
   const wgGroups = [Math.min(blocks, 16384), Math.ceil(blocks / 16384), Math.ceil(L.nWg / 4)];
-  run([['linear_tile_wg', params, [wb, sb, xb, yTile], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]],
+  // Split over the columns: kper random steps of 64 columns per split.
+  const steps = Math.ceil(cols / 64);
+  L.kper = linearCases.indexOf(L) === 3 ? 1 : int(1, Math.max(1, steps - 1));  // (case 3: ~20 splits)
+  L.splits = Math.ceil(steps / L.kper);
+  const part = storage(new Int32Array(L.splits * n * rows + 4));
+  const ySplit = storage(new Float32Array(ybytes / 4));
+  run([['linear_tile_wg', [...params, 1, 0, 0], [wb, sb, xb, yTile, part], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]],
+       // (one step: no split to make)
+       ...(L.splits > 1 ? [['linear_tile_wg', [...params, L.splits, L.kper, 0], [wb, sb, xb, ySplit, part], [Math.ceil(rows / 64), Math.ceil(n / 64), L.splits]],
+                           ['linear_tile_wg', [...params, L.splits, L.kper, 1], [wb, sb, xb, ySplit, part], [Math.ceil(rows / 256), n, 1]]] : []),
        ['linear_wg', paramsWg, [wb, sb, xb, yWg], wgGroups],
        ...(subgroups ? [['sg:linear_wg', paramsWg, [wb, sb, xb, ySg], wgGroups]] : [])]);
   L.tile = await read(yTile, ybytes);
+  L.split = await read(ySplit, ybytes);
   L.wg = await read(yWg, ybytes);
   if (subgroups) L.sg = await read(ySg, ybytes);
 }
@@ -816,11 +826,12 @@ const relL2 = (a, b) => {
   return Math.sqrt(num / Math.max(den, 1e-30));
 };
 for (const L of linearCases) {
-  let bad = 0, badRef = 0, badSg = 0, example = '';
+  let bad = 0, badRef = 0, badSg = 0, badSplit = 0, example = '';
   for (let t = 0; t < L.n; ++t) {
     for (let r = 0; r < L.rows; ++r) {
       const i = L.yOff + t * L.yStride + r;
       if (t < L.nWg && !Object.is(L.tile[i], L.wg[i])) ++bad;
+      if (L.splits > 1 && !Object.is(L.split[i], L.tile[i])) ++badSplit;
       if (t < L.nWg && L.sg && !Object.is(L.sg[i], L.want[t * L.rows + r])) ++badSg;
       if (!Object.is(L.tile[i], L.want[t * L.rows + r])) {
         if (!badRef++) example = ` (token ${t} row ${r}: ${L.tile[i]}, want ${L.want[t * L.rows + r]})`;
@@ -830,6 +841,7 @@ for (const L of linearCases) {
   check(bad === 0, `${L.what}: ${bad} outputs of linear_wg differ from linear_tile_wg's`);
   check(badRef === 0, `${L.what}: ${badRef} outputs of linear_tile_wg differ from the integer reference${example}`);
   check(badSg === 0, `${L.what}: ${badSg} outputs of linear_wg with subgroups differ from the integer reference`);
+  check(badSplit === 0, `${L.what}: ${badSplit} outputs of linear_tile_wg in ${L.splits} splits of ${L.kper} steps differ from one pass`);
 }
 for (const M of mvCases) {
   for (const fam of families) {
@@ -919,7 +931,7 @@ console.log(`linear_mv_wg: ${mvCases.length} random SRQ linears of 1-4 tokens (f
   }
   console.log(`ff_workgroup_sum, workgroup_max${subgroups ? ', with and without subgroups' : ''}: ${reduceCases.length - 2} random cases, worst ${worst.toFixed(4)} of 2^-40 sum|v| from the exact sum, maxima exact; an infinity and a NaN give NaN`);
 }
-console.log(`linear_tile_wg: ${linearCases.length} random SRQ linears against linear_wg${subgroups ? ' (with and without subgroups)' : ''} and the integer reference, bit for bit`);
+console.log(`linear_tile_wg: ${linearCases.length} random SRQ linears against linear_wg${subgroups ? ' (with and without subgroups)' : ''} and the integer reference, and split over the columns (${linearCases.filter((L) => L.splits > 1).length} in 2-${Math.max(...linearCases.map((L) => L.splits))} splits) against one pass, bit for bit`);
 
 // Float-float sums: within 2^-22 of the sum of the products' magnitudes (the f32 result's own
 // rounding is half of 2^-23 of the result), and the two families as close to each other.

@@ -70,6 +70,7 @@ class Params {
     std::memcpy(&b, &v, 4);
     return u(b);
   }
+  void set(int i, uint32_t v) { w_[i] = v; }
   const uint32_t* data() const { return w_; }
   int size() const { return n_; }
 
@@ -95,6 +96,14 @@ int KindCode(WeightKind k) {
 // linear_mv_wg.wgsl's epilogue: mode 1 aux = gelu(aux) * y, 2 y = gelu(y) * aux (aux rows at
 // aux_off, stride aux_stride); 0 none. (Mode 3, gate and up in one dispatch: RecordGateUp; with
 // `pack`, its output also goes to aux as that linear's packed input codes.)
+// A context's scratch buffers for its linears: the quantized inputs (quant.wgsl) and
+// linear_tile_wg's per-split sums (part_words i32).
+struct LinearScratch {
+  int xq = 0;
+  int part = 0;
+  size_t part_words = 0;
+};
+
 struct LinearEpilogue {
   uint32_t mode = 0;
   int aux = 0;
@@ -146,6 +155,30 @@ enum Kernel {
 // 64 tokens per workgroup, dot4I8Packed) where the adapter's WGSL has
 // packed_4x8_integer_dot_product; fewer tokens take linear_wg.wgsl.
 constexpr int kTileMinTokens = 8;
+// linear_tile_wg splits a linear over its columns when its tiles are fewer than kTileWorkgroups
+// (the small projections, k, v and the per-layer gate, have 4 row tiles; the down projection's
+// 96 steps of 64 columns run on 24): into as many splits as bring the workgroups to about that
+// many, each of at least kTileMinSteps steps of 64 columns, then a second dispatch adds them.
+constexpr uint32_t kTileWorkgroups = 256;
+constexpr uint32_t kTileMinSteps = 4;
+
+struct TileSplit {
+  uint32_t splits = 1, kper = 0;
+};
+
+// The split of an n-token linear_tile_wg dispatch whose per-split sums fit part_words i32.
+TileSplit PlanTileSplit(const Linear& lin, int n, size_t part_words) {
+  TileSplit t;
+  const uint32_t tiles = Groups(lin.rows, 64) * Groups(n, 64);
+  const uint32_t steps = Groups(lin.cols, 64);
+  uint32_t splits = std::min((kTileWorkgroups + tiles - 1) / tiles, steps / kTileMinSteps);
+  const size_t per = static_cast<size_t>(n) * static_cast<size_t>(lin.rows);
+  while (splits > 1 && splits * per > part_words) --splits;
+  if (splits <= 1) return t;
+  t.kper = (steps + splits - 1) / splits;
+  t.splits = (steps + t.kper - 1) / t.kper;  // (no empty split)
+  return t;
+}
 // Other linears (dense rows, quantized rows without an SRQ input: the QAT checkpoint's bf16
 // per-layer model projection) over at least this many tokens take linear_dense_tile_wg.wgsl (64
 // rows x 64 tokens per workgroup, f32 products in blocks of 8, float-float sums); fewer take
@@ -263,7 +296,8 @@ class WebGpuContext : public Backend {
   int gq_ = 0;
   // Scratch, [chunk] rows each.
   int a_ = 0, qraw_ = 0, q_ = 0, kraw_ = 0, vraw_ = 0, attn_ = 0, g_ = 0, u_ = 0, gp_ = 0, ple_ = 0,
-      tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0;
+      tok_ = 0, xq_ = 0, cs_s_ = 0, cs_f_ = 0, hn_ = 0, logits_ = 0, ids_ = 0, part_ = 0;
+  LinearScratch scratch_;  // xq_ and part_
   // The split attention's per-(row, split) maxima and float-float partial sums.
   int split_max_ = 0, split_part_ = 0;
   // argmax_wg's stage 0 outputs: each (row, slice)'s best value and id.
@@ -323,6 +357,21 @@ class WebGpuModel : public BackendModel {
   // linear_mv_wg's input words per token for lin (the packed codes' row length).
   uint32_t InputWords(const Linear& lin) const { return Lin(lin).row_words * MvGroup(lin.kind); }
   int pipeline(Kernel k) const { return pipelines_[k]; }
+  // The i32 words linear_tile_wg's split sums take for chunks of up to max_n tokens (the most
+  // over the SRQ linears and the chunk sizes: split counts grow as token tiles go).
+  size_t TilePartWords(int max_n) const {
+    size_t most = 0;
+    if (pipelines_[kLinearTile] < 0) return 0;
+    for (int n = std::min(max_n, 64);; n = std::min(max_n, n + 64)) {
+      for (const auto& [lin, g] : linears_) {
+        if (!SrqInput(*lin) || n < kTileMinTokens) continue;
+        const TileSplit t = PlanTileSplit(*lin, n, SIZE_MAX);
+        if (t.splits > 1) most = std::max(most, static_cast<size_t>(t.splits) * n * lin->rows);
+      }
+      if (n == max_n) break;
+    }
+    return most;
+  }
   // The kernel family (docs/webgpu.md, "Kernels"): a workgroup per row, head or block (GPUs), or
   // one invocation per row (CPU adapters such as SwiftShader, where barriers are expensive).
   bool workgroup() const { return workgroup_; }
@@ -335,7 +384,7 @@ class WebGpuModel : public BackendModel {
   // With a residual norm (where TakesNorm), x is the residual stream and the input is the norm's;
   // with x_packed, x holds the packed input codes a pair handed off (HandsOff).
   bool RecordLinear(const Linear& lin, int x, uint32_t x_off, uint32_t x_stride, int y,
-                    uint32_t y_off, uint32_t y_stride, int n, int xq,
+                    uint32_t y_off, uint32_t y_stride, int n, const LinearScratch& scratch,
                     const LinearEpilogue& epi = {}, const ResidualNorm* pro = nullptr,
                     bool x_packed = false) const {
     const GpuLinear& g = Lin(lin);
@@ -350,19 +399,28 @@ class WebGpuModel : public BackendModel {
     if (srq) {
       Params q;
       q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale);
-      const int qb[] = {x, xq};
+      const int qb[] = {x, scratch.xq};
       gw_dispatch(pipelines_[kQuant], qb, 2, q.data(), q.size(), Groups(lin.cols, 64), n, 1);
-      x = xq;
+      x = scratch.xq;
       x_off = 0;
       x_stride = lin.cols;
     }
     Params p;
     p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
         .u(y_off).u(y_stride).u(srq ? 1 : 0).f(lin.in_scale).f(lin.out_scale);
-    const int b[] = {g.w, g.scale, x, y};
+    const int b[] = {g.w, g.scale, x, y, scratch.part};
     if (srq && n >= kTileMinTokens && pipelines_[kLinearTile] >= 0) {
-      gw_dispatch(pipelines_[kLinearTile], b, 4, p.data(), p.size(), Groups(lin.rows, 64),
-                  Groups(n, 64), 1);
+      const TileSplit ts = PlanTileSplit(lin, n, scratch.part_words);
+      p.u(ts.splits).u(ts.kper).u(0);
+      gw_dispatch(pipelines_[kLinearTile], b, 5, p.data(), p.size(), Groups(lin.rows, 64),
+                  Groups(n, 64), ts.splits);
+      if (ts.splits > 1) {
+        // (phase 1: each output's splits added, the epilogue)
+        Params f = p;
+        f.set(f.size() - 1, 1);
+        gw_dispatch(pipelines_[kLinearTile], b, 5, f.data(), f.size(), Groups(lin.rows, 256), n,
+                    1);
+      }
     } else if (!srq && n >= kDenseTileMinTokens && pipelines_[kLinearDenseTile] >= 0) {
       gw_dispatch(pipelines_[kLinearDenseTile], b, 4, p.data(), p.size(), Groups(lin.rows, 64),
                   Groups(n, 64), 1);
@@ -747,6 +805,9 @@ void WebGpuContext::Allocate() {
   gq_ = Buffer(m * (inter / 4 + 4) * 4);  // (input words per token <= cols / 4 + 4)
   u_ = Buffer(m * inter * 4);
   xq_ = Buffer(m * cols * 4);
+  const size_t part_words = owner_->TilePartWords(chunk_);
+  part_ = Buffer(part_words * 4);
+  scratch_ = {.xq = xq_, .part = part_, .part_words = part_words};
   if (P > 0) {
     gp_ = Buffer(m * P * 4);
     ple_ = Buffer(m * L * P * 4);
@@ -872,7 +933,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   }
 
   if (P > 0) {
-    M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, xq_);
+    M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, scratch_);
     Params p;
     p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
     const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
@@ -1000,15 +1061,15 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         norm(stream_, cur * region + xo, M.Vec(w.input_norm), a_, 0, n, H, 0, 1.0f, w.input_norm);
       }
     }
-    M.RecordLinear(w.q, in, 0, H, qraw_, 0, nh * hd, n, xq_, {}, pro ? &in_first : nullptr);
+    M.RecordLinear(w.q, in, 0, H, qraw_, 0, nh * hd, n, scratch_, {}, pro ? &in_first : nullptr);
     const Slot& slot = slots_[model_.layers()[p.kv_layer].cache_slot];
     if (kv) {
       // k and v after q in qraw_, the three head norms in one dispatch (head_norm_wg.wgsl).
       const uint32_t k_off = static_cast<uint32_t>(n * nh * hd);
       const uint32_t v_off = k_off + static_cast<uint32_t>(n * nkv * hd);
       if (!M.RecordStacked(w.k, w.v, in, in_off, H, qraw_, k_off, v_off, n)) {
-        M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, xq_);
-        M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, xq_);
+        M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, scratch_);
+        M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, scratch_);
       }
       // (the key and value heads only where attention_wg normalizes the query heads itself,
       // q_norm; with them where attention_prompt_wg reads them from q_)
@@ -1036,8 +1097,8 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     }
     if (pro) swapped();
     if (!p.kv_shared && !M.workgroup()) {
-      M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, n, xq_);
-      M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, n, xq_);
+      M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, n, scratch_);
+      M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, n, scratch_);
       head_norm(kraw_, w.k_norm, n, r0, nkv, hd, true, cs, slot.k, true, slot.ring);
       head_norm(vraw_, {}, n, r0, nkv, hd, false, cs, slot.v, true, slot.ring);
     }
@@ -1072,7 +1133,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
                     Groups(hd, 64));
       }
     }
-    M.RecordLinear(w.o, attn_, 0, nh * hd, stream_, t_off, H, n, xq_);
+    M.RecordLinear(w.o, attn_, 0, nh * hd, stream_, t_off, H, n, scratch_);
     pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_attn_norm, .scale = 1.0f};
     const int I = p.intermediate;
     // gelu(gate) x up into g_: one dispatch (the pair), or the gate then up with the product in
@@ -1084,16 +1145,16 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       const ResidualNorm first = prologue(&w.pre_ffn_norm, true);
       const ResidualNorm more = prologue(&w.pre_ffn_norm, false);
       if (!M.RecordGateUp(w.gate, w.up, stream_, g_, n, &first, down, gq_)) {
-        M.RecordLinear(w.gate, stream_, 0, H, g_, 0, I, n, xq_, {}, &first);
-        M.RecordLinear(w.up, stream_, 0, H, u_, 0, I, n, xq_, {1, g_, 0, static_cast<uint32_t>(I)},
+        M.RecordLinear(w.gate, stream_, 0, H, g_, 0, I, n, scratch_, {}, &first);
+        M.RecordLinear(w.up, stream_, 0, H, u_, 0, I, n, scratch_, {1, g_, 0, static_cast<uint32_t>(I)},
                        &more);
       }
       swapped();
     } else {
       settle(&w.pre_ffn_norm);
       if (!M.RecordGateUp(w.gate, w.up, a_, g_, n, nullptr, down, gq_)) {
-        M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, xq_);
-        if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, xq_,
+        M.RecordLinear(w.gate, a_, 0, H, g_, 0, I, n, scratch_);
+        if (!M.RecordLinear(w.up, a_, 0, H, u_, 0, I, n, scratch_,
                             {1, g_, 0, static_cast<uint32_t>(I)})) {
           Params gm;
           gm.u(n).u(I).u(0).u(I);
@@ -1103,10 +1164,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       }
     }
     if (hand) {
-      M.RecordLinear(w.down, gq_, 0, M.InputWords(w.down), stream_, t_off, H, n, xq_, {}, nullptr,
+      M.RecordLinear(w.down, gq_, 0, M.InputWords(w.down), stream_, t_off, H, n, scratch_, {}, nullptr,
                      true);
     } else {
-      M.RecordLinear(w.down, g_, 0, I, stream_, t_off, H, n, xq_);
+      M.RecordLinear(w.down, g_, 0, I, stream_, t_off, H, n, scratch_);
     }
     const bool ple = P > 0;
     pending = {
@@ -1118,11 +1179,11 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       bool fused;
       if (M.TakesNorm(w.ple_gate, n)) {
         const ResidualNorm first = prologue(nullptr, true);
-        fused = M.RecordLinear(w.ple_gate, stream_, 0, H, gp_, 0, P, n, xq_, ge, &first);
+        fused = M.RecordLinear(w.ple_gate, stream_, 0, H, gp_, 0, P, n, scratch_, ge, &first);
         swapped();
       } else {
         settle(nullptr);
-        fused = M.RecordLinear(w.ple_gate, stream_, cur * region + xo, H, gp_, 0, P, n, xq_, ge);
+        fused = M.RecordLinear(w.ple_gate, stream_, cur * region + xo, H, gp_, 0, P, n, scratch_, ge);
       }
       if (!fused) {
         Params gm;
@@ -1130,7 +1191,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         const int b[] = {ple_, gp_};
         gw_dispatch(M.pipeline(kGeluMul), b, 2, gm.data(), gm.size(), Groups(P, 64), n, 1);
       }
-      M.RecordLinear(w.ple_proj, gp_, 0, P, stream_, t_off, H, n, xq_);
+      M.RecordLinear(w.ple_proj, gp_, 0, P, stream_, t_off, H, n, scratch_);
       pending = {.on = true, .r0 = r0, .n = n, .wa = &w.post_ple_norm, .scale = w.layer_scalar};
     }
   }
@@ -1143,7 +1204,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const int rows_n = std::min(head_rows_, m - r0);
     norm(stream_, cur * region + static_cast<uint32_t>(r0) * H, M.Vec(model_.final_norm()), hn_, 0,
          rows_n, H, 0, 1.0f, model_.final_norm());
-    M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, rows_n, xq_);
+    M.RecordLinear(model_.lm_head(), hn_, 0, H, logits_, 0, V, rows_n, scratch_);
     if (cfg_.final_logit_softcapping) {
       Params sc;
       const uint32_t count = static_cast<uint32_t>(rows_n) * V;

@@ -3,7 +3,8 @@
 // each key and value row once (attention_wg: once per head). Invocations 32 h .. 32 h + 31 serve
 // head h of the set; for a block of 32 keys, invocation lane scores key j0 + lane (attention_wg's
 // score_part for a team of one: blocks of 8 products added pairwise in f32, the blocks in
-// float-float), then each invocation adds the weighted value rows to its output dimensions
+// float-float; the block's key rows staged in workgroup memory 64 dimensions at a time, loaded
+// coalesced by the whole workgroup), then each invocation adds the weighted value rows to its output dimensions
 // d = lane, lane + 32, ... (head_dim <= 512): the products of 8 keys in f32, those sums in
 // float-float. Two passes over the keys, each scoring them: the maximum first, then the weights
 // exp(s - max), their float-float sum and the value sums; out = sums / weight sum.
@@ -21,18 +22,47 @@ struct P {
 
 var<workgroup> ew: array<f32, 256>;         // a block's weights, [head][key]
 var<workgroup> red: array<vec2<f32>, 256>;  // the maxima, then the weight sums
+// A block's 32 key rows, 64 dimensions of each: [key][dimension], rows padded to 65 floats so
+// that the 32 keys' invocations read 32 banks.
+const KS: u32 = 65u;
+var<workgroup> ks: array<f32, 2080>;
 
-// q . K_j, q at vector qb, the key row at vector kb: attention_wg's score_part for a team of one.
-fn score(qb: u32, kb: u32) -> f32 {
+// The scores q . K_j of keys j0 + lane (lane < nb) for this invocation's head (q at vector qb):
+// attention_wg's score_part for a team of one, the blocks of 8 dimensions in order. Call from
+// uniform control flow (barriers).
+fn score_block(qb: u32, j0: u32, nb: u32, kvo: u32, li: u32, lane: u32) -> f32 {
   var s = vec2<f32>(0.0, 0.0);
-  for (var i = 0u; i < p.hd / 8u; i++) {
-    let q0 = q[qb + 2u * i];
-    let q1 = q[qb + 2u * i + 1u];
-    let k0 = kc[kb + 2u * i];
-    let k1 = kc[kb + 2u * i + 1u];
-    let a = (q0.x * k0.x + q0.y * k0.y) + (q0.z * k0.z + q0.w * k0.w);
-    let b = (q1.x * k1.x + q1.y * k1.y) + (q1.z * k1.z + q1.w * k1.w);
-    s = ff_add1(s, a + b);
+  // (what this invocation stages: key li / 8, dimensions 8 (li % 8) .. + 7 of the 64)
+  let sk = li / 8u;
+  let sd = (li % 8u) * 8u;
+  let sb = (((j0 + sk) % p.ring) * p.kv_width + kvo + sd) / 4u;
+  for (var d0 = 0u; d0 < p.hd; d0 += 64u) {
+    workgroupBarrier();  // (the previous dimensions read)
+    if (sk < nb && d0 + sd < p.hd) {
+      let a = kc[sb + d0 / 4u];
+      let b = kc[sb + d0 / 4u + 1u];
+      let o = sk * KS + sd;
+      ks[o] = a.x;
+      ks[o + 1u] = a.y;
+      ks[o + 2u] = a.z;
+      ks[o + 3u] = a.w;
+      ks[o + 4u] = b.x;
+      ks[o + 5u] = b.y;
+      ks[o + 6u] = b.z;
+      ks[o + 7u] = b.w;
+    }
+    workgroupBarrier();
+    if (lane < nb) {
+      let kb = lane * KS;
+      for (var i = 0u; i < min(8u, (p.hd - d0) / 8u); i++) {
+        let q0 = q[qb + (d0 / 4u) + 2u * i];
+        let q1 = q[qb + (d0 / 4u) + 2u * i + 1u];
+        let k = kb + 8u * i;
+        let a = (q0.x * ks[k] + q0.y * ks[k + 1u]) + (q0.z * ks[k + 2u] + q0.w * ks[k + 3u]);
+        let b = (q1.x * ks[k + 4u] + q1.y * ks[k + 5u]) + (q1.z * ks[k + 6u] + q1.w * ks[k + 7u]);
+        s = ff_add1(s, a + b);
+      }
+    }
   }
   return s.x + s.y;
 }
@@ -63,9 +93,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   // Pass 1: the maximum score of the head's keys.
   var mx = -3.4e38;
   for (var j0 = first; j0 <= pos; j0 += 32u) {
-    let j = j0 + lane;
-    if (j <= pos) {
-      mx = max(mx, score(qb, ((j % p.ring) * p.kv_width + kvo) / 4u));
+    let nb = min(32u, pos + 1u - j0);
+    let s = score_block(qb, j0, nb, kvo, li, lane);
+    if (lane < nb) {
+      mx = max(mx, s);
     }
   }
   red[li] = vec2<f32>(mx, 0.0);
@@ -83,13 +114,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   for (var j0 = first; j0 <= pos; j0 += 32u) {
     let nb = min(32u, pos + 1u - j0);
+    let s = score_block(qb, j0, nb, kvo, li, lane);
     var e = 0.0;
     if (lane < nb) {
-      e = exp(score(qb, (((j0 + lane) % p.ring) * p.kv_width + kvo) / 4u) - m);
+      e = exp(s - m);
       den = ff_add1(den, e);
     }
-    workgroupBarrier();  // (the previous block's weights read)
-    ew[li] = e;
+    ew[li] = e;  // (score_block's barriers: the previous block's weights read)
     workgroupBarrier();
     for (var jb = 0u; jb < nb; jb += 8u) {
       var blk: array<f32, 16>;

@@ -5,17 +5,24 @@
 // each invocation keeps 4 rows x 4 tokens of exact i32 sums with dot4I8Packed. The sums are exact,
 // so every output is bit for bit linear_wg's: f32(sum) * in_scale * row scale, then the SRQ output
 // rounding when out_scale > 0. Columns past `cols` and rows or tokens past the ends count as zero.
-// Workgroups: x = the row tile, y = the token tile.
+// Workgroups: x = the row tile, y = the token tile, z = the split.
+// Split over the columns (splits > 1: linears with few tiles, whose workgroups would otherwise
+// leave the GPU idle): workgroup z takes steps z kper .. of 64 columns and stores its raw i32
+// sums into part[(z n + token) rows + row]; then a second dispatch (phase 1, a workgroup per 256
+// rows and a token) adds each output's splits in order and applies the epilogue. The sums are
+// exact, so the outputs are the unsplit kernel's bits.
 struct P {
   rows: u32, cols: u32, row_words: u32, kind: u32,
   n: u32, x_off: u32, x_stride: u32, y_off: u32,
   y_stride: u32, srq_in: u32, in_scale: f32, out_scale: f32,
+  splits: u32, kper: u32, phase: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read_write> part: array<i32>;
 
 const TILE: u32 = 64u;  // rows and tokens per tile, columns per step
 const KW: u32 = 16u;    // packed words per row (or token) per step
@@ -74,6 +81,19 @@ fn input_codes(t: u32, c: u32) -> vec4<u32> {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  if (p.phase == 1u) {
+    // The splits' sums of output (wg.x * 256 + li, token wg.y).
+    let o = wg.x * 256u + li;
+    let t = wg.y;
+    if (o < p.rows && t < p.n) {
+      var sum = 0;
+      for (var z = 0u; z < p.splits; z++) {
+        sum += part[(z * p.n + t) * p.rows + o];
+      }
+      y[p.y_off + t * p.y_stride + o] = srq_out(f32(sum) * p.in_scale * scale[o], p.out_scale);
+    }
+    return;
+  }
   let o0 = wg.x * TILE;
   let t0 = wg.y * TILE;
   // This invocation's outputs: rows o0 + tr + 16 i, tokens t0 + tt + 16 j (i, j < 4).
@@ -86,7 +106,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   for (var i = 0u; i < 4u; i++) {
     acc[i] = vec4<i32>(0);
   }
-  for (var c0 = 0u; c0 < p.cols; c0 += TILE) {
+  let split = p.splits > 1u;
+  let c_end = select(p.cols, min(p.cols, (wg.z + 1u) * p.kper * TILE), split);
+  for (var c0 = select(0u, wg.z * p.kper * TILE, split); c0 < c_end; c0 += TILE) {
     let wc = weight_codes(o0 + lr, c0 + 4u * lq);
     let xc = input_codes(t0 + lr, c0 + 4u * lq);
     for (var q = 0u; q < 4u; q++) {
@@ -111,8 +133,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       for (var j = 0u; j < 4u; j++) {
         let t = t0 + tt + 16u * j;
         if (t < p.n) {
-          y[p.y_off + t * p.y_stride + o] =
-              srq_out(f32(acc[i][j]) * p.in_scale * scale[o], p.out_scale);
+          if (split) {
+            part[(wg.z * p.n + t) * p.rows + o] = acc[i][j];
+          } else {
+            y[p.y_off + t * p.y_stride + o] =
+                srq_out(f32(acc[i][j]) * p.in_scale * scale[o], p.out_scale);
+          }
         }
       }
     }

@@ -9,7 +9,9 @@
 # .git/info/exclude), then `git reset -q` and empty the exclude right after (commit nothing between).
 # Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg,
 #   kernels: linear_mv_wg alone on E2B's shapes (wgsl_kernel_bench.mjs);
-#   ab: every build in webs/ alternated twice, 32 tokens after 511, then 8 after 1,021;
+#   ab: every build in webs/ alternated twice, 32 tokens after 511, then 8 after 1,021 (one run
+#   each: the prefill figure includes the first use's pipeline creation);
+#   abp: the same with two runs per engine (medians: warm prefill figures);
 #   profile-NAME[:FAMILY]: the profile with webs/NAME (its FAMILY, default workgroup); run-NAME:FAMILIES: webs/NAME's families (webgpu_bench.mjs's
 #   KERNELS, e.g. workgroup-mv0,workgroup-mv1024) side by side, twice)
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
@@ -33,6 +35,8 @@ for step in "$@"; do
     profile) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup,nocpu,profile 85 ;;
     ab) for r in 1 2; do for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 1 backend=vulkan workgroup,nocpu 85; done; done
         for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 1 backend=vulkan workgroup,nocpu 170; done ;;
+    abp) for r in 1 2; do for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 2 backend=vulkan workgroup,nocpu 85; done; done
+        for b in $(ls /tmp/webs); do echo "-- $b"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 8 2 backend=vulkan workgroup,nocpu 170; done ;;
     run-*:*) b=${step#run-}; b=${b%%:*}; for r in 1 2; do echo "-- $b ${step#*:} ($r)"; GEMMA_WEB_BUILD_DIR=/tmp/webs/$b timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 1 backend=vulkan ${step#*:},nocpu 85; done ;;
     profile-nosg) timeout 200 node bench/web/webgpu_bench.mjs /tmp/e2bq 80 1 backend=vulkan workgroup-nosg,nocpu,profile 85 ;;
     profile-?*) b=${step#profile-}; f=workgroup; [[ $b == *:* ]] && f=${b#*:} && b=${b%%:*}

@@ -12,6 +12,8 @@
 //   (the same products in float-float; the splits' weights relative to their own maxima);
 // - attention_prompt_wg.wgsl (prompt chunks: up to 8 query heads of a key/value head per
 //   workgroup) within the same bounds of float64 and of attention_wg's one pass;
+// - ple_combine.wgsl's decoding of the stored per-layer embedding rows (every kind), bit for bit
+//   EmbeddingRow's values;
 // - the workgroup family with subgroup reductions (prelude_subgroups.wgsl in place of
 //   prelude_workgroup.wgsl; SwiftShader's subgroups have 4 invocations, so a workgroup of 64 has
 //   16): linear_wg on SRQ inputs bit for bit the integer reference, linear_wg on dense and
@@ -475,6 +477,58 @@ for (let c = 0; c < 4; ++c) {
                    hd, heads, n, rope, toCache, hasW, ring, pos0, csOff, src, w, cs, dstLen, want });
 }
 
+// ---- ple_combine: the token-identity rows decoded from the stored rows (every kind) bit for bit
+// as EmbeddingRow decodes them: with a zero model projection the output is f32(row value x
+// input_scale), row value = f32(f32(code x block scale) x embed_scale) (or the stored value x
+// embed_scale).
+const pleCases = [];
+for (const kind of ['f32', 'bf16', 'f16', 'q8', 'q4', 'q2']) {
+  const n = int(1, 4), layers = int(1, 4), width = int(4, 40), cols = layers * width;
+  const per = { f32: 1, bf16: 2, f16: 2, q8: 4, q4: 8, q2: 16 }[kind];
+  const quant = DENSE[kind] >= 3;
+  const blocks = quant ? pick([1, layers]) : 0;
+  const rowWords = Math.ceil(cols / per), stride = rowWords + blocks;
+  const tok = new Uint32Array(n * stride);
+  const fl = new Float32Array(1), u32 = new Uint32Array(fl.buffer);
+  const embedScale = f32(1 + rnd() * 3), inputScale = f32(Math.SQRT1_2);
+  const want = new Float32Array(n * cols);
+  for (let t = 0; t < n; ++t) {
+    const sc = [];
+    for (let b = 0; b < blocks; ++b) {
+      sc.push(f32(0.01 + rnd() * 0.1));
+      fl[0] = sc[b];
+      tok[t * stride + rowWords + b] = u32[0];
+    }
+    for (let i = 0; i < cols; ++i) {
+      const wi = t * stride + Math.floor(i / per), slot = i % per;
+      let v;
+      if (kind === 'f32') {
+        fl[0] = rnd() * 2 - 1;
+        tok[wi] = u32[0];
+        v = fl[0];
+      } else if (kind === 'bf16') {
+        fl[0] = rnd() * 2 - 1;
+        const h = u32[0] >>> 16;
+        tok[wi] |= h << (16 * slot);
+        u32[0] = h << 16;
+        v = fl[0];
+      } else if (kind === 'f16') {
+        const h = f16Bits(rnd() * 2 - 1);
+        tok[wi] |= h << (16 * slot);
+        v = f16Value(h);
+      } else {
+        const bits = 32 / per, lo = kind === 'q8' ? -128 : -(1 << (bits - 1));
+        const c = int(lo, -lo - 1);
+        tok[wi] |= (kind === 'q8' ? c & 0xff : c - lo) << (bits * slot);
+        v = f32(c * sc[Math.floor(i / (cols / blocks))]);
+      }
+      want[t * cols + i] = f32(f32(v * embedScale) * inputScale);
+    }
+  }
+  pleCases.push({ what: `ple_combine ${kind}, ${n} tokens x ${layers} layers x ${width}, ${blocks} scale blocks`, kind, n, layers, width,
+                  cols, rowWords, stride, blocks, tok, embedScale, inputScale, want });
+}
+
 // ---- argmax_wg: a row whole (stage 2) and cut into slices (stages 0 and 1) against a JavaScript
 // scan: the largest number, the lowest id among equal ones, NaN never, id 0 for a row of NaN.
 const argmaxCases = [];
@@ -723,6 +777,13 @@ for (const D of denseTileCases) {
   run([['linear_dense_tile_wg', params, [storage(D.w), storage(D.scale), storage(D.x), y], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]]]);
   D.out = await read(y, ybytes);
 }
+for (const C of pleCases) {
+  const pl = storage(new Float32Array(C.n * C.cols));
+  run([['ple_combine', [C.n, C.layers, C.width, { f: 1 }, { f: C.inputScale }, { f: 1e-6 }, DENSE[C.kind], C.stride,
+                        C.rowWords, C.blocks ? C.cols / C.blocks : 0, { f: C.embedScale }],
+        [storage(C.tok), storage(new Float32Array(C.width).fill(1)), pl], [Math.ceil(C.layers / 64), C.n, 1]]]);
+  C.out = await read(pl, C.n * C.cols * 4);
+}
 for (const N of normCases) {
   const { rows, width, mode, xOff, xStride, yOff, yStride } = N;
   const xb = storage(N.x), wb = storage(N.w), w2b = storage(N.w2);
@@ -905,6 +966,11 @@ for (const C of packCases) {
     check(bad === 0, `${C.what}${fam ? ' (subgroup prelude)' : ''}: ${bad} outputs from the handed-off codes differ from quantizing the pair's outputs${example}`);
   }
 }
+for (const C of pleCases) {
+  const bad = C.want.filter((v, i) => !Object.is(v, C.out[i])).length;
+  check(bad === 0, `${C.what}: ${bad} of ${C.want.length} values differ from EmbeddingRow's (e.g. ${C.out[C.want.findIndex((v, i) => !Object.is(v, C.out[i]))]})`);
+}
+console.log(`ple_combine: the stored per-layer embedding rows of every kind (${pleCases.length} cases) decoded bit for bit as EmbeddingRow decodes them`);
 for (const A of argmaxCases) {
   check(A.want.every((w, r) => A.whole[r] === w && A.cut[r] === w),
         `${A.what}: ids ${[...A.whole]} (whole), ${[...A.cut]} (cut), want ${A.want}`);

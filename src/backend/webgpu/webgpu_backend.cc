@@ -277,6 +277,13 @@ class WebGpuContext : public Backend {
   void RunChunk(std::span<const int32_t> tokens, std::span<const float* const> soft, int first_out,
                 const ForwardRequest& req, ForwardResult* out);
   void Emit(const float* logits, const ForwardRequest& req, ForwardResult* out) const;
+  // A token's per-layer embedding as tok_ holds it: the stored row in u32 words, then (quantized
+  // kinds) its scale blocks.
+  size_t PleRowWords() const { return (model_.ple_embed().row_bytes + 3) / 4; }
+  size_t PleStride() const {
+    const Embedding& e = model_.ple_embed();
+    return PleRowWords() + (IsQuantized(e.kind) ? static_cast<size_t>(e.scale_blocks) : 0);
+  }
 
   std::shared_ptr<WebGpuModel> owner_;
   const Model& model_;
@@ -811,7 +818,7 @@ void WebGpuContext::Allocate() {
   if (P > 0) {
     gp_ = Buffer(m * P * 4);
     ple_ = Buffer(m * L * P * 4);
-    tok_ = Buffer(m * L * P * 4);
+    tok_ = Buffer(m * PleStride() * 4);
   }
   if (owner_->workgroup()) {
     int hd = 0;
@@ -909,10 +916,20 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   int cur = 0;
   gw_write(stream_, 0, rows.data(), rows.size() * 4);
   if (P > 0) {
-    std::vector<float> tok(static_cast<size_t>(m) * L * P);
+    // Each token's per-layer embedding row as stored (codes or values), then its row's scales:
+    // ple_combine.wgsl decodes them (EmbeddingRow's f32 operations, so the same bits), and the host
+    // copies ~4.5 KB a token (QAT int4) instead of decoding 8,960 floats.
+    const Embedding& e = model_.ple_embed();
+    const size_t words = PleRowWords(), stride = PleStride();
+    std::vector<uint32_t> tok(static_cast<size_t>(m) * stride, 0u);
     for (int t = 0; t < m; ++t) {
-      ref::EmbeddingRow(model_.ple_embed(), model_.EmbedId(tokens[t]),
-                        &tok[static_cast<size_t>(t) * L * P]);
+      const int32_t id = model_.EmbedId(tokens[t]);
+      uint32_t* dst = &tok[static_cast<size_t>(t) * stride];
+      std::memcpy(dst, EmbeddingRowBytes(e, id), e.row_bytes);
+      if (IsQuantized(e.kind)) {
+        std::memcpy(dst + words, e.scale + static_cast<size_t>(id) * e.scale_blocks,
+                    static_cast<size_t>(e.scale_blocks) * 4);
+      }
     }
     gw_write(tok_, 0, tok.data(), tok.size() * 4);
   }
@@ -935,7 +952,13 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   if (P > 0) {
     M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, scratch_);
     Params p;
+    const Embedding& e = model_.ple_embed();
     p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
+    p.u(KindCode(e.kind))
+        .u(static_cast<uint32_t>(PleStride()))
+        .u(static_cast<uint32_t>(PleRowWords()))
+        .u(static_cast<uint32_t>(IsQuantized(e.kind) ? e.cols / e.scale_blocks : 0))
+        .f(e.embed_scale);
     const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
     gw_dispatch(M.pipeline(kPleCombine), b, 3, p.data(), p.size(), Groups(L, 64), m, 1);
   }

@@ -1,10 +1,49 @@
 // The per-layer inputs of one token and layer per invocation: the model projection's chunk times
-// its scale, RMSNorm with the shared weight, plus the token-identity row, times 2^-0.5.
-struct P { n: u32, layers: u32, width: u32, proj_scale: f32, input_scale: f32, eps: f32, }
+// its scale, RMSNorm with the shared weight, plus the token-identity row, times 2^-0.5. The
+// token-identity rows come as the checkpoint stores them (tok: per token `stride` words, the
+// embedding row's words, then for quantized kinds its scale blocks of `block` columns) and are
+// decoded here as EmbeddingRow does: value = f32(code) x block scale (or the stored value), times
+// embed_scale.
+struct P {
+  n: u32, layers: u32, width: u32, proj_scale: f32,
+  input_scale: f32, eps: f32, kind: u32, stride: u32,
+  row_words: u32, block: u32, embed_scale: f32,
+}
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read> tok: array<f32>;
+@group(0) @binding(1) var<storage, read> tok: array<u32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> pl: array<f32>;
+
+// Element i of token t's embedding row.
+fn tok_value(t: u32, i: u32) -> f32 {
+  let tb = t * p.stride;
+  var v = 0.0;
+  switch p.kind {
+    case KIND_F32: {
+      v = bitcast<f32>(tok[tb + i]);
+    }
+    case KIND_BF16: {
+      let wd = tok[tb + i / 2u];
+      v = bitcast<f32>(select(wd & 0xffff0000u, wd << 16u, i % 2u == 0u));
+    }
+    case KIND_F16: {
+      v = unpack2x16float(tok[tb + i / 2u])[i % 2u];
+    }
+    case KIND_Q8: {
+      v = f32(bitcast<i32>(tok[tb + i / 4u] << (24u - 8u * (i % 4u))) >> 24u);
+    }
+    case KIND_Q4: {
+      v = f32(i32((tok[tb + i / 8u] >> (4u * (i % 8u))) & 15u) - 8);
+    }
+    default: {
+      v = f32(i32((tok[tb + i / 16u] >> (2u * (i % 16u))) & 3u) - 2);
+    }
+  }
+  if (p.kind >= KIND_Q2) {
+    v = v * bitcast<f32>(tok[tb + p.row_words + i / p.block]);
+  }
+  return v * p.embed_scale;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) g: vec3<u32>) {
@@ -22,6 +61,6 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
   let inv = inverseSqrt(ss / f32(p.width) + p.eps);
   for (var i = 0u; i < p.width; i++) {
     let v = pl[base + i] * p.proj_scale * inv * w[i];
-    pl[base + i] = (v + tok[base + i]) * p.input_scale;
+    pl[base + i] = (v + tok_value(t, l * p.width + i)) * p.input_scale;
   }
 }

@@ -26,55 +26,67 @@ struct P {
 
 const TILE: u32 = 64u;  // rows and tokens per tile, columns per step
 const KW: u32 = 16u;    // packed words per row (or token) per step
-const LD: u32 = 17u;    // the tiles' row stride in words (padded against bank conflicts)
-var<workgroup> ws: array<u32, 1088>;  // [row][KW] weight codes, stride LD
-var<workgroup> xs: array<u32, 1088>;  // [token][KW] input codes
+// [word k][rows 4 q .. 4 q + 3] and [word k][tokens 4 q ..]: an invocation's 4 rows (tokens) of a
+// word in one vector.
+var<workgroup> ws: array<vec4<u32>, 256>;
+var<workgroup> xs: array<vec4<u32>, 256>;
 
-// The weight codes of row o, columns c .. c + 15 (c a multiple of 16), as 4 packed words: one
-// source word per 16 int2 codes, two per 16 int4 codes, four per 16 int8 codes.
-fn weight_codes(o: u32, c: u32) -> vec4<u32> {
+// The source words of row o's weight codes for columns c .. c + 15 (c a multiple of 16): one word
+// per 16 int2 codes, two per 16 int4 codes, four per 16 int8 codes (0 past the row).
+fn weight_words(o: u32, c: u32) -> vec4<u32> {
   var out = vec4<u32>(0u);
   if (o >= p.rows || c >= p.cols) {
     return out;
   }
   let rb = o * p.row_words;
+  let per = select(select(4u, 2u, p.kind == KIND_Q4), 1u, p.kind == KIND_Q2);
+  let w0 = c / (16u / per);
+  for (var q = 0u; q < 4u; q++) {
+    if (q < per && w0 + q < p.row_words) {
+      out[q] = w[rb + w0 + q];
+    }
+  }
+  return out;
+}
+
+// Those words' codes as 4 packed int8 words (columns past `cols`: 0).
+fn weight_codes(src: vec4<u32>, c: u32) -> vec4<u32> {
+  var out = vec4<u32>(0u);
   let lane = vec4<u32>(0u, 1u, 2u, 3u);
   for (var q = 0u; q < 4u; q++) {
     let col = vec4<u32>(c + 4u * q) + lane;
     var v: vec4<i32>;
     if (p.kind == KIND_Q4) {
-      let wi = c / 8u + q / 2u;
-      let word = select(0u, w[rb + wi], wi < p.row_words);
-      v = vec4<i32>((vec4<u32>(word) >> (4u * (lane + 4u * (q % 2u)))) & vec4<u32>(15u)) - vec4<i32>(8);
+      v = vec4<i32>((vec4<u32>(src[q / 2u]) >> (4u * (lane + 4u * (q % 2u)))) & vec4<u32>(15u)) - vec4<i32>(8);
     } else if (p.kind == KIND_Q2) {
-      let word = w[rb + c / 16u];
-      v = vec4<i32>((vec4<u32>(word) >> (2u * (lane + 4u * q))) & vec4<u32>(3u)) - vec4<i32>(2);
+      v = vec4<i32>((vec4<u32>(src[0]) >> (2u * (lane + 4u * q))) & vec4<u32>(3u)) - vec4<i32>(2);
     } else {
-      let wi = c / 4u + q;
-      let word = select(0u, w[rb + wi], wi < p.row_words);
-      v = bitcast<vec4<i32>>(vec4<u32>(word) << (24u - 8u * lane)) >> vec4<u32>(24u);
+      v = bitcast<vec4<i32>>(vec4<u32>(src[q]) << (24u - 8u * lane)) >> vec4<u32>(24u);
     }
     out[q] = pack4xI8(select(vec4<i32>(0), v, col < vec4<u32>(p.cols)));
   }
   return out;
 }
 
-// The input codes of token t, columns c .. c + 15, as 4 packed words.
-fn input_codes(t: u32, c: u32) -> vec4<u32> {
-  var out = vec4<u32>(0u);
-  if (t >= p.n) {
-    return out;
-  }
+// The input codes of token t, columns c .. c + 15 (0 past `cols` or the last token).
+fn input_values(t: u32, c: u32) -> array<f32, 16> {
+  var v: array<f32, 16>;
   let xb = p.x_off + t * p.x_stride;
-  for (var q = 0u; q < 4u; q++) {
-    var v = vec4<i32>(0);
-    for (var k = 0u; k < 4u; k++) {
-      let col = c + 4u * q + k;
-      if (col < p.cols) {
-        v[k] = i32(x[xb + col]);
-      }
+  for (var k = 0u; k < 16u; k++) {
+    v[k] = 0.0;
+    if (t < p.n && c + k < p.cols) {
+      v[k] = x[xb + c + k];
     }
-    out[q] = pack4xI8(v);
+  }
+  return v;
+}
+
+// Those codes as 4 packed int8 words.
+fn input_codes(v: array<f32, 16>) -> vec4<u32> {
+  var out = vec4<u32>(0u);
+  for (var q = 0u; q < 4u; q++) {
+    out[q] = pack4xI8(vec4<i32>(i32(v[4u * q]), i32(v[4u * q + 1u]), i32(v[4u * q + 2u]),
+                                i32(v[4u * q + 3u])));
   }
   return out;
 }
@@ -96,10 +108,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   let o0 = wg.x * TILE;
   let t0 = wg.y * TILE;
-  // This invocation's outputs: rows o0 + tr + 16 i, tokens t0 + tt + 16 j (i, j < 4).
+  // This invocation's outputs: rows o0 + 4 tr + i, tokens t0 + 4 tt + j (i, j < 4).
   let tr = li % 16u;
   let tt = li / 16u;
-  // What it loads per step: row (and token) li / 4, packed words 4 (li % 4) .. + 3.
+  // What it loads per step: row (and token) li / 4, packed words 4 (li % 4) .. + 3. The next
+  // step's source words and inputs are loaded before this step's products (registers), so their
+  // latency overlaps them.
   let lr = li / 4u;
   let lq = (li % 4u) * 4u;
   var acc: array<vec4<i32>, 4>;  // [row i], tokens j in lanes
@@ -108,30 +122,36 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   let split = p.splits > 1u;
   let c_end = select(p.cols, min(p.cols, (wg.z + 1u) * p.kper * TILE), split);
-  for (var c0 = select(0u, wg.z * p.kper * TILE, split); c0 < c_end; c0 += TILE) {
-    let wc = weight_codes(o0 + lr, c0 + 4u * lq);
-    let xc = input_codes(t0 + lr, c0 + 4u * lq);
+  var c0 = select(0u, wg.z * p.kper * TILE, split);
+  var wsrc = weight_words(o0 + lr, c0 + 4u * lq);
+  var xsrc = input_values(t0 + lr, c0 + 4u * lq);
+  for (; c0 < c_end; c0 += TILE) {
+    let wc = weight_codes(wsrc, c0 + 4u * lq);
+    let xc = input_codes(xsrc);
     for (var q = 0u; q < 4u; q++) {
-      ws[lr * LD + lq + q] = wc[q];
-      xs[lr * LD + lq + q] = xc[q];
+      ws[(lq + q) * 16u + lr / 4u][lr % 4u] = wc[q];
+      xs[(lq + q) * 16u + lr / 4u][lr % 4u] = xc[q];
     }
     workgroupBarrier();
+    if (c0 + TILE < c_end) {
+      wsrc = weight_words(o0 + lr, c0 + TILE + 4u * lq);
+      xsrc = input_values(t0 + lr, c0 + TILE + 4u * lq);
+    }
     for (var k = 0u; k < KW; k++) {
-      let b = vec4<u32>(xs[tt * LD + k], xs[(tt + 16u) * LD + k], xs[(tt + 32u) * LD + k],
-                        xs[(tt + 48u) * LD + k]);
+      let a = ws[k * 16u + tr];
+      let b = xs[k * 16u + tt];
       for (var i = 0u; i < 4u; i++) {
-        let a = ws[(tr + 16u * i) * LD + k];
-        acc[i] += vec4<i32>(dot4I8Packed(a, b.x), dot4I8Packed(a, b.y), dot4I8Packed(a, b.z),
-                            dot4I8Packed(a, b.w));
+        acc[i] += vec4<i32>(dot4I8Packed(a[i], b.x), dot4I8Packed(a[i], b.y),
+                            dot4I8Packed(a[i], b.z), dot4I8Packed(a[i], b.w));
       }
     }
     workgroupBarrier();
   }
   for (var i = 0u; i < 4u; i++) {
-    let o = o0 + tr + 16u * i;
+    let o = o0 + 4u * tr + i;
     if (o < p.rows) {
       for (var j = 0u; j < 4u; j++) {
-        let t = t0 + tt + 16u * j;
+        let t = t0 + 4u * tt + j;
         if (t < p.n) {
           if (split) {
             part[(wg.z * p.n + t) * p.rows + o] = acc[i][j];

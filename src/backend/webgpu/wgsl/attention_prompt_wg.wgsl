@@ -4,10 +4,12 @@
 // head h of the set; for a block of 32 keys, invocation lane scores key j0 + lane (attention_wg's
 // score_part for a team of one: blocks of 8 products added pairwise in f32, the blocks in
 // float-float; the block's key rows staged in workgroup memory 64 dimensions at a time, loaded
-// coalesced by the whole workgroup), then each invocation adds the weighted value rows to its output dimensions
-// d = lane, lane + 32, ... (head_dim <= 512): the products of 8 keys in f32, those sums in
-// float-float. Two passes over the keys, each scoring them: the maximum first, then the weights
-// exp(s - max), their float-float sum and the value sums; out = sums / weight sum.
+// coalesced by the whole workgroup), then each invocation adds the weighted value rows to its
+// output dimensions d = lane, lane + 32, ... (head_dim <= 512): the products of 8 keys in f32,
+// those sums in float-float. One pass over the keys: the weights are exp(s - m) with m the
+// maximum of the head's scores so far; where a block raises it, the weight sum and the value
+// sums so far are scaled by exp(m_old - m_new) (attention_merge_wg's rescaling, per block);
+// out = sums / weight sum.
 // q: the normalized, rotated query rows [n][heads][hd] (head_norm_wg); head_dim a multiple of 8,
 // kv_width of 4. Workgroups: x = key/value head x head sets of 8, y = token.
 struct P {
@@ -90,23 +92,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let qb = row * p.hd / 4u;
   let kvo = kvh * p.hd;
 
-  // Pass 1: the maximum score of the head's keys.
-  var mx = -3.4e38;
-  for (var j0 = first; j0 <= pos; j0 += 32u) {
-    let nb = min(32u, pos + 1u - j0);
-    let s = score_block(qb, j0, nb, kvo, li, lane);
-    if (lane < nb) {
-      mx = max(mx, s);
-    }
-  }
-  red[li] = vec2<f32>(mx, 0.0);
-  workgroupBarrier();
-  var m = -3.4e38;
-  for (var k = 0u; k < 32u; k++) {
-    m = max(m, red[hl * 32u + k].x);
-  }
-
-  // Pass 2: the weights, their sum and the weighted value rows.
+  var m = -3.4e38;  // the head's maximum score so far
   var den = vec2<f32>(0.0, 0.0);
   var acc: array<vec2<f32>, 16>;
   for (var k = 0u; k < 16u; k++) {
@@ -115,12 +101,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   for (var j0 = first; j0 <= pos; j0 += 32u) {
     let nb = min(32u, pos + 1u - j0);
     let s = score_block(qb, j0, nb, kvo, li, lane);
+    // The block's maximum (its scores through ew; score_block's barriers: the previous block's
+    // weights read), the new running maximum and the old sums' scale.
+    ew[li] = s;
+    workgroupBarrier();
+    var bm = -3.4e38;
+    for (var k = 0u; k < nb; k++) {
+      bm = max(bm, ew[hl * 32u + k]);
+    }
+    let mn = max(m, bm);
+    if (mn > m) {
+      let f = exp(m - mn);
+      den = den * f;
+      for (var k = 0u; k < 16u; k++) {
+        acc[k] = acc[k] * f;
+      }
+      m = mn;
+    }
     var e = 0.0;
     if (lane < nb) {
       e = exp(s - m);
       den = ff_add1(den, e);
     }
-    ew[li] = e;  // (score_block's barriers: the previous block's weights read)
+    workgroupBarrier();  // (the scores read)
+    ew[li] = e;
     workgroupBarrier();
     for (var jb = 0u; jb < nb; jb += 8u) {
       var blk: array<f32, 16>;
@@ -142,7 +146,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       }
     }
   }
-  workgroupBarrier();  // (the maxima read)
   red[li] = den;
   workgroupBarrier();
   var tot = vec2<f32>(0.0, 0.0);

@@ -215,6 +215,9 @@ constexpr int kSplitSlots = 256;
 constexpr int kArgmaxSlice = 1024;
 constexpr uint32_t kArgmaxParts = 256;
 constexpr int kSplitMinKeys = 8;
+// A chunk of at least this many tokens submits what it has recorded before the host prepares the
+// per-layer rows and the RoPE tables (RunChunk), so the GPU works meanwhile.
+constexpr int kOverlapTokens = 64;
 // A step of at least this many tokens whose attention runs in one pass takes attention_prompt_wg
 // (up to 8 query heads of a key/value head per workgroup, each key and value row read once for
 // them) where head_dim is a multiple of 8; the query rows are normalized first (head_norm_wg).
@@ -915,7 +918,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   const uint32_t t_off = 2 * region, z_off = 3 * region;
   int cur = 0;
   gw_write(stream_, 0, rows.data(), rows.size() * 4);
-  if (P > 0) {
+  // The per-layer rows and the RoPE tables are prepared where the first dispatch that reads them
+  // is recorded; in a long chunk the dispatches recorded before go to the GPU first, so that it
+  // works while the host prepares them (~10 ms of a 511-token chunk in the module).
+  const bool overlap = m >= kOverlapTokens;
+  auto ple_rows = [&] {
+    if (overlap && gw_submit() != 0) ThrowDevice("webgpu");
     // Each token's per-layer embedding row as stored (codes or values), then its row's scales:
     // ple_combine.wgsl decodes them (EmbeddingRow's f32 operations, so the same bits), and the host
     // copies ~4.5 KB a token (QAT int4) instead of decoding 8,960 floats.
@@ -932,25 +940,33 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       }
     }
     gw_write(tok_, 0, tok.data(), tok.size() * 4);
-  }
-  for (int type = 0; type < 2; ++type) {
-    const std::vector<float>& inv = type == 0 ? inv_sliding_ : inv_full_;
-    const int hd = type == 0 ? cfg_.head_dim : cfg_.global_head_dim;
-    if (hd <= 0) continue;
-    const int half = hd / 2;
-    std::vector<float> cs(static_cast<size_t>(m) * hd);
-    for (int t = 0; t < m; ++t) {
-      for (int i = 0; i < half; ++i) {
-        const float f = static_cast<float>(pos0 + t) * inv[i];
-        cs[static_cast<size_t>(t) * hd + i] = std::cos(f);
-        cs[static_cast<size_t>(t) * hd + half + i] = std::sin(f);
+  };
+  bool rope_ready = false;
+  auto rope_tables = [&] {
+    if (rope_ready) return;
+    rope_ready = true;
+    if (overlap && gw_submit() != 0) ThrowDevice("webgpu");
+    for (int type = 0; type < 2; ++type) {
+      const std::vector<float>& inv = type == 0 ? inv_sliding_ : inv_full_;
+      const int hd = type == 0 ? cfg_.head_dim : cfg_.global_head_dim;
+      if (hd <= 0) continue;
+      const int half = hd / 2;
+      std::vector<float> cs(static_cast<size_t>(m) * hd);
+      for (int t = 0; t < m; ++t) {
+        for (int i = 0; i < half; ++i) {
+          const float f = static_cast<float>(pos0 + t) * inv[i];
+          cs[static_cast<size_t>(t) * hd + i] = std::cos(f);
+          cs[static_cast<size_t>(t) * hd + half + i] = std::sin(f);
+        }
       }
+      gw_write(type == 0 ? cs_s_ : cs_f_, 0, cs.data(), cs.size() * 4);
     }
-    gw_write(type == 0 ? cs_s_ : cs_f_, 0, cs.data(), cs.size() * 4);
-  }
+  };
 
-  if (P > 0) {
-    M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, scratch_);
+  // The per-layer inputs (ple_combine: the model projection's rows, normed, plus the token rows),
+  // recorded before the first layer's per-layer gate reads them.
+  auto ple_inputs = [&] {
+    ple_rows();
     Params p;
     const Embedding& e = model_.ple_embed();
     p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
@@ -961,7 +977,9 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         .f(e.embed_scale);
     const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
     gw_dispatch(M.pipeline(kPleCombine), b, 3, p.data(), p.size(), Groups(L, 64), m, 1);
-  }
+  };
+  if (P > 0) M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, scratch_);
+  bool ple_ready = false;
 
   // rmsnorm.wgsl: mode 0 y = norm(x); mode 1 y = (y + norm(x)) * scale; with `next`, mode 2: mode
   // 1, then a_ = the next norm of the new y (weights *next), one dispatch instead of two.
@@ -1094,6 +1112,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
         M.RecordLinear(w.k, in, in_off, H, qraw_, k_off, nkv * hd, n, scratch_);
         M.RecordLinear(w.v, in, in_off, H, qraw_, v_off, nkv * hd, n, scratch_);
       }
+      rope_tables();
       // (the key and value heads only where attention_wg normalizes the query heads itself,
       // q_norm; with them where attention_prompt_wg reads them from q_)
       const int qh = prompt_attn ? nh : 0;
@@ -1116,15 +1135,18 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       const int b[] = {qraw_, M.Vec(w.q_norm), cs, q_, M.Vec(w.k_norm), slot.k, slot.v};
       gw_dispatch(M.pipeline(kHeadNorm), b, 7, hp.data(), hp.size(), qh + 2 * nkv, n, 1);
     } else if (!M.workgroup() || prompt_attn) {
+      rope_tables();
       head_norm(qraw_, w.q_norm, n, r0, nh, hd, true, cs, q_, false, 1);
     }
     if (pro) swapped();
     if (!p.kv_shared && !M.workgroup()) {
+      rope_tables();
       M.RecordLinear(w.k, a_, 0, H, kraw_, 0, nkv * hd, n, scratch_);
       M.RecordLinear(w.v, a_, 0, H, vraw_, 0, nkv * hd, n, scratch_);
       head_norm(kraw_, w.k_norm, n, r0, nkv, hd, true, cs, slot.k, true, slot.ring);
       head_norm(vraw_, {}, n, r0, nkv, hd, false, cs, slot.v, true, slot.ring);
     }
+    rope_tables();  // (attention_wg's q_norm reads them)
     {
       Params a;
       a.u(n).u(nh).u(hd).u(nh / nkv).u(nkv * hd).u(pos0 + r0).u(p.window).u(slot.ring);
@@ -1196,6 +1218,10 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     pending = {
         .on = true, .r0 = r0, .n = n, .wa = &w.post_ffn_norm, .scale = ple ? 1.0f : w.layer_scalar};
     if (ple) {
+      if (!ple_ready) {
+        ple_ready = true;
+        ple_inputs();
+      }
       // The per-layer input gate reads the residual itself (its norm in the gate's prologue).
       const uint32_t ple_off = static_cast<uint32_t>(l * P + r0 * L * P);
       const LinearEpilogue ge{2, ple_, ple_off, static_cast<uint32_t>(L * P)};

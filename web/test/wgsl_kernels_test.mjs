@@ -260,7 +260,7 @@ for (let c = 0; c < 12; ++c) {
   // (cases 8 and 9: more query heads per key/value head than attention_prompt_wg's set of 8)
   const kvHeads = int(1, 2), group = c === 8 ? 12 : c === 9 ? 9 : pick([1, 2, 4, 8]);
   const heads = kvHeads * group;
-  const n = c < 3 ? int(20, 40) : int(1, 6);
+  const n = c < 2 ? int(8, 12) : int(1, 6);
   const window = c === 11 ? 0 : rnd() < 0.5 ? int(4, 40) : 0;
   const pos0 = c === 11 ? int(2050, 2150) : int(0, 90);
   const ring = window > 0 ? window + int(n, n + 8) : pos0 + n + int(0, 4);
@@ -414,7 +414,7 @@ const denseTileCases = [];
 for (let c = 0; c < 8; ++c) {
   const kind = ['bf16', 'f32', 'f16', 'q4', 'q8', 'q2', 'bf16', 'f16'][c];
   const cols = c === 0 ? 1536 : c === 1 ? 32 : int(1, 300);
-  denseTileCases.push(denseCase(kind, c === 0 ? 70 : int(1, 100), cols, c === 0 ? 16 : int(16, 80), 'linear_dense_tile_wg'));
+  denseTileCases.push(denseCase(kind, c === 0 ? 70 : int(1, 80), cols, c === 0 ? 16 : int(16, 70), 'linear_dense_tile_wg'));
 }
 
 // ---- rmsnorm_wg (modes 0, 1, 2) and head_norm_wg against float64.

@@ -41,50 +41,14 @@ fn weights8(o: u32, c: u32) -> array<f32, 8> {
   if (o >= p.rows || c >= p.cols) {
     return v;
   }
-  switch p.kind {
-    case KIND_F32: {
-      for (var e = 0u; e < 8u; e++) {
-        v[e] = bitcast<f32>(word(o, c + e));
-      }
-    }
-    case KIND_BF16: {
-      for (var e = 0u; e < 4u; e++) {
-        let wd = word(o, c / 2u + e);
-        v[2u * e] = bitcast<f32>(wd << 16u);
-        v[2u * e + 1u] = bitcast<f32>(wd & 0xffff0000u);
-      }
-    }
-    case KIND_F16: {
-      for (var e = 0u; e < 4u; e++) {
-        let h = unpack2x16float(word(o, c / 2u + e));
-        v[2u * e] = h.x;
-        v[2u * e + 1u] = h.y;
-      }
-    }
-    case KIND_Q8: {
-      for (var e = 0u; e < 8u; e++) {
-        let wd = word(o, (c + e) / 4u);
-        v[e] = f32(bitcast<i32>(wd << (24u - 8u * ((c + e) % 4u))) >> 24u);
-      }
-    }
-    case KIND_Q4: {
-      let wd = word(o, c / 8u);
-      for (var e = 0u; e < 8u; e++) {
-        v[e] = f32(i32((wd >> (4u * e)) & 15u) - 8);
-      }
-    }
-    default: {
-      let wd = word(o, c / 16u);
-      let sh = 2u * (c % 16u);
-      for (var e = 0u; e < 8u; e++) {
-        v[e] = f32(i32((wd >> (sh + 2u * e)) & 3u) - 2);
-      }
-    }
-  }
-  // (the last word's columns past `cols`: padding, not weights)
+  let per = kind_per_word(p.kind);
+  let quant = p.kind >= KIND_Q2;
   for (var e = 0u; e < 8u; e++) {
-    if (c + e >= p.cols) {
-      v[e] = 0.0;
+    // (the last word's columns past `cols`: padding, not weights)
+    if (c + e < p.cols) {
+      let wd = word(o, (c + e) / per);
+      let k = (c + e) % per;
+      v[e] = select(word_value(p.kind, wd, k), f32(word_code(p.kind, wd, k)), quant);
     }
   }
   return v;

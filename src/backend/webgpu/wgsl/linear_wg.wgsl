@@ -21,37 +21,6 @@ struct P {
 const R: u32 = 4u;
 const T: u32 = 4u;
 
-fn per_word() -> u32 {
-  switch p.kind {
-    case KIND_F32: { return 1u; }
-    case KIND_BF16, KIND_F16: { return 2u; }
-    case KIND_Q8: { return 4u; }
-    case KIND_Q4: { return 8u; }
-    default: { return 16u; }
-  }
-}
-
-// Element k of a weight word: the value (dense kinds) or the integer code (quantized kinds).
-fn dense_at(word: u32, k: u32) -> f32 {
-  if (p.kind == KIND_F32) {
-    return bitcast<f32>(word);
-  }
-  if (p.kind == KIND_BF16) {
-    return bitcast<f32>(select(word & 0xffff0000u, word << 16u, k == 0u));
-  }
-  return unpack2x16float(word)[k];
-}
-
-fn code_at(word: u32, k: u32) -> i32 {
-  if (p.kind == KIND_Q8) {
-    return bitcast<i32>(word << (24u - 8u * k)) >> 24u;
-  }
-  if (p.kind == KIND_Q4) {
-    return i32((word >> (4u * k)) & 15u) - 8;
-  }
-  return i32((word >> (2u * k)) & 3u) - 2;
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let o0 = (wg.y * 16384u + wg.x) * R;
@@ -59,7 +28,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   if (o0 >= p.rows || t0 >= p.n) {
     return;
   }
-  let per = per_word();
+  let per = kind_per_word(p.kind);
   let quant = p.kind >= KIND_Q2;
   let srq = quant && p.srq_in != 0u;
   let nr = min(R, p.rows - o0);
@@ -141,11 +110,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
           let xk = x[xb + k];
           for (var r = 0u; r < R; r++) {
             if (srq) {
-              acci[t][r] += code_at(wv[r], k) * i32(xk);
+              acci[t][r] += word_code(p.kind, wv[r], k) * i32(xk);
             } else if (quant) {
-              accf[t][r] = ff_add1(accf[t][r], f32(code_at(wv[r], k)) * xk);
+              accf[t][r] = ff_add1(accf[t][r], f32(word_code(p.kind, wv[r], k)) * xk);
             } else {
-              accf[t][r] = ff_add1(accf[t][r], dense_at(wv[r], k) * xk);
+              accf[t][r] = ff_add1(accf[t][r], word_value(p.kind, wv[r], k) * xk);
             }
           }
         }

@@ -17,32 +17,13 @@ struct P {
 // Element i of token t's embedding row.
 fn tok_value(t: u32, i: u32) -> f32 {
   let tb = t * p.stride;
-  var v = 0.0;
-  switch p.kind {
-    case KIND_F32: {
-      v = bitcast<f32>(tok[tb + i]);
-    }
-    case KIND_BF16: {
-      let wd = tok[tb + i / 2u];
-      v = bitcast<f32>(select(wd & 0xffff0000u, wd << 16u, i % 2u == 0u));
-    }
-    case KIND_F16: {
-      v = unpack2x16float(tok[tb + i / 2u])[i % 2u];
-    }
-    case KIND_Q8: {
-      v = f32(bitcast<i32>(tok[tb + i / 4u] << (24u - 8u * (i % 4u))) >> 24u);
-    }
-    case KIND_Q4: {
-      v = f32(i32((tok[tb + i / 8u] >> (4u * (i % 8u))) & 15u) - 8);
-    }
-    default: {
-      v = f32(i32((tok[tb + i / 16u] >> (2u * (i % 16u))) & 3u) - 2);
-    }
-  }
+  let per = kind_per_word(p.kind);
+  let wd = tok[tb + i / per];
   if (p.kind >= KIND_Q2) {
-    v = v * bitcast<f32>(tok[tb + p.row_words + i / p.block]);
+    let v = f32(word_code(p.kind, wd, i % per)) * bitcast<f32>(tok[tb + p.row_words + i / p.block]);
+    return v * p.embed_scale;
   }
-  return v * p.embed_scale;
+  return word_value(p.kind, wd, i % per) * p.embed_scale;
 }
 
 @compute @workgroup_size(64)

@@ -11,6 +11,39 @@ const KIND_Q2: u32 = 3u;
 const KIND_Q4: u32 = 4u;
 const KIND_Q8: u32 = 5u;
 
+// Elements per stored word of a kind.
+fn kind_per_word(kind: u32) -> u32 {
+  switch kind {
+    case KIND_F32: { return 1u; }
+    case KIND_BF16, KIND_F16: { return 2u; }
+    case KIND_Q8: { return 4u; }
+    case KIND_Q4: { return 8u; }
+    default: { return 16u; }
+  }
+}
+
+// Element k of a stored word of a dense kind: its value.
+fn word_value(kind: u32, word: u32, k: u32) -> f32 {
+  if (kind == KIND_F32) {
+    return bitcast<f32>(word);
+  }
+  if (kind == KIND_BF16) {
+    return bitcast<f32>(select(word & 0xffff0000u, word << 16u, k == 0u));
+  }
+  return unpack2x16float(word)[k];
+}
+
+// Element k of a stored word of a quantized kind: its integer code.
+fn word_code(kind: u32, word: u32, k: u32) -> i32 {
+  if (kind == KIND_Q8) {
+    return bitcast<i32>(word << (24u - 8u * k)) >> 24u;
+  }
+  if (kind == KIND_Q4) {
+    return i32((word >> (4u * k)) & 15u) - 8;
+  }
+  return i32((word >> (2u * k)) & 3u) - 2;
+}
+
 // transformers' apply_srq code: clamp(round_half_even(z / s), -128, 127) of the exact quotient.
 // WGSL's division is within 2.5 ulp, so a quotient that lands near a rounding boundary
 // (k + 0.5) is decided exactly: the sign of 2z - (2k + 1) s, with s split into two 12-bit halves

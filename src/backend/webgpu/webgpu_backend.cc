@@ -922,7 +922,12 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
   // is recorded; in a long chunk the dispatches recorded before go to the GPU first, so that it
   // works while the host prepares them (~10 ms of a 511-token chunk in the module).
   const bool overlap = m >= kOverlapTokens;
-  auto ple_rows = [&] {
+  // The per-layer inputs (ple_combine: the model projection's rows, normed, plus the token rows),
+  // recorded before the first layer's per-layer gate reads them.
+  bool ple_ready = false;
+  auto ple_inputs = [&] {
+    if (ple_ready) return;
+    ple_ready = true;
     if (overlap && gw_submit() != 0) ThrowDevice("webgpu");
     // Each token's per-layer embedding row as stored (codes or values), then its row's scales:
     // ple_combine.wgsl decodes them (EmbeddingRow's f32 operations, so the same bits), and the host
@@ -940,6 +945,15 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
       }
     }
     gw_write(tok_, 0, tok.data(), tok.size() * 4);
+    Params p;
+    p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
+    p.u(KindCode(e.kind))
+        .u(static_cast<uint32_t>(stride))
+        .u(static_cast<uint32_t>(words))
+        .u(static_cast<uint32_t>(IsQuantized(e.kind) ? e.cols / e.scale_blocks : 0))
+        .f(e.embed_scale);
+    const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
+    gw_dispatch(M.pipeline(kPleCombine), b, 3, p.data(), p.size(), Groups(L, 64), m, 1);
   };
   bool rope_ready = false;
   auto rope_tables = [&] {
@@ -963,23 +977,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     }
   };
 
-  // The per-layer inputs (ple_combine: the model projection's rows, normed, plus the token rows),
-  // recorded before the first layer's per-layer gate reads them.
-  auto ple_inputs = [&] {
-    ple_rows();
-    Params p;
-    const Embedding& e = model_.ple_embed();
-    p.u(m).u(L).u(P).f(model_.ple_model_proj_scale()).f(model_.ple_input_scale()).f(eps);
-    p.u(KindCode(e.kind))
-        .u(static_cast<uint32_t>(PleStride()))
-        .u(static_cast<uint32_t>(PleRowWords()))
-        .u(static_cast<uint32_t>(IsQuantized(e.kind) ? e.cols / e.scale_blocks : 0))
-        .f(e.embed_scale);
-    const int b[] = {tok_, M.Vec(model_.ple_proj_norm()), ple_};
-    gw_dispatch(M.pipeline(kPleCombine), b, 3, p.data(), p.size(), Groups(L, 64), m, 1);
-  };
   if (P > 0) M.RecordLinear(model_.ple_model_proj(), stream_, 0, H, ple_, 0, L * P, m, scratch_);
-  bool ple_ready = false;
 
   // rmsnorm.wgsl: mode 0 y = norm(x); mode 1 y = (y + norm(x)) * scale; with `next`, mode 2: mode
   // 1, then a_ = the next norm of the new y (weights *next), one dispatch instead of two.
@@ -1218,10 +1216,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     pending = {
         .on = true, .r0 = r0, .n = n, .wa = &w.post_ffn_norm, .scale = ple ? 1.0f : w.layer_scalar};
     if (ple) {
-      if (!ple_ready) {
-        ple_ready = true;
-        ple_inputs();
-      }
+      ple_inputs();
       // The per-layer input gate reads the residual itself (its norm in the gate's prologue).
       const uint32_t ple_off = static_cast<uint32_t>(l * P + r0 * L * P);
       const LinearEpilogue ge{2, ple_, ple_off, static_cast<uint32_t>(L * P)};

@@ -199,7 +199,9 @@ export class Engine {
 // {module, flags}: Dawn for Node's npm package `webgpu` and its create() flags (e.g.
 // ["backend=vulkan"]); {rejectSubgroupShaders: true} (tests) makes the shader compiler refuse the
 // subgroup kernels, as some drivers' would: the engine then takes the workgroup reductions and
-// engine.info.device says "subgroups refused". onProgress({file, loaded, total}) while fetching. threads: > 1
+// engine.info.device says "subgroups refused"; {rejectKernels: "regex"} (tests) refuses the kernels
+// whose names match it (a refused prompt-chunk kernel leaves its chunks to the general kernels).
+// onProgress({file, loaded, total}) while fetching. threads: > 1
 // runs the pthreads build (gemma-engine-mt.js beside the module) where SharedArrayBuffer works
 // (Node, a cross-origin isolated page), else one thread; engine.info.threads says which.
 export async function loadEngine({ model, name, backend = 'auto', context = 4096, threads = 1, onProgress, webgpu,

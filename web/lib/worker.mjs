@@ -50,7 +50,8 @@ async function init(msg) {
   await load({ ...msg, gpu: await nodeGpu(msg), gpuKernels: msg.webgpu?.kernels,
               gpuSubgroups: msg.webgpu?.subgroups,
               gpuMatvecWorkgroups: msg.webgpu?.matvecWorkgroups,
-              gpuRejectSubgroupShaders: msg.webgpu?.rejectSubgroupShaders });
+              gpuRejectSubgroupShaders: msg.webgpu?.rejectSubgroupShaders,
+              gpuRejectKernels: msg.webgpu?.rejectKernels });
 }
 
 // The GPU for the WebGPU backend: the page's navigator.gpu, or under Node Dawn's (the npm
@@ -68,7 +69,7 @@ async function nodeGpu(msg) {
 }
 
 async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroups, gpuMatvecWorkgroups,
-                      gpuRejectSubgroupShaders }) {
+                      gpuRejectSubgroupShaders, gpuRejectKernels }) {
   let wasmBinary;
   if (isNode) {
     // Emscripten 3.1.6's ES module output reaches for CommonJS names under Node.
@@ -89,6 +90,7 @@ async function load({ moduleUrl, wasmUrl, pthreads, gpu, gpuKernels, gpuSubgroup
   if (gpuSubgroups !== undefined) opts.gpuSubgroups = gpuSubgroups;
   if (gpuMatvecWorkgroups !== undefined) opts.gpuMatvecWorkgroups = gpuMatvecWorkgroups;
   if (gpuRejectSubgroupShaders) opts.gpuRejectSubgroupShaders = true;
+  if (gpuRejectKernels) opts.gpuRejectKernels = gpuRejectKernels;
   M = await create(wasmBinary ? { wasmBinary, ...opts }
                               : { locateFile: (f) => (f.endsWith('.wasm') ? wasmUrl : new URL(f, wasmUrl).href), ...opts });
 }

@@ -73,9 +73,9 @@ function relL2(a, b) {
 // where the adapter has `subgroups`, as SwiftShader does) and without (webgpu.subgroups false).
 // The row and subgroup ones run the logits of the f32-sensitive dense golden's longest prompt
 // (without the continuation's positions) and 8 greedy tokens of the QAT golden's second prompt;
-// the workgroup kernels without subgroups 3 greedy tokens of its one-token prompt
-// (web_wgsl_kernels_test compares their kernels with the subgroup ones at every shape; this checks
-// the option end to end). The row kernels (SwiftShader's default) run every golden's
+// the workgroup kernels without subgroups run in CI as the prompt kernels' run below
+// (web_wgsl_kernels_test compares their kernels with the subgroup ones at every shape), and here
+// with --all-kernels (webgpu.subgroups false, end to end). The row kernels (SwiftShader's default) run every golden's
 // every prompt in headless Chromium (webgpu_browser_test.mjs), so not again here, and the
 // workgroup kernels (GPUs' default) are ~25x slower on SwiftShader (a barrier is a coroutine switch
 // per invocation). With --all-kernels (the GPU machine's script) every configuration runs every
@@ -87,18 +87,14 @@ const configs = [
     subset: { tiny_e4b_like_f16: { prompt: 3, score: true }, tiny_qat: { prompt: 1, generate: true } } },
   { kernels: 'workgroup', device: 'workgroup kernels with subgroups',
     subset: { tiny_e4b_like_f16: { prompt: 3, score: true }, tiny_qat: { prompt: 1, generate: true } } },
-  // (--all-kernels only: the refused-subgroups case below runs the same kernels in CI)
+  // (--all-kernels only: the prompt kernels' run below has the same reductions in CI, there
+  // because the compiler refused the subgroup ones)
   { kernels: 'workgroup', subgroups: false, device: 'workgroup kernels', allOnly: true,
     subset: { tiny_qat: { prompt: 0, generate: true, tokens: 3 } } },
-  // An adapter that lists `subgroups` but whose compiler refuses the subgroup shaders: the engine
-  // falls back to the workgroup reductions and says why.
-  { kernels: 'workgroup', reject: true, device: 'workgroup kernels (subgroups refused: pipeline ',
-    subset: { tiny_qat: { prompt: 0, generate: true, tokens: 3 } } },
 ];
-for (const { kernels, subgroups, reject, device, subset, allOnly } of configs) {
+for (const { kernels, subgroups, device, subset, allOnly } of configs) {
   if (allOnly && !allKernels) continue;
-  const label = reject ? `${kernels}, subgroups refused`
-                : subgroups === false ? `${kernels}, no subgroups` : kernels;
+  const label = subgroups === false ? `${kernels}, no subgroups` : kernels;
   for (const name of fs.readdirSync(goldenDir).sort()) {
     const dir = path.join(goldenDir, name);
     const g = JSON.parse(fs.readFileSync(path.join(dir, 'goldens.json'), 'utf8'));
@@ -107,9 +103,9 @@ for (const { kernels, subgroups, reject, device, subset, allOnly } of configs) {
     const prompts = full ? g.prompts.map((_, i) => i) : [subset[name].prompt];
     const qat = g.storage === 'qat';
     const engine = await loadEngine({ model: dir, backend: 'webgpu', context: 1024,
-                                      webgpu: { ...webgpu, kernels, subgroups, rejectSubgroupShaders: reject } });
+                                      webgpu: { ...webgpu, kernels, subgroups } });
     check(engine.info.backend === 'webgpu', `${name}: backend ${engine.info.backend}`);
-    check(reject ? engine.info.device.includes(`, ${device}`) : engine.info.device.endsWith(`, ${device}`),
+    check(engine.info.device.endsWith(`, ${device}`),
           `${name}: ${label} asked, device ${engine.info.device}`);
     const V = engine.info.vocab_size;
     let worst = 0;
@@ -150,14 +146,19 @@ for (const { kernels, subgroups, reject, device, subset, allOnly } of configs) {
 // the workgroup kernels: its attention takes attention_prompt_wg, its (bf16) linears
 // linear_dense_tile_wg. Logits at every position within 1e-4 (rel L2) of the module's CPU
 // reference, and the window's NLL within 1e-2 of transformers' (tests/tiny_trained_test.cc's
-// bound). (The QAT checkpoint's split linear_tile_wg, exact integer sums, is checked bit for bit
+// bound). On an adapter that lists `subgroups` but whose compiler refuses the subgroup shaders
+// (injected): the engine falls back to the workgroup reductions, says why, and compiles the
+// prompt kernels (left for a chunk's first use) with those too. (The QAT checkpoint's split linear_tile_wg, exact integer sums, is checked bit for bit
 // in web_wgsl_kernels_test; SwiftShader runs the workgroup kernels too slowly for CI to score it
 // here as well: ~30 s.)
 {
   const model = path.join(sourceDir, 'models/tiny-trained');
   const g = JSON.parse(fs.readFileSync(path.join(model, 'goldens.json'), 'utf8'));
   const want = g.bf16.perplexity.find((p) => p.context === 128 && p.stride === 64).window_nll[0];
-  const gpu = await loadEngine({ model, backend: 'webgpu', webgpu: { ...webgpu, kernels: 'workgroup' } });
+  const gpu = await loadEngine({ model, backend: 'webgpu',
+                                 webgpu: { ...webgpu, kernels: 'workgroup', rejectSubgroupShaders: true } });
+  check(gpu.info.device.includes(', workgroup kernels (subgroups refused: pipeline '),
+        `subgroup shaders refused: device ${gpu.info.device}`);
   const cpu = await loadEngine({ model, backend: 'cpu-ref' });
   const ids = await gpu.tokenize(fs.readFileSync(path.join(model, 'heldout_sample.txt'), 'utf8'));
   check(ids.length === g.heldout_sample_tokens, `the held-out sample: ${ids.length} tokens`);
@@ -178,7 +179,22 @@ for (const { kernels, subgroups, reject, device, subset, allOnly } of configs) {
     nll += m + Math.log(row.reduce((s, v) => s + Math.exp(v - m), 0)) - row[ids[t]];
   }
   check(Math.abs(nll - want) <= 1e-2, `tiny-trained window NLL ${nll}, transformers ${want}`);
-  console.log(`prompt kernels, tiny-trained (${gpu.info.device.split(', ').pop()}): ${seq.length} tokens in chunks of 64, worst logits rel L2 ${worst.toExponential(2)} vs cpu-ref, window NLL ${nll.toFixed(4)} vs transformers ${want.toFixed(4)}`);
+  console.log(`prompt kernels, tiny-trained (workgroup kernels, the subgroup shaders refused): ${seq.length} tokens in chunks of 64, worst logits rel L2 ${worst.toExponential(2)} vs cpu-ref, window NLL ${nll.toFixed(4)} vs transformers ${want.toFixed(4)}`);
+  // (--all-kernels) The prompt-chunk kernels are compiled at a chunk's first use; where the
+  // compiler refuses them then, the chunks take the general kernels: the same logits.
+  if (allKernels) {
+    const refused = await loadEngine({ model, backend: 'webgpu', webgpu: { ...webgpu, kernels: 'workgroup',
+                                       rejectKernels: 'attention_prompt_wg|linear_dense_tile_wg' } });
+    const r = (await refused.newSession().score(seq, { logits: true })).logits;
+    let worstRefused = 0;
+    for (let t = 0; t < seq.length; ++t) {
+      const e = relL2(r.slice(t * V, (t + 1) * V), b.slice(t * V, (t + 1) * V));
+      worstRefused = Math.max(worstRefused, e);
+      check(e <= 1e-4, `tiny-trained, prompt kernels refused, position ${t}: rel L2 ${e} from cpu-ref`);
+    }
+    console.log(`prompt kernels refused at their first use: the general kernels, worst logits rel L2 ${worstRefused.toExponential(2)} vs cpu-ref`);
+    await refused.destroy();
+  }
   await gpu.destroy();
   await cpu.destroy();
 }

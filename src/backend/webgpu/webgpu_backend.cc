@@ -367,11 +367,18 @@ class WebGpuModel : public BackendModel {
   // linear_mv_wg's input words per token for lin (the packed codes' row length).
   uint32_t InputWords(const Linear& lin) const { return Lin(lin).row_words * MvGroup(lin.kind); }
   int pipeline(Kernel k) const { return pipelines_[k]; }
+  // Whether kernel k can be recorded, compiling it first where it was left for its first use
+  // (the prompt-chunk kernels: a model that only decodes, or whose chunks stay short, never
+  // compiles them, and loading skips their compilation).
+  bool Ready(Kernel k) const {
+    if (pipelines_[k] == kNotCompiled) Compile(k, nullptr);
+    return pipelines_[k] >= 0;
+  }
   // The i32 words linear_tile_wg's split sums take for chunks of up to max_n tokens (the most
   // over the SRQ linears and the chunk sizes: split counts grow as token tiles go).
   size_t TilePartWords(int max_n) const {
     size_t most = 0;
-    if (pipelines_[kLinearTile] < 0) return 0;
+    if (pipelines_[kLinearTile] == kUnavailable) return 0;
     for (int n = std::min(max_n, 64);; n = std::min(max_n, n + 64)) {
       for (const auto& [lin, g] : linears_) {
         if (!SrqInput(*lin) || n < kTileMinTokens) continue;
@@ -419,7 +426,7 @@ class WebGpuModel : public BackendModel {
     p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
         .u(y_off).u(y_stride).u(srq ? 1 : 0).f(lin.in_scale).f(lin.out_scale);
     const int b[] = {g.w, g.scale, x, y, scratch.part};
-    if (srq && n >= kTileMinTokens && pipelines_[kLinearTile] >= 0) {
+    if (srq && n >= kTileMinTokens && Ready(kLinearTile)) {
       const TileSplit ts = PlanTileSplit(lin, n, scratch.part_words);
       p.u(ts.splits).u(ts.kper).u(0);
       gw_dispatch(pipelines_[kLinearTile], b, 5, p.data(), p.size(), Groups(lin.rows, 64),
@@ -431,7 +438,7 @@ class WebGpuModel : public BackendModel {
         gw_dispatch(pipelines_[kLinearTile], b, 5, f.data(), f.size(), Groups(lin.rows, 256), n,
                     1);
       }
-    } else if (!srq && n >= kDenseTileMinTokens && pipelines_[kLinearDenseTile] >= 0) {
+    } else if (!srq && n >= kDenseTileMinTokens && Ready(kLinearDenseTile)) {
       gw_dispatch(pipelines_[kLinearDenseTile], b, 4, p.data(), p.size(), Groups(lin.rows, 64),
                   Groups(n, 64), 1);
     } else if (workgroup_) {
@@ -553,6 +560,7 @@ class WebGpuModel : public BackendModel {
                 (blocks + 16383) / 16384, 1);
   }
   void Build();
+  bool Compile(Kernel k, const char* info) const;
   void ReleaseWeights();
   void Upload(const Linear& lin);
   void UploadVec(const std::vector<float>& v);
@@ -571,12 +579,15 @@ class WebGpuModel : public BackendModel {
   int vec_pool_ = 0;
   std::vector<float> vec_pool_host_;
   std::map<const std::vector<float>*, uint32_t> vec_offsets_;
-  int pipelines_[kNumKernels] = {};
+  // Pipeline handles by kernel; kUnavailable where the family or the adapter lacks the kernel,
+  // kNotCompiled for a prompt-chunk kernel no chunk has taken yet (Ready compiles it).
+  static constexpr int kUnavailable = -1, kNotCompiled = -3;
+  mutable int pipelines_[kNumKernels] = {};
   bool workgroup_ = false;
   // The workgroup kernels reduce with subgroup operations (prelude_subgroups.wgsl) rather than
   // trees in workgroup memory (prelude_workgroup.wgsl): where the device has `subgroups` and the
   // library's webgpu.subgroups is not false (webgpu_library.js).
-  bool subgroups_ = false;
+  mutable bool subgroups_ = false;
   // linear_mv_wg's grid cap (0: a workgroup per row block).
   uint32_t mv_workgroups_ = kMvWorkgroupsDefault;
 };
@@ -654,6 +665,48 @@ void WebGpuModel::UploadVec(const std::vector<float>& v) {
   vec_pool_host_.insert(vec_pool_host_.end(), v.begin(), v.end());
 }
 
+// Compiles kernel k with the family's reductions (the first, for its `enable` directive), the
+// prelude and the kernel. At load (info: the adapter), false where the adapter's compiler
+// refuses the subgroup shaders: the family is then the workgroup reductions (the same results),
+// the adapter's description says why, and the caller compiles every kernel again. At a prompt
+// chunk's first use (no info), a refused kernel is left unavailable: the chunks take the general
+// kernels.
+bool WebGpuModel::Compile(Kernel k, const char* info) const {
+  static const char* const kNames[kNumKernels] = {
+      "linear",      "quant",   "rmsnorm", "head_norm",          "attention",      "gelu_mul",
+      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg", "linear_mv_wg",
+      "linear_dense_tile_wg", "attention_prompt_wg"};
+  std::string name = kNames[k];
+  if (workgroup_ &&
+      (k == kLinear || k == kRmsNorm || k == kHeadNorm || k == kAttention || k == kArgmax)) {
+    name += "_wg";
+  }
+  const std::string code =
+      std::string(WgslSource(subgroups_ ? "prelude_subgroups" : "prelude_workgroup")) +
+      kWgslPrelude + WgslSource(name.c_str());
+  // The label (bench/web/dawn_profile.mjs's tables) marks the subgroup reductions.
+  const std::string label = name + (subgroups_ ? "+sg" : "");
+  pipelines_[k] = gw_pipeline(label.c_str(), code.c_str());
+  if (pipelines_[k] == -2 && subgroups_ && info) {
+    char why[512] = {0};
+    gw_pipeline_error(why, sizeof why);
+    subgroups_ = false;
+    AdapterName() = std::string(info) + ", workgroup kernels (subgroups refused: " + why + ")";
+    return false;
+  }
+  if (pipelines_[k] == -2 && !info) {
+    pipelines_[k] = kUnavailable;
+    return true;
+  }
+  if (pipelines_[k] == -2) {
+    char why[512] = {0};
+    gw_pipeline_error(why, sizeof why);
+    throw Error(ErrorCode::kDevice, "WGSL " + label + ": " + why);
+  }
+  if (pipelines_[k] < 0) ThrowDevice("WGSL " + label);
+  return true;
+}
+
 void WebGpuModel::Build() {
   ReleaseWeights();
   if (gw_init() != 0) {
@@ -678,49 +731,18 @@ void WebGpuModel::Build() {
                                        : subgroups_ ? ", workgroup kernels with subgroups"
                                                     : ", workgroup kernels");
   // Every module: the family's reductions (the first, for its `enable` directive), the prelude,
-  // the kernel.
-  std::string preludes =
-      std::string(WgslSource(subgroups_ ? "prelude_subgroups" : "prelude_workgroup")) +
-      kWgslPrelude;
-  static const char* const kNames[kNumKernels] = {
-      "linear",      "quant",   "rmsnorm", "head_norm",          "attention",      "gelu_mul",
-      "ple_combine", "softcap", "argmax",  "attention_merge_wg", "linear_tile_wg", "linear_mv_wg",
-      "linear_dense_tile_wg", "attention_prompt_wg"};
+  // the kernel. The prompt-chunk kernels are compiled where a chunk first takes them (Ready).
   for (int k = 0; k < kNumKernels; ++k) {
     if ((!workgroup_ &&
          (k == kAttentionMerge || k == kLinearTile || k == kLinearMv || k == kLinearDenseTile ||
           k == kAttentionPrompt)) ||
         ((k == kLinearTile || k == kLinearMv) && !gw_packed_dot())) {
-      pipelines_[k] = -1;
-      continue;
+      pipelines_[k] = kUnavailable;
+    } else if (k == kLinearTile || k == kLinearDenseTile || k == kAttentionPrompt) {
+      pipelines_[k] = kNotCompiled;
+    } else if (!Compile(static_cast<Kernel>(k), info)) {
+      k = -1;  // subgroups refused: every kernel again with the workgroup reductions
     }
-    std::string name = kNames[k];
-    if (workgroup_ && (k == kLinear || k == kRmsNorm || k == kHeadNorm || k == kAttention ||
-                       k == kArgmax)) {
-      name += "_wg";
-    }
-    const std::string code = preludes + WgslSource(name.c_str());
-    // The label (bench/web/dawn_profile.mjs's tables) marks the subgroup reductions.
-    const std::string label = name + (subgroups_ ? "+sg" : "");
-    pipelines_[k] = gw_pipeline(label.c_str(), code.c_str());
-    if (pipelines_[k] == -2 && subgroups_) {
-      // An adapter that lists `subgroups` but whose compiler refuses these shaders: every kernel
-      // again with the workgroup reductions (the same results), and the reason in the adapter's
-      // description.
-      char why[512] = {0};
-      gw_pipeline_error(why, sizeof why);
-      subgroups_ = false;
-      preludes = std::string(WgslSource("prelude_workgroup")) + kWgslPrelude;
-      AdapterName() = std::string(info) + ", workgroup kernels (subgroups refused: " + why + ")";
-      k = -1;
-      continue;
-    }
-    if (pipelines_[k] == -2) {
-      char why[512] = {0};
-      gw_pipeline_error(why, sizeof why);
-      throw Error(ErrorCode::kDevice, "WGSL " + label + ": " + why);
-    }
-    if (pipelines_[k] < 0) ThrowDevice("WGSL " + label);
   }
   for (size_t l = 0; l < model_.layer_weights().size(); ++l) {
     const LayerWeights& w = model_.layer_weights()[l];
@@ -1082,7 +1104,7 @@ void WebGpuContext::RunChunk(std::span<const int32_t> tokens, std::span<const fl
     const AttentionSplit split = M.workgroup() ? PlanAttentionSplit(n * nh, keys) : AttentionSplit{};
     // attention_prompt_wg: the query rows normalized into q_ first.
     const bool prompt_attn = M.workgroup() && split.splits == 1 && n >= kPromptAttentionMinTokens &&
-                             hd % 8 == 0 && M.pipeline(kAttentionPrompt) >= 0;
+                             hd % 8 == 0 && M.Ready(kAttentionPrompt);
     // The input norm: in q's (k's, v's) prologue, or a_ from the pending norm's dispatch, or
     // its own.
     // (with the norm in q's prologue, q also stores its input for k and v)

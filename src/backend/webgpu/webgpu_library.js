@@ -226,7 +226,8 @@ mergeInto(LibraryManager.library, {
   // message; the device keeps working). Compiled asynchronously with the module's validation in
   // an error scope, so a rejected shader is an answer here, not a later uncaptured error.
   // Module.gpuRejectSubgroupShaders (tests only, as a device fault is injected) rejects every
-  // module that enables subgroups, as a driver whose compiler refuses them would.
+  // module that enables subgroups, as a driver whose compiler refuses them would;
+  // Module.gpuRejectKernels (tests only: a regular expression) the kernels whose labels match.
   gw_pipeline__deps: ['$GW'],
   gw_pipeline__sig: 'iii',
   gw_pipeline: function(label, code) {
@@ -237,6 +238,9 @@ mergeInto(LibraryManager.library, {
       try {
         if (Module['gpuRejectSubgroupShaders'] && /^enable subgroups;/m.test(text)) {
           throw new Error('subgroup shaders rejected (Module.gpuRejectSubgroupShaders)');
+        }
+        if (Module['gpuRejectKernels'] && new RegExp(Module['gpuRejectKernels']).test(name)) {
+          throw new Error('rejected (Module.gpuRejectKernels)');
         }
         GW.device.pushErrorScope('validation');
         const module = GW.device.createShaderModule({ label: name, code: text });

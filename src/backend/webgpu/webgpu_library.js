@@ -17,7 +17,6 @@ mergeInto(LibraryManager.library, {
     buffers: [null],
     pipelines: [null],
     params: null,         // ArrayBuffer of 256-byte parameter slots for the current step
-    paramWords: null,     // its u32 view
     paramSlots: 0,
     paramBuffer: null,
     paramCapacity: 0,
@@ -29,14 +28,6 @@ mergeInto(LibraryManager.library, {
     // dispatches every time, so after the first step no bind group is created (each creation
     // is a validated call into the implementation). Emptied when a buffer goes away.
     bindGroups: new Map(),
-    // The bind group each parameter slot had last ({p, h, group}): a decode step records the same
-    // dispatches at the same slots every time, so most look-ups end here, without building the
-    // Map's key. Emptied with the Map.
-    slotGroups: [],
-    clearGroups: function() {
-      GW.bindGroups.clear();
-      GW.slotGroups = [];
-    },
     fail: function(message) {
       if (!GW.error) GW.error = message;
       return -1;
@@ -58,7 +49,7 @@ mergeInto(LibraryManager.library, {
       const bytes = GW.paramSlots * 256;
       if (bytes > GW.paramCapacity) {
         if (GW.paramBuffer) GW.paramBuffer.destroy();
-        GW.clearGroups();
+        GW.bindGroups.clear();
         GW.paramCapacity = Math.max(bytes, 2 * GW.paramCapacity, 64 * 256);
         GW.paramBuffer = GW.device.createBuffer({ size: GW.paramCapacity,
                                                   usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
@@ -66,34 +57,19 @@ mergeInto(LibraryManager.library, {
       GW.device.queue.writeBuffer(GW.paramBuffer, first * 256, GW.params, first * 256, bytes - first * 256);
       const encoder = GW.device.createCommandEncoder();
       const pass = encoder.beginComputePass();
-      let current = null;
+      let last = null;
       for (const d of GW.pending) {
         const pipeline = GW.pipelines[d.p];
-        const last = GW.slotGroups[d.slot];
-        let group = null;
-        if (last && last.p === d.p && last.h.length === d.h.length) {
-          group = last.group;
-          for (let i = 0; i < d.h.length; ++i) {
-            if (last.h[i] !== d.h[i]) {
-              group = null;
-              break;
-            }
-          }
-        }
+        let group = GW.bindGroups.get(d.key);
         if (!group) {
-          const key = d.p + ':' + d.slot + ':' + d.h.join(',');
-          group = GW.bindGroups.get(key);
-          if (!group) {
-            const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } }];
-            d.h.forEach((h, i) => entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } }));
-            group = GW.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
-            if (GW.bindGroups.size >= 65536) GW.clearGroups();  // many contexts' shapes
-            GW.bindGroups.set(key, group);
-          }
-          GW.slotGroups[d.slot] = { p: d.p, h: d.h, group };
+          const entries = [{ binding: 0, resource: { buffer: GW.paramBuffer, offset: d.slot * 256, size: 256 } }];
+          d.handles.forEach((h, i) => entries.push({ binding: i + 1, resource: { buffer: h ? GW.buffers[h] : GW.dummy } }));
+          group = GW.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+          if (GW.bindGroups.size >= 65536) GW.bindGroups.clear();  // many contexts' shapes
+          GW.bindGroups.set(d.key, group);
         }
-        if (pipeline !== current) pass.setPipeline(pipeline);
-        current = pipeline;
+        if (pipeline !== last) pass.setPipeline(pipeline);
+        last = pipeline;
         pass.setBindGroup(0, group);
         pass.dispatchWorkgroups(d.gx, d.gy, d.gz);
       }
@@ -171,9 +147,7 @@ mergeInto(LibraryManager.library, {
       GW.staging = null;
       GW.stagingSize = 0;
       GW.params = new ArrayBuffer(256 * 64);
-      GW.paramWords = new Uint32Array(GW.params);
       GW.bindGroups = new Map();
-      GW.slotGroups = [];
       GW.dummy = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
       return 0;
     });
@@ -233,7 +207,7 @@ mergeInto(LibraryManager.library, {
     if (b) {
       b.destroy();
       GW.buffers[h] = null;
-      GW.clearGroups();
+      GW.bindGroups.clear();
     }
   },
 
@@ -299,15 +273,11 @@ mergeInto(LibraryManager.library, {
       const bigger = new ArrayBuffer(GW.params.byteLength * 2);
       new Uint8Array(bigger).set(new Uint8Array(GW.params));
       GW.params = bigger;
-      GW.paramWords = new Uint32Array(bigger);
     }
     const slot = GW.paramSlots++;
-    // (element copies: no typed-array views made per dispatch)
-    const words = GW.paramWords, w0 = slot * 64, src = params >>> 2;
-    for (let i = 0; i < nparams; ++i) words[w0 + i] = HEAPU32[src + i];
-    const h = new Array(nbufs), b0 = bufs >>> 2;
-    for (let i = 0; i < nbufs; ++i) h[i] = HEAP32[b0 + i];
-    GW.pending.push({ p, slot, h, gx, gy, gz });
+    new Uint32Array(GW.params, slot * 256, nparams).set(HEAPU32.subarray(params >>> 2, (params >>> 2) + nparams));
+    const handles = HEAP32.subarray(bufs >>> 2, (bufs >>> 2) + nbufs);
+    GW.pending.push({ p, slot, handles: Array.from(handles), key: p + ':' + slot + ':' + handles.join(','), gx, gy, gz });
     if (GW.pending.length >= (slot < GW.flushFirst ? GW.flushFirst : GW.flushEvery)) GW.flush();
   },
 

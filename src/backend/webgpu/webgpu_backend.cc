@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "backend/cache_window.h"
+#include "backend/cpu/fast/cpu_fast_backend.h"
 #include "backend/cpu/reference_ops.h"
 #include "backend/webgpu/wgsl_sources.h"
+#include "core/thread_pool.h"
 #include "gemma/error.h"
 #include "model/model.h"
 
@@ -341,6 +343,14 @@ class WebGpuModel : public BackendModel {
     gw_destroy_device();
     return true;
   }
+  // The vision and audio towers run on the module's CPU with the fast backend's kernels (the same
+  // soft tokens as the cpu backend's): no WGSL towers yet. Error kUnsupported without the tower.
+  void EncodeImage(const VisionPatches& image, std::vector<float>* soft_tokens) override {
+    FastEncodeImage(model_, tower_pool_, image, soft_tokens);
+  }
+  void EncodeAudio(const AudioMel& audio, std::vector<float>* soft_tokens) override {
+    FastEncodeAudio(model_, tower_pool_, audio, soft_tokens);
+  }
 
   const Model& model() const { return model_; }
   int generation() const { return generation_; }
@@ -590,6 +600,7 @@ class WebGpuModel : public BackendModel {
   mutable bool subgroups_ = false;
   // linear_mv_wg's grid cap (0: a workgroup per row block).
   uint32_t mv_workgroups_ = kMvWorkgroupsDefault;
+  ThreadPool tower_pool_{1};  // the towers' (the module's one thread)
 };
 
 void WebGpuModel::ReleaseWeights() {

@@ -8,7 +8,8 @@
 # take the goldens out of the copy (`git rm -r -q --cached tests/goldens models` and both paths in
 # .git/info/exclude), then `git reset -q` and empty the exclude right after (commit nothing between).
 # Usage: bash bench/web/webgpu_h200.sh STEP...   (steps: native, compare, long, profile, profile-nosg,
-#   kernels: linear_mv_wg alone on E2B's shapes (wgsl_kernel_bench.mjs);
+#   kernels: linear_mv_wg alone on E2B's shapes (wgsl_kernel_bench.mjs); adapter: Dawn's adapter
+#   (features with and without allow_unsafe_apis, limits, WGSL features: adapter_info.mjs);
 #   ab: every build in webs/ alternated twice, 32 tokens after 511, then 8 after 1,021 (one run
 #   each: the prefill figure includes the first use's pipeline creation);
 #   abp: the same with two runs per engine (medians: warm prefill figures);
@@ -22,12 +23,13 @@ export LD_LIBRARY_PATH=/tmp/b/lib PATH=/tmp/nodepack/bin:$PATH
 mkdir -p .cache/npm-assets/node_modules && ln -sfn /tmp/nodepack/webgpu .cache/npm-assets/node_modules/webgpu
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
 # (the synthetic model, once a step needs it)
-[[ " $* " == *" kernels "* && $# == 1 ]] || [ -d /tmp/e2bq ] ||
+[[ $# == 1 && ( $1 == kernels || $1 == adapter ) ]] || [ -d /tmp/e2bq ] ||
   /tmp/b/bin/gemma-engine synth --preset e2b-qat --out /tmp/e2bq > /dev/null || exit 1
 for step in "$@"; do
   echo "== $step" | tee -a $OUT/log.txt
   case $step in
     kernels) timeout 300 node bench/web/wgsl_kernel_bench.mjs 200 ;;
+    adapter) timeout 60 node bench/web/adapter_info.mjs backend=vulkan ;;
     native) timeout 240 /tmp/b/bin/gemma-engine bench --model /tmp/e2bq --backends vulkan \
               --workloads pp512+tg16,pp1024+tg8,pp512+tg64 --no-cold --reps 3 --verify-max-tokens 0 --out $OUT/native ;;
     compare) timeout 300 node bench/web/webgpu_bench.mjs /tmp/e2bq 32 2 backend=vulkan workgroup,workgroup-nosg,nocpu 85 ;;

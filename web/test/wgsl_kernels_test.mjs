@@ -1,9 +1,9 @@
 // The WebGPU backend's workgroup kernels that have a second kernel for the same result, run on
 // random shapes and data under Dawn for Node (npm `webgpu`, a test asset) on SwiftShader's Vulkan
 // driver, against an independent JavaScript reference and against each other:
-// - linear_tile_wg.wgsl (prompt chunks; in one pass and split over the columns) and
-//   linear_wg.wgsl on SRQ linears: exact integer sums, so all must equal the reference's f32
-//   epilogue bit for bit (and each other with an SRQ output rounding);
+// - linear_tile_wg.wgsl (prompt chunks; in one pass and split over the columns, its input codes
+//   packed by quant.wgsl) and linear_wg.wgsl on SRQ linears: exact integer sums, so all must
+//   equal the reference's f32 epilogue bit for bit (and each other with an SRQ output rounding);
 // - linear_dense_tile_wg.wgsl (prompt chunks of dense linears): within 2^-21 of the sum of the
 //   products' magnitudes from a float64 reference (linear_wg's bound, doubled);
 // - attention_wg.wgsl split over the keys (its phase 1, then attention_merge_wg.wgsl) over
@@ -582,10 +582,18 @@ for (const L of linearCases) {
   L.splits = Math.ceil(steps / L.kper);
   const part = storage(new Int32Array(L.splits * n * rows + 4));
   const ySplit = storage(new Float32Array(ybytes / 4));
-  run([['linear_tile_wg', [...params, 1, 0, 0], [wb, sb, xb, yTile, part], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]],
+  // linear_tile_wg's input: the codes packed four to a word by quant.wgsl (scale 1: the inputs are
+  // integers already), rows of ceil(cols / 4) words.
+  const words = Math.ceil(cols / 4);
+  const xp = storage(new Uint32Array(n * words + 4));
+  const tileParams = [...params];
+  tileParams[5] = 0;
+  tileParams[6] = words;
+  run([['quant', [n, cols, xOff, xStride, { f: 1 }, 1], [xb, xp], [Math.ceil(words / 64), n, 1]],
+       ['linear_tile_wg', [...tileParams, 1, 0, 0], [wb, sb, xp, yTile, part], [Math.ceil(rows / 64), Math.ceil(n / 64), 1]],
        // (one step: no split to make)
-       ...(L.splits > 1 ? [['linear_tile_wg', [...params, L.splits, L.kper, 0], [wb, sb, xb, ySplit, part], [Math.ceil(rows / 64), Math.ceil(n / 64), L.splits]],
-                           ['linear_tile_wg', [...params, L.splits, L.kper, 1], [wb, sb, xb, ySplit, part], [Math.ceil(rows / 256), n, 1]]] : []),
+       ...(L.splits > 1 ? [['linear_tile_wg', [...tileParams, L.splits, L.kper, 0], [wb, sb, xp, ySplit, part], [Math.ceil(rows / 64), Math.ceil(n / 64), L.splits]],
+                           ['linear_tile_wg', [...tileParams, L.splits, L.kper, 1], [wb, sb, xp, ySplit, part], [Math.ceil(rows / 256), n, 1]]] : []),
        ['linear_wg', paramsWg, [wb, sb, xb, yWg], wgGroups],
        ...(subgroups ? [['sg:linear_wg', paramsWg, [wb, sb, xb, ySg], wgGroups]] : [])]);
   L.tile = await read(yTile, ybytes);

@@ -423,20 +423,24 @@ class WebGpuModel : public BackendModel {
     if (pro || x_packed) {
       throw Error(ErrorCode::kInternal, lin.name + ": a prologue on a linear without it");
     }
+    // (linear_tile_wg takes the input codes packed four to a word, linear_wg one to a float)
+    const bool tile = srq && n >= kTileMinTokens && Ready(kLinearTile);
     if (srq) {
+      const uint32_t words = static_cast<uint32_t>((lin.cols + 3) / 4);
       Params q;
-      q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale);
+      q.u(n).u(lin.cols).u(x_off).u(x_stride).f(lin.in_scale).u(tile ? 1 : 0);
       const int qb[] = {x, scratch.xq};
-      gw_dispatch(pipelines_[kQuant], qb, 2, q.data(), q.size(), Groups(lin.cols, 64), n, 1);
+      gw_dispatch(pipelines_[kQuant], qb, 2, q.data(), q.size(),
+                  tile ? Groups(static_cast<int>(words), 64) : Groups(lin.cols, 64), n, 1);
       x = scratch.xq;
       x_off = 0;
-      x_stride = lin.cols;
+      x_stride = tile ? words : static_cast<uint32_t>(lin.cols);
     }
     Params p;
     p.u(lin.rows).u(lin.cols).u(g.row_words).u(KindCode(lin.kind)).u(n).u(x_off).u(x_stride)
         .u(y_off).u(y_stride).u(srq ? 1 : 0).f(lin.in_scale).f(lin.out_scale);
     const int b[] = {g.w, g.scale, x, y, scratch.part};
-    if (srq && n >= kTileMinTokens && Ready(kLinearTile)) {
+    if (tile) {
       const TileSplit ts = PlanTileSplit(lin, n, scratch.part_words);
       p.u(ts.splits).u(ts.kper).u(0);
       gw_dispatch(pipelines_[kLinearTile], b, 5, p.data(), p.size(), Groups(lin.rows, 64),

@@ -1,7 +1,8 @@
 // linear_wg.wgsl's SRQ path for prompt chunks (GPU adapters): a workgroup of 256 invocations per
 // tile of 64 output rows x 64 tokens, so a chunk reads each weight word once per 64 tokens instead
-// of once per 4. Per step of 64 columns the weight codes (int2 / int4 / int8) and the input codes
-// (from quant.wgsl, small integers in f32) are packed four int8 to a u32 in workgroup memory, and
+// of once per 4. Per step of 64 columns the weight codes (int2 / int4 / int8) are packed four int8
+// to a u32 in workgroup memory beside the input codes (packed so by quant.wgsl: x_off and
+// x_stride count words, four columns to a word, 0 past `cols`), and
 // each invocation keeps 4 rows x 4 tokens of exact i32 sums with dot4I8Packed. The sums are exact,
 // so every output is bit for bit linear_wg's: f32(sum) * in_scale * row scale, then the SRQ output
 // rounding when out_scale > 0. Columns past `cols` and rows or tokens past the ends count as zero.
@@ -20,7 +21,7 @@ struct P {
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read> x: array<u32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part: array<i32>;
 
@@ -68,25 +69,14 @@ fn weight_codes(src: vec4<u32>, c: u32) -> vec4<u32> {
   return out;
 }
 
-// The input codes of token t, columns c .. c + 15 (0 past `cols` or the last token).
-fn input_values(t: u32, c: u32) -> array<f32, 16> {
-  var v: array<f32, 16>;
-  let xb = p.x_off + t * p.x_stride;
-  for (var k = 0u; k < 16u; k++) {
-    v[k] = 0.0;
-    if (t < p.n && c + k < p.cols) {
-      v[k] = x[xb + c + k];
-    }
-  }
-  return v;
-}
-
-// Those codes as 4 packed int8 words.
-fn input_codes(v: array<f32, 16>) -> vec4<u32> {
+// The packed input codes of token t, columns c .. c + 15 (0 past `cols` or the last token).
+fn input_words(t: u32, c: u32) -> vec4<u32> {
   var out = vec4<u32>(0u);
+  let xb = p.x_off + t * p.x_stride + c / 4u;
   for (var q = 0u; q < 4u; q++) {
-    out[q] = pack4xI8(vec4<i32>(i32(v[4u * q]), i32(v[4u * q + 1u]), i32(v[4u * q + 2u]),
-                                i32(v[4u * q + 3u])));
+    if (t < p.n && c + 4u * q < p.cols) {
+      out[q] = x[xb + q];
+    }
   }
   return out;
 }
@@ -124,10 +114,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let c_end = select(p.cols, min(p.cols, (wg.z + 1u) * p.kper * TILE), split);
   var c0 = select(0u, wg.z * p.kper * TILE, split);
   var wsrc = weight_words(o0 + lr, c0 + 4u * lq);
-  var xsrc = input_values(t0 + lr, c0 + 4u * lq);
+  var xsrc = input_words(t0 + lr, c0 + 4u * lq);
   for (; c0 < c_end; c0 += TILE) {
     let wc = weight_codes(wsrc, c0 + 4u * lq);
-    let xc = input_codes(xsrc);
+    let xc = xsrc;
     for (var q = 0u; q < 4u; q++) {
       ws[(lq + q) * 16u + lr / 4u][lr % 4u] = wc[q];
       xs[(lq + q) * 16u + lr / 4u][lr % 4u] = xc[q];
@@ -135,7 +125,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
     if (c0 + TILE < c_end) {
       wsrc = weight_words(o0 + lr, c0 + TILE + 4u * lq);
-      xsrc = input_values(t0 + lr, c0 + TILE + 4u * lq);
+      xsrc = input_words(t0 + lr, c0 + TILE + 4u * lq);
     }
     for (var k = 0u; k < KW; k++) {
       let a = ws[k * 16u + tr];

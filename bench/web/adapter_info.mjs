@@ -28,7 +28,9 @@ for (const extra of [[], ['enable-dawn-features=allow_unsafe_apis']]) {
     try {
       const device = await adapter.requestDevice({ requiredFeatures: ['chromium-experimental-subgroup-matrix'] });
       const configs = adapter.info.subgroupMatrixConfigs ?? device.adapterInfo?.subgroupMatrixConfigs;
-      console.log(`  subgroup matrix configs: ${JSON.stringify(configs ?? 'not reported')}`);
+      // (Dawn's objects keep their fields as getters: JSON.stringify sees none)
+      const fields = (c) => ['componentType', 'resultComponentType', 'M', 'N', 'K'].map((k) => `${k} ${c[k]}`).join(', ');
+      console.log(`  subgroup matrix configs: ${configs ? [...configs].map((c) => `{${fields(c)}}`).join(' ') : 'not reported'}`);
       device.destroy();
     } catch (e) {
       console.log(`  subgroup matrix device: ${e.message}`);

@@ -77,8 +77,9 @@ function relL2(a, b) {
 // (without the continuation's positions) and 8 greedy tokens of the QAT golden's second prompt;
 // the workgroup kernels without subgroups run in CI as the prompt kernels' run below
 // (web_wgsl_kernels_test compares their kernels with the subgroup ones at every shape), and here
-// with --all-kernels (webgpu.subgroups false, end to end). The row kernels (SwiftShader's default) run every golden's
-// every prompt in headless Chromium (webgpu_browser_test.mjs), so not again here, and the
+// with --all-kernels (webgpu.subgroups false, end to end). The row kernels (SwiftShader's
+// default) run every golden's every prompt in headless Chromium (webgpu_browser_test.mjs), so not
+// again here, and the
 // workgroup kernels (GPUs' default) are ~25x slower on SwiftShader (a barrier is a coroutine switch
 // per invocation). With --all-kernels (the GPU machine's script) every configuration runs every
 // golden.
@@ -150,9 +151,9 @@ for (const { kernels, subgroups, device, subset, allOnly } of configs) {
 // reference, and the window's NLL within 1e-2 of transformers' (tests/tiny_trained_test.cc's
 // bound). On an adapter that lists `subgroups` but whose compiler refuses the subgroup shaders
 // (injected): the engine falls back to the workgroup reductions, says why, and compiles the
-// prompt kernels (left for a chunk's first use) with those too. (The QAT checkpoint's split linear_tile_wg, exact integer sums, is checked bit for bit
-// in web_wgsl_kernels_test; SwiftShader runs the workgroup kernels too slowly for CI to score it
-// here as well: ~30 s.)
+// prompt kernels (left for a chunk's first use) with those too. (The QAT checkpoint's split
+// linear_tile_wg, exact integer sums, is checked bit for bit in web_wgsl_kernels_test;
+// SwiftShader runs the workgroup kernels too slowly for CI to score it here as well: ~30 s.)
 {
   const model = path.join(sourceDir, 'models/tiny-trained');
   const g = JSON.parse(fs.readFileSync(path.join(model, 'goldens.json'), 'utf8'));

@@ -79,10 +79,9 @@ function relL2(a, b) {
 // (web_wgsl_kernels_test compares their kernels with the subgroup ones at every shape), and here
 // with --all-kernels (webgpu.subgroups false, end to end). The row kernels (SwiftShader's
 // default) run every golden's every prompt in headless Chromium (webgpu_browser_test.mjs), so not
-// again here, and the
-// workgroup kernels (GPUs' default) are ~25x slower on SwiftShader (a barrier is a coroutine switch
-// per invocation). With --all-kernels (the GPU machine's script) every configuration runs every
-// golden.
+// again here, and the workgroup kernels (GPUs' default) are ~25x slower on SwiftShader (a barrier
+// is a coroutine switch per invocation). With --all-kernels (the GPU machine's script) every
+// configuration runs every golden.
 const goldenDir = path.join(sourceDir, 'tests/goldens/model');
 const allKernels = process.argv.includes('--all-kernels');
 const configs = [

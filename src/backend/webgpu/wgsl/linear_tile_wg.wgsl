@@ -117,10 +117,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var xsrc = input_words(t0 + lr, c0 + 4u * lq);
   for (; c0 < c_end; c0 += TILE) {
     let wc = weight_codes(wsrc, c0 + 4u * lq);
-    let xc = xsrc;
     for (var q = 0u; q < 4u; q++) {
       ws[(lq + q) * 16u + lr / 4u][lr % 4u] = wc[q];
-      xs[(lq + q) * 16u + lr / 4u][lr % 4u] = xc[q];
+      xs[(lq + q) * 16u + lr / 4u][lr % 4u] = xsrc[q];
     }
     workgroupBarrier();
     if (c0 + TILE < c_end) {

@@ -93,7 +93,8 @@ VkInstance ProcessInstance() {
   if (instance != VK_NULL_HANDLE) return instance;
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "gemma-engine";
-  app.apiVersion = VK_API_VERSION_1_1;
+  // (1.3: the workgroup-scope matrix modules are SPIR-V 1.6; the device's own version still rules)
+  app.apiVersion = VK_API_VERSION_1_3;
   VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   ici.pApplicationInfo = &app;
   VkInstance made = VK_NULL_HANDLE;
@@ -167,6 +168,7 @@ std::unique_ptr<Device> Device::NewContext() const {
   d->int_dot_accelerated_ = int_dot_accelerated_;
   d->coop_matrix_ = coop_matrix_;
   d->coop_khr_ = coop_khr_;
+  d->coop_cm2_ = coop_cm2_;
   d->device_clock_ = device_clock_;
   d->subgroup_clock_ = subgroup_clock_;
   d->pipe_stats_ = pipe_stats_;
@@ -462,6 +464,76 @@ void Device::Init(const DeviceOptions& options) {
       enable.push_back("VK_KHR_cooperative_matrix");
     }
   }
+  // Optional with KHR matrices: VK_NV_cooperative_matrix2 (linear_cm2.comp: workgroup-scope
+  // matrices whose staging through shared memory the driver plans, tensor-addressing loads with
+  // a decode function per element, per-element epilogues). Its modules are SPIR-V 1.6 (a Vulkan
+  // 1.3 device), read 16-bit storage and pass buffer references to the decode functions. Debian
+  // 12's headers predate it: the registry's structures, declared here.
+  struct Cm2Features {
+    VkStructureType sType = static_cast<VkStructureType>(1000593000);
+    void* pNext = nullptr;
+    VkBool32 workgroup_scope = VK_FALSE, flexible_dimensions = VK_FALSE, reductions = VK_FALSE,
+             conversions = VK_FALSE, per_element = VK_FALSE, tensor_addressing = VK_FALSE,
+             block_loads = VK_FALSE;
+  } cm2f;
+  struct Cm2Properties {
+    VkStructureType sType = static_cast<VkStructureType>(1000593002);
+    void* pNext = nullptr;
+    uint32_t workgroup_scope_max_workgroup_size = 0, flexible_dimensions_max_dimension = 0,
+             workgroup_scope_reserved_shared_memory = 0;
+  };
+  struct Cm2Flexible {
+    VkStructureType sType = static_cast<VkStructureType>(1000593001);
+    void* pNext = nullptr;
+    uint32_t m_granularity = 0, n_granularity = 0, k_granularity = 0;
+    uint32_t a_type = 0, b_type = 0, c_type = 0, result_type = 0;  // VkComponentTypeKHR
+    VkBool32 saturating = VK_FALSE;
+    uint32_t scope = 0, workgroup_invocations = 0;
+  };
+  VkPhysicalDevice16BitStorageFeatures s16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+  VkPhysicalDeviceBufferDeviceAddressFeatures bda{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES};
+  if (coop_khr_ && options.coop_cm2 && p2.properties.apiVersion >= VK_API_VERSION_1_3 &&
+      has_ext("VK_NV_cooperative_matrix2")) {
+    cm2f.pNext = &s16;
+    s16.pNext = &bda;
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &cm2f;
+    vkGetPhysicalDeviceFeatures2(phys_, &f2);
+    const auto cp = props(Cm2Properties{});
+    using FlexFn = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*, Cm2Flexible*);
+    auto flex_fn = reinterpret_cast<FlexFn>(vkGetInstanceProcAddr(
+        instance_, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
+    bool shape = false;  // f16 x f16 -> f32 at workgroup scope (3 = subgroup, 2 = workgroup)
+    if (flex_fn) {
+      uint32_t n = 0;
+      flex_fn(phys_, &n, nullptr);
+      std::vector<Cm2Flexible> fp(n);
+      flex_fn(phys_, &n, fp.data());
+      auto divides32 = [](uint32_t g) { return g > 0 && 32 % g == 0; };
+      for (const Cm2Flexible& q : fp)
+        shape |= q.a_type == 0 && q.b_type == 0 && q.c_type == 1 && q.result_type == 1 &&
+                 q.scope == 2 && q.workgroup_invocations == 256 && divides32(q.m_granularity) &&
+                 divides32(q.n_granularity) && divides32(q.k_granularity);
+    }
+    coop_cm2_ = shape && cm2f.workgroup_scope && cm2f.flexible_dimensions &&
+                cm2f.conversions && cm2f.per_element && cm2f.tensor_addressing &&
+                s16.storageBuffer16BitAccess && bda.bufferDeviceAddress &&
+                cp.workgroup_scope_max_workgroup_size >= 256;
+    if (coop_cm2_) {
+      cm2f.reductions = VK_FALSE;
+      cm2f.block_loads = VK_FALSE;
+      s16.uniformAndStorageBuffer16BitAccess = VK_FALSE;
+      s16.storagePushConstant16 = VK_FALSE;
+      s16.storageInputOutput16 = VK_FALSE;
+      bda.bufferDeviceAddressCaptureReplay = VK_FALSE;
+      bda.bufferDeviceAddressMultiDevice = VK_FALSE;
+      bda.pNext = chain;
+      chain = &cm2f;
+      enable.push_back("VK_NV_cooperative_matrix2");
+    }
+  }
   // Optional: a device-wide clock in shaders (kernel probes).
   VkPhysicalDeviceShaderClockFeaturesKHR clk{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
@@ -658,12 +730,17 @@ Device::Chunk Device::MakeChunk(Pool pool, size_t bytes, const char* what) {
   bci.size = bytes;
   bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
               VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  // (linear_cm2's decode functions take references into the weights' buffers)
+  if (coop_cm2_) bci.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   Check(vkCreateBuffer(dev_, &bci, nullptr, &c.buf), "vkCreateBuffer");
   VkMemoryRequirements req;
   vkGetBufferMemoryRequirements(dev_, c.buf, &req);
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
+  VkMemoryAllocateFlagsInfo af{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+  af.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  if (coop_cm2_) ai.pNext = &af;
   const VkMemoryPropertyFlags mapped =
       VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   const uint32_t host_type =

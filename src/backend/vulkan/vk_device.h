@@ -69,6 +69,9 @@ struct DeviceOptions {
   // Matrix units through VK_KHR_cooperative_matrix where the device has it besides the NV
   // extension (coop_khr()).
   bool coop_khr = true;
+  // Workgroup-scope matrices through VK_NV_cooperative_matrix2 where the device has it besides the
+  // KHR extension (coop_cm2()).
+  bool coop_cm2 = true;
 };
 
 inline constexpr double kGpuStepTimeoutS = 60;
@@ -112,6 +115,10 @@ class Device {
   // coop_khr): Pipeline() builds the modules with NV cooperative matrices rewritten as KHR ones
   // (spirv_coopmat.h).
   bool coop_khr() const { return coop_khr_; }
+  // VK_NV_cooperative_matrix2 too (workgroup scope, flexible f16 x f16 -> f32 dimensions, tensor
+  // addressing, per-element operations and conversions; DeviceOptions::coop_cm2), with 16-bit
+  // storage and buffer device addresses: linear_cm2.comp can run.
+  bool coop_cm2() const { return coop_cm2_; }
   // VK_KHR_shader_clock with shaderDeviceClock enabled (kernel probes).
   bool device_clock() const { return device_clock_; }
   bool subgroup_clock() const { return subgroup_clock_; }
@@ -235,6 +242,7 @@ class Device {
   uint32_t subgroup_size_ = 32, min_subgroup_size_ = 32;
   bool int_dot_ = false, int_dot_accelerated_ = false, coop_matrix_ = false, device_clock_ = false;
   bool coop_khr_ = false;
+  bool coop_cm2_ = false;
   bool subgroup_clock_ = false;
   bool pipe_stats_ = false;  // DeviceOptions::pipeline_stats (where the driver can)
   std::string dump_dir_;     // DeviceOptions::pipeline_dump_dir

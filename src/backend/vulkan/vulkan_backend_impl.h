@@ -938,6 +938,7 @@ class VulkanBackend : public Backend {
   bool head_pro_vec_ = false;     // GEMMA_VULKAN_HEAD_PRO_VEC: the head's prologue too
   uint32_t mv_xcm_ = 1;  // GEMMA_VULKAN_MV_XCM: the FAST int2 (1) / int4 (2) input chunk-major
   bool coop_ = false;    // prefill SRQ (and dense) linears on matrix units (linear_cm)
+  bool cm2_ = false;     // ... on workgroup-scope matrices (linear_cm2)
   std::unique_ptr<ThreadPool> fill_pool_;  // gathers a prompt chunk's embedding / PLE rows
   std::vector<float> fill_row_;            // a one-token step's rows before the staging copy
   int attn_pf_ = 0;  // prefill attention: attention_pf (a subgroup per query and head), 2: f32 dots

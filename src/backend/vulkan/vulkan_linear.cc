@@ -182,11 +182,14 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         const size_t small_shared = size_t((second ? 2 : 1) * 128 + 2 * 32) * 9 * 16;
         const bool small =
             m <= static_cast<int>(kCoopSmallTokens) && small_shared <= dev_->max_shared_bytes();
-        const uint32_t bm = small ? 128 : 64;
-        const uint32_t bn = small ? 32 : second ? 64 : 128;
+        // Longer steps where the device has workgroup-scope matrices: linear_cm2, 128 rows x 128
+        // tokens (dense pairs 64) per workgroup, without split K.
+        const bool cm2 = cm2_ && !small;
+        const uint32_t bm = cm2 ? 128 : small ? 128 : 64;
+        const uint32_t bn = small ? 32 : second && (!cm2 || coop_dense) ? 64 : 128;
         const uint32_t ktiles = (d.cols + 63) / 64;
         const uint32_t tiles = ((m + bn - 1) / bn) * ((p.rows + bm - 1) / bm);
-        if (!second && !coop_dense && coop_splitk_ && d.parts.size() == 1 &&
+        if (!second && !coop_dense && !cm2 && coop_splitk_ && d.parts.size() == 1 &&
             size_t(m) * p.rows * 4 <= coop_part_bytes_ &&
             (tiles < kCoopTargetTiles || coop_splitk_ == 2)) {
           splits = coop_splitk_ == 2 ? ktiles
@@ -227,16 +230,19 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
             std::array<BufRange, vk::kBindings> qb{};
             qb[2] = x;
             qb[3] = CoopSlot(coop_slot_[set]);
-            Dispatch(rc, "srq_quant", {}, qb, &qp, sizeof(qp), (ld + 255) / 256, m, 1,
-                     /*local_size=*/0);
+            // (linear_cm2 takes the integers as int8 bytes: I8)
+            Dispatch(rc, "srq_quant", {cm2 ? 1u : 0u}, qb, &qp, sizeof(qp), (ld + 255) / 256, m,
+                     1, /*local_size=*/0);
           }
           Barrier(rc);
         }
         b[7] = CoopSlot(coop_slot_[0]);
         b[8] = second || coop_dense ? CoopSlot(coop_slot_[1]) : b[7];
         b[9] = CoopPart(coop_slot_[0]);
-        const char* module = small ? (second ? "linear_cmd_small" : "linear_cm_small")
-                                   : (second ? "linear_cmd" : "linear_cm");
+        const char* module = cm2     ? (coop_dense ? (second ? "linear_cmd2_d" : "linear_cm2_d")
+                                                   : (second ? "linear_cmd2_q" : "linear_cm2_q"))
+                             : small ? (second ? "linear_cmd_small" : "linear_cm_small")
+                                     : (second ? "linear_cmd" : "linear_cm");
         Dispatch(rc, module, {KindCode(lin.kind), epi}, b, &pc, sizeof(pc), (m + bn - 1) / bn,
                  (p.rows + bm - 1) / bm, splits, /*local_size=*/0);
         if (splits > 1) {

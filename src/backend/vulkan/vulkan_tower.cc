@@ -146,6 +146,7 @@ VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_
     : pool_(pool),
       wdev_(device.NewContext()),
       coop_(dense_cm && device.coop_matrix() && device.max_shared_bytes() >= kLinearCmShared),
+      cm2_(coop_ && device.coop_cm2() && !vk::SpirvModule("linear_cm2_d").empty()),
       quant_cm_(quant_cm),
       attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
                device.max_shared_bytes() >= kAttnCmShared),
@@ -289,9 +290,11 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
     b[7] = split.xh;
     b[8] = split.xl;
     b[9] = split.ts;
-    dispatch("linear_cm", {0u, KindCode(kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b,
-             &cp, sizeof(cp), static_cast<uint32_t>((rows + 127) / 128),
-             static_cast<uint32_t>((lin.rows + 63) / 64));
+    // (workgroup-scope matrices where the device has them: linear_cm2, 128 x 128 tiles)
+    dispatch(cm2_ ? "linear_cm2_d" : "linear_cm",
+             {0u, KindCode(kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b, &cp, sizeof(cp),
+             static_cast<uint32_t>((rows + 127) / 128),
+             static_cast<uint32_t>((lin.rows + (cm2_ ? 127 : 63)) / (cm2_ ? 128 : 64)));
     return;
   }
   Bindings b{};

@@ -117,6 +117,7 @@ class VulkanTower {
     vk::BufRange xh, xl, ts, step;
   };
   bool coop_ = false;     // dense linears on matrix units (linear_cm) in the resident image path
+  bool cm2_ = false;      // ... on workgroup-scope matrices (linear_cm2)
   bool quant_cm_ = true;  // ... and quantized ones (linear_cm's QDENSE mode)
   bool attn_cm_ = false;  // its attention on matrix units (attention_cm)
   bool audio_resident_ = true;

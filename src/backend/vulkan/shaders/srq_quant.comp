@@ -7,6 +7,10 @@
 layout(local_size_x = 256) in;
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) writeonly buffer XQ { uvec4 xq[]; };
+// I8 1 (linear_cm2.comp's integer tiles): the same values as int8 bytes, 8 to a uvec2, at the same
+// element positions (a token row holds ld x 8 bytes of the buffer's ld x 16).
+layout(std430, binding = 3) writeonly buffer XQ8 { uvec2 xq8[]; };
+layout(constant_id = 1) const uint I8 = 0;
 
 layout(push_constant) uniform P {
   uint cols, x_stride, x_row0, ld;  // ld: uvec4 per token row of xq
@@ -18,11 +22,16 @@ void main() {
   if (g >= p.ld) return;
   const uint xb = (t + p.x_row0) * p.x_stride;
   uvec4 h;
+  uvec2 bytes = uvec2(0);
   [[unroll]] for (uint q = 0; q < 4; ++q) {
     const uint ca = 8 * g + 2 * q, cb = ca + 1;
-    const float a = ca < p.cols ? float(QuantizeSrq(x[xb + ca], p.in_s)) : 0.0;
-    const float b = cb < p.cols ? float(QuantizeSrq(x[xb + cb], p.in_s)) : 0.0;
-    h[q] = packHalf2x16(vec2(a, b));
+    const int a = ca < p.cols ? QuantizeSrq(x[xb + ca], p.in_s) : 0;
+    const int b = cb < p.cols ? QuantizeSrq(x[xb + cb], p.in_s) : 0;
+    h[q] = packHalf2x16(vec2(float(a), float(b)));
+    bytes[q / 2] |= ((uint(a) & 255u) | ((uint(b) & 255u) << 8)) << (16 * (q % 2));
   }
-  xq[t * p.ld + g] = h;
+  if (I8 == 1)
+    xq8[t * p.ld + g] = bytes;
+  else
+    xq[t * p.ld + g] = h;
 }

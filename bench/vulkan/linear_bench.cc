@@ -127,11 +127,14 @@ int main(int argc, char** argv) {
     const std::vector<std::string> names = Split(variants, '|');
     std::vector<std::unique_ptr<gemma::Backend>> sibs;
     std::vector<std::string> probes;
+    // ("probe=NAME" may follow a config: "CM2=1 probe=noepi")
     for (const std::string& v : names) {
-      const bool probe = v.rfind("probe=", 0) == 0;
-      probes.push_back(probe ? v.substr(6) : "");
+      const size_t at = v.find("probe=");
+      const std::string probe = at == std::string::npos ? "" : v.substr(at + 6);
+      const std::string config = at == std::string::npos ? v : v.substr(0, at);
+      probes.push_back(probe);
       sibs.push_back(gemma::CreateVulkanSibling(
-          *base, bo, gemma::KernelConfig::Parse(v == "default" || probe ? "" : v)));
+          *base, bo, gemma::KernelConfig::Parse(config == "default" ? "" : config)));
     }
     // The matrix units' rate (mma_peak.comp; the device's module form: CM_KHR).
     std::printf("matrix units, f16 products into f32 from registers %.1f TFLOP/s",

@@ -58,9 +58,9 @@ std::shared_ptr<DeviceWeights> BuildDeviceWeights(const Model& model, const Vulk
   // transposes; the prompt linears 10-15% faster on the H200,
   // bench/journal/2026-12-04-linear-cm-khr.md).
   dopt.coop_khr = kc.Get("CM_KHR", 1) != 0;
-  // Workgroup-scope matrices (VK_NV_cooperative_matrix2): off until measured faster than the KHR
-  // kernels (the first form of linear_cm2 was slower: bench/journal/2026-12-06-linear-cm2.md).
-  dopt.coop_cm2 = kc.Get("CM2", 0) != 0;
+  // VK_NV_cooperative_matrix2 enabled where the device has it (CM2_DEVICE=0: not); the kernels
+  // use it with CM2 (below and the towers').
+  dopt.coop_cm2 = kc.Get("CM2_DEVICE", 1) != 0;
   dopt.pipeline_dump_dir = vopt.pipeline_dump_dir;
   dopt.memory_limit = vopt.device_memory_limit;
   dopt.step_timeout_s = vopt.step_timeout_s;
@@ -419,7 +419,8 @@ void VulkanBackend::Build() {
   head_pro_vec_ = Knob("HEAD_PRO_VEC", 0) != 0;
   coop_ = dev_->coop_matrix() && Knob("CM", 1) != 0;
   // Prompt linears on workgroup-scope matrices where the device has VK_NV_cooperative_matrix2
-  // and the library was built with its modules (linear_cm2.comp; CM2=0: linear_cm).
+  // and the library was built with its modules (linear_cm2.comp): off until measured faster than
+  // linear_cm (its first form was slower: bench/journal/2026-12-06-linear-cm2.md).
   cm2_ = coop_ && dev_->coop_cm2() && Knob("CM2", 0) != 0 && !vk::SpirvModule("linear_cm2_q").empty();
   // GEMMA_VULKAN_BARRIER: the one-token layer loop's barriers: 1 (default) compute stage only
   // (2.150-2.152 against 2.161-2.192 ms per token on the H200; 287 barriers between empty

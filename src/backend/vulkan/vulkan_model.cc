@@ -173,7 +173,7 @@ class VulkanModel : public BackendModel {
       const KernelConfig kc = vulkan_internal::EffectiveKernels(shared_->options());
       tower_ = std::make_unique<VulkanTower>(
           *w->dev, *tower_pool_, kc.Get("CM_DENSE", 1) != 0, kc.Get("ATTN_CM", 1) != 0,
-          kc.Get("AUDIO_RESIDENT", 1) != 0, kc.Get("CM_QTOWER", 1) != 0);
+          kc.Get("AUDIO_RESIDENT", 1) != 0, kc.Get("CM_QTOWER", 1) != 0, kc.Get("CM2", 0) != 0);
     }
     try {
       run(*tower_);

@@ -56,7 +56,9 @@ std::vector<float> VulkanBackend::RunLinear(const Linear& lin, const Linear* sec
       void Before(const char* shader, const std::string&, uint32_t, std::string* probe_shader,
                   std::array<BufRange, vk::kBindings>*) override {
         const std::string s = shader;
-        if (probe && (s == "linear_cm" || s == "linear_cmd")) *probe_shader = s + "_" + probe;
+        if (probe && (s == "linear_cm" || s == "linear_cmd" || s.rfind("linear_cm2", 0) == 0 ||
+                      s.rfind("linear_cmd2", 0) == 0))
+          *probe_shader = s + "_" + probe;
       }
       void After(VkCommandBuffer cmd, const std::string& l) override {
         if (!stamp || main.size() + 3 >= Device::kMaxTimestamps) return;

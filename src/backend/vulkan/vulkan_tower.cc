@@ -142,11 +142,11 @@ bool DeviceTowerLinear(const gemma::Linear& lin) {
 }
 
 VulkanTower::VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm, bool attn_cm,
-                         bool audio_resident, bool quant_cm)
+                         bool audio_resident, bool quant_cm, bool cm2)
     : pool_(pool),
       wdev_(device.NewContext()),
       coop_(dense_cm && device.coop_matrix() && device.max_shared_bytes() >= kLinearCmShared),
-      cm2_(coop_ && device.coop_cm2() && !vk::SpirvModule("linear_cm2_d").empty()),
+      cm2_(cm2 && coop_ && device.coop_cm2() && !vk::SpirvModule("linear_cm2_d").empty()),
       quant_cm_(quant_cm),
       attn_cm_(attn_cm && device.coop_matrix() && device.subgroup_size() == 32 &&
                device.max_shared_bytes() >= kAttnCmShared),

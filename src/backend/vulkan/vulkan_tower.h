@@ -49,8 +49,9 @@ class VulkanTower {
   // takes the split path (linears on the device, the rest on the host) for every tower.
   // `quant_cm` (with `dense_cm`): the resident paths' quantized linears (int2 / int4 / int8 codes,
   // a scale per row; the QAT towers') on the matrix units too, else on tower_gemm.comp.
+  // `cm2`: those linears on workgroup-scope matrices (linear_cm2.comp) where the device has them.
   VulkanTower(const vk::Device& device, ThreadPool& pool, bool dense_cm = true, bool attn_cm = true,
-              bool audio_resident = true, bool quant_cm = true);
+              bool audio_resident = true, bool quant_cm = true, bool cm2 = false);
   ~VulkanTower();
   VulkanTower(const VulkanTower&) = delete;
   VulkanTower& operator=(const VulkanTower&) = delete;

@@ -12,21 +12,21 @@ set -- ${@:-prefill lin tower}
 for what in "$@"; do
   case $what in
     lin)
-      log "## linears: CM2=1 | CM2=1 probe=noepi | default"
+      log "## linears: CM2=1 | default"
       [ -e /tmp/e2b-qat/model.safetensors ] || $B/vulkan_bench --synth /tmp/e2b-qat --prompt 8 --steps 1 --runs 1 > /dev/null 2>&1
-      run $B/vulkan_linear_bench --model /tmp/e2b-qat --variants "CM2=1|CM2=1 probe=noepi|default" | grep -v "^kernels" ;;
+      run $B/vulkan_linear_bench --model /tmp/e2b-qat --variants "CM2=1|default" | grep -v "^kernels" ;;
     prefill)
-      for k in "CM2=1" "" "CM2=1" ""; do
+      for k in "CM2=1" ""; do
         log "## prefill 1024, kernels '${k:-default}'"
         GEMMA_VULKAN_KERNELS="$k" $B/vulkan_bench --synth /tmp/e2b-qat --prompt 1024 --ctx 512 \
-          --steps 8 --runs 4 > /tmp/vb.txt 2>&1
+          --steps 8 --runs 3 > /tmp/vb.txt 2>&1
         cat /tmp/vb.txt >> $OUT/cm2.txt; grep -iE "prefill|error" /tmp/vb.txt | head -4
       done ;;
     tower)
       [ -e /tmp/towers/model.safetensors ] || $B/gemma-engine synth --preset e2b-towers --out /tmp/towers > /dev/null
       for k in "CM2=1" ""; do
         log "## vision tower, kernels '${k:-default}'"
-        GEMMA_VULKAN_KERNELS="$k" run $B/vision_bench /tmp/towers --backend vulkan --budgets 70,280,1120 --reps 5 | tail -6
+        GEMMA_VULKAN_KERNELS="$k" run $B/vision_bench /tmp/towers --backend vulkan --budgets 280,1120 --reps 5 | tail -3
       done ;;
     tests)
       log "## tests (CM2=1)"

@@ -174,7 +174,7 @@ void main() {
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
   la = setTensorLayoutBlockSizeNV(la, 1, epw);
   la = setTensorLayoutDimensionNV(la, p.rows, p.cols);
-  la = setTensorLayoutStrideNV(la, p.wstride * epw, 1);
+  la = setTensorLayoutStrideNV(la, p.wstride, 1);  // (in blocks: words)
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
   lb = setTensorLayoutDimensionNV(lb, p.ntok, p.cols);

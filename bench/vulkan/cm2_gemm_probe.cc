@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                              \
-  do {                                                                     \
-    VkResult r_ = (x);                                                     \
-    if (r_ != VK_SUCCESS) {                                                \
-      std::printf("FAIL %s = %d (line %d)\n", #x, int(r_), __LINE__);      \
-      std::exit(1);                                                        \
-    }                                                                      \
+#define CK(x)                                                         \
+  do {                                                                \
+    VkResult r_ = (x);                                                \
+    if (r_ != VK_SUCCESS) {                                           \
+      std::printf("FAIL %s = %d (line %d)\n", #x, int(r_), __LINE__); \
+      std::exit(1);                                                   \
+    }                                                                 \
   } while (0)
 
 struct Cm2Features {
@@ -113,10 +113,10 @@ Buf MakeBuf(Ctx& c, size_t size, bool host) {
   vkGetBufferMemoryRequirements(c.dev, r.b, &req);
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
-  ai.memoryTypeIndex = MemType(c, req.memoryTypeBits,
-                               host ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                          VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-                                    : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+  ai.memoryTypeIndex =
+      MemType(c, req.memoryTypeBits,
+              host ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+                   : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
   CK(vkAllocateMemory(c.dev, &ai, nullptr, &r.m));
   CK(vkBindBufferMemory(c.dev, r.b, r.m, 0));
   if (host) CK(vkMapMemory(c.dev, r.m, 0, size, 0, &r.map));
@@ -139,10 +139,9 @@ int main(int argc, char** argv) {
   VkPhysicalDeviceProperties props;
   vkGetPhysicalDeviceProperties(c.pd, &props);
   c.ts_period = props.limits.timestampPeriod;
-  std::printf("device %s driver %u.%u api %u.%u.%u\n", props.deviceName,
-              props.driverVersion >> 22, (props.driverVersion >> 14) & 255,
-              VK_VERSION_MAJOR(props.apiVersion), VK_VERSION_MINOR(props.apiVersion),
-              VK_VERSION_PATCH(props.apiVersion));
+  std::printf("device %s driver %u.%u api %u.%u.%u\n", props.deviceName, props.driverVersion >> 22,
+              (props.driverVersion >> 14) & 255, VK_VERSION_MAJOR(props.apiVersion),
+              VK_VERSION_MINOR(props.apiVersion), VK_VERSION_PATCH(props.apiVersion));
   vkGetPhysicalDeviceMemoryProperties(c.pd, &c.mp);
   vkEnumerateDeviceExtensionProperties(c.pd, nullptr, &n, nullptr);
   std::vector<VkExtensionProperties> exts(n);
@@ -179,8 +178,8 @@ int main(int argc, char** argv) {
   std::printf("cm2 props: max wg %u max dim %u reserved smem %u\n", cm2p.max_wg, cm2p.max_dim,
               cm2p.reserved_smem);
   using FlexFn = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*, FlexProps*);
-  auto flex_fn = reinterpret_cast<FlexFn>(
-      vkGetInstanceProcAddr(c.inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
+  auto flex_fn = reinterpret_cast<FlexFn>(vkGetInstanceProcAddr(
+      c.inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
   if (flex_fn) {
     uint32_t fn = 0;
     flex_fn(c.pd, &fn, nullptr);
@@ -241,7 +240,8 @@ int main(int argc, char** argv) {
   // descriptor layout: 3 storage buffers
   VkDescriptorSetLayoutBinding bs[3];
   for (int i = 0; i < 3; ++i)
-    bs[i] = {uint32_t(i), VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    bs[i] = {uint32_t(i), VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
+             nullptr};
   VkDescriptorSetLayoutCreateInfo dli{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   dli.bindingCount = 3;
   dli.pBindings = bs;
@@ -273,8 +273,8 @@ int main(int argc, char** argv) {
   Buf da = MakeBuf(c, kMax * 2, false), db = MakeBuf(c, size_t(4096) * 6144 * 2, false),
       dc = MakeBuf(c, size_t(4096) * 12288 * 4, false);
   Buf stage = MakeBuf(c, kMax * 2, true);
-  VkDescriptorBufferInfo dbi[3] = {{da.b, 0, VK_WHOLE_SIZE}, {db.b, 0, VK_WHOLE_SIZE},
-                                   {dc.b, 0, VK_WHOLE_SIZE}};
+  VkDescriptorBufferInfo dbi[3] = {
+      {da.b, 0, VK_WHOLE_SIZE}, {db.b, 0, VK_WHOLE_SIZE}, {dc.b, 0, VK_WHOLE_SIZE}};
   VkWriteDescriptorSet w[3];
   for (int i = 0; i < 3; ++i) {
     w[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -294,8 +294,10 @@ int main(int argc, char** argv) {
   auto copy = [&](Buf& dst, size_t bytes, bool down) {  // stage <-> dst
     begin();
     VkBufferCopy r{0, 0, bytes};
-    if (down) vkCmdCopyBuffer(cb, dst.b, stage.b, 1, &r);
-    else vkCmdCopyBuffer(cb, stage.b, dst.b, 1, &r);
+    if (down)
+      vkCmdCopyBuffer(cb, dst.b, stage.b, 1, &r);
+    else
+      vkCmdCopyBuffer(cb, stage.b, dst.b, 1, &r);
     CK(vkEndCommandBuffer(cb));
     submit();
   };
@@ -304,14 +306,11 @@ int main(int argc, char** argv) {
     const char* name;
     uint32_t M, K, N;
   };
-  const Shape shapes[] = {{"q 2048x1536 n1024", 2048, 1536, 1024},
-                          {"gate 6144x1536 n1024", 6144, 1536, 1024},
-                          {"gate2x 12288x1536 n1024", 12288, 1536, 1024},
-                          {"down 1536x6144 n1024", 1536, 6144, 1024},
-                          {"tower qkvo 768x768 n2520", 768, 768, 2520},
-                          {"tower up 3072x768 n2520", 3072, 768, 2520},
-                          {"tower down 768x3072 n2520", 768, 3072, 2520},
-                          {"big 4096x4096 n4096", 4096, 4096, 4096}};
+  const Shape shapes[] = {
+      {"q 2048x1536 n1024", 2048, 1536, 1024},        {"gate 6144x1536 n1024", 6144, 1536, 1024},
+      {"gate2x 12288x1536 n1024", 12288, 1536, 1024}, {"down 1536x6144 n1024", 1536, 6144, 1024},
+      {"tower qkvo 768x768 n2520", 768, 768, 2520},   {"tower up 3072x768 n2520", 3072, 768, 2520},
+      {"tower down 768x3072 n2520", 768, 3072, 2520}, {"big 4096x4096 n4096", 4096, 4096, 4096}};
   struct Tile {
     uint32_t wg, bm, bn, bk;
   };
@@ -343,8 +342,11 @@ int main(int argc, char** argv) {
       std::vector<float> fa(size_t(s.M) * s.K), fb(size_t(s.N) * s.K);
       for (float& v : fa)
         v = pack ? float(int(next() % (1u << pack)) - (1 << (pack - 1)))
-                 : i8 ? float(int(next() % 16) - 8) : FromHalf(ToHalf((next() % 2001) / 1000.0f - 1.0f));
-      for (float& v : fb) v = i8 ? float(int(next() % 255) - 127) : FromHalf(ToHalf((next() % 2001) / 1000.0f - 1.0f));
+            : i8 ? float(int(next() % 16) - 8)
+                 : FromHalf(ToHalf((next() % 2001) / 1000.0f - 1.0f));
+      for (float& v : fb)
+        v = i8 ? float(int(next() % 255) - 127)
+               : FromHalf(ToHalf((next() % 2001) / 1000.0f - 1.0f));
       auto upload = [&](const std::vector<float>& f, Buf& dst) {
         if (i8) {
           int8_t* p = static_cast<int8_t*>(stage.map);
@@ -386,9 +388,12 @@ int main(int argc, char** argv) {
         VkPipeline pipe;
         const auto t0 = std::chrono::steady_clock::now();
         VkResult pr = vkCreateComputePipelines(c.dev, VK_NULL_HANDLE, 1, &cpi, nullptr, &pipe);
-        const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double compile_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
         if (pr != VK_SUCCESS) {
-          std::printf("%s %s tile %u/%ux%ux%u: pipeline failed %d\n", mode_names[mode], s.name, t.wg, t.bm, t.bn, t.bk, int(pr));
+          std::printf("%s %s tile %u/%ux%ux%u: pipeline failed %d\n", mode_names[mode], s.name,
+                      t.wg, t.bm, t.bn, t.bk, int(pr));
           continue;
         }
         const uint32_t push[3] = {s.M, s.N, s.K};
@@ -404,13 +409,16 @@ int main(int argc, char** argv) {
             VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
             mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
             mb.dstAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-            vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+            vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
+                                 nullptr);
           }
           vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, qp, 1);
           CK(vkEndCommandBuffer(cb));
           submit();
           uint64_t ts[2];
-          CK(vkGetQueryPoolResults(c.dev, qp, 0, 2, sizeof(ts), ts, 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+          CK(vkGetQueryPoolResults(c.dev, qp, 0, 2, sizeof(ts), ts, 8,
+                                   VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
           return double(ts[1] - ts[0]) * c.ts_period * 1e-3 / reps;  // us per dispatch
         };
         run(1);
@@ -421,10 +429,13 @@ int main(int argc, char** argv) {
         for (uint32_t tt = 0; tt < s.N; tt += 97)
           for (uint32_t row = 0; row < s.M; row += 61) {
             double want = 0;
-            for (uint32_t k = 0; k < s.K; ++k) want += double(fa[size_t(row) * s.K + k]) * fb[size_t(tt) * s.K + k];
+            for (uint32_t k = 0; k < s.K; ++k)
+              want += double(fa[size_t(row) * s.K + k]) * fb[size_t(tt) * s.K + k];
             double got;
-            if (i8) got = double(static_cast<int32_t*>(stage.map)[size_t(tt) * s.M + row]);
-            else got = static_cast<float*>(stage.map)[size_t(tt) * s.M + row];
+            if (i8)
+              got = double(static_cast<int32_t*>(stage.map)[size_t(tt) * s.M + row]);
+            else
+              got = static_cast<float*>(stage.map)[size_t(tt) * s.M + row];
             num += (got - want) * (got - want);
             den += want * want;
             if (i8 && got != want) ++bad;
@@ -435,9 +446,12 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 5; ++i) us.push_back(run(20));
         std::sort(us.begin(), us.end());
         const double flop = 2.0 * s.M * s.K * s.N;
-        std::printf("%s %-26s tile %3u/%3ux%3ux%2u: %8.1f us %6.1f TFLOP/s  relL2 %.2e%s  (compile %.0f ms)\n",
-                    mode_names[mode], s.name, t.wg, t.bm, t.bn, t.bk, us[2], flop / (us[2] * 1e-6) * 1e-12,
-                    std::sqrt(num / std::max(den, 1e-30)), i8 ? (bad ? " MISMATCH" : " exact") : "", compile_ms);
+        std::printf(
+            "%s %-26s tile %3u/%3ux%3ux%2u: %8.1f us %6.1f TFLOP/s  relL2 %.2e%s  (compile %.0f "
+            "ms)\n",
+            mode_names[mode], s.name, t.wg, t.bm, t.bn, t.bk, us[2], flop / (us[2] * 1e-6) * 1e-12,
+            std::sqrt(num / std::max(den, 1e-30)), i8 ? (bad ? " MISMATCH" : " exact") : "",
+            compile_ms);
         std::fflush(stdout);
         vkDestroyPipeline(c.dev, pipe, nullptr);
       }

@@ -517,10 +517,9 @@ void Device::Init(const DeviceOptions& options) {
                  q.scope == 2 && q.workgroup_invocations == 256 && divides32(q.m_granularity) &&
                  divides32(q.n_granularity) && divides32(q.k_granularity);
     }
-    coop_cm2_ = shape && cm2f.workgroup_scope && cm2f.flexible_dimensions &&
-                cm2f.conversions && cm2f.per_element && cm2f.tensor_addressing &&
-                s16.storageBuffer16BitAccess && bda.bufferDeviceAddress &&
-                cp.workgroup_scope_max_workgroup_size >= 256;
+    coop_cm2_ = shape && cm2f.workgroup_scope && cm2f.flexible_dimensions && cm2f.conversions &&
+                cm2f.per_element && cm2f.tensor_addressing && s16.storageBuffer16BitAccess &&
+                bda.bufferDeviceAddress && cp.workgroup_scope_max_workgroup_size >= 256;
     if (coop_cm2_) {
       cm2f.reductions = VK_FALSE;
       cm2f.block_loads = VK_FALSE;

@@ -421,7 +421,8 @@ void VulkanBackend::Build() {
   // Prompt linears on workgroup-scope matrices where the device has VK_NV_cooperative_matrix2
   // and the library was built with its modules (linear_cm2.comp): off until measured faster than
   // linear_cm (its first form was slower: bench/journal/2026-12-06-linear-cm2.md).
-  cm2_ = coop_ && dev_->coop_cm2() && Knob("CM2", 0) != 0 && !vk::SpirvModule("linear_cm2_q").empty();
+  cm2_ =
+      coop_ && dev_->coop_cm2() && Knob("CM2", 0) != 0 && !vk::SpirvModule("linear_cm2_q").empty();
   // GEMMA_VULKAN_BARRIER: the one-token layer loop's barriers: 1 (default) compute stage only
   // (2.150-2.152 against 2.161-2.192 ms per token on the H200; 287 barriers between empty
   // kernels 0.58 against 0.67 ms: bench/journal/2026-11-sessions.md, eleventh session), 0 compute

@@ -231,8 +231,8 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
             qb[2] = x;
             qb[3] = CoopSlot(coop_slot_[set]);
             // (linear_cm2 takes the integers as int8 bytes: I8)
-            Dispatch(rc, "srq_quant", {cm2 ? 1u : 0u}, qb, &qp, sizeof(qp), (ld + 255) / 256, m,
-                     1, /*local_size=*/0);
+            Dispatch(rc, "srq_quant", {cm2 ? 1u : 0u}, qb, &qp, sizeof(qp), (ld + 255) / 256, m, 1,
+                     /*local_size=*/0);
           }
           Barrier(rc);
         }

@@ -182,10 +182,11 @@ bool VulkanBackend::LinearOp(Rec& rc, const DevLinear& d, const BufRange& x, int
         const size_t small_shared = size_t((second ? 2 : 1) * 128 + 2 * 32) * 9 * 16;
         const bool small =
             m <= static_cast<int>(kCoopSmallTokens) && small_shared <= dev_->max_shared_bytes();
-        // Longer steps where the device has workgroup-scope matrices: linear_cm2, 128 rows x 128
-        // tokens (dense pairs 64) per workgroup, without split K.
+        // Longer steps where the device has workgroup-scope matrices: linear_cm2 without split K,
+        // rows x tokens per workgroup as its modules' tiles (CMakeLists.txt: 128 x 128 for one
+        // SRQ set, 64 x 128 for the SRQ pair and dense sets, 64 x 64 for dense pairs).
         const bool cm2 = cm2_ && !small;
-        const uint32_t bm = cm2 ? 128 : small ? 128 : 64;
+        const uint32_t bm = cm2 ? (second || coop_dense ? 64 : 128) : small ? 128 : 64;
         const uint32_t bn = small ? 32 : second && (!cm2 || coop_dense) ? 64 : 128;
         const uint32_t ktiles = (d.cols + 63) / 64;
         const uint32_t tiles = ((m + bn - 1) / bn) * ((p.rows + bm - 1) / bm);

@@ -290,11 +290,11 @@ void VulkanTower::RecordLinear(vk::Device& dev, VkCommandBuffer cmd, const gemma
     b[7] = split.xh;
     b[8] = split.xl;
     b[9] = split.ts;
-    // (workgroup-scope matrices where the device has them: linear_cm2, 128 x 128 tiles)
+    // (workgroup-scope matrices where the device has them: linear_cm2_d, 64 x 128 tiles as
+    // linear_cm's)
     dispatch(cm2_ ? "linear_cm2_d" : "linear_cm",
              {0u, KindCode(kind), 0u, (pc.flags >> 1) & 1u, quant ? 1u : 0u}, b, &cp, sizeof(cp),
-             static_cast<uint32_t>((rows + 127) / 128),
-             static_cast<uint32_t>((lin.rows + (cm2_ ? 127 : 63)) / (cm2_ ? 128 : 64)));
+             static_cast<uint32_t>((rows + 127) / 128), static_cast<uint32_t>((lin.rows + 63) / 64));
     return;
   }
   Bindings b{};

@@ -12,9 +12,9 @@ set -- ${@:-prefill lin tower}
 for what in "$@"; do
   case $what in
     lin)
-      log "## linears: CM2=1 | default"
+      log "## linears: CM2=1 | CM2=1 probe=noepi | default"
       [ -e /tmp/e2b-qat/model.safetensors ] || $B/vulkan_bench --synth /tmp/e2b-qat --prompt 8 --steps 1 --runs 1 > /dev/null 2>&1
-      run $B/vulkan_linear_bench --model /tmp/e2b-qat --variants "CM2=1|default" | grep -v "^kernels" ;;
+      run $B/vulkan_linear_bench --model /tmp/e2b-qat --variants "CM2=1|CM2=1 probe=noepi|default" | grep -v "^kernels" ;;
     prefill)
       for k in "CM2=1" ""; do
         log "## prefill 1024, kernels '${k:-default}'"
@@ -30,6 +30,6 @@ for what in "$@"; do
       done ;;
     tests)
       log "## tests (CM2=1)"
-      GEMMA_VULKAN_KERNELS=CM2=1 run $B/vulkan_test --gtest_filter='VulkanKernels.*:VulkanBackend.*Prefill*:VulkanBackend.*FullWidth*' --gtest_brief=1 | tail -5 ;;
+      GEMMA_VULKAN_KERNELS=CM2=1 run $B/vulkan_test --gtest_filter='VulkanKernels.Linear*:VulkanKernels.GateUp*:VulkanKernels.Dense*:VulkanKernels.DownFusion*:VulkanBackend.FullWidth*' --gtest_brief=1 | tail -5 ;;
   esac
 done

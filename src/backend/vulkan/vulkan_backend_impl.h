@@ -746,6 +746,11 @@ class VulkanBackend : public Backend {
   void AttnCmOp(Rec& rc, const BufRange& q, const BufRange& k, const BufRange& v,
                 const BufRange& out, int nh, int nkv, int hd, int ring, int window, int m);
 
+  // Kernel test hook: srq_quant over x[n][cols] with input scale in_s, as f16 values (i8 false)
+  // or int8 bytes (I8, linear_cm2's); returns the output buffer, n rows of 16 bytes per 8 columns
+  // (padded to 64 columns), filled with 0xAB before the dispatch.
+  std::vector<uint8_t> RunSrqQuant(const float* x, int n, int cols, float in_s, bool i8);
+
   // Kernel test hook: AttnCmOp over uploaded q and K / V rings at position pos0 (empty where the
   // device or the shape does not take the matrix-unit path).
   std::vector<float> RunAttnCm(const float* q, const float* k, const float* v, int nh, int nkv,

@@ -1,6 +1,7 @@
 // The Vulkan backend's kernels against the reference ops and against each other: linears of every
 // kind and token count, prompt attention, the one-token fusions and staging layouts.
 #include "backend/vulkan/vulkan_test_util.h"
+#include "core/dtype.h"
 
 namespace gemma {
 namespace {
@@ -408,6 +409,51 @@ TEST(VulkanKernels, DenseStagedInputMatchesGeneralPathBitExactly) {
       ExpectIdenticalSteps(*early, *late, V, 30, 29, 5);
     }
   }
+}
+
+// The matrix-unit linears' input quantization: f16 values (linear_cm) and int8 bytes (I8,
+// linear_cm2's integer tiles) both hold the reference's clamp(round_half_even(x / s), -128, 127)
+// for every column, zeros in the padding to 64 columns, and nothing past a row's span. Inputs
+// include exact half-integer quotients (ties to even) and values past the int8 range.
+TEST(VulkanKernels, SrqQuantBytesAndHalvesHoldTheReferenceCodes) {
+  auto model = LoadFixture("tiny_qat");
+  auto vk = MakeVulkan(*model, {.capacity = 16});
+  if (!vk) GTEST_SKIP() << "SKIPPED: no usable Vulkan device on this machine";
+  const int n = 5, cols = 200;  // (padded to 256 columns: 32 16-byte groups a row)
+  const float s = 0.25f;
+  std::vector<float> x(size_t(n) * cols);
+  uint32_t r = 7;
+  for (size_t i = 0; i < x.size(); ++i) {
+    r = r * 1664525u + 1013904223u;
+    const int kind = static_cast<int>(i % 4);
+    const float u = static_cast<float>(r >> 8) / 16777216.0f;        // [0, 1)
+    x[i] = kind == 0   ? (std::floor(u * 64.0f) - 32.0f + 0.5f) * s  // x / s exactly k + 0.5
+           : kind == 1 ? (u - 0.5f) * 80.0f                          // beyond +-128 quanta
+                       : (u - 0.5f) * 40.0f;
+  }
+  const std::vector<uint8_t> halves = VulkanSrqQuantForTest(*vk, x.data(), n, cols, s, false);
+  const std::vector<uint8_t> bytes = VulkanSrqQuantForTest(*vk, x.data(), n, cols, s, true);
+  const size_t ld = 256 / 8, row16 = ld * 16, row8 = ld * 8;
+  ASSERT_EQ(halves.size(), size_t(n) * row16);
+  ASSERT_EQ(bytes.size(), halves.size());
+  int bad = 0;
+  for (int t = 0; t < n; ++t) {
+    for (size_t c = 0; c < 256; ++c) {
+      const int want = c < size_t(cols) ? ref::QuantizeSrq(x[size_t(t) * cols + c], s) : 0;
+      uint16_t h;
+      std::memcpy(&h, &halves[t * row16 + 2 * c], 2);
+      const float hv = F16ToF32(h);
+      const int8_t b = static_cast<int8_t>(bytes[t * row8 + c]);
+      if (hv != static_cast<float>(want) || b != want) {
+        if (++bad <= 5)
+          ADD_FAILURE() << "token " << t << " column " << c << ": want " << want << ", f16 " << hv
+                        << ", int8 " << int(b);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (size_t i = size_t(n) * row8; i < bytes.size(); ++i)
+    ASSERT_EQ(bytes[i], 0xAB) << "byte " << i << " past the int8 rows was written";
 }
 
 // A step of several tokens (a batch's rows, a verification step, a short chunk) gives each token

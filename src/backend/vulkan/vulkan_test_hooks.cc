@@ -157,9 +157,44 @@ std::vector<float> VulkanBackend::RunAttnCm(const float* q, const float* k, cons
   return r;
 }
 
+std::vector<uint8_t> VulkanBackend::RunSrqQuant(const float* x, int n, int cols, float in_s,
+                                                bool i8) {
+  const uint32_t ld = static_cast<uint32_t>((cols + 63) / 64 * 8);
+  const size_t xbytes = size_t(n) * cols * 4, qbytes = size_t(n) * ld * 16;
+  Buf xb = Reserve(Pool::kDevice, xbytes), qb = Reserve(Pool::kDevice, qbytes),
+      host = Reserve(Pool::kHost, qbytes);
+  dev_->Commit();
+  for (Buf* b : {&xb, &qb, &host}) Resolve(*b);
+  dev_->Upload(xb.r, 0, x, xbytes);
+  dev_->Fill(qb.r, 0xABABABABu);
+  VkCommandBuffer cb = head_cmd_;
+  Begin(cb, false);
+  Rec rc{cb};
+  const QuantPush qp{static_cast<uint32_t>(cols), static_cast<uint32_t>(cols), 0, ld, in_s};
+  std::array<BufRange, vk::kBindings> b{};
+  b[2] = xb.r;
+  b[3] = qb.r;
+  Dispatch(rc, "srq_quant", {i8 ? 1u : 0u}, b, &qp, sizeof(qp), (ld + 255) / 256,
+           static_cast<uint32_t>(n), 1, /*local_size=*/0);
+  Barrier(rc);
+  VkBufferCopy cp{qb.r.offset, host.r.offset, qbytes};
+  vkCmdCopyBuffer(cb, qb.r.buf, host.r.buf, 1, &cp);
+  End(cb);
+  dev_->Submit(cb);
+  const uint8_t* q = static_cast<const uint8_t*>(host.r.mapped);
+  return std::vector<uint8_t>(q, q + qbytes);
+}
+
 }  // namespace vulkan_internal
 
 using vulkan_internal::VulkanBackend;
+
+std::vector<uint8_t> VulkanSrqQuantForTest(Backend& backend, const float* x, int n, int cols,
+                                           float in_s, bool i8) {
+  auto* vb = dynamic_cast<VulkanBackend*>(&backend);
+  if (!vb) return {};
+  return vb->RunSrqQuant(x, n, cols, in_s, i8);
+}
 
 std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
                                        const float* x, int n, int epilogue) {

@@ -1,6 +1,7 @@
 // Test-only hooks of the Vulkan backend (target gemma_vulkan_testing, linked by tests only).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "backend/vulkan/vulkan_backend.h"
@@ -12,6 +13,12 @@ namespace gemma {
 // kernel from 8 tokens). epilogue 0: store; 1: gelu_tanh(lin) * second (gate/up); 2: softcap.
 std::vector<float> VulkanLinearForTest(Backend& backend, const Linear& lin, const Linear* second,
                                        const float* x, int n, int epilogue);
+// Kernel test hook: the matrix-unit linears' input quantization (srq_quant.comp) of x[n][cols]
+// with input scale in_s: n rows of 16 bytes per 8 columns (padded to 64 columns) holding f16
+// values, or with `i8` the same values as int8 bytes, row t from byte t x 8 x (padded columns / 8)
+// (the buffer's first half; the rest as it was filled before: 0xAB). Empty for other backends.
+std::vector<uint8_t> VulkanSrqQuantForTest(Backend& backend, const float* x, int n, int cols,
+                                           float in_s, bool i8);
 // Kernel test hook: the prefill attention on matrix units (attention_cm.comp) over q[m][nh hd]
 // at positions pos0 .. pos0 + m - 1 and K / V cache rings k / v [ring][nkv hd] (key j in row
 // j % ring; window 0: full attention), out[m][nh hd]; empty where the device does not run that

@@ -505,23 +505,29 @@ void Device::Init(const DeviceOptions& options) {
     using FlexFn = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*, Cm2Flexible*);
     auto flex_fn = reinterpret_cast<FlexFn>(vkGetInstanceProcAddr(
         instance_, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
-    bool shape = false;  // f16 x f16 -> f32 at workgroup scope (3 = subgroup, 2 = workgroup)
+    // The modules' two forms at workgroup scope (2; 3 is subgroup) with 256 invocations, tiles of
+    // multiples of 32: f16 x f16 -> f32 (component types 0, 1) and s8 x s8 -> s32 (3, 5).
+    bool f16_shape = false, i8_shape = false;
     if (flex_fn) {
       uint32_t n = 0;
       flex_fn(phys_, &n, nullptr);
       std::vector<Cm2Flexible> fp(n);
       flex_fn(phys_, &n, fp.data());
       auto divides32 = [](uint32_t g) { return g > 0 && 32 % g == 0; };
-      for (const Cm2Flexible& q : fp)
-        shape |= q.a_type == 0 && q.b_type == 0 && q.c_type == 1 && q.result_type == 1 &&
-                 q.scope == 2 && q.workgroup_invocations == 256 && divides32(q.m_granularity) &&
-                 divides32(q.n_granularity) && divides32(q.k_granularity);
+      for (const Cm2Flexible& q : fp) {
+        if (q.scope != 2 || q.workgroup_invocations != 256 || !divides32(q.m_granularity) ||
+            !divides32(q.n_granularity) || !divides32(q.k_granularity))
+          continue;
+        f16_shape |= q.a_type == 0 && q.b_type == 0 && q.c_type == 1 && q.result_type == 1;
+        i8_shape |= q.a_type == 3 && q.b_type == 3 && q.c_type == 5 && q.result_type == 5;
+      }
     }
-    coop_cm2_ = shape && cm2f.workgroup_scope && cm2f.flexible_dimensions && cm2f.conversions &&
+    coop_cm2_ = f16_shape && i8_shape && cm2f.workgroup_scope && cm2f.flexible_dimensions &&
                 cm2f.per_element && cm2f.tensor_addressing && s16.storageBuffer16BitAccess &&
                 bda.bufferDeviceAddress && cp.workgroup_scope_max_workgroup_size >= 256;
     if (coop_cm2_) {
       cm2f.reductions = VK_FALSE;
+      cm2f.conversions = VK_FALSE;
       cm2f.block_loads = VK_FALSE;
       s16.uniformAndStorageBuffer16BitAccess = VK_FALSE;
       s16.storagePushConstant16 = VK_FALSE;

@@ -115,8 +115,8 @@ class Device {
   // coop_khr): Pipeline() builds the modules with NV cooperative matrices rewritten as KHR ones
   // (spirv_coopmat.h).
   bool coop_khr() const { return coop_khr_; }
-  // VK_NV_cooperative_matrix2 too (workgroup scope, flexible f16 x f16 -> f32 dimensions, tensor
-  // addressing, per-element operations and conversions; DeviceOptions::coop_cm2), with 16-bit
+  // VK_NV_cooperative_matrix2 too (workgroup scope, flexible f16 x f16 -> f32 and s8 x s8 -> s32
+  // dimensions, tensor addressing, per-element operations; DeviceOptions::coop_cm2), with 16-bit
   // storage and buffer device addresses: linear_cm2.comp can run.
   bool coop_cm2() const { return coop_cm2_; }
   // VK_KHR_shader_clock with shaderDeviceClock enabled (kernel probes).

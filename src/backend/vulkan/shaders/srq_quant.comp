@@ -7,8 +7,9 @@
 layout(local_size_x = 256) in;
 layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) writeonly buffer XQ { uvec4 xq[]; };
-// I8 1 (linear_cm2.comp's integer tiles): the same values as int8 bytes, 8 to a uvec2, at the same
-// element positions (a token row holds ld x 8 bytes of the buffer's ld x 16).
+// I8 1 (linear_cm2.comp's integer tiles): the same values as int8 bytes, 8 to a uvec2, token t's
+// row from byte t x ld x 8 (a row's element stride stays ld x 8; the rows fill the first half of
+// the f16 layout's span).
 layout(std430, binding = 3) writeonly buffer XQ8 { uvec2 xq8[]; };
 layout(constant_id = 1) const uint I8 = 0;
 
